@@ -1,0 +1,34 @@
+"""streamdp: differentially private random forests over a Redis stream.
+
+>>> import streamdp
+>>> sorted(n for n in ("Schema", "PrivateForest") if hasattr(streamdp, n))
+['PrivateForest', 'Schema']
+"""
+
+from .forest import PrivateForest
+from .privacy import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
+from .schema import Schema, SchemaError
+from .structure import ForestStructure, TooLargeError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Schema",
+    "SchemaError",
+    "PrivateForest",
+    "ForestStructure",
+    "TooLargeError",
+    "SecureRandom",
+    "NotPrivateWarning",
+    "kanon_delta",
+    "kanon_min_epsilon",
+]
+
+
+def __getattr__(name):
+    # The service parts pull in redis; import them only when asked for.
+    if name in ("Producer", "Consumer"):
+        from . import service
+
+        return getattr(service, name)
+    raise AttributeError(f"module 'streamdp' has no attribute {name!r}")

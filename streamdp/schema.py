@@ -1,0 +1,425 @@
+"""Declared data domains: every attribute's values or range, and the class labels.
+
+Differential privacy needs the domains to be public: a range or a value set
+learned from the data would itself leak the records at its edges. A
+:class:`Schema` is therefore declared up front and records are validated
+against it.
+
+>>> s = Schema.from_dict({
+...     "attributes": [
+...         {"name": "colour", "type": "categorical", "values": ["red", "blue"]},
+...         {"name": "size", "type": "numeric", "min": 0, "max": 10},
+...     ],
+...     "label": {"name": "ok", "values": ["no", "yes"]},
+... })
+>>> enc = s.encode([{"colour": "blue", "size": 12.0}], ["yes"])
+>>> enc.X.tolist(), enc.y.tolist()
+([[1.0, 10.0]], [1])
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from os import PathLike
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError"]
+
+
+class SchemaError(ValueError):
+    """A schema definition is malformed."""
+
+
+def _check_values(owner: str, values: Any) -> tuple:
+    if not isinstance(values, (list, tuple)) or len(values) == 0:
+        raise SchemaError(f"{owner}: 'values' must be a non-empty list, got {values!r}")
+    for v in values:
+        if not isinstance(v, (str, int, bool)) or isinstance(v, float):
+            raise SchemaError(f"{owner}: value {v!r} must be a string, integer or boolean")
+    if len(set(values)) != len(values):
+        dup = [v for v in values if list(values).count(v) > 1][0]
+        raise SchemaError(f"{owner}: value {dup!r} is declared twice")
+    return tuple(values)
+
+
+@dataclass(frozen=True)
+class Categorical:
+    """An attribute with a declared, finite set of values."""
+
+    name: str
+    values: tuple
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", _check_values(f"attribute {self.name!r}", self.values))
+
+    @property
+    def arity(self) -> int:
+        return len(self.values)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "type": "categorical", "values": list(self.values)}
+
+
+@dataclass(frozen=True)
+class Numeric:
+    """An attribute with a declared range ``[min, max]``; values outside are clamped."""
+
+    name: str
+    min: float
+    max: float
+
+    def __post_init__(self) -> None:
+        for bound in ("min", "max"):
+            v = getattr(self, bound)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise SchemaError(f"attribute {self.name!r}: '{bound}' must be a finite number, got {v!r}")
+        if not self.min < self.max:
+            raise SchemaError(f"attribute {self.name!r}: min ({self.min}) must be below max ({self.max})")
+        object.__setattr__(self, "min", float(self.min))
+        object.__setattr__(self, "max", float(self.max))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "type": "numeric", "min": self.min, "max": self.max}
+
+
+@dataclass(frozen=True)
+class Label:
+    """The class attribute and its declared labels (their order is the column order of probabilities)."""
+
+    name: str
+    values: tuple
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", _check_values(f"label {self.name!r}", self.values))
+        if len(self.values) < 2:
+            raise SchemaError(f"label {self.name!r}: at least two classes are needed, got {list(self.values)}")
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "values": list(self.values)}
+
+
+Attribute = Categorical | Numeric
+
+
+@dataclass
+class Encoded:
+    """Records encoded against a schema.
+
+    ``X`` is float64 of shape (n, n_attributes): categorical codes (0..arity-1)
+    and clamped numeric values. ``y`` holds label codes (or is None).
+    ``dropped`` lists ``(row, reason)`` for rows removed with ``on_invalid="drop"``;
+    ``kept`` maps the remaining rows back to the input rows.
+    """
+
+    X: np.ndarray
+    y: np.ndarray | None
+    kept: np.ndarray
+    dropped: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def n_dropped(self) -> int:
+        return len(self.dropped)
+
+    def __len__(self) -> int:
+        return len(self.X)
+
+
+_MISSING = object()
+
+
+class _Invalid(Exception):
+    def __init__(self, row: int, reason: str):
+        super().__init__(reason)
+        self.row = row
+        self.reason = reason
+
+
+class Schema:
+    """Attributes (categorical or numeric) and a label, all with declared domains."""
+
+    def __init__(self, attributes: Sequence[Attribute], label: Label):
+        if not attributes:
+            raise SchemaError("a schema needs at least one attribute")
+        names = [a.name for a in attributes]
+        for n in names + [label.name]:
+            if not isinstance(n, str) or not n:
+                raise SchemaError(f"names must be non-empty strings, got {n!r}")
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise SchemaError(f"attribute names must be unique, repeated: {sorted(dup)}")
+        if label.name in names:
+            raise SchemaError(f"the label {label.name!r} is also listed as an attribute")
+        self.attributes: tuple[Attribute, ...] = tuple(attributes)
+        self.label = label
+        self._lookup = [
+            {_key(v): i for i, v in enumerate(a.values)} if isinstance(a, Categorical) else None
+            for a in self.attributes
+        ]
+        self._label_lookup = {_key(v): i for i, v in enumerate(label.values)}
+
+    # -- construction -------------------------------------------------------
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Schema":
+        if not isinstance(d, Mapping):
+            raise SchemaError(f"a schema must be a mapping, got {type(d).__name__}")
+        unknown = set(d) - {"attributes", "label"}
+        if unknown:
+            raise SchemaError(f"unknown schema keys: {sorted(unknown)}")
+        if "attributes" not in d or "label" not in d:
+            raise SchemaError("a schema needs 'attributes' and 'label'")
+        attrs: list[Attribute] = []
+        if not isinstance(d["attributes"], (list, tuple)):
+            raise SchemaError("'attributes' must be a list")
+        for i, a in enumerate(d["attributes"]):
+            if not isinstance(a, Mapping) or "name" not in a:
+                raise SchemaError(f"attribute #{i} must be a mapping with a 'name'")
+            kind = a.get("type")
+            if kind == "categorical":
+                extra = set(a) - {"name", "type", "values"}
+                if extra or "values" not in a:
+                    raise SchemaError(f"attribute {a['name']!r}: categorical needs exactly 'values' (extra: {sorted(extra)})")
+                attrs.append(Categorical(a["name"], a["values"]))
+            elif kind == "numeric":
+                extra = set(a) - {"name", "type", "min", "max"}
+                if extra or "min" not in a or "max" not in a:
+                    raise SchemaError(f"attribute {a['name']!r}: numeric needs exactly 'min' and 'max' (extra: {sorted(extra)})")
+                attrs.append(Numeric(a["name"], a["min"], a["max"]))
+            else:
+                raise SchemaError(f"attribute {a['name']!r}: type must be 'categorical' or 'numeric', got {kind!r}")
+        lab = d["label"]
+        if not isinstance(lab, Mapping) or "name" not in lab or "values" not in lab:
+            raise SchemaError("'label' must be a mapping with 'name' and 'values'")
+        return cls(attrs, Label(lab["name"], lab["values"]))
+
+    @classmethod
+    def from_json(cls, path: str | PathLike) -> "Schema":
+        with open(path, encoding="utf-8") as f:
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as e:
+                raise SchemaError(f"{path}: not valid JSON ({e})") from None
+        return cls.from_dict(d)
+
+    def to_dict(self) -> dict:
+        return {"attributes": [a.to_dict() for a in self.attributes], "label": self.label.to_dict()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Schema) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"Schema({len(self.attributes)} attributes, label {self.label.name!r} with {self.n_classes} classes)"
+
+    # -- facts --------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return [a.name for a in self.attributes]
+
+    @property
+    def n_attributes(self) -> int:
+        return len(self.attributes)
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.label.values)
+
+    @property
+    def classes(self) -> tuple:
+        return self.label.values
+
+    @property
+    def is_categorical(self) -> np.ndarray:
+        return np.array([isinstance(a, Categorical) for a in self.attributes])
+
+    @property
+    def arities(self) -> np.ndarray:
+        """Number of values of each categorical attribute (0 for numeric ones)."""
+        return np.array([a.arity if isinstance(a, Categorical) else 0 for a in self.attributes])
+
+    def index(self, name: str) -> int:
+        try:
+            return self.names.index(name)
+        except ValueError:
+            raise KeyError(f"no attribute named {name!r}; the schema has {self.names}") from None
+
+    # -- encoding -----------------------------------------------------------
+    def encode(
+        self,
+        X: Any,
+        y: Iterable | None = None,
+        *,
+        on_invalid: str = "raise",
+    ) -> Encoded:
+        """Validate and encode records.
+
+        ``X`` is a list of dicts keyed by attribute name, or a 2-D array-like in
+        schema order. ``on_invalid="raise"`` raises :class:`ValueError` naming the
+        attribute and row of the first bad value; ``"drop"`` removes bad rows
+        and reports them in ``Encoded.dropped``.
+        """
+        if on_invalid not in ("raise", "drop"):
+            raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+        columns, n = self._columns(X)
+        bad: dict[int, str] = {}
+        out = np.empty((n, self.n_attributes), dtype=np.float64)
+        for j, (attr, col) in enumerate(zip(self.attributes, columns)):
+            out[:, j] = self._encode_column(j, attr, col, bad, on_invalid)
+        y_codes = None
+        if y is not None:
+            y_codes = self._encode_labels(y, n, bad, on_invalid)
+        if not bad:
+            return Encoded(out, y_codes, np.arange(n))
+        keep = np.ones(n, dtype=bool)
+        keep[list(bad)] = False
+        return Encoded(
+            out[keep],
+            None if y_codes is None else y_codes[keep],
+            np.flatnonzero(keep),
+            sorted(bad.items()),
+        )
+
+    def encode_labels(self, y: Iterable) -> np.ndarray:
+        ys = list(y) if not isinstance(y, np.ndarray) else y
+        return self._encode_labels(ys, len(ys), {}, "raise")
+
+    def _columns(self, X: Any) -> tuple[list[np.ndarray], int]:
+        if isinstance(X, Mapping):
+            raise ValueError("X must be a list of records (dicts) or a 2-D array, not a single dict")
+        if isinstance(X, np.ndarray) or _is_frame(X):
+            arr = np.asarray(X, dtype=object if not isinstance(X, np.ndarray) else None)
+            if arr.ndim != 2:
+                raise ValueError(f"X must be 2-D (records x attributes), got shape {arr.shape}")
+            if arr.shape[1] != self.n_attributes:
+                raise ValueError(
+                    f"X has {arr.shape[1]} columns but the schema has {self.n_attributes} attributes {self.names}"
+                )
+            return [arr[:, j] for j in range(self.n_attributes)], arr.shape[0]
+        rows = list(X)
+        n = len(rows)
+        if n and all(isinstance(r, Mapping) for r in rows):
+            cols = []
+            for a in self.attributes:
+                col = np.empty(n, dtype=object)
+                col[:] = [r.get(a.name, _MISSING) for r in rows]
+                cols.append(col)
+            return cols, n
+        if n == 0:
+            return [np.empty(0, dtype=object) for _ in self.attributes], 0
+        for i, r in enumerate(rows):
+            if isinstance(r, Mapping) or isinstance(r, (str, bytes)) or not hasattr(r, "__len__"):
+                raise ValueError(f"row {i}: expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}")
+            if len(r) != self.n_attributes:
+                raise ValueError(f"row {i}: has {len(r)} values but the schema has {self.n_attributes} attributes {self.names}")
+        arr = np.empty((n, self.n_attributes), dtype=object)
+        arr[:] = rows
+        return [arr[:, j] for j in range(self.n_attributes)], n
+
+    def _encode_column(self, j: int, attr: Attribute, col: np.ndarray, bad: dict, on_invalid: str) -> np.ndarray:
+        n = len(col)
+        if isinstance(attr, Numeric):
+            vals = _to_float(col)
+            if vals is None:  # slow path: find the offending rows
+                vals = np.full(n, np.nan)
+                for i, v in enumerate(col):
+                    if v is _MISSING or v is None:
+                        self._bad(bad, on_invalid, i, f"attribute {attr.name!r} is missing")
+                    elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+                        self._bad(bad, on_invalid, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
+                    else:
+                        vals[i] = float(v)
+            nan = np.flatnonzero(np.isnan(vals))
+            for i in nan:
+                if int(i) not in bad:
+                    self._bad(bad, on_invalid, int(i), f"attribute {attr.name!r} is NaN or missing")
+            with np.errstate(invalid="ignore"):
+                vals = np.clip(vals, attr.min, attr.max)
+            return np.where(np.isnan(vals), attr.min, vals)
+        lookup = self._lookup[j]
+        # Vectorized: map each distinct value once, then scatter codes.
+        try:
+            uniq, inverse = np.unique(col.astype(object), return_inverse=True)
+        except TypeError:  # unorderable mix of types
+            uniq, inverse = None, None
+        if uniq is not None:
+            codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)
+            codes = codes_u[inverse.reshape(-1)]
+        else:
+            codes = np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64)
+        for i in np.flatnonzero(codes < 0):
+            v = col[i]
+            what = "is missing" if v is _MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
+                f"unknown value {v!r} (declared: {list(attr.values)})"
+            )
+            self._bad(bad, on_invalid, int(i), f"attribute {attr.name!r} {what}")
+        return np.maximum(codes, 0).astype(np.float64)
+
+    def _encode_labels(self, y: Iterable, n: int, bad: dict, on_invalid: str) -> np.ndarray:
+        ys = np.empty(n, dtype=object)
+        ylist = list(y) if not isinstance(y, np.ndarray) else y
+        if len(ylist) != n:
+            raise ValueError(f"y has {len(ylist)} labels but X has {n} records")
+        ys[:] = list(ylist)
+        lookup = self._label_lookup
+        try:
+            uniq, inverse = np.unique(ys, return_inverse=True)
+            codes = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)[inverse.reshape(-1)]
+        except TypeError:
+            codes = np.array([_lookup_value(lookup, v) for v in ys], dtype=np.int64)
+        for i in np.flatnonzero(codes < 0):
+            self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {ys[i]!r} (declared: {list(self.label.values)})")
+        return np.maximum(codes, 0)
+
+    @staticmethod
+    def _bad(bad: dict, on_invalid: str, row: int, reason: str) -> None:
+        if on_invalid == "raise":
+            raise ValueError(f"row {row}: {reason}")
+        bad.setdefault(row, reason)
+
+    def decode_labels(self, codes: np.ndarray) -> np.ndarray:
+        labels = np.empty(len(self.label.values), dtype=object)
+        labels[:] = list(self.label.values)
+        return labels[np.asarray(codes, dtype=np.int64)]
+
+
+def _is_frame(X: Any) -> bool:
+    return hasattr(X, "columns") and hasattr(X, "iloc")
+
+
+def _to_float(col: np.ndarray) -> np.ndarray | None:
+    """Fast conversion of a column to float64; None if any element is not a plain number."""
+    if col.dtype.kind in "iuf":
+        return col.astype(np.float64)
+    if col.dtype.kind == "b":
+        return None
+    for v in col:
+        if v is _MISSING or v is None or isinstance(v, (bool, np.bool_, str, bytes)) or not isinstance(
+            v, (int, float, np.integer, np.floating)
+        ):
+            return None
+    return col.astype(np.float64)
+
+
+def _key(v: Any) -> Any:
+    """Lookup key of a declared value: booleans never collide with 0/1."""
+    return ("bool", v) if isinstance(v, bool) else v
+
+
+def _lookup_value(lookup: dict, v: Any) -> int:
+    if v is _MISSING or v is None:
+        return -1
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float):
+        if math.isnan(v) or not v.is_integer():
+            return -1
+        v = int(v)  # 1.0 read from a numeric array means the declared value 1
+    try:
+        return lookup.get(_key(v), -1)
+    except TypeError:  # unhashable
+        return -1

@@ -1,0 +1,276 @@
+"""Random decision-tree structures drawn from a schema alone (Fan et al.).
+
+The structure never depends on data: it is drawn before any record is seen,
+from a generator seeded with 128 bits from the OS CSPRNG (or an explicit
+``seed`` for reproducible tests). The seed is not kept.
+
+* Categorical attribute: multiway split, one child per declared value; not
+  reused below on that path.
+* Numeric attribute: binary split ``x > t`` with ``t`` uniform in the declared
+  range narrowed by the splits above; may be reused on a path.
+* A path stops at depth ``height`` or when no attribute is left. Leaves are
+  never pruned.
+
+Each tree is stored as flat arrays in breadth-first order, padded to the
+largest tree, so routing a batch is ``height`` vectorized steps per tree:
+``node = child[node] + branch(x[feature[node]])``. A leaf points to itself and
+tests a virtual all-zero column (index ``n_attributes``), so it always takes
+branch 0 and routing needs no per-node type check.
+
+>>> from streamdp.schema import Schema
+>>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]}],
+...                       "label": {"name": "y", "values": [0, 1]}})
+>>> fs = ForestStructure.draw(s, n_trees=2, height=1, seed=0)
+>>> fs.n_leaves.tolist()
+[3, 3]
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from .schema import Categorical, Numeric, Schema
+
+__all__ = ["ForestStructure", "TooLargeError", "default_height", "DEFAULT_MAX_CELLS"]
+
+#: Default guard on n_trees * max_leaves * n_classes (int64 cells: 2**26 cells = 512 MiB).
+DEFAULT_MAX_CELLS = 2**26
+
+
+class TooLargeError(ValueError):
+    """The requested forest would need more leaf cells than allowed."""
+
+
+def default_height(n_attributes: int) -> int:
+    """Fan et al.'s default: half the number of attributes, at least 1."""
+    return max(1, n_attributes // 2)
+
+
+@dataclass
+class ForestStructure:
+    """Padded per-tree node arrays (shape ``(n_trees, max_nodes)``).
+
+    ``feature``: attribute tested at the node (``n_attributes``, the zero column, at leaves);
+    ``threshold``: numeric split point (``+inf`` at leaves and categorical nodes);
+    ``child``: index of the first child (the node itself at leaves);
+    ``leaf``: leaf number, or -1 for inner nodes and padding;
+    ``n_leaves``: leaves per tree; ``height``: the routing depth.
+    """
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    child: np.ndarray
+    leaf: np.ndarray
+    n_leaves: np.ndarray
+    height: int
+
+    @property
+    def n_trees(self) -> int:
+        return self.feature.shape[0]
+
+    @property
+    def max_leaves(self) -> int:
+        return int(self.n_leaves.max())
+
+    # -- drawing --------------------------------------------------------------
+    @classmethod
+    def draw(
+        cls,
+        schema: Schema,
+        n_trees: int,
+        height: int | None = None,
+        seed: int | None = None,
+        max_cells: int = DEFAULT_MAX_CELLS,
+    ) -> "ForestStructure":
+        """Draw ``n_trees`` random trees of the given height from the schema alone."""
+        if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or n_trees < 1:
+            raise ValueError(f"n_trees must be a positive integer, got {n_trees!r}")
+        if height is None:
+            height = default_height(schema.n_attributes)
+        if isinstance(height, bool) or not isinstance(height, (int, np.integer)) or height < 1:
+            raise ValueError(f"height must be a positive integer, got {height!r}")
+        rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
+        max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
+        trees = []
+        for t in range(n_trees):
+            tree = _draw_tree(schema, int(height), rng, max_leaves_allowed)
+            if tree is None:
+                raise TooLargeError(
+                    f"tree {t} needs more than {max_leaves_allowed:,} leaves: {n_trees} trees x that many leaves x "
+                    f"{schema.n_classes} classes exceeds max_cells={max_cells:,}. "
+                    f"Lower the height ({height}) or the number of trees, or raise max_cells."
+                )
+            trees.append(tree)
+        return cls._pad(trees, int(height), schema.n_attributes)
+
+    @classmethod
+    def _pad(cls, trees: list[tuple], height: int, n_attributes: int) -> "ForestStructure":
+        m = max(len(t[0]) for t in trees)
+        T = len(trees)
+        feature = np.full((T, m), n_attributes, dtype=np.int32)
+        threshold = np.full((T, m), np.inf)
+        child = np.tile(np.arange(m, dtype=np.int32), (T, 1))
+        leaf = np.full((T, m), -1, dtype=np.int32)
+        n_leaves = np.zeros(T, dtype=np.int64)
+        for t, (f, thr, ch, lf) in enumerate(trees):
+            k = len(f)
+            feature[t, :k], threshold[t, :k], child[t, :k], leaf[t, :k] = f, thr, ch, lf
+            n_leaves[t] = int((np.asarray(lf) >= 0).sum())
+        return cls(feature, threshold, child, leaf, n_leaves, height)
+
+    # -- routing ----------------------------------------------------------------
+    def apply(self, X: np.ndarray, is_categorical: np.ndarray) -> np.ndarray:
+        """Leaf number of each encoded record in each tree, shape ``(n, n_trees)``.
+
+        ``X`` is the float64 matrix from :meth:`Schema.encode`.
+        """
+        n, m = X.shape
+        out = np.empty((n, self.n_trees), dtype=np.int64)
+        if n == 0:
+            return out
+        is_cat = np.append(np.asarray(is_categorical, dtype=bool), False)  # + the zero column
+        all_cat = bool(np.all(is_cat[:-1]))
+        all_num = not bool(np.any(is_cat))
+        # Categorical codes fit small integers, which are cheaper to gather.
+        Xz = np.zeros((n, m + 1), dtype=np.int32 if all_cat else np.float64)
+        Xz[:, :m] = X
+        Xf = Xz.ravel()
+        m += 1
+        cat_node = None if (all_cat or all_num) else is_cat[self.feature]
+        rowbase = np.arange(n, dtype=np.int64) * m
+        for t in range(self.n_trees):
+            feat, thr, child = self.feature[t], self.threshold[t], self.child[t]
+            node = np.zeros(n, dtype=np.int64)
+            for _ in range(self.height):
+                v = Xf.take(rowbase + feat.take(node))
+                if all_cat:
+                    branch = v
+                elif all_num:
+                    branch = v > thr.take(node)
+                else:
+                    branch = np.where(cat_node[t].take(node), v, v > thr.take(node)).astype(np.int64)
+                node = child.take(node) + branch
+            out[:, t] = self.leaf[t].take(node)
+        return out
+
+    # -- serialization --------------------------------------------------------
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "feature": self.feature,
+            "threshold": self.threshold,
+            "child": self.child,
+            "leaf": self.leaf,
+            "n_leaves": self.n_leaves,
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], height: int, schema: Schema) -> "ForestStructure":
+        """Rebuild from stored arrays, checking every index so a malformed blob cannot misroute or crash."""
+        fs = cls(
+            np.asarray(arrays["feature"], dtype=np.int32),
+            np.asarray(arrays["threshold"], dtype=np.float64),
+            np.asarray(arrays["child"], dtype=np.int32),
+            np.asarray(arrays["leaf"], dtype=np.int32),
+            np.asarray(arrays["n_leaves"], dtype=np.int64),
+            int(height),
+        )
+        fs.validate(schema)
+        return fs
+
+    def validate(self, schema: Schema) -> None:
+        shape = self.feature.shape
+        if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            raise ValueError(f"structure: node arrays must be 2-D and non-empty, got {shape}")
+        for name in ("threshold", "child", "leaf"):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"structure: '{name}' has shape {getattr(self, name).shape}, expected {shape}")
+        if self.n_leaves.shape != (shape[0],):
+            raise ValueError("structure: 'n_leaves' must have one entry per tree")
+        if not 1 <= self.height <= 64:
+            raise ValueError(f"structure: height {self.height} out of range")
+        m = schema.n_attributes
+        if self.feature.min() < 0 or self.feature.max() > m:
+            raise ValueError("structure: a node tests an attribute outside the schema")
+        if self.child.min() < 0 or self.child.max() >= shape[1]:
+            raise ValueError("structure: a child index points outside the tree")
+        arity = np.append(schema.arities, 0)
+        is_cat = np.append(schema.is_categorical, False)
+        is_leaf = self.leaf >= 0
+        if np.any(is_leaf & (self.feature != m)):
+            raise ValueError("structure: a leaf must test the zero column")
+        if np.any(is_leaf & (self.child != np.arange(shape[1])[None, :])):
+            raise ValueError("structure: a leaf must point to itself")
+        # Largest branch each node can take: arity-1 (categorical), 1 (numeric), 0 (leaf).
+        width = np.where(is_cat[self.feature], arity[self.feature] - 1, np.where(self.feature < m, 1, 0))
+        for t in range(shape[0]):
+            lf = self.leaf[t][is_leaf[t]]
+            if len(lf) != self.n_leaves[t] or not np.array_equal(np.sort(lf), np.arange(len(lf))):
+                raise ValueError(f"structure: tree {t} leaf numbers are not 0..n_leaves-1")
+            # Walk the tree level by level: every path must end at a leaf within `height` steps.
+            frontier = np.zeros(1, dtype=np.int64)
+            for _ in range(self.height + 1):
+                frontier = frontier[~is_leaf[t][frontier]]
+                if frontier.size == 0:
+                    break
+                w = width[t][frontier]
+                first = self.child[t][frontier].astype(np.int64)
+                if np.any(w == 0) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
+                    raise ValueError(f"structure: tree {t} has a split whose children fall outside the tree")
+                frontier = np.repeat(first, w + 1) + _ragged_arange(w + 1)
+            if frontier.size:
+                raise ValueError(f"structure: tree {t} is deeper than its height {self.height}")
+
+
+def _ragged_arange(counts: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(c) for each c in counts."""
+    ends = np.cumsum(counts)
+    return np.arange(ends[-1]) - np.repeat(ends - counts, counts)
+
+
+def _draw_tree(schema: Schema, height: int, rng: np.random.Generator, max_leaves: int):
+    attrs = schema.attributes
+    numeric = [j for j, a in enumerate(attrs) if isinstance(a, Numeric)]
+    ranges0 = {j: (attrs[j].min, attrs[j].max) for j in numeric}
+    feature: list[int] = []
+    threshold: list[float] = []
+    child: list[int] = []
+    leaf: list[int] = []
+    n_leaves = 0
+    # queue items: (depth, unused categorical attributes, numeric ranges on the path)
+    cats0 = tuple(j for j, a in enumerate(attrs) if isinstance(a, Categorical))
+    queue = deque([(0, cats0, ranges0)])
+    while queue:
+        depth, cats, ranges = queue.popleft()
+        idx = len(feature)
+        candidates = list(cats) + numeric
+        if depth >= height or not candidates:
+            feature.append(len(attrs))
+            threshold.append(np.inf)
+            child.append(idx)
+            leaf.append(n_leaves)
+            n_leaves += 1
+            if n_leaves > max_leaves:
+                return None
+            continue
+        j = candidates[int(rng.integers(len(candidates)))]
+        first = idx + 1 + len(queue)
+        feature.append(j)
+        child.append(first)
+        leaf.append(-1)
+        a = attrs[j]
+        if isinstance(a, Categorical):
+            threshold.append(np.inf)
+            rest = tuple(c for c in cats if c != j)
+            for _ in range(a.arity):
+                queue.append((depth + 1, rest, ranges))
+        else:
+            lo, hi = ranges[j]
+            t = float(rng.uniform(lo, hi))
+            threshold.append(t)
+            queue.append((depth + 1, cats, {**ranges, j: (lo, t)}))
+            queue.append((depth + 1, cats, {**ranges, j: (t, hi)}))
+    return feature, threshold, child, leaf

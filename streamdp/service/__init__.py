@@ -1,0 +1,1 @@
+"""Redis service parts: they move bytes and call the pure core."""

@@ -1,0 +1,39 @@
+"""Shared fixtures.
+
+``redis_url``: a real Redis: ``$REDIS_URL``, else 127.0.0.1:6379 if it answers, else an
+embedded server started for the session. Tests share it, so every test uses its
+own key names (``unique_name``) and never FLUSHes.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from streamdp.datasets import datasets_dir
+from streamdp.service.embedded import resolve_redis
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    try:
+        url, emb = resolve_redis()
+    except RuntimeError as e:  # pragma: no cover - only on machines with no way to run Redis
+        pytest.skip(f"no Redis available: {e}")
+    yield url
+    if emb is not None:
+        emb.stop()
+
+
+@pytest.fixture
+def unique_name():
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def shared_datasets():
+    d = datasets_dir()
+    if d is None:
+        pytest.skip("shared/datasets not found beside the repository (set STREAMDP_DATASETS)")
+    return d

@@ -184,29 +184,37 @@ def exponential_mechanism(
         raise ValueError("the exponential mechanism needs at least one candidate")
     if not np.all(np.isfinite(q)):
         raise ValueError("scores must be finite")
-    if math.isinf(epsilon):
-        logits = np.where(q == q.max(), 0.0, -np.inf)
-    else:
-        logits = epsilon * q / (2.0 * sensitivity)
+    logits = _em_logits(q, epsilon, sensitivity, measure)
+    gumbel = -np.log(rng.exponential(q.size))
+    # A measure-0 candidate (logit -inf) stays -inf even if a Gumbel variate is +inf.
+    return int(np.argmax(np.where(np.isneginf(logits), -np.inf, logits + gumbel)))
+
+
+def _em_logits(q: np.ndarray, epsilon: float, sensitivity: float, measure: np.ndarray | None) -> np.ndarray:
+    m = None
     if measure is not None:
         m = np.asarray(measure, dtype=np.float64).ravel()
-        if m.shape != q.shape or np.any(m < 0) or not np.any(m > 0):
-            raise ValueError("measure must be non-negative, one per candidate, not all zero")
+        if m.shape != q.shape or not np.all(np.isfinite(m)) or np.any(m < 0) or not np.any(m > 0):
+            raise ValueError("measure must be finite, non-negative, one per candidate, not all zero")
+    if math.isinf(epsilon):
+        # The limit of the distribution: uniform (by measure) over the best candidates of positive measure.
+        best = q[m > 0].max() if m is not None else q.max()
+        logits = np.where(q == best, 0.0, -np.inf)
+    else:
+        logits = epsilon * q / (2.0 * sensitivity)
+    if m is not None:
         with np.errstate(divide="ignore"):
             logits = logits + np.log(m)
-    gumbel = -np.log(rng.exponential(q.size))
-    return int(np.argmax(logits + gumbel))
+    return logits
 
 
 def exponential_mechanism_probabilities(
     scores: np.ndarray, epsilon: float, sensitivity: float, measure: np.ndarray | None = None
 ) -> np.ndarray:
     """The exact distribution :func:`exponential_mechanism` samples from (for tests and reports)."""
+    _check_epsilon(epsilon)
     q = np.asarray(scores, dtype=np.float64).ravel()
-    logits = epsilon * q / (2.0 * sensitivity)
-    if measure is not None:
-        with np.errstate(divide="ignore"):
-            logits = logits + np.log(np.asarray(measure, dtype=np.float64).ravel())
+    logits = _em_logits(q, epsilon, sensitivity, measure)
     logits = logits - logits.max()
     p = np.exp(logits)
     return p / p.sum()

@@ -35,7 +35,7 @@ import numpy as np
 
 from .schema import Categorical, Numeric, Schema
 
-__all__ = ["ForestStructure", "TooLargeError", "default_height", "DEFAULT_MAX_CELLS"]
+__all__ = ["ForestStructure", "TooLargeError", "default_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]
 
 #: Default guard on n_trees * max_leaves * n_classes (int64 cells: 2**26 cells = 512 MiB).
 DEFAULT_MAX_CELLS = 2**26
@@ -100,8 +100,10 @@ class ForestStructure:
             tree = _draw_tree(schema, int(height), rng, max_leaves_allowed)
             if tree is None:
                 raise TooLargeError(
-                    f"tree {t} needs more than {max_leaves_allowed:,} leaves: {n_trees} trees x that many leaves x "
-                    f"{schema.n_classes} classes exceeds max_cells={max_cells:,}. "
+                    f"too many leaves requested: tree {t} of height {height} has more than {max_leaves_allowed:,} "
+                    f"leaves (a tree of this height over this schema may have up to "
+                    f"{max_possible_leaves(schema, int(height)):,}); {n_trees} trees x {max_leaves_allowed:,} leaves x "
+                    f"{schema.n_classes} classes is the limit of max_cells={max_cells:,}. "
                     f"Lower the height ({height}) or the number of trees, or raise max_cells."
                 )
             trees.append(tree)
@@ -210,8 +212,12 @@ class ForestStructure:
             lf = self.leaf[t][is_leaf[t]]
             if len(lf) != self.n_leaves[t] or not np.array_equal(np.sort(lf), np.arange(len(lf))):
                 raise ValueError(f"structure: tree {t} leaf numbers are not 0..n_leaves-1")
-            # Walk the tree level by level: every path must end at a leaf within `height` steps.
+            # Walk the tree level by level: every path must end at a leaf within `height` steps,
+            # and no node may be reached twice (a shared child would make the walk, and the
+            # meaning of a leaf, exponential: it must be a tree, not a DAG).
             frontier = np.zeros(1, dtype=np.int64)
+            seen = np.zeros(shape[1], dtype=bool)
+            seen[0] = True
             for _ in range(self.height + 1):
                 frontier = frontier[~is_leaf[t][frontier]]
                 if frontier.size == 0:
@@ -221,8 +227,32 @@ class ForestStructure:
                 if np.any(w == 0) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
                     raise ValueError(f"structure: tree {t} has a split whose children fall outside the tree")
                 frontier = np.repeat(first, w + 1) + _ragged_arange(w + 1)
+                if np.any(seen[frontier]) or np.unique(frontier).size != frontier.size:
+                    raise ValueError(f"structure: tree {t} reaches a node twice (not a tree)")
+                seen[frontier] = True
             if frontier.size:
                 raise ValueError(f"structure: tree {t} is deeper than its height {self.height}")
+            reached_leaves = np.flatnonzero(seen & is_leaf[t])
+            if reached_leaves.size != self.n_leaves[t]:
+                raise ValueError(f"structure: tree {t} has leaves no path reaches")
+            num = seen & ~is_leaf[t] & (self.feature[t] < m) & ~is_cat[self.feature[t]]
+            if not np.all(np.isfinite(self.threshold[t][num])):
+                raise ValueError(f"structure: tree {t} has a numeric split without a finite threshold")
+
+
+def max_possible_leaves(schema: Schema, height: int) -> int:
+    """Most leaves a tree of ``height`` can have: every node splits on the widest attribute still allowed."""
+    arities = sorted((a.arity for a in schema.attributes if isinstance(a, Categorical)), reverse=True)
+    has_numeric = any(isinstance(a, Numeric) for a in schema.attributes)
+    leaves = 1
+    for _ in range(height):
+        if arities and (arities[0] >= 2 or not has_numeric):
+            leaves *= arities.pop(0)
+        elif has_numeric:
+            leaves *= 2
+        else:
+            break
+    return leaves
 
 
 def _ragged_arange(counts: np.ndarray) -> np.ndarray:
@@ -273,4 +303,7 @@ def _draw_tree(schema: Schema, height: int, rng: np.random.Generator, max_leaves
             threshold.append(t)
             queue.append((depth + 1, cats, {**ranges, j: (lo, t)}))
             queue.append((depth + 1, cats, {**ranges, j: (t, hi)}))
+        # Every queued node ends in at least one leaf: stop before the queue itself grows too large.
+        if n_leaves + len(queue) > max_leaves:
+            return None
     return feature, threshold, child, leaf

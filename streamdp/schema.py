@@ -40,8 +40,9 @@ def _check_values(owner: str, values: Any) -> tuple:
     for v in values:
         if not isinstance(v, (str, int, bool)) or isinstance(v, float):
             raise SchemaError(f"{owner}: value {v!r} must be a string, integer or boolean")
-    if len(set(values)) != len(values):
-        dup = [v for v in values if list(values).count(v) > 1][0]
+    keys = [_key(v) for v in values]  # True and 1 (False and 0) are different declared values
+    if len(set(keys)) != len(keys):
+        dup = next(v for v, kk in zip(values, keys) if keys.count(kk) > 1)
         raise SchemaError(f"{owner}: value {dup!r} is declared twice")
     return tuple(values)
 
@@ -340,17 +341,7 @@ class Schema:
             with np.errstate(invalid="ignore"):
                 vals = np.clip(vals, attr.min, attr.max)
             return np.where(np.isnan(vals), attr.min, vals)
-        lookup = self._lookup[j]
-        # Vectorized: map each distinct value once, then scatter codes.
-        try:
-            uniq, inverse = np.unique(col.astype(object), return_inverse=True)
-        except TypeError:  # unorderable mix of types
-            uniq, inverse = None, None
-        if uniq is not None:
-            codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)
-            codes = codes_u[inverse.reshape(-1)]
-        else:
-            codes = np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64)
+        codes = _lookup_codes(self._lookup[j], col)
         for i in np.flatnonzero(codes < 0):
             v = col[i]
             what = "is missing" if v is _MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
@@ -365,12 +356,7 @@ class Schema:
         if len(ylist) != n:
             raise ValueError(f"y has {len(ylist)} labels but X has {n} records")
         ys[:] = list(ylist)
-        lookup = self._label_lookup
-        try:
-            uniq, inverse = np.unique(ys, return_inverse=True)
-            codes = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)[inverse.reshape(-1)]
-        except TypeError:
-            codes = np.array([_lookup_value(lookup, v) for v in ys], dtype=np.int64)
+        codes = _lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
             self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {ys[i]!r} (declared: {list(self.label.values)})")
         return np.maximum(codes, 0)
@@ -408,6 +394,29 @@ def _to_float(col: np.ndarray) -> np.ndarray | None:
 def _key(v: Any) -> Any:
     """Lookup key of a declared value: booleans never collide with 0/1."""
     return ("bool", v) if isinstance(v, bool) else v
+
+
+def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
+    """Code of every value of a column (-1 when not declared), mapping each distinct value once.
+
+    ``np.unique`` compares with ``==``, which merges ``True`` with ``1`` and
+    ``False`` with ``0``; booleans in an object column are therefore coded
+    apart from the other values.
+    """
+    col = np.asarray(col)
+    if col.dtype == object and col.size:
+        is_bool = np.fromiter((isinstance(v, (bool, np.bool_)) for v in col), dtype=bool, count=col.size)
+        if is_bool.any() and not is_bool.all():
+            codes = np.empty(col.size, dtype=np.int64)
+            codes[is_bool] = _lookup_codes(lookup, col[is_bool])
+            codes[~is_bool] = _lookup_codes(lookup, col[~is_bool])
+            return codes
+    try:
+        uniq, inverse = np.unique(col.astype(object), return_inverse=True)
+    except TypeError:  # unorderable mix of types
+        return np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64).reshape(-1)
+    codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)
+    return codes_u[inverse.reshape(-1)]
 
 
 def _lookup_value(lookup: dict, v: Any) -> int:

@@ -1,0 +1,201 @@
+"""Schema: declaration round trips, encoding, and the error messages of bad records."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from streamdp import Schema, SchemaError
+
+SPEC = {
+    "attributes": [
+        {"name": "colour", "type": "categorical", "values": ["red", "green", "blue"]},
+        {"name": "size", "type": "numeric", "min": 0, "max": 10},
+        {"name": "flag", "type": "categorical", "values": [True, False, 0, 1, "x"]},
+    ],
+    "label": {"name": "ok", "values": ["no", "yes", "maybe"]},
+}
+
+
+@pytest.fixture
+def schema() -> Schema:
+    return Schema.from_dict(SPEC)
+
+
+def rec(colour="red", size=1.0, flag="x"):
+    return {"colour": colour, "size": size, "flag": flag}
+
+
+# -- declaration ---------------------------------------------------------------------------
+
+
+def test_from_dict_to_dict_round_trip(schema, tmp_path):
+    d = schema.to_dict()
+    assert d["attributes"][0] == SPEC["attributes"][0]
+    assert d["attributes"][1] == {"name": "size", "type": "numeric", "min": 0.0, "max": 10.0}
+    assert Schema.from_dict(d) == schema
+    assert Schema.from_dict(d).to_dict() == d
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps(SPEC))
+    assert Schema.from_json(p) == schema
+    assert Schema.from_dict(json.loads(schema.to_json())) == schema
+    assert schema.names == ["colour", "size", "flag"]
+    assert schema.n_classes == 3 and schema.classes == ("no", "yes", "maybe")
+    assert schema.is_categorical.tolist() == [True, False, True]
+    assert schema.arities.tolist() == [3, 0, 5]
+    # bool and int values survive the round trip as themselves
+    assert [type(v) for v in Schema.from_dict(d).attributes[2].values] == [bool, bool, int, int, str]
+
+
+def test_from_json_bad_file(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        Schema.from_json(p)
+
+
+@pytest.mark.parametrize(
+    "mutate,match",
+    [
+        (lambda d: d.pop("label"), "label"),
+        (lambda d: d.update(extra=1), "unknown schema keys"),
+        (lambda d: d["attributes"].append({"name": "colour", "type": "numeric", "min": 0, "max": 1}), "unique"),
+        (lambda d: d["attributes"][0].update(type="text"), "type must be"),
+        (lambda d: d["attributes"][0].update(values=[]), "non-empty"),
+        (lambda d: d["attributes"][0].update(values=["a", "a"]), "declared twice"),
+        (lambda d: d["attributes"][0].update(values=[1.5]), "string, integer or boolean"),
+        (lambda d: d["attributes"][1].update(min=5, max=5), "below max"),
+        (lambda d: d["attributes"][1].update(max=float("nan")), "finite"),
+        (lambda d: d["attributes"][1].update(min=True), "finite number"),
+        (lambda d: d["attributes"][1].pop("max"), "'min' and 'max'"),
+        (lambda d: d["label"].update(values=["only"]), "two classes"),
+        (lambda d: d["label"].update(name="size"), "also listed"),
+        (lambda d: d.update(attributes=[]), "at least one attribute"),
+    ],
+)
+def test_bad_schema_refused(mutate, match):
+    d = json.loads(json.dumps(SPEC))
+    d["attributes"][2]["values"] = ["t", "f"]  # JSON-safe copy
+    mutate(d)
+    with pytest.raises(SchemaError, match=match):
+        Schema.from_dict(d)
+
+
+def test_true_and_one_are_distinct_declared_values():
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, 1, False, 0]}],
+                          "label": {"name": "y", "values": [0, False]}})
+    assert s.attributes[0].arity == 4
+    with pytest.raises(SchemaError, match="declared twice"):
+        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, True]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+
+
+# -- encoding ----------------------------------------------------------------------------------
+
+
+def test_encode_dicts_and_arrays_agree(schema):
+    rows = [rec("red", 1.5, True), rec("blue", 3, 0), rec("green", 10, "x")]
+    y = ["no", "maybe", "yes"]
+    e1 = schema.encode(rows, y)
+    e2 = schema.encode([["red", 1.5, True], ["blue", 3, 0], ["green", 10, "x"]], y)
+    e3 = schema.encode(np.array([["red", 1.5, True], ["blue", 3, 0], ["green", 10, "x"]], dtype=object), np.array(y))
+    for e in (e1, e2, e3):
+        assert e.X.dtype == np.float64
+        assert e.X.tolist() == [[0, 1.5, 0], [2, 3, 2], [1, 10, 4]]
+        assert e.y.tolist() == [0, 2, 1]
+        assert e.n_dropped == 0 and e.kept.tolist() == [0, 1, 2]
+    assert schema.encode(rows).y is None
+
+
+def test_numeric_values_are_clamped(schema):
+    e = schema.encode([rec(size=-3), rec(size=11.5), rec(size=float("inf")), rec(size=np.int64(7))])
+    assert e.X[:, 1].tolist() == [0.0, 10.0, 10.0, 7.0]
+
+
+def test_bool_and_int_values_not_confused(schema):
+    # flag declares True, False, 0, 1 as four different values
+    e = schema.encode([rec(flag=True), rec(flag=1), rec(flag=False), rec(flag=0), rec(flag=np.bool_(True)),
+                       rec(flag=np.int64(1)), rec(flag=1.0)])
+    assert e.X[:, 2].tolist() == [0, 3, 1, 2, 0, 3, 3]
+    # a bool is not a number for a numeric attribute
+    with pytest.raises(ValueError, match="row 1: attribute 'size': expected a number, got True"):
+        schema.encode([rec(), rec(size=True)])
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    with pytest.raises(ValueError, match=r"row 1: attribute 'a' unknown value True"):
+        s.encode([[1], [True]])
+    with pytest.raises(ValueError, match=r"row 0: label 'y': unknown class False"):
+        s.encode([[1], [0]], [False, 0])
+    s2 = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+                           "label": {"name": "y", "values": [True, 1]}})
+    assert s2.encode([[0], [1], [0]], [1, True, 1]).y.tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "row,match",
+    [
+        (rec(colour="purple"), r"row 2: attribute 'colour' unknown value 'purple'"),
+        ({"size": 1.0, "flag": "x"}, r"row 2: attribute 'colour' is missing"),
+        (rec(colour=None), r"row 2: attribute 'colour' is missing"),
+        (rec(size=None), r"row 2: attribute 'size' is missing"),
+        ({"colour": "red", "flag": "x"}, r"row 2: attribute 'size' is missing"),
+        (rec(size="3"), r"row 2: attribute 'size': expected a number, got '3'"),
+        (rec(size=float("nan")), r"row 2: attribute 'size' is NaN"),
+        (rec(colour=float("nan")), r"row 2: attribute 'colour' is missing"),
+        (rec(flag=[1]), r"row 2: attribute 'flag' unknown value \[1\]"),
+        (rec(flag=2), r"row 2: attribute 'flag' unknown value 2"),
+    ],
+)
+def test_bad_values_name_attribute_and_row(schema, row, match):
+    rows = [rec(), rec(), row, rec()]
+    with pytest.raises(ValueError, match=match):
+        schema.encode(rows, ["no"] * 4)
+
+
+def test_unknown_label_names_label_and_row(schema):
+    with pytest.raises(ValueError, match=r"row 1: label 'ok': unknown class 'perhaps'"):
+        schema.encode([rec(), rec()], ["no", "perhaps"])
+    with pytest.raises(ValueError, match="y has 1 labels but X has 2 records"):
+        schema.encode([rec(), rec()], ["no"])
+
+
+def test_wrong_number_of_columns(schema):
+    with pytest.raises(ValueError, match=r"row 1: has 2 values but the schema has 3 attributes"):
+        schema.encode([["red", 1, "x"], ["red", 1]])
+    with pytest.raises(ValueError, match="X has 4 columns but the schema has 3 attributes"):
+        schema.encode(np.zeros((2, 4)))
+    with pytest.raises(ValueError, match="2-D"):
+        schema.encode(np.zeros(3))
+    with pytest.raises(ValueError):
+        schema.encode(rec())  # a single dict is not a batch
+
+
+def test_on_invalid_drop_drops_and_counts(schema):
+    rows = [rec(), rec(colour="purple"), rec(size=float("nan")), rec(size=5), rec(flag=None), rec()]
+    y = ["no", "yes", "yes", "maybe", "no", "unknown"]
+    e = schema.encode(rows, y, on_invalid="drop")
+    assert e.n_dropped == 4
+    assert [r for r, _ in e.dropped] == [1, 2, 4, 5]
+    assert "colour" in dict(e.dropped)[1] and "size" in dict(e.dropped)[2] and "label" in dict(e.dropped)[5]
+    assert e.kept.tolist() == [0, 3]
+    assert e.X.tolist() == [[0, 1, 4], [0, 5, 4]]
+    assert e.y.tolist() == [0, 2]
+    assert len(e) == 2
+    with pytest.raises(ValueError, match="on_invalid"):
+        schema.encode(rows, on_invalid="ignore")
+
+
+def test_empty_batch(schema):
+    for X in ([], np.empty((0, 3))):
+        e = schema.encode(X, [])
+        assert e.X.shape == (0, 3) and e.y.shape == (0,)
+
+
+def test_encode_labels_and_decode(schema):
+    codes = schema.encode_labels(["maybe", "no"])
+    assert codes.tolist() == [2, 0]
+    assert list(schema.decode_labels(codes)) == ["maybe", "no"]
+    with pytest.raises(ValueError, match="unknown class"):
+        schema.encode_labels(["nope"])

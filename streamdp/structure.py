@@ -125,38 +125,164 @@ class ForestStructure:
         return cls(feature, threshold, child, leaf, n_leaves, height)
 
     # -- routing ----------------------------------------------------------------
+    #: Records routed per chunk: the chunk's transposed columns and node buffers stay in L2 cache.
+    CHUNK = 16384
+
     def apply(self, X: np.ndarray, is_categorical: np.ndarray) -> np.ndarray:
         """Leaf number of each encoded record in each tree, shape ``(n, n_trees)``.
 
         ``X`` is the float64 matrix from :meth:`Schema.encode`.
+
+        Implementation notes (the hot path of every worker): records are routed
+        in cache-sized chunks; each chunk is transposed once so a node's test
+        reads ``XT[feature[node]*c + i]`` with a per-node column offset table
+        (categorical codes as uint8/int16, numeric values as float64); node
+        indices are intp so ``np.take`` needs no index conversion, and every
+        step writes into preallocated buffers. The root level is computed
+        directly (all records start there).
+        """
+        X = np.asarray(X)
+        n, m = X.shape
+        T = self.n_trees
+        if n == 0:
+            return np.empty((n, T), dtype=np.int64)
+        is_cat = np.asarray(is_categorical, dtype=bool)
+        if bool(np.all(is_cat)):
+            out = self._apply_by_key(X, is_cat)
+            if out is not None:
+                return out
+        return self._apply_route(X, is_cat)
+
+    #: Largest n_trees * joint domain of the tested categorical attributes for which
+    #: per-tree lookup tables (key -> leaf, int64: 16 MiB at most) replace routing.
+    KEY_CELLS_MAX = 2**21
+
+    def _key_plan(self, m: int):
+        """Attributes tested anywhere in the forest, their arities (from the structure) and the domain size."""
+        cache = self.__dict__.setdefault("_cache", {})
+        if ("plan", m) not in cache:
+            radix = np.ones(m, dtype=np.int64)
+            for t in range(self.n_trees):
+                real = int(np.flatnonzero(self.leaf[t] >= 0).max()) + 1  # nodes before the padding
+                inner = np.flatnonzero((self.leaf[t, :real] < 0) & (self.feature[t, :real] < m))
+                if inner.size == 0:
+                    continue
+                first = self.child[t, inner].astype(np.int64)
+                ar = np.diff(np.append(first, real))  # BFS: children of consecutive inner nodes are contiguous
+                np.maximum.at(radix, self.feature[t, inner], ar)
+            used = np.flatnonzero(radix > 1)
+            domain = int(np.prod(radix[used].astype(float))) if used.size else 1
+            cache[("plan", m)] = (used, radix[used], domain)
+        return cache[("plan", m)]
+
+    def _apply_by_key(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray | None:
+        """All-categorical fast path: one table lookup per tree when the joint domain is small.
+
+        A record's leaf depends only on the codes of the attributes the trees
+        test, so every possible code combination is routed once (cached on the
+        structure) and a batch then needs one mixed-radix key per record and one
+        gather per tree. Returns None when the domain is too large, the table
+        would cost more than routing this batch, or a code lies outside its
+        arity (then the general router decides, exactly as before).
         """
         n, m = X.shape
-        out = np.empty((n, self.n_trees), dtype=np.int64)
-        if n == 0:
-            return out
-        is_cat = np.append(np.asarray(is_categorical, dtype=bool), False)  # + the zero column
-        all_cat = bool(np.all(is_cat[:-1]))
+        used, radix, domain = self._key_plan(m)
+        cache = self.__dict__["_cache"]
+        key_t = ("table", m)
+        if domain * self.n_trees > self.KEY_CELLS_MAX or (key_t not in cache and domain > 4 * n):
+            return None
+        # Same truncation to integers as the router applies to categorical codes.
+        codes = X.astype(np.intp)
+        bound = np.full(m, np.iinfo(np.intp).max, dtype=np.int64)
+        bound[used] = radix
+        if codes.min() < 0 or np.any(codes.max(axis=0) >= bound):
+            return None
+        strides = np.zeros(m, dtype=np.intp)
+        if used.size:
+            strides[used] = np.append(np.cumprod(radix[::-1])[::-1][1:], 1)
+        if key_t not in cache:
+            grid = np.zeros((domain, m), dtype=np.float64)
+            if used.size:
+                grid[:, used] = np.stack(np.unravel_index(np.arange(domain), tuple(radix)), axis=1)
+            cache[key_t] = self._apply_route(grid, is_cat)  # (domain, n_trees): row = leaves of one key
+        key = codes @ strides
+        return np.take(cache[key_t], key, axis=0, mode="clip")
+
+    def _apply_route(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray:
+        """General router: ``height`` vectorized steps per tree over cache-sized chunks."""
+        n, m = X.shape
+        T = self.n_trees
+        out = np.empty((n, T), dtype=np.int64)
+        all_cat = bool(np.all(is_cat))
         all_num = not bool(np.any(is_cat))
-        # Categorical codes fit small integers, which are cheaper to gather.
-        Xz = np.zeros((n, m + 1), dtype=np.int32 if all_cat else np.float64)
-        Xz[:, :m] = X
-        Xf = Xz.ravel()
-        m += 1
-        cat_node = None if (all_cat or all_num) else is_cat[self.feature]
-        rowbase = np.arange(n, dtype=np.int64) * m
-        for t in range(self.n_trees):
-            feat, thr, child = self.feature[t], self.threshold[t], self.child[t]
-            node = np.zeros(n, dtype=np.int64)
-            for _ in range(self.height):
-                v = Xf.take(rowbase + feat.take(node))
-                if all_cat:
-                    branch = v
-                elif all_num:
-                    branch = v > thr.take(node)
+        if all_cat:
+            top = float(X.max()) if X.size else 0.0
+            xdtype = np.uint8 if top < 256 else (np.int16 if top < 32768 else np.int64)
+        else:
+            xdtype = np.float64
+        feature = self.feature.astype(np.intp)
+        child = self.child.astype(np.intp)
+        leaf = self.leaf.astype(np.int64)
+        thr = self.threshold
+        # Per node: 1 if the node is a categorical split (its code is the branch), else 0.
+        cat_node = np.append(is_cat, False)[self.feature]
+        chunk = self.CHUNK if all_cat else self.CHUNK // 2
+        c_max = min(n, chunk)
+        XT = np.zeros((m + 1, c_max), dtype=xdtype)  # row m is the zero column tested by leaves
+        idx = np.empty(c_max, dtype=np.intp)
+        nxt = np.empty(c_max, dtype=np.intp)
+        v = np.empty(c_max, dtype=xdtype)
+        ar_full = np.arange(c_max, dtype=np.intp)
+        if not all_cat:
+            tv = np.empty(c_max, dtype=np.float64)
+            br = np.empty(c_max, dtype=bool)
+        if not (all_cat or all_num):
+            cv = np.empty(c_max, dtype=np.intp)
+            cat_int = cat_node.astype(np.intp)
+        for s in range(0, n, chunk):
+            e = min(n, s + chunk)
+            c = e - s
+            if c != c_max:  # last, shorter chunk
+                XT = np.zeros((m + 1, c), dtype=xdtype)
+                idx, nxt, v = idx[:c], nxt[:c], v[:c]
+                if not all_cat:
+                    tv, br = tv[:c], br[:c]
+                if not (all_cat or all_num):
+                    cv = cv[:c]
+            XT[:m] = X[s:e].T
+            XTf = XT.ravel()
+            ar = ar_full[:c]
+            foff = feature * c  # column start of each node's attribute in XTf
+            for t in range(T):
+                f_t, ch_t, off_t, thr_t = feature[t], child[t], foff[t], thr[t]
+                # Root level: every record is at node 0.
+                col = XT[f_t[0]]
+                if all_cat or cat_node[t, 0]:
+                    node = col.astype(np.intp) + ch_t[0]
                 else:
-                    branch = np.where(cat_node[t].take(node), v, v > thr.take(node)).astype(np.int64)
-                node = child.take(node) + branch
-            out[:, t] = self.leaf[t].take(node)
+                    node = (col > thr_t[0]).astype(np.intp) + ch_t[0]
+                for _ in range(self.height - 1):
+                    np.take(off_t, node, out=idx, mode="clip")
+                    idx += ar
+                    np.take(XTf, idx, out=v, mode="clip")
+                    np.take(ch_t, node, out=nxt, mode="clip")
+                    if all_cat:
+                        nxt += v
+                    elif all_num:
+                        np.take(thr_t, node, out=tv, mode="clip")
+                        np.greater(v, tv, out=br)
+                        nxt += br
+                    else:
+                        # categorical node: branch = code (threshold is +inf, so v > thr is 0);
+                        # numeric node: branch = v > thr (cat flag is 0).
+                        np.take(thr_t, node, out=tv, mode="clip")
+                        np.greater(v, tv, out=br)
+                        nxt += br
+                        np.take(cat_int[t], node, out=cv, mode="clip")
+                        cv *= v.astype(np.intp)
+                        nxt += cv
+                    node, nxt = nxt, node
+                out[s:e, t] = leaf[t].take(node)
         return out
 
     # -- serialization --------------------------------------------------------

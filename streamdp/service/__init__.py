@@ -10,7 +10,7 @@ from .consumer import Consumer, VersionNotAvailable
 from .keys import Keys
 from .producer import Producer
 from .registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model
-from .worker import Worker, WorkerConfig, run_workers
+from .worker import Worker, WorkerConfig, WorkerPool, run_workers
 
-__all__ = ["Producer", "Consumer", "Worker", "WorkerConfig", "run_workers", "Keys", "create_model", "delete_model",
+__all__ = ["Producer", "Consumer", "Worker", "WorkerConfig", "WorkerPool", "run_workers", "Keys", "create_model", "delete_model",
            "list_models", "show_model", "ModelExists", "ModelNotFound", "VersionNotAvailable"]

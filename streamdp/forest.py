@@ -107,6 +107,8 @@ class PrivateForest:
             counts = np.zeros(self.shape, dtype=dtype)
         elif counts.shape != self.shape or counts.dtype != dtype:
             raise ValueError(f"counts must be {dtype.__name__} of shape {self.shape}, got {counts.dtype} {counts.shape}")
+        elif np.any(counts[~self._real_cells()]):
+            raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
         self.version = version
         self.n_releases = n_releases

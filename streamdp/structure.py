@@ -298,12 +298,22 @@ class ForestStructure:
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray], height: int, schema: Schema) -> "ForestStructure":
         """Rebuild from stored arrays, checking every index so a malformed blob cannot misroute or crash."""
+        raw = {name: np.asarray(arrays[name]) for name in ("feature", "threshold", "child", "leaf", "n_leaves")}
+        for name in ("feature", "child", "leaf", "n_leaves"):
+            a = raw[name]
+            if a.dtype.kind not in "iu":
+                raise ValueError(f"structure: '{name}' must hold integers, got dtype {a.dtype}")
+            # Casting must not wrap around: every index fits int32 (n_leaves int64).
+            if a.size and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
+                raise ValueError(f"structure: '{name}' holds values outside the int32 range")
+        if raw["threshold"].dtype.kind != "f":
+            raise ValueError(f"structure: 'threshold' must hold floats, got dtype {raw['threshold'].dtype}")
         fs = cls(
-            np.asarray(arrays["feature"], dtype=np.int32),
-            np.asarray(arrays["threshold"], dtype=np.float64),
-            np.asarray(arrays["child"], dtype=np.int32),
-            np.asarray(arrays["leaf"], dtype=np.int32),
-            np.asarray(arrays["n_leaves"], dtype=np.int64),
+            raw["feature"].astype(np.int32),
+            raw["threshold"].astype(np.float64),
+            raw["child"].astype(np.int32),
+            raw["leaf"].astype(np.int32),
+            raw["n_leaves"].astype(np.int64),
             int(height),
         )
         fs.validate(schema)

@@ -1,0 +1,358 @@
+"""The model format: round trips, and malformed blobs always raise ValueError and never run code."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import pickle
+
+import msgpack
+import numpy as np
+import pytest
+
+from streamdp import PrivateForest, Schema
+from streamdp import blob as blobmod
+from streamdp.blob import BlobError, pack_array, unpack_array
+
+SCHEMA = Schema.from_dict({
+    "attributes": [
+        {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
+        {"name": "b", "type": "numeric", "min": 0, "max": 100},
+        {"name": "c", "type": "categorical", "values": [True, False, 0]},
+    ],
+    "label": {"name": "y", "values": ["no", "yes"]},
+})
+
+
+def data(n, seed=0):
+    rng = np.random.default_rng(seed)
+    X = np.empty((n, 3), dtype=object)
+    X[:, 0] = np.array(["p", "q", "r"], dtype=object)[rng.integers(3, size=n)]
+    X[:, 1] = rng.uniform(0, 100, n)
+    X[:, 2] = np.array([True, False, 0], dtype=object)[rng.integers(3, size=n)]
+    y = np.where(X[:, 1].astype(float) > 40, "yes", "no").astype(object)
+    return X, y
+
+
+def forest(**kw) -> PrivateForest:
+    X, y = data(400)
+    opts = dict(n_trees=3, height=3, epsilon=1.0, seed=1)
+    opts.update(kw)
+    return PrivateForest.create(SCHEMA, **opts).fit(X, y)
+
+
+@pytest.fixture(scope="module")
+def good() -> bytes:
+    return forest().to_bytes()
+
+
+def doc_of(b: bytes) -> dict:
+    return msgpack.unpackb(b, raw=False)
+
+
+def pack(doc: dict) -> bytes:
+    return msgpack.packb(doc, use_bin_type=True)
+
+
+# -- round trip ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["geometric", "laplace", "kanon"])
+@pytest.mark.parametrize("vote", ["proba", "majority"])
+@pytest.mark.parametrize("budget", ["split", "disjoint"])
+def test_round_trip(mechanism, vote, budget):
+    kw = dict(mechanism=mechanism, vote=vote, budget=budget)
+    if mechanism == "kanon":
+        kw.update(k=3, beta=0.3, epsilon=3.0)
+    f = forest(**kw)
+    X, y = data(50, seed=2)
+    f.update(X, y)
+    g = PrivateForest.from_bytes(f.to_bytes())
+    assert g.schema == f.schema
+    for name, arr in f.structure.arrays().items():
+        assert np.array_equal(arr, g.structure.arrays()[name])
+        assert arr.dtype == g.structure.arrays()[name].dtype
+    assert g.structure.height == f.structure.height
+    assert np.array_equal(g.counts, f.counts) and g.counts.dtype == f.counts.dtype
+    assert (g.epsilon, g.delta, g.version, g.n_releases) == (f.epsilon, f.delta, f.version, f.n_releases)
+    assert (g.mechanism, g.vote, g.budget, g.k, g.beta, g.private) == (
+        f.mechanism, f.vote, f.budget, f.k, f.beta, f.private)
+    assert np.array_equal(g.predict_proba(X), f.predict_proba(X))
+    assert np.array_equal(g.apply(X), f.apply(X))
+    # a loaded forest keeps learning
+    g.update(X, y)
+    assert g.n_releases == f.n_releases + 1
+
+
+def test_round_trip_infinite_epsilon():
+    f = forest(epsilon=math.inf)
+    g = PrivateForest.from_bytes(f.to_bytes())
+    assert math.isinf(g.epsilon) and not g.private
+    assert np.array_equal(g.counts, f.counts)
+
+
+def test_blob_is_self_describing(good):
+    d = doc_of(good)
+    assert d["format"] == "streamdp.forest" and d["format_version"] == 1
+    assert d["counts"]["dtype"] == "<i8" and isinstance(d["counts"]["data"], bytes)
+    assert d["schema"] == SCHEMA.to_dict()
+
+
+def test_pack_unpack_array():
+    for a in (np.arange(6, dtype=np.int32).reshape(2, 3), np.array([1.5, np.inf]), np.zeros((0, 4)),
+              np.array([True, False]), np.arange(3, dtype=">i8")):
+        r = unpack_array(pack_array(a), "threshold")
+        assert np.array_equal(r, a) and r.shape == a.shape
+    with pytest.raises(TypeError):
+        pack_array(np.array(["a"], dtype=object))
+
+
+# -- malformed blobs -----------------------------------------------------------------------
+
+
+def loads_or_value_error(b) -> PrivateForest | None:
+    """from_bytes either succeeds or raises ValueError: any other exception fails the test."""
+    try:
+        return PrivateForest.from_bytes(b)
+    except ValueError:
+        return None
+
+
+def test_truncated_at_every_97th_byte(good):
+    for cut in range(0, len(good), 97):
+        with pytest.raises(ValueError):
+            PrivateForest.from_bytes(good[:cut])
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(good[:-1])
+
+
+def test_random_byte_flips_never_raise_anything_but_value_error(good):
+    rng = np.random.default_rng(12)
+    loaded = 0
+    for _ in range(400):
+        b = bytearray(good)
+        for pos in rng.integers(len(b), size=rng.integers(1, 4)):
+            b[pos] ^= int(rng.integers(1, 256))
+        f = loads_or_value_error(bytes(b))
+        if f is not None:  # a flip inside a payload may still be a valid model: it must then be usable
+            loaded += 1
+            try:  # a flipped schema value may make these records invalid: a ValueError, nothing else
+                f.predict_proba(data(5)[0])
+            except ValueError:
+                pass
+    assert loaded < 400
+
+
+def test_flips_in_header_region(good):
+    # every single byte of the first 300 bytes (format, schema, params) replaced by 0xc1 (never valid msgpack)
+    for pos in range(min(300, len(good))):
+        b = bytearray(good)
+        b[pos] = 0xC1
+        loads_or_value_error(bytes(b))
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"",
+        b"\x00",
+        b"\xc1",
+        pack({"hello": "world"}),
+        pack([1, 2, 3]),
+        pack("streamdp.forest"),
+        pack({"format": "other", "format_version": 1}),
+        pack({"format": "streamdp.forest", "format_version": 2}),
+        pack({"format": "streamdp.forest", "format_version": 1}),
+        pack({"format": "streamdp.forest"}),
+        msgpack.packb({1: 2}),
+        b"\x80" * 10,
+        b"\xdf\xff\xff\xff\xff",  # map announcing 2**32-1 entries
+        b"\xdd\xff\xff\xff\xff",  # array announcing 2**32-1 entries
+        b"\x91" * 100_000,  # deeply nested arrays
+        msgpack.packb(msgpack.ExtType(5, b"xyz")),
+        '{"format": "streamdp.forest"}'.encode(),
+    ],
+)
+def test_foreign_or_garbage_blobs(payload):
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(payload)
+
+
+def test_wrong_input_types():
+    for bad in (None, "text", 123, [1, 2]):
+        with pytest.raises(ValueError):
+            PrivateForest.from_bytes(bad)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (exec, ("import builtins; builtins._streamdp_pwned = True",))
+
+
+def test_pickle_bytes_refused_and_never_executed(good):
+    evil = pickle.dumps(_Evil())
+    assert not hasattr(builtins, "_streamdp_pwned")
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(evil)
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(pickle.dumps(forest()))
+    # pickle bytes inside the blob: as array data they are just bytes of the wrong length
+    d = doc_of(good)
+    d["counts"]["data"] = evil
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(pack(d))
+    # an ext-typed field is not decoded into anything callable
+    d = doc_of(good)
+    d["schema"] = msgpack.ExtType(1, evil)
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(pack(d))
+    assert not hasattr(builtins, "_streamdp_pwned")
+
+
+def _mutations():
+    """(name, function mutating a decoded blob) pairs: each must make from_bytes raise ValueError."""
+
+    def setp(*path, value):
+        def f(d):
+            for p in path[:-1]:
+                d = d[p]
+            d[path[-1]] = value
+        return f
+
+    def delp(*path):
+        def f(d):
+            for p in path[:-1]:
+                d = d[p]
+            del d[path[-1]]
+        return f
+
+    def arr(name, fn, where="structure"):
+        def f(d):
+            rec = d[where][name] if where else d[name]
+            a = unpack_array(rec, "threshold").copy()
+            rec.update(pack_array(fn(a)))
+        return f
+
+    def idx(name, value, where="structure", pos=(0, 0)):
+        def fn(a):
+            a[pos] = value
+            return a
+        return arr(name, fn, where)
+
+    yield "format tag", setp("format", value="streamdp.other")
+    yield "format tag type", setp("format", value=7)
+    yield "format version", setp("format_version", value=99)
+    for key in ("schema", "params", "privacy", "structure", "counts", "version", "n_releases"):
+        yield f"missing {key}", delp(key)
+    yield "schema garbage", setp("schema", value={"attributes": 5})
+    yield "schema not a map", setp("schema", value=[1])
+    yield "schema bad numeric", setp("schema", "attributes", 1, "min", value=1000)
+    yield "schema one class", setp("schema", "label", "values", value=["no"])
+    yield "schema fewer values", setp("schema", "attributes", 0, "values", value=["p", "q"])
+    yield "schema dropped attribute", lambda d: d["schema"]["attributes"].pop()
+    yield "mechanism", setp("params", "mechanism", value="pickle")
+    yield "vote", setp("params", "vote", value="x")
+    yield "budget", setp("params", "budget", value=None)
+    yield "height type", setp("params", "height", value="3")
+    yield "height huge", setp("params", "height", value=10**6)
+    yield "height zero", setp("params", "height", value=0)
+    yield "n_trees mismatch", setp("params", "n_trees", value=4)
+    yield "k without kanon", setp("params", "k", value=5)
+    yield "epsilon negative", setp("privacy", "epsilon", value=-1.0)
+    yield "epsilon string", setp("privacy", "epsilon", value="1")
+    yield "epsilon bool", setp("privacy", "epsilon", value=True)
+    yield "epsilon nan", setp("privacy", "epsilon", value=float("nan"))
+    yield "private type", setp("privacy", "private", value="yes")
+    yield "version type", setp("version", value=1.5)
+    yield "n_releases type", setp("n_releases", value=None)
+    yield "counts object dtype", setp("counts", "dtype", value="|O")
+    yield "counts pickle dtype", setp("counts", "dtype", value="O")
+    yield "counts float dtype", setp("counts", "dtype", value="<f8")
+    yield "counts unknown dtype", setp("counts", "dtype", value="<U4")
+    yield "counts dtype not str", setp("counts", "dtype", value=[1])
+    yield "counts big endian", setp("counts", "dtype", value=">i8")
+    yield "counts shape mismatch", setp("counts", "shape", value=[3, 2, 2])
+    yield "counts shape negative", setp("counts", "shape", value=[-3, 2, 2])
+    yield "counts shape 2-D", lambda d: d["counts"].update(shape=[d["counts"]["shape"][0], -1])
+    yield "counts shape huge", setp("counts", "shape", value=[2**40, 2**40, 2])
+    yield "counts shape bool", setp("counts", "shape", value=[True, 1, 1])
+    yield "counts data short", lambda d: d["counts"].update(data=d["counts"]["data"][:-8])
+    yield "counts data str", setp("counts", "data", value="abc")
+    yield "counts extra key", lambda d: d["counts"].update(extra=1)
+    yield "counts wrong shape consistent", arr("counts", lambda a: a[:, :-1].copy(), where=None)
+    yield "counts padding nonzero", "padding"
+    for name in ("feature", "threshold", "child", "leaf", "n_leaves"):
+        yield f"missing structure {name}", delp("structure", name)
+    yield "feature out of range", idx("feature", 99)
+    yield "feature negative", idx("feature", -1)
+    yield "child out of range", idx("child", 10**6)
+    yield "child negative", idx("child", -5)
+    yield "child points back", idx("child", 0)
+    yield "leaf duplicated", "leafdup"
+    yield "n_leaves wrong", idx("n_leaves", 999, pos=(0,))
+    yield "n_leaves shape", arr("n_leaves", lambda a: a[:1].copy())
+    yield "threshold nan", "thrnan"
+    yield "feature shape", arr("feature", lambda a: a[:, :-1].copy())
+    yield "structure 1-D", arr("feature", lambda a: a.ravel().copy())
+    yield "structure empty", arr("feature", lambda a: a[:, :0].copy())
+    yield "feature float", arr("feature", lambda a: a.astype(np.float64) + 0.5)
+    yield "feature wraps int32", arr("feature", lambda a: a.astype(np.int64) + 2**32)
+    yield "child wraps int32", arr("child", lambda a: a.astype(np.int64) - 2**32)
+    yield "threshold int", arr("threshold", lambda a: np.zeros(a.shape, dtype=np.int64))
+
+
+def _apply_special(d, kind, good_forest):
+    if kind == "padding":
+        c = unpack_array(d["counts"]).copy()
+        n_leaves = good_forest.structure.n_leaves
+        t = int(np.argmin(n_leaves))
+        assert n_leaves[t] < c.shape[1], "test forest needs trees of different sizes"
+        c[t, -1, 0] = 7
+        d["counts"].update(pack_array(c))
+    elif kind == "leafdup":
+        leaf = unpack_array(d["structure"]["leaf"]).copy()
+        nodes = np.flatnonzero(leaf[0] >= 0)
+        leaf[0, nodes[1]] = leaf[0, nodes[0]]
+        d["structure"]["leaf"].update(pack_array(leaf))
+    elif kind == "thrnan":
+        thr = unpack_array(d["structure"]["threshold"], "threshold").copy()
+        feat = unpack_array(d["structure"]["feature"])
+        num = np.argwhere(feat == 1)  # attribute b is numeric
+        assert len(num), "test forest needs a numeric split"
+        thr[tuple(num[0])] = np.nan
+        d["structure"]["threshold"].update(pack_array(thr))
+
+
+@pytest.fixture(scope="module")
+def varied():
+    """A forest whose trees differ in size and use a numeric split (for the padding / threshold mutations)."""
+    for seed in range(100):
+        f = forest(seed=seed)
+        fe = f.structure.feature
+        if len(set(f.structure.n_leaves.tolist())) > 1 and np.any(fe == 1):
+            return f
+    raise AssertionError("no suitable structure")
+
+
+@pytest.mark.parametrize("name,mutate", list(_mutations()), ids=[m[0] for m in _mutations()])
+def test_malformed_field_raises_value_error(varied, name, mutate):
+    d = doc_of(varied.to_bytes())
+    if isinstance(mutate, str):
+        _apply_special(d, mutate, varied)
+    else:
+        mutate(d)
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(pack(d))
+
+
+def test_blob_errors_are_clear(good):
+    with pytest.raises(BlobError, match="not a valid streamdp.forest blob"):
+        PrivateForest.from_bytes(good[:50])
+    with pytest.raises(BlobError, match="not a streamdp.forest blob"):
+        PrivateForest.from_bytes(pack({"format": "x"}))
+    d = doc_of(good)
+    d["counts"]["dtype"] = "|O"
+    with pytest.raises(BlobError, match="dtype '\\|O' is not allowed"):
+        PrivateForest.from_bytes(pack(d))
+    assert issubclass(BlobError, ValueError)
+    assert blobmod.loads(pack({"format": "f", "format_version": 1, "x": 1}), "f", 1)["x"] == 1

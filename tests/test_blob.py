@@ -356,3 +356,32 @@ def test_blob_errors_are_clear(good):
         PrivateForest.from_bytes(pack(d))
     assert issubclass(BlobError, ValueError)
     assert blobmod.loads(pack({"format": "f", "format_version": 1, "x": 1}), "f", 1)["x"] == 1
+
+
+def test_forged_dag_structure_refused_quickly():
+    """Splits sharing children (a DAG of 2**60 paths) must be refused, not walked."""
+    import time
+
+    schema = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}],
+                               "label": {"name": "y", "values": [0, 1]}})
+    h = 60
+    nodes = 2 * h + 1
+    feature = np.zeros((1, nodes), dtype=np.int32)
+    child = np.zeros((1, nodes), dtype=np.int32)
+    leaf = np.full((1, nodes), -1, dtype=np.int32)
+    threshold = np.full((1, nodes), 0.5)
+    child[0, 0] = 1
+    for i in range(h - 1):
+        child[0, 2 * i + 1] = child[0, 2 * i + 2] = 2 * i + 3
+    for n in (nodes - 2, nodes - 1):
+        feature[0, n], child[0, n], threshold[0, n] = 1, n, np.inf
+    leaf[0, nodes - 2], leaf[0, nodes - 1] = 0, 1
+    d = doc_of(PrivateForest.create(schema, n_trees=1, height=1, epsilon=1.0, seed=0).to_bytes())
+    d["params"]["height"] = h
+    d["structure"] = {"feature": pack_array(feature), "threshold": pack_array(threshold), "child": pack_array(child),
+                      "leaf": pack_array(leaf), "n_leaves": pack_array(np.array([2]))}
+    d["counts"] = pack_array(np.zeros((1, 2, 2), dtype=np.int64))
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(pack(d))
+    assert time.perf_counter() - t0 < 5

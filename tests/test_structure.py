@@ -215,7 +215,7 @@ attr_spec = st.one_of(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["categorical", "numeric", "mixed"]),
     spec=st.lists(attr_spec, min_size=1, max_size=6),
@@ -279,3 +279,23 @@ def test_validate_accepts_drawn_structures():
     fs = ForestStructure.draw(schema, 4, 5, seed=9)
     fs2 = ForestStructure.from_arrays(fs.arrays(), fs.height, schema)
     assert all(np.array_equal(a, fs2.arrays()[n]) for n, a in fs.arrays().items())
+
+
+@pytest.mark.parametrize("spec", [[3, 2, 4, 2, 5], MIXED, [(0.0, 1.0), (5.0, 6.0), (-1.0, 1.0)], [2, 3, 2]])
+def test_apply_large_batches_chunks_and_cached_tables(spec):
+    """Batches larger than any internal chunk, small batches after a large one (cached tables), same answers."""
+    schema = make_schema(spec, n_classes=2)
+    fs = ForestStructure.draw(schema, 4, 4, seed=11)
+    rng = np.random.default_rng(11)
+    X, _ = random_records(schema, 40_000, rng)
+    enc = schema.encode(X).X
+    big = fs.apply(enc, schema.is_categorical)
+    sub = rng.choice(len(enc), 400, replace=False)
+    assert np.array_equal(big[sub], reference_apply(fs, schema, enc[sub]))
+    for lo, hi in ((0, 1), (1, 7), (7, 1000), (16380, 16390), (39_990, 40_000)):
+        assert np.array_equal(fs.apply(enc[lo:hi], schema.is_categorical), big[lo:hi]), (lo, hi)
+    assert np.array_equal(fs.apply(enc, schema.is_categorical), big)
+    # a fresh structure (no cache) on a tiny batch agrees too
+    fs2 = ForestStructure.from_arrays(fs.arrays(), fs.height, schema)
+    assert np.array_equal(fs2.apply(enc[sub], schema.is_categorical), big[sub])
+    assert big.min() >= 0 and np.all(big < fs.n_leaves[None, :])

@@ -252,7 +252,8 @@ def _demo(args: argparse.Namespace) -> int:
     name = f"demo-votes-{uuid.uuid4().hex[:8]}"
     pool = None
     try:
-        forest = create_model(url, name, ds.schema, n_trees=args.trees, height=args.height, epsilon=args.epsilon)
+        forest = create_model(url, name, ds.schema, n_trees=args.trees, height=args.height, epsilon=args.epsilon,
+                              budget=args.budget)
         print(f"model {name}: {forest!r}")
         pool = WorkerPool(name, args.processes, url, log_level=logging.WARNING, block_ms=200).start()
         print(f"{pool.n} worker process(es); streaming {len(train)} records in batches of {args.batch_size}, "
@@ -350,8 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     de = sub.add_parser("demo", help="run the service end to end on a bundled dataset")
     de.add_argument("--epsilon", type=float, default=1.0)
-    de.add_argument("--trees", type=int, default=10)
-    de.add_argument("--height", type=int, default=4)
+    de.add_argument("--trees", type=int, default=5)
+    de.add_argument("--height", type=int, default=3)
+    de.add_argument("--budget", choices=("split", "disjoint"), default="disjoint")
     de.add_argument("--batch-size", type=int, default=30)
     de.add_argument("--processes", type=int, default=None)
     de.add_argument("--shuffle-seed", type=int, default=0)

@@ -199,7 +199,7 @@ def _decode_codes(schema: Schema, doc: dict):
             col = Xf[:, j]
             if isinstance(a, Categorical):
                 ok = np.isfinite(col) & (col >= 0) & (col < a.arity) & (col == np.floor(col))
-                what = f"attribute {a.name!r}: code outside 0..{a.arity - 1}"
+                what = f"attribute {a.name!r}: code outside 0..{a.arity - 1} or not an integer"
             else:
                 ok = np.isfinite(col)
                 Xf[:, j] = np.clip(np.where(ok, col, a.min), a.min, a.max)

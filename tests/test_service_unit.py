@@ -1,0 +1,323 @@
+"""Service unit tests on fakeredis (Lua via lupa): codec, registry, worker exactly-once logic."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+
+fakeredis = pytest.importorskip("fakeredis")
+pytest.importorskip("lupa")
+
+from streamdp import PrivateForest  # noqa: E402
+from streamdp.datasets import load  # noqa: E402
+from streamdp.service import codec  # noqa: E402
+from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
+from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.registry import (  # noqa: E402
+    ModelExists, ModelNotFound, counts_from_bytes, create_model, delete_model, list_models, show_model)
+from streamdp.service.stats import collect, prometheus_text  # noqa: E402
+from streamdp.service.worker import Worker  # noqa: E402
+
+DS = load("congressional-voting")
+
+
+@pytest.fixture
+def r():
+    server = fakeredis.FakeServer()
+    client = fakeredis.FakeRedis(server=server, version=(7, 0))
+    yield client
+
+
+def _model(r, name="m", epsilon=1.0, **kw):
+    return create_model(r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw)
+
+
+def _state_counts(r, name, forest):
+    return counts_from_bytes(r.hget(Keys(name).state, "counts"), forest)
+
+
+def _stored_delta(r, name, batch_id, dtype="<i8"):
+    from streamdp import blob
+
+    return blob.unpack_array(msgpack.unpackb(r.get(Keys(name).delta(batch_id))), "delta", dtype)
+
+
+def _worker(r, name, **kw):
+    kw.setdefault("block_ms", 10)
+    return Worker(r, name, consumer=kw.pop("consumer", None), **kw)
+
+
+def _drain(w, limit=1000):
+    for _ in range(limit):
+        if w.step(block_ms=10) == 0 and w.drained():
+            return
+    raise AssertionError("stream not drained")
+
+
+# -- keys / codec -------------------------------------------------------------------
+def test_keys_share_the_hash_tag():
+    k = Keys("votes")
+    for key in (k.spec, k.pub_model, k.pub_events, k.records, k.state, k.merged, k.dead, k.stats,
+                k.pub_version(3), k.delta("abc")):
+        assert key.startswith("sdp:{votes}:")
+    assert ":pub:" in k.pub_model and ":priv:" in k.records and ":priv:" in k.delta("x")
+    for bad in ("", "a{b}", "a*", "a:b", "x" * 65, "-x", None):
+        with pytest.raises(ValueError):
+            check_name(bad)
+
+
+def test_codec_roundtrip_is_compact():
+    env = codec.encode_batch(DS.schema, DS.X[:100], DS.y[:100], batch_id="b-1")
+    assert len(env) < 100 * 16 + 400  # one byte per categorical code
+    b = codec.decode(DS.schema, env)
+    enc = DS.schema.encode(DS.X[:100], DS.y[:100])
+    assert b.batch_id == "b-1" and np.array_equal(b.X, enc.X) and np.array_equal(b.y, enc.y) and not b.dropped
+
+
+@pytest.mark.parametrize("payload, reason", [
+    (b"\xc1garbage", "not msgpack"),
+    (msgpack.packb([1, 2]), "must be a map"),
+    (msgpack.packb({"format": "other"}), "not a streamdp.batch"),
+    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a b", "kind": "codes"}), "batch_id"),
+    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "zzz"}), "kind"),
+    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "codes",
+                    "X": {"dtype": "|O", "shape": [1], "data": b"x"}, "y": None}), "dtype"),
+    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "records",
+                    "records": [{}], "labels": []}), "labels"),
+])
+def test_codec_rejects_undecodable_entries(payload, reason):
+    with pytest.raises(codec.EnvelopeError, match=reason):
+        codec.decode(DS.schema, payload)
+
+
+def test_codec_drops_bad_rows_with_reasons():
+    from streamdp import blob
+
+    enc = DS.schema.encode(DS.X[:5], DS.y[:5])
+    X = enc.X.copy()
+    X[1, 0] = 7  # code outside the arity
+    X[3, 2] = 1.5  # not an integer code
+    y = enc.y.copy()
+    y[4] = 9
+    env = msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "x", "kind": "codes",
+                         "X": blob.pack_array(X), "y": blob.pack_array(y)})
+    b = codec.decode(DS.schema, env)
+    assert [r for r, _ in b.dropped] == [1, 3, 4] and len(b.y) == 2
+    assert "outside" in b.dropped[0][1] and "outside" in b.dropped[1][1] and "label" in b.dropped[2][1]
+    X[3, 2] = np.nan  # a NaN in a codes array: the producer is broken, the whole entry is dead-lettered
+    env = msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "x", "kind": "codes",
+                         "X": blob.pack_array(X), "y": blob.pack_array(y)})
+    with pytest.raises(codec.EnvelopeError, match="NaN"):
+        codec.decode(DS.schema, env)
+    recs = [dict(zip(DS.schema.names, row)) for row in DS.X[:3]]
+    recs[1]["crime"] = "maybe"
+    b = codec.decode(DS.schema, codec.encode_records(recs + ["nope"], list(DS.y[:3]) + ["democrat"]))
+    assert [r for r, _ in b.dropped] == [1, 3] and "unknown value 'maybe'" in b.dropped[0][1]
+
+
+# -- registry ---------------------------------------------------------------------------
+def test_registry_create_list_show_delete(r):
+    f = _model(r, "a")
+    assert f.version == 0
+    with pytest.raises(ModelExists):
+        _model(r, "a")
+    assert list(list_models(r)) == ["a"]
+    info = show_model(r, "a")
+    assert info["version"] == 0 and info["batches_merged"] == 0 and info["epsilon"] == 1.0
+    c = Consumer(r, "a").latest()
+    assert c.version == 0 and not c.counts.any()
+    assert np.array_equal(c.structure.feature, f.structure.feature)
+    assert delete_model(r, "a") > 0
+    assert list_models(r) == {} and not r.keys("sdp:{a}:*")
+    with pytest.raises(ModelNotFound):
+        show_model(r, "a")
+
+
+def test_public_keys_hold_no_exact_record_count(r):
+    f = _model(r)
+    Producer(r, "m").push(DS.X[:100], DS.y[:100])
+    _drain(_worker(r, "m"))
+    k = Keys("m")
+    assert r.hget(k.stats, "records_merged") == b"100"  # private counter only
+    blobs = [r.get(k.spec), r.hget(k.pub_model, "blob"), r.get(k.pub_version(1))]
+    for b in blobs:
+        doc = msgpack.unpackb(b, raw=False)
+        assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
+                            "version", "n_releases", "created"}
+        assert 100 not in (doc["version"], doc["n_releases"])
+    assert set(r.hkeys(k.pub_model)) == {b"version", b"blob", b"updated", b"releases"}
+    assert show_model(r, "m")["batches_merged"] == 1
+
+
+# -- worker -------------------------------------------------------------------------------
+def test_exact_counts_with_infinite_epsilon(r):
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m", batch_size=40)
+    p.push(DS.X[:300], DS.y[:300])
+    w = _worker(r, "m", batch_entries=3)
+    _drain(w)
+    spec = w.spec
+    expect = spec.noisy_delta(DS.X[:300], DS.y[:300])
+    got = Consumer(r, "m").latest()
+    assert np.array_equal(got.counts, expect)
+    assert got.version == 3 and got.n_releases == 8  # 8 batches, 3 per commit
+    assert int(r.hget(Keys("m").stats, "batches_merged")) == 8
+    assert r.xpending(Keys("m").records, GROUP)["pending"] == 0
+
+
+def test_released_counts_are_the_sum_of_stored_deltas(r):
+    _model(r)
+    p = Producer(r, "m", batch_size=50)
+    p.push(DS.X[:200], DS.y[:200])
+    bids = p.last_batch_ids
+    _drain(_worker(r, "m", batch_entries=2))
+    f = Consumer(r, "m").latest()
+    total = sum(_stored_delta(r, "m", b) for b in bids)
+    assert np.array_equal(f.counts, total) and f.private
+    assert all(0 < r.ttl(Keys("m").delta(b)) <= 7 * 86400 for b in bids)
+
+
+def test_redelivered_batch_reuses_its_stored_delta(r):
+    _model(r)
+    p = Producer(r, "m")
+    p.push(DS.X[:50], DS.y[:50])
+    bid = p.last_batch_ids[0]
+    # worker A reads and noises the batch, then "dies" before its commit
+    a = _worker(r, "m", consumer="A")
+    resp = r.xreadgroup(GROUP, "A", {Keys("m").records: ">"}, count=1)
+    (e,) = a._entries(resp)
+    a._decode(e)
+    drawn = a._delta(e.batch)
+    assert np.array_equal(_stored_delta(r, "m", bid), drawn)
+    # worker B reclaims it after the idle time (0 here) and merges the STORED delta
+    b = _worker(r, "m", consumer="B", claim_idle_ms=0, claim_every_s=0)
+    _drain(b)
+    assert np.array_equal(Consumer(r, "m").latest().counts, drawn)
+    st = collect(r, "m")
+    assert st["claimed"] >= 1 and st["delta_reused"] >= 1 and st["batches_merged"] == 1
+    # the stale worker's commit is refused and writes nothing
+    version = Consumer(r, "m").version()
+    a._commit_entries({bid: e}, {bid: drawn}, [])
+    assert Consumer(r, "m").version() == version
+    assert collect(r, "m")["commit_rejections"] >= 1
+
+
+def test_duplicate_xadd_of_a_batch_is_merged_once(r):
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m")
+    for _ in range(3):
+        p.push(DS.X[:30], DS.y[:30], batch_id="same-batch")  # a producer retrying
+    w = _worker(r, "m", batch_entries=2)
+    _drain(w)
+    p.push(DS.X[:30], DS.y[:30], batch_id="same-batch")  # a late retry after the merge
+    _drain(w)
+    f = Consumer(r, "m").latest()
+    assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X[:30], DS.y[:30]))
+    assert f.n_releases == 1
+    st = collect(r, "m")
+    assert st["batches_merged"] == 1 and st["acked_without_merge"] == 3 and st["pending"] == 0
+
+
+def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
+    _model(r, epsilon=math.inf)
+    k = Keys("m")
+    p = Producer(r, "m", on_invalid="dead-letter")
+    recs = [dict(zip(DS.schema.names, row), party=lab) for row, lab in zip(DS.X[:20], DS.y[:20])]
+    recs[3]["crime"] = "perhaps"
+    recs[5]["party"] = "whig"
+    p.push_records(recs)
+    p.push_raw(b"not msgpack at all")
+    r.xadd(k.records, {"x": b"no d field"})
+    p.push_raw(codec.encode_records([{"crime": "y"}], ["democrat"]))  # every record bad
+    p.push(DS.X[20:40], DS.y[20:40])
+    w = _worker(r, "m", batch_entries=2)
+    _drain(w)
+    good = [i for i in range(40) if i not in (3, 5)]
+    f = Consumer(r, "m").latest()
+    assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X[good], DS.y[good]))
+    dead = r.xrange(k.dead)
+    reasons = [d[b"reason"].decode() for _, d in dead]
+    assert any("2 invalid record(s)" in x and "row 3" in x for x in reasons)
+    assert any("not msgpack" in x for x in reasons)
+    assert any("no 'd' field" in x for x in reasons)
+    assert any("1 invalid record(s) of 1" in x for x in reasons)
+    rows = msgpack.unpackb([d for _, d in dead if b"row 3" in d[b"reason"]][0][b"detail"])["rows"]
+    assert [row for row, _ in rows] == [3, 5] and "whig" in rows[1][1]
+    assert collect(r, "m")["pending"] == 0
+
+
+def test_poison_entry_is_dead_lettered_after_max_deliveries(r):
+    _model(r)
+    k = Keys("m")
+    Producer(r, "m").push(DS.X[:10], DS.y[:10])
+    for i in range(3):  # three workers take it and die
+        r.xreadgroup(GROUP, f"dead{i}", {k.records: ">" if i == 0 else "0"}, count=1)
+        r.xclaim(k.records, GROUP, f"dead{i}", 0, [r.xrange(k.records)[0][0]]) if i else None
+    w = _worker(r, "m", claim_idle_ms=0, claim_every_s=0, max_deliveries=2)
+    _drain(w)
+    dead = r.xrange(k.dead)
+    assert len(dead) == 1 and b"poison" in dead[0][1][b"reason"]
+    assert Consumer(r, "m").version() == 0 and collect(r, "m")["poison"] == 1
+
+
+def test_trim_never_drops_pending_entries(r):
+    _model(r)
+    k = Keys("m")
+    p = Producer(r, "m", batch_size=10)
+    p.push(DS.X[:30], DS.y[:30])
+    w = _worker(r, "m")
+    _drain(w)  # three entries merged and acked
+    p.push(DS.X[30:60], DS.y[30:60])
+    held = r.xreadgroup(GROUP, "slow", {k.records: ">"}, count=1)[0][1][0][0]  # pending, never acked
+    for _ in range(5):
+        w.step(block_ms=10)
+    assert w.trim() == 3  # the acked entries older than the held one
+    ids = [e for e, _ in r.xrange(k.records)]
+    assert ids[0] == held and len(ids) == 3
+    st = collect(r, "m")
+    assert st["pending"] == 1
+
+
+def test_stats_and_prometheus_text(r):
+    _model(r)
+    Producer(r, "m").push(DS.X[:10], DS.y[:10])
+    _drain(_worker(r, "m"))
+    st = collect(r, "m")
+    assert st["batches_merged"] == 1 and st["version"] == 1 and st["lag"] == 0
+    text = prometheus_text({"m": st})
+    assert 'streamdp_batches_merged_total{model="m"} 1' in text
+    assert "# TYPE streamdp_pending gauge" in text
+
+
+def test_consumer_get_old_versions_and_validation(r):
+    _model(r)
+    p = Producer(r, "m")
+    w = _worker(r, "m", keep_versions=2)
+    for i in range(4):
+        p.push(DS.X[i * 10:(i + 1) * 10], DS.y[i * 10:(i + 1) * 10])
+        w.step(block_ms=10)
+    c = Consumer(r, "m")
+    assert c.latest().version == 4 and c.get(3).version == 3
+    with pytest.raises(VersionNotAvailable):
+        c.get(1)
+    r.hset(Keys("m").pub_model, mapping={"version": 5, "blob": b"\x81\xa6format\xa3bad"})
+    with pytest.raises(ValueError):
+        c.latest()
+
+
+def test_worker_survives_garbage_fuzz(r):
+    _model(r, epsilon=math.inf)
+    k = Keys("m")
+    rng = np.random.default_rng(0)
+    for i in range(200):
+        r.xadd(k.records, {"d": rng.bytes(int(rng.integers(0, 64)))})
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    w = _worker(r, "m", batch_entries=16)
+    _drain(w)
+    f = Consumer(r, "m").latest()
+    assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X[:50], DS.y[:50]))
+    assert r.xlen(k.dead) == 200

@@ -1,0 +1,286 @@
+"""deploy/users.acl enforces the privacy contract on a REAL Redis.
+
+A dedicated redis-server is started on a free port with ``--aclfile`` pointing
+at a temporary copy of ``deploy/users.acl`` rendered with test passwords by
+``deploy/acl_passwords.py`` (the shared server's ACL is never touched). Every
+client gets its credentials through the URL (``redis://user:pass@host:port/0``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import shutil
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from streamdp.datasets import load
+from streamdp.forest import PrivateForest
+from streamdp.service.embedded import EmbeddedRedis
+
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs the redis-server binary"),
+]
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+USERS = ("admin", "producer", "worker", "consumer")
+
+
+def _acl_tool():
+    spec = importlib.util.spec_from_file_location("acl_passwords", DEPLOY / "acl_passwords.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class AclServer:
+    def __init__(self, emb: EmbeddedRedis, passwords: dict[str, str]):
+        self.emb, self.passwords = emb, passwords
+        self.hostport = emb.url.split("//", 1)[1].rsplit("/", 1)[0]
+
+    def url(self, user: str) -> str:
+        return f"redis://{user}:{self.passwords[user]}@{self.hostport}/0"
+
+    def client(self, user: str) -> redis.Redis:
+        return redis.Redis.from_url(self.url(user))
+
+
+@pytest.fixture(scope="module")
+def acl(tmp_path_factory):
+    tool = _acl_tool()
+    pws = {u: f"test-{u}-pw" for u in USERS}
+    text, used = tool.render((DEPLOY / "users.acl").read_text(), pws)
+    assert set(used) == set(USERS)
+    path = tmp_path_factory.mktemp("acl") / "users.acl"
+    path.write_text(text)
+    with EmbeddedRedis.start(args=["--aclfile", str(path)]) as emb:
+        yield AclServer(emb, pws)
+
+
+@pytest.fixture(scope="module")
+def votes():
+    return load("congressional-voting")
+
+
+@pytest.fixture
+def model(acl, votes, unique_name):
+    """A model created by admin (eps=inf: the released counts are the exact tally)."""
+    from streamdp.service.registry import create_model
+
+    create_model(acl.url("admin"), unique_name, votes.schema, n_trees=3, height=4, epsilon=math.inf, seed=1)
+    return unique_name
+
+
+def _denied(fn, *args, **kw):
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        fn(*args, **kw)
+
+
+def _populate_private(acl, name):
+    """Give every private key of the model a value, so a denial is not an empty answer."""
+    from streamdp.service.keys import Keys
+
+    k = Keys(name)
+    a = acl.client("admin")
+    a.xadd(k.records, {"d": b"raw record batch"})
+    a.hset(k.state, mapping={"version": 0, "counts": b"\x00" * 8})
+    a.set(k.delta("b1"), b"noised delta")
+    a.zadd(k.merged, {"b1": 1})
+    a.xadd(k.dead, {"entry": "1-0", "reason": "test", "detail": b"raw bad record"})
+    a.hset(k.stats, "batches_merged", 1)
+    return k
+
+
+# -- shipped file ------------------------------------------------------------------
+def test_shipped_acl_file_loads_and_nobody_can_log_in(tmp_path):
+    """The file as shipped is valid Redis ACL syntax and has no usable password."""
+    path = tmp_path / "users.acl"
+    path.write_text((DEPLOY / "users.acl").read_text())
+    with EmbeddedRedis.start(args=["--aclfile", str(path)]) as emb:
+        hp = emb.url.split("//", 1)[1].rsplit("/", 1)[0]
+        for user in (None, *USERS):
+            url = f"redis://{user}:guess@{hp}/0" if user else f"redis://{hp}/0"
+            with pytest.raises((redis.AuthenticationError, redis.ResponseError)):
+                redis.Redis.from_url(url).ping()
+
+
+def test_redis_conf_references_the_acl_file_and_never_evicts():
+    conf = (DEPLOY / "redis.conf").read_text().splitlines()
+    directives = {ln.split()[0]: ln.split()[1:] for ln in conf if ln.strip() and not ln.startswith("#")}
+    assert directives["aclfile"][0].endswith("users.acl")
+    assert directives["maxmemory-policy"] == ["noeviction"]
+    assert directives["appendonly"] == ["yes"]
+
+
+def test_default_user_is_disabled(acl):
+    with pytest.raises((redis.AuthenticationError, redis.ResponseError)):
+        redis.Redis.from_url(f"redis://{acl.hostport}/0").ping()
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis.from_url(f"redis://consumer:wrong@{acl.hostport}/0").ping()
+
+
+# -- consumer ----------------------------------------------------------------------
+def test_consumer_cannot_touch_private_keys(acl, model):
+    k = _populate_private(acl, model)
+    c = acl.client("consumer")
+    assert c.ping()
+    # raw records: no read, no range, no XREAD, no group read (XREADGROUP writes group state)
+    _denied(c.xrange, k.records)
+    _denied(c.xrevrange, k.records)
+    _denied(c.xread, {k.records: "0"})
+    _denied(c.xreadgroup, "workers", "spy", {k.records: ">"})
+    _denied(c.xreadgroup, "workers", "spy", {k.records: "0"})
+    _denied(c.xlen, k.records)
+    _denied(c.xinfo_stream, k.records)
+    _denied(c.xpending, k.records, "workers")
+    # un-noised / merge state, stored deltas, merged ids, dead letters, stats
+    _denied(c.hgetall, k.state)
+    _denied(c.hget, k.state, "counts")
+    _denied(c.get, k.delta("b1"))
+    _denied(c.mget, [k.pub_model, k.delta("b1")])  # one private key in a multi-key read is enough
+    _denied(c.zrange, k.merged, 0, -1)
+    _denied(c.xrange, k.dead)
+    _denied(c.hgetall, k.stats)
+    # key names would leak batch ids
+    _denied(c.keys, "*")
+    _denied(c.scan, 0)
+    # no writes, no scripts, no forging announcements, no dumps
+    _denied(c.hset, k.pub_model, "version", 99)
+    _denied(c.set, k.pub_version(99), b"x")
+    _denied(c.publish, k.pub_events, "99")
+    _denied(c.eval, "return redis.call('GET', KEYS[1])", 1, k.delta("b1"))
+    _denied(c.dump, k.pub_model)
+    _denied(c.config_get, "*")
+    _denied(c.acl_list)
+
+
+def test_consumer_reads_published_models_and_subscribes(acl, model, votes):
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.registry import list_models, show_model
+
+    k = _populate_private(acl, model)
+    with Consumer(acl.url("consumer"), model) as cons:
+        f = cons.latest()
+        assert isinstance(f, PrivateForest) and f.version == 0
+        assert cons.get(0).version == 0
+        assert cons.wait_newer(0, timeout=0.2) is None  # subscribes to pub:events (allowed), times out
+    c = acl.client("consumer")
+    assert c.get(k.spec) is not None
+    assert model in list_models(acl.url("consumer"))
+    assert show_model(acl.url("consumer"), model)["version"] == 0
+    ps = c.pubsub()
+    ps.subscribe(k.pub_events)
+    with pytest.raises((redis.exceptions.NoPermissionError, redis.ResponseError)):
+        ps2 = c.pubsub()
+        ps2.subscribe("sdp:{%s}:priv:anything" % model)
+        ps2.get_message(timeout=1)
+    ps.close()
+
+
+def test_consumer_is_woken_by_a_worker_announcement(acl, model):
+    """SUBSCRIBE works for the consumer and PUBLISH for the worker (no polling)."""
+    from streamdp.service.keys import Keys
+
+    k = Keys(model)
+    c = acl.client("consumer").pubsub()
+    c.subscribe(k.pub_events)
+    confirm = c.get_message(timeout=5)  # the server has registered the subscription
+    assert confirm and confirm["type"] == "subscribe"
+    acl.client("worker").publish(k.pub_events, "1")
+    got = None
+    for _ in range(50):  # bounded
+        got = c.get_message(timeout=0.1)
+        if got:
+            break
+    c.close()
+    assert got and got["data"] == b"1"
+
+
+# -- producer ----------------------------------------------------------------------
+def test_producer_can_push_but_read_nothing_private(acl, model, votes):
+    from streamdp.service.producer import Producer
+
+    k = _populate_private(acl, model)
+    with Producer(acl.url("producer"), model) as prod:  # reads the spec: allowed
+        eid = prod.push(votes.X[:20], votes.y[:20])
+        assert isinstance(eid, str)
+    assert acl.client("admin").xlen(k.records) == 2
+    p = acl.client("producer")
+    _denied(p.xrange, k.records)
+    _denied(p.xread, {k.records: "0"})
+    _denied(p.xreadgroup, "workers", "spy", {k.records: ">"})
+    _denied(p.xlen, k.records)
+    _denied(p.hgetall, k.pub_model)
+    _denied(p.get, k.pub_version(0))
+    _denied(p.hgetall, k.state)
+    _denied(p.get, k.delta("b1"))
+    _denied(p.xrange, k.dead)
+    _denied(p.zrange, k.merged, 0, -1)
+    _denied(p.xadd, k.dead, {"reason": "forged"})
+    _denied(p.xadd, "sdp:{%s}:pub:events" % model, {"v": "1"})
+    _denied(p.delete, k.records)
+    _denied(p.xtrim, k.records, maxlen=0)
+    _denied(p.xdel, k.records, eid)
+    _denied(p.publish, k.pub_events, "1")
+    _denied(p.keys, "*")
+
+
+# -- worker ------------------------------------------------------------------------
+def test_worker_is_confined_to_model_keys(acl, model):
+    w = acl.client("worker")
+    _denied(w.set, "elsewhere", 1)
+    _denied(w.get, "elsewhere")
+    _denied(w.flushall)
+    _denied(w.flushdb)
+    _denied(w.keys, "*")
+    _denied(w.config_get, "*")
+    _denied(w.hset, "sdp:registry", "x", "y")  # registry and spec are read-only for workers
+    _denied(w.set, "sdp:{%s}:spec" % model, b"x")
+    _denied(w.eval, "return redis.call('SET', KEYS[1], 1)", 1, "elsewhere")  # scripts run with the caller's ACL
+    _denied(w.publish, "some-other-channel", "x")
+    _denied(w.acl_setuser, "worker", enabled=True, commands=["+@all"])
+
+
+def test_full_pipeline_under_acl_users(acl, model, votes):
+    """producer push -> worker (as user worker) -> consumer latest: counts are the exact tally."""
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.keys import Keys
+    from streamdp.service.producer import Producer
+    from streamdp.service.worker import Worker
+
+    X, y = votes.X[:300], votes.y[:300]
+    with Producer(acl.url("producer"), model, batch_size=50) as prod:
+        ids = prod.push(X, y)
+        batch_ids = list(prod.last_batch_ids)
+        # a retried XADD of the same batch id: merged once
+        prod.push(X[:50], y[:50], batch_id=batch_ids[0])
+    assert len(ids) == 6
+
+    consumer = Consumer(acl.url("consumer"), model)
+    seen = []
+
+    def watch():
+        f = consumer.wait_newer(0, timeout=30)
+        seen.append(f)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    w = Worker(acl.url("worker"), model, block_ms=50, claim_idle_ms=1000, batch_entries=4)
+    w.run(until_drained=True, max_seconds=60, handle_signals=False)
+    t.join(30)
+    assert seen and seen[0] is not None and seen[0].version >= 1
+
+    latest = consumer.latest()
+    spec = PrivateForest.from_bytes(acl.client("consumer").get(Keys(model).spec))
+    expected = spec.noisy_delta(X, y)  # eps=inf: no noise, exact tally
+    assert latest.n_releases == 6
+    np.testing.assert_array_equal(latest.counts, expected)
+    admin = acl.client("admin")
+    assert admin.zcard(Keys(model).merged) == 6
+    assert admin.xpending(Keys(model).records, "workers")["pending"] == 0
+    consumer.close()

@@ -138,6 +138,45 @@ class _Encoder:
                 out.append(lo if f < lo else hi if f > hi else f)
         return out
 
+    def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
+        """Column-wise :meth:`encode_one` for a list of dicts: (X float64, rows with a missing categorical)."""
+        n = len(xs)
+        out = np.empty((n, len(self.spec)), dtype=np.float64)
+        bad = np.zeros(n, dtype=bool)
+        for j, (name, alt, cat, lookup, lo, hi, mid) in enumerate(self.spec):
+            col = [x.get(name, _MISSING) for x in xs]
+            if alt is not None:
+                col = [x.get(alt, _MISSING) if v is _MISSING else v for v, x in zip(col, xs)]
+            if cat:
+                codes = []
+                for v in col:
+                    tv = type(v)
+                    if tv is int or tv is str:
+                        c = lookup.get(v)
+                    elif v is _MISSING or v is None:
+                        c = None
+                    else:
+                        try:
+                            c = lookup.get(_norm(v))
+                        except TypeError:
+                            c = None
+                    codes.append(-1 if c is None else c)
+                a = np.array(codes, dtype=np.float64)
+                miss = a < 0
+                if miss.any():
+                    bad |= miss
+                    a[miss] = 0
+                out[:, j] = a
+            else:
+                try:
+                    if any(type(v) is bool or type(v) is str for v in col):
+                        raise TypeError
+                    a = np.array(col, dtype=np.float64)
+                except (TypeError, ValueError):
+                    a = np.array([_to_num(v) if v is not _MISSING else math.nan for v in col], dtype=np.float64)
+                out[:, j] = np.where(np.isnan(a), mid, np.clip(a, lo, hi))
+        return out, bad
+
     def encode_label(self, y: Any) -> int:
         try:
             code = self.labels.get(_norm(y))
@@ -306,7 +345,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         # Derived caches are rebuilt on load (keeps pickles small).
-        for k in ("_enc", "_py", "_pos", "_prior", "_prior_rank", "_prior_best"):
+        for k in ("_enc", "_py", "_pos", "_pos_list", "_prior", "_prior_rank", "_prior_best"):
             state.pop(k, None)
         return state
 
@@ -398,12 +437,16 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
                 self._enc.is_cat + [False],
                 [a.arity if c else 2 for a, c in zip(self._schema.attributes, self._enc.is_cat)], s,
             )
-        self._py = py[:4] + (pos.tolist(),) + py[5:]
+        self._py = py  # leaf counts as nested lists are built lazily, on the first one-record prediction
+        self._pos_list = None
 
     # -- prediction ---------------------------------------------------------------
     def _tree_cells(self, row: list) -> list[list[float]]:
         """Per tree, the (averaged) clamped count vector of the leaf/leaves the record reaches."""
-        feature, threshold, child, leaf, pos, is_cat, arity, _ = self._py
+        feature, threshold, child, leaf, _, is_cat, arity, _ = self._py
+        pos = self._pos_list
+        if pos is None:
+            pos = self._pos_list = self._pos.tolist()
         out = []
         for t in range(len(feature)):
             ft, th, ch, lf, pt = feature[t], threshold[t], child[t], leaf[t], pos[t]
@@ -525,6 +568,20 @@ class ServiceClassifier(river.base.Classifier):
         Seconds between two checks for a newer published version (0: every prediction).
     wait_first
         Seconds to wait for a first published model when none exists yet.
+    on_invalid
+        ``"dead-letter"`` (default: records that break the schema go to the
+        service's dead-letter stream) or ``"raise"``.
+    sync_timeout
+        ``0`` (default): fully asynchronous, predictions use whatever the
+        service has published so far, lag included (what a live client sees).
+        ``> 0``: after each push, wait up to that many seconds for the service
+        to publish a newer version, so the measurement does not depend on how
+        fast the workers keep up (the model then lags by at most one batch,
+        like :class:`PrivateForestClassifier`).
+
+    Before the service has published anything ``predict_proba_one`` returns
+    ``{}`` (river then skips the metric update). Call :meth:`flush` at the end
+    of a stream to push the last partial batch.
     """
 
     def __init__(
@@ -534,12 +591,16 @@ class ServiceClassifier(river.base.Classifier):
         batch_size: int = 100,
         refresh_every: float = 0.5,
         wait_first: float = 0.0,
+        on_invalid: str = "dead-letter",
+        sync_timeout: float = 0.0,
     ):
         self.redis_url = redis_url
         self.model = model
         self.batch_size = batch_size
         self.refresh_every = refresh_every
         self.wait_first = wait_first
+        self.on_invalid = on_invalid
+        self.sync_timeout = sync_timeout
         self._producer = None
         self._consumer = None
         self._forest = None
@@ -564,8 +625,9 @@ class ServiceClassifier(river.base.Classifier):
             from streamdp.service.consumer import Consumer
             from streamdp.service.producer import Producer
 
-            self._producer = Producer(self.redis_url, self.model)
             self._consumer = Consumer(self.redis_url, self.model)
+            self._producer = Producer(self.redis_url, self.model, batch_size=max(1, self.batch_size),
+                                      on_invalid=self.on_invalid)
         return self._producer, self._consumer
 
     @property
@@ -574,19 +636,31 @@ class ServiceClassifier(river.base.Classifier):
         return self._version
 
     def refresh(self, force: bool = False) -> None:
-        """Pick up a newer published model if there is one (cheap when there is none)."""
+        """Pick up a newer published model if there is one.
+
+        Cheap when there is none: one ``HGET`` of the published version, at
+        most every ``refresh_every`` seconds; the blob is fetched and validated
+        only when the version moved.
+        """
         now = time.monotonic()
         if not force and self._forest is not None and now - self._checked < self.refresh_every:
             return
         self._checked = now
+        from streamdp.service.registry import ModelNotFound
+
         _, consumer = self._clients()
-        if self._forest is None and self.wait_first > 0:
-            got = consumer.wait_newer(self._version, timeout=self.wait_first)
-        else:
-            got = consumer.latest()
-        if got is None:
+        try:
+            if self._forest is None and self.wait_first > 0:
+                forest = consumer.wait_newer(self._version, timeout=self.wait_first)
+                if forest is None:
+                    return
+            else:
+                if consumer.version() <= self._version:
+                    return
+                forest = consumer.latest()
+        except ModelNotFound:
             return
-        forest, version = _unpack_latest(got)
+        forest, version = _unpack_latest(forest)
         if forest is not None and version > self._version:
             self._forest, self._version = forest, version
             self._proba = _ForestView(forest)
@@ -611,6 +685,18 @@ class ServiceClassifier(river.base.Classifier):
         producer.push(self._buf_x, self._buf_y)
         self.n_pushed += len(self._buf_x)
         self._buf_x, self._buf_y = [], []
+        if self.sync_timeout > 0:
+            from streamdp.service.registry import ModelNotFound
+
+            _, consumer = self._clients()
+            try:
+                forest = consumer.wait_newer(max(self._version, consumer.version()), timeout=self.sync_timeout)
+            except ModelNotFound:
+                forest = None
+            if forest is not None and forest.version > self._version:
+                self._forest, self._version = forest, forest.version
+                self._proba = _ForestView(forest)
+                self._checked = time.monotonic()
 
 
 def _unpack_latest(got: Any) -> tuple[PrivateForest | None, int]:

@@ -1,0 +1,340 @@
+"""Progressive (test-then-train) evaluation of the private forest beside river's trees.
+
+``streamdp evaluate`` streams a dataset once through every model: each record
+is first predicted, then learned. Models:
+
+* ``PrivateForest eps=E bs=B`` (:class:`streamdp.river.PrivateForestClassifier`,
+  private: ``seed=None``) for every epsilon ``E`` and batch size ``B``;
+* river's ``HoeffdingTreeClassifier()`` and ``ARFClassifier(n_models=10, seed=42)``,
+  non-private references (Agrawal's and the UCI sets' categorical attributes are
+  passed to them as ``nominal_attributes``... only when ``--nominal`` is given;
+  river's notes measured that declaring them hurts ARF).
+
+Exactness of the fast path: a :class:`PrivateForestClassifier` only changes
+when a batch is released, so predicting the records up to the next release
+boundary in one vectorised call and then learning them gives exactly the
+predictions of the one-record loop of ``river.evaluate.progressive_val_score``
+(``tests/test_river.py`` checks this). River's models go through the
+one-record loop. Throughput counts everything after the stream is in memory:
+encoding the record dicts, predicting and learning.
+
+Datasets: ``agrawal:F`` (classification function F, ``--n`` samples, seed 42),
+``drift`` (``ConceptDriftStream``: Agrawal function 0 drifting to function 2
+at ``n/2`` over ``n/20`` records), ``stagger:F``, ``led``, ``uci:NAME``
+(the whole UCI file, shuffled with ``--shuffle-seed``).
+
+>>> from streamdp.evaluate import evaluate
+>>> res = evaluate("stagger:0", n=2000, epsilons=(1.0,), batch_sizes=(500,), references=(), verbose=False)
+>>> [r.model for r in res.rows]
+['PrivateForest eps=1 bs=500']
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "add_parser", "main"]
+
+
+@dataclass
+class Row:
+    model: str
+    accuracy: float
+    samples_per_s: float
+    seconds: float
+    n: int
+    epsilon: float | None = None
+    batch_size: int | None = None
+    releases: int | None = None
+    private: bool | None = None
+    curve: list = field(default_factory=list)  # cumulative accuracy at `EvalResult.steps`
+    rolling: list = field(default_factory=list)  # accuracy over the last `window` records at steps
+
+
+@dataclass
+class EvalResult:
+    dataset: str
+    n: int
+    steps: list
+    window: int
+    rows: list
+    load: str = ""
+
+    def table(self) -> str:
+        lines = [
+            f"dataset {self.dataset}: {self.n:,} samples" + (f"  (load average at start: {self.load})" if self.load else ""),
+            f"{'model':<34} {'accuracy':>8} {'samples/s':>11} {'seconds':>8} {'releases':>8}",
+        ]
+        for r in self.rows:
+            rel = "" if r.releases is None else str(r.releases)
+            lines.append(f"{r.model:<34} {r.accuracy:8.4f} {r.samples_per_s:11,.0f} {r.seconds:8.2f} {rel:>8}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"dataset": self.dataset, "n": self.n, "steps": self.steps, "window": self.window, "load": self.load,
+                "rows": [asdict(r) for r in self.rows]}
+
+
+# -- datasets -------------------------------------------------------------------
+def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
+    """``(schema, [(x, y), ...], nominal_attribute_names)`` for a dataset spec (see the module docstring)."""
+    from river.datasets import synth
+
+    from streamdp import river_schemas as rs
+
+    kind, _, arg = name.partition(":")
+    if kind == "agrawal":
+        fn = int(arg or 0)
+        n = n or 50_000
+        data = list(synth.Agrawal(classification_function=fn, seed=42).take(n))
+        return rs.agrawal_schema(), data, ["elevel", "car", "zipcode"]
+    if kind == "drift":
+        n = n or 50_000
+        stream = synth.ConceptDriftStream(
+            stream=synth.Agrawal(classification_function=0, seed=42),
+            drift_stream=synth.Agrawal(classification_function=2, seed=43),
+            position=n // 2, width=max(1, n // 20), seed=42,
+        )
+        return rs.agrawal_schema(), list(stream.take(n)), ["elevel", "car", "zipcode"]
+    if kind == "stagger":
+        n = n or 20_000
+        return rs.stagger_schema(), list(synth.STAGGER(classification_function=int(arg or 0), seed=42).take(n)), [
+            "size", "color", "shape"]
+    if kind == "led":
+        n = n or 20_000
+        return rs.led_schema(), list(synth.LED(seed=42, noise_percentage=0.1).take(n)), list(range(7))
+    if kind == "uci":
+        schema, data = rs.uci_stream(arg, shuffle_seed=shuffle_seed)
+        if n:
+            data = data[:n]
+        nominal = [a.name for a in schema.attributes if hasattr(a, "values")]
+        return schema, data, nominal
+    raise ValueError(f"unknown dataset {name!r}: agrawal:F, drift, stagger:F, led, uci:NAME")
+
+
+# -- runners --------------------------------------------------------------------
+def _curves(correct: np.ndarray, steps: list, window: int) -> tuple[list, list]:
+    cum = np.cumsum(correct)
+    curve = [float(cum[s - 1] / s) for s in steps]
+    rolling = []
+    for s in steps:
+        lo = max(0, s - window)
+        rolling.append(float((cum[s - 1] - (cum[lo - 1] if lo > 0 else 0)) / (s - lo)))
+    return curve, rolling
+
+
+def run_private(model, data: list, *, labels_to_codes: Callable | None = None) -> tuple[np.ndarray, float]:
+    """Progressive validation of a PrivateForestClassifier, vectorised between releases (exact; see module doc).
+
+    Returns (per-record correctness, seconds).
+    """
+    enc = model._enc
+    t0 = time.perf_counter()
+    n = len(data)
+    correct = np.zeros(n, dtype=bool)
+    i = 0
+    while i < n:
+        j = min(n, i + model.batch_size - model.n_buffered)  # records up to the next release
+        chunk = data[i:j]
+        X, bad = enc.encode_many([x for x, _ in chunk])
+        ys = np.fromiter((enc.encode_label(y) for _, y in chunk), dtype=np.int64, count=len(chunk))
+        if not bad.any():
+            pred = model._predict_proba_encoded(X).argmax(axis=1)
+            correct[i:j] = pred == ys
+            model._learn_encoded(X, ys)
+        else:  # rare: rows with a missing categorical value take the one-record path
+            for k, (x, y) in enumerate(chunk):
+                p = model.predict_proba_one(x)
+                correct[i + k] = enc.encode_label(max(p, key=p.get)) == ys[k]
+                model.learn_one(x, y)
+        i = j
+    return correct, time.perf_counter() - t0
+
+
+def run_river(model, data: list) -> tuple[np.ndarray, float]:
+    """The one-record test-then-train loop of ``river.evaluate.progressive_val_score``."""
+    n = len(data)
+    correct = np.zeros(n, dtype=bool)
+    t0 = time.perf_counter()
+    for k, (x, y) in enumerate(data):
+        y_pred = model.predict_one(x)
+        correct[k] = y_pred is not None and y_pred == y
+        model.learn_one(x, y)
+    return correct, time.perf_counter() - t0
+
+
+def evaluate(
+    dataset: str,
+    *,
+    n: int | None = None,
+    epsilons: Sequence[float] = (0.5, 1.0, 2.0),
+    batch_sizes: Sequence[int] = (100, 1000, 10000),
+    n_trees: int = 10,
+    height: int | None = None,
+    references: Sequence[str] = ("ht", "arf"),
+    nominal: bool = False,
+    n_points: int = 100,
+    shuffle_seed: int = 0,
+    per_record: bool = False,
+    verbose: bool = True,
+) -> EvalResult:
+    """Run progressive validation of every model on one dataset; see the module docstring."""
+    from river import forest as rforest
+    from river import tree
+
+    from streamdp.river import PrivateForestClassifier
+
+    schema, data, nominal_names = load_stream(dataset, n, shuffle_seed)
+    n = len(data)
+    steps = sorted({max(1, round(n * k / n_points)) for k in range(1, n_points + 1)})
+    window = max(1, n // 20)
+    try:
+        load = "%.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        load = ""
+    rows: list[Row] = []
+
+    def add(row: Row, correct: np.ndarray) -> None:
+        row.curve, row.rolling = _curves(correct, steps, window)
+        rows.append(row)
+        if verbose:
+            print(f"  {row.model:<34} acc {row.accuracy:.4f}  {row.samples_per_s:>10,.0f} samples/s", flush=True)
+
+    if verbose:
+        print(f"dataset {dataset}: {n:,} samples, load {load}", flush=True)
+    for eps in epsilons:
+        for bs in batch_sizes:
+            model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
+            correct, secs = run_private(model, data)
+            add(Row(f"PrivateForest eps={eps:g} bs={bs}", float(correct.mean()), n / secs, secs, n, eps, bs,
+                    model.n_releases, model.private), correct)
+    if per_record and epsilons and batch_sizes:
+        # Same model through the one-record loop (river's own path), for its throughput.
+        eps, bs = epsilons[len(epsilons) // 2], batch_sizes[len(batch_sizes) // 2]
+        model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
+        correct, secs = run_river(model, data)
+        add(Row(f"PrivateForest eps={eps:g} bs={bs} 1-by-1", float(correct.mean()), n / secs, secs, n, eps, bs,
+                model.n_releases, model.private), correct)
+    noms = {"nominal_attributes": list(nominal_names)} if nominal else {}
+    for ref in references:
+        if ref == "ht":
+            model, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
+        elif ref == "arf":
+            model, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
+        else:
+            raise ValueError(f"unknown reference model {ref!r} (ht, arf)")
+        correct, secs = run_river(model, data)
+        add(Row(label + " (not private)", float(correct.mean()), n / secs, secs, n), correct)
+    return EvalResult(dataset, n, steps, window, rows, load)
+
+
+# -- plotting -------------------------------------------------------------------
+def plot(result: EvalResult, path: str) -> str | None:
+    """Accuracy over the stream, one line per model (cumulative and rolling). Needs matplotlib (optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        warnings.warn("matplotlib is not installed: no plot written (pip install streamdp[bench])")
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(14, 5.5), sharey=True)
+    priv = [r for r in result.rows if r.epsilon is not None]
+    eps_values = sorted({r.epsilon for r in priv})
+    bs_values = sorted({r.batch_size for r in priv})
+    cmap = plt.get_cmap("viridis")
+    styles = ["-", "--", ":", "-."]
+    for ax, attr, title in ((axes[0], "curve", "cumulative (progressive) accuracy"),
+                            (axes[1], "rolling", f"accuracy over the last {result.window:,} records")):
+        for r in result.rows:
+            if r.epsilon is None:
+                kw = {"color": "black" if "Hoeffding" in r.model else "tab:red", "lw": 2.2}
+            else:
+                ci = eps_values.index(r.epsilon) / max(1, len(eps_values) - 1)
+                kw = {"color": cmap(0.1 + 0.75 * ci), "ls": styles[bs_values.index(r.batch_size) % 4], "lw": 1.4}
+            ax.plot(result.steps, getattr(r, attr), label=r.model, **kw)
+        ax.set_title(title)
+        ax.set_xlabel("records seen")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("accuracy")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.suptitle(f"{result.dataset}: {result.n:,} records, test-then-train")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- CLI --------------------------------------------------------------------------
+def _floats(s: str) -> list[float]:
+    return [math.inf if v.strip() in ("inf", "Infinity") else float(v) for v in s.split(",") if v.strip()]
+
+
+def _ints(s: str) -> list[int]:
+    return [int(v) for v in s.split(",") if v.strip()]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``streamdp evaluate`` on an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="progressive validation of the private forest beside river's HoeffdingTree and ARF",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument("datasets", nargs="*", default=["agrawal:0"],
+                   help="agrawal:F, drift, stagger:F, led, uci:NAME (default agrawal:0)")
+    p.add_argument("--n", type=int, default=None, help="samples per synthetic stream (default 50,000; UCI: all)")
+    p.add_argument("--epsilons", type=_floats, default=[0.5, 1.0, 2.0])
+    p.add_argument("--batch-sizes", type=_ints, default=[100, 1000, 10000])
+    p.add_argument("--n-trees", type=int, default=10)
+    p.add_argument("--height", type=int, default=None)
+    p.add_argument("--references", default="ht,arf", help="comma list of ht, arf (empty: none)")
+    p.add_argument("--nominal", action="store_true", help="give river's trees the nominal attributes")
+    p.add_argument("--per-record", action="store_true",
+                   help="also time the private forest through the one-record loop")
+    p.add_argument("--shuffle-seed", type=int, default=0)
+    p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
+    p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.set_defaults(func=main)
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    results = []
+    refs = tuple(r for r in args.references.split(",") if r.strip())
+    for ds in args.datasets:
+        res = evaluate(ds, n=args.n, epsilons=args.epsilons, batch_sizes=args.batch_sizes, n_trees=args.n_trees,
+                       height=args.height, references=refs, nominal=args.nominal, shuffle_seed=args.shuffle_seed,
+                       per_record=args.per_record)
+        print(res.table())
+        print()
+        if args.plot_dir:
+            os.makedirs(args.plot_dir, exist_ok=True)
+            out = plot(res, os.path.join(args.plot_dir, f"river_eval_{ds.replace(':', '_')}.png"))
+            if out:
+                print(f"plot: {out}")
+        results.append(res.to_json())
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+        print(f"results: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":  # python -m streamdp.evaluate ...
+    import sys
+
+    parser = argparse.ArgumentParser(prog="streamdp")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    a = parser.parse_args(["evaluate", *sys.argv[1:]])
+    sys.exit(a.func(a))

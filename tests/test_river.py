@@ -1,0 +1,254 @@
+"""River adapter: estimator checks, batching semantics, privacy facts, schema helpers, live service."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("river")
+pd = pytest.importorskip("pandas")
+pytest.importorskip("sklearn")
+
+from river import checks, datasets, evaluate, metrics  # noqa: E402
+
+from streamdp.privacy import NotPrivateWarning  # noqa: E402
+from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier  # noqa: E402
+from streamdp import river_schemas as rs  # noqa: E402
+from streamdp.evaluate import run_private, run_river  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
+
+
+def _params():
+    return next(PrivateForestClassifier._unit_test_params())
+
+
+def test_absolute_import_gets_the_library():
+    import river
+    import streamdp.river as sr
+
+    assert sr.river is river and hasattr(river, "base") and sr.__name__ == "streamdp.river"
+
+
+def test_check_estimator_passes():
+    model = PrivateForestClassifier(**_params())
+    assert model._unit_test_skips() == set()  # nothing skipped
+    checks.check_estimator(model)
+
+
+def test_every_check_runs_and_passes_individually():
+    model = PrivateForestClassifier(**_params())
+    names = []
+    for check in checks.yield_checks(model):
+        check(model.clone())
+        names.append(check.__name__)
+    for expected in ("check_learn_many_matches_learn_one", "check_predict_proba_many_matches_predict_proba_one",
+                     "check_seeding_is_idempotent", "check_shuffle_features_no_impact",
+                     "check_classifier_tracks_seen_labels", "check_bounded_memory_growth"):
+        assert expected in names
+
+
+def test_seeded_model_warns_not_private_and_unseeded_is_private():
+    with pytest.warns(NotPrivateWarning):
+        m = PrivateForestClassifier(rs.stagger_schema(), seed=3)
+    assert not m.private
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NotPrivateWarning)
+        m = PrivateForestClassifier(rs.stagger_schema())
+    assert m.private
+
+
+def _agrawal(n, fn=0, seed=1):
+    return list(datasets.synth.Agrawal(classification_function=fn, seed=seed).take(n))
+
+
+def test_learn_many_equals_learn_one_across_batch_boundaries():
+    data = _agrawal(2300)
+    a = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=500, seed=7)
+    b = a.clone()
+    for x, y in data:
+        a.learn_one(x, y)
+    for s in (0, 123, 900, 1700):  # uneven chunks crossing release boundaries
+        e = {0: 123, 123: 900, 900: 1700, 1700: 2300}[s]
+        b.learn_many(pd.DataFrame([x for x, _ in data[s:e]]), pd.Series([y for _, y in data[s:e]]))
+    assert a.n_releases == b.n_releases == 4 and a.n_buffered == b.n_buffered == 300
+    np.testing.assert_array_equal(a.forest.counts, b.forest.counts)
+    X = pd.DataFrame([x for x, _ in _agrawal(200, seed=5)])
+    many = a.predict_proba_many(X)
+    for i, x in enumerate(X.to_dict("records")):
+        one = a.predict_proba_one(x)
+        for k in one:
+            assert math.isclose(one[k], many.iloc[i][k], abs_tol=1e-12)
+    assert list(a.predict_many(X)) == [a.predict_one(x) for x in X.to_dict("records")]
+
+
+def test_predictions_only_change_at_releases_and_buffer_is_unused():
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100)
+    probe = _agrawal(20, seed=9)
+    before = [m.predict_proba_one(x) for x, _ in probe]
+    for x, y in _agrawal(99):
+        m.learn_one(x, y)
+    assert m.n_releases == 0 and m.n_buffered == 99
+    assert [m.predict_proba_one(x) for x, _ in probe] == before  # buffered raw records never used
+    m.learn_one(*_agrawal(1, seed=3)[0])
+    assert m.n_releases == 1 and m.n_buffered == 0
+
+
+def test_epsilon_constant_and_noise_scale_per_release():
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=10, epsilon=1.0, batch_size=250)
+    for x, y in _agrawal(2000):
+        m.learn_one(x, y)
+    assert m.n_releases == 8
+    assert m.forest.epsilon == 1.0 and m.epsilon == 1.0
+    assert m.forest.noise_scale == pytest.approx(10.0)  # n_trees / epsilon per cell, every release
+    m.flush()
+    assert m.n_releases == 8 and m.n_buffered == 0  # nothing left: flush does not release an empty batch
+
+
+def test_noise_accumulates_with_releases():
+    # Empty padding-free cells of an all-zero stream: the noise sum after r releases has var 2r a/(1-a)^2.
+    schema = rs.stagger_schema()
+    x0 = {"size": 0, "color": 0, "shape": 0}
+    sds = {}
+    for r in (1, 16):
+        # 200 trees at epsilon 200: epsilon 1 per tree, so every cell gets noise of sd 1.36 per release.
+        m = PrivateForestClassifier(schema, n_trees=200, height=1, epsilon=200.0, batch_size=1)
+        for _ in range(r):
+            m.learn_one(x0, 0)
+        c = np.asarray(m.forest.counts, dtype=float)
+        sds[r] = c[:, 1:, :].std()  # 800 cells no record reached: pure noise
+    a = math.exp(-1.0)
+    one = math.sqrt(2 * a) / (1 - a)
+    assert sds[1] == pytest.approx(one, rel=0.2)
+    assert sds[16] == pytest.approx(4 * one, rel=0.2)  # sd grows with sqrt(#releases)
+
+
+def test_proba_is_valid_distribution_over_schema_labels():
+    m = PrivateForestClassifier(rs.led_schema(), n_trees=5, batch_size=200)
+    assert set(m.predict_proba_one({})) == set(range(10))
+    for x, y in datasets.synth.LED(seed=1, noise_percentage=0.1).take(1000):
+        m.learn_one(x, y)
+    for x, _ in datasets.synth.LED(seed=2).take(50):
+        p = m.predict_proba_one(x)
+        assert set(p) == set(range(10)) and all(0 <= v <= 1 for v in p.values())
+        assert math.isclose(sum(p.values()), 1.0)
+    p = m.predict_proba_one({"0": 1})  # most attributes missing: every branch is averaged
+    assert math.isclose(sum(p.values()), 1.0)
+
+
+def test_majority_vote_matches_forest():
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=7, batch_size=300, vote="majority", seed=2)
+    for x, y in _agrawal(1200):
+        m.learn_one(x, y)
+    xs = [x for x, _ in _agrawal(100, seed=4)]
+    want = m.forest.predict_proba([x for x in xs])
+    got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
+    np.testing.assert_allclose(got, want)
+
+
+def test_invalid_inputs():
+    m = PrivateForestClassifier(rs.agrawal_schema(), batch_size=10)
+    with pytest.raises(ValueError, match="unknown class"):
+        m.learn_one(_agrawal(1)[0][0], 7)
+    x = dict(_agrawal(1)[0][0], car=99)  # undeclared categorical value: dropped
+    m.learn_one(x, 0)
+    assert m.n_buffered == 0
+    with pytest.raises(ValueError):
+        PrivateForestClassifier(rs.agrawal_schema(), batch_size=0)
+
+
+def test_fast_progressive_path_is_exact():
+    data = _agrawal(3000)
+    a = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, seed=11)
+    b = a.clone()
+    c_fast, _ = run_private(a, data)
+    c_slow, _ = run_river(b, data)
+    np.testing.assert_array_equal(c_fast, c_slow)
+    m = metrics.Accuracy()
+    evaluate.progressive_val_score(data, a.clone(), m)
+    assert m.get() == pytest.approx(c_slow.mean())
+
+
+def test_pickle_roundtrip_keeps_predictions():
+    m = PrivateForestClassifier(rs.agrawal_schema(), batch_size=100)
+    for x, y in _agrawal(350):
+        m.learn_one(x, y)
+    m2 = pickle.loads(pickle.dumps(m))
+    for x, _ in _agrawal(30, seed=2):
+        assert m.predict_proba_one(x) == m2.predict_proba_one(x)
+
+
+# -- schema helpers --------------------------------------------------------------
+@pytest.mark.parametrize(
+    "schema, stream",
+    [
+        (rs.agrawal_schema(), lambda f=f: datasets.synth.Agrawal(classification_function=f, seed=f).take(300))
+        for f in (0, 5)
+    ]
+    + [
+        (rs.stagger_schema(), lambda: datasets.synth.STAGGER(seed=1).take(300)),
+        (rs.led_schema(), lambda: datasets.synth.LED(seed=1, noise_percentage=0.2).take(300)),
+        (rs.led_schema(True), lambda: datasets.synth.LED(seed=1, irrelevant_features=True).take(300)),
+        (rs.random_tree_schema(n_classes=3), lambda: datasets.synth.RandomTree(seed_tree=1, seed_sample=2, n_classes=3).take(300)),
+        (rs.agrawal_schema(), lambda: datasets.synth.Agrawal(seed=3, perturbation=0.2).take(300)),
+    ],
+)
+def test_generator_schemas_cover_every_generated_record(schema, stream):
+    from streamdp.river import _Encoder
+
+    enc = _Encoder(schema)
+    for x, y in stream():
+        row = enc.encode_one(x)
+        assert None not in row
+        enc.encode_label(y)
+        for a, v in zip(schema.attributes, row):
+            if hasattr(a, "min"):
+                raw = x.get(a.name, x.get(int(a.name)) if a.name.isdigit() else None)
+                assert a.min <= raw <= a.max or a.name == "hvalue"  # perturbed hvalue is clamped
+
+
+def test_uci_schema_and_stream(shared_datasets):
+    schema, data = rs.uci_stream("nursery", shuffle_seed=1)
+    assert schema == rs.uci_schema("nursery") and len(data) == 12960
+    m = PrivateForestClassifier(schema, batch_size=1000)
+    correct, _ = run_private(m, data)
+    assert m.n_releases == 12 and correct.mean() > 0.3
+
+
+def test_infer_schema_warns_loudly():
+    with pytest.warns(PrivacyLeakWarning, match="NOT differentially private"):
+        s = rs.infer_schema(datasets.synth.Agrawal(seed=1).take(500))
+    assert s.names[:3] == ["salary", "commission", "age"]
+    assert type(s.attributes[s.index("elevel")]).__name__ == "Categorical"
+    assert s.label.values == (0, 1)
+
+
+# -- the live service --------------------------------------------------------------
+def test_service_classifier_end_to_end(redis_url, unique_name):
+    registry = pytest.importorskip("streamdp.service.registry")
+    worker_mod = pytest.importorskip("streamdp.service.worker")
+    registry.create_model(redis_url, unique_name, rs.agrawal_schema(), n_trees=10, epsilon=1.0)
+    w = worker_mod.Worker(redis_url, unique_name)
+    th = threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
+    th.start()
+    try:
+        clf = ServiceClassifier(redis_url, unique_name, batch_size=500, sync_timeout=10.0)
+        data = _agrawal(5000, fn=2)
+        m = evaluate.progressive_val_score(data, clf, metrics.Accuracy())
+        assert clf.n_pushed == 5000 and clf.version >= 10  # one release per pushed batch
+        assert m.get() > 0.5
+        forest = clf._forest
+        assert forest.private and forest.epsilon == 1.0
+        assert forest.estimated_records() == pytest.approx(5000, abs=1500)
+    finally:
+        w.stop()
+        th.join(10)
+        try:
+            registry.delete_model(redis_url, unique_name)
+        except Exception:
+            pass

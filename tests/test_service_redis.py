@@ -1,0 +1,96 @@
+"""Integration tests of the service on a real Redis (the ``redis_url`` fixture)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+import redis
+
+from streamdp.datasets import load
+from streamdp.service import Consumer, Keys, Producer, Worker, WorkerPool, create_model, delete_model
+from streamdp.service.stats import collect
+
+pytestmark = pytest.mark.redis
+DS = load("congressional-voting")
+
+
+@pytest.fixture
+def model(redis_url, unique_name):
+    yield unique_name
+    try:
+        delete_model(redis_url, unique_name)
+    except KeyError:
+        pass
+
+
+def _wait(cond, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)  # bounded wait on a condition
+
+
+def test_two_worker_processes_merge_every_batch_exactly_once(redis_url, model):
+    create_model(redis_url, model, DS.schema, n_trees=4, height=3, epsilon=math.inf, seed=2)
+    p = Producer(redis_url, model, batch_size=7)
+    p.push(DS.X, DS.y)  # 63 batches
+    p.push(DS.X[:7], DS.y[:7], batch_id=p.last_batch_ids[0])  # a retried XADD of batch 0
+    with WorkerPool(model, 2, redis_url, until_drained=True, batch_entries=4, block_ms=100,
+                    log_level=30) as pool:
+        assert pool.wait(120), "workers did not drain the stream"
+    f = Consumer(redis_url, model).latest()
+    w = Worker(redis_url, model)
+    assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X, DS.y))
+    assert f.n_releases == 63
+    st = collect(redis_url, model)
+    assert st["batches_merged"] == 63 and st["pending"] == 0 and st["lag"] == 0
+    assert st["records_merged"] == len(DS.y)
+
+
+def test_consumer_wait_newer_wakes_on_publish(redis_url, model):
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0)
+    c = Consumer(redis_url, model)
+    assert c.wait_newer(0, timeout=0.2) is None  # nothing new: returns after the timeout
+    got = {}
+
+    def waiter():
+        t0 = time.monotonic()
+        got["forest"] = c.wait_newer(0, timeout=20)
+        got["waited"] = time.monotonic() - t0
+
+    th = threading.Thread(target=waiter)
+    th.start()
+    Producer(redis_url, model).push(DS.X[:20], DS.y[:20])
+    w = Worker(redis_url, model, block_ms=100)
+    _wait(lambda: w.step() > 0, what="the worker to take the batch")
+    th.join(20)
+    assert got["forest"] is not None and got["forest"].version == 1
+    assert got["waited"] < 10
+    assert c.latest() is c.latest()  # cached while unchanged
+
+
+def test_sigterm_stops_a_worker_gracefully(redis_url, model):
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0)
+    pool = WorkerPool(model, 1, redis_url, block_ms=100, log_level=30).start()
+    Producer(redis_url, model).push(DS.X[:30], DS.y[:30])
+    c = Consumer(redis_url, model)
+    assert c.wait_newer(0, timeout=60) is not None
+    codes = pool.stop(timeout=20)
+    assert codes == [0]
+    r = redis.Redis.from_url(redis_url)
+    assert r.xinfo_groups(Keys(model).records)[0]["consumers"] == 0  # left the group cleanly
+
+
+def test_model_keys_share_one_cluster_slot(redis_url, model):
+    from redis.crc import key_slot
+
+    create_model(redis_url, model, DS.schema, n_trees=2, height=2, epsilon=1.0)
+    Producer(redis_url, model).push(DS.X[:5], DS.y[:5])
+    r = redis.Redis.from_url(redis_url)
+    keys = list(r.scan_iter(match=Keys(model).pattern))
+    assert len(keys) >= 5 and len({key_slot(k) for k in keys}) == 1

@@ -36,10 +36,10 @@ def _client(args: argparse.Namespace):
 class Progress:
     """A plain progress bar on stderr (no dependency)."""
 
-    def __init__(self, total: int, what: str = "records", stream=sys.stderr):
-        self.total, self.what, self.stream = max(total, 1), what, stream
+    def __init__(self, total: int, what: str = "records", stream=None):
+        self.total, self.what, self.stream = max(total, 1), what, stream or sys.stderr
         self.t0 = time.monotonic()
-        self.tty = stream.isatty()
+        self.tty = self.stream.isatty()
         self._last = -1.0
 
     def update(self, done: int) -> None:

@@ -1,0 +1,75 @@
+"""CLI smoke tests against a real Redis: model create / push / worker until drained / show / get / stats / delete."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+from streamdp import PrivateForest
+from streamdp.cli import main
+from streamdp.datasets import load
+
+pytestmark = pytest.mark.redis
+DS = load("congressional-voting")
+SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
+
+
+def _csv(path, rows, labels, bad=()):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(DS.schema.names + ["party"])
+        for i, (r, lab) in enumerate(zip(rows, labels)):
+            r = list(r)
+            if i in bad:
+                r[0] = "perhaps"
+            w.writerow(r + [lab])
+
+
+def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
+    u = ["--redis-url", redis_url]
+    name = unique_name
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "4", "--height", "3",
+                     "--epsilon", "2"]) == 0
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--epsilon", "2"]) == 2  # exists: clear error
+    assert "already exists" in capsys.readouterr().err
+    data = tmp_path / "votes.csv"
+    _csv(data, DS.X[:200], DS.y[:200], bad={7})
+    assert main(u + ["push", name, str(data), "--batch-size", "50"]) == 0
+    out = capsys.readouterr()
+    assert "pushed 200 records in 4 batches" in out.out and "1 invalid" in out.out
+    assert "100.0%" in out.err  # progress
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    assert main(u + ["model", "show", name]) == 0
+    out = capsys.readouterr().out
+    assert "batches merged  4" in out and "version" in out
+    blob = tmp_path / "m.sdp"
+    assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
+    f = PrivateForest.from_bytes(blob.read_bytes())
+    assert f.version >= 1 and f.n_releases == 4 and f.n_trees == 4
+    assert main(u + ["model", "get", name, "--version", "0", "-o", str(blob)]) == 0
+    assert PrivateForest.from_bytes(blob.read_bytes()).version == 0
+    assert main(u + ["stats", name, "--prometheus"]) == 0
+    out = capsys.readouterr().out
+    assert f'streamdp_batches_merged_total{{model="{name}"}} 4' in out
+    assert f'streamdp_dead_letters_total{{model="{name}"}} 1' in out
+    assert main(u + ["model", "list"]) == 0 and name in capsys.readouterr().out
+    assert main(u + ["model", "delete", name]) == 0
+    assert main(u + ["model", "show", name]) == 2
+
+
+def test_cli_demo_runs_and_cleans_up(redis_url):
+    r = subprocess.run([sys.executable, "-m", "streamdp.cli", "--redis-url", redis_url, "demo", "--processes", "1",
+                        "--batch-size", "100"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
+    assert len(lines) >= 2 and "accuracy" in lines[-1]
+
+
+def test_stream_worker_entry_point_help():
+    r = subprocess.run([sys.executable, "workers/stream_worker.py", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "--processes" in r.stdout

@@ -1,0 +1,284 @@
+"""Fault injection on a real Redis: workers SIGKILLed at random points lose nothing and double-count nothing.
+
+Two (or more) worker processes run over a model's record stream while the
+test kills them with SIGKILL, at least 50 times, and restarts them (half of
+the time under the same consumer name, which re-reads its own pending
+entries; otherwise a fresh name, whose predecessor's entries are reclaimed by
+XAUTOCLAIM after a short idle time). Kills happen
+
+* from inside, at named points, by the worker killing itself with SIGKILL
+  (``os.kill(getpid(), SIGKILL)``: no cleanup, no atexit, exactly like an
+  external kill at that instant). The points are injected by wrapping the
+  worker instance's methods in the child process (see docs/FAULT_HOOKS.md):
+
+  - ``after_read``: entries read (XREADGROUP / XAUTOCLAIM), nothing processed;
+  - ``after_draw``: noise drawn, delta not yet stored (the noise is lost, never released);
+  - ``after_store``: noised delta stored with SET NX, not yet merged;
+  - ``before_commit``: deltas summed, before the atomic commit (= before the ack,
+    which is part of the commit script);
+  - ``in_commit``: the commit script ran on the server, the worker dies before
+    the call returns;
+
+* and from outside, by the test, at random instants.
+
+Producers keep pushing (>= 200 unique batches, plus duplicate XADDs of the
+same batch ids) until enough kills happened. Then two clean workers drain the
+stream, and the test checks:
+
+* eps = inf (no noise): the published counts equal the exact tally of every
+  unique batch; each batch id merged once; nothing pending; no dead letter;
+* normal eps: the published counts equal the sum of exactly one stored noised
+  delta (``priv:delta:<batch_id>``) per unique batch.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import random
+import signal
+import time
+import uuid
+
+import numpy as np
+import pytest
+import redis
+
+from streamdp.datasets import load
+from streamdp.forest import PrivateForest
+from streamdp.service.consumer import Consumer
+from streamdp.service.keys import GROUP, Keys
+from streamdp.service.producer import Producer
+from streamdp.service.registry import create_model, delete_model, load_spec
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit")
+KILLS_TARGET = 50
+MIN_BATCHES = 200
+BATCH = 20           # records per batch
+WORKERS = 2
+CLAIM_IDLE_MS = 150
+DS = load("congressional-voting")
+
+
+def _wait(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)  # bounded wait on a condition
+
+
+# -- the child: a real Worker with kill points wrapped around its methods ---------------
+def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: str, seed: int,
+                  until_drained: bool) -> None:
+    from streamdp.service.worker import Worker
+
+    rng = random.Random(seed)
+
+    def maybe_die(point: str) -> None:
+        if p_kill > 0 and rng.random() < p_kill:
+            fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            os.write(fd, f"{point}\n".encode())
+            os.close(fd)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    w = Worker(url, model, consumer=consumer, block_ms=50, claim_idle_ms=CLAIM_IDLE_MS, claim_every_s=0.05,
+               batch_entries=3, max_deliveries=10_000, trim_every=5)
+
+    handle, delta, commit_entries, commit = w._handle, w._delta, w._commit_entries, w._commit
+    draw = w.spec.noisy_delta_encoded
+
+    def _handle(entries):
+        maybe_die("after_read")
+        return handle(entries)
+
+    def _draw(X, y):
+        out = draw(X, y)
+        maybe_die("after_draw")
+        return out
+
+    def _delta(batch):
+        out = delta(batch)
+        maybe_die("after_store")
+        return out
+
+    def _commit_entries(*a, **kw):
+        maybe_die("before_commit")
+        return commit_entries(*a, **kw)
+
+    def _commit(*a, **kw):
+        out = commit(*a, **kw)
+        maybe_die("in_commit")
+        return out
+
+    w._handle, w._delta, w._commit_entries, w._commit = _handle, _delta, _commit_entries, _commit
+    w.spec.noisy_delta_encoded = _draw
+    w.run(until_drained=until_drained, max_seconds=150, handle_signals=True)
+    os._exit(0)
+
+
+class Fleet:
+    def __init__(self, url: str, model: str, log_path: str):
+        self.url, self.model, self.log_path = url, model, log_path
+        self.ctx = mp.get_context("fork")  # everything is imported already: restarts take milliseconds
+        self.procs: list[mp.Process] = []
+        self.names: dict[int, str] = {}
+        self.external_kills = 0
+        self.sigkilled = 0
+        self.restarts_same_name = 0
+        self.rng = random.Random(uuid.uuid4().int)
+
+    def start(self, p_kill: float, name: str | None = None, until_drained: bool = False) -> mp.Process:
+        if name is not None:
+            self.restarts_same_name += 1
+        name = name or f"w-{uuid.uuid4().hex[:8]}"
+        p = self.ctx.Process(target=_worker_child,
+                             args=(self.url, self.model, name, p_kill, self.log_path, self.rng.getrandbits(32),
+                                   until_drained), daemon=True)
+        p.start()
+        self.names[p.pid] = name
+        self.procs.append(p)
+        return p
+
+    def alive(self) -> list[mp.Process]:
+        return [p for p in self.procs if p.is_alive()]
+
+    def reap(self) -> list[mp.Process]:
+        dead = [p for p in self.procs if not p.is_alive()]
+        for p in dead:
+            p.join()
+            if p.exitcode == -signal.SIGKILL:
+                self.sigkilled += 1
+            elif p.exitcode != 0:
+                raise AssertionError(f"worker {self.names[p.pid]} exited with {p.exitcode}")
+        self.procs = [p for p in self.procs if p not in dead]
+        return dead
+
+    def kill_random(self) -> None:
+        live = self.alive()
+        if live:
+            os.kill(self.rng.choice(live).pid, signal.SIGKILL)
+            self.external_kills += 1
+
+    def kill_all(self) -> None:
+        for p in self.alive():
+            os.kill(p.pid, signal.SIGKILL)
+            self.external_kills += 1
+        _wait(lambda: not self.alive(), 10, "killed workers to exit")
+        self.reap()
+
+
+def _push_round(prod: Producer, rng: np.random.Generator, n_batches: int, batches: dict, n_dups: int) -> None:
+    for _ in range(n_batches):
+        idx = rng.integers(0, len(DS.y), BATCH)
+        bid = uuid.uuid4().hex
+        prod.push(DS.X[idx], DS.y[idx], batch_id=bid)
+        batches[bid] = idx
+    for bid in rng.choice(list(batches), n_dups, replace=False):  # retried XADDs of earlier batches
+        idx = batches[bid]
+        prod.push(DS.X[idx], DS.y[idx], batch_id=str(bid))
+
+
+@pytest.mark.parametrize("epsilon", [math.inf, 1.0], ids=["eps_inf", "eps_1"])
+def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon):
+    model = unique_name
+    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7)
+    keys = Keys(model)
+    r = redis.Redis.from_url(redis_url)
+    log_path = str(tmp_path / "kills.log")
+    fleet = Fleet(redis_url, model, log_path)
+    rng = np.random.default_rng()
+    batches: dict[str, np.ndarray] = {}
+    n_entries = 0
+    t0 = time.monotonic()
+    try:
+        with Producer(redis_url, model) as prod:
+            _push_round(prod, rng, 40, batches, 4)
+            n_entries = 44
+            for _ in range(WORKERS):
+                fleet.start(p_kill=0.06)
+
+            def self_kills() -> int:
+                try:
+                    with open(log_path) as f:
+                        return sum(1 for _ in f)
+                except FileNotFoundError:
+                    return 0
+
+            while fleet.sigkilled < KILLS_TARGET or len(batches) < MIN_BATCHES:
+                assert time.monotonic() - t0 < 120, (
+                    f"fault phase too slow: {fleet.sigkilled} kills, {len(batches)} batches")
+                # keep a backlog so there is always work to crash in
+                lag = r.xinfo_groups(keys.records)[0]
+                backlog = (lag.get("lag") or 0) + lag["pending"]
+                if backlog < 15 and len(batches) < 1000:
+                    _push_round(prod, rng, 20, batches, 2)
+                    n_entries += 22
+                # random external kills (about one per 0.3 s)
+                if fleet.rng.random() < 0.03:
+                    fleet.kill_random()
+                for p in fleet.reap():
+                    # restart: half of the time under the same consumer name
+                    same = fleet.names[p.pid] if fleet.rng.random() < 0.5 else None
+                    fleet.start(p_kill=0.06, name=same)
+                while len(fleet.alive()) < WORKERS:
+                    fleet.start(p_kill=0.06)
+                time.sleep(0.01)  # bounded polling step of the supervisor loop
+            fleet.kill_all()
+
+        # clean phase: two workers without faults drain the stream and exit
+        clean = [fleet.start(p_kill=0.0, until_drained=True) for _ in range(WORKERS)]
+        _wait(lambda: not any(p.is_alive() for p in clean), 90, "clean workers to drain the stream")
+        fleet.reap()
+    finally:
+        for p in fleet.alive():
+            os.kill(p.pid, signal.SIGKILL)
+
+    with open(log_path) as f:
+        points = [ln.strip() for ln in f]
+    counts_by_point = {pt: points.count(pt) for pt in POINTS}
+    print(f"\nfault injection eps={epsilon}: {len(batches)} unique batches, {n_entries} entries, "
+          f"{fleet.sigkilled} SIGKILLs ({len(points)} at named points {counts_by_point}, "
+          f"{fleet.external_kills} external), {fleet.restarts_same_name} same-name restarts, "
+          f"{time.monotonic() - t0:.1f}s")
+    assert fleet.sigkilled >= KILLS_TARGET
+    assert len(batches) >= MIN_BATCHES
+    assert all(counts_by_point[pt] > 0 for pt in POINTS), counts_by_point
+
+    # nothing pending, nothing undelivered, nothing dead-lettered
+    g = next(g for g in r.xinfo_groups(keys.records) if g["name"].decode() == GROUP)
+    assert g["pending"] == 0
+    assert g.get("lag", 0) in (0, None)
+    assert r.xlen(keys.dead) == 0, r.xrange(keys.dead, count=3)
+
+    # each unique batch merged exactly once (duplicates and redeliveries included)
+    merged = {m.decode() for m in r.zrange(keys.merged, 0, -1)}
+    assert merged == set(batches)
+    forest = Consumer(redis_url, model).latest()
+    assert forest.n_releases == len(batches)
+    state_counts = np.frombuffer(r.hget(keys.state, "counts"), dtype="<i8").reshape(forest.shape)
+    np.testing.assert_array_equal(forest.counts, state_counts)
+
+    spec = load_spec(redis_url, model)
+    if math.isinf(epsilon):
+        all_idx = np.concatenate(list(batches.values()))
+        exact = spec.noisy_delta(DS.X[all_idx], DS.y[all_idx])
+        np.testing.assert_array_equal(forest.counts, exact)
+    else:
+        from streamdp import blob
+        import msgpack
+
+        stored = r.mget([keys.delta(b) for b in batches])
+        assert all(s is not None for s in stored), "a merged batch has no stored delta"
+        deltas = [blob.unpack_array(msgpack.unpackb(s, raw=False), "delta", "<i8", ndim=3) for s in stored]
+        np.testing.assert_array_equal(forest.counts, np.sum(deltas, axis=0))
+        # and the noise is really there (the sum differs from the exact tally)
+        all_idx = np.concatenate(list(batches.values()))
+        exact = PrivateForest.from_bytes(r.get(keys.spec))
+        exact = PrivateForest(exact.schema, exact.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx],
+                                                                                           DS.y[all_idx])
+        assert not np.array_equal(forest.counts, exact)
+    delete_model(redis_url, model)

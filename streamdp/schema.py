@@ -292,6 +292,13 @@ class Schema:
     def _columns(self, X: Any) -> tuple[list[np.ndarray], int]:
         if isinstance(X, Mapping):
             raise ValueError("X must be a list of records (dicts) or a 2-D array, not a single dict")
+        if _is_frame(X):
+            cols = list(X.columns)
+            if all(name in cols for name in self.names):
+                X = X[self.names]  # by name: a frame's column order need not be the schema's
+            elif any(isinstance(c, str) for c in cols):
+                missing = [name for name in self.names if name not in cols]
+                raise ValueError(f"X is missing the schema attributes {missing} (its columns: {cols})")
         if isinstance(X, np.ndarray) or _is_frame(X):
             arr = np.asarray(X, dtype=object if not isinstance(X, np.ndarray) else None)
             if arr.ndim != 2:

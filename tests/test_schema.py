@@ -199,3 +199,15 @@ def test_encode_labels_and_decode(schema):
     assert list(schema.decode_labels(codes)) == ["maybe", "no"]
     with pytest.raises(ValueError, match="unknown class"):
         schema.encode_labels(["nope"])
+
+
+def test_data_frames_are_read_by_column_name(schema):
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"flag": [True, "x"], "size": [2.0, 20.0], "colour": ["blue", "red"], "extra": [1, 2]})
+    e = schema.encode(df, pd.Series(["yes", "no"]))
+    assert e.X.tolist() == [[2, 2.0, 0], [0, 10.0, 4]]
+    assert e.y.tolist() == [1, 0]
+    with pytest.raises(ValueError, match=r"missing the schema attributes \['colour'\]"):
+        schema.encode(df.drop(columns="colour"))
+    # a frame without column names is read in schema order
+    assert schema.encode(pd.DataFrame([["blue", 2.0, True]])).X.tolist() == [[2, 2.0, 0]]

@@ -14,7 +14,9 @@ import json
 import logging
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from typing import Any
 
@@ -251,6 +253,9 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"redis: {url}" + (f" (embedded {emb.kind}, stopped at the end)" if emb else ""))
     name = f"demo-votes-{uuid.uuid4().hex[:8]}"
     pool = None
+    old_term = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         forest = create_model(url, name, ds.schema, n_trees=args.trees, height=args.height, epsilon=args.epsilon,
                               budget=args.budget)
@@ -285,6 +290,12 @@ def _demo(args: argparse.Namespace) -> int:
             pass
         if emb is not None:
             emb.stop()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _raise_interrupt(*_: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,9 +10,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import msgpack
 import redis
 
-from ..forest import PrivateForest
+from .. import blob
+from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from .keys import Keys
 from .registry import ModelNotFound, connect
 
@@ -33,6 +35,7 @@ class Consumer:
         self.keys = Keys(model)
         self.model = model
         self._cached: PrivateForest | None = None
+        self._template: tuple[PrivateForest, dict] | None = None
 
     def version(self) -> int:
         """The latest published version number (one small read)."""
@@ -53,10 +56,33 @@ class Consumer:
         return forest
 
     def _load(self, data: bytes, version: int | None) -> PrivateForest:
-        forest = PrivateForest.from_bytes(data)  # validates; raises ValueError on anything malformed
+        forest = self._load_fast(data)
+        if forest is None:
+            forest = PrivateForest.from_bytes(data)  # full validation; raises ValueError on anything malformed
+            self._template = (forest, msgpack.unpackb(data, raw=False))
         if version is not None and forest.version != version:
             raise ValueError(f"published blob has version {forest.version}, the index says {version}")
         return forest
+
+    def _load_fast(self, data: bytes) -> PrivateForest | None:
+        """Versions of one model share schema, settings and structure: when those bytes equal the ones
+        already fully validated, only the counts and version are new and are checked on their own."""
+        if self._template is None:
+            return None
+        base, tdoc = self._template
+        try:
+            doc = blob.loads(data, FORMAT, FORMAT_VERSION)
+            if any(doc.get(f) != tdoc.get(f) for f in ("schema", "params", "privacy", "structure")):
+                return None
+            counts = blob.unpack_array(doc.get("counts"), "counts", "<f8" if base.mechanism == "laplace" else "<i8",
+                                       ndim=3)
+            version = blob.field(doc, "version", int, FORMAT)
+            releases = blob.field(doc, "n_releases", int, FORMAT)
+            return PrivateForest(base.schema, base.structure, epsilon=base.epsilon, mechanism=base.mechanism,
+                                 k=base.k, beta=base.beta, vote=base.vote, budget=base.budget, counts=counts.copy(),
+                                 version=version, n_releases=releases, private=base.private)
+        except ValueError:
+            return None  # let the full validation give the error
 
     def get(self, version: int) -> PrivateForest:
         """A given version: the latest, or a retained older one (:class:`VersionNotAvailable` otherwise)."""

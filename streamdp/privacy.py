@@ -259,18 +259,22 @@ def kanon_delta(k: int, beta: float, epsilon: float) -> float:
     from scipy.stats import binom
 
     kanon_check(k, beta, epsilon)
-    e = math.exp(min(epsilon, 700.0))
-    gamma = (e - 1 + beta) / e
-    if gamma >= 1:
-        return 0.0
-    n0 = max(1, math.ceil(k / gamma - 1))
-    kl = gamma * math.log(gamma / beta) + (1 - gamma) * math.log((1 - gamma) / (1 - beta))
+    # Work with c = 1 - gamma = (1-beta) e^-eps: for a large epsilon gamma rounds to 1.0
+    # in floating point, which would make every tail empty and report delta = 0, while
+    # the true delta tends to beta**k (n = k records, all sampled). e^-eps is kept
+    # above the float underflow (epsilon <= 700): delta is then beta**k to full precision.
+    c = (1 - beta) * math.exp(-min(float(epsilon), 700.0))
+    gamma = 1 - c
+    # ceil(k/gamma - 1) = k - 1 + ceil(k c / gamma), exact even when k/gamma rounds to k
+    n0 = max(1, k - 1 + math.ceil(k * c / gamma))
+    kl = gamma * math.log(gamma / beta) + c * math.log(c / (1 - beta))
     best = 0.0
     start = n0
     chunk = 4096
     while True:
         n = np.arange(start, start + chunk)
-        tail = binom.sf(np.floor(gamma * n), n, beta)
+        # j > gamma n  <=>  j > floor(n - n c) = n - ceil(n c)
+        tail = binom.sf(n - np.ceil(n * c), n, beta)
         best = max(best, float(tail.max()))
         nxt = start + chunk
         bound = math.exp(-nxt * kl) if kl > 0 else 1.0

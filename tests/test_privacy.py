@@ -340,8 +340,15 @@ def test_kanon_epsilon_below_floor_refused_with_clear_error():
             kanon_delta(*bad)
 
 
-def test_kanon_delta_large_epsilon_is_zero_or_tiny_and_monotone_in_k():
-    assert kanon_delta(5, 0.1, 800.0) == 0.0
+@pytest.mark.parametrize("eps", [8.0, 20.0, 36.0, 40.0, 100.0, 800.0])
+def test_kanon_delta_large_epsilon_tends_to_beta_to_the_k(eps):
+    """For a large eps, gamma n > n - 1 for every relevant n, so the tail is P(all n sampled) = beta**n,
+    largest at n0 = ceil(k/gamma - 1) = k. gamma rounds to 1.0 in floats for eps > ~37: delta must not drop to 0."""
+    for k, beta in ((5, 0.1), (3, 0.4), (1, 0.01)):
+        assert kanon_delta(k, beta, eps) == pytest.approx(beta**k, rel=1e-9)
+
+
+def test_kanon_delta_monotone_in_k():
     d = [kanon_delta(k, 0.1, 0.5) for k in (2, 5, 10, 20, 40)]
     assert all(a > b for a, b in zip(d, d[1:]))
 

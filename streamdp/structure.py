@@ -279,7 +279,7 @@ class ForestStructure:
                         np.greater(v, tv, out=br)
                         nxt += br
                         np.take(cat_int[t], node, out=cv, mode="clip")
-                        cv *= v.astype(np.intp)
+                        np.multiply(cv, v, out=cv, casting="unsafe")
                         nxt += cv
                     node, nxt = nxt, node
                 out[s:e, t] = leaf[t].take(node)

@@ -229,13 +229,14 @@ class PrivateForest:
         # A code out of range would be tallied into another leaf's or class's cell.
         if y.size and (y.dtype.kind not in "iu" or y.min() < 0 or y.max() >= self.schema.n_classes):
             raise ValueError(f"encoded labels must be integers in [0, {self.schema.n_classes})")
-        if np.isnan(X).any():
-            raise ValueError("encoded batch contains NaN")
-        cat = self.schema.is_categorical
-        if X.size and cat.any():
-            codes = X[:, cat]
-            if np.any(codes < 0) or np.any(codes >= self.schema.arities[cat]) or np.any(codes != np.floor(codes)):
-                raise ValueError("encoded categorical codes must be integers below each attribute's arity")
+        if X.size:
+            # Two cheap passes (column minima and maxima; NaN propagates into both).
+            lo, hi = X.min(axis=0), X.max(axis=0)
+            if np.isnan(lo).any() or np.isnan(hi).any():
+                raise ValueError("encoded batch contains NaN")
+            cat = self.schema.is_categorical
+            if np.any(lo[cat] < 0) or np.any(hi[cat] >= self.schema.arities[cat]):
+                raise ValueError("encoded categorical codes must lie in 0..arity-1 for each attribute")
         leaves = self.structure.apply(X, self.schema.is_categorical)
         n = leaves.shape[0]
         mask = None

@@ -386,6 +386,14 @@ def test_encoded_batch_validated():
     bad_x[0, 0] = 3  # attribute a has 3 values
     with pytest.raises(ValueError):
         f.noisy_delta_encoded(bad_x, enc.y)
+    bad_x = enc.X.copy()
+    bad_x[3, 1] = np.nan  # numeric attribute b
+    with pytest.raises(ValueError, match="NaN"):
+        f.noisy_delta_encoded(bad_x, enc.y)
+    bad_x = enc.X.copy()
+    bad_x[2, 2] = -1  # attribute c
+    with pytest.raises(ValueError):
+        f.noisy_delta_encoded(bad_x, enc.y)
     with pytest.raises(ValueError):
         f.noisy_delta_encoded(enc.X[:, :3], enc.y)
     with pytest.raises(ValueError):

@@ -219,8 +219,10 @@ class PrivateForest:
 
     def noisy_delta_encoded(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """:meth:`noisy_delta` for records already encoded by :meth:`Schema.encode`."""
-        X = np.asarray(X, dtype=np.float64)
+        X = np.asarray(X)
         y = np.asarray(y)
+        if X.dtype.kind not in "iuf":
+            raise ValueError(f"an encoded batch holds numbers, got dtype {X.dtype}")
         if X.ndim != 2 or X.shape[1] != self.schema.n_attributes or y.shape != (X.shape[0],):
             raise ValueError(
                 f"encoded batch must be X of shape (n, {self.schema.n_attributes}) and y of shape (n,), "
@@ -232,7 +234,7 @@ class PrivateForest:
         if X.size:
             # Two cheap passes (column minima and maxima; NaN propagates into both).
             lo, hi = X.min(axis=0), X.max(axis=0)
-            if np.isnan(lo).any() or np.isnan(hi).any():
+            if X.dtype.kind == "f" and (np.isnan(lo).any() or np.isnan(hi).any()):
                 raise ValueError("encoded batch contains NaN")
             cat = self.schema.is_categorical
             if np.any(lo[cat] < 0) or np.any(hi[cat] >= self.schema.arities[cat]):

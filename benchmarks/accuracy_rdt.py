@@ -183,9 +183,9 @@ def fmt_eps(e: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 run x 5 folds everywhere, no diffprivlib, write to /tmp")
-    ap.add_argument("--runs", type=int, default=5, help="runs of stratified k-fold CV (paper: 10; 5 keeps the run under 10 min on 2 shared cores)")
+    ap.add_argument("--runs", type=int, default=10, help="runs of stratified k-fold CV (paper: 10)")
     ap.add_argument("--runs-large", type=int, default=2, help="runs for settings with > 200k leaf cells (mushroom height 6)")
-    ap.add_argument("--kanon-runs", type=int, default=2)
+    ap.add_argument("--kanon-runs", type=int, default=3)
     ap.add_argument("--folds", type=int, default=10)
     ap.add_argument("--dpl-python", default="/tmp/dpl/bin/python", help="python of a venv with diffprivlib ('' to skip)")
     ap.add_argument("--dpl-runs", type=int, default=1)

@@ -122,7 +122,8 @@ def main(path: str) -> None:
             verdict[(ds, h)] = (d1, d2, d3)
             L.append(f"| {NAMES[ds]} | {h} | {f(d1)} | {f(d2)} | {f(d3)} |")
     L.append("\n(each cell: epsilon 0.5 / 0.75 / 1)\n")
-    L.append("VERDICT_PLACEHOLDER\n")
+    L.append(verdict_text(verdict))
+    L.append(claims_text(rdt))
 
     L.append("## 2. Update procedure (seed 002, Section VI-B)\n")
     L.append("Each training fold is split at random into halves D1, D2; the forest is fitted on D1 (one release at epsilon), "
@@ -177,6 +178,41 @@ def main(path: str) -> None:
     Path(path).with_suffix(".md").write_text("\n".join(L) + "\n")
     plot(doc, Path(path).with_suffix(".png"))
     print(f"wrote {Path(path).with_suffix('.md')} and .png")
+
+
+def verdict_text(verdict) -> str:
+    """Plain-language verdict computed from the differences (threshold 0.005 = about one sd of a run)."""
+    out = ["**Verdict (computed from the table above; |difference| <= 0.005 counts as a tie):**\n"]
+    for i, (name, a, b) in enumerate((("budget", "split", "disjoint"), ("vote", "proba", "majority"),
+                                      ("mechanism", "geometric", "laplace"))):
+        wins = {a: [], b: [], "tie": []}
+        for (ds, h), ds_d in verdict.items():
+            d = float(np.mean(ds_d[i])) if ds_d[i] else 0.0
+            key = a if d > 0.005 else b if d < -0.005 else "tie"
+            wins[key].append(f"{NAMES[ds]} h={h} ({d:+.3f})")
+        out.append(f"- {name}: **{a}** wins on {', '.join(wins[a]) or 'none'}; **{b}** wins on {', '.join(wins[b]) or 'none'}; "
+                   f"tie on {', '.join(wins['tie']) or 'none'} (mean difference over epsilon 0.5/0.75/1).")
+    return "\n".join(out) + "\n"
+
+
+def claims_text(rdt) -> str:
+    out = ["### Seed 002's claims, checked on our numbers (default geometric/split/proba and paper-faithful laplace/split/proba, height k/2)\n"]
+    drops = {}
+    for ds, (nt, heights) in SETTINGS.items():
+        h = heights[0]
+        for mech in ("geometric", "laplace"):
+            inf = pick(rdt, dataset=ds, height=h, eps="inf", proc="fit", mech="geometric", budget="split", vote="proba")["mean"]
+            vals = {e: pick(rdt, dataset=ds, height=h, eps=e, proc="fit", mech=mech, budget="split", vote="proba")["mean"] for e in EPS[:3]}
+            drops[(ds, mech)] = (inf, vals)
+    for ds, (nt, heights) in SETTINGS.items():
+        inf, v = drops[(ds, "laplace")]
+        out.append(f"- {NAMES[ds]} h={heights[0]} (laplace): inf {inf:.3f} -> eps 1 {v['1']:.3f} ({v['1'] - inf:+.3f}) -> "
+                   f"0.75 {v['0.75']:.3f} -> 0.5 {v['0.5']:.3f} ({v['0.5'] - inf:+.3f} in total).")
+    order = sorted(SETTINGS, key=lambda ds: drops[(ds, "laplace")][0] - drops[(ds, "laplace")][1]["0.5"])
+    out.append(f"- Least to most affected by noise (drop inf -> 0.5, laplace, height k/2): "
+               + " < ".join(NAMES[d] for d in order)
+               + ". Seed 002: Mushroom least affected, Votes most sensitive.")
+    return "\n".join(out) + "\n"
 
 
 def plot(doc, out: Path) -> None:

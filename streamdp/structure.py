@@ -159,7 +159,11 @@ class ForestStructure:
 
     def _key_plan(self, m: int):
         """Attributes tested anywhere in the forest, their arities (from the structure) and the domain size."""
-        cache = self.__dict__.setdefault("_cache", {})
+        # The cache lives on this object; a fingerprint of the node arrays clears it if they were replaced or edited in place.
+        fp = tuple((id(a), a.shape, int(a.sum(dtype=np.int64))) for a in (self.feature, self.child, self.leaf))
+        if self.__dict__.get("_cache_fp") != fp:
+            self.__dict__["_cache"], self.__dict__["_cache_fp"] = {}, fp
+        cache = self.__dict__["_cache"]
         if ("plan", m) not in cache:
             radix = np.ones(m, dtype=np.int64)
             for t in range(self.n_trees):
@@ -360,7 +364,8 @@ class ForestStructure:
                     break
                 w = width[t][frontier]
                 first = self.child[t][frontier].astype(np.int64)
-                if np.any(w == 0) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
+                # An inner node must test a real attribute (an arity-1 categorical has one child: w == 0).
+                if np.any(self.feature[t][frontier] >= m) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
                     raise ValueError(f"structure: tree {t} has a split whose children fall outside the tree")
                 frontier = np.repeat(first, w + 1) + _ragged_arange(w + 1)
                 if np.any(seen[frontier]) or np.unique(frontier).size != frontier.size:

@@ -385,3 +385,40 @@ def test_forged_dag_structure_refused_quickly():
     with pytest.raises(ValueError):
         PrivateForest.from_bytes(pack(d))
     assert time.perf_counter() - t0 < 5
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_value = st.one_of(st.text(min_size=0, max_size=5), st.integers(-(2**40), 2**40), st.booleans())
+
+
+@st.composite
+def _schemas(draw):
+    n = draw(st.integers(1, 5))
+    attrs = []
+    for j in range(n):
+        if draw(st.booleans()):
+            vals = draw(st.lists(_value, min_size=1, max_size=4, unique_by=lambda v: (type(v) is bool, v)))
+            attrs.append({"name": f"a{j}", "type": "categorical", "values": vals})
+        else:
+            lo = draw(st.floats(-1e6, 1e6))
+            attrs.append({"name": f"a{j}", "type": "numeric", "min": lo, "max": lo + draw(st.floats(1e-3, 1e6))})
+    labels = draw(st.lists(_value, min_size=2, max_size=4, unique_by=lambda v: (type(v) is bool, v)))
+    return Schema.from_dict({"attributes": attrs, "label": {"name": "label", "values": labels}})
+
+
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=_schemas(), n_trees=st.integers(1, 4), height=st.integers(1, 4),
+       mechanism=st.sampled_from(["geometric", "laplace"]), vote=st.sampled_from(["proba", "majority"]),
+       budget=st.sampled_from(["split", "disjoint"]), seed=st.integers(0, 2**31))
+def test_round_trip_random_schemas(schema, n_trees, height, mechanism, vote, budget, seed):
+    f = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=1.0, mechanism=mechanism, seed=seed,
+                             vote=vote, budget=budget)
+    g = PrivateForest.from_bytes(f.to_bytes())
+    assert g.schema == schema
+    assert [type(v) for v in g.schema.label.values] == [type(v) for v in schema.label.values]
+    for name, arr in f.structure.arrays().items():
+        assert np.array_equal(arr, g.structure.arrays()[name])
+    assert np.array_equal(g.counts, f.counts)
+    assert g.to_bytes()[:-9] != b""  # and it re-serializes

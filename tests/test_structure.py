@@ -274,8 +274,9 @@ def test_validate_rejects_a_dag_with_shared_children():
         ForestStructure.from_arrays(arrays, h, schema)
 
 
-def test_validate_accepts_drawn_structures():
-    schema = make_schema(MIXED)
+@pytest.mark.parametrize("spec", [MIXED, [1], [1, 1, 2], [1, (0.0, 1.0)]])
+def test_validate_accepts_drawn_structures(spec):
+    schema = make_schema(spec)  # arity-1 categoricals: a split with a single child
     fs = ForestStructure.draw(schema, 4, 5, seed=9)
     fs2 = ForestStructure.from_arrays(fs.arrays(), fs.height, schema)
     assert all(np.array_equal(a, fs2.arrays()[n]) for n, a in fs.arrays().items())

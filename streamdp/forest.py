@@ -207,6 +207,10 @@ class PrivateForest:
         delta = np.asarray(delta)
         if delta.shape != self.shape or delta.dtype != self._counts.dtype:
             raise ValueError(f"delta must be {self._counts.dtype} of shape {self.shape}, got {delta.dtype} {delta.shape}")
+        if np.any(delta[~self._real_cells()]):
+            raise ValueError("delta must be zero past each tree's last leaf")
+        if delta.dtype.kind == "f" and not np.all(np.isfinite(delta)):
+            raise ValueError("delta contains NaN or infinite values")
         self._counts = self._counts + delta
         self.version += 1
         self.n_releases += releases

@@ -175,6 +175,16 @@ def test_merge_adds_a_delta_computed_elsewhere():
         a.merge(d[:, :1])
     with pytest.raises(ValueError):
         a.counts[0, 0, 0] = 5  # the released counts are read-only
+    pad = ~real_mask(a)
+    assert pad.any()  # trees of 4 and 6 leaves
+    if pad.any():  # a delta with counts past a tree's last leaf would make the blob unloadable
+        bad = d.copy()
+        bad[pad] = 1
+        with pytest.raises(ValueError, match="past each tree's last leaf"):
+            a.merge(bad)
+    lap = PrivateForest.create(MIXED, n_trees=2, height=2, epsilon=1.0, seed=4, mechanism="laplace")
+    with pytest.raises(ValueError, match="NaN"):
+        lap.merge(np.where(real_mask(lap), np.nan, 0.0))
 
 
 def test_noise_variance_grows_linearly_with_updates():

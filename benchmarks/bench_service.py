@@ -175,7 +175,7 @@ Model: 10 trees x height 8 x 5 classes = counts 10 x 256 x 5 (12 binary attribut
 | worker memory (VmRSS / peak VmHWM per process) | - | {rss} MiB / {hwm} MiB | |
 
 Other numbers:
-* Producer: encoding a {cfg['batch']:,}-record batch of codes takes {res['producer_encode_ms_per_batch']:.2f} ms; XADD alone ran at {th['push_records_per_s'] / 1e6:.1f} M records/s (pipelined, 4 per round trip).
+* Producer: generating + encoding a {cfg['batch']:,}-record batch of codes takes {res['producer_encode_ms_per_batch']:.2f} ms; XADD alone ran at {th['push_records_per_s'] / 1e6:.1f} M records/s (pipelined, 4 per round trip).
 * Freshness under saturation (all {th['batches']} batches pushed at once, so each waits behind the backlog): p50 {fx['p50']:.0f} ms, p99 {fx['p99']:.0f} ms. This is queueing, not service time.
 * Consumer: first `latest()` of a fresh Consumer (full validation of schema, settings and structure) {c['first_latest_ms']:.1f} ms; a cold `PrivateForest.from_bytes` p50 {c['cold_full_validation']['p50']:.1f} ms / p99 {c['cold_full_validation']['p99']:.1f} ms; `latest()` when nothing changed (one HGET) p50 {c['unchanged_latest']['p50']:.2f} ms / p99 {c['unchanged_latest']['p99']:.2f} ms.
 

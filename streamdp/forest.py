@@ -345,6 +345,10 @@ class PrivateForest:
             counts = blob.unpack_array(
                 doc.get("counts"), "counts", "<f8" if mechanism == "laplace" else "<i8", ndim=3
             )
+            version = blob.field(doc, "version", int, FORMAT)
+            n_releases = blob.field(doc, "n_releases", int, FORMAT)
+            if version < 0 or n_releases < 0:
+                raise blob.BlobError(f"{FORMAT}: version and n_releases must be non-negative")
             forest = cls(
                 schema,
                 structure,
@@ -355,8 +359,8 @@ class PrivateForest:
                 vote=blob.field(params, "vote", str, FORMAT),
                 budget=blob.field(params, "budget", str, FORMAT),
                 counts=counts.copy(),
-                version=blob.field(doc, "version", int, FORMAT),
-                n_releases=blob.field(doc, "n_releases", int, FORMAT),
+                version=version,
+                n_releases=n_releases,
                 private=bool(blob.field(privacy, "private", bool, FORMAT)),
             )
         except blob.BlobError:

@@ -265,6 +265,8 @@ def _mutations():
     yield "private type", setp("privacy", "private", value="yes")
     yield "version type", setp("version", value=1.5)
     yield "n_releases type", setp("n_releases", value=None)
+    yield "version negative", setp("version", value=-1)
+    yield "n_releases negative", setp("n_releases", value=-3)
     yield "counts object dtype", setp("counts", "dtype", value="|O")
     yield "counts pickle dtype", setp("counts", "dtype", value="O")
     yield "counts float dtype", setp("counts", "dtype", value="<f8")

@@ -167,6 +167,21 @@ def render_md(info: dict, rows: list[dict], args) -> str:
                  f"**{M(r['apply_tally_rps'])}** | {r['before_apply_tally_s'] / r['apply_tally_s']:.1f}x | {M(r['encode_rps'])} | "
                  f"{M(r['noisy_delta_rps'])} | {M(r['predict_proba_rps'])} |")
     L += ["", "Schemas: " + "; ".join(f"`{k}`: {v}" for k, v in KIND_DESC.items()) + ".\n",
+          "## What the optimisation does\n",
+          "- **Key tables (all-categorical schemas with a small joint domain).** A record's leaf depends only on the codes "
+          "of the attributes the trees test, so when n_trees x (product of their arities) <= 2**21, every code "
+          "combination is routed once (cached on the structure; built only when the batch has at least a quarter as many records as the domain has keys, "
+          "or already cached) and a batch then costs one mixed-radix key per record (integer matmul) and one row gather. "
+          "Used here by `binary` (2**16 keys); among the UCI sets by Nursery (12,960 keys) and Tic-Tac-Toe (19,683). "
+          "Codes outside the declared arities fall back to the router.",
+          "- **Router (everything else).** Cache-sized chunks (16k records categorical, 8k otherwise) transposed once "
+          "(categorical codes as uint8/int16), a per-node column-offset table so each level is gather offset, add record "
+          "index, gather value, gather child, add; intp node indices (np.take converts any other index dtype first), "
+          "preallocated buffers with `out=` and `mode='clip'` (no bounds-check copy), no extra zero column copy of X, "
+          "and the root level computed directly from one column. numpy's gather costs ~2 ns per element here, "
+          "so with ~5 passes per level x height x 10 trees the router tops out around 2M records/s/core.",
+          "- **tally**: the flat (tree, leaf, class) index is built in one buffer with in-place adds (no temporaries), then one bincount.",
+          "- Not done: numba/C (a new dependency; the brief asked for numpy unless it cannot get close).\n",
           "## Machine\n", "```", info["lscpu"], "```",
           f"Python {info['python']}, numpy {info['numpy']}. Run at {info['date']}.\n",
           f"Load: before `{info['uptime_before']}`; after `{info['uptime_after']}`. The machine has 2 cores shared with "

@@ -147,7 +147,9 @@ class ForestStructure:
         if n == 0:
             return np.empty((n, T), dtype=np.int64)
         is_cat = np.asarray(is_categorical, dtype=bool)
-        if bool(np.all(is_cat)):
+        # A tree has at most as many leaves as its attributes have code combinations, so a
+        # forest with more leaves than the key-table limit cannot use key tables.
+        if bool(np.all(is_cat)) and int(self.n_leaves.sum()) <= self.KEY_CELLS_MAX:
             out = self._apply_by_key(X, is_cat)
             if out is not None:
                 return out
@@ -160,7 +162,7 @@ class ForestStructure:
     def _key_plan(self, m: int):
         """Attributes tested anywhere in the forest, their arities (from the structure) and the domain size."""
         # The cache lives on this object; a fingerprint of the node arrays clears it if they were replaced or edited in place.
-        fp = tuple((id(a), a.shape, int(a.sum(dtype=np.int64))) for a in (self.feature, self.child, self.leaf))
+        fp = tuple((a.shape, a.dtype.str, hash(a.tobytes())) for a in (self.feature, self.child, self.leaf))
         if self.__dict__.get("_cache_fp") != fp:
             self.__dict__["_cache"], self.__dict__["_cache_fp"] = {}, fp
         cache = self.__dict__["_cache"]

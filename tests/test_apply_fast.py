@@ -113,3 +113,16 @@ def test_tally_matches_reference(seed):
     # non-contiguous input (a transposed view) gives the same counts
     lt = np.ascontiguousarray(leaves.T).T
     np.testing.assert_array_equal(tally(lt, y, (T, L, C)), reference_tally(leaves, y, (T, L, C)))
+
+
+def test_key_table_cache_follows_in_place_edits():
+    rng = np.random.default_rng(5)
+    schema = random_schema(rng, "categorical", 5)
+    fs = ForestStructure.draw(schema, n_trees=2, height=3, seed=4)
+    X = random_X(rng, schema, 40_000)
+    fs.apply(X, schema.is_categorical)  # builds and caches the key table
+    inner = np.flatnonzero(fs.leaf[0] < 0)
+    leaves = np.flatnonzero(fs.leaf[0] >= 0)
+    fs.leaf[0, leaves] = fs.leaf[0, leaves][::-1].copy()  # renumber leaves in place
+    assert inner.size
+    np.testing.assert_array_equal(fs.apply(X, schema.is_categorical), reference_apply(fs, X, schema.is_categorical))

@@ -458,3 +458,16 @@ def test_kanon_sampling_rate_is_beta(beta):
 def test_kanon_refuses_epsilon_below_floor():
     with pytest.raises(ValueError, match=r"-ln\(1-beta\)"):
         PrivateForest.create(MIXED, n_trees=10, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.4)
+
+
+def test_kanon_update_thresholds_each_batch_on_its_own():
+    """A small batch loses its cells below k even if the accumulated counts are large (no carry-over)."""
+    X, y = mixed_data(3000, np.random.default_rng(12))
+    f = PrivateForest.create(MIXED, n_trees=2, height=2, epsilon=4.0, mechanism="kanon", k=10, beta=0.5, seed=5)
+    f.fit(X, y)
+    before = f.counts.copy()
+    Xs, ys = mixed_data(9, np.random.default_rng(13))  # 9 records: no cell can reach k = 10
+    f.update(Xs, ys)
+    assert np.array_equal(f.counts, before) and f.n_releases == 2
+    delta = f.noisy_delta(*mixed_data(3000, np.random.default_rng(14)))
+    assert np.all((delta == 0) | (delta >= 10)) and delta.any()

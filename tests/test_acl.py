@@ -284,3 +284,55 @@ def test_full_pipeline_under_acl_users(acl, model, votes):
     assert admin.zcard(Keys(model).merged) == 6
     assert admin.xpending(Keys(model).records, "workers")["pending"] == 0
     consumer.close()
+
+
+# -- CLI under the ACL users ---------------------------------------------------------
+def _cli(url: str, *argv: str, capsys) -> tuple[int, str, str]:
+    from streamdp.cli import main
+
+    capsys.readouterr()
+    rc = main(["--redis-url", url, *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_cli_under_acl_users(acl, votes, unique_name, tmp_path, capsys):
+    """create (admin) -> push (producer) -> show/list/get (consumer); stats are private (worker/admin only)."""
+    import json
+
+    from streamdp.service.worker import Worker
+
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps(votes.schema.to_dict()))
+    csv = tmp_path / "votes.csv"
+    names = votes.schema.names
+    csv.write_text(",".join(names + ["party"]) + "\n" + "\n".join(
+        ",".join(list(map(str, row)) + [str(lab)]) for row, lab in zip(votes.X[:120], votes.y[:120])) + "\n")
+    name = unique_name
+    rc, _, err = _cli(acl.url("admin"), "model", "create", name, "--schema", str(schema), "--trees", "3",
+                      "--height", "4", "--epsilon", "1", capsys=capsys)
+    assert rc == 0, err
+    rc, _, err = _cli(acl.url("producer"), "push", name, str(csv), "--label", "party", "--batch-size", "40",
+                      capsys=capsys)
+    assert rc == 0, err
+    Worker(acl.url("worker"), name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)
+    rc, out, err = _cli(acl.url("worker"), "stats", name, capsys=capsys)
+    assert rc == 0, err
+    rc, out, err = _cli(acl.url("consumer"), "model", "show", name, capsys=capsys)
+    assert rc == 0 and "version" in out, err
+    rc, out, err = _cli(acl.url("consumer"), "model", "list", capsys=capsys)
+    assert rc == 0 and name in out, err
+    rc, out, err = _cli(acl.url("consumer"), "model", "get", name, "-o", str(tmp_path / "m.bin"), capsys=capsys)
+    assert rc == 0, err
+    assert PrivateForest.from_bytes((tmp_path / "m.bin").read_bytes()).n_releases == 3
+    # the private counters are refused to the consumer, with a clear error and exit code 2
+    rc, out, err = _cli(acl.url("consumer"), "stats", name, capsys=capsys)
+    assert rc == 2 and "permission" in err
+
+
+@pytest.mark.xfail(reason="bug reported in docs/REVIEW_service.md: the CLI prints REDIS_URL with its password",
+                   strict=False)
+def test_cli_errors_do_not_print_the_password(acl, model, capsys):
+    rc, out, err = _cli(acl.url("consumer"), "stats", model, capsys=capsys)
+    assert rc == 2
+    assert acl.passwords["consumer"] not in err + out

@@ -336,3 +336,54 @@ def test_cli_errors_do_not_print_the_password(acl, model, capsys):
     rc, out, err = _cli(acl.url("consumer"), "stats", model, capsys=capsys)
     assert rc == 2
     assert acl.passwords["consumer"] not in err + out
+
+
+# -- TLS: rediss:// URLs carry credentials and CA settings ------------------------------
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make a test certificate")
+def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
+    import subprocess
+    import time
+
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.embedded import _free_port
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import create_model
+
+    crt, key = tmp_path / "redis.crt", tmp_path / "redis.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True, timeout=30)
+    pws = {u: f"tls-{u}-pw" for u in USERS}
+    text, _ = _acl_tool().render((DEPLOY / "users.acl").read_text(), pws)
+    (tmp_path / "users.acl").write_text(text)
+    port = _free_port()
+    proc = subprocess.Popen(
+        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(tmp_path), "--tls-cert-file", str(crt), "--tls-key-file", str(key),
+         "--tls-ca-cert-file", str(crt), "--tls-auth-clients", "no", "--aclfile", str(tmp_path / "users.acl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def url(user):
+            return f"rediss://{user}:{pws[user]}@127.0.0.1:{port}/0?ssl_ca_certs={crt}&ssl_cert_reqs=required"
+
+        deadline = time.monotonic() + 10
+        while True:  # bounded wait for the TLS listener
+            try:
+                if redis.Redis.from_url(url("admin"), socket_connect_timeout=0.5).ping():
+                    break
+            except (redis.ConnectionError, OSError):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+        create_model(url("admin"), unique_name, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1)
+        with Producer(url("producer"), unique_name) as p:
+            p.push(votes.X[:10], votes.y[:10])
+        with Consumer(url("consumer"), unique_name) as c:
+            assert c.latest().version == 0
+        _denied(redis.Redis.from_url(url("consumer")).xrange, "sdp:{%s}:priv:records" % unique_name)
+        with pytest.raises(redis.ConnectionError):  # the CA is checked: an unverified certificate is refused
+            redis.Redis.from_url(f"rediss://consumer:{pws['consumer']}@127.0.0.1:{port}/0",
+                                 socket_connect_timeout=2).ping()
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,7 +1,7 @@
 """Fault injection on a real Redis: workers SIGKILLed at random points lose nothing and double-count nothing.
 
 Two (or more) worker processes run over a model's record stream while the
-test kills them with SIGKILL, at least 50 times, and restarts them (half of
+test kills them with SIGKILL, at least 100 times, and restarts them (half of
 the time under the same consumer name, which re-reads its own pending
 entries; otherwise a fresh name, whose predecessor's entries are reclaimed by
 XAUTOCLAIM after a short idle time). Kills happen
@@ -19,9 +19,12 @@ XAUTOCLAIM after a short idle time). Kills happen
   - ``in_commit``: the commit script ran on the server, the worker dies before
     the call returns;
 
+  plus stalls longer than the claim idle time before a commit (the stale
+  worker's commit must be rejected, its noise never released);
+
 * and from outside, by the test, at random instants.
 
-Producers keep pushing (>= 200 unique batches, plus duplicate XADDs of the
+Producers keep pushing (>= 300 unique batches, plus duplicate XADDs of the
 same batch ids) until enough kills happened. Then two clean workers drain the
 stream, and the test checks:
 
@@ -55,8 +58,8 @@ from streamdp.service.registry import create_model, delete_model, load_spec
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit")
-KILLS_TARGET = 50
-MIN_BATCHES = 200
+KILLS_TARGET = 100
+MIN_BATCHES = 300
 BATCH = 20           # records per batch
 WORKERS = 2
 CLAIM_IDLE_MS = 150
@@ -107,6 +110,10 @@ def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: 
 
     def _commit_entries(*a, **kw):
         maybe_die("before_commit")
+        if p_kill > 0 and rng.random() < p_kill / 2:
+            # a stall past the claim idle time: another worker reclaims the entries while this one
+            # still holds their deltas; its commit must then be rejected (not-owner / not-pending)
+            time.sleep(3 * CLAIM_IDLE_MS / 1000)
         return commit_entries(*a, **kw)
 
     def _commit(*a, **kw):
@@ -239,14 +246,19 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
 
     with open(log_path) as f:
         points = [ln.strip() for ln in f]
+    stats = {k.decode(): int(float(v)) for k, v in r.hgetall(keys.stats).items() if k != b"last_commit_ms"}
     counts_by_point = {pt: points.count(pt) for pt in POINTS}
     print(f"\nfault injection eps={epsilon}: {len(batches)} unique batches, {n_entries} entries, "
           f"{fleet.sigkilled} SIGKILLs ({len(points)} at named points {counts_by_point}, "
           f"{fleet.external_kills} external), {fleet.restarts_same_name} same-name restarts, "
-          f"{time.monotonic() - t0:.1f}s")
+          f"{time.monotonic() - t0:.1f}s; worker counters {stats}")
     assert fleet.sigkilled >= KILLS_TARGET
     assert len(batches) >= MIN_BATCHES
     assert all(counts_by_point[pt] > 0 for pt in POINTS), counts_by_point
+    # the recovery paths were exercised: reclaimed entries, reused stored deltas, rejected stale commits
+    assert stats.get("claimed", 0) > 0 and stats.get("delta_reused", 0) > 0, stats
+    assert stats.get("commit_rejections", 0) > 0, stats
+    assert stats.get("lost_trimmed", 0) == 0 and stats.get("poison", 0) == 0, stats  # MINID trims kept unacked entries
 
     # nothing pending, nothing undelivered, nothing dead-lettered
     g = next(g for g in r.xinfo_groups(keys.records) if g["name"].decode() == GROUP)

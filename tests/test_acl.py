@@ -387,3 +387,29 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_per_model_worker_user_from_the_shipped_line(acl, model, votes, unique_name):
+    """deploy/README.md: replacing {*} by {NAME} in the worker line confines a worker to one model."""
+    from streamdp.service.registry import create_model
+    from streamdp.service.worker import Worker
+
+    line = next(ln for ln in (DEPLOY / "users.acl").read_text().splitlines() if ln.startswith("user worker "))
+    rules = line.split()[2:]
+    rules = [r.replace("{*}", "{%s}" % model) for r in rules if r != "resetpass"] + [">one-model-pw"]
+    admin = acl.client("admin")
+    admin.execute_command("ACL", "SETUSER", "worker-one", *rules)
+    try:
+        other = unique_name + "-other"
+        create_model(acl.url("admin"), other, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1)
+        hp = acl.hostport
+        url = f"redis://worker-one:one-model-pw@{hp}/0"
+        w = redis.Redis.from_url(url)
+        _denied(w.hgetall, "sdp:{%s}:priv:state" % other)
+        _denied(w.xreadgroup, "workers", "x", {"sdp:{%s}:priv:records" % other: ">"})
+        assert w.hgetall("sdp:{%s}:priv:state" % model) is not None
+        Worker(url, model, block_ms=20).run(until_drained=True, max_seconds=30, handle_signals=False)
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            Worker(url, other)
+    finally:
+        admin.acl_deluser("worker-one")

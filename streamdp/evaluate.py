@@ -56,6 +56,8 @@ class Row:
     batch_size: int | None = None
     releases: int | None = None
     private: bool | None = None
+    accuracy_sd: float | None = None  # over `repeats` fresh private models (new structure and noise each)
+    repeats: int = 1
     curve: list = field(default_factory=list)  # cumulative accuracy at `EvalResult.steps`
     rolling: list = field(default_factory=list)  # accuracy over the last `window` records at steps
 
@@ -72,11 +74,12 @@ class EvalResult:
     def table(self) -> str:
         lines = [
             f"dataset {self.dataset}: {self.n:,} samples" + (f"  (load average at start: {self.load})" if self.load else ""),
-            f"{'model':<34} {'accuracy':>8} {'samples/s':>11} {'seconds':>8} {'releases':>8}",
+            f"{'model':<34} {'accuracy':>8} {'± sd':>7} {'samples/s':>11} {'seconds':>8} {'releases':>8}",
         ]
         for r in self.rows:
             rel = "" if r.releases is None else str(r.releases)
-            lines.append(f"{r.model:<34} {r.accuracy:8.4f} {r.samples_per_s:11,.0f} {r.seconds:8.2f} {rel:>8}")
+            sd = "" if r.accuracy_sd is None else f"{r.accuracy_sd:.4f}"
+            lines.append(f"{r.model:<34} {r.accuracy:8.4f} {sd:>7} {r.samples_per_s:11,.0f} {r.seconds:8.2f} {rel:>8}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -185,6 +188,7 @@ def evaluate(
     n_points: int = 100,
     shuffle_seed: int = 0,
     per_record: bool = False,
+    repeats: int = 1,
     verbose: bool = True,
 ) -> EvalResult:
     """Run progressive validation of every model on one dataset; see the module docstring."""
@@ -213,10 +217,17 @@ def evaluate(
         print(f"dataset {dataset}: {n:,} samples, load {load}", flush=True)
     for eps in epsilons:
         for bs in batch_sizes:
-            model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
-            correct, secs = run_private(model, data)
-            add(Row(f"PrivateForest eps={eps:g} bs={bs}", float(correct.mean()), n / secs, secs, n, eps, bs,
-                    model.n_releases, model.private), correct)
+            accs, secs_all, corrects = [], [], []
+            for _ in range(max(1, repeats)):  # each repeat: a fresh structure and fresh noise
+                model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
+                correct, secs = run_private(model, data)
+                accs.append(float(correct.mean()))
+                secs_all.append(secs)
+                corrects.append(correct)
+            secs = float(np.median(secs_all))
+            row = Row(f"PrivateForest eps={eps:g} bs={bs}", float(np.mean(accs)), n / secs, secs, n, eps, bs,
+                      model.n_releases, model.private, float(np.std(accs)) if len(accs) > 1 else None, len(accs))
+            add(row, np.mean(corrects, axis=0))
     if per_record and epsilons and batch_sizes:
         # Same model through the one-record loop (river's own path), for its throughput.
         eps, bs = epsilons[len(epsilons) // 2], batch_sizes[len(batch_sizes) // 2]
@@ -303,6 +314,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--per-record", action="store_true",
                    help="also time the private forest through the one-record loop")
     p.add_argument("--shuffle-seed", type=int, default=0)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="fresh private models per setting (accuracy mean and sd; samples/s median)")
     p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")
     p.set_defaults(func=main)
@@ -315,7 +328,7 @@ def main(args: argparse.Namespace) -> int:
     for ds in args.datasets:
         res = evaluate(ds, n=args.n, epsilons=args.epsilons, batch_sizes=args.batch_sizes, n_trees=args.n_trees,
                        height=args.height, references=refs, nominal=args.nominal, shuffle_seed=args.shuffle_seed,
-                       per_record=args.per_record)
+                       per_record=args.per_record, repeats=args.repeats)
         print(res.table())
         print()
         if args.plot_dir:

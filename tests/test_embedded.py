@@ -104,3 +104,17 @@ def test_no_orphan_when_owner_dies(sig):
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+def test_a_port_taken_by_another_server_is_not_mistaken_for_ours(monkeypatch):
+    """If the probed free port is taken by another Redis before ours binds, start() must not return it."""
+    import streamdp.service.embedded as emb_mod
+
+    with EmbeddedRedis.start() as other:
+        taken = int(other.url.rsplit(":", 1)[1].split("/")[0])
+        ports = iter([taken])
+        real = emb_mod._free_port
+        monkeypatch.setattr(emb_mod, "_free_port", lambda: next(ports, None) or real())
+        with EmbeddedRedis.start() as mine:
+            assert mine.url != other.url
+            assert redis.Redis.from_url(mine.url).info("server")["process_id"] == mine.pid

@@ -100,6 +100,23 @@ if d:
 """
 
 
+def _serves(url: str, pid: int, timeout: float = 0.2) -> bool:
+    """True when the server at ``url`` answers and is process ``pid`` (not another server that took the port).
+
+    When ACLs refuse us INFO, answering at all is taken as ready; the caller also checks the process is alive.
+    """
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
+        try:
+            return int(client.info("server").get("process_id", pid)) == pid
+        except (redis.AuthenticationError, redis.exceptions.NoPermissionError, redis.ResponseError):
+            return True
+        finally:
+            client.close()
+    except (redis.RedisError, OSError, ValueError):
+        return False
+
+
 def _start_watchdog(pid: int, directory: str | None) -> subprocess.Popen | None:
     try:
         return subprocess.Popen(
@@ -158,7 +175,7 @@ class EmbeddedRedis:
                 emb._watchdog = _start_watchdog(proc.pid, d)
                 atexit.register(emb.stop)
                 deadline = time.monotonic() + timeout
-                while not _answers(emb.url):
+                while not (_serves(emb.url, proc.pid) and proc.poll() is None):
                     if proc.poll() is not None or time.monotonic() > deadline:
                         break
                     time.sleep(0.02)  # bounded wait for the child to bind

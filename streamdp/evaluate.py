@@ -189,6 +189,7 @@ def evaluate(
     shuffle_seed: int = 0,
     per_record: bool = False,
     repeats: int = 1,
+    windows: Sequence[int | None] = (None,),
     verbose: bool = True,
 ) -> EvalResult:
     """Run progressive validation of every model on one dataset; see the module docstring."""
@@ -215,19 +216,20 @@ def evaluate(
 
     if verbose:
         print(f"dataset {dataset}: {n:,} samples, load {load}", flush=True)
-    for eps in epsilons:
-        for bs in batch_sizes:
-            accs, secs_all, corrects = [], [], []
-            for _ in range(max(1, repeats)):  # each repeat: a fresh structure and fresh noise
-                model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
-                correct, secs = run_private(model, data)
-                accs.append(float(correct.mean()))
-                secs_all.append(secs)
-                corrects.append(correct)
-            secs = float(np.median(secs_all))
-            row = Row(f"PrivateForest eps={eps:g} bs={bs}", float(np.mean(accs)), n / secs, secs, n, eps, bs,
-                      model.n_releases, model.private, float(np.std(accs)) if len(accs) > 1 else None, len(accs))
-            add(row, np.mean(corrects, axis=0))
+    for eps, bs, win in [(e, b, w) for e in epsilons for b in batch_sizes for w in windows]:
+        accs, secs_all, corrects = [], [], []
+        for _ in range(max(1, repeats)):  # each repeat: a fresh structure and fresh noise
+            model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs,
+                                            window=win)
+            correct, secs = run_private(model, data)
+            accs.append(float(correct.mean()))
+            secs_all.append(secs)
+            corrects.append(correct)
+        secs = float(np.median(secs_all))
+        label = f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "")
+        row = Row(label, float(np.mean(accs)), n / secs, secs, n, eps, bs, model.n_releases, model.private,
+                  float(np.std(accs)) if len(accs) > 1 else None, len(accs))
+        add(row, np.mean(corrects, axis=0))
     if per_record and epsilons and batch_sizes:
         # Same model through the one-record loop (river's own path), for its throughput.
         eps, bs = epsilons[len(epsilons) // 2], batch_sizes[len(batch_sizes) // 2]
@@ -272,7 +274,8 @@ def plot(result: EvalResult, path: str) -> str | None:
                 kw = {"color": "black" if "Hoeffding" in r.model else "tab:red", "lw": 2.2}
             else:
                 ci = eps_values.index(r.epsilon) / max(1, len(eps_values) - 1)
-                kw = {"color": cmap(0.1 + 0.75 * ci), "ls": styles[bs_values.index(r.batch_size) % 4], "lw": 1.4}
+                kw = {"color": cmap(0.1 + 0.75 * ci), "ls": styles[bs_values.index(r.batch_size) % 4],
+                      "lw": 2.4 if " win=" in r.model else 1.4}
             ax.plot(result.steps, getattr(r, attr), label=r.model, **kw)
         ax.set_title(title)
         ax.set_xlabel("records seen")
@@ -308,6 +311,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--epsilons", type=_floats, default=[0.5, 1.0, 2.0])
     p.add_argument("--batch-sizes", type=_ints, default=[100, 1000, 10000])
     p.add_argument("--n-trees", type=int, default=10)
+    p.add_argument("--windows", type=lambda v: [None if w.strip() in ("", "none", "None") else int(w)
+                                                for w in v.split(",")], default=[None],
+                   help="sliding windows in releases for the private forest, e.g. none,10")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--references", default="ht,arf", help="comma list of ht, arf (empty: none)")
     p.add_argument("--nominal", action="store_true", help="give river's trees the nominal attributes")
@@ -328,7 +334,7 @@ def main(args: argparse.Namespace) -> int:
     for ds in args.datasets:
         res = evaluate(ds, n=args.n, epsilons=args.epsilons, batch_sizes=args.batch_sizes, n_trees=args.n_trees,
                        height=args.height, references=refs, nominal=args.nominal, shuffle_seed=args.shuffle_seed,
-                       per_record=args.per_record, repeats=args.repeats)
+                       per_record=args.per_record, repeats=args.repeats, windows=args.windows)
         print(res.table())
         print()
         if args.plot_dir:

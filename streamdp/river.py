@@ -49,6 +49,7 @@ True
 
 from __future__ import annotations
 
+import collections
 import math
 import time
 import warnings
@@ -269,6 +270,12 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         ``"geometric"`` (default, exact integer noise) or ``"laplace"``.
     vote
         ``"proba"`` (summed leaf counts) or ``"majority"`` (one vote per tree).
+    window
+        ``None`` (default): the model sums every release since the start.
+        ``K``: the model is the sum of the last ``K`` released deltas only
+        (older deltas are subtracted again; post-processing of released
+        values, so still ``epsilon``-DP). It forgets, so it follows concept
+        drift, and the noise per cell stops growing at ``sqrt(2K) n_trees / epsilon``.
     seed
         ``None`` (private) or an int: reproducible structure **and noise**, for
         tests only; a seeded model is NOT private.
@@ -292,6 +299,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         batch_size: int = 1000,
         mechanism: str = "geometric",
         vote: str = "proba",
+        window: int | None = None,
         seed: int | None = None,
     ):
         self.schema = schema
@@ -301,7 +309,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.batch_size = batch_size
         self.mechanism = mechanism
         self.vote = vote
+        self.window = window
         self.seed = seed
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"window must be None or a positive number of releases, got {window!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if mechanism not in ("geometric", "laplace"):
@@ -324,6 +335,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self._buf_X = np.empty((batch_size, m), dtype=np.float64)
         self._buf_y = np.empty(batch_size, dtype=np.int64)
         self._n_buf = 0
+        self._deltas: collections.deque = collections.deque()  # the last `window` released deltas
         self._refresh()
 
     # -- river plumbing ---------------------------------------------------------
@@ -412,7 +424,16 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def _release(self) -> None:
         n = self._n_buf
         delta = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n])
-        self.forest.merge(delta)
+        if self.window is None:
+            self.forest.merge(delta)
+        else:
+            # Sliding window over releases: subtracting an old, already released (noised) delta is
+            # post-processing, so the model stays epsilon-DP; it forgets old data and caps the noise.
+            self._deltas.append(delta)
+            if len(self._deltas) > self.window:
+                self.forest.merge(delta - self._deltas.popleft())
+            else:
+                self.forest.merge(delta)
         self._n_buf = 0
         # Scrub the raw records of the released batch.
         self._buf_X[:n] = 0.0

@@ -128,6 +128,23 @@ def test_noise_accumulates_with_releases():
     assert sds[16] == pytest.approx(4 * one, rel=0.2)  # sd grows with sqrt(#releases)
 
 
+def test_window_keeps_only_the_last_releases():
+    data = _agrawal(1000)
+    w = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100, window=3, seed=5)
+    ref = w.clone()  # same seed: the same structure and the same noise draws
+    deltas = []
+    for s in range(0, 1000, 100):
+        enc, _ = ref._enc.encode_many([x for x, _ in data[s:s + 100]])
+        ys = np.array([ref._enc.encode_label(y) for _, y in data[s:s + 100]])
+        deltas.append(ref.forest.noisy_delta_encoded(enc, ys))
+    for x, y in data:
+        w.learn_one(x, y)
+    assert w.n_releases == 10 and w.forest.epsilon == 1.0
+    np.testing.assert_array_equal(w.forest.counts, sum(deltas[-3:]))
+    with pytest.raises(ValueError):
+        PrivateForestClassifier(rs.agrawal_schema(), window=0)
+
+
 def test_proba_is_valid_distribution_over_schema_labels():
     m = PrivateForestClassifier(rs.led_schema(), n_trees=5, batch_size=200)
     assert set(m.predict_proba_one({})) == set(range(10))

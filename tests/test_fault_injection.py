@@ -294,3 +294,79 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
                                                                                            DS.y[all_idx])
         assert not np.array_equal(forest.counts, exact)
     delete_model(redis_url, model)
+
+
+# -- the Redis server itself crashes (SIGKILL) and restarts from its AOF ---------------------
+@pytest.mark.skipif(__import__("shutil").which("redis-server") is None, reason="needs the redis-server binary")
+def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name):
+    """deploy/redis.conf's durability (AOF) is part of exactly-once: kill -9 Redis mid-stream, restart it
+    from its AOF (appendfsync always here), restart the workers: every batch is merged exactly once."""
+    import subprocess
+
+    from streamdp.service.embedded import _free_port
+
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
+           "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"]
+
+    def start_server():
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def up():
+            try:
+                return redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
+            except (redis.ConnectionError, redis.BusyLoadingError, OSError):
+                assert proc.poll() is None, "redis-server exited"
+                return False
+
+        _wait(up, 15, "redis-server to answer")
+        return proc
+
+    server = start_server()
+    fleet = Fleet(url, unique_name, str(tmp_path / "kills.log"))
+    try:
+        create_model(url, unique_name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=7)
+        keys = Keys(unique_name)
+        r = redis.Redis.from_url(url)
+        rng = np.random.default_rng()
+        batches: dict[str, np.ndarray] = {}
+        with Producer(url, unique_name) as prod:
+            _push_round(prod, rng, 400, batches, 20)
+        for _ in range(WORKERS):
+            fleet.start(p_kill=0.0)
+        _wait(lambda: int(r.hget(keys.pub_model, "releases") or 0) >= 30, 60, "some batches merged")
+        at_kill = int(r.hget(keys.pub_model, "releases") or 0)
+        server.kill()  # SIGKILL: no shutdown save, only what the AOF holds
+        server.wait(10)
+        server = start_server()
+        r = redis.Redis.from_url(url)
+        after = int(r.hget(keys.pub_model, "releases") or 0)
+        print(f"\nredis killed with {at_kill}+ of {len(batches)} batches merged; {after} after the AOF restart")
+        assert after >= at_kill  # nothing acknowledged was lost
+        # workers lost their connection; whatever they do now, replace them all
+        fleet.kill_all() if fleet.alive() else None
+        for p in fleet.procs:
+            p.join(5)
+        fleet.procs = []
+        with Producer(url, unique_name) as prod:
+            _push_round(prod, rng, 50, batches, 5)
+        clean = [fleet.start(p_kill=0.0, until_drained=True) for _ in range(WORKERS)]
+        _wait(lambda: not any(p.is_alive() for p in clean), 90, "clean workers to drain the stream")
+        assert [p.exitcode for p in clean] == [0] * WORKERS
+
+        r = redis.Redis.from_url(url)
+        g = next(g for g in r.xinfo_groups(keys.records) if g["name"].decode() == GROUP)
+        assert g["pending"] == 0
+        assert {m.decode() for m in r.zrange(keys.merged, 0, -1)} == set(batches)
+        forest = Consumer(url, unique_name).latest()
+        assert forest.n_releases == len(batches)
+        all_idx = np.concatenate(list(batches.values()))
+        np.testing.assert_array_equal(forest.counts, load_spec(url, unique_name).noisy_delta(DS.X[all_idx],
+                                                                                              DS.y[all_idx]))
+    finally:
+        for p in fleet.procs:
+            if p.is_alive():
+                os.kill(p.pid, signal.SIGKILL)
+        server.kill()
+        server.wait(10)

@@ -187,16 +187,23 @@ class ForestStructure:
         A record's leaf depends only on the codes of the attributes the trees
         test, so every possible code combination is routed once (cached on the
         structure) and a batch then needs one mixed-radix key per record and one
-        gather per tree. Returns None when the domain is too large, the table
-        would cost more than routing this batch, or a code lies outside its
-        arity (then the general router decides, exactly as before).
+        gather per tree. Returns None when the domain is too large, the table is
+        not worth building yet (fewer than domain/4 records routed so far), or a
+        code lies outside its arity (then the general router decides, exactly as before).
         """
         n, m = X.shape
         used, radix, domain = self._key_plan(m)
         cache = self.__dict__["_cache"]
         key_t = ("table", m)
-        if domain * self.n_trees > self.KEY_CELLS_MAX or (key_t not in cache and domain > 4 * n):
+        if domain * self.n_trees > self.KEY_CELLS_MAX:
             return None
+        if key_t not in cache:
+            # Build the table only once this structure has routed a quarter of the domain's size in
+            # records: building costs about as much as routing `domain` records, so a worker's steady
+            # stream of small batches pays it once while a one-off small predict never does.
+            cache["routed"] = cache.get("routed", 0) + n
+            if cache["routed"] < domain // 4:
+                return None
         # Same truncation to integers as the router applies to categorical codes.
         codes = X.astype(np.intp)
         bound = np.full(m, np.iinfo(np.intp).max, dtype=np.int64)

@@ -125,6 +125,7 @@ def main(path: str) -> None:
     L.append("\n(each cell: epsilon 0.5 / 0.75 / 1)\n")
     L.append(verdict_text(verdict))
     L.append(claims_text(rdt))
+    L.append(summary_text(rdt, dpl))
 
     L.append("## 2. Update procedure (seed 002, Section VI-B)\n")
     L.append("Each training fold is split at random into halves D1, D2; the forest is fitted on D1 (one release at epsilon), "
@@ -189,6 +190,15 @@ def main(path: str) -> None:
                     parts.append(f"h={h}: {np.mean(diffs):.3f} (worst k={worst[1]}, beta={worst[2]}: {worst[0]:.3f})")
             L.append(f"- {NAMES[ds]}: " + "; ".join(parts))
         L.append("")
+        L.append("Reading: the deltas match seed 003's Tables 5/7 to the printed digits (5.52e-5, 0.352, 1.08e-9, 0.034, "
+                 "7.00e-19; the paper's '0' for k=20, beta=0.1 is our 4.2e-4 rounded). Where a Mushroom height reaches a "
+                 "small mean difference above, Mushroom's Table 7 is reproduced. Nursery's is not at low beta: with "
+                 "beta = 0.01 each tree keeps about 117 of the ~11,664 training records of a fold, spread over its "
+                 "leaves x 3 classes, so with k >= 5 nearly every cell is zeroed and the vote falls back to a uniform "
+                 "prior (accuracy 1/3, seen at heights 4-5). The paper's 0.942 (k=5, beta=0.01) is above even our "
+                 "no-privacy forests at heights 2-4; we cannot reach it with Algorithm 3 as written (pruning per "
+                 "(leaf, class) cell). Unstated details (depth, how the 5 Nursery classes became 3, the split) may explain "
+                 "part of it; we did not find a reading that does.\n")
     Path(path).with_suffix(".md").write_text("\n".join(L) + "\n")
     plot(doc, Path(path).with_suffix(".png"))
     print(f"wrote {Path(path).with_suffix('.md')} and .png")
@@ -206,6 +216,24 @@ def verdict_text(verdict) -> str:
             wins[key].append(f"{NAMES[ds]} h={h} ({d:+.3f})")
         out.append(f"- {name}: **{a}** wins on {', '.join(wins[a]) or 'none'}; **{b}** wins on {', '.join(wins[b]) or 'none'}; "
                    f"tie on {', '.join(wins['tie']) or 'none'} (mean difference over epsilon 0.5/0.75/1).")
+    return "\n".join(out) + "\n"
+
+
+def summary_text(rdt, dpl) -> str:
+    """diffprivlib gap and update gap, averaged over the finite epsilons."""
+    out = ["### Ours vs diffprivlib, and update vs one release on the union (mean over epsilon 0.5 / 0.75 / 1)\n",
+           "| dataset | height | ours (geometric, split, proba) | diffprivlib RF | ours - diffprivlib | union - update (geometric) | union - update (laplace) |",
+           "|---|---|---|---|---|---|---|"]
+    for ds, (nt, heights) in SETTINGS.items():
+        for h in heights:
+            ours = np.mean([pick(rdt, dataset=ds, height=h, eps=e, proc="fit", mech="geometric", budget="split", vote="proba")["mean"] for e in EPS[:3]])
+            d = [pick(dpl, dataset=ds, height=h, eps=e) for e in EPS[:3]] if dpl else []
+            dm = np.mean([r["mean"] for r in d]) if d and all(d) else float("nan")
+            gaps = []
+            for mech in ("geometric", "laplace"):
+                gaps.append(np.mean([pick(rdt, dataset=ds, height=h, eps=e, proc="fit", mech=mech, budget="split", vote="proba")["mean"]
+                                     - pick(rdt, dataset=ds, height=h, eps=e, proc="update", mech=mech)["mean"] for e in EPS[:3]]))
+            out.append(f"| {NAMES[ds]} | {h} | {ours:.3f} | {dm:.3f} | {ours - dm:+.3f} | {gaps[0]:+.3f} | {gaps[1]:+.3f} |")
     return "\n".join(out) + "\n"
 
 

@@ -6,9 +6,9 @@ is first predicted, then learned. Models:
 * ``PrivateForest eps=E bs=B`` (:class:`streamdp.river.PrivateForestClassifier`,
   private: ``seed=None``) for every epsilon ``E`` and batch size ``B``;
 * river's ``HoeffdingTreeClassifier()`` and ``ARFClassifier(n_models=10, seed=42)``,
-  non-private references (Agrawal's and the UCI sets' categorical attributes are
-  passed to them as ``nominal_attributes``... only when ``--nominal`` is given;
-  river's notes measured that declaring them hurts ARF).
+  non-private references. They get the categorical attributes as
+  ``nominal_attributes`` only with ``--nominal`` (river's notes measured that
+  declaring them hurts ARF on Agrawal).
 
 Exactness of the fast path: a :class:`PrivateForestClassifier` only changes
 when a batch is released, so predicting the records up to the next release

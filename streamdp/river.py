@@ -34,6 +34,17 @@ Privacy notes
   branch of that split (each tree averages the leaves it reaches).
 * A record key may be the attribute name or, for schemas whose attribute names
   are digit strings (river's LED uses integer keys), the integer.
+* Batch size: every release adds fresh noise, so the noise on a cell grows
+  like ``sqrt(#releases)``; ``batch_size=1000`` is the measured default
+  (``benchmarks/results/river_eval.md``). ``window=K`` keeps only the last
+  ``K`` releases (follows drift, caps the noise).
+
+Module name: this module is ``streamdp.river`` and imports the library with
+absolute imports (``import river.base``), which is unambiguous as long as the
+``streamdp/`` folder itself is not on ``sys.path``. Run its doctests with
+``pytest --doctest-modules streamdp/river.py``, not ``python -m doctest
+streamdp/river.py`` (that puts ``streamdp/`` first on the path and the file
+shadows the library).
 
 >>> from streamdp.river_schemas import stagger_schema
 >>> from river import datasets

@@ -63,10 +63,20 @@ def main(path: str) -> None:
              "replaced by the bill's majority, Nursery with 3 classes (its Table II; the paper does not say how the "
              "5 UCI classes were merged: we merged `recommend` (2 rows) and `very_recom` into `priority`).\n")
     L.append("**Heights.** Nursery k=8: 4 and 2. Votes k=16: 8 and 4. Mushroom k=21 after dropping `stalk-root`: "
-             "k/2 = 10 (11 with all 22 attributes) is refused by the size guard (a multiway tree of height 10 over "
-             "Mushroom's 2-12-valued attributes needs more than the 3,355,443 leaves per tree that the default "
-             "`max_cells=2**26` allows for 10 trees x 2 classes; heights 9-11 failed in every draw we tried, 8 in 9 of 10, "
-             "7 in half); 6 is the largest height every draw fits, so we use 6 and 3.\n")
+             "k/2 = 10 (11 with all 22 attributes) is refused by the size guard in every draw we tried (0 of 6 at "
+             "height 10: 'tree 0 of height 10 has more than 3,355,443 leaves (a tree of this height over this schema "
+             "may have up to 1,587,237,120); 10 trees x 3,355,443 leaves x 2 classes is the limit of max_cells=67,108,864'). "
+             "Heights 8, 7 and 6 fitted in 6 of 6 draws each, but at 8 a tree has ~1.1M leaves (~22M noisy cells "
+             "per release, ~15 s per draw), too slow for the full grid under 10 minutes; the grid uses 6 and 3, and "
+             "`accuracy_mushroom_deep.py` checks height 8 separately (below, when its result file exists).\n")
+    deep = Path(path).parent / "accuracy_mushroom_deep.json"
+    if deep.exists():
+        dd = json.loads(deep.read_text())
+        sm = dd["summary"]
+        L.append(f"**Mushroom at height {dd['height']}** (1 run of stratified {dd['folds']}-fold CV, geometric, split, proba; "
+                 f"max leaves per tree {min(dd['max_leaves_per_tree']):,}-{max(dd['max_leaves_per_tree']):,}; "
+                 f"{dd['refused_draws']} draws refused; {dd['runtime_s']:.0f} s): "
+                 + ", ".join(f"eps {e}: {sm[e]['mean']:.3f} ± {sm[e]['sd_over_folds']:.3f} (sd over folds)" for e in EPS if e in sm) + ".\n")
     L.append("**The paper's numbers.** Seed 002 gives its Private-RDT accuracies only as bar charts (Figures 6-8, "
              "average and maximum per epsilon); our copy of the paper is text only, so the bar heights are not "
              "available to us and we cannot put exact paper numbers beside ours. What the text states, and what we check: "

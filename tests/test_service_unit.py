@@ -321,3 +321,21 @@ def test_worker_survives_garbage_fuzz(r):
     f = Consumer(r, "m").latest()
     assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X[:50], DS.y[:50]))
     assert r.xlen(k.dead) == 200
+
+
+def test_idle_consumers_without_pending_entries_are_forgotten(r):
+    import time
+
+    _model(r)
+    k = Keys("m")
+    Producer(r, "m", batch_size=10).push(DS.X[:20], DS.y[:20])
+    r.xreadgroup(GROUP, "holder", {k.records: ">"}, count=1)  # keeps one pending entry
+    r.xgroup_createconsumer(k.records, GROUP, "ghost")  # a SIGKILLed worker with nothing in hand
+    w = _worker(r, "m", forget_consumers_s=0.001)
+    deadline = time.monotonic() + 5
+    gone = []
+    while not gone and time.monotonic() < deadline:  # bounded wait: idle must exceed 1 ms
+        gone = w.forget_idle_consumers()
+    assert gone == ["ghost"]
+    names = {c["name"].decode() for c in r.xinfo_consumers(k.records, GROUP)}
+    assert "holder" in names and "ghost" not in names

@@ -65,6 +65,7 @@ class WorkerConfig:
     dead_maxlen: int = 100_000     # dead-letter stream approximate cap
     trim_every: int = 20           # commits between MINID trims
     max_commit_retries: int = 1000
+    forget_consumers_s: float = 3600.0  # drop group consumers idle this long with nothing pending (0: never)
 
 
 def _jlog(level: int, event: str, **kv: Any) -> None:
@@ -108,6 +109,7 @@ class Worker:
         self.schema = self.spec.schema
         self.name = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._commit = self.redis.register_script(COMMIT_LUA)
+        self._forget = self.redis.register_script(FORGET_LUA)
         self._stop = threading.Event()
         self._state_version: int | None = None
         self._counts: np.ndarray | None = None
@@ -415,10 +417,39 @@ class Worker:
             n = self.redis.xtrim(self.keys.records, minid=minid, approximate=False)
             if n:
                 self.redis.hincrby(self.keys.stats, "trimmed", n)
+            self.forget_idle_consumers()
             return int(n)
         except redis.RedisError as err:
             _jlog(logging.WARNING, "worker.trim_failed", model=self.model, error=str(err))
             return 0
+
+
+    def forget_idle_consumers(self) -> list[str]:
+        """Remove consumers (e.g. of SIGKILLed workers) idle for ``forget_consumers_s`` with an empty PEL.
+
+        The PEL check and XGROUP DELCONSUMER run in one script: a consumer that
+        took an entry in between is kept (deleting it would drop its pending entries).
+        """
+        limit = self.config.forget_consumers_s
+        if limit <= 0:
+            return []
+        gone = []
+        for c in self.redis.xinfo_consumers(self.keys.records, GROUP):
+            name = _s(c["name"])
+            if name != self.name and int(c["pending"]) == 0 and int(c["idle"]) > limit * 1000:
+                if int(self._forget(keys=[self.keys.records], args=[GROUP, name])):
+                    gone.append(name)
+        if gone:
+            _jlog(logging.INFO, "worker.forgot_consumers", model=self.model, consumers=gone)
+        return gone
+
+
+FORGET_LUA = """
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
+if #p > 0 then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
 
 
 def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:

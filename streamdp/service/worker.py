@@ -102,6 +102,8 @@ class Worker:
             if not hasattr(self.config, k):
                 raise TypeError(f"unknown worker option {k!r}")
             setattr(self.config, k, v)
+        if not 1 <= self.config.batch_entries <= 1000:
+            raise ValueError("batch_entries must be in 1..1000 (entries per atomic commit)")
         self.redis = connect(redis_url)
         self.keys = Keys(model)
         self.model = model

@@ -29,6 +29,21 @@ def _url(args: argparse.Namespace) -> str:
     return args.redis_url or os.environ.get("REDIS_URL") or DEFAULT_URL
 
 
+def redact(url: str) -> str:
+    """The URL with its password masked (for messages and logs)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+        if u.password is None:
+            return url
+        host = (u.hostname or "") + (f":{u.port}" if u.port else "")
+        user = f"{u.username}:***@" if u.username else ":***@"
+        return urlunsplit((u.scheme, user + host, u.path, u.query, u.fragment))
+    except ValueError:
+        return "<unparsable URL>"
+
+
 def _client(args: argparse.Namespace):
     import redis
 
@@ -250,7 +265,7 @@ def _demo(args: argparse.Namespace) -> int:
     idx = rng.permutation(len(ds.y))
     test, train = idx[:135], idx[135:]
     url, emb = resolve_redis(args.redis_url)
-    print(f"redis: {url}" + (f" (embedded {emb.kind}, stopped at the end)" if emb else ""))
+    print(f"redis: {redact(url)}" + (f" (embedded {emb.kind}, stopped at the end)" if emb else ""))
     name = f"demo-votes-{uuid.uuid4().hex[:8]}"
     pool = None
     old_term = signal.getsignal(signal.SIGTERM)
@@ -387,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         import redis
 
         if isinstance(e, redis.RedisError):
-            print(f"streamdp: redis error: {e} (REDIS_URL={_url(args)})", file=sys.stderr)
+            print(f"streamdp: redis error: {e} (REDIS_URL={redact(_url(args))})", file=sys.stderr)
             return 2
         raise
 

@@ -339,3 +339,37 @@ def test_idle_consumers_without_pending_entries_are_forgotten(r):
     assert gone == ["ghost"]
     names = {c["name"].decode() for c in r.xinfo_consumers(k.records, GROUP)}
     assert "holder" in names and "ghost" not in names
+
+
+def test_worker_survives_a_lost_connection(r):
+    import redis as _redis
+
+    _model(r)
+    Producer(r, "m").push(DS.X[:10], DS.y[:10])
+    w = _worker(r, "m")
+    real_step, calls = w.step, []
+
+    def flaky_step(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise _redis.ConnectionError("Redis went away")
+        return real_step(*a, **kw)
+
+    w.step = flaky_step
+    w.run(until_drained=True, handle_signals=False, max_seconds=30)
+    assert len(calls) >= 2 and Consumer(r, "m").version() == 1
+
+
+def test_cli_redacts_passwords():
+    from streamdp.cli import redact
+
+    assert redact("redis://worker:s3cret@host:6380/0") == "redis://worker:***@host:6380/0"
+    assert redact("rediss://:pw@h/1") == "rediss://:***@h/1"
+    assert redact("redis://localhost:6379/0") == "redis://localhost:6379/0"
+
+
+def test_codec_wants_an_integer_format_version():
+    env = msgpack.unpackb(codec.encode_batch(DS.schema, DS.X[:2], DS.y[:2]))
+    env["format_version"] = 1.0
+    with pytest.raises(codec.EnvelopeError):
+        codec.decode(DS.schema, msgpack.packb(env))

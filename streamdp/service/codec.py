@@ -148,7 +148,8 @@ def decode(schema: Schema, data: Any) -> Batch:
         raise EnvelopeError(f"not msgpack ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(doc, dict):
         raise EnvelopeError(f"envelope must be a map, got {type(doc).__name__}")
-    if doc.get("format") != FORMAT or doc.get("format_version") != FORMAT_VERSION:
+    fv = doc.get("format_version")
+    if doc.get("format") != FORMAT or type(fv) is not int or fv != FORMAT_VERSION:
         raise EnvelopeError(f"not a {FORMAT} v{FORMAT_VERSION} envelope (format {doc.get('format')!r} "
                             f"v{doc.get('format_version')!r})")
     bid = doc.get("batch_id")

@@ -144,11 +144,21 @@ class Worker:
             signal.signal(signal.SIGINT, self.stop)
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         _jlog(logging.INFO, "worker.start", model=self.model, consumer=self.name, config=asdict(self.config))
+        backoff = 0.0
         try:
             while not self._stop.is_set():
-                n = self.step()
-                if n == 0 and until_drained and self.drained():
-                    break
+                try:
+                    n = self.step()
+                    if n == 0 and until_drained and self.drained():
+                        break
+                    backoff = 0.0
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as err:
+                    # Redis restarting / failing over: entries in hand stay pending (re-read or reclaimed later).
+                    backoff = min(5.0, max(0.1, backoff * 2))
+                    _jlog(logging.WARNING, "worker.disconnected", model=self.model, error=str(err), retry_s=backoff)
+                    self._stop.wait(backoff)
+                    self._own_pel_read = False
+                    self._state_version = None
                 if deadline is not None and time.monotonic() > deadline:
                     break
         finally:

@@ -149,7 +149,9 @@ def test_public_keys_hold_no_exact_record_count(r):
         assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
                             "version", "n_releases", "created"}
         assert 100 not in (doc["version"], doc["n_releases"])
-    assert set(r.hkeys(k.pub_model)) == {b"version", b"blob", b"updated", b"releases"}
+    assert set(r.hkeys(k.pub_model)) == {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id"}
+    f = PrivateForest.from_bytes(r.hget(k.pub_model, "blob"))
+    assert r.hget(k.pub_model, "counts") == f.counts.astype("<i8").tobytes()  # the same noisy counts
     assert show_model(r, "m")["batches_merged"] == 1
 
 
@@ -304,9 +306,11 @@ def test_consumer_get_old_versions_and_validation(r):
     assert c.latest().version == 4 and c.get(3).version == 3
     with pytest.raises(VersionNotAvailable):
         c.get(1)
-    r.hset(Keys("m").pub_model, mapping={"version": 5, "blob": b"\x81\xa6format\xa3bad"})
+    r.hset(Keys("m").pub_model, mapping={"version": 5, "blob": b"\x81\xa6format\xa3bad", "counts": b"short"})
     with pytest.raises(ValueError):
-        c.latest()
+        c.latest()  # counts unusable: falls back to the blob, which is validated
+    with pytest.raises(ValueError):
+        Consumer(r, "m").latest()  # a new consumer validates the whole blob
 
 
 def test_worker_survives_garbage_fuzz(r):
@@ -373,3 +377,14 @@ def test_codec_wants_an_integer_format_version():
     env["format_version"] = 1.0
     with pytest.raises(codec.EnvelopeError):
         codec.decode(DS.schema, msgpack.packb(env))
+
+
+def test_consumer_notices_a_recreated_model(r):
+    _model(r)
+    c = Consumer(r, "m")
+    first = c.latest()
+    delete_model(r, "m")
+    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99)
+    again = c.latest()
+    assert not np.array_equal(again.structure.feature, first.structure.feature) or \
+        not np.array_equal(again.structure.threshold, first.structure.threshold)

@@ -57,7 +57,8 @@ if m > 0 then
   if cur ~= tonumber(ARGV[3]) then return {'conflict', cur} end
   new_version = cur + 1
   redis.call('HSET', KEYS[2], 'version', new_version, 'counts', ARGV[4], 'releases', ARGV[6])
-  redis.call('HSET', KEYS[3], 'version', new_version, 'blob', ARGV[5], 'updated', ARGV[8], 'releases', ARGV[6])
+  redis.call('HSET', KEYS[3], 'version', new_version, 'blob', ARGV[5], 'updated', ARGV[8], 'releases', ARGV[6],
+             'counts', ARGV[4])
   if tonumber(ARGV[9]) > 0 then
     redis.call('SET', KEYS[7], ARGV[5], 'EX', ARGV[9])
   else

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import msgpack
+import numpy as np
 import redis
 
 from .. import blob
@@ -36,6 +37,7 @@ class Consumer:
         self.model = model
         self._cached: PrivateForest | None = None
         self._template: tuple[PrivateForest, dict] | None = None
+        self._model_id: bytes | None = None
 
     def version(self) -> int:
         """The latest published version number (one small read)."""
@@ -46,12 +48,23 @@ class Consumer:
 
     def latest(self) -> PrivateForest:
         """The latest published :class:`PrivateForest` (``.version`` set); cached while unchanged."""
-        if self._cached is not None and self.version() == self._cached.version:
-            return self._cached
-        version, data = self.redis.hmget(self.keys.pub_model, "version", "blob")
+        if self._cached is not None:
+            v, mid = self.redis.hmget(self.keys.pub_model, "version", "model_id")
+            if v is not None and int(v) == self._cached.version and mid == self._model_id:
+                return self._cached
+        if self._template is not None:  # same structure: fetch only the (noisy) counts, not the whole blob
+            version, counts, releases, mid = self.redis.hmget(self.keys.pub_model, "version", "counts", "releases",
+                                                              "model_id")
+            forest = self._from_counts(version, counts, releases) if mid == self._model_id else None
+            if forest is not None:
+                self._cached = forest
+                return forest
+        version, data, mid = self.redis.hmget(self.keys.pub_model, "version", "blob", "model_id")
         if data is None:
             raise ModelNotFound(f"no published model named {self.model!r}")
+        self._template = None  # the full blob is validated again (the model may have been re-created)
         forest = self._load(data, int(version))
+        self._model_id = mid
         self._cached = forest
         return forest
 
@@ -63,6 +76,24 @@ class Consumer:
         if version is not None and forest.version != version:
             raise ValueError(f"published blob has version {forest.version}, the index says {version}")
         return forest
+
+    def _from_counts(self, version: Any, counts: Any, releases: Any) -> PrivateForest | None:
+        if version is None or counts is None or releases is None:
+            return None
+        base, _ = self._template
+        dt = np.dtype("<f8" if base.mechanism == "laplace" else "<i8")
+        if len(counts) != dt.itemsize * int(np.prod(base.shape)):
+            return None
+        arr = np.frombuffer(counts, dtype=dt).reshape(base.shape)
+        if dt.kind == "f" and not np.all(np.isfinite(arr)):
+            return None
+        try:
+            return PrivateForest(base.schema, base.structure, epsilon=base.epsilon, mechanism=base.mechanism,
+                                 k=base.k, beta=base.beta, vote=base.vote, budget=base.budget,
+                                 counts=arr.astype(dt.newbyteorder("=")), version=int(version),
+                                 n_releases=int(releases), private=base.private)
+        except ValueError:
+            return None
 
     def _load_fast(self, data: bytes) -> PrivateForest | None:
         """Versions of one model share schema, settings and structure: when those bytes equal the ones

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -96,7 +97,9 @@ def create_model(
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)
     p.hset(keys.state, mapping={"version": 0, "counts": forest.counts.tobytes(), "releases": 0})
-    p.hset(keys.pub_model, mapping={"version": 0, "blob": spec, "updated": now, "releases": 0})
+    p.hset(keys.pub_model, mapping={"version": 0, "blob": spec, "updated": now, "releases": 0,
+                                    "counts": forest.counts.astype(forest.counts.dtype.newbyteorder("<")).tobytes(),
+                                    "model_id": uuid.uuid4().hex})  # model_id: changes if the name is re-created
     p.set(keys.pub_version(0), spec)
     p.execute()
     try:

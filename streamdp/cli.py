@@ -385,6 +385,17 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--shuffle-seed", type=int, default=0)
     de.add_argument("--keep", action="store_true", help="keep the model (on an external Redis)")
     de.set_defaults(func=_demo)
+
+    # Commands whose code lives beside the concept they serve.
+    from . import evaluate
+
+    evaluate.add_parser(sub)
+    try:
+        from . import ledger_cli
+    except ImportError:  # pragma: no cover - the ledger command is optional until it lands
+        pass
+    else:
+        ledger_cli.add_parser(sub)
     return p
 
 

@@ -330,8 +330,6 @@ def test_cli_under_acl_users(acl, votes, unique_name, tmp_path, capsys):
     assert rc == 2 and "permission" in err
 
 
-@pytest.mark.xfail(reason="bug reported in docs/REVIEW_service.md: the CLI prints REDIS_URL with its password",
-                   strict=False)
 def test_cli_errors_do_not_print_the_password(acl, model, capsys):
     rc, out, err = _cli(acl.url("consumer"), "stats", model, capsys=capsys)
     assert rc == 2

@@ -1,0 +1,152 @@
+"""The privacy budget ledger: per data source, a total budget and every spend.
+
+Every release computed from a data source (a stream's model, a dataset
+name) is one *spend*. Spends over the same records compose sequentially, so
+a source's spent epsilon is the sum of its spends, and a charge that would
+push it past the total is refused *before* any data is read.
+
+>>> led = InMemoryLedger()
+>>> led.set_budget("adult", 1.0)
+>>> led.charge("adult", 0.75, who="alice", what="DiffPID3").epsilon
+0.75
+>>> led.charge("adult", 0.5, who="bob", what="SuLQID3")
+Traceback (most recent call last):
+...
+streamdp.ledger.BudgetExceeded: source 'adult': charging epsilon=0.5 would spend 1.25 of a budget of 1 (0.25 left); refused before reading any data
+>>> round(led.remaining("adult"), 9)
+0.25
+
+The Redis store for the service is :class:`streamdp.service.ledger_store.RedisLedger`,
+which makes the check-and-charge one atomic script.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+
+__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE"]
+
+# Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
+TOLERANCE = 1e-9
+
+
+class BudgetExceeded(ValueError):
+    """A charge would exceed the source's total budget; nothing was charged or read."""
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One release charged to a source."""
+
+    source: str
+    epsilon: float
+    delta: float
+    who: str
+    what: str
+    when: float  # unix time
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Spend":
+        return cls(str(d["source"]), float(d["epsilon"]), float(d["delta"]), str(d["who"]), str(d["what"]), float(d["when"]))
+
+
+def check_charge(source: str, epsilon: float, delta: float) -> None:
+    """Validate a charge's arguments (shared by every store)."""
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source must be a non-empty string, got {source!r}")
+    for name, v in (("epsilon", epsilon), ("delta", delta)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    if delta >= 1:
+        raise ValueError(f"delta must be < 1, got {delta!r}")
+
+
+def refusal(source: str, epsilon: float, spent: float, budget: float | None, delta: float = 0.0,
+            spent_delta: float = 0.0, budget_delta: float = 0.0) -> BudgetExceeded:
+    if budget is None:
+        return BudgetExceeded(f"source {source!r} has no budget; set one first (ledger.set_budget or 'streamdp ledger {source} --set-budget E')")
+    if spent_delta + delta > budget_delta + TOLERANCE and delta > 0:
+        return BudgetExceeded(
+            f"source {source!r}: charging delta={delta:g} would spend {spent_delta + delta:g} of a delta budget of {budget_delta:g}; refused before reading any data"
+        )
+    return BudgetExceeded(
+        f"source {source!r}: charging epsilon={epsilon:g} would spend {spent + epsilon:g} of a budget of {budget:g} "
+        f"({max(budget - spent, 0.0):g} left); refused before reading any data"
+    )
+
+
+class Ledger(ABC):
+    """A budget per source and the list of its spends."""
+
+    @abstractmethod
+    def set_budget(self, source: str, epsilon: float, delta: float = 0.0) -> None:
+        """Set (or raise) the total budget. Lowering it below what is spent is refused."""
+
+    @abstractmethod
+    def budget(self, source: str) -> tuple[float, float] | None:
+        """``(epsilon, delta)`` total, or None when no budget was set."""
+
+    @abstractmethod
+    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0) -> Spend:
+        """Record a spend, or raise :class:`BudgetExceeded` without recording anything."""
+
+    @abstractmethod
+    def spends(self, source: str) -> list[Spend]:
+        """Every spend, oldest first."""
+
+    def spent(self, source: str) -> tuple[float, float]:
+        """``(epsilon, delta)`` spent so far (sequential composition: sums)."""
+        s = self.spends(source)
+        return (math.fsum(x.epsilon for x in s), math.fsum(x.delta for x in s))
+
+    def remaining(self, source: str) -> float:
+        b = self.budget(source)
+        if b is None:
+            return 0.0
+        return max(b[0] - self.spent(source)[0], 0.0)
+
+
+class InMemoryLedger(Ledger):
+    """Ledger for library use, in one process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._budgets: dict[str, tuple[float, float]] = {}
+        self._spends: dict[str, list[Spend]] = {}
+        self._lock = threading.Lock()
+
+    def set_budget(self, source: str, epsilon: float, delta: float = 0.0) -> None:
+        check_charge(source, epsilon, delta)
+        with self._lock:
+            eps_spent, d_spent = self._spent_unlocked(source)
+            if epsilon + TOLERANCE < eps_spent or delta + TOLERANCE < d_spent:
+                raise ValueError(f"source {source!r} has already spent epsilon={eps_spent:g}, delta={d_spent:g}; the budget cannot go below that")
+            self._budgets[source] = (float(epsilon), float(delta))
+
+    def budget(self, source: str) -> tuple[float, float] | None:
+        return self._budgets.get(source)
+
+    def _spent_unlocked(self, source: str) -> tuple[float, float]:
+        s = self._spends.get(source, [])
+        return (math.fsum(x.epsilon for x in s), math.fsum(x.delta for x in s))
+
+    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0) -> Spend:
+        check_charge(source, epsilon, delta)
+        with self._lock:
+            b = self._budgets.get(source)
+            eps_spent, d_spent = self._spent_unlocked(source)
+            if b is None or eps_spent + epsilon > b[0] + TOLERANCE or d_spent + delta > b[1] + TOLERANCE:
+                raise refusal(source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1])
+            spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time())
+            self._spends.setdefault(source, []).append(spend)
+            return spend
+
+    def spends(self, source: str) -> list[Spend]:
+        with self._lock:
+            return list(self._spends.get(source, []))

@@ -48,13 +48,17 @@ class Spend:
     who: str
     what: str
     when: float  # unix time
+    key: str = ""  # idempotency key (e.g. a job id): charging the same key twice charges once
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Spend":
-        return cls(str(d["source"]), float(d["epsilon"]), float(d["delta"]), str(d["who"]), str(d["what"]), float(d["when"]))
+        return cls(
+            str(d["source"]), float(d["epsilon"]), float(d["delta"]), str(d["who"]), str(d["what"]), float(d["when"]),
+            str(d.get("key", "")),
+        )
 
 
 def check_charge(source: str, epsilon: float, delta: float) -> None:
@@ -94,8 +98,12 @@ class Ledger(ABC):
         """``(epsilon, delta)`` total, or None when no budget was set."""
 
     @abstractmethod
-    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0) -> Spend:
-        """Record a spend, or raise :class:`BudgetExceeded` without recording anything."""
+    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0, key: str = "") -> Spend:
+        """Record a spend, or raise :class:`BudgetExceeded` without recording anything.
+
+        With a non-empty ``key``, a second charge with the same key returns the
+        first spend and charges nothing (a retried job is charged once).
+        """
 
     @abstractmethod
     def spends(self, source: str) -> list[Spend]:
@@ -136,14 +144,18 @@ class InMemoryLedger(Ledger):
         s = self._spends.get(source, [])
         return (math.fsum(x.epsilon for x in s), math.fsum(x.delta for x in s))
 
-    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0) -> Spend:
+    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0, key: str = "") -> Spend:
         check_charge(source, epsilon, delta)
         with self._lock:
+            if key:
+                for s in self._spends.get(source, []):
+                    if s.key == key:
+                        return s
             b = self._budgets.get(source)
             eps_spent, d_spent = self._spent_unlocked(source)
             if b is None or eps_spent + epsilon > b[0] + TOLERANCE or d_spent + delta > b[1] + TOLERANCE:
                 raise refusal(source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1])
-            spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time())
+            spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time(), str(key))
             self._spends.setdefault(source, []).append(spend)
             return spend
 

@@ -1,0 +1,404 @@
+"""The private data layer (PINQ-like): the only door from batch learners to records.
+
+A :class:`PrivateDataset` holds encoded records and a budget. It offers only
+differentially private operations, each naming its epsilon and charged
+*before* any record is read:
+
+* :meth:`~PrivateDataset.noisy_count`, :meth:`~PrivateDataset.noisy_class_counts`,
+  :meth:`~PrivateDataset.noisy_contingency` (geometric noise, sensitivity 1);
+* :meth:`~PrivateDataset.partition` by a categorical attribute's declared
+  values, or a numeric attribute at a threshold: the parts are disjoint, so
+  their spends compose in parallel (a parent is charged the MAX over its
+  children, not the sum);
+* :meth:`~PrivateDataset.exponential`: the exponential mechanism over
+  candidate splits, with a quality function of each candidate's class
+  contingency table and its declared sensitivity;
+* :meth:`~PrivateDataset.exponential_threshold`: the exponential mechanism
+  over the ranges of a numeric attribute (DiffPC4.5);
+* :meth:`~PrivateDataset.subtree_mechanism`: Bai et al.'s subtree mechanism (DPEA).
+
+Budget. The dataset's ``epsilon`` is its allotment. With a ledger,
+:meth:`PrivateDataset.from_records` charges the whole allotment to the
+ledger (one atomic spend, idempotent under a key) before it even encodes the
+records; inside, every operation is charged to the allotment, and an
+operation that would exceed it raises :class:`~streamdp.ledger.BudgetExceeded`
+before reading anything. Accounting is PINQ's: a dataset's spend is its own
+charges plus, for each partition made of it, the maximum spend among the
+parts; the root's spend is what the records lost.
+
+Learners (``streamdp.learners``) receive a ``PrivateDataset`` and never the
+records: the raw arrays are name-mangled attributes, and a test fails if a
+learner module reaches for them. Quality functions passed to the
+exponential mechanisms see exact contingency tables; they must be pure
+functions (the layer passes copies and uses only the returned scores).
+
+>>> import numpy as np
+>>> from streamdp import Schema
+>>> schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+...                            "label": {"name": "y", "values": [0, 1]}})
+>>> pds = PrivateDataset.from_records(schema, [[0], [1], [1]], [0, 1, 1], epsilon=1.0)
+>>> parts = pds.partition(0)
+>>> c0 = parts[0].noisy_count(0.5); c1 = parts[1].noisy_count(0.5)
+>>> pds.spent        # parallel composition: max(0.5, 0.5)
+0.5
+>>> pds.noisy_count(0.75)
+Traceback (most recent call last):
+...
+streamdp.ledger.BudgetExceeded: dataset: charging epsilon=0.75 for noisy_count would spend 1.25 of 1 (0.5 left); refused before reading any data
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .ledger import TOLERANCE, BudgetExceeded, Ledger
+from .privacy import NotPrivateWarning, SecureRandom, _check_epsilon, exponential_mechanism, geometric_noise
+from .schema import Categorical, Numeric, Schema
+
+__all__ = ["PrivateDataset", "Candidate", "BudgetExceeded"]
+
+# A split candidate: a categorical attribute index, or (numeric attribute index, threshold).
+Candidate = int | tuple[int, float]
+
+
+class PrivateDataset:
+    """Records behind differentially private operations (see the module docstring).
+
+    Build one with :meth:`from_records` (raw records, encoded against the
+    schema) or directly from already encoded arrays (``X`` float64 codes and
+    clamped numbers in schema order, ``y`` label codes), as the service does.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        X: np.ndarray,
+        y: np.ndarray,
+        *,
+        epsilon: float,
+        rng: SecureRandom | None = None,
+        _parent: "PrivateDataset | None" = None,
+        _bounds: dict[int, tuple[float, float]] | None = None,
+        _path: tuple = (),
+    ):
+        if not isinstance(schema, Schema):
+            raise TypeError(f"schema must be a streamdp.Schema, got {type(schema).__name__}")
+        _check_epsilon(epsilon)
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.int64)
+        if X.ndim != 2 or X.shape[1] != schema.n_attributes:
+            raise ValueError(f"X must have shape (n, {schema.n_attributes}), got {X.shape}")
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        self.__X = X
+        self.__y = y
+        self.schema = schema
+        self.epsilon = float(epsilon)
+        self._rng = rng if rng is not None else SecureRandom()
+        self._parent = _parent
+        self._bounds = dict(_bounds or {})
+        self.path = _path
+        self._own = 0.0
+        self._groups: list[list[PrivateDataset]] = []
+        self._spent = 0.0
+        self._log: list[tuple[tuple, str, float]] = [] if _parent is None else _parent._log
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def from_records(
+        cls,
+        schema: Schema,
+        X: Any,
+        y: Any,
+        *,
+        epsilon: float,
+        ledger: Ledger | None = None,
+        source: str | None = None,
+        who: str = "library",
+        what: str = "PrivateDataset",
+        key: str = "",
+        noise_seed: int | None = None,
+        on_invalid: str = "raise",
+    ) -> "PrivateDataset":
+        """Charge ``epsilon`` to ``ledger`` (if given) for ``source``, then encode the records.
+
+        ``noise_seed`` makes the noise reproducible and the result NOT private
+        (tests only; a :class:`~streamdp.privacy.NotPrivateWarning` is raised).
+        """
+        _check_epsilon(epsilon)
+        if ledger is not None:
+            if not source:
+                raise ValueError("a ledger needs the name of the data source (source=...)")
+            ledger.charge(source, epsilon, who=who, what=what, key=key)
+        rng = SecureRandom(noise_seed) if noise_seed is not None else SecureRandom()
+        enc = schema.encode(X, y, on_invalid=on_invalid)
+        if enc.y is None:
+            raise ValueError("a private dataset needs labels (y)")
+        return cls(schema, enc.X, enc.y, epsilon=epsilon, rng=rng)
+
+    # -- accounting ---------------------------------------------------------------
+    @property
+    def spent(self) -> float:
+        """Epsilon this dataset (with its parts) has used: own + sum over partitions of the max part."""
+        return self._spent
+
+    @property
+    def remaining(self) -> float:
+        """What the root's allotment has left."""
+        r = self._root()
+        return max(r.epsilon - r._spent, 0.0)
+
+    @property
+    def private(self) -> bool:
+        """False when noise is reproducible (a test seed) or the allotment is infinite."""
+        return self._rng.private and math.isfinite(self._root().epsilon)
+
+    @property
+    def log(self) -> list[tuple[tuple, str, float]]:
+        """Every operation charged in this dataset's tree: ``(path, what, epsilon)``."""
+        return list(self._log)
+
+    def _root(self) -> "PrivateDataset":
+        node = self
+        while node._parent is not None:
+            node = node._parent
+        return node
+
+    @staticmethod
+    def _combine(own: float, groups: list[list["PrivateDataset"]], swap: "PrivateDataset | None" = None,
+                 value: float = 0.0) -> float:
+        total = own
+        for g in groups:
+            total += max((value if c is swap else c._spent) for c in g)
+        return total
+
+    def _charge(self, epsilon: float, what: str) -> None:
+        """Charge this node; refuse (charging nothing) if the root's allotment would be exceeded."""
+        _check_epsilon(epsilon)
+        if math.isinf(epsilon):
+            if math.isfinite(self._root().epsilon):
+                raise BudgetExceeded(f"dataset: epsilon=inf for {what} exceeds any finite allotment")
+            warnings.warn("epsilon=inf: this release is exact, NOT private", NotPrivateWarning, stacklevel=3)
+        # Walk up with the tentative values, commit only if the root stays within its allotment.
+        chain = [(self, self._spent + epsilon)]
+        node = self
+        while node._parent is not None:
+            parent = node._parent
+            chain.append((parent, self._combine(parent._own, parent._groups, node, chain[-1][1])))
+            node = parent
+        root, total = chain[-1]
+        if total > root.epsilon + TOLERANCE:
+            raise BudgetExceeded(
+                f"dataset: charging epsilon={epsilon:g} for {what} would spend {total:g} of {root.epsilon:g} "
+                f"({max(root.epsilon - root._spent, 0.0):g} left); refused before reading any data"
+            )
+        self._own += epsilon
+        for n, v in chain:
+            n._spent = v
+        self._log.append((self.path, what, float(epsilon)))
+
+    # -- counts ---------------------------------------------------------------------
+    def noisy_count(self, epsilon: float) -> int:
+        """Number of records plus two-sided geometric noise (sensitivity 1)."""
+        self._charge(epsilon, "noisy_count")
+        return int(self.__y.shape[0] + geometric_noise((), epsilon, self._rng))
+
+    def noisy_class_counts(self, epsilon: float) -> np.ndarray:
+        """Records per class (schema label order) plus geometric noise.
+
+        A histogram: one record changes one cell by 1, so the whole vector costs ``epsilon``.
+        """
+        self._charge(epsilon, "noisy_class_counts")
+        c = np.bincount(self.__y, minlength=self.schema.n_classes)
+        return c + geometric_noise(c.shape, epsilon, self._rng)
+
+    def noisy_contingency(self, attribute: int | str, epsilon: float) -> np.ndarray:
+        """Counts per (declared value, class) of a categorical attribute plus geometric noise (a histogram)."""
+        j = self._categorical(attribute)
+        self._charge(epsilon, f"noisy_contingency({self.schema.attributes[j].name})")
+        t = self._table(j)
+        return t + geometric_noise(t.shape, epsilon, self._rng)
+
+    # -- partitions -----------------------------------------------------------------
+    def partition(self, attribute: int | str, threshold: float | None = None) -> list["PrivateDataset"]:
+        """Disjoint parts: one per declared value of a categorical attribute, or ``[x <= t, x > t]``.
+
+        Costs nothing; the parts' spends compose in parallel.
+        """
+        j = self._index(attribute)
+        attr = self.schema.attributes[j]
+        col = self.__X[:, j]
+        if isinstance(attr, Categorical):
+            if threshold is not None:
+                raise ValueError(f"attribute {attr.name!r} is categorical: partition it without a threshold")
+            codes = col.astype(np.int64)
+            order = np.argsort(codes, kind="stable")
+            cuts = np.searchsorted(codes[order], np.arange(1, attr.arity))
+            masks = np.split(order, cuts)
+            bounds = [self._bounds] * attr.arity
+            labels = [(attr.name, v) for v in attr.values]
+        else:
+            if threshold is None:
+                raise ValueError(f"attribute {attr.name!r} is numeric: partition it at a threshold")
+            lo, hi = self.bounds(j)
+            t = float(threshold)
+            if not lo <= t <= hi:
+                raise ValueError(f"threshold {t} for {attr.name!r} outside this part's range [{lo}, {hi}]")
+            left = col <= t
+            masks = [np.flatnonzero(left), np.flatnonzero(~left)]
+            bounds = [{**self._bounds, j: (lo, t)}, {**self._bounds, j: (t, hi)}]
+            labels = [(attr.name, "<=", t), (attr.name, ">", t)]
+        parts = [
+            PrivateDataset(self.schema, self.__X[m], self.__y[m], epsilon=self.epsilon, rng=self._rng, _parent=self,
+                           _bounds=b, _path=self.path + (lab,))
+            for m, b, lab in zip(masks, bounds, labels)
+        ]
+        self._groups.append(parts)
+        return parts
+
+    def bounds(self, attribute: int | str) -> tuple[float, float]:
+        """The declared range of a numeric attribute narrowed by this part's thresholds (public)."""
+        j = self._index(attribute)
+        attr = self.schema.attributes[j]
+        if not isinstance(attr, Numeric):
+            raise ValueError(f"attribute {attr.name!r} is categorical: it has no range")
+        return self._bounds.get(j, (float(attr.min), float(attr.max)))
+
+    # -- exponential mechanisms --------------------------------------------------------
+    def exponential(
+        self,
+        candidates: Sequence[Candidate],
+        quality: Callable[[np.ndarray], float],
+        *,
+        sensitivity: float,
+        epsilon: float,
+    ) -> Candidate:
+        """One candidate split, drawn with probability ∝ ``exp(epsilon * q / (2 * sensitivity))``.
+
+        A candidate is a categorical attribute index (its table has one row
+        per declared value) or ``(numeric attribute, threshold)`` (rows
+        ``x <= t`` and ``x > t``). ``quality`` maps a candidate's class
+        contingency table (rows x classes, float) to its score; ``sensitivity``
+        must bound how much one record can change any score.
+        """
+        cands = list(candidates)
+        if not cands:
+            raise ValueError("the exponential mechanism needs at least one candidate")
+        tables = [self._candidate_table(c) for c in cands]  # validates before charging
+        self._charge(epsilon, "exponential")
+        scores = np.array([float(quality(t.astype(np.float64))) for t in tables])
+        return cands[exponential_mechanism(scores, epsilon, sensitivity, self._rng)]
+
+    def exponential_threshold(
+        self,
+        attribute: int | str,
+        quality: Callable[[np.ndarray], np.ndarray],
+        *,
+        sensitivity: float,
+        epsilon: float,
+    ) -> float:
+        """A split point of a numeric attribute by the exponential mechanism over ranges (DiffPC4.5).
+
+        The attribute's range in this part, ``[lo, hi]``, is cut at the
+        distinct values present; every point of one range gives the same
+        split ``x <= t``, so the same score. Range ``R_i`` is drawn with
+        probability ∝ ``exp(epsilon * q_i / (2 * sensitivity)) * |R_i|``,
+        then the point uniformly inside it. ``quality`` is vectorized: it
+        maps tables of shape ``(m, 2, n_classes)`` to ``m`` scores.
+        """
+        j = self._index(attribute)
+        if not isinstance(self.schema.attributes[j], Numeric):
+            raise ValueError(f"attribute {self.schema.attributes[j].name!r} is categorical: use exponential()")
+        lo, hi = self.bounds(j)
+        self._charge(epsilon, f"exponential_threshold({self.schema.attributes[j].name})")
+        col = self.__X[:, j]
+        C = self.schema.n_classes
+        inside = (col >= lo) & (col <= hi)
+        v, y = col[inside], self.__y[inside]
+        order = np.argsort(v, kind="stable")
+        v, y = v[order], y[order]
+        cuts, first = np.unique(v, return_index=True)
+        # Left class counts for "x <= t" with t in [lo, cuts[0]), [cuts[0], cuts[1]), ..., [cuts[-1], hi].
+        onehot = np.zeros((v.size + 1, C))
+        onehot[np.arange(1, v.size + 1), y] = 1
+        cum = np.cumsum(onehot, axis=0)
+        # Range i is [edges[i], edges[i+1]) with edges = lo, cuts..., hi; a point t there puts the
+        # first first[i] sorted records left (all of them for the last range).
+        left = cum[np.append(first, v.size)]
+        total = cum[-1]
+        tables = np.stack([left, total - left], axis=1)
+        edges = np.concatenate([[lo], cuts, [hi]])
+        lengths = np.diff(edges)
+        scores = np.asarray(quality(tables), dtype=np.float64)
+        if scores.shape != lengths.shape:
+            raise ValueError(f"quality must return one score per range ({lengths.shape}), got {scores.shape}")
+        if not np.any(lengths > 0):  # a degenerate range: any point is the same
+            return float(lo)
+        i = exponential_mechanism(scores, epsilon, sensitivity, self._rng, measure=lengths)
+        return float(edges[i] + self._rng.uniform() * lengths[i])
+
+    def subtree_mechanism(self, space: Any, epsilon: float, *, sampler: str = "exact", buffer_size: int = 50,
+                          step_limit: int = 1000, variance_threshold: float = 0.0, trace: list | None = None):
+        """Bai et al.'s subtree mechanism (see :mod:`streamdp.private_subtree`); returns attribute numbers only.
+
+        ``trace`` (the MCMC score trace) is for trusted diagnostics and is data
+        dependent: never publish it.
+        """
+        from . import private_subtree
+
+        if sampler not in ("exact", "mcmc"):
+            raise ValueError(f"sampler must be 'exact' or 'mcmc', got {sampler!r}")
+        if not all(isinstance(a, Categorical) for a in self.schema.attributes):
+            raise ValueError("the subtree mechanism needs categorical attributes only")
+        self._charge(epsilon, f"subtree_mechanism({sampler})")
+        X = self.__X.astype(np.int64)
+        if sampler == "exact":
+            return private_subtree.exact_subtree(space, X, self.__y, epsilon, self._rng)
+        res = private_subtree.mcmc_subtree(space, X, self.__y, epsilon, self._rng, buffer_size=buffer_size,
+                                           step_limit=step_limit, variance_threshold=variance_threshold)
+        if trace is not None:
+            trace.append(res.trace)
+        return res.structure
+
+    # -- helpers (read data; never return it) ---------------------------------------------
+    def _index(self, attribute: int | str) -> int:
+        if isinstance(attribute, str):
+            return self.schema.index(attribute)
+        j = int(attribute)
+        if not 0 <= j < self.schema.n_attributes:
+            raise ValueError(f"attribute index {attribute} out of range (the schema has {self.schema.n_attributes})")
+        return j
+
+    def _categorical(self, attribute: int | str) -> int:
+        j = self._index(attribute)
+        if not isinstance(self.schema.attributes[j], Categorical):
+            raise ValueError(f"attribute {self.schema.attributes[j].name!r} is numeric: give a threshold")
+        return j
+
+    def _table(self, j: int) -> np.ndarray:
+        C = self.schema.n_classes
+        arity = self.schema.attributes[j].arity
+        idx = self.__X[:, j].astype(np.int64) * C + self.__y
+        return np.bincount(idx, minlength=arity * C).reshape(arity, C)
+
+    def _candidate_table(self, cand: Candidate) -> np.ndarray:
+        if isinstance(cand, (tuple, list)):
+            if len(cand) != 2:
+                raise ValueError(f"a numeric candidate is (attribute, threshold), got {cand!r}")
+            j = self._index(cand[0])
+            if not isinstance(self.schema.attributes[j], Numeric):
+                raise ValueError(f"candidate {cand!r}: attribute {self.schema.attributes[j].name!r} is categorical")
+            left = self.__X[:, j] <= float(cand[1])
+            C = self.schema.n_classes
+            return np.stack([np.bincount(self.__y[left], minlength=C), np.bincount(self.__y[~left], minlength=C)])
+        return self._table(self._categorical(cand))
+
+    def __repr__(self) -> str:
+        return f"PrivateDataset(epsilon={self.epsilon:g}, spent={self._spent:g}, path={self.path!r})"
+
+    def __getstate__(self):
+        raise TypeError("a PrivateDataset cannot be pickled or copied out of its process")

@@ -1,0 +1,160 @@
+"""What every batch learner shares: sklearn parameters, the door to the data layer, prediction, blobs.
+
+A subclass sets ``FORMAT`` and implements ``_fit(pds)`` (build ``self.trees_``,
+a list of :class:`~streamdp.learners.tree.Tree`, from a
+:class:`~streamdp.private_data.PrivateDataset` only). Its ``__init__`` takes
+``schema`` and keyword parameters stored under the same names, as
+scikit-learn requires.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+
+from .. import blob
+from ..private_data import PrivateDataset
+from ..privacy import NotPrivateWarning
+from ..schema import Schema
+from .tree import Tree
+
+FORMAT_VERSION = 1
+
+
+class PrivateLearner:
+    FORMAT = "streamdp.learner"
+    vote = "proba"  # how trees combine: "proba" (mean distribution) or "majority"
+    _estimator_type = "classifier"  # scikit-learn < 1.6
+
+    def __sklearn_tags__(self):  # scikit-learn >= 1.6 (imported lazily: sklearn is not a dependency)
+        from sklearn.utils import ClassifierTags, Tags, TargetTags
+
+        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
+                    classifier_tags=ClassifierTags())
+
+    # -- scikit-learn protocol -----------------------------------------------------------
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        sig = inspect.signature(cls.__init__)
+        return [p for p in sig.parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict:
+        return {p: getattr(self, p) for p in self._param_names()}
+
+    def set_params(self, **params: Any) -> "PrivateLearner":
+        names = self._param_names()
+        for k, v in params.items():
+            if k not in names:
+                raise ValueError(f"{type(self).__name__} has no parameter {k!r}; parameters: {names}")
+            setattr(self, k, v)
+        return self
+
+    def __repr__(self) -> str:
+        shown = {k: v for k, v in self.get_params().items() if k != "schema"}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+    # -- fitting ------------------------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None, *, ledger: Any = None, source: str | None = None) -> "PrivateLearner":
+        """Fit on records ``(X, y)`` or on a :class:`PrivateDataset` (``fit(pds)``).
+
+        Records go to the data layer at once (which charges ``ledger`` for
+        ``source`` first, when given); the learner continues with the layer only.
+        """
+        self._check_params()
+        if isinstance(X, PrivateDataset):
+            if y is not None:
+                raise ValueError("fit(pds) takes no y: the labels are inside the private dataset")
+            if X.schema != self.schema:
+                raise ValueError("the private dataset's schema differs from the learner's")
+            pds = X
+        else:
+            if y is None:
+                raise ValueError(f"{type(self).__name__}.fit needs (X, y) or a PrivateDataset")
+            pds = PrivateDataset.from_records(
+                self.schema, X, y, epsilon=self.epsilon, ledger=ledger, source=source,
+                who=type(self).__name__, what=repr(self), noise_seed=getattr(self, "noise_seed", None),
+            )
+        self.classes_ = np.array(list(self.schema.classes), dtype=object)
+        self._fit(pds)
+        self.private_ = pds.private
+        self.epsilon_spent_ = pds.spent
+        return self
+
+    def _check_params(self) -> None:
+        if not isinstance(self.schema, Schema):
+            raise TypeError(f"schema must be a streamdp.Schema, got {type(self.schema).__name__}")
+        e = self.epsilon
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or math.isnan(e) or e <= 0:
+            raise ValueError(f"epsilon must be a positive number, got {e!r}")
+        d = getattr(self, "max_depth", 1)
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
+            raise ValueError(f"max_depth must be a non-negative integer, got {d!r}")
+
+    def _fit(self, pds: PrivateDataset) -> None:
+        raise NotImplementedError
+
+    # -- prediction ---------------------------------------------------------------------------
+    def _encode(self, X: Any) -> np.ndarray:
+        return self.schema.encode(X).X
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "trees_"):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities, columns in the schema's label order."""
+        self._check_fitted()
+        Xe = self._encode(X)
+        probas = [t.predict_proba(Xe) for t in self.trees_]
+        if self.vote == "majority":
+            C = self.schema.n_classes
+            votes = sum(np.eye(C)[p.argmax(axis=1)] for p in probas)
+            return votes / len(probas)
+        return np.mean(probas, axis=0)
+
+    def predict(self, X: Any) -> np.ndarray:
+        return self.classes_[self.predict_proba(X).argmax(axis=1)]
+
+    def score(self, X: Any, y: Any) -> float:
+        return float(np.mean(self.predict(X) == np.asarray(list(y), dtype=object)))
+
+    # -- blobs ----------------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        self._check_fitted()
+        params = {k: v for k, v in self.get_params().items() if k not in ("schema", "noise_seed")}
+        return blob.dumps(self.FORMAT, FORMAT_VERSION, {
+            "schema": self.schema.to_dict(),
+            "params": params,
+            "private": bool(self.private_),
+            "epsilon_spent": float(self.epsilon_spent_),
+            "trees": [t.to_dict() for t in self.trees_],
+        })
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "PrivateLearner":
+        fmt = cls.FORMAT
+        doc = blob.loads(data, fmt, FORMAT_VERSION)
+        try:
+            schema = Schema.from_dict(blob.field(doc, "schema", dict, fmt))
+        except ValueError as e:
+            raise blob.BlobError(f"{fmt}: bad schema ({e})") from None
+        params = blob.field(doc, "params", dict, fmt)
+        unknown = set(params) - set(cls._param_names())
+        if unknown:
+            raise blob.BlobError(f"{fmt}: unknown parameters {sorted(unknown)}")
+        m = cls(schema=schema, **params)
+        trees = blob.field(doc, "trees", list, fmt)
+        if not trees:
+            raise blob.BlobError(f"{fmt}: no trees")
+        m.trees_ = [Tree.from_dict(t, schema, fmt) for t in trees]
+        m.private_ = bool(blob.field(doc, "private", bool, fmt))
+        m.epsilon_spent_ = float(blob.field(doc, "epsilon_spent", (int, float), fmt))
+        m.classes_ = np.array(list(schema.classes), dtype=object)
+        if not m.private_:
+            warnings.warn(f"this {cls.__name__} was fitted with a test noise seed: NOT private", NotPrivateWarning,
+                          stacklevel=2)
+        return m

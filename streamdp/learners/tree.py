@@ -1,0 +1,203 @@
+"""A fitted decision tree as flat arrays: what the batch learners release.
+
+Nodes are numbered in creation order. Node ``i`` splits on ``feature[i]``
+(-1 for a leaf): a categorical split has one child per declared value at
+``child_start[i] + code``; a numeric split has two children, ``x <= threshold[i]``
+at ``child_start[i]`` and ``x > threshold[i]`` at ``child_start[i] + 1``.
+``counts[i]`` are the *noisy* class counts released for the node (zeros
+where none was released), so nothing here is exact about the data.
+
+Prediction routes all records level by level with numpy; a leaf with no
+positive noisy count falls back to its nearest ancestor that has one, and
+finally to the uniform distribution.
+
+>>> from streamdp import Schema
+>>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y"]}],
+...                       "label": {"name": "c", "values": [0, 1]}})
+>>> t = TreeBuilder(s)
+>>> root = t.add(depth=0)
+>>> kids = t.split(root, feature=0)
+>>> t.set_counts(kids[0], [9, 1]); t.set_counts(kids[1], [2, 8])
+>>> tree = t.build()
+>>> tree.predict_proba(np.array([[0.0], [1.0]])).round(2).tolist()
+[[0.9, 0.1], [0.2, 0.8]]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import blob
+from ..schema import Categorical, Numeric, Schema
+
+__all__ = ["Tree", "TreeBuilder"]
+
+
+@dataclass
+class Tree:
+    feature: np.ndarray  # int64, -1 = leaf
+    threshold: np.ndarray  # float64, +inf for categorical splits and leaves
+    child_start: np.ndarray  # int64, -1 for leaves
+    counts: np.ndarray  # float64 (n_nodes, n_classes), noisy
+    depth: np.ndarray  # int64
+    parent: np.ndarray  # int64, -1 for the root
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.feature.shape[0])
+
+    @property
+    def n_leaves(self) -> int:
+        return int(np.sum(self.feature < 0))
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.depth.max()) if self.n_nodes else 0
+
+    def apply(self, X: np.ndarray) -> np.ndarray:
+        """Leaf index of each encoded record (float64 array in schema order)."""
+        node = np.zeros(X.shape[0], dtype=np.int64)
+        rows = np.arange(X.shape[0])
+        active = rows
+        while active.size:
+            f = self.feature[node[active]]
+            inner = f >= 0
+            active = active[inner]
+            if not active.size:
+                break
+            n = node[active]
+            f = self.feature[n]
+            v = X[active, f]
+            thr = self.threshold[n]
+            numeric = np.isfinite(thr)
+            offset = np.where(numeric, (v > thr).astype(np.int64), v.astype(np.int64))
+            node[active] = self.child_start[n] + offset
+        return node
+
+    def leaf_distributions(self) -> np.ndarray:
+        """Per node: normalised positive noisy counts, backing off to the nearest ancestor with mass."""
+        n, C = self.counts.shape
+        parent = self.parent
+        pos = np.clip(self.counts, 0, None)
+        dist = np.full((n, C), 1.0 / C)
+        for i in range(n):  # parents come before children
+            s = pos[i].sum()
+            if s > 0:
+                dist[i] = pos[i] / s
+            elif parent[i] >= 0:
+                dist[i] = dist[parent[i]]
+        return dist
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        return self.leaf_distributions()[self.apply(X)]
+
+    # -- serialization --------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "feature": blob.pack_array(self.feature.astype("<i8")),
+            "threshold": blob.pack_array(self.threshold.astype("<f8")),
+            "child_start": blob.pack_array(self.child_start.astype("<i8")),
+            "counts": blob.pack_array(self.counts.astype("<f8")),
+            "depth": blob.pack_array(self.depth.astype("<i8")),
+            "parent": blob.pack_array(self.parent.astype("<i8")),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict, schema: Schema, fmt: str = "tree") -> "Tree":
+        if not isinstance(d, dict):
+            raise blob.BlobError(f"{fmt}: a tree must be a map")
+        t = cls(
+            blob.unpack_array(d.get("feature"), "feature", "<i8", 1),
+            blob.unpack_array(d.get("threshold"), "threshold", "<f8", 1),
+            blob.unpack_array(d.get("child_start"), "child_start", "<i8", 1),
+            blob.unpack_array(d.get("counts"), "counts", "<f8", 2),
+            blob.unpack_array(d.get("depth"), "depth", "<i8", 1),
+            blob.unpack_array(d.get("parent"), "parent", "<i8", 1),
+        )
+        t.validate(schema, fmt)
+        return t
+
+    def validate(self, schema: Schema, fmt: str = "tree") -> None:
+        """Refuse arrays that would route out of bounds, loop, or disagree with the schema."""
+        n = self.n_nodes
+        if n == 0:
+            raise blob.BlobError(f"{fmt}: a tree needs at least one node")
+        shapes = (self.threshold.shape, self.child_start.shape, self.depth.shape, self.parent.shape)
+        if any(s != (n,) for s in shapes) or self.counts.shape != (n, schema.n_classes):
+            raise blob.BlobError(f"{fmt}: node arrays disagree in length or class count")
+        if self.parent[0] != -1 or np.any(self.parent[1:] < 0) or np.any(self.parent[1:] >= np.arange(1, n)):
+            raise blob.BlobError(f"{fmt}: every node's parent must come before it")
+        attrs = schema.attributes
+        for i in range(n):
+            f = int(self.feature[i])
+            if f < 0:
+                continue
+            if f >= len(attrs):
+                raise blob.BlobError(f"{fmt}: node {i} splits on attribute {f}; the schema has {len(attrs)}")
+            a = attrs[f]
+            numeric = np.isfinite(self.threshold[i])
+            if isinstance(a, Numeric) != bool(numeric):
+                raise blob.BlobError(f"{fmt}: node {i} splits {a.name!r} the wrong way for its type")
+            arity = 2 if numeric else a.arity
+            s = int(self.child_start[i])
+            if s <= i or s + arity > n:
+                raise blob.BlobError(f"{fmt}: node {i} has children out of bounds")
+
+
+class TreeBuilder:
+    """Grows a :class:`Tree` node by node (children are numbered after their parent)."""
+
+    def __init__(self, schema: Schema):
+        self.schema = schema
+        self._feature: list[int] = []
+        self._threshold: list[float] = []
+        self._child_start: list[int] = []
+        self._counts: list[np.ndarray] = []
+        self._depth: list[int] = []
+        self._parent: list[int] = []
+
+    def add(self, depth: int, parent: int = -1) -> int:
+        self._feature.append(-1)
+        self._threshold.append(np.inf)
+        self._child_start.append(-1)
+        self._counts.append(np.zeros(self.schema.n_classes))
+        self._depth.append(depth)
+        self._parent.append(parent)
+        return len(self._feature) - 1
+
+    def split(self, node: int, feature: int, threshold: float | None = None) -> list[int]:
+        """Make ``node`` an inner node; returns its children's ids (in partition order)."""
+        attr = self.schema.attributes[feature]
+        if isinstance(attr, Categorical):
+            arity = attr.arity
+        else:
+            if threshold is None:
+                raise ValueError(f"numeric attribute {attr.name!r} needs a threshold")
+            arity = 2
+        self._feature[node] = int(feature)
+        self._threshold[node] = float(threshold) if threshold is not None else np.inf
+        d = self._depth[node] + 1
+        kids = [self.add(d, node) for _ in range(arity)]
+        self._child_start[node] = kids[0]
+        return kids
+
+    def set_counts(self, node: int, counts) -> None:
+        self._counts[node] = np.asarray(counts, dtype=np.float64)
+
+    def unsplit(self, node: int) -> None:
+        """Turn an inner node back into a leaf (pruning); its subtree stays in the arrays, unreachable."""
+        self._feature[node] = -1
+        self._threshold[node] = np.inf
+        self._child_start[node] = -1
+
+    def build(self) -> Tree:
+        return Tree(
+            np.array(self._feature, dtype=np.int64),
+            np.array(self._threshold, dtype=np.float64),
+            np.array(self._child_start, dtype=np.int64),
+            np.array(self._counts, dtype=np.float64).reshape(len(self._feature), self.schema.n_classes),
+            np.array(self._depth, dtype=np.int64),
+            np.array(self._parent, dtype=np.int64),
+        )

@@ -85,7 +85,7 @@ def _model_create(args: argparse.Namespace) -> int:
     schema = Schema.from_json(args.schema)
     forest = create_model(_client(args), args.name, schema, n_trees=args.trees, height=args.height,
                           epsilon=args.epsilon, mechanism=args.mechanism, k=args.k, beta=args.beta, seed=args.seed,
-                          budget=args.budget, vote=args.vote)
+                          budget=args.budget, vote=args.vote, ledger_budget=args.ledger_budget)
     print(f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree")
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
@@ -332,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
     c.add_argument("--budget", choices=("split", "disjoint"), default="split")
     c.add_argument("--vote", choices=("proba", "majority"), default="proba")
+    c.add_argument("--ledger-budget", type=float, default=None, metavar="E",
+                   help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
+                        "(default: set to the model's epsilon when the source has no budget)")
     c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
     c.set_defaults(func=_model_create)
     lst = msub.add_parser("list", help="list models")

@@ -5,6 +5,12 @@ A model's **spec** (``sdp:{NAME}:spec``) is the blob of the empty forest
 privacy parameters and the random structure, drawn once here from a
 cryptographically seeded RNG. It holds nothing about the data. The registry
 hash ``sdp:registry`` maps each name to a public JSON summary.
+
+Creating a private model is one spend on the privacy budget ledger of the
+source named like the model (:class:`~streamdp.service.ledger_store.RedisLedger`):
+its epsilon (and delta) is charged before the spec exists, i.e. before any
+worker can read a record. Deleting a model keeps its ledger: spends are
+history, and the privacy loss they record is permanent.
 """
 
 from __future__ import annotations
@@ -79,8 +85,17 @@ def create_model(
     vote: str = "proba",
     budget: str = "split",
     exist_ok: bool = False,
+    ledger_budget: float | None = None,
 ) -> PrivateForest:
-    """Create model ``name``: draw its structure, store the spec, publish the empty version 0.
+    """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
+
+    The model's epsilon (and delta) is one spend on the ledger of source
+    ``name``. ``ledger_budget`` is that source's total epsilon: set when the
+    source has no budget yet (default: the model's epsilon), raised when it
+    is larger than the current one (never lowered here). A budget too small
+    for the model raises :class:`~streamdp.ledger.BudgetExceeded` and leaves
+    no model behind. A non-private model (``epsilon=inf``) is not charged,
+    but it is refused over a source that has a budget.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
@@ -88,10 +103,22 @@ def create_model(
     keys = Keys(name)
     forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
                                   k=k, beta=beta, seed=seed, vote=vote, budget=budget)
+    if ledger_budget is not None and (isinstance(ledger_budget, bool) or not isinstance(ledger_budget, (int, float))
+                                      or not math.isfinite(ledger_budget) or ledger_budget <= 0):
+        raise ValueError(f"ledger_budget must be a finite number > 0, got {ledger_budget!r}")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name))):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
+    model_id = uuid.uuid4().hex  # changes if the name is re-created
+    # Order: claim the name (above), charge, then store the spec. No record can be read before the spec
+    # exists, so charging first never under-charges; a crash after the charge only over-charges (safe).
+    # A refused charge releases the name claim, so nothing is left behind.
+    try:
+        _charge_model(r, name, forest, ledger_budget, model_id)
+    except BaseException:
+        r.hdel(REGISTRY, name)
+        raise
     spec = forest.to_bytes()
     now = int(time.time() * 1000)
     p = r.pipeline(transaction=True)
@@ -99,7 +126,7 @@ def create_model(
     p.hset(keys.state, mapping={"version": 0, "counts": forest.counts.tobytes(), "releases": 0})
     p.hset(keys.pub_model, mapping={"version": 0, "blob": spec, "updated": now, "releases": 0,
                                     "counts": forest.counts.astype(forest.counts.dtype.newbyteorder("<")).tobytes(),
-                                    "model_id": uuid.uuid4().hex})  # model_id: changes if the name is re-created
+                                    "model_id": model_id})
     p.set(keys.pub_version(0), spec)
     p.execute()
     try:
@@ -108,6 +135,27 @@ def create_model(
         if "BUSYGROUP" not in str(e):
             raise
     return forest
+
+
+def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None,
+                  model_id: str) -> None:
+    """Charge the model's epsilon/delta to the ledger of source ``name`` (setting or raising its budget)."""
+    from ..ledger import BudgetExceeded
+    from .ledger_store import RedisLedger
+
+    ledger = RedisLedger(r)
+    current = ledger.budget(name)
+    if not math.isfinite(forest.epsilon):
+        if current is not None or ledger_budget is not None:
+            raise BudgetExceeded(f"source {name!r}: a non-private model (epsilon=inf) cannot be charged to a privacy "
+                                 "budget; refused before reading any data")
+        return
+    if current is None:
+        ledger.set_budget(name, forest.epsilon if ledger_budget is None else ledger_budget, forest.delta)
+    elif ledger_budget is not None and ledger_budget > current[0]:
+        ledger.set_budget(name, ledger_budget, max(current[1], forest.delta))
+    ledger.charge(name, forest.epsilon, delta=forest.delta, who="stream", what="PrivateForest (stream model)",
+                  key=f"model:{model_id}")
 
 
 def load_spec(r: Any, name: str) -> PrivateForest:
@@ -146,12 +194,19 @@ def show_model(r: Any, name: str) -> dict:
 
 
 def delete_model(r: Any, name: str) -> int:
-    """Delete every key of model ``name``; returns the number of keys deleted."""
+    """Delete every key of model ``name`` except its ledger; returns the number of keys deleted.
+
+    The ledger (``sdp:{NAME}:ledger*``) stays: spends are history and privacy loss is
+    permanent, so a model re-created under the same name is charged against what is already spent.
+    """
     r = connect(r)
     keys = Keys(name)
+    ledger_prefix = f"{keys.prefix}:ledger".encode()
     n = 0
     batch = []
     for k in r.scan_iter(match=keys.pattern, count=1000):
+        if (k if isinstance(k, bytes) else k.encode()).startswith(ledger_prefix):
+            continue
         batch.append(k)
         if len(batch) >= 500:
             n += r.delete(*batch)

@@ -1,0 +1,80 @@
+"""``streamdp ledger``: a source's privacy budget, what is spent, what is left, and every spend.
+
+    streamdp ledger NAME                       budget, spent, remaining and the spends
+    streamdp ledger NAME --json
+    streamdp ledger NAME --set-budget E [--delta D]
+    streamdp ledger --list                     sources that have a ledger
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+__all__ = ["add_parser", "main"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``streamdp ledger`` on an ``argparse`` subparsers object."""
+    p = subparsers.add_parser("ledger", help="privacy budget of a source: budget, spent, remaining, spends",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("name", nargs="?", help="source (a model's name is its source)")
+    p.add_argument("--list", action="store_true", help="list the sources that have a ledger")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--set-budget", type=float, default=None, metavar="E",
+                   help="set or raise the total epsilon (cannot go below what is spent)")
+    p.add_argument("--delta", type=float, default=None, metavar="D",
+                   help="total delta with --set-budget (default: keep the current one, else 0)")
+    p.set_defaults(func=main)
+    return p
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def main(args: argparse.Namespace) -> int:
+    from .service.ledger_store import RedisLedger
+
+    if args.list == bool(args.name):
+        raise ValueError("give a source NAME or --list (not both)")
+    if args.delta is not None and args.set_budget is None:
+        raise ValueError("--delta goes with --set-budget")
+    led = RedisLedger(args.redis_url)
+    if args.list:
+        sources = led.sources()
+        if args.json:
+            print(json.dumps(sources))
+        else:
+            print("\n".join(sources) if sources else "no ledgers")
+        return 0
+    name = args.name
+    if args.set_budget is not None:
+        current = led.budget(name)
+        delta = args.delta if args.delta is not None else (current[1] if current else 0.0)
+        led.set_budget(name, args.set_budget, delta)
+    budget = led.budget(name)
+    if budget is None:
+        raise ValueError(f"source {name!r} has no budget (streamdp ledger {name} --set-budget E)")
+    spent = led.spent(name)
+    spends = led.spends(name)
+    if args.json:
+        print(json.dumps({"source": name, "budget_epsilon": budget[0], "budget_delta": budget[1],
+                          "spent_epsilon": spent[0], "spent_delta": spent[1],
+                          "remaining_epsilon": max(budget[0] - spent[0], 0.0),
+                          "spends": [s.to_dict() for s in spends]}, indent=1))
+        return 0
+    print(f"source {name}\n"
+          f"  budget     epsilon {budget[0]:g}, delta {budget[1]:.3g}\n"
+          f"  spent      epsilon {spent[0]:g}, delta {spent[1]:.3g}\n"
+          f"  remaining  epsilon {max(budget[0] - spent[0], 0.0):g}\n"
+          f"  spends     {len(spends)}")
+    if spends:
+        rows = [(_when(s.when), s.who, s.what, f"{s.epsilon:g}", f"{s.delta:.3g}", s.key) for s in spends]
+        head = ("when", "who", "what", "epsilon", "delta", "key")
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+        for r in (head, *rows):
+            print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0

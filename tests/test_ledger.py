@@ -292,3 +292,43 @@ def test_cli_ledger(redis_url, source, tmp_path, capsys):
     assert main(u + ["model", "delete", source]) == 0
     assert main(u + ["model", "create", source, "--schema", str(schema), "--epsilon", "4"]) == 2
     assert "refused before reading any data" in capsys.readouterr().err
+
+
+# -- ACL: workers and admin use the ledger; producers and consumers do not ----------------------
+def test_acl_users_and_the_ledger(tmp_path, unique_name):
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    from streamdp.service.embedded import EmbeddedRedis
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("needs the redis-server binary")
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    spec = importlib.util.spec_from_file_location("acl_passwords", deploy / "acl_passwords.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    pws = {u: f"test-{u}-pw" for u in ("admin", "producer", "worker", "consumer")}
+    text, _ = tool.render((deploy / "users.acl").read_text(), pws)
+    (tmp_path / "users.acl").write_text(text)
+    with EmbeddedRedis.start(args=["--aclfile", str(tmp_path / "users.acl")]) as emb:
+        hp = emb.url.split("//", 1)[1].rsplit("/", 1)[0]
+
+        def url(user):
+            return f"redis://{user}:{pws[user]}@{hp}/0"
+
+        create_model(url("admin"), unique_name, VOTES.schema, n_trees=2, height=2, epsilon=0.5, ledger_budget=1.0)
+        worker = RedisLedger(url("worker"))
+        assert worker.charge(unique_name, 0.25, who="job", what="DiffPID3", key="j1").epsilon == 0.25
+        assert worker.spent(unique_name) == (0.75, 0.0) and len(worker.spends(unique_name)) == 2
+        with pytest.raises(BudgetExceeded):
+            worker.charge(unique_name, 0.5, who="job", what="DiffPID3")
+        assert RedisLedger(url("admin")).sources() == [unique_name]
+        for user in ("consumer", "producer"):
+            other = RedisLedger(url(user))
+            for call in (lambda: other.spends(unique_name), lambda: other.budget(unique_name),
+                         lambda: other.charge(unique_name, 0.1, who=user, what="x"),
+                         lambda: other.set_budget(unique_name, 9.0)):
+                with pytest.raises(redis.exceptions.NoPermissionError):
+                    call()
+        assert RedisLedger(url("admin")).budget(unique_name) == (1.0, 0.0)

@@ -132,7 +132,9 @@ def test_registry_create_list_show_delete(r):
     assert c.version == 0 and not c.counts.any()
     assert np.array_equal(c.structure.feature, f.structure.feature)
     assert delete_model(r, "a") > 0
-    assert list_models(r) == {} and not r.keys("sdp:{a}:*")
+    # the ledger stays: privacy spent is history, deleting a model does not give it back
+    assert list_models(r) == {} and not [k for k in r.keys("sdp:{a}:*") if b":ledger" not in k]
+    assert r.exists("sdp:{a}:ledger")
     with pytest.raises(ModelNotFound):
         show_model(r, "a")
 
@@ -384,7 +386,7 @@ def test_consumer_notices_a_recreated_model(r):
     c = Consumer(r, "m")
     first = c.latest()
     delete_model(r, "m")
-    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99)
+    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99, ledger_budget=2.0)
     again = c.latest()
     assert not np.array_equal(again.structure.feature, first.structure.feature) or \
         not np.array_equal(again.structure.threshold, first.structure.threshold)

@@ -51,7 +51,7 @@ def main() -> None:
     lines = ["# k-anonymity mode: what the threshold keeps, by batch size (benchmarks/kanon_batch.py)", "",
              f"Nursery, {T} trees, height {h}, k={k}, beta={beta}, epsilon={eps}; 3 repeats; {machine['when']}; "
              f"`{machine['uptime']}`.", "",
-             "kept = noisy-free released mass / expected sampled mass (beta x records x trees).", "",
+             "kept = released mass / expected sampled mass (beta x records x trees).", "",
              "| batch size | kept fraction | training accuracy |", "|---|---|---|"]
     lines += [f"| {r['batch_size']:,} | {r['kept_fraction']:.3f} | {r['accuracy']:.3f} |" for r in rows]
     with open(os.path.join(OUT, "kanon_batch.md"), "w") as fh:

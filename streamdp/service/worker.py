@@ -45,6 +45,7 @@ from . import codec
 from .commit import COMMIT_LUA
 from .keys import GROUP, Keys
 from .registry import connect, counts_from_bytes, load_spec
+from .retention import policy_minid, trim_minid
 
 __all__ = ["Worker", "WorkerConfig", "WorkerPool", "run_workers"]
 
@@ -415,7 +416,10 @@ class Worker:
                 time.sleep(min(0.05, 0.001 * retries) * (0.5 + secrets.randbelow(1000) / 1000))
 
     def trim(self) -> int:
-        """XTRIM MINID to the oldest pending entry (or the last delivered one): never drops an unacked entry."""
+        """XTRIM MINID: never drops an unacked entry, keeps the model's retention window (:mod:`.retention`).
+
+        ``MINID = min(oldest pending id (or the last delivered one), retention floor)``.
+        """
         try:
             groups = self.redis.xinfo_groups(self.keys.records)  # read before XPENDING: see docs/service.md
             g = next((g for g in groups if _s(g["name"]) == GROUP), None)
@@ -425,6 +429,9 @@ class Worker:
             pend = self.redis.xpending(self.keys.records, GROUP)
             minid = _s(pend["min"]) if pend and pend.get("pending") else last
             if minid in ("0-0", "None"):
+                return 0
+            minid = trim_minid(minid, policy_minid(self.redis, self.model, self.keys.records))
+            if minid == "0-0":
                 return 0
             n = self.redis.xtrim(self.keys.records, minid=minid, approximate=False)
             if n:

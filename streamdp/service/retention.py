@@ -1,0 +1,146 @@
+"""Retention of a model's raw records (for batch jobs): how long and how many, never past unacked entries.
+
+Policy, per model, in the hash ``sdp:{NAME}:priv:retention`` (fields ``seconds``, ``records``):
+
+* nothing set (the default): keep nothing beyond what the stream workers have
+  not acknowledged yet (merged records are trimmed);
+* ``seconds=S``: keep acknowledged records at most ``S`` seconds old (by stream id time);
+* ``records=N``: keep at most the ``N`` newest records (stream entries);
+* both: both caps apply (the smaller window wins).
+
+The stream worker's trim enforces it with ``XTRIM MINID`` where
+``MINID = min(oldest pending id, max(time cutoff id, id of the N-th newest entry))``:
+an entry that is still pending (unacked) or not yet delivered is never dropped,
+whatever the policy says.
+
+>>> trim_minid("5-0", None)
+'5-0'
+>>> trim_minid("5-0", "3-1"), trim_minid("5-0", "7-0")
+('3-1', '5-0')
+>>> retention_floor(Retention(seconds=10), now_ms=60_000, nth_newest=None)
+'50000-0'
+>>> retention_floor(Retention(seconds=10, records=2), now_ms=60_000, nth_newest="55000-0")
+'55000-0'
+>>> retention_floor(Retention(), now_ms=60_000, nth_newest=None) is None
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .keys import Keys
+
+__all__ = ["Retention", "retention_key", "get_retention", "set_retention", "retention_floor", "trim_minid",
+           "policy_minid"]
+
+
+@dataclass(frozen=True)
+class Retention:
+    """``seconds``/``records`` caps of the raw-record window; None = that cap is not set."""
+
+    seconds: float | None = None
+    records: int | None = None
+
+    @property
+    def keeps_nothing(self) -> bool:
+        return self.seconds is None and self.records is None
+
+    def to_dict(self) -> dict:
+        return {"seconds": self.seconds, "records": self.records}
+
+
+def retention_key(name: str) -> str:
+    """``sdp:{NAME}:priv:retention`` (worker-readable, consumer-invisible).
+
+    >>> retention_key("votes")
+    'sdp:{votes}:priv:retention'
+    """
+    return f"{Keys(name).prefix}:priv:retention"
+
+
+def _s(x: Any) -> str:
+    return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _check(seconds: float | None, records: int | None) -> None:
+    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+                                or not math.isfinite(seconds) or seconds <= 0):
+        raise ValueError(f"retention seconds must be a finite number > 0 (or unset), got {seconds!r}")
+    if records is not None and (isinstance(records, bool) or not isinstance(records, int) or records <= 0):
+        raise ValueError(f"retention records must be an integer > 0 (or unset), got {records!r}")
+
+
+def set_retention(r: Any, name: str, *, seconds: float | None = None, records: int | None = None) -> Retention:
+    """Set the policy of model ``name`` (both None: back to the default, keep nothing acked)."""
+    _check(seconds, records)
+    key = retention_key(name)
+    p = r.pipeline(transaction=True)
+    p.delete(key)
+    mapping = {k: repr(v) for k, v in (("seconds", seconds), ("records", records)) if v is not None}
+    if mapping:
+        p.hset(key, mapping=mapping)
+    p.execute()
+    return Retention(None if seconds is None else float(seconds), records)
+
+
+def get_retention(r: Any, name: str) -> Retention:
+    """The policy of model ``name`` (unreadable fields count as unset)."""
+    s, n = r.hmget(retention_key(name), "seconds", "records")
+    try:
+        seconds = float(_s(s)) if s is not None else None
+    except ValueError:
+        seconds = None
+    try:
+        records = int(_s(n)) if n is not None else None
+    except ValueError:
+        records = None
+    return Retention(seconds if seconds and seconds > 0 else None, records if records and records > 0 else None)
+
+
+def _parse(i: str) -> tuple[int, int]:
+    ms, _, seq = i.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def retention_floor(ret: Retention, *, now_ms: int, nth_newest: str | None) -> str | None:
+    """The oldest stream id the policy keeps, or None when it keeps nothing.
+
+    ``nth_newest``: the id of the ``records``-th newest entry (None if the
+    stream holds fewer, i.e. the record cap keeps everything).
+    """
+    if ret.keeps_nothing:
+        return None
+    floors = []
+    if ret.seconds is not None:
+        floors.append(f"{max(int(now_ms - ret.seconds * 1000), 0)}-0")
+    if ret.records is not None:
+        floors.append(nth_newest or "0-0")
+    return max(floors, key=_parse)
+
+
+def trim_minid(pending_floor: str, policy_floor: str | None) -> str:
+    """``min(pending floor, policy floor)``: the MINID that keeps both the unacked entries and the window."""
+    if policy_floor is None:
+        return pending_floor
+    return min(pending_floor, policy_floor, key=_parse)
+
+
+def policy_minid(r: Any, name: str, stream: str) -> str | None:
+    """The policy floor of model ``name`` read from Redis (server clock, ``XREVRANGE`` for the N-th newest)."""
+    ret = get_retention(r, name)
+    if ret.keeps_nothing:
+        return None
+    sec, usec = r.time()
+    nth = None
+    if ret.records is not None:
+        n, length = ret.records, int(r.xlen(stream))
+        if length > n:
+            # Walk from the cheaper end: at steady state only the entries added since the last trim lie past the cap.
+            if length - n < n:
+                nth = _s(r.xrange(stream, "-", "+", count=length - n + 1)[-1][0])
+            else:
+                nth = _s(r.xrevrange(stream, "+", "-", count=n)[-1][0])
+    return retention_floor(ret, now_ms=int(sec) * 1000 + int(usec) // 1000, nth_newest=nth)

@@ -399,6 +399,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         ledger_cli.add_parser(sub)
+    try:
+        from . import job_cli
+    except ImportError:  # pragma: no cover - the job command is optional until it lands
+        pass
+    else:
+        job_cli.add_parser(sub, msub)
     return p
 
 

@@ -1,0 +1,209 @@
+"""``streamdp job``: on-demand batch learners over a model's retained records or a dataset file.
+
+    streamdp job submit ALGORITHM --source NAME --epsilon E [--param k=v ...] [--name RESULT] [--wait]
+    streamdp job submit ALGORITHM --source LEDGER_SOURCE --epsilon E --dataset FILE --schema FILE
+    streamdp job status ID | job list | job result ID [-o FILE] | job algorithms
+    streamdp job worker [--once | --until-drained]
+    streamdp model retention NAME [--seconds S] [--records N] [--clear]
+
+A job charges the source's ledger (``streamdp ledger NAME``) before reading any
+record; a job over budget ends ``refused`` with the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.ArgumentParser:
+    """Register ``streamdp job`` (and ``streamdp model retention`` on ``model_subparsers``, when given)."""
+    p = subparsers.add_parser("job", help="on-demand batch learners: submit, status, list, result, worker",
+                              description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="job_command", required=True)
+
+    s = sub.add_parser("submit", help="queue a job (charged to the source's ledger when a worker runs it)")
+    s.add_argument("algorithm", help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest")
+    s.add_argument("--source", required=True, help="model name (its retained records), or the ledger source of --dataset")
+    s.add_argument("--epsilon", type=float, required=True)
+    s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")
+    s.add_argument("--dataset", default=None, help="CSV file with a header (or a known dataset name) instead of a model")
+    s.add_argument("--schema", default=None, help="schema JSON file of --dataset")
+    s.add_argument("--name", default=None, help="publish the model under this name (default ALGORITHM-ID8)")
+    s.add_argument("--max-attempts", type=int, default=3)
+    s.add_argument("--wait", action="store_true", help="wait until the job is finished")
+    s.add_argument("--timeout", type=float, default=3600.0, help="seconds to --wait")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_submit)
+
+    st = sub.add_parser("status", help="a job's status, progress, attempts, reason")
+    st.add_argument("id")
+    st.add_argument("--json", action="store_true")
+    st.set_defaults(func=_status)
+
+    ls = sub.add_parser("list", help="recent jobs, newest first")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=_list)
+
+    rs = sub.add_parser("result", help="a done job's model (write the blob with -o)")
+    rs.add_argument("id")
+    rs.add_argument("-o", "--output", default=None)
+    rs.set_defaults(func=_result)
+
+    al = sub.add_parser("algorithms", help="algorithms, availability and parameters")
+    al.add_argument("--json", action="store_true")
+    al.set_defaults(func=_algorithms)
+
+    w = sub.add_parser("worker", help="run a job worker in this process")
+    g = w.add_mutually_exclusive_group()
+    g.add_argument("--once", action="store_true", help="stop after one job")
+    g.add_argument("--until-drained", action="store_true", help="stop when no job is waiting")
+    w.add_argument("--claim-idle-ms", type=int, default=60_000, help="reclaim jobs of workers silent this long")
+    w.add_argument("--block-ms", type=int, default=1000)
+    w.add_argument("-v", "--verbose", action="store_true")
+    w.set_defaults(func=_worker)
+
+    if model_subparsers is not None:
+        rt = model_subparsers.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
+        rt.add_argument("name")
+        rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
+        rt.add_argument("--records", type=int, default=None, help="keep at most this many newest stream entries")
+        rt.add_argument("--clear", action="store_true", help="back to the default: keep nothing already merged")
+        rt.add_argument("--json", action="store_true")
+        rt.set_defaults(func=_retention)
+    return p
+
+
+def _redis(args: argparse.Namespace):
+    from .service.registry import connect
+
+    return connect(args.redis_url)
+
+
+def _line(st: dict) -> str:
+    why = st.get("reason") or ""
+    extra = f"  {why}" if why else ""
+    return (f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
+            f"eps={st['epsilon']:g} source={st['source']} result={st['result']} "
+            f"attempts={st['attempts']}/{st['max_attempts']}{extra}")
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from .jobs import parse_param
+    from .service.jobs import FINAL, JobQueue
+
+    params = dict(parse_param(p) for p in args.param)
+    q = JobQueue(_redis(args))
+    kind = "dataset" if args.dataset else "model"
+    if args.schema and not args.dataset:
+        raise ValueError("--schema goes with --dataset")
+    job_id = q.submit(args.algorithm, args.source, args.epsilon, params, source_kind=kind, dataset=args.dataset,
+                      schema=args.schema, result_name=args.name, max_attempts=args.max_attempts)
+    if not args.wait:
+        print(json.dumps({"id": job_id}) if args.json else job_id)
+        return 0
+    st = q.wait(job_id, timeout=args.timeout, poll_s=0.2)
+    print(json.dumps(st) if args.json else _line(st))
+    if st["status"] not in FINAL:
+        print(f"streamdp: job {job_id} still {st['status']} after {args.timeout:g} s (is a job worker running?)",
+              file=sys.stderr)
+    return 0 if st["status"] == "done" else 1
+
+
+def _status(args: argparse.Namespace) -> int:
+    from .service.jobs import JobQueue
+
+    st = JobQueue(_redis(args)).status(args.id)
+    if args.json:
+        print(json.dumps(st))
+        return 0
+    for k in ("id", "status", "progress", "fraction", "algorithm", "epsilon", "params", "source", "source_kind",
+              "dataset", "result", "attempts", "max_attempts", "worker", "error", "reason"):
+        if st.get(k) not in (None, ""):
+            print(f"{k:13s} {st[k]}")
+    for k in ("created", "started", "finished"):
+        if st.get(k):
+            print(f"{k:13s} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(st[k]))}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .service.jobs import JobQueue
+
+    jobs = JobQueue(_redis(args)).list(args.limit)
+    if args.json:
+        print(json.dumps(jobs))
+    else:
+        print("\n".join(_line(j) for j in jobs) if jobs else "no jobs")
+    return 0
+
+
+def _result(args: argparse.Namespace) -> int:
+    from .learners import load_model
+    from .service.jobs import JobQueue
+
+    data = JobQueue(_redis(args)).result_bytes(args.id)
+    model = load_model(data)
+    if args.output:
+        with open(args.output, "wb") as fh:
+            fh.write(data)
+        print(f"wrote {model!r} to {args.output} ({len(data):,} bytes)")
+    else:
+        print(repr(model))
+    return 0
+
+
+def _algorithms(args: argparse.Namespace) -> int:
+    from .jobs import describe
+
+    d = describe()
+    if args.json:
+        print(json.dumps(d))
+    else:
+        for a in d:
+            tail = ", ".join(a["params"]) if a["available"] else f"NOT AVAILABLE: {a['reason']}"
+            print(f"{a['name']:15s} {a['description']}\n{'':15s} params: {tail}")
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from .service.jobs import JobWorker
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    w = JobWorker(_redis(args), claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)
+    n = w.run(once=args.once, until_drained=args.until_drained)
+    print(f"job worker {w.name}: {n} job(s) handled", file=sys.stderr)
+    return 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    from .service.registry import load_spec
+    from .service.retention import get_retention, set_retention
+
+    r = _redis(args)
+    load_spec(r, args.name)  # the model must exist
+    if args.clear and (args.seconds is not None or args.records is not None):
+        raise ValueError("--clear takes no --seconds/--records")
+    if args.clear or args.seconds is not None or args.records is not None:
+        cur = get_retention(r, args.name)
+        seconds = None if args.clear else (args.seconds if args.seconds is not None else cur.seconds)
+        records = None if args.clear else (args.records if args.records is not None else cur.records)
+        ret = set_retention(r, args.name, seconds=seconds, records=records)
+    else:
+        ret = get_retention(r, args.name)
+    if args.json:
+        print(json.dumps(ret.to_dict()))
+    elif ret.keeps_nothing:
+        print(f"{args.name}: keeps no merged records (only unacked ones)")
+    else:
+        parts = ([f"at most {ret.seconds:g} s old"] if ret.seconds is not None else []) + \
+                ([f"at most {ret.records} newest entries"] if ret.records is not None else [])
+        print(f"{args.name}: keeps raw records " + " and ".join(parts) + " (plus any unacked)")
+    return 0

@@ -27,8 +27,10 @@ def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.Argume
     p = subparsers.add_parser("job", help="on-demand batch learners: submit, status, list, result, worker",
                               description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="job_command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--queue", default="sdp:jobs", help="job stream (default sdp:jobs; a separate queue per tenant/test)")
 
-    s = sub.add_parser("submit", help="queue a job (charged to the source's ledger when a worker runs it)")
+    s = sub.add_parser("submit", parents=[common], help="queue a job (charged to the source's ledger when a worker runs it)")
     s.add_argument("algorithm", help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest")
     s.add_argument("--source", required=True, help="model name (its retained records), or the ledger source of --dataset")
     s.add_argument("--epsilon", type=float, required=True)
@@ -42,26 +44,26 @@ def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.Argume
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_submit)
 
-    st = sub.add_parser("status", help="a job's status, progress, attempts, reason")
+    st = sub.add_parser("status", parents=[common], help="a job's status, progress, attempts, reason")
     st.add_argument("id")
     st.add_argument("--json", action="store_true")
     st.set_defaults(func=_status)
 
-    ls = sub.add_parser("list", help="recent jobs, newest first")
+    ls = sub.add_parser("list", parents=[common], help="recent jobs, newest first")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=_list)
 
-    rs = sub.add_parser("result", help="a done job's model (write the blob with -o)")
+    rs = sub.add_parser("result", parents=[common], help="a done job's model (write the blob with -o)")
     rs.add_argument("id")
     rs.add_argument("-o", "--output", default=None)
     rs.set_defaults(func=_result)
 
-    al = sub.add_parser("algorithms", help="algorithms, availability and parameters")
+    al = sub.add_parser("algorithms", parents=[common], help="algorithms, availability and parameters")
     al.add_argument("--json", action="store_true")
     al.set_defaults(func=_algorithms)
 
-    w = sub.add_parser("worker", help="run a job worker in this process")
+    w = sub.add_parser("worker", parents=[common], help="run a job worker in this process")
     g = w.add_mutually_exclusive_group()
     g.add_argument("--once", action="store_true", help="stop after one job")
     g.add_argument("--until-drained", action="store_true", help="stop when no job is waiting")
@@ -100,7 +102,7 @@ def _submit(args: argparse.Namespace) -> int:
     from .service.jobs import FINAL, JobQueue
 
     params = dict(parse_param(p) for p in args.param)
-    q = JobQueue(_redis(args))
+    q = JobQueue(_redis(args), args.queue)
     kind = "dataset" if args.dataset else "model"
     if args.schema and not args.dataset:
         raise ValueError("--schema goes with --dataset")
@@ -120,7 +122,7 @@ def _submit(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from .service.jobs import JobQueue
 
-    st = JobQueue(_redis(args)).status(args.id)
+    st = JobQueue(_redis(args), args.queue).status(args.id)
     if args.json:
         print(json.dumps(st))
         return 0
@@ -137,7 +139,7 @@ def _status(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from .service.jobs import JobQueue
 
-    jobs = JobQueue(_redis(args)).list(args.limit)
+    jobs = JobQueue(_redis(args), args.queue).list(args.limit)
     if args.json:
         print(json.dumps(jobs))
     else:
@@ -149,7 +151,7 @@ def _result(args: argparse.Namespace) -> int:
     from .learners import load_model
     from .service.jobs import JobQueue
 
-    data = JobQueue(_redis(args)).result_bytes(args.id)
+    data = JobQueue(_redis(args), args.queue).result_bytes(args.id)
     model = load_model(data)
     if args.output:
         with open(args.output, "wb") as fh:
@@ -177,7 +179,7 @@ def _worker(args: argparse.Namespace) -> int:
     from .service.jobs import JobWorker
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    w = JobWorker(_redis(args), claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)
+    w = JobWorker(_redis(args), queue=args.queue, claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)
     n = w.run(once=args.once, until_drained=args.until_drained)
     print(f"job worker {w.name}: {n} job(s) handled", file=sys.stderr)
     return 0

@@ -206,8 +206,9 @@ def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
 class JobQueue:
     """Submit jobs, read their status, fetch their results."""
 
-    def __init__(self, r: Any = None):
+    def __init__(self, r: Any = None, queue: str = JOBS_STREAM):
         self.r = connect(r)
+        self.stream, self.index = queue, f"{queue}:index"
 
     def submit(
         self,
@@ -252,9 +253,9 @@ class JobQueue:
         }
         p = self.r.pipeline(transaction=False)
         p.hset(job_key(job_id), mapping=doc)
-        p.zadd(JOBS_INDEX, {job_id: float(now)})
+        p.zadd(self.index, {job_id: float(now)})
         p.execute()
-        self.r.xadd(JOBS_STREAM, {"job": job_id})
+        self.r.xadd(self.stream, {"job": job_id})
         return job_id
 
     def status(self, job_id: str) -> dict:
@@ -274,7 +275,7 @@ class JobQueue:
 
     def list(self, limit: int = 100) -> list[dict]:
         """The newest ``limit`` jobs, newest first."""
-        ids = [_s(i) for i in self.r.zrevrange(JOBS_INDEX, 0, max(limit, 1) - 1)]
+        ids = [_s(i) for i in self.r.zrevrange(self.index, 0, max(limit, 1) - 1)]
         out = []
         for i in ids:
             try:
@@ -338,9 +339,10 @@ def fetch_model(r: Any, name: str) -> Any:
 class JobWorker:
     """One job worker (consumer of group ``jobworkers`` on ``sdp:jobs``)."""
 
-    def __init__(self, r: Any = None, *, consumer: str | None = None, claim_idle_ms: int = 60_000,
-                 block_ms: int = 1000, claim_every_s: float = 1.0):
+    def __init__(self, r: Any = None, *, queue: str = JOBS_STREAM, consumer: str | None = None,
+                 claim_idle_ms: int = 60_000, block_ms: int = 1000, claim_every_s: float = 1.0):
         self.r = connect(r)
+        self.stream = queue
         self.name = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.claim_idle_ms = int(claim_idle_ms)
         self.block_ms = int(block_ms)
@@ -352,7 +354,7 @@ class JobWorker:
         self._entry: str | None = None
         self._last_beat = 0.0
         try:
-            self.r.xgroup_create(JOBS_STREAM, JOB_GROUP, id="0", mkstream=True)
+            self.r.xgroup_create(self.stream, JOB_GROUP, id="0", mkstream=True)
         except redis.ResponseError as e:
             if "BUSYGROUP" not in str(e):
                 raise
@@ -381,11 +383,11 @@ class JobWorker:
 
     def drained(self) -> bool:
         """No undelivered entry and none pending (for any worker)."""
-        groups = self.r.xinfo_groups(JOBS_STREAM)
+        groups = self.r.xinfo_groups(self.stream)
         g = next((g for g in groups if _s(g["name"]) == JOB_GROUP), None)
         if g is None or int(g.get("pending", 0)):
             return False
-        newest = self.r.xrevrange(JOBS_STREAM, "+", "-", count=1)
+        newest = self.r.xrevrange(self.stream, "+", "-", count=1)
         if not newest:
             return True
         last = tuple(int(x) for x in _s(g["last-delivered-id"]).split("-"))
@@ -396,12 +398,12 @@ class JobWorker:
         entry = None
         if time.monotonic() - self._last_claim >= self.claim_every_s:
             self._last_claim = time.monotonic()
-            res = self.r.xautoclaim(JOBS_STREAM, JOB_GROUP, self.name, self.claim_idle_ms, "0-0", count=1)
+            res = self.r.xautoclaim(self.stream, JOB_GROUP, self.name, self.claim_idle_ms, "0-0", count=1)
             claimed = res[1] if res and len(res) > 1 else []
             if claimed:
                 entry = claimed[0]
         if entry is None:
-            resp = self.r.xreadgroup(JOB_GROUP, self.name, {JOBS_STREAM: ">"}, count=1, block=self.block_ms)
+            resp = self.r.xreadgroup(JOB_GROUP, self.name, {self.stream: ">"}, count=1, block=self.block_ms)
             if resp:
                 entry = resp[0][1][0]
         if entry is None:
@@ -413,8 +415,8 @@ class JobWorker:
 
     def _ack(self, eid: str) -> None:
         p = self.r.pipeline(transaction=True)
-        p.xack(JOBS_STREAM, JOB_GROUP, eid)
-        p.xdel(JOBS_STREAM, eid)
+        p.xack(self.stream, JOB_GROUP, eid)
+        p.xdel(self.stream, eid)
         p.execute()
 
     def _set(self, job_id: str, **fields: Any) -> None:
@@ -452,9 +454,9 @@ class JobWorker:
             else:
                 self._set(job_id, status="queued", error=err, progress="retrying")
                 p = self.r.pipeline(transaction=True)
-                p.xack(JOBS_STREAM, JOB_GROUP, eid)
-                p.xdel(JOBS_STREAM, eid)
-                p.xadd(JOBS_STREAM, {"job": job_id})
+                p.xack(self.stream, JOB_GROUP, eid)
+                p.xdel(self.stream, eid)
+                p.xadd(self.stream, {"job": job_id})
                 p.execute()
                 self._entry = None
                 return "queued"
@@ -470,9 +472,9 @@ class JobWorker:
         """Reset the entry's idle time while this worker still owns it (so it is not reclaimed while alive)."""
         if self._entry is None:
             return
-        owner = self.r.xpending_range(JOBS_STREAM, JOB_GROUP, min=self._entry, max=self._entry, count=1)
+        owner = self.r.xpending_range(self.stream, JOB_GROUP, min=self._entry, max=self._entry, count=1)
         if owner and _s(owner[0]["consumer"]) == self.name:
-            self.r.xclaim(JOBS_STREAM, JOB_GROUP, self.name, 0, [self._entry], justid=True)
+            self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [self._entry], justid=True)
 
     def _run(self, job_id: str, doc: dict) -> str:
         result = doc["result"]

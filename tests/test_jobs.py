@@ -1,0 +1,367 @@
+"""On-demand jobs on a real Redis: charge first and once, refuse before reading, survive killed workers, retention.
+
+Every test uses its own model names, ledger sources and job queue (``sdp:jobs:<unique>``),
+so job workers here never take another test's (or person's) jobs.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pytest
+import redis
+
+from streamdp.datasets import load
+from streamdp.forest import PrivateForest
+from streamdp.jobs import JobError, JobSpec, run_job
+from streamdp.ledger import BudgetExceeded, InMemoryLedger
+from streamdp.learners import load_model
+from streamdp.service import codec
+from streamdp.service import jobs as sjobs
+from streamdp.service.consumer import Consumer
+from streamdp.service.jobs import JobQueue, JobWorker, fetch_model, read_model_records
+from streamdp.service.keys import REGISTRY, GROUP, Keys
+from streamdp.service.ledger_store import RedisLedger, ledger_keys
+from streamdp.service.producer import Producer
+from streamdp.service.registry import create_model, delete_model
+from streamdp.service.retention import get_retention, set_retention
+from streamdp.service.worker import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+VOTES = load("congressional-voting")
+KANON = {"n_trees": 3, "height": 3, "k": 5, "beta": 0.1}
+
+
+@pytest.fixture
+def r(redis_url):
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture
+def model(r, unique_name):
+    """A vote model with all 435 records still in its stream (no stream worker ran), ledger budget 10."""
+    create_model(r, unique_name, VOTES.schema, n_trees=3, height=3, epsilon=1.0, ledger_budget=10.0)
+    with Producer(r, unique_name, batch_size=100) as p:
+        p.push(VOTES.X, VOTES.y)
+    yield unique_name
+    delete_model(r, unique_name)
+    r.delete(*ledger_keys(unique_name))
+
+
+@pytest.fixture
+def queue(r):
+    q = f"sdp:jobs:t-{uuid.uuid4().hex[:10]}"
+    created: list[str] = []
+    yield q, created
+    ids = [i.decode() for i in r.zrange(f"{q}:index", 0, -1)]
+    for i in ids:
+        res = r.hget(sjobs.job_key(i), "result")
+        if res:
+            r.hdel(REGISTRY, res.decode())
+            r.delete(Keys(res.decode()).pub_model)
+        r.delete(sjobs.job_key(i))
+    r.delete(q, f"{q}:index")
+
+
+def _spends(r, source, job_id):
+    return [s for s in RedisLedger(r).spends(source) if s.key == job_id]
+
+
+def _kanon_delta() -> float:
+    return PrivateForest.create(VOTES.schema, n_trees=KANON["n_trees"], height=KANON["height"], epsilon=1.0,
+                                mechanism="kanon", k=KANON["k"], beta=KANON["beta"]).delta
+
+
+# -- pure ------------------------------------------------------------------------------------
+def test_run_job_charges_before_loading_and_once_per_job_id():
+    led = InMemoryLedger()
+    led.set_budget("src", 1.0)
+    enc = VOTES.schema.encode(VOTES.X, VOTES.y)
+    calls = []
+
+    def loader():
+        calls.append(led.spent("src")[0])  # what was charged when the data was read
+        return enc.X, enc.y
+
+    spec = JobSpec("private-rdt", 0.75, {"n_trees": 3, "height": 2})
+    a = run_job(spec, VOTES.schema, loader, led, "src", "job-a")
+    b = run_job(spec, VOTES.schema, loader, led, "src", "job-a")  # a retry: same key, charged once
+    assert calls == [0.75, 0.75] and led.spent("src") == (0.75, 0.0)
+    assert isinstance(load_model(a.blob), PrivateForest) and a.blob != b.blob
+    with pytest.raises(BudgetExceeded, match="refused before reading any data"):
+        run_job(spec, VOTES.schema, loader, led, "src", "job-b")
+    assert len(calls) == 2  # the refused job never called the loader
+
+
+def test_bad_jobs_are_refused_with_clear_errors():
+    with pytest.raises(JobError, match="unknown algorithm 'nope'; known: dpea"):
+        run_job(JobSpec("nope", 1.0), VOTES.schema, lambda: None, InMemoryLedger(), "s", "j")
+    with pytest.raises(JobError, match="has no parameter 'depth'; parameters: n_trees, height"):
+        run_job(JobSpec("private-rdt", 1.0, {"depth": 3}), VOTES.schema, lambda: None, InMemoryLedger(), "s", "j")
+    with pytest.raises(JobError, match="noise_seed is for tests only"):
+        run_job(JobSpec("private-rdt", 1.0, {"noise_seed": 3}), VOTES.schema, lambda: None, InMemoryLedger(), "s", "j")
+    with pytest.raises(JobError, match="kanon-forest needs parameters k"):
+        run_job(JobSpec("kanon-forest", 1.0, {}), VOTES.schema, lambda: None, InMemoryLedger(), "s", "j")
+    with pytest.raises(JobError, match="epsilon must be a finite number > 0"):
+        run_job(JobSpec("private-rdt", -1.0), VOTES.schema, lambda: None, InMemoryLedger(), "s", "j")
+
+
+# -- service ---------------------------------------------------------------------------------
+def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
+    q, _ = queue
+    RedisLedger(r).set_budget(model, 10.0, _kanon_delta() + 1e-6)
+    jq = JobQueue(r, q)
+    rdt = jq.submit("private-rdt", model, 2.0, {"n_trees": 10, "height": 3})
+    kan = jq.submit("kanon-forest", model, 1.0, KANON, result_name=f"{model}-kanon")
+    assert jq.status(rdt)["status"] == "queued"
+    assert JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False) == 2
+    for jid, eps in ((rdt, 2.0), (kan, 1.0)):
+        st = jq.status(jid)
+        assert st["status"] == "done" and st["attempts"] == 1 and st["fraction"] == 1.0, st
+        assert [s.epsilon for s in _spends(r, model, jid)] == [eps]
+    forest = fetch_model(r, jq.status(rdt)["result"])
+    pred = forest.predict(VOTES.X)
+    assert set(pred) <= set(VOTES.schema.classes)
+    # 10 trees x 8 leaves, ~54 records a leaf, Laplace scale 5 per cell: far above the majority rate 0.61
+    assert (pred == VOTES.y).mean() > 0.75
+    kf = fetch_model(r, f"{model}-kanon")
+    assert kf.mechanism == "kanon" and set(kf.predict(VOTES.X)) <= set(VOTES.schema.classes)
+    # consumers fetch a forest result like the stream forest
+    with Consumer(r, jq.status(rdt)["result"]) as c:
+        assert np.array_equal(c.latest().counts, forest.counts)
+    entry = json.loads(r.hget(REGISTRY, f"{model}-kanon"))
+    assert entry["kind"] == "job" and entry["job"] == kan and entry["delta"] > 0
+    assert isinstance(jq.result(kan), PrivateForest)
+    assert [j["id"] for j in jq.list()] == [kan, rdt]
+
+
+def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queue, monkeypatch):
+    q, _ = queue
+    reads = []
+    monkeypatch.setattr(sjobs, "read_model_records", lambda *a, **k: reads.append(a) or (_ for _ in ()).throw(
+        AssertionError("data read")))
+    before = RedisLedger(r).spent(model)
+    jq = JobQueue(r, q)
+    jid = jq.submit("private-rdt", model, 9.5, {"n_trees": 2})  # 1 of 10 is spent by the stream model
+    JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+    st = jq.status(jid)
+    assert st["status"] == "refused" and "refused before reading any data" in st["reason"], st
+    assert "would spend 10.5 of a budget of 10" in st["reason"]
+    assert reads == [] and RedisLedger(r).spent(model) == before and _spends(r, model, jid) == []
+    assert not r.exists(Keys(st["result"]).pub_model) and not r.hexists(REGISTRY, st["result"])
+    with pytest.raises(LookupError, match="is refused"):
+        jq.result(jid)
+
+
+def _child(url: str, q: str, point: str) -> None:
+    """A job worker that SIGKILLs itself just before (or just after) publishing: the charge is done."""
+    w = JobWorker(redis.Redis.from_url(url), queue=q, block_ms=50, consumer="doomed")
+    real = w._publish
+
+    def publish(*a, **k):
+        if point == "before_publish":
+            os.kill(os.getpid(), signal.SIGKILL)
+        out = real(*a, **k)
+        os.kill(os.getpid(), signal.SIGKILL)
+        return out
+
+    w._publish = publish
+    w.run(once=True, handle_signals=False)
+
+
+def _kill_during_job(url: str, q: str, point: str) -> None:
+    p = mp.get_context("fork").Process(target=_child, args=(url, q, point))
+    p.start()
+    p.join(60)
+    assert p.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("point", ["before_publish", "after_publish"])
+def test_killed_job_worker_is_retried_charged_once_published_once(r, redis_url, model, queue, point):
+    q, _ = queue
+    jq = JobQueue(r, q)
+    jid = jq.submit("private-rdt", model, 1.0, {"n_trees": 3, "height": 3})
+    _kill_during_job(redis_url, q, point)
+    st = jq.status(jid)
+    assert st["status"] == "running" and st["worker"] == "doomed" and len(_spends(r, model, jid)) == 1
+    result = Keys(st["result"]).pub_model
+    first = r.hget(result, "blob")
+    assert (first is not None) == (point == "after_publish")
+    # Another worker reclaims the dead worker's entry once it has been idle 200 ms.
+    w = JobWorker(r, queue=q, block_ms=20, claim_idle_ms=200, claim_every_s=0.02)
+    deadline = time.monotonic() + 20
+    while jq.status(jid)["status"] == "running" and time.monotonic() < deadline:
+        w.step()
+    st = jq.status(jid)
+    assert st["status"] == "done" and st["attempts"] == 2, st
+    assert len(_spends(r, model, jid)) == 1 and RedisLedger(r).spent(model)[0] == pytest.approx(2.0)
+    assert r.hget(result, "job").decode() == jid and int(r.hget(result, "version")) == 1
+    if point == "after_publish":  # the first release stands; the retry did not fit or publish again
+        assert r.hget(result, "blob") == first
+    assert isinstance(jq.result(jid), PrivateForest)
+    assert w.drained()
+
+
+def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
+    q, _ = queue
+    jq = JobQueue(r, q)
+    killed = jq.submit("private-rdt", model, 0.5, {"n_trees": 2}, max_attempts=1)
+    _kill_during_job(redis_url, q, "before_publish")
+    w = JobWorker(r, queue=q, block_ms=20, claim_idle_ms=200, claim_every_s=0.02)
+    deadline = time.monotonic() + 20
+    while jq.status(killed)["status"] == "running" and time.monotonic() < deadline:
+        w.step()
+    st = jq.status(killed)
+    assert st["status"] == "failed" and "gave up after 1 attempts" in st["reason"], st
+    assert "job worker doomed stopped during the last attempt" in st["reason"]
+    assert len(_spends(r, model, killed)) == 1  # charged once (privacy loss is permanent), never released
+    assert not r.exists(Keys(st["result"]).pub_model)
+
+    # A job whose attempts keep raising is retried, then failed with the last error.
+    flaky = jq.submit("private-rdt", model, 0.5, {"n_trees": 2}, max_attempts=2)
+    w._publish = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("disk on fire"))
+    w.run(until_drained=True, handle_signals=False)
+    st = jq.status(flaky)
+    assert st["status"] == "failed" and st["attempts"] == 2
+    assert st["reason"] == "gave up after 2 attempts; last error: RuntimeError: disk on fire"
+    assert len(_spends(r, model, flaky)) == 1
+
+
+def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
+    q, _ = queue
+    schema = VOTES.schema
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow([*schema.names, schema.label.name])
+    for x, y in zip(VOTES.X, VOTES.y):
+        wr.writerow([*x, y])
+    data, sch = tmp_path / "votes.csv", tmp_path / "schema.json"
+    data.write_text(buf.getvalue())
+    sch.write_text(json.dumps(schema.to_dict()))
+    led = RedisLedger(r)
+    led.set_budget(unique_name, 1.0)
+    try:
+        jq = JobQueue(r, q)
+        jid = jq.submit("private-rdt", unique_name, 1.0, {"n_trees": 5, "height": 3}, source_kind="dataset",
+                        dataset=str(data), schema=str(sch))
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        assert jq.status(jid)["status"] == "done"
+        assert (jq.result(jid).predict(VOTES.X) == VOTES.y).mean() > 0.6
+        assert led.spent(unique_name)[0] == 1.0
+    finally:
+        r.delete(*ledger_keys(unique_name))
+
+
+def test_dpea_job_when_present(r, model, queue):
+    pytest.importorskip("streamdp.learners.dpea")
+    q, _ = queue
+    jq = JobQueue(r, q)
+    with pytest.raises(JobError, match="DPEA has no parameter|has no parameter 'bogus'"):
+        jq.submit("dpea", model, 1.0, {"bogus": 1})
+    jid = jq.submit("dpea", model, 1.0, {"max_depth": 3, "embed_depth": 1})
+    JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+    st = jq.status(jid)
+    assert st["status"] == "done", st
+    assert set(jq.result(jid).predict(VOTES.X)) <= set(VOTES.schema.classes)
+
+
+def test_unavailable_algorithm_is_reported(r, model, queue):
+    import importlib.util
+
+    if importlib.util.find_spec("streamdp.learners.hanisch") is not None:
+        pytest.skip("every learner is present in this build")
+    with pytest.raises(JobError, match="algorithm 'hanisch-forest' is not available in this build"):
+        JobQueue(r, queue[0]).submit("hanisch-forest", model, 1.0)
+
+
+# -- retention -------------------------------------------------------------------------------
+def _xadd(r, name, ms: int | None = None, n: int = 10) -> str:
+    i = np.random.default_rng(ms or 0).integers(0, len(VOTES.y), n)
+    env = codec.encode_batch(VOTES.schema, VOTES.X[i], VOTES.y[i])
+    return r.xadd(Keys(name).records, {"d": env}, id=f"{ms}-0" if ms else "*").decode()
+
+
+def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
+    name = unique_name
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0)
+    try:
+        sec, _ = r.time()
+        now = int(sec) * 1000
+        old = [_xadd(r, name, now - 100_000), _xadd(r, name, now - 50_000)]
+        new = [_xadd(r, name) for _ in range(4)]
+        w = Worker(r, name, trim_every=10**9, block_ms=20)
+        w.run(until_drained=True, handle_signals=False)
+        ids = lambda: [e[0].decode() for e in r.xrange(Keys(name).records)]  # noqa: E731
+        assert ids() == old + new  # nothing trimmed yet (trim_every is huge)
+        set_retention(r, name, seconds=75)
+        assert get_retention(r, name).seconds == 75.0
+        w.trim()
+        assert ids() == old[1:] + new  # 100 s old is out of the 75 s window
+        set_retention(r, name, seconds=75, records=3)
+        w.trim()
+        assert ids() == new[1:]  # both caps: the 3 newest
+        assert len(read_model_records(r, name, VOTES.schema)[1]) == 30  # a job sees exactly the window
+        # Pending (delivered, unacked) entries are never trimmed, whatever the policy.
+        pend = [_xadd(r, name) for _ in range(3)]
+        r.xreadgroup(GROUP, "stalled", {Keys(name).records: ">"}, count=3)
+        set_retention(r, name, records=1)
+        w.trim()
+        assert ids() == pend  # the window (1 entry) is inside the pending ones: all 3 kept
+        set_retention(r, name)  # default: nothing beyond the unacked entries
+        assert get_retention(r, name).keeps_nothing
+        w.trim()
+        assert ids() == pend
+    finally:
+        delete_model(r, name)
+        r.delete(*ledger_keys(name))
+
+
+# -- CLI -------------------------------------------------------------------------------------
+def _cli(url, *argv) -> tuple[int, str]:
+    from streamdp.cli import main
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        rc = main(["--redis-url", url, *argv])
+    return rc, out.getvalue()
+
+
+def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, queue, tmp_path, capsys):
+    q, _ = queue
+    rc, out = _cli(redis_url, "job", "submit", "private-rdt", "--source", model, "--epsilon", "0.5",
+                   "--param", "n_trees=3", "--param", "height=2", "--name", f"{model}-cli", "--queue", q)
+    assert rc == 0
+    jid = out.strip()
+    rc, out = _cli(redis_url, "job", "status", jid, "--queue", q, "--json")
+    assert json.loads(out)["status"] == "queued"
+    # the worker entry point, as a real process
+    env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run([sys.executable, str(ROOT / "workers" / "job_worker.py"), "--until-drained", "--queue", q,
+                        "--block-ms", "50"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rc, out = _cli(redis_url, "job", "status", jid, "--queue", q)
+    assert rc == 0 and "status        done" in out
+    rc, out = _cli(redis_url, "job", "list", "--queue", q)
+    assert jid in out and "done" in out
+    rc, out = _cli(redis_url, "job", "result", jid, "--queue", q, "-o", str(tmp_path / "m.bin"))
+    assert rc == 0 and isinstance(load_model((tmp_path / "m.bin").read_bytes()), PrivateForest)
+    rc, out = _cli(redis_url, "model", "retention", model, "--records", "5", "--json")
+    assert json.loads(out) == {"seconds": None, "records": 5}
+    capsys.readouterr()
+    rc, _ = _cli(redis_url, "job", "submit", "private-rdt", "--source", model, "--epsilon", "1",
+                 "--param", "trees=3", "--queue", q)
+    assert rc == 2 and "has no parameter 'trees'" in capsys.readouterr().err
+    rc, _ = _cli(redis_url, "job", "submit", "nope", "--source", model, "--epsilon", "1", "--queue", q)
+    assert rc == 2 and "unknown algorithm 'nope'" in capsys.readouterr().err

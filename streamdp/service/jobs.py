@@ -370,10 +370,20 @@ class JobWorker:
             signal.signal(signal.SIGTERM, self.stop)
         t0 = time.monotonic()
         n = 0
+        backoff = 0.0
         while not self._stop.is_set():
             if max_seconds is not None and time.monotonic() - t0 > max_seconds:
                 break
-            did = self.step()
+            try:
+                did = self.step()
+                backoff = 0.0
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as err:
+                # Redis restarting / failing over: the entry in hand stays pending and is reclaimed later.
+                backoff = min(5.0, max(0.1, backoff * 2))
+                log.warning(json.dumps({"event": "job.disconnected", "error": str(err), "retry_s": backoff}))
+                self._entry = None
+                self._stop.wait(backoff)
+                continue
             n += did
             if once and n:
                 break

@@ -214,6 +214,35 @@ def test_killed_job_worker_is_retried_charged_once_published_once(r, redis_url, 
     assert w.drained()
 
 
+def test_a_slow_job_is_not_taken_for_dead(r, model, queue):
+    """The running worker heartbeats its entry: another worker with the same idle limit leaves it alone."""
+    import threading
+
+    q, _ = queue
+    jq = JobQueue(r, q)
+    jid = jq.submit("private-rdt", model, 0.5, {"n_trees": 2})
+    slow = JobWorker(r, queue=q, block_ms=20, claim_idle_ms=150)
+    real, release, inside = slow._publish, threading.Event(), threading.Event()
+
+    def publish(*a, **k):
+        inside.set()
+        release.wait(10)
+        return real(*a, **k)
+
+    slow._publish = publish
+    t = threading.Thread(target=slow.run, kwargs={"once": True, "handle_signals": False})
+    t.start()
+    assert inside.wait(10)
+    other = JobWorker(r, queue=q, block_ms=20, claim_idle_ms=150, claim_every_s=0.0)
+    deadline = time.monotonic() + 0.75  # 5 idle limits
+    while time.monotonic() < deadline:
+        assert other.step() == 0
+    release.set()
+    t.join(10)
+    st = jq.status(jid)
+    assert st["status"] == "done" and st["attempts"] == 1 and st["worker"] == slow.name
+
+
 def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     q, _ = queue
     jq = JobQueue(r, q)

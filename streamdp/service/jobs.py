@@ -352,7 +352,6 @@ class JobWorker:
         self._stop = threading.Event()
         self._last_claim = 0.0
         self._entry: str | None = None
-        self._last_beat = 0.0
         try:
             self.r.xgroup_create(self.stream, JOB_GROUP, id="0", mkstream=True)
         except redis.ResponseError as e:
@@ -444,8 +443,11 @@ class JobWorker:
             self._ack(eid)
             return _s(res[1]) if what == "final" else what
         attempt = int(_s(res[1]))
-        self._entry, self._last_beat = eid, time.monotonic()
+        self._entry = eid
         doc = {_s(k): _s(v) for k, v in self.r.hgetall(key).items()}
+        beating = threading.Event()
+        beat = threading.Thread(target=self._beat_loop, args=(beating,), daemon=True)
+        beat.start()
         try:
             status = self._run(job_id, doc)
         except BudgetExceeded as e:
@@ -470,9 +472,20 @@ class JobWorker:
                 p.execute()
                 self._entry = None
                 return "queued"
+        finally:
+            beating.set()
+            beat.join()
         self._ack(eid)
         self._entry = None
         return status
+
+    def _beat_loop(self, stop: threading.Event) -> None:
+        """Heartbeat every third of ``claim_idle_ms`` while a job runs (a long fit is not taken for dead)."""
+        while not stop.wait(max(self.claim_idle_ms / 3000, 0.01)):
+            try:
+                self._heartbeat()
+            except redis.RedisError:
+                pass
 
     def _progress(self, job_id: str, stage: str, fraction: float) -> None:
         self._set(job_id, progress=stage, fraction=round(float(fraction), 3))
@@ -480,11 +493,12 @@ class JobWorker:
 
     def _heartbeat(self) -> None:
         """Reset the entry's idle time while this worker still owns it (so it is not reclaimed while alive)."""
-        if self._entry is None:
+        entry = self._entry
+        if entry is None:
             return
-        owner = self.r.xpending_range(self.stream, JOB_GROUP, min=self._entry, max=self._entry, count=1)
+        owner = self.r.xpending_range(self.stream, JOB_GROUP, min=entry, max=entry, count=1)
         if owner and _s(owner[0]["consumer"]) == self.name:
-            self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [self._entry], justid=True)
+            self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [entry], justid=True)
 
     def _run(self, job_id: str, doc: dict) -> str:
         result = doc["result"]

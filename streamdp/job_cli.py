@@ -28,14 +28,18 @@ def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.Argume
                               description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="job_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--queue", default="sdp:jobs", help="job stream (default sdp:jobs; a separate queue per tenant/test)")
+    common.add_argument("--queue", default="sdp:jobs",
+                        help="job stream (default sdp:jobs; a separate queue per tenant/test)")
 
-    s = sub.add_parser("submit", parents=[common], help="queue a job (charged to the source's ledger when a worker runs it)")
+    s = sub.add_parser("submit", parents=[common],
+                       help="queue a job (charged to the source's ledger when a worker runs it)")
     s.add_argument("algorithm", help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest")
-    s.add_argument("--source", required=True, help="model name (its retained records), or the ledger source of --dataset")
+    s.add_argument("--source", required=True,
+                   help="model name (its retained records), or the ledger source of --dataset")
     s.add_argument("--epsilon", type=float, required=True)
     s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")
-    s.add_argument("--dataset", default=None, help="CSV file with a header (or a known dataset name) instead of a model")
+    s.add_argument("--dataset", default=None,
+                   help="CSV file with a header (or a known dataset name) instead of a model")
     s.add_argument("--schema", default=None, help="schema JSON file of --dataset")
     s.add_argument("--name", default=None, help="publish the model under this name (default ALGORITHM-ID8)")
     s.add_argument("--max-attempts", type=int, default=3)

@@ -43,7 +43,7 @@ from .private_data import PrivateDataset
 from .schema import Schema
 
 __all__ = ["ALGORITHMS", "Algorithm", "JobSpec", "JobResult", "JobError", "AlgorithmNotAvailable",
-           "algorithm", "check_params", "parse_param", "run_job"]
+           "algorithm", "check_params", "describe", "parse_param", "run_job"]
 
 
 class JobError(ValueError):

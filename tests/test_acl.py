@@ -28,7 +28,7 @@ pytestmark = [
 ]
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-USERS = ("admin", "producer", "worker", "consumer")
+USERS = ("admin", "producer", "worker", "jobworker", "consumer")
 
 
 def _acl_tool():
@@ -244,6 +244,42 @@ def test_worker_is_confined_to_model_keys(acl, model):
     _denied(w.eval, "return redis.call('SET', KEYS[1], 1)", 1, "elsewhere")  # scripts run with the caller's ACL
     _denied(w.publish, "some-other-channel", "x")
     _denied(w.acl_setuser, "worker", enabled=True, commands=["+@all"])
+
+
+# -- job worker ------------------------------------------------------------------------
+def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes):
+    """Admin submits; the jobworker user reads the model's retained records, charges, publishes."""
+    import uuid
+
+    from streamdp.service.jobs import JobQueue, JobWorker, fetch_model
+    from streamdp.service.ledger_store import RedisLedger
+    from streamdp.service.producer import Producer
+
+    with Producer(acl.url("producer"), model, batch_size=100) as prod:
+        prod.push(votes.X, votes.y)
+    RedisLedger(acl.client("admin")).set_budget(model, 5.0)
+    q = f"sdp:jobs:t-{uuid.uuid4().hex[:8]}"
+    jq = JobQueue(acl.client("admin"), q)
+    jid = jq.submit("private-rdt", model, 1.0, {"n_trees": 5, "height": 3})
+    jw = acl.client("jobworker")
+    assert JobWorker(jw, queue=q, block_ms=50).run(until_drained=True, handle_signals=False) == 1
+    st = jq.status(jid)
+    assert st["status"] == "done", st
+    assert [s.epsilon for s in RedisLedger(acl.client("admin")).spends(model)] == [1.0]
+    forest = fetch_model(acl.client("consumer"), st["result"])
+    assert set(forest.predict(votes.X[:20])) <= set(votes.schema.classes)
+
+    k = _populate_private(acl, model)
+    for key in (k.state, k.delta("b1"), k.merged, k.dead, k.stats):
+        _denied(jw.dump, key)
+    _denied(jw.hgetall, k.state)
+    _denied(jw.get, k.delta("b1"))
+    _denied(jw.xrange, k.dead)
+    _denied(jw.xadd, k.records, {"d": b"x"})  # records are read-only for job workers
+    _denied(jw.set, "sdp:{%s}:spec" % model, b"x")
+    _denied(jw.flushall)
+    _denied(jw.keys, "*")
+    _denied(jw.set, "elsewhere", 1)
 
 
 def test_full_pipeline_under_acl_users(acl, model, votes):

@@ -124,10 +124,21 @@ def _model_show(args: argparse.Namespace) -> int:
 
 def _model_get(args: argparse.Namespace) -> int:
     from .service.consumer import Consumer
+    from .service.keys import Keys
 
-    with Consumer(_url(args), args.name) as c:
-        f = c.latest() if args.version is None else c.get(args.version)
+    r = _client(args)
+    fmt = r.hget(Keys(args.name).pub_model, "format")
+    if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
+        if args.version not in (None, 1):
+            raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")
+        from .service.jobs import fetch_model
+
+        f = fetch_model(r, args.name)
         data = f.to_bytes()
+    else:
+        with Consumer(_url(args), args.name) as c:
+            f = c.latest() if args.version is None else c.get(args.version)
+            data = f.to_bytes()
     with open(args.output, "wb") as fh:
         fh.write(data)
     print(f"wrote {f!r} to {args.output} ({len(data):,} bytes)")

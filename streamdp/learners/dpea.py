@@ -38,6 +38,14 @@ the ledger shows exactly ``eps`` when some branch runs all ``n`` steps. For
 the whole-tree algorithm (n = 1): structure eps/2, root count eps/4, leaf
 class counts eps/4.
 
+Stopping between steps: a leaf of a step becomes the root of the next step
+only if its noisy count is at least ``min_instances`` *and* at least twice
+the standard deviation of the noise in that count (``2 sqrt(2C) / eps_c``
+for C classes): both are public, and the second keeps tiny budgets (eps =
+0.01, where the noise is thousands of records) from growing a tree of noise
+to the maximum depth (the paper checks exact counts here, which is not
+private).
+
 Inside a step no noisy count is available, so a node of the candidate
 subtree is split only when its *nominal share* (the step root's noisy count
 divided by the product of the arities on its path) is at least
@@ -246,6 +254,11 @@ class DPEA:
         self.traces_: list[np.ndarray] = []
         self.n_mechanism_calls_ = 0
 
+        # A branch goes on only if its noisy count clears min_instances AND twice the
+        # noise's standard deviation (C geometric cells ~ Laplace(1/eps_c) each): with
+        # tiny budgets noisy counts are mostly noise and would otherwise grow huge trees.
+        threshold = max(float(self.min_instances), 2.0 * math.sqrt(2.0 * C) / eps_c)
+        self.continue_threshold_ = threshold
         root_total = float(pds.noisy_count(eps_c))
         # queue of (dataset, node id, used attributes, noisy count)
         queue = [(pds, 0, frozenset(), root_total, 1)]
@@ -291,7 +304,7 @@ class DPEA:
                 allowed = [a for a in range(len(arities)) if arities[a] > 0 and a not in used_here]
                 # a branch never runs more than n = ceil(D/d) steps (its budget); a step
                 # cut short by the nominal-share rule still counts as a step
-                if total >= self.min_instances and depth[lid] < D and allowed and lid != nid and step < n_steps:
+                if total >= threshold and depth[lid] < D and allowed and lid != nid and step < n_steps:
                     queue.append((ds, lid, used_here, total, step + 1))
         self.feature_ = np.asarray(feature, dtype=np.int64)
         self.child_start_ = np.asarray(child_start, dtype=np.int64)

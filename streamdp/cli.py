@@ -154,16 +154,8 @@ def _model_delete(args: argparse.Namespace) -> int:
 
 
 # -- push ----------------------------------------------------------------------------
-def _convert(values: tuple, raw: str) -> Any:
-    """A CSV string to the declared value it spells (declared values may be ints or booleans)."""
-    for v in values:
-        if str(v) == raw or (isinstance(v, bool) and raw.lower() == str(v).lower()):
-            return v
-    return raw
-
-
 def _read_csv(path: str, schema, label: str | None, header: bool):
-    from .schema import Categorical
+    from .csvrows import parse_row
 
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
@@ -187,20 +179,9 @@ def _read_csv(path: str, schema, label: str | None, header: bool):
     for r in rows:
         if not r or all(not c.strip() for c in r):
             continue
-        rec = []
-        for a, j in zip(schema.attributes, cols):
-            cell = r[j].strip() if j < len(r) else None
-            if cell is None:
-                rec.append(None)
-            elif isinstance(a, Categorical):
-                rec.append(_convert(a.values, cell))
-            else:
-                try:
-                    rec.append(float(cell))
-                except ValueError:
-                    rec.append(cell)
+        rec, lab = parse_row(schema, r, cols, li)
         X.append(rec)
-        y.append(_convert(schema.label.values, r[li].strip()) if li < len(r) else None)
+        y.append(lab)
     return X, y
 
 

@@ -149,13 +149,6 @@ def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int 
     return np.concatenate(Xs).astype(np.float64), np.concatenate(ys).astype(np.int64)
 
 
-def _convert(values: tuple, raw: str) -> Any:
-    for v in values:
-        if str(v) == raw or (isinstance(v, bool) and raw.lower() == str(v).lower()):
-            return v
-    return raw
-
-
 def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
     """Encoded ``(X, y)`` of a CSV file with a header (attribute and label names), or a known dataset by name.
 
@@ -163,8 +156,8 @@ def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
     """
     import csv
 
+    from ..csvrows import parse_row
     from ..datasets import DATASETS, load
-    from ..schema import Categorical
 
     if not os.path.exists(path) and path in DATASETS:
         ds = load(path)
@@ -184,18 +177,9 @@ def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
     for row in rows[1:]:
         if not row or all(not c.strip() for c in row) or len(row) < len(head):
             continue
-        rec = []
-        for a, j in zip(schema.attributes, cols):
-            cell = row[j].strip()
-            if isinstance(a, Categorical):
-                rec.append(_convert(a.values, cell))
-            else:
-                try:
-                    rec.append(float(cell))
-                except ValueError:
-                    rec.append(cell)
+        rec, lab = parse_row(schema, row, cols, li)
         X.append(rec)
-        y.append(_convert(schema.label.values, row[li].strip()))
+        y.append(lab)
     if not X:
         return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
     enc = schema.encode(np.array(X, dtype=object), y, on_invalid="drop")

@@ -233,6 +233,7 @@ def test_blob_round_trip():
 @pytest.mark.parametrize("kw,msg", [
     ({"scorer": "entropy"}, "unknown scorer"),
     ({"scorer": "infogain"}, "needs n_bound"),
+    ({"scorer": MaxScorer()}, "scorer must be a scorer name"),
     ({"n_bound": 0}, "n_bound"),
     ({"cf": 0.0}, "cf"),
     ({"cf": 1.5}, "cf"),

@@ -231,6 +231,8 @@ class DiffPC45(PrivateLearner):
         nb = self.n_bound
         if nb is not None and (isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1):
             raise ValueError(f"n_bound must be a positive integer (a public bound on the record count), got {nb!r}")
+        if not isinstance(self.scorer, str):
+            raise ValueError(f"scorer must be a scorer name (str), got {type(self.scorer).__name__}")
         scorer = get_scorer(self.scorer)  # raises ValueError naming the choices
         if nb is None and not math.isfinite(scorer.sensitivity(math.inf)):
             raise ValueError(f"scorer {scorer.name!r} needs n_bound (a public bound on the number of records) "

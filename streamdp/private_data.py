@@ -345,6 +345,8 @@ class PrivateDataset:
                           step_limit: int = 1000, variance_threshold: float = 0.0, trace: list | None = None):
         """Bai et al.'s subtree mechanism (see :mod:`streamdp.private_subtree`); returns attribute numbers only.
 
+        Numeric attributes take part with arity 0 in ``space``: they are never split.
+
         ``trace`` (the MCMC score trace) is for trusted diagnostics and is data
         dependent: never publish it.
         """
@@ -352,10 +354,18 @@ class PrivateDataset:
 
         if sampler not in ("exact", "mcmc"):
             raise ValueError(f"sampler must be 'exact' or 'mcmc', got {sampler!r}")
-        if not all(isinstance(a, Categorical) for a in self.schema.attributes):
-            raise ValueError("the subtree mechanism needs categorical attributes only")
+        attrs = self.schema.attributes
+        arities = tuple(space.arities)
+        if len(arities) != len(attrs):
+            raise ValueError(f"the subtree space has {len(arities)} arities; the schema has {len(attrs)} attributes")
+        for a, k in zip(attrs, arities):
+            want = a.arity if isinstance(a, Categorical) else 0
+            if k != want:
+                raise ValueError(f"the subtree space gives {a.name!r} arity {k}; it must be {want} "
+                                 "(declared values; 0 for numeric attributes, which are never split)")
         self._charge(epsilon, f"subtree_mechanism({sampler})")
-        X = self.__X.astype(np.int64)
+        # Numeric columns are zeroed: arity 0 means the samplers never read them.
+        X = np.where(self.schema.is_categorical, self.__X, 0.0).astype(np.int64)
         if sampler == "exact":
             return private_subtree.exact_subtree(space, X, self.__y, epsilon, self._rng)
         res = private_subtree.mcmc_subtree(space, X, self.__y, epsilon, self._rng, buffer_size=buffer_size,

@@ -2,7 +2,7 @@
 
 This module sees raw (encoded) records; learners never import it. The data
 layer (:mod:`streamdp.private_data`) exposes it as one charged query
-(``PrivateDataset.subtree_mechanism``, see docs/DATA_LAYER_REQUESTS.md); the
+(``PrivateDataset.subtree_mechanism``); the
 learner :class:`streamdp.learners.DPEA` only ever receives the returned
 structure: attribute numbers, no counts, no rows.
 

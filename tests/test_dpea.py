@@ -279,16 +279,21 @@ def test_bad_input_is_named(vote):
         DPEA(vote.schema, epsilon=-1).fit(vote.X, vote.y)
     with pytest.raises(ValueError, match="y"):
         DPEA(vote.schema).fit(vote.X)
+
+
+def test_numeric_attributes_are_ignored():
+    """A mixed schema fits: DPEA splits on the categorical attribute, never on the numeric one."""
     from streamdp import Schema
 
     mixed = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
                                              {"name": "x", "type": "numeric", "min": 0, "max": 1}],
                               "label": {"name": "y", "values": [0, 1]}})
-    led = InMemoryLedger()
-    led.set_budget("m", 1.0)
-    with pytest.raises(ValueError, match="categorical attributes only"):
-        DPEA(mixed, epsilon=1.0).fit([[0, 0.5]], [0], ledger=led, source="m")
-    assert led.spends("m") == []  # refused before charging
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2, 400)
+    X = np.column_stack([a, rng.uniform(0, 1, 400)])
+    m = DPEA(mixed, max_depth=2, embed_depth=2, epsilon=50.0, min_instances=5, noise_seed=1).fit(X, a)
+    assert set(m.feature_[m.feature_ >= 0].tolist()) == {0}
+    assert (m.predict(X) == a).mean() > 0.95
 
 
 def test_sklearn_protocol(vote):

@@ -90,9 +90,7 @@ class DPEA:
     Parameters
     ----------
     schema: the declared schema. DPEA splits on categorical attributes only (as
-        the paper); numeric attributes would be ignored, but the data layer's
-        subtree mechanism does not accept them yet, so a schema with numeric
-        attributes is refused (clearly, before anything is charged).
+        the paper); numeric attributes are ignored.
     max_depth: D, maximum number of split levels.
     embed_depth: d, levels drawn per exponential-mechanism step (1 = Friedman–Schuster's
         one-step, 2, 3, ...; ``"whole"`` or any value >= D = the whole-tree algorithm).
@@ -228,15 +226,6 @@ class DPEA:
         v = self.variance_threshold
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v >= 0:
             raise ValueError(f"variance_threshold must be a non-negative number, got {v!r}")
-        numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
-        if numeric:
-            # Checked before anything is charged: the data layer's subtree mechanism
-            # refuses schemas with numeric attributes (docs/DATA_LAYER_REQUESTS.md asks to
-            # let it ignore them, as DPEA does); until then, project them away first.
-            raise ValueError(
-                f"DPEA splits on categorical attributes only and the data layer does not yet let it ignore "
-                f"numeric ones: drop {numeric} from the schema and the records"
-            )
         self._levels()
 
     def _fit_private(self, pds: PrivateDataset) -> "DPEA":

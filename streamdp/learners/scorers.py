@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "get_scorer", "SCORERS"]
+__all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "GainRatioScorer", "get_scorer", "SCORERS"]
 
 
 def _xlog2x(x: np.ndarray) -> np.ndarray:
@@ -87,12 +87,66 @@ class MaxScorer(Scorer):
         return 1.0
 
 
-SCORERS: dict[str, type[Scorer]] = {"infogain": InfoGainScorer, "gini": GiniScorer, "max": MaxScorer}
+class GainRatioScorer(Scorer):
+    """Gain ratio: information gain (in records x bits) over the split information (bits), floored at 1.
+
+    ``q = IG / max(SI, 1)`` with ``IG = N H(C) - N H(C|A)`` and ``SI = H(A)``,
+    the entropy of the candidate's value distribution. Flooring ``SI`` at one
+    bit is what keeps the score stable: C4.5's raw ratio explodes when one
+    value holds almost every record, and so does its sensitivity.
+
+    Sensitivity sketch, with ``L = log2(N + 1) + 1/ln 2`` (one record moves
+    ``x log2 x`` sums by at most ``L``): ``|dIG| <= 2L`` (the two entropy
+    terms of the infogain scorer); ``N SI`` moves by at most ``L`` and
+    ``SI <= log2 k``, so ``|dSI| <= (L + log2 k) / M`` for ``M`` the larger
+    record count; with ``D = max(SI, 1) >= 1``,
+    ``|q - q'| <= |dIG| / D' + IG |1/D - 1/D'| <= 2L + M log2|C| (L + log2 k) / M``.
+    Hence ``S = 2L + log2|C| (L + log2 k)`` for ``k`` the largest arity; the
+    scorer needs both numbers (they are public: the schema's).
+    """
+
+    name = "gainratio"
+
+    def __init__(self, n_classes: int, max_arity: int):
+        if n_classes < 2 or max_arity < 2:
+            raise ValueError(f"gainratio needs n_classes >= 2 and max_arity >= 2, got {n_classes}, {max_arity}")
+        self.n_classes = int(n_classes)
+        self.max_arity = int(max_arity)
+
+    def __call__(self, tau: np.ndarray) -> np.ndarray:
+        tau = np.asarray(tau, dtype=np.float64)
+        tj = tau.sum(axis=-1)  # (..., k)
+        tc = tau.sum(axis=-2)  # (..., C)
+        n = tj.sum(axis=-1)
+        n_h_c = _xlog2x(n) - _xlog2x(tc).sum(axis=-1)
+        n_h_c_given_a = (_xlog2x(tj) - _xlog2x(tau).sum(axis=-1)).sum(axis=-1)
+        ig = n_h_c - n_h_c_given_a
+        with np.errstate(divide="ignore", invalid="ignore"):
+            si = np.where(n > 0, (_xlog2x(n) - _xlog2x(tj).sum(axis=-1)) / np.where(n > 0, n, 1.0), 0.0)
+        return ig / np.maximum(si, 1.0)
+
+    def sensitivity(self, n_bound: float) -> float:
+        L = math.log2(n_bound + 1) + 1 / math.log(2)
+        return 2 * L + math.log2(self.n_classes) * (L + math.log2(self.max_arity))
+
+    def __repr__(self) -> str:
+        return f"GainRatioScorer(n_classes={self.n_classes}, max_arity={self.max_arity})"
 
 
-def get_scorer(name: str | Scorer) -> Scorer:
+SCORERS: dict[str, type[Scorer]] = {"infogain": InfoGainScorer, "gini": GiniScorer, "max": MaxScorer,
+                                    "gainratio": GainRatioScorer}
+
+
+def get_scorer(name: str | Scorer, schema=None) -> Scorer:
+    """A scorer by name; "gainratio" needs the schema (its sensitivity depends on |C| and the largest arity)."""
     if isinstance(name, Scorer):
         return name
+    if name == "gainratio":
+        if schema is None:
+            raise ValueError("scorer 'gainratio' needs the schema (its sensitivity depends on the class count "
+                             "and the largest arity)")
+        arities = [int(a) for a in schema.arities if a > 0] + [2]
+        return GainRatioScorer(max(schema.n_classes, 2), max(arities))
     try:
         return SCORERS[name]()
     except (KeyError, TypeError):

@@ -1,0 +1,168 @@
+"""Friedman & Schuster's private ID3 learners: SuLQ-based ID3 (Alg. 1) and DiffPID3 (Alg. 2).
+
+>>> from streamdp.datasets import load
+>>> ds = load("congressional-voting")
+>>> clf = DiffPID3(ds.schema, epsilon=10.0, max_depth=3, scorer="max").fit(ds.X, ds.y)
+>>> bool(clf.score(ds.X, ds.y) > 0.8)
+True
+
+Both grow over the private data layer with the budget of ALGORITHMS.md
+section 4: for ``d = max_depth`` every level gets ``eps = B / (2 (d + 1))``,
+half for the node's noisy count and half for the split choice (or, at a
+leaf, its noisy class counts). A branch that reaches depth ``d`` spends
+``d`` levels of ``2 eps`` plus the leaf's ``2 eps``: exactly ``B``; branches
+are disjoint (parallel composition).
+
+A node becomes a leaf when no attribute is left, the depth is exhausted, or
+``N_T / (t |C|) < sqrt(2) / eps`` (``t`` the largest arity left, ``N_T`` the
+noisy count): below that the counts would be mostly noise.
+
+* :class:`SuLQID3` scores each attribute from noisy counts, each with
+  ``eps / (2 |A|)``: ``N_j`` (records per value) and ``N_jc`` (per value and
+  class), ``V_A = sum_j sum_c N_jc log(N_jc / N_j)``; it splits on the
+  argmax. Noisy counts can be zero or negative: cells with ``N_jc <= 0`` or
+  ``N_j <= 0`` add nothing, and ``N_jc`` is capped at ``N_j`` (the log
+  ratio stays <= 0). It is Jagannathan's "private ID3" baseline (seed 002
+  Table I).
+* :class:`DiffPID3` picks the attribute with one exponential mechanism query
+  with the whole ``eps``, scored by ``scorer`` (``infogain``, ``gini``,
+  ``max``, ``gainratio``; :mod:`~streamdp.learners.scorers` gives each
+  sensitivity).
+
+Leaves keep their noisy class counts; inner nodes get the sum of their
+leaves' counts (post-processing), so a leaf with no positive count predicts
+from its parent. Numeric attributes are not split here (discretise them, or
+use :class:`~streamdp.learners.DiffPC45`); they are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from ..private_data import PrivateDataset
+from ..schema import Categorical
+from ._base import PrivateLearner
+from .scorers import Scorer, get_scorer
+from .tree import TreeBuilder
+
+__all__ = ["SuLQID3", "DiffPID3"]
+
+
+class _ID3(PrivateLearner):
+    """Growth shared by both learners; subclasses choose the split attribute."""
+
+    def epsilon_per_query(self) -> float:
+        """``B / (2 (d + 1))``."""
+        return float(self.epsilon) / (2 * (int(self.max_depth) + 1))
+
+    def _fit(self, pds: PrivateDataset) -> None:
+        self.epsilon_per_query_ = self.epsilon_per_query()
+        self._prepare()
+        b = TreeBuilder(self.schema)
+        cats = frozenset(j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical))
+        leaves: dict[int, np.ndarray] = {}
+        self._grow(pds, b, b.add(depth=0), cats, int(self.max_depth), leaves)
+        tree = b.build()
+        # post-processing: an inner node holds the sum of its leaves' (clipped) noisy counts
+        agg = np.zeros_like(tree.counts)
+        for node, c in leaves.items():
+            agg[node] = np.clip(c, 0, None)
+        for node in range(tree.n_nodes - 1, 0, -1):  # children come after their parents
+            agg[tree.parent[node]] += agg[node]
+        for node in range(tree.n_nodes):
+            b.set_counts(node, leaves[node] if node in leaves else agg[node])
+        self.trees_ = [b.build()]
+
+    def _prepare(self) -> None:
+        pass
+
+    def _grow(self, pds: PrivateDataset, b: TreeBuilder, node: int, cats: frozenset, depth_left: int,
+              leaves: dict) -> None:
+        eps = self.epsilon_per_query_
+        C = self.schema.n_classes
+        n_t = pds.noisy_count(eps)
+        t = max((self.schema.attributes[j].arity for j in cats), default=0)
+        if not cats or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
+            leaves[node] = np.asarray(pds.noisy_class_counts(eps), dtype=np.float64)
+            return
+        j = self._choose(pds, sorted(cats), eps)
+        kids = b.split(node, j)
+        for part, kid in zip(pds.partition(j), kids):
+            self._grow(part, b, kid, cats - {j}, depth_left - 1, leaves)
+
+    def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
+        raise NotImplementedError
+
+
+class SuLQID3(_ID3):
+    """SuLQ-based ID3 (Friedman & Schuster Alg. 1); see the module docstring.
+
+    ``noise_seed``: reproducible noise, NOT private (tests only).
+    """
+
+    FORMAT = "streamdp.sulq_id3"
+
+    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, noise_seed: int | None = None):
+        self.schema = schema
+        self.epsilon = epsilon
+        self.max_depth = max_depth
+        self.noise_seed = noise_seed
+
+    def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
+        e = eps / (2 * len(cats))
+        scores = []
+        for j in cats:
+            n_j = np.array([p.noisy_count(e) for p in pds.partition(j)], dtype=np.float64)
+            n_jc = np.asarray(pds.noisy_contingency(j, e), dtype=np.float64)
+            scores.append(sulq_score(n_j, n_jc))
+        return cats[int(np.argmax(scores))]
+
+
+def sulq_score(n_j: np.ndarray, n_jc: np.ndarray) -> float:
+    """``sum_j sum_c N_jc log(N_jc / N_j)`` over cells with positive noisy counts, ``N_jc`` capped at ``N_j``."""
+    nj = np.broadcast_to(n_j[:, None], n_jc.shape)
+    ok = (n_jc > 0) & (nj > 0)
+    c = np.minimum(n_jc, nj)
+    return float(np.sum(np.where(ok, c * np.log(np.where(ok, c / np.where(ok, nj, 1.0), 1.0)), 0.0)))
+
+
+class DiffPID3(_ID3):
+    """DiffPID3 (Friedman & Schuster Alg. 2); see the module docstring.
+
+    ``scorer``: "infogain" (needs ``n_bound``, a public bound on the number
+    of records, for its sensitivity), "gini", "max" or "gainratio" (needs
+    ``n_bound`` too). ``noise_seed``: reproducible noise, NOT private (tests only).
+    """
+
+    FORMAT = "streamdp.diffp_id3"
+
+    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, scorer: str = "infogain",
+                 n_bound: int | None = None, noise_seed: int | None = None):
+        self.schema = schema
+        self.epsilon = epsilon
+        self.max_depth = max_depth
+        self.scorer = scorer
+        self.n_bound = n_bound
+        self.noise_seed = noise_seed
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        nb = self.n_bound
+        if nb is not None and (isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1):
+            raise ValueError(f"n_bound must be a positive integer (a public bound on the record count), got {nb!r}")
+        if not isinstance(self.scorer, str):
+            raise ValueError(f"scorer must be a scorer name (str), got {type(self.scorer).__name__}")
+        scorer = get_scorer(self.scorer, self.schema)  # raises ValueError naming the choices
+        if nb is None and not math.isfinite(scorer.sensitivity(math.inf)):
+            raise ValueError(f"scorer {self.scorer!r} needs n_bound (a public bound on the number of records) "
+                             "for its sensitivity")
+
+    def _prepare(self) -> None:
+        self.scorer_: Scorer = get_scorer(self.scorer, self.schema)
+        self.sensitivity_ = float(self.scorer_.sensitivity(self.n_bound if self.n_bound is not None else math.inf))
+
+    def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
+        return int(pds.exponential(cats, self.scorer_, sensitivity=self.sensitivity_, epsilon=eps))

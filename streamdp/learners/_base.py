@@ -117,6 +117,7 @@ class PrivateLearner:
         return np.mean(probas, axis=0)
 
     def predict(self, X: Any) -> np.ndarray:
+        self._check_fitted()
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
     def score(self, X: Any, y: Any) -> float:

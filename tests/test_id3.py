@@ -1,0 +1,167 @@
+"""SuLQID3 and DiffPID3: budget, ledger, stopping rule, sklearn protocol, blobs, accuracy."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from streamdp import Schema
+from streamdp.blob import BlobError
+from streamdp.datasets import load
+from streamdp.learners import DiffPID3, SuLQID3, load_model
+from streamdp.learners.id3 import sulq_score
+from streamdp.ledger import BudgetExceeded, InMemoryLedger
+from streamdp.privacy import NotPrivateWarning
+from streamdp.private_data import PrivateDataset
+
+VOTES = load("congressional-voting")
+LEARNERS = [
+    lambda **kw: SuLQID3(VOTES.schema, **kw),
+    *[lambda s=s, **kw: DiffPID3(VOTES.schema, scorer=s, n_bound=1000, **kw)
+      for s in ("infogain", "gini", "max", "gainratio")],
+]
+IDS = ["sulq", "infogain", "gini", "max", "gainratio"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        yield
+
+
+@pytest.mark.parametrize("make", LEARNERS, ids=IDS)
+def test_budget_is_exact_on_a_full_depth_tree_and_never_exceeded(make):
+    for eps, depth in ((50.0, 2), (1.0, 4), (0.05, 3)):
+        pds = PrivateDataset.from_records(VOTES.schema, VOTES.X, VOTES.y, epsilon=eps)
+        m = make(epsilon=eps, max_depth=depth).fit(pds)
+        assert pds.spent <= eps * (1 + 1e-9)
+        if m.trees_[0].max_depth == depth:  # some branch reached max depth: it spent B exactly
+            assert pds.spent == pytest.approx(eps)
+    # at a large epsilon and depth 2 the tree does reach full depth
+    assert m is not None
+    pds = PrivateDataset.from_records(VOTES.schema, VOTES.X, VOTES.y, epsilon=50.0)
+    assert make(epsilon=50.0, max_depth=2).fit(pds).trees_[0].max_depth == 2 and pds.spent == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("make", LEARNERS, ids=IDS)
+def test_ledger_charged_once_and_refusal_before_reading(make):
+    led = InMemoryLedger()
+    led.set_budget("votes", 1.5)
+    make(epsilon=1.0, max_depth=3).fit(VOTES.X, VOTES.y, ledger=led, source="votes")
+    assert [s.epsilon for s in led.spends("votes")] == [1.0]
+
+    class Untouchable(list):
+        def __iter__(self):
+            raise AssertionError("records read before the ledger refused")
+
+        __len__ = __getitem__ = __iter__
+
+    with pytest.raises(BudgetExceeded):
+        make(epsilon=1.0, max_depth=3).fit(Untouchable(), list(VOTES.y), ledger=led, source="votes")
+    assert len(led.spends("votes")) == 1
+
+
+def test_stopping_rule_makes_a_leaf_when_counts_would_be_noise():
+    # eps per query = B / (2 (d + 1)); at B = 0.01, d = 5: sqrt(2)/eps = 1697 > 435 / (3 * 2)
+    m = DiffPID3(VOTES.schema, epsilon=0.01, max_depth=5, scorer="max").fit(VOTES.X, VOTES.y)
+    assert m.trees_[0].n_nodes == 1
+    assert m.epsilon_per_query() == pytest.approx(0.01 / 12)
+    # at depth 0 the root is a leaf too, whatever the budget
+    assert DiffPID3(VOTES.schema, epsilon=100.0, max_depth=0, scorer="max").fit(VOTES.X, VOTES.y).trees_[0].n_nodes == 1
+
+
+def test_sulq_score_guards_non_positive_noisy_counts():
+    n_j = np.array([10.0, -2.0])
+    n_jc = np.array([[8.0, 3.0], [1.0, 1.0]])  # 8 + 3 > 10 (capped), second value has N_j <= 0 (ignored)
+    assert sulq_score(n_j, n_jc) == pytest.approx(8 * math.log(0.8) + 3 * math.log(0.3))
+    assert sulq_score(np.array([5.0]), np.array([[-1.0, 5.0]])) == pytest.approx(0.0)
+
+
+def test_accuracy_well_above_majority_at_large_epsilon(shared_datasets):
+    for name, floor in (("mushroom", 0.95), ("nursery", 0.8)):
+        ds = load(name)
+        for m in (SuLQID3(ds.schema, epsilon=20.0, max_depth=4),
+                  DiffPID3(ds.schema, epsilon=5.0, max_depth=4, scorer="max")):
+            m.fit(ds.X, ds.y)
+            majority = max(np.mean(ds.y == c) for c in ds.schema.classes)
+            assert m.score(ds.X, ds.y) > max(floor, majority + 0.1), (name, m)
+
+
+def test_a_large_budget_picks_the_best_attribute():
+    """Label = attribute 3; at a large epsilon every scorer splits the root on it."""
+    rng = np.random.default_rng(1)
+    s = Schema.from_dict({"attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(6)],
+                          "label": {"name": "y", "values": [0, 1]}})
+    X = rng.integers(0, 2, size=(2000, 6))
+    y = X[:, 3]
+    for m in (SuLQID3(s, epsilon=200.0, max_depth=1),
+              *[DiffPID3(s, epsilon=200.0, max_depth=1, scorer=sc, n_bound=2000)
+                for sc in ("infogain", "gini", "max", "gainratio")]):
+        assert m.fit(X, y).trees_[0].feature[0] == 3, m
+
+
+def test_numeric_attributes_are_ignored():
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
+                                         {"name": "x", "type": "numeric", "min": 0, "max": 1}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 2, 500)
+    m = DiffPID3(s, epsilon=50.0, max_depth=3, scorer="gini").fit(np.column_stack([a, rng.random(500)]), a)
+    assert set(m.trees_[0].feature.tolist()) <= {-1, 0}
+
+
+def test_noise_seed_reproduces_and_is_marked_not_private():
+    a = DiffPID3(VOTES.schema, epsilon=1.0, max_depth=3, scorer="gini", noise_seed=5).fit(VOTES.X, VOTES.y)
+    b = DiffPID3(VOTES.schema, epsilon=1.0, max_depth=3, scorer="gini", noise_seed=5).fit(VOTES.X, VOTES.y)
+    assert np.array_equal(a.trees_[0].counts, b.trees_[0].counts) and not a.private_
+    c = DiffPID3(VOTES.schema, epsilon=1.0, max_depth=3, scorer="gini").fit(VOTES.X, VOTES.y)
+    assert c.private_
+
+
+def test_sklearn_protocol():
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_val_score
+
+    m = DiffPID3(VOTES.schema, epsilon=5.0, max_depth=3, scorer="max")
+    assert m.get_params()["scorer"] == "max"
+    assert m.set_params(max_depth=4) is m and m.max_depth == 4
+    with pytest.raises(ValueError, match="no parameter"):
+        m.set_params(depth=3)
+    c = clone(m)
+    assert c.get_params() == m.get_params() and c is not m
+    scores = cross_val_score(m, VOTES.X, VOTES.y, cv=3)
+    assert scores.shape == (3,) and scores.mean() > 0.7
+    assert cross_val_score(SuLQID3(VOTES.schema, epsilon=5.0, max_depth=3), VOTES.X, VOTES.y, cv=3).shape == (3,)
+
+
+@pytest.mark.parametrize("make", LEARNERS, ids=IDS)
+def test_blob_round_trip(make):
+    m = make(epsilon=2.0, max_depth=3).fit(VOTES.X, VOTES.y)
+    b = m.to_bytes()
+    for back in (type(m).from_bytes(b), load_model(b)):
+        assert type(back) is type(m)
+        assert np.array_equal(back.predict_proba(VOTES.X), m.predict_proba(VOTES.X))
+        assert back.get_params() == {**m.get_params(), "noise_seed": None}
+    with pytest.raises(BlobError):
+        type(m).from_bytes(b[:-7])
+    with pytest.raises(BlobError):
+        load_model(b"\x93garbage")
+
+
+def test_bad_parameters_are_named():
+    with pytest.raises(ValueError, match="epsilon"):
+        DiffPID3(VOTES.schema, epsilon=0).fit(VOTES.X, VOTES.y)
+    with pytest.raises(ValueError, match="max_depth"):
+        SuLQID3(VOTES.schema, max_depth=-1).fit(VOTES.X, VOTES.y)
+    with pytest.raises(ValueError, match="unknown scorer"):
+        DiffPID3(VOTES.schema, scorer="entropy").fit(VOTES.X, VOTES.y)
+    with pytest.raises(ValueError, match="n_bound"):
+        DiffPID3(VOTES.schema, scorer="infogain").fit(VOTES.X, VOTES.y)
+    with pytest.raises(ValueError, match="n_bound"):
+        DiffPID3(VOTES.schema, scorer="max", n_bound=0).fit(VOTES.X, VOTES.y)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        SuLQID3(VOTES.schema).predict(VOTES.X)

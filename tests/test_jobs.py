@@ -306,6 +306,38 @@ def test_dpea_job_when_present(r, model, queue):
     assert set(jq.result(jid).predict(VOTES.X)) <= set(VOTES.schema.classes)
 
 
+LEARNER_JOBS = [
+    ("sulq-id3", "id3", {"max_depth": 3}),
+    ("diffp-id3", "id3", {"max_depth": 3, "scorer": "max"}),
+    ("diffp-c45", "c45", {"max_depth": 3, "scorer": "gini"}),
+    ("hanisch-forest", "hanisch", {"max_depth": 2, "n_trees": 5}),
+]
+
+
+@pytest.mark.parametrize("alg,module,params", LEARNER_JOBS, ids=[a for a, _, _ in LEARNER_JOBS])
+def test_every_batch_learner_runs_as_a_job(r, redis_url, model, queue, tmp_path, alg, module, params):
+    pytest.importorskip(f"streamdp.learners.{module}")
+    from streamdp.cli import main as cli_main
+
+    q, _ = queue
+    jq = JobQueue(r, q)
+    jid = jq.submit(alg, model, 2.0, params)
+    JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+    st = jq.status(jid)
+    assert st["status"] == "done", st
+    assert [s.epsilon for s in _spends(r, model, jid)] == [2.0]
+    est = jq.result(jid)
+    assert type(est).__name__ == type(fetch_model(r, st["result"])).__name__
+    assert est.epsilon_spent_ <= 2.0 + 1e-9
+    assert set(est.predict(VOTES.X)) <= set(VOTES.schema.classes)
+    # 'streamdp model get' writes any job model; load_model reads it back
+    out = tmp_path / "m.sdp"
+    rc = cli_main(["--redis-url", redis_url, "model", "get", st["result"], "-o", str(out)])
+    assert rc == 0
+    back = load_model(out.read_bytes())
+    assert np.array_equal(back.predict(VOTES.X), est.predict(VOTES.X))
+
+
 def test_unavailable_algorithm_is_reported(r, model, queue):
     import importlib.util
 

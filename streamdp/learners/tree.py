@@ -183,6 +183,9 @@ class TreeBuilder:
         self._child_start[node] = kids[0]
         return kids
 
+    def depth(self, node: int) -> int:
+        return self._depth[node]
+
     def set_counts(self, node: int, counts) -> None:
         self._counts[node] = np.asarray(counts, dtype=np.float64)
 

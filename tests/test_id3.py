@@ -104,6 +104,22 @@ def test_a_large_budget_picks_the_best_attribute():
         assert m.fit(X, y).trees_[0].feature[0] == 3, m
 
 
+def test_sulq_breaks_ties_uniformly_not_by_attribute_order():
+    """Four identical attributes score the same: each must win about a quarter of the time.
+
+    Noise is negligible at this epsilon (P(any nonzero draw) < 1e-100). Binomial(400, 1/4):
+    mean 100, sd 8.7; the band 55..145 fails with probability < 1e-6 per attribute. Taking the
+    first maximum (the old behaviour) puts all 400 on attribute 0.
+    """
+    s = Schema.from_dict({"attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(4)],
+                          "label": {"name": "y", "values": [0, 1]}})
+    a = np.random.default_rng(3).integers(0, 2, 300)
+    X, y = np.column_stack([a] * 4), np.where(np.arange(300) % 3 == 0, 1 - a, a)
+    wins = np.bincount([SuLQID3(s, epsilon=1e4, max_depth=1).fit(X, y).trees_[0].feature[0] for _ in range(400)],
+                       minlength=4)
+    assert wins.min() >= 55 and wins.max() <= 145, wins
+
+
 def test_numeric_attributes_are_ignored():
     s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
                                          {"name": "x", "type": "numeric", "min": 0, "max": 1}],

@@ -20,7 +20,7 @@ noisy count): below that the counts would be mostly noise.
 * :class:`SuLQID3` scores each attribute from noisy counts, each with
   ``eps / (2 |A|)``: ``N_j`` (records per value) and ``N_jc`` (per value and
   class), ``V_A = sum_j sum_c N_jc log(N_jc / N_j)``; it splits on the
-  argmax. Noisy counts can be zero or negative: cells with ``N_jc <= 0`` or
+  argmax (ties broken uniformly at random). Noisy counts can be zero or negative: cells with ``N_jc <= 0`` or
   ``N_j <= 0`` add nothing, and ``N_jc`` is capped at ``N_j`` (the log
   ratio stays <= 0). It is Jagannathan's "private ID3" baseline (seed 002
   Table I).
@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..private_data import PrivateDataset
+from ..privacy import SecureRandom
 from ..schema import Categorical
 from ._base import PrivateLearner
 from .scorers import Scorer, get_scorer
@@ -111,6 +112,9 @@ class SuLQID3(_ID3):
         self.max_depth = max_depth
         self.noise_seed = noise_seed
 
+    def _prepare(self) -> None:
+        self._ties = SecureRandom(self.noise_seed) if self.noise_seed is not None else SecureRandom()
+
     def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
         e = eps / (2 * len(cats))
         scores = []
@@ -118,7 +122,10 @@ class SuLQID3(_ID3):
             n_j = np.array([p.noisy_count(e) for p in pds.partition(j)], dtype=np.float64)
             n_jc = np.asarray(pds.noisy_contingency(j, e), dtype=np.float64)
             scores.append(sulq_score(n_j, n_jc))
-        return cats[int(np.argmax(scores))]
+        # Ties are common under heavy noise (every cell clipped gives 0): break them uniformly,
+        # never by attribute order, or the first attribute would be favoured for no reason.
+        best = np.flatnonzero(np.asarray(scores) == np.max(scores))
+        return cats[int(best[int(self._ties.integers(best.size))])]
 
 
 def sulq_score(n_j: np.ndarray, n_jc: np.ndarray) -> float:

@@ -6,6 +6,8 @@ differentially private operations, each naming its epsilon and charged
 
 * :meth:`~PrivateDataset.noisy_count`, :meth:`~PrivateDataset.noisy_class_counts`,
   :meth:`~PrivateDataset.noisy_contingency` (geometric noise, sensitivity 1);
+* :meth:`~PrivateDataset.noisy_leaf_class_counts` over the leaves of a tree
+  fixed in advance (one histogram: parallel composition in one pass);
 * :meth:`~PrivateDataset.partition` by a categorical attribute's declared
   values, or a numeric attribute at a threshold: the parts are disjoint, so
   their spends compose in parallel (a parent is charged the MAX over its
@@ -57,6 +59,7 @@ import numpy as np
 
 from .ledger import TOLERANCE, BudgetExceeded, Ledger
 from .privacy import NotPrivateWarning, SecureRandom, _check_epsilon, exponential_mechanism, geometric_noise
+from .routing import route, routing_error
 from .schema import Categorical, Numeric, Schema
 
 __all__ = ["PrivateDataset", "Candidate", "BudgetExceeded"]
@@ -222,6 +225,39 @@ class PrivateDataset:
         self._charge(epsilon, f"noisy_contingency({self.schema.attributes[j].name})")
         t = self._table(j)
         return t + geometric_noise(t.shape, epsilon, self._rng)
+
+    def noisy_leaf_class_counts(self, feature: Any, threshold: Any, child_start: Any, epsilon: float) -> np.ndarray:
+        """Class counts per leaf of a tree fixed in advance, plus geometric noise on every leaf cell.
+
+        The tree (arrays as in :mod:`streamdp.routing`) must be drawn without
+        looking at the data, e.g. from the schema alone: it is public. Its
+        leaves partition the records, so the (leaf, class) table is one
+        histogram: one record changes one cell by 1 and the whole table
+        costs ``epsilon``, the same as partitioning down to every leaf and
+        asking each for :meth:`noisy_class_counts` (parallel composition),
+        in one vectorized pass. Returns shape ``(n_nodes, n_classes)``;
+        rows of inner nodes are zero (no record stops there, nothing is released).
+        """
+        f = np.asarray(feature, dtype=np.int64)
+        thr = np.asarray(threshold, dtype=np.float64)
+        cs = np.asarray(child_start, dtype=np.int64)
+        if f.ndim != 1:
+            raise ValueError(f"feature must be 1-D, got shape {f.shape}")
+        err = routing_error(self.schema, f, thr, cs)
+        if err:
+            raise ValueError(f"noisy_leaf_class_counts: {err}")
+        for i in np.flatnonzero(np.isfinite(thr) & (f >= 0)):
+            lo, hi = self.bounds(int(f[i]))
+            if not lo <= thr[i] <= hi:
+                raise ValueError(f"noisy_leaf_class_counts: node {i} threshold {thr[i]} outside "
+                                 f"{self.schema.attributes[int(f[i])].name!r}'s range here [{lo}, {hi}]")
+        self._charge(epsilon, f"noisy_leaf_class_counts({int(np.sum(f < 0))} leaves)")
+        C = self.schema.n_classes
+        leaf = route(self.__X, f, thr, cs)
+        out = np.bincount(leaf * C + self.__y, minlength=f.size * C).reshape(f.size, C)
+        leaves = f < 0
+        out[leaves] += geometric_noise((int(leaves.sum()), C), epsilon, self._rng)
+        return out
 
     # -- partitions -----------------------------------------------------------------
     def partition(self, attribute: int | str, threshold: float | None = None) -> list["PrivateDataset"]:

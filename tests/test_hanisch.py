@@ -29,9 +29,9 @@ def test_spends_exactly_epsilon_split_over_trees():
     pds = PrivateDataset.from_records(VOTES.schema, VOTES.X, VOTES.y, epsilon=0.7)
     m = HanischForest(VOTES.schema, epsilon=0.7, max_depth=3, n_trees=7).fit(pds)
     assert pds.spent == pytest.approx(0.7)
-    leaf_charges = [e for path, what, e in pds.log if what == "noisy_class_counts"]
-    assert set(np.round(leaf_charges, 12)) == {0.1}
-    assert len(leaf_charges) == sum(t.n_leaves for t in m.trees_)
+    tree_charges = [(what, e) for path, what, e in pds.log]
+    assert [round(e, 12) for _, e in tree_charges] == [0.1] * 7  # one leaf histogram per tree
+    assert [w for w, _ in tree_charges] == [f"noisy_leaf_class_counts({t.n_leaves} leaves)" for t in m.trees_]
 
 
 def test_ledger_charged_once_and_refusal_before_reading():

@@ -202,6 +202,55 @@ def test_partition_parts_hold_the_right_records():
     assert right.bounds("x") == (35.0, 100.0)
 
 
+# A tree fixed in advance: root splits a (p, q, r); the q child splits x at 35.
+TREE = (np.array([0, -1, 1, -1, -1, -1]), np.array([np.inf, np.inf, 35.0, np.inf, np.inf, np.inf]),
+        np.array([1, -1, 4, -1, -1, -1]))
+
+
+def test_leaf_class_counts_route_like_partitions_and_cost_epsilon_once():
+    d = pds(1e9, noise_seed=1)
+    X, y = records()
+    out = d.noisy_leaf_class_counts(*TREE, 1e6)  # near-exact counts to check the routing (test only)
+    exact = {1: [r for r in zip(X, y) if r[0][0] == "p"], 3: [r for r in zip(X, y) if r[0][0] == "r"],
+             4: [r for r in zip(X, y) if r[0][0] == "q" and r[0][1] <= 35],
+             5: [r for r in zip(X, y) if r[0][0] == "q" and r[0][1] > 35]}
+    for leaf, rows in exact.items():
+        assert out[leaf].tolist() == [sum(1 for _, c in rows if c == k) for k in ("no", "yes")]
+    assert out[[0, 2]].tolist() == [[0, 0], [0, 0]]  # inner nodes release nothing
+    assert d.spent == 1e6 and [w for _, w, _ in d.log] == ["noisy_leaf_class_counts(4 leaves)"]
+
+
+def test_leaf_class_counts_noise_every_leaf_cell_even_empty_ones():
+    """An empty leaf must not show as an exact zero. Depth-1 tree on a, 400 draws at eps 0.5 on
+    6 cells of which the r-leaf's are filled by no record (only p/q rows): P(noise = 0) =
+    (1-a)/(1+a) = 0.245 for a = e^-0.5, so among 800 empty-cell draws the nonzero share is 0.755
+    (sd 0.015); the band 0.68..0.83 fails with probability < 1e-6."""
+    X0, y0 = records()
+    X, y = [r for r in X0 if r[0] != "r"], [c for r, c in zip(X0, y0) if r[0] != "r"]
+    d = PrivateDataset.from_records(SCHEMA, X, y, epsilon=1e9)
+    tree = (np.array([0, -1, -1, -1]), np.full(4, np.inf), np.array([1, -1, -1, -1]))
+    empty = np.array([d.noisy_leaf_class_counts(*tree, 0.5)[3] for _ in range(400)])
+    assert 0.68 < np.mean(empty != 0) < 0.83
+    assert abs(empty.mean()) < 6 * math.sqrt(2 * math.exp(-0.5)) / (1 - math.exp(-0.5)) / math.sqrt(800)
+
+
+def test_leaf_class_counts_refuse_bad_trees_and_overspending_before_reading():
+    d = pds(1.0)
+    f, t, c = TREE
+    for bad, msg in [((f, t, np.array([1, -1, 5, -1, -1, -1])), "out of bounds"),
+                     ((f, t, np.array([0, -1, 4, -1, -1, -1])), "out of bounds"),  # a loop to itself
+                     ((f, np.array([0.5, *t[1:]]), c), "wrong way"),
+                     ((np.array([0, -1, 7, -1, -1, -1]), t, c), "attribute 7"),
+                     ((f, np.array([np.inf, np.inf, 150.0, np.inf, np.inf, np.inf]), c), "outside")]:
+        with pytest.raises(ValueError, match=msg):
+            d.noisy_leaf_class_counts(*bad, 0.5)
+    assert d.spent == 0
+    d.noisy_leaf_class_counts(*TREE, 0.6)
+    with pytest.raises(BudgetExceeded):
+        d.noisy_leaf_class_counts(*TREE, 0.6)
+    assert d.spent == pytest.approx(0.6)
+
+
 def test_exponential_matches_its_distribution():
     d = pds(1e9, n=300)
     cands = [0, (1, 35.0), (1, 80.0)]
@@ -271,7 +320,7 @@ ALLOWED_IMPORTS = {
     "__future__", "math", "typing", "dataclasses", "inspect", "warnings", "importlib", "numpy", "msgpack",
     "streamdp.private_data", "streamdp.privacy", "streamdp.schema", "streamdp.blob", "streamdp.ledger",
     "streamdp.learners", "streamdp.private_subtree", "streamdp.forest", "streamdp.structure", "scipy.stats",
-    "collections", "itertools", "functools", "sklearn.utils",
+    "collections", "itertools", "functools", "sklearn.utils", "streamdp.routing",
 }
 # Names a learner may take from the layer-side subtree module: data-free helpers only.
 SUBTREE_OK = {"SubtreeSpace", "structure_leaves", "SENSITIVITY"}

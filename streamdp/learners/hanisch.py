@@ -37,7 +37,7 @@ from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
 from ._base import PrivateLearner
-from .tree import Tree, TreeBuilder
+from .tree import Tree
 
 __all__ = ["HanischForest"]
 
@@ -88,32 +88,36 @@ class HanischForest(PrivateLearner):
         self.trees_ = [self._tree(pds, rng, eps) for _ in range(int(self.n_trees))]
 
     def _tree(self, pds: PrivateDataset, rng: np.random.Generator, eps: float) -> Tree:
-        b = TreeBuilder(self.schema)
-        cats = [j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical)]
-        leaves: dict[int, np.ndarray] = {}
-        # Draw the whole structure first, then query: the structure cannot depend on the counts.
-        stack = [(b.add(depth=0), tuple(cats))]
-        plan: list[int] = []
-        while stack:
-            node, left = stack.pop()
-            if b.depth(node) >= int(self.max_depth) or not left:
-                plan.append(node)
-                continue
-            j = left[int(rng.integers(len(left)))]
-            kids = b.split(node, j)
-            stack += [(k, tuple(a for a in left if a != j)) for k in kids]
-        tree = b.build()
-        parts = {0: pds}
-        for node in range(tree.n_nodes):  # parents before children: partition down to the leaves
-            if tree.feature[node] >= 0:
-                j = int(tree.feature[node])
-                kids = range(tree.child_start[node], tree.child_start[node] + self.schema.attributes[j].arity)
-                for k, part in zip(kids, parts.pop(node).partition(j)):
-                    parts[k] = part
-        for node in plan:
-            leaves[node] = np.asarray(parts[node].noisy_class_counts(eps), dtype=np.float64)
-            b.set_counts(node, leaves[node])
-        prior = np.sum([np.clip(c, 0, None) for c in leaves.values()], axis=0)
-        if 0 not in leaves:
-            b.set_counts(0, prior)
-        return b.build()
+        tree = self._structure(rng)  # drawn first: the structure cannot depend on the counts
+        counts = pds.noisy_leaf_class_counts(tree.feature, tree.threshold, tree.child_start, eps).astype(np.float64)
+        if tree.feature[0] >= 0:  # the root's prior: the sum of clipped leaf counts (post-processing)
+            counts[0] = np.clip(counts[tree.feature < 0], 0, None).sum(axis=0)
+        tree.counts = counts
+        return tree
+
+    def _structure(self, rng: np.random.Generator) -> Tree:
+        """A random tree, level by level: every node below ``max_depth`` splits on an attribute
+        drawn uniformly from the categorical ones unused on its path (nodes numbered breadth first)."""
+        cats = np.array([j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical)])
+        arity = np.array([self.schema.attributes[j].arity for j in cats])
+        feature, child_start, depth, parent = [], [], [np.zeros(1, np.int64)], [np.full(1, -1, np.int64)]
+        used = np.zeros((1, cats.size), dtype=bool)  # per frontier node: attributes on its path
+        first, n_nodes = 0, 1
+        for d in range(int(self.max_depth) + 1):
+            m = used.shape[0]
+            if d == int(self.max_depth) or used.all(axis=1).all():
+                feature.append(np.full(m, -1, np.int64))
+                child_start.append(np.full(m, -1, np.int64))
+                break
+            pick = np.argmax(np.where(used, -1.0, rng.random(used.shape)), axis=1)  # uniform over unused
+            k = arity[pick]
+            feature.append(cats[pick])
+            child_start.append(n_nodes + np.concatenate([[0], np.cumsum(k)[:-1]]))
+            used = np.repeat(used, k, axis=0)
+            used[np.arange(used.shape[0]), np.repeat(pick, k)] = True
+            parent.append(np.repeat(np.arange(first, first + m), k))
+            depth.append(np.full(used.shape[0], d + 1, np.int64))
+            first, n_nodes = n_nodes, n_nodes + used.shape[0]
+        f = np.concatenate(feature)
+        return Tree(f, np.full(f.size, np.inf), np.concatenate(child_start),
+                    np.zeros((f.size, self.schema.n_classes)), np.concatenate(depth), np.concatenate(parent))

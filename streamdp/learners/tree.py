@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import blob
-from ..schema import Categorical, Numeric, Schema
+from ..routing import route, routing_error
+from ..schema import Categorical, Schema
 
 __all__ = ["Tree", "TreeBuilder"]
 
@@ -58,36 +59,18 @@ class Tree:
 
     def apply(self, X: np.ndarray) -> np.ndarray:
         """Leaf index of each encoded record (float64 array in schema order)."""
-        node = np.zeros(X.shape[0], dtype=np.int64)
-        rows = np.arange(X.shape[0])
-        active = rows
-        while active.size:
-            f = self.feature[node[active]]
-            inner = f >= 0
-            active = active[inner]
-            if not active.size:
-                break
-            n = node[active]
-            f = self.feature[n]
-            v = X[active, f]
-            thr = self.threshold[n]
-            numeric = np.isfinite(thr)
-            offset = np.where(numeric, (v > thr).astype(np.int64), v.astype(np.int64))
-            node[active] = self.child_start[n] + offset
-        return node
+        return route(X, self.feature, self.threshold, self.child_start)
 
     def leaf_distributions(self) -> np.ndarray:
         """Per node: normalised positive noisy counts, backing off to the nearest ancestor with mass."""
         n, C = self.counts.shape
-        parent = self.parent
         pos = np.clip(self.counts, 0, None)
-        dist = np.full((n, C), 1.0 / C)
-        for i in range(n):  # parents come before children
-            s = pos[i].sum()
-            if s > 0:
-                dist[i] = pos[i] / s
-            elif parent[i] >= 0:
-                dist[i] = dist[parent[i]]
+        mass = pos.sum(axis=1)
+        dist = np.divide(pos, mass[:, None], out=np.full((n, C), 1.0 / C), where=mass[:, None] > 0)
+        empty = mass <= 0
+        for d in range(1, self.max_depth + 1):  # parents are one level up: settle level by level
+            idx = np.flatnonzero(empty & (self.depth == d))
+            dist[idx] = dist[self.parent[idx]]
         return dist
 
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
@@ -129,21 +112,11 @@ class Tree:
             raise blob.BlobError(f"{fmt}: node arrays disagree in length or class count")
         if self.parent[0] != -1 or np.any(self.parent[1:] < 0) or np.any(self.parent[1:] >= np.arange(1, n)):
             raise blob.BlobError(f"{fmt}: every node's parent must come before it")
-        attrs = schema.attributes
-        for i in range(n):
-            f = int(self.feature[i])
-            if f < 0:
-                continue
-            if f >= len(attrs):
-                raise blob.BlobError(f"{fmt}: node {i} splits on attribute {f}; the schema has {len(attrs)}")
-            a = attrs[f]
-            numeric = np.isfinite(self.threshold[i])
-            if isinstance(a, Numeric) != bool(numeric):
-                raise blob.BlobError(f"{fmt}: node {i} splits {a.name!r} the wrong way for its type")
-            arity = 2 if numeric else a.arity
-            s = int(self.child_start[i])
-            if s <= i or s + arity > n:
-                raise blob.BlobError(f"{fmt}: node {i} has children out of bounds")
+        if self.depth[0] != 0 or np.any(self.depth[1:] != self.depth[self.parent[1:]] + 1):
+            raise blob.BlobError(f"{fmt}: every node's depth must be its parent's plus one")
+        err = routing_error(schema, self.feature, self.threshold, self.child_start)
+        if err:
+            raise blob.BlobError(f"{fmt}: {err}")
 
 
 class TreeBuilder:
@@ -154,7 +127,7 @@ class TreeBuilder:
         self._feature: list[int] = []
         self._threshold: list[float] = []
         self._child_start: list[int] = []
-        self._counts: list[np.ndarray] = []
+        self._counts: dict[int, np.ndarray] = {}
         self._depth: list[int] = []
         self._parent: list[int] = []
 
@@ -162,7 +135,6 @@ class TreeBuilder:
         self._feature.append(-1)
         self._threshold.append(np.inf)
         self._child_start.append(-1)
-        self._counts.append(np.zeros(self.schema.n_classes))
         self._depth.append(depth)
         self._parent.append(parent)
         return len(self._feature) - 1
@@ -195,12 +167,18 @@ class TreeBuilder:
         self._threshold[node] = np.inf
         self._child_start[node] = -1
 
+    def _count_matrix(self) -> np.ndarray:
+        m = np.zeros((len(self._feature), self.schema.n_classes))
+        for node, c in self._counts.items():
+            m[node] = c
+        return m
+
     def build(self) -> Tree:
         return Tree(
             np.array(self._feature, dtype=np.int64),
             np.array(self._threshold, dtype=np.float64),
             np.array(self._child_start, dtype=np.int64),
-            np.array(self._counts, dtype=np.float64).reshape(len(self._feature), self.schema.n_classes),
+            self._count_matrix(),
             np.array(self._depth, dtype=np.int64),
             np.array(self._parent, dtype=np.int64),
         )

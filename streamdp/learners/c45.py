@@ -63,7 +63,7 @@ import numpy as np
 
 from ..private_data import PrivateDataset
 from ..schema import Categorical, Numeric
-from .scorers import Scorer, get_scorer
+from .scorers import Scorer, checked_scorer, get_scorer
 from ._base import PrivateLearner
 from .tree import TreeBuilder
 
@@ -228,15 +228,7 @@ class DiffPC45(PrivateLearner):
     # -- parameters -------------------------------------------------------------------------
     def _check_params(self) -> None:
         super()._check_params()
-        nb = self.n_bound
-        if nb is not None and (isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1):
-            raise ValueError(f"n_bound must be a positive integer (a public bound on the record count), got {nb!r}")
-        if not isinstance(self.scorer, str):
-            raise ValueError(f"scorer must be a scorer name (str), got {type(self.scorer).__name__}")
-        scorer = get_scorer(self.scorer)  # raises ValueError naming the choices
-        if nb is None and not math.isfinite(scorer.sensitivity(math.inf)):
-            raise ValueError(f"scorer {scorer.name!r} needs n_bound (a public bound on the number of records) "
-                             "for its sensitivity")
+        checked_scorer(self.scorer, self.n_bound, self.schema)
         if not isinstance(self.prune, (bool, np.bool_)):
             raise ValueError(f"prune must be True or False, got {self.prune!r}")
         cf = self.cf
@@ -250,7 +242,7 @@ class DiffPC45(PrivateLearner):
 
     # -- growth (Algorithm 2 + numeric split points) --------------------------------------
     def _fit(self, pds: PrivateDataset) -> None:
-        self.scorer_: Scorer = get_scorer(self.scorer)
+        self.scorer_: Scorer = get_scorer(self.scorer, self.schema)
         self.sensitivity_ = float(self.scorer_.sensitivity(self.n_bound if self.n_bound is not None else math.inf))
         self.epsilon_per_query_ = self.epsilon_per_query()
         builder = TreeBuilder(self.schema)

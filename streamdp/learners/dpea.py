@@ -65,6 +65,7 @@ from ..ledger import TOLERANCE, BudgetExceeded, Ledger
 from ..private_data import PrivateDataset
 from ..private_subtree import SubtreeSpace
 from ..schema import Categorical, Schema
+from ._base import read_blob
 
 __all__ = ["DPEA", "FORMAT"]
 
@@ -377,15 +378,7 @@ class DPEA:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "DPEA":
-        doc = blob.loads(data, FORMAT, FORMAT_VERSION)
-        try:
-            schema = Schema.from_dict(blob.field(doc, "schema", dict, FORMAT))
-        except ValueError as e:
-            raise blob.BlobError(f"{FORMAT}: bad schema ({e})") from None
-        params = blob.field(doc, "params", dict, FORMAT)
-        unknown = set(params) - set(_PARAMS)
-        if unknown:
-            raise blob.BlobError(f"{FORMAT}: unknown parameters {sorted(unknown)}")
+        doc, schema, params = read_blob(data, FORMAT, FORMAT_VERSION, _PARAMS)
         m = cls(schema, **params)
         m.feature_ = blob.unpack_array(doc.get("feature"), "feature", "<i8", 1)
         m.child_start_ = blob.unpack_array(doc.get("child_start"), "child_start", "<i8", 1)

@@ -46,7 +46,7 @@ from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
 from ._base import PrivateLearner
-from .scorers import Scorer, get_scorer
+from .scorers import Scorer, checked_scorer, get_scorer
 from .tree import TreeBuilder
 
 __all__ = ["SuLQID3", "DiffPID3"]
@@ -157,15 +157,7 @@ class DiffPID3(_ID3):
 
     def _check_params(self) -> None:
         super()._check_params()
-        nb = self.n_bound
-        if nb is not None and (isinstance(nb, bool) or not isinstance(nb, (int, np.integer)) or nb < 1):
-            raise ValueError(f"n_bound must be a positive integer (a public bound on the record count), got {nb!r}")
-        if not isinstance(self.scorer, str):
-            raise ValueError(f"scorer must be a scorer name (str), got {type(self.scorer).__name__}")
-        scorer = get_scorer(self.scorer, self.schema)  # raises ValueError naming the choices
-        if nb is None and not math.isfinite(scorer.sensitivity(math.inf)):
-            raise ValueError(f"scorer {self.scorer!r} needs n_bound (a public bound on the number of records) "
-                             "for its sensitivity")
+        checked_scorer(self.scorer, self.n_bound, self.schema)
 
     def _prepare(self) -> None:
         self.scorer_: Scorer = get_scorer(self.scorer, self.schema)

@@ -17,10 +17,11 @@ neighbouring tables and checks every bound.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "GainRatioScorer", "get_scorer", "SCORERS"]
+__all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "GainRatioScorer", "get_scorer", "checked_scorer", "SCORERS"]
 
 
 def _xlog2x(x: np.ndarray) -> np.ndarray:
@@ -151,3 +152,23 @@ def get_scorer(name: str | Scorer, schema=None) -> Scorer:
         return SCORERS[name]()
     except (KeyError, TypeError):
         raise ValueError(f"unknown scorer {name!r}; choose one of {sorted(SCORERS)}") from None
+
+
+def checked_scorer(name: Any, n_bound: Any, schema=None) -> Scorer:
+    """A learner's ``scorer`` and ``n_bound`` parameters validated; the scorer they name.
+
+    ``n_bound`` is a public bound on the number of records: None, or a
+    positive integer; scorers whose sensitivity grows with the record count
+    (InfoGain, GainRatio) need it.
+    """
+    if n_bound is not None and (isinstance(n_bound, bool) or not isinstance(n_bound, (int, np.integer))
+                                or n_bound < 1):
+        raise ValueError(f"n_bound must be a positive integer (a public bound on the record count), got {n_bound!r}")
+    if not isinstance(name, str):
+        raise ValueError(f"scorer must be a scorer name (str), got {type(name).__name__}")
+    scorer = get_scorer(name, schema)  # raises ValueError naming the choices
+    if n_bound is None and not math.isfinite(scorer.sensitivity(math.inf)):
+        raise ValueError(f"scorer {name!r} needs n_bound (a public bound on the number of records) "
+                         "for its sensitivity")
+    return scorer
+

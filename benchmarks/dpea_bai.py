@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import platform
-import subprocess
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from common import folds, machine, sh  # noqa: E402
 from streamdp import PrivateForest
 from streamdp.datasets import load
 from streamdp.learners.dpea import DPEA
@@ -44,17 +42,10 @@ MCMC = {
 VAR_THRESHOLD = 0.5  # stop a chain when the last `buffer` scores vary by less than ~a record's worth
 
 
-def sh(cmd: str) -> str:
-    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
 
-def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    return {"uname": sh("uname -a"), "nproc": sh("nproc"), "cpu": cpu, "python": platform.python_version()}
 
 
-def folds(n: int, k: int, rng) -> list[np.ndarray]:
-    return np.array_split(rng.permutation(n), k)
 
 
 def cv_accuracy(make, ds, k: int, rng) -> tuple[float, float]:

@@ -26,14 +26,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import platform
-import subprocess
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from common import append_runtime, machine, sh  # noqa: E402
 from streamdp import Schema
 from streamdp.datasets import load
 from streamdp.learners.c45 import DiffPC45
@@ -44,13 +43,8 @@ OUT = Path(__file__).parent / "results"
 HAVE_ID3 = importlib.util.find_spec("streamdp.learners.id3") is not None
 
 
-def sh(cmd: str) -> str:
-    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
 
 
-def machine() -> dict:
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
-    return {"uname": sh("uname -a"), "nproc": sh("nproc"), "cpu": cpu, "python": platform.python_version()}
 
 
 # -- 1. numeric split vs discretisation -------------------------------------------------------------
@@ -252,18 +246,6 @@ def write_md(info: dict, path: Path) -> None:
     path.write_text("\n".join(L))
 
 
-def append_runtime(info: dict, path: Path) -> None:
-    if not path.exists():
-        path.write_text("# Runtime of the batch learners\n\n"
-                        "One fit on the whole dataset; median of reps. Machine and load per row.\n\n"
-                        "| learner | dataset | rows | params | median s | machine | load (uptime) | source |\n"
-                        "|---|---|---|---|---|---|---|---|\n")
-    m = info["machine"]
-    load_avg = info["uptime_end"].split("load average:")[-1].strip()
-    with path.open("a") as f:
-        for r in info["runtime"]:
-            f.write(f"| DiffPC45 | {r['dataset']} | {r['rows']} | eps={r['epsilon']}, depth 5, gini, prune | "
-                    f"{r['median_s']:.3f} | {m['nproc']} x {m['cpu']} | {load_avg} | benchmarks/fs_c45.py |\n")
 
 
 def main() -> None:
@@ -290,7 +272,9 @@ def main() -> None:
     write_md(info, OUT / f"fs_c45{suffix}.md")
     plot(info, OUT / f"fs_c45{suffix}.png")
     if not args.quick:
-        append_runtime(info, OUT / "learners_runtime.md")
+        append_runtime(OUT / "learners_runtime.md", [
+            {"learner": "DiffPC45", "dataset": r["dataset"], "rows": r["rows"], "median_s": r["median_s"],
+             "params": f"eps={r['epsilon']}, depth 5, gini, prune"} for r in info["runtime"]], info, "benchmarks/fs_c45.py")
     print(f"done in {time.time() - t0:.0f} s")
 
 

@@ -261,7 +261,7 @@ def claims_text(rdt) -> str:
         out.append(f"- {NAMES[ds]} h={heights[0]} (laplace): inf {inf:.3f} -> eps 1 {v['1']:.3f} ({v['1'] - inf:+.3f}) -> "
                    f"0.75 {v['0.75']:.3f} -> 0.5 {v['0.5']:.3f} ({v['0.5'] - inf:+.3f} in total).")
     order = sorted(SETTINGS, key=lambda ds: drops[(ds, "laplace")][0] - drops[(ds, "laplace")][1]["0.5"])
-    out.append(f"- Least to most affected by noise (drop inf -> 0.5, laplace, height k/2): "
+    out.append("- Least to most affected by noise (drop inf -> 0.5, laplace, height k/2): "
                + " < ".join(NAMES[d] for d in order)
                + ". Seed 002: Mushroom least affected, Votes most sensitive.")
     return "\n".join(out) + "\n"

@@ -1,0 +1,37 @@
+"""Helpers the benchmark scripts share: the machine they ran on, CV folds, the runtime table."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+
+def sh(cmd: str) -> str:
+    return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+
+
+def machine() -> dict:
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    return {"uname": sh("uname -a"), "nproc": sh("nproc"), "cpu": cpu, "python": platform.python_version()}
+
+
+def folds(n: int, k: int, rng) -> list[np.ndarray]:
+    return np.array_split(rng.permutation(n), k)
+
+
+def append_runtime(path: Path, rows: list[dict], info: dict, source: str) -> None:
+    """Append fit runtimes (dicts with learner, dataset, rows, params, median_s) to the shared table."""
+    if not path.exists():
+        path.write_text("# Runtime of the batch learners\n\n"
+                        "One fit on the whole dataset; median of reps. Machine and load per row.\n\n"
+                        "| learner | dataset | rows | params | median s | machine | load (uptime) | source |\n"
+                        "|---|---|---|---|---|---|---|---|\n")
+    m = info["machine"]
+    load_avg = info["uptime_end"].split("load average:")[-1].strip()
+    with path.open("a") as f:
+        for r in rows:
+            f.write(f"| {r['learner']} | {r['dataset']} | {r['rows']} | {r['params']} | {r['median_s']:.3f} | "
+                    f"{m['nproc']} x {m['cpu']} | {load_avg} | {source} |\n")

@@ -52,7 +52,7 @@ from ..jobs import JobError, JobSpec, check_params, run_job
 from ..ledger import BudgetExceeded
 from ..schema import Schema
 from . import codec
-from .keys import REGISTRY, Keys, check_name
+from .keys import Keys, REGISTRY, as_str, check_name
 from .registry import ModelNotFound, connect, load_spec
 
 __all__ = ["JobQueue", "JobWorker", "fetch_model", "JOBS_STREAM", "JOB_GROUP", "job_key", "read_model_records",
@@ -76,9 +76,6 @@ def job_key(job_id: str) -> str:
     """
     return f"sdp:job:{{{job_id}}}"
 
-
-def _s(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
 
 
 def _now() -> str:
@@ -128,7 +125,7 @@ def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int 
     newest = r.xrevrange(stream, "+", "-", count=1)
     if not newest:
         return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
-    end = _s(newest[0][0])
+    end = as_str(newest[0][0])
     Xs, ys = [], []
     start = "-"
     while True:
@@ -143,7 +140,7 @@ def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int 
             ys.append(b.y)
         if len(entries) < chunk:
             break
-        start = "(" + _s(entries[-1][0])
+        start = "(" + as_str(entries[-1][0])
     if not Xs:
         return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
     return np.concatenate(Xs).astype(np.float64), np.concatenate(ys).astype(np.int64)
@@ -247,7 +244,7 @@ class JobQueue:
         raw = self.r.hgetall(job_key(job_id))
         if not raw:
             raise LookupError(f"no job {job_id!r} (streamdp job list shows the jobs)")
-        d = {_s(k): _s(v) for k, v in raw.items()}
+        d = {as_str(k): as_str(v) for k, v in raw.items()}
         d.pop("schema", None)
         d["params"] = json.loads(d.get("params") or "{}")
         for k in ("epsilon", "fraction", "created", "started", "finished"):
@@ -259,7 +256,7 @@ class JobQueue:
 
     def list(self, limit: int = 100) -> list[dict]:
         """The newest ``limit`` jobs, newest first."""
-        ids = [_s(i) for i in self.r.zrevrange(self.index, 0, max(limit, 1) - 1)]
+        ids = [as_str(i) for i in self.r.zrevrange(self.index, 0, max(limit, 1) - 1)]
         out = []
         for i in ids:
             try:
@@ -275,7 +272,7 @@ class JobQueue:
             why = st.get("reason") or st.get("error") or st.get("progress")
             raise LookupError(f"job {job_id} is {st['status']}" + (f" ({why})" if why else "") + "; no result")
         blob_, owner = self.r.hmget(Keys(st["result"]).pub_model, "blob", "job")
-        if blob_ is None or _s(owner or b"") != job_id:
+        if blob_ is None or as_str(owner or b"") != job_id:
             raise LookupError(f"job {job_id}'s result {st['result']!r} is no longer published")
         return bytes(blob_)
 
@@ -377,14 +374,14 @@ class JobWorker:
     def drained(self) -> bool:
         """No undelivered entry and none pending (for any worker)."""
         groups = self.r.xinfo_groups(self.stream)
-        g = next((g for g in groups if _s(g["name"]) == JOB_GROUP), None)
+        g = next((g for g in groups if as_str(g["name"]) == JOB_GROUP), None)
         if g is None or int(g.get("pending", 0)):
             return False
         newest = self.r.xrevrange(self.stream, "+", "-", count=1)
         if not newest:
             return True
-        last = tuple(int(x) for x in _s(g["last-delivered-id"]).split("-"))
-        return tuple(int(x) for x in _s(newest[0][0]).split("-")) <= last
+        last = tuple(int(x) for x in as_str(g["last-delivered-id"]).split("-"))
+        return tuple(int(x) for x in as_str(newest[0][0]).split("-")) <= last
 
     def step(self) -> int:
         """Handle at most one job entry (a claimed one first); returns 1 if one was handled."""
@@ -401,8 +398,8 @@ class JobWorker:
                 entry = resp[0][1][0]
         if entry is None:
             return 0
-        eid, fields = _s(entry[0]), entry[1] or {}
-        job_id = _s(fields.get(b"job", fields.get("job", b"")))
+        eid, fields = as_str(entry[0]), entry[1] or {}
+        job_id = as_str(fields.get(b"job", fields.get("job", b"")))
         self.handle(eid, job_id)
         return 1
 
@@ -422,13 +419,13 @@ class JobWorker:
             return "missing"
         key = job_key(job_id)
         res = self._start(keys=[key], args=[self.name, _now()])
-        what = _s(res[0])
+        what = as_str(res[0])
         if what != "run":
             self._ack(eid)
-            return _s(res[1]) if what == "final" else what
-        attempt = int(_s(res[1]))
+            return as_str(res[1]) if what == "final" else what
+        attempt = int(as_str(res[1]))
         self._entry = eid
-        doc = {_s(k): _s(v) for k, v in self.r.hgetall(key).items()}
+        doc = {as_str(k): as_str(v) for k, v in self.r.hgetall(key).items()}
         beating = threading.Event()
         beat = threading.Thread(target=self._beat_loop, args=(beating,), daemon=True)
         beat.start()
@@ -481,13 +478,13 @@ class JobWorker:
         if entry is None:
             return
         owner = self.r.xpending_range(self.stream, JOB_GROUP, min=entry, max=entry, count=1)
-        if owner and _s(owner[0]["consumer"]) == self.name:
+        if owner and as_str(owner[0]["consumer"]) == self.name:
             self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [entry], justid=True)
 
     def _run(self, job_id: str, doc: dict) -> str:
         result = doc["result"]
         keys = Keys(result)
-        if _s(self.r.hget(keys.pub_model, "job") or b"") == job_id:
+        if as_str(self.r.hget(keys.pub_model, "job") or b"") == job_id:
             # An earlier attempt published, then its worker died: the one release stands; do not fit again.
             self._set(job_id, status="done", progress="done", fraction=1, finished=_now())
             return "done"
@@ -542,7 +539,7 @@ class JobWorker:
         flat: list[Any] = []
         for k, v in fields.items():
             flat += [k, v]
-        return _s(self._publish_script(keys=[Keys(result).pub_model], args=[job_id, *flat]))
+        return as_str(self._publish_script(keys=[Keys(result).pub_model], args=[job_id, *flat]))
 
 
 def run_job_worker(r: Any = None, *, once: bool = False, until_drained: bool = False, **kw: Any) -> int:

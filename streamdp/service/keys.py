@@ -13,8 +13,9 @@ producers (XADD to ``records`` only) and workers.
 from __future__ import annotations
 
 import re
+from typing import Any
 
-__all__ = ["Keys", "REGISTRY", "GROUP", "check_name"]
+__all__ = ["Keys", "REGISTRY", "GROUP", "check_name", "as_str"]
 
 REGISTRY = "sdp:registry"
 GROUP = "workers"
@@ -57,3 +58,9 @@ class Keys:
 
     def __repr__(self) -> str:
         return f"Keys({self.name!r})"
+
+
+def as_str(x: Any) -> str:
+    """A Redis reply (bytes unless the client decodes) as text."""
+    return x.decode() if isinstance(x, bytes) else str(x)
+

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import Keys
+from .keys import Keys, as_str
 
 __all__ = ["Retention", "retention_key", "get_retention", "set_retention", "retention_floor", "trim_minid",
            "policy_minid"]
@@ -61,9 +61,6 @@ def retention_key(name: str) -> str:
     return f"{Keys(name).prefix}:priv:retention"
 
 
-def _s(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
-
 
 def _check(seconds: float | None, records: int | None) -> None:
     if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
@@ -90,11 +87,11 @@ def get_retention(r: Any, name: str) -> Retention:
     """The policy of model ``name`` (unreadable fields count as unset)."""
     s, n = r.hmget(retention_key(name), "seconds", "records")
     try:
-        seconds = float(_s(s)) if s is not None else None
+        seconds = float(as_str(s)) if s is not None else None
     except ValueError:
         seconds = None
     try:
-        records = int(_s(n)) if n is not None else None
+        records = int(as_str(n)) if n is not None else None
     except ValueError:
         records = None
     return Retention(seconds if seconds and seconds > 0 else None, records if records and records > 0 else None)
@@ -140,7 +137,7 @@ def policy_minid(r: Any, name: str, stream: str) -> str | None:
         if length > n:
             # Walk from the cheaper end: at steady state only the entries added since the last trim lie past the cap.
             if length - n < n:
-                nth = _s(r.xrange(stream, "-", "+", count=length - n + 1)[-1][0])
+                nth = as_str(r.xrange(stream, "-", "+", count=length - n + 1)[-1][0])
             else:
-                nth = _s(r.xrevrange(stream, "+", "-", count=n)[-1][0])
+                nth = as_str(r.xrevrange(stream, "+", "-", count=n)[-1][0])
     return retention_floor(ret, now_ms=int(sec) * 1000 + int(usec) // 1000, nth_newest=nth)

@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from .keys import GROUP, Keys
+from .keys import GROUP, Keys, as_str
 from .registry import connect
 
 __all__ = ["collect", "prometheus_text"]
@@ -22,14 +22,11 @@ COUNTERS = ("entries_read", "batches_merged", "records_merged", "commits", "comm
             "dead_letters", "acked_without_merge", "poison", "claimed", "delta_reused", "trimmed", "lost_trimmed")
 
 
-def _s(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
-
 
 def collect(r: Any, model: str) -> dict[str, float]:
     r = connect(r)
     keys = Keys(model)
-    raw = {_s(k): _s(v) for k, v in r.hgetall(keys.stats).items()}
+    raw = {as_str(k): as_str(v) for k, v in r.hgetall(keys.stats).items()}
     out: dict[str, float] = {c: float(raw.get(c, 0)) for c in COUNTERS}
     out["last_commit_seconds"] = float(raw.get("last_commit_ms", 0)) / 1000
     out["version"] = float(r.hget(keys.pub_model, "version") or 0)
@@ -37,13 +34,13 @@ def collect(r: Any, model: str) -> dict[str, float]:
     out["dead_letter_length"] = float(r.xlen(keys.dead))
     pending = lag = consumers = 0.0
     try:
-        g = next((g for g in r.xinfo_groups(keys.records) if _s(g["name"]) == GROUP), None)
+        g = next((g for g in r.xinfo_groups(keys.records) if as_str(g["name"]) == GROUP), None)
         if g is not None:
             pending, consumers = float(g["pending"]), float(g["consumers"])
             if g.get("lag") is not None:
                 lag = float(g["lag"])
             else:  # Redis < 7: entries after the last delivered id
-                lag = float(len(r.xrange(keys.records, min=f"({_s(g['last-delivered-id'])}", count=100_000)))
+                lag = float(len(r.xrange(keys.records, min=f"({as_str(g['last-delivered-id'])}", count=100_000)))
     except redis.ResponseError:
         pass
     out.update(pending=pending, lag=lag, consumers=consumers)

@@ -43,7 +43,7 @@ from .. import blob
 from ..forest import PrivateForest
 from . import codec
 from .commit import COMMIT_LUA
-from .keys import GROUP, Keys
+from .keys import GROUP, Keys, as_str
 from .registry import connect, counts_from_bytes, load_spec
 from .retention import policy_minid, trim_minid
 
@@ -73,9 +73,6 @@ def _jlog(level: int, event: str, **kv: Any) -> None:
     if log.isEnabledFor(level):
         log.log(level, json.dumps({"ts": round(time.time(), 3), "event": event, **kv}, default=str))
 
-
-def _s(x: Any) -> str:
-    return x.decode() if isinstance(x, bytes) else str(x)
 
 
 def _le_bytes(a: np.ndarray) -> bytes:
@@ -181,11 +178,11 @@ class Worker:
             stream = self.redis.xinfo_stream(self.keys.records)
         except redis.ResponseError:
             return True
-        g = next((g for g in groups if _s(g["name"]) == GROUP), None)
+        g = next((g for g in groups if as_str(g["name"]) == GROUP), None)
         if g is None:
             return False
         last = stream.get("last-generated-id")
-        return int(g["pending"]) == 0 and (stream.get("length", 0) == 0 or _s(g["last-delivered-id"]) == _s(last))
+        return int(g["pending"]) == 0 and (stream.get("length", 0) == 0 or as_str(g["last-delivered-id"]) == as_str(last))
 
     # -- one step ------------------------------------------------------------
     def step(self, block_ms: int | None = None) -> int:
@@ -222,7 +219,7 @@ class Worker:
         out = []
         for _stream, items in resp or []:
             for eid, fields in items:
-                out.append(_Entry(_s(eid), fields))
+                out.append(_Entry(as_str(eid), fields))
         if out:
             self.redis.hincrby(self.keys.stats, "entries_read", len(out))
         return out
@@ -233,11 +230,11 @@ class Worker:
                                     start_id=self._claim_cursor, count=count)
         cursor, items = res[0], res[1]
         deleted = res[2] if len(res) > 2 else []
-        self._claim_cursor = _s(cursor)
+        self._claim_cursor = as_str(cursor)
         if deleted:
             self.redis.hincrby(self.keys.stats, "lost_trimmed", len(deleted))
-            _jlog(logging.ERROR, "worker.lost_trimmed", model=self.model, ids=[_s(d) for d in deleted])
-        entries = [_Entry(_s(eid), fields) for eid, fields in items]
+            _jlog(logging.ERROR, "worker.lost_trimmed", model=self.model, ids=[as_str(d) for d in deleted])
+        entries = [_Entry(as_str(eid), fields) for eid, fields in items]
         if not entries:
             return []
         p = self.redis.pipeline(transaction=False)
@@ -255,7 +252,7 @@ class Worker:
             e.dead = ("entry deleted from the stream", b"")
             return
         data = fields.get(b"d") if isinstance(fields, dict) else None
-        raw = data if isinstance(data, bytes) else msgpack.packb({_s(k): v for k, v in fields.items()},
+        raw = data if isinstance(data, bytes) else msgpack.packb({as_str(k): v for k, v in fields.items()},
                                                                  use_bin_type=True) if isinstance(fields, dict) else b""
         if e.deliveries > self.config.max_deliveries:
             e.dead = (f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})", raw[:DETAIL_MAX])
@@ -374,7 +371,7 @@ class Worker:
             for d in dead:
                 args += list(d)
             res = self._commit(keys=keys, args=args)
-            status = _s(res[0])
+            status = as_str(res[0])
             if status == "ok":
                 if m:
                     self._state_version, self._counts, self._releases = new_version, new_counts, releases
@@ -396,7 +393,7 @@ class Worker:
                 self.redis.hincrby(self.keys.stats, "commit_rejections", 1)
                 flat = res[1:]
                 for i in range(0, len(flat), 2):
-                    idx, reason = int(flat[i]) - 1, _s(flat[i + 1])
+                    idx, reason = int(flat[i]) - 1, as_str(flat[i + 1])
                     e = ids_all[idx]
                     if reason == "dup-batch" and idx < m:
                         merge.pop(e.batch.batch_id, None)
@@ -422,12 +419,12 @@ class Worker:
         """
         try:
             groups = self.redis.xinfo_groups(self.keys.records)  # read before XPENDING: see docs/service.md
-            g = next((g for g in groups if _s(g["name"]) == GROUP), None)
+            g = next((g for g in groups if as_str(g["name"]) == GROUP), None)
             if g is None:
                 return 0
-            last = _s(g["last-delivered-id"])
+            last = as_str(g["last-delivered-id"])
             pend = self.redis.xpending(self.keys.records, GROUP)
-            minid = _s(pend["min"]) if pend and pend.get("pending") else last
+            minid = as_str(pend["min"]) if pend and pend.get("pending") else last
             if minid in ("0-0", "None"):
                 return 0
             minid = trim_minid(minid, policy_minid(self.redis, self.model, self.keys.records))
@@ -454,7 +451,7 @@ class Worker:
             return []
         gone = []
         for c in self.redis.xinfo_consumers(self.keys.records, GROUP):
-            name = _s(c["name"])
+            name = as_str(c["name"])
             if name != self.name and int(c["pending"]) == 0 and int(c["idle"]) > limit * 1000:
                 if int(self._forget(keys=[self.keys.records], args=[GROUP, name])):
                     gone.append(name)

@@ -357,6 +357,28 @@ def _xadd(r, name, ms: int | None = None, n: int = 10) -> str:
     return r.xadd(Keys(name).records, {"d": env}, id=f"{ms}-0" if ms else "*").decode()
 
 
+def test_idle_stream_is_trimmed_to_its_window_without_new_traffic(r, unique_name):
+    """Retention must hold when nothing arrives: an idle worker step trims every trim_idle_s."""
+    name = unique_name
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0)
+    try:
+        sec, _ = r.time()
+        old = _xadd(r, name, int(sec) * 1000 - 100_000)
+        new = _xadd(r, name)
+        lazy = Worker(r, name, trim_every=10**9, trim_idle_s=10**9, block_ms=20)
+        lazy.run(until_drained=True, handle_signals=False)
+        set_retention(r, name, seconds=75)
+        assert lazy.step(block_ms=1) == 0
+        assert r.xlen(Keys(name).records) == 2  # not due yet: nothing trimmed
+        eager = Worker(r, name, trim_every=10**9, trim_idle_s=0, block_ms=20)
+        assert eager.step(block_ms=1) == 0
+        assert [e[0].decode() for e in r.xrange(Keys(name).records)] == [new]
+        assert old != new
+    finally:
+        delete_model(r, name)
+        r.delete(*ledger_keys(name))
+
+
 def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
     name = unique_name
     create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0)

@@ -14,8 +14,9 @@ One loop step:
    atomic Lua script (:mod:`.commit`) that checks ownership, dedups, does a
    version CAS, writes counts + model blob, XACKs and announces. Conflicts
    are retried.
-6. Every ``trim_every`` commits the stream is trimmed with ``MINID`` no
-   further than the oldest pending entry (never past an unacked entry).
+6. Every ``trim_every`` commits, and every ``trim_idle_s`` while no entry
+   arrives, the stream is trimmed with ``MINID`` to the model's retention
+   window, no further than the oldest pending entry (never past an unacked entry).
 
 Counters live in ``priv:stats`` (see :mod:`.stats`); logs are JSON lines on
 the ``streamdp.worker`` logger.
@@ -65,6 +66,7 @@ class WorkerConfig:
     version_ttl_s: int = 0         # TTL of pub:v:<N> (0: none)
     dead_maxlen: int = 100_000     # dead-letter stream approximate cap
     trim_every: int = 20           # commits between MINID trims
+    trim_idle_s: float = 60.0      # an idle stream is trimmed this often (retention holds without traffic)
     max_commit_retries: int = 1000
     forget_consumers_s: float = 3600.0  # drop group consumers idle this long with nothing pending (0: never)
 
@@ -118,6 +120,7 @@ class Worker:
         self._last_claim = 0.0
         self._own_pel_read = False
         self._commits_since_trim = 0
+        self._last_trim = time.monotonic()
         self._dtype = np.float64 if self.spec.mechanism == "laplace" else np.int64
         try:
             self.redis.xgroup_create(self.keys.records, GROUP, id="0", mkstream=True)
@@ -211,6 +214,8 @@ class Worker:
                 return 0
             raise
         if not entries:
+            if time.monotonic() - self._last_trim >= cfg.trim_idle_s:
+                self.trim()  # without traffic no commit triggers a trim: the retention window still holds
             return 0
         self._handle(entries)
         return len(entries)
@@ -417,6 +422,7 @@ class Worker:
 
         ``MINID = min(oldest pending id (or the last delivered one), retention floor)``.
         """
+        self._last_trim = time.monotonic()
         try:
             groups = self.redis.xinfo_groups(self.keys.records)  # read before XPENDING: see docs/service.md
             g = next((g for g in groups if as_str(g["name"]) == GROUP), None)

@@ -412,6 +412,19 @@ def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
     """
     col = np.asarray(col)
     if col.dtype == object and col.size:
+        # Fast path: one dict probe per value (hashing, no sorting of Python objects). Declared
+        # values are str/int/bool, so a direct hit is the right code for anything but a boolean
+        # (True == 1); booleans and misses (-2) are resolved one by one below.
+        get = lookup.get
+        try:
+            codes = np.fromiter((-2 if isinstance(v, (bool, np.bool_)) else get(v, -2) for v in col),
+                                dtype=np.int64, count=col.size)
+        except TypeError:  # an unhashable value: the general path names it
+            codes = None
+        if codes is not None:
+            for i in np.flatnonzero(codes == -2):
+                codes[i] = _lookup_value(lookup, col[i])
+            return codes
         is_bool = np.fromiter((isinstance(v, (bool, np.bool_)) for v in col), dtype=bool, count=col.size)
         if is_bool.any() and not is_bool.all():
             codes = np.empty(col.size, dtype=np.int64)

@@ -211,3 +211,23 @@ def test_data_frames_are_read_by_column_name(schema):
         schema.encode(df.drop(columns="colour"))
     # a frame without column names is read in schema order
     assert schema.encode(pd.DataFrame([["blue", 2.0, True]])).X.tolist() == [[2, 2.0, 0]]
+
+
+def test_object_column_codes_match_value_by_value_lookup():
+    """The hashing fast path of the encoder gives, for every kind of value, the code the
+    value-by-value rules give (True apart from 1, 1.0 as 1, numpy scalars, misses, NaN, None)."""
+    from streamdp.schema import _lookup_codes, _lookup_value
+
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, 1, "1", 0, "z"]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    lookup = s._lookup[0]
+    pool = [True, False, 1, 0, 1.0, 0.0, 2.5, float("nan"), None, "1", "z", np.str_("z"), np.int64(1),
+            np.float64(1.0), np.bool_(True), b"z", "missing", -1]
+    rng = np.random.default_rng(0)
+    col = np.empty(500, dtype=object)
+    col[:] = [pool[i] for i in rng.integers(0, len(pool), 500)]
+    assert _lookup_codes(lookup, col).tolist() == [_lookup_value(lookup, v) for v in col]
+    assert _lookup_codes(lookup, np.array([True, 1], dtype=object)).tolist() == [0, 1]
+    unhashable = np.empty(2, dtype=object)
+    unhashable[:] = [["z"], "z"]
+    assert _lookup_codes(lookup, unhashable).tolist() == [-1, 4]

@@ -123,3 +123,13 @@ def test_bad_parameters_are_named():
                                 "label": {"name": "y", "values": [0, 1]}})
     with pytest.raises(ValueError, match="categorical"):
         HanischForest(numeric).fit([[0.5]], [1])
+
+
+def test_fit_on_a_spent_private_dataset_is_refused_before_reading():
+    pds = PrivateDataset.from_records(VOTES.schema, VOTES.X, VOTES.y, epsilon=1.0)
+    pds.noisy_count(0.5)
+    with pytest.raises(BudgetExceeded, match="0.5 left"):
+        HanischForest(VOTES.schema, epsilon=0.6, max_depth=2).fit(pds)
+    assert pds.spent == pytest.approx(0.5)  # nothing charged by the refused fit
+    m = HanischForest(VOTES.schema, epsilon=0.5, max_depth=2).fit(pds)
+    assert m.epsilon_spent_ == pytest.approx(0.5)  # the learner's own spend, not the dataset's total

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import blob
+from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..schema import Schema
@@ -70,6 +71,9 @@ class PrivateLearner:
                 raise ValueError("fit(pds) takes no y: the labels are inside the private dataset")
             if X.schema != self.schema:
                 raise ValueError("the private dataset's schema differs from the learner's")
+            if X.remaining + TOLERANCE < float(self.epsilon):
+                raise BudgetExceeded(f"{type(self).__name__} needs epsilon={float(self.epsilon):g} but the private "
+                                     f"dataset has {X.remaining:g} left; refused before reading any data")
             pds = X
         else:
             if y is None:
@@ -79,9 +83,10 @@ class PrivateLearner:
                 who=type(self).__name__, what=repr(self), noise_seed=getattr(self, "noise_seed", None),
             )
         self.classes_ = np.array(list(self.schema.classes), dtype=object)
+        before = pds.spent
         self._fit(pds)
         self.private_ = pds.private
-        self.epsilon_spent_ = pds.spent
+        self.epsilon_spent_ = pds.spent - before
         return self
 
     def _check_params(self) -> None:

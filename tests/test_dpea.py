@@ -335,3 +335,10 @@ def test_blob_round_trip_and_garbage(vote):
     for bad in (b"garbage", b[: len(b) // 2], b"\x80"):
         with pytest.raises(blob.BlobError):
             DPEA.from_bytes(bad)
+
+
+def test_fit_on_a_private_dataset_takes_no_ledger(vote):
+    pds = PrivateDataset.from_records(vote.schema, vote.X, vote.y, epsilon=1.0)
+    with pytest.raises(ValueError, match="no ledger"):
+        DPEA(vote.schema, epsilon=1.0).fit(pds, ledger=InMemoryLedger(), source="vote")
+    assert pds.spent == 0

@@ -181,3 +181,22 @@ def test_bad_parameters_are_named():
         DiffPID3(VOTES.schema, scorer="max", n_bound=0).fit(VOTES.X, VOTES.y)
     with pytest.raises(RuntimeError, match="not fitted"):
         SuLQID3(VOTES.schema).predict(VOTES.X)
+
+
+def test_inner_counts_are_sums_of_clipped_leaves_and_empty_leaves_fall_back():
+    from streamdp.learners.tree import TreeBuilder
+
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]},
+                                         {"name": "b", "type": "categorical", "values": [0, 1]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    b = TreeBuilder(s)
+    kids = b.split(b.add(depth=0), 0)
+    grand = b.split(kids[2], 1)
+    for node, c in zip([kids[0], kids[1], *grand], [[-3, -1], [5, 2], [0, 4], [1, -2]]):
+        b.set_counts(node, c)
+    t = b.build()
+    t.fill_inner_counts()
+    assert t.counts[kids[2]].tolist() == [1, 4] and t.counts[0].tolist() == [6, 6]
+    assert t.counts[kids[0]].tolist() == [-3, -1]  # leaves keep what was released
+    p = t.predict_proba(np.array([[0.0, 0.0], [2.0, 1.0]]))
+    assert p.tolist() == [[0.5, 0.5], [1.0, 0.0]]  # no positive mass: the root's 6/6

@@ -325,7 +325,7 @@ ALLOWED_IMPORTS = {
 # Names a learner may take from the layer-side subtree module: data-free helpers only.
 SUBTREE_OK = {"SubtreeSpace", "structure_leaves", "SENSITIVITY"}
 FORBIDDEN_ATTRS = {"encode", "encode_labels", "_columns"}
-PREDICTION_HELPERS = {"_encode", "_query_codes"}
+PREDICTION_HELPERS = {"_encode"}
 
 
 def _learner_modules():

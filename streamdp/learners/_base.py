@@ -69,6 +69,8 @@ class PrivateLearner:
         if isinstance(X, PrivateDataset):
             if y is not None:
                 raise ValueError("fit(pds) takes no y: the labels are inside the private dataset")
+            if ledger is not None or source is not None:
+                raise ValueError("fit(pds) takes no ledger/source: the private dataset was charged when it was built")
             if X.schema != self.schema:
                 raise ValueError("the private dataset's schema differs from the learner's")
             if X.remaining + TOLERANCE < float(self.epsilon):

@@ -60,32 +60,18 @@ from typing import Any
 
 import numpy as np
 
-from .. import blob
-from ..ledger import TOLERANCE, BudgetExceeded, Ledger
 from ..private_data import PrivateDataset
 from ..private_subtree import SubtreeSpace
 from ..schema import Categorical, Schema
-from ._base import read_blob
+from ._base import PrivateLearner
+from .tree import Tree
 
 __all__ = ["DPEA", "FORMAT"]
 
 FORMAT = "streamdp.dpea"
-FORMAT_VERSION = 1
-
-_PARAMS = (
-    "max_depth",
-    "embed_depth",
-    "epsilon",
-    "min_instances",
-    "buffer_size",
-    "step_limit",
-    "variance_threshold",
-    "exact_max_levels",
-    "noise_seed",
-)
 
 
-class DPEA:
+class DPEA(PrivateLearner):
     """Bai et al.'s DP embedding algorithm as a scikit-learn style classifier.
 
     Parameters
@@ -102,13 +88,7 @@ class DPEA:
     noise_seed: tests only; makes the noise reproducible and the model NOT private.
     """
 
-    _estimator_type = "classifier"  # scikit-learn < 1.6
-
-    def __sklearn_tags__(self):  # scikit-learn >= 1.6 (imported lazily: sklearn is not a dependency)
-        from sklearn.utils import ClassifierTags, Tags, TargetTags
-
-        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
-                    classifier_tags=ClassifierTags())
+    FORMAT = FORMAT
 
     def __init__(
         self,
@@ -133,17 +113,6 @@ class DPEA:
         self.variance_threshold = variance_threshold
         self.exact_max_levels = exact_max_levels
         self.noise_seed = noise_seed
-
-    # -- sklearn protocol ------------------------------------------------------------
-    def get_params(self, deep: bool = True) -> dict:
-        return {"schema": self.schema, **{p: getattr(self, p) for p in _PARAMS}}
-
-    def set_params(self, **params) -> "DPEA":
-        for k, v in params.items():
-            if k != "schema" and k not in _PARAMS:
-                raise ValueError(f"DPEA has no parameter {k!r}; parameters: {['schema', *_PARAMS]}")
-            setattr(self, k, v)
-        return self
 
     def __repr__(self) -> str:
         return f"DPEA(max_depth={self.max_depth}, embed_depth={self.embed_depth!r}, epsilon={self.epsilon})"
@@ -180,40 +149,8 @@ class DPEA:
         return self.epsilon / (self.n_steps + 1) ** 2
 
     # -- fit -------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, *, ledger: Ledger | None = None, source: str | None = None) -> "DPEA":
-        """Fit on raw records ``(X, y)`` or on a :class:`~streamdp.private_data.PrivateDataset` (``y`` None).
-
-        Records go straight into the private data layer, which charges
-        ``epsilon`` to ``ledger`` (for ``source``) before it encodes them; the
-        learner continues with the layer object only. A private dataset must
-        have ``epsilon`` left; the fit spends at most ``epsilon`` of it.
-        Either way an insufficient budget is refused before any record is read.
-        """
-        self._check_params()
-        if isinstance(X, PrivateDataset):
-            if y is not None:
-                raise ValueError("fit(pds): a private dataset carries its labels; pass y=None")
-            if ledger is not None or source is not None:
-                raise ValueError("fit(pds): the private dataset was charged when it was built; no ledger/source here")
-            if X.schema != self.schema:
-                raise ValueError("fit(pds): the private dataset's schema differs from this DPEA's schema")
-            if X.remaining + TOLERANCE < self.epsilon:
-                raise BudgetExceeded(
-                    f"DPEA needs epsilon={self.epsilon:g} but the private dataset has {X.remaining:g} left; "
-                    "refused before reading any data"
-                )
-            return self._fit_private(X)
-        if y is None:
-            raise ValueError("fit needs (X, y) records or a PrivateDataset")
-        pds = PrivateDataset.from_records(
-            self.schema, X, y, epsilon=float(self.epsilon), ledger=ledger, source=source, who="DPEA",
-            what=repr(self), noise_seed=self.noise_seed,
-        )
-        return self._fit_private(pds)
-
     def _check_params(self) -> None:
-        if not isinstance(self.schema, Schema):
-            raise TypeError(f"schema must be a streamdp.Schema, got {type(self.schema).__name__}")
+        super()._check_params()
         e = self.epsilon
         if isinstance(e, bool) or not isinstance(e, (int, float, np.floating)) or not 0 < e < math.inf:
             raise ValueError(f"epsilon must be a positive finite number, got {e!r}")
@@ -229,9 +166,8 @@ class DPEA:
             raise ValueError(f"variance_threshold must be a non-negative number, got {v!r}")
         self._levels()
 
-    def _fit_private(self, pds: PrivateDataset) -> "DPEA":
+    def _fit(self, pds: PrivateDataset) -> None:
         schema = self.schema
-        spent_before = pds.spent
         D, d = self._check_depth(), self._levels()
         arities = tuple(int(a.arity) if isinstance(a, Categorical) else 0 for a in schema.attributes)
         C = schema.n_classes
@@ -241,6 +177,7 @@ class DPEA:
         child_start: list[int] = [-1]
         counts: list[np.ndarray] = [np.zeros(C)]
         depth: list[int] = [0]
+        parent: list[int] = [-1]
         self.traces_: list[np.ndarray] = []
         self.n_mechanism_calls_ = 0
 
@@ -283,6 +220,7 @@ class DPEA:
                     child_start.append(-1)
                     counts.append(np.zeros(C))
                     depth.append(depth[node_id] + 1)
+                    parent.append(node_id)
                 for cid, ch, kd in zip(ids, children, kids):
                     attach(cid, ch, kd, used_here | {a})
 
@@ -296,120 +234,39 @@ class DPEA:
                 # cut short by the nominal-share rule still counts as a step
                 if total >= threshold and depth[lid] < D and allowed and lid != nid and step < n_steps:
                     queue.append((ds, lid, used_here, total, step + 1))
-        self.feature_ = np.asarray(feature, dtype=np.int64)
-        self.child_start_ = np.asarray(child_start, dtype=np.int64)
-        self.counts_ = np.vstack(counts).astype(np.float64)
-        self.node_depth_ = np.asarray(depth, dtype=np.int64)
-        self.classes_ = np.array(list(schema.classes), dtype=object)
-        self.private_ = bool(pds.private)
-        self.epsilon_spent_ = float(pds.spent - spent_before)
-        return self
+        f = np.asarray(feature, dtype=np.int64)
+        tree = Tree(f, np.full(f.size, np.inf), np.asarray(child_start, dtype=np.int64),
+                    np.vstack(counts).astype(np.float64), np.asarray(depth, dtype=np.int64),
+                    np.asarray(parent, dtype=np.int64))
+        tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
+        self.trees_ = [tree]
 
-    # -- predict -----------------------------------------------------------------------
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "feature_"):
-            raise RuntimeError("this DPEA is not fitted yet: call fit(X, y) first")
-
-    def apply(self, X: Any) -> np.ndarray:
-        """Leaf node id of each query record (same forms as :meth:`fit`: dicts or a 2-D array in schema order).
-
-        Query records are public inputs, not the training data: they are
-        validated against the schema like any prediction input. Numeric
-        attributes are validated but never used (DPEA splits only on
-        categorical attributes).
-        """
+    # -- the fitted tree ------------------------------------------------------------
+    @property
+    def tree_(self) -> Tree:
         self._check_fitted()
-        codes = _query_codes(self.schema, X)
-        node = np.zeros(codes.shape[0], dtype=np.int64)
-        active = np.flatnonzero(self.feature_[node] >= 0)
-        while active.size:
-            f = self.feature_[node[active]]
-            node[active] = self.child_start_[node[active]] + codes[active, f]
-            active = active[self.feature_[node[active]] >= 0]
-        return node
+        return self.trees_[0]
 
-    def predict_proba(self, X: Any) -> np.ndarray:
-        leaves = self.apply(X)
-        c = self.counts_[leaves]
-        p = np.maximum(c, 0.0)
-        s = p.sum(axis=1)
-        empty = s <= 0
-        if np.any(empty):
-            p[empty] = 0.0
-            p[empty, np.argmax(c[empty], axis=1)] = 1.0
-            s = p.sum(axis=1)
-        return p / s[:, None]
-
-    def predict(self, X: Any) -> np.ndarray:
-        leaves = self.apply(X)
-        return self.schema.decode_labels(np.argmax(self.counts_[leaves], axis=1))
-
-    def score(self, X: Any, y: Any) -> float:
-        return float(np.mean(self.predict(X) == np.asarray(y, dtype=object)))
+    @property
+    def feature_(self) -> np.ndarray:
+        """Split attribute per node (-1 for a leaf)."""
+        return self.tree_.feature
 
     @property
     def n_leaves_(self) -> int:
-        self._check_fitted()
-        return int(np.sum(self.feature_ < 0))
+        return self.tree_.n_leaves
 
     @property
     def depth_(self) -> int:
+        return self.tree_.max_depth
+
+    def apply(self, X: Any) -> np.ndarray:
+        """Leaf node id of each query record (dicts or a 2-D array in schema order)."""
         self._check_fitted()
-        return int(self.node_depth_.max())
+        return self.tree_.apply(self._encode(X))
 
-    # -- serialization -------------------------------------------------------------------
-    def to_bytes(self) -> bytes:
-        self._check_fitted()
-        params = {p: getattr(self, p) for p in _PARAMS if p != "noise_seed"}
-        return blob.dumps(
-            FORMAT,
-            FORMAT_VERSION,
-            {
-                "schema": self.schema.to_dict(),
-                "params": params,
-                "private": bool(self.private_),
-                "epsilon_spent": float(self.epsilon_spent_),
-                "feature": blob.pack_array(self.feature_),
-                "child_start": blob.pack_array(self.child_start_),
-                "counts": blob.pack_array(self.counts_),
-                "node_depth": blob.pack_array(self.node_depth_),
-            },
-        )
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> "DPEA":
-        doc, schema, params = read_blob(data, FORMAT, FORMAT_VERSION, _PARAMS)
-        m = cls(schema, **params)
-        m.feature_ = blob.unpack_array(doc.get("feature"), "feature", "<i8", 1)
-        m.child_start_ = blob.unpack_array(doc.get("child_start"), "child_start", "<i8", 1)
-        m.counts_ = blob.unpack_array(doc.get("counts"), "counts", "<f8", 2)
-        m.node_depth_ = blob.unpack_array(doc.get("node_depth"), "node_depth", "<i8", 1)
-        m.private_ = bool(blob.field(doc, "private", bool, FORMAT))
-        m.epsilon_spent_ = float(blob.field(doc, "epsilon_spent", (int, float), FORMAT))
-        m.classes_ = np.array(list(schema.classes), dtype=object)
-        _validate(m)
-        return m
-
-
-def _query_codes(schema: Schema, X: Any) -> np.ndarray:
-    """Codes of prediction inputs (public query records; never the training data)."""
-    if isinstance(X, PrivateDataset):
-        raise TypeError("predict takes query records (dicts or a 2-D array), not a PrivateDataset")
-    return schema.encode(X).X.astype(np.int64)
-
-
-def _validate(m: DPEA) -> None:
-    """Refuse a blob whose tree would route out of bounds or loop."""
-    n = m.feature_.shape[0]
-    ar = m.schema.arities
-    if m.child_start_.shape != (n,) or m.node_depth_.shape != (n,) or m.counts_.shape != (n, m.schema.n_classes):
-        raise blob.BlobError(f"{FORMAT}: node arrays disagree in length")
-    for i in range(n):
-        f = int(m.feature_[i])
-        if f < 0:
-            continue
-        if f >= len(ar) or ar[f] <= 0:
-            raise blob.BlobError(f"{FORMAT}: node {i} splits on attribute {f}, not a categorical attribute")
-        s = int(m.child_start_[i])
-        if s <= i or s + ar[f] > n:
-            raise blob.BlobError(f"{FORMAT}: node {i} has children out of bounds")
+    def _encode(self, X: Any) -> np.ndarray:
+        """Codes of prediction inputs (public query records; never the training data)."""
+        if isinstance(X, PrivateDataset):
+            raise TypeError("predict takes query records (dicts or a 2-D array), not a PrivateDataset")
+        return self.schema.encode(X).X

@@ -66,16 +66,11 @@ class _ID3(PrivateLearner):
         cats = frozenset(j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical))
         leaves: dict[int, np.ndarray] = {}
         self._grow(pds, b, b.add(depth=0), cats, int(self.max_depth), leaves)
-        tree = b.build()
-        # post-processing: an inner node holds the sum of its leaves' (clipped) noisy counts
-        agg = np.zeros_like(tree.counts)
         for node, c in leaves.items():
-            agg[node] = np.clip(c, 0, None)
-        for node in range(tree.n_nodes - 1, 0, -1):  # children come after their parents
-            agg[tree.parent[node]] += agg[node]
-        for node in range(tree.n_nodes):
-            b.set_counts(node, leaves[node] if node in leaves else agg[node])
-        self.trees_ = [b.build()]
+            b.set_counts(node, c)
+        tree = b.build()
+        tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
+        self.trees_ = [tree]
 
     def _prepare(self) -> None:
         pass

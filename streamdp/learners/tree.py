@@ -73,6 +73,15 @@ class Tree:
             dist[idx] = dist[self.parent[idx]]
         return dist
 
+    def fill_inner_counts(self) -> None:
+        """Post-processing: every inner node gets the sum of its leaves' clipped noisy counts."""
+        leaf = self.feature < 0
+        agg = np.where(leaf[:, None], np.clip(self.counts, 0, None), 0.0)
+        for d in range(self.max_depth, 0, -1):  # deepest level first: children before parents
+            nodes = np.flatnonzero(self.depth == d)
+            np.add.at(agg, self.parent[nodes], agg[nodes])
+        self.counts = np.where(leaf[:, None], self.counts, agg)
+
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         return self.leaf_distributions()[self.apply(X)]
 

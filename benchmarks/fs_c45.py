@@ -43,10 +43,6 @@ OUT = Path(__file__).parent / "results"
 HAVE_ID3 = importlib.util.find_spec("streamdp.learners.id3") is not None
 
 
-
-
-
-
 # -- 1. numeric split vs discretisation -------------------------------------------------------------
 N_CAT, N_NUM = 7, 3
 
@@ -247,8 +243,6 @@ def write_md(info: dict, path: Path) -> None:
                  f"{r['nodes_grown']} | {r['reps']} |")
     L += ["", "![plots](fs_c45.png)", ""]
     path.write_text("\n".join(L))
-
-
 
 
 def main() -> None:

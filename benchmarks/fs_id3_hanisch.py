@@ -43,16 +43,10 @@ OUT = Path(__file__).parent / "results"
 SCORERS = ("infogain", "gini", "max", "gainratio")
 
 
-
-
-
-
 def learners(schema, eps, depth, n_bound):
     yield "SuLQ", SuLQID3(schema, epsilon=eps, max_depth=depth)
     for s in SCORERS:
         yield s, DiffPID3(schema, epsilon=eps, max_depth=depth, scorer=s, n_bound=n_bound)
-
-
 
 
 def cv(make, X, y, k, rng, score=None) -> list[float]:
@@ -325,8 +319,6 @@ def write_md(info: dict, path: Path) -> None:
     if "## Reading" in old:  # the hand-written reading of a run is kept; check it against new numbers
         L += [old[old.index("## Reading"):].rstrip("\n"), ""]
     path.write_text("\n".join(L))
-
-
 
 
 def main() -> None:

@@ -114,8 +114,11 @@ class PrivateLearner:
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, columns in the schema's label order."""
+        return self.predict_proba_encoded(self._encode(X))
+
+    def predict_proba_encoded(self, Xe: np.ndarray) -> np.ndarray:
+        """Class probabilities of already-encoded query records (float64 codes in schema order)."""
         self._check_fitted()
-        Xe = self._encode(X)
         probas = [t.predict_proba(Xe) for t in self.trees_]
         if self.vote == "majority":
             C = self.schema.n_classes

@@ -1,0 +1,100 @@
+"""PrivateWindowClassifier: river contract, disjoint windows, budget per window, DP-chosen splits."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("river")
+
+from river import checks, datasets, evaluate, metrics  # noqa: E402
+
+from streamdp import river_schemas as rs  # noqa: E402
+from streamdp.privacy import NotPrivateWarning  # noqa: E402
+from streamdp.private_data import PrivateDataset  # noqa: E402
+from streamdp.river import PrivateWindowClassifier  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        yield
+
+
+def test_check_estimator_passes():
+    params = next(PrivateWindowClassifier._unit_test_params())
+    checks.check_estimator(PrivateWindowClassifier(**params))
+
+
+def test_each_record_is_in_exactly_one_fit_and_each_fit_spends_epsilon(monkeypatch):
+    """Disjoint windows (parallel composition): fits see window-sized, non-overlapping data."""
+    seen = []
+    real_fit = PrivateWindowClassifier._make
+
+    def spy(self):
+        m = real_fit(self)
+        fit = m.fit
+
+        def recording_fit(pds):
+            assert isinstance(pds, PrivateDataset) and pds.epsilon == 0.5
+            out = fit(pds)
+            seen.append((pds.spent, out.epsilon_spent_))
+            return out
+        m.fit = recording_fit
+        return m
+
+    monkeypatch.setattr(PrivateWindowClassifier, "_make", spy)
+    model = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=0.5, window=300, learner="diffp-c45")
+    for x, y in datasets.synth.Agrawal(seed=1).take(1000):
+        model.learn_one(x, y)
+    assert model.n_fits == 3 and model.n_buffered == 100  # 3 x 300 fitted, 100 open
+    assert all(s <= 0.5 + 1e-9 and e <= 0.5 + 1e-9 for s, e in seen) and len(seen) == 3
+
+
+def test_uniform_before_the_first_window_then_a_model():
+    s = rs.stagger_schema()
+    model = PrivateWindowClassifier(s, learner="diffp-id3", window=200, learner_params={"scorer": "gini"})
+    x0 = {"size": 0, "color": 0, "shape": 0}
+    assert model.predict_proba_one(x0) == {v: 0.5 for v in s.label.values}
+    for x, y in datasets.synth.STAGGER(seed=1).take(200):
+        model.learn_one(x, y)
+    assert model.n_fits == 1 and model.n_buffered == 0
+    p = model.predict_proba_one(x0)
+    assert abs(sum(p.values()) - 1) < 1e-9
+
+
+def test_missing_categorical_in_prediction_is_averaged_over_its_values():
+    s = rs.stagger_schema()
+    model = PrivateWindowClassifier(s, learner="diffp-id3", window=300, epsilon=50.0,
+                                    learner_params={"scorer": "gini"}, seed=3)
+    for x, y in datasets.synth.STAGGER(seed=2).take(300):
+        model.learn_one(x, y)
+    full = [model.predict_proba_one({"size": 0, "color": c, "shape": 0}) for c in range(3)]
+    part = model.predict_proba_one({"size": 0, "shape": 0})
+    for label in part:
+        assert part[label] == pytest.approx(np.mean([f[label] for f in full]))
+
+
+def test_bad_parameters_are_named():
+    s = rs.stagger_schema()
+    with pytest.raises(ValueError, match="learner must be one of"):
+        PrivateWindowClassifier(s, learner="id3")
+    with pytest.raises(ValueError, match="window"):
+        PrivateWindowClassifier(s, window=0)
+    with pytest.raises(ValueError, match="learner_params"):
+        PrivateWindowClassifier(s, learner_params={"no_such": 1})
+    with pytest.raises(ValueError, match="scorer"):
+        PrivateWindowClassifier(s, learner="diffp-id3", learner_params={"scorer": "nope"})
+
+
+def test_dp_chosen_splits_learn_agrawal_function_0():
+    """The random-structure forest stays near the majority class on function 0 (river_eval.md);
+    DiffPC45 over 5,000-record windows finds age's split points: progressive accuracy over
+    30,000 records (the first window predicts uniformly) is far above the majority class (0.66).
+    Measured 0.91-0.93 over 50,000 records in 3 runs (benchmarks/results/agrawal_batch.md)."""
+    model = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, learner_params={"scorer": "gini"})
+    acc = evaluate.progressive_val_score(datasets.synth.Agrawal(seed=42).take(30_000), model, metrics.Accuracy())
+    assert acc.get() > 0.75, acc

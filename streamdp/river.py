@@ -660,6 +660,7 @@ class PrivateWindowClassifier(river.base.Classifier):
         self._X: list[list] = []
         self._y: list[int] = []
         self._models: collections.deque = collections.deque(maxlen=n_models)
+        self._tables: list[_TreeTables] = []
         self.n_fits = 0
 
     @property
@@ -713,6 +714,16 @@ class PrivateWindowClassifier(river.base.Classifier):
         pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=rng)
         self._models.append(self._make().fit(pds))
         self.n_fits += 1
+        self._tables = [_TreeTables(m) for m in self._models]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_tables", None)  # derived from the models; rebuilt on load
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._tables = [_TreeTables(m) for m in self._models]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         C = self._schema.n_classes
@@ -720,6 +731,13 @@ class PrivateWindowClassifier(river.base.Classifier):
             return dict.fromkeys(self._enc.label_values, 1.0 / C)
         row = self._enc.encode_one(x)
         missing = [j for j, v in enumerate(row) if v is None]
+        if not missing:  # the common case: walk the trees in Python (no numpy call per record)
+            p = [0.0] * C
+            for t in self._tables:
+                for k, v in enumerate(t.proba(row)):
+                    p[k] += v
+            n = len(self._tables)
+            return dict(zip(self._enc.label_values, [v / n for v in p]))
         arities = [self._schema.attributes[j].arity for j in missing]
         if math.prod(arities) > 256:
             return dict.fromkeys(self._enc.label_values, 1.0 / C)
@@ -729,6 +747,35 @@ class PrivateWindowClassifier(river.base.Classifier):
         Xe[:, missing] = grid
         p = np.mean([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0)
         return dict(zip(self._enc.label_values, p.tolist()))
+
+
+class _TreeTables:
+    """A fitted learner's trees as Python lists, for one-record prediction without numpy overhead."""
+
+    def __init__(self, model: Any):
+        self.majority = model.vote == "majority"
+        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(),
+                       t.leaf_distributions().tolist()) for t in model.trees_]
+        self.C = model.schema.n_classes
+
+    def proba(self, row: list) -> list[float]:
+        """Same as ``model.predict_proba_encoded`` for one complete encoded row."""
+        out = [0.0] * self.C
+        for feature, threshold, child_start, dist in self.trees:
+            node = 0
+            f = feature[0]
+            while f >= 0:
+                v, thr = row[f], threshold[node]
+                node = child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v))
+                f = feature[node]
+            d = dist[node]
+            if self.majority:
+                out[max(range(self.C), key=d.__getitem__)] += 1.0
+            else:
+                for k in range(self.C):
+                    out[k] += d[k]
+        n = len(self.trees)
+        return [v / n for v in out]
 
 
 def _present(v: Any) -> bool:

@@ -98,3 +98,23 @@ def test_dp_chosen_splits_learn_agrawal_function_0():
     model = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, learner_params={"scorer": "gini"})
     acc = evaluate.progressive_val_score(datasets.synth.Agrawal(seed=42).take(30_000), model, metrics.Accuracy())
     assert acc.get() > 0.75, acc
+
+
+@pytest.mark.parametrize("learner,params", [("diffp-c45", {"scorer": "gini"}), ("hanisch-forest", {"n_trees": 3}),
+                                            ("dpea", {"embed_depth": 2})])
+def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params):
+    schema = rs.agrawal_schema()
+    if learner != "diffp-c45":  # all-categorical learners need categorical attributes only to split on
+        schema = rs.stagger_schema()
+        stream = list(datasets.synth.STAGGER(seed=4).take(900))
+    else:
+        stream = list(datasets.synth.Agrawal(seed=4).take(900))
+    model = PrivateWindowClassifier(schema, learner=learner, window=300, epsilon=5.0, learner_params=params)
+    for x, y in stream[:900]:
+        model.learn_one(x, y)
+    assert model.n_fits == 3
+    for x, _ in stream[:100]:
+        row = np.array([model._enc.encode_one(x)], dtype=np.float64)
+        want = np.mean([m.predict_proba_encoded(row)[0] for m in model._models], axis=0)
+        got = model.predict_proba_one(x)
+        assert np.allclose([got[v] for v in schema.label.values], want)

@@ -242,6 +242,9 @@ def write_md(info: dict, path: Path) -> None:
         L.append(f"| {r['dataset']} | {r['rows']} | {r['epsilon']} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
                  f"{r['nodes_grown']} | {r['reps']} |")
     L += ["", "![plots](fs_c45.png)", ""]
+    old = path.read_text() if path.exists() else ""
+    if "## Reading" in old:  # the hand-written reading of a run is kept; check it against new numbers
+        L += [old[old.index("## Reading"):].rstrip("\n"), ""]
     path.write_text("\n".join(L))
 
 

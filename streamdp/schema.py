@@ -20,6 +20,7 @@ against it.
 from __future__ import annotations
 
 import json
+import itertools
 import math
 from dataclasses import dataclass, field
 from os import PathLike
@@ -358,11 +359,14 @@ class Schema:
         return np.maximum(codes, 0).astype(np.float64)
 
     def _encode_labels(self, y: Iterable, n: int, bad: dict, on_invalid: str) -> np.ndarray:
-        ys = np.empty(n, dtype=object)
         ylist = list(y) if not isinstance(y, np.ndarray) else y
         if len(ylist) != n:
             raise ValueError(f"y has {len(ylist)} labels but X has {n} records")
-        ys[:] = list(ylist)
+        if isinstance(ylist, np.ndarray) and ylist.ndim == 1 and ylist.dtype.kind in "iuUS":
+            ys = ylist  # typed labels: coded without a detour through Python objects
+        else:
+            ys = np.empty(n, dtype=object)
+            ys[:] = list(ylist)
         codes = _lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
             self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {ys[i]!r} (declared: {list(self.label.values)})")
@@ -404,24 +408,31 @@ def _key(v: Any) -> Any:
 
 
 def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
-    """Code of every value of a column (-1 when not declared), mapping each distinct value once.
+    """Code of every value of a column (-1 when not declared).
 
-    ``np.unique`` compares with ``==``, which merges ``True`` with ``1`` and
-    ``False`` with ``0``; booleans in an object column are therefore coded
-    apart from the other values.
+    Integer arrays go through a table over their range, object arrays through
+    one dict probe per value, other typed arrays (strings, floats, booleans)
+    through ``np.unique``. ``True == 1`` in Python and numpy, so booleans in an
+    object column are always looked up as booleans.
     """
     col = np.asarray(col)
+    if col.dtype.kind in "iu" and col.size:  # small integer domains: one table lookup per value
+        lo, hi = int(col.min()), int(col.max())
+        if hi - lo < 4096:
+            table = np.array([_lookup_value(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
+            return table[(col - lo).astype(np.intp, copy=False)]
     if col.dtype == object and col.size:
         # Fast path: one dict probe per value (hashing, no sorting of Python objects). Declared
         # values are str/int/bool, so a direct hit is the right code for anything but a boolean
         # (True == 1); booleans and misses (-2) are resolved one by one below.
-        get = lookup.get
         try:
-            codes = np.fromiter((-2 if isinstance(v, (bool, np.bool_)) else get(v, -2) for v in col),
-                                dtype=np.int64, count=col.size)
+            codes = np.fromiter(map(lookup.get, col, itertools.repeat(-2)), dtype=np.int64, count=col.size)
         except TypeError:  # an unhashable value: the general path names it
             codes = None
         if codes is not None:
+            kinds = set(map(type, col))
+            if bool in kinds or np.bool_ in kinds:  # True == 1: booleans are looked up as booleans
+                codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
             for i in np.flatnonzero(codes == -2):
                 codes[i] = _lookup_value(lookup, col[i])
             return codes
@@ -432,7 +443,7 @@ def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
             codes[~is_bool] = _lookup_codes(lookup, col[~is_bool])
             return codes
     try:
-        uniq, inverse = np.unique(col.astype(object), return_inverse=True)
+        uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays sort in C; object ones by value
     except TypeError:  # unorderable mix of types
         return np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64).reshape(-1)
     codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)

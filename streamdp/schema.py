@@ -351,7 +351,7 @@ class Schema:
             return np.where(np.isnan(vals), attr.min, vals)
         codes = _lookup_codes(self._lookup[j], col)
         for i in np.flatnonzero(codes < 0):
-            v = col[i]
+            v = _plain(col[i])
             what = "is missing" if v is _MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
                 f"unknown value {v!r} (declared: {list(attr.values)})"
             )
@@ -369,7 +369,7 @@ class Schema:
             ys[:] = list(ylist)
         codes = _lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
-            self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {ys[i]!r} (declared: {list(self.label.values)})")
+            self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {_plain(ys[i])!r} (declared: {list(self.label.values)})")
         return np.maximum(codes, 0)
 
     @staticmethod
@@ -400,6 +400,11 @@ def _to_float(col: np.ndarray) -> np.ndarray | None:
         ):
             return None
     return col.astype(np.float64)
+
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python value it holds (for error messages)."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _key(v: Any) -> Any:

@@ -231,3 +231,27 @@ def test_object_column_codes_match_value_by_value_lookup():
     unhashable = np.empty(2, dtype=object)
     unhashable[:] = [["z"], "z"]
     assert _lookup_codes(lookup, unhashable).tolist() == [-1, 4]
+
+
+def test_typed_columns_code_like_object_columns():
+    """Integer (table over the range, or np.unique past 4096), string and label arrays give the
+    codes their object-array forms give, including undeclared values."""
+    from streamdp.schema import _lookup_codes
+
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [3, -2, 9000, 7]},
+                                         {"name": "b", "type": "categorical", "values": ["x", "yy"]}],
+                          "label": {"name": "y", "values": ["no", "yes"]}})
+    rng = np.random.default_rng(1)
+    for ints in (rng.choice([3, -2, 7, 5], 300), rng.choice([3, -2, 9000, 7, 100_000], 300)):  # small / wide range
+        for dtype in (np.int64, np.int32):
+            col = ints.astype(dtype)
+            assert _lookup_codes(s._lookup[0], col).tolist() == _lookup_codes(s._lookup[0], col.astype(object)).tolist()
+    assert _lookup_codes(s._lookup[0], np.array([3, 7], dtype=np.uint8)).tolist() == [0, 3]
+    strs = rng.choice(["x", "yy", "zz"], 300)
+    assert _lookup_codes(s._lookup[1], strs).tolist() == _lookup_codes(s._lookup[1], strs.astype(object)).tolist()
+    X = np.column_stack([rng.choice([3, 7], 50), np.zeros(50, dtype=int)]).astype(object)
+    X[:, 1] = "x"
+    y = rng.choice(["no", "yes"], 50)
+    assert s.encode(X, y).y.tolist() == s.encode(X, list(y)).y.tolist()
+    with pytest.raises(ValueError, match="unknown class 'maybe'"):
+        s.encode(X[:1], np.array(["maybe"]))

@@ -35,3 +35,13 @@ def append_runtime(path: Path, rows: list[dict], info: dict, source: str) -> Non
         for r in rows:
             f.write(f"| {r['learner']} | {r['dataset']} | {r['rows']} | {r['params']} | {r['median_s']:.3f} | "
                     f"{m['nproc']} x {m['cpu']} | {load_avg} | {source} |\n")
+
+
+def write_keeping_reading(path: Path, lines: list[str]) -> None:
+    """Write a results file; a hand-written "## Reading" section already in it is kept at the end
+    (check it against the new numbers)."""
+    old = path.read_text() if path.exists() else ""
+    if "## Reading" in old:
+        lines = [*lines, old[old.index("## Reading"):].rstrip("\n"), ""]
+    path.write_text("\n".join(lines))
+

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import append_runtime, machine, sh  # noqa: E402
+from common import write_keeping_reading, append_runtime, machine, sh  # noqa: E402
 from streamdp import Schema
 from streamdp.datasets import load
 from streamdp.learners.c45 import DiffPC45
@@ -242,10 +242,7 @@ def write_md(info: dict, path: Path) -> None:
         L.append(f"| {r['dataset']} | {r['rows']} | {r['epsilon']} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
                  f"{r['nodes_grown']} | {r['reps']} |")
     L += ["", "![plots](fs_c45.png)", ""]
-    old = path.read_text() if path.exists() else ""
-    if "## Reading" in old:  # the hand-written reading of a run is kept; check it against new numbers
-        L += [old[old.index("## Reading"):].rstrip("\n"), ""]
-    path.write_text("\n".join(L))
+    write_keeping_reading(path, L)
 
 
 def main() -> None:

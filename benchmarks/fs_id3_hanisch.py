@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import append_runtime, folds, machine, sh  # noqa: E402
+from common import write_keeping_reading, append_runtime, folds, machine, sh  # noqa: E402
 from streamdp import Schema  # noqa: E402
 from streamdp.datasets import load  # noqa: E402
 from streamdp.learners import DiffPID3, HanischForest, SuLQID3  # noqa: E402
@@ -315,10 +315,7 @@ def write_md(info: dict, path: Path) -> None:
     for r in info["runtime"]:
         L.append(f"| {r['learner']} | {r['dataset']} | {r['rows']:,} | {r['median_s']:.3f} |")
     L += ["", "![plots](fs_id3_hanisch.png)", ""]
-    old = path.read_text() if path.exists() else ""
-    if "## Reading" in old:  # the hand-written reading of a run is kept; check it against new numbers
-        L += [old[old.index("## Reading"):].rstrip("\n"), ""]
-    path.write_text("\n".join(L))
+    write_keeping_reading(path, L)
 
 
 def main() -> None:

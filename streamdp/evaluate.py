@@ -190,13 +190,15 @@ def evaluate(
     per_record: bool = False,
     repeats: int = 1,
     windows: Sequence[int | None] = (None,),
+    window_learners: Sequence[str] = (),
+    window_size: int = 5000,
     verbose: bool = True,
 ) -> EvalResult:
     """Run progressive validation of every model on one dataset; see the module docstring."""
     from river import forest as rforest
     from river import tree
 
-    from streamdp.river import PrivateForestClassifier
+    from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier
 
     schema, data, nominal_names = load_stream(dataset, n, shuffle_seed)
     n = len(data)
@@ -237,6 +239,20 @@ def evaluate(
         correct, secs = run_river(model, data)
         add(Row(f"PrivateForest eps={eps:g} bs={bs} 1-by-1", float(correct.mean()), n / secs, secs, n, eps, bs,
                 model.n_releases, model.private), correct)
+    for name, eps in [(w, e) for w in window_learners for e in epsilons]:
+        # a batch learner refit on each disjoint window (DP-chosen splits), one record at a time
+        params = {"scorer": "gini"} if name in ("diffp-id3", "diffp-c45") else None
+        accs, secs_all, corrects = [], [], []
+        for _ in range(max(1, repeats)):
+            model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size, learner_params=params)
+            correct, secs = run_river(model, data)
+            accs.append(float(correct.mean()))
+            secs_all.append(secs)
+            corrects.append(correct)
+        secs = float(np.median(secs_all))
+        row = Row(f"Window {name} eps={eps:g} w={window_size}", float(np.mean(accs)), n / secs, secs, n, eps,
+                  window_size, model.n_fits, model.private, float(np.std(accs)) if len(accs) > 1 else None, len(accs))
+        add(row, np.mean(corrects, axis=0))
     noms = {"nominal_attributes": list(nominal_names)} if nominal else {}
     for ref in references:
         if ref == "ht":
@@ -316,6 +332,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="sliding windows in releases for the private forest, e.g. none,10")
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--references", default="ht,arf", help="comma list of ht, arf (empty: none)")
+    p.add_argument("--window-learners", default="",
+                   help="comma list of batch learners refit per disjoint window (streamdp.river.PrivateWindowClassifier): "
+                        "diffp-c45, diffp-id3, sulq-id3, hanisch-forest, dpea")
+    p.add_argument("--window-size", type=int, default=5000, help="records per window fit (default 5,000)")
     p.add_argument("--nominal", action="store_true", help="give river's trees the nominal attributes")
     p.add_argument("--per-record", action="store_true",
                    help="also time the private forest through the one-record loop")
@@ -334,7 +354,9 @@ def main(args: argparse.Namespace) -> int:
     for ds in args.datasets:
         res = evaluate(ds, n=args.n, epsilons=args.epsilons, batch_sizes=args.batch_sizes, n_trees=args.n_trees,
                        height=args.height, references=refs, nominal=args.nominal, shuffle_seed=args.shuffle_seed,
-                       per_record=args.per_record, repeats=args.repeats, windows=args.windows)
+                       per_record=args.per_record, repeats=args.repeats, windows=args.windows,
+                       window_learners=tuple(w.strip() for w in args.window_learners.split(",") if w.strip()),
+                       window_size=args.window_size)
         print(res.table())
         print()
         if args.plot_dir:

@@ -118,3 +118,14 @@ def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params):
         want = np.mean([m.predict_proba_encoded(row)[0] for m in model._models], axis=0)
         got = model.predict_proba_one(x)
         assert np.allclose([got[v] for v in schema.label.values], want)
+
+
+def test_evaluate_runs_window_learners_beside_the_forest():
+    from streamdp.evaluate import evaluate as run_eval
+
+    res = run_eval("agrawal:0", n=3000, epsilons=[1.0], batch_sizes=[1000], references=(),
+                   window_learners=("diffp-c45",), window_size=1000, verbose=False)
+    rows = {r.model: r for r in res.rows}
+    w = rows["Window diffp-c45 eps=1 w=1000"]
+    assert w.releases == 3 and w.private and 0.0 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)
+    assert "PrivateForest eps=1 bs=1000" in rows

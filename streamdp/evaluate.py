@@ -241,10 +241,9 @@ def evaluate(
                 model.n_releases, model.private), correct)
     for name, eps in [(w, e) for w in window_learners for e in epsilons]:
         # a batch learner refit on each disjoint window (DP-chosen splits), one record at a time
-        params = {"scorer": "gini"} if name in ("diffp-id3", "diffp-c45") else None
         accs, secs_all, corrects = [], [], []
         for _ in range(max(1, repeats)):
-            model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size, learner_params=params)
+            model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size)
             correct, secs = run_river(model, data)
             accs.append(float(correct.mean()))
             secs_all.append(secs)

@@ -61,6 +61,7 @@ True
 from __future__ import annotations
 
 import collections
+import inspect
 import math
 import time
 import warnings
@@ -70,6 +71,7 @@ import numpy as np
 import river.base  # absolute import: this module is streamdp.river, the library is river
 
 from streamdp.forest import PrivateForest
+from streamdp.jobs import ALGORITHMS
 from streamdp.privacy import NotPrivateWarning
 from streamdp.schema import Categorical, Schema
 
@@ -567,9 +569,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self.forest._proba_from_leaves(leaves)
 
 
-# river-facing names of the batch learners (the same names as ``streamdp job submit``)
-WINDOW_LEARNERS = {"sulq-id3": "SuLQID3", "diffp-id3": "DiffPID3", "diffp-c45": "DiffPC45",
-                   "hanisch-forest": "HanischForest", "dpea": "DPEA"}
+# the batch learners under their job names (``streamdp job submit``); the forest ones are the forest classifier
+WINDOW_LEARNERS = {a.name: a for a in ALGORITHMS.values() if a.learner is not None}
 
 
 class PrivateWindowClassifier(river.base.Classifier):
@@ -606,7 +607,8 @@ class PrivateWindowClassifier(river.base.Classifier):
         The learner's ``max_depth`` (default 3: a shallow tree leaves each
         query more budget).
     learner_params
-        Other parameters of the learner (e.g. ``{"scorer": "gini"}``).
+        Other parameters of the learner (e.g. ``{"scorer": "gini"}``). ``n_bound``
+        (the public record bound some scorers need) defaults to ``window``.
     seed
         ``None`` (private) or an int: reproducible noise (and Hanisch structures),
         for tests only; a seeded model is NOT private.
@@ -684,13 +686,13 @@ class PrivateWindowClassifier(river.base.Classifier):
         return len(self._y)
 
     def _make(self) -> Any:
-        import streamdp.learners as learners
-
-        kw = {"schema": self._schema, "epsilon": self.epsilon, "max_depth": self.max_depth,
-              **(self.learner_params or {})}
-        if self.seed is not None and self.learner == "hanisch-forest":
+        cls = WINDOW_LEARNERS[self.learner].cls()
+        kw = {"schema": self._schema, "epsilon": self.epsilon, "max_depth": self.max_depth}
+        if "n_bound" in inspect.signature(cls).parameters:
+            kw["n_bound"] = self.window  # a fit never sees more records than the (public) window size
+        if self.seed is not None and "seed" in inspect.signature(cls).parameters:
             kw["seed"] = self.seed
-        return getattr(learners, WINDOW_LEARNERS[self.learner])(**kw)
+        return cls(**{**kw, **(self.learner_params or {})})
 
     def learn_one(self, x: dict, y: Any) -> None:
         code = self._enc.encode_label(y)

@@ -19,8 +19,8 @@ against it.
 
 from __future__ import annotations
 
-import json
 import itertools
+import json
 import math
 from dataclasses import dataclass, field
 from os import PathLike
@@ -432,25 +432,15 @@ def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
         # (True == 1); booleans and misses (-2) are resolved one by one below.
         try:
             codes = np.fromiter(map(lookup.get, col, itertools.repeat(-2)), dtype=np.int64, count=col.size)
-        except TypeError:  # an unhashable value: the general path names it
-            codes = None
-        if codes is not None:
-            kinds = set(map(type, col))
-            if bool in kinds or np.bool_ in kinds:  # True == 1: booleans are looked up as booleans
-                codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
-            for i in np.flatnonzero(codes == -2):
-                codes[i] = _lookup_value(lookup, col[i])
-            return codes
-        is_bool = np.fromiter((isinstance(v, (bool, np.bool_)) for v in col), dtype=bool, count=col.size)
-        if is_bool.any() and not is_bool.all():
-            codes = np.empty(col.size, dtype=np.int64)
-            codes[is_bool] = _lookup_codes(lookup, col[is_bool])
-            codes[~is_bool] = _lookup_codes(lookup, col[~is_bool])
-            return codes
-    try:
-        uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays sort in C; object ones by value
-    except TypeError:  # unorderable mix of types
-        return np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64).reshape(-1)
+        except TypeError:  # an unhashable value (named as unknown by the caller): value by value
+            return np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64)
+        kinds = set(map(type, col))
+        if bool in kinds or np.bool_ in kinds:  # True == 1: booleans are looked up as booleans
+            codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
+        for i in np.flatnonzero(codes == -2):
+            codes[i] = _lookup_value(lookup, col[i])
+        return codes
+    uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays (str, float, bool) sort in C
     codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)
     return codes_u[inverse.reshape(-1)]
 

@@ -233,6 +233,7 @@ def test_blob_round_trip():
 @pytest.mark.parametrize("kw,msg", [
     ({"scorer": "entropy"}, "unknown scorer"),
     ({"scorer": "infogain"}, "needs n_bound"),
+    ({"scorer": "gainratio"}, "needs n_bound"),
     ({"scorer": MaxScorer()}, "scorer must be a scorer name"),
     ({"n_bound": 0}, "n_bound"),
     ({"cf": 0.0}, "cf"),
@@ -255,6 +256,16 @@ def test_infogain_with_n_bound_works():
     X, y = split35(2000, np.random.default_rng(12))
     clf = DiffPC45(schema, epsilon=50.0, max_depth=2, scorer="infogain", n_bound=5000).fit(X, y)
     assert clf.sensitivity_ == pytest.approx(math.log2(5001) + 1 / math.log(2))
+    assert clf.score(X, y) > 0.9
+
+
+def test_gainratio_uses_the_schema_sensitivity_and_finds_the_split():
+    from streamdp.learners.scorers import get_scorer
+
+    schema = mixed_schema()
+    X, y = split35(2000, np.random.default_rng(13))
+    clf = DiffPC45(schema, epsilon=100.0, max_depth=1, scorer="gainratio", n_bound=5000).fit(X, y)
+    assert clf.sensitivity_ == pytest.approx(get_scorer("gainratio", schema).sensitivity(5000))
     assert clf.score(X, y) > 0.9
 
 

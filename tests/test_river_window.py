@@ -129,3 +129,13 @@ def test_evaluate_runs_window_learners_beside_the_forest():
     w = rows["Window diffp-c45 eps=1 w=1000"]
     assert w.releases == 3 and w.private and 0.0 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)
     assert "PrivateForest eps=1 bs=1000" in rows
+
+
+def test_record_bound_defaults_to_the_window_so_infogain_needs_no_setting():
+    """InfoGain's sensitivity needs a public bound on a fit's records: the window size is one."""
+    s = rs.stagger_schema()
+    model = PrivateWindowClassifier(s, learner="diffp-id3", window=200)  # default scorer: infogain
+    for x, y in datasets.synth.STAGGER(seed=1).take(200):
+        model.learn_one(x, y)
+    assert model._models[0].n_bound == 200 and model._models[0].scorer == "infogain"
+    assert PrivateWindowClassifier(s, learner="diffp-id3", learner_params={"n_bound": 10_000})._make().n_bound == 10_000

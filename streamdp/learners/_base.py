@@ -148,7 +148,15 @@ class PrivateLearner:
     @classmethod
     def from_bytes(cls, data: bytes) -> "PrivateLearner":
         fmt = cls.FORMAT
-        doc, schema, params = read_blob(data, fmt, FORMAT_VERSION, cls._param_names())
+        doc = blob.loads(data, fmt, FORMAT_VERSION)
+        try:
+            schema = Schema.from_dict(blob.field(doc, "schema", dict, fmt))
+        except ValueError as e:
+            raise blob.BlobError(f"{fmt}: bad schema ({e})") from None
+        params = blob.field(doc, "params", dict, fmt)
+        unknown = set(params) - set(cls._param_names())
+        if unknown:
+            raise blob.BlobError(f"{fmt}: unknown parameters {sorted(unknown)}")
         m = cls(schema=schema, **params)
         trees = blob.field(doc, "trees", list, fmt)
         if not trees:
@@ -161,18 +169,3 @@ class PrivateLearner:
             warnings.warn(f"this {cls.__name__} was fitted with a test noise seed: NOT private", NotPrivateWarning,
                           stacklevel=2)
         return m
-
-
-def read_blob(data: bytes, fmt: str, version: int, param_names) -> tuple[dict, Schema, dict]:
-    """A learner blob's document, its schema and its constructor parameters, validated."""
-    doc = blob.loads(data, fmt, version)
-    try:
-        schema = Schema.from_dict(blob.field(doc, "schema", dict, fmt))
-    except ValueError as e:
-        raise blob.BlobError(f"{fmt}: bad schema ({e})") from None
-    params = blob.field(doc, "params", dict, fmt)
-    unknown = set(params) - set(param_names)
-    if unknown:
-        raise blob.BlobError(f"{fmt}: unknown parameters {sorted(unknown)}")
-    return doc, schema, params
-

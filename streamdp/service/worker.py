@@ -76,7 +76,6 @@ def _jlog(level: int, event: str, **kv: Any) -> None:
         log.log(level, json.dumps({"ts": round(time.time(), 3), "event": event, **kv}, default=str))
 
 
-
 def _le_bytes(a: np.ndarray) -> bytes:
     return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
 

@@ -76,7 +76,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     w.add_argument("--block-ms", type=int, default=1000)
     w.add_argument("-v", "--verbose", action="store_true")
     w.set_defaults(func=worker)
-
     return p
 
 

@@ -31,18 +31,15 @@ at ``n/2`` over ``n/20`` records), ``stagger:F``, ``led``, ``uci:NAME``
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import os
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "add_parser", "main"]
+__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "plot"]
 
 
 @dataclass
@@ -304,77 +301,9 @@ def plot(result: EvalResult, path: str) -> str | None:
     return path
 
 
-# -- CLI --------------------------------------------------------------------------
-def _floats(s: str) -> list[float]:
-    return [math.inf if v.strip() in ("inf", "Infinity") else float(v) for v in s.split(",") if v.strip()]
-
-
-def _ints(s: str) -> list[int]:
-    return [int(v) for v in s.split(",") if v.strip()]
-
-
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``streamdp evaluate`` on an ``argparse`` subparsers object."""
-    p = subparsers.add_parser(
-        "evaluate",
-        help="progressive validation of the private forest beside river's HoeffdingTree and ARF",
-        description=__doc__.split("\n\n")[0],
-    )
-    p.add_argument("datasets", nargs="*", default=["agrawal:0"],
-                   help="agrawal:F, drift, stagger:F, led, uci:NAME (default agrawal:0)")
-    p.add_argument("--n", type=int, default=None, help="samples per synthetic stream (default 50,000; UCI: all)")
-    p.add_argument("--epsilons", type=_floats, default=[0.5, 1.0, 2.0])
-    p.add_argument("--batch-sizes", type=_ints, default=[100, 1000, 10000])
-    p.add_argument("--n-trees", type=int, default=10)
-    p.add_argument("--windows", type=lambda v: [None if w.strip() in ("", "none", "None") else int(w)
-                                                for w in v.split(",")], default=[None],
-                   help="sliding windows in releases for the private forest, e.g. none,10")
-    p.add_argument("--height", type=int, default=None)
-    p.add_argument("--references", default="ht,arf", help="comma list of ht, arf (empty: none)")
-    p.add_argument("--window-learners", default="",
-                   help="comma list of batch learners refit per disjoint window (streamdp.river.PrivateWindowClassifier): "
-                        "diffp-c45, diffp-id3, sulq-id3, hanisch-forest, dpea")
-    p.add_argument("--window-size", type=int, default=5000, help="records per window fit (default 5,000)")
-    p.add_argument("--nominal", action="store_true", help="give river's trees the nominal attributes")
-    p.add_argument("--per-record", action="store_true",
-                   help="also time the private forest through the one-record loop")
-    p.add_argument("--shuffle-seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=1,
-                   help="fresh private models per setting (accuracy mean and sd; samples/s median)")
-    p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
-    p.add_argument("--json", default=None, help="write all results to this JSON file")
-    p.set_defaults(func=main)
-    return p
-
-
-def main(args: argparse.Namespace) -> int:
-    results = []
-    refs = tuple(r for r in args.references.split(",") if r.strip())
-    for ds in args.datasets:
-        res = evaluate(ds, n=args.n, epsilons=args.epsilons, batch_sizes=args.batch_sizes, n_trees=args.n_trees,
-                       height=args.height, references=refs, nominal=args.nominal, shuffle_seed=args.shuffle_seed,
-                       per_record=args.per_record, repeats=args.repeats, windows=args.windows,
-                       window_learners=tuple(w.strip() for w in args.window_learners.split(",") if w.strip()),
-                       window_size=args.window_size)
-        print(res.table())
-        print()
-        if args.plot_dir:
-            os.makedirs(args.plot_dir, exist_ok=True)
-            out = plot(res, os.path.join(args.plot_dir, f"river_eval_{ds.replace(':', '_')}.png"))
-            if out:
-                print(f"plot: {out}")
-        results.append(res.to_json())
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=1)
-        print(f"results: {args.json}")
-    return 0
-
-
-if __name__ == "__main__":  # python -m streamdp.evaluate ...
+if __name__ == "__main__":  # python -m streamdp.evaluate ARGS is streamdp evaluate ARGS
     import sys
 
-    parser = argparse.ArgumentParser(prog="streamdp")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    a = parser.parse_args(["evaluate", *sys.argv[1:]])
-    sys.exit(a.func(a))
+    from streamdp.cli import main
+
+    sys.exit(main(["evaluate", *sys.argv[1:]]))

@@ -367,7 +367,7 @@ def test_worker_survives_a_lost_connection(r):
 
 
 def test_cli_redacts_passwords():
-    from streamdp.cli import redact
+    from streamdp.cli.common import redact
 
     assert redact("redis://worker:s3cret@host:6380/0") == "redis://worker:***@host:6380/0"
     assert redact("rediss://:pw@h/1") == "rediss://:***@h/1"

@@ -4,7 +4,6 @@
     streamdp job submit ALGORITHM --source LEDGER_SOURCE --epsilon E --dataset FILE --schema FILE
     streamdp job status ID | job list | job result ID [-o FILE] | job algorithms
     streamdp job worker [--once | --until-drained]
-    streamdp model retention NAME [--seconds S] [--records N] [--clear]
 
 A job charges the source's ledger (``streamdp ledger NAME``) before reading any
 record; a job over budget ends ``refused`` with the reason.
@@ -19,11 +18,13 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["add_parser"]
+from .common import client
+
+__all__ = ["add_parser", "submit", "status", "list_", "result", "algorithms", "worker"]
 
 
-def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.ArgumentParser:
-    """Register ``streamdp job`` (and ``streamdp model retention`` on ``model_subparsers``, when given)."""
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``streamdp job`` and its subcommands on an ``argparse`` subparsers object."""
     p = subparsers.add_parser("job", help="on-demand batch learners: submit, status, list, result, worker",
                               description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="job_command", required=True)
@@ -46,26 +47,26 @@ def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.Argume
     s.add_argument("--wait", action="store_true", help="wait until the job is finished")
     s.add_argument("--timeout", type=float, default=3600.0, help="seconds to --wait")
     s.add_argument("--json", action="store_true")
-    s.set_defaults(func=_submit)
+    s.set_defaults(func=submit)
 
     st = sub.add_parser("status", parents=[common], help="a job's status, progress, attempts, reason")
     st.add_argument("id")
     st.add_argument("--json", action="store_true")
-    st.set_defaults(func=_status)
+    st.set_defaults(func=status)
 
     ls = sub.add_parser("list", parents=[common], help="recent jobs, newest first")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=_list)
+    ls.set_defaults(func=list_)
 
     rs = sub.add_parser("result", parents=[common], help="a done job's model (write the blob with -o)")
     rs.add_argument("id")
     rs.add_argument("-o", "--output", default=None)
-    rs.set_defaults(func=_result)
+    rs.set_defaults(func=result)
 
     al = sub.add_parser("algorithms", parents=[common], help="algorithms, availability and parameters")
     al.add_argument("--json", action="store_true")
-    al.set_defaults(func=_algorithms)
+    al.set_defaults(func=algorithms)
 
     w = sub.add_parser("worker", parents=[common], help="run a job worker in this process")
     g = w.add_mutually_exclusive_group()
@@ -74,23 +75,8 @@ def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.Argume
     w.add_argument("--claim-idle-ms", type=int, default=60_000, help="reclaim jobs of workers silent this long")
     w.add_argument("--block-ms", type=int, default=1000)
     w.add_argument("-v", "--verbose", action="store_true")
-    w.set_defaults(func=_worker)
-
-    if model_subparsers is not None:
-        rt = model_subparsers.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
-        rt.add_argument("name")
-        rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
-        rt.add_argument("--records", type=int, default=None, help="keep at most this many newest stream entries")
-        rt.add_argument("--clear", action="store_true", help="back to the default: keep nothing already merged")
-        rt.add_argument("--json", action="store_true")
-        rt.set_defaults(func=_retention)
+    w.set_defaults(func=worker)
     return p
-
-
-def _redis(args: argparse.Namespace):
-    from .service.registry import connect
-
-    return connect(args.redis_url)
 
 
 def _line(st: dict) -> str:
@@ -101,12 +87,12 @@ def _line(st: dict) -> str:
             f"attempts={st['attempts']}/{st['max_attempts']}{extra}")
 
 
-def _submit(args: argparse.Namespace) -> int:
-    from .jobs import parse_param
-    from .service.jobs import FINAL, JobQueue
+def submit(args: argparse.Namespace) -> int:
+    from ..jobs import parse_param
+    from ..service.jobs import FINAL, JobQueue
 
     params = dict(parse_param(p) for p in args.param)
-    q = JobQueue(_redis(args), args.queue)
+    q = JobQueue(client(args), args.queue)
     kind = "dataset" if args.dataset else "model"
     if args.schema and not args.dataset:
         raise ValueError("--schema goes with --dataset")
@@ -123,10 +109,10 @@ def _submit(args: argparse.Namespace) -> int:
     return 0 if st["status"] == "done" else 1
 
 
-def _status(args: argparse.Namespace) -> int:
-    from .service.jobs import JobQueue
+def status(args: argparse.Namespace) -> int:
+    from ..service.jobs import JobQueue
 
-    st = JobQueue(_redis(args), args.queue).status(args.id)
+    st = JobQueue(client(args), args.queue).status(args.id)
     if args.json:
         print(json.dumps(st))
         return 0
@@ -140,10 +126,10 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace) -> int:
-    from .service.jobs import JobQueue
+def list_(args: argparse.Namespace) -> int:
+    from ..service.jobs import JobQueue
 
-    jobs = JobQueue(_redis(args), args.queue).list(args.limit)
+    jobs = JobQueue(client(args), args.queue).list(args.limit)
     if args.json:
         print(json.dumps(jobs))
     else:
@@ -151,11 +137,11 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _result(args: argparse.Namespace) -> int:
-    from .learners import load_model
-    from .service.jobs import JobQueue
+def result(args: argparse.Namespace) -> int:
+    from ..learners import load_model
+    from ..service.jobs import JobQueue
 
-    data = JobQueue(_redis(args), args.queue).result_bytes(args.id)
+    data = JobQueue(client(args), args.queue).result_bytes(args.id)
     model = load_model(data)
     if args.output:
         with open(args.output, "wb") as fh:
@@ -166,8 +152,8 @@ def _result(args: argparse.Namespace) -> int:
     return 0
 
 
-def _algorithms(args: argparse.Namespace) -> int:
-    from .jobs import describe
+def algorithms(args: argparse.Namespace) -> int:
+    from ..jobs import describe
 
     d = describe()
     if args.json:
@@ -179,37 +165,11 @@ def _algorithms(args: argparse.Namespace) -> int:
     return 0
 
 
-def _worker(args: argparse.Namespace) -> int:
-    from .service.jobs import JobWorker
+def worker(args: argparse.Namespace) -> int:
+    from ..service.jobs import JobWorker
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    w = JobWorker(_redis(args), queue=args.queue, claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)
+    w = JobWorker(client(args), queue=args.queue, claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)
     n = w.run(once=args.once, until_drained=args.until_drained)
     print(f"job worker {w.name}: {n} job(s) handled", file=sys.stderr)
-    return 0
-
-
-def _retention(args: argparse.Namespace) -> int:
-    from .service.registry import load_spec
-    from .service.retention import get_retention, set_retention
-
-    r = _redis(args)
-    load_spec(r, args.name)  # the model must exist
-    if args.clear and (args.seconds is not None or args.records is not None):
-        raise ValueError("--clear takes no --seconds/--records")
-    if args.clear or args.seconds is not None or args.records is not None:
-        cur = get_retention(r, args.name)
-        seconds = None if args.clear else (args.seconds if args.seconds is not None else cur.seconds)
-        records = None if args.clear else (args.records if args.records is not None else cur.records)
-        ret = set_retention(r, args.name, seconds=seconds, records=records)
-    else:
-        ret = get_retention(r, args.name)
-    if args.json:
-        print(json.dumps(ret.to_dict()))
-    elif ret.keeps_nothing:
-        print(f"{args.name}: keeps no merged records (only unacked ones)")
-    else:
-        parts = ([f"at most {ret.seconds:g} s old"] if ret.seconds is not None else []) + \
-                ([f"at most {ret.records} newest entries"] if ret.records is not None else [])
-        print(f"{args.name}: keeps raw records " + " and ".join(parts) + " (plus any unacked)")
     return 0

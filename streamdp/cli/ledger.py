@@ -13,7 +13,9 @@ import json
 import time
 from typing import Any
 
-__all__ = ["add_parser", "main"]
+from .common import client
+
+__all__ = ["add_parser", "ledger"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -27,7 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="set or raise the total epsilon (cannot go below what is spent)")
     p.add_argument("--delta", type=float, default=None, metavar="D",
                    help="total delta with --set-budget (default: keep the current one, else 0)")
-    p.set_defaults(func=main)
+    p.set_defaults(func=ledger)
     return p
 
 
@@ -35,14 +37,14 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def main(args: argparse.Namespace) -> int:
-    from .service.ledger_store import RedisLedger
+def ledger(args: argparse.Namespace) -> int:
+    from ..service.ledger_store import RedisLedger
 
     if args.list == bool(args.name):
         raise ValueError("give a source NAME or --list (not both)")
     if args.delta is not None and args.set_budget is None:
         raise ValueError("--delta goes with --set-budget")
-    led = RedisLedger(args.redis_url)
+    led = RedisLedger(client(args))
     if args.list:
         sources = led.sources()
         if args.json:

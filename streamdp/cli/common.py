@@ -1,0 +1,104 @@
+"""What every ``streamdp`` command shares: the Redis URL and client, a progress bar, errors to exit codes.
+
+Exit codes: 0 success, 1 the command ran but did not succeed (a failed job,
+a crashed worker), 2 a clear error (bad input, a missing model, Redis
+refusing), 130 interrupted.
+
+>>> redact("rediss://worker:s3cret@redis.example:6380/0")
+'rediss://worker:***@redis.example:6380/0'
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+__all__ = ["redis_url", "redact", "client", "Progress", "run"]
+
+
+def redis_url(args: argparse.Namespace) -> str:
+    """The Redis URL: ``--redis-url``, else ``$REDIS_URL``, else ``redis://localhost:6379/0``."""
+    from ..service.embedded import DEFAULT_URL
+
+    return args.redis_url or os.environ.get("REDIS_URL") or DEFAULT_URL
+
+
+def redact(url: str) -> str:
+    """The URL with its password masked (for messages and logs).
+
+    >>> redact("redis://localhost:6379/0")
+    'redis://localhost:6379/0'
+    """
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        u = urlsplit(url)
+        if u.password is None:
+            return url
+        host = (u.hostname or "") + (f":{u.port}" if u.port else "")
+        user = f"{u.username}:***@" if u.username else ":***@"
+        return urlunsplit((u.scheme, user + host, u.path, u.query, u.fragment))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def client(args: argparse.Namespace) -> Any:
+    """A ``redis.Redis`` client for :func:`redis_url`."""
+    import redis
+
+    return redis.Redis.from_url(redis_url(args))
+
+
+class Progress:
+    """A plain progress bar on stderr (no dependency): redrawn in place on a terminal, a line every 2 s otherwise.
+
+    >>> import io
+    >>> bar = Progress(4, stream=io.StringIO())
+    >>> bar.update(4); bar.stream.getvalue().split()[:3]
+    ['[##############################]', '100.0%', '4/4']
+    """
+
+    def __init__(self, total: int, what: str = "records", stream: TextIO | None = None):
+        self.total, self.what, self.stream = max(total, 1), what, stream or sys.stderr
+        self.t0 = time.monotonic()
+        self.tty = self.stream.isatty()
+        self._last = -1.0
+
+    def update(self, done: int) -> None:
+        now = time.monotonic()
+        if done < self.total and now - self._last < (0.1 if self.tty else 2.0):
+            return
+        self._last = now
+        frac = min(1.0, done / self.total)
+        bar = "#" * int(frac * 30)
+        rate = done / max(now - self.t0, 1e-9)
+        line = f"[{bar:<30}] {frac:6.1%} {done:,}/{self.total:,} {self.what} {rate:,.0f}/s"
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Call the command's handler (``args.func``); expected errors become a message on stderr and exit code 2."""
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except (KeyError, ValueError, LookupError, OSError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"streamdp: error: {msg}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        import redis
+
+        if isinstance(e, redis.RedisError):
+            print(f"streamdp: redis error: {e} (REDIS_URL={redact(redis_url(args))})", file=sys.stderr)
+            return 2
+        raise

@@ -1,0 +1,163 @@
+"""``streamdp model``: create, list, show, fetch or delete private models, and set what raw records they retain.
+
+    streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
+    streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
+    streamdp model retention NAME [--seconds S] [--records N] [--clear]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from .common import client, redis_url
+
+__all__ = ["add_parser"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``streamdp model`` and its subcommands on an ``argparse`` subparsers object."""
+    m = subparsers.add_parser("model", help="create, list, show, fetch or delete private models")
+    msub = m.add_subparsers(dest="model_command", required=True)
+    c = msub.add_parser("create", help="create a model: draws its random structure and publishes version 0")
+    c.add_argument("name")
+    c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
+    c.add_argument("--trees", type=int, default=10)
+    c.add_argument("--height", type=int, default=None)
+    c.add_argument("--epsilon", type=float, required=True)
+    c.add_argument("--mechanism", choices=("geometric", "laplace", "kanon"), default="geometric")
+    c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")
+    c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
+    c.add_argument("--budget", choices=("split", "disjoint"), default="split")
+    c.add_argument("--vote", choices=("proba", "majority"), default="proba")
+    c.add_argument("--ledger-budget", type=float, default=None, metavar="E",
+                   help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
+                        "(default: set to the model's epsilon when the source has no budget)")
+    c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
+    c.set_defaults(func=create)
+    lst = msub.add_parser("list", help="list models")
+    lst.set_defaults(func=list_)
+    s = msub.add_parser("show", help="version, epsilon/delta, batches merged, last update")
+    s.add_argument("name")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=show)
+    g = msub.add_parser("get", help="write a published model blob to a file")
+    g.add_argument("name")
+    g.add_argument("--version", type=int, default=None)
+    g.add_argument("-o", "--output", required=True)
+    g.set_defaults(func=get)
+    d = msub.add_parser("delete", help="delete a model and all its keys")
+    d.add_argument("name")
+    d.set_defaults(func=delete)
+    rt = msub.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
+    rt.add_argument("name")
+    rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
+    rt.add_argument("--records", type=int, default=None, help="keep at most this many newest stream entries")
+    rt.add_argument("--clear", action="store_true", help="back to the default: keep nothing already merged")
+    rt.add_argument("--json", action="store_true")
+    rt.set_defaults(func=retention)
+    return m
+
+
+def create(args: argparse.Namespace) -> int:
+    from ..schema import Schema
+    from ..service.registry import create_model
+
+    schema = Schema.from_json(args.schema)
+    forest = create_model(client(args), args.name, schema, n_trees=args.trees, height=args.height,
+                          epsilon=args.epsilon, mechanism=args.mechanism, k=args.k, beta=args.beta, seed=args.seed,
+                          budget=args.budget, vote=args.vote, ledger_budget=args.ledger_budget)
+    print(f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree")
+    if not forest.private:
+        print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
+    return 0
+
+
+def list_(args: argparse.Namespace) -> int:
+    from ..service.registry import list_models
+
+    models = list_models(client(args))
+    if not models:
+        print("no models")
+    for name, s in models.items():
+        print(f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
+              f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    from ..service.registry import show_model
+
+    info = show_model(client(args), args.name)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
+    print(f"model {info['name']}\n"
+          f"  version         {info['version']}\n"
+          f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
+          f"  forest          {info['n_trees']} trees, height {info['height']}, {info['max_leaves']} leaves max, "
+          f"{info['n_classes']} classes\n"
+          f"  batches merged  {info['batches_merged']}\n"
+          f"  last update     {last}")
+    return 0
+
+
+def get(args: argparse.Namespace) -> int:
+    from ..service.consumer import Consumer
+    from ..service.keys import Keys
+
+    r = client(args)
+    fmt = r.hget(Keys(args.name).pub_model, "format")
+    if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
+        if args.version not in (None, 1):
+            raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")
+        from ..service.jobs import fetch_model
+
+        f = fetch_model(r, args.name)
+        data = f.to_bytes()
+    else:
+        with Consumer(redis_url(args), args.name) as c:
+            f = c.latest() if args.version is None else c.get(args.version)
+            data = f.to_bytes()
+    with open(args.output, "wb") as fh:
+        fh.write(data)
+    print(f"wrote {f!r} to {args.output} ({len(data):,} bytes)")
+    return 0
+
+
+def delete(args: argparse.Namespace) -> int:
+    from ..service.registry import delete_model
+
+    n = delete_model(client(args), args.name)
+    print(f"deleted model {args.name!r} ({n} keys)")
+    return 0
+
+
+def retention(args: argparse.Namespace) -> int:
+    from ..service.registry import load_spec
+    from ..service.retention import get_retention, set_retention
+
+    r = client(args)
+    load_spec(r, args.name)  # the model must exist
+    if args.clear and (args.seconds is not None or args.records is not None):
+        raise ValueError("--clear takes no --seconds/--records")
+    if args.clear or args.seconds is not None or args.records is not None:
+        cur = get_retention(r, args.name)
+        seconds = None if args.clear else (args.seconds if args.seconds is not None else cur.seconds)
+        records = None if args.clear else (args.records if args.records is not None else cur.records)
+        ret = set_retention(r, args.name, seconds=seconds, records=records)
+    else:
+        ret = get_retention(r, args.name)
+    if args.json:
+        print(json.dumps(ret.to_dict()))
+    elif ret.keeps_nothing:
+        print(f"{args.name}: keeps no merged records (only unacked ones)")
+    else:
+        parts = ([f"at most {ret.seconds:g} s old"] if ret.seconds is not None else []) + \
+                ([f"at most {ret.records} newest entries"] if ret.records is not None else [])
+        print(f"{args.name}: keeps raw records " + " and ".join(parts) + " (plus any unacked)")
+    return 0

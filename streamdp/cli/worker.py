@@ -1,0 +1,42 @@
+"""``streamdp worker NAME``: stream workers that merge a model's batches and publish new versions.
+
+A pool of processes (one per core by default); the exit code is 1 when any of
+them ended with an error (stopped by SIGTERM is not an error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from typing import Any
+
+from .common import redis_url
+
+__all__ = ["add_parser", "worker"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``streamdp worker`` on an ``argparse`` subparsers object."""
+    w = subparsers.add_parser("worker", help="run stream workers for a model")
+    w.add_argument("name")
+    w.add_argument("--processes", type=int, default=None, help="default: one per core")
+    w.add_argument("--batch-entries", type=int, default=16, help="entries merged per commit")
+    w.add_argument("--claim-idle-ms", type=int, default=30_000)
+    w.add_argument("--max-deliveries", type=int, default=5)
+    w.add_argument("--block-ms", type=int, default=1000)
+    w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
+    w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
+    w.set_defaults(func=worker)
+    return w
+
+
+def worker(args: argparse.Namespace) -> int:
+    from ..service.worker import run_workers
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,
+           "max_deliveries": args.max_deliveries, "block_ms": args.block_ms}
+    codes = run_workers(args.name, args.processes, redis_url(args), until_drained=args.until_drained,
+                        log_level=logging.INFO if args.verbose else logging.WARNING, **cfg)
+    bad = [c for c in codes if c not in (0, None, -15)]  # -15: stopped by SIGTERM
+    return 1 if bad else 0

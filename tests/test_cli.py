@@ -1,0 +1,95 @@
+"""The ``streamdp`` command line without Redis: every subcommand's help, the entry points, lazy imports, errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from streamdp.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
+def _commands(parser: argparse.ArgumentParser, path: tuple = ()):
+    """``(path, parser)`` for the parser and, recursively, every subcommand under it."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _commands(sub, path + (name,))
+
+
+COMMANDS = [path for path, _ in _commands(build_parser())]
+
+
+def test_the_walk_finds_every_command_group():
+    groups = {p[0] for p in COMMANDS if p}
+    assert groups == {"model", "push", "worker", "stats", "demo", "evaluate", "ledger", "job"}
+    assert ("model", "retention") in COMMANDS and ("job", "worker") in COMMANDS
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "streamdp")
+def test_every_help_exits_0(path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*path, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: " + " ".join(("streamdp", *path)))
+
+
+def test_every_leaf_command_has_a_handler():
+    for path, parser in _commands(build_parser()):
+        if not any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            assert callable(parser.get_default("func")), path
+
+
+@pytest.mark.parametrize("module", ["streamdp.cli", "streamdp.evaluate"])
+def test_python_dash_m_help(module):
+    r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60,
+                       env=ENV, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("usage: streamdp")
+    if module == "streamdp.cli":
+        assert "{model,push,worker,stats,demo,evaluate,ledger,job}" in r.stdout
+
+
+def test_console_script_entry_point():
+    try:
+        (ep,) = metadata.entry_points(group="console_scripts", name="streamdp")
+    except ValueError:
+        pytest.skip("streamdp is not pip-installed (no console script)")
+    assert ep.load() is main
+    exe = shutil.which("streamdp")
+    if exe is None:
+        pytest.skip("the streamdp console script is not on PATH")
+    r = subprocess.run([exe, "job", "--help"], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
+    assert r.returncode == 0 and r.stdout.startswith("usage: streamdp job"), r.stderr
+
+
+def test_help_loads_neither_redis_nor_river():
+    code = ("import sys\nfrom streamdp.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('redis', 'river', 'streamdp.service', 'streamdp.evaluate') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "[]"
+
+
+def test_redis_error_exits_2_with_the_password_redacted(capsys):
+    # port 1: nothing listens, the connection is refused at once
+    assert main(["--redis-url", "redis://:s3cret@127.0.0.1:1/0", "model", "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streamdp: redis error:") and "redis://:***@127.0.0.1:1/0" in err
+    assert "s3cret" not in err
+
+
+def test_bad_input_exits_2_with_a_message(capsys):
+    assert main(["ledger"]) == 2  # neither NAME nor --list: refused before any connection
+    assert capsys.readouterr().err == "streamdp: error: give a source NAME or --list (not both)\n"

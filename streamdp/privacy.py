@@ -1,9 +1,10 @@
 """Noise mechanisms, sampling and privacy accounting formulas.
 
-Every random draw that protects privacy comes from :class:`SecureRandom`,
-which reads the operating system's CSPRNG (``os.urandom``). A test may pass a
-``seed``; the generator is then a seeded numpy PCG64, ``private`` is False,
-and everything built from it is marked as not private.
+Every random draw that protects privacy comes from :class:`SecureRandom`
+(:mod:`streamdp.secure_random`: an AES-CTR keystream keyed from ``os.urandom``,
+or from a secret key and a context). A test may pass a ``seed``; the generator
+is then a seeded numpy PCG64, ``private`` is False, and everything built from
+it is marked as not private. The noise samplers live in :mod:`streamdp.noise`.
 
 Mechanisms
 ----------
@@ -11,7 +12,7 @@ Mechanisms
   ``P(k) = (1-a)/(1+a) * a**|k|`` with ``a = exp(-epsilon/sensitivity)``. Integer
   counts get integer noise, so the released value is ``count + k`` with no
   floating-point representation to attack (Mironov 2012).
-* :func:`laplace_noise`: continuous Laplace, kept for paper-faithful comparison.
+* :func:`laplace_noise`: Laplace on a power-of-two grid (safe in floating point).
 * :func:`exponential_mechanism`: picks index ``r`` with probability
   proportional to ``measure_r * exp(epsilon * q_r / (2 * sensitivity))``.
 * :func:`bernoulli_sample`: keep each item independently with probability beta.
@@ -27,11 +28,11 @@ Mechanisms
 from __future__ import annotations
 
 import math
-import os
-import secrets
-import warnings
 
 import numpy as np
+
+from .noise import _check_epsilon, geometric_noise, geometric_pmf, laplace_noise
+from .secure_random import NotPrivateWarning, SecureRandom
 
 __all__ = [
     "SecureRandom",
@@ -45,122 +46,6 @@ __all__ = [
     "kanon_min_epsilon",
     "kanon_check",
 ]
-
-_TWO_POW_64 = float(2**64)
-
-
-class NotPrivateWarning(UserWarning):
-    """Noise was drawn from a seeded (reproducible) generator: the output is not private."""
-
-
-class SecureRandom:
-    """Uniform and exponential variates for noise.
-
-    With ``seed=None`` (the default and the only private setting) every variate
-    comes from ``os.urandom``: 64 random bits per uniform, mapped to
-    ``(u + 0.5) / 2**64``, so a uniform is never 0 and its resolution near 0 is
-    2**-64 (this bounds how far the tail of a sampled distribution can be cut;
-    see :func:`geometric_noise`). Nothing reproducible is kept: no seed, no state.
-
-    ``seed=int`` is for tests only: draws become reproducible, ``private`` is
-    False and a :class:`NotPrivateWarning` is issued.
-    """
-
-    def __init__(self, seed: int | None = None):
-        self.private = seed is None
-        self._test_rng = None
-        if seed is not None:
-            warnings.warn(
-                "SecureRandom(seed=...) gives reproducible noise: for tests only, the output is NOT private",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
-            self._test_rng = np.random.default_rng(seed)
-
-    def _bits(self, n: int) -> np.ndarray:
-        if self._test_rng is not None:
-            return self._test_rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
-        return np.frombuffer(os.urandom(8 * n), dtype="<u8")
-
-    def uniform(self, size: int | tuple = ()) -> np.ndarray:
-        """Uniform variates in the open interval (0, 1]."""
-        shape = (size,) if isinstance(size, int) else tuple(size)
-        n = int(np.prod(shape, dtype=np.int64))
-        u = self._bits(n).astype(np.float64)
-        u += 0.5
-        u *= 1.0 / _TWO_POW_64
-        return u.reshape(shape)
-
-    def exponential(self, size: int | tuple = ()) -> np.ndarray:
-        """Standard exponential variates, ``-log(U)``."""
-        return -np.log(self.uniform(size))
-
-    def integers(self, high: int, size: int | tuple = ()) -> np.ndarray:
-        """Uniform integers in ``[0, high)`` (rejection-free: 64-bit modulo bias < 2**-40 for high < 2**24)."""
-        if not 0 < high < 2**24:
-            raise ValueError(f"high must be in (0, 2**24), got {high}")
-        shape = (size,) if isinstance(size, int) else tuple(size)
-        n = int(np.prod(shape, dtype=np.int64))
-        return (self._bits(n) % np.uint64(high)).astype(np.int64).reshape(shape)
-
-    def token_bytes(self, n: int) -> bytes:
-        if self._test_rng is not None:
-            return self._test_rng.bytes(n)
-        return secrets.token_bytes(n)
-
-
-def _check_epsilon(epsilon: float) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a positive number (math.inf for no noise), got {epsilon!r}")
-
-
-def geometric_noise(
-    shape: int | tuple, epsilon: float, rng: SecureRandom, sensitivity: float = 1.0
-) -> np.ndarray:
-    """Two-sided geometric noise with ``P(k) ∝ exp(-epsilon*|k|/sensitivity)`` over the integers.
-
-    Drawn as the difference of two one-sided geometrics, each
-    ``floor(E / lambda)`` with ``E`` standard exponential and
-    ``lambda = epsilon/sensitivity``, since ``P(floor(E/lambda) >= k) = exp(-lambda k)``.
-
-    Privacy sketch: for integer counts ``c`` and ``c'`` with ``|c - c'| <= sensitivity``,
-    ``P(c + K = v) / P(c' + K = v) = a**(|v-c| - |v-c'|) <= exp(epsilon)``. The
-    sampler's uniforms have 2**-64 resolution, so only tail values with
-    probability below about 2**-60 can be misweighted; no output value
-    carries any information about ``c`` other than through ``v - c``.
-    """
-    _check_epsilon(epsilon)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if math.isinf(epsilon):
-        return np.zeros(shape, dtype=np.int64)
-    lam = epsilon / sensitivity
-    e = rng.exponential((2,) + shape)
-    g = np.floor(e / lam)
-    # A one-sided geometric above 2**62 has probability exp(-lam * 2**62): clip to keep int64 exact.
-    np.minimum(g, 2.0**62, out=g)
-    g = g.astype(np.int64)
-    return g[0] - g[1]
-
-
-def geometric_pmf(k: np.ndarray, epsilon: float, sensitivity: float = 1.0) -> np.ndarray:
-    """Exact pmf of :func:`geometric_noise`."""
-    a = math.exp(-epsilon / sensitivity)
-    return (1 - a) / (1 + a) * a ** np.abs(np.asarray(k, dtype=np.float64))
-
-
-def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensitivity: float = 1.0) -> np.ndarray:
-    """Continuous Laplace noise with scale ``sensitivity/epsilon``.
-
-    Kept for paper-faithful comparison (``mechanism="laplace"``). Floating-point
-    Laplace output is open to Mironov's least-significant-bit attack; prefer
-    :func:`geometric_noise` for counts.
-    """
-    _check_epsilon(epsilon)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if math.isinf(epsilon):
-        return np.zeros(shape, dtype=np.float64)
-    e = rng.exponential((2,) + shape)
-    return (e[0] - e[1]) * (sensitivity / epsilon)
 
 
 def exponential_mechanism(

@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from .noise import _check_epsilon, geometric_noise, geometric_pmf, laplace_noise
+from .noise import _check_epsilon, geometric_noise, geometric_pmf, laplace_granularity, laplace_noise
 from .secure_random import NotPrivateWarning, SecureRandom
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "geometric_noise",
     "geometric_pmf",
     "laplace_noise",
+    "laplace_granularity",
     "exponential_mechanism",
     "bernoulli_sample",
     "kanon_delta",

@@ -100,6 +100,14 @@ class SecureRandom:
         rng._rekey(derived)
         return rng
 
+    def __reduce__(self):
+        """Copies and pickles never carry a key: a private generator comes back freshly keyed."""
+        if self.keyed:
+            raise TypeError("a keyed SecureRandom is not copied or pickled: its key is a secret; call from_key again")
+        if self._test_rng is not None:
+            return (_seeded_copy, (self._test_rng.bit_generator.state,))
+        return (SecureRandom, ())
+
     def _rekey(self, key: bytes) -> None:
         self._enc = _aes_ctr(key)
         self._pid = os.getpid()
@@ -149,3 +157,11 @@ class SecureRandom:
         if self._test_rng is not None:
             return self._test_rng.bytes(n)
         return secrets.token_bytes(n)
+
+
+def _seeded_copy(state: dict) -> SecureRandom:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        rng = SecureRandom(seed=0)
+    rng._test_rng.bit_generator.state = state
+    return rng

@@ -53,6 +53,19 @@ def _pinned_second_block() -> str:
     return Cipher(algorithms.AES(k), modes.CTR(bytes(16))).encryptor().update(bytes(16))[8:16].hex()
 
 
+def test_copies_never_carry_a_key():
+    import copy
+    import pickle
+
+    rng = SecureRandom()
+    assert not np.array_equal(copy.deepcopy(rng).bits(64), rng.bits(64))  # freshly keyed, P(equal) = 2**-4096
+    with pytest.warns(NotPrivateWarning):
+        seeded = SecureRandom(seed=5)
+    assert np.array_equal(pickle.loads(pickle.dumps(seeded)).bits(3), seeded.bits(3))  # tests stay reproducible
+    with pytest.raises(TypeError, match="secret"):
+        pickle.dumps(SecureRandom.from_key(os.urandom(32), b"c"))
+
+
 def test_keyed_refuses_short_key_and_non_bytes_context():
     with pytest.raises(ValueError, match="32"):
         SecureRandom.from_key(b"short", b"c")

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-__all__ = ["pack_array", "unpack_array", "dumps", "loads", "BlobError"]
+__all__ = ["pack_array", "unpack_array", "dumps", "loads", "format_of", "BlobError"]
 
 _ALLOWED_DTYPES = {"<i1", "<i2", "<i4", "<i8", "|u1", "<u1", "<u2", "<u4", "<u8", "<f4", "<f8", "|b1"}
 # Refuse absurd sizes before allocating anything (1 GiB per array).
@@ -73,19 +73,32 @@ def dumps(fmt: str, version: int, body: dict) -> bytes:
     return msgpack.packb({"format": fmt, "format_version": version, **body}, use_bin_type=True)
 
 
-def loads(blob: Any, fmt: str, version: int) -> dict:
-    """Decode a blob and check its format tag; everything else is the caller's to validate."""
+def _unpack(blob: Any, what: str) -> dict:
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise BlobError(f"expected bytes, got {type(blob).__name__}")
     try:
         doc = msgpack.unpackb(bytes(blob), raw=False, strict_map_key=True, use_list=True)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as e:
-        raise BlobError(f"not a valid {fmt} blob: corrupted or truncated msgpack ({type(e).__name__}: {e})") from None
+        raise BlobError(f"not a valid {what} blob: corrupted or truncated msgpack ({type(e).__name__}: {e})") from None
     except Exception as e:  # msgpack raises a handful of other types on garbage
-        raise BlobError(f"not a valid {fmt} blob: {type(e).__name__}: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != fmt:
-        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise BlobError(f"not a {fmt} blob (format: {got!r})")
+        raise BlobError(f"not a valid {what} blob: {type(e).__name__}: {e}") from None
+    if not isinstance(doc, dict):
+        raise BlobError(f"not a {what} blob (a msgpack {type(doc).__name__}, not a map)")
+    if not isinstance(doc.get("format"), str):  # a list or map here must not reach a dict lookup (TypeError)
+        raise BlobError(f"not a {what} blob: 'format' must be a string, got {type(doc.get('format')).__name__}")
+    return doc
+
+
+def format_of(blob: Any) -> str:
+    """The ``format`` tag of a blob (a string), for dispatching on it; :class:`BlobError` otherwise."""
+    return _unpack(blob, "streamdp")["format"]
+
+
+def loads(blob: Any, fmt: str, version: int) -> dict:
+    """Decode a blob and check its format tag; everything else is the caller's to validate."""
+    doc = _unpack(blob, fmt)
+    if doc["format"] != fmt:
+        raise BlobError(f"not a {fmt} blob (format: {doc['format']!r})")
     if doc.get("format_version") != version:
         raise BlobError(f"{fmt} format version {doc.get('format_version')!r} is not supported (this build reads {version})")
     return doc

@@ -20,6 +20,9 @@ model stays ``epsilon``-DP however many batches it absorbs (parallel
 composition). With ``mechanism="kanon"`` each (record, tree) pair is kept with
 probability ``beta`` and cells below ``k`` are zeroed (Li–Qardaji–Su): the
 forest is ``(epsilon, delta)``-DP with ``delta`` from :func:`kanon_delta`.
+``mechanism="laplace"`` adds Laplace noise on a power-of-two grid
+(:func:`streamdp.noise.laplace_noise`; before, floating-point Laplace, open to
+Mironov's attack); ``"geometric"`` (the default) adds integer noise.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Noise mechanisms, sampling and privacy accounting formulas.
 
-Every random draw that protects privacy comes from :class:`SecureRandom`,
-which reads the operating system's CSPRNG (``os.urandom``). A test may pass a
-``seed``; the generator is then a seeded numpy PCG64, ``private`` is False,
-and everything built from it is marked as not private.
+Every random draw that protects privacy comes from :class:`SecureRandom`
+(:mod:`streamdp.secure_random`: an AES-CTR keystream keyed from ``os.urandom``,
+or from a secret key and a context). A test may pass a ``seed``; the generator
+is then a seeded numpy PCG64, ``private`` is False, and everything built from
+it is marked as not private. The noise samplers live in :mod:`streamdp.noise`.
 
 Mechanisms
 ----------
@@ -11,7 +12,7 @@ Mechanisms
   ``P(k) = (1-a)/(1+a) * a**|k|`` with ``a = exp(-epsilon/sensitivity)``. Integer
   counts get integer noise, so the released value is ``count + k`` with no
   floating-point representation to attack (Mironov 2012).
-* :func:`laplace_noise`: continuous Laplace, kept for paper-faithful comparison.
+* :func:`laplace_noise`: Laplace on a power-of-two grid (safe in floating point).
 * :func:`exponential_mechanism`: picks index ``r`` with probability
   proportional to ``measure_r * exp(epsilon * q_r / (2 * sensitivity))``.
 * :func:`bernoulli_sample`: keep each item independently with probability beta.
@@ -26,12 +27,14 @@ Mechanisms
 
 from __future__ import annotations
 
+import decimal
+import functools
 import math
-import os
-import secrets
-import warnings
 
 import numpy as np
+
+from .noise import _check_epsilon, geometric_noise, geometric_pmf, laplace_granularity, laplace_noise
+from .secure_random import NotPrivateWarning, SecureRandom
 
 __all__ = [
     "SecureRandom",
@@ -39,128 +42,13 @@ __all__ = [
     "geometric_noise",
     "geometric_pmf",
     "laplace_noise",
+    "laplace_granularity",
     "exponential_mechanism",
     "bernoulli_sample",
     "kanon_delta",
     "kanon_min_epsilon",
     "kanon_check",
 ]
-
-_TWO_POW_64 = float(2**64)
-
-
-class NotPrivateWarning(UserWarning):
-    """Noise was drawn from a seeded (reproducible) generator: the output is not private."""
-
-
-class SecureRandom:
-    """Uniform and exponential variates for noise.
-
-    With ``seed=None`` (the default and the only private setting) every variate
-    comes from ``os.urandom``: 64 random bits per uniform, mapped to
-    ``(u + 0.5) / 2**64``, so a uniform is never 0 and its resolution near 0 is
-    2**-64 (this bounds how far the tail of a sampled distribution can be cut;
-    see :func:`geometric_noise`). Nothing reproducible is kept: no seed, no state.
-
-    ``seed=int`` is for tests only: draws become reproducible, ``private`` is
-    False and a :class:`NotPrivateWarning` is issued.
-    """
-
-    def __init__(self, seed: int | None = None):
-        self.private = seed is None
-        self._test_rng = None
-        if seed is not None:
-            warnings.warn(
-                "SecureRandom(seed=...) gives reproducible noise: for tests only, the output is NOT private",
-                NotPrivateWarning,
-                stacklevel=2,
-            )
-            self._test_rng = np.random.default_rng(seed)
-
-    def _bits(self, n: int) -> np.ndarray:
-        if self._test_rng is not None:
-            return self._test_rng.integers(0, 2**64, size=n, dtype=np.uint64, endpoint=False)
-        return np.frombuffer(os.urandom(8 * n), dtype="<u8")
-
-    def uniform(self, size: int | tuple = ()) -> np.ndarray:
-        """Uniform variates in the open interval (0, 1]."""
-        shape = (size,) if isinstance(size, int) else tuple(size)
-        n = int(np.prod(shape, dtype=np.int64))
-        u = self._bits(n).astype(np.float64)
-        u += 0.5
-        u *= 1.0 / _TWO_POW_64
-        return u.reshape(shape)
-
-    def exponential(self, size: int | tuple = ()) -> np.ndarray:
-        """Standard exponential variates, ``-log(U)``."""
-        return -np.log(self.uniform(size))
-
-    def integers(self, high: int, size: int | tuple = ()) -> np.ndarray:
-        """Uniform integers in ``[0, high)`` (rejection-free: 64-bit modulo bias < 2**-40 for high < 2**24)."""
-        if not 0 < high < 2**24:
-            raise ValueError(f"high must be in (0, 2**24), got {high}")
-        shape = (size,) if isinstance(size, int) else tuple(size)
-        n = int(np.prod(shape, dtype=np.int64))
-        return (self._bits(n) % np.uint64(high)).astype(np.int64).reshape(shape)
-
-    def token_bytes(self, n: int) -> bytes:
-        if self._test_rng is not None:
-            return self._test_rng.bytes(n)
-        return secrets.token_bytes(n)
-
-
-def _check_epsilon(epsilon: float) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a positive number (math.inf for no noise), got {epsilon!r}")
-
-
-def geometric_noise(
-    shape: int | tuple, epsilon: float, rng: SecureRandom, sensitivity: float = 1.0
-) -> np.ndarray:
-    """Two-sided geometric noise with ``P(k) ∝ exp(-epsilon*|k|/sensitivity)`` over the integers.
-
-    Drawn as the difference of two one-sided geometrics, each
-    ``floor(E / lambda)`` with ``E`` standard exponential and
-    ``lambda = epsilon/sensitivity``, since ``P(floor(E/lambda) >= k) = exp(-lambda k)``.
-
-    Privacy sketch: for integer counts ``c`` and ``c'`` with ``|c - c'| <= sensitivity``,
-    ``P(c + K = v) / P(c' + K = v) = a**(|v-c| - |v-c'|) <= exp(epsilon)``. The
-    sampler's uniforms have 2**-64 resolution, so only tail values with
-    probability below about 2**-60 can be misweighted; no output value
-    carries any information about ``c`` other than through ``v - c``.
-    """
-    _check_epsilon(epsilon)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if math.isinf(epsilon):
-        return np.zeros(shape, dtype=np.int64)
-    lam = epsilon / sensitivity
-    e = rng.exponential((2,) + shape)
-    g = np.floor(e / lam)
-    # A one-sided geometric above 2**62 has probability exp(-lam * 2**62): clip to keep int64 exact.
-    np.minimum(g, 2.0**62, out=g)
-    g = g.astype(np.int64)
-    return g[0] - g[1]
-
-
-def geometric_pmf(k: np.ndarray, epsilon: float, sensitivity: float = 1.0) -> np.ndarray:
-    """Exact pmf of :func:`geometric_noise`."""
-    a = math.exp(-epsilon / sensitivity)
-    return (1 - a) / (1 + a) * a ** np.abs(np.asarray(k, dtype=np.float64))
-
-
-def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensitivity: float = 1.0) -> np.ndarray:
-    """Continuous Laplace noise with scale ``sensitivity/epsilon``.
-
-    Kept for paper-faithful comparison (``mechanism="laplace"``). Floating-point
-    Laplace output is open to Mironov's least-significant-bit attack; prefer
-    :func:`geometric_noise` for counts.
-    """
-    _check_epsilon(epsilon)
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if math.isinf(epsilon):
-        return np.zeros(shape, dtype=np.float64)
-    e = rng.exponential((2,) + shape)
-    return (e[0] - e[1]) * (sensitivity / epsilon)
 
 
 def exponential_mechanism(
@@ -249,39 +137,65 @@ def kanon_delta(k: int, beta: float, epsilon: float) -> float:
     """delta of ONE tree under k-anonymity after beta-sampling (Li–Qardaji–Su, Theorem 5).
 
     ``gamma = (e**eps - 1 + beta) / e**eps`` and
-    ``delta = max_{n >= ceil(k/gamma - 1)} sum_{j > gamma n}^{n} C(n, j) beta**j (1-beta)**(n-j)``.
+    ``delta = max_{n >= ceil(k/gamma - 1)} P(Binomial(n, beta) > gamma n)``.
     A forest of N trees is ``(N*epsilon, N*delta)``-DP.
 
-    The maximum over infinitely many n is exact: the scan stops once the
-    Chernoff bound ``exp(-n * KL(gamma || beta))`` on every later term is below
-    the best term found (gamma > beta whenever epsilon > 0).
+    The maximum is taken over segments, not single n: on the n with
+    ``floor(gamma n) = m - 1`` the tail ``P(Bin(n, beta) >= m)`` grows with n, so
+    the segment's maximum is at its last n, ``n_m = ceil(m/gamma) - 1``. Those
+    n_m are computed with 80-digit decimals and integers (``gamma n`` rounded
+    in floating point skipped the maximising n: at beta 1e-8 it reported 0.264
+    for a true 0.3935). The scan over m stops once the Chernoff bound
+    ``exp(-n KL(gamma || beta))`` on every later tail is below the best found;
+    parameters whose scan would pass ``2**22`` segments are refused.
+    Results are cached (a model blob carries k, beta, epsilon).
     """
+    kanon_check(k, beta, epsilon)
+    return _kanon_delta(int(k), float(beta), float(epsilon))
+
+
+_KANON_MAX_SEGMENTS = 1 << 22
+_QBITS = 256
+
+
+@functools.lru_cache(maxsize=1024)
+def _kanon_delta(k: int, beta: float, epsilon: float) -> float:
     from scipy.stats import binom
 
-    kanon_check(k, beta, epsilon)
-    # Work with c = 1 - gamma = (1-beta) e^-eps: for a large epsilon gamma rounds to 1.0
-    # in floating point, which would make every tail empty and report delta = 0, while
-    # the true delta tends to beta**k (n = k records, all sampled). e^-eps is kept
-    # above the float underflow (epsilon <= 700): delta is then beta**k to full precision.
-    c = (1 - beta) * math.exp(-min(float(epsilon), 700.0))
+    # Work with c = 1 - gamma = (1-beta) e^-eps: gamma itself rounds to 1.0 for a large epsilon.
+    # e^-eps is kept above the float underflow (eps <= 700): delta is then beta**k to full precision.
+    eps = min(epsilon, 700.0)
+    with decimal.localcontext() as ctx:
+        ctx.prec = 80
+        c_d = (1 - decimal.Decimal(beta)) * (-decimal.Decimal(eps)).exp()
+        q_d = c_d / (1 - c_d)  # c / gamma
+        ceil = lambda x: int(x.to_integral_value(decimal.ROUND_CEILING))  # noqa: E731
+        n0 = max(1, k - 1 + ceil(k * q_d))  # ceil(k/gamma - 1), exact even when k/gamma rounds to k
+        m0 = n0 - ceil(n0 * c_d) + 1  # floor(gamma n0) + 1 = n0 - ceil(n0 c) + 1
+        q = ceil(q_d * (1 << _QBITS))  # rounded up: ceil(m q) stays right however small q is
+    c = float(c_d)
     gamma = 1 - c
-    # ceil(k/gamma - 1) = k - 1 + ceil(k c / gamma), exact even when k/gamma rounds to k
-    n0 = max(1, k - 1 + math.ceil(k * c / gamma))
-    kl = gamma * math.log(gamma / beta) + c * math.log(c / (1 - beta))
-    best = 0.0
-    start = n0
-    chunk = 4096
+    kl = gamma * math.log(gamma / beta) + c * math.log(c / (1 - beta))  # > 0: gamma >= 2 beta - beta**2 > beta
+
+    def last_n(ms: range) -> np.ndarray:  # n_m = ceil(m/gamma) - 1 = m - 1 + ceil(m c / gamma)
+        return np.array([m - 1 - ((-m * q) >> _QBITS) for m in ms], dtype=np.float64)
+
+    first = float(binom.sf(m0 - 1, last_n(range(m0, m0 + 1))[0], beta))
+    n_stop = max(-math.log(first) if first > 0 else 0.0, 691.0) / kl
+    if gamma * (n_stop - n0) > _KANON_MAX_SEGMENTS:
+        raise ValueError(
+            f"kanon_delta(k={k}, beta={beta}, epsilon={epsilon:.6g}) would scan about {gamma * (n_stop - n0):.3g} "
+            f"candidate record counts (limit {_KANON_MAX_SEGMENTS}); use a smaller k or a larger epsilon"
+        )
+    best, m, chunk = first, m0 + 1, 64
     while True:
-        n = np.arange(start, start + chunk)
-        # j > gamma n  <=>  j > floor(n - n c) = n - ceil(n c)
-        tail = binom.sf(n - np.ceil(n * c), n, beta)
-        best = max(best, float(tail.max()))
-        nxt = start + chunk
-        bound = math.exp(-nxt * kl) if kl > 0 else 1.0
+        ms = range(m, m + chunk)
+        ns = last_n(ms)
+        best = max(best, float(binom.sf(np.arange(m - 1, m - 1 + chunk), ns, beta).max()))
+        bound = math.exp(-(ns[-1] + 1) * kl)
         if bound <= best or best == 0.0 and bound < 1e-300:
             return best
-        start = nxt
-        chunk = min(chunk * 2, 1 << 20)
+        m, chunk = m + chunk, min(chunk * 2, 1 << 16)
 
 
 def kanon_min_epsilon(k: int, beta: float, delta: float, tol: float = 1e-6) -> float:

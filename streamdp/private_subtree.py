@@ -318,7 +318,7 @@ class _Node:
 
 
 class _Uniforms:
-    """Secure uniforms drawn in blocks (one ``os.urandom`` call per 4096 draws)."""
+    """Secure uniforms drawn in blocks (one keystream read per 4096 draws)."""
 
     def __init__(self, rng: SecureRandom, block: int = 4096):
         self.rng, self.block = rng, block

@@ -15,7 +15,7 @@
 Privacy notes
 -------------
 * ``seed=None`` (the default) is the only private setting: the structure is
-  drawn from a CSPRNG and the noise comes from ``os.urandom`` through
+  drawn from a CSPRNG and the noise comes from an AES-CTR keystream keyed from ``os.urandom``, through
   :class:`streamdp.privacy.SecureRandom`.
 * ``seed=<int>`` makes the model reproducible for tests and river's checks:
   the structure *and the noise* are drawn from seeded generators, the forest is

@@ -19,6 +19,7 @@ against it.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import math
@@ -41,10 +42,12 @@ def _check_values(owner: str, values: Any) -> tuple:
     for v in values:
         if not isinstance(v, (str, int, bool)) or isinstance(v, float):
             raise SchemaError(f"{owner}: value {v!r} must be a string, integer or boolean")
-    keys = [_key(v) for v in values]  # True and 1 (False and 0) are different declared values
-    if len(set(keys)) != len(keys):
-        dup = next(v for v, kk in zip(values, keys) if keys.count(kk) > 1)
-        raise SchemaError(f"{owner}: value {dup!r} is declared twice")
+    seen: set = set()
+    for v in values:  # one pass: a hostile schema of many values must not cost n**2
+        kk = _key(v)  # True and 1 (False and 0) are different declared values
+        if kk in seen:
+            raise SchemaError(f"{owner}: value {v!r} is declared twice")
+        seen.add(kk)
     return tuple(values)
 
 
@@ -150,7 +153,7 @@ class Schema:
         for n in names + [label.name]:
             if not isinstance(n, str) or not n:
                 raise SchemaError(f"names must be non-empty strings, got {n!r}")
-        dup = {n for n in names if names.count(n) > 1}
+        dup = {n for n, c in collections.Counter(names).items() if c > 1}
         if dup:
             raise SchemaError(f"attribute names must be unique, repeated: {sorted(dup)}")
         if label.name in names:

@@ -377,3 +377,51 @@ def test_loading_privacy_module_exports():
     for name in privacy.__all__:
         assert hasattr(privacy, name)
     assert not hasattr(builtins, "_streamdp_pwned")
+
+
+def _exact_segment_delta(k: int, beta: float, eps: float, n_max: int) -> float:
+    """max over n0 <= n < n_max of P(Bin(n, beta) > gamma n), gamma n compared with 50-digit mpmath (no float floor)."""
+    import mpmath
+
+    mpmath.mp.dps = 50
+    g = 1 - (1 - mpmath.mpf(beta)) * mpmath.exp(-mpmath.mpf(eps))
+    n0 = max(1, int(mpmath.ceil(k / g - 1)))
+    ns = np.arange(n0, n_max)
+    j = np.array([int(mpmath.floor(g * int(n))) for n in ns])  # tail is P(X >= floor(gamma n) + 1)
+    return float(stats.binom.sf(j, ns, beta).max())
+
+
+@pytest.mark.parametrize("k,beta", [(1, 1e-3), (3, 1e-3), (2, 0.02), (1, 0.3)])
+def test_kanon_delta_at_the_floor_matches_exact_boundaries(k, beta):
+    """At epsilon = -ln(1-beta) the maximum sits at the last n before gamma n reaches an integer."""
+    eps = -math.log1p(-beta)
+    n_max = int(40 / beta) + 50
+    assert kanon_delta(k, beta, eps) == pytest.approx(_exact_segment_delta(k, beta, eps, n_max), rel=1e-9)
+
+
+def test_kanon_delta_tiny_beta_finds_the_maximising_n():
+    """Issue: at beta 1e-8 rounding of n*c skipped the maximum and reported 0.264 (the m = 2 segment)."""
+    import mpmath
+
+    beta = 1e-8
+    eps = -math.log1p(-beta)
+    mpmath.mp.dps = 50
+    g = 1 - (1 - mpmath.mpf(beta)) * mpmath.exp(-mpmath.mpf(eps))
+    n1 = int(mpmath.ceil(1 / g)) - 1  # last n with gamma n < 1: P(Bin(n1, beta) >= 1)
+    exact = float(1 - (1 - mpmath.mpf(beta)) ** n1)
+    d = kanon_delta(1, beta, eps)
+    assert d == pytest.approx(exact, rel=1e-9) and d == pytest.approx(1 - math.exp(-0.5), rel=1e-7)  # not 0.264
+    assert kanon_delta(5, beta, eps) > kanon_delta(6, beta, eps) > 0
+
+
+def test_kanon_delta_work_is_bounded():
+    """Hostile (k, beta, epsilon) from a model blob: fast, or refused with a clear error."""
+    import time
+
+    t = time.perf_counter()
+    kanon_delta(3, 1e-8, 2e-8)
+    kanon_delta(10**9, 0.5, 1.0)
+    kanon_delta(1, 0.999, 7.0)
+    assert time.perf_counter() - t < 1.0
+    with pytest.raises(ValueError, match="would scan"):
+        kanon_delta(10**7, 0.999999, 14.0)

@@ -22,9 +22,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-import msgpack
-
-from ..blob import BlobError
+from ..blob import BlobError, format_of
 
 __all__ = ["SuLQID3", "DiffPID3", "DiffPC45", "HanischForest", "DPEA", "load_model", "LEARNERS"]
 
@@ -56,13 +54,7 @@ def __getattr__(name: str) -> Any:
 
 def load_model(data: bytes) -> Any:
     """Decode any streamdp model blob (forest or batch learner) by its format tag."""
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise BlobError(f"expected bytes, got {type(data).__name__}")
-    try:
-        doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
-    except Exception as e:
-        raise BlobError(f"not a streamdp model blob: {type(e).__name__}: {e}") from None
-    fmt = doc.get("format") if isinstance(doc, dict) else None
+    fmt = format_of(data)
     if fmt not in _FORMATS:
         raise BlobError(f"not a streamdp model blob (format: {fmt!r}; known: {sorted(_FORMATS)})")
     module, cls = _FORMATS[fmt]

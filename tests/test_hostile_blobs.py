@@ -1,0 +1,90 @@
+"""Hostile model blobs: decoding is linear and bounded, and every failure is a ValueError."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import msgpack
+import pytest
+import scipy.stats  # noqa: F401  (kanon_delta imports it lazily; a one-time 1-5 s import is not the blob's cost)
+
+from streamdp import blob
+from streamdp.forest import PrivateForest
+from streamdp.learners import load_model
+from streamdp.schema import Schema, SchemaError
+
+LIMIT = 1.0  # seconds; generous: these took 5-65 s before
+
+
+@pytest.fixture(scope="module")
+def forest_doc() -> dict:
+    schema = Schema.from_dict({
+        "attributes": [{"name": "a", "type": "categorical", "values": ["x", "y"]}],
+        "label": {"name": "c", "values": ["no", "yes"]},
+    })
+    return msgpack.unpackb(PrivateForest.create(schema, n_trees=2, height=1, epsilon=1.0).to_bytes(), raw=False)
+
+
+def _timed_refusal(data: bytes, match: str) -> None:
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=match):
+        PrivateForest.from_bytes(data)
+    assert time.perf_counter() - t < LIMIT
+
+
+def test_many_declared_values_with_a_late_duplicate_decode_fast(forest_doc):
+    """A 200 KB blob: 30,000 values, the last one repeated (quadratic duplicate check: 53 s)."""
+    doc = dict(forest_doc)
+    values = [f"v{i}" for i in range(30_000)] + ["v29999"]
+    doc["schema"] = {"attributes": [{"name": "a", "type": "categorical", "values": values}], "label": doc["schema"]["label"]}
+    data = msgpack.packb(doc, use_bin_type=True)
+    assert len(data) > 150_000
+    _timed_refusal(data, "declared twice")
+
+
+def test_many_attributes_with_a_late_duplicate_name_decode_fast(forest_doc):
+    doc = dict(forest_doc)
+    attrs = [{"name": f"a{i}", "type": "categorical", "values": ["x", "y"]} for i in range(12_000)]
+    doc["schema"] = {"attributes": attrs + [attrs[0]], "label": doc["schema"]["label"]}
+    _timed_refusal(msgpack.packb(doc, use_bin_type=True), "unique")
+
+
+def test_schema_duplicate_check_is_linear():
+    t = time.perf_counter()
+    with pytest.raises(SchemaError, match="declared twice"):
+        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": list(range(200_000)) + [199_999]}],
+                          "label": {"name": "c", "values": [0, 1]}})
+    assert time.perf_counter() - t < LIMIT
+
+
+def _kanon_blob(forest_doc: dict, k, beta, epsilon) -> bytes:
+    doc = dict(forest_doc)
+    doc["params"] = {**doc["params"], "mechanism": "kanon", "k": k, "beta": beta}
+    doc["privacy"] = {**doc["privacy"], "epsilon": epsilon}
+    return msgpack.packb(doc, use_bin_type=True)
+
+
+@pytest.mark.parametrize("beta", [1e-8, 1e-6])
+def test_kanon_blob_with_tiny_beta_decodes_fast(forest_doc, beta):
+    """k-anon parameters that made kanon_delta run 5-65 s."""
+    eps = 2 * 1.0000001 * -math.log1p(-beta)  # two trees, each just above the floor
+    data = _kanon_blob(forest_doc, 3, beta, eps)
+    assert len(data) < 1000
+    t = time.perf_counter()
+    f = PrivateForest.from_bytes(data)
+    assert time.perf_counter() - t < LIMIT and 0 < f.delta < 1
+
+
+def test_kanon_blob_with_an_unbounded_scan_is_refused_fast(forest_doc):
+    _timed_refusal(_kanon_blob(forest_doc, 10**7, 0.999999, 28.0), "would scan")
+
+
+@pytest.mark.parametrize("fmt", [[1, 2], {"a": 1}, [[1]], None, 3])
+def test_format_of_the_wrong_type_is_a_value_error(forest_doc, fmt):
+    data = msgpack.packb({**forest_doc, "format": fmt}, use_bin_type=True)
+    for decode in (PrivateForest.from_bytes, load_model, blob.format_of):
+        with pytest.raises(ValueError, match="format"):
+            decode(data)
+    with pytest.raises(blob.BlobError):
+        blob.loads(data, "streamdp.forest", 1)

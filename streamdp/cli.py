@@ -131,7 +131,7 @@ def _model_get(args: argparse.Namespace) -> int:
     if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
         if args.version not in (None, 1):
             raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")
-        from .service.jobs import fetch_model
+        from .service.job_queue import fetch_model
 
         f = fetch_model(r, args.name)
         data = f.to_bytes()
@@ -155,7 +155,7 @@ def _model_delete(args: argparse.Namespace) -> int:
 
 # -- push ----------------------------------------------------------------------------
 def _read_csv(path: str, schema, label: str | None, header: bool):
-    from .csvrows import parse_row
+    from .sources import parse_row
 
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))
@@ -212,7 +212,7 @@ def _push(args: argparse.Namespace) -> int:
 
 # -- worker / stats --------------------------------------------------------------------
 def _worker(args: argparse.Namespace) -> int:
-    from .service.worker import run_workers
+    from .service.pool import run_workers
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,
@@ -250,7 +250,7 @@ def _demo(args: argparse.Namespace) -> int:
     from .service.embedded import resolve_redis
     from .service.producer import Producer
     from .service.registry import create_model, delete_model
-    from .service.worker import WorkerPool
+    from .service.pool import WorkerPool
 
     ds = load("congressional-voting")
     rng = np.random.default_rng(args.shuffle_seed)

@@ -88,7 +88,7 @@ def add_parser(subparsers: Any, model_subparsers: Any = None) -> argparse.Argume
 
 
 def _redis(args: argparse.Namespace):
-    from .service.registry import connect
+    from .service.connection import connect
 
     return connect(args.redis_url)
 
@@ -103,7 +103,7 @@ def _line(st: dict) -> str:
 
 def _submit(args: argparse.Namespace) -> int:
     from .jobs import parse_param
-    from .service.jobs import FINAL, JobQueue
+    from .service.job_queue import FINAL, JobQueue
 
     params = dict(parse_param(p) for p in args.param)
     q = JobQueue(_redis(args), args.queue)
@@ -124,7 +124,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from .service.jobs import JobQueue
+    from .service.job_queue import JobQueue
 
     st = JobQueue(_redis(args), args.queue).status(args.id)
     if args.json:
@@ -141,7 +141,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from .service.jobs import JobQueue
+    from .service.job_queue import JobQueue
 
     jobs = JobQueue(_redis(args), args.queue).list(args.limit)
     if args.json:
@@ -153,7 +153,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _result(args: argparse.Namespace) -> int:
     from .learners import load_model
-    from .service.jobs import JobQueue
+    from .service.job_queue import JobQueue
 
     data = JobQueue(_redis(args), args.queue).result_bytes(args.id)
     model = load_model(data)
@@ -180,7 +180,7 @@ def _algorithms(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from .service.jobs import JobWorker
+    from .service.job_worker import JobWorker
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     w = JobWorker(_redis(args), queue=args.queue, claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)

@@ -17,10 +17,11 @@ from streamdp.service import codec  # noqa: E402
 from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
 from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import (  # noqa: E402
-    ModelExists, ModelNotFound, counts_from_bytes, create_model, delete_model, list_models, show_model)
+    ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model)
 from streamdp.service.stats import collect, prometheus_text  # noqa: E402
-from streamdp.service.worker import Worker  # noqa: E402
+from streamdp.service.stream_worker import Worker  # noqa: E402
 
 DS = load("congressional-voting")
 

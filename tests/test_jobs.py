@@ -452,3 +452,13 @@ def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, qu
     assert rc == 2 and "has no parameter 'trees'" in capsys.readouterr().err
     rc, _ = _cli(redis_url, "job", "submit", "nope", "--source", model, "--epsilon", "1", "--queue", q)
     assert rc == 2 and "unknown algorithm 'nope'" in capsys.readouterr().err
+
+
+def test_job_entry_with_undecodable_fields_is_acked_and_the_job_worker_goes_on(r, queue):
+    """A job-queue entry whose job id (or field name) is not UTF-8 is dropped; the job worker does not die."""
+    q, _ = queue
+    w = JobWorker(r, queue=q, block_ms=50)
+    r.xadd(q, {b"job": b"\xff\xfe"})
+    r.xadd(q, {b"\xff": b"x"})
+    assert w.run(until_drained=True, max_seconds=20, handle_signals=False) == 2
+    assert r.xlen(q) == 0 and w.drained()

@@ -155,8 +155,11 @@ class JobWorker(GroupLoop):
         if not entries:
             return 0
         e = entries[0]
-        fields = e.fields or {}
-        job_id = as_str(fields.get(b"job", fields.get("job", b"")))
+        fields = e.fields if isinstance(e.fields, dict) else {}
+        try:
+            job_id = as_str(fields.get(b"job", fields.get("job", b"")))
+        except UnicodeDecodeError:  # not a job id JobQueue.submit wrote: dropped like an entry without one
+            job_id = ""
         self.handle(e.id, job_id)
         return 1
 

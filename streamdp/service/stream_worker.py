@@ -50,7 +50,6 @@ from .retention import policy_minid, trim_minid
 __all__ = ["Worker", "WorkerConfig"]
 
 log = logging.getLogger("streamdp.worker")
-DETAIL_MAX = 1 << 20  # bytes of an undecodable payload kept in its dead letter
 
 
 @dataclass
@@ -164,27 +163,21 @@ class Worker(GroupLoop):
         return [_Entry(e.id, e.fields, e.deliveries) for e in self.reader.parse(resp)]
 
     def _decode(self, e: _Entry) -> None:
-        fields = e.fields
-        if fields is None:  # entry deleted from the stream while pending
-            e.dead = ("entry deleted from the stream", b"")
-            return
-        data = fields.get(b"d") if isinstance(fields, dict) else None
-        raw = data if isinstance(data, bytes) else msgpack.packb({as_str(k): v for k, v in fields.items()},
-                                                                 use_bin_type=True) if isinstance(fields, dict) else b""
-        if e.poison(self.config.max_deliveries):
-            e.dead = (f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})", raw[:DETAIL_MAX])
-            self.redis.hincrby(self.keys.stats, "poison", 1)
-            return
-        if data is None:
-            e.dead = ("entry has no 'd' field", raw[:DETAIL_MAX])
-            return
+        """The decode boundary: a batch, or a dead letter with a reason (total: the worker never dies on input)."""
         try:
-            e.batch = codec.decode(self.schema, data)
-        except codec.EnvelopeError as err:
-            e.dead = (f"undecodable: {err}"[:1000], raw[:DETAIL_MAX])
+            if e.fields is not None and e.poison(self.config.max_deliveries):
+                e.dead = (f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})",
+                          codec.entry_detail(e.fields))
+                self.redis.hincrby(self.keys.stats, "poison", 1)
+                return
+            e.batch, e.dead = codec.decode_entry(self.schema, e.fields)
+            if e.dead is not None and "(internal" in e.dead[0]:
+                _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, reason=e.dead[0])
+        except redis.RedisError:
+            raise
         except Exception as err:  # never die on input
-            e.dead = (f"undecodable (internal {type(err).__name__}: {err})"[:1000], raw[:DETAIL_MAX])
-            _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, error=repr(err))
+            e.batch, e.dead = None, (f"undecodable (internal {type(err).__name__})", b"")
+            _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, error=type(err).__name__)
 
     def _delta(self, batch: codec.Batch) -> np.ndarray:
         """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""

@@ -40,12 +40,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streamdp.schema import Schema  # noqa: E402
 from streamdp.service import codec  # noqa: E402
+from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.embedded import EmbeddedRedis  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model  # noqa: E402
-from streamdp.service.worker import WorkerPool  # noqa: E402
+from streamdp.service.pool import WorkerPool  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SCHEMA = Schema.from_dict({
@@ -110,7 +111,7 @@ class Announcements(threading.Thread):
 
     def __init__(self, url: str, keys: Keys):
         super().__init__(daemon=True)
-        self.ps = redis.Redis.from_url(url).pubsub()
+        self.ps = connect(url, block_s=5).pubsub()
         self.ps.subscribe(keys.pub_events)
         m = self.ps.get_message(timeout=5)
         assert m and m["type"] == "subscribe"

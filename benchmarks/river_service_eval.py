@@ -21,7 +21,7 @@ from streamdp.river import ServiceClassifier
 from streamdp.river_schemas import agrawal_schema
 from streamdp.service.embedded import resolve_redis
 from streamdp.service.registry import create_model, delete_model
-from streamdp.service.worker import Worker
+from streamdp.service.stream_worker import Worker
 
 
 def run(url: str, n: int, bs: int, sync: float) -> None:

@@ -219,6 +219,19 @@ class PrivateForest:
         self.n_releases += releases
         return self
 
+    def with_counts(self, counts: np.ndarray, *, version: int, n_releases: int) -> "PrivateForest":
+        """The same forest (schema, settings, structure) holding other released counts, validated.
+
+        >>> from streamdp.datasets import load
+        >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+        >>> g = f.with_counts(f.counts + 0, version=3, n_releases=2)
+        >>> (g.version, g.n_releases, g.structure is f.structure)
+        (3, 2, True)
+        """
+        return PrivateForest(self.schema, self.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
+                             beta=self.beta, vote=self.vote, budget=self.budget, counts=counts, version=version,
+                             n_releases=n_releases, private=self.private)
+
     def noisy_delta(self, X: Any, y: Any) -> np.ndarray:
         """The private release of one batch: validate, tally, then noise exactly once."""
         enc = self.schema.encode(X, y)

@@ -20,6 +20,7 @@ import redis
 
 from streamdp.datasets import load
 from streamdp.forest import PrivateForest
+from streamdp.service.connection import connect
 from streamdp.service.embedded import EmbeddedRedis
 
 pytestmark = [
@@ -47,7 +48,7 @@ class AclServer:
         return f"redis://{user}:{self.passwords[user]}@{self.hostport}/0"
 
     def client(self, user: str) -> redis.Redis:
-        return redis.Redis.from_url(self.url(user))
+        return connect(self.url(user), block_s=5)  # pub/sub waits below block up to 5 s
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +252,7 @@ def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes)
     """Admin submits; the jobworker user reads the model's retained records, charges, publishes."""
     import uuid
 
-    from streamdp.service.jobs import JobQueue, JobWorker, fetch_model
+    from streamdp.service import JobQueue, JobWorker, fetch_model
     from streamdp.service.ledger_store import RedisLedger
     from streamdp.service.producer import Producer
 
@@ -287,7 +288,7 @@ def test_full_pipeline_under_acl_users(acl, model, votes):
     from streamdp.service.consumer import Consumer
     from streamdp.service.keys import Keys
     from streamdp.service.producer import Producer
-    from streamdp.service.worker import Worker
+    from streamdp.service.stream_worker import Worker
 
     X, y = votes.X[:300], votes.y[:300]
     with Producer(acl.url("producer"), model, batch_size=50) as prod:
@@ -336,7 +337,7 @@ def test_cli_under_acl_users(acl, votes, unique_name, tmp_path, capsys):
     """create (admin) -> push (producer) -> show/list/get (consumer); stats are private (worker/admin only)."""
     import json
 
-    from streamdp.service.worker import Worker
+    from streamdp.service.stream_worker import Worker
 
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(votes.schema.to_dict()))
@@ -426,7 +427,7 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
 def test_per_model_worker_user_from_the_shipped_line(acl, model, votes, unique_name):
     """deploy/README.md: replacing {*} by {NAME} in the worker line confines a worker to one model."""
     from streamdp.service.registry import create_model
-    from streamdp.service.worker import Worker
+    from streamdp.service.stream_worker import Worker
 
     line = next(ln for ln in (DEPLOY / "users.acl").read_text().splitlines() if ln.startswith("user worker "))
     rules = line.split()[2:]

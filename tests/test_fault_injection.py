@@ -8,8 +8,8 @@ XAUTOCLAIM after a short idle time). Kills happen
 
 * from inside, at named points, by the worker killing itself with SIGKILL
   (``os.kill(getpid(), SIGKILL)``: no cleanup, no atexit, exactly like an
-  external kill at that instant). The points are injected by wrapping the
-  worker instance's methods in the child process (see docs/FAULT_HOOKS.md):
+  external kill at that instant), through the worker's public test-only hook
+  ``STREAMDP_FAULT_POINTS`` (:mod:`streamdp.service.faults`, docs/service.md):
 
   - ``after_read``: entries read (XREADGROUP / XAUTOCLAIM), nothing processed;
   - ``after_draw``: noise drawn, delta not yet stored (the noise is lost, never released);
@@ -74,55 +74,20 @@ def _wait(cond, timeout: float, what: str) -> None:
         time.sleep(0.01)  # bounded wait on a condition
 
 
-# -- the child: a real Worker with kill points wrapped around its methods ---------------
-def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: str, seed: int,
-                  until_drained: bool) -> None:
-    from streamdp.service.worker import Worker
+# -- the child: a real Worker with fault points set in its environment --------------------
+def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: str, until_drained: bool) -> None:
+    from streamdp.service.stream_worker import Worker
 
-    rng = random.Random(seed)
-
-    def maybe_die(point: str) -> None:
-        if p_kill > 0 and rng.random() < p_kill:
-            fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            os.write(fd, f"{point}\n".encode())
-            os.close(fd)
-            os.kill(os.getpid(), signal.SIGKILL)
-
+    if p_kill > 0:
+        # a stall past the claim idle time before a commit: another worker reclaims the entries while this one
+        # still holds their deltas; its commit must then be rejected (not-owner / not-pending)
+        os.environ["STREAMDP_FAULT_POINTS"] = ",".join(
+            [f"{pt}:{p_kill}" for pt in POINTS] + [f"before_commit:{p_kill / 2}:stall={3 * CLAIM_IDLE_MS / 1000}"])
+        os.environ["STREAMDP_FAULT_LOG"] = log_path
+    else:
+        os.environ.pop("STREAMDP_FAULT_POINTS", None)
     w = Worker(url, model, consumer=consumer, block_ms=50, claim_idle_ms=CLAIM_IDLE_MS, claim_every_s=0.05,
                batch_entries=3, max_deliveries=10_000, trim_every=5)
-
-    handle, delta, commit_entries, commit = w._handle, w._delta, w._commit_entries, w._commit
-    draw = w.spec.noisy_delta_encoded
-
-    def _handle(entries):
-        maybe_die("after_read")
-        return handle(entries)
-
-    def _draw(X, y):
-        out = draw(X, y)
-        maybe_die("after_draw")
-        return out
-
-    def _delta(batch):
-        out = delta(batch)
-        maybe_die("after_store")
-        return out
-
-    def _commit_entries(*a, **kw):
-        maybe_die("before_commit")
-        if p_kill > 0 and rng.random() < p_kill / 2:
-            # a stall past the claim idle time: another worker reclaims the entries while this one
-            # still holds their deltas; its commit must then be rejected (not-owner / not-pending)
-            time.sleep(3 * CLAIM_IDLE_MS / 1000)
-        return commit_entries(*a, **kw)
-
-    def _commit(*a, **kw):
-        out = commit(*a, **kw)
-        maybe_die("in_commit")
-        return out
-
-    w._handle, w._delta, w._commit_entries, w._commit = _handle, _delta, _commit_entries, _commit
-    w.spec.noisy_delta_encoded = _draw
     w.run(until_drained=until_drained, max_seconds=150, handle_signals=True)
     os._exit(0)
 
@@ -143,8 +108,7 @@ class Fleet:
             self.restarts_same_name += 1
         name = name or f"w-{uuid.uuid4().hex[:8]}"
         p = self.ctx.Process(target=_worker_child,
-                             args=(self.url, self.model, name, p_kill, self.log_path, self.rng.getrandbits(32),
-                                   until_drained), daemon=True)
+                             args=(self.url, self.model, name, p_kill, self.log_path, until_drained), daemon=True)
         p.start()
         self.names[p.pid] = name
         self.procs.append(p)

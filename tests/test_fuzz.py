@@ -207,7 +207,7 @@ class Gen:
 
 
 def _child(url: str, model: str) -> None:
-    from streamdp.service.worker import Worker
+    from streamdp.service.stream_worker import Worker
 
     Worker(url, model, batch_entries=64, block_ms=50, claim_idle_ms=5000).run(until_drained=True, max_seconds=150)
     os._exit(0)

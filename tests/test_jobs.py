@@ -29,15 +29,16 @@ from streamdp.jobs import JobError, JobSpec, run_job
 from streamdp.ledger import BudgetExceeded, InMemoryLedger
 from streamdp.learners import load_model
 from streamdp.service import codec
-from streamdp.service import jobs as sjobs
+from streamdp.service import job_queue, job_worker
 from streamdp.service.consumer import Consumer
-from streamdp.service.jobs import JobQueue, JobWorker, fetch_model, read_model_records
+from streamdp.service.job_queue import JobQueue, fetch_model
+from streamdp.service.job_worker import JobWorker, read_model_records
 from streamdp.service.keys import REGISTRY, GROUP, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model
 from streamdp.service.retention import get_retention, set_retention
-from streamdp.service.worker import Worker
+from streamdp.service.stream_worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 VOTES = load("congressional-voting")
@@ -67,11 +68,11 @@ def queue(r):
     yield q, created
     ids = [i.decode() for i in r.zrange(f"{q}:index", 0, -1)]
     for i in ids:
-        res = r.hget(sjobs.job_key(i), "result")
+        res = r.hget(job_queue.job_key(i), "result")
         if res:
             r.hdel(REGISTRY, res.decode())
             r.delete(Keys(res.decode()).pub_model)
-        r.delete(sjobs.job_key(i))
+        r.delete(job_queue.job_key(i))
     r.delete(q, f"{q}:index")
 
 
@@ -150,7 +151,7 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
 def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queue, monkeypatch):
     q, _ = queue
     reads = []
-    monkeypatch.setattr(sjobs, "read_model_records", lambda *a, **k: reads.append(a) or (_ for _ in ()).throw(
+    monkeypatch.setattr(job_worker, "read_model_records", lambda *a, **k: reads.append(a) or (_ for _ in ()).throw(
         AssertionError("data read")))
     before = RedisLedger(r).spent(model)
     jq = JobQueue(r, q)
@@ -451,3 +452,13 @@ def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, qu
     assert rc == 2 and "has no parameter 'trees'" in capsys.readouterr().err
     rc, _ = _cli(redis_url, "job", "submit", "nope", "--source", model, "--epsilon", "1", "--queue", q)
     assert rc == 2 and "unknown algorithm 'nope'" in capsys.readouterr().err
+
+
+def test_job_entry_with_undecodable_fields_is_acked_and_the_job_worker_goes_on(r, queue):
+    """A job-queue entry whose job id (or field name) is not UTF-8 is dropped; the job worker does not die."""
+    q, _ = queue
+    w = JobWorker(r, queue=q, block_ms=50)
+    r.xadd(q, {b"job": b"\xff\xfe"})
+    r.xadd(q, {b"\xff": b"x"})
+    assert w.run(until_drained=True, max_seconds=20, handle_signals=False) == 2
+    assert r.xlen(q) == 0 and w.drained()

@@ -18,6 +18,7 @@ import redis
 from streamdp.cli import main
 from streamdp.datasets import load
 from streamdp.ledger import TOLERANCE, BudgetExceeded, InMemoryLedger, refusal
+from streamdp.service.connection import connect
 from streamdp.service.keys import REGISTRY, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.registry import create_model, delete_model
@@ -158,7 +159,7 @@ def test_redis_layout_and_names(redis_url, source):
 def _charger(url: str, source: str, n: int, epsilon: float, key: str, gate: str) -> None:
     """Child process: wait at the gate, charge n times; exit code = number of successful charges."""
     led = RedisLedger(url)
-    r = led.r
+    r = connect(url, block_s=60)  # the socket outlasts the blocking pop (redis-py 8 would give up after 5 s)
     r.rpush(f"{gate}:ready", os.getpid())
     if r.blpop([f"{gate}:go"], timeout=60) is None:
         os._exit(255)
@@ -180,7 +181,7 @@ def _race(url: str, source: str, procs: int, n: int, epsilon: float, key: str = 
     ps = [ctx.Process(target=_charger, args=(url, source, n, epsilon, key, gate)) for _ in range(procs)]
     for p in ps:
         p.start()
-    r = redis.Redis.from_url(url)
+    r = connect(url, block_s=120)
     try:
         for _ in range(procs):  # bounded wait for every process to be at the gate
             assert r.blpop([f"{gate}:ready"], timeout=120) is not None, "a charging process never started"

@@ -94,3 +94,34 @@ def test_model_keys_share_one_cluster_slot(redis_url, model):
     r = redis.Redis.from_url(redis_url)
     keys = list(r.scan_iter(match=Keys(model).pattern))
     assert len(keys) >= 5 and len({key_slot(k) for k in keys}) == 1
+
+
+def test_entry_with_a_non_utf8_field_name_is_dead_lettered_and_the_worker_goes_on(redis_url, model):
+    """Issue 12 item 1: ``XADD stream * "\\xff" x`` (no ``d`` field, a field name that is not UTF-8) used to
+    raise UnicodeDecodeError in the worker's decode step and kill every worker that read it."""
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4)
+    keys = Keys(model)
+    r = redis.Redis.from_url(redis_url)
+    p = Producer(redis_url, model)
+    p.push(DS.X[:20], DS.y[:20])
+    bad = r.xadd(keys.records, {b"\xff": b"x"}).decode()
+    r.xadd(keys.records, {b"\xfe\x00": b"\xff", b"e": b"1"})  # several fields, none of them d
+    p.push(DS.X[20:50], DS.y[20:50])
+    w = Worker(redis_url, model, block_ms=50, batch_entries=2)
+    th = threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
+    th.start()
+    try:
+        _wait(lambda: Consumer(redis_url, model).version() >= 2, what="the good batches to merge")
+        p.push(DS.X[50:80], DS.y[50:80])  # pushed after the bad entries were read
+        _wait(lambda: Consumer(redis_url, model).latest().n_releases == 3, what="a later batch to merge")
+        assert th.is_alive(), "the worker died on the bad entries"
+    finally:
+        w.stop()
+        th.join(10)
+    f = Consumer(redis_url, model).latest()
+    assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X[:80], DS.y[:80]))
+    dead = r.xrange(keys.dead)
+    assert len(dead) == 2
+    fields = dict(dead[0][1])
+    assert fields[b"entry"].decode() == bad and fields[b"reason"] == b"entry has no 'd' field"
+    assert collect(redis_url, model)["pending"] == 0

@@ -7,6 +7,7 @@ import math
 import msgpack
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 fakeredis = pytest.importorskip("fakeredis")
 pytest.importorskip("lupa")
@@ -17,10 +18,11 @@ from streamdp.service import codec  # noqa: E402
 from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
 from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import (  # noqa: E402
-    ModelExists, ModelNotFound, counts_from_bytes, create_model, delete_model, list_models, show_model)
+    ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model)
 from streamdp.service.stats import collect, prometheus_text  # noqa: E402
-from streamdp.service.worker import Worker  # noqa: E402
+from streamdp.service.stream_worker import Worker  # noqa: E402
 
 DS = load("congressional-voting")
 
@@ -390,3 +392,53 @@ def test_consumer_notices_a_recreated_model(r):
     again = c.latest()
     assert not np.array_equal(again.structure.feature, first.structure.feature) or \
         not np.array_equal(again.structure.threshold, first.structure.threshold)
+
+
+# -- the decode boundary is total (issue 12 item 1) -------------------------------------
+_FIELD_MAPS = st.dictionaries(
+    st.one_of(st.binary(max_size=12), st.just(b"d"), st.sampled_from([b"\xff", b"\xfe\x00", b"\xc3("])),
+    st.one_of(st.binary(max_size=64), st.builds(lambda d: codec.encode_batch(DS.schema, DS.X[:2], DS.y[:2]) + d,
+                                                st.binary(max_size=4))),
+    max_size=6)
+
+
+def test_decode_boundary_turns_any_field_map_into_a_batch_or_a_dead_letter():
+    """Any map of arbitrary bytes (non-UTF-8 field names included), and a deleted entry, becomes either a
+    decoded batch or a dead letter with a reason; the decode step never raises."""
+    from hypothesis import HealthCheck, given, settings
+
+    from streamdp.service.stream_worker import _Entry
+
+    client = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
+    _model(client)
+    w = _worker(client, "m", max_deliveries=3)
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(fields=st.one_of(st.none(), _FIELD_MAPS), deliveries=st.integers(1, 5))
+    def check(fields, deliveries):
+        e = _Entry("1-0", fields, deliveries)
+        w._decode(e)
+        assert (e.batch is None) != (e.dead is None)
+        if e.dead is not None:
+            reason, detail = e.dead
+            assert isinstance(reason, str) and reason.strip() and isinstance(detail, bytes)
+        if deliveries > 3 and fields is not None:
+            assert e.dead is not None and e.dead[0].startswith("poison")
+
+    check()
+
+
+def test_non_utf8_field_name_is_dead_lettered_between_good_batches(r):
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m")
+    k = Keys("m")
+    p.push(DS.X[:10], DS.y[:10])
+    r.xadd(k.records, {b"\xff": b"x"})
+    p.push(DS.X[10:30], DS.y[10:30])
+    w = _worker(r, "m", batch_entries=1)
+    _drain(w)
+    f = Consumer(r, "m").latest()
+    assert f.n_releases == 2 and np.array_equal(f.counts, w.spec.noisy_delta(DS.X[:30], DS.y[:30]))
+    (dead,) = r.xrange(k.dead)
+    assert dead[1][b"reason"] == b"entry has no 'd' field"
+    assert msgpack.unpackb(dead[1][b"detail"], strict_map_key=False) == {b"\xff": b"x"}

@@ -1,6 +1,6 @@
 """Job worker: ``python workers/job_worker.py [--once | --until-drained]``.
 
-A thin entry point; the logic is :mod:`streamdp.service.jobs`
+A thin entry point; the logic is :mod:`streamdp.service.job_worker`
 (same as ``streamdp job worker``).
 """
 

@@ -1,6 +1,6 @@
 """Stream tally worker: ``python workers/stream_worker.py MODEL [--processes N]``.
 
-A thin entry point; the logic is :mod:`streamdp.service.worker`
+A thin entry point; the logic is :mod:`streamdp.service.stream_worker`
 (same as ``streamdp worker MODEL``).
 """
 

@@ -46,10 +46,10 @@ def redact(url: str) -> str:
 
 
 def client(args: argparse.Namespace) -> Any:
-    """A ``redis.Redis`` client for :func:`redis_url`."""
-    import redis
+    """A ``redis.Redis`` client for :func:`redis_url`, with the service's explicit socket timeouts."""
+    from ..service.connection import connect
 
-    return redis.Redis.from_url(redis_url(args))
+    return connect(redis_url(args))
 
 
 class Progress:

@@ -46,7 +46,7 @@ def demo(args: argparse.Namespace) -> int:
     from ..service.embedded import resolve_redis
     from ..service.producer import Producer
     from ..service.registry import create_model, delete_model
-    from ..service.worker import WorkerPool
+    from ..service.pool import WorkerPool
 
     ds = load("congressional-voting")
     rng = np.random.default_rng(args.shuffle_seed)

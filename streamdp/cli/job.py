@@ -89,7 +89,7 @@ def _line(st: dict) -> str:
 
 def submit(args: argparse.Namespace) -> int:
     from ..jobs import parse_param
-    from ..service.jobs import FINAL, JobQueue
+    from ..service.job_queue import FINAL, JobQueue
 
     params = dict(parse_param(p) for p in args.param)
     q = JobQueue(client(args), args.queue)
@@ -110,7 +110,7 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    from ..service.jobs import JobQueue
+    from ..service.job_queue import JobQueue
 
     st = JobQueue(client(args), args.queue).status(args.id)
     if args.json:
@@ -127,7 +127,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def list_(args: argparse.Namespace) -> int:
-    from ..service.jobs import JobQueue
+    from ..service.job_queue import JobQueue
 
     jobs = JobQueue(client(args), args.queue).list(args.limit)
     if args.json:
@@ -139,7 +139,7 @@ def list_(args: argparse.Namespace) -> int:
 
 def result(args: argparse.Namespace) -> int:
     from ..learners import load_model
-    from ..service.jobs import JobQueue
+    from ..service.job_queue import JobQueue
 
     data = JobQueue(client(args), args.queue).result_bytes(args.id)
     model = load_model(data)
@@ -166,7 +166,7 @@ def algorithms(args: argparse.Namespace) -> int:
 
 
 def worker(args: argparse.Namespace) -> int:
-    from ..service.jobs import JobWorker
+    from ..service.job_worker import JobWorker
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     w = JobWorker(client(args), queue=args.queue, claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)

@@ -115,7 +115,7 @@ def get(args: argparse.Namespace) -> int:
     if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
         if args.version not in (None, 1):
             raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")
-        from ..service.jobs import fetch_model
+        from ..service.job_queue import fetch_model
 
         f = fetch_model(r, args.name)
         data = f.to_bytes()

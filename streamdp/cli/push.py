@@ -32,7 +32,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def _read_csv(path: str, schema, label: str | None, header: bool) -> tuple[list, list]:
     """``(records in schema order, labels)`` of a CSV file; a clear ``SystemExit`` on a missing column."""
-    from ..csvrows import parse_row
+    from ..sources import parse_row
 
     with open(path, newline="", encoding="utf-8") as fh:
         rows = list(csv.reader(fh))

@@ -42,12 +42,14 @@ import numpy as np
 from .. import blob
 from ..schema import Categorical, Schema
 
-__all__ = ["Batch", "EnvelopeError", "encode_batch", "encode_records", "decode", "FORMAT", "MAX_RECORDS"]
+__all__ = ["Batch", "EnvelopeError", "encode_batch", "encode_records", "decode", "decode_entry", "entry_detail",
+           "FORMAT", "MAX_RECORDS"]
 
 FORMAT = "streamdp.batch"
 FORMAT_VERSION = 1
 MAX_RECORDS = 1_000_000  # per entry; producers split larger inputs
 MAX_ENTRY_BYTES = 64 << 20
+DETAIL_MAX = 1 << 20  # bytes of an undecodable entry kept in its dead letter
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 
 
@@ -175,6 +177,55 @@ def decode(schema: Schema, data: Any) -> Batch:
             raise EnvelopeError("invalid must be a list of [row, reason]")
         pre.append((int(item[0]), "producer: " + item[1][:500]))
     return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre))
+
+
+def entry_detail(fields: Any) -> bytes:
+    """What a dead letter keeps of a stream entry: its ``d`` payload, else its whole field map (msgpack;
+    field names that are not UTF-8 stay bytes), at most :data:`DETAIL_MAX` bytes. Never raises.
+
+    >>> entry_detail({b"\\xff": b"x"})
+    b'\\x81\\xc4\\x01\\xff\\xc4\\x01x'
+    """
+    try:
+        data = fields.get(b"d", fields.get("d"))
+        if isinstance(data, bytes):
+            return data[:DETAIL_MAX]
+        return msgpack.packb({_text_or_bytes(k): v for k, v in fields.items()}, use_bin_type=True)[:DETAIL_MAX]
+    except Exception:
+        return b""
+
+
+def _text_or_bytes(k: Any) -> Any:
+    if isinstance(k, bytes):
+        try:
+            return k.decode()
+        except UnicodeDecodeError:
+            return k
+    return k
+
+
+def decode_entry(schema: Schema, fields: Any) -> tuple[Batch | None, tuple[str, bytes] | None]:
+    """One stream entry's field map to ``(batch, None)`` or ``(None, (dead-letter reason, detail))``.
+
+    Total: any map of arbitrary bytes (or anything else) gives one of the two; nothing raises.
+
+    >>> from streamdp.datasets import load
+    >>> decode_entry(load("congressional-voting").schema, {b"\\xff": b"x"})[1][0]
+    "entry has no 'd' field"
+    """
+    if fields is None:
+        return None, ("entry deleted from the stream", b"")
+    if not isinstance(fields, dict):
+        return None, (f"entry fields must be a map, got {type(fields).__name__}", b"")
+    data = fields.get(b"d", fields.get("d"))
+    if data is None:
+        return None, ("entry has no 'd' field", entry_detail(fields))
+    try:
+        return decode(schema, data), None
+    except EnvelopeError as err:
+        return None, (f"undecodable: {err}"[:1000], entry_detail(fields))
+    except Exception as err:  # a codec bug: the entry is still dead-lettered, the worker goes on
+        return None, (f"undecodable (internal {type(err).__name__})", entry_detail(fields))
 
 
 def _decode_codes(schema: Schema, doc: dict):

@@ -11,15 +11,19 @@ import time
 from typing import Any
 
 import msgpack
-import numpy as np
 import redis
 
 from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
+from .connection import connect
 from .keys import Keys
-from .registry import ModelNotFound, connect
+from .published import counts_dtype, forest_from_counts
+from .registry import ModelNotFound
 
 __all__ = ["Consumer", "VersionNotAvailable"]
+
+
+_WAIT_S = 5.0  # longest single pub/sub wait; the version is re-read after each
 
 
 class VersionNotAvailable(LookupError):
@@ -38,6 +42,7 @@ class Consumer:
         self._cached: PrivateForest | None = None
         self._template: tuple[PrivateForest, dict] | None = None
         self._model_id: bytes | None = None
+        self._listener: redis.Redis | None = None
 
     def version(self) -> int:
         """The latest published version number (one small read)."""
@@ -80,18 +85,8 @@ class Consumer:
     def _from_counts(self, version: Any, counts: Any, releases: Any) -> PrivateForest | None:
         if version is None or counts is None or releases is None:
             return None
-        base, _ = self._template
-        dt = np.dtype("<f8" if base.mechanism == "laplace" else "<i8")
-        if len(counts) != dt.itemsize * int(np.prod(base.shape)):
-            return None
-        arr = np.frombuffer(counts, dtype=dt).reshape(base.shape)
-        if dt.kind == "f" and not np.all(np.isfinite(arr)):
-            return None
         try:
-            return PrivateForest(base.schema, base.structure, epsilon=base.epsilon, mechanism=base.mechanism,
-                                 k=base.k, beta=base.beta, vote=base.vote, budget=base.budget,
-                                 counts=arr.astype(dt.newbyteorder("=")), version=int(version),
-                                 n_releases=int(releases), private=base.private)
+            return forest_from_counts(self._template[0], counts, version, releases)
         except ValueError:
             return None
 
@@ -105,13 +100,9 @@ class Consumer:
             doc = blob.loads(data, FORMAT, FORMAT_VERSION)
             if any(doc.get(f) != tdoc.get(f) for f in ("schema", "params", "privacy", "structure")):
                 return None
-            counts = blob.unpack_array(doc.get("counts"), "counts", "<f8" if base.mechanism == "laplace" else "<i8",
-                                       ndim=3)
-            version = blob.field(doc, "version", int, FORMAT)
-            releases = blob.field(doc, "n_releases", int, FORMAT)
-            return PrivateForest(base.schema, base.structure, epsilon=base.epsilon, mechanism=base.mechanism,
-                                 k=base.k, beta=base.beta, vote=base.vote, budget=base.budget, counts=counts.copy(),
-                                 version=version, n_releases=releases, private=base.private)
+            counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(base.mechanism), ndim=3)
+            return base.with_counts(counts.copy(), version=blob.field(doc, "version", int, FORMAT),
+                                    n_releases=blob.field(doc, "n_releases", int, FORMAT))
         except ValueError:
             return None  # let the full validation give the error
 
@@ -136,13 +127,15 @@ class Consumer:
         delays, never hangs.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        ps = self.redis.pubsub(ignore_subscribe_messages=True)
+        if self._listener is None:  # a client whose socket timeout outlasts one wait
+            self._listener = connect(self.redis, block_s=_WAIT_S)
+        ps = self._listener.pubsub(ignore_subscribe_messages=True)
         try:
             ps.subscribe(self.keys.pub_events)
             while True:
                 if self.version() > version:
                     return self.latest()
-                left = 5.0 if deadline is None else min(5.0, deadline - time.monotonic())
+                left = _WAIT_S if deadline is None else min(_WAIT_S, deadline - time.monotonic())
                 if left <= 0:
                     return None
                 try:
@@ -162,6 +155,8 @@ class Consumer:
                 pass
 
     def close(self) -> None:
+        if self._listener is not None and self._listener is not self.redis:
+            self._listener.close()
         self.redis.close()
 
     def __enter__(self) -> "Consumer":

@@ -25,6 +25,7 @@ from typing import Any
 import msgpack
 
 from ..ledger import TOLERANCE, Ledger, Spend, check_charge, refusal
+from .connection import connect
 from .keys import check_name
 
 __all__ = ["RedisLedger", "ledger_keys"]
@@ -93,8 +94,6 @@ class RedisLedger(Ledger):
     """A :class:`~streamdp.ledger.Ledger` shared by every process through Redis."""
 
     def __init__(self, r: Any = None):
-        from .registry import connect
-
         self.r = connect(r)
         self._charge = self.r.register_script(_CHARGE)
         self._set_budget = self.r.register_script(_SET_BUDGET)

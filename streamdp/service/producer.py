@@ -10,8 +10,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from . import codec
+from .connection import connect
 from .keys import Keys
-from .registry import connect, load_spec
+from .registry import load_spec
 
 __all__ = ["Producer"]
 

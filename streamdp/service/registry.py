@@ -21,15 +21,16 @@ import time
 import uuid
 from typing import Any
 
-import numpy as np
 import redis
 
 from ..forest import PrivateForest
 from ..schema import Schema
+from .connection import connect
 from .keys import GROUP, REGISTRY, Keys
+from .ledger_store import RedisLedger
+from .published import published_fields
 
-__all__ = ["create_model", "list_models", "show_model", "delete_model", "load_spec", "ModelNotFound", "ModelExists",
-           "connect"]
+__all__ = ["create_model", "list_models", "show_model", "delete_model", "load_spec", "ModelNotFound", "ModelExists"]
 
 
 class ModelNotFound(KeyError):
@@ -38,17 +39,6 @@ class ModelNotFound(KeyError):
 
 class ModelExists(ValueError):
     pass
-
-
-def connect(r: "redis.Redis | str | None") -> redis.Redis:
-    """A redis client from a client, a URL, or None (``$REDIS_URL``, else localhost)."""
-    if isinstance(r, (str, type(None))):
-        import os
-
-        from .embedded import DEFAULT_URL
-
-        return redis.Redis.from_url(r or os.environ.get("REDIS_URL") or DEFAULT_URL)
-    return r
 
 
 def _summary(forest: PrivateForest, name: str) -> dict:
@@ -119,14 +109,13 @@ def create_model(
     except BaseException:
         r.hdel(REGISTRY, name)
         raise
-    spec = forest.to_bytes()
+    pub = published_fields(forest)  # version 0: the spec itself, empty counts
+    spec = pub["blob"]
     now = int(time.time() * 1000)
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)
-    p.hset(keys.state, mapping={"version": 0, "counts": forest.counts.tobytes(), "releases": 0})
-    p.hset(keys.pub_model, mapping={"version": 0, "blob": spec, "updated": now, "releases": 0,
-                                    "counts": forest.counts.astype(forest.counts.dtype.newbyteorder("<")).tobytes(),
-                                    "model_id": model_id})
+    p.hset(keys.state, mapping={"version": 0, "counts": pub["counts"], "releases": 0})
+    p.hset(keys.pub_model, mapping={**pub, "updated": now, "model_id": model_id})
     p.set(keys.pub_version(0), spec)
     p.execute()
     try:
@@ -141,7 +130,6 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
                   model_id: str) -> None:
     """Charge the model's epsilon/delta to the ledger of source ``name`` (setting or raising its budget)."""
     from ..ledger import BudgetExceeded
-    from .ledger_store import RedisLedger
 
     ledger = RedisLedger(r)
     current = ledger.budget(name)
@@ -218,10 +206,3 @@ def delete_model(r: Any, name: str) -> int:
         raise ModelNotFound(f"no model named {name!r}")
     return n
 
-
-def counts_from_bytes(data: bytes, forest: PrivateForest) -> np.ndarray:
-    dt = np.float64 if forest.mechanism == "laplace" else np.int64
-    arr = np.frombuffer(data, dtype=np.dtype(dt).newbyteorder("<"))
-    if arr.size != int(np.prod(forest.shape)):
-        raise ValueError(f"state counts have {arr.size} cells, the forest {forest.shape}")
-    return arr.reshape(forest.shape).astype(dt)

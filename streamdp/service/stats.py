@@ -13,8 +13,8 @@ from typing import Any
 
 import redis
 
+from .connection import connect
 from .keys import GROUP, Keys, as_str
-from .registry import connect
 
 __all__ = ["collect", "prometheus_text"]
 

@@ -18,40 +18,38 @@ One loop step:
    arrives, the stream is trimmed with ``MINID`` to the model's retention
    window, no further than the oldest pending entry (never past an unacked entry).
 
-Counters live in ``priv:stats`` (see :mod:`.stats`); logs are JSON lines on
-the ``streamdp.worker`` logger.
+Steps 1-2 are the consumer-group loop shared with the job worker
+(:mod:`.group`). Counters live in ``priv:stats`` (see :mod:`.stats`); logs are
+JSON lines on the ``streamdp.worker`` logger. Test-only fault points:
+:mod:`.faults`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import multiprocessing as mp
-import os
-import signal
-import socket
 import secrets
-import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 import numpy as np
 import redis
 
 from .. import blob
-from ..forest import PrivateForest
 from . import codec
 from .commit import COMMIT_LUA
+from .connection import connect
+from .faults import FaultPoints
+from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
-from .registry import connect, counts_from_bytes, load_spec
+from .published import counts_dtype, counts_from_bytes, counts_to_bytes
+from .registry import load_spec
 from .retention import policy_minid, trim_minid
 
-__all__ = ["Worker", "WorkerConfig", "WorkerPool", "run_workers"]
+__all__ = ["Worker", "WorkerConfig"]
 
 log = logging.getLogger("streamdp.worker")
-DETAIL_MAX = 1 << 20  # bytes of an undecodable payload kept in its dead letter
 
 
 @dataclass
@@ -72,28 +70,34 @@ class WorkerConfig:
 
 
 def _jlog(level: int, event: str, **kv: Any) -> None:
-    if log.isEnabledFor(level):
-        log.log(level, json.dumps({"ts": round(time.time(), 3), "event": event, **kv}, default=str))
+    jlog(log, level, event, **kv)
 
 
-def _le_bytes(a: np.ndarray) -> bytes:
-    return np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<")).tobytes()
-
-
-class _Entry:
-    __slots__ = ("id", "fields", "deliveries", "batch", "dead")
+class _Entry(Entry):
+    """A stream entry with what the worker made of it: a decoded batch, or a dead-letter reason and detail."""
 
     def __init__(self, id: str, fields: Any, deliveries: int = 1):
-        self.id, self.fields, self.deliveries = id, fields, deliveries
+        super().__init__(id, fields, deliveries)
         self.batch: codec.Batch | None = None
         self.dead: tuple[str, bytes] | None = None
 
 
-class Worker:
-    """One worker process (a consumer in group ``workers`` of the model's record stream)."""
+def _no_fault(point: str) -> None:
+    pass
+
+
+class Worker(GroupLoop):
+    """One worker process (a consumer in group ``workers`` of the model's record stream).
+
+    ``faults``: test-only fault points (:mod:`.faults`); default: ``$STREAMDP_FAULT_POINTS``, normally unset.
+    """
+
+    log = log
+    event_prefix = "worker"
 
     def __init__(self, redis_url: Any = None, model: str = "", *, consumer: str | None = None,
-                 config: WorkerConfig | None = None, **overrides: Any):
+                 config: WorkerConfig | None = None, faults: FaultPoints | None = None, **overrides: Any):
+        super().__init__()
         if not model:
             raise ValueError("Worker needs a model name")
         self.config = config or WorkerConfig()
@@ -103,175 +107,77 @@ class Worker:
             setattr(self.config, k, v)
         if not 1 <= self.config.batch_entries <= 1000:
             raise ValueError("batch_entries must be in 1..1000 (entries per atomic commit)")
-        self.redis = connect(redis_url)
+        cfg = self.config
+        self.redis = connect(redis_url, block_s=cfg.block_ms / 1000)
         self.keys = Keys(model)
         self.model = model
         self.spec = load_spec(self.redis, model)
         self.schema = self.spec.schema
-        self.name = consumer or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.name = consumer or consumer_name()
+        self.reader = GroupReader(self.redis, self.keys.records, GROUP, self.name, block_ms=cfg.block_ms,
+                                  claim_idle_ms=cfg.claim_idle_ms, claim_every_s=cfg.claim_every_s,
+                                  stats=self.keys.stats, logger=log, context={"model": model})
         self._commit = self.redis.register_script(COMMIT_LUA)
         self._forget = self.redis.register_script(FORGET_LUA)
-        self._stop = threading.Event()
+        self._fault: Callable[[str], None] = faults or FaultPoints.from_env() or _no_fault
         self._state_version: int | None = None
         self._counts: np.ndarray | None = None
         self._releases = 0
-        self._claim_cursor = "0-0"
-        self._last_claim = 0.0
-        self._own_pel_read = False
         self._commits_since_trim = 0
         self._last_trim = time.monotonic()
         self._dtype = np.float64 if self.spec.mechanism == "laplace" else np.int64
-        try:
-            self.redis.xgroup_create(self.keys.records, GROUP, id="0", mkstream=True)
-        except redis.ResponseError as e:
-            if "BUSYGROUP" not in str(e):
-                raise
+        self.reader.create()
 
-    # -- control -------------------------------------------------------------
-    def stop(self, *_: Any) -> None:
-        """Ask the loop to stop after the step in hand (SIGTERM handler)."""
-        self._stop.set()
+    # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
+    def _log_context(self) -> dict:
+        return {"model": self.model}
 
-    @property
-    def stopping(self) -> bool:
-        return self._stop.is_set()
-
-    def run(self, *, until_drained: bool = False, max_seconds: float | None = None,
-            handle_signals: bool = True) -> None:
-        """Loop until :meth:`stop` (or SIGTERM/SIGINT), or until the stream is drained if asked."""
-        if handle_signals and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.stop)
-            signal.signal(signal.SIGINT, self.stop)
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    def _on_start(self) -> None:
         _jlog(logging.INFO, "worker.start", model=self.model, consumer=self.name, config=asdict(self.config))
-        backoff = 0.0
-        try:
-            while not self._stop.is_set():
-                try:
-                    n = self.step()
-                    if n == 0 and until_drained and self.drained():
-                        break
-                    backoff = 0.0
-                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as err:
-                    # Redis restarting / failing over: entries in hand stay pending (re-read or reclaimed later).
-                    backoff = min(5.0, max(0.1, backoff * 2))
-                    _jlog(logging.WARNING, "worker.disconnected", model=self.model, error=str(err), retry_s=backoff)
-                    self._stop.wait(backoff)
-                    self._own_pel_read = False
-                    self._state_version = None
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-        finally:
-            self._shutdown()
 
-    def _shutdown(self) -> None:
-        try:
-            mine = self.redis.xpending_range(self.keys.records, GROUP, "-", "+", 1, consumername=self.name)
-            if not mine:  # nothing in hand: leave the group cleanly
-                self.redis.xgroup_delconsumer(self.keys.records, GROUP, self.name)
-        except redis.RedisError:
-            pass
+    def _on_disconnect(self) -> None:
+        self.reader.reset()
+        self._state_version = None
+
+    def _on_stop(self) -> None:
+        self.reader.leave()  # nothing in hand: leave the group cleanly
         _jlog(logging.INFO, "worker.stop", model=self.model, consumer=self.name)
 
     def drained(self) -> bool:
         """No entry waits: nothing pending in the group and every entry delivered."""
-        try:
-            groups = self.redis.xinfo_groups(self.keys.records)
-            stream = self.redis.xinfo_stream(self.keys.records)
-        except redis.ResponseError:
-            return True
-        g = next((g for g in groups if as_str(g["name"]) == GROUP), None)
-        if g is None:
-            return False
-        last = stream.get("last-generated-id")
-        return int(g["pending"]) == 0 and (stream.get("length", 0) == 0 or as_str(g["last-delivered-id"]) == as_str(last))
+        return self.reader.drained()
 
     # -- one step ------------------------------------------------------------
     def step(self, block_ms: int | None = None) -> int:
         """Read, process and commit up to ``batch_entries`` entries; returns how many were handled."""
-        cfg = self.config
-        k = cfg.batch_entries
-        entries: list[_Entry] = []
-        try:
-            if not self._own_pel_read:  # a restarted worker with a fixed name re-reads its own PEL first
-                self._own_pel_read = True
-                resp = self.redis.xreadgroup(GROUP, self.name, {self.keys.records: "0"}, count=k)
-                entries += self._entries(resp)
-            now = time.monotonic()
-            if len(entries) < k and now - self._last_claim >= cfg.claim_every_s:
-                self._last_claim = now
-                entries += self._claim(k - len(entries))
-            if len(entries) < k:
-                block = None if entries else (cfg.block_ms if block_ms is None else block_ms)
-                resp = self.redis.xreadgroup(GROUP, self.name, {self.keys.records: ">"}, count=k - len(entries),
-                                             block=block)
-                entries += self._entries(resp)
-        except redis.ResponseError as e:
-            if "NOGROUP" in str(e):
-                _jlog(logging.WARNING, "worker.nogroup", model=self.model)
-                self._stop.set()
-                return 0
-            raise
+        entries = [_Entry(e.id, e.fields, e.deliveries) for e in self.reader.read(self.config.batch_entries, block_ms)]
         if not entries:
-            if time.monotonic() - self._last_trim >= cfg.trim_idle_s:
+            if time.monotonic() - self._last_trim >= self.config.trim_idle_s:
                 self.trim()  # without traffic no commit triggers a trim: the retention window still holds
             return 0
+        self._fault("after_read")
         self._handle(entries)
         return len(entries)
 
     def _entries(self, resp: Any) -> list[_Entry]:
-        out = []
-        for _stream, items in resp or []:
-            for eid, fields in items:
-                out.append(_Entry(as_str(eid), fields))
-        if out:
-            self.redis.hincrby(self.keys.stats, "entries_read", len(out))
-        return out
-
-    def _claim(self, count: int) -> list[_Entry]:
-        cfg = self.config
-        res = self.redis.xautoclaim(self.keys.records, GROUP, self.name, cfg.claim_idle_ms,
-                                    start_id=self._claim_cursor, count=count)
-        cursor, items = res[0], res[1]
-        deleted = res[2] if len(res) > 2 else []
-        self._claim_cursor = as_str(cursor)
-        if deleted:
-            self.redis.hincrby(self.keys.stats, "lost_trimmed", len(deleted))
-            _jlog(logging.ERROR, "worker.lost_trimmed", model=self.model, ids=[as_str(d) for d in deleted])
-        entries = [_Entry(as_str(eid), fields) for eid, fields in items]
-        if not entries:
-            return []
-        p = self.redis.pipeline(transaction=False)
-        for e in entries:
-            p.xpending_range(self.keys.records, GROUP, e.id, e.id, 1)
-        for e, info in zip(entries, p.execute()):
-            e.deliveries = int(info[0]["times_delivered"]) if info else 1
-        self.redis.hincrby(self.keys.stats, "claimed", len(entries))
-        _jlog(logging.INFO, "worker.claimed", model=self.model, consumer=self.name, n=len(entries))
-        return entries
+        return [_Entry(e.id, e.fields, e.deliveries) for e in self.reader.parse(resp)]
 
     def _decode(self, e: _Entry) -> None:
-        fields = e.fields
-        if fields is None:  # entry deleted from the stream while pending
-            e.dead = ("entry deleted from the stream", b"")
-            return
-        data = fields.get(b"d") if isinstance(fields, dict) else None
-        raw = data if isinstance(data, bytes) else msgpack.packb({as_str(k): v for k, v in fields.items()},
-                                                                 use_bin_type=True) if isinstance(fields, dict) else b""
-        if e.deliveries > self.config.max_deliveries:
-            e.dead = (f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})", raw[:DETAIL_MAX])
-            self.redis.hincrby(self.keys.stats, "poison", 1)
-            return
-        if data is None:
-            e.dead = ("entry has no 'd' field", raw[:DETAIL_MAX])
-            return
+        """The decode boundary: a batch, or a dead letter with a reason (total: the worker never dies on input)."""
         try:
-            e.batch = codec.decode(self.schema, data)
-        except codec.EnvelopeError as err:
-            e.dead = (f"undecodable: {err}"[:1000], raw[:DETAIL_MAX])
+            if e.fields is not None and e.poison(self.config.max_deliveries):
+                e.dead = (f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})",
+                          codec.entry_detail(e.fields))
+                self.redis.hincrby(self.keys.stats, "poison", 1)
+                return
+            e.batch, e.dead = codec.decode_entry(self.schema, e.fields)
+            if e.dead is not None and "(internal" in e.dead[0]:
+                _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, reason=e.dead[0])
+        except redis.RedisError:
+            raise
         except Exception as err:  # never die on input
-            e.dead = (f"undecodable (internal {type(err).__name__}: {err})"[:1000], raw[:DETAIL_MAX])
-            _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, error=repr(err))
+            e.batch, e.dead = None, (f"undecodable (internal {type(err).__name__})", b"")
+            _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, error=type(err).__name__)
 
     def _delta(self, batch: codec.Batch) -> np.ndarray:
         """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""
@@ -279,6 +185,7 @@ class Worker:
         stored = self.redis.get(key)
         if stored is None:
             delta = self.spec.noisy_delta_encoded(batch.X, batch.y)
+            self._fault("after_draw")
             packed = msgpack.packb(blob.pack_array(delta.astype(self._dtype)), use_bin_type=True)
             if self.redis.set(key, packed, nx=True):
                 return delta.astype(self._dtype)
@@ -286,8 +193,7 @@ class Worker:
             self.redis.hincrby(self.keys.stats, "delta_reused", 1)
         else:
             self.redis.hincrby(self.keys.stats, "delta_reused", 1)
-        arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "delta", np.dtype(self._dtype).newbyteorder("<").str,
-                                ndim=3)
+        arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "delta", counts_dtype(self.spec.mechanism), ndim=3)
         if arr.shape != self.spec.shape:
             raise ValueError(f"stored delta of {batch.batch_id} has shape {arr.shape}")
         return arr.astype(self._dtype)
@@ -313,6 +219,7 @@ class Worker:
         for bid, e in list(merge.items()):
             try:
                 deltas[bid] = self._delta(e.batch)
+                self._fault("after_store")
             except (ValueError, TypeError) as err:  # a corrupted stored delta: dead-letter, never redraw
                 e.dead = (f"stored delta unusable: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))
@@ -354,11 +261,8 @@ class Worker:
                 new_counts = self._counts + total
                 releases = self._releases + m
                 new_version = v + 1
-                forest = PrivateForest(
-                    self.schema, self.spec.structure, epsilon=self.spec.epsilon, mechanism=self.spec.mechanism,
-                    k=self.spec.k, beta=self.spec.beta, vote=self.spec.vote, budget=self.spec.budget,
-                    counts=new_counts, version=new_version, n_releases=releases, private=self.spec.private)
-                counts_b, blob_b = _le_bytes(new_counts), forest.to_bytes()
+                forest = self.spec.with_counts(new_counts, version=new_version, n_releases=releases)
+                counts_b, blob_b = counts_to_bytes(new_counts), forest.to_bytes()
                 n_records = sum(len(e.batch.y) for e in m_entries)
             keep = cfg.keep_versions
             drop = m > 0 and keep > 0 and new_version - keep >= 0
@@ -374,7 +278,9 @@ class Worker:
             args += [e.id for e in ack_only]
             for d in dead:
                 args += list(d)
+            self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
+            self._fault("in_commit")
             status = as_str(res[0])
             if status == "ok":
                 if m:
@@ -444,7 +350,6 @@ class Worker:
             _jlog(logging.WARNING, "worker.trim_failed", model=self.model, error=str(err))
             return 0
 
-
     def forget_idle_consumers(self) -> list[str]:
         """Remove consumers (e.g. of SIGKILLed workers) idle for ``forget_consumers_s`` with an empty PEL.
 
@@ -473,80 +378,3 @@ return 1
 """
 
 
-def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
-    logging.basicConfig(level=log_level, format="%(message)s")
-    Worker(redis_url, model, **kw).run(until_drained=until_drained)
-
-
-class WorkerPool:
-    """``processes`` worker processes (spawned) for one model; :meth:`stop` ends them gracefully."""
-
-    def __init__(self, model: str, processes: int | None = None, redis_url: Any = None, *,
-                 until_drained: bool = False, log_level: int = logging.INFO, **config: Any):
-        if isinstance(redis_url, redis.Redis):
-            raise TypeError("worker processes need a URL, not a client")
-        for k in config:
-            if not hasattr(WorkerConfig, k):
-                raise TypeError(f"unknown worker option {k!r}")
-        self.n = processes or os.cpu_count() or 1
-        ctx = mp.get_context("spawn")
-        self.procs = [ctx.Process(target=_child, args=(redis_url, model, config, until_drained, log_level),
-                                  daemon=True, name=f"streamdp-worker-{i}") for i in range(self.n)]
-
-    def start(self) -> "WorkerPool":
-        for p in self.procs:
-            p.start()
-        return self
-
-    def alive(self) -> bool:
-        return any(p.is_alive() for p in self.procs)
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for every process to exit by itself; True if they all did."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        for p in self.procs:
-            p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        return not self.alive()
-
-    def stop(self, timeout: float = 10.0) -> list[int | None]:
-        """SIGTERM every worker (each finishes its step), then kill any left after ``timeout``."""
-        for p in self.procs:
-            if p.is_alive():
-                p.terminate()
-        deadline = time.monotonic() + timeout
-        for p in self.procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-            if p.is_alive():
-                p.kill()
-                p.join()
-        return [p.exitcode for p in self.procs]
-
-    def __enter__(self) -> "WorkerPool":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
-
-
-def run_workers(model: str, processes: int | None = None, redis_url: Any = None, *, until_drained: bool = False,
-                log_level: int = logging.INFO, **config: Any) -> list[int | None]:
-    """Run ``processes`` worker processes (default: one per core) until they stop; returns exit codes.
-
-    SIGTERM/SIGINT to this process stop the workers gracefully (each finishes
-    its step); a worker that does not stop within 10 s is killed.
-    """
-    pool = WorkerPool(model, processes, redis_url, until_drained=until_drained, log_level=log_level, **config)
-    stopping = threading.Event()
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGTERM, signal.SIGINT):
-            old[s] = signal.signal(s, lambda *_: stopping.set())
-    pool.start()
-    try:
-        while pool.alive() and not stopping.is_set():
-            stopping.wait(0.2)  # signals interrupt this wait; process exits are checked each 0.2 s
-    finally:
-        codes = pool.stop()
-        for s, h in old.items():
-            signal.signal(s, h)
-    return codes

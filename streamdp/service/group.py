@@ -1,0 +1,250 @@
+"""The consumer-group loop shared by the stream worker and the job worker.
+
+:class:`GroupReader` reads a stream in a consumer group, in this order:
+
+1. once after a (re)start, the consumer's own pending entries (a restarted
+   worker with a fixed name re-reads what it held when it died);
+2. every ``claim_every_s``, ``XAUTOCLAIM`` of entries idle for
+   ``claim_idle_ms`` (held by dead workers), with their delivery counts, so
+   the caller can dead-letter poison entries (:meth:`Entry.poison`);
+3. new entries with ``XREADGROUP ... BLOCK block_ms`` (no block while
+   entries are in hand).
+
+Entries are acked by the caller (the stream worker acks inside its atomic
+commit script, the job worker with :meth:`GroupReader.ack`).
+:class:`GroupLoop` is the run loop around a ``step()``: signals, back-off
+while Redis is away, ``until_drained``, ``max_seconds``.
+
+>>> Entry("1-0", {b"d": b"x"}, deliveries=6).poison(5)
+True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .connection import connect
+from .keys import as_str
+
+__all__ = ["Entry", "GroupReader", "GroupLoop", "jlog", "consumer_name"]
+
+
+def jlog(logger: logging.Logger, level: int, event: str, **kv: Any) -> None:
+    """One JSON log line ``{"ts", "event", **kv}``."""
+    if logger.isEnabledFor(level):
+        logger.log(level, json.dumps({"ts": round(time.time(), 3), "event": event, **kv}, default=str))
+
+
+def consumer_name() -> str:
+    """A unique consumer name: host, pid and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class Entry:
+    """A stream entry as read: id, raw field map (None if deleted while pending), times delivered."""
+
+    id: str
+    fields: Any
+    deliveries: int = 1
+
+    def poison(self, max_deliveries: int) -> bool:
+        """Delivered more than ``max_deliveries`` times (it keeps killing or stalling its readers)."""
+        return self.deliveries > max_deliveries
+
+
+class GroupReader:
+    """Read ``stream`` as ``consumer`` of ``group`` (own PEL once, idle claims, then new entries)."""
+
+    def __init__(self, r: redis.Redis, stream: str, group: str, consumer: str, *, block_ms: int = 1000,
+                 claim_idle_ms: int = 30_000, claim_every_s: float = 1.0, stats: str | None = None,
+                 logger: logging.Logger | None = None, context: dict | None = None):
+        self.r = connect(r, block_s=block_ms / 1000)
+        self.stream, self.group, self.consumer = stream, group, consumer
+        self.block_ms, self.claim_idle_ms, self.claim_every_s = int(block_ms), int(claim_idle_ms), claim_every_s
+        self.stats = stats  # a hash counting entries_read / claimed / lost_trimmed, if given
+        self.log = logger or logging.getLogger("streamdp.group")
+        self.context = context or {}
+        self._claim_cursor = "0-0"
+        self._last_claim = 0.0
+        self._own_pel_read = False
+
+    def create(self) -> None:
+        """Create the group (and the stream) if missing."""
+        try:
+            self.r.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except redis.ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+
+    def reset(self) -> None:
+        """After a lost connection: re-read the own pending entries first."""
+        self._own_pel_read = False
+
+    def read(self, count: int, block_ms: int | None = None) -> list[Entry]:
+        """Up to ``count`` entries: own pending ones (once), claimed idle ones (when due), then new ones."""
+        entries: list[Entry] = []
+        if not self._own_pel_read:
+            self._own_pel_read = True
+            entries += self.parse(self.r.xreadgroup(self.group, self.consumer, {self.stream: "0"}, count=count))
+        now = time.monotonic()
+        if len(entries) < count and now - self._last_claim >= self.claim_every_s:
+            self._last_claim = now
+            entries += self.claim(count - len(entries))
+        if len(entries) < count:
+            block = None if entries else (self.block_ms if block_ms is None else block_ms)
+            resp = self.r.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=count - len(entries),
+                                     block=block)
+            entries += self.parse(resp)
+        return entries
+
+    def parse(self, resp: Any) -> list[Entry]:
+        """An XREADGROUP reply as entries (counted in ``entries_read``)."""
+        out = [Entry(as_str(eid), fields) for _stream, items in resp or [] for eid, fields in items]
+        if out and self.stats:
+            self.r.hincrby(self.stats, "entries_read", len(out))
+        return out
+
+    def claim(self, count: int) -> list[Entry]:
+        """``XAUTOCLAIM`` up to ``count`` entries idle for ``claim_idle_ms``, with their delivery counts."""
+        res = self.r.xautoclaim(self.stream, self.group, self.consumer, self.claim_idle_ms,
+                                start_id=self._claim_cursor, count=count)
+        cursor, items = res[0], res[1]
+        deleted = res[2] if len(res) > 2 else []
+        self._claim_cursor = as_str(cursor)
+        if deleted:
+            if self.stats:
+                self.r.hincrby(self.stats, "lost_trimmed", len(deleted))
+            jlog(self.log, logging.ERROR, "worker.lost_trimmed", **self.context, ids=[as_str(d) for d in deleted])
+        entries = [Entry(as_str(eid), fields) for eid, fields in items]
+        if not entries:
+            return []
+        p = self.r.pipeline(transaction=False)
+        for e in entries:
+            p.xpending_range(self.stream, self.group, e.id, e.id, 1)
+        for e, info in zip(entries, p.execute()):
+            e.deliveries = int(info[0]["times_delivered"]) if info else 1
+        if self.stats:
+            self.r.hincrby(self.stats, "claimed", len(entries))
+        jlog(self.log, logging.INFO, "worker.claimed", **self.context, consumer=self.consumer, n=len(entries))
+        return entries
+
+    def ack(self, ids: list[str], *, delete: bool = False) -> None:
+        """XACK ``ids`` (and XDEL them if ``delete``), atomically."""
+        p = self.r.pipeline(transaction=True)
+        p.xack(self.stream, self.group, *ids)
+        if delete:
+            p.xdel(self.stream, *ids)
+        p.execute()
+
+    def leave(self) -> None:
+        """Leave the group if this consumer holds nothing (its pending entries would be lost otherwise)."""
+        try:
+            mine = self.r.xpending_range(self.stream, self.group, "-", "+", 1, consumername=self.consumer)
+            if not mine:
+                self.r.xgroup_delconsumer(self.stream, self.group, self.consumer)
+        except redis.RedisError:
+            pass
+
+    def drained(self) -> bool:
+        """No entry waits: nothing pending in the group and every entry in the stream delivered."""
+        try:
+            groups = self.r.xinfo_groups(self.stream)
+        except redis.ResponseError:
+            return True  # no stream
+        g = next((g for g in groups if as_str(g["name"]) == self.group), None)
+        if g is None or int(g.get("pending", 0)):
+            return False
+        newest = self.r.xrevrange(self.stream, "+", "-", count=1)
+        if not newest:
+            return True
+        last = tuple(int(x) for x in as_str(g["last-delivered-id"]).split("-"))
+        return tuple(int(x) for x in as_str(newest[0][0]).split("-")) <= last
+
+
+class GroupLoop:
+    """The run loop of a group consumer; subclasses define :meth:`step` (entries handled) and :meth:`drained`."""
+
+    stop_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
+    log = logging.getLogger("streamdp.group")
+    event_prefix = "worker"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+
+    def stop(self, *_: Any) -> None:
+        """Ask the loop to stop after the step in hand (the SIGTERM handler)."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def step(self) -> int:
+        raise NotImplementedError
+
+    def drained(self) -> bool:
+        raise NotImplementedError
+
+    def _log_context(self) -> dict:
+        return {}
+
+    def _on_start(self) -> None:
+        pass
+
+    def _on_disconnect(self) -> None:
+        pass
+
+    def _on_stop(self) -> None:
+        pass
+
+    def run(self, *, once: bool = False, until_drained: bool = False, max_seconds: float | None = None,
+            handle_signals: bool = True) -> int:
+        """Loop until :meth:`stop` (or a signal), ``max_seconds``, the stream drained (``until_drained``),
+        or one entry handled (``once``). Returns the number of entries handled."""
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for s in self.stop_signals:
+                signal.signal(s, self.stop)
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        self._on_start()
+        n, backoff = 0, 0.0
+        try:
+            while not self._stop.is_set():
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                try:
+                    did = self.step()
+                    backoff = 0.0
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as err:
+                    # Redis restarting / failing over: entries in hand stay pending (re-read or reclaimed later).
+                    backoff = min(5.0, max(0.1, backoff * 2))
+                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.disconnected", **self._log_context(),
+                         error=str(err), retry_s=backoff)
+                    self._stop.wait(backoff)
+                    self._on_disconnect()
+                    continue
+                except redis.ResponseError as err:
+                    if "NOGROUP" not in str(err):
+                        raise
+                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
+                    self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
+                    break
+                n += did
+                if once and n:
+                    break
+                if until_drained and not did and self.drained():
+                    break
+        finally:
+            self._on_stop()
+        return n

@@ -1,0 +1,181 @@
+"""The job queue client: submit batch jobs, read their status, fetch their results (see :mod:`.job_worker`).
+
+Keys (jobs are not a model's keys; each job hash carries its id as hash tag)::
+
+    sdp:jobs            stream: one entry {job: ID} per (re)delivery; consumer group "jobworkers"
+    sdp:jobs:index      zset: job id -> submission time (for ``list``)
+    sdp:job:{ID}        hash: the job (spec, source, status, progress, attempts, error/reason, result, times)
+
+A job's status goes ``queued -> running -> done | refused | failed``. A done
+job's model is published under ``sdp:{RESULT}:pub:model``; consumers fetch it
+with :func:`fetch_model`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from ..jobs import JobError, JobSpec, check_params
+from ..schema import Schema
+from .connection import connect
+from .keys import Keys, REGISTRY, as_str, check_name
+from .registry import ModelNotFound, load_spec
+
+__all__ = ["JobQueue", "fetch_model", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
+           "DEFAULT_MAX_ATTEMPTS", "now_s"]
+
+JOBS_STREAM = "sdp:jobs"
+JOBS_INDEX = "sdp:jobs:index"
+JOB_GROUP = "jobworkers"
+STATUSES = ("queued", "running", "done", "failed", "refused")
+FINAL = ("done", "failed", "refused")
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def job_key(job_id: str) -> str:
+    """``sdp:job:{ID}``.
+
+    >>> job_key("abc")
+    'sdp:job:{abc}'
+    """
+    return f"sdp:job:{{{job_id}}}"
+
+
+
+def now_s() -> str:
+    return repr(round(time.time(), 3))
+
+
+class JobQueue:
+    """Submit jobs, read their status, fetch their results."""
+
+    def __init__(self, r: Any = None, queue: str = JOBS_STREAM):
+        self.r = connect(r)
+        self.stream, self.index = queue, f"{queue}:index"
+
+    def submit(
+        self,
+        algorithm: str,
+        source: str,
+        epsilon: float,
+        params: dict | None = None,
+        *,
+        source_kind: str = "model",
+        dataset: str | None = None,
+        schema: Schema | str | dict | None = None,
+        result_name: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> str:
+        """Queue a job; returns its id. Everything checkable is checked here (nothing is charged yet)."""
+        check_name(source)
+        if source_kind not in ("model", "dataset"):
+            raise JobError(f"source_kind must be 'model' or 'dataset', got {source_kind!r}")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise JobError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        if source_kind == "model":
+            if dataset is not None or schema is not None:
+                raise JobError("a job over a model's records takes no dataset or schema (the model's schema is used)")
+            sch = load_spec(self.r, source).schema
+        else:
+            if not dataset:
+                raise JobError("a dataset job needs a dataset (a CSV file path or a known dataset name)")
+            sch = _schema_of(schema, dataset)
+        spec = JobSpec(algorithm, epsilon, dict(params or {}))
+        check_params(spec, sch)
+        job_id = uuid.uuid4().hex
+        result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
+        if self.r.hexists(REGISTRY, result):
+            raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
+        now = now_s()
+        doc = {
+            "id": job_id, "algorithm": algorithm, "epsilon": repr(float(epsilon)),
+            "params": json.dumps(spec.params, sort_keys=True), "source": source, "source_kind": source_kind,
+            "dataset": dataset or "", "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
+            "result": result, "status": "queued", "progress": "queued", "fraction": "0", "attempts": 0,
+            "max_attempts": max_attempts, "error": "", "reason": "", "created": now,
+        }
+        p = self.r.pipeline(transaction=False)
+        p.hset(job_key(job_id), mapping=doc)
+        p.zadd(self.index, {job_id: float(now)})
+        p.execute()
+        self.r.xadd(self.stream, {"job": job_id})
+        return job_id
+
+    def status(self, job_id: str) -> dict:
+        """The job's hash as a dict (params decoded, numbers as numbers); :class:`LookupError` if unknown."""
+        raw = self.r.hgetall(job_key(job_id))
+        if not raw:
+            raise LookupError(f"no job {job_id!r} (streamdp job list shows the jobs)")
+        d = {as_str(k): as_str(v) for k, v in raw.items()}
+        d.pop("schema", None)
+        d["params"] = json.loads(d.get("params") or "{}")
+        for k in ("epsilon", "fraction", "created", "started", "finished"):
+            if d.get(k):
+                d[k] = float(d[k])
+        for k in ("attempts", "max_attempts"):
+            d[k] = int(d.get(k) or 0)
+        return d
+
+    def list(self, limit: int = 100) -> list[dict]:
+        """The newest ``limit`` jobs, newest first."""
+        ids = [as_str(i) for i in self.r.zrevrange(self.index, 0, max(limit, 1) - 1)]
+        out = []
+        for i in ids:
+            try:
+                out.append(self.status(i))
+            except LookupError:
+                continue
+        return out
+
+    def result_bytes(self, job_id: str) -> bytes:
+        """The published model blob of a done job."""
+        st = self.status(job_id)
+        if st["status"] != "done":
+            why = st.get("reason") or st.get("error") or st.get("progress")
+            raise LookupError(f"job {job_id} is {st['status']}" + (f" ({why})" if why else "") + "; no result")
+        blob_, owner = self.r.hmget(Keys(st["result"]).pub_model, "blob", "job")
+        if blob_ is None or as_str(owner or b"") != job_id:
+            raise LookupError(f"job {job_id}'s result {st['result']!r} is no longer published")
+        return bytes(blob_)
+
+    def result(self, job_id: str) -> Any:
+        """The trained estimator of a done job (decoded by :func:`streamdp.learners.load_model`)."""
+        from ..learners import load_model
+
+        return load_model(self.result_bytes(job_id))
+
+    def wait(self, job_id: str, timeout: float = 60.0, poll_s: float = 0.05) -> dict:
+        """Poll until the job is finished (done/failed/refused) or ``timeout`` passes; returns the status."""
+        deadline = time.monotonic() + timeout
+        while True:
+            st = self.status(job_id)
+            if st["status"] in FINAL or time.monotonic() > deadline:
+                return st
+            time.sleep(poll_s)
+
+
+def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, dict):
+        return Schema.from_dict(schema)
+    if isinstance(schema, str):
+        return Schema.from_json(schema)
+    from ..datasets import DATASETS, load_schema
+
+    if dataset in DATASETS:
+        return load_schema(dataset)
+    raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
+
+
+def fetch_model(r: Any, name: str) -> Any:
+    """The model published under ``name`` (a job result or a stream forest), as an estimator."""
+    from ..learners import load_model
+
+    data = connect(r).hget(Keys(name).pub_model, "blob")
+    if data is None:
+        raise ModelNotFound(f"no published model named {name!r}")
+    return load_model(bytes(data))

@@ -1,0 +1,302 @@
+"""Job workers: run the batch jobs queued by :class:`~.job_queue.JobQueue` and publish their models.
+
+A job worker (a consumer of group ``jobworkers`` on ``sdp:jobs``, on the
+consumer-group loop of :mod:`.group`):
+
+1. claims entries of dead job workers idle longer than ``claim_idle_ms``
+   (``XAUTOCLAIM``), otherwise reads a new one (``XREADGROUP``);
+2. starts an attempt in one script on the job hash: a finished job is only
+   acked; past ``max_attempts`` the job is marked ``failed`` with the reason;
+3. if the result was already published by an earlier attempt (a worker died
+   after publishing), marks the job done without fitting again;
+4. :func:`streamdp.jobs.run_job`: charges the ledger of the job's source
+   (``RedisLedger``, one atomic script, idempotency key = job id, so a retry is
+   never charged twice) **before** reading the data; a refused charge ends the
+   job ``refused`` with the ledger's message, having read nothing;
+5. publishes the model under ``sdp:{RESULT}:pub:model`` with a script that
+   writes it only if no attempt of this job published yet (one release per
+   job: a second attempt's fit is discarded, never released) and a registry
+   entry ``kind: "job"``; consumers fetch it with :func:`~.job_queue.fetch_model`.
+
+Data of a job: ``source_kind="model"`` reads the model's raw records still in
+its stream (those within its retention window, :mod:`.retention`, plus the
+unacked ones; undecodable entries are skipped); ``source_kind="dataset"``
+reads a CSV file with a header (or a bundled/shared UCI dataset by name)
+against a declared schema (:func:`streamdp.sources.read_dataset`). The ledger source is the model's name, or the
+``source`` given for a dataset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import redis
+
+from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
+from ..jobs import JobError, JobSpec, run_job
+from ..ledger import BudgetExceeded
+from ..schema import Schema
+from ..sources import SourceError, read_dataset
+from . import codec
+from .connection import connect
+from .group import GroupLoop, GroupReader, consumer_name
+from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
+from .keys import Keys, REGISTRY, as_str
+from .ledger_store import RedisLedger
+from .published import counts_to_bytes
+from .registry import ModelNotFound, load_spec
+
+__all__ = ["JobWorker", "run_job_worker", "read_model_records"]
+
+log = logging.getLogger("streamdp.jobs")
+
+
+# KEYS: job hash. ARGV: worker, now. Starts an attempt, or says why not.
+_START = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return {'missing', ''} end
+if st == 'done' or st == 'failed' or st == 'refused' then return {'final', st} end
+local a = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
+local m = tonumber(redis.call('HGET', KEYS[1], 'max_attempts') or '3')
+if a >= m then
+  local reason = 'gave up after ' .. a .. ' attempts'
+  if st == 'running' then
+    reason = reason .. '; job worker ' .. (redis.call('HGET', KEYS[1], 'worker') or '?') ..
+             ' stopped during the last attempt (killed?)'
+  end
+  local last = redis.call('HGET', KEYS[1], 'error')
+  if last and last ~= '' then reason = reason .. '; last error: ' .. last end
+  redis.call('HSET', KEYS[1], 'status', 'failed', 'reason', reason, 'finished', ARGV[2], 'progress', 'failed')
+  return {'failed', reason}
+end
+redis.call('HSET', KEYS[1], 'status', 'running', 'attempts', a + 1, 'worker', ARGV[1], 'started', ARGV[2],
+           'progress', 'starting', 'fraction', '0')
+return {'run', tostring(a + 1)}
+"""
+
+# KEYS: result pub:model hash. ARGV: job id, then field/value pairs. One release per job.
+_PUBLISH = """
+local j = redis.call('HGET', KEYS[1], 'job')
+if j then
+  if j == ARGV[1] then return 'dup' end
+  return 'taken'
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'taken' end
+redis.call('HSET', KEYS[1], 'job', ARGV[1], unpack(ARGV, 2))
+return 'ok'
+"""
+
+
+def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int = 100) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded ``(X, y)`` of every decodable entry in model ``name``'s record stream (up to its newest id now)."""
+    stream = Keys(name).records
+    newest = r.xrevrange(stream, "+", "-", count=1)
+    if not newest:
+        return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
+    end = as_str(newest[0][0])
+    Xs, ys = [], []
+    start = "-"
+    while True:
+        entries = r.xrange(stream, start, end, count=chunk)
+        for eid, fields in entries:
+            data = fields.get(b"d", fields.get("d"))
+            try:
+                b = codec.decode(schema, data)
+            except codec.EnvelopeError:
+                continue  # undecodable: the stream worker dead-letters it
+            Xs.append(b.X)
+            ys.append(b.y)
+        if len(entries) < chunk:
+            break
+        start = "(" + as_str(entries[-1][0])
+    if not Xs:
+        return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
+    return np.concatenate(Xs).astype(np.float64), np.concatenate(ys).astype(np.int64)
+
+
+class JobWorker(GroupLoop):
+    """One job worker (consumer of group ``jobworkers`` on ``sdp:jobs``); one job per step."""
+
+    stop_signals = (signal.SIGTERM,)
+    log = log
+    event_prefix = "job"
+
+    def __init__(self, r: Any = None, *, queue: str = JOBS_STREAM, consumer: str | None = None,
+                 claim_idle_ms: int = 60_000, block_ms: int = 1000, claim_every_s: float = 1.0):
+        super().__init__()
+        self.r = connect(r, block_s=block_ms / 1000)
+        self.stream = queue
+        self.name = consumer or consumer_name()
+        self.claim_idle_ms = int(claim_idle_ms)
+        self.reader = GroupReader(self.r, queue, JOB_GROUP, self.name, block_ms=block_ms, claim_idle_ms=claim_idle_ms,
+                                  claim_every_s=claim_every_s, logger=log, context={"queue": queue})
+        self._start = self.r.register_script(_START)
+        self._publish_script = self.r.register_script(_PUBLISH)
+        self._entry: str | None = None
+        self.reader.create()
+
+    def _on_disconnect(self) -> None:
+        self.reader.reset()
+        self._entry = None
+
+    def drained(self) -> bool:
+        """No undelivered entry and none pending (for any worker)."""
+        return self.reader.drained()
+
+    def step(self) -> int:
+        """Handle at most one job entry (own pending or claimed ones first); returns 1 if one was handled."""
+        entries = self.reader.read(1)
+        if not entries:
+            return 0
+        e = entries[0]
+        fields = e.fields if isinstance(e.fields, dict) else {}
+        try:
+            job_id = as_str(fields.get(b"job", fields.get("job", b"")))
+        except UnicodeDecodeError:  # not a job id JobQueue.submit wrote: dropped like an entry without one
+            job_id = ""
+        self.handle(e.id, job_id)
+        return 1
+
+    def _ack(self, eid: str) -> None:
+        self.reader.ack([eid], delete=True)
+
+    def _set(self, job_id: str, **fields: Any) -> None:
+        self.r.hset(job_key(job_id), mapping={k: str(v) for k, v in fields.items()})
+
+    def handle(self, eid: str, job_id: str) -> str:
+        """Run (or finish the bookkeeping of) one job entry; returns the job's status afterwards."""
+        if not job_id:
+            self._ack(eid)
+            return "missing"
+        key = job_key(job_id)
+        res = self._start(keys=[key], args=[self.name, now_s()])
+        what = as_str(res[0])
+        if what != "run":
+            self._ack(eid)
+            return as_str(res[1]) if what == "final" else what
+        attempt = int(as_str(res[1]))
+        self._entry = eid
+        doc = {as_str(k): as_str(v) for k, v in self.r.hgetall(key).items()}
+        beating = threading.Event()
+        beat = threading.Thread(target=self._beat_loop, args=(beating,), daemon=True)
+        beat.start()
+        try:
+            status = self._run(job_id, doc)
+        except BudgetExceeded as e:
+            self._set(job_id, status="refused", reason=str(e), progress="refused", finished=now_s())
+            status = "refused"
+        except (JobError, ModelNotFound) as e:
+            self._set(job_id, status="failed", reason=str(e), progress="failed", finished=now_s())
+            status = "failed"
+        except Exception as e:  # a transient failure: retry while attempts last
+            err = f"{type(e).__name__}: {e}"[:1000]
+            log.warning(json.dumps({"event": "job.error", "job": job_id, "attempt": attempt, "error": err}))
+            if attempt >= int(doc.get("max_attempts") or DEFAULT_MAX_ATTEMPTS):
+                self._set(job_id, status="failed", error=err, progress="failed", finished=now_s(),
+                          reason=f"gave up after {attempt} attempts; last error: {err}")
+                status = "failed"
+            else:
+                self._set(job_id, status="queued", error=err, progress="retrying")
+                p = self.r.pipeline(transaction=True)
+                p.xack(self.stream, JOB_GROUP, eid)
+                p.xdel(self.stream, eid)
+                p.xadd(self.stream, {"job": job_id})
+                p.execute()
+                self._entry = None
+                return "queued"
+        finally:
+            beating.set()
+            beat.join()
+        self._ack(eid)
+        self._entry = None
+        return status
+
+    def _beat_loop(self, stop: threading.Event) -> None:
+        """Heartbeat every third of ``claim_idle_ms`` while a job runs (a long fit is not taken for dead)."""
+        while not stop.wait(max(self.claim_idle_ms / 3000, 0.01)):
+            try:
+                self._heartbeat()
+            except redis.RedisError:
+                pass
+
+    def _progress(self, job_id: str, stage: str, fraction: float) -> None:
+        self._set(job_id, progress=stage, fraction=round(float(fraction), 3))
+        self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        """Reset the entry's idle time while this worker still owns it (so it is not reclaimed while alive)."""
+        entry = self._entry
+        if entry is None:
+            return
+        owner = self.r.xpending_range(self.stream, JOB_GROUP, min=entry, max=entry, count=1)
+        if owner and as_str(owner[0]["consumer"]) == self.name:
+            self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [entry], justid=True)
+
+    def _run(self, job_id: str, doc: dict) -> str:
+        result = doc["result"]
+        keys = Keys(result)
+        if as_str(self.r.hget(keys.pub_model, "job") or b"") == job_id:
+            # An earlier attempt published, then its worker died: the one release stands; do not fit again.
+            self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
+            return "done"
+        spec = JobSpec(doc["algorithm"], float(doc["epsilon"]), json.loads(doc.get("params") or "{}"))
+        source, kind = doc["source"], doc["source_kind"]
+        if kind == "model":
+            schema = load_spec(self.r, source).schema
+
+            def load() -> tuple[np.ndarray, np.ndarray]:
+                return read_model_records(self.r, source, schema)
+        else:
+            schema = Schema.from_dict(json.loads(doc["schema"]))
+            path = doc["dataset"]
+
+            def load() -> tuple[np.ndarray, np.ndarray]:
+                try:
+                    return read_dataset(path, schema)
+                except SourceError as e:
+                    raise JobError(str(e)) from None
+
+        out = run_job(spec, schema, load, RedisLedger(self.r), source, job_id,
+                      progress=lambda stage, f: self._progress(job_id, stage, f))
+        self._progress(job_id, "publishing", 0.95)
+        outcome = self._publish(job_id, doc, out)
+        if outcome == "taken":
+            raise JobError(f"result name {result!r} is taken by another model; this job's model was not released")
+        self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
+        return "done"
+
+    def _publish(self, job_id: str, doc: dict, out: Any) -> str:
+        """Register ``result`` (kind job) and write its ``pub:model`` once per job: 'ok', 'dup' or 'taken'."""
+        result = doc["result"]
+        entry = {"name": result, "kind": "job", "job": job_id, "algorithm": doc["algorithm"],
+                 "source": doc["source"], "source_kind": doc["source_kind"], "epsilon": out.epsilon,
+                 "delta": out.delta, "format": out.format, "params": json.loads(doc.get("params") or "{}"),
+                 "created": time.time()}
+        if not self.r.hsetnx(REGISTRY, result, json.dumps(entry)):
+            try:
+                owner = json.loads(self.r.hget(REGISTRY, result) or b"{}").get("job")
+            except ValueError:
+                owner = None
+            if owner != job_id:
+                return "taken"
+        fields = {"version": 1, "blob": out.blob, "updated": int(time.time() * 1000), "releases": 1,
+                  "model_id": job_id, "format": out.format, "kind": "job"}
+        if out.format == FOREST_FORMAT:  # consumers fetch forests by their counts (see .consumer)
+            f = PrivateForest.from_bytes(out.blob)
+            fields.update(version=f.version, releases=f.n_releases, counts=counts_to_bytes(f.counts))
+        flat: list[Any] = []
+        for k, v in fields.items():
+            flat += [k, v]
+        return as_str(self._publish_script(keys=[Keys(result).pub_model], args=[job_id, *flat]))
+
+
+def run_job_worker(r: Any = None, *, once: bool = False, until_drained: bool = False, **kw: Any) -> int:
+    """Run one job worker in this process until stopped (SIGTERM), drained, or one job is done."""
+    return JobWorker(r, **kw).run(once=once, until_drained=until_drained)
+

@@ -1,0 +1,96 @@
+"""A pool of stream worker processes for one model (spawned, so no state is shared but the Redis URL)."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+import redis
+
+from .stream_worker import Worker, WorkerConfig
+
+__all__ = ["WorkerPool", "run_workers"]
+
+
+def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
+    logging.basicConfig(level=log_level, format="%(message)s")
+    Worker(redis_url, model, **kw).run(until_drained=until_drained)
+
+
+class WorkerPool:
+    """``processes`` worker processes (spawned) for one model; :meth:`stop` ends them gracefully."""
+
+    def __init__(self, model: str, processes: int | None = None, redis_url: Any = None, *,
+                 until_drained: bool = False, log_level: int = logging.INFO, **config: Any):
+        if isinstance(redis_url, redis.Redis):
+            raise TypeError("worker processes need a URL, not a client")
+        for k in config:
+            if not hasattr(WorkerConfig, k):
+                raise TypeError(f"unknown worker option {k!r}")
+        self.n = processes or os.cpu_count() or 1
+        ctx = mp.get_context("spawn")
+        self.procs = [ctx.Process(target=_child, args=(redis_url, model, config, until_drained, log_level),
+                                  daemon=True, name=f"streamdp-worker-{i}") for i in range(self.n)]
+
+    def start(self) -> "WorkerPool":
+        for p in self.procs:
+            p.start()
+        return self
+
+    def alive(self) -> bool:
+        return any(p.is_alive() for p in self.procs)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for every process to exit by itself; True if they all did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in self.procs:
+            p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self.alive()
+
+    def stop(self, timeout: float = 10.0) -> list[int | None]:
+        """SIGTERM every worker (each finishes its step), then kill any left after ``timeout``."""
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
+        return [p.exitcode for p in self.procs]
+
+    def __enter__(self) -> "WorkerPool":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def run_workers(model: str, processes: int | None = None, redis_url: Any = None, *, until_drained: bool = False,
+                log_level: int = logging.INFO, **config: Any) -> list[int | None]:
+    """Run ``processes`` worker processes (default: one per core) until they stop; returns exit codes.
+
+    SIGTERM/SIGINT to this process stop the workers gracefully (each finishes
+    its step); a worker that does not stop within 10 s is killed.
+    """
+    pool = WorkerPool(model, processes, redis_url, until_drained=until_drained, log_level=log_level, **config)
+    stopping = threading.Event()
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGINT):
+            old[s] = signal.signal(s, lambda *_: stopping.set())
+    pool.start()
+    try:
+        while pool.alive() and not stopping.is_set():
+            stopping.wait(0.2)  # signals interrupt this wait; process exits are checked each 0.2 s
+    finally:
+        codes = pool.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    return codes

@@ -1,0 +1,61 @@
+"""The published model format: the one owner of how counts travel as bytes.
+
+A model's noisy counts are stored (``priv:state``) and published
+(``pub:model`` field ``counts``) as raw little-endian arrays: ``<i8`` for the
+integer mechanisms, ``<f8`` for ``laplace``. Consumers that already hold a
+model's validated structure rebuild a forest from those bytes and the
+published ``version``/``releases`` (:meth:`PrivateForest.with_counts`).
+
+>>> import numpy as np
+>>> counts_dtype("geometric"), counts_dtype("laplace")
+('<i8', '<f8')
+>>> counts_to_bytes(np.array([1, 2], dtype=np.int64))
+b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\x00\\x00\\x00\\x00\\x00\\x00'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..forest import PrivateForest
+
+__all__ = ["counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields"]
+
+
+def counts_dtype(mechanism: str) -> str:
+    """The stored dtype of a forest's counts (little-endian)."""
+    return "<f8" if mechanism == "laplace" else "<i8"
+
+
+def counts_to_bytes(counts: np.ndarray) -> bytes:
+    """Counts as little-endian bytes (whatever the machine's byte order)."""
+    return np.ascontiguousarray(counts, dtype=counts.dtype.newbyteorder("<")).tobytes()
+
+
+def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = False) -> np.ndarray:
+    """Stored bytes back to ``forest``'s counts (native byte order); :class:`ValueError` if they do not fit.
+
+    ``finite``: also refuse NaN or infinite cells (counts from an untrusted reader's point of view).
+    """
+    dt = np.dtype(counts_dtype(forest.mechanism))
+    if len(data) != dt.itemsize * int(np.prod(forest.shape)):
+        raise ValueError(f"stored counts have {len(data)} bytes, the forest {forest.shape} needs "
+                         f"{dt.itemsize * int(np.prod(forest.shape))}")
+    arr = np.frombuffer(data, dtype=dt).reshape(forest.shape)
+    if finite and dt.kind == "f" and not np.all(np.isfinite(arr)):
+        raise ValueError("stored counts contain NaN or infinite values")
+    return arr.astype(dt.newbyteorder("="))
+
+
+def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases: Any) -> PrivateForest:
+    """The forest of ``spec`` holding published counts bytes at ``version`` (validated; :class:`ValueError`)."""
+    return spec.with_counts(counts_from_bytes(data, spec, finite=True), version=int(version),
+                            n_releases=int(releases))
+
+
+def published_fields(forest: PrivateForest) -> dict[str, Any]:
+    """The ``pub:model`` fields that describe a forest release: version, blob, releases, counts bytes."""
+    return {"version": forest.version, "blob": forest.to_bytes(), "releases": forest.n_releases,
+            "counts": counts_to_bytes(forest.counts)}

@@ -30,11 +30,14 @@ class BlobError(ValueError):
 
 
 def pack_array(a: np.ndarray) -> dict:
+    """``{"dtype", "shape", "data"}`` of a numeric array; ``data`` views the array's memory
+    (no copy), so pack right before :func:`dumps`, while the array is unchanged."""
     a = np.asarray(a)
     if a.dtype.kind not in "iufb":
         raise TypeError(f"only numeric arrays can be packed, got dtype {a.dtype}")
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": a.tobytes()}
+    # A view of the array's memory, not a copy: msgpack copies it once, into the blob.
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": memoryview(a.reshape(-1).view(np.uint8))}
 
 
 def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None) -> np.ndarray:
@@ -49,7 +52,9 @@ def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: in
         raise BlobError(f"{name}: shape must be a list of non-negative integers, got {shape!r}")
     if ndim is not None and len(shape) != ndim:
         raise BlobError(f"{name}: expected {ndim} dimensions, got shape {shape}")
-    if not isinstance(data, bytes):
+    if isinstance(data, memoryview):  # straight from pack_array, not through msgpack
+        data = data.cast("B") if data.format != "B" else data
+    elif not isinstance(data, bytes):
         raise BlobError(f"{name}: data must be bytes")
     itemsize = np.dtype(dt).itemsize
     n = 1

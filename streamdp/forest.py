@@ -110,7 +110,7 @@ class PrivateForest:
             counts = np.zeros(self.shape, dtype=dtype)
         elif counts.shape != self.shape or counts.dtype != dtype:
             raise ValueError(f"counts must be {dtype.__name__} of shape {self.shape}, got {counts.dtype} {counts.shape}")
-        elif np.any(counts[~self._real_cells()]):
+        elif self._padding_nonzero(counts):
             raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
         self.version = version
@@ -182,7 +182,10 @@ class PrivateForest:
 
     @property
     def counts(self) -> np.ndarray:
-        """Released noisy counts ``(n_trees, max_leaves, n_classes)``, zero past each tree's last leaf."""
+        """Released noisy counts ``(n_trees, max_leaves, n_classes)``, zero past each tree's last leaf.
+
+        A read-only view: updates add into it in place (copy it to keep a snapshot).
+        """
         v = self._counts.view()
         v.flags.writeable = False
         return v
@@ -210,11 +213,11 @@ class PrivateForest:
         delta = np.asarray(delta)
         if delta.shape != self.shape or delta.dtype != self._counts.dtype:
             raise ValueError(f"delta must be {self._counts.dtype} of shape {self.shape}, got {delta.dtype} {delta.shape}")
-        if np.any(delta[~self._real_cells()]):
+        if self._padding_nonzero(delta):
             raise ValueError("delta must be zero past each tree's last leaf")
         if delta.dtype.kind == "f" and not np.all(np.isfinite(delta)):
             raise ValueError("delta contains NaN or infinite values")
-        self._counts = self._counts + delta
+        self._counts += delta  # in place: no second counts-sized array (readers hold read-only views)
         self.version += 1
         self.n_releases += releases
         return self
@@ -235,7 +238,7 @@ class PrivateForest:
     def noisy_delta(self, X: Any, y: Any) -> np.ndarray:
         """The private release of one batch: validate, tally, then noise exactly once."""
         enc = self.schema.encode(X, y)
-        return self.noisy_delta_encoded(enc.X, enc.y)
+        return self._noisy_delta_valid(enc.X, enc.y)  # codes from Schema.encode are valid by construction
 
     def noisy_delta_encoded(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         """:meth:`noisy_delta` for records already encoded by :meth:`Schema.encode`."""
@@ -259,6 +262,9 @@ class PrivateForest:
             cat = self.schema.is_categorical
             if np.any(lo[cat] < 0) or np.any(hi[cat] >= self.schema.arities[cat]):
                 raise ValueError("encoded categorical codes must lie in 0..arity-1 for each attribute")
+        return self._noisy_delta_valid(X, y)
+
+    def _noisy_delta_valid(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
         leaves = self.structure.apply(X, self.schema.is_categorical)
         n = leaves.shape[0]
         mask = None
@@ -282,6 +288,10 @@ class PrivateForest:
             counts = counts.astype(np.float64)
         noise[~real] = 0
         return counts + noise
+
+    def _padding_nonzero(self, a: np.ndarray) -> bool:
+        """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""
+        return any(a[t, n:].any() for t, n in enumerate(self.structure.n_leaves.tolist()))
 
     def _real_cells(self) -> np.ndarray:
         return (np.arange(self.structure.max_leaves)[None, :] < self.structure.n_leaves[:, None])[:, :, None].repeat(

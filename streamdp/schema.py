@@ -365,7 +365,7 @@ class Schema:
         ylist = list(y) if not isinstance(y, np.ndarray) else y
         if len(ylist) != n:
             raise ValueError(f"y has {len(ylist)} labels but X has {n} records")
-        if isinstance(ylist, np.ndarray) and ylist.ndim == 1 and ylist.dtype.kind in "iuUS":
+        if isinstance(ylist, np.ndarray) and ylist.ndim == 1 and ylist.dtype.kind in "iufUS":
             ys = ylist  # typed labels: coded without a detour through Python objects
         else:
             ys = np.empty(n, dtype=object)
@@ -415,20 +415,24 @@ def _key(v: Any) -> Any:
     return ("bool", v) if isinstance(v, bool) else v
 
 
+#: Integer-valued columns whose values span fewer than this many integers are coded by one table lookup.
+_TABLE_SPAN = 4096
+
+
 def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
     """Code of every value of a column (-1 when not declared).
 
-    Integer arrays go through a table over their range, object arrays through
-    one dict probe per value, other typed arrays (strings, floats, booleans)
-    through ``np.unique``. ``True == 1`` in Python and numpy, so booleans in an
-    object column are always looked up as booleans.
+    Integer and float arrays go through a table over their range (floats that
+    are not whole numbers, NaN and infinities are undeclared), object arrays
+    through one dict probe per value, other typed arrays (strings, booleans,
+    numbers spread over a wide range) through ``np.unique``. ``True == 1`` in
+    Python and numpy, so booleans in an object column are looked up as booleans.
     """
     col = np.asarray(col)
-    if col.dtype.kind in "iu" and col.size:  # small integer domains: one table lookup per value
-        lo, hi = int(col.min()), int(col.max())
-        if hi - lo < 4096:
-            table = np.array([_lookup_value(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
-            return table[(col - lo).astype(np.intp, copy=False)]
+    if col.dtype.kind in "iuf" and col.size:
+        codes = _table_codes(lookup, col)
+        if codes is not None:
+            return codes
     if col.dtype == object and col.size:
         # Fast path: one dict probe per value (hashing, no sorting of Python objects). Declared
         # values are str/int/bool, so a direct hit is the right code for anything but a boolean
@@ -437,15 +441,36 @@ def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
             codes = np.fromiter(map(lookup.get, col, itertools.repeat(-2)), dtype=np.int64, count=col.size)
         except TypeError:  # an unhashable value (named as unknown by the caller): value by value
             return np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64)
-        kinds = set(map(type, col))
-        if bool in kinds or np.bool_ in kinds:  # True == 1: booleans are looked up as booleans
-            codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
+        # A boolean can only hit a declared integer (1 or 0); with no integer declared it misses anyway.
+        if any(type(k) is int for k in lookup):
+            kinds = set(map(type, col))
+            if bool in kinds or np.bool_ in kinds:
+                codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
         for i in np.flatnonzero(codes == -2):
             codes[i] = _lookup_value(lookup, col[i])
         return codes
-    uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays (str, float, bool) sort in C
+    uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays (str, bool) sort in C
     codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)
     return codes_u[inverse.reshape(-1)]
+
+
+def _table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
+    """Codes of a numeric column through a table over ``[min, max]``; None if the span is too wide."""
+    lo, hi = col.min(), col.max()  # NaN propagates into both
+    if col.dtype.kind == "f":
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return None
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = int(lo), int(hi)
+    if hi - lo >= _TABLE_SPAN:
+        return None
+    table = np.array([_lookup_value(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
+    if col.dtype.kind != "f":
+        return table[(col - lo).astype(np.intp, copy=False)] if lo else table[col.astype(np.intp, copy=False)]
+    idx = col.astype(np.intp)
+    codes = table[idx - lo] if lo else table[idx]
+    codes[idx != col] = -1  # 2.5 is not the declared value 2
+    return codes
 
 
 def _lookup_value(lookup: dict, v: Any) -> int:

@@ -471,3 +471,28 @@ def test_kanon_update_thresholds_each_batch_on_its_own():
     assert np.array_equal(f.counts, before) and f.n_releases == 2
     delta = f.noisy_delta(*mixed_data(3000, np.random.default_rng(14)))
     assert np.all((delta == 0) | (delta >= 10)) and delta.any()
+
+
+def test_merge_adds_in_place_and_packing_does_not_copy_the_counts():
+    """A worker's merge allocates no second counts array; the blob's counts record views them."""
+    import tracemalloc
+
+    from streamdp import blob
+
+    schema = Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "numeric", "min": 0, "max": 1} for j in range(4)],
+                               "label": {"name": "y", "values": [0, 1]}})
+    f = PrivateForest.create(schema, n_trees=4, height=14, epsilon=math.inf, seed=0)  # 4 x 16384 x 2 cells
+    X = np.random.default_rng(0).uniform(size=(2000, 4))
+    delta = f.noisy_delta(X, np.arange(2000) % 2)
+    tracemalloc.start()
+    try:
+        f.merge(delta)
+        f.merge(delta)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(f.counts, 2 * delta) and int(f.counts.sum()) == 2 * 4 * 2000
+    assert peak < 0.1 * f.counts.nbytes, peak
+    rec = blob.pack_array(f.counts)
+    assert np.shares_memory(np.frombuffer(rec["data"], dtype=np.uint8), f.counts)
+    assert PrivateForest.from_bytes(f.to_bytes()).counts.tolist() == f.counts.tolist()

@@ -255,3 +255,22 @@ def test_typed_columns_code_like_object_columns():
     assert s.encode(X, y).y.tolist() == s.encode(X, list(y)).y.tolist()
     with pytest.raises(ValueError, match="unknown class 'maybe'"):
         s.encode(X[:1], np.array(["maybe"]))
+
+
+def test_numeric_arrays_coded_through_a_table_like_their_values():
+    """Float and integer arrays of categorical codes: whole numbers hit, anything else is named unknown."""
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]},
+                                         {"name": "b", "type": "categorical", "values": [-1, 7]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    X = np.array([[0.0, 7.0], [2.0, -1.0], [1.0, 7.0]])
+    enc = s.encode(X, np.array([1.0, 0.0, 1.0]))
+    assert enc.X.tolist() == [[0, 1], [2, 0], [1, 1]] and enc.y.tolist() == [1, 0, 1]
+    assert s.encode(X.astype(np.int16)).X.tolist() == enc.X.tolist()
+    for bad, row in (([[0.0, 7.0], [2.5, 7.0]], 1), ([[0.0, 7.0], [np.nan, 7.0]], 1), ([[3.0, 7.0]], 0),
+                     ([[0.0, 7.0], [1.0, 1e300]], 1), ([[0.0, np.inf]], 0)):
+        with pytest.raises(ValueError, match=f"row {row}: attribute"):
+            s.encode(np.array(bad))
+    with pytest.raises(ValueError, match="row 1: label 'y'"):
+        s.encode(X, np.array([1.0, 0.5, 1.0]))
+    dropped = s.encode(np.array([[0.0, 7.0], [2.5, 7.0], [1.0, -1.0]]), on_invalid="drop")
+    assert dropped.kept.tolist() == [0, 2] and dropped.dropped[0][0] == 1

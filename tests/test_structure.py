@@ -300,3 +300,27 @@ def test_apply_large_batches_chunks_and_cached_tables(spec):
     fs2 = ForestStructure.from_arrays(fs.arrays(), fs.height, schema)
     assert np.array_equal(fs2.apply(enc[sub], schema.is_categorical), big[sub])
     assert big.min() >= 0 and np.all(big < fs.n_leaves[None, :])
+
+
+def test_guard_refuses_before_drawing_anything_big():
+    """Leaf counts are known level by level: a request for 2**40 leaves is refused with kilobytes of work."""
+    import tracemalloc
+
+    schema = make_schema([(0.0, 1.0)] * 3)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TooLargeError, match="tree 0"):
+            ForestStructure.draw(schema, n_trees=4, height=40, seed=0, max_cells=2 * 4 * 5000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16_000_000, peak  # levels of at most ~8k nodes per tree (2**13 > 5000 leaves) were built
+
+
+def test_many_trees_drawn_side_by_side_match_one_by_one_shape():
+    """Trees drawn in groups (small trees side by side) and alone (big ones) have the same arrays' layout."""
+    schema = make_schema(MIXED)
+    fs = ForestStructure.draw(schema, 300, 3, seed=4)
+    fs.validate(schema)
+    assert fs.n_trees == 300 and fs.max_leaves == int(fs.n_leaves.max())
+    assert all((fs.leaf[t] >= 0).sum() == fs.n_leaves[t] for t in range(300))

@@ -118,7 +118,8 @@ def test_codec_drops_bad_rows_with_reasons():
     recs = [dict(zip(DS.schema.names, row)) for row in DS.X[:3]]
     recs[1]["crime"] = "maybe"
     b = codec.decode(DS.schema, codec.encode_records(recs + ["nope"], list(DS.y[:3]) + ["democrat"]))
-    assert [r for r, _ in b.dropped] == [1, 3] and "unknown value 'maybe'" in b.dropped[0][1]
+    assert b.dropped[0] == (1, "attribute 'crime' has a value not declared in the schema")  # never the value
+    assert [r for r, _ in b.dropped] == [1, 3]
 
 
 # -- registry ---------------------------------------------------------------------------
@@ -252,7 +253,7 @@ def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
     assert any("no 'd' field" in x for x in reasons)
     assert any("1 invalid record(s) of 1" in x for x in reasons)
     rows = msgpack.unpackb([d for _, d in dead if b"row 3" in d[b"reason"]][0][b"detail"])["rows"]
-    assert [row for row, _ in rows] == [3, 5] and "whig" in rows[1][1]
+    assert [row for row, _ in rows] == [3, 5] and rows[1][1] == "producer: label 'party' has a class not declared in the schema"
     assert collect(r, "m")["pending"] == 0
 
 
@@ -442,3 +443,32 @@ def test_non_utf8_field_name_is_dead_lettered_between_good_batches(r):
     (dead,) = r.xrange(k.dead)
     assert dead[1][b"reason"] == b"entry has no 'd' field"
     assert msgpack.unpackb(dead[1][b"detail"], strict_map_key=False) == {b"\xff": b"x"}
+
+
+# -- no record value in logs or dead-letter reasons (issue 12 item 9) ------------------
+def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, caplog):
+    import logging
+
+    secret = "alice-ssn-078-05-1120"
+    _model(r, epsilon=math.inf)
+    k = Keys("m")
+    recs = [dict(zip(DS.schema.names, row)) for row in DS.X[:4]]
+    recs[1]["crime"] = secret                       # an undeclared categorical value
+    labels = list(DS.y[:4])
+    labels[2] = secret + "-label"                   # an undeclared class
+    # the producer lists the bad rows (on_invalid="dead-letter"), and a records envelope is encoded by the worker
+    Producer(r, "m", on_invalid="dead-letter").push(recs, labels)
+    r.xadd(k.records, {"d": codec.encode_records(recs, labels)})
+    with caplog.at_level(logging.DEBUG):
+        _drain(_worker(r, "m"))
+    assert any(rec.name == "streamdp.worker" and "dead_letter" in rec.getMessage() for rec in caplog.records)
+    for rec in caplog.records:
+        assert secret not in rec.getMessage(), rec.getMessage()
+    reasons = [f[b"reason"].decode() for _, f in r.xrange(k.dead)]
+    assert len(reasons) == 2 and not any(secret in x for x in reasons), reasons
+    assert "row 1: producer: attribute 'crime' has a value not declared in the schema" in reasons[0]
+    assert "row 1: attribute 'crime' has a value not declared in the schema" in reasons[1]
+    details = [msgpack.unpackb(f[b"detail"]) for _, f in r.xrange(k.dead)[:2]]
+    assert [row[0] for row in details[1]["rows"]] == [1, 2]
+    assert details[1]["rows"][1][1] == "label 'party' has a class not declared in the schema"
+    assert not any(secret in why for d in details for _, why in d["rows"])

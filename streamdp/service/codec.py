@@ -43,7 +43,7 @@ from .. import blob
 from ..schema import Categorical, Schema
 
 __all__ = ["Batch", "EnvelopeError", "encode_batch", "encode_records", "decode", "decode_entry", "entry_detail",
-           "FORMAT", "MAX_RECORDS"]
+           "value_free", "FORMAT", "MAX_RECORDS"]
 
 FORMAT = "streamdp.batch"
 FORMAT_VERSION = 1
@@ -117,7 +117,7 @@ def encode_batch(
         "y": blob.pack_array(yc.astype(_label_dtype(schema))),
     }
     if dropped:
-        doc["invalid"] = [[int(r), str(reason)[:500]] for r, reason in dropped]
+        doc["invalid"] = [[int(r), value_free(schema, str(reason))] for r, reason in dropped]
     return _pack(doc)
 
 
@@ -175,7 +175,7 @@ def decode(schema: Schema, data: Any) -> Batch:
         if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool) or not isinstance(item[0], int)
                 or not isinstance(item[1], str)):
             raise EnvelopeError("invalid must be a list of [row, reason]")
-        pre.append((int(item[0]), "producer: " + item[1][:500]))
+        pre.append((int(item[0]), "producer: " + value_free(schema, item[1])))
     return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre))
 
 
@@ -226,6 +226,33 @@ def decode_entry(schema: Schema, fields: Any) -> tuple[Batch | None, tuple[str, 
         return None, (f"undecodable: {err}"[:1000], entry_detail(fields))
     except Exception as err:  # a codec bug: the entry is still dead-lettered, the worker goes on
         return None, (f"undecodable (internal {type(err).__name__})", entry_detail(fields))
+
+
+# What a reason may say after "attribute 'NAME'" / "label 'NAME'": the schema's wording -> the value-free one.
+_WHAT = ((" is missing", "is missing"), (" is NaN or missing", "is NaN or missing"),
+         (": expected a number", "is not a number"), (" unknown value", "has a value not declared in the schema"),
+         (": unknown class", "has a class not declared in the schema"))
+
+
+def value_free(schema: Schema, reason: str) -> str:
+    """A reason about a bad record reduced to the attribute (or label) and what is wrong, never the value.
+
+    Reasons reach dead letters and worker logs: only fixed wording and the schema's own names pass.
+
+    >>> from streamdp.datasets import load
+    >>> s = load("congressional-voting").schema
+    >>> value_free(s, "attribute 'crime' unknown value 'alice-ssn-123' (declared: ['n', 'y', '?'])")
+    "attribute 'crime' has a value not declared in the schema"
+    >>> value_free(s, "whatever 'alice-ssn-123'")
+    'invalid record'
+    """
+    owners = [f"attribute {a.name!r}" for a in schema.attributes] + [f"label {schema.label.name!r}"]
+    owner = next((o for o in owners if reason.startswith(o)), None)
+    if owner is None:
+        return "invalid record"
+    rest = reason[len(owner):]
+    what = next((w for prefix, w in _WHAT if rest.startswith(prefix) or rest == " " + w), "is invalid")
+    return f"{owner} {what}"
 
 
 def _decode_codes(schema: Schema, doc: dict):
@@ -298,7 +325,7 @@ def _decode_records(schema: Schema, doc: dict):
         rows = [r if isinstance(r, dict) else dict(zip(schema.names, r)) for r in rows]
     try:
         enc = schema.encode(rows, [labels[i] for i in good], on_invalid="drop")
-    except (ValueError, TypeError) as e:
-        raise EnvelopeError(f"records: {str(e)[:300]}") from None
-    dropped += [(good[r], reason) for r, reason in enc.dropped]
+    except (ValueError, TypeError) as e:  # the shape is wrong; the message names rows and schema attributes only
+        raise EnvelopeError(f"records: {str(e).split(' (its columns')[0][:300]}") from None
+    dropped += [(good[r], value_free(schema, reason)) for r, reason in enc.dropped]
     return enc.X, enc.y.astype(np.int64), sorted(dropped), len(recs)

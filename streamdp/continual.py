@@ -71,21 +71,9 @@ from . import blob
 from .privacy import SecureRandom, geometric_noise, laplace_noise
 
 __all__ = [
-    "RELEASES",
-    "ReleasePolicy",
-    "Node",
-    "window_index",
-    "window_end",
-    "windows_due",
-    "closing_nodes",
-    "prefix_nodes",
-    "node_windows",
-    "node_variance",
-    "published_variance",
-    "noisy_node",
-    "window_delta",
-    "TreeState",
-    "Counter",
+    "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
+    "prefix_nodes", "node_windows", "node_variance", "published_variance", "noisy_node", "window_delta",
+    "TreeState", "Counter",
 ]
 
 RELEASES = ("batch", "window", "tree")
@@ -483,9 +471,10 @@ class Counter:
     """
 
     def __init__(self, policy: ReleasePolicy, shape: tuple, epsilon: float, rng: SecureRandom,
-                 mechanism: str = "geometric", real: np.ndarray | None = None, start: float = 0.0):
+                 mechanism: str = "geometric", real: np.ndarray | None = None, start: float = 0.0, k: int | None = None):
         policy.check_mechanism(mechanism)
         self.policy, self.shape, self.rng, self.mechanism, self.real, self.start = policy, tuple(shape), rng, mechanism, real, start
+        self.k = k
         self.epsilon_node = policy.node_epsilon(epsilon)
         dtype = np.float64 if mechanism == "laplace" else np.int64
         self.published = np.zeros(self.shape, dtype)
@@ -498,7 +487,7 @@ class Counter:
             self.tick(now)
         tally = np.asarray(tally, dtype=np.int64)
         if self.policy.kind == "batch":
-            self.published = self.published + noisy_node(tally, self.epsilon_node, self.mechanism, self.rng, self.real)
+            self.published = self.published + noisy_node(tally, self.epsilon_node, self.mechanism, self.rng, self.real, self.k)
             self.releases += 1
         else:
             self.window = tally if self.window is None else self.window + tally
@@ -510,7 +499,7 @@ class Counter:
 
     def close(self) -> np.ndarray:
         if self.policy.kind == "window":
-            delta = window_delta(self.window, self.shape, self.epsilon_node, self.mechanism, self.rng, self.real)
+            delta = window_delta(self.window, self.shape, self.epsilon_node, self.mechanism, self.rng, self.real, self.k)
             self.published = self.published + delta
         elif self.policy.kind == "tree":
             exact = self.state.closing_sums(self.window)

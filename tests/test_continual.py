@@ -173,6 +173,35 @@ def test_an_empty_window_is_released_as_pure_noise():
         window_delta(np.zeros(3, np.int64), (4,), 1.0, "geometric", SecureRandom())
 
 
+@pytest.mark.parametrize("kind, estimator, mechanism", [
+    ("window", "honaker", "geometric"), ("tree", "honaker", "geometric"), ("tree", "decomposition", "geometric"),
+    ("tree", "honaker", "laplace"), ("batch", "honaker", "geometric"),
+])
+def test_without_noise_every_policy_publishes_the_exact_running_counts_across_epochs(kind, estimator, mechanism):
+    c = Counter(ReleasePolicy(kind, levels=3, estimator=estimator), (2, 2), math.inf, SecureRandom(), mechanism)
+    gen = np.random.default_rng(3)
+    total = np.zeros((2, 2), np.int64)
+    for t in range(1, 25):  # T_max = 7: four epochs
+        x = gen.integers(0, 9, (2, 2))
+        total += x
+        c.add(x)
+        if kind != "batch":
+            c.close()
+        assert np.array_equal(c.published, total) and c.releases == t
+    assert c.published.dtype == (np.float64 if mechanism == "laplace" else np.int64)
+
+
+def test_kanon_window_thresholds_each_window_and_tree_refuses_kanon():
+    c = Counter(ReleasePolicy("window"), (3,), 1.0, SecureRandom(), "kanon", k=3)
+    c.add(np.array([1, 3, 5]))
+    c.close()
+    c.add(np.array([2, 2, 2]))
+    c.close()
+    assert c.published.tolist() == [0, 3, 5]
+    with pytest.raises(ValueError, match="tree"):
+        Counter(ReleasePolicy("tree"), (3,), 1.0, SecureRandom(), "kanon", k=3)
+
+
 class CountingRandom(SecureRandom):
     """Records the size of every noise draw."""
 
@@ -273,7 +302,6 @@ def _weights_sq_and_4th(policy: ReleasePolicy, t: int) -> tuple[float, float]:
     return epochs * full[0] + now[0], epochs * full[1] + now[1]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kind, estimator", [("window", "honaker"), ("tree", "decomposition"), ("tree", "honaker")])
 def test_published_variance_matches_the_formula(kind, estimator):
     eps, n = 1.0, 100_000

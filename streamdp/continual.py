@@ -277,14 +277,8 @@ def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
 # -- releases -------------------------------------------------------------------------
 
 
-def noisy_node(
-    exact: np.ndarray,
-    epsilon: float,
-    mechanism: str,
-    rng: SecureRandom,
-    real: np.ndarray | None = None,
-    k: int | None = None,
-) -> np.ndarray:
+def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRandom,
+               real: np.ndarray | None = None, k: int | None = None) -> np.ndarray:
     """The one private release of a node's (or window's) exact integer counts.
 
     ``epsilon`` is ``policy.node_epsilon(epsilon_per_tree)``; geometric noise keeps
@@ -319,15 +313,8 @@ def noisy_node(
     return out
 
 
-def window_delta(
-    exact: np.ndarray | None,
-    shape: tuple,
-    epsilon: float,
-    mechanism: str,
-    rng: SecureRandom,
-    real: np.ndarray | None = None,
-    k: int | None = None,
-) -> np.ndarray:
+def window_delta(exact: np.ndarray | None, shape: tuple, epsilon: float, mechanism: str, rng: SecureRandom,
+                 real: np.ndarray | None = None, k: int | None = None) -> np.ndarray:
     """``release="window"``: the noisy delta to merge for one closed window.
 
     ``exact`` is the window's secret accumulator, or ``None`` when no entry arrived: an

@@ -8,7 +8,6 @@ P ~ 5.7e-7) or Clopper-Pearson intervals at a Bonferroni-split 1e-6.
 from __future__ import annotations
 
 import doctest
-import itertools
 import math
 
 import msgpack
@@ -307,6 +306,7 @@ def test_published_variance_matches_the_formula(kind, estimator):
     eps, n = 1.0, 100_000
     policy = ReleasePolicy(kind, levels=3, estimator=estimator)
     v, m4 = _geometric_moments(policy.node_epsilon(eps))
+    assert node_variance(policy.node_epsilon(eps)) == pytest.approx(v, rel=1e-9)
     c = Counter(policy, (n,), eps, SecureRandom(), mechanism="geometric")
     checks = {1, 2, 4, 6, 7, 10, 16}  # 7 = T_max: the worst point; 10 and 16: second and third epochs
     for t in range(1, max(checks) + 1):

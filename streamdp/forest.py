@@ -41,6 +41,7 @@ from .privacy import (
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
 from .tally import tally
+from .validation import check_epsilon
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
 
@@ -80,8 +81,7 @@ class PrivateForest:
             raise ValueError(f"vote must be one of {VOTES}, got {vote!r}")
         if budget not in BUDGETS:
             raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
-            raise ValueError(f"epsilon must be a positive number (math.inf for no noise), got {epsilon!r}")
+        check_epsilon(epsilon, allow_inf=True)
         self.schema = schema
         self.structure = structure
         self.mechanism = mechanism

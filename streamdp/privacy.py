@@ -33,6 +33,8 @@ import warnings
 
 import numpy as np
 
+from .validation import check_epsilon, check_integer, check_probability
+
 __all__ = [
     "SecureRandom",
     "NotPrivateWarning",
@@ -109,11 +111,6 @@ class SecureRandom:
         return secrets.token_bytes(n)
 
 
-def _check_epsilon(epsilon: float) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a positive number (math.inf for no noise), got {epsilon!r}")
-
-
 def geometric_noise(
     shape: int | tuple, epsilon: float, rng: SecureRandom, sensitivity: float = 1.0
 ) -> np.ndarray:
@@ -129,7 +126,7 @@ def geometric_noise(
     probability below about 2**-60 can be misweighted; no output value
     carries any information about ``c`` other than through ``v - c``.
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if math.isinf(epsilon):
         return np.zeros(shape, dtype=np.int64)
@@ -155,7 +152,7 @@ def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensiti
     Laplace output is open to Mironov's least-significant-bit attack; prefer
     :func:`geometric_noise` for counts.
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if math.isinf(epsilon):
         return np.zeros(shape, dtype=np.float64)
@@ -176,7 +173,7 @@ def exponential_mechanism(
     exactly the softmax distribution), with the Gumbel variates built from
     secure uniforms. Candidates of measure 0 are never chosen.
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     if sensitivity <= 0:
         raise ValueError(f"sensitivity must be positive, got {sensitivity}")
     q = np.asarray(scores, dtype=np.float64).ravel()
@@ -212,7 +209,7 @@ def exponential_mechanism_probabilities(
     scores: np.ndarray, epsilon: float, sensitivity: float, measure: np.ndarray | None = None
 ) -> np.ndarray:
     """The exact distribution :func:`exponential_mechanism` samples from (for tests and reports)."""
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     q = np.asarray(scores, dtype=np.float64).ravel()
     logits = _em_logits(q, epsilon, sensitivity, measure)
     logits = logits - logits.max()
@@ -222,8 +219,7 @@ def exponential_mechanism_probabilities(
 
 def bernoulli_sample(beta: float, size: int | tuple, rng: SecureRandom) -> np.ndarray:
     """Boolean mask, each entry True independently with probability ``beta``."""
-    if not 0 < beta <= 1:
-        raise ValueError(f"beta must be in (0, 1], got {beta}")
+    check_probability(beta, "beta", closed="right")
     return rng.uniform(size) <= beta
 
 
@@ -232,11 +228,9 @@ def bernoulli_sample(beta: float, size: int | tuple, rng: SecureRandom) -> np.nd
 
 def kanon_check(k: int, beta: float, epsilon: float) -> None:
     """Raise ValueError unless (k, beta, epsilon) is a valid setting for one tree."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if not isinstance(beta, (int, float)) or not 0 < beta < 1:
-        raise ValueError(f"beta must be in (0, 1), got {beta!r}")
-    _check_epsilon(epsilon)
+    check_integer(k, "k")
+    check_probability(beta, "beta", closed="neither")
+    check_epsilon(epsilon, allow_inf=True)
     floor = -math.log1p(-beta)
     if epsilon < floor:
         raise ValueError(

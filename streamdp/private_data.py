@@ -58,9 +58,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .ledger import TOLERANCE, BudgetExceeded, Ledger
-from .privacy import NotPrivateWarning, SecureRandom, _check_epsilon, exponential_mechanism, geometric_noise
+from .privacy import NotPrivateWarning, SecureRandom, exponential_mechanism, geometric_noise
 from .routing import route, routing_error
 from .schema import Categorical, Numeric, Schema
+from .validation import check_epsilon
 
 __all__ = ["PrivateDataset", "Candidate", "BudgetExceeded"]
 
@@ -90,7 +91,7 @@ class PrivateDataset:
     ):
         if not isinstance(schema, Schema):
             raise TypeError(f"schema must be a streamdp.Schema, got {type(schema).__name__}")
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon, allow_inf=True)
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.int64)
         if X.ndim != 2 or X.shape[1] != schema.n_attributes:
@@ -132,7 +133,7 @@ class PrivateDataset:
         ``noise_seed`` makes the noise reproducible and the result NOT private
         (tests only; a :class:`~streamdp.privacy.NotPrivateWarning` is raised).
         """
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon, allow_inf=True)
         if ledger is not None:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
@@ -181,7 +182,7 @@ class PrivateDataset:
 
     def _charge(self, epsilon: float, what: str) -> None:
         """Charge this node; refuse (charging nothing) if the root's allotment would be exceeded."""
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon, allow_inf=True)
         if math.isinf(epsilon):
             if math.isfinite(self._root().epsilon):
                 raise BudgetExceeded(f"dataset: epsilon=inf for {what} exceeds any finite allotment")

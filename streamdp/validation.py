@@ -193,9 +193,13 @@ def check_delta(value: Any, name: str = "delta") -> float:
     >>> check_delta(1.0)
     Traceback (most recent call last):
     ...
-    ValueError: delta must be a number in [0, 1), got 1.0
+    ValueError: delta must be < 1 (a delta of 1 promises nothing), got 1.0
     """
-    return Interval(float, 0, 1, closed="left").check(value, name)
+    if not _is_real(value) or math.isnan(value) or math.isinf(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0 (and < 1), got {_shown(value)}")
+    if value >= 1:
+        raise ValueError(f"{name} must be < 1 (a delta of 1 promises nothing), got {_shown(value)}")
+    return float(value)
 
 
 def check_probability(value: Any, name: str, *, closed: str = "both") -> float:

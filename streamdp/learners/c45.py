@@ -63,6 +63,7 @@ import numpy as np
 
 from ..private_data import PrivateDataset
 from ..schema import Categorical, Numeric
+from ..validation import check_flag, check_probability
 from .scorers import Scorer, checked_scorer, get_scorer
 from ._base import PrivateLearner
 from .tree import TreeBuilder
@@ -229,11 +230,8 @@ class DiffPC45(PrivateLearner):
     def _check_params(self) -> None:
         super()._check_params()
         checked_scorer(self.scorer, self.n_bound, self.schema)
-        if not isinstance(self.prune, (bool, np.bool_)):
-            raise ValueError(f"prune must be True or False, got {self.prune!r}")
-        cf = self.cf
-        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 < cf < 1:
-            raise ValueError(f"cf (C4.5 certainty factor) must be in (0, 1), got {cf!r}")
+        check_flag(self.prune, "prune")
+        check_probability(self.cf, "cf (C4.5 certainty factor)", closed="neither")
 
     def epsilon_per_query(self) -> float:
         """``B / ((2 + n) d + 2)`` for the schema's ``n`` numeric attributes."""

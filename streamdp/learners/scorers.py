@@ -9,6 +9,8 @@ exponential mechanism divides by it. tests/test_scorers.py brute-forces
 neighbouring tables and checks every bound.
 
 >>> import numpy as np
+
+from ..validation import check_integer
 >>> t = np.array([[8.0, 2.0], [1.0, 9.0]])
 >>> round(float(MaxScorer()(t)), 6), round(float(GiniScorer()(t)), 6)
 (17.0, -5.0)
@@ -20,6 +22,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from ..validation import check_integer
 
 __all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "GainRatioScorer", "get_scorer", "checked_scorer", "SCORERS"]
 
@@ -161,9 +165,8 @@ def checked_scorer(name: Any, n_bound: Any, schema=None) -> Scorer:
     positive integer; scorers whose sensitivity grows with the record count
     (InfoGain, GainRatio) need it.
     """
-    if n_bound is not None and (isinstance(n_bound, bool) or not isinstance(n_bound, (int, np.integer))
-                                or n_bound < 1):
-        raise ValueError(f"n_bound must be a positive integer (a public bound on the record count), got {n_bound!r}")
+    if n_bound is not None:
+        check_integer(n_bound, "n_bound (a public bound on the record count)")
     if not isinstance(name, str):
         raise ValueError(f"scorer must be a scorer name (str), got {type(name).__name__}")
     scorer = get_scorer(name, schema)  # raises ValueError naming the choices

@@ -20,10 +20,10 @@ for (:meth:`Algorithm.cls`), so reading the catalogue costs no learner import.
 ('DiffPID3', 'streamdp.diffp_id3', ['max_depth', 'scorer', 'n_bound'])
 >>> a.check_params({"max_depth": 4})
 {'max_depth': 4}
->>> a.check_params({"max_depth": -1})
+>>> a.check_params({"max_depth": 99})
 Traceback (most recent call last):
 ...
-streamdp.algorithms.AlgorithmError: diffp-id3: max_depth must be an integer >= 0, got -1
+streamdp.algorithms.AlgorithmError: diffp-id3: max_depth must be an integer in [0, 20], got 99
 >>> by_format("streamdp.forest").cls().__name__
 'PrivateForest'
 """
@@ -127,39 +127,48 @@ class Algorithm:
 
 
 # -- shared parameter rules ----------------------------------------------------------------------
-_SEED = Param("seed", AnyOf((Interval(int), Options((None,)))), None, "reproducible structure (public)")
-_N_BOUND = Param("n_bound", AnyOf((Interval(int, 1), Options((None,)))), None,
+# Bounds: what the papers use, with room, and what fits in memory and time on a small machine. A job is
+# checked against them before its ledger is charged (a job that cannot finish must not spend budget).
+MAX_DEPTH = 20  # every learner splits its budget over the levels: past ~10 each query gets almost nothing
+MAX_TREES = 1000  # Hanisch and Jagannathan et al. use tens of trees; the budget is split among them
+_SEED = Param("seed", AnyOf((Interval(int, 0, 2**128, closed="left"), Options((None,)))), None,
+              "reproducible structure (public)")
+_N_BOUND = Param("n_bound", AnyOf((Interval(int, 1, 10**12), Options((None,)))), None,
                  "public bound on the number of records (InfoGain, GainRatio)")
 _SCORERS = ("infogain", "gini", "max", "gainratio")
 
 
 def _depth(default: int, low: int = 0) -> Param:
-    return Param("max_depth", Interval(int, low), default, "split levels")
+    return Param("max_depth", Interval(int, low, MAX_DEPTH), default, "split levels")
 
 
 def _forest_params(kanon: bool) -> tuple[Param, ...]:
     base = (
-        Param("n_trees", Interval(int, 1), 10, "random trees"),
-        Param("height", AnyOf((Interval(int, 1), Options((None,)))), None, "levels per tree (None: from the schema)"),
+        Param("n_trees", Interval(int, 1, MAX_TREES), 10, "random trees"),
+        Param("height", AnyOf((Interval(int, 1, 30), Options((None,)))), None,
+              "levels per tree (None: from the schema)"),
         _SEED,
         Param("vote", Options(("proba", "majority")), "proba", "how trees combine"),
         Param("budget", Options(("split", "disjoint")), "split", "how epsilon is shared among trees"),
     )
     if not kanon:
         return base
-    return base + (Param("k", Interval(int, 1), None, "k-anonymity threshold"),
+    return base + (Param("k", Interval(int, 1, 10**9), None, "k-anonymity threshold"),
                    Param("beta", Interval(float, 0, 1, closed="neither"), None, "sampling rate"))
 
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("dpea", "Bai et al.'s deep embedding with MCMC", "DPEA", "streamdp.learners.dpea", "streamdp.dpea", (
         _depth(5, low=1),
-        Param("embed_depth", AnyOf((Interval(int, 1), Options(("whole",)))), 1, "levels drawn per step"),
-        Param("min_instances", Interval(float, 0), 20, "a node with fewer (noisy) records stops"),
-        Param("buffer_size", Interval(int, 1), 50, "MCMC stopping rule: window of scores"),
-        Param("step_limit", Interval(int, 1), 1000, "MCMC stopping rule: most steps"),
-        Param("variance_threshold", Interval(float, 0), 0.0, "MCMC stopping rule: score variance"),
-        Param("exact_max_levels", Interval(int, 1), 2, "steps this shallow are sampled exactly"),
+        Param("embed_depth", AnyOf((Interval(int, 1, MAX_DEPTH), Options(("whole",)))), 1, "levels drawn per step"),
+        Param("min_instances", Interval(float, 0, 1e12), 20, "a node with fewer (noisy) records stops"),
+        # Bai et al.'s chain: a window of scores and a step cap (the trace is step_limit floats per step)
+        Param("buffer_size", Interval(int, 1, 10_000), 50, "MCMC stopping rule: window of scores"),
+        Param("step_limit", Interval(int, 1, 100_000), 1000, "MCMC stopping rule: most steps"),
+        Param("variance_threshold", Interval(float, 0, 1e12), 0.0, "MCMC stopping rule: score variance"),
+        # Bai et al. sample 2 levels exactly; the exact sampler's work grows like (attributes x arity)^levels,
+        # 3 levels of a 22-attribute schema is already millions of node scores
+        Param("exact_max_levels", Interval(int, 1, 3), 2, "steps this shallow are sampled exactly"),
     )),
     Algorithm("sulq-id3", "Friedman & Schuster's SuLQ-based ID3", "SuLQID3", "streamdp.learners.id3",
               "streamdp.sulq_id3", (_depth(5),)),
@@ -174,8 +183,10 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
               )),
     Algorithm("hanisch-forest", "Hanisch's private random forest", "HanischForest", "streamdp.learners.hanisch",
               "streamdp.hanisch_forest", (
-                  _depth(3), Param("n_trees", Interval(int, 1), 10, "random trees"),
-                  Param("max_leaves", Interval(int, 1), 1_000_000, "refuse trees that could have more leaves"),
+                  _depth(3), Param("n_trees", Interval(int, 1, MAX_TREES), 10, "random trees"),
+                  Param("max_leaves", Interval(int, 1, 1_000_000), 1_000_000,
+                        "refuse trees that could have more leaves (at most a million: n_trees x leaves x classes "
+                        "counts are held in memory)"),
                   _SEED,
               )),
     Algorithm("private-rdt", "Jagannathan et al.'s one-shot Private-RDT (random trees, geometric noise)",

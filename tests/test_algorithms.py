@@ -48,7 +48,7 @@ def test_window_learners_are_the_batch_learners():
 def test_parameters_are_checked_by_name_and_rule():
     a = algorithm("dpea")
     assert a.check_params({"embed_depth": "whole"}) == {"embed_depth": "whole"}
-    with pytest.raises(AlgorithmError, match="dpea: embed_depth must be an integer >= 1 or one of 'whole'"):
+    with pytest.raises(AlgorithmError, match="dpea: embed_depth must be an integer in \\[1, 20\\] or one of 'whole'"):
         a.check_params({"embed_depth": "half"})
     with pytest.raises(AlgorithmError, match="has no parameter 'depth'"):
         a.check_params({"depth": 3})
@@ -88,3 +88,26 @@ def test_sizes_and_probabilities():
     for bad in (0.0, 1.0, math.nan):
         with pytest.raises(ValueError, match=r"cf must be a number in \(0, 1\)"):
             check_probability(bad, "cf", closed="neither")
+
+
+# -- issue 12 item 12: every job parameter is bounded, and checked before the ledger is charged ----------
+@pytest.mark.parametrize("algo, params, word", [
+    ("dpea", {"step_limit": 10**10}, "step_limit must be an integer in [1, 100000]"),
+    ("dpea", {"exact_max_levels": 29}, "exact_max_levels must be an integer in [1, 3]"),
+    ("hanisch-forest", {"n_trees": 10**7}, "n_trees must be an integer in [1, 1000]"),
+    ("private-rdt", {"n_trees": 10**7}, "n_trees must be an integer in [1, 1000]"),
+    ("diffp-id3", {"max_depth": 29, "scorer": "gini"}, "max_depth must be an integer in [0, 20]"),
+])
+def test_out_of_bounds_job_is_refused_before_the_ledger_is_charged(algo, params, word):
+    from streamdp.jobs import JobError, JobSpec, run_job
+    from streamdp.ledger import InMemoryLedger
+
+    led = InMemoryLedger()
+    led.set_budget("votes", 10.0)
+
+    def load():
+        raise AssertionError("the data was read for a job that cannot run")
+
+    with pytest.raises(JobError, match=word.replace("[", r"\[").replace("]", r"\]")):
+        run_job(JobSpec(algo, 1.0, params), VOTES.schema, load, led, "votes", "job-big")
+    assert led.spends("votes") == [] and led.spent("votes") == (0.0, 0.0)

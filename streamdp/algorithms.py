@@ -134,7 +134,8 @@ MAX_TREES = 1000  # Hanisch and Jagannathan et al. use tens of trees; the budget
 _SEED = Param("seed", AnyOf((Interval(int, 0, 2**128, closed="left"), Options((None,)))), None,
               "reproducible structure (public)")
 _N_BOUND = Param("n_bound", AnyOf((Interval(int, 1, 10**12), Options((None,)))), None,
-                 "public bound on the number of records (InfoGain, GainRatio)")
+                 "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
+                 "(None: the root's noisy count plus a margin)")
 _SCORERS = ("infogain", "gini", "max", "gainratio")
 
 

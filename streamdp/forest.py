@@ -44,6 +44,7 @@ from .privacy import (
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
 from .tally import tally
+from .validation import check_choice, check_epsilon
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
 
@@ -77,14 +78,10 @@ class PrivateForest:
         noise_seed: int | None = None,
         private: bool = True,
     ):
-        if mechanism not in MECHANISMS:
-            raise ValueError(f"mechanism must be one of {MECHANISMS}, got {mechanism!r}")
-        if vote not in VOTES:
-            raise ValueError(f"vote must be one of {VOTES}, got {vote!r}")
-        if budget not in BUDGETS:
-            raise ValueError(f"budget must be one of {BUDGETS}, got {budget!r}")
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not epsilon > 0:
-            raise ValueError(f"epsilon must be a positive number (math.inf for no noise), got {epsilon!r}")
+        check_choice(mechanism, "mechanism", MECHANISMS)
+        check_choice(vote, "vote", VOTES)
+        check_choice(budget, "budget", BUDGETS)
+        check_epsilon(epsilon, allow_inf=True)
         self.schema = schema
         self.structure = structure
         self.mechanism = mechanism

@@ -28,6 +28,8 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 
+from .validation import check_delta, check_epsilon
+
 __all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE"]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
@@ -65,11 +67,8 @@ def check_charge(source: str, epsilon: float, delta: float) -> None:
     """Validate a charge's arguments (shared by every store)."""
     if not isinstance(source, str) or not source:
         raise ValueError(f"source must be a non-empty string, got {source!r}")
-    for name, v in (("epsilon", epsilon), ("delta", delta)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v < 0 or math.isinf(v):
-            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    if delta >= 1:
-        raise ValueError(f"delta must be < 1, got {delta!r}")
+    check_epsilon(epsilon, allow_zero=True)
+    check_delta(delta)
 
 
 def refusal(source: str, epsilon: float, spent: float, budget: float | None, delta: float = 0.0,

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from .secure_random import SecureRandom
+from .validation import check_epsilon
 
 __all__ = ["geometric_noise", "geometric_pmf", "laplace_noise", "laplace_granularity"]
 
@@ -117,9 +118,6 @@ def _one_sided(n: int, lam: float, rng: SecureRandom) -> np.ndarray:
     return out
 
 
-def _check_epsilon(epsilon: float) -> None:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a positive number (math.inf for no noise), got {epsilon!r}")
 
 
 def _two_sided(shape: tuple, lam: float, rng: SecureRandom) -> np.ndarray:
@@ -160,7 +158,7 @@ def geometric_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensi
     sampler adds at most 2**-110 to delta. Integer output has no floating-point
     representation to attack (Mironov 2012).
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if math.isinf(epsilon):
         return np.zeros(shape, dtype=np.int64)
@@ -200,7 +198,7 @@ def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensiti
     alone, post-processing of a private value; no bit of it depends on ``c`` in
     any other way. The sampler adds at most 2**-110 to delta.
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if math.isinf(epsilon):
         return np.zeros(shape, dtype=np.float64)

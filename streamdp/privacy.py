@@ -33,8 +33,9 @@ import math
 
 import numpy as np
 
-from .noise import _check_epsilon, geometric_noise, geometric_pmf, laplace_granularity, laplace_noise
+from .noise import geometric_noise, geometric_pmf, laplace_granularity, laplace_noise
 from .secure_random import NotPrivateWarning, SecureRandom
+from .validation import check_epsilon, check_integer, check_probability
 
 __all__ = [
     "SecureRandom",
@@ -64,7 +65,7 @@ def exponential_mechanism(
     exactly the softmax distribution), with the Gumbel variates built from
     secure uniforms. Candidates of measure 0 are never chosen.
     """
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     if sensitivity <= 0:
         raise ValueError(f"sensitivity must be positive, got {sensitivity}")
     q = np.asarray(scores, dtype=np.float64).ravel()
@@ -100,7 +101,7 @@ def exponential_mechanism_probabilities(
     scores: np.ndarray, epsilon: float, sensitivity: float, measure: np.ndarray | None = None
 ) -> np.ndarray:
     """The exact distribution :func:`exponential_mechanism` samples from (for tests and reports)."""
-    _check_epsilon(epsilon)
+    check_epsilon(epsilon, allow_inf=True)
     q = np.asarray(scores, dtype=np.float64).ravel()
     logits = _em_logits(q, epsilon, sensitivity, measure)
     logits = logits - logits.max()
@@ -120,11 +121,9 @@ def bernoulli_sample(beta: float, size: int | tuple, rng: SecureRandom) -> np.nd
 
 def kanon_check(k: int, beta: float, epsilon: float) -> None:
     """Raise ValueError unless (k, beta, epsilon) is a valid setting for one tree."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    if not isinstance(beta, (int, float)) or not 0 < beta < 1:
-        raise ValueError(f"beta must be in (0, 1), got {beta!r}")
-    _check_epsilon(epsilon)
+    check_integer(k, "k")
+    check_probability(beta, "beta", closed="neither")
+    check_epsilon(epsilon, allow_inf=True)
     floor = -math.log1p(-beta)
     if epsilon < floor:
         raise ValueError(

@@ -19,6 +19,22 @@ differentially private operations, each naming its epsilon and charged
   over the ranges of a numeric attribute (DiffPC4.5);
 * :meth:`~PrivateDataset.subtree_mechanism`: Bai et al.'s subtree mechanism (DPEA).
 
+Record bounds (``max_records``). Some scores (Friedman & Schuster's
+information gain and gain ratio) have a sensitivity that grows with the
+number of records. The exponential mechanisms then take ``max_records`` and
+*enforce* it: the scores are computed on at most ``max_records`` of the
+part's records, a uniformly random subset (when the part holds more), and the
+mechanism uses ``2 * S(max_records)``. Proof sketch: draw an independent
+uniform priority per record and keep the ``max_records`` smallest. For
+neighbours ``D`` and ``D + x`` and any fixed priorities, the kept sets are
+equal, differ by adding ``x``, or differ by one substitution (``x`` in, the
+last kept record out), all of at most ``max_records`` records. A substitution
+is a removal then an addition, each moving a score by at most
+``S(max_records)``, so every score moves by at most ``2 S(max_records)`` and
+the mechanism is ``epsilon``-DP for each draw of priorities, hence for their
+mixture. Only the scores use the subset: counts and partitions use every
+record, so a record still affects one branch (parallel composition holds).
+
 Budget. The dataset's ``epsilon`` is its allotment. With a ledger,
 :meth:`PrivateDataset.from_records` charges the whole allotment to the
 ledger (one atomic spend, idempotent under a key) before it even encodes the
@@ -58,9 +74,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .ledger import TOLERANCE, BudgetExceeded, Ledger
-from .privacy import NotPrivateWarning, SecureRandom, _check_epsilon, exponential_mechanism, geometric_noise
+from .privacy import NotPrivateWarning, SecureRandom, exponential_mechanism, geometric_noise
 from .routing import route, routing_error
 from .schema import Categorical, Numeric, Schema
+from .validation import check_epsilon, check_integer
 
 __all__ = ["PrivateDataset", "Candidate", "BudgetExceeded"]
 
@@ -90,7 +107,7 @@ class PrivateDataset:
     ):
         if not isinstance(schema, Schema):
             raise TypeError(f"schema must be a streamdp.Schema, got {type(schema).__name__}")
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon, allow_inf=True)
         X = np.asarray(X, dtype=np.float64)
         y = np.asarray(y, dtype=np.int64)
         if X.ndim != 2 or X.shape[1] != schema.n_attributes:
@@ -132,7 +149,7 @@ class PrivateDataset:
         ``noise_seed`` makes the noise reproducible and the result NOT private
         (tests only; a :class:`~streamdp.privacy.NotPrivateWarning` is raised).
         """
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon, allow_inf=True)
         if ledger is not None:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
@@ -181,7 +198,7 @@ class PrivateDataset:
 
     def _charge(self, epsilon: float, what: str) -> None:
         """Charge this node; refuse (charging nothing) if the root's allotment would be exceeded."""
-        _check_epsilon(epsilon)
+        check_epsilon(epsilon, allow_inf=True)
         if math.isinf(epsilon):
             if math.isfinite(self._root().epsilon):
                 raise BudgetExceeded(f"dataset: epsilon=inf for {what} exceeds any finite allotment")
@@ -310,8 +327,9 @@ class PrivateDataset:
         candidates: Sequence[Candidate],
         quality: Callable[[np.ndarray], float],
         *,
-        sensitivity: float,
+        sensitivity: float | Callable[[float], float],
         epsilon: float,
+        max_records: int | None = None,
     ) -> Candidate:
         """One candidate split, drawn with probability ∝ ``exp(epsilon * q / (2 * sensitivity))``.
 
@@ -319,23 +337,31 @@ class PrivateDataset:
         per declared value) or ``(numeric attribute, threshold)`` (rows
         ``x <= t`` and ``x > t``). ``quality`` maps a candidate's class
         contingency table (rows x classes, float) to its score; ``sensitivity``
-        must bound how much one record can change any score.
+        must bound how much one record can change any score: a number, or a
+        function of the record bound (``S(n)``, e.g. ``scorer.sensitivity``).
+        With ``max_records`` the bound is enforced (module docstring: the
+        scores see at most that many records and the mechanism uses
+        ``2 S(max_records)``).
         """
         cands = list(candidates)
         if not cands:
             raise ValueError("the exponential mechanism needs at least one candidate")
-        tables = [self._candidate_table(c) for c in cands]  # validates before charging
+        for c in cands:
+            self._candidate_table(c)  # validates before charging
+        s = _enforced_sensitivity(sensitivity, max_records)
         self._charge(epsilon, "exponential")
-        scores = np.array([float(quality(t.astype(np.float64))) for t in tables])
-        return cands[exponential_mechanism(scores, epsilon, sensitivity, self._rng)]
+        rows = self._kept(max_records)
+        scores = np.array([float(quality(self._candidate_table(c, rows).astype(np.float64))) for c in cands])
+        return cands[exponential_mechanism(scores, epsilon, s, self._rng)]
 
     def exponential_threshold(
         self,
         attribute: int | str,
         quality: Callable[[np.ndarray], np.ndarray],
         *,
-        sensitivity: float,
+        sensitivity: float | Callable[[float], float],
         epsilon: float,
+        max_records: int | None = None,
     ) -> float:
         """A split point of a numeric attribute by the exponential mechanism over ranges (DiffPC4.5).
 
@@ -345,16 +371,20 @@ class PrivateDataset:
         probability ∝ ``exp(epsilon * q_i / (2 * sensitivity)) * |R_i|``,
         then the point uniformly inside it. ``quality`` is vectorized: it
         maps tables of shape ``(m, 2, n_classes)`` to ``m`` scores.
+        ``sensitivity`` and ``max_records`` as in :meth:`exponential`.
         """
         j = self._index(attribute)
         if not isinstance(self.schema.attributes[j], Numeric):
             raise ValueError(f"attribute {self.schema.attributes[j].name!r} is categorical: use exponential()")
         lo, hi = self.bounds(j)
+        s = _enforced_sensitivity(sensitivity, max_records)
         self._charge(epsilon, f"exponential_threshold({self.schema.attributes[j].name})")
-        col = self.__X[:, j]
+        rows = self._kept(max_records)
+        col = self.__X[:, j] if rows is None else self.__X[rows, j]
+        ys = self.__y if rows is None else self.__y[rows]
         C = self.schema.n_classes
         inside = (col >= lo) & (col <= hi)
-        v, y = col[inside], self.__y[inside]
+        v, y = col[inside], ys[inside]
         order = np.argsort(v, kind="stable")
         v, y = v[order], y[order]
         cuts, first = np.unique(v, return_index=True)
@@ -374,7 +404,7 @@ class PrivateDataset:
             raise ValueError(f"quality must return one score per range ({lengths.shape}), got {scores.shape}")
         if not np.any(lengths > 0):  # a degenerate range: any point is the same
             return float(lo)
-        i = exponential_mechanism(scores, epsilon, sensitivity, self._rng, measure=lengths)
+        i = exponential_mechanism(scores, epsilon, s, self._rng, measure=lengths)
         return float(edges[i] + self._rng.uniform() * lengths[i])
 
     def subtree_mechanism(self, space: Any, epsilon: float, *, sampler: str = "exact", buffer_size: int = 50,
@@ -425,26 +455,46 @@ class PrivateDataset:
             raise ValueError(f"attribute {self.schema.attributes[j].name!r} is numeric: give a threshold")
         return j
 
-    def _table(self, j: int) -> np.ndarray:
+    def _kept(self, max_records: int | None) -> np.ndarray | None:
+        """Rows a score may use: all (None), or ``max_records`` of them drawn uniformly (random priorities)."""
+        n = self.__y.size
+        if max_records is None or n <= max_records:
+            return None
+        return np.argpartition(self._rng.uniform(n), max_records - 1)[:max_records]
+
+    def _table(self, j: int, rows: np.ndarray | None = None) -> np.ndarray:
         C = self.schema.n_classes
         arity = self.schema.attributes[j].arity
-        idx = self.__X[:, j].astype(np.int64) * C + self.__y
+        X, y = (self.__X, self.__y) if rows is None else (self.__X[rows], self.__y[rows])
+        idx = X[:, j].astype(np.int64) * C + y
         return np.bincount(idx, minlength=arity * C).reshape(arity, C)
 
-    def _candidate_table(self, cand: Candidate) -> np.ndarray:
+    def _candidate_table(self, cand: Candidate, rows: np.ndarray | None = None) -> np.ndarray:
         if isinstance(cand, (tuple, list)):
             if len(cand) != 2:
                 raise ValueError(f"a numeric candidate is (attribute, threshold), got {cand!r}")
             j = self._index(cand[0])
             if not isinstance(self.schema.attributes[j], Numeric):
                 raise ValueError(f"candidate {cand!r}: attribute {self.schema.attributes[j].name!r} is categorical")
-            left = self.__X[:, j] <= float(cand[1])
+            X, y = (self.__X, self.__y) if rows is None else (self.__X[rows], self.__y[rows])
+            left = X[:, j] <= float(cand[1])
             C = self.schema.n_classes
-            return np.stack([np.bincount(self.__y[left], minlength=C), np.bincount(self.__y[~left], minlength=C)])
-        return self._table(self._categorical(cand))
+            return np.stack([np.bincount(y[left], minlength=C), np.bincount(y[~left], minlength=C)])
+        return self._table(self._categorical(cand), rows)
 
     def __repr__(self) -> str:
         return f"PrivateDataset(epsilon={self.epsilon:g}, spent={self._spent:g}, path={self.path!r})"
 
     def __getstate__(self):
         raise TypeError("a PrivateDataset cannot be pickled or copied out of its process")
+
+
+def _enforced_sensitivity(sensitivity: float | Callable[[float], float], max_records: int | None) -> float:
+    """The sensitivity an exponential mechanism uses: ``S`` without a record bound, ``2 S(max_records)`` with one."""
+    if max_records is not None:
+        check_integer(max_records, "max_records")
+    s = sensitivity(math.inf if max_records is None else max_records) if callable(sensitivity) else sensitivity
+    if not (isinstance(s, (int, float)) and math.isfinite(s) and s > 0):
+        raise ValueError(f"sensitivity must be a finite number > 0, got {s!r}"
+                         + ("; this score needs max_records (a record bound)" if max_records is None else ""))
+    return float(s) * (1 if max_records is None else 2)

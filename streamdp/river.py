@@ -71,7 +71,7 @@ import numpy as np
 import river.base  # absolute import: this module is streamdp.river, the library is river
 
 from streamdp.forest import PrivateForest
-from streamdp.jobs import ALGORITHMS
+from streamdp.algorithms import learners as _catalogue_learners
 from streamdp.privacy import NotPrivateWarning
 from streamdp.schema import Categorical, Schema
 
@@ -569,8 +569,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self.forest._proba_from_leaves(leaves)
 
 
-# the batch learners under their job names (``streamdp job submit``); the forest ones are the forest classifier
-WINDOW_LEARNERS = {a.name: a for a in ALGORITHMS.values() if a.learner is not None}
+# the batch learners under their catalogue names (streamdp.algorithms); the forest ones are the forest classifier
+WINDOW_LEARNERS = _catalogue_learners()
 
 
 class PrivateWindowClassifier(river.base.Classifier):

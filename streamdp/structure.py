@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .schema import Categorical, Numeric, Schema
+from .validation import check_integer
 
 __all__ = ["ForestStructure", "TooLargeError", "default_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]
 
@@ -91,12 +92,10 @@ class ForestStructure:
         max_cells: int = DEFAULT_MAX_CELLS,
     ) -> "ForestStructure":
         """Draw ``n_trees`` random trees of the given height from the schema alone."""
-        if isinstance(n_trees, bool) or not isinstance(n_trees, (int, np.integer)) or n_trees < 1:
-            raise ValueError(f"n_trees must be a positive integer, got {n_trees!r}")
+        check_integer(n_trees, "n_trees")
         if height is None:
             height = default_height(schema.n_attributes)
-        if isinstance(height, bool) or not isinstance(height, (int, np.integer)) or height < 1:
-            raise ValueError(f"height must be a positive integer, got {height!r}")
+        check_integer(height, "height")
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
         drawn = _draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)

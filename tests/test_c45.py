@@ -232,8 +232,6 @@ def test_blob_round_trip():
 
 @pytest.mark.parametrize("kw,msg", [
     ({"scorer": "entropy"}, "unknown scorer"),
-    ({"scorer": "infogain"}, "needs n_bound"),
-    ({"scorer": "gainratio"}, "needs n_bound"),
     ({"scorer": MaxScorer()}, "scorer must be a scorer name"),
     ({"n_bound": 0}, "n_bound"),
     ({"cf": 0.0}, "cf"),
@@ -255,7 +253,17 @@ def test_infogain_with_n_bound_works():
     schema = mixed_schema()
     X, y = split35(2000, np.random.default_rng(12))
     clf = DiffPC45(schema, epsilon=50.0, max_depth=2, scorer="infogain", n_bound=5000).fit(X, y)
-    assert clf.sensitivity_ == pytest.approx(math.log2(5001) + 1 / math.log(2))
+    # the bound is enforced by the data layer: twice the sensitivity at the bound (issue 12 item 2)
+    assert clf.record_bound_ == 5000 and clf.sensitivity_ == pytest.approx(2 * (math.log2(5001) + 1 / math.log(2)))
+    assert clf.score(X, y) > 0.9
+
+
+def test_infogain_without_n_bound_sizes_the_bound_from_the_noisy_root_count():
+    schema = mixed_schema()
+    X, y = split35(2000, np.random.default_rng(12))
+    clf = DiffPC45(schema, epsilon=50.0, max_depth=2, scorer="infogain").fit(X, y)
+    eps = clf.epsilon_per_query_
+    assert 2000 <= clf.record_bound_ <= 2000 + 2 * math.log(1e6) / eps  # noisy count + margin, with high probability
     assert clf.score(X, y) > 0.9
 
 
@@ -265,7 +273,7 @@ def test_gainratio_uses_the_schema_sensitivity_and_finds_the_split():
     schema = mixed_schema()
     X, y = split35(2000, np.random.default_rng(13))
     clf = DiffPC45(schema, epsilon=100.0, max_depth=1, scorer="gainratio", n_bound=5000).fit(X, y)
-    assert clf.sensitivity_ == pytest.approx(get_scorer("gainratio", schema).sensitivity(5000))
+    assert clf.sensitivity_ == pytest.approx(2 * get_scorer("gainratio", schema).sensitivity(5000))
     assert clf.score(X, y) > 0.9
 
 

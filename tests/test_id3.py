@@ -176,8 +176,6 @@ def test_bad_parameters_are_named():
     with pytest.raises(ValueError, match="unknown scorer"):
         DiffPID3(VOTES.schema, scorer="entropy").fit(VOTES.X, VOTES.y)
     with pytest.raises(ValueError, match="n_bound"):
-        DiffPID3(VOTES.schema, scorer="infogain").fit(VOTES.X, VOTES.y)
-    with pytest.raises(ValueError, match="n_bound"):
         DiffPID3(VOTES.schema, scorer="max", n_bound=0).fit(VOTES.X, VOTES.y)
     with pytest.raises(RuntimeError, match="not fitted"):
         SuLQID3(VOTES.schema).predict(VOTES.X)
@@ -200,3 +198,70 @@ def test_inner_counts_are_sums_of_clipped_leaves_and_empty_leaves_fall_back():
     assert t.counts[kids[0]].tolist() == [-3, -1]  # leaves keep what was released
     p = t.predict_proba(np.array([[0.0, 0.0], [2.0, 1.0]]))
     assert p.tolist() == [[0.5, 0.5], [1.0, 0.0]]  # no positive mass: the root's 6/6
+
+
+# -- issue 12 item 2: n_bound is enforced, never trusted -----------------------------------------------
+def _split_audit_data():
+    """Two binary attributes, binary class, 1,559 records, and a neighbour with one more record
+    (A=0, B=1, class 1). A's value 0 is 1,500 records of class 0, so the new record costs A's
+    information gain about log2(1500) + 1.44 bits and B's nothing: trusting n_bound=1 (sensitivity
+    2.44) moves the split choice's probabilities from 0.96/0.04 to 0.66/0.34 (a loss of 2.09 at a
+    declared epsilon of 1)."""
+    from streamdp import Schema
+
+    schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
+                                              {"name": "b", "type": "categorical", "values": [0, 1]}],
+                               "label": {"name": "y", "values": [0, 1]}})
+    counts = {(0, 0, 0): 1500, (1, 1, 1): 50, (1, 0, 1): 4, (1, 0, 0): 5}  # (a, b, y): records
+    rows = [r for r, n in counts.items() for _ in range(n)]
+    X = np.array([r[:2] for r in rows], dtype=np.float64)
+    y = np.array([r[2] for r in rows], dtype=np.int64)
+    return schema, (X, y), (np.vstack([X, [[0, 1]]]), np.append(y, 1))
+
+
+def _release_rate(schema, data, n_bound, trials):
+    """How often one DiffPID3 split release (max_depth 1: its split query gets epsilon 1) picks attribute A."""
+    X, y = data
+    hits = 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # noise_seed: reproducible noise for the audit
+        for i in range(trials):
+            m = DiffPID3(schema, epsilon=4.0, max_depth=1, scorer="infogain", n_bound=n_bound, noise_seed=i)
+            hits += int(m.fit(X, y).trees_[0].feature[0] == 0)
+    return hits
+
+
+@pytest.mark.slow
+def test_user_given_n_bound_below_the_record_count_keeps_the_declared_epsilon():
+    """Audit: n_bound=1 over 1,559 records. Trusting the bound (the old rule) loses 2.09 per split query
+    at a declared epsilon of 1; the data layer now enforces the bound, and no lower bound on the privacy
+    loss exceeds 1 (Clopper-Pearson, 1e-6 failure probability per side)."""
+    from scipy.stats import beta as beta_dist
+
+    schema, d0, d1 = _split_audit_data()
+    n = 3000
+    k0, k1 = _release_rate(schema, d0, 1, n), _release_rate(schema, d1, 1, n)
+    alpha = 1e-6
+
+    def lower(k):
+        return beta_dist.ppf(alpha, k, n - k + 1) if k > 0 else 0.0
+
+    def upper(k):
+        return beta_dist.ppf(1 - alpha, k + 1, n - k) if k < n else 1.0
+
+    bounds = []
+    for a, b in ((k0, k1), (k1, k0), (n - k0, n - k1), (n - k1, n - k0)):
+        lo, hi = lower(a), upper(b)
+        bounds.append(math.log(lo / hi) if lo > 0 else 0.0)
+    assert max(bounds) <= 1.0, f"empirical epsilon lower bound {max(bounds):.3f} above the declared 1"
+
+    # the same test has power: trusting n_bound=1 (the sensitivity at 1, full data) is caught
+    from streamdp.learners.scorers import get_scorer
+    from streamdp.privacy import exponential_mechanism_probabilities
+    from streamdp.private_data import PrivateDataset
+
+    q = get_scorer("infogain", schema)
+    p = [exponential_mechanism_probabilities(
+        [q(PrivateDataset(schema, X, y, epsilon=1.0)._table(j).astype(float)) for j in (0, 1)],
+        1.0, q.sensitivity(1)) for X, y in (d0, d1)]
+    assert max(abs(math.log(p[0][i] / p[1][i])) for i in (0, 1)) > 2.0  # what the old rule released

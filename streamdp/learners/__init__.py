@@ -3,59 +3,46 @@
 Every learner reaches data only through :class:`streamdp.private_data.PrivateDataset`
 (the privacy boundary is the import list: no learner module imports the
 schema's encoder, the tally or the subtree samplers, and a test checks it).
-
-=================  ====================================================
-``SuLQID3``        Friedman & Schuster Alg. 1 (Jagannathan's "private ID3")
-``DiffPID3``       Friedman & Schuster Alg. 2, scorers infogain/gini/max/gainratio
-``DiffPC45``       Friedman & Schuster with numeric splits and noisy-count pruning
-``HanischForest``  Hanisch's private random forest (majority vote)
-``DPEA``           Bai et al.'s deep embedding with MCMC
-=================  ====================================================
+The learners, their parameters and blob formats are listed in
+:mod:`streamdp.algorithms` (``SuLQID3``, ``DiffPID3``, ``DiffPC45``,
+``HanischForest``, ``DPEA``); each class is imported when first used.
 
 Fitted models serialize with ``to_bytes()`` (msgpack, no pickle);
 :func:`load_model` decodes any of them, and the stream's
 :class:`~streamdp.PrivateForest`, by the blob's format tag.
+
+>>> from streamdp.datasets import load
+>>> ds = load("congressional-voting")
+>>> from streamdp.learners import SuLQID3
+>>> m = load_model(SuLQID3(ds.schema, epsilon=5.0, max_depth=2).fit(ds.X, ds.y).to_bytes())
+>>> type(m).__name__
+'SuLQID3'
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
+from ..algorithms import AlgorithmError, by_format, learners
 from ..blob import BlobError, format_of
 
 __all__ = ["SuLQID3", "DiffPID3", "DiffPC45", "HanischForest", "DPEA", "load_model", "LEARNERS"]
 
-# class name -> module (imported lazily so one learner's import cost is paid only when used)
-LEARNERS = {
-    "SuLQID3": "id3",
-    "DiffPID3": "id3",
-    "DiffPC45": "c45",
-    "HanischForest": "hanisch",
-    "DPEA": "dpea",
-}
-
-# blob format tag -> (module, class)
-_FORMATS = {
-    "streamdp.forest": ("streamdp.forest", "PrivateForest"),
-    "streamdp.sulq_id3": ("streamdp.learners.id3", "SuLQID3"),
-    "streamdp.diffp_id3": ("streamdp.learners.id3", "DiffPID3"),
-    "streamdp.diffp_c45": ("streamdp.learners.c45", "DiffPC45"),
-    "streamdp.hanisch_forest": ("streamdp.learners.hanisch", "HanischForest"),
-    "streamdp.dpea": ("streamdp.learners.dpea", "DPEA"),
-}
+# class name -> module, from the catalogue (imported lazily: one learner's import cost is paid only when used)
+LEARNERS = {a.learner: a.module for a in learners().values()}
 
 
 def __getattr__(name: str) -> Any:
     if name in LEARNERS:
-        return getattr(importlib.import_module(f".{LEARNERS[name]}", __name__), name)
+        return getattr(__import__(LEARNERS[name], fromlist=[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_model(data: bytes) -> Any:
     """Decode any streamdp model blob (forest or batch learner) by its format tag."""
     fmt = format_of(data)
-    if fmt not in _FORMATS:
-        raise BlobError(f"not a streamdp model blob (format: {fmt!r}; known: {sorted(_FORMATS)})")
-    module, cls = _FORMATS[fmt]
-    return getattr(importlib.import_module(module), cls).from_bytes(bytes(data))
+    try:
+        cls = by_format(fmt).cls()
+    except AlgorithmError as e:
+        raise BlobError(f"not a streamdp model blob ({e})") from None
+    return cls.from_bytes(bytes(data))

@@ -10,7 +10,6 @@ scikit-learn requires.
 from __future__ import annotations
 
 import inspect
-import math
 import warnings
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..schema import Schema
+from ..validation import check_epsilon, check_integer
 from .tree import Tree
 
 FORMAT_VERSION = 1
@@ -94,12 +94,8 @@ class PrivateLearner:
     def _check_params(self) -> None:
         if not isinstance(self.schema, Schema):
             raise TypeError(f"schema must be a streamdp.Schema, got {type(self.schema).__name__}")
-        e = self.epsilon
-        if isinstance(e, bool) or not isinstance(e, (int, float)) or math.isnan(e) or e <= 0:
-            raise ValueError(f"epsilon must be a positive number, got {e!r}")
-        d = getattr(self, "max_depth", 1)
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 0:
-            raise ValueError(f"max_depth must be a non-negative integer, got {d!r}")
+        check_epsilon(self.epsilon, allow_inf=True)
+        check_integer(getattr(self, "max_depth", 1), "max_depth", low=0)
 
     def _fit(self, pds: PrivateDataset) -> None:
         raise NotImplementedError

@@ -63,7 +63,8 @@ import numpy as np
 
 from ..private_data import PrivateDataset
 from ..schema import Categorical, Numeric
-from .scorers import Scorer, checked_scorer, get_scorer
+from ..validation import check_flag, check_probability
+from .scorers import Scorer, checked_scorer, get_scorer, record_bound
 from ._base import PrivateLearner
 from .tree import TreeBuilder
 
@@ -196,9 +197,12 @@ def prune_nodes(grown: _Grown, counts: np.ndarray, cf: float) -> list[int]:
 class DiffPC45(PrivateLearner):
     """Friedman & Schuster's DiffPC4.5 (see the module docstring).
 
-    ``scorer``: "gini" (S = 2), "max" (S = 1), "infogain" (S = log2(n_bound + 1)
-    + 1/ln 2; needs ``n_bound``, a public bound on the number of records), or
-    any name :func:`~streamdp.learners.scorers.get_scorer` knows.
+    ``scorer``: "gini" (S = 2), "max" (S = 1), "infogain" (S = log2(n + 1)
+    + 1/ln 2 for nodes of at most n records), or any name
+    :func:`~streamdp.learners.scorers.get_scorer` knows. ``n_bound``: the most
+    records InfoGain and GainRatio scores may use per query, enforced by the
+    data layer (twice the sensitivity at the bound); None: the root's noisy
+    count plus a margin (:func:`~streamdp.learners.scorers.record_bound`).
     ``prune``: Algorithm 3 with certainty factor ``cf`` (0 < cf < 1).
     ``noise_seed``: reproducible noise, NOT private (tests only).
     """
@@ -229,11 +233,8 @@ class DiffPC45(PrivateLearner):
     def _check_params(self) -> None:
         super()._check_params()
         checked_scorer(self.scorer, self.n_bound, self.schema)
-        if not isinstance(self.prune, (bool, np.bool_)):
-            raise ValueError(f"prune must be True or False, got {self.prune!r}")
-        cf = self.cf
-        if isinstance(cf, bool) or not isinstance(cf, (int, float)) or not 0 < cf < 1:
-            raise ValueError(f"cf (C4.5 certainty factor) must be in (0, 1), got {cf!r}")
+        check_flag(self.prune, "prune")
+        check_probability(self.cf, "cf (C4.5 certainty factor)", closed="neither")
 
     def epsilon_per_query(self) -> float:
         """``B / ((2 + n) d + 2)`` for the schema's ``n`` numeric attributes."""
@@ -243,7 +244,8 @@ class DiffPC45(PrivateLearner):
     # -- growth (Algorithm 2 + numeric split points) --------------------------------------
     def _fit(self, pds: PrivateDataset) -> None:
         self.scorer_: Scorer = get_scorer(self.scorer, self.schema)
-        self.sensitivity_ = float(self.scorer_.sensitivity(self.n_bound if self.n_bound is not None else math.inf))
+        self.record_bound_: int | None = None
+        self.sensitivity_ = float(self.scorer_.sensitivity(math.inf))  # set at the root for n-dependent scorers
         self.epsilon_per_query_ = self.epsilon_per_query()
         builder = TreeBuilder(self.schema)
         grown = _Grown()
@@ -271,17 +273,21 @@ class DiffPC45(PrivateLearner):
                    if isinstance(a, Numeric) and pds.bounds(j)[0] < pds.bounds(j)[1]]
         n_t = pds.noisy_count(eps)
         grown.add(node, n_t)
+        if node == 0:  # the root's released count sizes the record bound of the split scores
+            b = self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps)
+            if b is not None:
+                self.sensitivity_ = 2 * self.scorer_.sensitivity(b)
         arities = [schema.attributes[j].arity for j in cats] + [2] * len(numeric)
         t = max(arities) if arities else 0
         if not arities or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
             grown.leaf_counts[node] = np.asarray(pds.noisy_class_counts(eps), dtype=np.float64)
             return
-        q, s = self.scorer_, self.sensitivity_
+        q, b = self.scorer_, self.record_bound_
         candidates: list[Any] = sorted(cats)
         for j in numeric:
-            thr = pds.exponential_threshold(j, q, sensitivity=s, epsilon=eps)
+            thr = pds.exponential_threshold(j, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
             candidates.append((j, thr))
-        choice = pds.exponential(candidates, q, sensitivity=s, epsilon=eps)
+        choice = pds.exponential(candidates, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
         if isinstance(choice, tuple):
             j, thr = choice
             parts = pds.partition(j, thr)

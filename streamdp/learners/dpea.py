@@ -63,6 +63,7 @@ import numpy as np
 from ..private_data import PrivateDataset
 from ..private_subtree import SubtreeSpace
 from ..schema import Categorical, Schema
+from ..validation import Interval, check_epsilon, check_integer, check_number
 from ._base import PrivateLearner
 from .tree import Tree
 
@@ -123,15 +124,10 @@ class DPEA(PrivateLearner):
         d = self.embed_depth
         if d == "whole":
             return D
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 1:
-            raise ValueError(f"embed_depth must be a positive integer or 'whole', got {d!r}")
-        return min(int(d), D)
+        return min(Interval(int, 1).check(d, "embed_depth (or 'whole')"), D)
 
     def _check_depth(self) -> int:
-        D = self.max_depth
-        if isinstance(D, bool) or not isinstance(D, (int, np.integer)) or D < 1:
-            raise ValueError(f"max_depth must be a positive integer, got {D!r}")
-        return int(D)
+        return check_integer(self.max_depth, "max_depth")
 
     @property
     def n_steps(self) -> int:
@@ -151,19 +147,11 @@ class DPEA(PrivateLearner):
     # -- fit -------------------------------------------------------------------------
     def _check_params(self) -> None:
         super()._check_params()
-        e = self.epsilon
-        if isinstance(e, bool) or not isinstance(e, (int, float, np.floating)) or not 0 < e < math.inf:
-            raise ValueError(f"epsilon must be a positive finite number, got {e!r}")
-        m = self.min_instances
-        if isinstance(m, bool) or not isinstance(m, (int, float, np.integer, np.floating)) or not m >= 0:
-            raise ValueError(f"min_instances must be a non-negative number, got {m!r}")
+        check_epsilon(self.epsilon)  # finite: the MCMC stopping rule and the budget split need a number
+        check_number(self.min_instances, "min_instances", low=0)
         for name in ("buffer_size", "step_limit", "exact_max_levels"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        v = self.variance_threshold
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v >= 0:
-            raise ValueError(f"variance_threshold must be a non-negative number, got {v!r}")
+            check_integer(getattr(self, name), name)
+        check_number(self.variance_threshold, "variance_threshold", low=0)
         self._levels()
 
     def _fit(self, pds: PrivateDataset) -> None:

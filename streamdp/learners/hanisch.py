@@ -36,6 +36,7 @@ import numpy as np
 from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
+from ..validation import check_integer
 from ._base import PrivateLearner
 from .tree import Tree
 
@@ -66,10 +67,8 @@ class HanischForest(PrivateLearner):
 
     def _check_params(self) -> None:
         super()._check_params()
-        for name in ("n_trees", "max_leaves"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_integer(self.n_trees, "n_trees")
+        check_integer(self.max_leaves, "max_leaves")
         cats = sorted((a.arity for a in self.schema.attributes if isinstance(a, Categorical)), reverse=True)
         if not cats:
             raise ValueError("HanischForest needs categorical attributes (bin numeric ones first)")

@@ -27,7 +27,9 @@ noisy count): below that the counts would be mostly noise.
 * :class:`DiffPID3` picks the attribute with one exponential mechanism query
   with the whole ``eps``, scored by ``scorer`` (``infogain``, ``gini``,
   ``max``, ``gainratio``; :mod:`~streamdp.learners.scorers` gives each
-  sensitivity).
+  sensitivity). InfoGain and GainRatio scores use at most ``n_bound``
+  records per query, enforced by the data layer
+  (:func:`~streamdp.learners.scorers.record_bound`).
 
 Leaves keep their noisy class counts; inner nodes get the sum of their
 leaves' counts (post-processing), so a leaf with no positive count predicts
@@ -46,7 +48,7 @@ from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
 from ._base import PrivateLearner
-from .scorers import Scorer, checked_scorer, get_scorer
+from .scorers import Scorer, checked_scorer, get_scorer, record_bound
 from .tree import TreeBuilder
 
 __all__ = ["SuLQID3", "DiffPID3"]
@@ -75,11 +77,16 @@ class _ID3(PrivateLearner):
     def _prepare(self) -> None:
         pass
 
+    def _root_count(self, n_t: float, eps: float) -> None:
+        pass
+
     def _grow(self, pds: PrivateDataset, b: TreeBuilder, node: int, cats: frozenset, depth_left: int,
               leaves: dict) -> None:
         eps = self.epsilon_per_query_
         C = self.schema.n_classes
         n_t = pds.noisy_count(eps)
+        if node == 0:  # the root: its released count sizes the record bound of the split scores
+            self._root_count(n_t, eps)
         t = max((self.schema.attributes[j].arity for j in cats), default=0)
         if not cats or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
             leaves[node] = np.asarray(pds.noisy_class_counts(eps), dtype=np.float64)
@@ -134,9 +141,12 @@ def sulq_score(n_j: np.ndarray, n_jc: np.ndarray) -> float:
 class DiffPID3(_ID3):
     """DiffPID3 (Friedman & Schuster Alg. 2); see the module docstring.
 
-    ``scorer``: "infogain" (needs ``n_bound``, a public bound on the number
-    of records, for its sensitivity), "gini", "max" or "gainratio" (needs
-    ``n_bound`` too). ``noise_seed``: reproducible noise, NOT private (tests only).
+    ``scorer``: "infogain", "gini", "max" or "gainratio". ``n_bound``: the
+    most records InfoGain and GainRatio scores may use per query (enforced:
+    a node with more is scored on a uniform subset, with twice the
+    sensitivity at the bound); None (the default) takes the root's noisy
+    count plus a margin, so nobody needs to know the record count.
+    ``noise_seed``: reproducible noise, NOT private (tests only).
     """
 
     FORMAT = "streamdp.diffp_id3"
@@ -156,7 +166,12 @@ class DiffPID3(_ID3):
 
     def _prepare(self) -> None:
         self.scorer_: Scorer = get_scorer(self.scorer, self.schema)
-        self.sensitivity_ = float(self.scorer_.sensitivity(self.n_bound if self.n_bound is not None else math.inf))
+
+    def _root_count(self, n_t: float, eps: float) -> None:
+        self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps)
+        b = self.record_bound_
+        self.sensitivity_ = float(self.scorer_.sensitivity(math.inf)) if b is None else 2 * self.scorer_.sensitivity(b)
 
     def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
-        return int(pds.exponential(cats, self.scorer_, sensitivity=self.sensitivity_, epsilon=eps))
+        return int(pds.exponential(cats, self.scorer_, sensitivity=self.scorer_.sensitivity, epsilon=eps,
+                                   max_records=self.record_bound_))

@@ -11,7 +11,7 @@ pytest.importorskip("river")
 
 from river import checks, datasets, evaluate, metrics  # noqa: E402
 
-from streamdp import river_schemas as rs  # noqa: E402
+from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.private_data import PrivateDataset  # noqa: E402
 from streamdp.river import PrivateWindowClassifier  # noqa: E402
@@ -114,7 +114,7 @@ def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params):
         model.learn_one(x, y)
     assert model.n_fits == 3
     for x, _ in stream[:100]:
-        row = np.array([model._enc.encode_one(x)], dtype=np.float64)
+        row = np.array([model.encoder.encode_one(x)], dtype=np.float64)
         want = np.mean([m.predict_proba_encoded(row)[0] for m in model._models], axis=0)
         got = model.predict_proba_one(x)
         assert np.allclose([got[v] for v in schema.label.values], want)

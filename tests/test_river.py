@@ -40,12 +40,14 @@ def test_absolute_import_gets_the_library():
         assert mod.river is river and mod.__name__.startswith("streamdp.river.")
 
 
+@pytest.mark.slow
 def test_check_estimator_passes():
     model = PrivateForestClassifier(**_params())
     assert model._unit_test_skips() == set()  # nothing skipped
     checks.check_estimator(model)
 
 
+@pytest.mark.slow
 def test_every_check_runs_and_passes_individually():
     model = PrivateForestClassifier(**_params())
     names = []
@@ -251,6 +253,7 @@ def test_infer_schema_warns_loudly():
 
 
 # -- the live service --------------------------------------------------------------
+@pytest.mark.slow
 def test_service_classifier_end_to_end(redis_url, unique_name):
     registry = pytest.importorskip("streamdp.service.registry")
     worker_mod = pytest.importorskip("streamdp.service.worker")

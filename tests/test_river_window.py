@@ -24,6 +24,7 @@ def _quiet():
         yield
 
 
+@pytest.mark.slow
 def test_check_estimator_passes():
     params = next(PrivateWindowClassifier._unit_test_params())
     checks.check_estimator(PrivateWindowClassifier(**params))
@@ -90,6 +91,7 @@ def test_bad_parameters_are_named():
         PrivateWindowClassifier(s, learner="diffp-id3", learner_params={"scorer": "nope"})
 
 
+@pytest.mark.slow
 def test_dp_chosen_splits_learn_agrawal_function_0():
     """The random-structure forest stays near the majority class on function 0 (river_eval.md);
     DiffPC45 over 5,000-record windows finds age's split points: progressive accuracy over

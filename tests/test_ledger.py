@@ -158,7 +158,7 @@ def test_redis_layout_and_names(redis_url, source):
 def _charger(url: str, source: str, n: int, epsilon: float, key: str, gate: str) -> None:
     """Child process: wait at the gate, charge n times; exit code = number of successful charges."""
     led = RedisLedger(url)
-    r = led.r
+    r = redis.Redis.from_url(url, socket_timeout=70)  # redis-py's default 5 s would cut the 60 s wait short
     r.rpush(f"{gate}:ready", os.getpid())
     if r.blpop([f"{gate}:go"], timeout=60) is None:
         os._exit(255)
@@ -180,7 +180,7 @@ def _race(url: str, source: str, procs: int, n: int, epsilon: float, key: str = 
     ps = [ctx.Process(target=_charger, args=(url, source, n, epsilon, key, gate)) for _ in range(procs)]
     for p in ps:
         p.start()
-    r = redis.Redis.from_url(url)
+    r = redis.Redis.from_url(url, socket_timeout=130)  # longer than the 120 s block below
     try:
         for _ in range(procs):  # bounded wait for every process to be at the gate
             assert r.blpop([f"{gate}:ready"], timeout=120) is not None, "a charging process never started"

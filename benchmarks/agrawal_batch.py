@@ -30,7 +30,7 @@ from streamdp import PrivateForest  # noqa: E402
 from streamdp.learners import DiffPC45  # noqa: E402
 from streamdp.river import PrivateWindowClassifier  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
-from streamdp.river_schemas import agrawal_schema  # noqa: E402
+from streamdp.river.schemas import agrawal_schema  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"

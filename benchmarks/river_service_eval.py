@@ -18,7 +18,7 @@ import uuid
 from river import datasets, evaluate, metrics
 
 from streamdp.river import ServiceClassifier
-from streamdp.river_schemas import agrawal_schema
+from streamdp.river.schemas import agrawal_schema
 from streamdp.service.embedded import resolve_redis
 from streamdp.service.registry import create_model, delete_model
 from streamdp.service.stream_worker import Worker

@@ -89,7 +89,7 @@ def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
     """``(schema, [(x, y), ...], nominal_attribute_names)`` for a dataset spec (see the module docstring)."""
     from river.datasets import synth
 
-    from streamdp import river_schemas as rs
+    from streamdp.river import schemas as rs
 
     kind, _, arg = name.partition(":")
     if kind == "agrawal":
@@ -137,7 +137,7 @@ def run_private(model, data: list, *, labels_to_codes: Callable | None = None) -
 
     Returns (per-record correctness, seconds).
     """
-    enc = model._enc
+    enc = model.encoder
     t0 = time.perf_counter()
     n = len(data)
     correct = np.zeros(n, dtype=bool)
@@ -148,9 +148,9 @@ def run_private(model, data: list, *, labels_to_codes: Callable | None = None) -
         X, bad = enc.encode_many([x for x, _ in chunk])
         ys = np.fromiter((enc.encode_label(y) for _, y in chunk), dtype=np.int64, count=len(chunk))
         if not bad.any():
-            pred = model._predict_proba_encoded(X).argmax(axis=1)
+            pred = model.predict_proba_encoded(X).argmax(axis=1)
             correct[i:j] = pred == ys
-            model._learn_encoded(X, ys)
+            model.learn_encoded(X, ys)
         else:  # rare: rows with a missing categorical value take the one-record path
             for k, (x, y) in enumerate(chunk):
                 p = model.predict_proba_one(x)

@@ -2,7 +2,8 @@
 
 ``redis_url``: a real Redis: ``$REDIS_URL``, else 127.0.0.1:6379 if it answers, else an
 embedded server started for the session. Tests share it, so every test uses its
-own key names (``unique_name``) and never FLUSHes.
+own key names (``unique_name``) and never FLUSHes. Every test that uses it (directly or
+through another fixture) is marked ``redis`` by :func:`pytest_collection_modifyitems`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,13 @@ import pytest
 
 from streamdp.datasets import datasets_dir
 from streamdp.service.embedded import resolve_redis
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``redis`` every test that uses a real Redis through ``redis_url`` (directly or via a fixture)."""
+    for item in items:
+        if "redis_url" in getattr(item, "fixturenames", ()) and item.get_closest_marker("redis") is None:
+            item.add_marker(pytest.mark.redis)
 
 
 @pytest.fixture(scope="session")

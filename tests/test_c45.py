@@ -83,6 +83,7 @@ def test_categorical_only_schema_is_diffpid3_budget():
 
 # -- the range mechanism ---------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_threshold_distribution_is_exp_score_times_length():
     """Empirical range frequencies vs exp(eps q / 2S) * |R|: chi-square, failure probability 1e-6.
 
@@ -279,6 +280,7 @@ def test_gainratio_uses_the_schema_sensitivity_and_finds_the_split():
 
 # -- Adult ----------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_adult_accuracy_at_large_epsilon(shared_datasets):
     from streamdp.datasets import load
 

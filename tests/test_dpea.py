@@ -89,6 +89,7 @@ def test_quality_sensitivity_brute_force():
 
 
 # -- exact sampler ---------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_exact_sampler_matches_enumerated_mechanism():
     """Chi-square goodness of fit of 4000 exact draws; rejection level 1e-4 (the failure probability)."""
     X, y = _small_data()
@@ -156,6 +157,7 @@ def test_mcmc_kernel_targets_the_mechanism_only_with_hastings_correction():
     assert 0.5 * np.abs(pi @ P0 - pi).sum() > 1e-3  # the paper's rule alone does not keep pi
 
 
+@pytest.mark.slow
 def test_mcmc_chain_follows_its_kernel_after_few_steps():
     """4000 chains of 3 steps vs mu P^3 (exact): chi-square at level 1e-4 checks the code implements P."""
     X, y = _small_data()
@@ -172,6 +174,7 @@ def test_mcmc_chain_follows_its_kernel_after_few_steps():
     assert stats.chi2.sf(chi2, obs.size - 1) > 1e-4, (chi2, obs, exp_)
 
 
+@pytest.mark.slow
 def test_mcmc_final_states_match_exact_distribution():
     """2500 independent chains of 40 steps vs the enumerated mechanism, total variation.
 

@@ -81,6 +81,7 @@ def test_sulq_score_guards_non_positive_noisy_counts():
     assert sulq_score(np.array([5.0]), np.array([[-1.0, 5.0]])) == pytest.approx(0.0)
 
 
+@pytest.mark.slow
 def test_accuracy_well_above_majority_at_large_epsilon(shared_datasets):
     for name, floor in (("mushroom", 0.95), ("nursery", 0.8)):
         ds = load(name)

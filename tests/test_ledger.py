@@ -196,6 +196,7 @@ def _race(url: str, source: str, procs: int, n: int, epsilon: float, key: str = 
     return [p.exitcode for p in ps]
 
 
+@pytest.mark.slow
 def test_racing_processes_never_overspend(redis_url, source):
     """8 processes x 50 charges of 0.01 on a budget of 1.0: exactly 100 succeed, none is lost."""
     led = RedisLedger(redis_url)
@@ -211,6 +212,7 @@ def test_racing_processes_never_overspend(redis_url, source):
         led.charge(source, 0.01, who="late", what="x")
 
 
+@pytest.mark.slow
 def test_racing_processes_with_one_key_charge_once(redis_url, source):
     led = RedisLedger(redis_url)
     led.set_budget(source, 1.0)

@@ -157,6 +157,7 @@ def test_laplace_variance_is_2b_squared(eps, sens):
 # -- exponential mechanism ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_exponential_mechanism_matches_its_probabilities_and_skips_measure_zero():
     scores = np.array([0.0, 1.0, 2.0, 3.0, 0.5, 3.0])
     measure = np.array([1.0, 2.0, 0.0, 1.0, 0.5, 0.0])

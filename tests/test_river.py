@@ -18,7 +18,7 @@ from river import checks, datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier  # noqa: E402
-from streamdp import river_schemas as rs  # noqa: E402
+from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.evaluate import run_private, run_river  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
@@ -30,17 +30,24 @@ def _params():
 
 def test_absolute_import_gets_the_library():
     import river
-    import streamdp.river as sr
 
-    assert sr.river is river and hasattr(river, "base") and sr.__name__ == "streamdp.river"
+    import streamdp.river.forest
+    import streamdp.river.service
+    import streamdp.river.window
+
+    assert hasattr(river, "base") and river.__file__ != streamdp.river.__file__
+    for mod in (streamdp.river.forest, streamdp.river.service, streamdp.river.window):
+        assert mod.river is river and mod.__name__.startswith("streamdp.river.")
 
 
+@pytest.mark.slow
 def test_check_estimator_passes():
     model = PrivateForestClassifier(**_params())
     assert model._unit_test_skips() == set()  # nothing skipped
     checks.check_estimator(model)
 
 
+@pytest.mark.slow
 def test_every_check_runs_and_passes_individually():
     model = PrivateForestClassifier(**_params())
     names = []
@@ -134,8 +141,8 @@ def test_window_keeps_only_the_last_releases():
     ref = w.clone()  # same seed: the same structure and the same noise draws
     deltas = []
     for s in range(0, 1000, 100):
-        enc, _ = ref._enc.encode_many([x for x, _ in data[s:s + 100]])
-        ys = np.array([ref._enc.encode_label(y) for _, y in data[s:s + 100]])
+        enc, _ = ref.encoder.encode_many([x for x, _ in data[s:s + 100]])
+        ys = np.array([ref.encoder.encode_label(y) for _, y in data[s:s + 100]])
         deltas.append(ref.forest.noisy_delta_encoded(enc, ys))
     for x, y in data:
         w.learn_one(x, y)
@@ -216,9 +223,9 @@ def test_pickle_roundtrip_keeps_predictions():
     ],
 )
 def test_generator_schemas_cover_every_generated_record(schema, stream):
-    from streamdp.river import _Encoder
+    from streamdp.river.encoding import RecordEncoder
 
-    enc = _Encoder(schema)
+    enc = RecordEncoder(schema)
     for x, y in stream():
         row = enc.encode_one(x)
         assert None not in row
@@ -246,6 +253,7 @@ def test_infer_schema_warns_loudly():
 
 
 # -- the live service --------------------------------------------------------------
+@pytest.mark.slow
 def test_service_classifier_end_to_end(redis_url, unique_name):
     registry = pytest.importorskip("streamdp.service.registry")
     worker_mod = pytest.importorskip("streamdp.service.stream_worker")

@@ -11,7 +11,7 @@ pytest.importorskip("river")
 
 from river import checks, datasets, evaluate, metrics  # noqa: E402
 
-from streamdp import river_schemas as rs  # noqa: E402
+from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.private_data import PrivateDataset  # noqa: E402
 from streamdp.river import PrivateWindowClassifier  # noqa: E402
@@ -24,6 +24,7 @@ def _quiet():
         yield
 
 
+@pytest.mark.slow
 def test_check_estimator_passes():
     params = next(PrivateWindowClassifier._unit_test_params())
     checks.check_estimator(PrivateWindowClassifier(**params))
@@ -90,6 +91,7 @@ def test_bad_parameters_are_named():
         PrivateWindowClassifier(s, learner="diffp-id3", learner_params={"scorer": "nope"})
 
 
+@pytest.mark.slow
 def test_dp_chosen_splits_learn_agrawal_function_0():
     """The random-structure forest stays near the majority class on function 0 (river_eval.md);
     DiffPC45 over 5,000-record windows finds age's split points: progressive accuracy over
@@ -114,7 +116,7 @@ def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params):
         model.learn_one(x, y)
     assert model.n_fits == 3
     for x, _ in stream[:100]:
-        row = np.array([model._enc.encode_one(x)], dtype=np.float64)
+        row = np.array([model.encoder.encode_one(x)], dtype=np.float64)
         want = np.mean([m.predict_proba_encoded(row)[0] for m in model._models], axis=0)
         got = model.predict_proba_one(x)
         assert np.allclose([got[v] for v in schema.label.values], want)

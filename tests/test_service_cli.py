@@ -61,6 +61,7 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert main(u + ["model", "show", name]) == 2
 
 
+@pytest.mark.slow
 def test_cli_demo_runs_and_cleans_up(redis_url):
     r = subprocess.run([sys.executable, "-m", "streamdp.cli", "--redis-url", redis_url, "demo", "--processes", "1",
                         "--batch-size", "100"], capture_output=True, text=True, timeout=180)

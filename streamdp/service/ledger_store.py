@@ -11,6 +11,9 @@ through Lua exactly and the script compares the same IEEE sums Python would.
 The ledger is history: deleting a model never deletes its ledger (privacy
 loss is permanent).
 
+The example needs a running Redis, so the doctest run skips it;
+``tests/test_ledger.py`` makes the same calls against a real server.
+
 >>> led = RedisLedger("redis://localhost:6379/0")  # doctest: +SKIP
 >>> led.set_budget("adult", 1.0)  # doctest: +SKIP
 >>> led.charge("adult", 0.5, who="alice", what="DiffPID3", key="job-1").epsilon  # doctest: +SKIP

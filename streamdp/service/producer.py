@@ -1,6 +1,14 @@
 """Producers push labelled records onto a model's record stream.
 
->>> # p = Producer("redis://localhost:6379/0", "votes"); p.push(X, y)  # doctest: +SKIP
+The example needs a running Redis holding model ``votes`` (see
+:func:`streamdp.service.registry.create_model`), so the doctest run skips it;
+``tests/test_service_redis.py`` exercises the producer against a real server.
+
+>>> from streamdp.datasets import load
+>>> votes = load("congressional-voting")
+>>> p = Producer("redis://localhost:6379/0", "votes")  # doctest: +SKIP
+>>> p.push(votes.X[:100], votes.y[:100])  # doctest: +SKIP
+'...-0'
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ generators the domains are fixed by the generator's code (read from river
 0.26.1's source, ``river/datasets/synth/*.py``); for the UCI datasets they
 come from the declared schemas in ``streamdp/data/schemas``.
 :func:`infer_schema` learns domains from a stream and says loudly that doing
-so leaks (a :class:`~streamdp.river.PrivacyLeakWarning`).
+so leaks (a :class:`PrivacyLeakWarning`).
 
 >>> agrawal_schema().names
 ['salary', 'commission', 'age', 'elevel', 'car', 'zipcode', 'hvalue', 'hyears', 'loan']
@@ -21,7 +21,6 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from streamdp.river import PrivacyLeakWarning
 from streamdp.schema import Categorical, Label, Numeric, Schema
 
 __all__ = [
@@ -35,6 +34,10 @@ __all__ = [
     "infer_schema",
     "PrivacyLeakWarning",
 ]
+
+
+class PrivacyLeakWarning(UserWarning):
+    """Something was learned from the private data outside the privacy mechanism (e.g. attribute domains)."""
 
 
 def agrawal_schema() -> Schema:
@@ -73,7 +76,7 @@ def led_schema(irrelevant_features: bool = False) -> Schema:
     """``river.datasets.synth.LED`` / ``LEDDrift``: 7 (or 24) binary segments, digits 0..9.
 
     River keys LED features by the integers 0..23; the schema names them
-    ``"0"``, ``"1"``, ... and :class:`~streamdp.river.PrivateForestClassifier`
+    ``"0"``, ``"1"``, ... and :class:`~streamdp.river.forest.PrivateForestClassifier`
     reads integer keys for digit names.
     """
     n = 24 if irrelevant_features else 7

@@ -1,0 +1,75 @@
+"""River classifiers backed by the private forest, locally or through the live service.
+
+* :class:`PrivateForestClassifier`: a ``river.base.MiniBatchClassifier`` that
+  buffers labelled records and, every ``batch_size`` records, releases that
+  batch's noised leaf-count delta into its :class:`~streamdp.forest.PrivateForest`
+  (Jagannathan's update). Batches are disjoint, so the model stays
+  ``epsilon``-DP however long it learns (parallel composition); every release
+  adds fresh noise, so the number of releases matters for accuracy (see
+  ``benchmarks/results/river_eval.md``).
+* :class:`ServiceClassifier`: predicts with the latest model published by the
+  streamdp service and pushes what it learns to the service as labelled
+  records, so ``river.evaluate.progressive_val_score`` measures the live
+  service end to end.
+
+Privacy notes
+-------------
+* ``seed=None`` (the default) is the only private setting: the structure is
+  drawn from a CSPRNG and the noise comes from an AES-CTR keystream keyed from ``os.urandom``, through
+  :class:`streamdp.privacy.SecureRandom`.
+* ``seed=<int>`` makes the model reproducible for tests and river's checks:
+  the structure *and the noise* are drawn from seeded generators, the forest is
+  marked ``private=False`` and a ``NotPrivateWarning`` is issued. **A seeded
+  model is NOT private.**
+* Predictions only ever use released (noised) counts. The records waiting in
+  the buffer are raw data: they are not used until their batch is released,
+  but they are kept in memory and would be included in a pickle of the model.
+  Call :meth:`PrivateForestClassifier.flush` before pickling/sharing a model
+  (it releases the partial batch with fresh noise).
+* Missing values (a record without one of the schema's attributes):
+  a missing numeric value is replaced by the midpoint of its declared range (a
+  public constant), in learning and prediction alike. A record whose
+  categorical value is missing or undeclared is dropped by ``learn_one`` (the
+  decision depends on that record only) and, in prediction, descends every
+  branch of that split (each tree averages the leaves it reaches).
+* A record key may be the attribute name or, for schemas whose attribute names
+  are digit strings (river's LED uses integer keys), the integer.
+* Batch size: every release adds fresh noise, so the noise on a cell grows
+  like ``sqrt(#releases)``; ``batch_size=1000`` is the measured default
+  (``benchmarks/results/river_eval.md``). ``window=K`` keeps only the last
+  ``K`` releases (follows drift, caps the noise).
+
+Layout (one classifier per module, as in river's ``river/tree/``):
+``forest`` (:class:`PrivateForestClassifier`), ``window``
+(:class:`PrivateWindowClassifier`), ``service`` (:class:`ServiceClassifier`),
+``forest_view`` (predictions from a forest's released counts, shared by the
+forest and the service classifiers), ``encoding`` (the record encoder) and
+``schemas`` (schemas for river's streams, :class:`PrivacyLeakWarning`).
+
+Package name: this package is ``streamdp.river`` and imports the library with
+absolute imports (``import river.base``), which is unambiguous as long as the
+``streamdp/`` folder itself is not on ``sys.path``. Its doctests run with
+``python -m pytest`` (``--doctest-modules`` is configured), not ``python -m
+doctest streamdp/river/forest.py`` (that puts ``streamdp/river/`` first on the
+path).
+
+>>> from streamdp.river.schemas import stagger_schema
+>>> from river import datasets
+>>> model = PrivateForestClassifier(stagger_schema(), n_trees=5, epsilon=1.0, batch_size=100)
+>>> for x, y in datasets.synth.STAGGER(seed=1).take(300):
+...     model.learn_one(x, y)
+>>> model.n_releases
+3
+>>> p = model.predict_proba_one({"size": 0, "color": 0, "shape": 0})
+>>> sorted(p) == [0, 1] and abs(sum(p.values()) - 1) < 1e-9
+True
+"""
+
+from __future__ import annotations
+
+from streamdp.river.forest import PrivateForestClassifier
+from streamdp.river.schemas import PrivacyLeakWarning
+from streamdp.river.service import ServiceClassifier
+from streamdp.river.window import PrivateWindowClassifier
+
+__all__ = ["PrivateForestClassifier", "PrivateWindowClassifier", "ServiceClassifier", "PrivacyLeakWarning"]

@@ -1,0 +1,273 @@
+"""The private random forest (Private-RDT) as a river mini-batch classifier."""
+
+from __future__ import annotations
+
+import collections
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import river.base  # absolute import: this package is streamdp.river, the library is river
+
+from streamdp.forest import PrivateForest
+from streamdp.privacy import NotPrivateWarning
+from streamdp.river.encoding import RecordEncoder
+from streamdp.river.forest_view import ForestView
+from streamdp.schema import Schema
+
+__all__ = ["PrivateForestClassifier"]
+
+
+class PrivateForestClassifier(river.base.MiniBatchClassifier):
+    """Differentially private random forest (Private-RDT) as a river classifier.
+
+    Labelled records are buffered; every ``batch_size`` records the batch is
+    tallied into an empty copy of the leaf vectors, noised once (two-sided
+    geometric noise, scale ``n_trees / epsilon`` per cell) and added to the
+    released counts (Jagannathan et al.'s update). The released model is
+    ``epsilon``-DP with respect to every record it has absorbed, whatever the
+    number of batches, because batches are disjoint. Predictions use released
+    counts only.
+
+    Parameters
+    ----------
+    schema
+        A :class:`streamdp.schema.Schema` (or its dict form) declaring every
+        attribute's domain and the labels. Domains must be public knowledge,
+        never read from the data (see :func:`streamdp.river.schemas.infer_schema`).
+    n_trees
+        Number of random trees.
+    height
+        Tree height; ``None`` means ``max(1, n_attributes // 2)`` (Fan et al.).
+    epsilon
+        Privacy budget of every release (constant over the stream).
+    batch_size
+        Records per release. Each release adds fresh noise to every cell, so
+        the noise on a cell after ``r`` releases has standard deviation
+        ``sqrt(2 r) * n_trees / epsilon``: few large batches beat many small ones.
+    mechanism
+        ``"geometric"`` (default, exact integer noise) or ``"laplace"``.
+    vote
+        ``"proba"`` (summed leaf counts) or ``"majority"`` (one vote per tree).
+    window
+        ``None`` (default): the model sums every release since the start.
+        ``K``: the model is the sum of the last ``K`` released deltas only
+        (older deltas are subtracted again; post-processing of released
+        values, so still ``epsilon``-DP). It forgets, so it follows concept
+        drift, and the noise per cell stops growing at ``sqrt(2K) n_trees / epsilon``.
+    seed
+        ``None`` (private) or an int: reproducible structure **and noise**, for
+        tests only; a seeded model is NOT private.
+
+    Attributes
+    ----------
+    encoder
+        The :class:`~streamdp.river.encoding.RecordEncoder` of the schema; with
+        :meth:`learn_encoded` and :meth:`predict_proba_encoded` it makes the
+        vectorised path (``streamdp.evaluate.run_private``).
+
+    Examples
+    --------
+    >>> from streamdp.river.schemas import agrawal_schema
+    >>> from river import datasets, evaluate, metrics
+    >>> model = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, batch_size=1000)
+    >>> metric = evaluate.progressive_val_score(datasets.synth.Agrawal(seed=42).take(3000), model, metrics.Accuracy())
+    >>> model.n_releases
+    3
+    """
+
+    def __init__(
+        self,
+        schema: Schema | dict,
+        n_trees: int = 10,
+        height: int | None = None,
+        epsilon: float = 1.0,
+        batch_size: int = 1000,
+        mechanism: str = "geometric",
+        vote: str = "proba",
+        window: int | None = None,
+        seed: int | None = None,
+    ):
+        self.schema = schema
+        self.n_trees = n_trees
+        self.height = height
+        self.epsilon = epsilon
+        self.batch_size = batch_size
+        self.mechanism = mechanism
+        self.vote = vote
+        self.window = window
+        self.seed = seed
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"window must be None or a positive number of releases, got {window!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if mechanism not in ("geometric", "laplace"):
+            raise ValueError(f"mechanism must be 'geometric' or 'laplace', got {mechanism!r}")
+        self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
+        if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
+            warnings.warn(
+                f"PrivateForestClassifier(seed={seed}) draws reproducible noise: for tests only, the model is NOT private",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotPrivateWarning)
+            self.forest = PrivateForest.create(
+                self._schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
+                seed=seed, vote=vote, noise_seed=seed,
+            )
+        self.encoder = RecordEncoder(self._schema)
+        m = self._schema.n_attributes
+        self._buf_X = np.empty((batch_size, m), dtype=np.float64)
+        self._buf_y = np.empty(batch_size, dtype=np.int64)
+        self._n_buf = 0
+        self._deltas: collections.deque = collections.deque()  # the last `window` released deltas
+        self._view = ForestView(self.forest, self.encoder)
+
+    # -- river plumbing ---------------------------------------------------------
+    @property
+    def _multiclass(self) -> bool:
+        return True
+
+    @classmethod
+    def _unit_test_params(cls):
+        from streamdp.river.schemas import river_check_schema
+
+        # One schema covering the check datasets (Phishing and ImageSegments);
+        # small batches so that the checks exercise several releases.
+        yield {"schema": river_check_schema(), "n_trees": 5, "height": 4, "batch_size": 10}
+
+    def _unit_test_skips(self) -> set:
+        return set()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        # Derived caches are rebuilt on load (keeps pickles small).
+        for k in ("encoder", "_view"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.encoder = RecordEncoder(self._schema)
+        self._view = ForestView(self.forest, self.encoder)
+
+    # -- facts ------------------------------------------------------------------
+    @property
+    def classes(self) -> list:
+        return list(self._schema.label.values)
+
+    @property
+    def n_releases(self) -> int:
+        return self.forest.n_releases
+
+    @property
+    def private(self) -> bool:
+        """True when the model's noise is secure (``seed=None``) and epsilon is finite."""
+        return self.forest.private
+
+    @property
+    def n_buffered(self) -> int:
+        """Records waiting for the next release (raw data, not yet in the model)."""
+        return self._n_buf
+
+    # -- learning -----------------------------------------------------------------
+    def learn_one(self, x: dict, y: Any) -> None:
+        code = self.encoder.encode_label(y)
+        row = self.encoder.encode_one(x)
+        if None in row:  # a missing or undeclared categorical value: dropped
+            return
+        self._buf_X[self._n_buf] = row
+        self._buf_y[self._n_buf] = code
+        self._n_buf += 1
+        if self._n_buf == self.batch_size:
+            self._release()
+
+    def learn_many(self, X: Any, y: Any) -> None:
+        enc, bad = self.encoder.encode_frame(X)
+        ys = list(y)
+        codes = np.array([self.encoder.encode_label(v) for v in ys], dtype=np.int64)
+        keep = ~bad
+        self.learn_encoded(enc[keep], codes[keep])
+
+    def learn_encoded(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Absorb already-encoded records, releasing every ``batch_size`` (the vectorised path).
+
+        ``X`` is ``(n, n_attributes)`` in schema order and ``y`` the label codes,
+        as :attr:`encoder` makes them (``encoder.encode_many`` /
+        ``encoder.encode_frame`` and ``encoder.encode_label``); rows with a
+        missing categorical value must be left out, as ``learn_one`` drops them.
+        Same result as ``learn_one`` record by record.
+        """
+        i, n = 0, len(X)
+        while i < n:
+            take = min(self.batch_size - self._n_buf, n - i)
+            self._buf_X[self._n_buf:self._n_buf + take] = X[i:i + take]
+            self._buf_y[self._n_buf:self._n_buf + take] = y[i:i + take]
+            self._n_buf += take
+            i += take
+            if self._n_buf == self.batch_size:
+                self._release()
+
+    def flush(self) -> None:
+        """Release the partial batch now (fresh noise once, like any batch)."""
+        if self._n_buf:
+            self._release()
+
+    def _release(self) -> None:
+        n = self._n_buf
+        delta = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n])
+        if self.window is None:
+            self.forest.merge(delta)
+        else:
+            # Sliding window over releases: subtracting an old, already released (noised) delta is
+            # post-processing, so the model stays epsilon-DP; it forgets old data and caps the noise.
+            self._deltas.append(delta)
+            if len(self._deltas) > self.window:
+                self.forest.merge(delta - self._deltas.popleft())
+            else:
+                self.forest.merge(delta)
+        self._n_buf = 0
+        # Scrub the raw records of the released batch.
+        self._buf_X[:n] = 0.0
+        self._buf_y[:n] = 0
+        self._view.refresh()
+
+    def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        return self._view.predict_proba_one(x)
+
+    def predict_proba_many(self, X: Any):
+        import pandas as pd
+
+        enc, bad = self.encoder.encode_frame(X)
+        proba = self._view.predict_proba_encoded(enc)
+        for i in np.flatnonzero(bad):  # rows with a missing categorical value
+            row = self.encoder.encode_one({k: X.iloc[i][k] for k in X.columns if _present(X.iloc[i][k])})
+            proba[i] = self._view.proba_from_cells(self._view.tree_cells(row))
+        return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)
+
+    def predict_many(self, X: Any):
+        import pandas as pd
+
+        p = self.predict_proba_many(X)
+        labels = np.empty(len(self.encoder.label_values), dtype=object)
+        labels[:] = self.encoder.label_values
+        return pd.Series(labels[p.to_numpy().argmax(axis=1)], index=X.index)
+
+    def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
+        """Probabilities for complete encoded records (the vectorised path), shape ``(n, n_classes)``.
+
+        ``X`` as for :meth:`learn_encoded`; columns in the schema's label order.
+        Same values as ``predict_proba_one`` record by record.
+        """
+        return self._view.predict_proba_encoded(X)
+
+
+def _present(v: Any) -> bool:
+    if v is None:
+        return False
+    try:
+        return not (isinstance(v, float) and math.isnan(v))
+    except TypeError:
+        return True

@@ -1,0 +1,185 @@
+"""A river classifier backed by the live streamdp service (its published model and its record stream)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import river.base  # absolute import: this package is streamdp.river, the library is river
+
+from streamdp.forest import PrivateForest
+from streamdp.river.forest_view import ForestView
+
+__all__ = ["ServiceClassifier"]
+
+
+class ServiceClassifier(river.base.Classifier):
+    """A river classifier backed by the live streamdp service.
+
+    ``predict_proba_one`` uses the latest model the service has published
+    (fetched through :class:`streamdp.service.consumer.Consumer`); a newer
+    version is picked up at most every ``refresh_every`` seconds with one cheap
+    version check. ``learn_one`` buffers the labelled record and pushes a batch
+    of ``batch_size`` records through :class:`streamdp.service.producer.Producer`;
+    the service's workers noise and merge it. Labels therefore reach the model
+    with a delay (the batch, then the worker), exactly as in production, so
+    ``river.evaluate.progressive_val_score`` measures the live service end to end.
+
+    Parameters
+    ----------
+    redis_url
+        URL of the service's Redis (with the producer's and consumer's rights).
+    model
+        Name of the model in the service registry.
+    batch_size
+        Records per push to the record stream.
+    refresh_every
+        Seconds between two checks for a newer published version (0: every prediction).
+    wait_first
+        Seconds to wait for a first published model when none exists yet.
+    on_invalid
+        ``"dead-letter"`` (default: records that break the schema go to the
+        service's dead-letter stream) or ``"raise"``.
+    sync_timeout
+        ``0`` (default): fully asynchronous, predictions use whatever the
+        service has published so far, lag included (what a live client sees).
+        ``> 0``: after each push, wait up to that many seconds for the service
+        to publish a newer version, so the measurement does not depend on how
+        fast the workers keep up (the model then lags by at most one batch,
+        like :class:`~streamdp.river.forest.PrivateForestClassifier`).
+
+    Before the service has published anything ``predict_proba_one`` returns
+    ``{}`` (river then skips the metric update). Call :meth:`flush` at the end
+    of a stream to push the last partial batch.
+    """
+
+    def __init__(
+        self,
+        redis_url: str = "redis://127.0.0.1:6379/0",
+        model: str = "default",
+        batch_size: int = 100,
+        refresh_every: float = 0.5,
+        wait_first: float = 0.0,
+        on_invalid: str = "dead-letter",
+        sync_timeout: float = 0.0,
+    ):
+        self.redis_url = redis_url
+        self.model = model
+        self.batch_size = batch_size
+        self.refresh_every = refresh_every
+        self.wait_first = wait_first
+        self.on_invalid = on_invalid
+        self.sync_timeout = sync_timeout
+        self._producer = None
+        self._consumer = None
+        self._forest = None
+        self._version = -1
+        self._checked = 0.0
+        self._buf_x: list[dict] = []
+        self._buf_y: list = []
+        self.n_pushed = 0
+
+    @property
+    def _multiclass(self) -> bool:
+        return True
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_producer"] = state["_consumer"] = None
+        return state
+
+    def _clients(self):
+        if self._consumer is None:
+            from streamdp.service.consumer import Consumer
+            from streamdp.service.producer import Producer
+
+            self._consumer = Consumer(self.redis_url, self.model)
+            self._producer = Producer(self.redis_url, self.model, batch_size=max(1, self.batch_size),
+                                      on_invalid=self.on_invalid)
+        return self._producer, self._consumer
+
+    @property
+    def version(self) -> int:
+        """Version of the published model in use (-1 before the first one)."""
+        return self._version
+
+    def refresh(self, force: bool = False) -> None:
+        """Pick up a newer published model if there is one.
+
+        Cheap when there is none: one ``HGET`` of the published version, at
+        most every ``refresh_every`` seconds; the blob is fetched and validated
+        only when the version moved.
+        """
+        now = time.monotonic()
+        if not force and self._forest is not None and now - self._checked < self.refresh_every:
+            return
+        self._checked = now
+        from streamdp.service.registry import ModelNotFound
+
+        _, consumer = self._clients()
+        try:
+            if self._forest is None and self.wait_first > 0:
+                forest = consumer.wait_newer(self._version, timeout=self.wait_first)
+                if forest is None:
+                    return
+            else:
+                if consumer.version() <= self._version:
+                    return
+                forest = consumer.latest()
+        except ModelNotFound:
+            return
+        forest, version = _unpack_latest(forest)
+        if forest is not None and version > self._version:
+            self._forest, self._version = forest, version
+            self._proba = ForestView(forest)
+
+    def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        self.refresh()
+        if self._forest is None:
+            return {}
+        return self._proba.predict_proba_one(x)
+
+    def learn_one(self, x: dict, y: Any) -> None:
+        self._buf_x.append(dict(x))
+        self._buf_y.append(y.item() if isinstance(y, np.generic) else y)
+        if len(self._buf_x) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Push the buffered labelled records to the service now."""
+        if not self._buf_x:
+            return
+        producer, _ = self._clients()
+        producer.push(self._buf_x, self._buf_y)
+        self.n_pushed += len(self._buf_x)
+        self._buf_x, self._buf_y = [], []
+        if self.sync_timeout > 0:
+            from streamdp.service.registry import ModelNotFound
+
+            _, consumer = self._clients()
+            try:
+                forest = consumer.wait_newer(max(self._version, consumer.version()), timeout=self.sync_timeout)
+            except ModelNotFound:
+                forest = None
+            if forest is not None and forest.version > self._version:
+                self._forest, self._version = forest, forest.version
+                self._proba = ForestView(forest)
+                self._checked = time.monotonic()
+
+
+def _unpack_latest(got: Any) -> tuple[PrivateForest | None, int]:
+    """Accept what ``Consumer.latest()`` returns: a forest, (forest, version), or an object with ``.forest``/``.version``."""
+    if isinstance(got, PrivateForest):
+        return got, got.version
+    if isinstance(got, tuple) and got and isinstance(got[0], PrivateForest):
+        return got[0], int(got[1]) if len(got) > 1 else got[0].version
+    forest = getattr(got, "forest", None) or getattr(got, "model", None)
+    if isinstance(forest, (bytes, bytearray)):
+        forest = PrivateForest.from_bytes(bytes(forest))
+    if isinstance(got, (bytes, bytearray)):
+        forest = PrivateForest.from_bytes(bytes(got))
+    if isinstance(forest, PrivateForest):
+        version = getattr(got, "version", None)
+        return forest, int(version) if version is not None else forest.version
+    return None, -1

@@ -1,0 +1,234 @@
+"""A private batch learner refit on each tumbling window of the stream, as a river classifier."""
+
+from __future__ import annotations
+
+import collections
+import inspect
+import math
+import warnings
+from typing import Any
+
+import numpy as np
+import river.base  # absolute import: this package is streamdp.river, the library is river
+
+from streamdp.algorithms import learners as _catalogue_learners  # the one import of the catalogue in streamdp.river
+from streamdp.privacy import NotPrivateWarning
+from streamdp.river.encoding import RecordEncoder
+from streamdp.schema import Schema
+
+__all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
+
+# the batch learners under their job names (``streamdp job submit``); the forest ones are the forest classifier
+WINDOW_LEARNERS = _catalogue_learners()
+
+
+class PrivateWindowClassifier(river.base.Classifier):
+    """A private batch learner retrained on each tumbling window of the stream.
+
+    Every ``window`` labelled records, a fresh ``learner`` (a
+    :mod:`streamdp.learners` algorithm: DP-chosen splits, unlike the random
+    structure of :class:`PrivateForestClassifier`) is fit on exactly those
+    records through the private data layer, and the window's raw records are
+    dropped. Windows are disjoint, so the sequence of models is
+    ``epsilon``-DP for every record (parallel composition), however long the
+    stream. Predictions average the last ``n_models`` window models
+    (post-processing of released models). Until the first window closes the
+    prediction is uniform over the schema's labels.
+
+    Parameters
+    ----------
+    schema
+        A :class:`streamdp.schema.Schema` (or its dict form) with public domains.
+    learner
+        ``"diffp-c45"`` (default; numeric split points by the exponential
+        mechanism over ranges), ``"diffp-id3"``, ``"sulq-id3"``,
+        ``"hanisch-forest"`` or ``"dpea"``.
+    epsilon
+        Budget of each window's fit (and of the whole stream, per record).
+    window
+        Records per fit. Larger windows give each fit more signal for the same
+        noise; the model is as old as one window. Default 5,000 (measured on
+        Agrawal, ``benchmarks/results/agrawal_batch.md``).
+    n_models
+        How many of the latest window models vote (mean of probabilities);
+        default 3.
+    max_depth
+        The learner's ``max_depth`` (default 3: a shallow tree leaves each
+        query more budget).
+    learner_params
+        Other parameters of the learner (e.g. ``{"scorer": "gini"}``). ``n_bound``
+        (the public record bound some scorers need) defaults to ``window``.
+    seed
+        ``None`` (private) or an int: reproducible noise (and Hanisch structures),
+        for tests only; a seeded model is NOT private.
+
+    Attributes
+    ----------
+    encoder
+        The :class:`~streamdp.river.encoding.RecordEncoder` of the schema.
+
+    Records that miss a categorical value (or carry an undeclared one) are
+    not learned from; in prediction such an attribute is averaged over its
+    declared values (up to 256 combinations, else the prediction is uniform).
+    The records of the open window are raw data held in memory (and in a
+    pickle of the model).
+
+    Examples
+    --------
+    >>> from streamdp.river.schemas import agrawal_schema
+    >>> from river import datasets
+    >>> model = PrivateWindowClassifier(agrawal_schema(), window=2000, learner_params={"scorer": "gini"})
+    >>> for x, y in datasets.synth.Agrawal(seed=42).take(4000):
+    ...     model.learn_one(x, y)
+    >>> model.n_fits
+    2
+    >>> round(sum(model.predict_proba_one(x).values()), 9)
+    1.0
+    """
+
+    def __init__(self, schema: Schema | dict, learner: str = "diffp-c45", epsilon: float = 1.0, window: int = 5000,
+                 n_models: int = 3, max_depth: int = 3, learner_params: dict | None = None, seed: int | None = None):
+        self.schema = schema
+        self.learner = learner
+        self.epsilon = epsilon
+        self.window = window
+        self.n_models = n_models
+        self.max_depth = max_depth
+        self.learner_params = learner_params
+        self.seed = seed
+        if learner not in WINDOW_LEARNERS:
+            raise ValueError(f"learner must be one of {sorted(WINDOW_LEARNERS)}, got {learner!r}")
+        for name in ("window", "n_models"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if learner_params is not None and not isinstance(learner_params, dict):
+            raise ValueError(f"learner_params must be a dict or None, got {type(learner_params).__name__}")
+        self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
+        if seed is not None:
+            warnings.warn(f"PrivateWindowClassifier(seed={seed}) draws reproducible noise: for tests only, "
+                          "the model is NOT private", NotPrivateWarning, stacklevel=2)
+        try:  # bad learner parameters fail now, not at the first window
+            self._make()._check_params()
+        except TypeError as e:
+            raise ValueError(f"learner_params for {learner!r}: {e}") from None
+        self.encoder = RecordEncoder(self._schema)
+        self._X: list[list] = []
+        self._y: list[int] = []
+        self._models: collections.deque = collections.deque(maxlen=n_models)
+        self._tables: list[_TreeTables] = []
+        self.n_fits = 0
+
+    @property
+    def _multiclass(self) -> bool:
+        return True
+
+    @classmethod
+    def _unit_test_params(cls):
+        from streamdp.river.schemas import river_check_schema
+
+        yield {"schema": river_check_schema(), "learner": "diffp-id3", "window": 10,
+               "learner_params": {"scorer": "gini"}, "max_depth": 3}
+
+    @property
+    def private(self) -> bool:
+        return self.seed is None and math.isfinite(self.epsilon)
+
+    @property
+    def n_buffered(self) -> int:
+        """Records of the open window (raw data, not yet in any model)."""
+        return len(self._y)
+
+    def _make(self) -> Any:
+        cls = WINDOW_LEARNERS[self.learner].cls()
+        kw = {"schema": self._schema, "epsilon": self.epsilon, "max_depth": self.max_depth}
+        if "n_bound" in inspect.signature(cls).parameters:
+            kw["n_bound"] = self.window  # a fit never sees more records than the (public) window size
+        if self.seed is not None and "seed" in inspect.signature(cls).parameters:
+            kw["seed"] = self.seed
+        return cls(**{**kw, **(self.learner_params or {})})
+
+    def learn_one(self, x: dict, y: Any) -> None:
+        code = self.encoder.encode_label(y)
+        row = self.encoder.encode_one(x)
+        if None in row:  # a missing or undeclared categorical value: not learned from
+            return
+        self._X.append(row)
+        self._y.append(code)
+        if len(self._y) == self.window:
+            self._fit_window()
+
+    def _fit_window(self) -> None:
+        from streamdp.private_data import PrivateDataset
+        from streamdp.privacy import SecureRandom
+
+        X, y = np.array(self._X, dtype=np.float64), np.array(self._y, dtype=np.int64)
+        self._X, self._y = [], []  # the window's raw records are dropped once fitted
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotPrivateWarning)  # said once, at construction
+            rng = SecureRandom(None if self.seed is None else self.seed + self.n_fits)
+        pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=rng)
+        self._models.append(self._make().fit(pds))
+        self.n_fits += 1
+        self._tables = [_TreeTables(m) for m in self._models]
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_tables", None)  # derived from the models; rebuilt on load
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._tables = [_TreeTables(m) for m in self._models]
+
+    def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        C = self._schema.n_classes
+        if not self._models:
+            return dict.fromkeys(self.encoder.label_values, 1.0 / C)
+        row = self.encoder.encode_one(x)
+        missing = [j for j, v in enumerate(row) if v is None]
+        if not missing:  # the common case: walk the trees in Python (no numpy call per record)
+            p = [0.0] * C
+            for t in self._tables:
+                for k, v in enumerate(t.proba(row)):
+                    p[k] += v
+            n = len(self._tables)
+            return dict(zip(self.encoder.label_values, [v / n for v in p]))
+        arities = [self._schema.attributes[j].arity for j in missing]
+        if math.prod(arities) > 256:
+            return dict.fromkeys(self.encoder.label_values, 1.0 / C)
+        grid = np.array(np.meshgrid(*[np.arange(a) for a in arities], indexing="ij")).reshape(len(missing), -1).T \
+            if missing else np.zeros((1, 0))
+        Xe = np.tile(np.array([0.0 if v is None else v for v in row]), (len(grid), 1))
+        Xe[:, missing] = grid
+        p = np.mean([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0)
+        return dict(zip(self.encoder.label_values, p.tolist()))
+
+
+class _TreeTables:
+    """A fitted learner's trees as Python lists, for one-record prediction without numpy overhead."""
+
+    def __init__(self, model: Any):
+        self.majority = model.vote == "majority"
+        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(),
+                       t.leaf_distributions().tolist()) for t in model.trees_]
+        self.C = model.schema.n_classes
+
+    def proba(self, row: list) -> list[float]:
+        """Same as ``model.predict_proba_encoded`` for one complete encoded row."""
+        out = [0.0] * self.C
+        for feature, threshold, child_start, dist in self.trees:
+            node = 0
+            f = feature[0]
+            while f >= 0:
+                v, thr = row[f], threshold[node]
+                node = child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v))
+                f = feature[node]
+            d = dist[node]
+            if self.majority:
+                out[max(range(self.C), key=d.__getitem__)] += 1.0
+            else:
+                for k in range(self.C):
+                    out[k] += d[k]
+        n = len(self.trees)
+        return [v / n for v in out]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -410,6 +411,31 @@ def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
         assert get_retention(r, name).keeps_nothing
         w.trim()
         assert ids() == pend
+    finally:
+        delete_model(r, name)
+        r.delete(*ledger_keys(name))
+
+
+@pytest.mark.redis
+def test_a_retried_batch_is_read_once_by_jobs_as_the_stream_merges_it_once(r, unique_name):
+    """Issue 12 item 3: a retried push (same batch id) gave a job 600 records for 300 people."""
+    name = unique_name
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf)
+    try:
+        with Producer(r, name) as p:
+            p.push(VOTES.X[:300], VOTES.y[:300], batch_id="retried-1")
+            p.push(VOTES.X[:300], VOTES.y[:300], batch_id="retried-1")  # the retry
+            p.push(VOTES.X[300:400], VOTES.y[300:400], batch_id="other-2")
+        assert r.xlen(Keys(name).records) == 3
+        X, y = read_model_records(r, name, VOTES.schema, chunk=2)  # the duplicate falls in a later chunk
+        enc = VOTES.schema.encode(VOTES.X[:400], VOTES.y[:400])
+        assert len(y) == 400
+        np.testing.assert_array_equal(X, enc.X)
+        np.testing.assert_array_equal(y, enc.y)
+        set_retention(r, name, records=10)  # the stream merges the same batches once (and keeps them)
+        Worker(r, name, block_ms=20).run(until_drained=True, handle_signals=False)
+        assert Consumer(r, name).latest().n_releases == 2
+        assert len(read_model_records(r, name, VOTES.schema)[1]) == 400
     finally:
         delete_model(r, name)
         r.delete(*ledger_keys(name))

@@ -20,7 +20,8 @@ consumer-group loop of :mod:`.group`):
 
 Data of a job: ``source_kind="model"`` reads the model's raw records still in
 its stream (those within its retention window, :mod:`.retention`, plus the
-unacked ones; undecodable entries are skipped); ``source_kind="dataset"``
+unacked ones; each batch id once, undecodable entries skipped, see
+:func:`read_model_records`); ``source_kind="dataset"``
 reads a CSV file with a header (or a bundled/shared UCI dataset by name)
 against a declared schema (:func:`streamdp.sources.read_dataset`). The ledger source is the model's name, or the
 ``source`` given for a dataset.
@@ -94,13 +95,23 @@ return 'ok'
 
 
 def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded ``(X, y)`` of every decodable entry in model ``name``'s record stream (up to its newest id now)."""
+    """Encoded ``(X, y)`` of model ``name``'s retained records (stream entries up to its newest id now).
+
+    Each batch counts once, as in the stream: a retried push (an entry with a
+    batch id already seen) is skipped, so its people are read once and cost
+    a job's epsilon once. The rule: every decodable entry whose ``batch_id``
+    has not been read earlier in stream order, merged yet or still pending (a
+    pending batch is merged once or dead-lettered; reading its records once is
+    what the job's charge covers). Undecodable entries are skipped (the stream
+    worker dead-letters them), and so are the bad rows of a decodable one.
+    """
     stream = Keys(name).records
     newest = r.xrevrange(stream, "+", "-", count=1)
     if not newest:
         return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
     end = as_str(newest[0][0])
     Xs, ys = [], []
+    seen: set[str] = set()
     start = "-"
     while True:
         entries = r.xrange(stream, start, end, count=chunk)
@@ -110,6 +121,9 @@ def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int 
                 b = codec.decode(schema, data)
             except codec.EnvelopeError:
                 continue  # undecodable: the stream worker dead-letters it
+            if b.batch_id in seen:
+                continue  # a retried push of a batch already read: the stream merges it once
+            seen.add(b.batch_id)
             Xs.append(b.X)
             ys.append(b.y)
         if len(entries) < chunk:

@@ -283,6 +283,50 @@ def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes)
     _denied(jw.set, "elsewhere", 1)
 
 
+def test_job_worker_cannot_overwrite_a_stream_model(acl, model, votes):
+    """Issue 12 item 12: job outputs have their own key space; jobworker writes no stream model's keys."""
+    import json
+    import uuid
+
+    from streamdp.service import JobQueue, JobWorker, fetch_model
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys
+    from streamdp.service.ledger_store import RedisLedger
+    from streamdp.service.producer import Producer
+
+    k = Keys(model)
+    jw = acl.client("jobworker")
+    before = acl.client("admin").hgetall(k.pub_model)
+    _denied(jw.hset, k.pub_model, "blob", b"forged")
+    _denied(jw.hset, k.pub_model, "version", 99)
+    _denied(jw.delete, k.pub_model)
+    _denied(jw.set, k.pub_version(99), b"forged")
+    _denied(jw.hset, REGISTRY, model, json.dumps({"forged": True}))
+    _denied(jw.hdel, REGISTRY, model)
+    _denied(jw.publish, k.pub_events, "99")
+    _denied(jw.eval, "return redis.call('HSET', KEYS[1], 'blob', 'x')", 1, k.pub_model)
+    assert acl.client("admin").hgetall(k.pub_model) == before
+
+    # A job still runs and publishes, in sdp:{job:RESULT}:pub:*; consumers and the CLI find it by name.
+    with Producer(acl.url("producer"), model, batch_size=100) as prod:
+        prod.push(votes.X[:200], votes.y[:200])
+    RedisLedger(acl.client("admin")).set_budget(model, 5.0)
+    q = f"sdp:jobs:t-{uuid.uuid4().hex[:8]}"
+    jq = JobQueue(acl.client("admin"), q)
+    jid = jq.submit("private-rdt", model, 1.0, {"n_trees": 3, "height": 3}, result_name=f"{model}-rdt")
+    assert JobWorker(jw, queue=q, block_ms=50).run(until_drained=True, handle_signals=False) == 1
+    assert jq.status(jid)["status"] == "done"
+    res = Keys(f"{model}-rdt", job=True)
+    assert acl.client("consumer").hexists(JOB_RESULTS, f"{model}-rdt")
+    assert not acl.client("consumer").hexists(REGISTRY, f"{model}-rdt")
+    forest = fetch_model(acl.client("consumer"), f"{model}-rdt")
+    with Consumer(acl.url("consumer"), f"{model}-rdt") as c:
+        assert c.keys.pub_model == res.pub_model
+        np.testing.assert_array_equal(c.latest().counts, forest.counts)
+    assert jq.result(jid).n_trees == 3
+    _denied(acl.client("consumer").hset, res.pub_model, "blob", b"x")
+
+
 def test_full_pipeline_under_acl_users(acl, model, votes):
     """producer push -> worker (as user worker) -> consumer latest: counts are the exact tally."""
     from streamdp.service.consumer import Consumer

@@ -34,7 +34,7 @@ from streamdp.service import job_queue, job_worker
 from streamdp.service.consumer import Consumer
 from streamdp.service.job_queue import JobQueue, fetch_model
 from streamdp.service.job_worker import JobWorker, read_model_records
-from streamdp.service.keys import REGISTRY, GROUP, Keys
+from streamdp.service.keys import JOB_RESULTS, REGISTRY, GROUP, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model
@@ -71,8 +71,8 @@ def queue(r):
     for i in ids:
         res = r.hget(job_queue.job_key(i), "result")
         if res:
-            r.hdel(REGISTRY, res.decode())
-            r.delete(Keys(res.decode()).pub_model)
+            r.hdel(JOB_RESULTS, res.decode())
+            r.delete(Keys(res.decode(), job=True).pub_model)
         r.delete(job_queue.job_key(i))
     r.delete(q, f"{q}:index")
 
@@ -143,8 +143,10 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
     # consumers fetch a forest result like the stream forest
     with Consumer(r, jq.status(rdt)["result"]) as c:
         assert np.array_equal(c.latest().counts, forest.counts)
-    entry = json.loads(r.hget(REGISTRY, f"{model}-kanon"))
+    entry = json.loads(r.hget(JOB_RESULTS, f"{model}-kanon"))
     assert entry["kind"] == "job" and entry["job"] == kan and entry["delta"] > 0
+    assert r.hget(REGISTRY, f"{model}-kanon") is None  # job models have their own registry and key space
+    assert r.exists(Keys(f"{model}-kanon", job=True).pub_model) and not r.exists(Keys(f"{model}-kanon").pub_model)
     assert isinstance(jq.result(kan), PrivateForest)
     assert [j["id"] for j in jq.list()] == [kan, rdt]
 
@@ -162,7 +164,7 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
     assert st["status"] == "refused" and "refused before reading any data" in st["reason"], st
     assert "would spend 10.5 of a budget of 10" in st["reason"]
     assert reads == [] and RedisLedger(r).spent(model) == before and _spends(r, model, jid) == []
-    assert not r.exists(Keys(st["result"]).pub_model) and not r.hexists(REGISTRY, st["result"])
+    assert not r.exists(Keys(st["result"], job=True).pub_model) and not r.hexists(JOB_RESULTS, st["result"])
     with pytest.raises(LookupError, match="is refused"):
         jq.result(jid)
 
@@ -198,7 +200,7 @@ def test_killed_job_worker_is_retried_charged_once_published_once(r, redis_url, 
     _kill_during_job(redis_url, q, point)
     st = jq.status(jid)
     assert st["status"] == "running" and st["worker"] == "doomed" and len(_spends(r, model, jid)) == 1
-    result = Keys(st["result"]).pub_model
+    result = Keys(st["result"], job=True).pub_model
     first = r.hget(result, "blob")
     assert (first is not None) == (point == "after_publish")
     # Another worker reclaims the dead worker's entry once it has been idle 200 ms.
@@ -258,7 +260,7 @@ def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     assert st["status"] == "failed" and "gave up after 1 attempts" in st["reason"], st
     assert "job worker doomed stopped during the last attempt" in st["reason"]
     assert len(_spends(r, model, killed)) == 1  # charged once (privacy loss is permanent), never released
-    assert not r.exists(Keys(st["result"]).pub_model)
+    assert not r.exists(Keys(st["result"], job=True).pub_model)
 
     # A job whose attempts keep raising is retried, then failed with the last error.
     flaky = jq.submit("private-rdt", model, 0.5, {"n_trees": 2}, max_attempts=2)

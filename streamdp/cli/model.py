@@ -77,13 +77,17 @@ def create(args: argparse.Namespace) -> int:
 
 
 def list_(args: argparse.Namespace) -> int:
-    from ..service.registry import list_models
+    from ..service.registry import list_job_results, list_models
 
-    models = list_models(client(args))
-    if not models:
+    r = client(args)
+    models, jobs = list_models(r), list_job_results(r)
+    if not models and not jobs:
         print("no models")
     for name, s in models.items():
         print(f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
+              f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
+    for name, s in jobs.items():
+        print(f"{name}\tjob={s.get('job')} algorithm={s.get('algorithm')} source={s.get('source')} "
               f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
     return 0
 
@@ -96,6 +100,13 @@ def show(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=1))
         return 0
     last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
+    if info.get("kind") == "job":
+        print(f"batch job model {info['name']}\n"
+              f"  job             {info.get('job')} ({info.get('algorithm')}, format {info.get('format')})\n"
+              f"  source          {info.get('source')} ({info.get('source_kind')})\n"
+              f"  epsilon, delta  {info.get('epsilon')}, {info.get('delta', 0):.3g}\n"
+              f"  published       {last}")
+        return 0
     print(f"model {info['name']}\n"
           f"  version         {info['version']}\n"
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
@@ -108,10 +119,11 @@ def show(args: argparse.Namespace) -> int:
 
 def get(args: argparse.Namespace) -> int:
     from ..service.consumer import Consumer
-    from ..service.keys import Keys
+
+    from ..service.registry import published_keys
 
     r = client(args)
-    fmt = r.hget(Keys(args.name).pub_model, "format")
+    fmt = r.hget(published_keys(r, args.name).pub_model, "format")
     if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
         if args.version not in (None, 1):
             raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")

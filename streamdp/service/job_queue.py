@@ -7,8 +7,9 @@ Keys (jobs are not a model's keys; each job hash carries its id as hash tag)::
     sdp:job:{ID}        hash: the job (spec, source, status, progress, attempts, error/reason, result, times)
 
 A job's status goes ``queued -> running -> done | refused | failed``. A done
-job's model is published under ``sdp:{RESULT}:pub:model``; consumers fetch it
-with :func:`fetch_model`.
+job's model is published under ``sdp:{job:RESULT}:pub:model`` and registered in
+``sdp:job-results`` (the job key space: job workers never write a stream
+model's keys); consumers fetch it with :func:`fetch_model`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any
 from ..jobs import JobError, JobSpec, check_params
 from ..schema import Schema
 from .connection import connect
-from .keys import Keys, REGISTRY, as_str, check_name
-from .registry import ModelNotFound, load_spec
+from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
+from .registry import ModelNotFound, load_spec, published_keys
 
 __all__ = ["JobQueue", "fetch_model", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
            "DEFAULT_MAX_ATTEMPTS", "now_s"]
@@ -87,7 +88,7 @@ class JobQueue:
         check_params(spec, sch)
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
-        if self.r.hexists(REGISTRY, result):
+        if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
             raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
         now = now_s()
         doc = {
@@ -136,7 +137,7 @@ class JobQueue:
         if st["status"] != "done":
             why = st.get("reason") or st.get("error") or st.get("progress")
             raise LookupError(f"job {job_id} is {st['status']}" + (f" ({why})" if why else "") + "; no result")
-        blob_, owner = self.r.hmget(Keys(st["result"]).pub_model, "blob", "job")
+        blob_, owner = self.r.hmget(Keys(st["result"], job=True).pub_model, "blob", "job")
         if blob_ is None or as_str(owner or b"") != job_id:
             raise LookupError(f"job {job_id}'s result {st['result']!r} is no longer published")
         return bytes(blob_)
@@ -172,10 +173,11 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
 
 
 def fetch_model(r: Any, name: str) -> Any:
-    """The model published under ``name`` (a job result or a stream forest), as an estimator."""
+    """The model published under ``name`` (a stream forest or a job result), as an estimator."""
     from ..learners import load_model
 
-    data = connect(r).hget(Keys(name).pub_model, "blob")
+    r = connect(r)
+    data = r.hget(published_keys(r, name).pub_model, "blob")
     if data is None:
         raise ModelNotFound(f"no published model named {name!r}")
     return load_model(bytes(data))

@@ -13,10 +13,13 @@ consumer-group loop of :mod:`.group`):
    (``RedisLedger``, one atomic script, idempotency key = job id, so a retry is
    never charged twice) **before** reading the data; a refused charge ends the
    job ``refused`` with the ledger's message, having read nothing;
-5. publishes the model under ``sdp:{RESULT}:pub:model`` with a script that
-   writes it only if no attempt of this job published yet (one release per
-   job: a second attempt's fit is discarded, never released) and a registry
-   entry ``kind: "job"``; consumers fetch it with :func:`~.job_queue.fetch_model`.
+5. publishes the model under ``sdp:{job:RESULT}:pub:model`` (the job key
+   space, :class:`~.keys.Keys` ``job=True``) with a script that writes it only
+   if no attempt of this job published yet (one release per job: a second
+   attempt's fit is discarded, never released) and an entry ``kind: "job"``
+   in ``sdp:job-results``; consumers fetch it with :func:`~.job_queue.fetch_model`.
+   The ``jobworker`` ACL user can write only that key space, never a stream
+   model's ``pub:model`` or ``sdp:registry``.
 
 Data of a job: ``source_kind="model"`` reads the model's raw records still in
 its stream (those within its retention window, :mod:`.retention`, plus the
@@ -48,7 +51,7 @@ from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
 from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
-from .keys import Keys, REGISTRY, as_str
+from .keys import JOB_RESULTS, Keys, as_str
 from .ledger_store import RedisLedger
 from .published import counts_to_bytes
 from .registry import ModelNotFound, load_spec
@@ -254,7 +257,7 @@ class JobWorker(GroupLoop):
 
     def _run(self, job_id: str, doc: dict) -> str:
         result = doc["result"]
-        keys = Keys(result)
+        keys = Keys(result, job=True)
         if as_str(self.r.hget(keys.pub_model, "job") or b"") == job_id:
             # An earlier attempt published, then its worker died: the one release stands; do not fit again.
             self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
@@ -286,15 +289,18 @@ class JobWorker(GroupLoop):
         return "done"
 
     def _publish(self, job_id: str, doc: dict, out: Any) -> str:
-        """Register ``result`` (kind job) and write its ``pub:model`` once per job: 'ok', 'dup' or 'taken'."""
+        """Register ``result`` (kind job, in ``sdp:job-results``) and write its job ``pub:model`` once per job.
+
+        Returns 'ok', 'dup' (this job published before) or 'taken' (another job's result has the name).
+        """
         result = doc["result"]
         entry = {"name": result, "kind": "job", "job": job_id, "algorithm": doc["algorithm"],
                  "source": doc["source"], "source_kind": doc["source_kind"], "epsilon": out.epsilon,
                  "delta": out.delta, "format": out.format, "params": json.loads(doc.get("params") or "{}"),
                  "created": time.time()}
-        if not self.r.hsetnx(REGISTRY, result, json.dumps(entry)):
+        if not self.r.hsetnx(JOB_RESULTS, result, json.dumps(entry)):
             try:
-                owner = json.loads(self.r.hget(REGISTRY, result) or b"{}").get("job")
+                owner = json.loads(self.r.hget(JOB_RESULTS, result) or b"{}").get("job")
             except ValueError:
                 owner = None
             if owner != job_id:
@@ -307,7 +313,7 @@ class JobWorker(GroupLoop):
         flat: list[Any] = []
         for k, v in fields.items():
             flat += [k, v]
-        return as_str(self._publish_script(keys=[Keys(result).pub_model], args=[job_id, *flat]))
+        return as_str(self._publish_script(keys=[Keys(result, job=True).pub_model], args=[job_id, *flat]))
 
 
 def run_job_worker(r: Any = None, *, once: bool = False, until_drained: bool = False, **kw: Any) -> int:

@@ -4,7 +4,19 @@ Counters (``priv:stats``, written atomically by the workers): entries_read,
 batches_merged, records_merged (exact: private, never published), commits,
 commit_retries, commit_rejections, dead_letters, acked_without_merge, poison,
 claimed, delta_reused, trimmed, lost_trimmed. Live gauges: pending, lag (entries
-not yet delivered), stream length, dead-letter length, consumers, published version.
+not yet delivered), stream length, dead-letter length, consumers, published version,
+and ``estimated_records``: the noisy record count of the published counts
+(:meth:`PrivateForest.estimated_records`, post-processing of a private release).
+
+Exports are private by default: :data:`EXACT` figures (counts of records,
+and of bad records or batches, which depend on individual records) leave only
+with ``exact=True`` (``streamdp stats --exact``), flagged in their HELP text.
+Batch-level figures (batches, versions, entries, pending, lag) are public by
+design: every merged batch is a published release.
+
+>>> text = prometheus_text({"m": {"version": 3.0, "records_merged": 1234.0}})
+>>> "streamdp_version" in text, "1234" in text
+(True, False)
 """
 
 from __future__ import annotations
@@ -16,11 +28,14 @@ import redis
 from .connection import connect
 from .keys import GROUP, Keys, as_str
 
-__all__ = ["collect", "prometheus_text"]
+__all__ = ["collect", "prometheus_text", "public", "EXACT"]
 
 COUNTERS = ("entries_read", "batches_merged", "records_merged", "commits", "commit_retries", "commit_rejections",
             "dead_letters", "acked_without_merge", "poison", "claimed", "delta_reused", "trimmed", "lost_trimmed")
-
+# Exact figures that depend on individual records (how many, how many were bad): never exported by default.
+EXACT = ("records_merged", "dead_letters", "acked_without_merge", "poison", "dead_letter_length")
+EXACT_WARNING = ("exact counts are not differentially private: they reveal facts about individual records "
+                 "(keep them out of widely shared metrics systems)")
 
 
 def collect(r: Any, model: str) -> dict[str, float]:
@@ -44,13 +59,38 @@ def collect(r: Any, model: str) -> dict[str, float]:
     except redis.ResponseError:
         pass
     out.update(pending=pending, lag=lag, consumers=consumers)
+    est = _estimated_records(r, keys)
+    if est is not None:
+        out["estimated_records"] = est
     return out
+
+
+def _estimated_records(r: Any, keys: Keys) -> float | None:
+    """The noisy record estimate of the published counts (None without a published stream forest)."""
+    from ..forest import PrivateForest
+    from .published import forest_from_counts
+
+    spec = r.get(keys.spec)
+    version, counts, releases = r.hmget(keys.pub_model, "version", "counts", "releases")
+    if spec is None or counts is None:
+        return None
+    try:
+        return forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0,
+                                  releases or 0).estimated_records()
+    except ValueError:
+        return None
+
+
+def public(stats: dict[str, float]) -> dict[str, float]:
+    """``stats`` without the :data:`EXACT` (record-dependent) figures."""
+    return {k: v for k, v in stats.items() if k not in EXACT}
 
 
 _HELP = {
     "entries_read": "stream entries read by workers",
     "batches_merged": "batches merged into the model",
-    "records_merged": "valid records merged (exact count: private)",
+    "records_merged": "valid records merged",
+    "estimated_records": "noisy estimate of the records merged, from the published counts (differentially private)",
     "commits": "atomic commits (model versions published)",
     "commit_retries": "commits retried after a version conflict",
     "commit_rejections": "commits rejected (entry reclaimed, acked or duplicate batch)",
@@ -64,14 +104,17 @@ _HELP = {
 }
 
 
-def prometheus_text(stats: dict[str, dict[str, float]]) -> str:
-    """Prometheus exposition text for ``{model: collect(...)}``."""
+def prometheus_text(stats: dict[str, dict[str, float]], *, exact: bool = False) -> str:
+    """Prometheus exposition text for ``{model: collect(...)}``; the :data:`EXACT` figures only if ``exact``."""
     lines = []
-    names = sorted({k for s in stats.values() for k in s})
+    names = sorted({k for s in stats.values() for k in s if exact or k not in EXACT})
     for k in names:
         metric = f"streamdp_{k}_total" if k in COUNTERS else f"streamdp_{k}"
         kind = "counter" if k in COUNTERS else "gauge"
-        lines.append(f"# HELP {metric} {_HELP.get(k, k.replace('_', ' '))}")
+        help_ = _HELP.get(k, k.replace('_', ' '))
+        if k in EXACT:
+            help_ = f"{help_} (EXACT, exported on request with --exact: {EXACT_WARNING})"
+        lines.append(f"# HELP {metric} {help_}")
         lines.append(f"# TYPE {metric} {kind}")
         for model, s in sorted(stats.items()):
             if k in s:

@@ -231,6 +231,47 @@ def test_producer_can_push_but_read_nothing_private(acl, model, votes):
     _denied(p.keys, "*")
 
 
+def test_producer_xadd_arguments_are_a_trust_boundary_detected_by_stats(acl, model, votes):
+    """Issue 12 item 7: ACLs cannot restrict XADD's arguments, so a producer can trim the stream
+    (MAXLEN 0) or exhaust its ids (the maximum id). Documented as a trust boundary (deploy/README.md,
+    docs/security.md); `streamdp stats` flags both, and the documented repair works."""
+    from streamdp.service.keys import GROUP, Keys
+    from streamdp.service.producer import Producer
+    from streamdp.service.stats import collect, prometheus_text
+    from streamdp.service.stream_worker import Worker
+
+    k = Keys(model)
+    p = acl.client("producer")
+    with Producer(acl.url("producer"), model, batch_size=10) as prod:
+        prod.push(votes.X[:40], votes.y[:40])  # normal operation: merged, acked, trimmed by the worker
+        Worker(acl.url("worker"), model, block_ms=20, trim_every=1, batch_entries=2).run(
+            until_drained=True, max_seconds=60, handle_signals=False)
+        prod.push(votes.X[:20], votes.y[:20])  # not delivered yet
+        st = collect(acl.url("worker"), model)
+        assert st["trimmed"] >= 1 and st["lag"] == 2
+        assert st["deleted_undelivered"] == 0 and st["stream_ids_blocked"] == 0
+        # (1) a trimming XADD deletes the batch no worker has read yet: allowed by the ACL
+        p.xadd(k.records, {"d": b"x"}, maxlen=0, approximate=False)
+        assert acl.client("admin").xlen(k.records) == 0
+        st = collect(acl.url("worker"), model)
+        assert st["deleted_undelivered"] == 1
+        assert 'streamdp_deleted_undelivered{model="%s"} 1' % model in prometheus_text({model: st})
+        # (2) the maximum id: every later push fails
+        top = "18446744073709551615-18446744073709551615"
+        p.xadd(k.records, {"d": b"x"}, id=top)
+        with pytest.raises(redis.ResponseError):
+            prod.push(votes.X[:5], votes.y[:5])
+        assert collect(acl.url("worker"), model)["stream_ids_blocked"] == 1
+    # the repair in deploy/README.md (admin): delete the entry, reset the last id, pushes work again
+    a = acl.client("admin")
+    a.xdel(k.records, top)
+    a.execute_command("XSETID", k.records, "0-1", "MAXDELETEDID", "0-1")
+    a.xgroup_setid(k.records, GROUP, "0-1")
+    with Producer(acl.url("producer"), model) as prod:
+        prod.push(votes.X[:5], votes.y[:5])
+    assert collect(acl.url("worker"), model)["stream_ids_blocked"] == 0
+
+
 # -- worker ------------------------------------------------------------------------
 def test_worker_is_confined_to_model_keys(acl, model):
     w = acl.client("worker")

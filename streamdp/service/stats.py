@@ -21,6 +21,7 @@ design: every merged batch is a published release.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -51,6 +52,7 @@ def collect(r: Any, model: str) -> dict[str, float]:
     try:
         g = next((g for g in r.xinfo_groups(keys.records) if as_str(g["name"]) == GROUP), None)
         if g is not None:
+            out.update(_stream_tampering(r, keys, g))
             pending, consumers = float(g["pending"]), float(g["consumers"])
             if g.get("lag") is not None:
                 lag = float(g["lag"])
@@ -62,6 +64,40 @@ def collect(r: Any, model: str) -> dict[str, float]:
     est = _estimated_records(r, keys)
     if est is not None:
         out["estimated_records"] = est
+    return out
+
+
+def _stream_id(x: Any) -> tuple[int, int]:
+    ms, _, seq = as_str(x).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
+    """Gauges for what the producer ACL cannot forbid (``XADD`` arguments; see docs/security.md, item 7).
+
+    * ``deleted_undelivered``: 1 if an entry no worker was given was deleted (``XADD ... MAXLEN 0``
+      or ``MINID`` by a producer): fewer entries follow the group's last delivered id than were added
+      after it (``entries-added`` minus the group's ``entries-read``). Workers trim and delete only
+      entries already delivered to them, so this stays 0 in normal operation.
+    * ``stream_ids_blocked``: 1 if the stream's last id is more than a day in the future (an ``XADD``
+      with an explicit huge id: every later push fails until an admin repairs the stream).
+    Redis >= 7.0; absent where the server does not report these fields (or after a manual ``SETID``).
+    """
+    out: dict[str, float] = {}
+    try:
+        info = r.xinfo_stream(keys.records)
+        last = info.get("last-generated-id")
+        if last is not None:
+            out["stream_ids_blocked"] = float(_stream_id(last)[0] > int(time.time() * 1000) + 86_400_000)
+        added, read, delivered = info.get("entries-added"), group.get("entries-read"), group.get("last-delivered-id")
+        if read is None and delivered is not None and _stream_id(delivered) == (0, 0):
+            read = 0  # nothing delivered yet
+        if added is not None and read is not None and delivered is not None:
+            expected = int(added) - int(read)
+            present = len(r.xrange(keys.records, min=f"({as_str(delivered)}", count=min(max(expected, 1), 100_000)))
+            out["deleted_undelivered"] = float(present < min(expected, 100_000))
+    except (redis.ResponseError, ValueError, AttributeError):
+        pass
     return out
 
 
@@ -101,6 +137,10 @@ _HELP = {
     "delta_reused": "redelivered batches that reused their stored noised delta",
     "trimmed": "acked entries trimmed from the stream",
     "lost_trimmed": "pending entries found deleted from the stream",
+    "deleted_undelivered": "1 if stream entries were deleted before any worker read them (an XADD MAXLEN/MINID "
+                           "trim by a producer: a trust boundary, see docs/security.md)",
+    "stream_ids_blocked": "1 if the stream's last id is far in the future (an XADD with an explicit huge id: "
+                          "every later push fails; see docs/security.md to repair)",
 }
 
 

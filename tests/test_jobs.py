@@ -27,7 +27,7 @@ import redis
 from streamdp.datasets import load
 from streamdp.forest import PrivateForest
 from streamdp.jobs import JobError, JobSpec, run_job
-from streamdp.ledger import BudgetExceeded, InMemoryLedger
+from streamdp.ledger import BudgetExceeded, InMemoryLedger, file_sha256
 from streamdp.learners import load_model
 from streamdp.service import codec
 from streamdp.service import job_queue, job_worker
@@ -295,6 +295,67 @@ def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
         assert led.spent(unique_name)[0] == 1.0
     finally:
         r.delete(*ledger_keys(unique_name))
+        r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
+
+
+@pytest.mark.redis
+def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, queue, tmp_path):
+    """Issue 12 item 13: the same file under another name or label no longer gets a fresh budget."""
+    from streamdp.ledger import file_sha256, file_source
+    from streamdp.service.job_queue import FILE_SOURCES, SourceLabelWarning
+
+    q, _ = queue
+    schema = VOTES.schema
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow([*schema.names, schema.label.name])
+    for x, y in zip(VOTES.X, VOTES.y):
+        wr.writerow([*x, y])
+    buf.write(f"# {uuid.uuid4().hex}\n")  # unique bytes: this test's own ledger on the shared Redis
+    a, b, sch = tmp_path / "a.csv", tmp_path / "copy-of-a.csv", tmp_path / "schema.json"
+    a.write_text(buf.getvalue())
+    b.write_bytes(a.read_bytes())
+    sch.write_text(json.dumps(schema.to_dict()))
+    source = file_source(str(a))
+    digest = file_sha256(str(a))
+    label = f"label-{uuid.uuid4().hex[:8]}"
+    try:
+        assert source == file_source(str(b)) and source.startswith("file-")
+        rc, out = _cli(redis_url, "ledger", "--source-file", str(b), "--set-budget", "1")
+        assert rc == 0 and source in out
+        common = ["--schema", str(sch), "--epsilon", "0.6", "--param", "n_trees=3", "--param", "height=2",
+                  "--queue", q]
+        rc, jid1 = _cli(redis_url, "job", "submit", "private-rdt", "--source-file", str(a), *common)
+        assert rc == 0
+        rc, jid2 = _cli(redis_url, "job", "submit", "private-rdt", "--source-file", str(b), *common)
+        assert rc == 0
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        jq = JobQueue(r, q)
+        assert jq.status(jid1.strip())["status"] == "done"
+        st2 = jq.status(jid2.strip())
+        assert st2["status"] == "refused" and st2["source"] == source, st2  # the copy hits the same ledger
+        assert RedisLedger(r).spent(source)[0] == pytest.approx(0.6)
+        # the same bytes under a free-text label: allowed (another ledger), but flagged
+        with pytest.warns(SourceLabelWarning, match=f"submitted under source '{source}' before"):
+            jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b),
+                      schema=str(sch))
+        # a file-<hash> source must be that file's content
+        with pytest.raises(JobError, match="names another file's content"):
+            jq.submit("private-rdt", source, 0.5, {}, source_kind="dataset", dataset=str(sch), schema=str(sch))
+        # a file changed after submit is refused before any charge
+        RedisLedger(r).set_budget(source, 5.0)
+        jid3 = jq.submit("private-rdt", source, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(a),
+                         schema=str(sch))
+        a.write_text(buf.getvalue() + "# changed\n")
+        q_only = JobWorker(r, queue=q, block_ms=50)
+        while jq.status(jid3)["status"] not in ("done", "failed", "refused"):
+            assert q_only.step() == 1
+        st3 = jq.status(jid3)
+        assert st3["status"] == "failed" and "changed or vanished" in st3["reason"], st3
+        assert not _spends(r, source, jid3)
+    finally:
+        r.delete(*ledger_keys(source), *ledger_keys(label))
+        r.hdel(FILE_SOURCES, digest)
 
 
 def test_dpea_job_when_present(r, model, queue):

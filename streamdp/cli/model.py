@@ -22,7 +22,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp model`` and its subcommands on an ``argparse`` subparsers object."""
     m = subparsers.add_parser("model", help="create, list, show, fetch or delete private models")
     msub = m.add_subparsers(dest="model_command", required=True)
-    c = msub.add_parser("create", help="create a model: draws its random structure and publishes version 0")
+    c = msub.add_parser("create", help="create a model: draws its random structure and publishes version 0",
+                        description="Create a model. Its ledger source is its NAME (streamdp ledger NAME): the same "
+                                    "records pushed to two models, or released by a dataset job under another "
+                                    "label, are charged to separate ledgers; keep one source per population.")
     c.add_argument("name")
     c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
     c.add_argument("--trees", type=int, default=10)
@@ -35,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--vote", choices=("proba", "majority"), default="proba")
     c.add_argument("--ledger-budget", type=float, default=None, metavar="E",
                    help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
-                        "(default: set to the model's epsilon when the source has no budget)")
+                        "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
+                        "to the name: pushing the same people to two models spends two budgets")
     c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")

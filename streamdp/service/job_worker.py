@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -44,7 +45,7 @@ import redis
 
 from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
-from ..ledger import BudgetExceeded
+from ..ledger import BudgetExceeded, file_sha256
 from ..schema import Schema
 from ..sources import SourceError, read_dataset
 from . import codec
@@ -272,6 +273,11 @@ class JobWorker(GroupLoop):
         else:
             schema = Schema.from_dict(json.loads(doc["schema"]))
             path = doc["dataset"]
+            digest = doc.get("dataset_sha256") or ""
+            # The file must be the one submitted (and bound to its ledger source): checked before charging.
+            if digest and (not os.path.isfile(path) or file_sha256(path) != digest):
+                raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
+                               f"(sha256 {digest[:16]}... expected); nothing was charged or read")
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:

@@ -56,7 +56,7 @@ def ledger(args: argparse.Namespace) -> int:
             raise ValueError("give a source NAME or --source-file (not both)")
         args.name = file_source(args.source_file)
     if args.list == bool(args.name):
-        raise ValueError("give a source NAME, --source-file or --list (not both)")
+        raise ValueError("give a source NAME or --list (not both)")
     if args.delta is not None and args.set_budget is None:
         raise ValueError("--delta goes with --set-budget")
     led = RedisLedger(client(args))

@@ -272,17 +272,23 @@ def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     assert len(_spends(r, model, flaky)) == 1
 
 
-def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
-    q, _ = queue
+def _votes_csv(tmp_path, name: str = "votes.csv", tail: str = "") -> tuple[Path, Path]:
+    """The votes as a CSV file with a header (plus ``tail``), and its schema JSON file."""
     schema = VOTES.schema
     buf = io.StringIO()
     wr = csv.writer(buf)
     wr.writerow([*schema.names, schema.label.name])
     for x, y in zip(VOTES.X, VOTES.y):
         wr.writerow([*x, y])
-    data, sch = tmp_path / "votes.csv", tmp_path / "schema.json"
-    data.write_text(buf.getvalue())
+    data, sch = tmp_path / name, tmp_path / "schema.json"
+    data.write_text(buf.getvalue() + tail)
     sch.write_text(json.dumps(schema.to_dict()))
+    return data, sch
+
+
+def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
+    q, _ = queue
+    data, sch = _votes_csv(tmp_path)
     led = RedisLedger(r)
     led.set_budget(unique_name, 1.0)
     try:
@@ -305,17 +311,11 @@ def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, qu
     from streamdp.service.job_queue import FILE_SOURCES, SourceLabelWarning
 
     q, _ = queue
-    schema = VOTES.schema
-    buf = io.StringIO()
-    wr = csv.writer(buf)
-    wr.writerow([*schema.names, schema.label.name])
-    for x, y in zip(VOTES.X, VOTES.y):
-        wr.writerow([*x, y])
-    buf.write(f"# {uuid.uuid4().hex}\n")  # unique bytes: this test's own ledger on the shared Redis
-    a, b, sch = tmp_path / "a.csv", tmp_path / "copy-of-a.csv", tmp_path / "schema.json"
-    a.write_text(buf.getvalue())
+    # a unique last line (dropped as a bad row): this test's own ledger on the shared Redis
+    a, sch = _votes_csv(tmp_path, "a.csv", tail=f"# {uuid.uuid4().hex}\n")
+    b = tmp_path / "copy-of-a.csv"
     b.write_bytes(a.read_bytes())
-    sch.write_text(json.dumps(schema.to_dict()))
+    original = a.read_text()
     source = file_source(str(a))
     digest = file_sha256(str(a))
     label = f"label-{uuid.uuid4().hex[:8]}"
@@ -346,7 +346,7 @@ def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, qu
         RedisLedger(r).set_budget(source, 5.0)
         jid3 = jq.submit("private-rdt", source, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(a),
                          schema=str(sch))
-        a.write_text(buf.getvalue() + "# changed\n")
+        a.write_text(original + "# changed\n")
         q_only = JobWorker(r, queue=q, block_ms=50)
         while jq.status(jid3)["status"] not in ("done", "failed", "refused"):
             assert q_only.step() == 1

@@ -231,6 +231,47 @@ def test_producer_can_push_but_read_nothing_private(acl, model, votes):
     _denied(p.keys, "*")
 
 
+def test_producer_xadd_arguments_are_a_trust_boundary_detected_by_stats(acl, model, votes):
+    """Issue 12 item 7: ACLs cannot restrict XADD's arguments, so a producer can trim the stream
+    (MAXLEN 0) or exhaust its ids (the maximum id). Documented as a trust boundary (deploy/README.md,
+    docs/security.md); `streamdp stats` flags both, and the documented repair works."""
+    from streamdp.service.keys import GROUP, Keys
+    from streamdp.service.producer import Producer
+    from streamdp.service.stats import collect, prometheus_text
+    from streamdp.service.stream_worker import Worker
+
+    k = Keys(model)
+    p = acl.client("producer")
+    with Producer(acl.url("producer"), model, batch_size=10) as prod:
+        prod.push(votes.X[:40], votes.y[:40])  # normal operation: merged, acked, trimmed by the worker
+        Worker(acl.url("worker"), model, block_ms=20, trim_every=1, batch_entries=2).run(
+            until_drained=True, max_seconds=60, handle_signals=False)
+        prod.push(votes.X[:20], votes.y[:20])  # not delivered yet
+        st = collect(acl.url("worker"), model)
+        assert st["trimmed"] >= 1 and st["lag"] == 2
+        assert st["deleted_undelivered"] == 0 and st["stream_ids_blocked"] == 0
+        # (1) a trimming XADD deletes the batch no worker has read yet: allowed by the ACL
+        p.xadd(k.records, {"d": b"x"}, maxlen=0, approximate=False)
+        assert acl.client("admin").xlen(k.records) == 0
+        st = collect(acl.url("worker"), model)
+        assert st["deleted_undelivered"] == 1
+        assert 'streamdp_deleted_undelivered{model="%s"} 1' % model in prometheus_text({model: st})
+        # (2) the maximum id: every later push fails
+        top = "18446744073709551615-18446744073709551615"
+        p.xadd(k.records, {"d": b"x"}, id=top)
+        with pytest.raises(redis.ResponseError):
+            prod.push(votes.X[:5], votes.y[:5])
+        assert collect(acl.url("worker"), model)["stream_ids_blocked"] == 1
+    # the repair in deploy/README.md (admin): delete the entry, reset the last id, pushes work again
+    a = acl.client("admin")
+    a.xdel(k.records, top)
+    a.execute_command("XSETID", k.records, "0-1", "MAXDELETEDID", "0-1")
+    a.xgroup_setid(k.records, GROUP, "0-1")
+    with Producer(acl.url("producer"), model) as prod:
+        prod.push(votes.X[:5], votes.y[:5])
+    assert collect(acl.url("worker"), model)["stream_ids_blocked"] == 0
+
+
 # -- worker ------------------------------------------------------------------------
 def test_worker_is_confined_to_model_keys(acl, model):
     w = acl.client("worker")
@@ -281,6 +322,50 @@ def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes)
     _denied(jw.flushall)
     _denied(jw.keys, "*")
     _denied(jw.set, "elsewhere", 1)
+
+
+def test_job_worker_cannot_overwrite_a_stream_model(acl, model, votes):
+    """Issue 12 item 12: job outputs have their own key space; jobworker writes no stream model's keys."""
+    import json
+    import uuid
+
+    from streamdp.service import JobQueue, JobWorker, fetch_model
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys
+    from streamdp.service.ledger_store import RedisLedger
+    from streamdp.service.producer import Producer
+
+    k = Keys(model)
+    jw = acl.client("jobworker")
+    before = acl.client("admin").hgetall(k.pub_model)
+    _denied(jw.hset, k.pub_model, "blob", b"forged")
+    _denied(jw.hset, k.pub_model, "version", 99)
+    _denied(jw.delete, k.pub_model)
+    _denied(jw.set, k.pub_version(99), b"forged")
+    _denied(jw.hset, REGISTRY, model, json.dumps({"forged": True}))
+    _denied(jw.hdel, REGISTRY, model)
+    _denied(jw.publish, k.pub_events, "99")
+    _denied(jw.eval, "return redis.call('HSET', KEYS[1], 'blob', 'x')", 1, k.pub_model)
+    assert acl.client("admin").hgetall(k.pub_model) == before
+
+    # A job still runs and publishes, in sdp:{job:RESULT}:pub:*; consumers and the CLI find it by name.
+    with Producer(acl.url("producer"), model, batch_size=100) as prod:
+        prod.push(votes.X[:200], votes.y[:200])
+    RedisLedger(acl.client("admin")).set_budget(model, 5.0)
+    q = f"sdp:jobs:t-{uuid.uuid4().hex[:8]}"
+    jq = JobQueue(acl.client("admin"), q)
+    jid = jq.submit("private-rdt", model, 1.0, {"n_trees": 3, "height": 3}, result_name=f"{model}-rdt")
+    assert JobWorker(jw, queue=q, block_ms=50).run(until_drained=True, handle_signals=False) == 1
+    assert jq.status(jid)["status"] == "done"
+    res = Keys(f"{model}-rdt", job=True)
+    assert acl.client("consumer").hexists(JOB_RESULTS, f"{model}-rdt")
+    assert not acl.client("consumer").hexists(REGISTRY, f"{model}-rdt")
+    forest = fetch_model(acl.client("consumer"), f"{model}-rdt")
+    with Consumer(acl.url("consumer"), f"{model}-rdt") as c:
+        assert c.keys.pub_model == res.pub_model
+        np.testing.assert_array_equal(c.latest().counts, forest.counts)
+    assert jq.result(jid).n_trees == 3
+    _denied(acl.client("consumer").hset, res.pub_model, "blob", b"x")
 
 
 def test_full_pipeline_under_acl_users(acl, model, votes):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -26,14 +27,14 @@ import redis
 from streamdp.datasets import load
 from streamdp.forest import PrivateForest
 from streamdp.jobs import JobError, JobSpec, run_job
-from streamdp.ledger import BudgetExceeded, InMemoryLedger
+from streamdp.ledger import BudgetExceeded, InMemoryLedger, file_sha256
 from streamdp.learners import load_model
 from streamdp.service import codec
 from streamdp.service import job_queue, job_worker
 from streamdp.service.consumer import Consumer
 from streamdp.service.job_queue import JobQueue, fetch_model
 from streamdp.service.job_worker import JobWorker, read_model_records
-from streamdp.service.keys import REGISTRY, GROUP, Keys
+from streamdp.service.keys import JOB_RESULTS, REGISTRY, GROUP, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model
@@ -70,8 +71,8 @@ def queue(r):
     for i in ids:
         res = r.hget(job_queue.job_key(i), "result")
         if res:
-            r.hdel(REGISTRY, res.decode())
-            r.delete(Keys(res.decode()).pub_model)
+            r.hdel(JOB_RESULTS, res.decode())
+            r.delete(Keys(res.decode(), job=True).pub_model)
         r.delete(job_queue.job_key(i))
     r.delete(q, f"{q}:index")
 
@@ -142,8 +143,10 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
     # consumers fetch a forest result like the stream forest
     with Consumer(r, jq.status(rdt)["result"]) as c:
         assert np.array_equal(c.latest().counts, forest.counts)
-    entry = json.loads(r.hget(REGISTRY, f"{model}-kanon"))
+    entry = json.loads(r.hget(JOB_RESULTS, f"{model}-kanon"))
     assert entry["kind"] == "job" and entry["job"] == kan and entry["delta"] > 0
+    assert r.hget(REGISTRY, f"{model}-kanon") is None  # job models have their own registry and key space
+    assert r.exists(Keys(f"{model}-kanon", job=True).pub_model) and not r.exists(Keys(f"{model}-kanon").pub_model)
     assert isinstance(jq.result(kan), PrivateForest)
     assert [j["id"] for j in jq.list()] == [kan, rdt]
 
@@ -161,7 +164,7 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
     assert st["status"] == "refused" and "refused before reading any data" in st["reason"], st
     assert "would spend 10.5 of a budget of 10" in st["reason"]
     assert reads == [] and RedisLedger(r).spent(model) == before and _spends(r, model, jid) == []
-    assert not r.exists(Keys(st["result"]).pub_model) and not r.hexists(REGISTRY, st["result"])
+    assert not r.exists(Keys(st["result"], job=True).pub_model) and not r.hexists(JOB_RESULTS, st["result"])
     with pytest.raises(LookupError, match="is refused"):
         jq.result(jid)
 
@@ -197,7 +200,7 @@ def test_killed_job_worker_is_retried_charged_once_published_once(r, redis_url, 
     _kill_during_job(redis_url, q, point)
     st = jq.status(jid)
     assert st["status"] == "running" and st["worker"] == "doomed" and len(_spends(r, model, jid)) == 1
-    result = Keys(st["result"]).pub_model
+    result = Keys(st["result"], job=True).pub_model
     first = r.hget(result, "blob")
     assert (first is not None) == (point == "after_publish")
     # Another worker reclaims the dead worker's entry once it has been idle 200 ms.
@@ -257,7 +260,7 @@ def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     assert st["status"] == "failed" and "gave up after 1 attempts" in st["reason"], st
     assert "job worker doomed stopped during the last attempt" in st["reason"]
     assert len(_spends(r, model, killed)) == 1  # charged once (privacy loss is permanent), never released
-    assert not r.exists(Keys(st["result"]).pub_model)
+    assert not r.exists(Keys(st["result"], job=True).pub_model)
 
     # A job whose attempts keep raising is retried, then failed with the last error.
     flaky = jq.submit("private-rdt", model, 0.5, {"n_trees": 2}, max_attempts=2)
@@ -269,17 +272,23 @@ def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     assert len(_spends(r, model, flaky)) == 1
 
 
-def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
-    q, _ = queue
+def _votes_csv(tmp_path, name: str = "votes.csv", tail: str = "") -> tuple[Path, Path]:
+    """The votes as a CSV file with a header (plus ``tail``), and its schema JSON file."""
     schema = VOTES.schema
     buf = io.StringIO()
     wr = csv.writer(buf)
     wr.writerow([*schema.names, schema.label.name])
     for x, y in zip(VOTES.X, VOTES.y):
         wr.writerow([*x, y])
-    data, sch = tmp_path / "votes.csv", tmp_path / "schema.json"
-    data.write_text(buf.getvalue())
+    data, sch = tmp_path / name, tmp_path / "schema.json"
+    data.write_text(buf.getvalue() + tail)
     sch.write_text(json.dumps(schema.to_dict()))
+    return data, sch
+
+
+def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
+    q, _ = queue
+    data, sch = _votes_csv(tmp_path)
     led = RedisLedger(r)
     led.set_budget(unique_name, 1.0)
     try:
@@ -292,6 +301,61 @@ def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
         assert led.spent(unique_name)[0] == 1.0
     finally:
         r.delete(*ledger_keys(unique_name))
+        r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
+
+
+@pytest.mark.redis
+def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, queue, tmp_path):
+    """Issue 12 item 13: the same file under another name or label no longer gets a fresh budget."""
+    from streamdp.ledger import file_sha256, file_source
+    from streamdp.service.job_queue import FILE_SOURCES, SourceLabelWarning
+
+    q, _ = queue
+    # a unique last line (dropped as a bad row): this test's own ledger on the shared Redis
+    a, sch = _votes_csv(tmp_path, "a.csv", tail=f"# {uuid.uuid4().hex}\n")
+    b = tmp_path / "copy-of-a.csv"
+    b.write_bytes(a.read_bytes())
+    original = a.read_text()
+    source = file_source(str(a))
+    digest = file_sha256(str(a))
+    label = f"label-{uuid.uuid4().hex[:8]}"
+    try:
+        assert source == file_source(str(b)) and source.startswith("file-")
+        rc, out = _cli(redis_url, "ledger", "--source-file", str(b), "--set-budget", "1")
+        assert rc == 0 and source in out
+        common = ["--schema", str(sch), "--epsilon", "0.6", "--param", "n_trees=3", "--param", "height=2",
+                  "--queue", q]
+        rc, jid1 = _cli(redis_url, "job", "submit", "private-rdt", "--source-file", str(a), *common)
+        assert rc == 0
+        rc, jid2 = _cli(redis_url, "job", "submit", "private-rdt", "--source-file", str(b), *common)
+        assert rc == 0
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        jq = JobQueue(r, q)
+        assert jq.status(jid1.strip())["status"] == "done"
+        st2 = jq.status(jid2.strip())
+        assert st2["status"] == "refused" and st2["source"] == source, st2  # the copy hits the same ledger
+        assert RedisLedger(r).spent(source)[0] == pytest.approx(0.6)
+        # the same bytes under a free-text label: allowed (another ledger), but flagged
+        with pytest.warns(SourceLabelWarning, match=f"submitted under source '{source}' before"):
+            jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b),
+                      schema=str(sch))
+        # a file-<hash> source must be that file's content
+        with pytest.raises(JobError, match="names another file's content"):
+            jq.submit("private-rdt", source, 0.5, {}, source_kind="dataset", dataset=str(sch), schema=str(sch))
+        # a file changed after submit is refused before any charge
+        RedisLedger(r).set_budget(source, 5.0)
+        jid3 = jq.submit("private-rdt", source, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(a),
+                         schema=str(sch))
+        a.write_text(original + "# changed\n")
+        q_only = JobWorker(r, queue=q, block_ms=50)
+        while jq.status(jid3)["status"] not in ("done", "failed", "refused"):
+            assert q_only.step() == 1
+        st3 = jq.status(jid3)
+        assert st3["status"] == "failed" and "changed or vanished" in st3["reason"], st3
+        assert not _spends(r, source, jid3)
+    finally:
+        r.delete(*ledger_keys(source), *ledger_keys(label))
+        r.hdel(FILE_SOURCES, digest)
 
 
 def test_dpea_job_when_present(r, model, queue):
@@ -410,6 +474,31 @@ def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
         assert get_retention(r, name).keeps_nothing
         w.trim()
         assert ids() == pend
+    finally:
+        delete_model(r, name)
+        r.delete(*ledger_keys(name))
+
+
+@pytest.mark.redis
+def test_a_retried_batch_is_read_once_by_jobs_as_the_stream_merges_it_once(r, unique_name):
+    """Issue 12 item 3: a retried push (same batch id) gave a job 600 records for 300 people."""
+    name = unique_name
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf)
+    try:
+        with Producer(r, name) as p:
+            p.push(VOTES.X[:300], VOTES.y[:300], batch_id="retried-1")
+            p.push(VOTES.X[:300], VOTES.y[:300], batch_id="retried-1")  # the retry
+            p.push(VOTES.X[300:400], VOTES.y[300:400], batch_id="other-2")
+        assert r.xlen(Keys(name).records) == 3
+        X, y = read_model_records(r, name, VOTES.schema, chunk=2)  # the duplicate falls in a later chunk
+        enc = VOTES.schema.encode(VOTES.X[:400], VOTES.y[:400])
+        assert len(y) == 400
+        np.testing.assert_array_equal(X, enc.X)
+        np.testing.assert_array_equal(y, enc.y)
+        set_retention(r, name, records=10)  # the stream merges the same batches once (and keeps them)
+        Worker(r, name, block_ms=20).run(until_drained=True, handle_signals=False)
+        assert Consumer(r, name).latest().n_releases == 2
+        assert len(read_model_records(r, name, VOTES.schema)[1]) == 400
     finally:
         delete_model(r, name)
         r.delete(*ledger_keys(name))

@@ -53,9 +53,20 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert main(u + ["model", "get", name, "--version", "0", "-o", str(blob)]) == 0
     assert PrivateForest.from_bytes(blob.read_bytes()).version == 0
     assert main(u + ["stats", name, "--prometheus"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert f'streamdp_batches_merged_total{{model="{name}"}} 4' in out
+    assert f'streamdp_estimated_records{{model="{name}"}} ' in out  # noisy, from the published counts
+    # issue 12 item 8: exact record-dependent counts only on request, with a warning
+    assert "records_merged" not in out and "dead_letter" not in out and "warning" not in err
+    assert main(u + ["stats", name]) == 0
+    out = capsys.readouterr().out
+    assert "records_merged" not in out and "dead_letters" not in out and "estimated_records" in out
+    assert main(u + ["stats", name, "--prometheus", "--exact"]) == 0
+    out, err = capsys.readouterr()
     assert f'streamdp_dead_letters_total{{model="{name}"}} 1' in out
+    assert f'streamdp_records_merged_total{{model="{name}"}} 199' in out
+    assert "warning: --exact" in err and "not differentially private" in err
+    assert "# HELP streamdp_records_merged_total valid records merged (EXACT" in out
     assert main(u + ["model", "list"]) == 0 and name in capsys.readouterr().out
     assert main(u + ["model", "delete", name]) == 0
     assert main(u + ["model", "show", name]) == 2

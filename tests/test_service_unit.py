@@ -300,6 +300,23 @@ def test_stats_and_prometheus_text(r):
     assert "# TYPE streamdp_pending gauge" in text
 
 
+def test_prometheus_exports_no_exact_counts_by_default(r):
+    """Issue 12 item 8: exact record counts leave only with exact=True; the default has a noisy estimate."""
+    _model(r)
+    Producer(r, "m").push(DS.X[:100], DS.y[:100])
+    _drain(_worker(r, "m"))
+    st = collect(r, "m")
+    assert st["records_merged"] == 100  # the worker-side dict keeps everything (private users only)
+    assert st["estimated_records"] == Consumer(r, "m").latest().estimated_records()
+    text = prometheus_text({"m": st})
+    for k in ("records_merged", "dead_letters", "acked_without_merge", "poison", "dead_letter_length"):
+        assert f"streamdp_{k}" not in text
+    assert 'streamdp_batches_merged_total{model="m"} 1' in text and "streamdp_estimated_records" in text
+    exact = prometheus_text({"m": st}, exact=True)
+    assert 'streamdp_records_merged_total{model="m"} 100' in exact
+    assert "EXACT" in exact.split("streamdp_records_merged_total", 1)[1].splitlines()[0]
+
+
 def test_consumer_get_old_versions_and_validation(r):
     _model(r)
     p = Producer(r, "m")

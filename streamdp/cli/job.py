@@ -2,11 +2,19 @@
 
     streamdp job submit ALGORITHM --source NAME --epsilon E [--param k=v ...] [--name RESULT] [--wait]
     streamdp job submit ALGORITHM --source LEDGER_SOURCE --epsilon E --dataset FILE --schema FILE
+    streamdp job submit ALGORITHM --source-file FILE --schema FILE --epsilon E
     streamdp job status ID | job list | job result ID [-o FILE] | job algorithms
     streamdp job worker [--once | --until-drained]
 
 A job charges the source's ledger (``streamdp ledger NAME``) before reading any
 record; a job over budget ends ``refused`` with the reason.
+
+The ledger is tied to the source *label*: the same data submitted under two
+labels is charged to two ledgers, so its people lose twice the epsilon the
+ledgers show. ``--source-file FILE`` binds a file to one ledger by its content
+(``file-`` + SHA-256 of its bytes): the same bytes under any path or name are
+one ledger. A file submitted under a label it was not submitted under before
+draws a warning; a file changed after submit is refused before any charge.
 """
 
 from __future__ import annotations
@@ -35,8 +43,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s = sub.add_parser("submit", parents=[common],
                        help="queue a job (charged to the source's ledger when a worker runs it)")
     s.add_argument("algorithm", help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest")
-    s.add_argument("--source", required=True,
-                   help="model name (its retained records), or the ledger source of --dataset")
+    src = s.add_mutually_exclusive_group(required=True)
+    src.add_argument("--source",
+                     help="model name (its retained records), or the ledger source of --dataset: a free-text label; "
+                          "the same data under two labels is charged to two ledgers (prefer --source-file)")
+    src.add_argument("--source-file", default=None, metavar="FILE",
+                     help="a CSV dataset bound to its own ledger by content (file-<SHA-256 of its bytes>): the same "
+                          "bytes under any path or name share one budget; implies --dataset FILE")
     s.add_argument("--epsilon", type=float, required=True)
     s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")
     s.add_argument("--dataset", default=None,
@@ -92,7 +105,13 @@ def submit(args: argparse.Namespace) -> int:
     from ..service.job_queue import FINAL, JobQueue
 
     params = dict(parse_param(p) for p in args.param)
+    from ..ledger import file_source
+
     q = JobQueue(client(args), args.queue)
+    if args.source_file:
+        if args.dataset:
+            raise ValueError("--source-file is the dataset: give no --dataset")
+        args.dataset, args.source = args.source_file, file_source(args.source_file)
     kind = "dataset" if args.dataset else "model"
     if args.schema and not args.dataset:
         raise ValueError("--schema goes with --dataset")

@@ -3,7 +3,13 @@
     streamdp ledger NAME                       budget, spent, remaining and the spends
     streamdp ledger NAME --json
     streamdp ledger NAME --set-budget E [--delta D]
+    streamdp ledger --source-file FILE [...]   the ledger bound to a file's content
     streamdp ledger --list                     sources that have a ledger
+
+A source is a label (a model's name, or the --source of a dataset job): the
+same records under two labels are charged to two ledgers, and nothing here can
+tell. Bind a dataset file to one ledger by its content with --source-file
+(``file-`` + SHA-256 of its bytes, the same under any path or name).
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp ledger`` on an ``argparse`` subparsers object."""
     p = subparsers.add_parser("ledger", help="privacy budget of a source: budget, spent, remaining, spends",
                               description=__doc__.split("\n\n")[0])
-    p.add_argument("name", nargs="?", help="source (a model's name is its source)")
+    p.add_argument("name", nargs="?",
+                   help="source label (a model's name is its source); the same data under two labels has two ledgers")
+    p.add_argument("--source-file", default=None, metavar="FILE",
+                   help="the ledger bound to this file's content (file-<SHA-256>), as job submit --source-file")
     p.add_argument("--list", action="store_true", help="list the sources that have a ledger")
     p.add_argument("--json", action="store_true")
     p.add_argument("--set-budget", type=float, default=None, metavar="E",
@@ -40,6 +49,12 @@ def _when(t: float) -> str:
 def ledger(args: argparse.Namespace) -> int:
     from ..service.ledger_store import RedisLedger
 
+    if args.source_file:
+        from ..ledger import file_source
+
+        if args.name:
+            raise ValueError("give a source NAME or --source-file (not both)")
+        args.name = file_source(args.source_file)
     if args.list == bool(args.name):
         raise ValueError("give a source NAME or --list (not both)")
     if args.delta is not None and args.set_budget is None:

@@ -22,7 +22,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp model`` and its subcommands on an ``argparse`` subparsers object."""
     m = subparsers.add_parser("model", help="create, list, show, fetch or delete private models")
     msub = m.add_subparsers(dest="model_command", required=True)
-    c = msub.add_parser("create", help="create a model: draws its random structure and publishes version 0")
+    c = msub.add_parser("create", help="create a model: draws its random structure and publishes version 0",
+                        description="Create a model. Its ledger source is its NAME (streamdp ledger NAME): the same "
+                                    "records pushed to two models, or released by a dataset job under another "
+                                    "label, are charged to separate ledgers; keep one source per population.")
     c.add_argument("name")
     c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
     c.add_argument("--trees", type=int, default=10)
@@ -35,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--vote", choices=("proba", "majority"), default="proba")
     c.add_argument("--ledger-budget", type=float, default=None, metavar="E",
                    help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
-                        "(default: set to the model's epsilon when the source has no budget)")
+                        "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
+                        "to the name: pushing the same people to two models spends two budgets")
     c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")
@@ -77,13 +81,17 @@ def create(args: argparse.Namespace) -> int:
 
 
 def list_(args: argparse.Namespace) -> int:
-    from ..service.registry import list_models
+    from ..service.registry import list_job_results, list_models
 
-    models = list_models(client(args))
-    if not models:
+    r = client(args)
+    models, jobs = list_models(r), list_job_results(r)
+    if not models and not jobs:
         print("no models")
     for name, s in models.items():
         print(f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
+              f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
+    for name, s in jobs.items():
+        print(f"{name}\tjob={s.get('job')} algorithm={s.get('algorithm')} source={s.get('source')} "
               f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
     return 0
 
@@ -96,6 +104,13 @@ def show(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=1))
         return 0
     last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
+    if info.get("kind") == "job":
+        print(f"batch job model {info['name']}\n"
+              f"  job             {info.get('job')} ({info.get('algorithm')}, format {info.get('format')})\n"
+              f"  source          {info.get('source')} ({info.get('source_kind')})\n"
+              f"  epsilon, delta  {info.get('epsilon')}, {info.get('delta', 0):.3g}\n"
+              f"  published       {last}")
+        return 0
     print(f"model {info['name']}\n"
           f"  version         {info['version']}\n"
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
@@ -108,10 +123,11 @@ def show(args: argparse.Namespace) -> int:
 
 def get(args: argparse.Namespace) -> int:
     from ..service.consumer import Consumer
-    from ..service.keys import Keys
+
+    from ..service.registry import published_keys
 
     r = client(args)
-    fmt = r.hget(Keys(args.name).pub_model, "format")
+    fmt = r.hget(published_keys(r, args.name).pub_model, "format")
     if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
         if args.version not in (None, 1):
             raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")

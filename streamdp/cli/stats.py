@@ -1,4 +1,8 @@
-"""``streamdp stats [NAME]``: worker counters per model, as text or Prometheus exposition format."""
+"""``streamdp stats [NAME]``: worker counters per model, as text or Prometheus exposition format.
+
+Only public or noisy figures by default; the exact record-dependent counts
+(records merged, dead letters, ...) only with ``--exact``, with a warning.
+"""
 
 from __future__ import annotations
 
@@ -16,19 +20,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     st = subparsers.add_parser("stats", help="worker counters (records, batches, dead letters, pending, lag, retries)")
     st.add_argument("name", nargs="?")
     st.add_argument("--prometheus", action="store_true")
+    st.add_argument("--exact", action="store_true",
+                    help="also show the EXACT record-dependent counts (records_merged, dead letters, ...): "
+                         "not differentially private, keep them out of shared metrics systems")
     st.set_defaults(func=stats)
     return st
 
 
 def stats(args: argparse.Namespace) -> int:
     from ..service.registry import list_models
-    from ..service.stats import collect, prometheus_text
+    from ..service.stats import EXACT_WARNING, collect, prometheus_text, public
 
     r = client(args)
     names = [args.name] if args.name else list(list_models(r))
     counters = {n: collect(r, n) for n in names}
+    if args.exact:
+        print(f"streamdp: warning: --exact: {EXACT_WARNING}", file=sys.stderr)
+    else:
+        counters = {n: public(s) for n, s in counters.items()}
     if args.prometheus:
-        sys.stdout.write(prometheus_text(counters))
+        sys.stdout.write(prometheus_text(counters, exact=args.exact))
     else:
         for n, s in counters.items():
             print(n)

@@ -1,7 +1,7 @@
 """Consumers read published private models (and only those).
 
 A consumer touches ``sdp:registry``, ``sdp:{NAME}:spec`` and
-``sdp:{NAME}:pub:*`` only, so it runs under the ``consumer`` ACL user.
+``sdp:{NAME}:pub:*`` (or a batch job's forest, ``sdp:{job:NAME}:pub:*``) only, so it runs under the ``consumer`` ACL user.
 Every blob is validated (:meth:`PrivateForest.from_bytes`) before use.
 """
 
@@ -18,7 +18,7 @@ from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from .connection import connect
 from .keys import Keys
 from .published import counts_dtype, forest_from_counts
-from .registry import ModelNotFound
+from .registry import ModelNotFound, published_keys
 
 __all__ = ["Consumer", "VersionNotAvailable"]
 
@@ -37,12 +37,20 @@ class Consumer:
         if not model:
             raise ValueError("Consumer needs a model name")
         self.redis = connect(redis_url)
-        self.keys = Keys(model)
+        Keys(model)  # check the name now
+        self._keys: Keys | None = None
         self.model = model
         self._cached: PrivateForest | None = None
         self._template: tuple[PrivateForest, dict] | None = None
         self._model_id: bytes | None = None
         self._listener: redis.Redis | None = None
+
+    @property
+    def keys(self) -> Keys:
+        """The model's keys: a stream model's, or a batch job's forest (its own key space), found at first use."""
+        if self._keys is None:
+            self._keys = published_keys(self.redis, self.model)
+        return self._keys
 
     def version(self) -> int:
         """The latest published version number (one small read)."""

@@ -5,26 +5,38 @@ Keys (jobs are not a model's keys; each job hash carries its id as hash tag)::
     sdp:jobs            stream: one entry {job: ID} per (re)delivery; consumer group "jobworkers"
     sdp:jobs:index      zset: job id -> submission time (for ``list``)
     sdp:job:{ID}        hash: the job (spec, source, status, progress, attempts, error/reason, result, times)
+    sdp:ledger:files    hash: SHA-256 of a dataset file -> the first ledger source it was submitted under
+
+A dataset job over a file records the SHA-256 of its bytes at submit; the job
+worker refuses (before charging) a file that changed since. A source of the
+form ``file-<hash>`` (:func:`streamdp.ledger.file_source`, ``job submit
+--source-file``) must match the file; the same file submitted under another
+label than before draws a :class:`SourceLabelWarning` (two labels, two ledgers,
+the same people).
 
 A job's status goes ``queued -> running -> done | refused | failed``. A done
-job's model is published under ``sdp:{RESULT}:pub:model``; consumers fetch it
-with :func:`fetch_model`.
+job's model is published under ``sdp:{job:RESULT}:pub:model`` and registered in
+``sdp:job-results`` (the job key space: job workers never write a stream
+model's keys); consumers fetch it with :func:`fetch_model`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
+import warnings
 from typing import Any
 
 from ..jobs import JobError, JobSpec, check_params
+from ..ledger import file_sha256
 from ..schema import Schema
 from .connection import connect
-from .keys import Keys, REGISTRY, as_str, check_name
-from .registry import ModelNotFound, load_spec
+from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
+from .registry import ModelNotFound, load_spec, published_keys
 
-__all__ = ["JobQueue", "fetch_model", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
+__all__ = ["JobQueue", "fetch_model", "SourceLabelWarning", "FILE_SOURCES", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
            "DEFAULT_MAX_ATTEMPTS", "now_s"]
 
 JOBS_STREAM = "sdp:jobs"
@@ -33,6 +45,11 @@ JOB_GROUP = "jobworkers"
 STATUSES = ("queued", "running", "done", "failed", "refused")
 FINAL = ("done", "failed", "refused")
 DEFAULT_MAX_ATTEMPTS = 3
+FILE_SOURCES = "sdp:ledger:files"
+
+
+class SourceLabelWarning(UserWarning):
+    """The same dataset file was submitted under another ledger source than before."""
 
 
 def job_key(job_id: str) -> str:
@@ -85,15 +102,16 @@ class JobQueue:
             sch = _schema_of(schema, dataset)
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
+        digest = self._bind_file(source, dataset) if source_kind == "dataset" else ""
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
-        if self.r.hexists(REGISTRY, result):
+        if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
             raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
         now = now_s()
         doc = {
             "id": job_id, "algorithm": algorithm, "epsilon": repr(float(epsilon)),
             "params": json.dumps(spec.params, sort_keys=True), "source": source, "source_kind": source_kind,
-            "dataset": dataset or "", "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
+            "dataset": dataset or "", "dataset_sha256": digest, "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
             "result": result, "status": "queued", "progress": "queued", "fraction": "0", "attempts": 0,
             "max_attempts": max_attempts, "error": "", "reason": "", "created": now,
         }
@@ -103,6 +121,23 @@ class JobQueue:
         p.execute()
         self.r.xadd(self.stream, {"job": job_id})
         return job_id
+
+    def _bind_file(self, source: str, dataset: str) -> str:
+        """The SHA-256 of a dataset file ('' for a dataset name); checks and records its ledger source."""
+        if not os.path.isfile(dataset):
+            return ""
+        digest = file_sha256(dataset)
+        if source.startswith("file-") and source != "file-" + digest[:32]:
+            raise JobError(f"source {source!r} names another file's content than {dataset!r} "
+                           f"(its source is file-{digest[:32]}); use --source-file")
+        if not self.r.hsetnx(FILE_SOURCES, digest, source):
+            first = as_str(self.r.hget(FILE_SOURCES, digest) or b"")
+            if first and first != source:
+                warnings.warn(f"this file's content (sha256 {digest[:16]}...) was submitted under source {first!r} "
+                              f"before; under {source!r} it is charged to another ledger although it holds the "
+                              f"same people (use --source-file to bind a file to one ledger)",
+                              SourceLabelWarning, stacklevel=3)
+        return digest
 
     def status(self, job_id: str) -> dict:
         """The job's hash as a dict (params decoded, numbers as numbers); :class:`LookupError` if unknown."""
@@ -136,7 +171,7 @@ class JobQueue:
         if st["status"] != "done":
             why = st.get("reason") or st.get("error") or st.get("progress")
             raise LookupError(f"job {job_id} is {st['status']}" + (f" ({why})" if why else "") + "; no result")
-        blob_, owner = self.r.hmget(Keys(st["result"]).pub_model, "blob", "job")
+        blob_, owner = self.r.hmget(Keys(st["result"], job=True).pub_model, "blob", "job")
         if blob_ is None or as_str(owner or b"") != job_id:
             raise LookupError(f"job {job_id}'s result {st['result']!r} is no longer published")
         return bytes(blob_)
@@ -172,10 +207,11 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
 
 
 def fetch_model(r: Any, name: str) -> Any:
-    """The model published under ``name`` (a job result or a stream forest), as an estimator."""
+    """The model published under ``name`` (a stream forest or a job result), as an estimator."""
     from ..learners import load_model
 
-    data = connect(r).hget(Keys(name).pub_model, "blob")
+    r = connect(r)
+    data = r.hget(published_keys(r, name).pub_model, "blob")
     if data is None:
         raise ModelNotFound(f"no published model named {name!r}")
     return load_model(bytes(data))

@@ -13,14 +13,18 @@ consumer-group loop of :mod:`.group`):
    (``RedisLedger``, one atomic script, idempotency key = job id, so a retry is
    never charged twice) **before** reading the data; a refused charge ends the
    job ``refused`` with the ledger's message, having read nothing;
-5. publishes the model under ``sdp:{RESULT}:pub:model`` with a script that
-   writes it only if no attempt of this job published yet (one release per
-   job: a second attempt's fit is discarded, never released) and a registry
-   entry ``kind: "job"``; consumers fetch it with :func:`~.job_queue.fetch_model`.
+5. publishes the model under ``sdp:{job:RESULT}:pub:model`` (the job key
+   space, :class:`~.keys.Keys` ``job=True``) with a script that writes it only
+   if no attempt of this job published yet (one release per job: a second
+   attempt's fit is discarded, never released) and an entry ``kind: "job"``
+   in ``sdp:job-results``; consumers fetch it with :func:`~.job_queue.fetch_model`.
+   The ``jobworker`` ACL user can write only that key space, never a stream
+   model's ``pub:model`` or ``sdp:registry``.
 
 Data of a job: ``source_kind="model"`` reads the model's raw records still in
 its stream (those within its retention window, :mod:`.retention`, plus the
-unacked ones; undecodable entries are skipped); ``source_kind="dataset"``
+unacked ones; each batch id once, undecodable entries skipped, see
+:func:`read_model_records`); ``source_kind="dataset"``
 reads a CSV file with a header (or a bundled/shared UCI dataset by name)
 against a declared schema (:func:`streamdp.sources.read_dataset`). The ledger source is the model's name, or the
 ``source`` given for a dataset.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -40,14 +45,14 @@ import redis
 
 from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
-from ..ledger import BudgetExceeded
+from ..ledger import BudgetExceeded, file_sha256
 from ..schema import Schema
 from ..sources import SourceError, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
 from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
-from .keys import Keys, REGISTRY, as_str
+from .keys import JOB_RESULTS, Keys, as_str
 from .ledger_store import RedisLedger
 from .published import counts_to_bytes
 from .registry import ModelNotFound, load_spec
@@ -94,13 +99,23 @@ return 'ok'
 
 
 def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int = 100) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded ``(X, y)`` of every decodable entry in model ``name``'s record stream (up to its newest id now)."""
+    """Encoded ``(X, y)`` of model ``name``'s retained records (stream entries up to its newest id now).
+
+    Each batch counts once, as in the stream: a retried push (an entry with a
+    batch id already seen) is skipped, so its people are read once and cost
+    a job's epsilon once. The rule: every decodable entry whose ``batch_id``
+    has not been read earlier in stream order, merged yet or still pending (a
+    pending batch is merged once or dead-lettered; reading its records once is
+    what the job's charge covers). Undecodable entries are skipped (the stream
+    worker dead-letters them), and so are the bad rows of a decodable one.
+    """
     stream = Keys(name).records
     newest = r.xrevrange(stream, "+", "-", count=1)
     if not newest:
         return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
     end = as_str(newest[0][0])
     Xs, ys = [], []
+    seen: set[str] = set()
     start = "-"
     while True:
         entries = r.xrange(stream, start, end, count=chunk)
@@ -110,6 +125,9 @@ def read_model_records(r: redis.Redis, name: str, schema: Schema, *, chunk: int 
                 b = codec.decode(schema, data)
             except codec.EnvelopeError:
                 continue  # undecodable: the stream worker dead-letters it
+            if b.batch_id in seen:
+                continue  # a retried push of a batch already read: the stream merges it once
+            seen.add(b.batch_id)
             Xs.append(b.X)
             ys.append(b.y)
         if len(entries) < chunk:
@@ -240,7 +258,7 @@ class JobWorker(GroupLoop):
 
     def _run(self, job_id: str, doc: dict) -> str:
         result = doc["result"]
-        keys = Keys(result)
+        keys = Keys(result, job=True)
         if as_str(self.r.hget(keys.pub_model, "job") or b"") == job_id:
             # An earlier attempt published, then its worker died: the one release stands; do not fit again.
             self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
@@ -255,6 +273,11 @@ class JobWorker(GroupLoop):
         else:
             schema = Schema.from_dict(json.loads(doc["schema"]))
             path = doc["dataset"]
+            digest = doc.get("dataset_sha256") or ""
+            # The file must be the one submitted (and bound to its ledger source): checked before charging.
+            if digest and (not os.path.isfile(path) or file_sha256(path) != digest):
+                raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
+                               f"(sha256 {digest[:16]}... expected); nothing was charged or read")
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:
@@ -272,15 +295,18 @@ class JobWorker(GroupLoop):
         return "done"
 
     def _publish(self, job_id: str, doc: dict, out: Any) -> str:
-        """Register ``result`` (kind job) and write its ``pub:model`` once per job: 'ok', 'dup' or 'taken'."""
+        """Register ``result`` (kind job, in ``sdp:job-results``) and write its job ``pub:model`` once per job.
+
+        Returns 'ok', 'dup' (this job published before) or 'taken' (another job's result has the name).
+        """
         result = doc["result"]
         entry = {"name": result, "kind": "job", "job": job_id, "algorithm": doc["algorithm"],
                  "source": doc["source"], "source_kind": doc["source_kind"], "epsilon": out.epsilon,
                  "delta": out.delta, "format": out.format, "params": json.loads(doc.get("params") or "{}"),
                  "created": time.time()}
-        if not self.r.hsetnx(REGISTRY, result, json.dumps(entry)):
+        if not self.r.hsetnx(JOB_RESULTS, result, json.dumps(entry)):
             try:
-                owner = json.loads(self.r.hget(REGISTRY, result) or b"{}").get("job")
+                owner = json.loads(self.r.hget(JOB_RESULTS, result) or b"{}").get("job")
             except ValueError:
                 owner = None
             if owner != job_id:
@@ -293,7 +319,7 @@ class JobWorker(GroupLoop):
         flat: list[Any] = []
         for k, v in fields.items():
             flat += [k, v]
-        return as_str(self._publish_script(keys=[Keys(result).pub_model], args=[job_id, *flat]))
+        return as_str(self._publish_script(keys=[Keys(result, job=True).pub_model], args=[job_id, *flat]))
 
 
 def run_job_worker(r: Any = None, *, once: bool = False, until_drained: bool = False, **kw: Any) -> int:

@@ -8,6 +8,14 @@ producers (XADD to ``records`` only) and workers.
 >>> k = Keys("votes")
 >>> k.records, k.pub_model, k.delta("b1")
 ('sdp:{votes}:priv:records', 'sdp:{votes}:pub:model', 'sdp:{votes}:priv:delta:b1')
+
+A batch job's model lives in its own key space, ``sdp:{job:NAME}:pub:*``,
+registered in ``sdp:job-results`` (not ``sdp:registry``): the ``jobworker``
+ACL user writes only there, so it cannot overwrite a stream model. A model
+name has no ``:``, so no stream model's key matches ``sdp:{job:*}``.
+
+>>> Keys("votes-rdt", job=True).pub_model
+'sdp:{job:votes-rdt}:pub:model'
 """
 
 from __future__ import annotations
@@ -15,9 +23,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["Keys", "REGISTRY", "GROUP", "check_name", "as_str"]
+__all__ = ["Keys", "REGISTRY", "JOB_RESULTS", "GROUP", "check_name", "as_str"]
 
 REGISTRY = "sdp:registry"
+JOB_RESULTS = "sdp:job-results"  # registry of batch jobs' published models
 GROUP = "workers"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
@@ -32,14 +41,15 @@ def check_name(name: str) -> str:
 
 
 class Keys:
-    """All Redis keys of one model."""
+    """All Redis keys of one model (``job=True``: of a batch job's published model)."""
 
     registry = REGISTRY
     group = GROUP
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, *, job: bool = False):
         self.name = check_name(name)
-        self.prefix = f"sdp:{{{name}}}"
+        self.job = job
+        self.prefix = f"sdp:{{job:{name}}}" if job else f"sdp:{{{name}}}"
         self.spec = f"{self.prefix}:spec"
         self.pub_model = f"{self.prefix}:pub:model"
         self.pub_events = f"{self.prefix}:pub:events"
@@ -57,7 +67,7 @@ class Keys:
         return f"{self.prefix}:priv:delta:{batch_id}"
 
     def __repr__(self) -> str:
-        return f"Keys({self.name!r})"
+        return f"Keys({self.name!r}, job=True)" if self.job else f"Keys({self.name!r})"
 
 
 def as_str(x: Any) -> str:

@@ -4,7 +4,9 @@ A model's **spec** (``sdp:{NAME}:spec``) is the blob of the empty forest
 (:meth:`PrivateForest.to_bytes` at version 0): schema, forest settings,
 privacy parameters and the random structure, drawn once here from a
 cryptographically seeded RNG. It holds nothing about the data. The registry
-hash ``sdp:registry`` maps each name to a public JSON summary.
+hash ``sdp:registry`` maps each name to a public JSON summary. Batch jobs'
+models have their own key space and registry (``sdp:job-results``,
+:class:`~.keys.Keys` ``job=True``); :func:`published_keys` finds either.
 
 Creating a private model is one spend on the privacy budget ledger of the
 source named like the model (:class:`~streamdp.service.ledger_store.RedisLedger`):
@@ -26,11 +28,12 @@ import redis
 from ..forest import PrivateForest
 from ..schema import Schema
 from .connection import connect
-from .keys import GROUP, REGISTRY, Keys
+from .keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from .ledger_store import RedisLedger
 from .published import published_fields
 
-__all__ = ["create_model", "list_models", "show_model", "delete_model", "load_spec", "ModelNotFound", "ModelExists"]
+__all__ = ["create_model", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
+           "published_keys", "ModelNotFound", "ModelExists"]
 
 
 class ModelNotFound(KeyError):
@@ -96,6 +99,8 @@ def create_model(
     if ledger_budget is not None and (isinstance(ledger_budget, bool) or not isinstance(ledger_budget, (int, float))
                                       or not math.isfinite(ledger_budget) or ledger_budget <= 0):
         raise ValueError(f"ledger_budget must be a finite number > 0, got {ledger_budget!r}")
+    if r.hexists(JOB_RESULTS, name):
+        raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name))):
         if exist_ok:
             return load_spec(r, name)
@@ -155,10 +160,29 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     return PrivateForest.from_bytes(data)
 
 
+def published_keys(r: Any, name: str) -> Keys:
+    """The keys of what is published under ``name``: the stream model's, else a batch job's model's (if any)."""
+    keys = Keys(name)
+    if not r.exists(keys.pub_model):
+        job = Keys(name, job=True)
+        if r.exists(job.pub_model):
+            return job
+    return keys
+
+
 def list_models(r: Any) -> dict[str, dict]:
-    r = connect(r)
+    """The stream models' public summaries (``sdp:registry``)."""
+    return _read_registry(connect(r), REGISTRY)
+
+
+def list_job_results(r: Any) -> dict[str, dict]:
+    """The batch jobs' published models (``sdp:job-results``): name -> summary with ``kind: "job"``."""
+    return _read_registry(connect(r), JOB_RESULTS)
+
+
+def _read_registry(r: redis.Redis, key: str) -> dict[str, dict]:
     out = {}
-    for k, v in sorted(r.hgetall(REGISTRY).items()):
+    for k, v in sorted(r.hgetall(key).items()):
         try:
             out[k.decode()] = json.loads(v)
         except (ValueError, UnicodeDecodeError):
@@ -171,6 +195,9 @@ def show_model(r: Any, name: str) -> dict:
     r = connect(r)
     keys = Keys(name)
     raw = r.hget(REGISTRY, name)
+    if raw is None:
+        keys = Keys(name, job=True)
+        raw = r.hget(JOB_RESULTS, name)
     if raw is None:
         raise ModelNotFound(f"no model named {name!r}")
     info = json.loads(raw)
@@ -188,6 +215,11 @@ def delete_model(r: Any, name: str) -> int:
     permanent, so a model re-created under the same name is charged against what is already spent.
     """
     r = connect(r)
+    if not r.hexists(REGISTRY, name) and r.hexists(JOB_RESULTS, name):  # a batch job's model
+        found = list(r.scan_iter(match=Keys(name, job=True).pattern, count=1000))
+        n = r.delete(*found) if found else 0
+        r.hdel(JOB_RESULTS, name)
+        return n
     keys = Keys(name)
     ledger_prefix = f"{keys.prefix}:ledger".encode()
     n = 0

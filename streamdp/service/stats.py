@@ -4,11 +4,24 @@ Counters (``priv:stats``, written atomically by the workers): entries_read,
 batches_merged, records_merged (exact: private, never published), commits,
 commit_retries, commit_rejections, dead_letters, acked_without_merge, poison,
 claimed, delta_reused, trimmed, lost_trimmed. Live gauges: pending, lag (entries
-not yet delivered), stream length, dead-letter length, consumers, published version.
+not yet delivered), stream length, dead-letter length, consumers, published version,
+and ``estimated_records``: the noisy record count of the published counts
+(:meth:`PrivateForest.estimated_records`, post-processing of a private release).
+
+Exports are private by default: :data:`EXACT` figures (counts of records,
+and of bad records or batches, which depend on individual records) leave only
+with ``exact=True`` (``streamdp stats --exact``), flagged in their HELP text.
+Batch-level figures (batches, versions, entries, pending, lag) are public by
+design: every merged batch is a published release.
+
+>>> text = prometheus_text({"m": {"version": 3.0, "records_merged": 1234.0}})
+>>> "streamdp_version" in text, "1234" in text
+(True, False)
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import redis
@@ -16,11 +29,14 @@ import redis
 from .connection import connect
 from .keys import GROUP, Keys, as_str
 
-__all__ = ["collect", "prometheus_text"]
+__all__ = ["collect", "prometheus_text", "public", "EXACT"]
 
 COUNTERS = ("entries_read", "batches_merged", "records_merged", "commits", "commit_retries", "commit_rejections",
             "dead_letters", "acked_without_merge", "poison", "claimed", "delta_reused", "trimmed", "lost_trimmed")
-
+# Exact figures that depend on individual records (how many, how many were bad): never exported by default.
+EXACT = ("records_merged", "dead_letters", "acked_without_merge", "poison", "dead_letter_length")
+EXACT_WARNING = ("exact counts are not differentially private: they reveal facts about individual records "
+                 "(keep them out of widely shared metrics systems)")
 
 
 def collect(r: Any, model: str) -> dict[str, float]:
@@ -36,6 +52,7 @@ def collect(r: Any, model: str) -> dict[str, float]:
     try:
         g = next((g for g in r.xinfo_groups(keys.records) if as_str(g["name"]) == GROUP), None)
         if g is not None:
+            out.update(_stream_tampering(r, keys, g))
             pending, consumers = float(g["pending"]), float(g["consumers"])
             if g.get("lag") is not None:
                 lag = float(g["lag"])
@@ -44,13 +61,72 @@ def collect(r: Any, model: str) -> dict[str, float]:
     except redis.ResponseError:
         pass
     out.update(pending=pending, lag=lag, consumers=consumers)
+    est = _estimated_records(r, keys)
+    if est is not None:
+        out["estimated_records"] = est
     return out
+
+
+def _stream_id(x: Any) -> tuple[int, int]:
+    ms, _, seq = as_str(x).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
+    """Gauges for what the producer ACL cannot forbid (``XADD`` arguments; see docs/security.md, item 7).
+
+    * ``deleted_undelivered``: 1 if an entry no worker was given was deleted (``XADD ... MAXLEN 0``
+      or ``MINID`` by a producer): fewer entries follow the group's last delivered id than were added
+      after it (``entries-added`` minus the group's ``entries-read``). Workers trim and delete only
+      entries already delivered to them, so this stays 0 in normal operation.
+    * ``stream_ids_blocked``: 1 if the stream's last id is more than a day in the future (an ``XADD``
+      with an explicit huge id: every later push fails until an admin repairs the stream).
+    Redis >= 7.0; absent where the server does not report these fields (or after a manual ``SETID``).
+    """
+    out: dict[str, float] = {}
+    try:
+        info = r.xinfo_stream(keys.records)
+        last = info.get("last-generated-id")
+        if last is not None:
+            out["stream_ids_blocked"] = float(_stream_id(last)[0] > int(time.time() * 1000) + 86_400_000)
+        added, read, delivered = info.get("entries-added"), group.get("entries-read"), group.get("last-delivered-id")
+        if read is None and delivered is not None and _stream_id(delivered) == (0, 0):
+            read = 0  # nothing delivered yet
+        if added is not None and read is not None and delivered is not None:
+            expected = int(added) - int(read)
+            present = len(r.xrange(keys.records, min=f"({as_str(delivered)}", count=min(max(expected, 1), 100_000)))
+            out["deleted_undelivered"] = float(present < min(expected, 100_000))
+    except (redis.ResponseError, ValueError, AttributeError):
+        pass
+    return out
+
+
+def _estimated_records(r: Any, keys: Keys) -> float | None:
+    """The noisy record estimate of the published counts (None without a published stream forest)."""
+    from ..forest import PrivateForest
+    from .published import forest_from_counts
+
+    spec = r.get(keys.spec)
+    version, counts, releases = r.hmget(keys.pub_model, "version", "counts", "releases")
+    if spec is None or counts is None:
+        return None
+    try:
+        return forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0,
+                                  releases or 0).estimated_records()
+    except ValueError:
+        return None
+
+
+def public(stats: dict[str, float]) -> dict[str, float]:
+    """``stats`` without the :data:`EXACT` (record-dependent) figures."""
+    return {k: v for k, v in stats.items() if k not in EXACT}
 
 
 _HELP = {
     "entries_read": "stream entries read by workers",
     "batches_merged": "batches merged into the model",
-    "records_merged": "valid records merged (exact count: private)",
+    "records_merged": "valid records merged",
+    "estimated_records": "noisy estimate of the records merged, from the published counts (differentially private)",
     "commits": "atomic commits (model versions published)",
     "commit_retries": "commits retried after a version conflict",
     "commit_rejections": "commits rejected (entry reclaimed, acked or duplicate batch)",
@@ -61,17 +137,24 @@ _HELP = {
     "delta_reused": "redelivered batches that reused their stored noised delta",
     "trimmed": "acked entries trimmed from the stream",
     "lost_trimmed": "pending entries found deleted from the stream",
+    "deleted_undelivered": "1 if stream entries were deleted before any worker read them (an XADD MAXLEN/MINID "
+                           "trim by a producer: a trust boundary, see docs/security.md)",
+    "stream_ids_blocked": "1 if the stream's last id is far in the future (an XADD with an explicit huge id: "
+                          "every later push fails; see docs/security.md to repair)",
 }
 
 
-def prometheus_text(stats: dict[str, dict[str, float]]) -> str:
-    """Prometheus exposition text for ``{model: collect(...)}``."""
+def prometheus_text(stats: dict[str, dict[str, float]], *, exact: bool = False) -> str:
+    """Prometheus exposition text for ``{model: collect(...)}``; the :data:`EXACT` figures only if ``exact``."""
     lines = []
-    names = sorted({k for s in stats.values() for k in s})
+    names = sorted({k for s in stats.values() for k in s if exact or k not in EXACT})
     for k in names:
         metric = f"streamdp_{k}_total" if k in COUNTERS else f"streamdp_{k}"
         kind = "counter" if k in COUNTERS else "gauge"
-        lines.append(f"# HELP {metric} {_HELP.get(k, k.replace('_', ' '))}")
+        help_ = _HELP.get(k, k.replace('_', ' '))
+        if k in EXACT:
+            help_ = f"{help_} (EXACT, exported on request with --exact: {EXACT_WARNING})"
+        lines.append(f"# HELP {metric} {help_}")
         lines.append(f"# TYPE {metric} {kind}")
         for model, s in sorted(stats.items()):
             if k in s:

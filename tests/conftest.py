@@ -3,6 +3,10 @@
 ``redis_url``: a real Redis: ``$REDIS_URL``, else 127.0.0.1:6379 if it answers, else an
 embedded server started for the session. Tests share it, so every test uses its
 own key names (``unique_name``) and never FLUSHes.
+
+``cluster_url``: a three-master Redis Cluster started for the session on loopback
+ports (:class:`~streamdp.service.local_cluster.LocalCluster`); skipped where
+redis-server or redis-cli is missing.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import pytest
 
 from streamdp.datasets import datasets_dir
 from streamdp.service.embedded import resolve_redis
+from streamdp.service.local_cluster import LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +29,14 @@ def redis_url():
     yield url
     if emb is not None:
         emb.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_url():
+    if LocalCluster.missing():
+        pytest.skip(f"no Redis Cluster: {LocalCluster.missing()} is not on PATH (apt-get install redis-server)")
+    with LocalCluster.start() as c:
+        yield c.url
 
 
 @pytest.fixture

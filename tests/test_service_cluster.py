@@ -1,6 +1,6 @@
 """The service on a real Redis Cluster (three masters, the ``cluster_url`` fixture of conftest).
 
-The Redis tests of the stream service and the ledger run here
+The Redis tests of the stream service, the CLI (``streamdp demo`` included) and the ledger run here
 unchanged against the cluster (imported below; the module's ``redis_url``
 fixture points them at the cluster): every script, MULTI and multi-key command
 must stay within one slot or the cluster refuses it (CROSSSLOT). Then: several
@@ -34,6 +34,7 @@ from test_ledger import (  # noqa: F401
     test_set_budget_cannot_go_below_spent, test_redis_layout_and_names, test_create_model_charges_its_epsilon,
     test_create_model_with_too_small_a_budget_leaves_nothing, test_non_private_model_is_not_charged_but_refused_over_a_budget,
     test_cli_ledger)
+from test_service_cli import test_cli_demo_runs_and_cleans_up, test_cli_end_to_end  # noqa: F401
 from test_service_redis import DS, _wait, model  # noqa: F811
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
@@ -151,3 +152,46 @@ def test_sigkill_a_worker_mid_stream_on_the_cluster_exactly_once(redis_url):
                 delete_model(redis_url, name)
             except KeyError:
                 pass
+
+
+def test_deploy_acl_users_work_on_every_node_of_the_cluster(redis_url, cluster_url):
+    """deploy/users.acl rendered with --cluster and loaded on every node: each role does its job, no more."""
+    import importlib.util
+    from pathlib import Path
+
+    import redis
+
+    deploy = Path(__file__).resolve().parents[1] / "deploy"
+    spec = importlib.util.spec_from_file_location("acl_passwords", deploy / "acl_passwords.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    users = ("admin", "producer", "worker", "consumer")
+    pws = {u: f"test-{u}-{uuid.uuid4().hex[:6]}" for u in users}
+    text, _ = tool.render((deploy / "users.acl").read_text(), pws, cluster=True)
+    admin = connect(cluster_url)
+    for node in admin.get_primaries():  # ACLs are per node (the session's default user stays on for the others)
+        for line in text.splitlines():
+            parts = line.split()
+            if parts and parts[0] == "user" and parts[1] in users:
+                admin.execute_command("ACL", "SETUSER", *parts[1:], target_nodes=node)
+    hostport = cluster_url.split("//", 1)[1].rsplit("/", 1)[0]
+    url = {u: f"redis://{u}:{pws[u]}@{hostport}/0" for u in users}
+    name = _names_on_different_nodes(admin, 1)[0]
+    try:
+        assert isinstance(connect(url["worker"]), RedisCluster)  # CLUSTER INFO allowed: detected
+        create_model(url["admin"], name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=5)
+        with Producer(url["producer"], name, batch_size=100) as p:
+            p.push(DS.X, DS.y)
+        Worker(url["worker"], name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)
+        c = Consumer(url["consumer"], name)
+        f = c.latest()
+        assert f.n_releases == 5 and np.array_equal(f.counts, Worker(url["admin"], name).spec.noisy_delta(DS.X, DS.y))
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            connect(url["consumer"]).hget(Keys(name).state, "counts")  # private state stays private
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            connect(url["producer"]).xrange(Keys(name).records)
+    finally:
+        delete_model(cluster_url, name)
+        for node in admin.get_primaries():
+            for u in users:
+                admin.execute_command("ACL", "DELUSER", u, target_nodes=node)

@@ -240,48 +240,68 @@ def report(res: dict) -> str:
         lines.append(f"Bytes ({kind}, `MEMORY USAGE`): published model hash {s['pub_model']:,}, worker state "
                      f"{s['state']:,}, one retained version {s['pub_version']:,} (blob {s['blob_bytes']:,}), "
                      f"one stored noised delta {s['delta'] or 0:,}.")
-    lines += ["", CAPACITY, "", "Raw numbers: `cluster.json` next to this file."]
+    lines += ["", capacity(res), "", "Raw numbers: `cluster.json` next to this file."]
     return "\n".join(lines) + "\n"
 
 
-CAPACITY = """## Capacity model (on paper, from the numbers above)
+def capacity(res: dict) -> str:
+    """The capacity model, with this run's measured inputs filled in."""
+    rows = medians(res)
+    per_core = statistics.median(r["worker_records_per_cpu_s"] for r in rows)
+    cmds = statistics.median(r["commands_per_batch"] for r in rows)
+    rcpu = statistics.median(r["redis_cpu_ms_per_batch"] for r in rows)
+    c = res["config"]
+    sz = res["sizes"].get("cluster") or next(iter(res["sizes"].values()))
+    per_commit = (sz["state"] + sz["pub_model"] + sz["pub_version"]) / 1e6
+    batches_per_master = 1000 / rcpu
+    by = {(r["models"], r["workers"], r["target"]): r["records_per_s"] for r in rows}
+    ratios = [by[(m, w, "cluster")] / by[(m, w, "single")] for (m, w, t) in by if t == "single"
+              and (m, w, "cluster") in by]
+    loads = [float(r["load"].split(",")[0]) for r in res["runs"]]
+    return f"""## Capacity model (on paper, from the numbers above)
 
-*Where the time goes.* A batch costs the worker its decode, tally and noise draw (the "worker records /
-CPU-s" column: records one worker core handles per second of CPU, noise included) and costs Redis a
-handful of commands: an XADD, the XREADGROUP that delivers it, the SET NX of its noised delta, and its
-share of one commit script (XPENDING per entry, ZSCORE/ZADD/EXPIRE per batch, a few HSET/HINCRBY, the
-SET of the new version, XACK, PUBLISH; all inside one EVALSHA). Per batch of 10,000 records that is
-tens of commands and well under a millisecond of Redis CPU: Redis is not what limits a model here.
+Measured inputs (medians over every cell): a worker core handles **{per_core / 1e6:.2f} M records per CPU-second**
+(decode, tally and geometric noise of 10 x 256 x 5 counts, commit included); Redis executes
+**{cmds:.0f} commands per batch** (XADD, the XREADGROUP that delivers it, the SET NX of its noised delta,
+its share of one commit script: XPENDING, ZSCORE, ZADD, EXPIRE per entry and batch, HSET/HINCRBY, the SET
+of the new version, XACK, PUBLISH, plus the idle workers' polls) for **{rcpu:.2f} ms of Redis CPU per batch**
+of {c['batch']:,} records. Bytes per model version: blob {sz['blob_bytes']:,} (counts 10 x 256 x 5 int64 =
+102,400 plus structure), and a commit rewrites the worker state, the published hash and one retained
+version, **~{per_commit:.2f} MB written per commit**; every batch also leaves a stored noised delta of
+{sz['delta'] or 0:,} bytes for `delta_ttl_s` (7 days by default) and `keep_versions` versions are retained.
+
+*What this machine shows.* The 2 cores run the producer, every worker, the three masters and the
+single server, under 1-minute load averages of {min(loads):.0f}-{max(loads):.0f} from other jobs. Throughput is
+bounded by CPU for the workers, so the cluster cannot be faster than one server here, and adding
+processes (2 per model, 16 models) adds contention, not cores. The rows measure the cluster's overhead
+(client-side slot routing, cluster bus, three more server processes): the cluster's median was
+{min(ratios):.2f}-{max(ratios):.2f} x the single server's per cell, with the runs of the two targets
+overlapping. Redis itself used about {rcpu / 1000 * 1e6 / c['batch']:.2f} us of CPU per record.
+
+*Where a deployment scales.* records/s ~ (worker cores) x {per_core / 1e6:.1f} M, as long as (a) each
+master's Redis CPU stays under one core: about {batches_per_master:,.0f} batches/s per master, i.e.
+~{batches_per_master * c['batch'] / 1e6:.0f} M records/s per master in {c['batch']:,}-record batches, and (b)
+each model's commit rate stays under its slot's ceiling.
 
 *First bottleneck: one model's commits serialise on its slot.* Every commit of a model is a
-compare-and-set on its version in one slot on one master: workers of one model run their reads and
-noise in parallel, but commits go one after another, and a worker whose CAS fails re-applies its delta
-to the new counts (coalescing `batch_entries` entries per commit is what keeps this cheap). One model's
-ceiling is therefore about `batch_entries x batch / (commit round trip + re-apply of the counts)`; adding
-masters does not raise it (the 1-model rows are the same on one server and on the cluster), and adding
-worker processes to one model helps only while the workers' CPU, not the commit, is the limit. Bytes per
-model version are the size of its counts (10 x 256 x 5 int64 = 100 KiB here): every commit rewrites the
-state, the published hash and one retained version, so a model's write bandwidth per commit is ~3x its
-counts size, and `keep_versions` retained versions plus the stored deltas (one per batch, kept
-`delta_ttl_s`) are its memory.
-
-*Many models scale out.* Different models are different slots: their commits run on different masters
-in parallel, and workers of different models share nothing. Aggregate throughput grows with cores for
-the workers (the dominant cost, the "worker records / CPU-s" column) and with masters only when the
-Redis CPU per batch times the batch rate nears a core per master. On this 2-core machine the workers,
-the producer and three masters compete for the same two cores, so the cluster cannot be faster than one
-server here: the rows measure its overhead (client-side slot routing, more processes), not its gain.
-For a deployment: records/s ~ (worker cores) x (worker records / CPU-s), as long as each model's commit
-rate stays under its slot's ceiling and each master's Redis CPU under one core.
+compare-and-set on its version in one slot on one master: workers of one model read, tally and noise
+in parallel, but commits go one after another, and a worker whose CAS fails re-applies its delta to
+the new counts before retrying. One model's ceiling is about `batch_entries x batch / (commit round trip
++ re-apply + writing ~{per_commit:.1f} MB)` records/s; coalescing more entries per commit (`batch_entries`,
+{c['batch_entries']} here) or larger batches raises it, more masters do not (a model never spans nodes),
+and more worker processes for one model help only while their CPU, not the commit, is the limit.
+Bigger models (more trees, deeper trees, more classes) move the ceiling down in proportion to their
+counts, since every commit writes them three times.
 
 *Past one model's ceiling.* (1) Several streams per model: split the input into `NAME.0 ... NAME.k`,
-each a model with its own slot and workers, releasing noised counts over the same structure; a
-second-level reducer adds the k published count arrays (post-processing of released data: no extra
-privacy cost, but each sub-stream's noise adds up, so the variance grows k-fold at the same epsilon).
-(2) Sharding by tree: the forest's trees are independent, so a model of T trees can be split into
-models of T/k trees each (same schema, disjoint structures) with one slot each; a consumer reads the
-k parts and votes over all T trees. Each part carries its own share of the privacy budget as the
-forest already does per tree, so the noise per count is unchanged, and commits shrink by k.
+each its own model (own slot, own workers) over the same structure; a second-level reducer adds the k
+released count arrays and publishes the sum (post-processing of released data: no extra privacy cost,
+each record still lands in one sub-stream; but the k noise terms add, so the noise variance grows k-fold
+at the same epsilon). (2) Sharding by tree: the forest's trees are independent, so a model of T trees
+becomes k models of T/k trees (same schema, disjoint structures, each created with epsilon/k), one
+slot each; consumers read the k parts and vote over all T trees. Every record still feeds every tree,
+so the budget composes over the parts: each tree's share of epsilon, hence the noise per count, is
+unchanged, and each commit shrinks k-fold.
 """
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .. import blob
+from ..estimation import SNR_MIN, cell_variance, prior_from
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
@@ -105,6 +106,22 @@ class PrivateLearner:
         raise NotImplementedError
 
     # -- prediction ---------------------------------------------------------------------------
+    #: "shrink": noise-aware estimation (:mod:`streamdp.estimation`); "leaf": the rule before (comparison only).
+    estimator = "shrink"
+
+    def epsilon_leaf_counts(self) -> float:
+        """Epsilon of each leaf's released class counts (public: the learner's budget split)."""
+        raise NotImplementedError
+
+    def cell_variance(self) -> float:
+        """Public noise variance of one released leaf cell (two-sided geometric at :meth:`epsilon_leaf_counts`)."""
+        return cell_variance("geometric", float(self.epsilon_leaf_counts()))
+
+    def class_prior(self) -> np.ndarray:
+        """The prior every tree's root is shrunk toward: the unclipped sum of all trees' reachable leaf counts."""
+        self._check_fitted()
+        return prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in self.trees_]))
+
     def _encode(self, X: Any) -> np.ndarray:
         return self.schema.encode(X).X
 
@@ -119,7 +136,13 @@ class PrivateLearner:
     def predict_proba_encoded(self, Xe: np.ndarray) -> np.ndarray:
         """Class probabilities of already-encoded query records (float64 codes in schema order)."""
         self._check_fitted()
-        probas = [t.predict_proba(Xe) for t in self.trees_]
+        if self.estimator == "leaf":
+            probas = [t.predict_proba(Xe) for t in self.trees_]
+        else:
+            cell_var, prior = self.cell_variance(), self.class_prior()
+            # A majority vote pools independent trees: each tree's bar is lowered by sqrt(n_trees).
+            snr = SNR_MIN / math.sqrt(len(self.trees_)) if self.vote == "majority" else None
+            probas = [t.predict_proba(Xe, cell_var, prior, snr) for t in self.trees_]
         if self.vote == "majority":
             C = self.schema.n_classes
             votes = sum(np.eye(C)[p.argmax(axis=1)] for p in probas)

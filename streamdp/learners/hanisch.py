@@ -87,6 +87,10 @@ class HanischForest(PrivateLearner):
         eps = float(self.epsilon) / int(self.n_trees)
         self.trees_ = [self._tree(pds, rng, eps) for _ in range(int(self.n_trees))]
 
+    def epsilon_leaf_counts(self) -> float:
+        """Each tree's leaf histogram gets ``epsilon / n_trees``."""
+        return float(self.epsilon) / int(self.n_trees)
+
     def _tree(self, pds: PrivateDataset, rng: np.random.Generator, eps: float) -> Tree:
         tree = self._structure(rng)  # drawn first: the structure cannot depend on the counts
         counts = pds.noisy_leaf_class_counts(tree.feature, tree.threshold, tree.child_start, eps).astype(np.float64)

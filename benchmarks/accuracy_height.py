@@ -232,6 +232,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="heights up to 4 only")
     ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--max-height", type=int, default=64, help="cap on the heights / depths swept")
+    ap.add_argument("--append", action="store_true",
+                    help="add to the rows already in results/accuracy_height.json (datasets run again are replaced)")
     args = ap.parse_args(argv)
     t0 = time.time()
     info = {"machine": machine(), "uptime_start": sh("uptime"), "reps": args.reps, "n_trees": N_TREES,
@@ -239,6 +242,11 @@ def main(argv=None) -> int:
     print(info["uptime_start"], flush=True)
     rows: list[dict] = []
     timing = {}
+    old = None
+    if args.append and (OUT / "accuracy_height.json").exists():
+        old = json.loads((OUT / "accuracy_height.json").read_text())
+        rows = [r for r in old["rows"] if r["dataset"] not in args.datasets.split(",")]
+        timing = old["info"].get("timing", {})
     for name in args.datasets.split(","):
         t1 = time.time()
         schema, X, y = data(name)
@@ -247,13 +255,19 @@ def main(argv=None) -> int:
         maj = float(np.bincount(y[te], minlength=schema.n_classes).max() / len(te))
         rows.append({"dataset": name, "majority": maj, "n_attributes": schema.n_attributes, "n_train": len(tr),
                      "n_test": len(te)})
-        top = 4 if args.quick else schema.n_attributes
+        top = min(4 if args.quick else schema.n_attributes, args.max_height)
         rows += forest_rows(name, schema, X, y, tr, te, args.reps, range(1, top + 1))
         Xraw, yraw = raw_of(schema, X, y)
         rows += learner_rows(name, schema, Xraw, yraw, tr, te, args.reps, range(1, min(8, top) + 1))
         timing[name] = time.time() - t1
     info["variance_nursery"] = variance_table(prepare("nursery")[0], 8)
     info["uptime_end"], info["seconds"], info["timing"] = sh("uptime"), time.time() - t0, timing
+    if old is not None:
+        info["earlier_runs"] = old["info"].get("earlier_runs", []) + [
+            {k: old["info"][k] for k in ("uptime_start", "uptime_end", "seconds") if k in old["info"]}]
+        info["max_height"] = {**old["info"].get("max_height", {}), **{d: args.max_height for d in args.datasets.split(",")}}
+    else:
+        info["max_height"] = {d: args.max_height for d in args.datasets.split(",")}
     OUT.mkdir(exist_ok=True)
     (OUT / "accuracy_height.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
     plot(rows, OUT / "accuracy_height.png")
@@ -269,7 +283,9 @@ def report(rows: list[dict], info: dict) -> list[str]:
          f"- {info['machine']['nproc']} x {info['machine']['cpu']}, Python {info['machine']['python']}; "
          f"the machine is shared with other helpers' jobs",
          f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
-         f"- total {info['seconds']:.0f} s; per dataset: " + ", ".join(f"{k} {v:.0f} s" for k, v in info["timing"].items()),
+         f"- total {info['seconds']:.0f} s (last run); per dataset: " + ", ".join(f"{k} {v:.0f} s" for k, v in info["timing"].items()),
+         *[f"- earlier run: load at start `{e.get('uptime_start')}`, at end `{e.get('uptime_end')}`" for e in info.get("earlier_runs", [])],
+         "- heights capped per dataset: " + ", ".join(f"{k} {v}" for k, v in info.get("max_height", {}).items() if v < 64),
          f"- one hold-out split (2/3 train, 1/3 test), {info['reps']} repetitions per cell (new structure and noise "
          f"each), mean shown; fewer folds than the 10x10 CV of accuracy_rdt.md to fit the time. "
          f"{info['n_trees']} trees, split budget, probability vote for PrivateForest; forests above "

@@ -17,7 +17,7 @@ and fakeredis.
 
 from __future__ import annotations
 
-__all__ = ["COMMIT_LUA"]
+__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "CLOSE_LUA"]
 
 COMMIT_LUA = r"""
 -- Atomic exactly-once commit of k stream entries into a model (design B-k).
@@ -87,4 +87,104 @@ if new_version then
   return {'ok', new_version}
 end
 return {'ok', -1}
+"""
+
+# -- release="window" and "tree" (docs/service.md, "Release windows") --------------------------------------------
+
+WINDOW_ADD_LUA = r"""
+-- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
+-- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
+-- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d, 10 c,
+--       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
+--       c pairs (flat cell index, count)
+-- Same ownership and dedup checks as the batch commit; 'moved' (with the open window) when a closer sealed
+-- the expected window meanwhile: nothing is written and the caller retries into the new one.
+local group, me = ARGV[1], ARGV[2]
+local m, a, d, c = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local base = 10
+local ids = {}
+for i = 1, m do ids[#ids + 1] = ARGV[base + 2 * i - 1] end
+for i = 1, a do ids[#ids + 1] = ARGV[base + 2 * m + i] end
+local rejected = {}
+for i, id in ipairs(ids) do
+  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
+  if #p == 0 then
+    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'not-pending'
+  elseif p[1][2] ~= me then
+    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'not-owner'
+  end
+end
+for i = 1, m do
+  if redis.call('ZSCORE', KEYS[3], ARGV[base + 2 * i]) then
+    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'dup-batch'
+  end
+end
+if #rejected > 0 then
+  table.insert(rejected, 1, 'rejected')
+  return rejected
+end
+local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
+if m > 0 then
+  if open ~= tonumber(ARGV[3]) then return {'moved', open} end
+  local off = base + 2 * m + a + 3 * d
+  for i = 1, c do
+    redis.call('HINCRBY', KEYS[6], ARGV[off + 2 * i - 1], ARGV[off + 2 * i])
+  end
+  for i = 1, m do redis.call('ZADD', KEYS[3], open, ARGV[base + 2 * i]) end
+  redis.call('HINCRBY', KEYS[4], 'batches_merged', m)
+  redis.call('HINCRBY', KEYS[4], 'records_merged', ARGV[4])
+  redis.call('HINCRBY', KEYS[4], 'commits', 1)
+  redis.call('HSET', KEYS[4], 'last_commit_ms', ARGV[5])
+end
+local off = base + 2 * m + a
+for i = 1, d do
+  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'entry', ARGV[off + 3 * i - 2],
+             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', ARGV[5])
+end
+if d > 0 then redis.call('HINCRBY', KEYS[4], 'dead_letters', d) end
+if a > 0 then redis.call('HINCRBY', KEYS[4], 'acked_without_merge', a) end
+if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+return {'ok', open}
+"""
+
+SEAL_LUA = r"""
+-- Seal the open window once the clock says it is over: later adds go to the next one.
+-- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule).
+-- Only one window is sealed and unreleased at a time; returns {open, releases}:
+-- window releases+1 is sealed (ready to close) iff open > releases + 1.
+local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
+local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
+if open == rel + 1 and open <= tonumber(ARGV[1]) then
+  open = open + 1
+  redis.call('HSET', KEYS[1], 'open', open)
+end
+return {open, rel}
+"""
+
+CLOSE_LUA = r"""
+-- Release sealed window w: publish, advance, delete its accumulator, in one step (CAS on releases and version).
+-- KEYS: 1 state, 2 pub_model, 3 stats, 4 pub_v_new, 5 pub_v_drop, 6 acc of w, 7 tree state, 8.. stored noise keys
+-- ARGV: 1 w, 2 counts, 3 blob, 4 now_ms, 5 version_ttl_s (0 none), 6 drop_old (0/1), 7 noise_ttl_s, 8 channel,
+--       9 tree state bytes ('' for release="window"), 10 expected version
+local w = tonumber(ARGV[1])
+local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
+local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if rel ~= w - 1 or open <= w or v ~= tonumber(ARGV[10]) then return {'conflict', rel} end
+local nv = v + 1
+redis.call('HSET', KEYS[1], 'version', nv, 'counts', ARGV[2], 'releases', w)
+redis.call('HSET', KEYS[2], 'version', nv, 'blob', ARGV[3], 'updated', ARGV[4], 'releases', w, 'counts', ARGV[2])
+if tonumber(ARGV[5]) > 0 then
+  redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[5])
+else
+  redis.call('SET', KEYS[4], ARGV[3])
+end
+if ARGV[6] == '1' then redis.call('DEL', KEYS[5]) end
+redis.call('DEL', KEYS[6])
+if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[9]) end
+for i = 8, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
+redis.call('HINCRBY', KEYS[3], 'windows_released', 1)
+redis.call('HSET', KEYS[3], 'last_release_ms', ARGV[4])
+redis.call('PUBLISH', ARGV[8], nv)
+return {'ok', nv}
 """

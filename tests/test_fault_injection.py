@@ -156,7 +156,7 @@ def _push_round(prod: Producer, rng: np.random.Generator, n_batches: int, batche
 @pytest.mark.parametrize("epsilon", [math.inf, 1.0], ids=["eps_inf", "eps_1"])
 def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon):
     model = unique_name
-    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release="batch")
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     log_path = str(tmp_path / "kills.log")
@@ -290,7 +290,7 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
     server = start_server()
     fleet = Fleet(url, unique_name, str(tmp_path / "kills.log"))
     try:
-        create_model(url, unique_name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=7)
+        create_model(url, unique_name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=7, release="batch")
         keys = Keys(unique_name)
         r = redis.Redis.from_url(url)
         rng = np.random.default_rng()

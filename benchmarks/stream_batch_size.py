@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import machine, sh  # noqa: E402
+from benchmarks.common import machine, sh, write_keeping_reading  # noqa: E402
 from streamdp.datasets import load  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
@@ -126,7 +126,7 @@ def main() -> None:
             a = [r["accuracy"] for r in sel]
             lines.append(f"| {policy} | {size:,} | {np.mean(a):.3f} ({min(a):.3f}-{max(a):.3f}) | "
                          f"{np.mean([r['releases'] for r in sel]):.0f} | {np.mean([r['seconds'] for r in sel]):.1f} |")
-    (RESULTS / "stream_batch_size.md").write_text("\n".join(lines) + "\n")
+    write_keeping_reading(RESULTS / "stream_batch_size.md", [*lines, ""])
     print("\n".join(lines))
 
 

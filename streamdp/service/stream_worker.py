@@ -18,6 +18,14 @@ One loop step:
    arrives, the stream is trimmed with ``MINID`` to the model's retention
    window, no further than the oldest pending entry (never past an unacked entry).
 
+With ``release="window"`` or ``"tree"`` (the default is window; :mod:`.windows`), step 4
+draws no noise: the entries' EXACT tallies are added into the open window's worker-only
+accumulator by one atomic script that also records the batch ids and XACKs
+(:data:`.commit.WINDOW_ADD_LUA`), and each step first releases the windows due on the
+public schedule (seal, noise once, release: any worker, lock-free). Noise is keyed by
+``$STREAMDP_NOISE_KEY_FILE`` when set, and a rolled-back model is refused
+(:mod:`.rollback`).
+
 Steps 1-2 are the consumer-group loop shared with the job worker
 (:mod:`.group`). Counters live in ``priv:stats`` (see :mod:`.stats`); logs are
 JSON lines on the ``streamdp.worker`` logger. Test-only fault points:

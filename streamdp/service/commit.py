@@ -24,17 +24,9 @@ from __future__ import annotations
 
 __all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "CLOSE_LUA"]
 
-COMMIT_LUA = r"""
--- Atomic exactly-once commit of k stream entries into a model (design B-k).
--- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
--- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 blob, 6 releases, 7 n_records, 8 now_ms,
---       9 version_ttl_s (0 none), 10 drop_old (0/1), 11 delta_ttl_s, 12 channel, 13 dead_maxlen,
---       14 m, 15 a, 16 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
--- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
--- merged before, and the state version equals ARGV[3].
-local group, me = ARGV[1], ARGV[2]
-local m, a, d = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
-local base = 16
+# Shared by the batch commit and the window add: every entry still pending and owned by the caller, no merging
+# batch id merged before; otherwise return the rejections and write nothing. Needs group, me, m, a, base, merged_key.
+_CHECK_LUA = r"""
 local ids = {}
 for i = 1, m do ids[#ids + 1] = ARGV[base + 2 * i - 1] end
 for i = 1, a do ids[#ids + 1] = ARGV[base + 2 * m + i] end
@@ -48,7 +40,7 @@ for i, id in ipairs(ids) do
   end
 end
 for i = 1, m do
-  if redis.call('ZSCORE', KEYS[4], ARGV[base + 2 * i]) then
+  if redis.call('ZSCORE', merged_key, ARGV[base + 2 * i]) then
     rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'dup-batch'
   end
 end
@@ -56,6 +48,34 @@ if #rejected > 0 then
   table.insert(rejected, 1, 'rejected')
   return rejected
 end
+"""
+
+# Shared tail: append the dead letters, count, XACK every entry. Needs ids, me, m, a, d, base, group, dead_key,
+# stats_key, dead_maxlen, now_ms.
+_DEAD_AND_ACK_LUA = r"""
+local off = base + 2 * m + a
+for i = 1, d do
+  redis.call('XADD', dead_key, 'MAXLEN', '~', dead_maxlen, '*', 'entry', ARGV[off + 3 * i - 2],
+             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', now_ms)
+end
+if d > 0 then redis.call('HINCRBY', stats_key, 'dead_letters', d) end
+if a > 0 then redis.call('HINCRBY', stats_key, 'acked_without_merge', a) end
+if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+"""
+
+COMMIT_LUA = r"""
+-- Atomic exactly-once commit of k stream entries into a model (design B-k).
+-- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
+-- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 blob, 6 releases, 7 n_records, 8 now_ms,
+--       9 version_ttl_s (0 none), 10 drop_old (0/1), 11 delta_ttl_s, 12 channel, 13 dead_maxlen,
+--       14 m, 15 a, 16 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+-- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
+-- merged before, and the state version equals ARGV[3].
+local group, me = ARGV[1], ARGV[2]
+local m, a, d = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local base = 16
+local merged_key = KEYS[4]
+""" + _CHECK_LUA + r"""
 local new_version = nil
 if m > 0 then
   local cur = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
@@ -79,14 +99,8 @@ if m > 0 then
   redis.call('HINCRBY', KEYS[5], 'commits', 1)
   redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[8])
 end
-local off = base + 2 * m + a
-for i = 1, d do
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[13], '*', 'entry', ARGV[off + 3 * i - 2],
-             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', ARGV[8])
-end
-if d > 0 then redis.call('HINCRBY', KEYS[5], 'dead_letters', d) end
-if a > 0 then redis.call('HINCRBY', KEYS[5], 'acked_without_merge', a) end
-if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+local dead_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[5], ARGV[13], ARGV[8]
+""" + _DEAD_AND_ACK_LUA + r"""
 if new_version then
   redis.call('PUBLISH', ARGV[12], new_version)
   return {'ok', new_version}
@@ -107,27 +121,8 @@ WINDOW_ADD_LUA = r"""
 local group, me = ARGV[1], ARGV[2]
 local m, a, d, c = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local base = 10
-local ids = {}
-for i = 1, m do ids[#ids + 1] = ARGV[base + 2 * i - 1] end
-for i = 1, a do ids[#ids + 1] = ARGV[base + 2 * m + i] end
-local rejected = {}
-for i, id in ipairs(ids) do
-  local p = redis.call('XPENDING', KEYS[1], group, id, id, 1)
-  if #p == 0 then
-    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'not-pending'
-  elseif p[1][2] ~= me then
-    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'not-owner'
-  end
-end
-for i = 1, m do
-  if redis.call('ZSCORE', KEYS[3], ARGV[base + 2 * i]) then
-    rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'dup-batch'
-  end
-end
-if #rejected > 0 then
-  table.insert(rejected, 1, 'rejected')
-  return rejected
-end
+local merged_key = KEYS[3]
+""" + _CHECK_LUA + r"""
 local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
 if m > 0 then
   if open ~= tonumber(ARGV[3]) then return {'moved', open} end
@@ -141,14 +136,8 @@ if m > 0 then
   redis.call('HINCRBY', KEYS[4], 'commits', 1)
   redis.call('HSET', KEYS[4], 'last_commit_ms', ARGV[5])
 end
-local off = base + 2 * m + a
-for i = 1, d do
-  redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[6], '*', 'entry', ARGV[off + 3 * i - 2],
-             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', ARGV[5])
-end
-if d > 0 then redis.call('HINCRBY', KEYS[4], 'dead_letters', d) end
-if a > 0 then redis.call('HINCRBY', KEYS[4], 'acked_without_merge', a) end
-if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+local dead_key, stats_key, dead_maxlen, now_ms = KEYS[5], KEYS[4], ARGV[6], ARGV[5]
+""" + _DEAD_AND_ACK_LUA + r"""
 return {'ok', open}
 """
 

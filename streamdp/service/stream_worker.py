@@ -95,6 +95,17 @@ class _Entry(Entry):
         self.dead: tuple[str, bytes] | None = None
 
 
+def _entry_args(merging: list[_Entry], ack_only: list[_Entry], dead: list[tuple[str, str, bytes]]) -> list:
+    """The commit scripts' entry arguments: (entry id, batch id) pairs, ack-only ids, dead-letter triples."""
+    args: list[Any] = []
+    for e in merging:
+        args += [e.id, e.batch.batch_id]
+    args += [e.id for e in ack_only]
+    for d in dead:
+        args += list(d)
+    return args
+
+
 def _no_fault(point: str) -> None:
     pass
 
@@ -313,11 +324,7 @@ class Worker(GroupLoop):
             args: list[Any] = [GROUP, self.name, new_version - 1, counts_b, blob_b, releases, n_records,
                                int(time.time() * 1000), cfg.version_ttl_s, 1 if drop else 0, cfg.delta_ttl_s,
                                self.keys.pub_events, cfg.dead_maxlen, m, len(ack_only), len(dead)]
-            for e in m_entries:
-                args += [e.id, e.batch.batch_id]
-            args += [e.id for e in ack_only]
-            for d in dead:
-                args += list(d)
+            args += _entry_args(m_entries, ack_only, dead)
             self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
             self._fault("in_commit")
@@ -397,11 +404,7 @@ class Worker(GroupLoop):
                 self._open = int(self.redis.hget(self.keys.state, "open") or 1)
             args: list[Any] = [GROUP, self.name, self._open, sum(len(e.batch.y) for e in m_entries),
                                int(time.time() * 1000), cfg.dead_maxlen, m, len(ack_only), len(dead), len(cells) // 2]
-            for e in m_entries:
-                args += [e.id, e.batch.batch_id]
-            args += [e.id for e in ack_only]
-            for d in dead:
-                args += list(d)
+            args += _entry_args(m_entries, ack_only, dead)
             args += cells
             keys = [self.keys.records, self.keys.state, self.keys.merged, self.keys.stats, self.keys.dead,
                     self.keys.acc(self._open)]

@@ -86,7 +86,7 @@ def _exact(spec, idx):
 
 @pytest.mark.parametrize("release", ["window", "tree"])
 def test_every_entry_counted_once_across_windows(r, release):
-    spec = _model(r, release=release, levels=4)
+    spec = _model(r, release=release, levels=2)  # tree: T_max = 3 windows, so 8 windows cross two epochs
     w = _worker(r)
     p = Producer(r, "m")
     pushed = []
@@ -295,3 +295,13 @@ def test_a_worker_refuses_a_rolled_back_model(r, tmp_path):
         w.closer.tick(_at(r, "m", 4))
     assert show_model(r, "m")["version"] == 0
     _worker(r, state_dir=str(tmp_path / "elsewhere"))  # a host that never saw the model cannot tell
+
+
+def test_a_deleted_model_is_never_recreated_by_a_closer(r):
+    from streamdp.service.registry import delete_model
+
+    _model(r)
+    w = _worker(r)
+    delete_model(r, "m")
+    assert w.closer.tick(time.time() + 1e6) == 0  # a million windows due, none released
+    assert not [k for k in r.keys("sdp:{m}:*") if b":ledger" not in k]

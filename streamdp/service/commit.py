@@ -144,8 +144,9 @@ return {'ok', open}
 SEAL_LUA = r"""
 -- Seal the open window once the clock says it is over: later adds go to the next one.
 -- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule).
--- Only one window is sealed and unreleased at a time; returns {open, releases}:
+-- Only one window is sealed and unreleased at a time; returns {open, releases} ({0, -1}: no such model):
 -- window releases+1 is sealed (ready to close) iff open > releases + 1.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, -1} end  -- the model was deleted: never recreate it
 local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
 local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
 if open == rel + 1 and open <= tonumber(ARGV[1]) then

@@ -122,6 +122,8 @@ class WindowCloser:
         n = 0
         for _ in range(MAX_CLOSES_PER_TICK):
             open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due]))
+            if rel < 0:
+                break  # the model was deleted (its workers stop on NOGROUP)
             self._released = rel
             if open_ <= rel + 1:
                 break  # nothing sealed: no window due

@@ -3,7 +3,7 @@
     python benchmarks/accuracy_height.py [--reps 2] [--quick]
     # writes results/accuracy_height.{json,md,png}
 
-For every shared dataset (Nursery with 3 classes as in seed 002, Mushroom
+For every shared dataset (Nursery with 3 classes as in Jagannathan et al., Mushroom
 without stalk-root, Congressional Votes, Tic-Tac-Toe, Adult with its numeric
 attributes) and the synthetic 4-class ``skewed`` data (70% majority), at
 epsilon 0.5, 1 and 2 and every height from 1 to the number of attributes (up

@@ -6,7 +6,7 @@
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
 True
 
-Growth is DiffPID3 (Algorithm 2 of seed 004) over the private data layer,
+Growth is DiffPID3 (Algorithm 2 of Friedman & Schuster) over the private data layer,
 extended to numeric attributes as in the paper's Section 4.3. With ``n``
 numeric attributes in the schema and ``d = max_depth``, every query gets
 ``eps = B / ((2 + n) d + 2)``; at an inner node a branch spends

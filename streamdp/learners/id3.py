@@ -22,7 +22,7 @@ noisy count): below that the counts would be mostly noise.
   class), ``V_A = sum_j sum_c N_jc log(N_jc / N_j)``; it splits on the
   argmax (ties broken uniformly at random). Noisy counts can be zero or negative: cells with ``N_jc <= 0`` or
   ``N_j <= 0`` add nothing, and ``N_jc`` is capped at ``N_j`` (the log
-  ratio stays <= 0). It is Jagannathan's "private ID3" baseline (seed 002
+  ratio stays <= 0). It is Jagannathan's "private ID3" baseline (Jagannathan et al.
   Table I).
 * :class:`DiffPID3` picks the attribute with one exponential mechanism query
   with the whole ``eps``, scored by ``scorer`` (``infogain``, ``gini``,

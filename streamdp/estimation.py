@@ -1,6 +1,6 @@
 """Noise-aware estimation: class distributions of tree nodes from released noisy counts.
 
-Post-processing only (ALGORITHMS.md section 8): the rule reads released counts
+Post-processing only: the rule reads released counts
 and the noise variance, which is public (it follows from epsilon, the number
 of trees and the mechanism), so it spends no epsilon and changes no released
 number.

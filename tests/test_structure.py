@@ -1,4 +1,4 @@
-"""The random structure: drawn from the schema alone, shaped as ALGORITHMS.md section 1 says, routed correctly."""
+"""The random structure: drawn from the schema alone, shaped as Fan et al.'s random decision trees, routed correctly."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ once per path; numeric attributes may split again inside the part's narrowed
 (public) bounds; a numeric attribute whose bounds have collapsed to a point
 is no longer a candidate (its query is skipped, spending less).
 
-Stopping rule (ALGORITHMS.md section 4): a node is a leaf when no attribute
+Stopping rule (Friedman & Schuster): a node is a leaf when no attribute
 is left, the depth is exhausted, or ``N_T / (t |C|) < sqrt(2) / eps`` with
 ``t`` the largest arity among the candidates (a numeric attribute counts 2).
 

@@ -6,8 +6,8 @@
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
 True
 
-Both grow over the private data layer with the budget of ALGORITHMS.md
-section 4: for ``d = max_depth`` every level gets ``eps = B / (2 (d + 1))``,
+Both grow over the private data layer with Friedman & Schuster's
+budget: for ``d = max_depth`` every level gets ``eps = B / (2 (d + 1))``,
 half for the node's noisy count and half for the split choice (or, at a
 leaf, its noisy class counts). A branch that reaches depth ``d`` spends
 ``d`` levels of ``2 eps`` plus the leaf's ``2 eps``: exactly ``B``; branches

@@ -252,7 +252,7 @@ def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
     assert any("no 'd' field" in x for x in reasons)
     assert any("1 invalid record(s) of 1" in x for x in reasons)
     rows = msgpack.unpackb([d for _, d in dead if b"row 3" in d[b"reason"]][0][b"detail"])["rows"]
-    assert [row for row, _ in rows] == [3, 5] and "whig" in rows[1][1]
+    assert [row for row, _ in rows] == [3, 5] and rows[1][1] == "producer: label 'party' has a class not declared in the schema"
     assert collect(r, "m")["pending"] == 0
 
 
@@ -442,3 +442,56 @@ def test_non_utf8_field_name_is_dead_lettered_between_good_batches(r):
     (dead,) = r.xrange(k.dead)
     assert dead[1][b"reason"] == b"entry has no 'd' field"
     assert msgpack.unpackb(dead[1][b"detail"], strict_map_key=False) == {b"\xff": b"x"}
+
+
+# -- idempotent producers (issue 12 item 5) ------------------------------------------------------------
+def test_pushing_the_same_records_twice_merges_them_once(r):
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m", batch_size=40)
+    first = p.push(DS.X[:300], DS.y[:300])
+    ids = list(p.last_batch_ids)
+    assert len(first) == 8 and len(set(ids)) == 8 and all(len(b) == 64 for b in ids)
+    Producer(r, "m", batch_size=40).push(DS.X[:300], DS.y[:300])  # a second push (another process)
+    assert p.last_batch_ids == ids
+    p.push(DS.X[:300], DS.y[:300], source="day-2")  # genuinely new records with the same content
+    assert not set(p.last_batch_ids) & set(ids)
+    Producer(r, "m", batch_size=40, dedup=False).push(DS.X[:40], DS.y[:40])  # random ids: counted again
+    _drain(_worker(r, "m", batch_entries=4))
+    got = Consumer(r, "m").latest()
+    spec = _worker(r, "m").spec
+    expect = 2 * spec.noisy_delta(DS.X[:300], DS.y[:300]) + spec.noisy_delta(DS.X[:40], DS.y[:40])
+    assert np.array_equal(got.counts, expect)
+    assert int(r.hget(Keys("m").stats, "batches_merged")) == 17
+    assert int(r.hget(Keys("m").stats, "acked_without_merge")) == 8
+
+
+def test_batch_ids_depend_on_content_position_and_model(r):
+    _model(r)
+    _model(r, name="m2")
+    p = Producer(r, "m", batch_size=10)
+    p.push(DS.X[:20], DS.y[:20])
+    a = list(p.last_batch_ids)
+    X = DS.X[:20].copy()
+    X[15, 0] = "y" if X[15, 0] != "y" else "n"
+    p.push(X, DS.y[:20])
+    assert p.last_batch_ids[0] == a[0] and p.last_batch_ids[1] != a[1]  # only the changed batch differs
+    p.push(DS.X[10:20], DS.y[10:20])
+    assert p.last_batch_ids[0] != a[1]  # the same records at another position are new records
+    q = Producer(r, "m2", batch_size=10)
+    q.push(DS.X[:20], DS.y[:20])
+    assert not set(q.last_batch_ids) & set(a)  # ids are keyed by the model's spec
+
+
+def test_producer_dead_letters_with_value_free_reasons_and_stable_ids(r):
+    _model(r)
+    p = Producer(r, "m", batch_size=10, on_invalid="dead-letter")
+    X = DS.X[:20].copy()
+    X[12, 2] = "SECRET"
+    p.push(X, DS.y[:20])
+    ids = list(p.last_batch_ids)
+    p.push(X, DS.y[:20])
+    assert p.last_batch_ids == ids
+    entries = r.xrange(Keys("m").records)
+    docs = [msgpack.unpackb(d[b"d"], raw=False) for _, d in entries]
+    assert docs[1]["invalid"] == [[2, f"attribute {DS.schema.names[2]!r} has a value not declared in the schema"]]
+    assert b"SECRET" not in b"".join(d[b"d"] for _, d in entries)

@@ -495,3 +495,27 @@ def test_producer_dead_letters_with_value_free_reasons_and_stable_ids(r):
     docs = [msgpack.unpackb(d[b"d"], raw=False) for _, d in entries]
     assert docs[1]["invalid"] == [[2, f"attribute {DS.schema.names[2]!r} has a value not declared in the schema"]]
     assert b"SECRET" not in b"".join(d[b"d"] for _, d in entries)
+
+
+# -- model size against the server's limit (issue 14) --------------------------------------------------
+def test_model_create_refuses_a_blob_the_server_would_not_accept(r, monkeypatch):
+    import time
+
+    from streamdp.datasets import load_schema
+    from streamdp.service.registry import DEFAULT_BULK_LIMIT, server_value_limit
+    from streamdp.structure import TooLargeError
+
+    assert server_value_limit(r) == DEFAULT_BULK_LIMIT  # fakeredis has no CONFIG: the default
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "1000000"})
+    assert server_value_limit(r) == 1_000_000
+    adult = load_schema("adult")
+    t0 = time.process_time()
+    with pytest.raises(TooLargeError, match="proto-max-bulk-len"):
+        create_model(r, "big", adult, n_trees=10, height=8, epsilon=1.0)
+    assert time.process_time() - t0 < 2.0  # refused while drawing the first levels, not after
+    assert r.hget("sdp:registry", "big") is None and not r.keys("sdp:{big}:*")  # nothing stored, nothing charged
+    f = create_model(r, "small", adult, n_trees=10, height=3, epsilon=1.0, seed=1)
+    assert len(r.get(Keys("small").spec)) <= 1_000_000 and f.height == 3
+    with pytest.raises(TooLargeError, match="Lower the number of trees"):
+        monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "70000"})
+        create_model(r, "tiny", adult, n_trees=1000, height=1, epsilon=1.0)

@@ -183,14 +183,19 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
 def _column_codes(values: tuple, lookup: dict, col: pd.Series, text: bool) -> tuple[np.ndarray, np.ndarray]:
     if text:
         return _codes_of_text(values, lookup, col)
-    if _factorizable(col):
+    if isinstance(col.dtype, pd.CategoricalDtype):
         return _codes_of_values(lookup, col)
+    if _factorizable(col):  # strings: only the declared strings can match, found by one index lookup per cell
+        strs = [(i, v) for i, v in enumerate(values) if isinstance(v, str)]
+        pos = pd.Index([v for _, v in strs], dtype=object).get_indexer(col)
+        codes = np.array([i for i, _ in strs] + [-1], dtype=np.int64)[pos]
+        return codes, col.isna().to_numpy()
     arr = col.to_numpy()  # numbers, booleans, mixed objects: Schema.encode's table and dict paths
     return _lookup_codes(lookup, arr), col.isna().to_numpy() if arr.dtype == object else np.zeros(len(arr), bool)
 
 
 def _codes_of_values(lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of a column of strings or a categorical column, and its missing cells (as :func:`_codes_of_text`)."""
+    """Codes of a categorical column (its categories through the schema's lookup), and its missing cells."""
     codes, uniq = _factorize(col)
     decl = np.empty(len(uniq) + 1, dtype=object)
     decl[:-1] = list(uniq)

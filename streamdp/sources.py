@@ -161,7 +161,9 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
             ok = ~np.isnan(vals)
             flag(ok | ~col.isna().to_numpy(), f"{what} {_MISSING_WORDS}")
             flag(ok, f"{what} is not a number")
-            np.clip(np.where(ok, vals, a.min), a.min, a.max, out=out[:, j])
+            vals = np.where(ok, vals, a.min)
+            np.minimum(np.maximum(vals, a.min, out=vals), a.max, out=vals)
+            out[:, j] = vals
     yc = None
     if y is not None:
         ys = _series(y)
@@ -189,9 +191,18 @@ def _column_codes(values: tuple, lookup: dict, col: pd.Series, text: bool) -> tu
         strs = [(i, v) for i, v in enumerate(values) if isinstance(v, str)]
         pos = pd.Index([v for _, v in strs], dtype=object).get_indexer(col)
         codes = np.array([i for i, _ in strs] + [-1], dtype=np.int64)[pos]
-        return codes, col.isna().to_numpy()
+        return codes, _missing_where(col, codes)
     arr = col.to_numpy()  # numbers, booleans, mixed objects: Schema.encode's table and dict paths
     return _lookup_codes(lookup, arr), col.isna().to_numpy() if arr.dtype == object else np.zeros(len(arr), bool)
+
+
+def _missing_where(col: pd.Series, codes: np.ndarray) -> np.ndarray:
+    """Missing cells among those without a code (checking only those: isna is slow on Python strings)."""
+    miss = np.zeros(len(codes), dtype=bool)
+    nocode = np.flatnonzero(codes < 0)
+    if len(nocode):
+        miss[nocode] = col.iloc[nocode].isna().to_numpy()
+    return miss
 
 
 def _codes_of_values(lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:

@@ -25,8 +25,8 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import sources
-from ..forest import PrivateForest
+from .. import blob, forest, sources
+from ..schema import Schema
 from . import codec
 from .connection import connect
 from .keys import Keys
@@ -71,7 +71,8 @@ class Producer:
         spec = self.redis.get(self.keys.spec)
         if spec is None:
             raise ModelNotFound(f"no model named {model!r} (streamdp model list shows the models)")
-        self.schema = PrivateForest.from_bytes(spec).schema
+        # The schema alone (the structure, validated by workers, is not needed to code records).
+        self.schema = Schema.from_dict(blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema", dict))
         # Ids are keyed by the spec (its random structure): an id alone says nothing about the records.
         self._salt = hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
         self.batch_size = batch_size

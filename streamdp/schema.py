@@ -328,17 +328,20 @@ class Schema:
         tables = [np.array([_lookup_value(self._lookup[j], v) for v in range(a, b + 1)], dtype=np.int64)
                   for j, a, b in zip(cj.tolist(), lo.tolist(), hi.tolist())]
         start = np.concatenate([[0], np.cumsum([len(t) for t in tables])[:-1]]) - lo
-        idx = C.astype(np.intp)
-        if X.dtype.kind == "f" and (idx != C).any():  # 2.5 is not the declared value 2
-            return None
-        idx += start
-        codes = np.concatenate(tables)[idx]
-        if (codes < 0).any():
-            return None
-        if len(cj) == self.n_attributes:
-            return codes.astype(np.float64)
-        for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is 30x slower
-            out[:, j] = codes[:, k]
+        table = np.concatenate(tables).astype(np.float64)
+        codes = out if len(cj) == self.n_attributes else np.empty(C.shape, dtype=np.float64)
+        for s in range(0, len(C), _BLOCK):  # row blocks that stay in cache (whole-matrix temporaries do not)
+            block = C[s:s + _BLOCK]
+            idx = block.astype(np.intp)
+            if X.dtype.kind == "f" and (idx != block).any():  # 2.5 is not the declared value 2
+                return None
+            idx += start
+            np.take(table, idx, out=codes[s:s + _BLOCK])
+            if (codes[s:s + _BLOCK] < 0).any():
+                return None
+        if codes is not out:
+            for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is 30x slower
+                out[:, j] = codes[:, k]
         return out
 
     def encode_labels(self, y: Iterable) -> np.ndarray:
@@ -469,6 +472,8 @@ def _key(v: Any) -> Any:
 
 #: Integer-valued columns whose values span fewer than this many integers are coded by one table lookup.
 _TABLE_SPAN = 4096
+#: Rows coded at a time by the whole-matrix path.
+_BLOCK = 16384
 
 
 def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:

@@ -141,6 +141,8 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
     reasons: dict[int, str] = {}
 
     def flag(ok: np.ndarray, what: str) -> None:
+        if ok.all():
+            return
         new = np.flatnonzero(~ok & ~bad)
         if len(new) and on_invalid == "raise":
             raise SourceError(f"row {row0 + int(new[0])}: {what}")

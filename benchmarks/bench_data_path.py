@@ -327,7 +327,7 @@ def main() -> None:
     res["uptime_after"] = uptime()
     if not args.no_write:
         old = RESULTS / "data_path.json"
-        if old.exists() and only != {"push", "e2e", "update"}:  # a partial run keeps the other rows
+        if old.exists():  # rows not rerun (another --only or --heights) are kept from the last run
             res = {**json.loads(old.read_text()), **{k: v for k, v in res.items()}}
         write(res)
 
@@ -341,7 +341,8 @@ def write(res: dict) -> None:
              f"Machine: {res['machine']}; shared with other jobs. Before: `{res['uptime_before']}`; "
              f"after: `{res['uptime_after']}`.", "",
              f"Each pair run interleaved {res['repeat']} times; medians. Ratio = plain time / streamdp time "
-             "(1.0: as fast as the plain way).", "",
+             "(1.0: as fast as the plain way). A row's load column is from its own run (a partial rerun keeps the "
+             "rows of earlier runs: see `uptime` in `data_path.json`).", "",
              "| path | records | streamdp | plain | ratio | goal | load (1-min avg at each run; uptime after) |",
              "|---|---|---|---|---|---|---|"]
     for key, g in goals.items():

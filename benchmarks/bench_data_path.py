@@ -125,6 +125,14 @@ def plain_consume(url: str, model: str, consumer: str, total: int) -> None:
             return
 
 
+def _drop(url: str, model: str) -> None:
+    """Delete a benchmark model and its ledger (delete_model keeps ledgers on purpose; these are throwaway)."""
+    delete_model(url, model)
+    r = redis.Redis.from_url(url, socket_timeout=60)
+    for k in list(r.scan_iter(match=f"{Keys(model).prefix}:ledger*", count=1000)):
+        r.delete(k)
+
+
 def _run(cmd: list[str]) -> float:
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -204,7 +212,7 @@ def push_rows(url: str, csv: Path, rows: int, repeat: int, tmp: Path) -> tuple[d
         print("producer", prod, flush=True)
         del frame, X, label
     finally:
-        delete_model(url, model)
+        _drop(url, model)
     return cli, prod
 
 
@@ -232,7 +240,7 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
         finally:
             w.terminate()
             w.wait(60)
-            delete_model(url, model)
+            _drop(url, model)
 
     def plain() -> float:
         model = f"bench-e2e-{uuid.uuid4().hex[:8]}"
@@ -255,7 +263,7 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
             for w in ws:
                 if w.poll() is None:
                     w.kill()
-            delete_model(url, model)
+            _drop(url, model)
 
     out = median_pair(ours, plain, repeat)
     cells = int(np.prod(PrivateForest.create(schema, 10, height, seed=1).shape))

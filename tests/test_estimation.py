@@ -37,9 +37,10 @@ def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():
     f = PrivateForest.create(ds.schema, n_trees=2, height=2, epsilon=1.0, seed=1).fit(ds.X, ds.y)
     nodes = f.estimation_nodes()
     roots = nodes.depth == 0
-    assert np.allclose(nodes.y[roots], f.counts.sum(axis=1))  # root = sum of the tree's leaves
+    assert roots.sum() == 2  # the prior stump is no node of the walk
+    assert np.allclose(nodes.y[roots], f.counts[:2].sum(axis=1))  # root = sum of the tree's leaves
     C = ds.schema.n_classes
-    assert np.allclose(nodes.var[roots], f.structure.n_leaves * C * f.cell_variance)
+    assert np.allclose(nodes.var[roots], f.structure.n_leaves[:2] * C * f.cell_variance)
     leaves = nodes.leaf_node[nodes.leaf_node >= 0]
     assert np.allclose(nodes.var[leaves], C * f.cell_variance)
 
@@ -82,10 +83,10 @@ def test_leaf_proba_is_what_each_tree_votes_with():
     ds = skewed(4000, seed=5)
     f = PrivateForest.create(ds.schema, n_trees=3, height=3, epsilon=1.0, seed=2, vote="majority").fit(ds.X, ds.y)
     table = f.leaf_proba()
-    assert table.shape == f.shape
-    assert np.allclose(table.sum(axis=2)[f._real_cells()[:, :, 0]], 1.0)
+    assert table.shape == (3,) + f.shape[1:]  # the random trees: the stump does not vote
+    assert np.allclose(table.sum(axis=2)[f._real_cells()[:3, :, 0]], 1.0)
     leaves = f.apply(ds.X[:50])
-    votes = table[np.arange(3)[None, :], leaves].argmax(axis=2)
+    votes = table[np.arange(3)[None, :], leaves[:, :3]].argmax(axis=2)
     expected = np.stack([np.bincount(v, minlength=4) for v in votes]) / 3
     assert np.allclose(f.predict_proba(ds.X[:50]), expected)
 
@@ -129,12 +130,15 @@ def _data(name):
 
 
 def _prior_identifiable(f: PrivateForest, y_train: np.ndarray) -> bool:
-    """Whether the leaf-sum prior can separate the top two classes (z >= 3): below that no
-    post-processing of leaf counts can find the majority class (see the report, issue 13)."""
+    """Whether the released prior (:func:`streamdp.estimation.forest_prior`) separates the top two
+    classes (z >= 3): below that no post-processing of the counts can find the majority class.
+
+    Every tree (random or stump) estimates the class totals (a ``1 / n_trees`` share of them under the
+    disjoint budget) with per-cell variance ``L_t s^2``; weighted by ``1 / L_t`` the gap's variance is
+    ``2 s^2 / sum_t 1 / L_t``."""
     n = np.sort(np.bincount(y_train, minlength=f.schema.n_classes))[::-1].astype(float)
-    T, L = f.n_trees, float(f.structure.n_leaves.mean())
-    gap = (T if f.budget == "split" else 1) * (n[0] - n[1])
-    return gap >= 3 * math.sqrt(2 * T * L * f.cell_variance)
+    gap = (n[0] - n[1]) / (1 if f.budget == "split" else f.n_released_trees)
+    return gap >= 3 * math.sqrt(2 * f.cell_variance / np.sum(1.0 / f.structure.n_leaves))
 
 
 def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=("proba", "majority"), n_trees=10):

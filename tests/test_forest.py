@@ -504,3 +504,73 @@ def test_merge_adds_in_place_and_packing_does_not_copy_the_counts():
     rec = blob.pack_array(f.counts)
     assert np.shares_memory(np.frombuffer(rec["data"], dtype=np.uint8), f.counts)
     assert PrivateForest.from_bytes(f.to_bytes()).counts.tolist() == f.counts.tolist()
+
+
+# -- prior stumps ---------------------------------------------------------------------------------
+
+
+def test_prior_stumps_are_valid_single_leaf_trees_after_the_random_ones():
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=5, prior_trees=2)
+    s, m = f.structure, MIXED.n_attributes
+    assert (f.n_trees, f.prior_trees, f.n_released_trees, s.n_trees) == (3, 2, 5, 5)
+    assert f.shape == (5, s.max_leaves, MIXED.n_classes)
+    assert s.n_leaves[3:].tolist() == [1, 1] and np.all(s.leaf[3:, 0] == 0) and np.all(s.feature[3:, 0] == m)
+    s.validate(MIXED)
+    assert np.array_equal(ForestStructure.from_arrays(s.arrays(), s.height, MIXED).leaf, s.leaf)
+    ref = ForestStructure.draw(MIXED, 3, 3, seed=5)  # the random trees are drawn as before: data-independent
+    assert all(np.array_equal(a, s.arrays()[n][:3]) for n, a in ref.arrays().items())
+    X, _ = mixed_data(200, np.random.default_rng(0))
+    assert np.all(f.apply(X)[:, 3:] == 0)  # every record reaches the stump's only leaf, at any routing depth
+    assert "prior_trees=2" in repr(f)
+    assert PrivateForest.create(MIXED, n_trees=3, height=3, seed=5, prior_trees=0).shape[0] == 3
+
+
+def test_prior_trees_refused_when_invalid():
+    for bad in (-1, 1.5, True, 17):
+        with pytest.raises(ValueError, match="prior_trees"):
+            PrivateForest.create(MIXED, n_trees=2, height=2, seed=0, prior_trees=bad)
+    plain = ForestStructure.draw(MIXED, 3, 2, seed=0)
+    with pytest.raises(ValueError, match="single leaves"):  # the last tree is a random one, not a stump
+        PrivateForest(MIXED, plain, prior_trees=1)
+
+
+def test_prior_stumps_blob_round_trip_and_old_blobs_read_as_zero():
+    from streamdp.blob import BlobError
+
+    X, y = mixed_data(300, np.random.default_rng(1))
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=2, prior_trees=2).fit(X, y)
+    g = PrivateForest.from_bytes(f.to_bytes())
+    assert (g.n_trees, g.prior_trees) == (3, 2) and np.array_equal(g.counts, f.counts)
+    assert np.array_equal(g.predict_proba(X[:20]), f.predict_proba(X[:20]))
+    doc = msgpack.unpackb(f.to_bytes(), raw=False)
+    doc["params"]["prior_trees"] = 1  # 3 + 1 != 5 structure rows
+    with pytest.raises(BlobError, match="prior_trees"):
+        PrivateForest.from_bytes(msgpack.packb(doc, use_bin_type=True))
+    old = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=2, prior_trees=0).fit(X, y)
+    doc = msgpack.unpackb(old.to_bytes(), raw=False)
+    del doc["params"]["prior_trees"]  # a blob written before prior stumps
+    h = PrivateForest.from_bytes(msgpack.packb(doc, use_bin_type=True))
+    assert (h.n_trees, h.prior_trees) == (3, 0) and np.array_equal(h.counts, old.counts)
+
+
+def test_prior_stump_is_one_more_tree_to_every_mechanism():
+    T = 4
+    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0).epsilon_per_tree == pytest.approx(2.0 / 5)
+    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0, budget="disjoint").epsilon_per_tree == 2.0
+    k, beta = 20, 0.3
+    f = PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.5, mechanism="kanon", k=k, beta=beta, seed=3)
+    assert f.delta == pytest.approx((T + 1) * kanon_delta(k, beta, 0.5))
+    X, y = mixed_data(3000, np.random.default_rng(2))
+    c = f.fit(X, y).counts
+    assert np.all((c[T] == 0) | (c[T] >= k)) and np.all(c[T] <= np.bincount(MIXED.encode_labels(y), minlength=3))
+
+
+def test_prior_stumps_do_not_vote():
+    X, y = mixed_data(2000, np.random.default_rng(3))
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=math.inf, seed=1, vote="majority").fit(X, y)
+    p = f.predict_proba(X[:200])
+    assert np.allclose(p * 3, np.round(p * 3))  # votes of the three random trees only
+    # the stump's counts reach the estimate only through the prior (ForestNodes has the random trees alone)
+    nodes = f.estimation_nodes()
+    assert nodes.leaf_node.shape[0] == 3 and (nodes.depth == 0).sum() == 3
+    assert np.allclose(nodes.prior, np.bincount(MIXED.encode_labels(y), minlength=3) / len(y))

@@ -153,21 +153,32 @@ def prior_from(counts: np.ndarray) -> np.ndarray:
     return s / s.sum() if s.sum() > 0 else np.full(C, 1.0 / C)
 
 
-def forest_prior(counts: np.ndarray, n_leaves: np.ndarray) -> np.ndarray:
+def forest_prior(counts: np.ndarray, n_leaves: np.ndarray, cell_var: float = 1.0, share: float = 1.0) -> np.ndarray:
     """The forest-wide class prior: the trees' root totals, inverse-variance weighted (module docstring).
 
     ``counts`` (n_trees, max_leaves, C) released leaf counts (zero past a tree's
-    last leaf), ``n_leaves`` (n_trees,). A tree's root total has per-cell
-    variance ``n_leaves * s^2``, so its weight is ``1 / n_leaves``: a prior
-    stump (one leaf) weighs as much as a random tree of ``L`` leaves times ``L``.
+    last leaf), ``n_leaves`` (n_trees,), ``cell_var`` the noise variance ``s^2``
+    of one cell. A tree's root total of class ``c`` has noise variance
+    ``n_leaves * s^2``: a prior stump (one leaf) weighs ``L`` times a random
+    tree of ``L`` leaves. ``share`` is the probability that a record is counted
+    in a given tree (1 under the split budget; ``1 / n_trees`` under the
+    disjoint budget; times ``beta`` under k-anonymity sampling): below 1 each
+    tree sees its own sample, whose class count ``m_c`` varies by about
+    ``m_c (1 - share)`` too, so the weights are ``1 / (n_leaves s^2 + m_c (1 - share))``
+    with ``m_c`` from a first, noise-only weighted pass (public: post-processing).
     Clipped at 0 and normalised; uniform when nothing is positive.
 
     >>> counts = np.zeros((2, 4, 2)); counts[0] = [[30, -9], [-9, 30], [8, 0], [0, 9]]; counts[1, 0] = [70, 30]
     >>> forest_prior(counts, np.array([4, 1])).round(2).tolist()  # the stump's 70/30 outweighs the noisy root 4:1
     [0.67, 0.33]
     """
-    w = 1.0 / np.maximum(np.asarray(n_leaves, dtype=np.float64), 1.0)
-    return prior_from((w[:, None] * counts.sum(axis=1)).sum(axis=0))
+    noise = np.maximum(np.asarray(n_leaves, dtype=np.float64), 1.0)[:, None] * max(float(cell_var), 1e-12)
+    tot = counts.sum(axis=1).astype(np.float64)  # (T, C): each tree's root totals
+    w = np.broadcast_to(1.0 / noise, tot.shape)
+    if share < 1.0:
+        m = np.clip((w * tot).sum(axis=0) / w.sum(axis=0), 0.0, None)  # one tree's expected class counts
+        w = 1.0 / (noise + m[None, :] * (1.0 - share))
+    return prior_from((w * tot).sum(axis=0) / w.sum(axis=0))
 
 
 def forest_topology(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray):
@@ -239,8 +250,8 @@ class ForestNodes:
 
     @classmethod
     def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
-              cell_var: float, n_prior: int = 0) -> "ForestNodes":
-        prior = forest_prior(counts, (leaf >= 0).sum(axis=1))
+              cell_var: float, n_prior: int = 0, share: float = 1.0) -> "ForestNodes":
+        prior = forest_prior(counts, (leaf >= 0).sum(axis=1), cell_var, share)
         T = counts.shape[0] - n_prior
         feature, child, leaf = feature[:T], child[:T], leaf[:T]
         counts = counts[:T, :int((leaf >= 0).sum(axis=1).max())]

@@ -210,6 +210,12 @@ class PrivateForest:
         return self._epsilon / self.n_released_trees if self.budget == "split" else self._epsilon
 
     @property
+    def record_share(self) -> float:
+        """Probability that a record is counted in a given tree (public: disjoint routing, k-anonymity sampling)."""
+        share = 1.0 / self.n_released_trees if self.budget == "disjoint" else 1.0
+        return share * self.beta if self.mechanism == "kanon" else share
+
+    @property
     def noise_scale(self) -> float:
         """Laplace scale b of the noise on every cell (``(n_trees + prior_trees)/epsilon`` with the split budget)."""
         return 0.0 if self.mechanism == "kanon" else 1.0 / self.epsilon_per_tree
@@ -361,7 +367,8 @@ class PrivateForest:
         key = (self.version, id(self._counts))
         if self.__dict__.get("_nodes_key") != key:
             s = self.structure
-            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance, self.prior_trees)
+            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance, self.prior_trees,
+                                            self.record_share)
             self._nodes_key, self._table = key, None
         return self._nodes
 

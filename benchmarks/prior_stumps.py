@@ -40,6 +40,13 @@ OUT = Path(__file__).parent / "results"
 EPS = (0.5, 1.0, 2.0)
 N_TREES = 10
 FLOOR_DATA = ("skewed", "congressional-voting", "tic-tac-toe", "nursery")
+DEFAULT_HEIGHT_NOTE = (
+    '`default_height` stays `n_attributes // 2` (not changed here): on Nursery, the dataset the default '
+    'was judged on, m // 2 = 4 is the best height at every epsilon (tables above); the stumps change the '
+    'prior, not which height is best, and taller trees now stay near or above the majority share but do '
+    "not gain (Nursery h8 eps 1: 0.57 with prior_trees=1, 4 fits). Mushroom's m // 2 = 10 and Votes' 8 "
+    'are outside or far from their measured best (h5, h1), which this change does not address.'
+)
 COST = (("nursery", 4), ("mushroom", 5), ("congressional-voting", 4))
 
 
@@ -129,9 +136,7 @@ def report(floor: list[dict], cost: list[dict], args, load0: str, load1: str, se
             cells = [next(r for r in cost if r["data"] == name and r["eps"] == eps and r["prior_trees"] == pt)
                      for pt in (0, 1, 2)]
             L.append(f"| {name} | {h} | {eps:g} | " + " | ".join(f"{c['acc']:.3f} ({c['sd']:.3f})" for c in cells) + " |")
-    L += ["", "`default_height` stays `n_attributes // 2`: accuracy_height.md above shows the best height at the "
-          "default settings is at or near m // 2 (Nursery 4 of 8, Mushroom 5 of 21 within 0.01 of the best); "
-          "taller trees now stay above the prior but do not gain.", ""]
+    L += ["", DEFAULT_HEIGHT_NOTE, ""]
     return L
 
 
@@ -149,9 +154,13 @@ def main() -> None:
     if floor and cost:
         md = OUT / "accuracy_height.md"
         text = md.read_text()
+        reading = ""  # a hand-written "### Reading (prior stumps)" is kept (check it against the new numbers)
+        if "\n### Reading (prior stumps)\n" in text:
+            reading = text[text.index("\n### Reading (prior stumps)\n"):]
         if "\n## Prior stumps\n" in text:
             text = text[:text.index("\n## Prior stumps\n")]
-        md.write_text(text.rstrip("\n") + "\n" + "\n".join(report(floor, cost, args, load0, load1, time.time() - t0)))
+        md.write_text(text.rstrip("\n") + "\n" + "\n".join(report(floor, cost, args, load0, load1, time.time() - t0))
+                      + reading)
 
 
 if __name__ == "__main__":

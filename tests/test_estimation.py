@@ -133,17 +133,18 @@ def _prior_identifiable(f: PrivateForest, y_train: np.ndarray) -> bool:
     """Whether the released prior (:func:`streamdp.estimation.forest_prior`) separates the top two
     classes (z >= 3): below that no post-processing of the counts can find the majority class.
 
-    Every tree (random or stump) estimates the class totals (a ``1 / n_trees`` share of them under the
-    disjoint budget) with per-cell variance ``L_t s^2``; weighted by ``1 / L_t`` the gap's variance is
-    ``2 s^2 / sum_t 1 / L_t``."""
+    Each tree (random or stump) sees a share ``q`` of the records (1 split, ``1 / n_trees`` disjoint) and
+    estimates ``q (n0 - n1)`` with variance ``2 L_t s^2`` (noise) ``+ q (1 - q) (n0 + n1)`` (its own sample);
+    the inverse-variance mean of the trees has variance ``1 / sum_t 1 / v_t``."""
     n = np.sort(np.bincount(y_train, minlength=f.schema.n_classes))[::-1].astype(float)
-    gap = (n[0] - n[1]) / (1 if f.budget == "split" else f.n_released_trees)
-    return gap >= 3 * math.sqrt(2 * f.cell_variance / np.sum(1.0 / f.structure.n_leaves))
+    q = f.record_share
+    v = 2 * f.structure.n_leaves * f.cell_variance + q * (1 - q) * (n[0] + n[1])
+    return q * (n[0] - n[1]) >= 3 * math.sqrt(1.0 / np.sum(1.0 / v))
 
-
-def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=("proba", "majority"), n_trees=10):
+def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=("proba", "majority"), n_trees=10,
+                 min_checked=1):
     schema, X, y = _data(name)
-    # keep the run time modest: heights whose trees could exceed 20,000 leaves are left out (Votes above 14)
+    # keep the run time modest: heights whose trees could exceed 20,000 leaves are left out (Votes above 9)
     heights = [h for h in heights if max_possible_leaves(schema, h) <= 20_000]
     rng = np.random.default_rng(0)
     perm = rng.permutation(len(y))
@@ -165,8 +166,8 @@ def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=(
                     checked += 1
                     if acc < majority - 0.01:
                         failures.append((h, eps, budget, vote, round(float(acc), 3)))
-    assert checked > 0
-    assert not failures, f"{name}: below the majority share {majority:.3f} - 0.01 at {failures}"
+    assert checked >= min_checked, f"{name}: only {checked} identifiable settings checked ({skipped} skipped)"
+    assert not failures, f"{name}: below the majority share {majority:.3f} - 0.01 at {failures} ({checked} checked)"
     return checked, skipped
 
 
@@ -175,13 +176,34 @@ def test_floor_at_the_prior_skewed_fast():
     assert checked >= 8
 
 
+def test_prior_stump_makes_the_prior_identifiable_where_leaf_sums_are_not():
+    """Votes at height 9, epsilon 1 (issue 13): the leaf-sum prior cannot tell the majority class, the stump's can."""
+    schema, X, y = _data("congressional-voting")
+    with_stump = PrivateForest.create(schema, n_trees=10, height=9, epsilon=1.0, seed=9)
+    without = PrivateForest.create(schema, n_trees=10, height=9, epsilon=1.0, seed=9, prior_trees=0)
+    assert _prior_identifiable(with_stump, y) and not _prior_identifiable(without, y)
+    majority = np.bincount(y).argmax()
+    fits = (with_stump.with_counts(with_stump.noisy_delta_encoded(X, y), version=1, n_releases=1) for _ in range(20))
+    hits = sum(int(f.estimation_nodes().prior.argmax() == majority) for f in fits)
+    assert hits == 20  # z >= 3 per fit: P(a miss in 20) < 20 * 0.0014 = 0.03
+
+
+# Settings where the released prior can tell the majority class (the others are skipped and counted):
+# skewed 96 of 96 (both votes), Nursery (3 classes, top two 0.355 / 0.333) 48, Votes 48 (disjoint never:
+# ~26 records per tree), Tic-Tac-Toe 80; the minimums below keep the property from passing vacuously.
+FLOOR_MIN_CHECKED = {"skewed": 90, "nursery": 40, "congressional-voting": 40, "tic-tac-toe": 60}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["skewed", "nursery", "congressional-voting", pytest.param("tic-tac-toe", marks=pytest.mark.xfail(
-    reason="638 training records: with the disjoint budget (~64 per tree) height 4 at eps 1 fell to 0.62-0.64 "
-           "(majority 0.665) in one full-suite run; the floor is not guaranteed there (issue 13, report)", strict=False))])
+    reason="639 training records: the prior is identifiable (prior stump), but single fits at heights 3-8, mostly "
+           "the probability vote, fall 0.01-0.04 below the majority share: a pooled node passing SNR_MIN=3 has "
+           "class-share errors ~0.1, flipping nodes near one half (accuracy_height.md, 'Prior stumps')",
+    strict=False))])
 def test_floor_at_the_prior_every_height(name, shared_datasets):
     schema = _data(name)[0]
-    _floor_check(name, heights=range(1, schema.n_attributes + 1), eps_list=(0.1, 0.5, 1.0, 2.0))
+    _floor_check(name, heights=range(1, schema.n_attributes + 1), eps_list=(0.1, 0.5, 1.0, 2.0),
+                 min_checked=FLOOR_MIN_CHECKED[name])
 
 
 # -- the learners -------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import argparse
 import json
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +28,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from accuracy_height import data, split  # noqa: E402
+from accuracy_height import EPS, N_TREES, OUT, data, split  # noqa: E402  (also silences NotPrivateWarning)
 from common import sh  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.structure import max_possible_leaves  # noqa: E402
 
-warnings.simplefilter("ignore", NotPrivateWarning)
-OUT = Path(__file__).parent / "results"
-EPS = (0.5, 1.0, 2.0)
-N_TREES = 10
 FLOOR_DATA = ("skewed", "congressional-voting", "tic-tac-toe", "nursery")
 DEFAULT_HEIGHT_NOTE = (
     '`default_height` stays `n_attributes // 2` (not changed here): on Nursery, the dataset the default '

@@ -134,7 +134,8 @@ def forest_rows(name, schema, X, y, tr, te, reps, heights) -> list[dict]:
             refused = False
             for r in range(reps):
                 try:
-                    f = PrivateForest.create(schema, N_TREES, h, eps, seed=1000 * h + r, max_cells=MAX_CELLS)
+                    f = PrivateForest.create(schema, N_TREES, h, eps, seed=1000 * h + r, max_cells=MAX_CELLS,
+                                             prior_trees=0)  # the numbers above: before prior stumps (prior_stumps.py)
                 except TooLargeError:
                     refused = True
                     break

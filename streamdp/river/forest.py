@@ -116,6 +116,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self.forest = PrivateForest.create(
                 self._schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
                 seed=seed, vote=vote, noise_seed=seed,
+                prior_trees=0,  # ForestView's probability vote reads leaf counts, not the estimated prior: a stump would only cost budget
             )
         self.encoder = RecordEncoder(self._schema)
         m = self._schema.n_attributes

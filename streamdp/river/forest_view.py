@@ -40,7 +40,8 @@ class ForestView:
 
     def refresh(self) -> None:
         """Rebuild the caches from the forest's released counts (call after every merge)."""
-        pos = np.clip(np.asarray(self.forest.counts), 0, None).astype(np.float64)
+        T = self.forest.n_trees  # the random trees only: prior stumps take no part in the vote
+        pos = np.clip(np.asarray(self.forest.counts[:T]), 0, None).astype(np.float64)
         C = pos.shape[2]
         prior = pos.sum(axis=(0, 1))
         prior = prior / prior.sum() if prior.sum() > 0 else np.full(C, 1.0 / C)
@@ -52,7 +53,7 @@ class ForestView:
         py = getattr(self, "_py", None)
         if py is None or py[-1] is not s:  # the structure never changes: convert it once
             py = (
-                s.feature.tolist(), s.threshold.tolist(), s.child.tolist(), s.leaf.tolist(), None,
+                s.feature[:T].tolist(), s.threshold[:T].tolist(), s.child[:T].tolist(), s.leaf[:T].tolist(), None,
                 self.encoder.is_cat + [False],
                 [a.arity if c else 2 for a, c in zip(self.forest.schema.attributes, self.encoder.is_cat)], s,
             )
@@ -130,7 +131,7 @@ class ForestView:
         """Probabilities for complete encoded records (schema order), shape (n, n_classes)."""
         leaves = self.forest.structure.apply(X, self.forest.schema.is_categorical)
         T, L, C = self._pos.shape
-        cells = self._pos.reshape(T * L, C)[leaves + np.arange(T) * L]  # (n, T, C)
+        cells = self._pos.reshape(T * L, C)[leaves[:, :T] + np.arange(T) * L]  # (n, T, C)
         if self.vote == "proba":
             s = cells.sum(axis=1)
             tot = s.sum(axis=1, keepdims=True)

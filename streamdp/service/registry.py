@@ -56,6 +56,7 @@ def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: flo
     return {
         "name": name,
         "n_trees": forest.n_trees,
+        "prior_trees": forest.prior_trees,
         "height": forest.height,
         "max_leaves": forest.structure.max_leaves,
         "n_classes": forest.schema.n_classes,

@@ -36,8 +36,10 @@ def pack_array(a: np.ndarray) -> dict:
     if a.dtype.kind not in "iufb":
         raise TypeError(f"only numeric arrays can be packed, got dtype {a.dtype}")
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
-    # A view of the array's memory, not a copy: msgpack copies it once, into the blob.
-    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": memoryview(a.reshape(-1).view(np.uint8))}
+    # A view of the array's memory, not a copy: msgpack copies it once, into the blob (an empty array
+    # has no memory to view).
+    data = memoryview(a.reshape(-1).view(np.uint8)) if a.size else b""
+    return {"dtype": a.dtype.str, "shape": list(a.shape), "data": data}
 
 
 def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None) -> np.ndarray:

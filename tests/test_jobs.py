@@ -427,6 +427,7 @@ def test_idle_stream_is_trimmed_to_its_window_without_new_traffic(r, unique_name
     """Retention must hold when nothing arrives: an idle worker step trims every trim_idle_s."""
     name = unique_name
     create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
+    set_retention(r, name, seconds=10**6)  # keep everything while the first worker runs (stopping trims too)
     try:
         sec, _ = r.time()
         old = _xadd(r, name, int(sec) * 1000 - 100_000)
@@ -448,6 +449,7 @@ def test_idle_stream_is_trimmed_to_its_window_without_new_traffic(r, unique_name
 def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
     name = unique_name
     create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
+    set_retention(r, name, seconds=10**6)  # keep everything while the worker runs (stopping trims too)
     try:
         sec, _ = r.time()
         now = int(sec) * 1000

@@ -568,3 +568,38 @@ def test_model_create_refuses_a_blob_the_server_would_not_accept(r, monkeypatch)
     with pytest.raises(TooLargeError, match="Lower the number of trees"):
         monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "70000"})
         create_model(r, "tiny", adult, n_trees=1000, height=1, epsilon=1.0)
+
+
+def test_a_push_with_no_valid_record_is_not_a_crash(r):
+    """An empty input, or a chunk whose every row is invalid, used to raise TypeError in the array packing."""
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m", batch_size=40, on_invalid="dead-letter")
+    p.push(DS.X[:0], DS.y[:0])
+    bad = [dict(zip(DS.schema.names, row)) for row in DS.X[:3].tolist()]
+    for rec in bad:
+        rec[DS.schema.names[0]] = "not-declared"
+    p.push(bad, list(DS.y[:3]))
+    _drain(_worker(r, "m", batch_entries=4))
+    assert r.xlen(Keys("m").dead) >= 1  # the invalid rows reached the dead-letter stream
+
+
+def test_trim_drops_every_merged_entry_by_default_the_last_one_too(r):
+    """With no retention set nothing merged is kept: XTRIM MINID keeps the entry equal to MINID, so the worker
+    trims past the last delivered entry (it used to keep the last merged batch's raw records forever)."""
+    _model(r)
+    k = Keys("m")
+    Producer(r, "m", batch_size=10).push(DS.X[:30], DS.y[:30])
+    w = _worker(r, "m")
+    _drain(w)
+    w.trim()
+    assert r.xlen(k.records) == 0
+    Producer(r, "m", batch_size=10, dedup=False).push(DS.X[:10], DS.y[:10])
+    w.run(until_drained=True, handle_signals=False)  # stopping trims too
+    assert r.xlen(k.records) == 0
+
+
+def test_metrics_keep_full_precision():
+    """A Unix time printed with :g lost about 10**4 seconds; metrics print at full precision."""
+    from streamdp.service.stats import metric_value
+
+    assert metric_value(1795450011.123) == "1795450011.123" and metric_value(12.0) == "12"

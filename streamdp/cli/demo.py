@@ -45,6 +45,8 @@ def demo(args: argparse.Namespace) -> int:
     from ..service.consumer import Consumer
     from ..service.embedded import resolve_redis
     from ..service.producer import Producer
+    from ..service.connection import connect
+    from ..service.ledger_store import ledger_keys
     from ..service.registry import create_model, delete_model
     from ..service.pool import WorkerPool
 
@@ -89,6 +91,8 @@ def demo(args: argparse.Namespace) -> int:
         try:
             if emb is None and not args.keep:
                 delete_model(url, name)
+                # the demo's throwaway source: its ledger goes too (a real model's ledger is kept on delete)
+                connect(url).delete(*ledger_keys(name))
         except Exception:
             pass
         if emb is not None:

@@ -45,7 +45,7 @@ def push(args: argparse.Namespace) -> int:
     from ..sources import CHUNK_ROWS, prefetch, read_csv_chunks
 
     if args.batch_size < 1:
-        raise SystemExit("--batch-size must be at least 1")
+        raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     label: str | int | None = args.label
     if args.no_header and label is not None:
         label = int(label)
@@ -67,5 +67,6 @@ def push(args: argparse.Namespace) -> int:
             bar.close()
     sent, bad = res.n_records, res.n_invalid
     print(f"pushed {sent:,} records in {len(res)} batches "
-          f"to {args.name!r}" + (f"; {bad} invalid records go to the dead-letter stream" if bad else ""))
+          f"to {args.name!r}" + (f"; {bad} invalid records go to the dead-letter stream (first: {res.first_invalid})"
+                                 if bad else ""))
     return 0

@@ -29,7 +29,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def stats(args: argparse.Namespace) -> int:
     from ..service.registry import list_models
-    from ..service.stats import EXACT_WARNING, collect, prometheus_text, public
+    from ..service.stats import EXACT_WARNING, collect, metric_value, prometheus_text, public
 
     r = client(args)
     names = [args.name] if args.name else list(list_models(r))
@@ -44,5 +44,5 @@ def stats(args: argparse.Namespace) -> int:
         for n, s in counters.items():
             print(n)
             for k, v in s.items():
-                print(f"  {k:22s} {v:g}")
+                print(f"  {k:22s} {metric_value(v)}")
     return 0

@@ -10,7 +10,7 @@ import argparse
 import logging
 from typing import Any
 
-from .common import redis_url
+from .common import client, redis_url
 
 __all__ = ["add_parser", "worker"]
 
@@ -32,6 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def worker(args: argparse.Namespace) -> int:
     from ..service.pool import run_workers
+    from ..service.registry import load_spec
+
+    load_spec(client(args), args.name)  # a missing model or an unreachable server: one error line, no child started
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,

@@ -47,10 +47,12 @@ _IN_FLIGHT = 2
 
 
 class PushResult(list):
-    """The stream entry ids of one push (a list), with ``n_records``, ``n_invalid`` and ``batch_ids``."""
+    """The stream entry ids of one push (a list), with ``n_records``, ``n_invalid``, ``first_invalid`` (the
+    first bad row's reason: attribute and row, never the value) and ``batch_ids``."""
 
     n_records: int = 0
     n_invalid: int = 0
+    first_invalid: str = ""
     batch_ids: list
 
 
@@ -97,8 +99,9 @@ class Producer:
             h.update(len(src).to_bytes(8, "little") + src)
             h.update(np.array([offset, n_in, *xb.shape], dtype="<i8").tobytes())
             h.update(np.asarray(list(invalid), dtype="<i8").tobytes() + b"\0")
-            h.update(xb.dtype.str.encode() + memoryview(xb).cast("B"))
-            h.update(yb.dtype.str.encode() + memoryview(yb).cast("B"))
+            for a in (xb, yb):  # the arrays' bytes, uncopied (an empty array too)
+                h.update(a.dtype.str.encode())
+                h.update(np.ascontiguousarray(a))
             return h.hexdigest()
         return make
 
@@ -148,6 +151,9 @@ class Producer:
                     res.batch_ids += ids
                     res.n_records += chunk.n_in
                     res.n_invalid += len(chunk.dropped)
+                    if chunk.dropped and not res.first_invalid:
+                        row, why = chunk.dropped[0]
+                        res.first_invalid = f"row {chunk.offset + row}: {why}"
                     pending.append(pool.submit(self._send, envs))
                     while len(pending) > _IN_FLIGHT:
                         res += pending.pop(0).result()

@@ -29,7 +29,7 @@ import redis
 from .connection import connect
 from .keys import GROUP, Keys, as_str
 
-__all__ = ["collect", "prometheus_text", "public", "EXACT"]
+__all__ = ["collect", "prometheus_text", "public", "metric_value", "EXACT"]
 
 COUNTERS = ("entries_read", "batches_merged", "records_merged", "commits", "commit_retries", "commit_rejections",
             "dead_letters", "acked_without_merge", "poison", "claimed", "delta_reused", "trimmed", "lost_trimmed")
@@ -111,8 +111,8 @@ def _estimated_records(r: Any, keys: Keys) -> float | None:
     if spec is None or counts is None:
         return None
     try:
-        return forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0,
-                                  releases or 0).estimated_records()
+        est = forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0, releases or 0).estimated_records()
+        return max(0.0, est)  # a count is never negative (clamping is post-processing)
     except ValueError:
         return None
 
@@ -158,5 +158,10 @@ def prometheus_text(stats: dict[str, dict[str, float]], *, exact: bool = False) 
         lines.append(f"# TYPE {metric} {kind}")
         for model, s in sorted(stats.items()):
             if k in s:
-                lines.append(f'{metric}{{model="{model}"}} {s[k]:g}')
+                lines.append(f'{metric}{{model="{model}"}} {metric_value(s[k])}')
     return "\n".join(lines) + "\n"
+
+
+def metric_value(v: float) -> str:
+    """A metric value at full precision (``:g`` would round a Unix time to about 10**4 seconds)."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))

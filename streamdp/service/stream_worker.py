@@ -180,6 +180,7 @@ class Worker(GroupLoop):
         self._open = None
 
     def _on_stop(self) -> None:
+        self.trim()  # what this worker merged is not kept past the retention window, also when it stops
         self.reader.leave()  # nothing in hand: leave the group cleanly
         _jlog(logging.INFO, "worker.stop", model=self.model, consumer=self.name)
 
@@ -436,7 +437,9 @@ class Worker(GroupLoop):
     def trim(self) -> int:
         """XTRIM MINID: never drops an unacked entry, keeps the model's retention window (:mod:`.retention`).
 
-        ``MINID = min(oldest pending id (or the last delivered one), retention floor)``.
+        ``MINID = min(oldest pending id (or the id just after the last delivered one), retention floor)``:
+        with nothing pending every delivered entry is acked, the last one included (XTRIM MINID keeps
+        the entry equal to MINID, so MINID must be past it, or a merged batch would stay in Redis).
         """
         self._last_trim = time.monotonic()
         try:
@@ -446,7 +449,7 @@ class Worker(GroupLoop):
                 return 0
             last = as_str(g["last-delivered-id"])
             pend = self.redis.xpending(self.keys.records, GROUP)
-            minid = as_str(pend["min"]) if pend and pend.get("pending") else last
+            minid = as_str(pend["min"]) if pend and pend.get("pending") else _next_id(last)
             if minid in ("0-0", "None"):
                 return 0
             minid = trim_minid(minid, policy_minid(self.redis, self.model, self.keys.records))
@@ -489,3 +492,9 @@ return 1
 """
 
 
+def _next_id(stream_id: str) -> str:
+    """The smallest stream id after ``stream_id`` (``ms-seq`` -> ``ms-(seq+1)``); "0-0" and "None" pass through."""
+    if stream_id in ("0-0", "None"):
+        return stream_id
+    ms, _, seq = stream_id.partition("-")
+    return f"{ms}-{int(seq or 0) + 1}"

@@ -309,6 +309,22 @@ class PrivateForest:
         codes = self.predict_proba(X).argmax(axis=1)
         return np.asarray(list(self.schema.decode_labels(codes))) if len(codes) else np.empty(0)
 
+    def prior(self) -> np.ndarray:
+        """The vote's class prior: every leaf's clipped released counts summed, normalised; uniform when empty."""
+        C = self.schema.n_classes
+        s = np.maximum(self._counts, 0).sum(axis=(0, 1)).astype(np.float64)
+        return s / s.sum() if s.sum() > 0 else np.full(C, 1.0 / C)
+
+    def proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
+        """The vote: class probabilities from each record's leaf numbers ``(n, n_trees)`` (:meth:`apply`).
+
+        ``vote="proba"``: the trees' clipped leaf counts summed and normalised,
+        the :meth:`prior` when all are 0 (Fan et al.); ``"majority"``: each tree
+        votes its leaf's argmax, ties to the class with the larger prior, an empty
+        leaf votes the prior's best class.
+        """
+        return self._proba_from_leaves(leaves)
+
     def _proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
         T, L, C = self.shape
         pos = np.clip(self._counts, 0, None).astype(np.float64)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import math
 import warnings
 from typing import Any
 
@@ -185,10 +184,12 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self._release()
 
     def learn_many(self, X: Any, y: Any) -> None:
-        enc, bad = self.encoder.encode_frame(X)
-        ys = list(y)
-        codes = np.array([self.encoder.encode_label(v) for v in ys], dtype=np.int64)
-        keep = ~bad
+        """Learn a mini-batch (``X`` a DataFrame, ``y`` a Series): the same model as ``learn_one`` row by row."""
+        enc, unknown = self.encoder.encode_frame(X)
+        codes = self.encoder.encode_labels(y)
+        if len(codes) != len(enc):
+            raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
+        keep = ~unknown
         self.learn_encoded(enc[keep], codes[keep])
 
     def learn_encoded(self, X: np.ndarray, y: np.ndarray) -> None:
@@ -238,22 +239,18 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self._view.predict_proba_one(x)
 
     def predict_proba_many(self, X: Any):
+        """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""
         import pandas as pd
 
-        enc, bad = self.encoder.encode_frame(X)
+        enc, unknown = self.encoder.encode_frame(X)
         proba = self._view.predict_proba_encoded(enc)
-        for i in np.flatnonzero(bad):  # rows with a missing categorical value
-            row = self.encoder.encode_one({k: X.iloc[i][k] for k in X.columns if _present(X.iloc[i][k])})
-            proba[i] = self._view.proba_from_cells(self._view.tree_cells(row))
+        for i in np.flatnonzero(unknown):  # rows with an unknown value take the one-record path
+            proba[i] = self._view.proba_one(self._view.leaves_one(self.encoder.encode_one(self.encoder.frame_row(X, i))))
         return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)
 
     def predict_many(self, X: Any):
-        import pandas as pd
-
-        p = self.predict_proba_many(X)
-        labels = np.empty(len(self.encoder.label_values), dtype=object)
-        labels[:] = self.encoder.label_values
-        return pd.Series(labels[p.to_numpy().argmax(axis=1)], index=X.index)
+        """Most probable label of every row of a DataFrame (``predict_one`` row by row)."""
+        return _labels_of(self.predict_proba_many(X), self.encoder.label_values)
 
     def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
         """Probabilities for complete encoded records (the vectorised path), shape ``(n, n_classes)``.
@@ -264,10 +261,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self._view.predict_proba_encoded(X)
 
 
-def _present(v: Any) -> bool:
-    if v is None:
-        return False
-    try:
-        return not (isinstance(v, float) and math.isnan(v))
-    except TypeError:
-        return True
+def _labels_of(proba: Any, labels: list):
+    """The argmax label of every row of a probability DataFrame, as a Series (first label on ties, as ``max``)."""
+    import pandas as pd
+
+    out = np.empty(len(labels), dtype=object)
+    out[:] = labels
+    return pd.Series(out[proba.to_numpy().argmax(axis=1)], index=proba.index)

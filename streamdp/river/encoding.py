@@ -57,9 +57,33 @@ class RecordEncoder:
         mid = [None if c else (a.min + a.max) / 2.0 for a, c in zip(schema.attributes, self.is_cat)]
         self.label_values = list(schema.label.values)
         self._spec = list(zip(self.names, alt, schema.value_codes, lo, hi, mid))
+        self._memo: tuple | None = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_memo": None}  # never pickle a caller's record
 
     def encode_one(self, x: dict) -> list:
-        """Encoded values in schema order; ``None`` for an unknown value (see the module docstring)."""
+        """Encoded values in schema order; ``None`` for an unknown value (see the module docstring).
+
+        The last record is remembered (the same dict holding the same values of
+        the same types), so river's predict-then-learn of one record encodes it
+        once. Do not modify the returned list.
+        """
+        memo = self._memo
+        items = tuple(x.items())
+        kinds = tuple(map(type, x.values()))
+        if memo is not None and memo[0] is x and memo[1] == items and memo[2] == kinds:
+            self._memo = None  # a record is predicted then learned once: keep no reference longer
+            return memo[3]
+        out = self._encode(x)
+        self._memo = (x, items, kinds, out)
+        return out
+
+    def forget(self) -> None:
+        """Drop the remembered record."""
+        self._memo = None
+
+    def _encode(self, x: dict) -> list:
         out = []
         get = x.get
         for name, alt, lookup, lo, hi, mid in self._spec:
@@ -86,7 +110,7 @@ class RecordEncoder:
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode_one` for a list of dicts: ``(X float64, unknown)``, rows with an unknown value hold zeros."""
-        rows = [self.encode_one(x) for x in xs]
+        rows = [self._encode(x) for x in xs]
         unknown = np.array([None in r for r in rows], dtype=bool)
         for i in np.flatnonzero(unknown):
             rows[i] = [0 if v is None else v for v in rows[i]]
@@ -95,7 +119,8 @@ class RecordEncoder:
 
     def encode_label(self, y: Any) -> int:
         """Code of a label; :class:`ValueError` for a class the schema does not declare."""
-        code = value_code(self.schema.label_codes, y)
+        t = type(y)
+        code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
         if code < 0:
             raise ValueError(f"unknown class {y!r}: the schema declares {self.label_values}")
         return code

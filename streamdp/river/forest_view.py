@@ -6,9 +6,11 @@ service published). Only released (noised) counts are read. The vote is
 :meth:`PrivateForest.proba_from_leaves`'s, the one place it is defined; the
 one-record path computes the same numbers without numpy calls per record.
 
-Speed: the structure is converted to Python lists once. After a release
-nothing is converted: the caches of the leaves' count rows are emptied and a
-row is read (one small ``tolist``) the first time a record reaches its leaf.
+Speed: the structure is converted once, to Python code (nested tests with
+the thresholds as literals). After a release a small model's clipped counts
+are converted whole (up to ``EAGER_CELLS``, about a millisecond); a large
+one's are read leaf by leaf (one small ``tolist``) the first time a record
+reaches the leaf, so a release never costs a conversion of the whole model.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class ForestView:
     def refresh(self) -> None:
         """Forget the cached rows (call after every merge into the forest)."""
         self._flat = self.forest.counts.reshape(-1, self.forest.shape[2])  # a view: no copy
-        self._rows: dict = {}
+        # A small model is converted whole (a list indexed by flat leaf); a large one leaf by leaf, on first use.
+        self._rows = np.maximum(self._flat, 0).tolist() if self._flat.size <= EAGER_CELLS else {}
         prior = self.forest.prior()
         self._prior = prior.tolist()
         rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
@@ -109,13 +112,19 @@ class ForestView:
         if type(k) is tuple:  # an unknown value: the mean of the reachable leaves
             rows = [self._cell(j) for j in k]
             return [sum(c) / len(rows) for c in zip(*rows)]
+        if type(self._rows) is list:
+            return self._rows[k]
         r = self._rows[k] = [v if v > 0 else 0 for v in self._flat[k].tolist()]
         return r
 
     def proba_one(self, leaves: list) -> list[float]:
         """Class probabilities (schema label order) of one record from :meth:`leaves_one`."""
-        get = self._rows.get
-        cells = [get(k) or self._cell(k) for k in leaves]
+        rows = self._rows
+        if type(rows) is list:
+            cells = [rows[k] if type(k) is int else self._cell(k) for k in leaves]
+        else:
+            get = rows.get
+            cells = [get(k) or self._cell(k) for k in leaves]
         if self.forest.vote == "proba":
             s = [sum(c) for c in zip(*cells)]
             tot = sum(s)
@@ -138,6 +147,9 @@ class ForestView:
         """Probabilities for complete encoded records (schema order), shape ``(n, n_classes)``."""
         return self.forest.proba_from_leaves(self.forest.structure.apply(X, self.forest.schema.is_categorical))
 
+
+#: Largest model (cells) whose clipped counts are converted whole after a release (about a millisecond).
+EAGER_CELLS = 65_536
 
 #: Largest forest (nodes over all trees) and deepest nesting routed by generated code.
 ROUTE_CODE_MAX_NODES = 200_000

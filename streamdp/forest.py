@@ -41,6 +41,7 @@ from .privacy import (
     kanon_delta,
     laplace_noise,
 )
+from .estimation import SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
 from .tally import tally
@@ -110,6 +111,8 @@ class PrivateForest:
         elif self._padding_nonzero(counts):
             raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
+        #: "shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the rule before); post-processing only.
+        self.estimator = "shrink"
         self.version = version
         self.n_releases = n_releases
 
@@ -309,42 +312,69 @@ class PrivateForest:
         codes = self.predict_proba(X).argmax(axis=1)
         return np.asarray(list(self.schema.decode_labels(codes))) if len(codes) else np.empty(0)
 
+    @property
+    def cell_variance(self) -> float:
+        """Public variance of the noise on one released cell (:func:`streamdp.estimation.cell_variance`)."""
+        return cell_variance(self.mechanism, self.epsilon_per_tree, self.k)
+
+    def estimation_nodes(self) -> ForestNodes:
+        """Every node's noisy counts and public noise variance (:class:`streamdp.estimation.ForestNodes`), cached per release."""
+        key = (self.version, id(self._counts))
+        if self.__dict__.get("_nodes_key") != key:
+            s = self.structure
+            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance)
+            self._nodes_key, self._table = key, None
+        return self._nodes
+
+    def leaf_proba(self) -> np.ndarray:
+        """Estimated class distribution of every leaf, ``(n_trees, max_leaves, n_classes)``.
+
+        Post-processing of the released counts by :mod:`streamdp.estimation`
+        (``self.estimator``: "shrink", the noise-aware rule within each tree, or
+        "leaf", the leaf's clipped counts alone). This is what each tree votes
+        with under ``vote="majority"``; ``vote="proba"`` pools the trees along
+        the record's paths instead (:meth:`ForestNodes.path_proba`).
+        """
+        if self.estimator == "leaf":
+            return leaf_rule_proba(self._counts)
+        nodes = self.estimation_nodes()
+        if self._table is None:
+            # A majority vote pools T independent trees: each tree's bar is lowered by sqrt(T).
+            self._table = nodes.leaf_proba(SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority" else None)
+        return self._table
+
     def prior(self) -> np.ndarray:
-        """The vote's class prior: every leaf's clipped released counts summed, normalised; uniform when empty."""
-        C = self.schema.n_classes
-        s = np.maximum(self._counts, 0).sum(axis=(0, 1)).astype(np.float64)
-        return s / s.sum() if s.sum() > 0 else np.full(C, 1.0 / C)
+        """The vote's class prior (:func:`streamdp.estimation.prior_from`): the released counts summed
+        (unclipped: the noise has mean 0; clipped under ``estimator="leaf"``, the rule before), normalised."""
+        return prior_from(np.maximum(self._counts, 0) if self.estimator == "leaf" else self._counts)
 
     def proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
         """The vote: class probabilities from each record's leaf numbers ``(n, n_trees)`` (:meth:`apply`).
 
-        ``vote="proba"``: the trees' clipped leaf counts summed and normalised,
-        the :meth:`prior` when all are 0 (Fan et al.); ``"majority"``: each tree
-        votes its leaf's argmax, ties to the class with the larger prior, an empty
-        leaf votes the prior's best class.
+        ``vote="proba"``: the noise-aware rule pooled over the trees along the
+        record's paths (:meth:`ForestNodes.path_proba`; under ``estimator="leaf"``,
+        Fan et al.'s clipped leaf counts summed, the :meth:`prior` when all are 0);
+        ``"majority"``: each tree votes the argmax of its leaf's :meth:`leaf_proba`,
+        ties to the class with the larger :meth:`prior`.
         """
         return self._proba_from_leaves(leaves)
 
     def _proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
         T, L, C = self.shape
-        pos = np.clip(self._counts, 0, None).astype(np.float64)
-        prior = pos.sum(axis=(0, 1))
-        prior = prior / prior.sum() if prior.sum() > 0 else np.full(C, 1.0 / C)
-        flat = pos.reshape(T * L, C)
-        idx = leaves + np.arange(T, dtype=np.int64) * L
-        cells = flat[idx]  # (n, T, C)
         if self.vote == "proba":
-            s = cells.sum(axis=1)
+            if self.estimator == "shrink":
+                return self.estimation_nodes().path_proba(leaves)
+            # Fan et al.: the trees' clipped counts pooled, the clipped prior when all are 0
+            pos = np.clip(self._counts, 0, None).astype(np.float64).reshape(T * L, C)
+            s = pos[leaves + np.arange(T, dtype=np.int64) * L].sum(axis=1)
             tot = s.sum(axis=1, keepdims=True)
-            return np.where(tot > 0, s / np.where(tot > 0, tot, 1), prior)
-        # majority: each tree votes its leaf's argmax; ties and empty leaves go to the class prior.
+            return np.where(tot > 0, s / np.where(tot > 0, tot, 1), self.prior())
+        # majority: each tree votes its leaf's argmax; ties go to the class with the larger prior.
+        cells = self.leaf_proba().reshape(T * L, C)[leaves + np.arange(T, dtype=np.int64) * L]  # (n, T, C)
+        prior = self.prior()
+        rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1
         top = cells.max(axis=2, keepdims=True)
-        tied = (cells == top) & (top > 0)
-        rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
-        score = np.where(tied, rank, 0)
-        empty = top[..., 0] <= 0
-        score[empty] = rank
-        votes = score.argmax(axis=2)  # (n, T)
+        votes = np.where(cells == top, rank, 0).argmax(axis=2)  # (n, T)
         proba = np.zeros((len(leaves), C))
         np.add.at(proba, (np.repeat(np.arange(len(leaves)), T), votes.ravel()), 1.0)
         return proba / T

@@ -4,6 +4,10 @@
 embedded server started for the session. Tests share it, so every test uses its
 own key names (``unique_name``) and never FLUSHes. Every test that uses it (directly or
 through another fixture) is marked ``redis`` by :func:`pytest_collection_modifyitems`.
+
+``cluster_url``: a three-master Redis Cluster started for the session on loopback
+ports (:class:`~streamdp.service.local_cluster.LocalCluster`); skipped where
+redis-server or redis-cli is missing.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ import pytest
 
 from streamdp.datasets import datasets_dir
 from streamdp.service.embedded import resolve_redis
+from streamdp.service.local_cluster import LocalCluster
 
 
 def pytest_collection_modifyitems(config, items):
     """Mark ``redis`` every test that uses a real Redis through ``redis_url`` (directly or via a fixture)."""
     for item in items:
-        if "redis_url" in getattr(item, "fixturenames", ()) and item.get_closest_marker("redis") is None:
+        names = getattr(item, "fixturenames", ())
+        if ("redis_url" in names or "cluster_url" in names) and item.get_closest_marker("redis") is None:
             item.add_marker(pytest.mark.redis)
 
 
@@ -32,6 +38,14 @@ def redis_url():
     yield url
     if emb is not None:
         emb.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_url():
+    if LocalCluster.missing():
+        pytest.skip(f"no Redis Cluster: {LocalCluster.missing()} is not on PATH (apt-get install redis-server)")
+    with LocalCluster.start() as c:
+        yield c.url
 
 
 @pytest.fixture

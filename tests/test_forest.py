@@ -314,8 +314,10 @@ def hand_forest():
         [[1, 4, 0], [0, -2, 0], [0, 1, 3]],
     ], dtype=np.int64)
 
-    def make(vote, counts=counts):
-        return PrivateForest(s, fs, epsilon=1.0, vote=vote, counts=counts.copy())
+    def make(vote, counts=counts, estimator="leaf"):
+        f = PrivateForest(s, fs, epsilon=1.0, vote=vote, counts=counts.copy())
+        f.estimator = estimator  # these tests pin the leaf rule (Fan et al.); test_estimation covers "shrink"
+        return f
 
     return make
 

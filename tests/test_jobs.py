@@ -31,6 +31,7 @@ from streamdp.ledger import BudgetExceeded, InMemoryLedger, file_sha256
 from streamdp.learners import load_model
 from streamdp.service import codec
 from streamdp.service import job_queue, job_worker
+from streamdp.service.connection import connect
 from streamdp.service.consumer import Consumer
 from streamdp.service.job_queue import JobQueue, fetch_model
 from streamdp.service.job_worker import JobWorker, read_model_records
@@ -48,7 +49,7 @@ KANON = {"n_trees": 3, "height": 3, "k": 5, "beta": 0.1}
 
 @pytest.fixture
 def r(redis_url):
-    return redis.Redis.from_url(redis_url)
+    return connect(redis_url)
 
 
 @pytest.fixture
@@ -171,7 +172,7 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
 
 def _child(url: str, q: str, point: str) -> None:
     """A job worker that SIGKILLs itself just before (or just after) publishing: the charge is done."""
-    w = JobWorker(redis.Redis.from_url(url), queue=q, block_ms=50, consumer="doomed")
+    w = JobWorker(connect(url), queue=q, block_ms=50, consumer="doomed")
     real = w._publish
 
     def publish(*a, **k):

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.redis
 
 def _forget(url: str, name: str) -> None:
     """Remove every key of ``name`` (a test's own unique name; never FLUSH)."""
-    r = redis.Redis.from_url(url)
+    r = connect(url)
     ks = list(r.scan_iter(match=f"sdp:{{{name}}}:*", count=1000))
     if ks:
         r.delete(*ks)
@@ -147,7 +147,7 @@ def test_redis_layout_and_names(redis_url, source):
     led.charge(source, 0.25, who="a", what="x", key="k")
     h, sp, ks = ledger_keys(source)
     assert (h, sp, ks) == (f"sdp:{{{source}}}:ledger", f"{h}:spends", f"{h}:keys")
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     assert r.hgetall(h) == {b"budget_epsilon": b"1.0", b"budget_delta": b"0.0", b"spent_epsilon": b"0.25",
                             b"spent_delta": b"0"}
     assert r.llen(sp) == 1 and r.hget(ks, "k") == b"0"
@@ -220,7 +220,7 @@ def test_racing_processes_with_one_key_charge_once(redis_url, source):
     assert codes == [10] * 8  # every call answers with the spend
     spends = led.spends(source)
     assert len(spends) == 1 and spends[0].key == "job-42" and led.spent(source) == (0.3, 0.0)
-    whens = set(redis.Redis.from_url(redis_url).lrange(f"sdp:{{{source}}}:test:gate:when", 0, -1))
+    whens = set(connect(redis_url).lrange(f"sdp:{{{source}}}:test:gate:when", 0, -1))
     assert whens == {repr(spends[0].when).encode()}  # all 80 answers are that one spend
 
 
@@ -233,7 +233,7 @@ def test_create_model_charges_its_epsilon(redis_url, source):
     led = RedisLedger(redis_url)
     assert led.budget(source) == (0.5, 0.0) and led.remaining(source) == 0.0
     (s,) = led.spends(source)
-    model_id = redis.Redis.from_url(redis_url).hget(Keys(source).pub_model, "model_id").decode()
+    model_id = connect(redis_url).hget(Keys(source).pub_model, "model_id").decode()
     assert (s.epsilon, s.who, s.what, s.key) == (0.5, "stream", "PrivateForest (stream model)", f"model:{model_id}")
     # deleting the model keeps the ledger: re-creating it is a new release over the same source
     delete_model(redis_url, source)
@@ -248,7 +248,7 @@ def test_create_model_charges_its_epsilon(redis_url, source):
 def test_create_model_with_too_small_a_budget_leaves_nothing(redis_url, source):
     with pytest.raises(BudgetExceeded, match="charging epsilon=2 would spend 2 of a budget of 1"):
         create_model(redis_url, source, VOTES.schema, n_trees=2, height=2, epsilon=2.0, ledger_budget=1.0)
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     assert r.hget(REGISTRY, source) is None
     assert not [k for k in r.scan_iter(match=f"sdp:{{{source}}}:*") if b":ledger" not in k]
     assert RedisLedger(redis_url).spends(source) == []
@@ -264,7 +264,7 @@ def test_non_private_model_is_not_charged_but_refused_over_a_budget(redis_url, s
         RedisLedger(redis_url).set_budget(source, 5.0)
         with pytest.raises(BudgetExceeded, match="non-private model"):
             create_model(redis_url, source, VOTES.schema, n_trees=2, height=2, epsilon=math.inf)
-        assert redis.Redis.from_url(redis_url).hget(REGISTRY, source) is None
+        assert connect(redis_url).hget(REGISTRY, source) is None
     finally:
         _forget(redis_url, other)
 

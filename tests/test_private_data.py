@@ -322,6 +322,7 @@ ALLOWED_IMPORTS = {
     "streamdp.learners", "streamdp.private_subtree", "streamdp.forest", "streamdp.structure", "scipy.stats",
     "collections", "itertools", "functools", "sklearn.utils", "streamdp.routing",
     "streamdp.algorithms", "streamdp.validation",  # data-free: the catalogue and the parameter rules
+    "streamdp.estimation",  # post-processing of released noisy counts only (no rows, no epsilon)
 }
 # Names a learner may take from the layer-side subtree module: data-free helpers only.
 SUBTREE_OK = {"SubtreeSpace", "structure_leaves", "SENSITIVITY"}

@@ -170,6 +170,9 @@ def test_majority_vote_matches_forest():
     for x, y in _agrawal(1200):
         m.learn_one(x, y)
     xs = [x for x, _ in _agrawal(100, seed=4)]
+    # The adapter's one-record path still applies the leaf rule; it moves to forest.leaf_proba()
+    # (streamdp.estimation) with the river rework (issue 15), then this pin goes.
+    m.forest.estimator = "leaf"
     want = m.forest.predict_proba([x for x in xs])
     got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
     np.testing.assert_allclose(got, want)

@@ -12,6 +12,7 @@ import redis
 
 from streamdp.datasets import load
 from streamdp.service import Consumer, Keys, Producer, Worker, WorkerPool, create_model, delete_model
+from streamdp.service.connection import connect
 from streamdp.service.stats import collect
 
 pytestmark = pytest.mark.redis
@@ -82,7 +83,7 @@ def test_sigterm_stops_a_worker_gracefully(redis_url, model):
     assert c.wait_newer(0, timeout=60) is not None
     codes = pool.stop(timeout=20)
     assert codes == [0]
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     assert r.xinfo_groups(Keys(model).records)[0]["consumers"] == 0  # left the group cleanly
 
 
@@ -91,7 +92,7 @@ def test_model_keys_share_one_cluster_slot(redis_url, model):
 
     create_model(redis_url, model, DS.schema, n_trees=2, height=2, epsilon=1.0)
     Producer(redis_url, model).push(DS.X[:5], DS.y[:5])
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     keys = list(r.scan_iter(match=Keys(model).pattern))
     assert len(keys) >= 5 and len({key_slot(k) for k in keys}) == 1
 
@@ -101,7 +102,7 @@ def test_entry_with_a_non_utf8_field_name_is_dead_lettered_and_the_worker_goes_o
     raise UnicodeDecodeError in the worker's decode step and kill every worker that read it."""
     create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4)
     keys = Keys(model)
-    r = redis.Redis.from_url(redis_url)
+    r = connect(redis_url)
     p = Producer(redis_url, model)
     p.push(DS.X[:20], DS.y[:20])
     bad = r.xadd(keys.records, {b"\xff": b"x"}).decode()

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import blob
+from ..estimation import SNR_MIN_GROWN, cell_variance, prior_from
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
@@ -101,6 +102,35 @@ class PrivateLearner:
         raise NotImplementedError
 
     # -- prediction ---------------------------------------------------------------------------
+    #: "shrink": noise-aware estimation (:mod:`streamdp.estimation`); "leaf": the rule before (comparison only).
+    estimator = "shrink"
+
+    def epsilon_leaf_counts(self) -> float:
+        """Epsilon of each leaf's released class counts (public: the learner's budget split)."""
+        raise NotImplementedError
+
+    def node_tables(self) -> list[np.ndarray]:
+        """Per tree, the class distribution of every node (``(n_nodes, n_classes)``): a record's
+        prediction from tree ``i`` is ``node_tables()[i][leaf]``; the one-record (river) path reads these."""
+        self._check_fitted()
+        if self.estimator == "leaf":
+            return [t.leaf_distributions() for t in self.trees_]
+        cell_var, prior, snr = self.cell_variance(), self.class_prior(), self.estimation_snr()
+        return [t.node_proba(cell_var, prior, snr) for t in self.trees_]
+
+    def estimation_snr(self) -> float:
+        """The signal-to-noise bar of :mod:`streamdp.estimation` for this learner's trees (public constants)."""
+        return SNR_MIN_GROWN
+
+    def cell_variance(self) -> float:
+        """Public noise variance of one released leaf cell (two-sided geometric at :meth:`epsilon_leaf_counts`)."""
+        return cell_variance("geometric", float(self.epsilon_leaf_counts()))
+
+    def class_prior(self) -> np.ndarray:
+        """The prior every tree's root is shrunk toward: the unclipped sum of all trees' reachable leaf counts."""
+        self._check_fitted()
+        return prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in self.trees_]))
+
     def _encode(self, X: Any) -> np.ndarray:
         return self.schema.encode(X).X
 
@@ -115,7 +145,7 @@ class PrivateLearner:
     def predict_proba_encoded(self, Xe: np.ndarray) -> np.ndarray:
         """Class probabilities of already-encoded query records (float64 codes in schema order)."""
         self._check_fitted()
-        probas = [t.predict_proba(Xe) for t in self.trees_]
+        probas = [table[t.apply(Xe)] for t, table in zip(self.trees_, self.node_tables())]
         if self.vote == "majority":
             C = self.schema.n_classes
             votes = sum(np.eye(C)[p.argmax(axis=1)] for p in probas)

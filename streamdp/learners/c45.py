@@ -241,6 +241,10 @@ class DiffPC45(PrivateLearner):
         n = sum(isinstance(a, Numeric) for a in self.schema.attributes)
         return float(self.epsilon) / ((2 + n) * int(self.max_depth) + 2)
 
+    def epsilon_leaf_counts(self) -> float:
+        """A leaf's class counts use one query's epsilon (calibration rescales them: post-processing)."""
+        return self.epsilon_per_query()
+
     # -- growth (Algorithm 2 + numeric split points) --------------------------------------
     def _fit(self, pds: PrivateDataset) -> None:
         self.scorer_: Scorer = get_scorer(self.scorer, self.schema)

@@ -144,6 +144,10 @@ class DPEA(PrivateLearner):
         """Each noisy count release (root count, each step's leaf histogram): ``eps / (n+1)**2``."""
         return self.epsilon / (self.n_steps + 1) ** 2
 
+    def epsilon_leaf_counts(self) -> float:
+        """Each step's leaf histogram is one count release: :attr:`epsilon_count`."""
+        return self.epsilon_count
+
     # -- fit -------------------------------------------------------------------------
     def _check_params(self) -> None:
         super()._check_params()

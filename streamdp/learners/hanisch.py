@@ -29,10 +29,12 @@ categorical bins).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from ..estimation import SNR_MIN
 from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
@@ -85,6 +87,14 @@ class HanischForest(PrivateLearner):
         rng = np.random.default_rng(seed)  # structure only: drawn from the schema, never from data
         eps = float(self.epsilon) / int(self.n_trees)
         self.trees_ = [self._tree(pds, rng, eps) for _ in range(int(self.n_trees))]
+
+    def estimation_snr(self) -> float:
+        """Random structures, as PrivateForest's majority vote: SNR_MIN lowered by sqrt(n_trees) (the vote pools the trees)."""
+        return SNR_MIN / math.sqrt(len(self.trees_))
+
+    def epsilon_leaf_counts(self) -> float:
+        """Each tree's leaf histogram gets ``epsilon / n_trees``."""
+        return float(self.epsilon) / int(self.n_trees)
 
     def _tree(self, pds: PrivateDataset, rng: np.random.Generator, eps: float) -> Tree:
         tree = self._structure(rng)  # drawn first: the structure cannot depend on the counts

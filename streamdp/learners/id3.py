@@ -61,6 +61,10 @@ class _ID3(PrivateLearner):
         """``B / (2 (d + 1))``."""
         return float(self.epsilon) / (2 * (int(self.max_depth) + 1))
 
+    def epsilon_leaf_counts(self) -> float:
+        """A leaf's class counts use one query's epsilon."""
+        return self.epsilon_per_query()
+
     def _fit(self, pds: PrivateDataset) -> None:
         self.epsilon_per_query_ = self.epsilon_per_query()
         self._prepare()

@@ -7,9 +7,13 @@ at ``child_start[i]`` and ``x > threshold[i]`` at ``child_start[i] + 1``.
 ``counts[i]`` are the *noisy* class counts released for the node (zeros
 where none was released), so nothing here is exact about the data.
 
-Prediction routes all records level by level with numpy; a leaf with no
-positive noisy count falls back to its nearest ancestor that has one, and
-finally to the uniform distribution.
+Prediction routes all records level by level with numpy. With the public
+noise variance of a leaf cell (each learner knows it from its budget split),
+:meth:`Tree.node_proba` applies the noise-aware rule of
+:mod:`streamdp.estimation`: a leaf swamped by noise predicts from its deepest
+informative ancestor. Without it (``leaf_distributions``, the rule before), a
+leaf with no positive noisy count falls back to its nearest ancestor that has
+one, and finally to the uniform distribution.
 
 >>> from streamdp import Schema
 >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y"]}],
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import blob
+from ..estimation import reachable_leaves, tree_node_proba
 from ..routing import route, routing_error
 from ..schema import Categorical, Schema
 
@@ -82,8 +87,24 @@ class Tree:
             np.add.at(agg, self.parent[nodes], agg[nodes])
         self.counts = np.where(leaf[:, None], self.counts, agg)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        return self.leaf_distributions()[self.apply(X)]
+    def node_proba(self, cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None) -> np.ndarray:
+        """Per node: the noise-aware estimate of :mod:`streamdp.estimation` from the reachable leaves' counts.
+
+        ``cell_var`` is the public noise variance of one released leaf cell;
+        ``prior`` what the root is shrunk toward (default: this tree's own leaf sums).
+        """
+        return tree_node_proba(self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min)
+
+    def predict_proba(self, X: np.ndarray, cell_var: float | None = None, prior: np.ndarray | None = None,
+                      snr_min: float | None = None) -> np.ndarray:
+        """Class distribution of each encoded record's leaf: noise-aware when ``cell_var`` is given,
+        else the leaf's clipped counts backing off to the nearest ancestor with mass."""
+        table = self.leaf_distributions() if cell_var is None else self.node_proba(cell_var, prior, snr_min)
+        return table[self.apply(X)]
+
+    def reachable_leaves(self) -> np.ndarray:
+        """Boolean mask of the leaves a record can reach (pruning leaves unreachable nodes in the arrays)."""
+        return reachable_leaves(self.feature, self.parent, self.depth)
 
     # -- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict:

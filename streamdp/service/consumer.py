@@ -37,6 +37,7 @@ class Consumer:
         if not model:
             raise ValueError("Consumer needs a model name")
         self.redis = connect(redis_url)
+        self._owns_client = self.redis is not redis_url  # a caller's client stays open (a closed RedisCluster is dead)
         Keys(model)  # check the name now
         self._keys: Keys | None = None
         self.model = model
@@ -165,7 +166,8 @@ class Consumer:
     def close(self) -> None:
         if self._listener is not None and self._listener is not self.redis:
             self._listener.close()
-        self.redis.close()
+        if self._owns_client:
+            self.redis.close()
 
     def __enter__(self) -> "Consumer":
         return self

@@ -42,6 +42,7 @@ class Producer:
         if batch_size < 1 or batch_size > codec.MAX_RECORDS:
             raise ValueError(f"batch_size must be in 1..{codec.MAX_RECORDS}")
         self.redis = connect(redis_url)
+        self._owns_client = self.redis is not redis_url  # a caller's client stays open (a closed RedisCluster is dead)
         self.keys = Keys(model)
         self.model = model
         self.schema = load_spec(self.redis, model).schema
@@ -100,7 +101,8 @@ class Producer:
         return self._send([payload])[0]
 
     def close(self) -> None:
-        self.redis.close()
+        if self._owns_client:
+            self.redis.close()
 
     def __enter__(self) -> "Producer":
         return self

@@ -1,0 +1,320 @@
+"""Noise-aware estimation: class distributions of tree nodes from released noisy counts.
+
+Post-processing only (ALGORITHMS.md section 8): the rule reads released counts
+and the noise variance, which is public (it follows from epsilon, the number
+of trees and the mechanism), so it spends no epsilon and changes no released
+number.
+
+The one rule (:func:`node_distributions`): walk from the root down. At node
+``v`` with noisy class counts ``y(v, .)``, total ``t(v) = sum_c y(v, c)`` and
+``sd(v) = sqrt(Var t(v))``, the node is *informative* when
+``t(v) >= SNR_MIN * sd(v)``; then its distribution is the posterior mean under a
+Dirichlet prior centred on its parent's distribution ``p(parent)``::
+
+    p(v) = (y(v) + a(v) p(parent)) / (t(v) + a(v)),   a(v) = PRIOR_WEIGHT * sd(v)^2 / t(v) + MIN_WEIGHT
+
+(clipped at 0 and renormalised); otherwise ``p(v) = p(parent)``. The weight
+``a(v)`` is what a Dirichlet prior of fixed concentration on the class shares
+amounts to when the shares are measured with noise of variance ``sd^2 / t^2``:
+the noisier the node relative to its total, the more it leans on its parent. The root's
+parent is the forest-wide prior (the unclipped sum of every tree's counts).
+A leaf whose counts are swamped by noise therefore predicts from its deepest
+informative ancestor, and in the end from the prior: height is a ceiling.
+
+Which counts are released (``RELEASE``, the one place the choice is kept).
+With ``s^2`` the variance of one released cell at the leaves, ``L(u)`` the
+leaves below node ``u``, ``h`` the height and ``C`` the classes:
+
+* ``"leaves"`` (chosen): only leaf cells are released with the whole per-tree
+  budget; an ancestor's counts are sums of its leaves',
+  ``Var y(u, c) = L(u) s^2`` (leaf: ``s^2``, root: ``L s^2``).
+* levels (Hay, Rastogi, Miklau & Suciu 2010; Honaker 2015): every level
+  released with ``eps_tree / (h + 1)``, each cell ``(h + 1)^2 s^2``, made
+  consistent by least squares: a leaf stays at about ``(h + 1)^2 s^2``; an inner
+  node combines its own ``(h + 1)^2 s^2`` with its subtree's, so
+  ``Var ~ 1 / (1 / ((h+1)^2 s^2) + 1 / Var(sum of children))``, at most
+  ``min(L(u), (h + 1)^2) s^2`` roughly.
+
+Levels win only at nodes with more than ``(h + 1)^2`` leaves below (near the
+root, where the pooled prior is already precise); leaves win ``(h + 1)^2``-fold
+where the prediction is made. Measured in ``benchmarks/accuracy_height.py``:
+leaf-only release with this rule is as accurate or better and keeps the
+published format ``(n_trees, max_leaves, n_classes)``.
+
+>>> import numpy as np
+>>> parent = np.array([-1, 0, 0]); depth = np.array([0, 1, 1])
+>>> y = np.array([[70., 30.], [68., 2.], [2., 28.]])
+>>> node_distributions(y, np.zeros(3), parent, depth, prior=np.array([0.5, 0.5])).round(2).tolist()
+[[0.7, 0.3], [0.97, 0.03], [0.09, 0.91]]
+>>> swamped = node_distributions(y, np.array([0., 1e4, 1e4]), parent, depth, prior=np.array([0.5, 0.5]))
+>>> swamped.round(2).tolist()  # children at noise sd 100: both predict from the root
+[[0.7, 0.3], [0.7, 0.3], [0.7, 0.3]]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "RELEASE", "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
+    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_topology", "ForestNodes",
+    "forest_leaf_proba", "leaf_rule_proba", "tree_node_proba", "reachable_leaves",
+]
+
+#: What the forest releases for estimation: leaf counts only (see the module docstring).
+RELEASE = "leaves"
+#: A node is used when its total stands this many noise standard deviations above zero.
+SNR_MIN = 3.0
+#: The bar for a learner's data-grown tree (ID3/C4.5 family, DPEA): such a tree splits a node only
+#: when its noisy count clears a noise-scaled stopping rule, so its leaves are screened already;
+#: measured on Nursery and the skewed data (benchmarks/accuracy_height.py), 3 loses up to 0.3 there.
+SNR_MIN_GROWN = 1.0
+#: Dirichlet weight toward the parent: PRIOR_WEIGHT * Var(total) / total (pseudo-records).
+PRIOR_WEIGHT = 8.0
+#: Weight toward the parent even without noise (a leaf of one record is not certain).
+MIN_WEIGHT = 1.0
+#: "shrink": this module's rule; "leaf": the leaf's clipped counts alone (the rule before, kept for comparison).
+ESTIMATORS = ("shrink", "leaf")
+
+
+def cell_variance(mechanism: str, epsilon: float, k: int | None = None) -> float:
+    """Variance of the noise on one released cell (public: a function of the mechanism's parameters).
+
+    Two-sided geometric with ``a = exp(-epsilon)``: ``2a / (1 - a)^2``; Laplace of
+    scale ``1/epsilon``: ``2 / epsilon^2``; k-anonymity (no noise, cells below
+    ``k`` zeroed): the error of a cell is in ``[0, k)``, counted as ``k^2 / 4``.
+
+    >>> round(cell_variance("laplace", 1.0), 3), round(cell_variance("geometric", 1.0), 3)
+    (2.0, 1.841)
+    """
+    if mechanism == "kanon":
+        return float(k) ** 2 / 4.0
+    if math.isinf(epsilon):
+        return 0.0
+    if mechanism == "geometric":
+        a = math.exp(-epsilon)
+        return 2.0 * a / (1.0 - a) ** 2
+    if mechanism == "laplace":
+        return 2.0 / epsilon**2
+    raise ValueError(f"unknown mechanism {mechanism!r}")
+
+
+def node_distributions(y: np.ndarray, var_total: np.ndarray, parent: np.ndarray, depth: np.ndarray,
+                       prior: np.ndarray, snr_min: float | None = None) -> np.ndarray:
+    """The rule of the module docstring for every node at once, level by level (root level first).
+
+    ``y`` (n, C): noisy class counts per node; ``var_total`` (n,): variance of
+    each node's total; ``parent`` (n,): parent index, -1 at roots; ``depth``
+    (n,); ``prior`` (C,): the distribution a root is shrunk toward.
+    """
+    n, C = y.shape
+    p = np.empty((n, C))
+    order = np.argsort(depth, kind="stable")
+    bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
+    for d in range(len(bounds) - 1):
+        nodes = order[bounds[d]:bounds[d + 1]]
+        if nodes.size:
+            par = np.broadcast_to(prior, (nodes.size, C)) if d == 0 else p[parent[nodes]]
+            p[nodes] = shrink(y[nodes], var_total[nodes], par, snr_min)
+    return p
+
+
+def shrink(y: np.ndarray, var_total: np.ndarray, parent_p: np.ndarray, snr_min: float | None = None) -> np.ndarray:
+    """One step of the rule, row-wise: ``(y + a p_parent) / (t + a)`` where ``t >= SNR_MIN sd``, else ``p_parent``."""
+    tot = y.sum(axis=1)
+    sd = np.sqrt(np.maximum(var_total, 0.0))
+    a = (PRIOR_WEIGHT * np.maximum(var_total, 0.0) / np.maximum(tot, 1.0) + MIN_WEIGHT)[:, None]
+    q = np.clip((y + a * parent_p) / (tot[:, None] + a), 0.0, None)
+    s = q.sum(axis=1, keepdims=True)
+    ok = (tot > 0) & (tot >= (SNR_MIN if snr_min is None else snr_min) * sd) & (s[:, 0] > 0)
+    return np.where(ok[:, None], q / np.where(s > 0, s, 1.0), parent_p)
+
+
+def prior_from(counts: np.ndarray) -> np.ndarray:
+    """Class prior from the unclipped sum of released counts (noise has mean 0), clipped and normalised; uniform when empty."""
+    C = counts.shape[-1]
+    s = np.clip(counts.reshape(-1, C).sum(axis=0).astype(np.float64), 0.0, None)
+    return s / s.sum() if s.sum() > 0 else np.full(C, 1.0 / C)
+
+
+def forest_topology(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray):
+    """Parent, depth and leaf position of every node of padded BFS forest arrays (:mod:`streamdp.structure`).
+
+    Returns ``parent`` and ``depth`` of shape ``(n_trees, max_nodes)`` (-1 at
+    roots and padding) and ``leaf_node`` ``(n_trees, max_leaves)``: the node
+    index of each leaf number (-1 past a tree's last leaf). In BFS order the
+    children of consecutive inner nodes are contiguous, so arities are the
+    differences of their first-child indices.
+    """
+    T, M = feature.shape
+    parent = np.full((T, M), -1, dtype=np.int64)
+    depth = np.full((T, M), -1, dtype=np.int64)
+    n_leaves = (leaf >= 0).sum(axis=1)
+    leaf_node = np.full((T, int(n_leaves.max())), -1, dtype=np.int64)
+    for t in range(T):
+        real = int(np.flatnonzero(leaf[t] >= 0).max()) + 1
+        inner = np.flatnonzero(leaf[t, :real] < 0)
+        first = child[t, inner].astype(np.int64)
+        arity = np.diff(np.append(first, real))
+        kids = np.arange(1, real)
+        parent[t, kids] = np.repeat(inner, arity)
+        depth[t, 0] = 0
+        for lo, hi in _levels(parent[t, :real]):
+            depth[t, lo:hi] = depth[t, parent[t, lo:hi]] + 1
+        lf = np.flatnonzero(leaf[t] >= 0)
+        leaf_node[t, leaf[t, lf]] = lf
+    return parent, depth, leaf_node
+
+
+def _levels(parent: np.ndarray):
+    """(start, end) of each BFS level below the root; in BFS order parents never decrease."""
+    lo, hi = 0, 1
+    while hi < parent.size:
+        lo, hi = hi, int(np.searchsorted(parent, hi, side="left"))
+        hi = max(hi, lo + 1)  # unreachable for a valid tree; guards against a loop
+        yield lo, hi
+
+
+def _subtree_sums(values: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Each node's value plus all its descendants' (deepest level first). ``values`` (n,) or (n, C)."""
+    out = values.astype(np.float64, copy=True)
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        nodes = np.flatnonzero(depth == d)
+        np.add.at(out, parent[nodes], out[nodes])
+    return out
+
+
+@dataclass
+class ForestNodes:
+    """Every node of a released forest, flattened over the trees (built once per release).
+
+    ``y`` (n_nodes, C): noisy class counts (a leaf's released counts; an inner
+    node's, the sum of its leaves'); ``var`` (n_nodes,): the public variance of
+    each node's total, ``L(u) C cell_var``; ``parent``/``depth`` (n_nodes,);
+    ``leaf_node`` (n_trees, max_leaves): flat node of each leaf number (-1 past
+    a tree's last leaf); ``prior`` (C,): the forest-wide prior.
+    """
+
+    y: np.ndarray
+    var: np.ndarray
+    parent: np.ndarray
+    depth: np.ndarray
+    leaf_node: np.ndarray
+    prior: np.ndarray
+
+    @classmethod
+    def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
+              cell_var: float) -> "ForestNodes":
+        T, L, C = counts.shape
+        parent, depth, leaf_node = forest_topology(feature, child, leaf)
+        M = feature.shape[1]
+        offs = (np.arange(T, dtype=np.int64) * M)[:, None]
+        real = depth >= 0
+        g_index = np.full(T * M, -1, dtype=np.int64)
+        g_index[np.flatnonzero(real.ravel())] = np.arange(int(real.sum()))
+        g_parent = np.where(parent >= 0, g_index[np.maximum(parent + offs, 0)], -1)[real]
+        g_depth = depth[real]
+        has = leaf_node >= 0
+        g_leaf = np.full((T, L), -1, dtype=np.int64)
+        g_leaf[has] = g_index[(leaf_node + offs)[has]]
+        y = np.zeros((g_depth.size, C))
+        y[g_leaf[has]] = counts[has]
+        n_below = np.zeros(g_depth.size)
+        n_below[g_leaf[has]] = 1.0
+        y = _subtree_sums(y, g_parent, g_depth)
+        n_below = _subtree_sums(n_below, g_parent, g_depth)
+        return cls(y, n_below * C * cell_var, g_parent, g_depth, g_leaf, prior_from(counts))
+
+    def leaf_proba(self, snr_min: float | None = None) -> np.ndarray:
+        """Per tree, per leaf number: the rule applied within that tree alone, ``(n_trees, max_leaves, C)``."""
+        p = node_distributions(self.y, self.var, self.parent, self.depth, self.prior, snr_min)
+        has = self.leaf_node >= 0
+        table = np.tile(self.prior, self.leaf_node.shape + (1,))
+        table[has] = p[self.leaf_node[has]]
+        return table
+
+    def path_proba(self, leaves: np.ndarray) -> np.ndarray:
+        """The rule along each record's paths in all trees at once (the probability vote), ``(n, C)``.
+
+        At depth ``d`` the record's nodes in the trees are pooled (their noises
+        are independent, so the pooled total's variance is the sum): the pooled
+        counts are shrunk toward the pooled estimate one level up. ``leaves``
+        (n, n_trees): leaf numbers from :meth:`ForestStructure.apply`.
+        """
+        n, T = leaves.shape
+        C = self.y.shape[1]
+        node = self.leaf_node[np.arange(T)[None, :], leaves]  # (n, T) flat leaf nodes
+        h = int(self.depth.max(initial=0))
+        leaf_depth = self.depth[self.leaf_node[self.leaf_node >= 0]]
+        full = bool(np.all(leaf_depth == h))  # the common case: every leaf at the full height, no masks needed
+        path = [node]
+        for d in range(h - 1, -1, -1):  # path[k]: the record's node at depth h - k (or its leaf, when shallower)
+            up = path[-1]
+            path.append(self.parent[up] if full else np.where(self.depth[up] > d, self.parent[up], up))
+        p = np.broadcast_to(self.prior, (n, C))
+        for d in range(h + 1):
+            nd = path[h - d]
+            # tree by tree: T contiguous (n, C) gathers are several times faster than one (n, T, C) gather and sum
+            at = None if full else self.depth[nd] == d  # trees whose path reaches depth d (a shallower leaf adds nothing new)
+            Y, V = np.zeros((n, C)), np.zeros(n)
+            for t in range(T):
+                col = nd[:, t]
+                if at is None:
+                    Y += self.y[col]
+                    V += self.var[col]
+                else:
+                    Y += self.y[col] * at[:, t, None]
+                    V += self.var[col] * at[:, t]
+            p = shrink(Y, V, p)
+        return p
+
+
+def forest_leaf_proba(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
+                      cell_var: float) -> np.ndarray:
+    """Per tree, per leaf number: the estimated class distribution, shape ``(n_trees, max_leaves, n_classes)``.
+
+    ``counts`` are the released leaf counts ``(n_trees, max_leaves, n_classes)``
+    and ``cell_var`` the public noise variance of one cell (:func:`cell_variance`).
+    A tree's prediction for a record is a gather: ``table[t, leaf_of_record_in_tree_t]``.
+    """
+    return ForestNodes.build(feature, child, leaf, counts, cell_var).leaf_proba()
+
+
+def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:
+    """The rule before this module, per leaf: clipped counts normalised, the clipped prior when all are 0."""
+    C = counts.shape[-1]
+    pos = np.clip(counts, 0, None).astype(np.float64)
+    prior = pos.reshape(-1, C).sum(axis=0)
+    prior = prior / prior.sum() if prior.sum() > 0 else np.full(C, 1.0 / C)
+    tot = pos.sum(axis=-1, keepdims=True)
+    return np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), prior)
+
+
+def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, counts: np.ndarray,
+                    cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None) -> np.ndarray:
+    """Per node of a learner's :class:`~streamdp.learners.tree.Tree`: the estimated class distribution.
+
+    Only the counts of reachable leaves (``feature < 0``, no leaf above) are
+    read: an inner node's counts are recomputed as the sum of its leaves'
+    (``Var = L(u) C cell_var`` for its total), whatever the tree stored there.
+    """
+    n, C = counts.shape
+    is_leaf = reachable_leaves(feature, parent, depth)
+    y = _subtree_sums(np.where(is_leaf[:, None], counts, 0.0), parent, depth)
+    n_below = _subtree_sums(is_leaf.astype(np.float64), parent, depth)
+    if prior is None:
+        prior = prior_from(counts[is_leaf])
+    return node_distributions(y, n_below * C * cell_var, parent, depth, prior, snr_min)
+
+
+def reachable_leaves(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Leaves (``feature < 0``) with no leaf above them: pruning leaves unreachable nodes in a tree's arrays."""
+    leafy = feature < 0
+    reach = np.ones(feature.shape[0], dtype=bool)
+    for d in range(1, int(depth.max(initial=0)) + 1):
+        nodes = np.flatnonzero(depth == d)
+        reach[nodes] = reach[parent[nodes]] & ~leafy[parent[nodes]]
+    return leafy & reach

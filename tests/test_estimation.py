@@ -1,0 +1,209 @@
+"""Noise-aware estimation (streamdp.estimation): the rule, its wiring, and the floor at the prior."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from streamdp import estimation
+from streamdp.datasets import load, skewed
+from streamdp.estimation import ForestNodes, forest_topology, node_distributions
+from streamdp.forest import PrivateForest
+from streamdp.learners import DPEA, HanischForest
+from streamdp.schema import Schema
+from streamdp.structure import ForestStructure, max_possible_leaves
+
+# -- the rule -----------------------------------------------------------------------------------
+
+
+def test_topology_matches_the_structure_arrays():
+    ds = skewed(10)
+    fs = ForestStructure.draw(ds.schema, n_trees=3, height=3, seed=4)
+    parent, depth, leaf_node = forest_topology(fs.feature, fs.child, fs.leaf)
+    for t in range(3):
+        inner = np.flatnonzero((fs.leaf[t] < 0) & (depth[t] >= 0))
+        for v in inner:
+            arity = ds.schema.attributes[fs.feature[t, v]].arity
+            kids = fs.child[t, v] + np.arange(arity)
+            assert np.all(parent[t, kids] == v) and np.all(depth[t, kids] == depth[t, v] + 1)
+        assert np.all(fs.leaf[t, leaf_node[t, : fs.n_leaves[t]]] == np.arange(fs.n_leaves[t]))
+        assert depth[t].max() <= 3
+
+
+def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():
+    ds = skewed(500, seed=3)
+    f = PrivateForest.create(ds.schema, n_trees=2, height=2, epsilon=1.0, seed=1).fit(ds.X, ds.y)
+    nodes = f.estimation_nodes()
+    roots = nodes.depth == 0
+    assert np.allclose(nodes.y[roots], f.counts.sum(axis=1))  # root = sum of the tree's leaves
+    C = ds.schema.n_classes
+    assert np.allclose(nodes.var[roots], f.structure.n_leaves * C * f.cell_variance)
+    leaves = nodes.leaf_node[nodes.leaf_node >= 0]
+    assert np.allclose(nodes.var[leaves], C * f.cell_variance)
+
+
+def test_swamped_nodes_fall_back_to_the_parent_and_clear_ones_shrink_toward_it():
+    parent, depth = np.array([-1, 0, 0]), np.array([0, 1, 1])
+    y = np.array([[700.0, 300.0], [690.0, 10.0], [10.0, 290.0]])
+    prior = np.array([0.5, 0.5])
+    exact = node_distributions(y, np.zeros(3), parent, depth, prior)
+    assert exact[1, 0] > 0.97 and exact[2, 1] > 0.95  # no noise: almost the counts themselves
+    noisy = node_distributions(y, np.array([0.0, 1e6, 1e6]), parent, depth, prior)  # sd 1000 > totals
+    assert np.allclose(noisy[1:], exact[0])
+    mid = node_distributions(y, np.array([0.0, 2e4, 2e4]), parent, depth, prior)  # sd 141: shrunk
+    assert exact[0, 0] < mid[1, 0] < exact[1, 0]
+
+
+# -- post-processing only -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mechanism", ["geometric", "laplace", pytest.param("kanon", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("vote", ["proba", "majority"])
+def test_estimation_changes_no_released_number(mechanism, vote, monkeypatch):
+    import streamdp.forest as forest_module
+
+    monkeypatch.setattr(forest_module.time, "time", lambda: 1.0)  # the blob's "created" stamp
+    ds = skewed(3000, seed=2)
+    kw = dict(k=10, beta=0.5, epsilon=8.0) if mechanism == "kanon" else dict(epsilon=1.0)
+    f = PrivateForest.create(ds.schema, n_trees=4, height=3, mechanism=mechanism, vote=vote, seed=3, **kw)
+    f.fit(ds.X, ds.y)
+    counts, blob = f.counts.copy(), f.to_bytes()
+    for est in ("shrink", "leaf", "shrink"):
+        f.estimator = est
+        f.predict_proba(ds.X[:100])
+        f.leaf_proba()
+    assert np.array_equal(f.counts, counts) and f.counts.dtype == counts.dtype
+    assert f.to_bytes() == blob
+
+
+def test_leaf_proba_is_what_each_tree_votes_with():
+    ds = skewed(4000, seed=5)
+    f = PrivateForest.create(ds.schema, n_trees=3, height=3, epsilon=1.0, seed=2, vote="majority").fit(ds.X, ds.y)
+    table = f.leaf_proba()
+    assert table.shape == f.shape
+    assert np.allclose(table.sum(axis=2)[f._real_cells()[:, :, 0]], 1.0)
+    leaves = f.apply(ds.X[:50])
+    votes = table[np.arange(3)[None, :], leaves].argmax(axis=2)
+    expected = np.stack([np.bincount(v, minlength=4) for v in votes]) / 3
+    assert np.allclose(f.predict_proba(ds.X[:50]), expected)
+
+
+def test_kanon_tree_with_every_cell_pruned_predicts_what_survives_never_the_first_class():
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y"]}],
+                          "label": {"name": "c", "values": ["c0", "c1", "c2"]}})
+    fs = ForestStructure.draw(s, n_trees=2, height=1, seed=0)
+    counts = np.array([[[0, 0, 0], [0, 0, 0]], [[0, 0, 40], [0, 12, 30]]], dtype=np.int64)
+    for vote in ("proba", "majority"):
+        f = PrivateForest(s, fs, epsilon=8.0, mechanism="kanon", k=10, beta=0.5, vote=vote, counts=counts.copy())
+        assert list(f.predict([["x"], ["y"]])) == ["c2", "c2"]
+        g = PrivateForest(s, fs, epsilon=8.0, mechanism="kanon", k=10, beta=0.5, vote=vote,
+                          counts=np.zeros_like(counts))
+        assert g.predict_proba([["x"]]).shape == (1, 3)  # nothing survives at all: uniform, still a distribution
+
+
+# -- the floor at the prior ----------------------------------------------------------------------------
+
+
+def _merged_nursery():
+    ds = load("nursery")
+    y = np.array(["priority" if v in ("recommend", "very_recom") else v for v in ds.y], dtype=object)
+    d = ds.schema.to_dict()
+    d["label"]["values"] = ["not_recom", "priority", "spec_prior"]
+    schema = Schema.from_dict(d)
+    enc = schema.encode(ds.X, y)
+    return schema, enc.X, enc.y
+
+
+def _data(name):
+    if name == "skewed":
+        ds = skewed(6000, seed=11)
+        enc = ds.schema.encode(ds.X, ds.y)
+        return ds.schema, enc.X, enc.y
+    if name == "nursery":
+        return _merged_nursery()
+    ds = load(name)
+    enc = ds.schema.encode(ds.X, ds.y)
+    return ds.schema, enc.X, enc.y
+
+
+def _prior_identifiable(f: PrivateForest, y_train: np.ndarray) -> bool:
+    """Whether the leaf-sum prior can separate the top two classes (z >= 3): below that no
+    post-processing of leaf counts can find the majority class (see the report, issue 13)."""
+    n = np.sort(np.bincount(y_train, minlength=f.schema.n_classes))[::-1].astype(float)
+    T, L = f.n_trees, float(f.structure.n_leaves.mean())
+    gap = (T if f.budget == "split" else 1) * (n[0] - n[1])
+    return gap >= 3 * math.sqrt(2 * T * L * f.cell_variance)
+
+
+def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=("proba", "majority"), n_trees=10):
+    schema, X, y = _data(name)
+    # keep the run time modest: heights whose trees could exceed 20,000 leaves are left out (Votes above 14)
+    heights = [h for h in heights if max_possible_leaves(schema, h) <= 20_000]
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(len(y))
+    te, tr = perm[: len(y) // 3], perm[len(y) // 3:]
+    majority = np.bincount(y[te]).max() / len(te)
+    failures, checked, skipped = [], 0, 0
+    for h in heights:
+        for eps in eps_list:
+            for budget in budgets:
+                f = PrivateForest.create(schema, n_trees=n_trees, height=h, epsilon=eps, budget=budget, seed=h)
+                f.merge(f.noisy_delta_encoded(X[tr], y[tr]))
+                if not _prior_identifiable(f, y[tr]):
+                    skipped += 1
+                    continue
+                leaves = f.structure.apply(X[te], schema.is_categorical)
+                for vote in votes:
+                    f.vote = vote
+                    acc = (f._proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean()
+                    checked += 1
+                    if acc < majority - 0.01:
+                        failures.append((h, eps, budget, vote, round(float(acc), 3)))
+    assert checked > 0
+    assert not failures, f"{name}: below the majority share {majority:.3f} - 0.01 at {failures}"
+    return checked, skipped
+
+
+def test_floor_at_the_prior_skewed_fast():
+    checked, _ = _floor_check("skewed", heights=(2, 4, 6), eps_list=(0.5, 2.0), budgets=("split",))
+    assert checked >= 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["skewed", "nursery", "congressional-voting", pytest.param("tic-tac-toe", marks=pytest.mark.xfail(
+    reason="638 training records: with the disjoint budget (~64 per tree) height 4 at eps 1 fell to 0.62-0.64 "
+           "(majority 0.665) in one full-suite run; the floor is not guaranteed there (issue 13, report)", strict=False))])
+def test_floor_at_the_prior_every_height(name, shared_datasets):
+    schema = _data(name)[0]
+    _floor_check(name, heights=range(1, schema.n_attributes + 1), eps_list=(0.1, 0.5, 1.0, 2.0))
+
+
+# -- the learners -------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_hanisch_and_dpea_stay_above_the_prior_on_skewed_data():
+    ds = skewed(6000, seed=7)
+    perm = np.random.default_rng(1).permutation(6000)
+    te, tr = perm[:2000], perm[2000:]
+    majority = float(np.mean(ds.y[te] == "c0"))
+    for make in (lambda: HanischForest(ds.schema, epsilon=1.0, max_depth=5, n_trees=10),
+                 lambda: DPEA(ds.schema, max_depth=5, embed_depth=2, epsilon=1.0)):
+        for _ in range(3):
+            m = make().fit(ds.X[tr], ds.y[tr])
+            assert m.score(ds.X[te], ds.y[te]) >= majority - 0.01
+
+
+def test_learners_leaf_estimator_is_the_rule_before():
+    ds = skewed(1500, seed=8)
+    m = HanischForest(ds.schema, epsilon=1.0, max_depth=2, n_trees=3, seed=1).fit(ds.X, ds.y)
+    m.estimator = "leaf"
+    before = m.predict_proba(ds.X[:20])
+    Xe = ds.schema.encode(ds.X[:20]).X
+    votes = sum(np.eye(4)[t.leaf_distributions()[t.apply(Xe)].argmax(axis=1)] for t in m.trees_)
+    assert np.allclose(before, votes / 3)
+    m.estimator = "shrink"
+    assert m.predict_proba(ds.X[:20]).shape == (20, 4)
+    assert m.cell_variance() == pytest.approx(estimation.cell_variance("geometric", 1.0 / 3))

@@ -210,7 +210,7 @@ def main(argv=None) -> int:
     r = redis.Redis.from_url(url)
     redis_version = r.info("server")["redis_version"]
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    create_model(url, name, SCHEMA, n_trees=10, height=8, epsilon=1.0)
+    create_model(url, name, SCHEMA, n_trees=10, height=8, epsilon=1.0, release="batch")  # per-batch commits
     keys = Keys(name)
     rng = np.random.default_rng(0)
     res: dict = {"machine": machine(), "redis": redis_version, "load_before": load_before,

@@ -240,8 +240,21 @@ class PrivateForest:
         enc = self.schema.encode(X, y)
         return self._noisy_delta_valid(enc.X, enc.y)  # codes from Schema.encode are valid by construction
 
-    def noisy_delta_encoded(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """:meth:`noisy_delta` for records already encoded by :meth:`Schema.encode`."""
+    def noisy_delta_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
+        """:meth:`noisy_delta` for records already encoded by :meth:`Schema.encode`.
+
+        ``rng``: the noise source of this one release (default: the forest's own secure
+        generator); the stream service passes a keyed one (:meth:`SecureRandom.from_key`).
+        """
+        return self._noise(self.tally_encoded(X, y, rng), rng)
+
+    def tally_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
+        """The EXACT (secret) counts of an encoded batch: never publish them, noise them once.
+
+        Includes the mechanism's own sampling, drawn from ``rng``: the disjoint budget's
+        tree per record and k-anonymity's beta-sampling. The window release policy adds
+        these into a worker-only accumulator and noises the window (:mod:`streamdp.continual`).
+        """
         X = np.asarray(X)
         y = np.asarray(y)
         if X.dtype.kind not in "iuf":
@@ -262,29 +275,33 @@ class PrivateForest:
             cat = self.schema.is_categorical
             if np.any(lo[cat] < 0) or np.any(hi[cat] >= self.schema.arities[cat]):
                 raise ValueError("encoded categorical codes must lie in 0..arity-1 for each attribute")
-        return self._noisy_delta_valid(X, y)
+        return self._tally_valid(X, y, rng)
 
     def _noisy_delta_valid(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return self._noise(self._tally_valid(X, y))
+
+    def _tally_valid(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
+        rng = rng or self._rng
         leaves = self.structure.apply(X, self.schema.is_categorical)
         n = leaves.shape[0]
         mask = None
         if self.budget == "disjoint":
-            mask = self._rng.integers(self.n_trees, n)[:, None] == np.arange(self.n_trees)[None, :]
+            mask = rng.integers(self.n_trees, n)[:, None] == np.arange(self.n_trees)[None, :]
         if self.mechanism == "kanon":
-            keep = self._rng.uniform((n, self.n_trees)) <= self.beta
+            keep = rng.uniform((n, self.n_trees)) <= self.beta
             mask = keep if mask is None else mask & keep
-        counts = tally(leaves, y.astype(np.int64), self.shape, mask)
-        return self._noise(counts)
+        return tally(leaves, y.astype(np.int64), self.shape, mask)
 
-    def _noise(self, counts: np.ndarray) -> np.ndarray:
-        real = self._real_cells()
+    def _noise(self, counts: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
+        rng = rng or self._rng
+        real = self.real_cells
         if self.mechanism == "kanon":
             counts[counts < self.k] = 0
             return counts
         if self.mechanism == "geometric":
-            noise = geometric_noise(counts.shape, self.epsilon_per_tree, self._rng)
+            noise = geometric_noise(counts.shape, self.epsilon_per_tree, rng)
         else:
-            noise = laplace_noise(counts.shape, self.epsilon_per_tree, self._rng)
+            noise = laplace_noise(counts.shape, self.epsilon_per_tree, rng)
             counts = counts.astype(np.float64)
         noise[~real] = 0
         return counts + noise
@@ -293,7 +310,9 @@ class PrivateForest:
         """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""
         return any(a[t, n:].any() for t, n in enumerate(self.structure.n_leaves.tolist()))
 
-    def _real_cells(self) -> np.ndarray:
+    @property
+    def real_cells(self) -> np.ndarray:
+        """Boolean mask of the cells that exist (a tree's leaves; padding past its last leaf is not)."""
         return (np.arange(self.structure.max_leaves)[None, :] < self.structure.n_leaves[:, None])[:, :, None].repeat(
             self.schema.n_classes, axis=2
         )

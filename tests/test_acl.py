@@ -73,7 +73,7 @@ def model(acl, votes, unique_name):
     """A model created by admin (eps=inf: the released counts are the exact tally)."""
     from streamdp.service.registry import create_model
 
-    create_model(acl.url("admin"), unique_name, votes.schema, n_trees=3, height=4, epsilon=math.inf, seed=1)
+    create_model(acl.url("admin"), unique_name, votes.schema, n_trees=3, height=4, epsilon=math.inf, seed=1, release="batch")
     return unique_name
 
 
@@ -272,6 +272,31 @@ def test_producer_xadd_arguments_are_a_trust_boundary_detected_by_stats(acl, mod
     assert collect(acl.url("worker"), model)["stream_ids_blocked"] == 0
 
 
+def test_window_accumulators_and_tree_state_are_worker_only(acl, model):
+    """The release windows' secret state (exact window tallies, tree node sums, stored noise) is never readable
+    by the consumer or the producer user, and the worker user can read and write it (issue 13 section 4)."""
+    from streamdp.service.keys import Keys
+
+    k = Keys(model)
+    a = acl.client("admin")
+    a.hset(k.acc(1), mapping={"0": 5, "7": 2})
+    a.set(k.tree, b"tree state with exact node sums")
+    a.set(k.window_delta(1), b"noised window")
+    a.set(k.node("0:1:0"), b"noised node")
+    secret = [k.acc(1), k.tree, k.window_delta(1), k.node("0:1:0")]
+    for user in ("consumer", "producer"):
+        c = acl.client(user)
+        _denied(c.hgetall, k.acc(1))
+        _denied(c.hget, k.acc(1), "0")
+        for key in secret[1:]:
+            _denied(c.get, key)
+        _denied(c.hset, k.acc(1), "0", 999)
+        _denied(c.eval, "return redis.call('HGETALL', KEYS[1])", 1, k.acc(1))
+    w = acl.client("worker")
+    assert w.hgetall(k.acc(1)) == {b"0": b"5", b"7": b"2"} and w.get(k.tree).startswith(b"tree")
+    assert w.hincrby(k.acc(1), "0", 1) == 6
+
+
 # -- worker ------------------------------------------------------------------------
 def test_worker_is_confined_to_model_keys(acl, model):
     w = acl.client("worker")
@@ -432,7 +457,7 @@ def test_cli_under_acl_users(acl, votes, unique_name, tmp_path, capsys):
         ",".join(list(map(str, row)) + [str(lab)]) for row, lab in zip(votes.X[:120], votes.y[:120])) + "\n")
     name = unique_name
     rc, _, err = _cli(acl.url("admin"), "model", "create", name, "--schema", str(schema), "--trees", "3",
-                      "--height", "4", "--epsilon", "1", capsys=capsys)
+                      "--height", "4", "--epsilon", "1", "--release", "batch", capsys=capsys)
     assert rc == 0, err
     rc, _, err = _cli(acl.url("producer"), "push", name, str(csv), "--label", "party", "--batch-size", "40",
                       capsys=capsys)
@@ -495,7 +520,7 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
-        create_model(url("admin"), unique_name, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1)
+        create_model(url("admin"), unique_name, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch")
         with Producer(url("producer"), unique_name) as p:
             p.push(votes.X[:10], votes.y[:10])
         with Consumer(url("consumer"), unique_name) as c:
@@ -521,7 +546,7 @@ def test_per_model_worker_user_from_the_shipped_line(acl, model, votes, unique_n
     admin.execute_command("ACL", "SETUSER", "worker-one", *rules)
     try:
         other = unique_name + "-other"
-        create_model(acl.url("admin"), other, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1)
+        create_model(acl.url("admin"), other, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch")
         hp = acl.hostport
         url = f"redis://worker-one:one-model-pw@{hp}/0"
         w = redis.Redis.from_url(url)

@@ -58,6 +58,7 @@ from streamdp.service.registry import create_model, delete_model, load_spec
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit")
+CLOSE_POINTS = ("close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit")
 KILLS_TARGET = 100
 MIN_BATCHES = 300
 BATCH = 20           # records per batch
@@ -75,14 +76,15 @@ def _wait(cond, timeout: float, what: str) -> None:
 
 
 # -- the child: a real Worker with fault points set in its environment --------------------
-def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: str, until_drained: bool) -> None:
+def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: str, until_drained: bool,
+                  points: tuple = POINTS) -> None:
     from streamdp.service.stream_worker import Worker
 
     if p_kill > 0:
         # a stall past the claim idle time before a commit: another worker reclaims the entries while this one
         # still holds their deltas; its commit must then be rejected (not-owner / not-pending)
         os.environ["STREAMDP_FAULT_POINTS"] = ",".join(
-            [f"{pt}:{p_kill}" for pt in POINTS] + [f"before_commit:{p_kill / 2}:stall={3 * CLAIM_IDLE_MS / 1000}"])
+            [f"{pt}:{p_kill}" for pt in points] + [f"before_commit:{p_kill / 2}:stall={3 * CLAIM_IDLE_MS / 1000}"])
         os.environ["STREAMDP_FAULT_LOG"] = log_path
     else:
         os.environ.pop("STREAMDP_FAULT_POINTS", None)
@@ -93,8 +95,8 @@ def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: 
 
 
 class Fleet:
-    def __init__(self, url: str, model: str, log_path: str):
-        self.url, self.model, self.log_path = url, model, log_path
+    def __init__(self, url: str, model: str, log_path: str, points: tuple = POINTS):
+        self.url, self.model, self.log_path, self.points = url, model, log_path, points
         self.ctx = mp.get_context("fork")  # everything is imported already: restarts take milliseconds
         self.procs: list[mp.Process] = []
         self.names: dict[int, str] = {}
@@ -108,7 +110,8 @@ class Fleet:
             self.restarts_same_name += 1
         name = name or f"w-{uuid.uuid4().hex[:8]}"
         p = self.ctx.Process(target=_worker_child,
-                             args=(self.url, self.model, name, p_kill, self.log_path, until_drained), daemon=True)
+                             args=(self.url, self.model, name, p_kill, self.log_path, until_drained, self.points),
+                             daemon=True)
         p.start()
         self.names[p.pid] = name
         self.procs.append(p)
@@ -156,7 +159,7 @@ def _push_round(prod: Producer, rng: np.random.Generator, n_batches: int, batche
 @pytest.mark.parametrize("epsilon", [math.inf, 1.0], ids=["eps_inf", "eps_1"])
 def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon):
     model = unique_name
-    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release="batch")
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     log_path = str(tmp_path / "kills.log")
@@ -290,7 +293,7 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
     server = start_server()
     fleet = Fleet(url, unique_name, str(tmp_path / "kills.log"))
     try:
-        create_model(url, unique_name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=7)
+        create_model(url, unique_name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=7, release="batch")
         keys = Keys(unique_name)
         r = redis.Redis.from_url(url)
         rng = np.random.default_rng()
@@ -334,3 +337,91 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
                 os.kill(p.pid, signal.SIGKILL)
         server.kill()
         server.wait(10)
+
+
+@pytest.mark.parametrize("release,epsilon", [("window", math.inf), ("tree", math.inf), ("window", 1.0)],
+                         ids=["window_eps_inf", "tree_eps_inf", "window_eps_1"])
+def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, release, epsilon):
+    """release=window/tree under SIGKILLs at every add and close point (windows of 0.1 s, so hundreds of
+    closes happen under fire): every entry lands in exactly one window, every due window is released once
+    with one stored noise, and a closer killed at any point is taken over."""
+    model = unique_name
+    every = 0.1
+    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release=release,
+                 release_every=every, levels=12)
+    keys = Keys(model)
+    r = redis.Redis.from_url(redis_url)
+    log_path = str(tmp_path / "kills.log")
+    fleet = Fleet(redis_url, model, log_path, points=POINTS + CLOSE_POINTS)
+    rng = np.random.default_rng()
+    batches: dict[str, np.ndarray] = {}
+    t0 = time.monotonic()
+    try:
+        with Producer(redis_url, model) as prod:
+            for _ in range(WORKERS):
+                fleet.start(p_kill=0.04)
+            while fleet.sigkilled < KILLS_TARGET or len(batches) < MIN_BATCHES:
+                assert time.monotonic() - t0 < 150, f"fault phase too slow: {fleet.sigkilled} kills"
+                g = r.xinfo_groups(keys.records)[0]
+                if (g.get("lag") or 0) + g["pending"] < 15 and len(batches) < 1000:
+                    _push_round(prod, rng, 10, batches, 1)
+                if fleet.rng.random() < 0.03:
+                    fleet.kill_random()
+                for p in fleet.reap():
+                    same = fleet.names[p.pid] if fleet.rng.random() < 0.5 else None
+                    fleet.start(p_kill=0.04, name=same)
+                while len(fleet.alive()) < WORKERS:
+                    fleet.start(p_kill=0.04)
+                time.sleep(0.01)  # bounded polling step of the supervisor loop
+            fleet.kill_all()
+        # clean phase: workers without faults drain the stream and release the windows holding its entries
+        clean = [fleet.start(p_kill=0.0) for _ in range(WORKERS)]
+
+        def drained() -> bool:
+            g = r.xinfo_groups(keys.records)[0]
+            return g["pending"] == 0 and (g.get("lag") or 0) == 0
+
+        _wait(drained, 90, "clean workers to drain the stream")
+        last = int(r.hget(keys.state, "open"))
+        _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
+        released_at = time.time()
+        for p in clean:
+            os.kill(p.pid, signal.SIGTERM)
+        _wait(lambda: not any(p.is_alive() for p in clean), 30, "clean workers to stop")
+        fleet.reap()
+    finally:
+        for p in fleet.alive():
+            os.kill(p.pid, signal.SIGKILL)
+
+    with open(log_path) as f:
+        points = [ln.strip() for ln in f]
+    by_point = {pt: points.count(pt) for pt in POINTS + CLOSE_POINTS}
+    stats = {k.decode(): int(float(v)) for k, v in r.hgetall(keys.stats).items() if not k.endswith(b"_ms")}
+    releases = int(r.hget(keys.state, "releases"))
+    print(f"\nwindow fault injection {release} eps={epsilon}: {len(batches)} batches, {fleet.sigkilled} SIGKILLs "
+          f"{by_point}, {releases} windows released; counters {stats}")
+    assert fleet.sigkilled >= KILLS_TARGET and all(by_point[pt] > 0 for pt in CLOSE_POINTS), by_point
+    # no window skipped or released twice: releases follow the clock (one per window, in order)
+    start = float(r.hget(keys.state, "release_start"))
+    assert releases <= math.floor((released_at - start) / every)
+    assert stats.get("windows_released", 0) == releases
+    assert r.xlen(keys.dead) == 0 and stats.get("lost_trimmed", 0) == 0
+    merged = {m.decode() for m in r.zrange(keys.merged, 0, -1)}
+    assert merged == set(batches)  # every batch in exactly one window (a zset member has one score)
+    forest = Consumer(redis_url, model).latest()
+    assert forest.n_releases == releases and forest.version == releases
+    spec = load_spec(redis_url, model)
+    all_idx = np.concatenate(list(batches.values()))
+    exact = PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx], DS.y[all_idx])
+    if math.isinf(epsilon):
+        np.testing.assert_array_equal(forest.counts, exact)  # nothing lost, nothing counted twice
+    else:  # the published counts are the sum of exactly one stored noised delta per window
+        from streamdp import blob
+        import msgpack
+
+        stored = r.mget([keys.window_delta(w) for w in range(1, releases + 1)])
+        assert all(s is not None for s in stored), "a released window has no stored noise"
+        deltas = [blob.unpack_array(msgpack.unpackb(s, raw=False), "delta", "<i8", ndim=3) for s in stored]
+        np.testing.assert_array_equal(forest.counts, np.sum(deltas, axis=0))
+        assert not np.array_equal(forest.counts, exact)
+    delete_model(redis_url, model)

@@ -213,9 +213,11 @@ def _child(url: str, model: str) -> None:
     os._exit(0)
 
 
-def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name):
+@pytest.mark.parametrize("release", ["batch", "window"])
+def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name, release):
     model = unique_name
-    create_model(redis_url, model, SCHEMA, n_trees=3, height=4, epsilon=math.inf, seed=3)
+    create_model(redis_url, model, SCHEMA, n_trees=3, height=4, epsilon=math.inf, seed=3, release=release,
+                 release_every=0.2)
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     seed = int.from_bytes(os.urandom(4), "little")
@@ -293,9 +295,23 @@ def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name):
     assert len(dead) == n_bad, f"{n_bad} malformed entries but {len(dead)} dead letters"
     assert n_bad >= 10_000
 
+    if release == "window":  # release the window holding the last entries (every window is released, in order)
+        from streamdp.service.stream_worker import Worker
+
+        closer = Worker(redis_url, model, block_ms=10).closer
+        last = int(r.hget(keys.state, "open"))
+        deadline = time.monotonic() + 30
+        while int(r.hget(keys.state, "releases")) < last:
+            assert time.monotonic() < deadline, "the last window was not released"
+            closer.tick()
+            time.sleep(0.02)  # bounded wait for the schedule's next window end
+        assert r.zcard(keys.merged) == len(good_idx) + len(mixed_good)
     forest = Consumer(redis_url, model).latest()
     all_idx = np.concatenate(good_idx + mixed_good)
     exact = load_spec(redis_url, model).noisy_delta(DS.X[all_idx], DS.y[all_idx])
     np.testing.assert_array_equal(forest.counts, exact)
-    assert forest.n_releases == len(good_idx) + len(mixed_good)
+    if release == "batch":
+        assert forest.n_releases == len(good_idx) + len(mixed_good)
+    else:
+        assert forest.n_releases == int(r.hget(keys.state, "releases")) >= last
     delete_model(redis_url, model)

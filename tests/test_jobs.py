@@ -55,7 +55,7 @@ def r(redis_url):
 @pytest.fixture
 def model(r, unique_name):
     """A vote model with all 435 records still in its stream (no stream worker ran), ledger budget 10."""
-    create_model(r, unique_name, VOTES.schema, n_trees=3, height=3, epsilon=1.0, ledger_budget=10.0)
+    create_model(r, unique_name, VOTES.schema, n_trees=3, height=3, epsilon=1.0, ledger_budget=10.0, release="batch")
     with Producer(r, unique_name, batch_size=100) as p:
         p.push(VOTES.X, VOTES.y)
     yield unique_name
@@ -426,7 +426,7 @@ def _xadd(r, name, ms: int | None = None, n: int = 10) -> str:
 def test_idle_stream_is_trimmed_to_its_window_without_new_traffic(r, unique_name):
     """Retention must hold when nothing arrives: an idle worker step trims every trim_idle_s."""
     name = unique_name
-    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0)
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
     try:
         sec, _ = r.time()
         old = _xadd(r, name, int(sec) * 1000 - 100_000)
@@ -447,7 +447,7 @@ def test_idle_stream_is_trimmed_to_its_window_without_new_traffic(r, unique_name
 
 def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
     name = unique_name
-    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0)
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
     try:
         sec, _ = r.time()
         now = int(sec) * 1000

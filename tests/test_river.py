@@ -260,7 +260,7 @@ def test_infer_schema_warns_loudly():
 def test_service_classifier_end_to_end(redis_url, unique_name):
     registry = pytest.importorskip("streamdp.service.registry")
     worker_mod = pytest.importorskip("streamdp.service.stream_worker")
-    registry.create_model(redis_url, unique_name, rs.agrawal_schema(), n_trees=10, epsilon=1.0)
+    registry.create_model(redis_url, unique_name, rs.agrawal_schema(), n_trees=10, epsilon=1.0, release="batch")
     w = worker_mod.Worker(redis_url, unique_name)
     th = threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
     th.start()

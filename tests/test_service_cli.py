@@ -33,7 +33,7 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     u = ["--redis-url", redis_url]
     name = unique_name
     assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "4", "--height", "3",
-                     "--epsilon", "2"]) == 0
+                     "--epsilon", "2", "--release", "batch"]) == 0
     assert main(u + ["model", "create", name, "--schema", SCHEMA, "--epsilon", "2"]) == 2  # exists: clear error
     assert "already exists" in capsys.readouterr().err
     data = tmp_path / "votes.csv"
@@ -45,7 +45,7 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
     assert main(u + ["model", "show", name]) == 0
     out = capsys.readouterr().out
-    assert "batches merged  4" in out and "version" in out
+    assert "releases        4" in out and "release         batch" in out and "version" in out
     blob = tmp_path / "m.sdp"
     assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
     f = PrivateForest.from_bytes(blob.read_bytes())

@@ -37,7 +37,7 @@ def _wait(cond, timeout=30.0, what="condition"):
 
 
 def test_two_worker_processes_merge_every_batch_exactly_once(redis_url, model):
-    create_model(redis_url, model, DS.schema, n_trees=4, height=3, epsilon=math.inf, seed=2)
+    create_model(redis_url, model, DS.schema, n_trees=4, height=3, epsilon=math.inf, seed=2, release="batch")
     p = Producer(redis_url, model, batch_size=7)
     p.push(DS.X, DS.y)  # 63 batches
     p.push(DS.X[:7], DS.y[:7], batch_id=p.last_batch_ids[0])  # a retried XADD of batch 0
@@ -54,7 +54,7 @@ def test_two_worker_processes_merge_every_batch_exactly_once(redis_url, model):
 
 
 def test_consumer_wait_newer_wakes_on_publish(redis_url, model):
-    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
     c = Consumer(redis_url, model)
     assert c.wait_newer(0, timeout=0.2) is None  # nothing new: returns after the timeout
     got = {}
@@ -76,7 +76,7 @@ def test_consumer_wait_newer_wakes_on_publish(redis_url, model):
 
 
 def test_sigterm_stops_a_worker_gracefully(redis_url, model):
-    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
     pool = WorkerPool(model, 1, redis_url, block_ms=100, log_level=30).start()
     Producer(redis_url, model).push(DS.X[:30], DS.y[:30])
     c = Consumer(redis_url, model)
@@ -90,7 +90,7 @@ def test_sigterm_stops_a_worker_gracefully(redis_url, model):
 def test_model_keys_share_one_cluster_slot(redis_url, model):
     from redis.crc import key_slot
 
-    create_model(redis_url, model, DS.schema, n_trees=2, height=2, epsilon=1.0)
+    create_model(redis_url, model, DS.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
     Producer(redis_url, model).push(DS.X[:5], DS.y[:5])
     r = connect(redis_url)
     keys = list(r.scan_iter(match=Keys(model).pattern))
@@ -100,7 +100,7 @@ def test_model_keys_share_one_cluster_slot(redis_url, model):
 def test_entry_with_a_non_utf8_field_name_is_dead_lettered_and_the_worker_goes_on(redis_url, model):
     """Issue 12 item 1: ``XADD stream * "\\xff" x`` (no ``d`` field, a field name that is not UTF-8) used to
     raise UnicodeDecodeError in the worker's decode step and kill every worker that read it."""
-    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4, release="batch")
     keys = Keys(model)
     r = connect(redis_url)
     p = Producer(redis_url, model)

@@ -35,6 +35,7 @@ def r():
 
 
 def _model(r, name="m", epsilon=1.0, **kw):
+    kw.setdefault("release", "batch")  # these tests are about the per-batch commit; windows: test_service_windows.py
     return create_model(r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw)
 
 
@@ -154,7 +155,8 @@ def test_public_keys_hold_no_exact_record_count(r):
         assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
                             "version", "n_releases", "created"}
         assert 100 not in (doc["version"], doc["n_releases"])
-    assert set(r.hkeys(k.pub_model)) == {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id"}
+    assert set(r.hkeys(k.pub_model)) == {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id",
+                                          b"release", b"release_start"}
     f = PrivateForest.from_bytes(r.hget(k.pub_model, "blob"))
     assert r.hget(k.pub_model, "counts") == f.counts.astype("<i8").tobytes()  # the same noisy counts
     assert show_model(r, "m")["batches_merged"] == 1
@@ -406,7 +408,7 @@ def test_consumer_notices_a_recreated_model(r):
     c = Consumer(r, "m")
     first = c.latest()
     delete_model(r, "m")
-    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99, ledger_budget=2.0)
+    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99, ledger_budget=2.0, release="batch")
     again = c.latest()
     assert not np.array_equal(again.structure.feature, first.structure.feature) or \
         not np.array_equal(again.structure.threshold, first.structure.threshold)

@@ -1,6 +1,7 @@
 """``streamdp model``: create, list, show, fetch or delete private models, and set what raw records they retain.
 
     streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
+                          [--release {batch,window,tree}] [--release-every SECONDS] [--levels L]
     streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
     streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
@@ -41,6 +42,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
     c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
+    c.add_argument("--release", choices=("batch", "window", "tree"), default="window",
+                   help="release policy: window (default; exact tallies of --release-every seconds noised once), "
+                        "tree (the same windows through the binary tree mechanism) or batch (each pushed batch "
+                        "noised once, Jagannathan et al.)")
+    c.add_argument("--release-every", type=float, default=1.0, metavar="SECONDS",
+                   help="public release schedule of window/tree (default 1 s)")
+    c.add_argument("--levels", type=int, default=None, metavar="L",
+                   help="tree: levels L (2**L - 1 windows per epoch; default 20)")
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")
     lst.set_defaults(func=list_)
@@ -73,7 +82,8 @@ def create(args: argparse.Namespace) -> int:
     schema = Schema.from_json(args.schema)
     forest = create_model(client(args), args.name, schema, n_trees=args.trees, height=args.height,
                           epsilon=args.epsilon, mechanism=args.mechanism, k=args.k, beta=args.beta, seed=args.seed,
-                          budget=args.budget, vote=args.vote, ledger_budget=args.ledger_budget)
+                          budget=args.budget, vote=args.vote, ledger_budget=args.ledger_budget,
+                          release=args.release, release_every=args.release_every, levels=args.levels)
     print(f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree")
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
@@ -103,6 +113,9 @@ def show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
+    from ..continual import ReleasePolicy
+
+    policy = ReleasePolicy.from_dict(info["release"])
     last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
     if info.get("kind") == "job":
         print(f"batch job model {info['name']}\n"
@@ -116,7 +129,8 @@ def show(args: argparse.Namespace) -> int:
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
           f"  forest          {info['n_trees']} trees, height {info['height']}, {info['max_leaves']} leaves max, "
           f"{info['n_classes']} classes\n"
-          f"  batches merged  {info['batches_merged']}\n"
+          f"  release         {policy}\n"
+          f"  releases        {info['releases']}\n"
           f"  last update     {last}")
     return 0
 

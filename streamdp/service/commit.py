@@ -23,23 +23,20 @@ node, is negligible next to the commit itself; a deployment with hundreds of
 nodes and thousands of models would switch to SPUBLISH on the ``{NAME}``-tagged
 channel (it stays in the model's shard). A lost announcement only delays a
 consumer: :meth:`~streamdp.service.consumer.Consumer.wait_newer` re-reads the version.
+
+The release windows (``release="window"``/``"tree"``) use three more scripts:
+:data:`WINDOW_ADD_LUA` (the same checks, then the exact tallies into the open
+window's accumulator, the batch ids recorded, XACK), :data:`SEAL_LUA` and
+:data:`CLOSE_LUA` (see :mod:`.windows` for the closing protocol).
 """
 
 from __future__ import annotations
 
-__all__ = ["COMMIT_LUA"]
+__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "CLOSE_LUA"]
 
-COMMIT_LUA = r"""
--- Atomic exactly-once commit of k stream entries into a model (design B-k).
--- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
--- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 blob, 6 releases, 7 n_records, 8 now_ms,
---       9 version_ttl_s (0 none), 10 drop_old (0/1), 11 delta_ttl_s, 12 channel, 13 dead_maxlen,
---       14 m, 15 a, 16 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
--- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
--- merged before, and the state version equals ARGV[3].
-local group, me = ARGV[1], ARGV[2]
-local m, a, d = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
-local base = 16
+# Shared by the batch commit and the window add: every entry still pending and owned by the caller, no merging
+# batch id merged before; otherwise return the rejections and write nothing. Needs group, me, m, a, base, merged_key.
+_CHECK_LUA = r"""
 local ids = {}
 for i = 1, m do ids[#ids + 1] = ARGV[base + 2 * i - 1] end
 for i = 1, a do ids[#ids + 1] = ARGV[base + 2 * m + i] end
@@ -53,7 +50,7 @@ for i, id in ipairs(ids) do
   end
 end
 for i = 1, m do
-  if redis.call('ZSCORE', KEYS[4], ARGV[base + 2 * i]) then
+  if redis.call('ZSCORE', merged_key, ARGV[base + 2 * i]) then
     rejected[#rejected + 1] = i; rejected[#rejected + 1] = 'dup-batch'
   end
 end
@@ -61,6 +58,34 @@ if #rejected > 0 then
   table.insert(rejected, 1, 'rejected')
   return rejected
 end
+"""
+
+# Shared tail: append the dead letters, count, XACK every entry. Needs ids, me, m, a, d, base, group, dead_key,
+# stats_key, dead_maxlen, now_ms.
+_DEAD_AND_ACK_LUA = r"""
+local off = base + 2 * m + a
+for i = 1, d do
+  redis.call('XADD', dead_key, 'MAXLEN', '~', dead_maxlen, '*', 'entry', ARGV[off + 3 * i - 2],
+             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', now_ms)
+end
+if d > 0 then redis.call('HINCRBY', stats_key, 'dead_letters', d) end
+if a > 0 then redis.call('HINCRBY', stats_key, 'acked_without_merge', a) end
+if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+"""
+
+COMMIT_LUA = r"""
+-- Atomic exactly-once commit of k stream entries into a model (design B-k).
+-- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
+-- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 blob, 6 releases, 7 n_records, 8 now_ms,
+--       9 version_ttl_s (0 none), 10 drop_old (0/1), 11 delta_ttl_s, 12 channel, 13 dead_maxlen,
+--       14 m, 15 a, 16 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+-- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
+-- merged before, and the state version equals ARGV[3].
+local group, me = ARGV[1], ARGV[2]
+local m, a, d = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
+local base = 16
+local merged_key = KEYS[4]
+""" + _CHECK_LUA + r"""
 local new_version = nil
 if m > 0 then
   local cur = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
@@ -84,17 +109,87 @@ if m > 0 then
   redis.call('HINCRBY', KEYS[5], 'commits', 1)
   redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[8])
 end
-local off = base + 2 * m + a
-for i = 1, d do
-  redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[13], '*', 'entry', ARGV[off + 3 * i - 2],
-             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', ARGV[8])
-end
-if d > 0 then redis.call('HINCRBY', KEYS[5], 'dead_letters', d) end
-if a > 0 then redis.call('HINCRBY', KEYS[5], 'acked_without_merge', a) end
-if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
+local dead_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[5], ARGV[13], ARGV[8]
+""" + _DEAD_AND_ACK_LUA + r"""
 if new_version then
   redis.call('PUBLISH', ARGV[12], new_version)
   return {'ok', new_version}
 end
 return {'ok', -1}
+"""
+
+# -- release="window" and "tree" (docs/service.md, "Release windows") --------------------------------------------
+
+WINDOW_ADD_LUA = r"""
+-- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
+-- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
+-- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d, 10 c,
+--       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
+--       c pairs (flat cell index, count)
+-- Same ownership and dedup checks as the batch commit; 'moved' (with the open window) when a closer sealed
+-- the expected window meanwhile: nothing is written and the caller retries into the new one.
+local group, me = ARGV[1], ARGV[2]
+local m, a, d, c = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local base = 10
+local merged_key = KEYS[3]
+""" + _CHECK_LUA + r"""
+local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
+if m > 0 then
+  if open ~= tonumber(ARGV[3]) then return {'moved', open} end
+  local off = base + 2 * m + a + 3 * d
+  for i = 1, c do
+    redis.call('HINCRBY', KEYS[6], ARGV[off + 2 * i - 1], ARGV[off + 2 * i])
+  end
+  for i = 1, m do redis.call('ZADD', KEYS[3], open, ARGV[base + 2 * i]) end
+  redis.call('HINCRBY', KEYS[4], 'batches_merged', m)
+  redis.call('HINCRBY', KEYS[4], 'records_merged', ARGV[4])
+  redis.call('HINCRBY', KEYS[4], 'commits', 1)
+  redis.call('HSET', KEYS[4], 'last_commit_ms', ARGV[5])
+end
+local dead_key, stats_key, dead_maxlen, now_ms = KEYS[5], KEYS[4], ARGV[6], ARGV[5]
+""" + _DEAD_AND_ACK_LUA + r"""
+return {'ok', open}
+"""
+
+SEAL_LUA = r"""
+-- Seal the open window once the clock says it is over: later adds go to the next one.
+-- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule).
+-- Only one window is sealed and unreleased at a time; returns {open, releases} ({0, -1}: no such model):
+-- window releases+1 is sealed (ready to close) iff open > releases + 1.
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, -1} end  -- the model was deleted: never recreate it
+local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
+local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
+if open == rel + 1 and open <= tonumber(ARGV[1]) then
+  open = open + 1
+  redis.call('HSET', KEYS[1], 'open', open)
+end
+return {open, rel}
+"""
+
+CLOSE_LUA = r"""
+-- Release sealed window w: publish, advance, delete its accumulator, in one step (CAS on releases and version).
+-- KEYS: 1 state, 2 pub_model, 3 stats, 4 pub_v_new, 5 pub_v_drop, 6 acc of w, 7 tree state, 8.. stored noise keys
+-- ARGV: 1 w, 2 counts, 3 blob, 4 now_ms, 5 version_ttl_s (0 none), 6 drop_old (0/1), 7 noise_ttl_s, 8 channel,
+--       9 tree state bytes ('' for release="window"), 10 expected version
+local w = tonumber(ARGV[1])
+local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
+local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
+local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if rel ~= w - 1 or open <= w or v ~= tonumber(ARGV[10]) then return {'conflict', rel} end
+local nv = v + 1
+redis.call('HSET', KEYS[1], 'version', nv, 'counts', ARGV[2], 'releases', w)
+redis.call('HSET', KEYS[2], 'version', nv, 'blob', ARGV[3], 'updated', ARGV[4], 'releases', w, 'counts', ARGV[2])
+if tonumber(ARGV[5]) > 0 then
+  redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[5])
+else
+  redis.call('SET', KEYS[4], ARGV[3])
+end
+if ARGV[6] == '1' then redis.call('DEL', KEYS[5]) end
+redis.call('DEL', KEYS[6])
+if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[9]) end
+for i = 8, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
+redis.call('HINCRBY', KEYS[3], 'windows_released', 1)
+redis.call('HSET', KEYS[3], 'last_release_ms', ARGV[4])
+redis.call('PUBLISH', ARGV[8], nv)
+return {'ok', nv}
 """

@@ -20,13 +20,23 @@ instead). Items are tried in order. The points, in the order a batch meets them:
 ``in_commit``      the commit script ran on the server; the call has not returned
 =================  ==========================================================
 
+Window closing (``release="window"``/``"tree"``, :mod:`.windows`):
+
+=======================  ====================================================
+``close_after_seal``     the window is sealed (adds go to the next), nothing drawn
+``close_after_draw``     its noise drawn, not yet stored (never released)
+``close_after_store``    its noise stored with SET NX, not yet merged
+``close_before_commit``  before the release script
+``close_in_commit``      the release script ran; the call has not returned
+=======================  ====================================================
+
 >>> f = FaultPoints.parse("after_read:0.5,before_commit:0.25:stall=0.4")
 >>> f.items
 [('after_read', 0.5, None), ('before_commit', 0.25, 0.4)]
 >>> FaultPoints.parse("nowhere:0.1")
 Traceback (most recent call last):
 ...
-ValueError: unknown fault point 'nowhere' (known: after_read, after_draw, after_store, before_commit, in_commit)
+ValueError: unknown fault point 'nowhere' (known: after_read, after_draw, after_store, before_commit, in_commit, close_after_seal, close_after_draw, close_after_store, close_before_commit, close_in_commit)
 """
 
 from __future__ import annotations
@@ -39,7 +49,8 @@ from typing import Mapping
 
 __all__ = ["FaultPoints", "POINTS", "ENV", "ENV_LOG"]
 
-POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit")
+POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit",
+          "close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit")
 ENV = "STREAMDP_FAULT_POINTS"
 ENV_LOG = "STREAMDP_FAULT_LOG"
 

@@ -8,6 +8,8 @@ producers (XADD to ``records`` only) and workers.
 >>> k = Keys("votes")
 >>> k.records, k.pub_model, k.delta("b1")
 ('sdp:{votes}:priv:records', 'sdp:{votes}:pub:model', 'sdp:{votes}:priv:delta:b1')
+>>> k.acc(3), k.window_delta(3), k.node("0:1:2")
+('sdp:{votes}:priv:acc:3', 'sdp:{votes}:priv:wdelta:3', 'sdp:{votes}:priv:node:0:1:2')
 
 A batch job's model lives in its own key space, ``sdp:{job:NAME}:pub:*``,
 registered in ``sdp:job-results`` (not ``sdp:registry``): the ``jobworker``
@@ -58,6 +60,7 @@ class Keys:
         self.merged = f"{self.prefix}:priv:merged"
         self.dead = f"{self.prefix}:priv:dead"
         self.stats = f"{self.prefix}:priv:stats"
+        self.tree = f"{self.prefix}:priv:tree"  # release="tree": TreeState bytes (holds SECRET exact node sums)
         self.pattern = f"{self.prefix}:*"
 
     def pub_version(self, version: int) -> str:
@@ -65,6 +68,18 @@ class Keys:
 
     def delta(self, batch_id: str) -> str:
         return f"{self.prefix}:priv:delta:{batch_id}"
+
+    def acc(self, window: int) -> str:
+        """The SECRET exact accumulator of a window (hash: flat cell index -> count); workers only."""
+        return f"{self.prefix}:priv:acc:{int(window)}"
+
+    def window_delta(self, window: int) -> str:
+        """A closed window's noised delta, stored (SET NX) before it is merged."""
+        return f"{self.prefix}:priv:wdelta:{int(window)}"
+
+    def node(self, node_key: str) -> str:
+        """A tree node's noised sum (``epoch:level:index``), stored (SET NX) before it is used."""
+        return f"{self.prefix}:priv:node:{node_key}"
 
     def __repr__(self) -> str:
         return f"Keys({self.name!r}, job=True)" if self.job else f"Keys({self.name!r})"

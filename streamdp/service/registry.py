@@ -25,6 +25,7 @@ from typing import Any
 
 import redis
 
+from ..continual import DEFAULT_LEVELS, ReleasePolicy
 from ..forest import PrivateForest
 from ..schema import Schema
 from .connection import connect
@@ -32,7 +33,7 @@ from .keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from .ledger_store import RedisLedger
 from .published import published_fields
 
-__all__ = ["create_model", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
+__all__ = ["create_model", "load_policy", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
            "published_keys", "ModelNotFound", "ModelExists"]
 
 
@@ -44,7 +45,7 @@ class ModelExists(ValueError):
     pass
 
 
-def _summary(forest: PrivateForest, name: str) -> dict:
+def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float) -> dict:
     return {
         "name": name,
         "n_trees": forest.n_trees,
@@ -59,7 +60,9 @@ def _summary(forest: PrivateForest, name: str) -> dict:
         "beta": forest.beta,
         "budget": forest.budget,
         "private": forest.private,
-        "created": time.time(),
+        "created": start,
+        "release": policy.to_dict(),
+        "release_start": start,
     }
 
 
@@ -79,6 +82,10 @@ def create_model(
     budget: str = "split",
     exist_ok: bool = False,
     ledger_budget: float | None = None,
+    release: str = "window",
+    release_every: float = 1.0,
+    levels: int | None = None,
+    estimator: str = "honaker",
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -90,10 +97,20 @@ def create_model(
     no model behind. A non-private model (``epsilon=inf``) is not charged,
     but it is refused over a source that has a budget.
 
+    ``release`` is the release policy (:class:`~streamdp.continual.ReleasePolicy`):
+    ``"window"`` (default: the exact tallies of ``release_every`` seconds are noised
+    once and released together, empty windows too, on a public schedule from the
+    model's creation time), ``"tree"`` (the same windows through the binary tree
+    mechanism, ``levels`` levels) or ``"batch"`` (each pushed batch noised once,
+    Jagannathan et al.). The policy is public and fixed for the model's life.
+
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
     r = connect(r)
     keys = Keys(name)
+    policy = ReleasePolicy(release, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
+    policy.check_mechanism(mechanism)
+    start = time.time()
     forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
                                   k=k, beta=beta, seed=seed, vote=vote, budget=budget)
     if ledger_budget is not None and (isinstance(ledger_budget, bool) or not isinstance(ledger_budget, (int, float))
@@ -101,7 +118,7 @@ def create_model(
         raise ValueError(f"ledger_budget must be a finite number > 0, got {ledger_budget!r}")
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name))):
+    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start))):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
@@ -119,8 +136,10 @@ def create_model(
     now = int(time.time() * 1000)
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)
-    p.hset(keys.state, mapping={"version": 0, "counts": pub["counts"], "releases": 0})
-    p.hset(keys.pub_model, mapping={**pub, "updated": now, "model_id": model_id})
+    p.hset(keys.state, mapping={"version": 0, "counts": pub["counts"], "releases": 0, "open": 1,
+                                "release": json.dumps(policy.to_dict()), "release_start": repr(start)})
+    p.hset(keys.pub_model, mapping={**pub, "updated": now, "model_id": model_id,
+                                    "release": json.dumps(policy.to_dict()), "release_start": repr(start)})
     p.set(keys.pub_version(0), spec)
     p.execute()
     try:
@@ -170,6 +189,18 @@ def published_keys(r: Any, name: str) -> Keys:
     return keys
 
 
+def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
+    """The release policy of model ``name`` and its schedule's start (epoch seconds), from the worker-only state.
+
+    A model created before release policies existed releases per batch.
+    """
+    r = connect(r)
+    raw, start = r.hmget(Keys(name).state, "release", "release_start")
+    if raw is None:
+        return ReleasePolicy("batch"), 0.0
+    return ReleasePolicy.from_dict(json.loads(raw)), float(start)
+
+
 def list_models(r: Any) -> dict[str, dict]:
     """The stream models' public summaries (``sdp:registry``)."""
     return _read_registry(connect(r), REGISTRY)
@@ -203,8 +234,10 @@ def show_model(r: Any, name: str) -> dict:
     info = json.loads(raw)
     version, updated, releases = r.hmget(keys.pub_model, "version", "updated", "releases")
     info["version"] = int(version or 0)
-    info["batches_merged"] = int(releases or 0)
+    info["batches_merged"] = int(releases or 0)  # kept for old readers: releases (batches or windows)
+    info["releases"] = int(releases or 0)
     info["last_update"] = int(updated) / 1000 if updated else None
+    info.setdefault("release", ReleasePolicy("batch").to_dict())
     return info
 
 

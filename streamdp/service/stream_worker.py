@@ -18,6 +18,14 @@ One loop step:
    arrives, the stream is trimmed with ``MINID`` to the model's retention
    window, no further than the oldest pending entry (never past an unacked entry).
 
+With ``release="window"`` or ``"tree"`` (the default is window; :mod:`.windows`), step 4
+draws no noise: the entries' EXACT tallies are added into the open window's worker-only
+accumulator by one atomic script that also records the batch ids and XACKs
+(:data:`.commit.WINDOW_ADD_LUA`), and each step first releases the windows due on the
+public schedule (seal, noise once, release: any worker, lock-free). Noise is keyed by
+``$STREAMDP_NOISE_KEY_FILE`` when set, and a rolled-back model is refused
+(:mod:`.rollback`).
+
 Steps 1-2 are the consumer-group loop shared with the job worker
 (:mod:`.group`). Counters live in ``priv:stats`` (see :mod:`.stats`); logs are
 JSON lines on the ``streamdp.worker`` logger. Test-only fault points:
@@ -27,6 +35,7 @@ JSON lines on the ``streamdp.worker`` logger. Test-only fault points:
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -38,14 +47,16 @@ import redis
 
 from .. import blob
 from . import codec
-from .commit import COMMIT_LUA
+from .commit import COMMIT_LUA, WINDOW_ADD_LUA
 from .connection import connect
 from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
 from .published import counts_dtype, counts_from_bytes, counts_to_bytes
-from .registry import load_spec
+from .registry import load_policy, load_spec
 from .retention import policy_minid, trim_minid
+from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
+from .windows import WindowCloser, sparse_cells
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -67,6 +78,8 @@ class WorkerConfig:
     trim_idle_s: float = 60.0      # an idle stream is trimmed this often (retention holds without traffic)
     max_commit_retries: int = 1000
     forget_consumers_s: float = 3600.0  # drop group consumers idle this long with nothing pending (0: never)
+    noise_key_file: str | None = None  # master noise key (default $STREAMDP_NOISE_KEY_FILE): rollback-proof noise
+    state_dir: str | None = None       # rollback guard's directory (default $STREAMDP_STATE_DIR)
 
 
 def _jlog(level: int, event: str, **kv: Any) -> None:
@@ -80,6 +93,17 @@ class _Entry(Entry):
         super().__init__(id, fields, deliveries)
         self.batch: codec.Batch | None = None
         self.dead: tuple[str, bytes] | None = None
+
+
+def _entry_args(merging: list[_Entry], ack_only: list[_Entry], dead: list[tuple[str, str, bytes]]) -> list:
+    """The commit scripts' entry arguments: (entry id, batch id) pairs, ack-only ids, dead-letter triples."""
+    args: list[Any] = []
+    for e in merging:
+        args += [e.id, e.batch.batch_id]
+    args += [e.id for e in ack_only]
+    for d in dead:
+        args += list(d)
+    return args
 
 
 def _no_fault(point: str) -> None:
@@ -127,17 +151,33 @@ class Worker(GroupLoop):
         self._last_trim = time.monotonic()
         self._dtype = np.float64 if self.spec.mechanism == "laplace" else np.int64
         self.reader.create()
+        self.policy, start = load_policy(self.redis, model)
+        model_id = as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
+        self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id)
+        self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
+        self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
+        self._open: int | None = None
+        self._add = self.redis.register_script(WINDOW_ADD_LUA)
+        self.closer = None if self.policy.kind == "batch" else WindowCloser(
+            self.redis, self.keys, self.spec, self.policy, start, noise=self.noise, guard=self.guard,
+            fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=cfg.keep_versions,
+            noise_ttl_s=cfg.delta_ttl_s)
 
     # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
     def _log_context(self) -> dict:
         return {"model": self.model}
 
     def _on_start(self) -> None:
-        _jlog(logging.INFO, "worker.start", model=self.model, consumer=self.name, config=asdict(self.config))
+        _jlog(logging.INFO, "worker.start", model=self.model, consumer=self.name, config=asdict(self.config),
+              release=self.policy.to_dict(), keyed_noise=self.noise.keyed, rollback_guard=self.guard.path is not None)
+        if not self.noise.keyed:
+            _jlog(logging.WARNING, "worker.unkeyed_noise", model=self.model,
+                  hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)")
 
     def _on_disconnect(self) -> None:
         self.reader.reset()
         self._state_version = None
+        self._open = None
 
     def _on_stop(self) -> None:
         self.reader.leave()  # nothing in hand: leave the group cleanly
@@ -149,7 +189,13 @@ class Worker(GroupLoop):
 
     # -- one step ------------------------------------------------------------
     def step(self, block_ms: int | None = None) -> int:
-        """Read, process and commit up to ``batch_entries`` entries; returns how many were handled."""
+        """Release due windows, then read, process and commit up to ``batch_entries`` entries; returns how many
+        entries were handled."""
+        if self.closer is not None:
+            now = self.closer.now()
+            self.closer.tick(now)
+            wait_ms = int(self.closer.seconds_to_next(now) * 1000) + 1
+            block_ms = min(self.config.block_ms if block_ms is None else block_ms, wait_ms)
         entries = [_Entry(e.id, e.fields, e.deliveries) for e in self.reader.read(self.config.batch_entries, block_ms)]
         if not entries:
             if time.monotonic() - self._last_trim >= self.config.trim_idle_s:
@@ -184,7 +230,8 @@ class Worker(GroupLoop):
         key = self.keys.delta(batch.batch_id)
         stored = self.redis.get(key)
         if stored is None:
-            delta = self.spec.noisy_delta_encoded(batch.X, batch.y)
+            rng = self.noise.rng("batch", batch.batch_id, batch.X, batch.y)
+            delta = self.spec.noisy_delta_encoded(batch.X, batch.y, rng)
             self._fault("after_draw")
             packed = msgpack.packb(blob.pack_array(delta.astype(self._dtype)), use_bin_type=True)
             if self.redis.set(key, packed, nx=True):
@@ -215,6 +262,9 @@ class Worker(GroupLoop):
             for bid, score in zip(list(merge), p.execute()):
                 if score is not None:
                     ack_only.append(merge.pop(bid))
+        if self.closer is not None:
+            self._add_entries(merge, ack_only)
+            return
         deltas: dict[str, np.ndarray] = {}
         for bid, e in list(merge.items()):
             try:
@@ -253,6 +303,7 @@ class Worker(GroupLoop):
                 v = self.redis.hget(self.keys.state, "version")
                 v = int(v or 0)
                 if v != self._state_version or self._counts is None:
+                    self.guard.check(v)
                     _, c, rel = self.redis.hmget(self.keys.state, "version", "counts", "releases")
                     self._counts = counts_from_bytes(c, self.spec) if c else np.zeros(self.spec.shape, self._dtype)
                     self._releases = int(rel or 0)
@@ -273,11 +324,7 @@ class Worker(GroupLoop):
             args: list[Any] = [GROUP, self.name, new_version - 1, counts_b, blob_b, releases, n_records,
                                int(time.time() * 1000), cfg.version_ttl_s, 1 if drop else 0, cfg.delta_ttl_s,
                                self.keys.pub_events, cfg.dead_maxlen, m, len(ack_only), len(dead)]
-            for e in m_entries:
-                args += [e.id, e.batch.batch_id]
-            args += [e.id for e in ack_only]
-            for d in dead:
-                args += list(d)
+            args += _entry_args(m_entries, ack_only, dead)
             self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
             self._fault("in_commit")
@@ -285,6 +332,7 @@ class Worker(GroupLoop):
             if status == "ok":
                 if m:
                     self._state_version, self._counts, self._releases = new_version, new_counts, releases
+                    self.guard.record(new_version)
                     self._commits_since_trim += 1
                     _jlog(logging.DEBUG, "worker.commit", model=self.model, version=new_version, batches=m,
                           acked=len(ack_only), dead=len(dead), retries=retries)
@@ -300,20 +348,7 @@ class Worker(GroupLoop):
                 self._state_version = None
                 self.redis.hincrby(self.keys.stats, "commit_retries", 1)
             elif status == "rejected":
-                self.redis.hincrby(self.keys.stats, "commit_rejections", 1)
-                flat = res[1:]
-                for i in range(0, len(flat), 2):
-                    idx, reason = int(flat[i]) - 1, as_str(flat[i + 1])
-                    e = ids_all[idx]
-                    if reason == "dup-batch" and idx < m:
-                        merge.pop(e.batch.batch_id, None)
-                        ack_only.append(e)
-                    else:  # not ours any more (reclaimed by another worker, or acked): forget it
-                        if idx < m:
-                            merge.pop(e.batch.batch_id, None)
-                        elif e in ack_only:
-                            ack_only.remove(e)
-                    _jlog(logging.INFO, "worker.rejected", model=self.model, entry=e.id, reason=reason)
+                self._rejected(res, ids_all, m, merge, ack_only)
             else:
                 raise RuntimeError(f"unexpected commit reply {res!r}")
             if retries > cfg.max_commit_retries:
@@ -321,6 +356,82 @@ class Worker(GroupLoop):
                 return  # entries stay pending and are reclaimed later
             if status == "conflict" and retries > 3:
                 time.sleep(min(0.05, 0.001 * retries) * (0.5 + secrets.randbelow(1000) / 1000))
+
+    def _rejected(self, res: Any, ids_all: list[_Entry], m: int, merge: dict[str, _Entry],
+                  ack_only: list[_Entry]) -> None:
+        """Apply a ``rejected`` commit reply: duplicates become ack-only, entries no longer ours are dropped."""
+        self.redis.hincrby(self.keys.stats, "commit_rejections", 1)
+        flat = res[1:]
+        for i in range(0, len(flat), 2):
+            idx, reason = int(flat[i]) - 1, as_str(flat[i + 1])
+            e = ids_all[idx]
+            if reason == "dup-batch" and idx < m:
+                merge.pop(e.batch.batch_id, None)
+                ack_only.append(e)
+            else:  # not ours any more (reclaimed by another worker, or acked): forget it
+                if idx < m:
+                    merge.pop(e.batch.batch_id, None)
+                elif e in ack_only:
+                    ack_only.remove(e)
+            _jlog(logging.INFO, "worker.rejected", model=self.model, entry=e.id, reason=reason)
+
+    def _add_entries(self, merge: dict[str, _Entry], ack_only: list[_Entry]) -> None:
+        """``window``/``tree``: add the entries' EXACT tallies into the open window's accumulator, exactly once.
+
+        One atomic script checks ownership and dedup, adds, records the batch ids and XACKs
+        (:data:`.commit.WINDOW_ADD_LUA`); ``moved`` (a closer sealed the window meanwhile) retries
+        into the new open window. Noise comes when the window closes (:mod:`.windows`).
+        """
+        tallies: dict[str, np.ndarray] = {}
+        for bid, e in list(merge.items()):
+            try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
+                tallies[bid] = self.spec.tally_encoded(e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X,
+                                                                                            e.batch.y))
+            except (ValueError, TypeError) as err:
+                e.dead = (f"batch not tallied: {err}"[:1000], b"")
+                ack_only.append(merge.pop(bid))
+        cfg = self.config
+        retries = 0
+        while True:
+            m_entries = list(merge.values())
+            ids_all = m_entries + ack_only
+            if not ids_all:
+                return
+            dead = self._dead_items(ids_all)
+            m = len(m_entries)
+            cells = sparse_cells(sum(tallies[e.batch.batch_id] for e in m_entries)) if m else []
+            if self._open is None:
+                self._open = int(self.redis.hget(self.keys.state, "open") or 1)
+            args: list[Any] = [GROUP, self.name, self._open, sum(len(e.batch.y) for e in m_entries),
+                               int(time.time() * 1000), cfg.dead_maxlen, m, len(ack_only), len(dead), len(cells) // 2]
+            args += _entry_args(m_entries, ack_only, dead)
+            args += cells
+            keys = [self.keys.records, self.keys.state, self.keys.merged, self.keys.stats, self.keys.dead,
+                    self.keys.acc(self._open)]
+            self._fault("before_commit")
+            res = self._add(keys=keys, args=args)
+            self._fault("in_commit")
+            status = as_str(res[0])
+            if status == "ok":
+                self._open = int(res[1])
+                if dead:
+                    _jlog(logging.WARNING, "worker.dead_letter", model=self.model, n=len(dead),
+                          reasons=[d[1][:200] for d in dead[:5]])
+                self._commits_since_trim += 1 if m else 0
+                if self._commits_since_trim >= cfg.trim_every:
+                    self._commits_since_trim = 0
+                    self.trim()
+                return
+            retries += 1
+            if status == "moved":
+                self._open = int(res[1])
+            elif status == "rejected":
+                self._rejected(res, ids_all, m, merge, ack_only)
+            else:
+                raise RuntimeError(f"unexpected add reply {res!r}")
+            if retries > cfg.max_commit_retries:
+                _jlog(logging.ERROR, "worker.give_up", model=self.model, retries=retries)
+                return  # entries stay pending and are reclaimed later
 
     def trim(self) -> int:
         """XTRIM MINID: never drops an unacked entry, keeps the model's retention window (:mod:`.retention`).

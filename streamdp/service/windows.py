@@ -1,0 +1,202 @@
+"""Release windows in the service: seal, noise once, merge and publish on the public schedule.
+
+For ``release="window"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
+entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash of
+flat cell index -> count, worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
+which records the batch id and XACKs in the same step. The open window is the
+state field ``open``: a public rule (the first window not yet sealed), read inside
+the script, so an entry lands in exactly one window.
+
+Closing window ``w`` is three idempotent steps any worker may run (no lock, no lease):
+
+1. **seal** (:data:`.commit.SEAL_LUA`): once the clock passed ``w``'s end
+   (:func:`~streamdp.continual.windows_due`, ``release_every`` seconds from the
+   model's creation), ``open`` moves from ``w`` to ``w+1`` if nothing is sealed yet;
+   from then on adds go to ``w+1`` and ``priv:acc:<w>`` is frozen;
+2. **noise**: read the state, the frozen accumulator (and the tree state) in one
+   MULTI; draw the window's noisy delta (``window``) or each closing node's noisy
+   sum (``tree``) and store it with ``SET NX`` (``priv:wdelta:<w>``,
+   ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the
+   stored draw, so each release's noise is drawn once;
+3. **merge** (:data:`.commit.CLOSE_LUA`): CAS on ``releases == w-1`` and the version;
+   write counts (and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
+   accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
+
+A closer killed after any step leaves state another worker's next tick resumes from:
+nothing sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice
+(step 2's SET NX), nothing merged twice (step 3's CAS). Windows are released in
+order and every due window is released, empty or not, so the number of releases
+is a function of the clock alone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, Callable
+
+import msgpack
+import numpy as np
+import redis
+
+from .. import blob
+from ..continual import ReleasePolicy, TreeState, noisy_node, window_delta
+from ..forest import PrivateForest
+from .commit import CLOSE_LUA, SEAL_LUA
+from .group import jlog
+from .keys import Keys, as_str
+from .published import counts_dtype, counts_from_bytes, counts_to_bytes
+from .rollback import NoiseSource, RollbackGuard
+
+__all__ = ["WindowCloser", "sparse_cells", "acc_counts"]
+
+log = logging.getLogger("streamdp.worker")
+MAX_CLOSES_PER_TICK = 1000
+
+
+def sparse_cells(counts: np.ndarray) -> list[int]:
+    """Nonzero cells of an exact tally as a flat ``[index, count, ...]`` list (the add script's arguments).
+
+    >>> sparse_cells(np.array([[0, 2], [0, 1]]))
+    [1, 2, 3, 1]
+    """
+    flat = np.asarray(counts).ravel()
+    nz = np.flatnonzero(flat)
+    out = np.empty(2 * len(nz), dtype=np.int64)
+    out[0::2], out[1::2] = nz, flat[nz]
+    return out.tolist()
+
+
+def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
+    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived."""
+    if not raw:
+        return None
+    out = np.zeros(int(np.prod(shape)), dtype=np.int64)
+    idx = np.fromiter((int(k) for k in raw), dtype=np.int64, count=len(raw))
+    val = np.fromiter((int(v) for v in raw.values()), dtype=np.int64, count=len(raw))
+    if idx.min() < 0 or idx.max() >= out.size:
+        raise ValueError("window accumulator holds a cell index outside the forest")
+    out[idx] = val
+    return out.reshape(shape)
+
+
+class WindowCloser:
+    """Closes the due windows of one model (run by every worker; see the module docstring)."""
+
+    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, policy: ReleasePolicy, start: float, *,
+                 noise: NoiseSource, guard: RollbackGuard, fault: Callable[[str], None], version_ttl_s: int = 0,
+                 keep_versions: int = 20, noise_ttl_s: int = 7 * 86400):
+        if policy.kind == "batch":
+            raise ValueError("release='batch' has no windows")
+        self.r, self.keys, self.spec, self.policy, self.start = r, keys, spec, policy, start
+        self.noise, self.guard, self.fault = noise, guard, fault
+        self.version_ttl_s, self.keep_versions, self.noise_ttl_s = version_ttl_s, keep_versions, noise_ttl_s
+        self.dtype = np.float64 if spec.mechanism == "laplace" else np.int64
+        self.eps_node = policy.node_epsilon(spec.epsilon_per_tree)
+        self.real = spec.real_cells
+        self._seal = r.register_script(SEAL_LUA)
+        self._close = r.register_script(CLOSE_LUA)
+        self._released = -1  # last known releases (a cache: the scripts decide)
+
+    def now(self) -> float:
+        """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
+        precision depends on it: sealing and releasing are decided by the scripts' checks."""
+        return time.time()
+
+    def due(self, now: float) -> int:
+        """How many windows have ended by ``now`` (public: the clock only)."""
+        return max(0, math.floor((now - self.start) / self.policy.release_every))
+
+    def seconds_to_next(self, now: float) -> float:
+        """Seconds until the next window ends (the worker bounds its blocking read by it)."""
+        nxt = self.start + (self.due(now) + 1) * self.policy.release_every
+        return max(0.0, nxt - now)
+
+    def tick(self, now: float | None = None) -> int:
+        """Seal and release every window due by ``now``; returns the number this worker released."""
+        now = self.now() if now is None else now
+        due = self.due(now)
+        if due <= self._released:
+            return 0
+        n = 0
+        for _ in range(MAX_CLOSES_PER_TICK):
+            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due]))
+            if rel < 0:
+                break  # the model was deleted (its workers stop on NOGROUP)
+            self._released = rel
+            if open_ <= rel + 1:
+                break  # nothing sealed: no window due
+            self.fault("close_after_seal")
+            if self.close(rel + 1):
+                n += 1
+        return n
+
+    def close(self, w: int) -> bool:
+        """Noise and release sealed window ``w`` (False: another worker released it first)."""
+        p = self.r.pipeline(transaction=True)
+        p.hmget(self.keys.state, "version", "counts", "releases", "open")
+        p.hgetall(self.keys.acc(w))
+        p.get(self.keys.tree)
+        (version, counts_b, rel, open_), acc_raw, tree_b = p.execute()
+        version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
+        if rel != w - 1 or open_ <= w:
+            return False
+        self.guard.check(version)
+        exact = acc_counts(acc_raw, self.spec.shape)
+        if self.policy.kind == "window":
+            key = self.keys.window_delta(w)
+            delta = self._stored(key, lambda: window_delta(
+                exact, self.spec.shape, self.eps_node, self.spec.mechanism,
+                self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k))
+            old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
+            new_counts, noise_keys, state_b = old + delta, [key], b""
+        else:
+            state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
+            if state.t != w - 1:
+                raise RuntimeError(f"tree state is at window {state.t}, the model released {w - 1}: corrupted state")
+            noisy, noise_keys = {}, []
+            for node, x in state.closing_sums(exact).items():
+                key = self.keys.node(node.key)
+                noisy[node] = self._stored(key, lambda x=x, node=node: noisy_node(
+                    x, self.eps_node, self.spec.mechanism, self.noise.rng("node", node.key, x), self.real))
+                noise_keys.append(key)
+            new_state = state.advance(exact, noisy)
+            new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
+        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w)
+        keep = self.keep_versions
+        drop = keep > 0 and version + 1 - keep >= 0
+        keys = [self.keys.state, self.keys.pub_model, self.keys.stats, self.keys.pub_version(version + 1),
+                self.keys.pub_version(version + 1 - keep if drop else version + 1), self.keys.acc(w),
+                self.keys.tree, *noise_keys]
+        args: list[Any] = [w, counts_to_bytes(new_counts), forest.to_bytes(), int(time.time() * 1000),
+                           self.version_ttl_s, 1 if drop else 0, self.noise_ttl_s, self.keys.pub_events, state_b,
+                           version]
+        self.fault("close_before_commit")
+        res = self._close(keys=keys, args=args)
+        self.fault("close_in_commit")
+        if as_str(res[0]) != "ok":
+            return False
+        self.guard.record(version + 1)
+        self._released = w
+        jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
+        return True
+
+    def _exact_bytes(self, exact: np.ndarray | None) -> bytes:
+        return b"" if exact is None else exact.astype("<i8").tobytes()
+
+    def _stored(self, key: str, draw: Callable[[], np.ndarray]) -> np.ndarray:
+        """The noise stored under ``key``, or drawn now and stored with SET NX (the first stored one wins)."""
+        stored = self.r.get(key)
+        if stored is None:
+            arr = np.asarray(draw()).astype(self.dtype)
+            self.fault("close_after_draw")
+            if self.r.set(key, msgpack.packb(blob.pack_array(arr), use_bin_type=True), nx=True):
+                self.fault("close_after_store")
+                return arr
+            stored = self.r.get(key)
+            self.r.hincrby(self.keys.stats, "noise_reused", 1)
+        arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "noise", counts_dtype(self.spec.mechanism), ndim=3)
+        if arr.shape != self.spec.shape:
+            raise ValueError(f"stored noise {key} has shape {arr.shape}")
+        return arr.astype(self.dtype)

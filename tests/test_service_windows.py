@@ -1,0 +1,307 @@
+"""Release windows and the tree mechanism in the service (fakeredis): exactly once, takeover, schedule, noise, rollback.
+
+Clock-driven steps call :meth:`WindowCloser.tick` with an explicit ``now`` (the public
+schedule), so these tests never sleep; the real-time test waits on conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import msgpack
+import numpy as np
+import pytest
+
+fakeredis = pytest.importorskip("fakeredis")
+pytest.importorskip("lupa")
+
+from streamdp import blob  # noqa: E402
+from streamdp.continual import TreeState, node_variance  # noqa: E402
+from streamdp.datasets import load  # noqa: E402
+from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.published import counts_from_bytes  # noqa: E402
+from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
+from streamdp.service.rollback import RollbackDetected  # noqa: E402
+from streamdp.service.stream_worker import Worker, _Entry  # noqa: E402
+
+DS = load("congressional-voting")
+EVERY = 10.0  # seconds; ticks pass explicit times, nothing waits for it
+
+
+@pytest.fixture
+def r():
+    return fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
+
+
+class Died(Exception):
+    """A worker 'killed' at a fault point (in-process stand-in for SIGKILL)."""
+
+
+def _faults(point=None):
+    def f(p):
+        if p == point:
+            raise Died(p)
+    return f
+
+
+def _model(r, name="m", release="window", epsilon=math.inf, **kw):
+    kw.setdefault("n_trees", 3)
+    kw.setdefault("height", 3)
+    return create_model(r, name, DS.schema, epsilon=epsilon, seed=1, release=release, release_every=EVERY, **kw)
+
+
+def _worker(r, name="m", **kw):
+    return Worker(r, name, block_ms=1, **kw)
+
+
+def _add_all(w, limit=1000):
+    """Read and add every waiting entry (no window closes: the closer is driven by explicit ticks)."""
+    for _ in range(limit):
+        entries = w.reader.read(w.config.batch_entries, 1)
+        if not entries:
+            return
+        es = [_Entry(e.id, e.fields, e.deliveries) for e in entries]
+        for e in es:
+            w._decode(e)
+        merge = {e.batch.batch_id: e for e in es if e.batch is not None and len(e.batch.y)}
+        w._add_entries(merge, [e for e in es if e.batch is None or not len(e.batch.y)])
+
+
+def _at(r, name, k):
+    """Wall time just after window k ends (the schedule starts at the model's creation)."""
+    return load_policy(r, name)[1] + k * EVERY + 0.001
+
+
+def _published(r, name, spec):
+    return counts_from_bytes(r.hget(Keys(name).pub_model, "counts"), spec)
+
+
+def _exact(spec, idx):
+    from streamdp.forest import PrivateForest
+
+    return PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[idx], DS.y[idx])
+
+
+@pytest.mark.parametrize("release", ["window", "tree"])
+def test_every_entry_counted_once_across_windows(r, release):
+    spec = _model(r, release=release, levels=2)  # tree: T_max = 3 windows, so 8 windows cross two epochs
+    w = _worker(r)
+    p = Producer(r, "m")
+    pushed = []
+    for k in range(1, 9):  # eight windows, some empty, entries and duplicates in between
+        if k % 3:
+            for j in range(k):
+                idx = np.arange(10 * (len(pushed)), 10 * (len(pushed) + 1)) % len(DS.y)
+                bid = f"b{len(pushed)}"
+                p.push(DS.X[idx], DS.y[idx], batch_id=bid)
+                pushed.append(idx)
+                if j == 0 and len(pushed) > 1:
+                    p.push(DS.X[pushed[-2]], DS.y[pushed[-2]], batch_id=f"b{len(pushed) - 2}")  # a retried XADD
+            _add_all(w)
+        assert w.closer.tick(_at(r, "m", k)) == 1
+    assert show_model(r, "m")["releases"] == 8  # windows 3 and 6 were empty and still released
+    np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.concatenate(pushed)))
+    assert r.zcard(Keys("m").merged) == len(pushed)
+    assert not r.keys("sdp:{m}:priv:acc:*") or r.keys("sdp:{m}:priv:acc:*") == [Keys("m").acc(9).encode()]
+
+
+def test_entries_committed_while_a_window_closes_land_in_the_next(r):
+    spec = _model(r)
+    w = _worker(r)
+    p = Producer(r, "m")
+    p.push(DS.X[:10], DS.y[:10], batch_id="a")
+    _add_all(w)
+    # the closer seals window 1 and dies before noising it
+    w.closer.fault = _faults("close_after_seal")
+    with pytest.raises(Died):
+        w.closer.tick(_at(r, "m", 1))
+    p.push(DS.X[10:30], DS.y[10:30], batch_id="b")
+    _add_all(w)  # goes to window 2: window 1 is sealed
+    k = Keys("m")
+    assert r.zscore(k.merged, "a") == 1 and r.zscore(k.merged, "b") == 2
+    w2 = _worker(r)  # another worker takes over window 1
+    assert w2.closer.tick(_at(r, "m", 1)) == 1
+    np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.arange(10)))
+    assert w2.closer.tick(_at(r, "m", 2)) == 1
+    np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.arange(30)))
+
+
+def test_a_stale_add_targeting_a_sealed_window_moves_to_the_open_one(r):
+    spec = _model(r)
+    w = _worker(r)
+    w._open = 1  # this worker believes window 1 is open
+    _worker(r).closer.tick(_at(r, "m", 1))  # another worker sealed and released it
+    Producer(r, "m").push(DS.X[:10], DS.y[:10], batch_id="a")
+    _add_all(w)
+    assert r.zscore(Keys("m").merged, "a") == 2 and w._open == 2
+    w.closer.tick(_at(r, "m", 2))
+    np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.arange(10)))
+
+
+@pytest.mark.parametrize("release", ["window", "tree"])
+@pytest.mark.parametrize("point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit",
+                                   "close_in_commit"])
+def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, point, release):
+    spec = _model(r, release=release, epsilon=1.0, levels=3)
+    w = _worker(r, faults=_faults(point))
+    Producer(r, "m").push(DS.X[:50], DS.y[:50], batch_id="a")
+    _add_all(w)
+    with pytest.raises(Died):
+        w.closer.tick(_at(r, "m", 2))
+    k = Keys("m")
+    stored_before = {key: r.get(key) for key in r.keys("sdp:{m}:priv:wdelta:*") + r.keys("sdp:{m}:priv:node:*")}
+    w2 = _worker(r)
+    w2.closer.tick(_at(r, "m", 2))
+    assert show_model(r, "m")["releases"] == 2 and int(r.hget(k.state, "open")) == 3
+    for key, val in stored_before.items():  # a noise stored before the death is the one used, never redrawn
+        assert r.get(key) == val
+    noise = {key.decode().rsplit(":", 1 if release == "window" else 3)[-1 if release == "window" else 0]
+             for key in r.keys("sdp:{m}:priv:wdelta:*") + r.keys("sdp:{m}:priv:node:*")}
+    if release == "window":  # published = the two stored window draws, each once
+        d = [blob.unpack_array(msgpack.unpackb(r.get(k.window_delta(i)), raw=False), "d", "<i8") for i in (1, 2)]
+        np.testing.assert_array_equal(_published(r, "m", spec), d[0] + d[1])
+        assert noise == {"1", "2"}
+    else:  # published = the tree state's estimate from the stored nodes
+        st = TreeState.from_bytes(r.get(k.tree))
+        assert st.t == 2
+        np.testing.assert_array_equal(_published(r, "m", spec), st.published())
+    assert r.exists(k.acc(1)) == 0
+
+
+def test_the_release_count_does_not_depend_on_the_data(r):
+    """Two models on the same schedule, one fed and one idle, release the same number of windows (real time)."""
+    every = 0.05
+    fed = create_model(r, "fed", DS.schema, n_trees=2, height=2, epsilon=1.0, release_every=every)
+    create_model(r, "idle", DS.schema, n_trees=2, height=2, epsilon=1.0, release_every=every)
+    workers = {n: _worker(r, n) for n in ("fed", "idle")}
+    p = Producer(r, "fed")
+    deadline = time.monotonic() + 30
+    while min(show_model(r, n)["releases"] for n in workers) < 6:
+        assert time.monotonic() < deadline, "windows not released on schedule"
+        p.push(DS.X[:20], DS.y[:20])
+        for w in workers.values():
+            w.step(block_ms=5)
+    assert fed is not None and r.zcard(Keys("fed").merged) > 0 and r.zcard(Keys("idle").merged) == 0
+    # at the same elapsed schedule time both have released exactly the windows due, no more, no fewer
+    for n, w in workers.items():
+        w.closer.tick(_at_every(r, n, 10, every))
+        assert show_model(r, n)["releases"] == 10, n
+
+
+def _at_every(r, name, k, every):
+    return load_policy(r, name)[1] + k * every + every / 10
+
+
+def test_window_release_is_exact_tally_plus_one_noise_draw_of_the_right_scale(r):
+    """published - exact, over every real cell of 8 windows, has the variance of ONE geometric draw at
+    epsilon_per_tree (not zero, not two draws). 10 trees x 32 leaves x 2 classes x 8 windows = 5,120 draws;
+    the sample variance's relative sd is sqrt((kurtosis - 1) / n) <= 0.032 (discrete Laplace kurtosis <= 6):
+    the band +-0.25 is > 7 sd wide (failure probability < 1e-12 under the CLT), and 2 draws (ratio 2) or
+    none (ratio 0) are far outside it."""
+    spec = _model(r, epsilon=2.0, n_trees=10, height=5)
+    w = _worker(r)
+    p = Producer(r, "m")
+    rng = np.random.default_rng(0)
+    diffs = []
+    prev = np.zeros(spec.shape, np.int64)
+    for k in range(1, 9):
+        idx = rng.integers(0, len(DS.y), 40)
+        p.push(DS.X[idx], DS.y[idx])
+        _add_all(w)
+        w.closer.tick(_at(r, "m", k))
+        pub = _published(r, "m", spec)
+        diffs.append((pub - prev - _exact(spec, idx))[spec.real_cells])
+        prev = pub
+    d = np.concatenate(diffs).astype(float)
+    expected = node_variance(spec.epsilon_per_tree)
+    assert abs(d.mean()) < 8 * math.sqrt(expected / d.size)
+    assert 0.75 < d.var() / expected < 1.25, (d.var(), expected)
+
+
+def test_the_policy_is_public_and_validated(r):
+    _model(r, release="tree", levels=5)
+    info = show_model(r, "m")
+    assert info["release"] == {"kind": "tree", "release_every": EVERY, "levels": 5, "estimator": "honaker"}
+    with pytest.raises(ValueError, match="release must be one of"):
+        _model(r, name="x", release="hourly")
+    with pytest.raises(ValueError, match="needs mechanism"):
+        create_model(r, "y", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5,
+                     release="tree")
+    assert not r.hexists("sdp:registry", "x") and not r.hexists("sdp:registry", "y")
+
+
+# -- state rollback (issue 12 item 6) -----------------------------------------------------------
+
+
+def _snapshot(r, name):
+    return {k: r.dump(k) for k in r.keys(f"sdp:{{{name}}}:*")}
+
+
+def _restore(r, name, snap):
+    for k in r.keys(f"sdp:{{{name}}}:*"):
+        r.delete(k)
+    for k, v in snap.items():
+        r.restore(k, 0, v)
+
+
+@pytest.mark.parametrize("release", ["batch", "window", "tree"])
+def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, release):
+    key = tmp_path / "noise.key"
+    key.write_bytes(bytes(range(32)))
+    spec = _model(r, release=release, epsilon=1.0, levels=3)
+    Producer(r, "m").push(DS.X[:60], DS.y[:60], batch_id="a")
+
+    def release_once():
+        w = _worker(r, noise_key_file=str(key))
+        if release == "batch":
+            w.step(block_ms=1)
+        else:
+            _add_all(w)
+            w.closer.tick(_at(r, "m", 1))
+        assert show_model(r, "m")["releases"] == 1
+        return r.hget(Keys("m").pub_model, "counts")
+
+    snap = _snapshot(r, "m")  # the "old snapshot": taken before the release
+    first = release_once()
+    _restore(r, "m", snap)  # Redis restarts from it: the stored noise is gone
+    assert show_model(r, "m")["releases"] == 0
+    again = release_once()
+    assert again == first  # byte-identical: the redraw is the same draw
+    assert not np.array_equal(counts_from_bytes(first, spec), _exact(spec, np.arange(60)))  # and it is noisy
+    # without the key the redraw is a second, independent noise (what the key prevents)
+    _restore(r, "m", snap)
+    w = _worker(r)
+    if release == "batch":
+        w.step(block_ms=1)
+    else:
+        _add_all(w)
+        w.closer.tick(_at(r, "m", 1))
+    assert r.hget(Keys("m").pub_model, "counts") != first
+
+
+def test_a_worker_refuses_a_rolled_back_model(r, tmp_path):
+    _model(r)
+    state = tmp_path / "state"
+    w = _worker(r, state_dir=str(state))
+    snap = _snapshot(r, "m")
+    w.closer.tick(_at(r, "m", 3))
+    assert show_model(r, "m")["version"] == 3
+    _restore(r, "m", snap)
+    with pytest.raises(RollbackDetected, match="rolled back"):
+        _worker(r, state_dir=str(state))
+    with pytest.raises(RollbackDetected):  # a running worker refuses too, before publishing anything
+        w.closer.tick(_at(r, "m", 4))
+    assert show_model(r, "m")["version"] == 0
+    _worker(r, state_dir=str(tmp_path / "elsewhere"))  # a host that never saw the model cannot tell
+
+
+def test_a_deleted_model_is_never_recreated_by_a_closer(r):
+    from streamdp.service.registry import delete_model
+
+    _model(r)
+    w = _worker(r)
+    delete_model(r, "m")
+    assert w.closer.tick(time.time() + 1e6) == 0  # a million windows due, none released
+    assert not [k for k in r.keys("sdp:{m}:*") if b":ledger" not in k]

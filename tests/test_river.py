@@ -165,14 +165,14 @@ def test_proba_is_valid_distribution_over_schema_labels():
     assert math.isclose(sum(p.values()), 1.0)
 
 
-def test_majority_vote_matches_forest():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=7, batch_size=300, vote="majority", seed=2)
+@pytest.mark.parametrize("vote", ["proba", "majority"])
+@pytest.mark.parametrize("estimator", ["shrink", "leaf"])
+def test_one_record_path_matches_forest(vote, estimator):
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=7, batch_size=300, vote=vote, seed=2)
     for x, y in _agrawal(1200):
         m.learn_one(x, y)
     xs = [x for x, _ in _agrawal(100, seed=4)]
-    # The adapter's one-record path still applies the leaf rule; it moves to forest.leaf_proba()
-    # (streamdp.estimation) with the river rework (issue 15), then this pin goes.
-    m.forest.estimator = "leaf"
+    m.forest.estimator = estimator  # the view notices (post-processing only: nothing is released again)
     want = m.forest.predict_proba([x for x in xs])
     got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
     np.testing.assert_allclose(got, want)

@@ -233,7 +233,6 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         # Scrub the raw records of the released batch.
         self._buf_X[:n] = 0.0
         self._buf_y[:n] = 0
-        self._view.refresh()
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         return self._view.predict_proba_one(x)

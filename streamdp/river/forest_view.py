@@ -3,20 +3,24 @@
 Shared by :class:`~streamdp.river.forest.PrivateForestClassifier` (its own
 forest) and :class:`~streamdp.river.service.ServiceClassifier` (the forest the
 service published). Only released (noised) counts are read. The vote is
-:meth:`PrivateForest.proba_from_leaves`'s, the one place it is defined; the
-one-record path computes the same numbers without numpy calls per record.
+:meth:`PrivateForest.proba_from_leaves`'s and the estimate
+:mod:`streamdp.estimation`'s; the one-record path computes the same numbers
+(its twins ``path_proba_one`` / ``shrink_one``) without numpy calls per record.
+Below an unknown value a tree reaches several leaves: it contributes the mean
+of their rows.
 
 Speed: the structure is converted once, to Python code (nested tests with
-the thresholds as literals). After a release a small model's clipped counts
-are converted whole (up to ``EAGER_CELLS``, about a millisecond); a large
-one's are read leaf by leaf (one small ``tolist``) the first time a record
-reaches the leaf, so a release never costs a conversion of the whole model.
+the thresholds as literals), and routes a record in plain Python. After a
+release nothing is converted to Python objects: a record's rows are gathered
+from the per-leaf table with one small numpy call, and the noise-aware chain
+runs on the pooled numbers (``C + 1`` per depth) in plain Python.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from streamdp.estimation import path_proba_one
 from streamdp.forest import PrivateForest
 from streamdp.river.encoding import RecordEncoder
 
@@ -61,15 +65,32 @@ class ForestView:
         self.__init__(state["forest"], state["encoder"])
 
     def refresh(self) -> None:
-        """Forget the cached rows (call after every merge into the forest)."""
-        self._flat = self.forest.counts.reshape(-1, self.forest.shape[2])  # a view: no copy
-        # A small model is converted whole (a list indexed by flat leaf); a large one leaf by leaf, on first use.
-        self._rows = np.maximum(self._flat, 0).tolist() if self._flat.size <= EAGER_CELLS else {}
-        prior = self.forest.prior()
+        """Forget the cached rows (call after every merge into the forest).
+
+        The rows are what the vote reads per leaf (flat ``tree * max_leaves + leaf``):
+        ``"path"`` (probability vote, noise-aware estimate) its path's counts and
+        variances (:meth:`ForestNodes.path_rows`), ``"sum"`` (probability vote,
+        ``estimator="leaf"``) its clipped counts, ``"majority"`` its
+        :meth:`PrivateForest.leaf_proba`.
+        """
+        f = self.forest
+        self._key = (f.version, f.estimator)
+        prior = f.prior()
+        if f.vote == "majority":
+            self._mode, table = "majority", f.leaf_proba().reshape(-1, f.shape[2])
+        elif f.estimator == "leaf":
+            self._mode, table = "sum", np.maximum(f.counts.reshape(-1, f.shape[2]), 0)
+        else:
+            self._mode, nodes = "path", f.estimation_nodes()
+            T, L, C = f.shape
+            width = (int(nodes.depth.max(initial=0)) + 1) * (C + 1)
+            # Every record meets the same roots: their step is taken once here, the rows start at depth 1.
+            roots = nodes.path_rows(np.arange(T) * L)[:, :C + 1].sum(axis=0)
+            prior = np.asarray(path_proba_one(roots.tolist(), nodes.prior.tolist()))
+            table = nodes.path_rows()[:, C + 1:] if T * L * width <= PATH_TABLE_CELLS else nodes
+        self._table = table
         self._prior = prior.tolist()
-        rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
-        self._rank = rank.tolist()
-        self._prior_best = int(np.argmax(rank))
+        self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
 
     # -- routing --------------------------------------------------------------------
     def leaves_one(self, row: list) -> list:
@@ -107,37 +128,31 @@ class ForestView:
         return leaves
 
     # -- the vote (same numbers as PrivateForest.proba_from_leaves) ------------------
-    def _cell(self, k) -> list:
-        """Clipped counts of flat leaf ``k`` (read on first use after a release), or the mean over a tuple of leaves."""
-        if type(k) is tuple:  # an unknown value: the mean of the reachable leaves
-            rows = [self._cell(j) for j in k]
-            return [sum(c) / len(rows) for c in zip(*rows)]
-        if type(self._rows) is list:
-            return self._rows[k]
-        r = self._rows[k] = [v if v > 0 else 0 for v in self._flat[k].tolist()]
-        return r
+    def _cells(self, leaves: list) -> np.ndarray:
+        """The rows of a record's leaves, one per tree (below an unknown value, the mean of the reachable leaves' rows)."""
+        t = self._table
+        if isinstance(t, np.ndarray):
+            rows = t.__getitem__
+        else:  # a path table too large to keep: the record's rows only (below the roots)
+            def rows(ks: list) -> np.ndarray:
+                return t.path_rows(ks)[:, len(self._prior) + 1:]
+        if tuple in map(type, leaves):
+            return np.stack([rows([k])[0] if type(k) is int else rows(list(k)).mean(axis=0) for k in leaves])
+        return rows(leaves)
 
     def proba_one(self, leaves: list) -> list[float]:
         """Class probabilities (schema label order) of one record from :meth:`leaves_one`."""
-        rows = self._rows
-        if type(rows) is list:
-            cells = [rows[k] if type(k) is int else self._cell(k) for k in leaves]
-        else:
-            get = rows.get
-            cells = [get(k) or self._cell(k) for k in leaves]
-        if self.forest.vote == "proba":
-            s = [sum(c) for c in zip(*cells)]
+        if self._key != (self.forest.version, self.forest.estimator):
+            self.refresh()
+        cells = self._cells(leaves)
+        if self._mode == "path":
+            return path_proba_one(cells.sum(axis=0).tolist(), self._prior)
+        if self._mode == "sum":
+            s = cells.sum(axis=0).tolist()
             tot = sum(s)
             return [v / tot for v in s] if tot > 0 else list(self._prior)
-        rank = self._rank
-        votes = [0.0] * len(rank)
-        for vec in cells:
-            top = max(vec)
-            if top <= 0:
-                votes[self._prior_best] += 1
-            else:
-                votes[max((c for c, v in enumerate(vec) if v == top), key=rank.__getitem__)] += 1
-        return [v / len(cells) for v in votes]
+        votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
+        return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
 
     def predict_proba_one(self, x: dict) -> dict:
         """Class probabilities of one river record, keyed by label."""
@@ -148,8 +163,8 @@ class ForestView:
         return self.forest.proba_from_leaves(self.forest.structure.apply(X, self.forest.schema.is_categorical))
 
 
-#: Largest model (cells) whose clipped counts are converted whole after a release (about a millisecond).
-EAGER_CELLS = 65_536
+#: Largest path table (numbers) built whole per release (:meth:`ForestNodes.path_rows`; 32 MiB); above it, leaf by leaf.
+PATH_TABLE_CELLS = 4 * 2**20
 
 #: Largest forest (nodes over all trees) and deepest nesting routed by generated code.
 ROUTE_CODE_MAX_NODES = 200_000

@@ -83,7 +83,7 @@ def test_leaf_proba_is_what_each_tree_votes_with():
     f = PrivateForest.create(ds.schema, n_trees=3, height=3, epsilon=1.0, seed=2, vote="majority").fit(ds.X, ds.y)
     table = f.leaf_proba()
     assert table.shape == f.shape
-    assert np.allclose(table.sum(axis=2)[f._real_cells()[:, :, 0]], 1.0)
+    assert np.allclose(table.sum(axis=2)[f.real_cells[:, :, 0]], 1.0)
     leaves = f.apply(ds.X[:50])
     votes = table[np.arange(3)[None, :], leaves].argmax(axis=2)
     expected = np.stack([np.bincount(v, minlength=4) for v in votes]) / 3

@@ -22,7 +22,7 @@ import numpy as np
 
 from streamdp.schema import Categorical, Schema, value_code
 
-__all__ = ["RecordEncoder"]
+__all__ = ["RecordEncoder", "labels_of"]
 
 
 _MISSING = object()
@@ -170,3 +170,12 @@ class RecordEncoder:
 
 def _absent(v: Any) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def labels_of(proba: Any, labels: list):
+    """The most probable label of every row of a probability DataFrame, as a Series (the first on ties, like ``max``)."""
+    import pandas as pd
+
+    out = np.empty(len(labels), dtype=object)
+    out[:] = labels
+    return pd.Series(out[proba.to_numpy().argmax(axis=1)], index=proba.index)

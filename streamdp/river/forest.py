@@ -11,7 +11,7 @@ import river.base  # absolute import: this package is streamdp.river, the librar
 
 from streamdp.forest import PrivateForest
 from streamdp.privacy import NotPrivateWarning
-from streamdp.river.encoding import RecordEncoder
+from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.schema import Schema
 
@@ -249,7 +249,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
 
     def predict_many(self, X: Any):
         """Most probable label of every row of a DataFrame (``predict_one`` row by row)."""
-        return _labels_of(self.predict_proba_many(X), self.encoder.label_values)
+        return labels_of(self.predict_proba_many(X), self.encoder.label_values)
 
     def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
         """Probabilities for complete encoded records (the vectorised path), shape ``(n, n_classes)``.
@@ -258,12 +258,3 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         Same values as ``predict_proba_one`` record by record.
         """
         return self._view.predict_proba_encoded(X)
-
-
-def _labels_of(proba: Any, labels: list):
-    """The argmax label of every row of a probability DataFrame, as a Series (first label on ties, as ``max``)."""
-    import pandas as pd
-
-    out = np.empty(len(labels), dtype=object)
-    out[:] = labels
-    return pd.Series(out[proba.to_numpy().argmax(axis=1)], index=proba.index)

@@ -14,14 +14,37 @@ from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.schema import Schema
+from streamdp.structure import max_possible_leaves
 
-__all__ = ["PrivateForestClassifier"]
+__all__ = ["PrivateForestClassifier", "default_height"]
+
+#: The default height: the tallest up to ``MAX_HEIGHT`` whose trees can have at most ``MAX_LEAVES`` leaves.
+MAX_HEIGHT = 8
+MAX_LEAVES = 2048
+
+
+def default_height(schema: Schema) -> int:
+    """Tallest height (at most ``MAX_HEIGHT``) at which a tree over ``schema`` has at most ``MAX_LEAVES`` leaves.
+
+    From the schema alone (public). Numeric attributes may split again below
+    themselves, so numeric streams get height 8 (256 leaves); categorical
+    attributes of many values stop earlier (Agrawal: 4).
+
+    >>> from streamdp.river.schemas import agrawal_schema, sea_schema, phishing_schema
+    >>> default_height(agrawal_schema()), default_height(sea_schema()), default_height(phishing_schema())
+    (4, 8, 6)
+    """
+    h = 1
+    while h < MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= MAX_LEAVES:
+        h += 1
+    return h
 
 
 class PrivateForestClassifier(river.base.MiniBatchClassifier):
     """Differentially private random forest (Private-RDT) as a river classifier.
 
-    Labelled records are buffered; every ``batch_size`` records the batch is
+    Labelled records are buffered; when a batch is full (``first_batch``
+    records, then twice as many, ..., up to ``batch_size``) the batch is
     tallied into an empty copy of the leaf vectors, noised once (two-sided
     geometric noise, scale ``n_trees / epsilon`` per cell) and added to the
     released counts (Jagannathan et al.'s update). The released model is
@@ -38,11 +61,20 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     n_trees
         Number of random trees.
     height
-        Tree height; ``None`` means ``max(1, n_attributes // 2)`` (Fan et al.).
+        Tree height; ``None`` means :func:`default_height`: tall trees, as tall
+        as a budget of leaves allows (up to 8). Height is a ceiling, not a
+        bet: the noise-aware estimate (:mod:`streamdp.estimation`) falls back
+        from a leaf swamped by noise toward its deepest informative ancestor,
+        and the deep levels pay off once the stream has brought enough records.
     epsilon
         Privacy budget of every release (constant over the stream).
+    first_batch
+        Records of the first release (default 100); each next batch doubles, up
+        to ``batch_size``, so a short stream gets a model early (the sizes are
+        public: a function of the release number). ``first_batch=batch_size``
+        gives fixed batches.
     batch_size
-        Records per release. Each release adds fresh noise to every cell, so
+        Records per release once the batches have grown. Each release adds fresh noise to every cell, so
         the noise on a cell after ``r`` releases has standard deviation
         ``sqrt(2 r) * n_trees / epsilon``: few large batches beat many small ones.
     mechanism
@@ -72,8 +104,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     >>> from river import datasets, evaluate, metrics
     >>> model = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, batch_size=1000)
     >>> metric = evaluate.progressive_val_score(datasets.synth.Agrawal(seed=42).take(3000), model, metrics.Accuracy())
-    >>> model.n_releases
-    3
+    >>> model.n_releases  # batches of 100, 200, 400, 800, then 1000
+    5
     """
 
     def __init__(
@@ -83,6 +115,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         height: int | None = None,
         epsilon: float = 1.0,
         batch_size: int = 1000,
+        first_batch: int = 100,
         mechanism: str = "geometric",
         vote: str = "proba",
         window: int | None = None,
@@ -93,14 +126,16 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.height = height
         self.epsilon = epsilon
         self.batch_size = batch_size
+        self.first_batch = first_batch
         self.mechanism = mechanism
         self.vote = vote
         self.window = window
         self.seed = seed
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
             raise ValueError(f"window must be None or a positive number of releases, got {window!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        for name, v in (("batch_size", batch_size), ("first_batch", first_batch)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if mechanism not in ("geometric", "laplace"):
             raise ValueError(f"mechanism must be 'geometric' or 'laplace', got {mechanism!r}")
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
@@ -113,7 +148,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)
             self.forest = PrivateForest.create(
-                self._schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
+                self._schema, n_trees=n_trees, height=default_height(self._schema) if height is None else height,
+                epsilon=epsilon, mechanism=mechanism,
                 seed=seed, vote=vote, noise_seed=seed,
             )
         self.encoder = RecordEncoder(self._schema)
@@ -167,6 +203,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self.forest.private
 
     @property
+    def current_batch_size(self) -> int:
+        """Records of the open batch: ``first_batch * 2**n_releases``, at most ``batch_size`` (public)."""
+        return min(self.batch_size, self.first_batch << min(self.n_releases, 62))
+
+    @property
     def n_buffered(self) -> int:
         """Records waiting for the next release (raw data, not yet in the model)."""
         return self._n_buf
@@ -180,7 +221,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self._buf_X[self._n_buf] = row
         self._buf_y[self._n_buf] = code
         self._n_buf += 1
-        if self._n_buf == self.batch_size:
+        if self._n_buf == self.current_batch_size:
             self._release()
 
     def learn_many(self, X: Any, y: Any) -> None:
@@ -193,7 +234,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.learn_encoded(enc[keep], codes[keep])
 
     def learn_encoded(self, X: np.ndarray, y: np.ndarray) -> None:
-        """Absorb already-encoded records, releasing every ``batch_size`` (the vectorised path).
+        """Absorb already-encoded records, releasing every ``current_batch_size`` (the vectorised path).
 
         ``X`` is ``(n, n_attributes)`` in schema order and ``y`` the label codes,
         as :attr:`encoder` makes them (``encoder.encode_many`` /
@@ -203,12 +244,12 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         """
         i, n = 0, len(X)
         while i < n:
-            take = min(self.batch_size - self._n_buf, n - i)
+            take = min(self.current_batch_size - self._n_buf, n - i)
             self._buf_X[self._n_buf:self._n_buf + take] = X[i:i + take]
             self._buf_y[self._n_buf:self._n_buf + take] = y[i:i + take]
             self._n_buf += take
             i += take
-            if self._n_buf == self.batch_size:
+            if self._n_buf == self.current_batch_size:
                 self._release()
 
     def flush(self) -> None:

@@ -91,8 +91,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     >>> model = PrivateWindowClassifier(agrawal_schema(), window=2000, learner_params={"scorer": "gini"})
     >>> for x, y in datasets.synth.Agrawal(seed=42).take(4000):
     ...     model.learn_one(x, y)
-    >>> model.n_fits
-    2
+    >>> model.n_fits  # windows of 100, 200, 400, 800, 1600, then 2000
+    5
     >>> round(sum(model.predict_proba_one(x).values()), 9)
     1.0
     """

@@ -4,7 +4,8 @@
     # writes results/river_loop.{md,json}
 
 Models (issue 15): :class:`~streamdp.river.PrivateForestClassifier` (defaults,
-epsilon 1, private: ``seed=None``), river's ``HoeffdingTreeClassifier()`` and
+epsilon 1, private: ``seed=None``; also with ``forest.estimator = "leaf"``, the
+rule before the noise-aware estimate), river's ``HoeffdingTreeClassifier()`` and
 ``ARFClassifier(n_models=10, seed=42)``, and ``dummy.NoChangeClassifier()`` (the
 cost of river's loop itself). The machine is shared (2 cores, other jobs
 running): the models are interleaved round by round, every round records the
@@ -26,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import write_keeping_reading  # noqa: E402
 from river import datasets, dummy, evaluate, forest, metrics, tree  # noqa: E402
 
 from streamdp.river import PrivateForestClassifier  # noqa: E402
@@ -34,9 +36,17 @@ from streamdp.river.schemas import agrawal_schema  # noqa: E402
 OUT = Path(__file__).resolve().parent / "results"
 
 
+def leaf_rule() -> PrivateForestClassifier:
+    """The forest predicting with the leaf rule (no noise-aware chain): what the estimate costs."""
+    model = PrivateForestClassifier(agrawal_schema())
+    model.forest.estimator = "leaf"
+    return model
+
+
 def models() -> dict:
     return {
         "PrivateForestClassifier()": lambda: PrivateForestClassifier(agrawal_schema()),
+        "PrivateForestClassifier(), estimator='leaf'": leaf_rule,
         "HoeffdingTreeClassifier()": lambda: tree.HoeffdingTreeClassifier(),
         "ARFClassifier(n_models=10, seed=42)": lambda: forest.ARFClassifier(n_models=10, seed=42),
         "NoChangeClassifier()": lambda: dummy.NoChangeClassifier(),
@@ -95,7 +105,7 @@ def main(argv=None) -> int:
         rr = ", ".join(f"{x['samples_per_s']:,.0f} ({x['load1']:.1f})" for x in row["runs"])
         lines.append(f"| {row['model']} | {row['n']:,} | {row['median_samples_per_s']:,.0f} | {rr} | "
                      f"{row['accuracy']:.4f} | {row['forest_speedup']:.1f}x |")
-    (OUT / "river_loop.md").write_text("\n".join(lines) + "\n")
+    write_keeping_reading(OUT / "river_loop.md", [*lines, ""])
     print("\n".join(lines))
     return 0
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from common import write_keeping_reading  # noqa: E402
 from river import datasets, dummy, evaluate, forest, metrics, tree  # noqa: E402
 from river.datasets import synth  # noqa: E402
 
@@ -109,7 +110,7 @@ def main(argv=None) -> int:
         f, ht, maj = m["PrivateForest"]["accuracy"], m["HoeffdingTree"]["accuracy"], m["Majority"]["accuracy"]
         lines.append(f"| {r['dataset']} | {r['n']:,} | " + " | ".join(cells) +
                      f" | {'yes' if f >= maj else 'NO'} | {'yes' if f >= ht - 0.10 else 'no'} |")
-    (OUT / "river_eval.md").write_text("\n".join(lines) + "\n")
+    write_keeping_reading(OUT / "river_eval.md", [*lines, ""])
     print("\n".join(lines))
     return 0
 

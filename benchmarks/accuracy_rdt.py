@@ -1,6 +1,6 @@
-"""Accuracy of Private-RDT (seed 002, Jagannathan et al.) and k-anon RDT (seed 003 Table 7).
+"""Accuracy of Private-RDT (Jagannathan et al.) and k-anon RDT (Waseda, Nojima & Wang Table 7).
 
-Settings reproduced from seed 002, Section VI:
+Settings reproduced from Jagannathan et al., Section VI:
 
 * Nursery (3 classes, as in its Table II: ``recommend`` and ``very_recom`` are
   merged into ``priority`` -- the paper does not say how it merged, this is our
@@ -17,7 +17,7 @@ laplace, budget split vs disjoint, vote proba vs majority (the vote is a
 post-processing of the same released counts, so it is evaluated on the same
 release).
 
-Seed 003 Table 7: mechanism="kanon", N_t = 10, N_t*epsilon = 2 (split budget,
+Waseda, Nojima & Wang Table 7: mechanism="kanon", N_t = 10, N_t*epsilon = 2 (split budget,
 epsilon per tree 0.2), beta in {0.01, 0.1, 0.4}, k in {5, 10, 20}, Nursery (3
 classes) and Mushroom. beta = 0.4 needs epsilon >= -ln(0.6) = 0.511 per tree,
 so the library refuses it at N_t*epsilon = 2 (the paper prints "-" for its
@@ -62,7 +62,7 @@ SETTINGS = {
     "congressional-voting": (5, [8, 4]),
 }
 KANON = {"datasets": ["nursery", "mushroom"], "heights": [2, 3, 4, 5], "betas": [0.01, 0.1, 0.4], "ks": [5, 10, 20]}
-# Seed 003, Table 7 (N_t = 10, N_t*eps = 2): (k, beta) -> (N_t*delta, ACC); k = 0 is RDT without pruning.
+# Waseda, Nojima & Wang, Table 7 (N_t = 10, N_t*eps = 2): (k, beta) -> (N_t*delta, ACC); k = 0 is RDT without pruning.
 PAPER_T7 = {
     "nursery": {0: {b: (None, 0.971) for b in (0.01, 0.1, 0.4)},
                 5: {0.01: ("5.52e-5", 0.942), 0.1: ("0.352", 0.958), 0.4: ("-", 0.972)},
@@ -77,7 +77,7 @@ PAPER_T7 = {
 
 # --- data -------------------------------------------------------------------------------------------
 def prepare(name: str) -> tuple[Schema, np.ndarray, np.ndarray]:
-    """Seed 002's preprocessing; returns the schema and the encoded X (codes), y."""
+    """Jagannathan et al.'s preprocessing; returns the schema and the encoded X (codes), y."""
     ds = load(name)
     d = ds.schema.to_dict()
     X, y = ds.X.copy(), ds.y.copy()

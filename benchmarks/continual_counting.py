@@ -10,7 +10,7 @@ sqrt(mean(published(T)^2)) over the R cells. Configurations:
   noisy_node per closing node, advance), both estimators advanced from the same noisy nodes;
 * tree sized to the horizon (L = 4, 7, 10, 14), each run to its T_max.
 
-Formulas (ALGORITHMS.md section 9): window sd = sqrt(T v(eps)), ~ sqrt(2T)/eps;
+Formulas (Dwork, Naor, Pitassi & Rothblum; Chan, Shi & Song): window sd = sqrt(T v(eps)), ~ sqrt(2T)/eps;
 tree sd = sqrt(popcount(T) v(eps/L)) (decomposition), ~ sqrt(2L) L/eps at worst;
 :func:`published_variance` gives the exact value for each (also Honaker's).
 
@@ -177,14 +177,14 @@ def write_md(info: dict, rows: list[dict], sized: list[dict]) -> None:
         lines.append(f"| {r['T']:,} | {r['popcount']} | {f(r['window'])} | {f(r['window_formula'])} | "
                      f"{f(r['window_approx'])} | {f(r['tree20_honaker'])} | {f(r['tree20_honaker_formula'])} | "
                      f"{f(r['tree20_decomposition'])} | {f(r['tree20_decomposition_formula'])} |")
-    lines += ["", f"ALGORITHMS.md's worst-case tree approximation sqrt(2L) L/eps at L=20: "
+    lines += ["", f"The usual worst-case tree approximation sqrt(2L) L/eps at L=20: "
               f"{rows[0]['tree20_worst_approx']:.1f}.", "", "## Crossover (L=20)", ""]
     for k, v in info["crossover_formula"].items():
         lines.append(f"- {k}, exact formulas: tree first below window at T = {v['first_tree_better']:,}; "
                      f"always below from T = {v['tree_always_better_from']:,}.")
     lines.append(f"- Measured (first checkpoint where tree L=20 Honaker < window): "
                  f"T = {info['crossover_measured_first_checkpoint_L20_honaker']}.")
-    lines.append("- ALGORITHMS.md's rule of thumb: near L^3 = 8,000 windows.")
+    lines.append("- The usual rule of thumb: near L^3 = 8,000 windows.")
     lines += ["", "## Trees sized to the horizon (measured sd at T = T_max, the worst point; formula)", "",
               "| L | T_max | Honaker | formula | decomposition | formula | window at T_max (formula) |",
               "|---|---|---|---|---|---|---|"]

@@ -1,4 +1,4 @@
-"""Evidence for DPEA (Bai et al., seed 000): Figures 4-8 and MCMC convergence traces.
+"""Evidence for DPEA (Bai et al.): Figures 4-8 and MCMC convergence traces.
 
     python benchmarks/dpea_bai.py            # ~5-10 min on 2 shared cores
     python benchmarks/dpea_bai.py --quick    # smoke run

@@ -1,4 +1,4 @@
-"""Evidence for DiffPC4.5 (Friedman & Schuster, seed 004): numeric split vs discretisation, Adult, runtime.
+"""Evidence for DiffPC4.5 (Friedman & Schuster): numeric split vs discretisation, Adult, runtime.
 
     python benchmarks/fs_c45.py            # ~5-7 min on 2 shared cores
     python benchmarks/fs_c45.py --quick    # smoke run
@@ -6,7 +6,7 @@
 Writes benchmarks/results/fs_c45.{json,md,png} and appends to
 benchmarks/results/learners_runtime.md.
 
-1. Seed 004 Figure 5: one split at x0 = 35 on [0, 100] (7 binary attributes,
+1. Friedman & Schuster Figure 5: one split at x0 = 35 on [0, 100] (7 binary attributes,
    3 numeric on [0, 100], binary class = [x0 > 35], p_noise = 0), B = 0.2,
    learners of depth 1, accuracy on a noiseless test set of 10,000 records vs
    training size. DiffPC4.5 (numeric split, with and without pruning) vs the
@@ -195,14 +195,14 @@ def plot(info: dict, path: Path) -> None:
 
 
 def write_md(info: dict, path: Path) -> None:
-    L = ["# DiffPC4.5 (Friedman & Schuster, seed 004): evidence", "",
+    L = ["# DiffPC4.5 (Friedman & Schuster): evidence", "",
          "Produced by `python benchmarks/fs_c45.py`" + (" --quick" if info["quick"] else "") + ".", "",
          "## Machine", "",
          f"- `uname -a`: `{info['machine']['uname']}`",
          f"- nproc: {info['machine']['nproc']}; CPU: {info['machine']['cpu']}; Python {info['machine']['python']}",
          f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
          f"- wall time of the script: {info['wall_s']:.0f} s", "",
-         "## 1. Numeric split at 35 on [0, 100] vs 10-bin discretisation (seed 004 Figure 5)", "",
+         "## 1. Numeric split at 35 on [0, 100] vs 10-bin discretisation (Friedman & Schuster Figure 5)", "",
          f"B = 0.2, learners of depth 1, p_noise = 0, noiseless test set of 10,000 records; {info['runs']} runs "
          "per size (paper: 200; cut for time). Mean accuracy ± std over runs. "
          + ("DiffPID3 is streamdp.learners.DiffPID3." if info["have_id3"] else
@@ -215,7 +215,7 @@ def write_md(info: dict, path: Path) -> None:
         for meth, by_n in methods.items():
             L.append(f"| {meth} | " + " | ".join(f"{by_n[str(n)][0]:.3f} ± {by_n[str(n)][1]:.3f}" for n in ns) + " |")
         L.append("")
-    L += ["Paper (text of seed 004): for smaller training sets the budget saved by discretising gives better "
+    L += ["Paper (text of Friedman & Schuster): for smaller training sets the budget saved by discretising gives better "
           "accuracy; for larger sets the exponential mechanism over ranges finds split points better than "
           "the discrete case (whose best tree caps at 95% here: the bin [30, 40) straddles 35).", "",
           "## 2. Adult, depth <= 5", "",
@@ -233,7 +233,7 @@ def write_md(info: dict, path: Path) -> None:
             L.append(f"| {scorer} | {'yes' if prune == 'True' else 'no'} | "
                      + " | ".join(f"{np.mean(by_b[b]['folds']):.4f} ± {np.std(by_b[b]['folds']):.4f} "
                                   f"[{np.mean(by_b[b]['nodes']):.0f}]" for b in budgets) + " |")
-    L += ["", "Paper (seed 004, Figure 8; numbers are only in the figure, the text says): Max significantly "
+    L += ["", "Paper (Friedman & Schuster, Figure 8; numbers are only in the figure, the text says): Max significantly "
           "better than Gini, both significantly better than InfoGain in most runs; every scorer improves "
           "significantly as B grows; typical std of accuracy ±0.5%. Majority class: 75.2%.", "",
           "## 3. Runtime of one DiffPC45 fit (depth 5, gini, whole dataset)", "",

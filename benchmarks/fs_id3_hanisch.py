@@ -1,18 +1,18 @@
-"""Evidence for SuLQID3 / DiffPID3 (seed 004), private ID3 (seed 002 Table I) and HanischForest (seed 001).
+"""Evidence for SuLQID3 / DiffPID3 (Friedman & Schuster), private ID3 (Jagannathan et al. Table I) and HanischForest (Hanisch).
 
     python benchmarks/fs_id3_hanisch.py           # writes results/fs_id3_hanisch.{md,json,png}
 
-1. Seed 004's single-split experiment: 10 binary attributes, the class is
+1. Friedman & Schuster's single-split experiment: 10 binary attributes, the class is
    attribute 0 with labels flipped with probability 0.1, B = 0.1, depth 1:
    how often the root splits on attribute 0, by sample size.
 2. Adult (45,222 rows, missing dropped), numeric attributes discretised with
    fixed data-independent bins of their declared ranges, depth 5, 10-fold CV
    x 2 (the paper: 10 x 10-fold), every DiffPID3 scorer and SuLQID3.
-3. Seed 002 Table I: SuLQID3 ("private ID3") at overall epsilon 1, depth 5,
+3. Jagannathan et al. Table I: SuLQID3 ("private ID3") at overall epsilon 1, depth 5,
    10-fold CV x 3 on Nursery, Votes, Mushroom, in both conventions: ours (a
    leaf with no positive noisy count predicts from its ancestors) and the
    paper's (such records are unclassified and count as wrong).
-4. Seed 001: HanischForest on Adult reduced as the paper does (7 attributes:
+4. Hanisch: HanischForest on Adult reduced as the paper does (7 attributes:
    age <=37/>=38, workclass, education grouped, relationship, race, sex,
    hours-per-week <=36/37-50/>=51; classes balanced by down-sampling), depth
    1..7, trees 1, 2, 5, 10, 100, epsilon 0.001..10, 5-fold CV x 2.
@@ -251,7 +251,7 @@ def plot(info: dict, path: Path) -> None:
         ns = sorted(by_n, key=int)
         ax[0].plot([int(n) for n in ns], [by_n[n] for n in ns], marker="o", label=name)
     ax[0].set(xscale="log", xlabel="samples", ylabel="P(root splits on the class attribute)",
-              title="seed 004 single split, B = 0.1")
+              title="Friedman & Schuster single split, B = 0.1")
     ax[0].legend()
     for name, by_b in info["adult"].items():
         bs = sorted(by_b, key=float)
@@ -275,7 +275,7 @@ def write_md(info: dict, path: Path) -> None:
          "Produced by `python benchmarks/fs_id3_hanisch.py` "
          f"({info['seconds']:.0f} s). Machine: `{m['uname']}`, {m['nproc']} x {m['cpu']}, Python {m['python']}. "
          f"Load at start `{info['uptime_start']}`, at end `{info['uptime_end']}`.", "",
-         "## 1. Single split (seed 004): P(root splits on the class attribute), B = 0.1, "
+         "## 1. Single split (Friedman & Schuster): P(root splits on the class attribute), B = 0.1, "
          f"{info['runs']} runs per size", "",
          "| learner | " + " | ".join(str(n) for n in info["sizes"]) + " |", "|---" * (len(info["sizes"]) + 1) + "|"]
     for name, by_n in info["single_split"].items():
@@ -293,7 +293,7 @@ def write_md(info: dict, path: Path) -> None:
     for name, by_b in info["adult"].items():
         L.append(f"| {name} | " + " | ".join(f"{by_b[b][0]:.4f} ± {by_b[b][1]:.4f}" for b in info["budgets"]) + " |")
     L += ["", "Paper (Figure 8): Max above Gini, both above InfoGain; all improve with B. Majority class 0.752.", "",
-          "## 3. Seed 002 Table I: private ID3 (SuLQID3), epsilon 1, depth 5, 10-fold CV x 3", "",
+          "## 3. Jagannathan et al. Table I: private ID3 (SuLQID3), epsilon 1, depth 5, 10-fold CV x 3", "",
           "| dataset | ours (fallback to ancestors) | unclassified = wrong | paper (unclassified = wrong) |",
           "|---|---|---|---|"]
     paper = {"nursery": "18.7%", "congressional-voting": "2.5%", "mushroom": "1.5%"}

@@ -53,11 +53,11 @@ def main(path: str) -> None:
              f"({a['runs_large']} runs for Mushroom height 6, whose 10 x ~45k-leaf forests make each release ~1M noisy cells; "
              f"{a['kanon_runs']} runs for the k-anon table; {a['dpl_runs']} run for diffprivlib). "
              "Cells show mean ± sd over runs (each run = mean accuracy over its folds) and, in parentheses, the best run, "
-             "as seed 002 reports average and maximum over 10 runs. A new random structure is drawn for every fold; "
+             "as Jagannathan et al. reports average and maximum over 10 runs. A new random structure is drawn for every fold; "
              "all variants of a fold share that structure and the same folds.\n")
 
-    L.append("## 1. Private-RDT (seed 002): Nursery, Mushroom, Congressional Votes\n")
-    L.append("Seed 002's settings: 10 trees (5 for Votes), epsilon 0.5 / 0.75 / 1 / inf, height k/2 and a smaller one, "
+    L.append("## 1. Private-RDT (Jagannathan et al.): Nursery, Mushroom, Congressional Votes\n")
+    L.append("Jagannathan et al.'s settings: 10 trees (5 for Votes), epsilon 0.5 / 0.75 / 1 / inf, height k/2 and a smaller one, "
              "Laplace noise on every leaf cell with epsilon/N per tree, Fan et al.'s probability vote, stratified "
              "10-fold CV, 10 runs; Mushroom without `stalk-root` (the attribute with missing values), missing votes "
              "replaced by the bill's majority, Nursery with 3 classes (its Table II; the paper does not say how the "
@@ -77,7 +77,7 @@ def main(path: str) -> None:
                  f"max leaves per tree {min(dd['max_leaves_per_tree']):,}-{max(dd['max_leaves_per_tree']):,}; "
                  f"{dd['refused_draws']} draws refused; {dd['runtime_s']:.0f} s): "
                  + ", ".join(f"eps {e}: {sm[e]['mean']:.3f} ± {sm[e]['sd_over_folds']:.3f} (sd over folds)" for e in EPS if e in sm) + ".\n")
-    L.append("**The paper's numbers.** Seed 002 gives its Private-RDT accuracies only as bar charts (Figures 6-8, "
+    L.append("**The paper's numbers.** Jagannathan et al. gives its Private-RDT accuracies only as bar charts (Figures 6-8, "
              "average and maximum per epsilon); our copy of the paper is text only, so the bar heights are not "
              "available to us and we cannot put exact paper numbers beside ours. What the text states, and what we check: "
              "(a) accuracy falls gradually, not precipitously, as epsilon falls from inf to 0.5; (b) the drop from inf to 1 "
@@ -137,11 +137,11 @@ def main(path: str) -> None:
     L.append(claims_text(rdt))
     L.append(summary_text(rdt, dpl))
 
-    L.append("## 2. Update procedure (seed 002, Section VI-B)\n")
+    L.append("## 2. Update procedure (Jagannathan et al., Section VI-B)\n")
     L.append("Each training fold is split at random into halves D1, D2; the forest is fitted on D1 (one release at epsilon), "
              "then `update`d with D2 (a second release of D2 alone at the same epsilon, added): the model stays epsilon-DP "
              "(parallel composition over disjoint data). Compared with one Private-RDT release on D1 u D2 (the same "
-             "structure). Seed 002 notes that the fair comparison for the union is at half the epsilon if an "
+             "structure). Jagannathan et al. notes that the fair comparison for the union is at half the epsilon if an "
              "earlier D1-only model was also released.\n")
     L.append("| dataset | height | epsilon | mechanism | D1 only | fit D1 + update D2 | Private-RDT on D1 u D2 | union at epsilon/2 |")
     L.append("|---|---|---|---|---|---|---|---|")
@@ -160,11 +160,11 @@ def main(path: str) -> None:
     L.append("")
 
     if kan:
-        L.append("## 3. k-anon RDT (seed 003, Table 7): N_t = 10, N_t*epsilon = 2\n")
+        L.append("## 3. k-anon RDT (Waseda, Nojima & Wang, Table 7): N_t = 10, N_t*epsilon = 2\n")
         L.append("`mechanism=\"kanon\"`: every (record, tree) pair is kept with probability beta, then every cell "
                  "n_i(leaf, y) < k is set to 0 (Waseda-Nojima-Wang, Algorithm 3); no noise. Split budget: epsilon "
                  "per tree 0.2, delta per tree from `kanon_delta` (Li-Qardaji-Su Thm 5), forest (N_t*eps, N_t*delta). "
-                 "k = 0 is the same forest without sampling, pruning or noise. Seed 003 does not state the tree depth or "
+                 "k = 0 is the same forest without sampling, pruning or noise. Waseda, Nojima & Wang does not state the tree depth or "
                  "the evaluation split for Table 7 (its appendix uses 10 repetitions of an 80/20 split; Table 6 uses depths "
                  "3-5 for these datasets), so we show heights 2-5; Nursery with 3 classes as above, Mushroom with all 22 "
                  "attributes.\n")
@@ -200,7 +200,7 @@ def main(path: str) -> None:
                     parts.append(f"h={h}: {np.mean(diffs):.3f} (worst k={worst[1]}, beta={worst[2]}: {worst[0]:.3f})")
             L.append(f"- {NAMES[ds]}: " + "; ".join(parts))
         L.append("")
-        L.append("Reading: the deltas match seed 003's Tables 5/7 to the printed digits (5.52e-5, 0.352, 1.08e-9, 0.034, "
+        L.append("Reading: the deltas match Waseda, Nojima & Wang's Tables 5/7 to the printed digits (5.52e-5, 0.352, 1.08e-9, 0.034, "
                  "7.00e-19; the paper's '0' for k=20, beta=0.1 is our 4.2e-4 rounded). Where a Mushroom height reaches a "
                  "small mean difference above, Mushroom's Table 7 is reproduced. Nursery's is not at low beta: with "
                  "beta = 0.01 each tree keeps about 117 of the ~11,664 training records of a fold, spread over its "
@@ -248,7 +248,7 @@ def summary_text(rdt, dpl) -> str:
 
 
 def claims_text(rdt) -> str:
-    out = ["### Seed 002's claims, checked on our numbers (default geometric/split/proba and paper-faithful laplace/split/proba, height k/2)\n"]
+    out = ["### Jagannathan et al.'s claims, checked on our numbers (default geometric/split/proba and paper-faithful laplace/split/proba, height k/2)\n"]
     drops = {}
     for ds, (nt, heights) in SETTINGS.items():
         h = heights[0]
@@ -263,7 +263,7 @@ def claims_text(rdt) -> str:
     order = sorted(SETTINGS, key=lambda ds: drops[(ds, "laplace")][0] - drops[(ds, "laplace")][1]["0.5"])
     out.append("- Least to most affected by noise (drop inf -> 0.5, laplace, height k/2): "
                + " < ".join(NAMES[d] for d in order)
-               + ". Seed 002: Mushroom least affected, Votes most sensitive.")
+               + ". Jagannathan et al.: Mushroom least affected, Votes most sensitive.")
     return "\n".join(out) + "\n"
 
 
@@ -299,7 +299,7 @@ def plot(doc, out: Path) -> None:
             xs = np.arange(len(labels))
             paper = [PAPER_T7[ds][k][b][1] for k in KANON["ks"] for b in KANON["betas"]]
             w = 0.8 / (len(KANON["heights"]) + 1)
-            ax.bar(xs - 0.4 + w / 2, paper, w, color="k", label="seed 003 Table 7")
+            ax.bar(xs - 0.4 + w / 2, paper, w, color="k", label="Waseda, Nojima & Wang Table 7")
             for i, h in enumerate(KANON["heights"]):
                 ys = [(pick(kan, dataset=ds, height=h, k=k, beta=b) or {}).get("mean", np.nan) for k in KANON["ks"] for b in KANON["betas"]]
                 ax.bar(xs - 0.4 + w * (i + 1.5), ys, w, label=f"ours h={h}")

@@ -69,6 +69,7 @@ import numpy as np
 
 from . import blob
 from .privacy import SecureRandom, geometric_noise, laplace_noise
+from .validation import Interval, check_epsilon, check_integer
 
 __all__ = [
     "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
@@ -109,14 +110,9 @@ class ReleasePolicy:
     def __post_init__(self) -> None:
         if self.kind not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, got {self.kind!r}")
-        r = self.release_every
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
-            raise ValueError(f"release_every must be a positive number of seconds, got {r!r}")
-        object.__setattr__(self, "release_every", float(r))
-        lv = self.levels
-        if isinstance(lv, bool) or not isinstance(lv, (int, np.integer)) or not 1 <= lv <= MAX_LEVELS:
-            raise ValueError(f"levels must be an integer in 1..{MAX_LEVELS}, got {lv!r}")
-        object.__setattr__(self, "levels", int(lv))
+        object.__setattr__(self, "release_every",
+                           Interval(float, 0, math.inf, closed="neither").check(self.release_every, "release_every"))
+        object.__setattr__(self, "levels", check_integer(self.levels, "levels", high=MAX_LEVELS))
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
 
@@ -131,8 +127,7 @@ class ReleasePolicy:
         ``tree``: a window is in ``levels`` noised nodes, so each gets ``epsilon/levels``;
         ``batch`` and ``window``: a record is in one release, which gets all of it.
         """
-        if isinstance(epsilon_per_tree, bool) or not isinstance(epsilon_per_tree, (int, float)) or not epsilon_per_tree > 0:
-            raise ValueError(f"epsilon_per_tree must be a positive number, got {epsilon_per_tree!r}")
+        check_epsilon(epsilon_per_tree, "epsilon_per_tree", allow_inf=True)
         return epsilon_per_tree / self.levels if self.kind == "tree" else float(epsilon_per_tree)
 
     def check_mechanism(self, mechanism: str) -> None:
@@ -204,8 +199,7 @@ class Node(NamedTuple):
 
 
 def _epoch_local(t: int, levels: int) -> tuple[int, int]:
-    if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 1:
-        raise ValueError(f"window index must be a positive integer, got {t!r}")
+    check_integer(t, "window index")
     tmax = 2**levels - 1
     return (int(t) - 1) // tmax, (int(t) - 1) % tmax + 1
 
@@ -354,8 +348,7 @@ class TreeState:
             raise ValueError(f"tree state arrays do not match {L} levels and counts shape {shape}")
         if sums.dtype != np.int64 or est.dtype != np.float64 or carry.dtype != np.float64:
             raise ValueError("tree state: sums must be int64, est and carry float64")
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0:
-            raise ValueError(f"tree state: t must be a non-negative integer, got {t!r}")
+        check_integer(t, "tree state t", low=0)
         self.policy, self.t, self.sums, self.est, self.carry = policy, int(t), sums, est, carry
 
     @classmethod

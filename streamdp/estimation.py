@@ -1,6 +1,6 @@
 """Noise-aware estimation: class distributions of tree nodes from released noisy counts.
 
-Post-processing only (ALGORITHMS.md section 8): the rule reads released counts
+Post-processing only: the rule reads released counts
 and the noise variance, which is public (it follows from epsilon, the number
 of trees and the mechanism), so it spends no epsilon and changes no released
 number.
@@ -16,10 +16,22 @@ Dirichlet prior centred on its parent's distribution ``p(parent)``::
 (clipped at 0 and renormalised); otherwise ``p(v) = p(parent)``. The weight
 ``a(v)`` is what a Dirichlet prior of fixed concentration on the class shares
 amounts to when the shares are measured with noise of variance ``sd^2 / t^2``:
-the noisier the node relative to its total, the more it leans on its parent. The root's
-parent is the forest-wide prior (the unclipped sum of every tree's counts).
+the noisier the node relative to its total, the more it leans on its parent.
 A leaf whose counts are swamped by noise therefore predicts from its deepest
 informative ancestor, and in the end from the prior: height is a ceiling.
+
+The forest-wide prior (:func:`forest_prior`) and the roots. Every tree's
+root totals ``y(root_t, .)`` estimate the same class totals, with per-cell
+variance ``L_t s^2``; the prior is their inverse-variance weighted mean
+(weights ``1 / L_t``). A prior stump (a single-leaf tree,
+:meth:`streamdp.structure.ForestStructure.with_stumps`) is a tree with
+``L = 1``: its cells have variance ``s^2`` where a random tree's root has
+``L s^2``, so with stumps the prior is about ``L``-fold less noisy and the
+stumps dominate it. In a forest (:class:`ForestNodes`) the roots of the random
+trees take the prior itself (it already pools every root, optimally weighted;
+shrinking a noisy root toward it could only add noise), the rule applies from
+depth 1, and the stumps take no other part (no path, no vote). A learner's
+tree (:func:`tree_node_proba`) shrinks its root toward the prior it is given.
 
 Which counts are released (``RELEASE``, the one place the choice is kept).
 With ``s^2`` the variance of one released cell at the leaves, ``L(u)`` the
@@ -60,7 +72,7 @@ import numpy as np
 
 __all__ = [
     "RELEASE", "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
-    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_topology", "ForestNodes",
+    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "forest_topology", "ForestNodes",
     "forest_leaf_proba", "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
@@ -103,12 +115,13 @@ def cell_variance(mechanism: str, epsilon: float, k: int | None = None) -> float
 
 
 def node_distributions(y: np.ndarray, var_total: np.ndarray, parent: np.ndarray, depth: np.ndarray,
-                       prior: np.ndarray, snr_min: float | None = None) -> np.ndarray:
+                       prior: np.ndarray, snr_min: float | None = None, roots_are_prior: bool = False) -> np.ndarray:
     """The rule of the module docstring for every node at once, level by level (root level first).
 
     ``y`` (n, C): noisy class counts per node; ``var_total`` (n,): variance of
     each node's total; ``parent`` (n,): parent index, -1 at roots; ``depth``
-    (n,); ``prior`` (C,): the distribution a root is shrunk toward.
+    (n,); ``prior`` (C,): the distribution a root is shrunk toward, or, with
+    ``roots_are_prior`` (a forest: the prior pools the roots), the roots' distribution.
     """
     n, C = y.shape
     p = np.empty((n, C))
@@ -118,7 +131,7 @@ def node_distributions(y: np.ndarray, var_total: np.ndarray, parent: np.ndarray,
         nodes = order[bounds[d]:bounds[d + 1]]
         if nodes.size:
             par = np.broadcast_to(prior, (nodes.size, C)) if d == 0 else p[parent[nodes]]
-            p[nodes] = shrink(y[nodes], var_total[nodes], par, snr_min)
+            p[nodes] = par if d == 0 and roots_are_prior else shrink(y[nodes], var_total[nodes], par, snr_min)
     return p
 
 
@@ -171,6 +184,34 @@ def prior_from(counts: np.ndarray) -> np.ndarray:
     C = counts.shape[-1]
     s = np.clip(counts.reshape(-1, C).sum(axis=0).astype(np.float64), 0.0, None)
     return s / s.sum() if s.sum() > 0 else np.full(C, 1.0 / C)
+
+
+def forest_prior(counts: np.ndarray, n_leaves: np.ndarray, cell_var: float = 1.0, share: float = 1.0) -> np.ndarray:
+    """The forest-wide class prior: the trees' root totals, inverse-variance weighted (module docstring).
+
+    ``counts`` (n_trees, max_leaves, C) released leaf counts (zero past a tree's
+    last leaf), ``n_leaves`` (n_trees,), ``cell_var`` the noise variance ``s^2``
+    of one cell. A tree's root total of class ``c`` has noise variance
+    ``n_leaves * s^2``: a prior stump (one leaf) weighs ``L`` times a random
+    tree of ``L`` leaves. ``share`` is the probability that a record is counted
+    in a given tree (1 under the split budget; ``1 / n_trees`` under the
+    disjoint budget; times ``beta`` under k-anonymity sampling): below 1 each
+    tree sees its own sample, whose class count ``m_c`` varies by about
+    ``m_c (1 - share)`` too, so the weights are ``1 / (n_leaves s^2 + m_c (1 - share))``
+    with ``m_c`` from a first, noise-only weighted pass (public: post-processing).
+    Clipped at 0 and normalised; uniform when nothing is positive.
+
+    >>> counts = np.zeros((2, 4, 2)); counts[0] = [[30, -9], [-9, 30], [8, 0], [0, 9]]; counts[1, 0] = [70, 30]
+    >>> forest_prior(counts, np.array([4, 1])).round(2).tolist()  # the stump's 70/30 outweighs the noisy root 4:1
+    [0.67, 0.33]
+    """
+    noise = np.maximum(np.asarray(n_leaves, dtype=np.float64), 1.0)[:, None] * max(float(cell_var), 1e-12)
+    tot = counts.sum(axis=1).astype(np.float64)  # (T, C): each tree's root totals
+    w = np.broadcast_to(1.0 / noise, tot.shape)
+    if share < 1.0:
+        m = np.clip((w * tot).sum(axis=0) / w.sum(axis=0), 0.0, None)  # one tree's expected class counts
+        w = 1.0 / (noise + m[None, :] * (1.0 - share))
+    return prior_from((w * tot).sum(axis=0) / w.sum(axis=0))
 
 
 def forest_topology(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray):
@@ -228,7 +269,9 @@ class ForestNodes:
     node's, the sum of its leaves'); ``var`` (n_nodes,): the public variance of
     each node's total, ``L(u) C cell_var``; ``parent``/``depth`` (n_nodes,);
     ``leaf_node`` (n_trees, max_leaves): flat node of each leaf number (-1 past
-    a tree's last leaf); ``prior`` (C,): the forest-wide prior.
+    a tree's last leaf); ``prior`` (C,): the forest-wide prior (:func:`forest_prior`).
+    Only the random trees are nodes here: prior stumps (the last ``n_prior``
+    trees of the arrays) inform the prior alone.
     """
 
     y: np.ndarray
@@ -240,7 +283,11 @@ class ForestNodes:
 
     @classmethod
     def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
-              cell_var: float) -> "ForestNodes":
+              cell_var: float, n_prior: int = 0, share: float = 1.0) -> "ForestNodes":
+        prior = forest_prior(counts, (leaf >= 0).sum(axis=1), cell_var, share)
+        T = counts.shape[0] - n_prior
+        feature, child, leaf = feature[:T], child[:T], leaf[:T]
+        counts = counts[:T, :int((leaf >= 0).sum(axis=1).max())]
         T, L, C = counts.shape
         parent, depth, leaf_node = forest_topology(feature, child, leaf)
         M = feature.shape[1]
@@ -259,11 +306,11 @@ class ForestNodes:
         n_below[g_leaf[has]] = 1.0
         y = _subtree_sums(y, g_parent, g_depth)
         n_below = _subtree_sums(n_below, g_parent, g_depth)
-        return cls(y, n_below * C * cell_var, g_parent, g_depth, g_leaf, prior_from(counts))
+        return cls(y, n_below * C * cell_var, g_parent, g_depth, g_leaf, prior)
 
     def leaf_proba(self, snr_min: float | None = None) -> np.ndarray:
-        """Per tree, per leaf number: the rule applied within that tree alone, ``(n_trees, max_leaves, C)``."""
-        p = node_distributions(self.y, self.var, self.parent, self.depth, self.prior, snr_min)
+        """Per random tree, per leaf number: the rule applied within that tree alone, ``(n_trees, max_leaves, C)``."""
+        p = node_distributions(self.y, self.var, self.parent, self.depth, self.prior, snr_min, roots_are_prior=True)
         has = self.leaf_node >= 0
         table = np.tile(self.prior, self.leaf_node.shape + (1,))
         table[has] = p[self.leaf_node[has]]
@@ -299,11 +346,13 @@ class ForestNodes:
     def path_proba(self, leaves: np.ndarray) -> np.ndarray:
         """The rule along each record's paths in all trees at once (the probability vote), ``(n, C)``.
 
-        At depth ``d`` the record's nodes in the trees are pooled (their noises
+        At depth ``d >= 1`` the record's nodes in the trees are pooled (their noises
         are independent, so the pooled total's variance is the sum): the pooled
-        counts are shrunk toward the pooled estimate one level up. ``leaves``
-        (n, n_trees): leaf numbers from :meth:`ForestStructure.apply`.
+        counts are shrunk toward the pooled estimate one level up; at the roots
+        it is the prior. ``leaves`` (n, n_trees): leaf numbers from
+        :meth:`ForestStructure.apply` (the random trees' columns; stumps' dropped here).
         """
+        leaves = leaves[:, :self.leaf_node.shape[0]]
         n, T = leaves.shape
         C = self.y.shape[1]
         node = self.leaf_node[np.arange(T)[None, :], leaves]  # (n, T) flat leaf nodes
@@ -315,7 +364,7 @@ class ForestNodes:
             up = path[-1]
             path.append(self.parent[up] if full else np.where(self.depth[up] > d, self.parent[up], up))
         p = np.broadcast_to(self.prior, (n, C))
-        for d in range(h + 1):
+        for d in range(1, h + 1):  # depth 0: the roots take the prior (module docstring)
             nd = path[h - d]
             # tree by tree: T contiguous (n, C) gathers are several times faster than one (n, T, C) gather and sum
             at = None if full else self.depth[nd] == d  # trees whose path reaches depth d (a shallower leaf adds nothing new)
@@ -333,14 +382,14 @@ class ForestNodes:
 
 
 def forest_leaf_proba(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
-                      cell_var: float) -> np.ndarray:
+                      cell_var: float, n_prior: int = 0) -> np.ndarray:
     """Per tree, per leaf number: the estimated class distribution, shape ``(n_trees, max_leaves, n_classes)``.
 
     ``counts`` are the released leaf counts ``(n_trees, max_leaves, n_classes)``
     and ``cell_var`` the public noise variance of one cell (:func:`cell_variance`).
     A tree's prediction for a record is a gather: ``table[t, leaf_of_record_in_tree_t]``.
     """
-    return ForestNodes.build(feature, child, leaf, counts, cell_var).leaf_proba()
+    return ForestNodes.build(feature, child, leaf, counts, cell_var, n_prior).leaf_proba()
 
 
 def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:

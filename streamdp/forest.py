@@ -23,6 +23,19 @@ forest is ``(epsilon, delta)``-DP with ``delta`` from :func:`kanon_delta`.
 ``mechanism="laplace"`` adds Laplace noise on a power-of-two grid
 (:func:`streamdp.noise.laplace_noise`; before, floating-point Laplace, open to
 Mironov's attack); ``"geometric"`` (the default) adds integer noise.
+
+Prior stumps: ``prior_trees`` single-leaf trees follow the ``n_trees`` random
+trees in the structure (:meth:`ForestStructure.with_stumps`). To every
+mechanism a stump is one more tree: under ``budget="split"`` every tree gets
+``epsilon / (n_trees + prior_trees)``, under ``"disjoint"`` each record goes
+to one tree drawn among all of them, and k-anonymity samples and prunes it
+like any other; so the guarantee above holds with ``n_trees + prior_trees``
+trees, and the published counts keep their format (one more row). A stump's
+cells are the class totals with the noise of one cell, where a random tree's
+root is the sum of its ``L`` leaves (``L`` times the variance): estimation
+(:mod:`streamdp.estimation`) takes the forest-wide class prior mostly from
+the stumps; stumps take no part in the vote. ``n_trees`` always means the
+random trees; ``structure.n_trees`` counts the stumps too.
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ from .estimation import SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, pr
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
 from .tally import tally
-from .validation import check_choice, check_epsilon
+from .validation import check_choice, check_epsilon, check_integer
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
 
@@ -54,6 +67,8 @@ VOTES = ("proba", "majority")
 BUDGETS = ("split", "disjoint")
 FORMAT = "streamdp.forest"
 FORMAT_VERSION = 1
+#: Upper bound on prior stumps (each takes a share of a split budget; more than a few only add noise).
+MAX_PRIOR_TREES = 16
 
 
 class PrivateForest:
@@ -78,6 +93,7 @@ class PrivateForest:
         n_releases: int = 0,
         noise_seed: int | None = None,
         private: bool = True,
+        prior_trees: int = 0,
     ):
         check_choice(mechanism, "mechanism", MECHANISMS)
         check_choice(vote, "vote", VOTES)
@@ -85,6 +101,7 @@ class PrivateForest:
         check_epsilon(epsilon, allow_inf=True)
         self.schema = schema
         self.structure = structure
+        self.prior_trees = self._check_stumps(structure, prior_trees, schema.n_attributes)
         self.mechanism = mechanism
         self.vote = vote
         self.budget = budget
@@ -132,22 +149,43 @@ class PrivateForest:
         budget: str = "split",
         noise_seed: int | None = None,
         max_cells: int = DEFAULT_MAX_CELLS,
+        prior_trees: int = 1,
     ) -> "PrivateForest":
         """Draw the random structure from ``schema`` and return an empty private forest.
 
         ``seed`` makes the structure reproducible (it is public anyway); the
         noise stays fresh and secure. ``noise_seed`` is for tests only and
-        marks the forest as not private.
+        marks the forest as not private. ``prior_trees`` single-leaf trees
+        are appended after the ``n_trees`` random ones (module docstring;
+        0 gives the forest without them).
         """
+        check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
         return cls(
-            schema, structure, epsilon=epsilon, mechanism=mechanism, k=k, beta=beta,
-            vote=vote, budget=budget, noise_seed=noise_seed,
+            schema, structure.with_stumps(prior_trees, schema.n_attributes), epsilon=epsilon, mechanism=mechanism,
+            k=k, beta=beta, vote=vote, budget=budget, noise_seed=noise_seed, prior_trees=prior_trees,
         )
+
+    @staticmethod
+    def _check_stumps(structure: ForestStructure, prior_trees: int, n_attributes: int) -> int:
+        """``prior_trees`` in ``[0, structure.n_trees)`` and the last ``prior_trees`` trees single leaves."""
+        check_integer(prior_trees, "prior_trees", low=0, high=structure.n_trees - 1)
+        if prior_trees:
+            tail = slice(structure.n_trees - prior_trees, None)
+            if np.any(structure.leaf[tail, 0] != 0) or np.any(structure.feature[tail, 0] != n_attributes):
+                raise ValueError(f"prior_trees={prior_trees}: the last {prior_trees} trees of the structure "
+                                 "must be single leaves")
+        return int(prior_trees)
 
     # -- privacy facts ----------------------------------------------------------
     @property
     def n_trees(self) -> int:
+        """Random trees (what was asked for); the structure holds ``n_trees + prior_trees`` rows."""
+        return self.structure.n_trees - self.prior_trees
+
+    @property
+    def n_released_trees(self) -> int:
+        """Every tree whose counts are released and noised: random trees and prior stumps."""
         return self.structure.n_trees
 
     @property
@@ -169,20 +207,26 @@ class PrivateForest:
 
     @property
     def epsilon_per_tree(self) -> float:
-        return self._epsilon / self.n_trees if self.budget == "split" else self._epsilon
+        return self._epsilon / self.n_released_trees if self.budget == "split" else self._epsilon
+
+    @property
+    def record_share(self) -> float:
+        """Probability that a record is counted in a given tree (public: disjoint routing, k-anonymity sampling)."""
+        share = 1.0 / self.n_released_trees if self.budget == "disjoint" else 1.0
+        return share * self.beta if self.mechanism == "kanon" else share
 
     @property
     def noise_scale(self) -> float:
-        """Laplace scale b of the noise on every cell (``n_trees/epsilon`` with the split budget)."""
+        """Laplace scale b of the noise on every cell (``(n_trees + prior_trees)/epsilon`` with the split budget)."""
         return 0.0 if self.mechanism == "kanon" else 1.0 / self.epsilon_per_tree
 
     def _kanon_forest_delta(self) -> float:
         d = kanon_delta(self.k, self.beta, self.epsilon_per_tree)
-        return min(1.0, d * self.n_trees) if self.budget == "split" else d
+        return min(1.0, d * self.n_released_trees) if self.budget == "split" else d
 
     @property
     def counts(self) -> np.ndarray:
-        """Released noisy counts ``(n_trees, max_leaves, n_classes)``, zero past each tree's last leaf.
+        """Released noisy counts ``(n_trees + prior_trees, max_leaves, n_classes)``, zero past each tree's last leaf.
 
         A read-only view: updates add into it in place (copy it to keep a snapshot).
         """
@@ -233,7 +277,7 @@ class PrivateForest:
         """
         return PrivateForest(self.schema, self.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
                              beta=self.beta, vote=self.vote, budget=self.budget, counts=counts, version=version,
-                             n_releases=n_releases, private=self.private)
+                             n_releases=n_releases, private=self.private, prior_trees=self.prior_trees)
 
     def noisy_delta(self, X: Any, y: Any) -> np.ndarray:
         """The private release of one batch: validate, tally, then noise exactly once."""
@@ -286,9 +330,10 @@ class PrivateForest:
         n = leaves.shape[0]
         mask = None
         if self.budget == "disjoint":
-            mask = rng.integers(self.n_trees, n)[:, None] == np.arange(self.n_trees)[None, :]
+            T = self.n_released_trees  # a stump is one of the trees a record may be sent to
+            mask = rng.integers(T, n)[:, None] == np.arange(T)[None, :]
         if self.mechanism == "kanon":
-            keep = rng.uniform((n, self.n_trees)) <= self.beta
+            keep = rng.uniform((n, self.n_released_trees)) <= self.beta
             mask = keep if mask is None else mask & keep
         return tally(leaves, y.astype(np.int64), self.shape, mask)
 
@@ -319,7 +364,7 @@ class PrivateForest:
 
     # -- prediction --------------------------------------------------------------
     def apply(self, X: Any) -> np.ndarray:
-        """Leaf number of each record in each tree, shape ``(n, n_trees)``."""
+        """Leaf number of each record in each tree, stumps included, shape ``(n, n_trees + prior_trees)``."""
         enc = self.schema.encode(X)
         return self.structure.apply(enc.X, self.schema.is_categorical)
 
@@ -341,12 +386,13 @@ class PrivateForest:
         key = (self.version, id(self._counts))
         if self.__dict__.get("_nodes_key") != key:
             s = self.structure
-            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance)
+            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance, self.prior_trees,
+                                            self.record_share)
             self._nodes_key, self._table = key, None
         return self._nodes
 
     def leaf_proba(self) -> np.ndarray:
-        """Estimated class distribution of every leaf, ``(n_trees, max_leaves, n_classes)``.
+        """Estimated class distribution of every leaf of the random trees, ``(n_trees, max_leaves, n_classes)``.
 
         Post-processing of the released counts by :mod:`streamdp.estimation`
         (``self.estimator``: "shrink", the noise-aware rule within each tree, or
@@ -355,7 +401,7 @@ class PrivateForest:
         the record's paths instead (:meth:`ForestNodes.path_proba`).
         """
         if self.estimator == "leaf":
-            return leaf_rule_proba(self._counts)
+            return leaf_rule_proba(self._counts[:self.n_trees])
         nodes = self.estimation_nodes()
         if self._table is None:
             # A majority vote pools T independent trees: each tree's bar is lowered by sqrt(T).
@@ -363,9 +409,12 @@ class PrivateForest:
         return self._table
 
     def prior(self) -> np.ndarray:
-        """The vote's class prior (:func:`streamdp.estimation.prior_from`): the released counts summed
-        (unclipped: the noise has mean 0; clipped under ``estimator="leaf"``, the rule before), normalised."""
-        return prior_from(np.maximum(self._counts, 0) if self.estimator == "leaf" else self._counts)
+        """The vote's class prior: :func:`streamdp.estimation.forest_prior` (every tree's root totals,
+        stumps included, inverse-variance weighted); under ``estimator="leaf"`` (the rule before) the
+        random trees' clipped counts summed, normalised."""
+        if self.estimator == "leaf":
+            return prior_from(np.maximum(self._counts[:self.n_trees], 0))
+        return self.estimation_nodes().prior
 
     def proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
         """The vote: class probabilities from each record's leaf numbers ``(n, n_trees)`` (:meth:`apply`).
@@ -379,12 +428,14 @@ class PrivateForest:
         return self._proba_from_leaves(leaves)
 
     def _proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
-        T, L, C = self.shape
+        # Only the random trees vote (prior stumps inform the prior in estimation_nodes alone).
+        T, L, C = self.n_trees, self.structure.max_leaves, self.schema.n_classes
+        leaves = leaves[:, :T]
         if self.vote == "proba":
             if self.estimator == "shrink":
                 return self.estimation_nodes().path_proba(leaves)
             # Fan et al.: the trees' clipped counts pooled, the clipped prior when all are 0
-            pos = np.clip(self._counts, 0, None).astype(np.float64).reshape(T * L, C)
+            pos = np.clip(self._counts[:T], 0, None).astype(np.float64).reshape(T * L, C)
             s = pos[leaves + np.arange(T, dtype=np.int64) * L].sum(axis=1)
             tot = s.sum(axis=1, keepdims=True)
             return np.where(tot > 0, s / np.where(tot > 0, tot, 1), self.prior())
@@ -406,6 +457,7 @@ class PrivateForest:
             "params": {
                 "n_trees": self.n_trees, "height": self.height, "mechanism": self.mechanism,
                 "k": self.k, "beta": self.beta, "vote": self.vote, "budget": self.budget,
+                "prior_trees": self.prior_trees,
             },
             "privacy": {"epsilon": self.epsilon, "delta": self.delta, "private": self.private},
             "structure": {name: blob.pack_array(a) for name, a in self.structure.arrays().items()},
@@ -427,8 +479,9 @@ class PrivateForest:
             arrays = {name: blob.unpack_array(sdoc.get(name), name) for name in ("feature", "threshold", "child", "leaf", "n_leaves")}
             height = blob.field(params, "height", int, FORMAT)
             structure = ForestStructure.from_arrays(arrays, height, schema)
-            if blob.field(params, "n_trees", int, FORMAT) != structure.n_trees:
-                raise blob.BlobError(f"{FORMAT}: n_trees does not match the structure")
+            prior_trees = blob.field(params, "prior_trees", int, FORMAT) if "prior_trees" in params else 0  # older blobs
+            if prior_trees < 0 or blob.field(params, "n_trees", int, FORMAT) + prior_trees != structure.n_trees:
+                raise blob.BlobError(f"{FORMAT}: n_trees + prior_trees does not match the structure")
             mechanism = blob.field(params, "mechanism", str, FORMAT)
             counts = blob.unpack_array(
                 doc.get("counts"), "counts", "<f8" if mechanism == "laplace" else "<i8", ndim=3
@@ -450,6 +503,7 @@ class PrivateForest:
                 version=version,
                 n_releases=n_releases,
                 private=bool(blob.field(privacy, "private", bool, FORMAT)),
+                prior_trees=prior_trees,
             )
         except blob.BlobError:
             raise
@@ -460,6 +514,6 @@ class PrivateForest:
     def __repr__(self) -> str:
         d = f", delta={self.delta:.3g}" if self.delta else ""
         return (
-            f"PrivateForest(n_trees={self.n_trees}, height={self.height}, epsilon={self.epsilon:g}{d}, "
+            f"PrivateForest(n_trees={self.n_trees}, prior_trees={self.prior_trees}, height={self.height}, epsilon={self.epsilon:g}{d}, "
             f"mechanism={self.mechanism!r}, version={self.version}, releases={self.n_releases})"
         )

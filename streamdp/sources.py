@@ -1,57 +1,376 @@
-"""Reading data sources: CSV cells to a schema's declared values, CSV files and known datasets to ``(X, y)``.
+"""Reading data sources: CSV files and DataFrames to schema codes, chunk by chunk.
 
-Shared by ``streamdp push`` and dataset jobs.
+Shared by ``streamdp push``, :class:`~streamdp.service.producer.Producer` and
+batch jobs. CSV is parsed by pandas' C reader in chunks (a 1 M-row file never
+sits in memory as Python objects); each column is coded by vectorised lookups:
+a column of text is factorised (one hash pass in C) and only its distinct
+values go through the schema's lookup (:meth:`Schema.encode`'s dict and
+table paths), other columns through :meth:`Schema.encode`'s column coder.
+A CSV cell spells a declared value as ``str(value)`` (booleans in any case);
+surrounding spaces are ignored.
 
+Bad values raise (or, with ``on_invalid="drop"``, drop the row and list it)
+with a reason naming the attribute and the row, never the value: reasons
+reach logs and dead letters.
+
+>>> import io
 >>> from streamdp import Schema
 >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [1, 2]},
 ...                                      {"name": "x", "type": "numeric", "min": 0, "max": 9}],
 ...                       "label": {"name": "y", "values": [True, False]}})
->>> parse_row(s, ["2", " 3.5", "true"], cols=[0, 1], label_col=2)
-([2, 3.5], True)
+>>> [(c.offset, c.X.tolist(), c.y.tolist(), c.dropped)
+...  for c in read_csv_chunks(io.StringIO("a,x,y\\n2, 3.5,true\\n7,1,false\\n"), s, on_invalid="drop")]
+[(0, [[1.0, 3.5]], [0], [(1, "attribute 'a' has a value not declared in the schema")])]
 """
 
 from __future__ import annotations
 
-import csv
 import os
-from typing import Any, Sequence
+import queue
+import threading
+from dataclasses import dataclass, field
+from typing import IO, Any, Iterable, Iterator, Mapping
 
 import numpy as np
+import pandas as pd
 
 from .datasets import DATASETS, load
-from .schema import Categorical, Schema
+from .schema import Categorical, Encoded, Schema, _lookup_codes
 
-__all__ = ["SourceError", "convert", "parse_row", "read_dataset"]
+__all__ = ["SourceError", "Chunk", "convert", "encode_frame", "read_csv_chunks", "frame_chunks", "prefetch",
+           "read_dataset", "as_frame", "CHUNK_ROWS"]
+
+#: Rows per chunk read from a CSV file (about 10 MB of Adult-like text).
+CHUNK_ROWS = 65_536
 
 
 class SourceError(ValueError):
     """A data source that cannot be read against its schema (the message names the file and what is wrong)."""
 
 
+@dataclass
+class Chunk:
+    """Consecutive records of a source, coded: rows ``offset .. offset + n_in - 1`` of its data rows.
+
+    ``X``/``y`` hold the valid rows' codes (as :class:`~streamdp.schema.Encoded`);
+    ``dropped`` lists ``(row within the chunk, reason)`` of rows left out.
+    """
+
+    offset: int
+    X: np.ndarray
+    y: np.ndarray
+    n_in: int
+    kept: np.ndarray  # positions (within the chunk) of the rows in X
+    dropped: list[tuple[int, str]] = field(default_factory=list)
+
+
 def convert(values: tuple, raw: str) -> Any:
     """A CSV string to the declared value it spells (declared values may be ints or booleans); else the string."""
+    return _text_values(values).get(raw.strip(), _bool_text(values).get(raw.strip().lower(), raw))
+
+
+def _text_values(values: tuple) -> dict:
+    out: dict = {}
     for v in values:
-        if str(v) == raw or (isinstance(v, bool) and raw.lower() == str(v).lower()):
-            return v
-    return raw
+        out.setdefault(str(v), v)
+    return out
 
 
-def parse_row(schema: Schema, row: Sequence[str], cols: Sequence[int], label_col: int) -> tuple[list, Any]:
-    """One CSV row to ``(record in schema order, label)``; missing cells become None (the schema rejects them)."""
-    rec: list[Any] = []
-    for a, j in zip(schema.attributes, cols):
-        cell = row[j].strip() if j < len(row) else None
-        if cell is None:
-            rec.append(None)
-        elif isinstance(a, Categorical):
-            rec.append(convert(a.values, cell))
+def _bool_text(values: tuple) -> dict:
+    return {str(v).lower(): v for v in values if isinstance(v, bool)}
+
+
+# Reasons name the attribute (or label) and what is wrong in fixed words, never the value
+# (the wording of streamdp.service.codec's value-free reasons).
+_MISSING_WORDS = "is missing"
+_UNDECLARED_WORDS = "has a value not declared in the schema"
+
+
+def _codes_of_text(values: tuple, lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of a column of CSV text (-1: not declared) and its missing cells; distinct values looked up once."""
+    codes, uniq = _factorize(col)
+    text, btext = _text_values(values), _bool_text(values)
+    decl = np.empty(len(uniq) + 1, dtype=object)
+    for i, u in enumerate(uniq):
+        u = str(u).strip()
+        decl[i] = text.get(u, btext.get(u.lower(), _UNDECLARED))
+    decl[-1] = None  # NaN cells: factorize's -1 indexes the last slot
+    return _lookup_codes(lookup, decl)[codes], codes < 0
+
+
+_UNDECLARED = object()
+
+
+def _factorize(col: pd.Series) -> tuple[np.ndarray, Any]:
+    """``(codes, distinct values)`` of a column, -1 for missing cells (a categorical column is already coded)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), col.cat.categories
+    return pd.factorize(col, use_na_sentinel=True)
+
+
+def _factorizable(col: pd.Series) -> bool:
+    if isinstance(col.dtype, (pd.StringDtype, pd.CategoricalDtype)):
+        return True
+    return col.dtype == object and pd.api.types.infer_dtype(col, skipna=True) in ("string", "empty")
+
+
+def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bool = False,
+                 on_invalid: str = "raise", row0: int = 0) -> Encoded:
+    """Code a DataFrame holding the schema's attributes by name (and labels ``y``) against ``schema``.
+
+    ``text=True``: cells are CSV text (``"2"`` spells the declared value 2). String columns are
+    factorised; other columns go through :meth:`Schema.encode`'s coder. ``on_invalid="raise"``
+    raises :class:`SourceError` naming the attribute and row (``row0`` + position) of the first
+    bad row; ``"drop"`` leaves bad rows out and lists them (positions within the frame).
+
+    >>> from streamdp.datasets import load
+    >>> ds = load("congressional-voting")
+    >>> df = pd.DataFrame(ds.X[:3], columns=ds.schema.names)
+    >>> enc = encode_frame(ds.schema, df, ds.y[:3])
+    >>> enc.X.shape, enc.y.tolist() == ds.schema.encode(ds.X[:3], ds.y[:3]).y.tolist()
+    ((3, 16), True)
+    """
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    missing = [n for n in schema.names if n not in frame.columns]
+    if missing:
+        raise SourceError(f"the data lacks the attribute columns {missing}")
+    n = len(frame)
+    out = np.empty((n, schema.n_attributes), dtype=np.float64)
+    bad = np.zeros(n, dtype=bool)
+    reasons: dict[int, str] = {}
+
+    def flag(ok: np.ndarray, what: str) -> None:
+        if ok.all():
+            return
+        new = np.flatnonzero(~ok & ~bad)
+        if len(new) and on_invalid == "raise":
+            raise SourceError(f"row {row0 + int(new[0])}: {what}")
+        for i in new[:10_000]:
+            reasons[int(i)] = what
+        bad[new] = True
+
+    for j, a in enumerate(schema.attributes):
+        col = frame[a.name]
+        what = f"attribute {a.name!r}"
+        if isinstance(a, Categorical):
+            codes, miss = _column_codes(a.values, schema._lookup[j], col, text)
+            flag(~miss, f"{what} {_MISSING_WORDS}")
+            flag(codes >= 0, f"{what} {_UNDECLARED_WORDS}")
+            out[:, j] = np.maximum(codes, 0)
         else:
+            vals = _numbers(col, text)
+            ok = ~np.isnan(vals)
+            flag(ok | ~col.isna().to_numpy(), f"{what} {_MISSING_WORDS}")
+            flag(ok, f"{what} is not a number")
+            vals = np.where(ok, vals, a.min)
+            np.minimum(np.maximum(vals, a.min, out=vals), a.max, out=vals)
+            out[:, j] = vals
+    yc = None
+    if y is not None:
+        ys = _series(y)
+        if len(ys) != n:
+            raise ValueError(f"y has {len(ys)} labels but X has {n} records")
+        yc, miss = _column_codes(schema.label.values, schema._label_lookup, ys, text)
+        what = f"label {schema.label.name!r}"
+        flag(~miss, f"{what} {_MISSING_WORDS}")
+        flag(yc >= 0, f"{what} has a class not declared in the schema")
+        yc = np.maximum(yc, 0)
+    if not bad.any():
+        return Encoded(out, yc, np.arange(n))
+    keep = ~bad
+    dropped = sorted(reasons.items()) if len(reasons) == int(bad.sum()) else [
+        (int(i), reasons.get(int(i), "invalid record")) for i in np.flatnonzero(bad)]
+    return Encoded(out[keep], None if yc is None else yc[keep], np.flatnonzero(keep), dropped)
+
+
+def _column_codes(values: tuple, lookup: dict, col: pd.Series, text: bool) -> tuple[np.ndarray, np.ndarray]:
+    if text:
+        return _codes_of_text(values, lookup, col)
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return _codes_of_values(lookup, col)
+    if _factorizable(col):  # strings: only the declared strings can match, found by one index lookup per cell
+        strs = [(i, v) for i, v in enumerate(values) if isinstance(v, str)]
+        pos = pd.Index([v for _, v in strs], dtype=object).get_indexer(col)
+        codes = np.array([i for i, _ in strs] + [-1], dtype=np.int64)[pos]
+        return codes, _missing_where(col, codes)
+    arr = col.to_numpy()  # numbers, booleans, mixed objects: Schema.encode's table and dict paths
+    return _lookup_codes(lookup, arr), col.isna().to_numpy() if arr.dtype == object else np.zeros(len(arr), bool)
+
+
+def _missing_where(col: pd.Series, codes: np.ndarray) -> np.ndarray:
+    """Missing cells among those without a code (checking only those: isna is slow on Python strings)."""
+    miss = np.zeros(len(codes), dtype=bool)
+    nocode = np.flatnonzero(codes < 0)
+    if len(nocode):
+        miss[nocode] = col.iloc[nocode].isna().to_numpy()
+    return miss
+
+
+def _codes_of_values(lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of a categorical column (its categories through the schema's lookup), and its missing cells."""
+    codes, uniq = _factorize(col)
+    decl = np.empty(len(uniq) + 1, dtype=object)
+    decl[:-1] = list(uniq)
+    decl[-1] = None
+    return _lookup_codes(lookup, decl)[codes], codes < 0
+
+
+def _numbers(col: pd.Series, text: bool) -> np.ndarray:
+    """A numeric column as float64, NaN where a cell is missing or not a number (booleans and strings are not)."""
+    if col.dtype.kind in "iuf":
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    if text:
+        return pd.to_numeric(col.astype("string").str.strip(), errors="coerce").to_numpy(
+            dtype=np.float64, na_value=np.nan)
+    vals = col.to_numpy(dtype=object)
+    ok = np.fromiter((type(v) not in (bool, np.bool_) and isinstance(v, (int, float, np.integer, np.floating))
+                      for v in vals), dtype=bool, count=len(vals))
+    out = np.full(len(vals), np.nan)
+    out[ok] = vals[ok].astype(np.float64)
+    return out
+
+
+def _series(y: Any) -> pd.Series:
+    if isinstance(y, pd.Series):
+        return y
+    if isinstance(y, np.ndarray):
+        return pd.Series(y, copy=False)
+    arr = np.empty(len(y), dtype=object)
+    arr[:] = list(y)
+    return pd.Series(arr, dtype=object, copy=False)
+
+
+def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,
+                    header: bool = True, chunk_rows: int = CHUNK_ROWS, on_invalid: str = "raise",
+                    progress: Any = None) -> Iterator[Chunk]:
+    """Coded chunks of a CSV file (path or text stream).
+
+    With ``header`` the columns are found by name (the label column is ``label`` or the
+    schema's label name); without, the label is column ``label`` (default 0) and the
+    attributes follow in schema order. Blank lines are skipped; rows are numbered from 0
+    (the first data row). ``progress(done_fraction)`` is called after each chunk when given.
+    """
+    name = getattr(source, "name", source)
+    try:
+        size = os.path.getsize(source) if isinstance(source, (str, os.PathLike)) else 0
+    except OSError:
+        raise SourceError(f"{name}: cannot read the file") from None
+    lab_name = schema.label.name
+    if header:
+        try:
+            head = pd.read_csv(source, nrows=0, skipinitialspace=True).columns
+        except pd.errors.EmptyDataError:
+            raise SourceError(f"{name}: empty file") from None
+        if hasattr(source, "seek"):
+            source.seek(0)
+        head = [str(h).strip() for h in head]
+        lab_name = label if isinstance(label, str) else lab_name
+        missing = [c for c in [*schema.names, lab_name] if c not in head]
+        if missing:
+            raise SourceError(f"{name}: the header lacks the columns {missing} (it has {head})")
+        kw: dict = {"header": 0, "names": head}
+    else:
+        width = schema.n_attributes + 1
+        li = (int(label) if label is not None else 0) % width
+        cols = [c for c in range(width) if c != li]
+        names = [""] * width
+        for c, a in zip(cols, schema.names):
+            names[c] = a
+        names[li] = lab_name
+        kw = {"header": None, "names": names}
+    cat = {a.name for a in schema.attributes if isinstance(a, Categorical)} | {lab_name}
+    try:
+        reader = pd.read_csv(source, usecols=[*schema.names, lab_name], dtype={c: "category" for c in cat},
+                             skipinitialspace=True, chunksize=chunk_rows, engine="c", **kw)
+        fh = getattr(getattr(reader, "handles", None), "handle", None)
+        offset = 0
+        with reader:
+            for df in reader:
+                enc = encode_frame(schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset)
+                yield Chunk(offset, enc.X, enc.y, len(df), enc.kept, enc.dropped)
+                offset += len(df)
+                if progress is not None and size and fh is not None and hasattr(fh, "tell"):
+                    progress(min(1.0, fh.tell() / size))
+    except SourceError as e:
+        raise SourceError(f"{name}: {e}") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise SourceError(f"{name}: not a CSV file of the schema's columns ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200]})") from None
+
+
+def frame_chunks(X: Any, y: Any, schema: Schema, *, chunk_rows: int = CHUNK_ROWS,
+                 on_invalid: str = "raise") -> Iterator[Chunk]:
+    """Coded chunks of in-memory records: a DataFrame (attributes by name), a 2-D array or list of rows in
+    schema order, or a list of dicts; ``y`` holds the labels."""
+    frame = as_frame(X, schema)
+    n = len(frame)
+    ys = _series(y)
+    if len(ys) != n:
+        raise ValueError(f"X has {n} records but y has {len(ys)} labels")
+    for s in range(0, n, chunk_rows):
+        enc = encode_frame(schema, frame.iloc[s:s + chunk_rows], ys.iloc[s:s + chunk_rows], on_invalid=on_invalid,
+                           row0=s)
+        yield Chunk(s, enc.X, enc.y, len(enc.kept) + len(enc.dropped), enc.kept, enc.dropped)
+
+
+def as_frame(X: Any, schema: Schema) -> pd.DataFrame:
+    """Records as a DataFrame with the schema's attribute columns (rows checked as :meth:`Schema.encode` does)."""
+    if isinstance(X, pd.DataFrame):
+        return X
+    if isinstance(X, np.ndarray) and X.ndim == 2 and X.shape[1] == schema.n_attributes:
+        return pd.DataFrame(X, columns=schema.names, copy=False)
+    rows = X if isinstance(X, np.ndarray) else list(X)
+    if len(rows) and all(isinstance(r, Mapping) for r in rows):
+        return pd.DataFrame.from_records(rows, columns=schema.names)
+    cols, _ = schema._columns(rows)  # raises naming the row of a wrong shape
+    return pd.DataFrame(dict(zip(schema.names, cols)), columns=schema.names)
+
+
+def prefetch(chunks: Iterable, depth: int = 2) -> Iterator:
+    """Iterate ``chunks`` in a reader thread, up to ``depth`` items ahead (pandas' parser releases the GIL).
+
+    An error in the reader is raised in the caller; closing the generator stops the reader.
+
+    >>> list(prefetch(iter(range(5))))
+    [0, 1, 2, 3, 4]
+    """
+    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    end = object()
+
+    def run() -> None:
+        try:
+            for item in chunks:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((end, None))
+        except BaseException as e:  # handed to the caller
+            q.put((end, e))
+
+    t = threading.Thread(target=run, name="streamdp-reader", daemon=True)
+    t.start()
+    try:
+        while True:
+            item, err = q.get()
+            if item is end:
+                if err is not None:
+                    raise err
+                return
+            yield item
+    finally:
+        stop.set()
+        while t.is_alive():  # unblock a reader waiting on a full queue
             try:
-                rec.append(float(cell))
-            except ValueError:
-                rec.append(cell)
-    label = convert(schema.label.values, row[label_col].strip()) if label_col < len(row) else None
-    return rec, label
+                q.get_nowait()
+            except queue.Empty:
+                t.join(0.1)
 
 
 def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
@@ -64,24 +383,10 @@ def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
         ds = load(path)
         enc = schema.encode(ds.X, ds.y, on_invalid="drop")
         return enc.X, enc.y
-    with open(path, newline="", encoding="utf-8") as fh:
-        rows = list(csv.reader(fh))
-    if not rows:
-        raise SourceError(f"{path}: empty file")
-    head = [h.strip() for h in rows[0]]
-    missing = [n for n in [*schema.names, schema.label.name] if n not in head]
-    if missing:
-        raise SourceError(f"{path}: the header lacks the columns {missing} (it has {head})")
-    cols = [head.index(n) for n in schema.names]
-    li = head.index(schema.label.name)
-    X, y = [], []
-    for row in rows[1:]:
-        if not row or all(not c.strip() for c in row) or len(row) < len(head):
-            continue
-        rec, lab = parse_row(schema, row, cols, li)
-        X.append(rec)
-        y.append(lab)
-    if not X:
+    Xs, ys = [], []
+    for c in read_csv_chunks(path, schema, on_invalid="drop"):
+        Xs.append(c.X)
+        ys.append(c.y)
+    if not Xs:
         return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
-    enc = schema.encode(np.array(X, dtype=object), y, on_invalid="drop")
-    return enc.X, enc.y
+    return np.concatenate(Xs), np.concatenate(ys).astype(np.int64)

@@ -110,6 +110,35 @@ class ForestStructure:
         feature, threshold, child, leaf, n_leaves = drawn
         return cls(feature, threshold, child, leaf, n_leaves, int(height))
 
+    def with_stumps(self, k: int, n_attributes: int) -> "ForestStructure":
+        """This structure with ``k`` single-leaf trees ("prior stumps") appended after its trees.
+
+        A stump's root is its only leaf (tests the zero column, points to
+        itself, leaf number 0), so it counts every record in one cell per class:
+        it releases the class totals. Data-independent like every structure.
+
+        >>> from streamdp.schema import Schema
+        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> fs = ForestStructure.draw(s, n_trees=2, height=1, seed=0).with_stumps(1, s.n_attributes)
+        >>> fs.n_leaves.tolist(), fs.leaf[2].tolist()
+        ([2, 2, 1], [0, -1, -1])
+        """
+        check_integer(k, "prior_trees", low=0)
+        M = self.feature.shape[1]
+        feature = np.full((k, M), n_attributes, dtype=self.feature.dtype)
+        child = np.broadcast_to(np.arange(M, dtype=self.child.dtype), (k, M)).copy()
+        leaf = np.full((k, M), -1, dtype=self.leaf.dtype)
+        leaf[:, 0] = 0
+        return ForestStructure(
+            np.concatenate([self.feature, feature]),
+            np.concatenate([self.threshold, np.full((k, M), np.inf)]),
+            np.concatenate([self.child, child]),
+            np.concatenate([self.leaf, leaf]),
+            np.concatenate([self.n_leaves, np.ones(k, dtype=self.n_leaves.dtype)]),
+            self.height,
+        )
+
     # -- routing ----------------------------------------------------------------
     #: Records routed per chunk: the chunk's transposed columns and node buffers stay in L2 cache.
     CHUNK = 16384

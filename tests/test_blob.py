@@ -257,6 +257,12 @@ def _mutations():
     yield "height huge", setp("params", "height", value=10**6)
     yield "height zero", setp("params", "height", value=0)
     yield "n_trees mismatch", setp("params", "n_trees", value=4)
+    yield "prior_trees type", setp("params", "prior_trees", value="1")
+    yield "prior_trees negative", setp("params", "prior_trees", value=-1)
+    yield "prior_trees mismatch", setp("params", "prior_trees", value=3)
+    # one stump more, one random tree fewer: the row claimed as a stump is a random tree
+    yield "prior_trees on a random tree", lambda d: (d["params"].update(prior_trees=d["params"]["prior_trees"] + 1,
+                                                                       n_trees=d["params"]["n_trees"] - 1))
     yield "k without kanon", setp("params", "k", value=5)
     yield "epsilon negative", setp("privacy", "epsilon", value=-1.0)
     yield "epsilon string", setp("privacy", "epsilon", value="1")

@@ -208,9 +208,13 @@ class CountingRandom(SecureRandom):
         super().__init__()
         self.calls: list[tuple] = []
 
-    def exponential(self, size=()):
+    def bits(self, size=()):  # every variate the samplers use is built from these words
         self.calls.append(tuple(np.atleast_1d(size)))
-        return super().exponential(size)
+        return super().bits(size)
+
+    def random_bytes(self, n):
+        self.calls.append(("bytes", n))
+        return super().random_bytes(n)
 
 
 @pytest.mark.parametrize("kind", ["window", "tree"])

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
-from streamdp import estimation
+from streamdp import NotPrivateWarning, estimation
 from streamdp.datasets import load, skewed
 from streamdp.estimation import ForestNodes, forest_topology, node_distributions
 from streamdp.forest import PrivateForest
@@ -37,9 +38,10 @@ def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():
     f = PrivateForest.create(ds.schema, n_trees=2, height=2, epsilon=1.0, seed=1).fit(ds.X, ds.y)
     nodes = f.estimation_nodes()
     roots = nodes.depth == 0
-    assert np.allclose(nodes.y[roots], f.counts.sum(axis=1))  # root = sum of the tree's leaves
+    assert roots.sum() == 2  # the prior stump is no node of the walk
+    assert np.allclose(nodes.y[roots], f.counts[:2].sum(axis=1))  # root = sum of the tree's leaves
     C = ds.schema.n_classes
-    assert np.allclose(nodes.var[roots], f.structure.n_leaves * C * f.cell_variance)
+    assert np.allclose(nodes.var[roots], f.structure.n_leaves[:2] * C * f.cell_variance)
     leaves = nodes.leaf_node[nodes.leaf_node >= 0]
     assert np.allclose(nodes.var[leaves], C * f.cell_variance)
 
@@ -82,10 +84,10 @@ def test_leaf_proba_is_what_each_tree_votes_with():
     ds = skewed(4000, seed=5)
     f = PrivateForest.create(ds.schema, n_trees=3, height=3, epsilon=1.0, seed=2, vote="majority").fit(ds.X, ds.y)
     table = f.leaf_proba()
-    assert table.shape == f.shape
-    assert np.allclose(table.sum(axis=2)[f.real_cells[:, :, 0]], 1.0)
+    assert table.shape == (3,) + f.shape[1:]  # the random trees: the stump does not vote
+    assert np.allclose(table.sum(axis=2)[f.real_cells[:3, :, 0]], 1.0)
     leaves = f.apply(ds.X[:50])
-    votes = table[np.arange(3)[None, :], leaves].argmax(axis=2)
+    votes = table[np.arange(3)[None, :], leaves[:, :3]].argmax(axis=2)
     expected = np.stack([np.bincount(v, minlength=4) for v in votes]) / 3
     assert np.allclose(f.predict_proba(ds.X[:50]), expected)
 
@@ -129,17 +131,21 @@ def _data(name):
 
 
 def _prior_identifiable(f: PrivateForest, y_train: np.ndarray) -> bool:
-    """Whether the leaf-sum prior can separate the top two classes (z >= 3): below that no
-    post-processing of leaf counts can find the majority class (see the report, issue 13)."""
+    """Whether the released prior (:func:`streamdp.estimation.forest_prior`) separates the top two
+    classes (z >= 3): below that no post-processing of the counts can find the majority class.
+
+    Each tree (random or stump) sees a share ``q`` of the records (1 split, ``1 / n_trees`` disjoint) and
+    estimates ``q (n0 - n1)`` with variance ``2 L_t s^2`` (noise) ``+ q (1 - q) (n0 + n1)`` (its own sample);
+    the inverse-variance mean of the trees has variance ``1 / sum_t 1 / v_t``."""
     n = np.sort(np.bincount(y_train, minlength=f.schema.n_classes))[::-1].astype(float)
-    T, L = f.n_trees, float(f.structure.n_leaves.mean())
-    gap = (T if f.budget == "split" else 1) * (n[0] - n[1])
-    return gap >= 3 * math.sqrt(2 * T * L * f.cell_variance)
+    q = f.record_share
+    v = 2 * f.structure.n_leaves * f.cell_variance + q * (1 - q) * (n[0] + n[1])
+    return q * (n[0] - n[1]) >= 3 * math.sqrt(1.0 / np.sum(1.0 / v))
 
-
-def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=("proba", "majority"), n_trees=10):
+def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=("proba", "majority"), n_trees=10,
+                 min_checked=1):
     schema, X, y = _data(name)
-    # keep the run time modest: heights whose trees could exceed 20,000 leaves are left out (Votes above 14)
+    # keep the run time modest: heights whose trees could exceed 20,000 leaves are left out (Votes above 9)
     heights = [h for h in heights if max_possible_leaves(schema, h) <= 20_000]
     rng = np.random.default_rng(0)
     perm = rng.permutation(len(y))
@@ -149,7 +155,12 @@ def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=(
     for h in heights:
         for eps in eps_list:
             for budget in budgets:
-                f = PrivateForest.create(schema, n_trees=n_trees, height=h, epsilon=eps, budget=budget, seed=h)
+                # one fixed noise draw per setting (noise_seed, a formula fixed before any run): the check is
+                # deterministic; how often other draws fall below is measured in accuracy_height.md
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", NotPrivateWarning)
+                    f = PrivateForest.create(schema, n_trees=n_trees, height=h, epsilon=eps, budget=budget, seed=h,
+                                             noise_seed=1000 * h + round(10 * eps) + (budget == "disjoint"))
                 f.merge(f.noisy_delta_encoded(X[tr], y[tr]))
                 if not _prior_identifiable(f, y[tr]):
                     skipped += 1
@@ -161,8 +172,8 @@ def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=(
                     checked += 1
                     if acc < majority - 0.01:
                         failures.append((h, eps, budget, vote, round(float(acc), 3)))
-    assert checked > 0
-    assert not failures, f"{name}: below the majority share {majority:.3f} - 0.01 at {failures}"
+    assert checked >= min_checked, f"{name}: only {checked} identifiable settings checked ({skipped} skipped)"
+    assert not failures, f"{name}: below the majority share {majority:.3f} - 0.01 at {failures} ({checked} checked)"
     return checked, skipped
 
 
@@ -171,13 +182,36 @@ def test_floor_at_the_prior_skewed_fast():
     assert checked >= 8
 
 
+def test_prior_stump_makes_the_prior_identifiable_where_leaf_sums_are_not():
+    """Votes at height 9, epsilon 1 (issue 13): the leaf-sum prior cannot tell the majority class, the stump's can."""
+    schema, X, y = _data("congressional-voting")
+    with_stump = PrivateForest.create(schema, n_trees=10, height=9, epsilon=1.0, seed=9)
+    without = PrivateForest.create(schema, n_trees=10, height=9, epsilon=1.0, seed=9, prior_trees=0)
+    assert _prior_identifiable(with_stump, y) and not _prior_identifiable(without, y)
+    majority = np.bincount(y).argmax()
+    fits = (with_stump.with_counts(with_stump.noisy_delta_encoded(X, y), version=1, n_releases=1) for _ in range(20))
+    hits = sum(int(f.estimation_nodes().prior.argmax() == majority) for f in fits)
+    # measured miss rate 0.33% per fit (300 fits): P(3 or more misses in 20) < C(20, 3) * 0.0033**3 < 1e-4
+    assert hits >= 18
+
+
+# Settings where the released prior can tell the majority class (the others are skipped and counted):
+# skewed 96 of 96 (both votes), Nursery (3 classes, top two 0.355 / 0.333) 48, Votes 48 (disjoint never:
+# ~26 records per tree), Tic-Tac-Toe 80; the minimums below keep the property from passing vacuously.
+FLOOR_MIN_CHECKED = {"skewed": 90, "nursery": 40, "congressional-voting": 40, "tic-tac-toe": 60}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["skewed", "nursery", "congressional-voting", pytest.param("tic-tac-toe", marks=pytest.mark.xfail(
-    reason="638 training records: with the disjoint budget (~64 per tree) height 4 at eps 1 fell to 0.62-0.64 "
-           "(majority 0.665) in one full-suite run; the floor is not guaranteed there (issue 13, report)", strict=False))])
+    reason="639 training records: the prior is identifiable (prior stump) and right, but 7 of 80 checked settings "
+           "(heights 3-9, all the probability vote) score 0.624-0.652 against 0.665: a pooled node passing "
+           "SNR_MIN=3 carries class-share errors ~0.1 (data weight ~0.5 at the bar), flipping nodes near one half "
+           "(accuracy_height.md, 'Prior stumps')",
+    strict=True))])
 def test_floor_at_the_prior_every_height(name, shared_datasets):
     schema = _data(name)[0]
-    _floor_check(name, heights=range(1, schema.n_attributes + 1), eps_list=(0.1, 0.5, 1.0, 2.0))
+    _floor_check(name, heights=range(1, schema.n_attributes + 1), eps_list=(0.1, 0.5, 1.0, 2.0),
+                 min_checked=FLOOR_MIN_CHECKED[name])
 
 
 # -- the learners -------------------------------------------------------------------------------------

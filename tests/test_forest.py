@@ -88,10 +88,12 @@ def seeded(*args, **kw):
 
 @pytest.mark.parametrize("budget,n_trees,eps", [("split", 4, 2.0), ("disjoint", 4, 2.0), ("split", 10, 1.0)])
 def test_noise_scale_per_cell(budget, n_trees, eps):
-    """split: scale n_trees/epsilon per cell; disjoint: 1/epsilon. Variance 2a/(1-a)^2, a = exp(-eps_tree)."""
+    """split: scale (n_trees + 1)/epsilon per cell (the prior stump is one more tree, and its cells are
+    among those sampled); disjoint: 1/epsilon. Variance 2a/(1-a)^2, a = exp(-eps_tree)."""
     s = numeric_schema(2)
     f = PrivateForest.create(s, n_trees=n_trees, height=9, epsilon=eps, seed=0, budget=budget)
-    eps_tree = eps / n_trees if budget == "split" else eps
+    assert f.n_trees == n_trees and f.n_released_trees == n_trees + 1
+    eps_tree = eps / (n_trees + 1) if budget == "split" else eps
     assert f.epsilon_per_tree == pytest.approx(eps_tree)
     assert f.noise_scale == pytest.approx(1 / eps_tree)
     real = real_mask(f)
@@ -109,7 +111,7 @@ def test_laplace_mechanism_scale():
     real = real_mask(f)
     x = np.concatenate([f.noisy_delta(*empty(s))[real] for _ in range(8)])
     assert f.counts.dtype == np.float64
-    b = 5 / 2.0
+    b = (5 + 1) / 2.0  # five random trees and the prior stump share epsilon 2
     assert_var(x, 2 * b**2, 24 * b**4, "laplace")
 
 
@@ -122,9 +124,10 @@ def test_no_noise_with_infinite_epsilon_and_exact_tally():
     yc = MIXED.encode_labels(y)
     expect = np.zeros(f.shape, dtype=np.int64)
     for i in range(len(X)):
-        for t in range(3):
+        for t in range(4):  # three random trees and the prior stump (one leaf: the exact class totals)
             expect[t, leaves[i, t], yc[i]] += 1
     assert np.array_equal(f.counts, expect)
+    assert f.counts[3, 0].tolist() == np.bincount(yc, minlength=MIXED.n_classes).tolist()
 
 
 # -- the update procedure -------------------------------------------------------------------------
@@ -193,7 +196,7 @@ def test_noise_variance_grows_linearly_with_updates():
     rng = np.random.default_rng(4)
     var1, m41 = geo_moments(0.5)
     for U in (1, 3, 8):
-        f = PrivateForest.create(s, n_trees=8, height=9, epsilon=4.0, seed=1)  # eps_tree = 0.5
+        f = PrivateForest.create(s, n_trees=7, height=9, epsilon=4.0, seed=1)  # 7 trees + 1 stump: eps_tree = 0.5
         X_all, y_all = [], []
         for u in range(U):
             X = rng.uniform(-0.2, 1.2, size=(300, 2))
@@ -250,7 +253,7 @@ def test_blob_holds_nothing_the_noise_can_be_rebuilt_from():
     f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=8).fit(X, y)
     doc = msgpack.unpackb(f.to_bytes(), raw=False)
     assert set(doc) == BLOB_KEYS
-    assert set(doc["params"]) == {"n_trees", "height", "mechanism", "k", "beta", "vote", "budget"}
+    assert set(doc["params"]) == {"n_trees", "height", "mechanism", "k", "beta", "vote", "budget", "prior_trees"}
     assert set(doc["privacy"]) == {"epsilon", "delta", "private"}
     assert set(doc["structure"]) == {"feature", "threshold", "child", "leaf", "n_leaves"}
     # loading the blob and refitting the same data gives fresh noise
@@ -366,14 +369,15 @@ def test_disjoint_budget_routes_every_record_to_exactly_one_tree():
     f = PrivateForest.create(MIXED, n_trees=5, height=3, epsilon=math.inf, seed=2, budget="disjoint").fit(X, y)
     per_class = f.counts.sum(axis=(0, 1))
     assert per_class.tolist() == [int(np.sum(y == c)) for c in MIXED.classes]
-    # trees get a uniform random share: each tree's total ~ Binomial(n, 1/5)
+    # trees (the prior stump among them) get a uniform random share: each tree's total ~ Binomial(n, 1/6)
     per_tree = f.counts.sum(axis=(1, 2))
-    sd = math.sqrt(6000 * 0.2 * 0.8)
-    assert np.all(np.abs(per_tree - 1200) < Z * sd)
+    assert per_tree.shape == (6,)
+    sd = math.sqrt(6000 * (1 / 6) * (5 / 6))
+    assert np.all(np.abs(per_tree - 1000) < Z * sd)
     assert len(set(per_tree.tolist())) > 1  # not a deterministic split
     # split budget: every tree sees every record
     g = PrivateForest.create(MIXED, n_trees=5, height=3, epsilon=math.inf, seed=2).fit(X, y)
-    assert g.counts.sum(axis=(1, 2)).tolist() == [6000] * 5
+    assert g.counts.sum(axis=(1, 2)).tolist() == [6000] * 6
 
 
 def test_bad_options_refused():
@@ -419,7 +423,8 @@ def test_kanon_cells_below_k_are_zero_and_delta_reported():
     rng = np.random.default_rng(9)
     X, y = mixed_data(3000, rng)
     k, beta = 20, 0.3
-    f = PrivateForest.create(MIXED, n_trees=4, height=3, epsilon=2.0, mechanism="kanon", k=k, beta=beta, seed=3)
+    f = PrivateForest.create(MIXED, n_trees=4, height=3, epsilon=2.0, mechanism="kanon", k=k, beta=beta, seed=3,
+                             prior_trees=0)
     assert f.delta == pytest.approx(4 * kanon_delta(k, beta, 0.5))
     assert f.noise_scale == 0
     f.fit(X, y)
@@ -448,7 +453,8 @@ def test_kanon_sampling_rate_is_beta(beta):
     n, T = 20_000, 4
     X, y = mixed_data(n, np.random.default_rng(11))
     eps = T * max(1.0, -math.log1p(-beta) + 0.01)
-    f = PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=eps, mechanism="kanon", k=1, beta=beta, seed=4)
+    f = PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=eps, mechanism="kanon", k=1, beta=beta, seed=4,
+                             prior_trees=0)
     kept = int(f.fit(X, y).counts.sum())
     N = n * T
     assert abs(kept - beta * N) < Z * math.sqrt(N * beta * (1 - beta)), (kept, beta * N)
@@ -483,7 +489,7 @@ def test_merge_adds_in_place_and_packing_does_not_copy_the_counts():
 
     schema = Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "numeric", "min": 0, "max": 1} for j in range(4)],
                                "label": {"name": "y", "values": [0, 1]}})
-    f = PrivateForest.create(schema, n_trees=4, height=14, epsilon=math.inf, seed=0)  # 4 x 16384 x 2 cells
+    f = PrivateForest.create(schema, n_trees=4, height=14, epsilon=math.inf, seed=0, prior_trees=0)  # 4 x 16384 x 2 cells
     X = np.random.default_rng(0).uniform(size=(2000, 4))
     delta = f.noisy_delta(X, np.arange(2000) % 2)
     tracemalloc.start()
@@ -498,3 +504,73 @@ def test_merge_adds_in_place_and_packing_does_not_copy_the_counts():
     rec = blob.pack_array(f.counts)
     assert np.shares_memory(np.frombuffer(rec["data"], dtype=np.uint8), f.counts)
     assert PrivateForest.from_bytes(f.to_bytes()).counts.tolist() == f.counts.tolist()
+
+
+# -- prior stumps ---------------------------------------------------------------------------------
+
+
+def test_prior_stumps_are_valid_single_leaf_trees_after_the_random_ones():
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=5, prior_trees=2)
+    s, m = f.structure, MIXED.n_attributes
+    assert (f.n_trees, f.prior_trees, f.n_released_trees, s.n_trees) == (3, 2, 5, 5)
+    assert f.shape == (5, s.max_leaves, MIXED.n_classes)
+    assert s.n_leaves[3:].tolist() == [1, 1] and np.all(s.leaf[3:, 0] == 0) and np.all(s.feature[3:, 0] == m)
+    s.validate(MIXED)
+    assert np.array_equal(ForestStructure.from_arrays(s.arrays(), s.height, MIXED).leaf, s.leaf)
+    ref = ForestStructure.draw(MIXED, 3, 3, seed=5)  # the random trees are drawn as before: data-independent
+    assert all(np.array_equal(a, s.arrays()[n][:3]) for n, a in ref.arrays().items())
+    X, _ = mixed_data(200, np.random.default_rng(0))
+    assert np.all(f.apply(X)[:, 3:] == 0)  # every record reaches the stump's only leaf, at any routing depth
+    assert "prior_trees=2" in repr(f)
+    assert PrivateForest.create(MIXED, n_trees=3, height=3, seed=5, prior_trees=0).shape[0] == 3
+
+
+def test_prior_trees_refused_when_invalid():
+    for bad in (-1, 1.5, True, 17):
+        with pytest.raises(ValueError, match="prior_trees"):
+            PrivateForest.create(MIXED, n_trees=2, height=2, seed=0, prior_trees=bad)
+    plain = ForestStructure.draw(MIXED, 3, 2, seed=0)
+    with pytest.raises(ValueError, match="single leaves"):  # the last tree is a random one, not a stump
+        PrivateForest(MIXED, plain, prior_trees=1)
+
+
+def test_prior_stumps_blob_round_trip_and_old_blobs_read_as_zero():
+    from streamdp.blob import BlobError
+
+    X, y = mixed_data(300, np.random.default_rng(1))
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=2, prior_trees=2).fit(X, y)
+    g = PrivateForest.from_bytes(f.to_bytes())
+    assert (g.n_trees, g.prior_trees) == (3, 2) and np.array_equal(g.counts, f.counts)
+    assert np.array_equal(g.predict_proba(X[:20]), f.predict_proba(X[:20]))
+    doc = msgpack.unpackb(f.to_bytes(), raw=False)
+    doc["params"]["prior_trees"] = 1  # 3 + 1 != 5 structure rows
+    with pytest.raises(BlobError, match="prior_trees"):
+        PrivateForest.from_bytes(msgpack.packb(doc, use_bin_type=True))
+    old = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=2, prior_trees=0).fit(X, y)
+    doc = msgpack.unpackb(old.to_bytes(), raw=False)
+    del doc["params"]["prior_trees"]  # a blob written before prior stumps
+    h = PrivateForest.from_bytes(msgpack.packb(doc, use_bin_type=True))
+    assert (h.n_trees, h.prior_trees) == (3, 0) and np.array_equal(h.counts, old.counts)
+
+
+def test_prior_stump_is_one_more_tree_to_every_mechanism():
+    T = 4
+    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0).epsilon_per_tree == pytest.approx(2.0 / 5)
+    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0, budget="disjoint").epsilon_per_tree == 2.0
+    k, beta = 20, 0.3
+    f = PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.5, mechanism="kanon", k=k, beta=beta, seed=3)
+    assert f.delta == pytest.approx((T + 1) * kanon_delta(k, beta, 0.5))
+    X, y = mixed_data(3000, np.random.default_rng(2))
+    c = f.fit(X, y).counts
+    assert np.all((c[T] == 0) | (c[T] >= k)) and np.all(c[T] <= np.bincount(MIXED.encode_labels(y), minlength=3))
+
+
+def test_prior_stumps_do_not_vote():
+    X, y = mixed_data(2000, np.random.default_rng(3))
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=math.inf, seed=1, vote="majority").fit(X, y)
+    p = f.predict_proba(X[:200])
+    assert np.allclose(p * 3, np.round(p * 3))  # votes of the three random trees only
+    # the stump's counts reach the estimate only through the prior (ForestNodes has the random trees alone)
+    nodes = f.estimation_nodes()
+    assert nodes.leaf_node.shape[0] == 3 and (nodes.depth == 0).sum() == 3
+    assert np.allclose(nodes.prior, np.bincount(MIXED.encode_labels(y), minlength=3) / len(y))

@@ -484,7 +484,7 @@ def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
 def test_a_retried_batch_is_read_once_by_jobs_as_the_stream_merges_it_once(r, unique_name):
     """Issue 12 item 3: a retried push (same batch id) gave a job 600 records for 300 people."""
     name = unique_name
-    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf)
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, release="batch")
     try:
         with Producer(r, name) as p:
             p.push(VOTES.X[:300], VOTES.y[:300], batch_id="retried-1")

@@ -281,7 +281,7 @@ def test_kanon_delta_matches_brute_force_max_over_large_n(k, beta, eps):
     assert kanon_delta(k, beta, eps) == pytest.approx(bf, rel=1e-8)
 
 
-# Seed 003, Table 5: N_t*delta for N_t = 10, indexed by N_t*eps = 1..9 (per-tree eps = N_t*eps/10).
+# Waseda, Nojima & Wang, Table 5: N_t*delta for N_t = 10, indexed by N_t*eps = 1..9 (per-tree eps = N_t*eps/10).
 # The text lost the minus signs of the exponents ("4.66 x 10 7" is 4.66e-7). None is "-" in the table.
 TABLE5 = {
     (5, 0.01): [0.001, 5.52e-5, 7.68e-6, 1.86e-6, 7.47e-7, 2.417e-7, 1.22e-7, 1.22e-7, 5.47e-8],

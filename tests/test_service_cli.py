@@ -85,3 +85,28 @@ def test_stream_worker_entry_point_help():
     r = subprocess.run([sys.executable, "workers/stream_worker.py", "--help"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 0 and "--processes" in r.stdout
+
+
+def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
+    """Issue 12 item 5: the same CSV pushed twice is merged once; --source labels genuinely new records."""
+    import redis as redis_py
+
+    from streamdp.service.keys import Keys
+
+    u = ["--redis-url", redis_url]
+    name = unique_name
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    data = tmp_path / "votes.csv"
+    _csv(data, DS.X[:300], DS.y[:300])
+    for _ in range(2):
+        assert main(u + ["push", name, str(data), "--batch-size", "100", "-q"]) == 0
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    stats = redis_py.Redis.from_url(redis_url, socket_timeout=30).hgetall(Keys(name).stats)
+    assert int(stats[b"batches_merged"]) == 3 and int(stats[b"records_merged"]) == 300
+    assert int(stats[b"acked_without_merge"]) == 3
+    assert main(u + ["push", name, str(data), "--batch-size", "100", "-q", "--source", "day-2"]) == 0
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    stats = redis_py.Redis.from_url(redis_url, socket_timeout=30).hgetall(Keys(name).stats)
+    assert int(stats[b"records_merged"]) == 600
+    main(u + ["model", "delete", name])

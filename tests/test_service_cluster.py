@@ -72,7 +72,7 @@ def test_models_on_three_masters_at_once_with_consumers(redis_url):
     assert len({r.keyslot(Keys(n).records) for n in names}) == 3
     try:
         for i, name in enumerate(names):
-            create_model(redis_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=i)
+            create_model(redis_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=i, release="batch")
         for name in names:
             with Producer(redis_url, name, batch_size=50) as p:
                 p.push(DS.X, DS.y)  # 9 batches each
@@ -110,7 +110,7 @@ def test_sigkill_a_worker_mid_stream_on_the_cluster_exactly_once(redis_url):
     procs = []
     try:
         for name in names:
-            create_model(redis_url, name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=3)
+            create_model(redis_url, name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=3, release="batch")
         pushed = {}
         for name in names:
             with Producer(redis_url, name, batch_size=5) as p:
@@ -179,7 +179,7 @@ def test_deploy_acl_users_work_on_every_node_of_the_cluster(redis_url, cluster_u
     name = _names_on_different_nodes(admin, 1)[0]
     try:
         assert isinstance(connect(url["worker"]), RedisCluster)  # CLUSTER INFO allowed: detected
-        create_model(url["admin"], name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=5)
+        create_model(url["admin"], name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=5, release="batch")
         with Producer(url["producer"], name, batch_size=100) as p:
             p.push(DS.X, DS.y)
         Worker(url["worker"], name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)
@@ -195,3 +195,25 @@ def test_deploy_acl_users_work_on_every_node_of_the_cluster(redis_url, cluster_u
         for node in admin.get_primaries():
             for u in users:
                 admin.execute_command("ACL", "DELUSER", u, target_nodes=node)
+
+
+def test_window_release_on_the_cluster_counts_every_record_once(cluster_url):
+    """release="window" (the default) on a cluster: the window scripts stay in the model's slot and every record
+    is counted once (epsilon=inf: the published counts equal the exact tally)."""
+    name = _names_on_different_nodes(connect(cluster_url), 1)[0]
+    create_model(cluster_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=7, release="window",
+                 release_every=0.1)
+    try:
+        with Producer(cluster_url, name, batch_size=50) as p:
+            p.push(DS.X, DS.y)
+        w = Worker(cluster_url, name, block_ms=20)
+        exact = w.spec.noisy_delta(DS.X, DS.y)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            w.step()
+            f = Consumer(cluster_url, name).latest()
+            if np.array_equal(f.counts, exact):
+                break
+        assert np.array_equal(f.counts, exact) and f.n_releases >= 1
+    finally:
+        delete_model(cluster_url, name)

@@ -126,3 +126,14 @@ def test_entry_with_a_non_utf8_field_name_is_dead_lettered_and_the_worker_goes_o
     fields = dict(dead[0][1])
     assert fields[b"entry"].decode() == bad and fields[b"reason"] == b"entry has no 'd' field"
     assert collect(redis_url, model)["pending"] == 0
+
+
+def test_server_value_limit_is_read_from_the_server(redis_url):
+    from streamdp.service.registry import server_value_limit
+
+    r = redis.Redis.from_url(redis_url, socket_timeout=30)
+    try:
+        expect = int(r.config_get("proto-max-bulk-len")["proto-max-bulk-len"])
+    except redis.ResponseError:  # CONFIG not permitted for this user: the documented default
+        expect = 512 << 20
+    assert server_value_limit(r) == expect

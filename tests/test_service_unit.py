@@ -491,3 +491,80 @@ def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, capl
     assert [row[0] for row in details[1]["rows"]] == [1, 2]
     assert details[1]["rows"][1][1] == "label 'party' has a class not declared in the schema"
     assert not any(secret in why for d in details for _, why in d["rows"])
+
+
+# -- idempotent producers (issue 12 item 5) ------------------------------------------------------------
+def test_pushing_the_same_records_twice_merges_them_once(r):
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m", batch_size=40)
+    first = p.push(DS.X[:300], DS.y[:300])
+    ids = list(p.last_batch_ids)
+    assert len(first) == 8 and len(set(ids)) == 8 and all(len(b) == 64 for b in ids)
+    Producer(r, "m", batch_size=40).push(DS.X[:300], DS.y[:300])  # a second push (another process)
+    assert p.last_batch_ids == ids
+    p.push(DS.X[:300], DS.y[:300], source="day-2")  # genuinely new records with the same content
+    assert not set(p.last_batch_ids) & set(ids)
+    Producer(r, "m", batch_size=40, dedup=False).push(DS.X[:40], DS.y[:40])  # random ids: counted again
+    _drain(_worker(r, "m", batch_entries=4))
+    got = Consumer(r, "m").latest()
+    spec = _worker(r, "m").spec
+    expect = 2 * spec.noisy_delta(DS.X[:300], DS.y[:300]) + spec.noisy_delta(DS.X[:40], DS.y[:40])
+    assert np.array_equal(got.counts, expect)
+    assert int(r.hget(Keys("m").stats, "batches_merged")) == 17
+    assert int(r.hget(Keys("m").stats, "acked_without_merge")) == 8
+
+
+def test_batch_ids_depend_on_content_position_and_model(r):
+    _model(r)
+    _model(r, name="m2")
+    p = Producer(r, "m", batch_size=10)
+    p.push(DS.X[:20], DS.y[:20])
+    a = list(p.last_batch_ids)
+    X = DS.X[:20].copy()
+    X[15, 0] = "y" if X[15, 0] != "y" else "n"
+    p.push(X, DS.y[:20])
+    assert p.last_batch_ids[0] == a[0] and p.last_batch_ids[1] != a[1]  # only the changed batch differs
+    p.push(DS.X[10:20], DS.y[10:20])
+    assert p.last_batch_ids[0] != a[1]  # the same records at another position are new records
+    q = Producer(r, "m2", batch_size=10)
+    q.push(DS.X[:20], DS.y[:20])
+    assert not set(q.last_batch_ids) & set(a)  # ids are keyed by the model's spec
+
+
+def test_producer_dead_letters_with_value_free_reasons_and_stable_ids(r):
+    _model(r)
+    p = Producer(r, "m", batch_size=10, on_invalid="dead-letter")
+    X = DS.X[:20].copy()
+    X[12, 2] = "SECRET"
+    p.push(X, DS.y[:20])
+    ids = list(p.last_batch_ids)
+    p.push(X, DS.y[:20])
+    assert p.last_batch_ids == ids
+    entries = r.xrange(Keys("m").records)
+    docs = [msgpack.unpackb(d[b"d"], raw=False) for _, d in entries]
+    assert docs[1]["invalid"] == [[2, f"attribute {DS.schema.names[2]!r} has a value not declared in the schema"]]
+    assert b"SECRET" not in b"".join(d[b"d"] for _, d in entries)
+
+
+# -- model size against the server's limit (issue 14) --------------------------------------------------
+def test_model_create_refuses_a_blob_the_server_would_not_accept(r, monkeypatch):
+    import time
+
+    from streamdp.datasets import load_schema
+    from streamdp.service.registry import DEFAULT_BULK_LIMIT, server_value_limit
+    from streamdp.structure import TooLargeError
+
+    assert server_value_limit(r) == DEFAULT_BULK_LIMIT  # fakeredis has no CONFIG: the default
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "1000000"})
+    assert server_value_limit(r) == 1_000_000
+    adult = load_schema("adult")
+    t0 = time.process_time()
+    with pytest.raises(TooLargeError, match="proto-max-bulk-len"):
+        create_model(r, "big", adult, n_trees=10, height=8, epsilon=1.0)
+    assert time.process_time() - t0 < 2.0  # refused while drawing the first levels, not after
+    assert r.hget("sdp:registry", "big") is None and not r.keys("sdp:{big}:*")  # nothing stored, nothing charged
+    f = create_model(r, "small", adult, n_trees=10, height=3, epsilon=1.0, seed=1)
+    assert len(r.get(Keys("small").spec)) <= 1_000_000 and f.height == 3
+    with pytest.raises(TooLargeError, match="Lower the number of trees"):
+        monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "70000"})
+        create_model(r, "tiny", adult, n_trees=1000, height=1, epsilon=1.0)

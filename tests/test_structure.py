@@ -1,4 +1,4 @@
-"""The random structure: drawn from the schema alone, shaped as ALGORITHMS.md section 1 says, routed correctly."""
+"""The random structure: drawn from the schema alone, shaped as Fan et al.'s random decision trees, routed correctly."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_structure_does_not_depend_on_data():
     f1 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X1, y1)
     f2 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X2, y2)
     f2.update(X1, y1)
-    ref = ForestStructure.draw(schema, 4, 4, seed=42)
+    ref = ForestStructure.draw(schema, 4, 4, seed=42).with_stumps(1, schema.n_attributes)
     for name, arr in ref.arrays().items():
         assert np.array_equal(arr, f1.structure.arrays()[name]), name
         assert np.array_equal(arr, f2.structure.arrays()[name]), name
@@ -162,7 +162,7 @@ def test_leaves_never_pruned_after_fitting_tiny_data():
     for t in range(f.n_trees):
         leaves = sorted(int(f.structure.leaf[t, n]) for n, _ in walk(f.structure, schema, t))
         assert leaves == list(range(f.structure.n_leaves[t]))
-    assert f.counts.shape == (3, f.structure.max_leaves, 2)
+    assert f.counts.shape == (3 + 1, f.structure.max_leaves, 2)  # and the prior stump
     real = np.arange(f.structure.max_leaves)[None, :] < f.structure.n_leaves[:, None]
     # eps per tree 1/3: P(noise == 0) = (1-a)/(1+a) ~ 0.17 per cell; hundreds of cells are nonzero
     assert np.count_nonzero(f.counts[real]) > 0.5 * real.sum() * 2

@@ -79,6 +79,18 @@ class Progress:
         self.stream.write(("\r" + line) if self.tty else line + "\n")
         self.stream.flush()
 
+    def update_fraction(self, frac: float, done: int) -> None:
+        """Draw ``frac`` of the work done and ``done`` items (when the total is known only as a fraction,
+        e.g. of a file's bytes)."""
+        now = time.monotonic()
+        if frac < 1.0 and now - self._last < (0.1 if self.tty else 2.0):
+            return
+        self._last = now
+        rate = done / max(now - self.t0, 1e-9)
+        line = f"[{'#' * int(min(1.0, frac) * 30):<30}] {min(1.0, frac):6.1%} {done:,} {self.what} {rate:,.0f}/s"
+        self.stream.write(("\r" + line) if self.tty else line + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         if self.tty:
             self.stream.write("\n")

@@ -127,7 +127,7 @@ def show(args: argparse.Namespace) -> int:
     print(f"model {info['name']}\n"
           f"  version         {info['version']}\n"
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
-          f"  forest          {info['n_trees']} trees, height {info['height']}, {info['max_leaves']} leaves max, "
+          f"  forest          {info['n_trees']} trees + {info.get('prior_trees', 0)} prior stumps, height {info['height']}, {info['max_leaves']} leaves max, "
           f"{info['n_classes']} classes\n"
           f"  release         {policy}\n"
           f"  releases        {info['releases']}\n"

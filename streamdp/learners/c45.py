@@ -6,7 +6,7 @@
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
 True
 
-Growth is DiffPID3 (Algorithm 2 of seed 004) over the private data layer,
+Growth is DiffPID3 (Algorithm 2 of Friedman & Schuster) over the private data layer,
 extended to numeric attributes as in the paper's Section 4.3. With ``n``
 numeric attributes in the schema and ``d = max_depth``, every query gets
 ``eps = B / ((2 + n) d + 2)``; at an inner node a branch spends
@@ -27,7 +27,7 @@ once per path; numeric attributes may split again inside the part's narrowed
 (public) bounds; a numeric attribute whose bounds have collapsed to a point
 is no longer a candidate (its query is skipped, spending less).
 
-Stopping rule (ALGORITHMS.md section 4): a node is a leaf when no attribute
+Stopping rule (Friedman & Schuster): a node is a leaf when no attribute
 is left, the depth is exhausted, or ``N_T / (t |C|) < sqrt(2) / eps`` with
 ``t`` the largest arity among the candidates (a numeric attribute counts 2).
 

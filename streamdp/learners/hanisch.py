@@ -1,4 +1,4 @@
-"""Hanisch's private random forest (seed 001), generalised to any number of classes.
+"""Hanisch's private random forest (Hanisch), generalised to any number of classes.
 
 >>> from streamdp.datasets import load
 >>> ds = load("congressional-voting")

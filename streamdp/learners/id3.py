@@ -6,8 +6,8 @@
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
 True
 
-Both grow over the private data layer with the budget of ALGORITHMS.md
-section 4: for ``d = max_depth`` every level gets ``eps = B / (2 (d + 1))``,
+Both grow over the private data layer with Friedman & Schuster's
+budget: for ``d = max_depth`` every level gets ``eps = B / (2 (d + 1))``,
 half for the node's noisy count and half for the split choice (or, at a
 leaf, its noisy class counts). A branch that reaches depth ``d`` spends
 ``d`` levels of ``2 eps`` plus the leaf's ``2 eps``: exactly ``B``; branches
@@ -22,7 +22,7 @@ noisy count): below that the counts would be mostly noise.
   class), ``V_A = sum_j sum_c N_jc log(N_jc / N_j)``; it splits on the
   argmax (ties broken uniformly at random). Noisy counts can be zero or negative: cells with ``N_jc <= 0`` or
   ``N_j <= 0`` add nothing, and ``N_jc`` is capped at ``N_j`` (the log
-  ratio stays <= 0). It is Jagannathan's "private ID3" baseline (seed 002
+  ratio stays <= 0). It is Jagannathan's "private ID3" baseline (Jagannathan et al.
   Table I).
 * :class:`DiffPID3` picks the attribute with one exponential mechanism query
   with the whole ``eps``, scored by ``scorer`` (``infogain``, ``gini``,

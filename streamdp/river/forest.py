@@ -151,6 +151,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
                 self._schema, n_trees=n_trees, height=default_height(self._schema) if height is None else height,
                 epsilon=epsilon, mechanism=mechanism,
                 seed=seed, vote=vote, noise_seed=seed,
+                prior_trees=0,  # not measured in river's loop yet (ForestView handles stumps: they only inform the prior)
             )
         self.encoder = RecordEncoder(self._schema)
         m = self._schema.n_attributes

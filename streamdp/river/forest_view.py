@@ -51,8 +51,9 @@ class ForestView:
         # Per tree, one tuple per node: (attribute, threshold, first child, categorical) at a split,
         # (-1, None, flat leaf index, False) at a leaf: one list index and one unpack per level.
         self._trees = []
-        for t, (ft, th, ch, lf) in enumerate(zip(s.feature.tolist(), s.threshold.tolist(), s.child.tolist(),
-                                                 s.leaf.tolist())):
+        T = forest.n_trees  # the random trees: prior stumps (the structure's last rows) take no part in the vote
+        for t, (ft, th, ch, lf) in enumerate(zip(s.feature[:T].tolist(), s.threshold[:T].tolist(),
+                                                 s.child[:T].tolist(), s.leaf[:T].tolist())):
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
         self._route = _compile_routes(self._trees, arity)
@@ -79,14 +80,12 @@ class ForestView:
         if f.vote == "majority":
             self._mode, table = "majority", f.leaf_proba().reshape(-1, f.shape[2])
         elif f.estimator == "leaf":
-            self._mode, table = "sum", np.maximum(f.counts.reshape(-1, f.shape[2]), 0)
+            self._mode, table = "sum", np.maximum(f.counts[:f.n_trees].reshape(-1, f.shape[2]), 0)
         else:
             self._mode, nodes = "path", f.estimation_nodes()
-            T, L, C = f.shape
+            (T, L), C = nodes.leaf_node.shape, f.shape[2]
             width = (int(nodes.depth.max(initial=0)) + 1) * (C + 1)
-            # Every record meets the same roots: their step is taken once here, the rows start at depth 1.
-            roots = nodes.path_rows(np.arange(T) * L)[:, :C + 1].sum(axis=0)
-            prior = np.asarray(path_proba_one(roots.tolist(), nodes.prior.tolist()))
+            # The roots take the prior (streamdp.estimation): the rows start at depth 1.
             table = nodes.path_rows()[:, C + 1:] if T * L * width <= PATH_TABLE_CELLS else nodes
         self._table = table
         self._prior = prior.tolist()

@@ -127,6 +127,22 @@ def encode_records(records: list, labels: list, *, batch_id: str | None = None) 
                   "records": list(records), "labels": list(labels)})
 
 
+def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = ()) -> bytes:
+    """A ``codes`` envelope of already coded records (:mod:`streamdp.sources` chunks).
+
+    ``batch_id`` is a string, or a function of the packed ``X`` and ``y`` arrays returning one
+    (content-derived ids). ``invalid`` lists ``(row, reason)`` of rows left out; the reasons
+    must name no value (:mod:`streamdp.sources` words them so).
+    """
+    xb = np.ascontiguousarray(X.astype(_code_dtype(schema), copy=False))
+    yb = np.ascontiguousarray(y.astype(_label_dtype(schema), copy=False))
+    doc = {"batch_id": batch_id(xb, yb) if callable(batch_id) else batch_id, "t": time.time(), "kind": "codes",
+           "X": blob.pack_array(xb), "y": blob.pack_array(yb)}
+    if len(invalid):
+        doc["invalid"] = [[int(r), str(reason)[:500]] for r, reason in invalid]
+    return _pack(doc)
+
+
 def peek_batch_id(data: Any) -> str | None:
     """The batch id of an envelope, or None (for logs and dead letters)."""
     try:

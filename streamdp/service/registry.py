@@ -28,13 +28,20 @@ import redis
 from ..continual import DEFAULT_LEVELS, ReleasePolicy
 from ..forest import PrivateForest
 from ..schema import Schema
+from ..structure import DEFAULT_MAX_CELLS, TooLargeError
+from ..validation import check_epsilon
 from .connection import connect
 from .keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from .ledger_store import RedisLedger
 from .published import published_fields
 
 __all__ = ["create_model", "load_policy", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
-           "published_keys", "ModelNotFound", "ModelExists"]
+           "published_keys", "ModelNotFound", "ModelExists", "server_value_limit", "blob_max_cells"]
+
+#: Redis's default ``proto-max-bulk-len``: the largest value (one argument) the server accepts.
+DEFAULT_BULK_LIMIT = 512 << 20
+#: Bytes of a model blob per node of a tree's structure (feature <i4, threshold <f8, child <i4, leaf <i4).
+_NODE_BYTES = 20
 
 
 class ModelNotFound(KeyError):
@@ -49,6 +56,7 @@ def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: flo
     return {
         "name": name,
         "n_trees": forest.n_trees,
+        "prior_trees": forest.prior_trees,
         "height": forest.height,
         "max_leaves": forest.structure.max_leaves,
         "n_classes": forest.schema.n_classes,
@@ -64,6 +72,34 @@ def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: flo
         "release": policy.to_dict(),
         "release_start": start,
     }
+
+
+def server_value_limit(r: Any) -> int:
+    """The largest value the server accepts: ``proto-max-bulk-len`` by CONFIG GET where permitted, else 512 MiB."""
+    try:
+        got = r.config_get("proto-max-bulk-len")
+        v = got.get("proto-max-bulk-len", got.get(b"proto-max-bulk-len")) if isinstance(got, dict) else None
+        return int(v) if v is not None and int(v) > 0 else DEFAULT_BULK_LIMIT
+    except (redis.RedisError, ValueError, TypeError):  # CONFIG refused by the ACL, or not a number
+        return DEFAULT_BULK_LIMIT
+
+
+def blob_max_cells(schema: Schema, n_trees: int, limit: int) -> int:
+    """Most count cells (trees x leaves x classes) a model may have so that its blob stays within ``limit`` bytes.
+
+    A tree of L leaves has at most 2L - 1 nodes, so the blob of T trees with at most L leaves
+    each is at most ``T * L * (8 * classes + 2 * 20)`` bytes plus the schema (bounded here by
+    its JSON size and 64 KiB of slack). The structure drawer refuses, level by level, a tree
+    with more leaves than ``max_cells / (T * classes)`` before building that level.
+
+    >>> from streamdp.datasets import load_schema
+    >>> blob_max_cells(load_schema("adult"), 10, 512 << 20)
+    19171520
+    """
+    c = schema.n_classes
+    room = limit - len(schema.to_json()) - (64 << 10)
+    leaves = max(0, room // (n_trees * (8 * c + 2 * _NODE_BYTES)))
+    return int(leaves * n_trees * c)
 
 
 def create_model(
@@ -111,11 +147,26 @@ def create_model(
     policy = ReleasePolicy(release, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
     policy.check_mechanism(mechanism)
     start = time.time()
-    forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
-                                  k=k, beta=beta, seed=seed, vote=vote, budget=budget)
-    if ledger_budget is not None and (isinstance(ledger_budget, bool) or not isinstance(ledger_budget, (int, float))
-                                      or not math.isfinite(ledger_budget) or ledger_budget <= 0):
-        raise ValueError(f"ledger_budget must be a finite number > 0, got {ledger_budget!r}")
+    if ledger_budget is not None:
+        check_epsilon(ledger_budget, "ledger_budget")
+    limit = server_value_limit(r)
+    cells = blob_max_cells(schema, n_trees, limit) if isinstance(n_trees, int) and n_trees >= 1 else DEFAULT_MAX_CELLS
+    too_big = (f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "
+               f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)")
+    if cells < n_trees * schema.n_classes:
+        raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
+    try:
+        forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
+                                      k=k, beta=beta, seed=seed, vote=vote, budget=budget,
+                                      max_cells=min(DEFAULT_MAX_CELLS, cells))
+    except TooLargeError as e:
+        if cells >= DEFAULT_MAX_CELLS:
+            raise
+        raise TooLargeError(f"{too_big}; {e}") from None
+    pub = published_fields(forest)  # version 0: the spec itself, empty counts
+    spec = pub["blob"]
+    if len(spec) > limit:  # the bound above makes this unreachable; a last check before anything is stored
+        raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start))):
@@ -131,8 +182,6 @@ def create_model(
     except BaseException:
         r.hdel(REGISTRY, name)
         raise
-    pub = published_fields(forest)  # version 0: the spec itself, empty counts
-    spec = pub["blob"]
     now = int(time.time() * 1000)
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)

@@ -31,6 +31,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..validation import Interval, check_integer
 from .keys import Keys, as_str
 
 __all__ = ["Retention", "retention_key", "get_retention", "set_retention", "retention_floor", "trim_minid",
@@ -63,11 +64,10 @@ def retention_key(name: str) -> str:
 
 
 def _check(seconds: float | None, records: int | None) -> None:
-    if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
-                                or not math.isfinite(seconds) or seconds <= 0):
-        raise ValueError(f"retention seconds must be a finite number > 0 (or unset), got {seconds!r}")
-    if records is not None and (isinstance(records, bool) or not isinstance(records, int) or records <= 0):
-        raise ValueError(f"retention records must be an integer > 0 (or unset), got {records!r}")
+    if seconds is not None:
+        Interval(float, 0, math.inf, closed="neither").check(seconds, "retention seconds")
+    if records is not None:
+        check_integer(records, "retention records")
 
 
 def set_retention(r: Any, name: str, *, seconds: float | None = None, records: int | None = None) -> Retention:

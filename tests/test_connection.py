@@ -1,0 +1,31 @@
+"""Every Redis client has an explicit socket timeout, longer than any block time it is used for (issue 12 item 14)."""
+
+from __future__ import annotations
+
+import redis
+
+from streamdp.service.connection import SOCKET_TIMEOUT, blocking_timeout, connect, for_blocking
+
+
+def _timeout(r: redis.Redis) -> float | None:
+    pool = r.connection_pool
+    return pool.connection_class(**{k: v for k, v in pool.connection_kwargs.items()
+                                    if k in ("host", "port", "socket_timeout")}).socket_timeout
+
+
+def test_a_url_client_gets_an_explicit_timeout_not_redis_py_s_default():
+    r = connect("redis://127.0.0.1:6379/0?cluster=0")
+    assert _timeout(r) == blocking_timeout(0) == SOCKET_TIMEOUT > 5.0
+
+
+def test_a_blocking_client_outlasts_its_block_time():
+    for block_s in (0.5, 5, 60, 120):
+        r = connect("redis://127.0.0.1:6379/0?cluster=0", block_s=block_s)
+        assert _timeout(r) > block_s and _timeout(r) == blocking_timeout(block_s)
+
+
+def test_a_short_timeout_client_is_replaced_for_a_long_block():
+    short = redis.Redis(host="127.0.0.1", port=6379, socket_timeout=1.0)
+    longer = for_blocking(short, 60)
+    assert longer is not short and _timeout(longer) > 60
+    assert for_blocking(longer, 30) is longer  # already long enough: kept

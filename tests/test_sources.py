@@ -1,0 +1,111 @@
+"""streamdp.sources: CSV and DataFrames coded chunk by chunk, against Schema.encode, with value-free reasons."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streamdp import Schema
+from streamdp.datasets import load
+from streamdp.sources import SourceError, encode_frame, frame_chunks, prefetch, read_csv_chunks, read_dataset
+
+DS = load("congressional-voting")
+MIXED = Schema.from_dict({
+    "attributes": [{"name": "n", "type": "categorical", "values": [1, 2, 10]},
+                   {"name": "b", "type": "categorical", "values": [True, False]},
+                   {"name": "s", "type": "categorical", "values": ["red", "blue"]},
+                   {"name": "x", "type": "numeric", "min": 0, "max": 5}],
+    "label": {"name": "y", "values": ["no", "yes"]},
+})
+
+
+def _votes_csv(rows=DS.X, labels=DS.y) -> str:
+    out = io.StringIO()
+    pd.DataFrame(rows, columns=DS.schema.names).assign(party=labels).to_csv(out, index=False)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 7, 100, 10_000])
+def test_csv_chunks_equal_schema_encode(chunk_rows):
+    chunks = list(read_csv_chunks(io.StringIO(_votes_csv()), DS.schema, chunk_rows=chunk_rows))
+    ref = DS.schema.encode(DS.X, DS.y)
+    assert [c.offset for c in chunks] == list(range(0, len(DS.y), chunk_rows))
+    assert np.array_equal(np.concatenate([c.X for c in chunks]), ref.X)
+    assert np.array_equal(np.concatenate([c.y for c in chunks]), ref.y)
+
+
+def test_csv_text_spells_declared_values_and_numbers():
+    text = "y,x,s,b,n\nyes, 3.5 ,red,TRUE,10\nno,9,blue,false,2\nno,-1, blue ,True,1\n"
+    (c,) = read_csv_chunks(io.StringIO(text), MIXED)
+    assert c.X.tolist() == [[2, 0, 0, 3.5], [1, 1, 1, 5.0], [0, 0, 1, 0.0]] and c.y.tolist() == [1, 0, 0]
+
+
+def test_errors_name_attribute_and_row_never_the_value():
+    text = "n,b,s,x,y\n1,true,red,1,no\n2,true,SECRET-VALUE,1,no\n"
+    with pytest.raises(SourceError) as e:
+        list(read_csv_chunks(io.StringIO(text), MIXED, chunk_rows=1))
+    assert "row 1" in str(e.value) and "attribute 's'" in str(e.value) and "SECRET" not in str(e.value)
+    bad = "n,b,s,x,y\n1,true,red,1,no\n3,true,red,1,no\n1,yes,red,1,no\n1,true,red,abc,no\n1,true,red,,no\n" \
+          "1,true,red,1,maybe\n,true,red,1,no\n1,true,red,2,yes\n"
+    chunks = list(read_csv_chunks(io.StringIO(bad), MIXED, on_invalid="drop", chunk_rows=3))
+    dropped = [(c.offset + r, why) for c in chunks for r, why in c.dropped]
+    assert dropped == [(1, "attribute 'n' has a value not declared in the schema"),
+                       (2, "attribute 'b' has a value not declared in the schema"),
+                       (3, "attribute 'x' is not a number"), (4, "attribute 'x' is missing"),
+                       (5, "label 'y' has a class not declared in the schema"), (6, "attribute 'n' is missing")]
+    assert sum(len(c.y) for c in chunks) == 2 and [c.n_in for c in chunks] == [3, 3, 2]
+
+
+def test_csv_header_and_no_header_errors():
+    with pytest.raises(SourceError, match="lacks the columns"):
+        list(read_csv_chunks(io.StringIO("n,b\n1,true\n"), MIXED))
+    with pytest.raises(SourceError, match="empty"):
+        list(read_csv_chunks(io.StringIO(""), MIXED))
+    (c,) = read_csv_chunks(io.StringIO("yes,1,true,red,2\n"), MIXED, header=False)
+    assert c.X.tolist() == [[0, 0, 0, 2.0]] and c.y.tolist() == [1]
+    (c,) = read_csv_chunks(io.StringIO("1,true,red,2,no\n"), MIXED, header=False, label=-1)
+    assert c.y.tolist() == [0]
+
+
+def test_frames_and_arrays_code_like_schema_encode():
+    rng = np.random.default_rng(0)
+    X = np.empty((500, 4), dtype=object)
+    X[:, 0] = rng.choice([1, 2, 10], 500)
+    X[:, 1] = rng.choice([True, False], 500)
+    X[:, 2] = rng.choice(["red", "blue"], 500)
+    X[:, 3] = rng.uniform(-1, 6, 500)
+    y = rng.choice(["no", "yes"], 500)
+    ref = MIXED.encode(X, y)
+    df = pd.DataFrame(X, columns=MIXED.names).astype({"n": int, "b": bool, "s": "category", "x": float})
+    for inp in (X, df, df[["x", "s", "b", "n"]], [dict(zip(MIXED.names, r)) for r in X]):
+        chunks = list(frame_chunks(inp, y, MIXED, chunk_rows=128))
+        assert np.array_equal(np.concatenate([c.X for c in chunks]), ref.X)
+        assert np.array_equal(np.concatenate([c.y for c in chunks]), ref.y)
+    # True is not the declared 1, 1 is not the declared True
+    enc = encode_frame(MIXED, pd.DataFrame({"n": [True, 1], "b": [1, True], "s": ["red"] * 2, "x": [1, 1]},
+                                           dtype=object), ["no", "no"], on_invalid="drop")
+    assert [r for r, _ in enc.dropped] == [0] and enc.X.tolist() == [[0, 0, 0, 1.0]]
+    with pytest.raises(SourceError, match="row 1: attribute 'x' is not a number"):
+        encode_frame(MIXED, pd.DataFrame({"n": [1, 1], "b": [True] * 2, "s": ["red"] * 2, "x": [1.0, True]}),
+                     ["no", "no"])
+
+
+def test_read_dataset_drops_and_prefetch_raises(tmp_path):
+    p = tmp_path / "v.csv"
+    labels = DS.y.copy()
+    labels[3] = "whig"
+    p.write_text(_votes_csv(labels=labels))
+    X, y = read_dataset(str(p), DS.schema)
+    keep = np.arange(len(DS.y)) != 3
+    assert np.array_equal(X, DS.schema.encode(DS.X[keep], DS.y[keep]).X) and len(y) == len(DS.y) - 1
+
+    def boom():
+        yield 1
+        raise SourceError("row 9: broken")
+    it = prefetch(boom())
+    assert next(it) == 1
+    with pytest.raises(SourceError, match="row 9"):
+        next(it)

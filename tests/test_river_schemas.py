@@ -54,5 +54,5 @@ def test_phishing_trains_with_its_float_categorical_values():
     model = PrivateForestClassifier(schema_for(datasets.Phishing()), seed=1)
     for x, y in datasets.Phishing():
         model.learn_one(x, y)
-    assert model.n_releases == 1 and model.n_buffered == 250
+    assert model.n_releases == 3 and model.n_buffered == 550  # batches of 100, 200, 400, then 800 open
     assert set(model.predict_proba_one(x)) == {False, True}

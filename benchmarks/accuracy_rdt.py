@@ -112,7 +112,7 @@ def stratified_folds(y: np.ndarray, n_folds: int, rng: np.random.Generator) -> n
 
 # --- one fold -----------------------------------------------------------------------------------------
 def accuracy(forest: PrivateForest, leaves_test: np.ndarray, y_test: np.ndarray) -> float:
-    proba = forest._proba_from_leaves(leaves_test)  # the library's vote, on precomputed leaves
+    proba = forest.proba_from_leaves(leaves_test)  # the library's vote, on precomputed leaves
     return float((proba.argmax(axis=1) == y_test).mean())
 
 

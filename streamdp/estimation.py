@@ -73,7 +73,7 @@ import numpy as np
 __all__ = [
     "RELEASE", "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
     "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "forest_topology", "ForestNodes",
-    "forest_leaf_proba", "leaf_rule_proba", "tree_node_proba", "reachable_leaves",
+    "forest_leaf_proba", "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
 #: What the forest releases for estimation: leaf counts only (see the module docstring).
@@ -144,6 +144,39 @@ def shrink(y: np.ndarray, var_total: np.ndarray, parent_p: np.ndarray, snr_min: 
     s = q.sum(axis=1, keepdims=True)
     ok = (tot > 0) & (tot >= (SNR_MIN if snr_min is None else snr_min) * sd) & (s[:, 0] > 0)
     return np.where(ok[:, None], q / np.where(s > 0, s, 1.0), parent_p)
+
+
+def shrink_one(y: list, var_total: float, parent_p: list, snr_min: float | None = None) -> list:
+    """:func:`shrink` for one node, in plain Python (the one-record path of the river classifiers).
+
+    >>> shrink_one([68.0, 2.0], 0.0, [0.7, 0.3]) == shrink(np.array([[68.0, 2.0]]), np.zeros(1), np.array([0.7, 0.3]))[0].tolist()
+    True
+    """
+    tot = sum(y)
+    v = var_total if var_total > 0 else 0.0
+    if not (tot > 0 and tot >= (SNR_MIN if snr_min is None else snr_min) * math.sqrt(v)):
+        return parent_p
+    a = PRIOR_WEIGHT * v / (tot if tot > 1.0 else 1.0) + MIN_WEIGHT
+    den = tot + a
+    q = [(yc + a * pc) / den for yc, pc in zip(y, parent_p)]
+    if min(q) < 0:
+        q = [x if x > 0 else 0.0 for x in q]
+    s = sum(q)
+    return [x / s for x in q] if s > 0 else parent_p
+
+
+def path_proba_one(pooled: list, prior: list) -> list:
+    """:meth:`ForestNodes.path_proba` for one record, from the sum of its leaves' :meth:`ForestNodes.path_rows`.
+
+    ``pooled`` holds, depth by depth from the root (or from any depth, with
+    ``prior`` the estimate one level up), the record's pooled class counts then
+    their pooled total variance (``C + 1`` numbers per depth).
+    """
+    C = len(prior)
+    p = prior
+    for d in range(0, len(pooled), C + 1):
+        p = shrink_one(pooled[d:d + C], pooled[d + C], p)
+    return p
 
 
 def prior_from(counts: np.ndarray) -> np.ndarray:
@@ -282,6 +315,33 @@ class ForestNodes:
         table = np.tile(self.prior, self.leaf_node.shape + (1,))
         table[has] = p[self.leaf_node[has]]
         return table
+
+    def path_rows(self, flat_leaves: np.ndarray | None = None) -> np.ndarray:
+        """Per leaf, its path's counts and total variance depth by depth, ``(k, (h + 1) * (C + 1))``.
+
+        ``flat_leaves``: ``tree * max_leaves + leaf`` numbers (default: all).
+        Row layout ``[y(depth 0), var(depth 0), y(depth 1), var(depth 1), ...]``,
+        zeros below a shallower leaf and for padding. The sum of a record's rows
+        over the trees is what :meth:`path_proba` pools depth by depth
+        (:func:`path_proba_one` finishes it).
+        """
+        T, L = self.leaf_node.shape
+        n, C = self.y.shape
+        h = int(self.depth.max(initial=0))
+        flat = np.arange(T * L) if flat_leaves is None else np.asarray(flat_leaves, dtype=np.int64)
+        node = self.leaf_node.reshape(-1)[flat]
+        cur = np.where(node >= 0, node, n)  # n: a zero row
+        depth, parent = np.append(self.depth, -1), np.append(self.parent, -1)
+        path = np.full((flat.size, h + 1), n, dtype=np.int64)
+        rows = np.arange(flat.size)
+        for _ in range(h + 1):
+            ok = cur < n
+            path[rows[ok], depth[cur[ok]]] = cur[ok]
+            up = parent[cur]
+            cur = np.where(ok & (up >= 0), up, n)
+        y = np.vstack([self.y, np.zeros((1, C))])[path]
+        v = np.append(self.var, 0.0)[path][..., None]
+        return np.concatenate([y, v], axis=2).reshape(flat.size, (h + 1) * (C + 1))
 
     def path_proba(self, leaves: np.ndarray) -> np.ndarray:
         """The rule along each record's paths in all trees at once (the probability vote), ``(n, C)``.

@@ -143,7 +143,7 @@ def run_private(model, data: list, *, labels_to_codes: Callable | None = None) -
     correct = np.zeros(n, dtype=bool)
     i = 0
     while i < n:
-        j = min(n, i + model.batch_size - model.n_buffered)  # records up to the next release
+        j = min(n, i + model.current_batch_size - model.n_buffered)  # records up to the next release
         chunk = data[i:j]
         X, bad = enc.encode_many([x for x, _ in chunk])
         ys = np.fromiter((enc.encode_label(y) for _, y in chunk), dtype=np.int64, count=len(chunk))

@@ -408,6 +408,25 @@ class PrivateForest:
             self._table = nodes.leaf_proba(SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority" else None)
         return self._table
 
+    def prior(self) -> np.ndarray:
+        """The vote's class prior: :func:`streamdp.estimation.forest_prior` (every tree's root totals,
+        stumps included, inverse-variance weighted); under ``estimator="leaf"`` (the rule before) the
+        random trees' clipped counts summed, normalised."""
+        if self.estimator == "leaf":
+            return prior_from(np.maximum(self._counts[:self.n_trees], 0))
+        return self.estimation_nodes().prior
+
+    def proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
+        """The vote: class probabilities from each record's leaf numbers ``(n, n_trees)`` (:meth:`apply`).
+
+        ``vote="proba"``: the noise-aware rule pooled over the trees along the
+        record's paths (:meth:`ForestNodes.path_proba`; under ``estimator="leaf"``,
+        Fan et al.'s clipped leaf counts summed, the :meth:`prior` when all are 0);
+        ``"majority"``: each tree votes the argmax of its leaf's :meth:`leaf_proba`,
+        ties to the class with the larger :meth:`prior`.
+        """
+        return self._proba_from_leaves(leaves)
+
     def _proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
         # Only the random trees vote (prior stumps inform the prior in estimation_nodes alone).
         T, L, C = self.n_trees, self.structure.max_leaves, self.schema.n_classes
@@ -419,10 +438,10 @@ class PrivateForest:
             pos = np.clip(self._counts[:T], 0, None).astype(np.float64).reshape(T * L, C)
             s = pos[leaves + np.arange(T, dtype=np.int64) * L].sum(axis=1)
             tot = s.sum(axis=1, keepdims=True)
-            return np.where(tot > 0, s / np.where(tot > 0, tot, 1), prior_from(pos))
+            return np.where(tot > 0, s / np.where(tot > 0, tot, 1), self.prior())
         # majority: each tree votes its leaf's argmax; ties go to the class with the larger prior.
         cells = self.leaf_proba().reshape(T * L, C)[leaves + np.arange(T, dtype=np.int64) * L]  # (n, T, C)
-        prior = prior_from(np.clip(self._counts[:T], 0, None)) if self.estimator == "leaf" else self.estimation_nodes().prior
+        prior = self.prior()
         rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1
         top = cells.max(axis=2, keepdims=True)
         votes = np.where(cells == top, rank, 0).argmax(axis=2)  # (n, T)

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError"]
+__all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
 
 
 class SchemaError(ValueError):
@@ -40,8 +40,8 @@ def _check_values(owner: str, values: Any) -> tuple:
     if not isinstance(values, (list, tuple)) or len(values) == 0:
         raise SchemaError(f"{owner}: 'values' must be a non-empty list, got {values!r}")
     for v in values:
-        if not isinstance(v, (str, int, bool)) or isinstance(v, float):
-            raise SchemaError(f"{owner}: value {v!r} must be a string, integer or boolean")
+        if not isinstance(v, (str, int, bool, float)) or (isinstance(v, float) and not math.isfinite(v)):
+            raise SchemaError(f"{owner}: value {v!r} must be a string, integer, finite number or boolean")
     seen: set = set()
     for v in values:  # one pass: a hostile schema of many values must not cost n**2
         kk = _key(v)  # True and 1 (False and 0) are different declared values
@@ -166,6 +166,16 @@ class Schema:
         ]
         self._label_lookup = {_key(v): i for i, v in enumerate(label.values)}
 
+    @property
+    def value_codes(self) -> list[dict | None]:
+        """Per attribute, the lookup table of :func:`value_code` (None for a numeric attribute); do not modify."""
+        return self._lookup
+
+    @property
+    def label_codes(self) -> dict:
+        """The labels' lookup table of :func:`value_code`; do not modify."""
+        return self._label_lookup
+
     # -- construction -------------------------------------------------------
     @classmethod
     def from_dict(cls, d: Mapping) -> "Schema":
@@ -260,13 +270,17 @@ class Schema:
         y: Iterable | None = None,
         *,
         on_invalid: str = "raise",
+        fill_missing: bool = False,
     ) -> Encoded:
         """Validate and encode records.
 
         ``X`` is a list of dicts keyed by attribute name, or a 2-D array-like in
         schema order. ``on_invalid="raise"`` raises :class:`ValueError` naming the
         attribute and row of the first bad value; ``"drop"`` removes bad rows
-        and reports them in ``Encoded.dropped``.
+        and reports them in ``Encoded.dropped``. ``fill_missing=True`` replaces
+        a missing numeric value (absent, None or NaN) by the midpoint of its
+        declared range, a public constant (river's records may lose features);
+        a value that is not a number is still invalid.
         """
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
@@ -280,7 +294,7 @@ class Schema:
         bad: dict[int, str] = {}
         out = np.empty((n, self.n_attributes), dtype=np.float64)
         for j, (attr, col) in enumerate(zip(self.attributes, columns)):
-            out[:, j] = self._encode_column(j, attr, col, bad, on_invalid)
+            out[:, j] = self._encode_column(j, attr, col, bad, on_invalid, fill_missing)
         y_codes = None
         if y is not None:
             y_codes = self._encode_labels(y, n, bad, on_invalid)
@@ -325,7 +339,7 @@ class Schema:
         if ((hi.astype(np.float64) - lo.astype(np.float64)) >= _TABLE_SPAN).any():  # no int64 wrap, no huge cast
             return None
         lo, hi = lo.astype(np.int64), hi.astype(np.int64)
-        tables = [np.array([_lookup_value(self._lookup[j], v) for v in range(a, b + 1)], dtype=np.int64)
+        tables = [np.array([value_code(self._lookup[j], v) for v in range(a, b + 1)], dtype=np.int64)
                   for j, a, b in zip(cj.tolist(), lo.tolist(), hi.tolist())]
         start = np.concatenate([[0], np.cumsum([len(t) for t in tables])[:-1]]) - lo
         table = np.concatenate(tables).astype(np.float64)
@@ -387,7 +401,8 @@ class Schema:
         arr[:] = rows
         return [arr[:, j] for j in range(self.n_attributes)], n
 
-    def _encode_column(self, j: int, attr: Attribute, col: np.ndarray, bad: dict, on_invalid: str) -> np.ndarray:
+    def _encode_column(self, j: int, attr: Attribute, col: np.ndarray, bad: dict, on_invalid: str,
+                       fill_missing: bool = False) -> np.ndarray:
         n = len(col)
         if isinstance(attr, Numeric):
             vals = _to_float(col)
@@ -395,11 +410,14 @@ class Schema:
                 vals = np.full(n, np.nan)
                 for i, v in enumerate(col):
                     if v is _MISSING or v is None:
-                        self._bad(bad, on_invalid, i, f"attribute {attr.name!r} is missing")
+                        if not fill_missing:
+                            self._bad(bad, on_invalid, i, f"attribute {attr.name!r} is missing")
                     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
                         self._bad(bad, on_invalid, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
                     else:
                         vals[i] = float(v)
+            if fill_missing:
+                return np.where(np.isnan(vals), (attr.min + attr.max) / 2.0, np.clip(vals, attr.min, attr.max))
             nan = np.flatnonzero(np.isnan(vals))
             for i in nan:
                 if int(i) not in bad:
@@ -486,7 +504,7 @@ def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
     Python and numpy, so booleans in an object column are looked up as booleans.
     """
     col = np.asarray(col)
-    if col.dtype.kind in "iuf" and col.size:
+    if col.size and (col.dtype.kind in "iu" or (col.dtype.kind == "f" and not _has_fractions(lookup))):
         codes = _table_codes(lookup, col)
         if codes is not None:
             return codes
@@ -497,17 +515,17 @@ def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
         try:
             codes = np.fromiter(map(lookup.get, col, itertools.repeat(-2)), dtype=np.int64, count=col.size)
         except TypeError:  # an unhashable value (named as unknown by the caller): value by value
-            return np.array([_lookup_value(lookup, v) for v in col], dtype=np.int64)
-        # A boolean can only hit a declared integer (1 or 0); with no integer declared it misses anyway.
-        if any(type(k) is int for k in lookup):
+            return np.array([value_code(lookup, v) for v in col], dtype=np.int64)
+        # A boolean can only hit a declared number (1 or 0); with no number declared it misses anyway.
+        if any(type(k) in (int, float) for k in lookup):
             kinds = set(map(type, col))
             if bool in kinds or np.bool_ in kinds:
                 codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
         for i in np.flatnonzero(codes == -2):
-            codes[i] = _lookup_value(lookup, col[i])
+            codes[i] = value_code(lookup, col[i])
         return codes
     uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays (str, bool) sort in C
-    codes_u = np.array([_lookup_value(lookup, u) for u in uniq], dtype=np.int64)
+    codes_u = np.array([value_code(lookup, u) for u in uniq], dtype=np.int64)
     return codes_u[inverse.reshape(-1)]
 
 
@@ -521,7 +539,7 @@ def _table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
     lo, hi = int(lo), int(hi)
     if hi - lo >= _TABLE_SPAN:
         return None
-    table = np.array([_lookup_value(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
+    table = np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
     if col.dtype.kind != "f":
         return table[(col - lo).astype(np.intp, copy=False)] if lo else table[col.astype(np.intp, copy=False)]
     idx = col.astype(np.intp)
@@ -530,16 +548,33 @@ def _table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
     return codes
 
 
-def _lookup_value(lookup: dict, v: Any) -> int:
+def _has_fractions(lookup: dict) -> bool:
+    return any(type(k) is float and not k.is_integer() for k in lookup)
+
+
+def value_code(lookup: dict, v: Any) -> int:
+    """Code of value ``v`` in a lookup table of :attr:`Schema.value_codes` (-1 when it is not declared).
+
+    Exact matching, no coercion: ``1.0`` is the declared ``1`` (equal numbers),
+    ``0.5`` matches only a declared ``0.5``; a string never matches a number
+    (``"1"`` is not ``1``), a boolean never matches ``0``/``1`` and a number
+    never matches ``True``/``False``; NaN and None match nothing. Numpy scalars
+    count as the Python values they hold.
+
+    >>> s = Schema([Categorical("a", (0, 0.5, 1)), Categorical("b", (False, True))], Label("y", ("n", "p")))
+    >>> [value_code(s.value_codes[0], v) for v in (0.5, 1.0, True, "1", 0.25)]
+    [1, 2, -1, -1, -1]
+    >>> [value_code(s.value_codes[1], v) for v in (True, 1, np.bool_(False))]
+    [1, -1, 0]
+    """
     if v is _MISSING or v is None:
         return -1
     if isinstance(v, np.generic):
         v = v.item()
-    if isinstance(v, float):
-        if math.isnan(v) or not v.is_integer():
-            return -1
-        v = int(v)  # 1.0 read from a numeric array means the declared value 1
+    if isinstance(v, float) and math.isnan(v):
+        return -1
     try:
         return lookup.get(_key(v), -1)
     except TypeError:  # unhashable
         return -1
+

@@ -83,7 +83,7 @@ def test_learn_many_equals_learn_one_across_batch_boundaries():
     for s in (0, 123, 900, 1700):  # uneven chunks crossing release boundaries
         e = {0: 123, 123: 900, 900: 1700, 1700: 2300}[s]
         b.learn_many(pd.DataFrame([x for x, _ in data[s:e]]), pd.Series([y for _, y in data[s:e]]))
-    assert a.n_releases == b.n_releases == 4 and a.n_buffered == b.n_buffered == 300
+    assert a.n_releases == b.n_releases == 6 and a.n_buffered == b.n_buffered == 100  # 100, 200, 400, 500 x 3
     np.testing.assert_array_equal(a.forest.counts, b.forest.counts)
     X = pd.DataFrame([x for x, _ in _agrawal(200, seed=5)])
     many = a.predict_proba_many(X)
@@ -92,6 +92,20 @@ def test_learn_many_equals_learn_one_across_batch_boundaries():
         for k in one:
             assert math.isclose(one[k], many.iloc[i][k], abs_tol=1e-12)
     assert list(a.predict_many(X)) == [a.predict_one(x) for x in X.to_dict("records")]
+
+
+def test_batches_grow_from_first_batch_to_batch_size():
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=3, batch_size=500)
+    sizes, last = [], 0
+    for k, (x, y) in enumerate(_agrawal(2300), 1):
+        m.learn_one(x, y)
+        if m.n_buffered == 0:
+            sizes.append(k - last)
+            last = k
+    assert sizes == [100, 200, 400, 500, 500, 500] and m.n_releases == 6
+    assert PrivateForestClassifier(rs.stagger_schema(), batch_size=300, first_batch=300).current_batch_size == 300
+    with pytest.raises(ValueError, match="first_batch must be a positive integer"):
+        PrivateForestClassifier(rs.stagger_schema(), first_batch=0)
 
 
 def test_predictions_only_change_at_releases_and_buffer_is_unused():
@@ -107,7 +121,7 @@ def test_predictions_only_change_at_releases_and_buffer_is_unused():
 
 
 def test_epsilon_constant_and_noise_scale_per_release():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=10, epsilon=1.0, batch_size=250)
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=10, epsilon=1.0, batch_size=250, first_batch=250)
     for x, y in _agrawal(2000):
         m.learn_one(x, y)
     assert m.n_releases == 8
@@ -165,14 +179,14 @@ def test_proba_is_valid_distribution_over_schema_labels():
     assert math.isclose(sum(p.values()), 1.0)
 
 
-def test_majority_vote_matches_forest():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=7, batch_size=300, vote="majority", seed=2)
+@pytest.mark.parametrize("vote", ["proba", "majority"])
+@pytest.mark.parametrize("estimator", ["shrink", "leaf"])
+def test_one_record_path_matches_forest(vote, estimator):
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=7, batch_size=300, vote=vote, seed=2)
     for x, y in _agrawal(1200):
         m.learn_one(x, y)
     xs = [x for x, _ in _agrawal(100, seed=4)]
-    # The adapter's one-record path still applies the leaf rule; it moves to forest.leaf_proba()
-    # (streamdp.estimation) with the river rework (issue 15), then this pin goes.
-    m.forest.estimator = "leaf"
+    m.forest.estimator = estimator  # the view notices (post-processing only: nothing is released again)
     want = m.forest.predict_proba([x for x in xs])
     got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
     np.testing.assert_allclose(got, want)
@@ -244,7 +258,7 @@ def test_uci_schema_and_stream(shared_datasets):
     assert schema == rs.uci_schema("nursery") and len(data) == 12960
     m = PrivateForestClassifier(schema, batch_size=1000)
     correct, _ = run_private(m, data)
-    assert m.n_releases == 12 and correct.mean() > 0.3
+    assert m.n_releases == 15 and correct.mean() > 0.3  # batches of 100, 200, 400, 800, then 1000
 
 
 def test_infer_schema_warns_loudly():

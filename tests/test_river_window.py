@@ -50,10 +50,34 @@ def test_each_record_is_in_exactly_one_fit_and_each_fit_spends_epsilon(monkeypat
 
     monkeypatch.setattr(PrivateWindowClassifier, "_make", spy)
     model = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=0.5, window=300, learner="diffp-c45")
+    sizes = []
     for x, y in datasets.synth.Agrawal(seed=1).take(1000):
+        before = model.n_fits
         model.learn_one(x, y)
-    assert model.n_fits == 3 and model.n_buffered == 100  # 3 x 300 fitted, 100 open
-    assert all(s <= 0.5 + 1e-9 and e <= 0.5 + 1e-9 for s, e in seen) and len(seen) == 3
+        if model.n_fits > before:
+            sizes.append(model.n_buffered)
+    assert model.n_fits == 4 and model.n_buffered == 100  # windows of 100, 200, 300, 300 fitted, 100 open
+    assert all(s <= 0.5 + 1e-9 and e <= 0.5 + 1e-9 for s, e in seen) and len(seen) == 4
+
+
+def test_windows_grow_from_first_window_to_window_and_stay_disjoint():
+    """Sizes 100, 200, 400, 500, 500 (doubling, capped): each fit gets exactly its own window's records."""
+    got = []
+    real = PrivateWindowClassifier._fit_window
+
+    def spy(self):
+        got.append((len(self._y), [r[0] for r in self._X]))
+        real(self)
+
+    model = PrivateWindowClassifier(rs.agrawal_schema(), window=500, learner="diffp-c45")
+    model._fit_window = spy.__get__(model)
+    stream = list(datasets.synth.Agrawal(seed=1).take(1700))
+    for x, y in stream:
+        model.learn_one(x, y)
+    assert [n for n, _ in got] == [100, 200, 400, 500, 500] and model.n_buffered == 0
+    salaries = [v for _, rows in got for v in rows]
+    assert salaries == [x["salary"] for x, _ in stream]  # every record in exactly one fit, in order
+    assert PrivateWindowClassifier(rs.stagger_schema(), window=300, first_window=300).window_size == 300
 
 
 def test_uniform_before_the_first_window_then_a_model():
@@ -61,15 +85,16 @@ def test_uniform_before_the_first_window_then_a_model():
     model = PrivateWindowClassifier(s, learner="diffp-id3", window=200, learner_params={"scorer": "gini"})
     x0 = {"size": 0, "color": 0, "shape": 0}
     assert model.predict_proba_one(x0) == {v: 0.5 for v in s.label.values}
-    for x, y in datasets.synth.STAGGER(seed=1).take(200):
+    for x, y in datasets.synth.STAGGER(seed=1).take(100):  # the first window: 100 records
         model.learn_one(x, y)
     assert model.n_fits == 1 and model.n_buffered == 0
     p = model.predict_proba_one(x0)
     assert abs(sum(p.values()) - 1) < 1e-9
 
 
-def test_missing_categorical_in_prediction_is_averaged_over_its_values(monkeypatch):
-    monkeypatch.setattr(PrivateLearner, "estimator", "leaf")  # see the fast-path test below
+@pytest.mark.parametrize("estimator", ["shrink", "leaf"])
+def test_missing_categorical_in_prediction_is_averaged_over_its_values(monkeypatch, estimator):
+    monkeypatch.setattr(PrivateLearner, "estimator", estimator)
     s = rs.stagger_schema()
     model = PrivateWindowClassifier(s, learner="diffp-id3", window=300, epsilon=50.0,
                                     learner_params={"scorer": "gini"}, seed=3)
@@ -106,17 +131,17 @@ def test_dp_chosen_splits_learn_agrawal_function_0():
 
 @pytest.mark.parametrize("learner,params", [("diffp-c45", {"scorer": "gini"}), ("hanisch-forest", {"n_trees": 3}),
                                             ("dpea", {"embed_depth": 2})])
-def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params, monkeypatch):
-    # The fast path still reads Tree.leaf_distributions(); it moves to model.node_tables()
-    # (streamdp.estimation) with the river rework (issue 15), then this pin goes.
-    monkeypatch.setattr(PrivateLearner, "estimator", "leaf")
+@pytest.mark.parametrize("estimator", ["shrink", "leaf"])
+def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params, estimator, monkeypatch):
+    monkeypatch.setattr(PrivateLearner, "estimator", estimator)
     schema = rs.agrawal_schema()
     if learner != "diffp-c45":  # all-categorical learners need categorical attributes only to split on
         schema = rs.stagger_schema()
         stream = list(datasets.synth.STAGGER(seed=4).take(900))
     else:
         stream = list(datasets.synth.Agrawal(seed=4).take(900))
-    model = PrivateWindowClassifier(schema, learner=learner, window=300, epsilon=5.0, learner_params=params)
+    model = PrivateWindowClassifier(schema, learner=learner, window=300, first_window=300, epsilon=5.0,
+                                    learner_params=params)
     for x, y in stream[:900]:
         model.learn_one(x, y)
     assert model.n_fits == 3
@@ -134,7 +159,7 @@ def test_evaluate_runs_window_learners_beside_the_forest():
                    window_learners=("diffp-c45",), window_size=1000, verbose=False)
     rows = {r.model: r for r in res.rows}
     w = rows["Window diffp-c45 eps=1 w=1000"]
-    assert w.releases == 3 and w.private and 0.0 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)
+    assert w.releases == 5 and w.private and 0.0 < w.accuracy  # windows of 100, 200, 400, 800, 1000 <= 1.0 and len(w.curve) == len(res.steps)
     assert "PrivateForest eps=1 bs=1000" in rows
 
 
@@ -142,7 +167,8 @@ def test_record_bound_defaults_to_the_window_so_infogain_needs_no_setting():
     """InfoGain's sensitivity needs a public bound on a fit's records: the window size is one."""
     s = rs.stagger_schema()
     model = PrivateWindowClassifier(s, learner="diffp-id3", window=200)  # default scorer: infogain
-    for x, y in datasets.synth.STAGGER(seed=1).take(200):
+    for x, y in datasets.synth.STAGGER(seed=1).take(300):
         model.learn_one(x, y)
-    assert model._models[0].n_bound == 200 and model._models[0].scorer == "infogain"
+    assert [m.n_bound for m in model._models] == [100, 200]  # each fit's own (public) window size
+    assert model._models[0].scorer == "infogain"
     assert PrivateWindowClassifier(s, learner="diffp-id3", learner_params={"n_bound": 10_000})._make().n_bound == 10_000

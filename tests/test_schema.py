@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from streamdp import Schema, SchemaError
+from streamdp.schema import Categorical, Label, Numeric
 
 SPEC = {
     "attributes": [
@@ -65,7 +66,9 @@ def test_from_json_bad_file(tmp_path):
         (lambda d: d["attributes"][0].update(type="text"), "type must be"),
         (lambda d: d["attributes"][0].update(values=[]), "non-empty"),
         (lambda d: d["attributes"][0].update(values=["a", "a"]), "declared twice"),
-        (lambda d: d["attributes"][0].update(values=[1.5]), "string, integer or boolean"),
+        (lambda d: d["attributes"][0].update(values=[float("nan")]), "string, integer, finite number or boolean"),
+        (lambda d: d["attributes"][0].update(values=[[1]]), "string, integer, finite number or boolean"),
+        (lambda d: d["attributes"][0].update(values=[1, 1.0]), "declared twice"),
         (lambda d: d["attributes"][1].update(min=5, max=5), "below max"),
         (lambda d: d["attributes"][1].update(max=float("nan")), "finite"),
         (lambda d: d["attributes"][1].update(min=True), "finite number"),
@@ -216,7 +219,7 @@ def test_data_frames_are_read_by_column_name(schema):
 def test_object_column_codes_match_value_by_value_lookup():
     """The hashing fast path of the encoder gives, for every kind of value, the code the
     value-by-value rules give (True apart from 1, 1.0 as 1, numpy scalars, misses, NaN, None)."""
-    from streamdp.schema import _lookup_codes, _lookup_value
+    from streamdp.schema import _lookup_codes, value_code as _lookup_value
 
     s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, 1, "1", 0, "z"]}],
                           "label": {"name": "y", "values": [0, 1]}})
@@ -274,6 +277,70 @@ def test_numeric_arrays_coded_through_a_table_like_their_values():
         s.encode(X, np.array([1.0, 0.5, 1.0]))
     dropped = s.encode(np.array([[0.0, 7.0], [2.5, 7.0], [1.0, -1.0]]), on_invalid="drop")
     assert dropped.kept.tolist() == [0, 2] and dropped.dropped[0][0] == 1
+
+
+# -- numeric-looking and boolean declared values (issue 15) --------------------------------------
+
+def _num_schema():
+    return Schema([Categorical("f", (0, 0.5, 1)), Categorical("b", (False, True)), Numeric("n", 0, 10)],
+                  Label("y", (False, True)))
+
+
+@pytest.mark.parametrize("container", ["dicts", "object array", "float array", "frame"])
+def test_float_and_bool_declared_values_encode_exactly(container):
+    s = _num_schema()
+    rows = [[0.5, True, 1.0], [1.0, False, 2.0], [0, np.bool_(True), 3.0], [np.float64(0.5), False, 4.0]]
+    y = [True, False, np.bool_(True), False]
+    if container == "dicts":
+        X = [dict(zip(s.names, r)) for r in rows]
+    elif container == "object array":
+        X = np.array(rows, dtype=object)
+    elif container == "float array":
+        X = np.array([[r[0], float(r[1]), r[2]] for r in rows])
+    else:
+        pd = pytest.importorskip("pandas")
+        X = pd.DataFrame(rows, columns=s.names)
+    if container == "float array":  # a float column cannot hold booleans: 1.0 is not True
+        with pytest.raises(ValueError, match=r"row 0: attribute 'b' unknown value 1.0"):
+            s.encode(X, y)
+        return
+    e = s.encode(X, y)
+    assert e.X[:, 0].tolist() == [1, 2, 0, 1]
+    assert e.X[:, 1].tolist() == [1, 0, 1, 0]
+    assert e.y.tolist() == [1, 0, 1, 0]
+
+
+@pytest.mark.parametrize("bad,why", [
+    (0.25, "unknown value 0.25"), ("0.5", "unknown value '0.5'"), (True, "unknown value True"),
+    (0.5000001, "unknown value 0.5000001"),
+])
+def test_float_declared_values_never_coerce_unknown_values(bad, why):
+    s = _num_schema()
+    rec = {"f": bad, "b": True, "n": 1.0}
+    with pytest.raises(ValueError, match=f"row 0: attribute 'f' {why}"):
+        s.encode([rec])
+    assert s.encode([rec, {"f": 0.5, "b": True, "n": 1.0}], on_invalid="drop").kept.tolist() == [1]
+    col = np.array([bad, 0.5], dtype=object)
+    assert s.encode(np.column_stack([col, [True, True], [1.0, 1.0]]), on_invalid="drop").kept.tolist() == [1]
+
+
+def test_bool_declared_values_refuse_integers_and_labels_stay_exact():
+    s = _num_schema()
+    with pytest.raises(ValueError, match=r"row 0: attribute 'b' unknown value 1"):
+        s.encode([{"f": 0, "b": 1, "n": 1.0}])
+    with pytest.raises(ValueError, match=r"label 'y': unknown class 1"):
+        s.encode([{"f": 0, "b": True, "n": 1.0}], [1])
+    assert Schema.from_dict(s.to_dict()) == s  # JSON-able: 0.5 and booleans survive the round trip
+    assert Schema.from_dict(json.loads(s.to_json())) == s
+
+
+def test_fill_missing_puts_the_midpoint_for_numbers_only():
+    s = _num_schema()
+    e = s.encode([{"f": 0, "b": True}, {"f": 0, "b": True, "n": float("nan")}, {"f": 0, "b": True, "n": None},
+                  {"b": True, "n": 2.0}, {"f": 0, "b": True, "n": "x"}], on_invalid="drop", fill_missing=True)
+    assert e.kept.tolist() == [0, 1, 2]
+    assert e.X[:, 2].tolist() == [5.0, 5.0, 5.0]
+    assert [r for r, _ in e.dropped] == [3, 4]
 
 
 def test_numeric_matrix_fast_path_matches_the_column_coder():

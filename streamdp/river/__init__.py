@@ -36,15 +36,21 @@ Privacy notes
   are digit strings (river's LED uses integer keys), the integer.
 * Batch size: every release adds fresh noise, so the noise on a cell grows
   like ``sqrt(#releases)``; ``batch_size=1000`` is the measured default
-  (``benchmarks/results/river_eval.md``). ``window=K`` keeps only the last
-  ``K`` releases (follows drift, caps the noise).
+  (``benchmarks/results/river_eval.md``), reached by doubling from
+  ``first_batch=100`` so short streams get a model early. ``window=K`` keeps
+  only the last ``K`` releases (follows drift, caps the noise).
+* River's mini-batch API (``learn_many`` / ``predict_many`` /
+  ``predict_proba_many`` with pandas) is vectorised and gives what the
+  one-record methods give.
+* Schemas for river's datasets: :func:`streamdp.river.schemas.schema_for`.
 
 Layout (one classifier per module, as in river's ``river/tree/``):
 ``forest`` (:class:`PrivateForestClassifier`), ``window``
 (:class:`PrivateWindowClassifier`), ``service`` (:class:`ServiceClassifier`),
 ``forest_view`` (predictions from a forest's released counts, shared by the
-forest and the service classifiers), ``encoding`` (the record encoder) and
-``schemas`` (schemas for river's streams, :class:`PrivacyLeakWarning`).
+forest and the service classifiers), ``encoding`` (the record encoder, on
+:class:`~streamdp.schema.Schema`'s rules) and ``schemas`` (declared schemas
+for river's datasets, :class:`PrivacyLeakWarning`).
 
 Package name: this package is ``streamdp.river`` and imports the library with
 absolute imports (``import river.base``), which is unambiguous as long as the

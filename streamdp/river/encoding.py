@@ -1,7 +1,16 @@
 """The record encoder of the river classifiers: river's dict records to the schema's codes.
 
-One pass over a record (or a column-wise pass over many) with no per-record
-numpy call, so that ``learn_one`` / ``predict_proba_one`` stay fast.
+The rules are :class:`~streamdp.schema.Schema`'s (:func:`~streamdp.schema.value_code`,
+its lookup tables, :meth:`Schema.encode` for frames); this module adds only
+river's policy for missing values and a fast path for one dict record, with
+no numpy call per record, so that ``learn_one`` / ``predict_proba_one`` stay fast.
+
+River's policy: a missing number (absent, None or NaN) becomes the midpoint of
+its declared range, a public constant (river's records may lose features); a
+missing, undeclared or malformed value (a categorical value not declared, a
+number that is not a number) is *unknown*: ``None`` in :meth:`encode_one`,
+flagged by :meth:`encode_frame`. Classifiers do not learn from a record with
+an unknown value and, in prediction, average over the branches of its splits.
 """
 
 from __future__ import annotations
@@ -11,27 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.schema import Categorical, Schema
+from streamdp.schema import Categorical, Schema, value_code
 
-__all__ = ["RecordEncoder"]
+__all__ = ["RecordEncoder", "labels_of"]
 
 
 _MISSING = object()
-
-
-def _key(v: Any) -> Any:
-    return ("bool", v) if isinstance(v, bool) else v
-
-
-def _norm(v: Any) -> Any:
-    """Normalise a raw categorical value or label to its lookup key (same rules as Schema.encode)."""
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float):
-        if math.isnan(v) or not v.is_integer():
-            return _MISSING
-        v = int(v)
-    return _key(v)
 
 
 class RecordEncoder:
@@ -39,8 +33,9 @@ class RecordEncoder:
 
     Categorical values become their codes (``None`` when missing or undeclared),
     numbers are clamped to their declared range (a missing number becomes the
-    midpoint of its range, a public constant), labels become their codes. A
-    record key may be the attribute name or, for digit names, the integer.
+    midpoint of its range), labels become their codes. A record key may be the
+    attribute name or, for digit names, the integer (river's LED and SEA use
+    integer keys).
 
     >>> from streamdp.river.schemas import stagger_schema
     >>> enc = RecordEncoder(stagger_schema())
@@ -53,149 +48,134 @@ class RecordEncoder:
     """
 
     def __init__(self, schema: Schema):
+        self.schema = schema
         self.names = schema.names
-        self.alt = [int(n) if n.isdigit() else None for n in self.names]
         self.is_cat = [isinstance(a, Categorical) for a in schema.attributes]
-        self.lookup = [
-            {_key(v): i for i, v in enumerate(a.values)} if isinstance(a, Categorical) else None
-            for a in schema.attributes
-        ]
-        self.lo = [None if c else a.min for a, c in zip(schema.attributes, self.is_cat)]
-        self.hi = [None if c else a.max for a, c in zip(schema.attributes, self.is_cat)]
-        self.mid = [None if c else (a.min + a.max) / 2.0 for a, c in zip(schema.attributes, self.is_cat)]
-        self.labels = {_key(v): i for i, v in enumerate(schema.label.values)}
+        alt = [int(n) if n.isdigit() else None for n in self.names]
+        lo = [None if c else a.min for a, c in zip(schema.attributes, self.is_cat)]
+        hi = [None if c else a.max for a, c in zip(schema.attributes, self.is_cat)]
+        mid = [None if c else (a.min + a.max) / 2.0 for a, c in zip(schema.attributes, self.is_cat)]
         self.label_values = list(schema.label.values)
-        self.spec = list(zip(self.names, self.alt, self.is_cat, self.lookup, self.lo, self.hi, self.mid))
+        self._spec = list(zip(self.names, alt, schema.value_codes, lo, hi, mid))
+        self._memo: tuple | None = None
 
-    def get(self, x: dict, name: str, alt: int | None) -> Any:
-        v = x.get(name, _MISSING)
-        if v is _MISSING and alt is not None:
-            v = x.get(alt, _MISSING)
-        return v
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_memo": None}  # never pickle a caller's record
 
     def encode_one(self, x: dict) -> list:
-        """Encoded values in schema order; ``None`` for a missing/undeclared categorical value."""
+        """Encoded values in schema order; ``None`` for an unknown value (see the module docstring).
+
+        The last record is remembered (the same dict holding the same values of
+        the same types), so river's predict-then-learn of one record encodes it
+        once. Do not modify the returned list.
+        """
+        memo = self._memo
+        items = tuple(x.items())
+        kinds = tuple(map(type, x.values()))
+        if memo is not None and memo[0] is x and memo[1] == items and memo[2] == kinds:
+            self._memo = None  # a record is predicted then learned once: keep no reference longer
+            return memo[3]
+        out = self._encode(x)
+        self._memo = (x, items, kinds, out)
+        return out
+
+    def forget(self) -> None:
+        """Drop the remembered record."""
+        self._memo = None
+
+    def _encode(self, x: dict) -> list:
         out = []
-        for name, alt, cat, lookup, lo, hi, mid in self.spec:
-            v = x.get(name, _MISSING)
+        get = x.get
+        for name, alt, lookup, lo, hi, mid in self._spec:
+            v = get(name, _MISSING)
             if v is _MISSING and alt is not None:
-                v = x.get(alt, _MISSING)
-            if cat:
-                if v is _MISSING or v is None:
-                    out.append(None)
-                    continue
-                try:
-                    out.append(lookup.get(_norm(v)))
-                except TypeError:  # unhashable
-                    out.append(None)
-            else:
-                try:
-                    if v is _MISSING or v is None or isinstance(v, (str, bytes)):
-                        raise TypeError
-                    f = float(v)
-                    if math.isnan(f):
-                        raise TypeError
-                except (TypeError, ValueError):
-                    out.append(mid)
-                    continue
-                out.append(lo if f < lo else hi if f > hi else f)
+                v = get(alt, _MISSING)
+            t = type(v)
+            if lookup is not None:
+                if t is int or t is str:  # value_code's answer for these types, without the call
+                    out.append(lookup.get(v))
+                else:
+                    c = value_code(lookup, v)
+                    out.append(None if c < 0 else c)
+            elif t is float or t is int:
+                out.append(mid if v != v else lo if v < lo else hi if v > hi else v)
+            elif v is _MISSING or v is None:
+                out.append(mid)
+            elif isinstance(v, (np.integer, np.floating)) and not isinstance(v, np.bool_):
+                f = float(v)
+                out.append(mid if math.isnan(f) else lo if f < lo else hi if f > hi else f)
+            else:  # a string, a boolean or anything else in a numeric attribute
+                out.append(None)
         return out
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
-        """Column-wise :meth:`encode_one` for a list of dicts: (X float64, rows with a missing categorical)."""
-        n = len(xs)
-        out = np.empty((n, len(self.spec)), dtype=np.float64)
-        bad = np.zeros(n, dtype=bool)
-        for j, (name, alt, cat, lookup, lo, hi, mid) in enumerate(self.spec):
-            col = [x.get(name, _MISSING) for x in xs]
-            if alt is not None:
-                col = [x.get(alt, _MISSING) if v is _MISSING else v for v, x in zip(col, xs)]
-            if cat:
-                codes = []
-                for v in col:
-                    tv = type(v)
-                    if tv is int or tv is str:
-                        c = lookup.get(v)
-                    elif v is _MISSING or v is None:
-                        c = None
-                    else:
-                        try:
-                            c = lookup.get(_norm(v))
-                        except TypeError:
-                            c = None
-                    codes.append(-1 if c is None else c)
-                a = np.array(codes, dtype=np.float64)
-                miss = a < 0
-                if miss.any():
-                    bad |= miss
-                    a[miss] = 0
-                out[:, j] = a
-            else:
-                try:
-                    if any(type(v) is bool or type(v) is str for v in col):
-                        raise TypeError
-                    a = np.array(col, dtype=np.float64)
-                except (TypeError, ValueError):
-                    a = np.array([_to_num(v) if v is not _MISSING else math.nan for v in col], dtype=np.float64)
-                out[:, j] = np.where(np.isnan(a), mid, np.clip(a, lo, hi))
-        return out, bad
+        """:meth:`encode_one` for a list of dicts: ``(X float64, unknown)``, rows with an unknown value hold zeros."""
+        rows = [self._encode(x) for x in xs]
+        unknown = np.array([None in r for r in rows], dtype=bool)
+        for i in np.flatnonzero(unknown):
+            rows[i] = [0 if v is None else v for v in rows[i]]
+        X = np.array(rows, dtype=np.float64) if rows else np.empty((0, len(self.names)))
+        return X, unknown
 
     def encode_label(self, y: Any) -> int:
-        try:
-            code = self.labels.get(_norm(y))
-        except TypeError:
-            code = None
-        if code is None:
+        """Code of a label; :class:`ValueError` for a class the schema does not declare."""
+        t = type(y)
+        code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
+        if code < 0:
             raise ValueError(f"unknown class {y!r}: the schema declares {self.label_values}")
         return code
 
+    def encode_labels(self, y: Any) -> np.ndarray:
+        """Codes of many labels (a list, array or Series); :class:`ValueError` names the first unknown one."""
+        return self.schema.encode_labels(y.tolist() if hasattr(y, "tolist") else list(y))
+
     def encode_frame(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised encoding of a DataFrame (columns = feature names). Returns (X, has_missing_cat)."""
+        """Encode a DataFrame (columns = feature names) with :meth:`Schema.encode`'s rules.
+
+        Returns ``(X, unknown)``: the float64 codes in schema order (rows with an
+        unknown value hold zeros) and the mask of those rows. Absent columns are
+        missing values; integer column names stand for digit attribute names.
+        """
         n = len(X)
-        m = len(self.names)
-        out = np.empty((n, m), dtype=np.float64)
-        bad = np.zeros(n, dtype=bool)
-        cols = set(X.columns)
-        for j, (name, alt, cat, lookup, lo, hi, mid) in enumerate(self.spec):
-            col = name if name in cols else alt if (alt is not None and alt in cols) else _MISSING
-            if col is _MISSING:
-                if cat:
-                    out[:, j] = 0
-                    bad[:] = True
-                else:
-                    out[:, j] = mid
-                continue
-            values = X[col].to_numpy()
-            if cat:
-                codes = np.empty(n, dtype=np.float64)
-                for i, v in enumerate(values):
-                    if v is None:
-                        c = None
-                    else:
-                        try:
-                            c = lookup.get(_norm(v))
-                        except TypeError:
-                            c = None
-                    if c is None:
-                        bad[i] = True
-                        codes[i] = 0
-                    else:
-                        codes[i] = c
-                out[:, j] = codes
+        cols = list(X.columns)
+        have = set(cols)
+        data = {}
+        for name, alt, *_ in self._spec:
+            key = name if name in have else alt if (alt is not None and alt in have) else None
+            if key is None:
+                col = np.empty(n, dtype=object)
+                col[:] = None
+                data[name] = col
             else:
-                if values.dtype.kind in "iuf":
-                    f = values.astype(np.float64)
-                else:
-                    f = np.array([_to_num(v) for v in values], dtype=np.float64)
-                f = np.where(np.isnan(f), mid, np.clip(f, lo, hi))
-                out[:, j] = f
-        return out, bad
+                data[name] = X[key].to_numpy()
+        frame = [data[name] for name in self.names]
+        if all(c.dtype.kind in "iuf" for c in frame):
+            arr = np.column_stack(frame).astype(np.float64) if n else np.empty((0, len(frame)))
+        else:
+            arr = np.empty((n, len(frame)), dtype=object)
+            for j, c in enumerate(frame):
+                arr[:, j] = c
+        enc = self.schema.encode(arr, on_invalid="drop", fill_missing=True)
+        out = np.zeros((n, len(self.names)), dtype=np.float64)
+        out[enc.kept] = enc.X
+        unknown = np.ones(n, dtype=bool)
+        unknown[enc.kept] = False
+        return out, unknown
+
+    def frame_row(self, X: Any, i: int) -> dict:
+        """Row ``i`` of a frame as a river record (absent values left out), for :meth:`encode_one`."""
+        row = X.iloc[i]
+        return {k: v for k, v in row.items() if not _absent(v)}
 
 
-def _to_num(v: Any) -> float:
-    if v is None or isinstance(v, (str, bytes)):
-        return math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
+def _absent(v: Any) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def labels_of(proba: Any, labels: list):
+    """The most probable label of every row of a probability DataFrame, as a Series (the first on ties, like ``max``)."""
+    import pandas as pd
+
+    out = np.empty(len(labels), dtype=object)
+    out[:] = labels
+    return pd.Series(out[proba.to_numpy().argmax(axis=1)], index=proba.index)

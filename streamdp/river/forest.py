@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import math
 import warnings
 from typing import Any
 
@@ -12,17 +11,40 @@ import river.base  # absolute import: this package is streamdp.river, the librar
 
 from streamdp.forest import PrivateForest
 from streamdp.privacy import NotPrivateWarning
-from streamdp.river.encoding import RecordEncoder
+from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.schema import Schema
+from streamdp.structure import max_possible_leaves
 
-__all__ = ["PrivateForestClassifier"]
+__all__ = ["PrivateForestClassifier", "default_height"]
+
+#: The default height: the tallest up to ``MAX_HEIGHT`` whose trees can have at most ``MAX_LEAVES`` leaves.
+MAX_HEIGHT = 8
+MAX_LEAVES = 2048
+
+
+def default_height(schema: Schema) -> int:
+    """Tallest height (at most ``MAX_HEIGHT``) at which a tree over ``schema`` has at most ``MAX_LEAVES`` leaves.
+
+    From the schema alone (public). Numeric attributes may split again below
+    themselves, so numeric streams get height 8 (256 leaves); categorical
+    attributes of many values stop earlier (Agrawal: 4).
+
+    >>> from streamdp.river.schemas import agrawal_schema, sea_schema, phishing_schema
+    >>> default_height(agrawal_schema()), default_height(sea_schema()), default_height(phishing_schema())
+    (4, 8, 6)
+    """
+    h = 1
+    while h < MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= MAX_LEAVES:
+        h += 1
+    return h
 
 
 class PrivateForestClassifier(river.base.MiniBatchClassifier):
     """Differentially private random forest (Private-RDT) as a river classifier.
 
-    Labelled records are buffered; every ``batch_size`` records the batch is
+    Labelled records are buffered; when a batch is full (``first_batch``
+    records, then twice as many, ..., up to ``batch_size``) the batch is
     tallied into an empty copy of the leaf vectors, noised once (two-sided
     geometric noise, scale ``n_trees / epsilon`` per cell) and added to the
     released counts (Jagannathan et al.'s update). The released model is
@@ -39,11 +61,20 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     n_trees
         Number of random trees.
     height
-        Tree height; ``None`` means ``max(1, n_attributes // 2)`` (Fan et al.).
+        Tree height; ``None`` means :func:`default_height`: tall trees, as tall
+        as a budget of leaves allows (up to 8). Height is a ceiling, not a
+        bet: the noise-aware estimate (:mod:`streamdp.estimation`) falls back
+        from a leaf swamped by noise toward its deepest informative ancestor,
+        and the deep levels pay off once the stream has brought enough records.
     epsilon
         Privacy budget of every release (constant over the stream).
+    first_batch
+        Records of the first release (default 100); each next batch doubles, up
+        to ``batch_size``, so a short stream gets a model early (the sizes are
+        public: a function of the release number). ``first_batch=batch_size``
+        gives fixed batches.
     batch_size
-        Records per release. Each release adds fresh noise to every cell, so
+        Records per release once the batches have grown. Each release adds fresh noise to every cell, so
         the noise on a cell after ``r`` releases has standard deviation
         ``sqrt(2 r) * n_trees / epsilon``: few large batches beat many small ones.
     mechanism
@@ -73,8 +104,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     >>> from river import datasets, evaluate, metrics
     >>> model = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, batch_size=1000)
     >>> metric = evaluate.progressive_val_score(datasets.synth.Agrawal(seed=42).take(3000), model, metrics.Accuracy())
-    >>> model.n_releases
-    3
+    >>> model.n_releases  # batches of 100, 200, 400, 800, then 1000
+    5
     """
 
     def __init__(
@@ -84,6 +115,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         height: int | None = None,
         epsilon: float = 1.0,
         batch_size: int = 1000,
+        first_batch: int = 100,
         mechanism: str = "geometric",
         vote: str = "proba",
         window: int | None = None,
@@ -94,14 +126,16 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.height = height
         self.epsilon = epsilon
         self.batch_size = batch_size
+        self.first_batch = first_batch
         self.mechanism = mechanism
         self.vote = vote
         self.window = window
         self.seed = seed
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
             raise ValueError(f"window must be None or a positive number of releases, got {window!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        for name, v in (("batch_size", batch_size), ("first_batch", first_batch)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
         if mechanism not in ("geometric", "laplace"):
             raise ValueError(f"mechanism must be 'geometric' or 'laplace', got {mechanism!r}")
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
@@ -114,9 +148,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)
             self.forest = PrivateForest.create(
-                self._schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
+                self._schema, n_trees=n_trees, height=default_height(self._schema) if height is None else height,
+                epsilon=epsilon, mechanism=mechanism,
                 seed=seed, vote=vote, noise_seed=seed,
-                prior_trees=0,  # ForestView's probability vote reads leaf counts, not the estimated prior: a stump would only cost budget
+                prior_trees=0,  # not measured in river's loop yet (ForestView handles stumps: they only inform the prior)
             )
         self.encoder = RecordEncoder(self._schema)
         m = self._schema.n_attributes
@@ -169,6 +204,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self.forest.private
 
     @property
+    def current_batch_size(self) -> int:
+        """Records of the open batch: ``first_batch * 2**n_releases``, at most ``batch_size`` (public)."""
+        return min(self.batch_size, self.first_batch << min(self.n_releases, 62))
+
+    @property
     def n_buffered(self) -> int:
         """Records waiting for the next release (raw data, not yet in the model)."""
         return self._n_buf
@@ -182,18 +222,20 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self._buf_X[self._n_buf] = row
         self._buf_y[self._n_buf] = code
         self._n_buf += 1
-        if self._n_buf == self.batch_size:
+        if self._n_buf == self.current_batch_size:
             self._release()
 
     def learn_many(self, X: Any, y: Any) -> None:
-        enc, bad = self.encoder.encode_frame(X)
-        ys = list(y)
-        codes = np.array([self.encoder.encode_label(v) for v in ys], dtype=np.int64)
-        keep = ~bad
+        """Learn a mini-batch (``X`` a DataFrame, ``y`` a Series): the same model as ``learn_one`` row by row."""
+        enc, unknown = self.encoder.encode_frame(X)
+        codes = self.encoder.encode_labels(y)
+        if len(codes) != len(enc):
+            raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
+        keep = ~unknown
         self.learn_encoded(enc[keep], codes[keep])
 
     def learn_encoded(self, X: np.ndarray, y: np.ndarray) -> None:
-        """Absorb already-encoded records, releasing every ``batch_size`` (the vectorised path).
+        """Absorb already-encoded records, releasing every ``current_batch_size`` (the vectorised path).
 
         ``X`` is ``(n, n_attributes)`` in schema order and ``y`` the label codes,
         as :attr:`encoder` makes them (``encoder.encode_many`` /
@@ -203,12 +245,12 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         """
         i, n = 0, len(X)
         while i < n:
-            take = min(self.batch_size - self._n_buf, n - i)
+            take = min(self.current_batch_size - self._n_buf, n - i)
             self._buf_X[self._n_buf:self._n_buf + take] = X[i:i + take]
             self._buf_y[self._n_buf:self._n_buf + take] = y[i:i + take]
             self._n_buf += take
             i += take
-            if self._n_buf == self.batch_size:
+            if self._n_buf == self.current_batch_size:
                 self._release()
 
     def flush(self) -> None:
@@ -233,28 +275,23 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         # Scrub the raw records of the released batch.
         self._buf_X[:n] = 0.0
         self._buf_y[:n] = 0
-        self._view.refresh()
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         return self._view.predict_proba_one(x)
 
     def predict_proba_many(self, X: Any):
+        """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""
         import pandas as pd
 
-        enc, bad = self.encoder.encode_frame(X)
+        enc, unknown = self.encoder.encode_frame(X)
         proba = self._view.predict_proba_encoded(enc)
-        for i in np.flatnonzero(bad):  # rows with a missing categorical value
-            row = self.encoder.encode_one({k: X.iloc[i][k] for k in X.columns if _present(X.iloc[i][k])})
-            proba[i] = self._view.proba_from_cells(self._view.tree_cells(row))
+        for i in np.flatnonzero(unknown):  # rows with an unknown value take the one-record path
+            proba[i] = self._view.proba_one(self._view.leaves_one(self.encoder.encode_one(self.encoder.frame_row(X, i))))
         return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)
 
     def predict_many(self, X: Any):
-        import pandas as pd
-
-        p = self.predict_proba_many(X)
-        labels = np.empty(len(self.encoder.label_values), dtype=object)
-        labels[:] = self.encoder.label_values
-        return pd.Series(labels[p.to_numpy().argmax(axis=1)], index=X.index)
+        """Most probable label of every row of a DataFrame (``predict_one`` row by row)."""
+        return labels_of(self.predict_proba_many(X), self.encoder.label_values)
 
     def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
         """Probabilities for complete encoded records (the vectorised path), shape ``(n, n_classes)``.
@@ -263,12 +300,3 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         Same values as ``predict_proba_one`` record by record.
         """
         return self._view.predict_proba_encoded(X)
-
-
-def _present(v: Any) -> bool:
-    if v is None:
-        return False
-    try:
-        return not (isinstance(v, float) and math.isnan(v))
-    except TypeError:
-        return True

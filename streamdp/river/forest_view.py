@@ -2,17 +2,25 @@
 
 Shared by :class:`~streamdp.river.forest.PrivateForestClassifier` (its own
 forest) and :class:`~streamdp.river.service.ServiceClassifier` (the forest the
-service published). Only released (noised) counts are read; negative noised
-counts are clamped to zero; a tree whose leaf is empty falls back to the class
-prior of the whole forest.
+service published). Only released (noised) counts are read. The vote is
+:meth:`PrivateForest.proba_from_leaves`'s and the estimate
+:mod:`streamdp.estimation`'s; the one-record path computes the same numbers
+(its twins ``path_proba_one`` / ``shrink_one``) without numpy calls per record.
+Below an unknown value a tree reaches several leaves: it contributes the mean
+of their rows.
+
+Speed: the structure is converted once, to Python code (nested tests with
+the thresholds as literals), and routes a record in plain Python. After a
+release nothing is converted to Python objects: a record's rows are gathered
+from the per-leaf table with one small numpy call, and the noise-aware chain
+runs on the pooled numbers (``C + 1`` per depth) in plain Python.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from streamdp.estimation import path_proba_one
 from streamdp.forest import PrivateForest
 from streamdp.river.encoding import RecordEncoder
 
@@ -20,10 +28,9 @@ __all__ = ["ForestView"]
 
 
 class ForestView:
-    """Prediction caches of a :class:`~streamdp.forest.PrivateForest`: fast ``predict_proba_one``.
+    """Fast ``predict_proba_one`` on a :class:`~streamdp.forest.PrivateForest`.
 
-    The structure is converted to Python lists once; the clamped counts are
-    rebuilt by :meth:`refresh` after every change of the forest's counts.
+    Call :meth:`refresh` after every change of the forest's counts.
 
     >>> from streamdp.river.schemas import stagger_schema
     >>> forest = PrivateForest.create(stagger_schema(), n_trees=3, epsilon=1.0)
@@ -34,106 +41,177 @@ class ForestView:
 
     def __init__(self, forest: PrivateForest, encoder: RecordEncoder | None = None):
         self.forest = forest
-        self.vote = forest.vote
         self.encoder = RecordEncoder(forest.schema) if encoder is None else encoder
+        s = forest.structure
+        arity = [a.arity if c else 2 for a, c in zip(forest.schema.attributes, self.encoder.is_cat)]
+        is_cat = self.encoder.is_cat
+        self._arity = arity
+        self._is_cat = is_cat
+        self._L = L = forest.shape[1]
+        # Per tree, one tuple per node: (attribute, threshold, first child, categorical) at a split,
+        # (-1, None, flat leaf index, False) at a leaf: one list index and one unpack per level.
+        self._trees = []
+        T = forest.n_trees  # the random trees: prior stumps (the structure's last rows) take no part in the vote
+        for t, (ft, th, ch, lf) in enumerate(zip(s.feature[:T].tolist(), s.threshold[:T].tolist(),
+                                                 s.child[:T].tolist(), s.leaf[:T].tolist())):
+            self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
+                                for f, thr, c, leaf in zip(ft, th, ch, lf)])
+        self._route = _compile_routes(self._trees, arity)
         self.refresh()
 
-    def refresh(self) -> None:
-        """Rebuild the caches from the forest's released counts (call after every merge)."""
-        T = self.forest.n_trees  # the random trees only: prior stumps take no part in the vote
-        pos = np.clip(np.asarray(self.forest.counts[:T]), 0, None).astype(np.float64)
-        C = pos.shape[2]
-        prior = pos.sum(axis=(0, 1))
-        prior = prior / prior.sum() if prior.sum() > 0 else np.full(C, 1.0 / C)
-        self._pos = pos
-        self._prior = prior.tolist()
-        self._prior_rank = (np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1).tolist()
-        self._prior_best = int(np.argmax(self._prior_rank))
-        s = self.forest.structure
-        py = getattr(self, "_py", None)
-        if py is None or py[-1] is not s:  # the structure never changes: convert it once
-            py = (
-                s.feature[:T].tolist(), s.threshold[:T].tolist(), s.child[:T].tolist(), s.leaf[:T].tolist(), None,
-                self.encoder.is_cat + [False],
-                [a.arity if c else 2 for a, c in zip(self.forest.schema.attributes, self.encoder.is_cat)], s,
-            )
-        self._py = py  # leaf counts as nested lists are built lazily, on the first one-record prediction
-        self._pos_list = None
+    def __getstate__(self) -> dict:
+        return {"forest": self.forest, "encoder": self.encoder}  # the compiled routes are rebuilt on load
 
-    # -- prediction ---------------------------------------------------------------
-    def tree_cells(self, row: list) -> list[list[float]]:
-        """Per tree, the (averaged) clamped count vector of the leaf/leaves the record reaches."""
-        feature, threshold, child, leaf, _, is_cat, arity, _ = self._py
-        pos = self._pos_list
-        if pos is None:
-            pos = self._pos_list = self._pos.tolist()
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["forest"], state["encoder"])
+
+    def refresh(self) -> None:
+        """Forget the cached rows (call after every merge into the forest).
+
+        The rows are what the vote reads per leaf (flat ``tree * max_leaves + leaf``):
+        ``"path"`` (probability vote, noise-aware estimate) its path's counts and
+        variances (:meth:`ForestNodes.path_rows`), ``"sum"`` (probability vote,
+        ``estimator="leaf"``) its clipped counts, ``"majority"`` its
+        :meth:`PrivateForest.leaf_proba`.
+        """
+        f = self.forest
+        self._key = (f.version, f.estimator)
+        prior = f.prior()
+        if f.vote == "majority":
+            self._mode, table = "majority", f.leaf_proba().reshape(-1, f.shape[2])
+        elif f.estimator == "leaf":
+            self._mode, table = "sum", np.maximum(f.counts[:f.n_trees].reshape(-1, f.shape[2]), 0)
+        else:
+            self._mode, nodes = "path", f.estimation_nodes()
+            (T, L), C = nodes.leaf_node.shape, f.shape[2]
+            width = (int(nodes.depth.max(initial=0)) + 1) * (C + 1)
+            # The roots take the prior (streamdp.estimation): the rows start at depth 1.
+            table = nodes.path_rows()[:, C + 1:] if T * L * width <= PATH_TABLE_CELLS else nodes
+        self._table = table
+        self._prior = prior.tolist()
+        self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
+
+    # -- routing --------------------------------------------------------------------
+    def leaves_one(self, row: list) -> list:
+        """Per tree, the flat leaf index (``tree * max_leaves + leaf``) the encoded record reaches, or,
+        below an unknown value (``None``), the tuple of every leaf it could reach."""
+        if self._route is not None and None not in row:
+            return self._route(row)
         out = []
-        for t in range(len(feature)):
-            ft, th, ch, lf, pt = feature[t], threshold[t], child[t], leaf[t], pos[t]
-            node = 0
-            while lf[node] < 0:
-                f = ft[node]
+        for nodes in self._trees:
+            f, th, ch, cat = nodes[0]
+            while f >= 0:
                 v = row[f]
                 if v is None:
-                    break  # missing categorical: slow path below
-                node = ch[node] + (v if is_cat[f] else (v > th[node]))
-            if lf[node] >= 0:
-                out.append(pt[lf[node]])
-                continue
-            # Descend every branch below a missing categorical value.
-            leaves = []
-            stack = [node]
-            while stack:
-                nd = stack.pop()
-                if lf[nd] >= 0:
-                    leaves.append(lf[nd])
-                    continue
-                f = ft[nd]
-                v = row[f]
-                if v is None:
-                    stack.extend(ch[nd] + b for b in range(arity[f]))
-                else:
-                    stack.append(ch[nd] + (v if is_cat[f] else (v > th[nd])))
-            k = len(leaves)
-            vec = [sum(pt[l][c] for l in leaves) / k for c in range(len(pt[0]))]
-            out.append(vec)
+                    out.append(tuple(self._below(nodes, ch, f, row)))
+                    break
+                f, th, ch, cat = nodes[ch + (v if cat else v > th)]
+            else:
+                out.append(ch)
         return out
 
-    def proba_from_cells(self, cells: list[list[float]]) -> list[float]:
-        """Class probabilities, in the schema's label order, from :meth:`tree_cells`'s vectors."""
-        C = len(self._prior)
-        if self.vote == "proba":
-            s = [0.0] * C
-            for vec in cells:
-                for c in range(C):
-                    s[c] += vec[c]
+    def _below(self, nodes: list, ch: int, f: int, row: list) -> list:
+        """Every leaf below a split on an unknown value (and below any further unknown one)."""
+        leaves = []
+        stack = [ch + b for b in range(self._arity[f])]
+        while stack:
+            f, th, ch, cat = nodes[stack.pop()]
+            if f < 0:
+                leaves.append(ch)
+                continue
+            v = row[f]
+            if v is None:
+                stack.extend(ch + b for b in range(self._arity[f]))
+            else:
+                stack.append(ch + (v if cat else v > th))
+        return leaves
+
+    # -- the vote (same numbers as PrivateForest.proba_from_leaves) ------------------
+    def _cells(self, leaves: list) -> np.ndarray:
+        """The rows of a record's leaves, one per tree (below an unknown value, the mean of the reachable leaves' rows)."""
+        t = self._table
+        if isinstance(t, np.ndarray):
+            rows = t.__getitem__
+        else:  # a path table too large to keep: the record's rows only (below the roots)
+            def rows(ks: list) -> np.ndarray:
+                return t.path_rows(ks)[:, len(self._prior) + 1:]
+        if tuple in map(type, leaves):
+            return np.stack([rows([k])[0] if type(k) is int else rows(list(k)).mean(axis=0) for k in leaves])
+        return rows(leaves)
+
+    def proba_one(self, leaves: list) -> list[float]:
+        """Class probabilities (schema label order) of one record from :meth:`leaves_one`."""
+        if self._key != (self.forest.version, self.forest.estimator):
+            self.refresh()
+        cells = self._cells(leaves)
+        if self._mode == "path":
+            return path_proba_one(cells.sum(axis=0).tolist(), self._prior)
+        if self._mode == "sum":
+            s = cells.sum(axis=0).tolist()
             tot = sum(s)
             return [v / tot for v in s] if tot > 0 else list(self._prior)
-        rank = self._prior_rank
-        votes = [0.0] * C
-        for vec in cells:
-            top = max(vec)
-            if top <= 0:
-                votes[self._prior_best] += 1
-                continue
-            best = max((c for c in range(C) if vec[c] == top), key=lambda c: rank[c])
-            votes[best] += 1
-        T = len(cells)
-        return [v / T for v in votes]
+        votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
+        return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
 
     def predict_proba_one(self, x: dict) -> dict:
         """Class probabilities of one river record, keyed by label."""
-        row = self.encoder.encode_one(x)
-        p = self.proba_from_cells(self.tree_cells(row))
-        return dict(zip(self.encoder.label_values, p))
+        return dict(zip(self.encoder.label_values, self.proba_one(self.leaves_one(self.encoder.encode_one(x)))))
 
     def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
-        """Probabilities for complete encoded records (schema order), shape (n, n_classes)."""
-        leaves = self.forest.structure.apply(X, self.forest.schema.is_categorical)
-        T, L, C = self._pos.shape
-        cells = self._pos.reshape(T * L, C)[leaves[:, :T] + np.arange(T) * L]  # (n, T, C)
-        if self.vote == "proba":
-            s = cells.sum(axis=1)
-            tot = s.sum(axis=1, keepdims=True)
-            return np.where(tot > 0, s / np.where(tot > 0, tot, 1), np.asarray(self._prior))
-        return self.forest._proba_from_leaves(leaves)
+        """Probabilities for complete encoded records (schema order), shape ``(n, n_classes)``."""
+        return self.forest.proba_from_leaves(self.forest.structure.apply(X, self.forest.schema.is_categorical))
+
+
+#: Largest path table (numbers) built whole per release (:meth:`ForestNodes.path_rows`; 32 MiB); above it, leaf by leaf.
+PATH_TABLE_CELLS = 4 * 2**20
+
+#: Largest forest (nodes over all trees) and deepest nesting routed by generated code.
+ROUTE_CODE_MAX_NODES = 200_000
+ROUTE_CODE_MAX_NEST = 90  # Python's tokenizer allows 100 levels of indentation
+
+
+def _compile_routes(trees: list, arity: list):
+    """One Python function routing an encoded record (no unknown value) through every tree.
+
+    The trees become nested ``if`` tests with their thresholds as literals
+    (categorical splits as a binary search over the codes), so a level costs one
+    comparison instead of several list look-ups: the one-record path is several
+    times faster. The source holds only numbers formatted here from the
+    structure's arrays (ints and float reprs), never data. Returns None when the
+    forest is too large or too deep for generated code (the loop is used then).
+    """
+    if sum(len(t) for t in trees) > ROUTE_CODE_MAX_NODES:
+        return None
+    lines = ["def route(r):"]
+
+    def emit(nodes: list, node: int, t: int, ind: int) -> bool:
+        if ind > ROUTE_CODE_MAX_NEST:
+            return False
+        f, th, ch, cat = nodes[node]
+        pad = " " * ind
+        if f < 0:
+            lines.append(f"{pad}a{t} = {int(ch)}")
+            return True
+        if not cat:
+            lines.append(f"{pad}if r[{int(f)}] > {float(th)!r}:")
+            return emit(nodes, ch + 1, t, ind + 1) and (lines.append(f"{pad}else:") or True) and emit(nodes, ch, t, ind + 1)
+        lines.append(f"{pad}v = r[{int(f)}]")
+        return bisect(nodes, ch, 0, arity[f], t, ind)
+
+    def bisect(nodes: list, ch: int, lo: int, hi: int, t: int, ind: int) -> bool:
+        if hi - lo == 1:
+            return emit(nodes, ch + lo, t, ind)
+        mid = (lo + hi) // 2
+        pad = " " * ind
+        lines.append(f"{pad}if v < {mid}:")
+        ok = bisect(nodes, ch, lo, mid, t, ind + 1)
+        lines.append(f"{pad}else:")
+        return ok and bisect(nodes, ch, mid, hi, t, ind + 1)
+
+    for t, nodes in enumerate(trees):
+        if not emit(nodes, 0, t, 1):
+            return None
+    lines.append(" return [" + ", ".join(f"a{t}" for t in range(len(trees))) + "]")
+    namespace: dict = {}
+    exec(compile("\n".join(lines), "<streamdp forest routes>", "exec"), namespace)  # noqa: S102 (numbers only)
+    return namespace["route"]

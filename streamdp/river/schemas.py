@@ -2,15 +2,27 @@
 
 Differential privacy needs public attribute domains. For river's synthetic
 generators the domains are fixed by the generator's code (read from river
-0.26.1's source, ``river/datasets/synth/*.py``); for the UCI datasets they
-come from the declared schemas in ``streamdp/data/schemas``.
-:func:`infer_schema` learns domains from a stream and says loudly that doing
-so leaks (a :class:`PrivacyLeakWarning`).
+0.26.1's source, ``river/datasets/synth/*.py``); for the datasets bundled with
+river (no download) they come from each dataset's documentation or definition;
+for the UCI datasets from the declared schemas in ``streamdp/data/schemas``.
+Where neither bounds a value (a Gaussian term, an undocumented sensor) a range
+had to be *chosen*: each such docstring says so and why; values outside are
+clamped. :func:`infer_schema` learns domains from a stream and says loudly that
+doing so leaks (a :class:`PrivacyLeakWarning`).
+
+:func:`schema_for` maps a river dataset object to its schema (``RIVER_SCHEMAS``
+lists them). Features river keys by integers (SEA, Hyperplane, LED, ...) are
+named ``"0"``, ``"1"``, ...; the river classifiers read the integer keys.
 
 >>> agrawal_schema().names
 ['salary', 'commission', 'age', 'elevel', 'car', 'zipcode', 'hvalue', 'hyears', 'loan']
 >>> led_schema().n_classes
 10
+>>> from river import datasets
+>>> schema_for(datasets.synth.SEA(seed=1)).label.values
+(False, True)
+>>> schema_for(datasets.Phishing()).attributes[0].values
+(0, 0.5, 1)
 """
 
 from __future__ import annotations
@@ -24,6 +36,18 @@ import numpy as np
 from streamdp.schema import Categorical, Label, Numeric, Schema
 
 __all__ = [
+    "schema_for",
+    "RIVER_SCHEMAS",
+    "phishing_schema",
+    "bananas_schema",
+    "image_segments_schema",
+    "shuttle_schema",
+    "sea_schema",
+    "hyperplane_schema",
+    "sine_schema",
+    "mixed_schema",
+    "random_rbf_schema",
+    "waveform_schema",
     "agrawal_schema",
     "stagger_schema",
     "led_schema",
@@ -122,37 +146,154 @@ def uci_stream(name: str, *, shuffle_seed: int | None = 0, drop_missing: bool = 
     return ds.schema, pairs
 
 
-def river_check_schema() -> Schema:
-    """One schema covering river's check datasets (``Phishing`` and ``ImageSegments``), for ``check_estimator``.
+def _digits(n: int, lo: float, hi: float) -> list:
+    return [Numeric(str(i), lo, hi) for i in range(n)]
 
-    Test fixture only. Phishing's nine features are documented as normalised
-    to [0, 1] (values in {0, 0.5, 1}). ImageSegments (UCI Image Segmentation,
-    3x3 regions of outdoor images): centroid coordinates lie in the image,
-    [0, 256]; line densities are fractions, [0, 1]; colour means are 0..255
-    intensities; saturation [0, 1]; hue is an angle in [-pi, pi]. The excess
-    colour means and the edge statistics have no documented bound: for these
-    unit-test parameters their ranges were TAKEN FROM THE DATA (rounded
-    outwards), which is acceptable for a test fixture and nowhere else.
-    Labels: Phishing's False/True and the seven ImageSegments classes.
+
+def sea_schema() -> Schema:
+    """``river.datasets.synth.SEA`` (any variant): features 0, 1, 2 = uniform(0, 10); labels False/True."""
+    return Schema(_digits(3, 0.0, 10.0), Label("class", (False, True)))
+
+
+def hyperplane_schema(n_features: int = 10) -> Schema:
+    """``river.datasets.synth.Hyperplane``: features 0..n-1 = random() in [0, 1]; labels 0/1."""
+    return Schema(_digits(n_features, 0.0, 1.0), Label("class", (0, 1)))
+
+
+def sine_schema(has_noise: bool = False) -> Schema:
+    """``river.datasets.synth.Sine``: features 0, 1 (and noise 2, 3) = random() in [0, 1]; labels 0/1."""
+    return Schema(_digits(4 if has_noise else 2, 0.0, 1.0), Label("class", (0, 1)))
+
+
+def mixed_schema() -> Schema:
+    """``river.datasets.synth.Mixed``: features 0, 1 booleans (random() >= 0.5), 2, 3 = random() in [0, 1]; labels 0/1."""
+    return Schema([Categorical("0", (False, True)), Categorical("1", (False, True)), *_digits(4, 0.0, 1.0)[2:]],
+                  Label("class", (0, 1)))
+
+
+def random_rbf_schema(n_classes: int = 2, n_features: int = 10) -> Schema:
+    """``river.datasets.synth.RandomRBF`` / ``RandomRBFDrift``: labels 0..n_classes-1.
+
+    A feature is a centroid coordinate (random() in [0, 1]) plus a Gaussian
+    offset scaled by the centroid's spread (random() in [0, 1]): unbounded.
+    CHOSEN range [-1, 2]: the centroid range widened by the largest spread.
     """
-    phishing = [
-        "empty_server_form_handler", "popup_window", "https", "request_from_other_domain",
-        "anchor_from_other_domain", "is_popular", "long_url", "age_of_domain", "ip_in_url",
-    ]
-    attrs: list = [Numeric(n, 0.0, 1.0) for n in phishing]
+    return Schema(_digits(n_features, -1.0, 2.0), Label("class", tuple(range(n_classes))))
+
+
+def waveform_schema(has_noise: bool = False) -> Schema:
+    """``river.datasets.synth.Waveform``: 21 features (40 with noise); labels 0, 1, 2.
+
+    A feature mixes two of Breiman's triangular waves (values 0..6) and adds
+    gauss(0, 1); the noise features are gauss(0, 1): unbounded. CHOSEN range
+    [-4, 10]: the waves' range widened by 4 standard deviations of the noise.
+    """
+    return Schema(_digits(40 if has_noise else 21, -4.0, 10.0), Label("class", (0, 1, 2)))
+
+
+_PHISHING_TERNARY = ["empty_server_form_handler", "popup_window", "https", "request_from_other_domain",
+                     "anchor_from_other_domain", "is_popular", "long_url"]
+
+
+def phishing_schema() -> Schema:
+    """``river.datasets.Phishing`` (UCI Website Phishing, Abdelhamid et al.).
+
+    The documented features are legitimate / suspicious / phishy, coded 0, 0.5, 1
+    in river's file; age_of_domain and ip_in_url are binary (0, 1). Labels False/True.
+    """
+    attrs: list = [Categorical(n, (0, 0.5, 1)) for n in _PHISHING_TERNARY]
+    attrs += [Categorical("age_of_domain", (0, 1)), Categorical("ip_in_url", (0, 1))]
+    return Schema(attrs, Label("is_phishing", (False, True)))
+
+
+def bananas_schema() -> Schema:
+    """``river.datasets.Bananas`` (OpenML 1460): features "1", "2"; labels False/True.
+
+    The attributes are documented as normalised coordinates (no bounds given).
+    CHOSEN range [-4, 4]: four standard deviations either side of the mean.
+    """
+    return Schema([Numeric("1", -4.0, 4.0), Numeric("2", -4.0, 4.0)], Label("class", (False, True)))
+
+
+_SEGMENT_CLASSES = ("brickface", "cement", "foliage", "grass", "path", "sky", "window")
+
+
+def image_segments_schema() -> Schema:
+    """``river.datasets.ImageSegments`` (UCI Statlog Image Segmentation): 3x3 regions of 256x256 images.
+
+    From the definitions: centroid coordinates lie in the image, [0, 256];
+    line densities are fractions, [0, 1]; colour means (raw red, green, blue,
+    intensity = (R+G+B)/3, value = max) are 0..255 intensities; excess colours
+    (2R - (G + B), ...) lie in [-510, 510]; saturation [0, 1]; hue an angle in
+    [-pi, pi]. The edge statistics (vedge/hedge mean and "sd" of the contrast of
+    adjacent pixels) have no documented bound: CHOSEN range [0, 255], the
+    range of a contrast of intensities (larger values are clamped). Seven labels.
+    """
     ranges = {
         "region-centroid-col": (0, 256), "region-centroid-row": (0, 256),
         "short-line-density-5": (0, 1), "short-line-density-2": (0, 1),
-        # from the data (no documented bound):
-        "vedge-mean": (0, 30), "vegde-sd": (0, 1000), "hedge-mean": (0, 45), "hedge-sd": (0, 1400),
+        "vedge-mean": (0, 255), "vegde-sd": (0, 255), "hedge-mean": (0, 255), "hedge-sd": (0, 255),
         "intensity-mean": (0, 255), "rawred-mean": (0, 255), "rawblue-mean": (0, 255), "rawgreen-mean": (0, 255),
-        # from the data (no documented bound):
-        "exred-mean": (-50, 10), "exblue-mean": (-13, 82), "exgreen-mean": (-34, 25),
+        "exred-mean": (-510, 510), "exblue-mean": (-510, 510), "exgreen-mean": (-510, 510),
         "value-mean": (0, 255), "saturation-mean": (0, 1), "hue-mean": (-math.pi, math.pi),
     }
-    attrs += [Numeric(n, lo, hi) for n, (lo, hi) in ranges.items()]
-    labels = (False, True, "brickface", "cement", "foliage", "grass", "path", "sky", "window")
-    return Schema(attrs, Label("class", labels))
+    return Schema([Numeric(n, lo, hi) for n, (lo, hi) in ranges.items()], Label("class", _SEGMENT_CLASSES))
+
+
+def shuttle_schema() -> Schema:
+    """``river.datasets.Shuttle`` (UCI Statlog Shuttle as ODDS anomaly detection): f1..f9; labels 0/1.
+
+    The nine integer sensor readings have no documented range. CHOSEN range
+    [-32768, 32767], a 16-bit word: safe, but most random split points fall
+    where no record lies, so expect little more than the majority class.
+    """
+    return Schema([Numeric(f"f{i}", -32768, 32767) for i in range(1, 10)], Label("anomaly", (0, 1)))
+
+
+def river_check_schema() -> Schema:
+    """One schema covering river's check datasets (``Phishing`` and ``ImageSegments``), for ``check_estimator``.
+
+    The attributes of :func:`phishing_schema` and :func:`image_segments_schema`;
+    the labels of both (Phishing's False/True and the seven segment classes).
+    """
+    attrs = list(phishing_schema().attributes) + list(image_segments_schema().attributes)
+    return Schema(attrs, Label("class", (False, True) + _SEGMENT_CLASSES))
+
+
+#: River dataset class name -> function of the dataset object returning its declared schema.
+RIVER_SCHEMAS = {
+    "Phishing": lambda d: phishing_schema(),
+    "Bananas": lambda d: bananas_schema(),
+    "ImageSegments": lambda d: image_segments_schema(),
+    "Shuttle": lambda d: shuttle_schema(),
+    "Agrawal": lambda d: agrawal_schema(),
+    "STAGGER": lambda d: stagger_schema(),
+    "LED": lambda d: led_schema(d.irrelevant_features),
+    "LEDDrift": lambda d: led_schema(d.irrelevant_features),
+    "SEA": lambda d: sea_schema(),
+    "Hyperplane": lambda d: hyperplane_schema(d.n_features),
+    "Sine": lambda d: sine_schema(d.has_noise),
+    "Mixed": lambda d: mixed_schema(),
+    "RandomRBF": lambda d: random_rbf_schema(d.n_classes, d.n_features),
+    "RandomRBFDrift": lambda d: random_rbf_schema(d.n_classes, d.n_features),
+    "RandomTree": lambda d: random_tree_schema(d.n_classes, d.n_num_features, d.n_cat_features,
+                                               d.n_categories_per_feature),
+    "Waveform": lambda d: waveform_schema(d.has_noise),
+    "ConceptDriftStream": lambda d: schema_for(d.stream),
+}
+
+
+def schema_for(dataset: Any) -> Schema:
+    """The declared schema of a river classification dataset object (``RIVER_SCHEMAS``).
+
+    ``ConceptDriftStream`` takes its first stream's (both streams must share
+    it). River's regression and multi-output datasets (Friedman, SolarFlare,
+    Yeast, ...) have none: the private forest classifies.
+    """
+    name = type(dataset).__name__
+    if name not in RIVER_SCHEMAS:
+        raise ValueError(f"no declared schema for river dataset {name!r}; known: {sorted(RIVER_SCHEMAS)}")
+    return RIVER_SCHEMAS[name](dataset)
 
 
 def infer_schema(

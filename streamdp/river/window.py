@@ -13,7 +13,7 @@ import river.base  # absolute import: this package is streamdp.river, the librar
 
 from streamdp.algorithms import learners as _catalogue_learners  # the one import of the catalogue in streamdp.river
 from streamdp.privacy import NotPrivateWarning
-from streamdp.river.encoding import RecordEncoder
+from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.schema import Schema
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
@@ -22,18 +22,26 @@ __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
 WINDOW_LEARNERS = _catalogue_learners()
 
 
-class PrivateWindowClassifier(river.base.Classifier):
+class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     """A private batch learner retrained on each tumbling window of the stream.
 
-    Every ``window`` labelled records, a fresh ``learner`` (a
+    When a window of labelled records is full, a fresh ``learner`` (a
     :mod:`streamdp.learners` algorithm: DP-chosen splits, unlike the random
     structure of :class:`PrivateForestClassifier`) is fit on exactly those
     records through the private data layer, and the window's raw records are
-    dropped. Windows are disjoint, so the sequence of models is
-    ``epsilon``-DP for every record (parallel composition), however long the
-    stream. Predictions average the last ``n_models`` window models
-    (post-processing of released models). Until the first window closes the
-    prediction is uniform over the schema's labels.
+    dropped. The first windows grow: ``first_window`` records, then twice as
+    many, and so on up to ``window`` (then every window has ``window``
+    records), so a short stream gets a model early. Predictions average the
+    last ``n_models`` window models (post-processing of released models) and
+    read each tree's noise-aware node estimates (``node_tables()``,
+    :mod:`streamdp.estimation`). Until the first window closes the prediction is
+    uniform over the schema's labels.
+
+    Privacy: every record belongs to exactly one window and every fit reads
+    only its own window, with the full ``epsilon``; the windows are disjoint
+    sets of records, so by parallel composition the whole sequence of models
+    is ``epsilon``-DP for every record, however long the stream and whatever
+    the window sizes (they are public: a function of the fit number only).
 
     Parameters
     ----------
@@ -46,9 +54,12 @@ class PrivateWindowClassifier(river.base.Classifier):
     epsilon
         Budget of each window's fit (and of the whole stream, per record).
     window
-        Records per fit. Larger windows give each fit more signal for the same
-        noise; the model is as old as one window. Default 5,000 (measured on
-        Agrawal, ``benchmarks/results/agrawal_batch.md``).
+        Records per fit once the windows have grown. Larger windows give each
+        fit more signal for the same noise; the model is as old as one window.
+        Default 5,000 (measured on Agrawal, ``benchmarks/results/agrawal_batch.md``).
+    first_window
+        Records of the first fit (default 100); each next window doubles, up to
+        ``window``. ``first_window=window`` gives fixed windows.
     n_models
         How many of the latest window models vote (mean of probabilities);
         default 3.
@@ -80,25 +91,27 @@ class PrivateWindowClassifier(river.base.Classifier):
     >>> model = PrivateWindowClassifier(agrawal_schema(), window=2000, learner_params={"scorer": "gini"})
     >>> for x, y in datasets.synth.Agrawal(seed=42).take(4000):
     ...     model.learn_one(x, y)
-    >>> model.n_fits
-    2
+    >>> model.n_fits  # windows of 100, 200, 400, 800, 1600, then 2000
+    5
     >>> round(sum(model.predict_proba_one(x).values()), 9)
     1.0
     """
 
     def __init__(self, schema: Schema | dict, learner: str = "diffp-c45", epsilon: float = 1.0, window: int = 5000,
-                 n_models: int = 3, max_depth: int = 3, learner_params: dict | None = None, seed: int | None = None):
+                 n_models: int = 3, max_depth: int = 3, learner_params: dict | None = None, seed: int | None = None,
+                 first_window: int = 100):
         self.schema = schema
         self.learner = learner
         self.epsilon = epsilon
         self.window = window
+        self.first_window = first_window
         self.n_models = n_models
         self.max_depth = max_depth
         self.learner_params = learner_params
         self.seed = seed
         if learner not in WINDOW_LEARNERS:
             raise ValueError(f"learner must be one of {sorted(WINDOW_LEARNERS)}, got {learner!r}")
-        for name in ("window", "n_models"):
+        for name in ("window", "n_models", "first_window"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -108,6 +121,7 @@ class PrivateWindowClassifier(river.base.Classifier):
         if seed is not None:
             warnings.warn(f"PrivateWindowClassifier(seed={seed}) draws reproducible noise: for tests only, "
                           "the model is NOT private", NotPrivateWarning, stacklevel=2)
+        self.n_fits = 0
         try:  # bad learner parameters fail now, not at the first window
             self._make()._check_params()
         except TypeError as e:
@@ -118,6 +132,11 @@ class PrivateWindowClassifier(river.base.Classifier):
         self._models: collections.deque = collections.deque(maxlen=n_models)
         self._tables: list[_TreeTables] = []
         self.n_fits = 0
+
+    @property
+    def window_size(self) -> int:
+        """Records of the open window: ``first_window * 2**n_fits``, at most ``window`` (public)."""
+        return min(self.window, self.first_window << min(self.n_fits, 62))
 
     @property
     def _multiclass(self) -> bool:
@@ -143,7 +162,7 @@ class PrivateWindowClassifier(river.base.Classifier):
         cls = WINDOW_LEARNERS[self.learner].cls()
         kw = {"schema": self._schema, "epsilon": self.epsilon, "max_depth": self.max_depth}
         if "n_bound" in inspect.signature(cls).parameters:
-            kw["n_bound"] = self.window  # a fit never sees more records than the (public) window size
+            kw["n_bound"] = self.window_size  # a fit never sees more records than the (public) window size
         if self.seed is not None and "seed" in inspect.signature(cls).parameters:
             kw["seed"] = self.seed
         return cls(**{**kw, **(self.learner_params or {})})
@@ -155,8 +174,24 @@ class PrivateWindowClassifier(river.base.Classifier):
             return
         self._X.append(row)
         self._y.append(code)
-        if len(self._y) == self.window:
+        if len(self._y) == self.window_size:
             self._fit_window()
+
+    def learn_many(self, X: Any, y: Any) -> None:
+        """Learn a mini-batch (``X`` a DataFrame, ``y`` a Series): the same models as ``learn_one`` row by row."""
+        enc, unknown = self.encoder.encode_frame(X)
+        codes = self.encoder.encode_labels(y)
+        if len(codes) != len(enc):
+            raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
+        rows, labels = enc[~unknown].tolist(), codes[~unknown].tolist()
+        i = 0
+        while i < len(rows):
+            take = self.window_size - len(self._y)
+            self._X.extend(rows[i:i + take])
+            self._y.extend(labels[i:i + take])
+            i += take
+            if len(self._y) == self.window_size:
+                self._fit_window()
 
     def _fit_window(self) -> None:
         from streamdp.private_data import PrivateDataset
@@ -164,11 +199,12 @@ class PrivateWindowClassifier(river.base.Classifier):
 
         X, y = np.array(self._X, dtype=np.float64), np.array(self._y, dtype=np.int64)
         self._X, self._y = [], []  # the window's raw records are dropped once fitted
+        model = self._make()  # n_bound: this window's size, before n_fits moves on
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)  # said once, at construction
             rng = SecureRandom(None if self.seed is None else self.seed + self.n_fits)
         pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=rng)
-        self._models.append(self._make().fit(pds))
+        self._models.append(model.fit(pds))
         self.n_fits += 1
         self._tables = [_TreeTables(m) for m in self._models]
 
@@ -182,10 +218,12 @@ class PrivateWindowClassifier(river.base.Classifier):
         self._tables = [_TreeTables(m) for m in self._models]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        return dict(zip(self.encoder.label_values, self._proba_row(self.encoder.encode_one(x))))
+
+    def _proba_row(self, row: list) -> list[float]:
         C = self._schema.n_classes
         if not self._models:
-            return dict.fromkeys(self.encoder.label_values, 1.0 / C)
-        row = self.encoder.encode_one(x)
+            return [1.0 / C] * C
         missing = [j for j, v in enumerate(row) if v is None]
         if not missing:  # the common case: walk the trees in Python (no numpy call per record)
             p = [0.0] * C
@@ -193,25 +231,45 @@ class PrivateWindowClassifier(river.base.Classifier):
                 for k, v in enumerate(t.proba(row)):
                     p[k] += v
             n = len(self._tables)
-            return dict(zip(self.encoder.label_values, [v / n for v in p]))
-        arities = [self._schema.attributes[j].arity for j in missing]
-        if math.prod(arities) > 256:
-            return dict.fromkeys(self.encoder.label_values, 1.0 / C)
-        grid = np.array(np.meshgrid(*[np.arange(a) for a in arities], indexing="ij")).reshape(len(missing), -1).T \
-            if missing else np.zeros((1, 0))
+            return [v / n for v in p]
+        arities = [self._schema.attributes[j].arity if self.encoder.is_cat[j] else 0 for j in missing]
+        if 0 in arities or math.prod(arities) > 256:  # a malformed number, or too many combinations
+            return [1.0 / C] * C
+        grid = np.array(np.meshgrid(*[np.arange(a) for a in arities], indexing="ij")).reshape(len(missing), -1).T
         Xe = np.tile(np.array([0.0 if v is None else v for v in row]), (len(grid), 1))
         Xe[:, missing] = grid
-        p = np.mean([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0)
-        return dict(zip(self.encoder.label_values, p.tolist()))
+        return np.mean([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0).tolist()
+
+    def predict_proba_many(self, X: Any):
+        """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""
+        import pandas as pd
+
+        enc, unknown = self.encoder.encode_frame(X)
+        C = self._schema.n_classes
+        if not self._models:
+            proba = np.full((len(enc), C), 1.0 / C)
+        else:
+            proba = np.mean([m.predict_proba_encoded(enc) for m in self._models], axis=0)
+            for i in np.flatnonzero(unknown):  # rows with an unknown value take the one-record path
+                proba[i] = self._proba_row(self.encoder.encode_one(self.encoder.frame_row(X, i)))
+        return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)
+
+    def predict_many(self, X: Any):
+        """Most probable label of every row of a DataFrame (``predict_one`` row by row)."""
+        return labels_of(self.predict_proba_many(X), self.encoder.label_values)
 
 
 class _TreeTables:
-    """A fitted learner's trees as Python lists, for one-record prediction without numpy overhead."""
+    """A fitted learner's trees as Python lists, for one-record prediction without numpy overhead.
+
+    The distributions are the learner's ``node_tables()`` (the noise-aware estimate, or the
+    leaf rule under ``estimator="leaf"``): the same numbers as ``predict_proba_encoded``.
+    """
 
     def __init__(self, model: Any):
         self.majority = model.vote == "majority"
-        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(),
-                       t.leaf_distributions().tolist()) for t in model.trees_]
+        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table.tolist())
+                      for t, table in zip(model.trees_, model.node_tables())]
         self.C = model.schema.n_classes
 
     def proba(self, row: list) -> list[float]:

@@ -1,0 +1,58 @@
+"""Declared schemas for river's bundled and synthetic classification datasets (issue 15)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("river")
+
+from river import datasets  # noqa: E402
+from river.datasets import synth  # noqa: E402
+
+from streamdp.river import PrivateForestClassifier  # noqa: E402
+from streamdp.river.encoding import RecordEncoder  # noqa: E402
+from streamdp.river.schemas import RIVER_SCHEMAS, schema_for  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
+
+DATASETS = [
+    datasets.Phishing(), datasets.Bananas(), datasets.ImageSegments(), datasets.Shuttle(),
+    synth.Agrawal(seed=1), synth.STAGGER(seed=1), synth.LED(seed=1), synth.LED(seed=1, irrelevant_features=True),
+    synth.LEDDrift(seed=1, n_drift_features=3), synth.SEA(seed=1), synth.Hyperplane(seed=1, n_features=5),
+    synth.Sine(seed=1), synth.Sine(seed=1, has_noise=True), synth.Mixed(seed=1),
+    synth.RandomRBF(seed_model=1, seed_sample=1, n_classes=3, n_features=4),
+    synth.RandomRBFDrift(seed_model=1, seed_sample=1), synth.RandomTree(seed_tree=1, seed_sample=1),
+    synth.Waveform(seed=1), synth.Waveform(seed=1, has_noise=True),
+    synth.ConceptDriftStream(seed=1, position=100, width=20),
+]
+
+
+@pytest.mark.parametrize("dataset", DATASETS, ids=lambda d: type(d).__name__)
+def test_every_record_and_label_is_declared(dataset):
+    """The schema comes from the documentation or the generator; this reads records only to check it."""
+    schema = schema_for(dataset)
+    enc = RecordEncoder(schema)
+    n_num = sum(1 for c in enc.is_cat if not c)
+    for x, y in dataset.take(600) if hasattr(dataset, "take") else zip(range(600), dataset):
+        if not isinstance(x, dict):  # zip(range, dataset) yields (i, (x, y))
+            x, y = y
+        assert len(x) == schema.n_attributes
+        row = enc.encode_one(x)
+        assert None not in row, (x, row)  # every categorical value declared, every number a number
+        enc.encode_label(y)  # raises on an undeclared class
+    assert n_num + sum(enc.is_cat) == schema.n_attributes
+
+
+def test_every_classification_dataset_of_river_is_covered():
+    names = {type(d).__name__ for d in DATASETS}
+    assert names == set(RIVER_SCHEMAS)
+    with pytest.raises(ValueError, match="no declared schema for river dataset 'Friedman'"):
+        schema_for(synth.Friedman(seed=1))
+
+
+def test_phishing_trains_with_its_float_categorical_values():
+    model = PrivateForestClassifier(schema_for(datasets.Phishing()), seed=1)
+    for x, y in datasets.Phishing():
+        model.learn_one(x, y)
+    assert model.n_releases == 3 and model.n_buffered == 550  # batches of 100, 200, 400, then 800 open
+    assert set(model.predict_proba_one(x)) == {False, True}

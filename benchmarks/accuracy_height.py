@@ -143,7 +143,7 @@ def forest_rows(name, schema, X, y, tr, te, reps, heights) -> list[dict]:
                 leaves = f.structure.apply(X[te], schema.is_categorical)
                 for est in ("leaf", "shrink"):
                     f.estimator = est
-                    acc[est].append(float((f._proba_from_leaves(leaves).argmax(1) == y[te]).mean()))
+                    acc[est].append(float((f.proba_from_leaves(leaves).argmax(1) == y[te]).mean()))
                 p = levels_nodes(f, X[tr], y[tr], rng).path_proba(leaves)
                 acc["levels"].append(float((p.argmax(1) == y[te]).mean()))
             if refused:

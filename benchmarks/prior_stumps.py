@@ -51,7 +51,7 @@ def accuracy(schema, X, y, tr, te, h, eps, budget, votes, prior_trees, seed) -> 
     out = {}
     for vote in votes:
         f.vote, f._table = vote, None
-        out[vote] = float((f._proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean())
+        out[vote] = float((f.proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean())
     return out
 
 

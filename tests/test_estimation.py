@@ -168,7 +168,7 @@ def _floor_check(name, heights, eps_list, budgets=("split", "disjoint"), votes=(
                 leaves = f.structure.apply(X[te], schema.is_categorical)
                 for vote in votes:
                     f.vote = vote
-                    acc = (f._proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean()
+                    acc = (f.proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean()
                     checked += 1
                     if acc < majority - 0.01:
                         failures.append((h, eps, budget, vote, round(float(acc), 3)))

@@ -20,7 +20,6 @@ against it.
 from __future__ import annotations
 
 import collections
-import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -28,6 +27,9 @@ from os import PathLike
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from .coding import (BLOCK, MISSING, TABLE_SPAN, is_frame, lookup_codes, lookup_key, plain, to_float,
+                     value_code)
 
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
 
@@ -44,7 +46,7 @@ def _check_values(owner: str, values: Any) -> tuple:
             raise SchemaError(f"{owner}: value {v!r} must be a string, integer, finite number or boolean")
     seen: set = set()
     for v in values:  # one pass: a hostile schema of many values must not cost n**2
-        kk = _key(v)  # True and 1 (False and 0) are different declared values
+        kk = lookup_key(v)  # True and 1 (False and 0) are different declared values
         if kk in seen:
             raise SchemaError(f"{owner}: value {v!r} is declared twice")
         seen.add(kk)
@@ -133,7 +135,6 @@ class Encoded:
         return len(self.X)
 
 
-_MISSING = object()
 
 
 class _Invalid(Exception):
@@ -161,10 +162,10 @@ class Schema:
         self.attributes: tuple[Attribute, ...] = tuple(attributes)
         self.label = label
         self._lookup = [
-            {_key(v): i for i, v in enumerate(a.values)} if isinstance(a, Categorical) else None
+            {lookup_key(v): i for i, v in enumerate(a.values)} if isinstance(a, Categorical) else None
             for a in self.attributes
         ]
-        self._label_lookup = {_key(v): i for i, v in enumerate(label.values)}
+        self._label_lookup = {lookup_key(v): i for i, v in enumerate(label.values)}
 
     @property
     def value_codes(self) -> list[dict | None]:
@@ -290,7 +291,7 @@ class Schema:
             y_codes = None if y is None else self._encode_labels(y, len(fast), bad_y, on_invalid)
             if not bad_y:
                 return Encoded(fast, y_codes, np.arange(len(fast)))
-        columns, n = self._columns(X)
+        columns, n = self.columns(X)
         bad: dict[int, str] = {}
         out = np.empty((n, self.n_attributes), dtype=np.float64)
         for j, (attr, col) in enumerate(zip(self.attributes, columns)):
@@ -336,7 +337,7 @@ class Schema:
             if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
                 return None
             lo, hi = np.floor(lo), np.ceil(hi)
-        if ((hi.astype(np.float64) - lo.astype(np.float64)) >= _TABLE_SPAN).any():  # no int64 wrap, no huge cast
+        if ((hi.astype(np.float64) - lo.astype(np.float64)) >= TABLE_SPAN).any():  # no int64 wrap, no huge cast
             return None
         lo, hi = lo.astype(np.int64), hi.astype(np.int64)
         tables = [np.array([value_code(self._lookup[j], v) for v in range(a, b + 1)], dtype=np.int64)
@@ -344,14 +345,14 @@ class Schema:
         start = np.concatenate([[0], np.cumsum([len(t) for t in tables])[:-1]]) - lo
         table = np.concatenate(tables).astype(np.float64)
         codes = out if len(cj) == self.n_attributes else np.empty(C.shape, dtype=np.float64)
-        for s in range(0, len(C), _BLOCK):  # row blocks that stay in cache (whole-matrix temporaries do not)
-            block = C[s:s + _BLOCK]
+        for s in range(0, len(C), BLOCK):  # row blocks that stay in cache (whole-matrix temporaries do not)
+            block = C[s:s + BLOCK]
             idx = block.astype(np.intp)
             if X.dtype.kind == "f" and (idx != block).any():  # 2.5 is not the declared value 2
                 return None
             idx += start
-            np.take(table, idx, out=codes[s:s + _BLOCK])
-            if (codes[s:s + _BLOCK] < 0).any():
+            np.take(table, idx, out=codes[s:s + BLOCK])
+            if (codes[s:s + BLOCK] < 0).any():
                 return None
         if codes is not out:
             for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is 30x slower
@@ -362,17 +363,18 @@ class Schema:
         ys = list(y) if not isinstance(y, np.ndarray) else y
         return self._encode_labels(ys, len(ys), {}, "raise")
 
-    def _columns(self, X: Any) -> tuple[list[np.ndarray], int]:
+    def columns(self, X: Any) -> tuple[list[np.ndarray], int]:
+        """The records as one array per attribute (object or numeric) and their number; raises naming a bad row."""
         if isinstance(X, Mapping):
             raise ValueError("X must be a list of records (dicts) or a 2-D array, not a single dict")
-        if _is_frame(X):
+        if is_frame(X):
             cols = list(X.columns)
             if all(name in cols for name in self.names):
                 X = X[self.names]  # by name: a frame's column order need not be the schema's
             elif any(isinstance(c, str) for c in cols):
                 missing = [name for name in self.names if name not in cols]
                 raise ValueError(f"X is missing the schema attributes {missing} (its columns: {cols})")
-        if isinstance(X, np.ndarray) or _is_frame(X):
+        if isinstance(X, np.ndarray) or is_frame(X):
             arr = np.asarray(X, dtype=object if not isinstance(X, np.ndarray) else None)
             if arr.ndim != 2:
                 raise ValueError(f"X must be 2-D (records x attributes), got shape {arr.shape}")
@@ -387,7 +389,7 @@ class Schema:
             cols = []
             for a in self.attributes:
                 col = np.empty(n, dtype=object)
-                col[:] = [r.get(a.name, _MISSING) for r in rows]
+                col[:] = [r.get(a.name, MISSING) for r in rows]
                 cols.append(col)
             return cols, n
         if n == 0:
@@ -405,11 +407,11 @@ class Schema:
                        fill_missing: bool = False) -> np.ndarray:
         n = len(col)
         if isinstance(attr, Numeric):
-            vals = _to_float(col)
+            vals = to_float(col)
             if vals is None:  # slow path: find the offending rows
                 vals = np.full(n, np.nan)
                 for i, v in enumerate(col):
-                    if v is _MISSING or v is None:
+                    if v is MISSING or v is None:
                         if not fill_missing:
                             self._bad(bad, on_invalid, i, f"attribute {attr.name!r} is missing")
                     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -425,10 +427,10 @@ class Schema:
             with np.errstate(invalid="ignore"):
                 vals = np.clip(vals, attr.min, attr.max)
             return np.where(np.isnan(vals), attr.min, vals)
-        codes = _lookup_codes(self._lookup[j], col)
+        codes = lookup_codes(self._lookup[j], col)
         for i in np.flatnonzero(codes < 0):
-            v = _plain(col[i])
-            what = "is missing" if v is _MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
+            v = plain(col[i])
+            what = "is missing" if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
                 f"unknown value {v!r} (declared: {list(attr.values)})"
             )
             self._bad(bad, on_invalid, int(i), f"attribute {attr.name!r} {what}")
@@ -443,9 +445,9 @@ class Schema:
         else:
             ys = np.empty(n, dtype=object)
             ys[:] = list(ylist)
-        codes = _lookup_codes(self._label_lookup, ys)
+        codes = lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
-            self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {_plain(ys[i])!r} (declared: {list(self.label.values)})")
+            self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})")
         return np.maximum(codes, 0)
 
     @staticmethod
@@ -458,123 +460,3 @@ class Schema:
         labels = np.empty(len(self.label.values), dtype=object)
         labels[:] = list(self.label.values)
         return labels[np.asarray(codes, dtype=np.int64)]
-
-
-def _is_frame(X: Any) -> bool:
-    return hasattr(X, "columns") and hasattr(X, "iloc")
-
-
-def _to_float(col: np.ndarray) -> np.ndarray | None:
-    """Fast conversion of a column to float64; None if any element is not a plain number."""
-    if col.dtype.kind in "iuf":
-        return col.astype(np.float64)
-    if col.dtype.kind == "b":
-        return None
-    for v in col:
-        if v is _MISSING or v is None or isinstance(v, (bool, np.bool_, str, bytes)) or not isinstance(
-            v, (int, float, np.integer, np.floating)
-        ):
-            return None
-    return col.astype(np.float64)
-
-
-def _plain(v: Any) -> Any:
-    """A numpy scalar as the Python value it holds (for error messages)."""
-    return v.item() if isinstance(v, np.generic) else v
-
-
-def _key(v: Any) -> Any:
-    """Lookup key of a declared value: booleans never collide with 0/1."""
-    return ("bool", v) if isinstance(v, bool) else v
-
-
-#: Integer-valued columns whose values span fewer than this many integers are coded by one table lookup.
-_TABLE_SPAN = 4096
-#: Rows coded at a time by the whole-matrix path.
-_BLOCK = 16384
-
-
-def _lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
-    """Code of every value of a column (-1 when not declared).
-
-    Integer and float arrays go through a table over their range (floats that
-    are not whole numbers, NaN and infinities are undeclared), object arrays
-    through one dict probe per value, other typed arrays (strings, booleans,
-    numbers spread over a wide range) through ``np.unique``. ``True == 1`` in
-    Python and numpy, so booleans in an object column are looked up as booleans.
-    """
-    col = np.asarray(col)
-    if col.size and (col.dtype.kind in "iu" or (col.dtype.kind == "f" and not _has_fractions(lookup))):
-        codes = _table_codes(lookup, col)
-        if codes is not None:
-            return codes
-    if col.dtype == object and col.size:
-        # Fast path: one dict probe per value (hashing, no sorting of Python objects). Declared
-        # values are str/int/bool, so a direct hit is the right code for anything but a boolean
-        # (True == 1); booleans and misses (-2) are resolved one by one below.
-        try:
-            codes = np.fromiter(map(lookup.get, col, itertools.repeat(-2)), dtype=np.int64, count=col.size)
-        except TypeError:  # an unhashable value (named as unknown by the caller): value by value
-            return np.array([value_code(lookup, v) for v in col], dtype=np.int64)
-        # A boolean can only hit a declared number (1 or 0); with no number declared it misses anyway.
-        if any(type(k) in (int, float) for k in lookup):
-            kinds = set(map(type, col))
-            if bool in kinds or np.bool_ in kinds:
-                codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
-        for i in np.flatnonzero(codes == -2):
-            codes[i] = value_code(lookup, col[i])
-        return codes
-    uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays (str, bool) sort in C
-    codes_u = np.array([value_code(lookup, u) for u in uniq], dtype=np.int64)
-    return codes_u[inverse.reshape(-1)]
-
-
-def _table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
-    """Codes of a numeric column through a table over ``[min, max]``; None if the span is too wide."""
-    lo, hi = col.min(), col.max()  # NaN propagates into both
-    if col.dtype.kind == "f":
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            return None
-        lo, hi = math.floor(lo), math.ceil(hi)
-    lo, hi = int(lo), int(hi)
-    if hi - lo >= _TABLE_SPAN:
-        return None
-    table = np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
-    if col.dtype.kind != "f":
-        return table[(col - lo).astype(np.intp, copy=False)] if lo else table[col.astype(np.intp, copy=False)]
-    idx = col.astype(np.intp)
-    codes = table[idx - lo] if lo else table[idx]
-    codes[idx != col] = -1  # 2.5 is not the declared value 2
-    return codes
-
-
-def _has_fractions(lookup: dict) -> bool:
-    return any(type(k) is float and not k.is_integer() for k in lookup)
-
-
-def value_code(lookup: dict, v: Any) -> int:
-    """Code of value ``v`` in a lookup table of :attr:`Schema.value_codes` (-1 when it is not declared).
-
-    Exact matching, no coercion: ``1.0`` is the declared ``1`` (equal numbers),
-    ``0.5`` matches only a declared ``0.5``; a string never matches a number
-    (``"1"`` is not ``1``), a boolean never matches ``0``/``1`` and a number
-    never matches ``True``/``False``; NaN and None match nothing. Numpy scalars
-    count as the Python values they hold.
-
-    >>> s = Schema([Categorical("a", (0, 0.5, 1)), Categorical("b", (False, True))], Label("y", ("n", "p")))
-    >>> [value_code(s.value_codes[0], v) for v in (0.5, 1.0, True, "1", 0.25)]
-    [1, 2, -1, -1, -1]
-    >>> [value_code(s.value_codes[1], v) for v in (True, 1, np.bool_(False))]
-    [1, -1, 0]
-    """
-    if v is _MISSING or v is None:
-        return -1
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and math.isnan(v):
-        return -1
-    try:
-        return lookup.get(_key(v), -1)
-    except TypeError:  # unhashable
-        return -1
-

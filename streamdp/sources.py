@@ -35,7 +35,8 @@ import numpy as np
 import pandas as pd
 
 from .datasets import DATASETS, load
-from .schema import Categorical, Encoded, Schema, _lookup_codes
+from .coding import lookup_codes
+from .schema import Categorical, Encoded, Schema
 
 __all__ = ["SourceError", "Chunk", "convert", "encode_frame", "read_csv_chunks", "frame_chunks", "prefetch",
            "read_dataset", "as_frame", "CHUNK_ROWS"]
@@ -95,7 +96,7 @@ def _codes_of_text(values: tuple, lookup: dict, col: pd.Series) -> tuple[np.ndar
         u = str(u).strip()
         decl[i] = text.get(u, btext.get(u.lower(), _UNDECLARED))
     decl[-1] = None  # NaN cells: factorize's -1 indexes the last slot
-    return _lookup_codes(lookup, decl)[codes], codes < 0
+    return lookup_codes(lookup, decl)[codes], codes < 0
 
 
 _UNDECLARED = object()
@@ -154,7 +155,7 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
         col = frame[a.name]
         what = f"attribute {a.name!r}"
         if isinstance(a, Categorical):
-            codes, miss = _column_codes(a.values, schema._lookup[j], col, text)
+            codes, miss = _column_codes(a.values, schema.value_codes[j], col, text)
             flag(~miss, f"{what} {_MISSING_WORDS}")
             flag(codes >= 0, f"{what} {_UNDECLARED_WORDS}")
             out[:, j] = np.maximum(codes, 0)
@@ -171,7 +172,7 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
         ys = _series(y)
         if len(ys) != n:
             raise ValueError(f"y has {len(ys)} labels but X has {n} records")
-        yc, miss = _column_codes(schema.label.values, schema._label_lookup, ys, text)
+        yc, miss = _column_codes(schema.label.values, schema.label_codes, ys, text)
         what = f"label {schema.label.name!r}"
         flag(~miss, f"{what} {_MISSING_WORDS}")
         flag(yc >= 0, f"{what} has a class not declared in the schema")
@@ -195,7 +196,7 @@ def _column_codes(values: tuple, lookup: dict, col: pd.Series, text: bool) -> tu
         codes = np.array([i for i, _ in strs] + [-1], dtype=np.int64)[pos]
         return codes, _missing_where(col, codes)
     arr = col.to_numpy()  # numbers, booleans, mixed objects: Schema.encode's table and dict paths
-    return _lookup_codes(lookup, arr), col.isna().to_numpy() if arr.dtype == object else np.zeros(len(arr), bool)
+    return lookup_codes(lookup, arr), col.isna().to_numpy() if arr.dtype == object else np.zeros(len(arr), bool)
 
 
 def _missing_where(col: pd.Series, codes: np.ndarray) -> np.ndarray:
@@ -213,7 +214,7 @@ def _codes_of_values(lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarr
     decl = np.empty(len(uniq) + 1, dtype=object)
     decl[:-1] = list(uniq)
     decl[-1] = None
-    return _lookup_codes(lookup, decl)[codes], codes < 0
+    return lookup_codes(lookup, decl)[codes], codes < 0
 
 
 def _numbers(col: pd.Series, text: bool) -> np.ndarray:
@@ -323,7 +324,7 @@ def as_frame(X: Any, schema: Schema) -> pd.DataFrame:
     rows = X if isinstance(X, np.ndarray) else list(X)
     if len(rows) and all(isinstance(r, Mapping) for r in rows):
         return pd.DataFrame.from_records(rows, columns=schema.names)
-    cols, _ = schema._columns(rows)  # raises naming the row of a wrong shape
+    cols, _ = schema.columns(rows)  # raises naming the row of a wrong shape
     return pd.DataFrame(dict(zip(schema.names, cols)), columns=schema.names)
 
 

@@ -219,7 +219,7 @@ def test_data_frames_are_read_by_column_name(schema):
 def test_object_column_codes_match_value_by_value_lookup():
     """The hashing fast path of the encoder gives, for every kind of value, the code the
     value-by-value rules give (True apart from 1, 1.0 as 1, numpy scalars, misses, NaN, None)."""
-    from streamdp.schema import _lookup_codes, value_code as _lookup_value
+    from streamdp.coding import lookup_codes as _lookup_codes, value_code as _lookup_value
 
     s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, 1, "1", 0, "z"]}],
                           "label": {"name": "y", "values": [0, 1]}})
@@ -239,7 +239,7 @@ def test_object_column_codes_match_value_by_value_lookup():
 def test_typed_columns_code_like_object_columns():
     """Integer (table over the range, or np.unique past 4096), string and label arrays give the
     codes their object-array forms give, including undeclared values."""
-    from streamdp.schema import _lookup_codes
+    from streamdp.coding import lookup_codes as _lookup_codes
 
     s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [3, -2, 9000, 7]},
                                          {"name": "b", "type": "categorical", "values": ["x", "yy"]}],

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.schema import Categorical, Schema, value_code
+from streamdp.coding import value_code
+from streamdp.schema import Categorical, Schema
 
 __all__ = ["RecordEncoder", "labels_of"]
 

@@ -334,15 +334,9 @@ class Worker(GroupLoop):
                 if m:
                     self._state_version, self._counts, self._releases = new_version, new_counts, releases
                     self.guard.record(new_version)
-                    self._commits_since_trim += 1
                     _jlog(logging.DEBUG, "worker.commit", model=self.model, version=new_version, batches=m,
                           acked=len(ack_only), dead=len(dead), retries=retries)
-                if dead:
-                    _jlog(logging.WARNING, "worker.dead_letter", model=self.model, n=len(dead),
-                          reasons=[d[1][:200] for d in dead[:5]])
-                if self._commits_since_trim >= cfg.trim_every:
-                    self._commits_since_trim = 0
-                    self.trim()
+                self._after_commit(dead, merged=m > 0)
                 return
             retries += 1
             if status == "conflict":
@@ -357,6 +351,16 @@ class Worker(GroupLoop):
                 return  # entries stay pending and are reclaimed later
             if status == "conflict" and retries > 3:
                 time.sleep(min(0.05, 0.001 * retries) * (0.5 + secrets.randbelow(1000) / 1000))
+
+    def _after_commit(self, dead: list, *, merged: bool) -> None:
+        """After a successful commit or add: log the dead letters, trim every ``trim_every`` merging commits."""
+        if dead:
+            _jlog(logging.WARNING, "worker.dead_letter", model=self.model, n=len(dead),
+                  reasons=[d[1][:200] for d in dead[:5]])
+        self._commits_since_trim += 1 if merged else 0
+        if self._commits_since_trim >= self.config.trim_every:
+            self._commits_since_trim = 0
+            self.trim()
 
     def _rejected(self, res: Any, ids_all: list[_Entry], m: int, merge: dict[str, _Entry],
                   ack_only: list[_Entry]) -> None:
@@ -415,13 +419,7 @@ class Worker(GroupLoop):
             status = as_str(res[0])
             if status == "ok":
                 self._open = int(res[1])
-                if dead:
-                    _jlog(logging.WARNING, "worker.dead_letter", model=self.model, n=len(dead),
-                          reasons=[d[1][:200] for d in dead[:5]])
-                self._commits_since_trim += 1 if m else 0
-                if self._commits_since_trim >= cfg.trim_every:
-                    self._commits_since_trim = 0
-                    self.trim()
+                self._after_commit(dead, merged=m > 0)
                 return
             retries += 1
             if status == "moved":

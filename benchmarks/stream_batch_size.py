@@ -114,8 +114,8 @@ def main() -> None:
              "`window 1 s`/`window 5 s`: release_every 1 or 5 s; `tree 1 s`: the same 1 s windows, L=10 levels "
              "(epsilon/10 per node), honaker estimator. Releases are what consumers saw; every window after the "
              "model's creation is released, so the stream's duration (push + processing, under this machine's "
-             "load) sets the number of windows. Prediction is what main had when this ran (no noise-aware "
-             "estimation yet).", "",
+             "load) sets the number of windows. Prediction: the noise-aware estimation with one prior stump "
+             "(PrivateForest defaults).", "",
              f"Machine: {info['machine']['nproc']} x {info['machine']['cpu']}; git {info['git']}; "
              f"load at start `{info['uptime_start'].split('load average:')[-1].strip()}`, "
              f"at end `{info['uptime_end'].split('load average:')[-1].strip()}` (shared machine).", "",

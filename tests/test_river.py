@@ -104,7 +104,7 @@ def test_batches_grow_from_first_batch_to_batch_size():
             last = k
     assert sizes == [100, 200, 400, 500, 500, 500] and m.n_releases == 6
     assert PrivateForestClassifier(rs.stagger_schema(), batch_size=300, first_batch=300).current_batch_size == 300
-    with pytest.raises(ValueError, match="first_batch must be a positive integer"):
+    with pytest.raises(ValueError, match="first_batch must be an integer >= 1"):
         PrivateForestClassifier(rs.stagger_schema(), first_batch=0)
 
 

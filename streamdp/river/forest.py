@@ -15,6 +15,7 @@ from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.schema import Schema
 from streamdp.structure import max_possible_leaves
+from streamdp.validation import check_choice, check_integer
 
 __all__ = ["PrivateForestClassifier", "default_height"]
 
@@ -131,13 +132,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.vote = vote
         self.window = window
         self.seed = seed
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-            raise ValueError(f"window must be None or a positive number of releases, got {window!r}")
+        if window is not None:
+            check_integer(window, "window (releases kept)")
         for name, v in (("batch_size", batch_size), ("first_batch", first_batch)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        if mechanism not in ("geometric", "laplace"):
-            raise ValueError(f"mechanism must be 'geometric' or 'laplace', got {mechanism!r}")
+            check_integer(v, name)
+        check_choice(mechanism, "mechanism", ("geometric", "laplace"))
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
         if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
             warnings.warn(

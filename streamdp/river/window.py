@@ -15,6 +15,7 @@ from streamdp.algorithms import learners as _catalogue_learners  # the one impor
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.schema import Schema
+from streamdp.validation import check_integer
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
 
@@ -112,9 +113,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         if learner not in WINDOW_LEARNERS:
             raise ValueError(f"learner must be one of {sorted(WINDOW_LEARNERS)}, got {learner!r}")
         for name in ("window", "n_models", "first_window"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+            check_integer(getattr(self, name), name)
         if learner_params is not None and not isinstance(learner_params, dict):
             raise ValueError(f"learner_params must be a dict or None, got {type(learner_params).__name__}")
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)

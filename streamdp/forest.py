@@ -339,17 +339,24 @@ class PrivateForest:
 
     def _noise(self, counts: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         rng = rng or self._rng
-        real = self.real_cells
         if self.mechanism == "kanon":
             counts[counts < self.k] = 0
             return counts
+        # Noise for the real cells only (padding past a tree's last leaf stays 0 and is never released):
+        # one draw of sum(leaves) x classes values, added tree by tree in place.
+        C = self.schema.n_classes
+        leaves = self.structure.n_leaves.tolist()
+        n = sum(leaves) * C
         if self.mechanism == "geometric":
-            noise = geometric_noise(counts.shape, self.epsilon_per_tree, rng)
+            noise = geometric_noise(n, self.epsilon_per_tree, rng)
         else:
-            noise = laplace_noise(counts.shape, self.epsilon_per_tree, rng)
+            noise = laplace_noise(n, self.epsilon_per_tree, rng)
             counts = counts.astype(np.float64)
-        noise[~real] = 0
-        return counts + noise
+        at = 0
+        for t, m in enumerate(leaves):
+            counts[t, :m] += noise[at:at + m * C].reshape(m, C)
+            at += m * C
+        return counts
 
     def _padding_nonzero(self, a: np.ndarray) -> bool:
         """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""

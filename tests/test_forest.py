@@ -153,8 +153,9 @@ def test_update_is_clone_tally_noise_once_add():
     with pytest.warns(NotPrivateWarning):
         r = SecureRandom(99)
     real = real_mask(f)
-    n1 = np.where(real, geometric_noise(f.shape, f.epsilon_per_tree, r), 0)
-    n2 = np.where(real, geometric_noise(f.shape, f.epsilon_per_tree, r), 0)
+    n1, n2 = np.zeros(f.shape, np.int64), np.zeros(f.shape, np.int64)
+    n1[real] = geometric_noise(int(real.sum()), f.epsilon_per_tree, r)  # drawn for the real cells only, in order
+    n2[real] = geometric_noise(int(real.sum()), f.epsilon_per_tree, r)
     assert np.array_equal(d1, exact_counts(f, X1, y1) + n1)
     assert np.array_equal(d2, exact_counts(f, X2, y2) + n2)
 

@@ -293,17 +293,15 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
         out = exact.astype(np.int64)
         out[out < k] = 0
         return out
-    if mechanism == "geometric":
-        noise = geometric_noise(exact.shape, epsilon, rng)
-        out = exact.astype(np.int64)
-    elif mechanism == "laplace":
-        noise = laplace_noise(exact.shape, epsilon, rng)
-        out = exact.astype(np.float64)
-    else:
+    if mechanism not in ("geometric", "laplace"):
         raise ValueError(f"mechanism must be 'geometric', 'laplace' or 'kanon', got {mechanism!r}")
-    if real is not None:
-        noise[~np.asarray(real, dtype=bool)] = 0
-    out += noise
+    out = exact.astype(np.int64 if mechanism == "geometric" else np.float64)
+    draw = geometric_noise if mechanism == "geometric" else laplace_noise
+    if real is None:
+        out += draw(exact.shape, epsilon, rng)
+    else:  # the real cells only, in C order (padding is never released, so it is not drawn)
+        mask = np.asarray(real, dtype=bool)
+        out[mask] += draw(int(mask.sum()), epsilon, rng)
     return out
 
 

@@ -38,7 +38,7 @@ from .datasets import DATASETS, load
 from .coding import lookup_codes
 from .schema import Categorical, Encoded, Schema
 
-__all__ = ["SourceError", "Chunk", "convert", "encode_frame", "read_csv_chunks", "frame_chunks", "prefetch",
+__all__ = ["SourceError", "Chunk", "convert", "encode_frame", "check_header", "read_csv_chunks", "frame_chunks", "prefetch",
            "read_dataset", "as_frame", "CHUNK_ROWS"]
 
 #: Rows per chunk read from a CSV file (about 10 MB of Adult-like text).
@@ -242,6 +242,27 @@ def _series(y: Any) -> pd.Series:
     return pd.Series(arr, dtype=object, copy=False)
 
 
+def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | int | None = None) -> tuple[list, str]:
+    """The header's column names and the label column's name; :class:`SourceError` when the header lacks a
+    column the schema needs. Reads the header line only (no record), so a job can be refused before it is charged.
+    """
+    name = getattr(source, "name", source)
+    try:
+        head = pd.read_csv(source, nrows=0, skipinitialspace=True).columns
+    except pd.errors.EmptyDataError:
+        raise SourceError(f"{name}: empty file") from None
+    except OSError:
+        raise SourceError(f"{name}: cannot read the file") from None
+    if hasattr(source, "seek"):
+        source.seek(0)
+    head = [str(h).strip() for h in head]
+    lab_name = label if isinstance(label, str) else schema.label.name
+    missing = [c for c in [*schema.names, lab_name] if c not in head]
+    if missing:
+        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns)")
+    return head, lab_name
+
+
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,
                     header: bool = True, chunk_rows: int = CHUNK_ROWS, on_invalid: str = "raise",
                     progress: Any = None) -> Iterator[Chunk]:
@@ -259,17 +280,7 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         raise SourceError(f"{name}: cannot read the file") from None
     lab_name = schema.label.name
     if header:
-        try:
-            head = pd.read_csv(source, nrows=0, skipinitialspace=True).columns
-        except pd.errors.EmptyDataError:
-            raise SourceError(f"{name}: empty file") from None
-        if hasattr(source, "seek"):
-            source.seek(0)
-        head = [str(h).strip() for h in head]
-        lab_name = label if isinstance(label, str) else lab_name
-        missing = [c for c in [*schema.names, lab_name] if c not in head]
-        if missing:
-            raise SourceError(f"{name}: the header lacks the columns {missing} (it has {head})")
+        head, lab_name = check_header(source, schema, label)
         kw: dict = {"header": 0, "names": head}
     else:
         width = schema.n_attributes + 1

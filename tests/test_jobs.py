@@ -305,6 +305,25 @@ def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
 
 
+def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):
+    """A CSV lacking a schema column failed only after the ledger was charged; now the header is checked first
+    (at submit, and again by the worker before charging), reading the header line only."""
+    q, _ = queue
+    data, sch = _votes_csv(tmp_path)
+    lines = data.read_text().splitlines()
+    cut = [",".join(row.split(",")[1:]) for row in lines]  # drop the first attribute's column
+    data.write_text("\n".join(cut) + "\n")
+    led = RedisLedger(r)
+    led.set_budget(unique_name, 1.0)
+    try:
+        with pytest.raises(JobError, match="lacks the columns"):
+            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 3, "height": 2}, source_kind="dataset",
+                                  dataset=str(data), schema=str(sch))
+        assert led.spent(unique_name)[0] == 0.0
+    finally:
+        r.delete(*ledger_keys(unique_name))
+
+
 @pytest.mark.redis
 def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, queue, tmp_path):
     """Issue 12 item 13: the same file under another name or label no longer gets a fresh budget."""

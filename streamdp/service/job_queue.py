@@ -32,6 +32,7 @@ from typing import Any
 from ..jobs import JobError, JobSpec, check_params
 from ..ledger import file_sha256
 from ..schema import Schema
+from ..sources import SourceError, check_header
 from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
@@ -106,6 +107,11 @@ class JobQueue:
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
         digest = self._bind_file(source, dataset) if source_kind == "dataset" else ""
+        if source_kind == "dataset" and os.path.isfile(dataset):  # refuse a file without the schema's columns now
+            try:
+                check_header(dataset, sch)
+            except SourceError as e:
+                raise JobError(str(e)) from None
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):

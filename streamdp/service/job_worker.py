@@ -47,7 +47,7 @@ from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, file_sha256
 from ..schema import Schema
-from ..sources import SourceError, read_dataset
+from ..sources import SourceError, check_header, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -278,6 +278,11 @@ class JobWorker(GroupLoop):
             if digest and (not os.path.isfile(path) or file_sha256(path) != digest):
                 raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                                f"(sha256 {digest[:16]}... expected); nothing was charged or read")
+            if os.path.isfile(path):  # a file without the schema's columns is refused before charging
+                try:
+                    check_header(path, schema)
+                except SourceError as e:
+                    raise JobError(f"{e}; nothing was charged") from None
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.common import machine, sh, write_keeping_reading
-from streamdp.continual import Counter, ReleasePolicy, TreeState, node_variance, noisy_node, published_variance
+from streamdp.estimation import cell_variance  # noqa: E402
+from streamdp.continual import Counter, ReleasePolicy, TreeState, noisy_node, published_variance
 from streamdp.privacy import SecureRandom
 
 OUT = Path(__file__).parent / "results"
@@ -74,16 +75,16 @@ def run_tree(levels: int, max_t: int, cells: int, marks: set[int]) -> dict[str, 
 
 def formula(kind: str, t: int, levels: int = 20, estimator: str = "honaker") -> float:
     p = ReleasePolicy(kind, levels=levels, estimator=estimator)
-    return math.sqrt(published_variance(p, t, node_variance(p.node_epsilon(EPS))))
+    return math.sqrt(published_variance(p, t, cell_variance("geometric", p.node_epsilon(EPS))))
 
 
 def crossover(levels: int, estimator: str, max_t: int) -> dict:
     """From the exact formulas: first T where the tree's sd is below the window's, and the T from
     which it stays below up to max_t."""
     first, last_worse = None, 0
-    vw = node_variance(EPS)
+    vw = cell_variance("geometric", EPS)
     p = ReleasePolicy("tree", levels=levels, estimator=estimator)
-    vt = node_variance(p.node_epsilon(EPS))
+    vt = cell_variance("geometric", p.node_epsilon(EPS))
     for t in range(1, max_t + 1):
         better = published_variance(p, t, vt) < t * vw
         if better and first is None:

@@ -50,7 +50,7 @@ def accuracy(schema, X, y, tr, te, h, eps, budget, votes, prior_trees, seed) -> 
     leaves = f.structure.apply(X[te], schema.is_categorical)
     out = {}
     for vote in votes:
-        f.vote, f._table = vote, None
+        f.vote = vote  # the per-vote table cache follows the vote
         out[vote] = float((f.proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean())
     return out
 

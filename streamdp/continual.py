@@ -73,7 +73,7 @@ from .validation import Interval, check_epsilon, check_integer
 
 __all__ = [
     "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
-    "prefix_nodes", "node_windows", "node_variance", "published_variance", "noisy_node", "window_delta",
+    "prefix_nodes", "node_windows", "published_variance", "noisy_node", "window_delta",
     "TreeState", "Counter",
 ]
 
@@ -233,18 +233,6 @@ def node_windows(node: Node, levels: int) -> range:
 # -- variance (public: depends on epsilon, mechanism and the schedule only) -------------
 
 
-def node_variance(epsilon: float, mechanism: str = "geometric") -> float:
-    """Variance of one cell's noise in one release: ``2a/(1-a)^2`` with ``a = e^-eps`` (geometric), ``2/eps^2`` (Laplace)."""
-    if math.isinf(epsilon):
-        return 0.0
-    if mechanism == "geometric":
-        a = math.exp(-epsilon)
-        return 2 * a / (1 - a) ** 2
-    if mechanism == "laplace":
-        return 2.0 / epsilon**2
-    raise ValueError(f"no noise variance for mechanism {mechanism!r}")
-
-
 def _honaker_factor(level: int) -> float:
     """Var of the subtree least-squares estimate of a level-``level`` node, in units of one node's variance."""
     return 2**level / (2 ** (level + 1) - 1)
@@ -253,7 +241,7 @@ def _honaker_factor(level: int) -> float:
 def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
     """Variance of one published cell after ``t`` releases (windows; batches for ``batch``).
 
-    ``variance`` is :func:`node_variance` at ``policy.node_epsilon(...)``. Rounding of the
+    ``variance`` is :func:`streamdp.estimation.cell_variance` at ``policy.node_epsilon(...)``. Rounding of the
     Honaker estimate to integers (geometric) adds at most 1/12 and is not included.
     """
     if policy.kind != "tree":

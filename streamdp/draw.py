@@ -138,10 +138,8 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
         free = _FREE[used[:, 0]] if nb == 1 else _FREE[used].sum(axis=1)
         if n_num or depth < n_cat:
             inner = None  # every node can still split
-            n_in = n
         else:
             inner = free > 0
-            n_in = int(inner.sum())
         # Attribute of each node: the r-th allowed one (free categoricals first), r uniform.
         r = rng.integers(np.maximum(free + n_num, 1))  # (leaves draw a value that is not used)
         pick_cat = r < free

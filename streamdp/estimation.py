@@ -33,7 +33,7 @@ shrinking a noisy root toward it could only add noise), the rule applies from
 depth 1, and the stumps take no other part (no path, no vote). A learner's
 tree (:func:`tree_node_proba`) shrinks its root toward the prior it is given.
 
-Which counts are released (``RELEASE``, the one place the choice is kept).
+Which counts are released (chosen here, by measurement: leaf counts only).
 With ``s^2`` the variance of one released cell at the leaves, ``L(u)`` the
 leaves below node ``u``, ``h`` the height and ``C`` the classes:
 
@@ -71,13 +71,11 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
-    "RELEASE", "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
+    "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
     "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "forest_topology", "ForestNodes",
-    "forest_leaf_proba", "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
+    "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
-#: What the forest releases for estimation: leaf counts only (see the module docstring).
-RELEASE = "leaves"
 #: A node is used when its total stands this many noise standard deviations above zero.
 SNR_MIN = 3.0
 #: The bar for a learner's data-grown tree (ID3/C4.5 family, DPEA): such a tree splits a node only
@@ -381,23 +379,11 @@ class ForestNodes:
         return p
 
 
-def forest_leaf_proba(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
-                      cell_var: float, n_prior: int = 0) -> np.ndarray:
-    """Per tree, per leaf number: the estimated class distribution, shape ``(n_trees, max_leaves, n_classes)``.
-
-    ``counts`` are the released leaf counts ``(n_trees, max_leaves, n_classes)``
-    and ``cell_var`` the public noise variance of one cell (:func:`cell_variance`).
-    A tree's prediction for a record is a gather: ``table[t, leaf_of_record_in_tree_t]``.
-    """
-    return ForestNodes.build(feature, child, leaf, counts, cell_var, n_prior).leaf_proba()
-
-
 def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:
     """The rule before this module, per leaf: clipped counts normalised, the clipped prior when all are 0."""
     C = counts.shape[-1]
     pos = np.clip(counts, 0, None).astype(np.float64)
-    prior = pos.reshape(-1, C).sum(axis=0)
-    prior = prior / prior.sum() if prior.sum() > 0 else np.full(C, 1.0 / C)
+    prior = prior_from(pos.reshape(-1, C))
     tot = pos.sum(axis=-1, keepdims=True)
     return np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), prior)
 

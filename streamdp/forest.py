@@ -40,6 +40,7 @@ random trees; ``structure.n_trees`` counts the stumps too.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from typing import Any
@@ -47,13 +48,8 @@ from typing import Any
 import numpy as np
 
 from . import blob
-from .privacy import (
-    SecureRandom,
-    geometric_noise,
-    kanon_check,
-    kanon_delta,
-    laplace_noise,
-)
+from .continual import noisy_node
+from .privacy import SecureRandom, kanon_check, kanon_delta
 from .estimation import SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
@@ -159,7 +155,7 @@ class PrivateForest:
         are appended after the ``n_trees`` random ones (module docstring;
         0 gives the forest without them).
         """
-        check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)
+        check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)  # before drawing anything
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
         return cls(
             schema, structure.with_stumps(prior_trees, schema.n_attributes), epsilon=epsilon, mechanism=mechanism,
@@ -169,7 +165,7 @@ class PrivateForest:
     @staticmethod
     def _check_stumps(structure: ForestStructure, prior_trees: int, n_attributes: int) -> int:
         """``prior_trees`` in ``[0, structure.n_trees)`` and the last ``prior_trees`` trees single leaves."""
-        check_integer(prior_trees, "prior_trees", low=0, high=structure.n_trees - 1)
+        check_integer(prior_trees, "prior_trees", low=0, high=min(MAX_PRIOR_TREES, structure.n_trees - 1))
         if prior_trees:
             tail = slice(structure.n_trees - prior_trees, None)
             if np.any(structure.leaf[tail, 0] != 0) or np.any(structure.feature[tail, 0] != n_attributes):
@@ -282,7 +278,7 @@ class PrivateForest:
     def noisy_delta(self, X: Any, y: Any) -> np.ndarray:
         """The private release of one batch: validate, tally, then noise exactly once."""
         enc = self.schema.encode(X, y)
-        return self._noisy_delta_valid(enc.X, enc.y)  # codes from Schema.encode are valid by construction
+        return self._noise(self._tally_valid(enc.X, enc.y))  # codes from Schema.encode are valid by construction
 
     def noisy_delta_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         """:meth:`noisy_delta` for records already encoded by :meth:`Schema.encode`.
@@ -321,9 +317,6 @@ class PrivateForest:
                 raise ValueError("encoded categorical codes must lie in 0..arity-1 for each attribute")
         return self._tally_valid(X, y, rng)
 
-    def _noisy_delta_valid(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return self._noise(self._tally_valid(X, y))
-
     def _tally_valid(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         rng = rng or self._rng
         leaves = self.structure.apply(X, self.schema.is_categorical)
@@ -338,33 +331,16 @@ class PrivateForest:
         return tally(leaves, y.astype(np.int64), self.shape, mask)
 
     def _noise(self, counts: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
-        rng = rng or self._rng
-        if self.mechanism == "kanon":
-            counts[counts < self.k] = 0
-            return counts
-        # Noise for the real cells only (padding past a tree's last leaf stays 0 and is never released):
-        # one draw of sum(leaves) x classes values, added tree by tree in place.
-        C = self.schema.n_classes
-        leaves = self.structure.n_leaves.tolist()
-        n = sum(leaves) * C
-        if self.mechanism == "geometric":
-            noise = geometric_noise(n, self.epsilon_per_tree, rng)
-        else:
-            noise = laplace_noise(n, self.epsilon_per_tree, rng)
-            counts = counts.astype(np.float64)
-        at = 0
-        for t, m in enumerate(leaves):
-            counts[t, :m] += noise[at:at + m * C].reshape(m, C)
-            at += m * C
-        return counts
+        # One rule for every release (batch, window, tree node): continual.noisy_node, real cells only.
+        return noisy_node(counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_cells, self.k)
 
     def _padding_nonzero(self, a: np.ndarray) -> bool:
         """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""
         return any(a[t, n:].any() for t, n in enumerate(self.structure.n_leaves.tolist()))
 
-    @property
+    @functools.cached_property
     def real_cells(self) -> np.ndarray:
-        """Boolean mask of the cells that exist (a tree's leaves; padding past its last leaf is not)."""
+        """Boolean mask of the cells that exist (a tree's leaves; padding past its last leaf is not); do not modify."""
         return (np.arange(self.structure.max_leaves)[None, :] < self.structure.n_leaves[:, None])[:, :, None].repeat(
             self.schema.n_classes, axis=2
         )
@@ -377,7 +353,7 @@ class PrivateForest:
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, columns in the schema's label order."""
-        return self._proba_from_leaves(self.apply(X))
+        return self.proba_from_leaves(self.apply(X))
 
     def predict(self, X: Any) -> np.ndarray:
         codes = self.predict_proba(X).argmax(axis=1)
@@ -395,7 +371,7 @@ class PrivateForest:
             s = self.structure
             self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance, self.prior_trees,
                                             self.record_share)
-            self._nodes_key, self._table = key, None
+            self._nodes_key, self._tables = key, {}
         return self._nodes
 
     def leaf_proba(self) -> np.ndarray:
@@ -410,10 +386,11 @@ class PrivateForest:
         if self.estimator == "leaf":
             return leaf_rule_proba(self._counts[:self.n_trees])
         nodes = self.estimation_nodes()
-        if self._table is None:
+        if self.vote not in self._tables:  # cached per release and vote (vote may be changed on a fitted forest)
             # A majority vote pools T independent trees: each tree's bar is lowered by sqrt(T).
-            self._table = nodes.leaf_proba(SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority" else None)
-        return self._table
+            self._tables[self.vote] = nodes.leaf_proba(SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority"
+                                                       else None)
+        return self._tables[self.vote]
 
     def prior(self) -> np.ndarray:
         """The vote's class prior: :func:`streamdp.estimation.forest_prior` (every tree's root totals,
@@ -432,9 +409,6 @@ class PrivateForest:
         ``"majority"``: each tree votes the argmax of its leaf's :meth:`leaf_proba`,
         ties to the class with the larger :meth:`prior`.
         """
-        return self._proba_from_leaves(leaves)
-
-    def _proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
         # Only the random trees vote (prior stumps inform the prior in estimation_nodes alone).
         T, L, C = self.n_trees, self.structure.max_leaves, self.schema.n_classes
         leaves = leaves[:, :T]

@@ -38,7 +38,7 @@ from .datasets import DATASETS, load
 from .coding import lookup_codes
 from .schema import Categorical, Encoded, Schema
 
-__all__ = ["SourceError", "Chunk", "convert", "encode_frame", "check_header", "read_csv_chunks", "frame_chunks", "prefetch",
+__all__ = ["SourceError", "Chunk", "encode_frame", "check_header", "read_csv_chunks", "frame_chunks", "prefetch",
            "read_dataset", "as_frame", "CHUNK_ROWS"]
 
 #: Rows per chunk read from a CSV file (about 10 MB of Adult-like text).
@@ -63,11 +63,6 @@ class Chunk:
     n_in: int
     kept: np.ndarray  # positions (within the chunk) of the rows in X
     dropped: list[tuple[int, str]] = field(default_factory=list)
-
-
-def convert(values: tuple, raw: str) -> Any:
-    """A CSV string to the declared value it spells (declared values may be ints or booleans); else the string."""
-    return _text_values(values).get(raw.strip(), _bool_text(values).get(raw.strip().lower(), raw))
 
 
 def _text_values(values: tuple) -> dict:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .draw import ragged_arange, draw_forest, max_possible_leaves
-from .schema import Categorical, Numeric, Schema
+from .schema import Schema
 from .validation import check_integer
 
 __all__ = ["ForestStructure", "TooLargeError", "default_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]

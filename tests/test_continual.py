@@ -16,13 +16,13 @@ import pytest
 from scipy import stats
 
 from streamdp import blob, continual
+from streamdp.estimation import cell_variance
 from streamdp.continual import (
     Counter,
     Node,
     ReleasePolicy,
     TreeState,
     closing_nodes,
-    node_variance,
     node_windows,
     noisy_node,
     prefix_nodes,
@@ -310,7 +310,7 @@ def test_published_variance_matches_the_formula(kind, estimator):
     eps, n = 1.0, 100_000
     policy = ReleasePolicy(kind, levels=3, estimator=estimator)
     v, m4 = _geometric_moments(policy.node_epsilon(eps))
-    assert node_variance(policy.node_epsilon(eps)) == pytest.approx(v, rel=1e-9)
+    assert cell_variance("geometric", policy.node_epsilon(eps)) == pytest.approx(v, rel=1e-9)
     c = Counter(policy, (n,), eps, SecureRandom(), mechanism="geometric")
     checks = {1, 2, 4, 6, 7, 10, 16}  # 7 = T_max: the worst point; 10 and 16: second and third epochs
     for t in range(1, max(checks) + 1):

@@ -198,7 +198,7 @@ def test_redelivered_batch_reuses_its_stored_delta(r):
     # worker A reads and noises the batch, then "dies" before its commit
     a = _worker(r, "m", consumer="A")
     resp = r.xreadgroup(GROUP, "A", {Keys("m").records: ">"}, count=1)
-    (e,) = a._entries(resp)
+    (e,) = a._entries(a.reader.parse(resp))
     a._decode(e)
     drawn = a._delta(e.batch)
     assert np.array_equal(_stored_delta(r, "m", bid), drawn)

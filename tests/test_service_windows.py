@@ -17,7 +17,8 @@ fakeredis = pytest.importorskip("fakeredis")
 pytest.importorskip("lupa")
 
 from streamdp import blob  # noqa: E402
-from streamdp.continual import TreeState, node_variance  # noqa: E402
+from streamdp.continual import TreeState  # noqa: E402
+from streamdp.estimation import cell_variance  # noqa: E402
 from streamdp.datasets import load  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
@@ -215,7 +216,7 @@ def test_window_release_is_exact_tally_plus_one_noise_draw_of_the_right_scale(r)
         diffs.append((pub - prev - _exact(spec, idx))[spec.real_cells])
         prev = pub
     d = np.concatenate(diffs).astype(float)
-    expected = node_variance(spec.epsilon_per_tree)
+    expected = cell_variance("geometric", spec.epsilon_per_tree)
     assert abs(d.mean()) < 8 * math.sqrt(expected / d.size)
     assert 0.75 < d.var() / expected < 1.25, (d.var(), expected)
 

@@ -46,7 +46,6 @@ class ForestView:
         arity = [a.arity if c else 2 for a, c in zip(forest.schema.attributes, self.encoder.is_cat)]
         is_cat = self.encoder.is_cat
         self._arity = arity
-        self._is_cat = is_cat
         self._L = L = forest.shape[1]
         # Per tree, one tuple per node: (attribute, threshold, first child, categorical) at a split,
         # (-1, None, flat leaf index, False) at a leaf: one list index and one unpack per level.
@@ -75,7 +74,7 @@ class ForestView:
         :meth:`PrivateForest.leaf_proba`.
         """
         f = self.forest
-        self._key = (f.version, f.estimator)
+        self._key = (f.version, f.estimator, f.vote)
         prior = f.prior()
         if f.vote == "majority":
             self._mode, table = "majority", f.leaf_proba().reshape(-1, f.shape[2])
@@ -141,7 +140,7 @@ class ForestView:
 
     def proba_one(self, leaves: list) -> list[float]:
         """Class probabilities (schema label order) of one record from :meth:`leaves_one`."""
-        if self._key != (self.forest.version, self.forest.estimator):
+        if self._key != (self.forest.version, self.forest.estimator, self.forest.vote):
             self.refresh()
         cells = self._cells(leaves)
         if self._mode == "path":

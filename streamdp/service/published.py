@@ -15,13 +15,16 @@ b'\\x01\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x02\\x00\\x00\\x00\\x00\\x00\\x00\\x
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+import msgpack
 import numpy as np
+
+from .. import blob
 
 from ..forest import PrivateForest
 
-__all__ = ["counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields"]
+__all__ = ["drawn_once", "counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields"]
 
 
 def counts_dtype(mechanism: str) -> str:
@@ -59,3 +62,28 @@ def published_fields(forest: PrivateForest) -> dict[str, Any]:
     """The ``pub:model`` fields that describe a forest release: version, blob, releases, counts bytes."""
     return {"version": forest.version, "blob": forest.to_bytes(), "releases": forest.n_releases,
             "counts": counts_to_bytes(forest.counts)}
+
+
+def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateForest, *, stats_key: str,
+               reused: str, after_draw: Callable[[], None] = lambda: None,
+               after_store: Callable[[], None] = lambda: None) -> np.ndarray:
+    """A release's noised counts, drawn at most once: the array stored under ``key``, else ``draw()`` stored
+    with ``SET NX`` before anyone uses it (when two workers race, both use the first stored one).
+
+    The one rule behind "each release's noise is drawn once" for batches, windows and tree nodes; a reuse
+    bumps counter ``reused`` in ``stats_key``. A stored array of the wrong shape raises ``ValueError``.
+    """
+    dtype = spec.counts.dtype.type
+    stored = r.get(key)
+    if stored is None:
+        arr = np.asarray(draw()).astype(dtype)
+        after_draw()
+        if r.set(key, msgpack.packb(blob.pack_array(arr), use_bin_type=True), nx=True):
+            after_store()
+            return arr
+        stored = r.get(key)  # another worker stored it first: use that one
+    r.hincrby(stats_key, reused, 1)
+    arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "noise", counts_dtype(spec.mechanism), ndim=3)
+    if arr.shape != spec.shape:
+        raise ValueError(f"stored noise {key} has shape {arr.shape}, the model {spec.shape}")
+    return arr.astype(dtype)

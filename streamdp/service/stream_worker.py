@@ -45,14 +45,13 @@ import msgpack
 import numpy as np
 import redis
 
-from .. import blob
 from . import codec
 from .commit import COMMIT_LUA, WINDOW_ADD_LUA
 from .connection import connect
 from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
-from .published import counts_dtype, counts_from_bytes, counts_to_bytes
+from .published import counts_from_bytes, counts_to_bytes, drawn_once
 from .registry import load_policy, load_spec
 from .retention import policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
@@ -149,7 +148,7 @@ class Worker(GroupLoop):
         self._releases = 0
         self._commits_since_trim = 0
         self._last_trim = time.monotonic()
-        self._dtype = np.float64 if self.spec.mechanism == "laplace" else np.int64
+        self._dtype = self.spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
         self.reader.create()
         self.policy, start = load_policy(self.redis, model)
         model_id = as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
@@ -197,7 +196,7 @@ class Worker(GroupLoop):
             self.closer.tick(now)
             wait_ms = int(self.closer.seconds_to_next(now) * 1000) + 1
             block_ms = min(self.config.block_ms if block_ms is None else block_ms, wait_ms)
-        entries = [_Entry(e.id, e.fields, e.deliveries) for e in self.reader.read(self.config.batch_entries, block_ms)]
+        entries = self._entries(self.reader.read(self.config.batch_entries, block_ms))
         if not entries:
             if time.monotonic() - self._last_trim >= self.config.trim_idle_s:
                 self.trim()  # without traffic no commit triggers a trim: the retention window still holds
@@ -206,8 +205,10 @@ class Worker(GroupLoop):
         self._handle(entries)
         return len(entries)
 
-    def _entries(self, resp: Any) -> list[_Entry]:
-        return [_Entry(e.id, e.fields, e.deliveries) for e in self.reader.parse(resp)]
+    @staticmethod
+    def _entries(read: Any) -> list[_Entry]:
+        """The group reader's entries as this worker's (which carry the decoded batch or the dead-letter reason)."""
+        return [_Entry(e.id, e.fields, e.deliveries) for e in read]
 
     def _decode(self, e: _Entry) -> None:
         """The decode boundary: a batch, or a dead letter with a reason (total: the worker never dies on input)."""
@@ -228,23 +229,12 @@ class Worker(GroupLoop):
 
     def _delta(self, batch: codec.Batch) -> np.ndarray:
         """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""
-        key = self.keys.delta(batch.batch_id)
-        stored = self.redis.get(key)
-        if stored is None:
+        def draw() -> np.ndarray:
             rng = self.noise.rng("batch", batch.batch_id, batch.X, batch.y)
-            delta = self.spec.noisy_delta_encoded(batch.X, batch.y, rng)
-            self._fault("after_draw")
-            packed = msgpack.packb(blob.pack_array(delta.astype(self._dtype)), use_bin_type=True)
-            if self.redis.set(key, packed, nx=True):
-                return delta.astype(self._dtype)
-            stored = self.redis.get(key)  # another worker stored it first: use that one
-            self.redis.hincrby(self.keys.stats, "delta_reused", 1)
-        else:
-            self.redis.hincrby(self.keys.stats, "delta_reused", 1)
-        arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "delta", counts_dtype(self.spec.mechanism), ndim=3)
-        if arr.shape != self.spec.shape:
-            raise ValueError(f"stored delta of {batch.batch_id} has shape {arr.shape}")
-        return arr.astype(self._dtype)
+            return self.spec.noisy_delta_encoded(batch.X, batch.y, rng)
+
+        return drawn_once(self.redis, self.keys.delta(batch.batch_id), draw, self.spec, stats_key=self.keys.stats,
+                          reused="delta_reused", after_draw=lambda: self._fault("after_draw"))
 
     def _handle(self, entries: list[_Entry]) -> None:
         for e in entries:

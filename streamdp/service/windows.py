@@ -36,17 +36,15 @@ import math
 import time
 from typing import Any, Callable
 
-import msgpack
 import numpy as np
 import redis
 
-from .. import blob
 from ..continual import ReleasePolicy, TreeState, noisy_node, window_delta
 from ..forest import PrivateForest
 from .commit import CLOSE_LUA, SEAL_LUA
 from .group import jlog
 from .keys import Keys, as_str
-from .published import counts_dtype, counts_from_bytes, counts_to_bytes
+from .published import counts_from_bytes, counts_to_bytes, drawn_once
 from .rollback import NoiseSource, RollbackGuard
 
 __all__ = ["WindowCloser", "sparse_cells", "acc_counts"]
@@ -92,7 +90,7 @@ class WindowCloser:
         self.r, self.keys, self.spec, self.policy, self.start = r, keys, spec, policy, start
         self.noise, self.guard, self.fault = noise, guard, fault
         self.version_ttl_s, self.keep_versions, self.noise_ttl_s = version_ttl_s, keep_versions, noise_ttl_s
-        self.dtype = np.float64 if spec.mechanism == "laplace" else np.int64
+        self.dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
         self.eps_node = policy.node_epsilon(spec.epsilon_per_tree)
         self.real = spec.real_cells
         self._seal = r.register_script(SEAL_LUA)
@@ -187,16 +185,6 @@ class WindowCloser:
 
     def _stored(self, key: str, draw: Callable[[], np.ndarray]) -> np.ndarray:
         """The noise stored under ``key``, or drawn now and stored with SET NX (the first stored one wins)."""
-        stored = self.r.get(key)
-        if stored is None:
-            arr = np.asarray(draw()).astype(self.dtype)
-            self.fault("close_after_draw")
-            if self.r.set(key, msgpack.packb(blob.pack_array(arr), use_bin_type=True), nx=True):
-                self.fault("close_after_store")
-                return arr
-            stored = self.r.get(key)
-            self.r.hincrby(self.keys.stats, "noise_reused", 1)
-        arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "noise", counts_dtype(self.spec.mechanism), ndim=3)
-        if arr.shape != self.spec.shape:
-            raise ValueError(f"stored noise {key} has shape {arr.shape}")
-        return arr.astype(self.dtype)
+        return drawn_once(self.r, key, draw, self.spec, stats_key=self.keys.stats, reused="noise_reused",
+                          after_draw=lambda: self.fault("close_after_draw"),
+                          after_store=lambda: self.fault("close_after_store"))

@@ -159,7 +159,8 @@ def test_evaluate_runs_window_learners_beside_the_forest():
                    window_learners=("diffp-c45",), window_size=1000, verbose=False)
     rows = {r.model: r for r in res.rows}
     w = rows["Window diffp-c45 eps=1 w=1000"]
-    assert w.releases == 5 and w.private and 0.0 < w.accuracy  # windows of 100, 200, 400, 800, 1000 <= 1.0 and len(w.curve) == len(res.steps)
+    # windows of 100, 200, 400, 800, 1000 (the first ones grow)
+    assert w.releases == 5 and w.private and 0.4 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)  # 0.50-0.66 measured
     assert "PrivateForest eps=1 bs=1000" in rows
 
 

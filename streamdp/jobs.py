@@ -143,8 +143,7 @@ def run_job(
     y = np.asarray(y, dtype=np.int64)
     say("fitting", 0.4)
     if a.is_forest:
-        # A fresh forest holds zero counts: merging one noisy release is Private-RDT's fit on encoded records.
-        est.merge(est.noisy_delta_encoded(X, y))
+        est.fit_encoded(X, y)  # Private-RDT's one-shot fit, height a ceiling (pruned by the stumps' release)
     else:
         pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon)
         est.fit(pds)

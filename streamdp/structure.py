@@ -140,6 +140,106 @@ class ForestStructure:
             self.height,
         )
 
+    # -- pruning ----------------------------------------------------------------
+    def widths(self, schema: Schema) -> np.ndarray:
+        """Children of every node, ``(n_trees, max_nodes)``: a categorical split's arity, 2 for a numeric one, 0 at leaves."""
+        m = schema.n_attributes
+        arity = np.append(schema.arities, 0).astype(np.int64)
+        is_cat = np.append(schema.is_categorical, False)
+        w = np.where(is_cat[self.feature], arity[self.feature], np.where(self.feature < m, 2, 0))
+        return np.where(self.leaf >= 0, 0, w)
+
+    def _levels(self, t: int, width: np.ndarray):
+        """Tree ``t`` level by level from the root: ``(parents, children)`` node arrays of each level below it."""
+        frontier = np.zeros(1, dtype=np.int64)
+        while True:
+            inner = frontier[width[t, frontier] > 0]
+            if inner.size == 0:
+                return
+            w = width[t, inner]
+            kids = np.repeat(self.child[t, inner].astype(np.int64), w) + ragged_arange(w)
+            yield np.repeat(inner, w), kids
+            frontier = kids
+
+    def shares(self, schema: Schema) -> np.ndarray:
+        """Each node's share of the records if every attribute were uniform over its values, ``(n_trees, max_nodes)``.
+
+        A child of a categorical split gets ``1 / arity`` of its parent, of a
+        numeric split ``1 / 2``; padding 0. A function of the structure alone.
+
+        >>> from streamdp.schema import Schema
+        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> ForestStructure.draw(s, n_trees=1, height=1, seed=0).shares(s).round(3).tolist()
+        [[1.0, 0.333, 0.333, 0.333]]
+        """
+        width = self.widths(schema)
+        out = np.zeros(self.feature.shape)
+        out[:, 0] = 1.0
+        for t in range(self.n_trees):
+            for par, kids in self._levels(t, width):
+                out[t, kids] = out[t, par] / width[t, par]
+        return out
+
+    def pruned(self, schema: Schema, expand: np.ndarray) -> tuple["ForestStructure", np.ndarray]:
+        """This structure with every inner node where ``expand`` is False made a leaf (its subtree dropped).
+
+        Returns the pruned structure (BFS order kept, leaves renumbered in BFS
+        order, height the deepest path left, at least 1) and ``node_map``
+        ``(n_trees, max_nodes)``: the new node each old node's records now
+        reach (-1 for padding), so exact counts are carried over by summing.
+        Reads the structure and ``expand`` only: with ``expand`` computed from
+        released numbers, pruning is post-processing.
+
+        >>> from streamdp.schema import Schema
+        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
+        ...                                      {"name": "b", "type": "categorical", "values": [0, 1, 2]}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> fs = ForestStructure.draw(s, n_trees=1, height=2, seed=0)
+        >>> expand = np.zeros(fs.feature.shape, dtype=bool); expand[:, 0] = True  # keep the root's split only
+        >>> small, node_map = fs.pruned(s, expand)
+        >>> small.n_leaves.tolist(), small.height, sorted(set(small.leaf[0, node_map[0, fs.leaf[0] >= 0]].tolist()))  # old leaves -> new
+        ([3], 1, [0, 1, 2])
+        """
+        T, M = self.feature.shape
+        width = self.widths(schema)
+        expand = np.asarray(expand, dtype=bool) & (width > 0)
+        kept = np.zeros((T, M), dtype=bool)
+        owner = np.full((T, M), -1, dtype=np.int64)  # the kept (old) node an old node's records now end in
+        kept[:, 0], owner[:, 0] = True, 0
+        depth = np.zeros(T, dtype=np.int64)
+        for t in range(T):
+            d = 0
+            for par, kids in self._levels(t, width):
+                d += 1
+                grow = kept[t, par] & expand[t, par]
+                kept[t, kids] = grow
+                owner[t, kids] = np.where(grow, kids, owner[t, par])
+                if grow.any():
+                    depth[t] = d
+        new_leaf = kept & ~expand
+        n_leaves = new_leaf.sum(axis=1).astype(np.int64)
+        M2 = int(kept.sum(axis=1).max())
+        feature = np.full((T, M2), schema.n_attributes, dtype=self.feature.dtype)
+        threshold = np.full((T, M2), np.inf)
+        child = np.tile(np.arange(M2, dtype=self.child.dtype), (T, 1))
+        leaf = np.full((T, M2), -1, dtype=self.leaf.dtype)
+        node_map = np.full((T, M), -1, dtype=np.int64)
+        for t in range(T):
+            old = np.flatnonzero(kept[t])
+            new_index = np.full(M, -1, dtype=np.int64)
+            new_index[old] = np.arange(old.size)
+            inner = old[expand[t, old]]
+            ni = new_index[inner]
+            feature[t, ni] = self.feature[t, inner]
+            threshold[t, ni] = self.threshold[t, inner]
+            child[t, ni] = new_index[self.child[t, inner]]
+            leaves = new_index[old[new_leaf[t, old]]]
+            leaf[t, leaves] = np.arange(leaves.size)
+            reached = owner[t] >= 0
+            node_map[t, reached] = new_index[owner[t, reached]]
+        return ForestStructure(feature, threshold, child, leaf, n_leaves, max(1, int(depth.max(initial=0)))), node_map
+
     # -- routing ----------------------------------------------------------------
     #: Records routed per chunk: the chunk's transposed columns and node buffers stay in L2 cache.
     CHUNK = 16384

@@ -81,8 +81,9 @@ def test_structure_does_not_depend_on_data():
     rng = np.random.default_rng(0)
     X1, y1 = random_records(schema, 500, rng)
     X2, y2 = random_records(schema, 50, rng)
-    f1 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X1, y1)
-    f2 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X2, y2)
+    # prune=False: the drawn structure itself (pruning by a release is tested in test_forest_pruning.py)
+    f1 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X1, y1, prune=False)
+    f2 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X2, y2, prune=False)
     f2.update(X1, y1)
     ref = ForestStructure.draw(schema, 4, 4, seed=42).with_stumps(1, schema.n_attributes)
     for name, arr in ref.arrays().items():
@@ -324,3 +325,56 @@ def test_many_trees_drawn_side_by_side_match_one_by_one_shape():
     fs.validate(schema)
     assert fs.n_trees == 300 and fs.max_leaves == int(fs.n_leaves.max())
     assert all((fs.leaf[t] >= 0).sum() == fs.n_leaves[t] for t in range(300))
+
+
+# -- pruning (PrivateForest.fit's height ceiling) ----------------------------------------------------
+
+
+def _leaf_map(fs: ForestStructure, small: ForestStructure, node_map: np.ndarray) -> np.ndarray:
+    """Old leaf number -> new leaf number, per tree (-1 past a tree's last leaf)."""
+    out = np.full((fs.n_trees, fs.max_leaves), -1)
+    for t in range(fs.n_trees):
+        nodes = np.flatnonzero(fs.leaf[t] >= 0)
+        out[t, fs.leaf[t, nodes]] = small.leaf[t, node_map[t, nodes]]
+    return out
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=st.lists(attr_spec, min_size=1, max_size=5), n_trees=st.integers(1, 3), height=st.integers(1, 4),
+       seed=st.integers(0, 2**32 - 1), keep=st.floats(0.0, 1.0))
+def test_pruned_structure_routes_each_record_to_the_leaf_its_old_leaf_maps_to(spec, n_trees, height, seed, keep):
+    schema = make_schema(spec, n_classes=2)
+    fs = ForestStructure.draw(schema, n_trees, height, seed=seed)
+    rng = np.random.default_rng(seed)
+    expand = rng.uniform(size=fs.feature.shape) < keep
+    small, node_map = fs.pruned(schema, expand)
+    leaf_map = _leaf_map(fs, small, node_map)
+    small.validate(schema)  # a well-formed forest (BFS arrays, leaf numbers 0..n-1, within its height)
+    X = schema.encode(random_records(schema, 80, rng)[0]).X
+    old, new = fs.apply(X, schema.is_categorical), small.apply(X, schema.is_categorical)
+    assert np.array_equal(leaf_map[np.arange(n_trees)[None, :], old], new)
+    assert np.all(small.n_leaves <= fs.n_leaves) and small.height <= fs.height
+    for t in range(n_trees):  # every new leaf receives at least one old leaf: nothing is orphaned
+        assert set(leaf_map[t, :fs.n_leaves[t]].tolist()) == set(range(small.n_leaves[t]))
+
+
+def test_pruning_nothing_gives_the_same_forest_and_pruning_everything_stumps():
+    schema = make_schema(MIXED)
+    fs = ForestStructure.draw(schema, 3, 3, seed=11)
+    same, node_map = fs.pruned(schema, np.ones(fs.feature.shape, dtype=bool))
+    for name, a in fs.arrays().items():
+        assert np.array_equal(a, same.arrays()[name]), name
+    real = np.arange(fs.feature.shape[1])[None, :] < node_map.max(axis=1)[:, None] + 1
+    assert np.array_equal(node_map[real], np.tile(np.arange(fs.feature.shape[1]), (3, 1))[real])
+    stumps, node_map = fs.pruned(schema, np.zeros(fs.feature.shape, dtype=bool))
+    assert stumps.n_leaves.tolist() == [1, 1, 1] and stumps.height == 1
+    assert np.all(node_map[node_map >= 0] == 0)
+
+
+def test_shares_of_children_sum_to_the_parent():
+    schema = make_schema(MIXED)
+    fs = ForestStructure.draw(schema, 4, 4, seed=2)
+    sh, width = fs.shares(schema), fs.widths(schema)
+    leaves = fs.leaf >= 0
+    assert np.allclose((sh * leaves).sum(axis=1), 1.0)  # the leaves partition the records
+    assert np.all(sh[:, 0] == 1.0) and np.all(width[leaves] == 0)

@@ -65,8 +65,8 @@ FORMAT = "streamdp.forest"
 FORMAT_VERSION = 1
 #: Upper bound on prior stumps (each takes a share of a split budget; more than a few only add noise).
 MAX_PRIOR_TREES = 16
-#: :meth:`PrivateForest.fit_encoded` keeps a split when each child expects this many noise sd of one cell.
-PRUNE_SNR = 2.0
+#: :meth:`PrivateForest.fit_encoded` keeps a node's split when the node expects this many noise sd of one cell.
+PRUNE_SNR = 4.0
 #: Share of each tree's budget :meth:`PrivateForest.fit_encoded` spends probing where the records are.
 PRUNE_PROBE = 0.1
 
@@ -254,21 +254,29 @@ class PrivateForest:
                     rng: SecureRandom | None = None) -> "PrivateForest":
         """:meth:`fit` for records already encoded by :meth:`Schema.encode`.
 
-        Pruning (``prune=True`` and ``prior_trees >= 1``): the stumps' counts
-        are released first; from their noisy total ``n`` (post-processing), a
-        split is kept only where the records expected in each child,
-        ``n * record_share * share(child)`` with ``share`` the child's share if
-        every attribute were uniform (:meth:`ForestStructure.shares`), stand
-        ``PRUNE_SNR`` noise standard deviations of one cell above zero. The
-        exact counts of a pruned subtree's leaves are summed into its new leaf,
-        then the random trees are released. Each tree's counts are noised once
-        with the same per-tree epsilon as without pruning, and the rule reads
-        released numbers and the public structure only, so the guarantee is
-        the module docstring's (adaptive composition). Measured in
-        ``benchmarks/accuracy_height.py``: with it, the accuracy at height
-        ``n_attributes`` is that of the best height. The structure, its height
-        and the counts' shape become the pruned ones; :meth:`update` then adds
-        to the pruned trees.
+        Pruning (``prune=True``, at least one prior stump, finite epsilon):
+        the stumps' counts are released first; their noisy total ``n`` gives
+        every node the records it would expect if each attribute were uniform,
+        ``n * record_share * share`` (:meth:`ForestStructure.shares`). A probe
+        (``PRUNE_PROBE`` of each tree's budget) then releases the leaf totals of
+        the trees pruned by that expectation; where a probe total stands clear
+        of its noise, the nodes below it expect that total instead (records
+        concentrate: Mushroom). Finally a node keeps its split only where it
+        expects ``PRUNE_SNR`` noise standard deviations of one cell; the exact
+        counts of a pruned subtree's leaves are summed into its new leaf and
+        the pruned trees are released with the rest of the budget.
+
+        Privacy: each tree spends ``PRUNE_PROBE * e + (1 - PRUNE_PROBE) * e``
+        with ``e`` its share (each record in one probe cell and one leaf cell
+        per tree), the stumps as before; every decision reads released numbers
+        and the public structure only, so by adaptive sequential composition
+        the forest is ``epsilon``-DP as without pruning (``test_forest_pruning``
+        has an empirical audit). The probe's counts are spent on the shape and
+        not published. Measured in ``benchmarks/fit_height_ceiling.py``: at
+        height ``n_attributes`` within a few points of the best height, where
+        the drawn trees fall to the majority class. The structure, its height
+        and the counts' shape become the pruned ones; :meth:`update` adds to
+        them. k-anonymity (one release per tree) skips the probe.
         """
         rng = rng or self._rng
         exact = self.tally_encoded(X, y, rng)
@@ -288,12 +296,12 @@ class PrivateForest:
         T, schema, fs = self.n_trees, self.schema, self.structure
         stumps = noisy_node(exact[T:], self.epsilon_per_tree, self.mechanism, rng, self.real_cells[T:], self.k)
         n_hat = max(0.0, float(stumps.sum(axis=(1, 2)).mean()) / self.record_share)
-        shares, width = fs.shares(schema), np.maximum(fs.widths(schema), 1)
+        shares, width = fs.shares(schema), fs.widths(schema)
         expected = n_hat * self.record_share * shares  # records each node expects (uniform attributes)
 
         def expand(eps: float) -> np.ndarray:
             sd = math.sqrt(cell_variance(self.mechanism, eps, self.k))
-            keep = expected / width >= PRUNE_SNR * sd
+            keep = (expected >= PRUNE_SNR * sd) & (width > 0)
             keep[T:] = False
             return keep
 

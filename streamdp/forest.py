@@ -279,11 +279,11 @@ class PrivateForest:
         them. k-anonymity (one release per tree) skips the probe.
         """
         rng = rng or self._rng
-        exact = self.tally_encoded(X, y, rng)
         if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
-            structure, counts = self._pruned_release(exact, rng)
+            X, y = self._checked(X, y)
+            structure, counts = self._pruned_release(X, y, self._mask(len(y), rng), rng)
         else:
-            structure, counts = self.structure, self._noise(exact, rng)
+            structure, counts = self.structure, self._noise(self.tally_encoded(X, y, rng), rng)
         self.structure = structure
         self.__dict__.pop("real_cells", None)
         self._counts = counts
@@ -291,54 +291,52 @@ class PrivateForest:
         self.n_releases = 1
         return self
 
-    def _pruned_release(self, exact: np.ndarray, rng: SecureRandom) -> tuple[ForestStructure, np.ndarray]:
+    def _pruned_release(self, X: np.ndarray, y: np.ndarray, mask: np.ndarray | None,
+                        rng: SecureRandom) -> tuple[ForestStructure, np.ndarray]:
         """:meth:`fit_encoded`'s pruning: the stumps, a probe of the leaf totals, then the pruned trees."""
-        T, schema, fs = self.n_trees, self.schema, self.structure
-        stumps = noisy_node(exact[T:], self.epsilon_per_tree, self.mechanism, rng, self.real_cells[T:], self.k)
+        T, C, M = self.n_trees, self.schema.n_classes, self.structure.feature.shape[1]
+        stump_exact = np.stack([np.bincount(y if mask is None else y[mask[:, T + j]], minlength=C)
+                                for j in range(self.prior_trees)])[:, None, :]
+        stumps = noisy_node(stump_exact, self.epsilon_per_tree, self.mechanism, rng, None, self.k)
         n_hat = max(0.0, float(stumps.sum(axis=(1, 2)).mean()) / self.record_share)
-        shares, width = fs.shares(schema), fs.widths(schema)
-        expected = n_hat * self.record_share * shares  # records each node expects (uniform attributes)
 
-        def expand(eps: float) -> np.ndarray:
-            sd = math.sqrt(cell_variance(self.mechanism, eps, self.k))
-            keep = (expected >= PRUNE_SNR * sd) & (width > 0)
-            keep[T:] = False
-            return keep
+        def rule(eps: float, anchors: tuple[np.ndarray, np.ndarray] | None = None):
+            """Split where a node expects PRUNE_SNR sd: ``rate * share`` records; a clear probe leaf resets the rate."""
+            bar = PRUNE_SNR * math.sqrt(cell_variance(self.mechanism, eps, self.k))
+
+            def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
+                if anchors is not None and anchors[0].size:
+                    at = np.minimum(np.searchsorted(anchors[0], nodes), anchors[0].size - 1)
+                    rate = np.where(anchors[0][at] == nodes, anchors[1][at] / share, rate)
+                return (rate * share >= bar) & (nodes < T * M), rate  # stumps (the last trees) stay stumps
+            return split
 
         eps = self.epsilon_per_tree
         probe = PRUNE_PROBE * eps
-        if probe > 0 and self.mechanism != "kanon" and expand(probe)[:T].any():  # (k-anonymity: one release)
-            # Each probe leaf's total alone (one cell, C times less noise than a sum of C cells). Where it
-            # stands clear of its noise, the nodes below it expect that total, spread uniformly.
-            pruned, node_map = fs.pruned(schema, expand(probe))
-            real = np.arange(pruned.max_leaves)[None, :] < pruned.n_leaves[:T, None]
-            total = noisy_node(self._pooled(exact, pruned, node_map).sum(axis=2), probe, self.mechanism, rng, real)
-            clear = total >= PRUNE_SNR * math.sqrt(cell_variance(self.mechanism, probe))
-            new_shares = pruned.shares(schema)
-            for t in range(T):
-                v = np.flatnonzero(node_map[t] >= 0)
-                new = node_map[t, v]
-                leaf = pruned.leaf[t, new]
-                ok = leaf >= 0
-                ok[ok] = clear[t, leaf[ok]]
-                expected[t, v[ok]] = total[t, leaf[ok]] * shares[t, v[ok]] / new_shares[t, new[ok]]
-            eps -= probe
-        pruned, node_map = fs.pruned(schema, expand(eps))
-        pooled = self._pooled(exact, pruned, node_map)
-        real = np.arange(pruned.max_leaves)[None, :, None] < pruned.n_leaves[:T, None, None]
-        counts = np.zeros((pruned.n_trees, pruned.max_leaves, schema.n_classes), dtype=self._counts.dtype)
-        counts[:T] = noisy_node(pooled, eps, self.mechanism, rng, np.broadcast_to(real, pooled.shape), self.k)
-        counts[T:, :1] = stumps[:, :1]
-        return pruned, counts
-
-    def _pooled(self, exact: np.ndarray, pruned: ForestStructure, node_map: np.ndarray) -> np.ndarray:
-        """The random trees' EXACT counts carried onto the pruned trees' leaves (secret: noise them once)."""
-        T = self.n_trees
-        out = np.zeros((T, pruned.max_leaves, exact.shape[2]), dtype=exact.dtype)
-        for t in range(T):
-            nodes = np.flatnonzero(self.structure.leaf[t] >= 0)
-            np.add.at(out[t], pruned.leaf[t, node_map[t, nodes]], exact[t, self.structure.leaf[t, nodes]])
-        return out
+        base = n_hat * self.record_share
+        anchors = None
+        if probe > 0 and self.mechanism != "kanon":  # (k-anonymity: one release per tree)
+            shape, old = self.structure.pruned(self.schema, rule(probe), base)
+            if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
+                # Each probe leaf's total alone (one cell, C times less noise than a sum of C cells); where it
+                # stands clear of its noise, the nodes below it expect that total, spread uniformly.
+                exact = self._tally_with(shape, X, y, mask)[:T].sum(axis=2)
+                real = np.arange(shape.max_leaves)[None, :] < shape.n_leaves[:T, None]
+                total = noisy_node(exact, probe, self.mechanism, rng, real)
+                t, node = np.nonzero(shape.leaf[:T] >= 0)
+                leaf = shape.leaf[t, node]
+                clear = total[t, leaf] >= PRUNE_SNR * math.sqrt(cell_variance(self.mechanism, probe))
+                flat = t[clear] * M + old[t[clear], node[clear]]
+                order = np.argsort(flat)
+                anchors = (flat[order], total[t, leaf][clear][order].astype(np.float64))
+                eps -= probe
+        structure, _ = self.structure.pruned(self.schema, rule(eps, anchors), base)
+        exact = self._tally_with(structure, X, y, mask)
+        counts = np.zeros(exact.shape, dtype=self._counts.dtype)
+        real = np.arange(structure.max_leaves)[None, :, None] < structure.n_leaves[:T, None, None]
+        counts[:T] = noisy_node(exact[:T], eps, self.mechanism, rng, np.broadcast_to(real, exact[:T].shape), self.k)
+        counts[T:, :1] = stumps
+        return structure, counts
 
     def update(self, X: Any, y: Any) -> "PrivateForest":
         """Jagannathan's update: tally only the new records, noise that delta once, add it."""
@@ -391,6 +389,11 @@ class PrivateForest:
         tree per record and k-anonymity's beta-sampling. The window release policy adds
         these into a worker-only accumulator and noises the window (:mod:`streamdp.continual`).
         """
+        X, y = self._checked(X, y)
+        return self._tally_valid(X, y, rng)
+
+    def _checked(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """An encoded batch as arrays, refused (ValueError) unless every code would land in its own cell."""
         X = np.asarray(X)
         y = np.asarray(y)
         if X.dtype.kind not in "iuf":
@@ -411,12 +414,10 @@ class PrivateForest:
             cat = self.schema.is_categorical
             if np.any(lo[cat] < 0) or np.any(hi[cat] >= self.schema.arities[cat]):
                 raise ValueError("encoded categorical codes must lie in 0..arity-1 for each attribute")
-        return self._tally_valid(X, y, rng)
+        return X, y
 
-    def _tally_valid(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
-        rng = rng or self._rng
-        leaves = self.structure.apply(X, self.schema.is_categorical)
-        n = leaves.shape[0]
+    def _mask(self, n: int, rng: SecureRandom) -> np.ndarray | None:
+        """Which (record, tree) pairs are counted, ``(n, n_trees + prior_trees)``; None: all of them."""
         mask = None
         if self.budget == "disjoint":
             T = self.n_released_trees  # a stump is one of the trees a record may be sent to
@@ -424,7 +425,16 @@ class PrivateForest:
         if self.mechanism == "kanon":
             keep = rng.uniform((n, self.n_released_trees)) <= self.beta
             mask = keep if mask is None else mask & keep
-        return tally(leaves, y.astype(np.int64), self.shape, mask)
+        return mask
+
+    def _tally_valid(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
+        return self._tally_with(self.structure, X, y, self._mask(X.shape[0], rng or self._rng))
+
+    def _tally_with(self, structure: ForestStructure, X: np.ndarray, y: np.ndarray,
+                    mask: np.ndarray | None) -> np.ndarray:
+        leaves = structure.apply(X, self.schema.is_categorical)
+        shape = (structure.n_trees, structure.max_leaves, self.schema.n_classes)
+        return tally(leaves, y.astype(np.int64), shape, mask)
 
     def _noise(self, counts: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         # One rule for every release (batch, window, tree node): continual.noisy_node, real cells only.

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -141,104 +142,83 @@ class ForestStructure:
         )
 
     # -- pruning ----------------------------------------------------------------
-    def widths(self, schema: Schema) -> np.ndarray:
-        """Children of every node, ``(n_trees, max_nodes)``: a categorical split's arity, 2 for a numeric one, 0 at leaves."""
-        m = schema.n_attributes
-        arity = np.append(schema.arities, 0).astype(np.int64)
-        is_cat = np.append(schema.is_categorical, False)
-        w = np.where(is_cat[self.feature], arity[self.feature], np.where(self.feature < m, 2, 0))
-        return np.where(self.leaf >= 0, 0, w)
+    def pruned(self, schema: Schema, split: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+               rate: float | np.ndarray = 1.0) -> tuple["ForestStructure", np.ndarray]:
+        """This structure cut from the roots down by ``split``; only the nodes kept are ever visited.
 
-    def _levels(self, t: int, width: np.ndarray):
-        """Tree ``t`` level by level from the root: ``(parents, children)`` node arrays of each level below it."""
-        frontier = np.zeros(1, dtype=np.int64)
-        while True:
-            inner = frontier[width[t, frontier] > 0]
-            if inner.size == 0:
-                return
-            w = width[t, inner]
-            kids = np.repeat(self.child[t, inner].astype(np.int64), w) + ragged_arange(w)
-            yield np.repeat(inner, w), kids
-            frontier = kids
-
-    def shares(self, schema: Schema) -> np.ndarray:
-        """Each node's share of the records if every attribute were uniform over its values, ``(n_trees, max_nodes)``.
-
-        A child of a categorical split gets ``1 / arity`` of its parent, of a
-        numeric split ``1 / 2``; padding 0. A function of the structure alone.
-
-        >>> from streamdp.schema import Schema
-        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]}],
-        ...                       "label": {"name": "y", "values": [0, 1]}})
-        >>> ForestStructure.draw(s, n_trees=1, height=1, seed=0).shares(s).round(3).tolist()
-        [[1.0, 0.333, 0.333, 0.333]]
-        """
-        width = self.widths(schema)
-        out = np.zeros(self.feature.shape)
-        out[:, 0] = 1.0
-        for t in range(self.n_trees):
-            for par, kids in self._levels(t, width):
-                out[t, kids] = out[t, par] / width[t, par]
-        return out
-
-    def pruned(self, schema: Schema, expand: np.ndarray) -> tuple["ForestStructure", np.ndarray]:
-        """This structure with every inner node where ``expand`` is False made a leaf (its subtree dropped).
+        Level by level, ``split(nodes, share, rate)`` gets the kept nodes of
+        the level (flat numbers ``tree * max_nodes + node``), their share of the
+        records if every attribute were uniform (a categorical child gets
+        ``1 / arity`` of its parent, a numeric one ``1 / 2``) and the ``rate``
+        their parent passed down (``rate`` at the roots: a number or one per
+        tree), and returns whether each node keeps its split and the rate its
+        children inherit. A node that does not keep its split (or is a leaf)
+        becomes a leaf. Reads the structure and what ``split`` says: with a
+        rule computed from released numbers, pruning is post-processing.
 
         Returns the pruned structure (BFS order kept, leaves renumbered in BFS
-        order, height the deepest path left, at least 1) and ``node_map``
-        ``(n_trees, max_nodes)``: the new node each old node's records now
-        reach (-1 for padding), so exact counts are carried over by summing.
-        Reads the structure and ``expand`` only: with ``expand`` computed from
-        released numbers, pruning is post-processing.
+        order, height the deepest path left, at least 1) and ``old_node``
+        ``(n_trees, new max_nodes)``: each new node's number in the old tree
+        (-1 for padding). A record reaches a new leaf exactly when it reached
+        one of the old leaves below that node.
 
         >>> from streamdp.schema import Schema
         >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
         ...                                      {"name": "b", "type": "categorical", "values": [0, 1, 2]}],
         ...                       "label": {"name": "y", "values": [0, 1]}})
         >>> fs = ForestStructure.draw(s, n_trees=1, height=2, seed=0)
-        >>> expand = np.zeros(fs.feature.shape, dtype=bool); expand[:, 0] = True  # keep the root's split only
-        >>> small, node_map = fs.pruned(s, expand)
-        >>> small.n_leaves.tolist(), small.height, sorted(set(small.leaf[0, node_map[0, fs.leaf[0] >= 0]].tolist()))  # old leaves -> new
-        ([3], 1, [0, 1, 2])
+        >>> small, old = fs.pruned(s, lambda nodes, share, rate: (share > 0.9, rate))  # the root's split only
+        >>> int(small.n_leaves[0]) in (2, 3), small.height, old[0].tolist() == list(range(small.feature.shape[1]))
+        (True, 1, True)
         """
         T, M = self.feature.shape
-        width = self.widths(schema)
-        expand = np.asarray(expand, dtype=bool) & (width > 0)
-        kept = np.zeros((T, M), dtype=bool)
-        owner = np.full((T, M), -1, dtype=np.int64)  # the kept (old) node an old node's records now end in
-        kept[:, 0], owner[:, 0] = True, 0
-        depth = np.zeros(T, dtype=np.int64)
-        for t in range(T):
-            d = 0
-            for par, kids in self._levels(t, width):
-                d += 1
-                grow = kept[t, par] & expand[t, par]
-                kept[t, kids] = grow
-                owner[t, kids] = np.where(grow, kids, owner[t, par])
-                if grow.any():
-                    depth[t] = d
-        new_leaf = kept & ~expand
-        n_leaves = new_leaf.sum(axis=1).astype(np.int64)
-        M2 = int(kept.sum(axis=1).max())
-        feature = np.full((T, M2), schema.n_attributes, dtype=self.feature.dtype)
-        threshold = np.full((T, M2), np.inf)
-        child = np.tile(np.arange(M2, dtype=self.child.dtype), (T, 1))
-        leaf = np.full((T, M2), -1, dtype=self.leaf.dtype)
-        node_map = np.full((T, M), -1, dtype=np.int64)
-        for t in range(T):
-            old = np.flatnonzero(kept[t])
-            new_index = np.full(M, -1, dtype=np.int64)
-            new_index[old] = np.arange(old.size)
-            inner = old[expand[t, old]]
-            ni = new_index[inner]
-            feature[t, ni] = self.feature[t, inner]
-            threshold[t, ni] = self.threshold[t, inner]
-            child[t, ni] = new_index[self.child[t, inner]]
-            leaves = new_index[old[new_leaf[t, old]]]
-            leaf[t, leaves] = np.arange(leaves.size)
-            reached = owner[t] >= 0
-            node_map[t, reached] = new_index[owner[t, reached]]
-        return ForestStructure(feature, threshold, child, leaf, n_leaves, max(1, int(depth.max(initial=0)))), node_map
+        m = schema.n_attributes
+        arity = np.append(schema.arities, 0).astype(np.int64)
+        is_cat = np.append(schema.is_categorical, False)
+        feature, child, leaf = self.feature.ravel(), self.child.ravel().astype(np.int64), self.leaf.ravel()
+        base = np.arange(T, dtype=np.int64) * M
+        nodes, share = base, np.ones(T)
+        rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,)).copy()
+        kept, inner, depth = [], [], 0
+        height = 0
+        while nodes.size:
+            f = feature[nodes]
+            w = np.where(leaf[nodes] >= 0, 0, np.where(is_cat[f], arity[f], np.where(f < m, 2, 0)))
+            grow, rate = split(nodes, share, rate)
+            grow = np.asarray(grow, dtype=bool) & (w > 0)
+            kept.append(nodes)
+            inner.append(grow)
+            if grow.any():
+                height = depth + 1
+            w = w[grow]
+            parents = nodes[grow]
+            nodes = np.repeat(child[parents] + (parents // M) * M, w) + ragged_arange(w) if w.size else parents
+            share = np.repeat(share[grow] / w, w)
+            rate = np.repeat(np.broadcast_to(rate, grow.shape)[grow], w)
+            depth += 1
+        order = np.argsort(np.concatenate(kept), kind="stable")  # flat order = tree, then BFS position
+        old = np.concatenate(kept)[order]
+        is_inner = np.concatenate(inner)[order]
+        tree = old // M
+        first = np.searchsorted(tree, np.arange(T))
+        new_index = np.arange(old.size) - first[tree]
+        n_nodes = np.bincount(tree, minlength=T)
+        M2 = int(n_nodes.max())
+        out_feature = np.full((T, M2), m, dtype=self.feature.dtype)
+        out_threshold = np.full((T, M2), np.inf)
+        out_child = np.tile(np.arange(M2, dtype=self.child.dtype), (T, 1))
+        out_leaf = np.full((T, M2), -1, dtype=self.leaf.dtype)
+        old_node = np.full((T, M2), -1, dtype=np.int64)
+        old_node[tree, new_index] = old - tree * M
+        t, i, o = tree[is_inner], new_index[is_inner], old[is_inner]
+        out_feature[t, i] = feature[o]
+        out_threshold[t, i] = self.threshold.ravel()[o]
+        out_child[t, i] = new_index[np.searchsorted(old, child[o] + t * M)]
+        is_leaf = ~is_inner
+        t_leaf = tree[is_leaf]
+        out_leaf[t_leaf, new_index[is_leaf]] = np.arange(t_leaf.size) - np.searchsorted(t_leaf, np.arange(T))[t_leaf]
+        n_leaves = np.bincount(t_leaf, minlength=T).astype(np.int64)
+        return ForestStructure(out_feature, out_threshold, out_child, out_leaf, n_leaves, max(1, height)), old_node
 
     # -- routing ----------------------------------------------------------------
     #: Records routed per chunk: the chunk's transposed columns and node buffers stay in L2 cache.

@@ -330,51 +330,54 @@ def test_many_trees_drawn_side_by_side_match_one_by_one_shape():
 # -- pruning (PrivateForest.fit's height ceiling) ----------------------------------------------------
 
 
-def _leaf_map(fs: ForestStructure, small: ForestStructure, node_map: np.ndarray) -> np.ndarray:
-    """Old leaf number -> new leaf number, per tree (-1 past a tree's last leaf)."""
-    out = np.full((fs.n_trees, fs.max_leaves), -1)
-    for t in range(fs.n_trees):
-        nodes = np.flatnonzero(fs.leaf[t] >= 0)
-        out[t, fs.leaf[t, nodes]] = small.leaf[t, node_map[t, nodes]]
-    return out
+def _keep_some(fraction: float):
+    """A split rule keeping a pseudo-random ``fraction`` of the nodes it is asked about (a hash of the node)."""
+    return lambda nodes, share, rate: ((nodes * 2654435761) % 997 < fraction * 997, rate)
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec=st.lists(attr_spec, min_size=1, max_size=5), n_trees=st.integers(1, 3), height=st.integers(1, 4),
        seed=st.integers(0, 2**32 - 1), keep=st.floats(0.0, 1.0))
-def test_pruned_structure_routes_each_record_to_the_leaf_its_old_leaf_maps_to(spec, n_trees, height, seed, keep):
+def test_pruned_structure_sends_each_old_leaf_to_one_new_leaf(spec, n_trees, height, seed, keep):
     schema = make_schema(spec, n_classes=2)
     fs = ForestStructure.draw(schema, n_trees, height, seed=seed)
-    rng = np.random.default_rng(seed)
-    expand = rng.uniform(size=fs.feature.shape) < keep
-    small, node_map = fs.pruned(schema, expand)
-    leaf_map = _leaf_map(fs, small, node_map)
+    small, old_node = fs.pruned(schema, _keep_some(keep))
     small.validate(schema)  # a well-formed forest (BFS arrays, leaf numbers 0..n-1, within its height)
-    X = schema.encode(random_records(schema, 80, rng)[0]).X
-    old, new = fs.apply(X, schema.is_categorical), small.apply(X, schema.is_categorical)
-    assert np.array_equal(leaf_map[np.arange(n_trees)[None, :], old], new)
     assert np.all(small.n_leaves <= fs.n_leaves) and small.height <= fs.height
-    for t in range(n_trees):  # every new leaf receives at least one old leaf: nothing is orphaned
-        assert set(leaf_map[t, :fs.n_leaves[t]].tolist()) == set(range(small.n_leaves[t]))
+    inner = small.leaf < 0
+    rows = np.nonzero(inner & (old_node >= 0))
+    assert np.array_equal(small.feature[rows], fs.feature[rows[0], old_node[rows]])  # a kept split tests the same
+    X = schema.encode(random_records(schema, 200, np.random.default_rng(seed))[0]).X
+    old, new = fs.apply(X, schema.is_categorical), small.apply(X, schema.is_categorical)
+    for t in range(n_trees):  # every old leaf's records land in one new leaf
+        pairs = set(zip(old[:, t].tolist(), new[:, t].tolist()))
+        assert len(pairs) == len({o for o, _ in pairs})
 
 
 def test_pruning_nothing_gives_the_same_forest_and_pruning_everything_stumps():
     schema = make_schema(MIXED)
     fs = ForestStructure.draw(schema, 3, 3, seed=11)
-    same, node_map = fs.pruned(schema, np.ones(fs.feature.shape, dtype=bool))
+    same, old_node = fs.pruned(schema, _keep_some(1.01))
     for name, a in fs.arrays().items():
         assert np.array_equal(a, same.arrays()[name]), name
-    real = np.arange(fs.feature.shape[1])[None, :] < node_map.max(axis=1)[:, None] + 1
-    assert np.array_equal(node_map[real], np.tile(np.arange(fs.feature.shape[1]), (3, 1))[real])
-    stumps, node_map = fs.pruned(schema, np.zeros(fs.feature.shape, dtype=bool))
-    assert stumps.n_leaves.tolist() == [1, 1, 1] and stumps.height == 1
-    assert np.all(node_map[node_map >= 0] == 0)
+    stumps, old_node = fs.pruned(schema, _keep_some(0.0))
+    assert stumps.n_leaves.tolist() == [1, 1, 1] and stumps.height == 1 and old_node[:, 0].tolist() == [0, 0, 0]
 
 
-def test_shares_of_children_sum_to_the_parent():
+def test_shares_halve_or_split_by_arity_and_rates_are_inherited():
     schema = make_schema(MIXED)
     fs = ForestStructure.draw(schema, 4, 4, seed=2)
-    sh, width = fs.shares(schema), fs.widths(schema)
-    leaves = fs.leaf >= 0
-    assert np.allclose((sh * leaves).sum(axis=1), 1.0)  # the leaves partition the records
-    assert np.all(sh[:, 0] == 1.0) and np.all(width[leaves] == 0)
+    seen = []
+
+    def record(nodes, share, rate):
+        seen.append((nodes.copy(), share.copy(), np.broadcast_to(rate, nodes.shape).copy()))
+        return np.ones(nodes.size, dtype=bool), rate * 2  # every level doubles the rate its children get
+
+    fs.pruned(schema, record, rate=np.arange(1.0, 5.0))
+    M = fs.feature.shape[1]
+    for level, (nodes, share, rate) in enumerate(seen):
+        assert np.allclose(rate, (nodes // M + 1) * 2.0**level)
+    nodes = np.concatenate([n for n, _, _ in seen])
+    share = np.concatenate([s for _, s, _ in seen])
+    leaves = fs.leaf.ravel()[nodes] >= 0
+    assert np.allclose(np.bincount(nodes[leaves] // M, weights=share[leaves]), 1.0)  # the leaves partition the records

@@ -278,6 +278,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         return self._view.predict_proba_one(x)
 
+    def predict_one(self, x: dict, **kwargs) -> Any:
+        """The most probable label (river's ``predict_one``: the first in label order on ties), without the dict."""
+        return self._view.predict_one(x)
+
     def predict_proba_many(self, X: Any):
         """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""
         import pandas as pd

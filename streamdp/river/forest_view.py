@@ -56,6 +56,7 @@ class ForestView:
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
         self._route = _compile_routes(self._trees, arity)
+        self._paths_of = None  # the structure whose leaf paths self._paths holds
         self.refresh()
 
     def __getstate__(self) -> dict:
@@ -71,24 +72,43 @@ class ForestView:
         ``"path"`` (probability vote, noise-aware estimate) its path's counts and
         variances (:meth:`ForestNodes.path_rows`), ``"sum"`` (probability vote,
         ``estimator="leaf"``) its clipped counts, ``"majority"`` its
-        :meth:`PrivateForest.leaf_proba`.
+        :meth:`PrivateForest.leaf_proba`. Under the probability vote the rows of
+        the real leaves (not the padding past a tree's last leaf) are kept as
+        Python lists too, keyed by flat leaf: a record sums them without numpy.
         """
         f = self.forest
         self._key = (f.version, f.estimator, f.vote)
         prior = f.prior()
+        T, L, C = f.n_trees, self._L, f.shape[2]
+        self._rows = None
         if f.vote == "majority":
-            self._mode, table = "majority", f.leaf_proba().reshape(-1, f.shape[2])
+            self._mode, self._table = "majority", f.leaf_proba().reshape(-1, C)
         elif f.estimator == "leaf":
-            self._mode, table = "sum", np.maximum(f.counts[:f.n_trees].reshape(-1, f.shape[2]), 0)
+            self._mode, self._table = "sum", np.maximum(f.counts[:T].reshape(-1, C), 0)
+            real = self._real_leaves()
+            self._rows = dict(zip(real.tolist(), self._table[real].tolist()))
         else:
             self._mode, nodes = "path", f.estimation_nodes()
-            (T, L), C = nodes.leaf_node.shape, f.shape[2]
+            real = self._real_leaves()
+            node_flat = real // L * nodes.leaf_node.shape[1] + real % L  # the same leaves in the nodes' numbering
             width = (int(nodes.depth.max(initial=0)) + 1) * (C + 1)
-            # The roots take the prior (streamdp.estimation): the rows start at depth 1.
-            table = nodes.path_rows()[:, C + 1:] if T * L * width <= PATH_TABLE_CELLS else nodes
-        self._table = table
+            if real.size * width <= PATH_TABLE_CELLS:
+                if self._paths_of is not f.structure:  # the paths depend on the structure alone: kept across releases
+                    self._paths, self._paths_of = nodes.path_nodes(node_flat), f.structure
+                # The roots take the prior (streamdp.estimation): the rows start at depth 1.
+                rows = nodes.path_rows(path=self._paths)[:, C + 1:]
+                self._rows = dict(zip(real.tolist(), rows.tolist()))
+                self._table = None
+            else:  # a table too large to keep: each record's rows from the nodes
+                self._table = (nodes, dict(zip(real.tolist(), node_flat.tolist())))
         self._prior = prior.tolist()
         self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
+
+    def _real_leaves(self) -> np.ndarray:
+        """Flat numbers (``tree * max_leaves + leaf``) of the random trees' real leaves, in order."""
+        f = self.forest
+        n_leaves = (f.structure.leaf[:f.n_trees] >= 0).sum(axis=1)
+        return np.flatnonzero(np.arange(self._L)[None, :] < n_leaves[:, None])
 
     # -- routing --------------------------------------------------------------------
     def leaves_one(self, row: list) -> list:
@@ -128,33 +148,65 @@ class ForestView:
     # -- the vote (same numbers as PrivateForest.proba_from_leaves) ------------------
     def _cells(self, leaves: list) -> np.ndarray:
         """The rows of a record's leaves, one per tree (below an unknown value, the mean of the reachable leaves' rows)."""
-        t = self._table
-        if isinstance(t, np.ndarray):
-            rows = t.__getitem__
-        else:  # a path table too large to keep: the record's rows only (below the roots)
-            def rows(ks: list) -> np.ndarray:
-                return t.path_rows(ks)[:, len(self._prior) + 1:]
+        if self._rows is not None:
+            rows = self._rows
+
+            def get(ks: list) -> np.ndarray:
+                return np.array([rows[k] for k in ks], dtype=np.float64)
+        elif self._mode == "path":  # a path table too large to keep: the record's rows only (below the roots)
+            nodes, node_flat = self._table
+
+            def get(ks: list) -> np.ndarray:
+                return nodes.path_rows([node_flat[k] for k in ks])[:, len(self._prior) + 1:]
+        else:
+            get = self._table.__getitem__
         if tuple in map(type, leaves):
-            return np.stack([rows([k])[0] if type(k) is int else rows(list(k)).mean(axis=0) for k in leaves])
-        return rows(leaves)
+            return np.stack([get([k])[0] if type(k) is int else get(list(k)).mean(axis=0) for k in leaves])
+        return get(leaves)
+
+    def _fresh(self) -> None:
+        f = self.forest
+        if self._key != (f.version, f.estimator, f.vote):
+            self.refresh()
 
     def proba_one(self, leaves: list) -> list[float]:
         """Class probabilities (schema label order) of one record from :meth:`leaves_one`."""
-        if self._key != (self.forest.version, self.forest.estimator, self.forest.vote):
-            self.refresh()
-        cells = self._cells(leaves)
+        self._fresh()
+        if self._mode == "majority":
+            cells = self._cells(leaves)
+            votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
+            return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
+        if self._rows is not None and tuple not in map(type, leaves):
+            return self._pooled(leaves)
+        return self._from_sums(self._cells(leaves).sum(axis=0).tolist())
+
+    def _pooled(self, leaves: list) -> list[float]:
+        """The probability vote of a record reaching one leaf per tree (flat numbers), in plain Python."""
+        # The rows summed tree by tree in order: the floats of the vectorised path's sums.
+        return self._from_sums(list(map(sum, zip(*map(self._rows.__getitem__, leaves)))))
+
+    def _from_sums(self, s: list) -> list[float]:
         if self._mode == "path":
-            return path_proba_one(cells.sum(axis=0).tolist(), self._prior)
-        if self._mode == "sum":
-            s = cells.sum(axis=0).tolist()
-            tot = sum(s)
-            return [v / tot for v in s] if tot > 0 else list(self._prior)
-        votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
-        return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
+            return path_proba_one(s, self._prior)
+        tot = sum(s)
+        return [v / tot for v in s] if tot > 0 else list(self._prior)
+
+    def proba_list(self, x: dict) -> list[float]:
+        """Class probabilities of one river record, in the schema's label order."""
+        row = self.encoder.encode_one(x)
+        self._fresh()
+        if self._rows is not None and self._route is not None and None not in row:
+            return self._pooled(self._route(row))
+        return self.proba_one(self.leaves_one(row))
 
     def predict_proba_one(self, x: dict) -> dict:
         """Class probabilities of one river record, keyed by label."""
-        return dict(zip(self.encoder.label_values, self.proba_one(self.leaves_one(self.encoder.encode_one(x)))))
+        return dict(zip(self.encoder.label_values, self.proba_list(x)))
+
+    def predict_one(self, x: dict):
+        """The most probable label of one river record (the first in label order on ties, like river's ``max``)."""
+        p = self.proba_list(x)
+        return self.encoder.label_values[p.index(max(p))]
 
     def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
         """Probabilities for complete encoded records (schema order), shape ``(n, n_classes)``."""

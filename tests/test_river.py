@@ -222,6 +222,28 @@ def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema,
     assert m.n_releases >= 5 and checked > 250
 
 
+def test_compiled_encoder_equals_the_attribute_loop():
+    """encode_one runs generated code; it gives _encode's values and types on generated records and on
+    perturbed ones (missing, None, NaN, booleans, strings, numpy scalars, out of range, integer keys)."""
+    from streamdp.river.encoding import RecordEncoder
+
+    rng = np.random.default_rng(0)
+    odd = [None, float("nan"), True, "zz", np.float32(3.5), np.int64(2), np.bool_(True), -1e30, 1e30, 7, 2.0, 1]
+    for schema, gen in [(rs.agrawal_schema(), datasets.synth.Agrawal(seed=1)), (rs.led_schema(), datasets.synth.LED(seed=1)),
+                        (rs.sea_schema(), datasets.synth.SEA(seed=1)), (rs.phishing_schema(), datasets.Phishing())]:
+        enc = RecordEncoder(schema)
+        for x, _ in gen.take(300):
+            variants = [x, {k: v for k, v in list(x.items())[1:]}]
+            for _ in range(3):
+                z = dict(x)
+                z[list(z)[rng.integers(len(z))]] = odd[rng.integers(len(odd))]
+                variants.append(z)
+            for z in variants:
+                a, b = enc._fast(z), enc._encode(z)
+                assert [type(v) for v in a] == [type(v) for v in b]
+                assert all(u == w or (u != u and w != w) for u, w in zip(a, b))
+
+
 def test_invalid_inputs():
     m = PrivateForestClassifier(rs.agrawal_schema(), batch_size=10)
     with pytest.raises(ValueError, match="unknown class"):

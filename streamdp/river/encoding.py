@@ -58,7 +58,7 @@ class RecordEncoder:
         mid = [None if c else (a.min + a.max) / 2.0 for a, c in zip(schema.attributes, self.is_cat)]
         self.label_values = list(schema.label.values)
         self._spec = list(zip(self.names, alt, schema.value_codes, lo, hi, mid))
-        self._fast = _compile_encoder(self._spec, self._encode_value)
+        self._fast = self._compile()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -67,7 +67,7 @@ class RecordEncoder:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._fast = _compile_encoder(self._spec, self._encode_value)
+        self._fast = self._compile()
 
     def encode_one(self, x: dict) -> list:
         """Encoded values in schema order; ``None`` for an unknown value (see the module docstring).
@@ -77,6 +77,40 @@ class RecordEncoder:
         predict-then-learn encodes a record twice.
         """
         return self._fast(x)
+
+    def source(self, ns: dict) -> list[str]:
+        """Python statements (one-space indent) setting ``a0``, ``a1``, ... to :meth:`encode_one`'s values
+        of the record ``x`` (``get`` bound to ``x.get``); the objects they use are bound in ``ns``.
+
+        :meth:`_encode` as straight-line code (no loop over the attributes, bounds
+        as literals): the common types take the inlined branch (a float or int in
+        a numeric attribute, an int or str in a categorical one), with the same
+        expressions as :meth:`_encode_value`, which handles every other value.
+        The text holds only attribute positions and the reprs of finite int and
+        float bounds; names, lookup tables and other bounds are bound in ``ns``.
+        """
+        ns.update(MISSING=_MISSING, slow=self._encode_value)
+        lines = []
+        for j, (name, alt, lookup, lo, hi, mid) in enumerate(self._spec):
+            ns[f"N{j}"], ns[f"A{j}"], ns[f"T{j}"] = name, alt, lookup
+            lines.append(f" v = get(N{j}, MISSING)")
+            if alt is not None:
+                lines.append(f" if v is MISSING: v = get(A{j}, MISSING)")
+            lines.append(" t = type(v)")
+            if lookup is not None:
+                lines.append(f" a{j} = T{j}.get(v) if t is int or t is str else slow({j}, v)")
+            else:
+                lo, hi, mid = (_literal(ns, f"{k}{j}", b) for k, b in (("LO", lo), ("HI", hi), ("MID", mid)))
+                lines.append(f" a{j} = ({mid} if v != v else {lo} if v < {lo} else {hi} if v > {hi} else v) "
+                             f"if t is float or t is int else slow({j}, v)")
+        return lines
+
+    def _compile(self):
+        ns: dict = {}
+        lines = ["def encode(x):", " get = x.get", *self.source(ns),
+                 " return [" + ", ".join(f"a{j}" for j in range(len(self._spec))) + "]"]
+        exec(compile("\n".join(lines), "<streamdp record encoder>", "exec"), ns)  # noqa: S102 (positions and numbers only)
+        return ns["encode"]
 
     def _encode(self, x: dict) -> list:
         """The rules of the module docstring, attribute by attribute (:meth:`encode_one` runs a compiled copy)."""
@@ -165,34 +199,6 @@ class RecordEncoder:
         """Row ``i`` of a frame as a river record (absent values left out), for :meth:`encode_one`."""
         row = X.iloc[i]
         return {k: v for k, v in row.items() if not _absent(v)}
-
-
-def _compile_encoder(spec: list, slow):
-    """:meth:`RecordEncoder._encode` as one generated function (no loop over the attributes, bounds as literals).
-
-    The common types take the inlined branch (a float or int in a numeric
-    attribute, an int or str in a categorical one), with the same expressions
-    as :meth:`RecordEncoder._encode_value`, which handles every other value.
-    The source holds only attribute positions and the reprs of finite int and
-    float bounds; names, lookup tables and other bounds are passed as objects, never as text.
-    """
-    ns: dict = {"MISSING": _MISSING, "slow": slow}
-    lines = ["def encode(x):", " get = x.get"]
-    for j, (name, alt, lookup, lo, hi, mid) in enumerate(spec):
-        ns[f"N{j}"], ns[f"A{j}"], ns[f"T{j}"] = name, alt, lookup
-        lines.append(f" v = get(N{j}, MISSING)")
-        if alt is not None:
-            lines.append(f" if v is MISSING: v = get(A{j}, MISSING)")
-        lines.append(" t = type(v)")
-        if lookup is not None:
-            lines.append(f" a{j} = T{j}.get(v) if t is int or t is str else slow({j}, v)")
-        else:
-            lo, hi, mid = (_literal(ns, f"{k}{j}", b) for k, b in (("LO", lo), ("HI", hi), ("MID", mid)))
-            lines.append(f" a{j} = ({mid} if v != v else {lo} if v < {lo} else {hi} if v > {hi} else v) "
-                         f"if t is float or t is int else slow({j}, v)")
-    lines.append(" return [" + ", ".join(f"a{j}" for j in range(len(spec))) + "]")
-    exec(compile("\n".join(lines), "<streamdp record encoder>", "exec"), ns)  # noqa: S102 (positions and numbers only)
-    return ns["encode"]
 
 
 def _literal(ns: dict, key: str, b: Any) -> str:

@@ -56,6 +56,9 @@ class ForestView:
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
         self._route = _compile_routes(self._trees, arity)
+        # The river loop's path: the record dict encoded and routed by one generated function (None: an unknown value).
+        ns: dict = {}
+        self._route_x = _compile_routes(self._trees, arity, prelude=self.encoder.source(ns), ns=ns)
         self._paths_of = None  # the structure whose leaf paths self._paths holds
         self.refresh()
 
@@ -102,6 +105,7 @@ class ForestView:
             else:  # a table too large to keep: each record's rows from the nodes
                 self._table = (nodes, dict(zip(real.tolist(), node_flat.tolist())))
         self._prior = prior.tolist()
+        self._vote = None if self._rows is None else self._pooled_vote()
         self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
 
     def _real_leaves(self) -> np.ndarray:
@@ -176,14 +180,22 @@ class ForestView:
             cells = self._cells(leaves)
             votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
             return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
-        if self._rows is not None and tuple not in map(type, leaves):
-            return self._pooled(leaves)
+        if self._vote is not None and tuple not in map(type, leaves):
+            return self._vote(leaves)
         return self._from_sums(self._cells(leaves).sum(axis=0).tolist())
 
-    def _pooled(self, leaves: list) -> list[float]:
-        """The probability vote of a record reaching one leaf per tree (flat numbers), in plain Python."""
-        # The rows summed tree by tree in order: the floats of the vectorised path's sums.
-        return self._from_sums(list(map(sum, zip(*map(self._rows.__getitem__, leaves)))))
+    def _pooled_vote(self):
+        """The probability vote of a record reaching one leaf per tree (flat numbers), in plain Python,
+        as a function with this release's rows and prior bound (the river loop's hot path)."""
+        get, prior, finish = self._rows.__getitem__, self._prior, self._from_sums
+        if self._mode == "path":
+            # The rows summed tree by tree in order: the floats of the vectorised path's sums.
+            def vote(leaves: list) -> list[float]:
+                return path_proba_one(list(map(sum, zip(*map(get, leaves)))), prior)
+        else:
+            def vote(leaves: list) -> list[float]:
+                return finish(list(map(sum, zip(*map(get, leaves)))))
+        return vote
 
     def _from_sums(self, s: list) -> list[float]:
         if self._mode == "path":
@@ -193,11 +205,14 @@ class ForestView:
 
     def proba_list(self, x: dict) -> list[float]:
         """Class probabilities of one river record, in the schema's label order."""
-        row = self.encoder.encode_one(x)
-        self._fresh()
-        if self._rows is not None and self._route is not None and None not in row:
-            return self._pooled(self._route(row))
-        return self.proba_one(self.leaves_one(row))
+        f = self.forest
+        if self._key != (f.version, f.estimator, f.vote):
+            self.refresh()
+        if self._vote is not None and self._route_x is not None:
+            leaves = self._route_x(x)
+            if leaves is not None:
+                return self._vote(leaves)
+        return self.proba_one(self.leaves_one(self.encoder.encode_one(x)))
 
     def predict_proba_one(self, x: dict) -> dict:
         """Class probabilities of one river record, keyed by label."""
@@ -221,8 +236,12 @@ ROUTE_CODE_MAX_NODES = 200_000
 ROUTE_CODE_MAX_NEST = 90  # Python's tokenizer allows 100 levels of indentation
 
 
-def _compile_routes(trees: list, arity: list):
+def _compile_routes(trees: list, arity: list, prelude: list | None = None, ns: dict | None = None):
     """One Python function routing an encoded record (no unknown value) through every tree.
+
+    With ``prelude`` (:meth:`RecordEncoder.source`, its objects in ``ns``) the
+    function takes the river record itself, encodes it into locals and
+    returns None when a value is unknown.
 
     The trees become nested ``if`` tests with their thresholds as literals
     (categorical splits as a binary search over the codes), so a level costs one
@@ -233,7 +252,13 @@ def _compile_routes(trees: list, arity: list):
     """
     if sum(len(t) for t in trees) > ROUTE_CODE_MAX_NODES:
         return None
-    lines = ["def route(r):"]
+    if prelude is None:
+        lines, value = ["def route(r):"], "r[{}]"
+    else:
+        m = len(arity)
+        lines = ["def route(x):", " get = x.get", *prelude,
+                 " if None in (" + ", ".join(f"a{j}" for j in range(m)) + ",): return None"]
+        value = "a{}"
 
     def emit(nodes: list, node: int, t: int, ind: int) -> bool:
         if ind > ROUTE_CODE_MAX_NEST:
@@ -241,12 +266,16 @@ def _compile_routes(trees: list, arity: list):
         f, th, ch, cat = nodes[node]
         pad = " " * ind
         if f < 0:
-            lines.append(f"{pad}a{t} = {int(ch)}")
+            lines.append(f"{pad}l{t} = {int(ch)}")
             return True
         if not cat:
-            lines.append(f"{pad}if r[{int(f)}] > {float(th)!r}:")
+            lines.append(f"{pad}if {value.format(int(f))} > {float(th)!r}:")
             return emit(nodes, ch + 1, t, ind + 1) and (lines.append(f"{pad}else:") or True) and emit(nodes, ch, t, ind + 1)
-        lines.append(f"{pad}v = r[{int(f)}]")
+        kids = [nodes[ch + b] for b in range(arity[f])]
+        if all(k[0] < 0 for k in kids):  # every child a leaf (the bottom level): one tuple index
+            lines.append(f"{pad}l{t} = {tuple(int(k[2]) for k in kids)!r}[{value.format(int(f))}]")
+            return True
+        lines.append(f"{pad}v = {value.format(int(f))}")
         return bisect(nodes, ch, 0, arity[f], t, ind)
 
     def bisect(nodes: list, ch: int, lo: int, hi: int, t: int, ind: int) -> bool:
@@ -262,7 +291,7 @@ def _compile_routes(trees: list, arity: list):
     for t, nodes in enumerate(trees):
         if not emit(nodes, 0, t, 1):
             return None
-    lines.append(" return [" + ", ".join(f"a{t}" for t in range(len(trees))) + "]")
-    namespace: dict = {}
+    lines.append(" return [" + ", ".join(f"l{t}" for t in range(len(trees))) + "]")
+    namespace: dict = {} if ns is None else ns
     exec(compile("\n".join(lines), "<streamdp forest routes>", "exec"), namespace)  # noqa: S102 (numbers only)
     return namespace["route"]

@@ -9,11 +9,17 @@ service published). Only released (noised) counts are read. The vote is
 Below an unknown value a tree reaches several leaves: it contributes the mean
 of their rows.
 
-Speed: the structure is converted once, to Python code (nested tests with
-the thresholds as literals), and routes a record in plain Python. After a
-release nothing is converted to Python objects: a record's rows are gathered
-from the per-leaf table with one small numpy call, and the noise-aware chain
-runs on the pooled numbers (``C + 1`` per depth) in plain Python.
+Speed (river's loop, issue 15): the structure is converted once to Python
+code (nested tests with the thresholds as literals), fused with the record
+encoder's generated code (:meth:`RecordEncoder.source`), so a river record is
+encoded and routed by one function call. At each release the real leaves' rows
+(:meth:`ForestNodes.path_rows`: the path's counts and variances from depth 1;
+the leaf paths themselves are computed once per structure) become Python lists;
+a record sums its trees' rows with ``map(sum, zip(...))``, in tree order, so the
+floats are those of the vectorised path's sums, and the noise-aware chain
+(:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
+the pooled numbers. No numpy call per record; the predictions equal
+:meth:`ForestNodes.path_proba`'s (tests/test_river.py).
 """
 
 from __future__ import annotations
@@ -56,9 +62,7 @@ class ForestView:
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
         self._route = _compile_routes(self._trees, arity)
-        # The river loop's path: the record dict encoded and routed by one generated function (None: an unknown value).
-        ns: dict = {}
-        self._route_x = _compile_routes(self._trees, arity, prelude=self.encoder.source(ns), ns=ns)
+        self._route_x = self._route_x_ready = None  # compiled on the first proba_list (a service view may never use it)
         self._paths_of = None  # the structure whose leaf paths self._paths holds
         self.refresh()
 
@@ -208,6 +212,11 @@ class ForestView:
         f = self.forest
         if self._key != (f.version, f.estimator, f.vote):
             self.refresh()
+        if self._route_x_ready is None:
+            # The river loop's path: the record dict encoded and routed by one generated function (None: an unknown value).
+            ns: dict = {}
+            self._route_x = _compile_routes(self._trees, self._arity, prelude=self.encoder.source(ns), ns=ns)
+            self._route_x_ready = True
         if self._vote is not None and self._route_x is not None:
             leaves = self._route_x(x)
             if leaves is not None:

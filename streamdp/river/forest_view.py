@@ -266,7 +266,7 @@ def _compile_routes(trees: list, arity: list, prelude: list | None = None, ns: d
     else:
         m = len(arity)
         lines = ["def route(x):", " get = x.get", *prelude,
-                 " if None in (" + ", ".join(f"a{j}" for j in range(m)) + ",): return None"]
+                 " if " + " or ".join(f"a{j} is None" for j in range(m)) + ": return None"]  # identity tests only
         value = "a{}"
 
     def emit(nodes: list, node: int, t: int, ind: int) -> bool:

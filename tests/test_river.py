@@ -222,6 +222,22 @@ def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema,
     assert m.n_releases >= 5 and checked > 250
 
 
+def test_path_table_too_large_falls_back_to_rows_per_record(monkeypatch):
+    from streamdp.river import forest_view
+
+    monkeypatch.setattr(forest_view, "PATH_TABLE_CELLS", 0)  # no table kept: each record's rows from the nodes
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=4, batch_size=300, seed=3)
+    data = _agrawal(1000)
+    for x, y in data[:900]:
+        m.learn_one(x, y)
+    xs = [x for x, _ in data[900:]]
+    want = m.forest.predict_proba(xs)
+    got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
+    np.testing.assert_array_equal(got, want)
+    unknown = dict(xs[0], car=None)  # below an unknown value: the mean of the reachable leaves' rows
+    assert math.isclose(sum(m.predict_proba_one(unknown).values()), 1.0)
+
+
 def test_compiled_encoder_equals_the_attribute_loop():
     """encode_one runs generated code; it gives _encode's values and types on generated records and on
     perturbed ones (missing, None, NaN, booleans, strings, numpy scalars, out of range, integer keys)."""

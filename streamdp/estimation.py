@@ -171,10 +171,38 @@ def path_proba_one(pooled: list, prior: list) -> list:
     their pooled total variance (``C + 1`` numbers per depth).
     """
     C = len(prior)
+    if C == 2:
+        return _path_proba_two(pooled, prior)
     p = prior
     for d in range(0, len(pooled), C + 1):
         p = shrink_one(pooled[d:d + C], pooled[d + C], p)
     return p
+
+
+def _path_proba_two(pooled: list, prior: list) -> list:
+    """:func:`path_proba_one` for two classes: :func:`shrink_one`'s steps unrolled, the same operations
+    in the same order (so the same floats), without a list per step: about 4x faster (the river loop's
+    binary streams). Tested equal to the general loop (tests/test_estimation.py)."""
+    p0, p1 = prior
+    bar, sqrt = SNR_MIN, math.sqrt
+    it = iter(pooled)
+    for y0, y1, v in zip(it, it, it):
+        tot = y0 + y1
+        if not v > 0:
+            v = 0.0
+        if not (tot > 0 and tot >= bar * sqrt(v)):
+            continue  # not informative: the parent's estimate
+        a = PRIOR_WEIGHT * v / (tot if tot > 1.0 else 1.0) + MIN_WEIGHT
+        den = tot + a
+        q0 = (y0 + a * p0) / den
+        q1 = (y1 + a * p1) / den
+        if q0 < 0 or q1 < 0:
+            q0 = q0 if q0 > 0 else 0.0
+            q1 = q1 if q1 > 0 else 0.0
+        s = q0 + q1
+        if s > 0:
+            p0, p1 = q0 / s, q1 / s
+    return [p0, p1]
 
 
 def prior_from(counts: np.ndarray) -> np.ndarray:
@@ -314,17 +342,31 @@ class ForestNodes:
         table[has] = p[self.leaf_node[has]]
         return table
 
-    def path_rows(self, flat_leaves: np.ndarray | None = None) -> np.ndarray:
+    def path_rows(self, flat_leaves: np.ndarray | None = None, path: np.ndarray | None = None) -> np.ndarray:
         """Per leaf, its path's counts and total variance depth by depth, ``(k, (h + 1) * (C + 1))``.
 
         ``flat_leaves``: ``tree * max_leaves + leaf`` numbers (default: all).
         Row layout ``[y(depth 0), var(depth 0), y(depth 1), var(depth 1), ...]``,
         zeros below a shallower leaf and for padding. The sum of a record's rows
         over the trees is what :meth:`path_proba` pools depth by depth
-        (:func:`path_proba_one` finishes it).
+        (:func:`path_proba_one` finishes it). ``path``: :meth:`path_nodes` of the
+        same leaves, when the caller keeps it (it depends on the structure only,
+        so it holds across releases).
         """
-        T, L = self.leaf_node.shape
         n, C = self.y.shape
+        if path is None:
+            path = self.path_nodes(flat_leaves)
+        k, h1 = path.shape
+        yv = np.zeros((n + 1, C + 1))  # the node's counts then its total's variance; row n: zeros
+        yv[:n, :C] = self.y
+        yv[:n, C] = self.var
+        return yv[path].reshape(k, h1 * (C + 1))
+
+    def path_nodes(self, flat_leaves: np.ndarray | None = None) -> np.ndarray:
+        """Per leaf, the node at each depth of its path, ``(k, h + 1)``; ``n_nodes`` (a zero row of
+        :meth:`path_rows`) below a shallower leaf and for padding. Depends on the structure only."""
+        T, L = self.leaf_node.shape
+        n = self.y.shape[0]
         h = int(self.depth.max(initial=0))
         flat = np.arange(T * L) if flat_leaves is None else np.asarray(flat_leaves, dtype=np.int64)
         node = self.leaf_node.reshape(-1)[flat]
@@ -337,9 +379,7 @@ class ForestNodes:
             path[rows[ok], depth[cur[ok]]] = cur[ok]
             up = parent[cur]
             cur = np.where(ok & (up >= 0), up, n)
-        y = np.vstack([self.y, np.zeros((1, C))])[path]
-        v = np.append(self.var, 0.0)[path][..., None]
-        return np.concatenate([y, v], axis=2).reshape(flat.size, (h + 1) * (C + 1))
+        return path
 
     def path_proba(self, leaves: np.ndarray) -> np.ndarray:
         """The rule along each record's paths in all trees at once (the probability vote), ``(n, C)``.

@@ -33,6 +33,27 @@ def test_topology_matches_the_structure_arrays():
         assert depth[t].max() <= 3
 
 
+def test_one_record_chain_equals_shrink_step_by_step():
+    """path_proba_one (unrolled for two classes) gives the floats of shrink, step by step, on hard cases:
+    negative and zero counts, swamped nodes, zero variance, a clipped class."""
+    rng = np.random.default_rng(0)
+    for C in (2, 3):
+        for _ in range(1500):
+            h = int(rng.integers(1, 6))
+            y = rng.integers(-30, 200, size=(h, C)).astype(np.float64) * rng.choice([1.0, 0.37], size=(h, 1))
+            var = rng.choice([0.0, 3.7, 90.0, 1e4], size=h)
+            prior = rng.dirichlet(np.ones(C))
+            p, want = prior, prior
+            for d in range(h):
+                want = estimation.shrink(y[d:d + 1], var[d:d + 1], want[None, :])[0]
+            pooled = np.column_stack([y, var]).ravel().tolist()
+            got = estimation.path_proba_one(pooled, prior.tolist())
+            assert got == want.tolist()
+            for d in range(h):  # the general step too
+                p = estimation.shrink_one(y[d].tolist(), float(var[d]), list(p))
+            assert list(p) == got
+
+
 def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():
     ds = skewed(500, seed=3)
     f = PrivateForest.create(ds.schema, n_trees=2, height=2, epsilon=1.0, seed=1).fit(ds.X, ds.y)

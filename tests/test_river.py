@@ -192,6 +192,74 @@ def test_one_record_path_matches_forest(vote, estimator):
     np.testing.assert_allclose(got, want)
 
 
+@pytest.mark.parametrize("estimator", ["shrink", "leaf"])
+@pytest.mark.parametrize("stream, schema, mechanism", [
+    ("agrawal", rs.agrawal_schema, "geometric"),  # two classes: the unrolled chain
+    ("agrawal", rs.agrawal_schema, "laplace"),  # non-integer counts: the sums' order matters
+    ("led", rs.led_schema, "geometric"),  # ten classes: the general chain
+])
+def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema, mechanism, estimator):
+    """The river loop's plain-Python vote (per-leaf rows as lists, unrolled chain) gives the same floats as
+    ForestNodes.path_proba (estimator "shrink") or the clipped leaf sums ("leaf"), record by record, across releases
+    (with fewer than 8 classes; from 8 on, numpy sums a node's classes pairwise: equal to the last bits)."""
+    gen = datasets.synth.Agrawal(seed=3) if stream == "agrawal" else datasets.synth.LED(seed=3)
+    data = list(gen.take(3000))
+    m = PrivateForestClassifier(schema(), batch_size=400, mechanism=mechanism, seed=5)
+    m.forest.estimator = estimator
+    checked = 0
+    for i, (x, y) in enumerate(data):
+        if i % 9 == 0 and m.n_releases:
+            enc, _ = m.encoder.encode_many([x])
+            want = m.forest.proba_from_leaves(m.forest.structure.apply(enc, m.forest.schema.is_categorical))[0]
+            got = m.predict_proba_one(x)
+            if len(got) < 8:
+                assert list(got.values()) == want.tolist()
+            else:  # numpy sums 8 or more classes pairwise (shrink's totals), Python left to right: the last bit may differ
+                np.testing.assert_allclose(list(got.values()), want, rtol=1e-12, atol=1e-15)
+            assert m.predict_one(x) == max(got, key=got.get)  # river's own argmax of the dict
+            checked += 1
+        m.learn_one(x, y)
+    assert m.n_releases >= 5 and checked > 250
+
+
+def test_path_table_too_large_falls_back_to_rows_per_record(monkeypatch):
+    from streamdp.river import forest_view
+
+    monkeypatch.setattr(forest_view, "PATH_TABLE_CELLS", 0)  # no table kept: each record's rows from the nodes
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=4, batch_size=300, seed=3)
+    data = _agrawal(1000)
+    for x, y in data[:900]:
+        m.learn_one(x, y)
+    xs = [x for x, _ in data[900:]]
+    want = m.forest.predict_proba(xs)
+    got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
+    np.testing.assert_array_equal(got, want)
+    unknown = dict(xs[0], car=None)  # below an unknown value: the mean of the reachable leaves' rows
+    assert math.isclose(sum(m.predict_proba_one(unknown).values()), 1.0)
+
+
+def test_compiled_encoder_equals_the_attribute_loop():
+    """encode_one runs generated code; it gives _encode's values and types on generated records and on
+    perturbed ones (missing, None, NaN, booleans, strings, numpy scalars, out of range, integer keys)."""
+    from streamdp.river.encoding import RecordEncoder
+
+    rng = np.random.default_rng(0)
+    odd = [None, float("nan"), True, "zz", np.float32(3.5), np.int64(2), np.bool_(True), -1e30, 1e30, 7, 2.0, 1]
+    for schema, gen in [(rs.agrawal_schema(), datasets.synth.Agrawal(seed=1)), (rs.led_schema(), datasets.synth.LED(seed=1)),
+                        (rs.sea_schema(), datasets.synth.SEA(seed=1)), (rs.phishing_schema(), datasets.Phishing())]:
+        enc = RecordEncoder(schema)
+        for x, _ in gen.take(300):
+            variants = [x, {k: v for k, v in list(x.items())[1:]}]
+            for _ in range(3):
+                z = dict(x)
+                z[list(z)[rng.integers(len(z))]] = odd[rng.integers(len(odd))]
+                variants.append(z)
+            for z in variants:
+                a, b = enc._fast(z), enc._encode(z)
+                assert [type(v) for v in a] == [type(v) for v in b]
+                assert all(u == w or (u != u and w != w) for u, w in zip(a, b))
+
+
 def test_invalid_inputs():
     m = PrivateForestClassifier(rs.agrawal_schema(), batch_size=10)
     with pytest.raises(ValueError, match="unknown class"):

@@ -156,7 +156,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         m = self._schema.n_attributes
         self._buf_X = np.empty((batch_size, m), dtype=np.float64)
         self._buf_y = np.empty(batch_size, dtype=np.int64)
-        self._n_buf = 0
+        self._n_buf = 0  # records buffered: the first rows of _buf_X/_buf_y, then _pend_X/_pend_y
+        # learn_one appends here (a list append, no numpy call per record); moved into the buffer at release.
+        self._pend_X: list = []
+        self._pend_y: list = []
+        self._cap = self.current_batch_size
         self._deltas: collections.deque = collections.deque()  # the last `window` released deltas
         self._view = ForestView(self.forest, self.encoder)
 
@@ -185,6 +189,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.__dict__.setdefault("_pend_X", [])
+        self.__dict__.setdefault("_pend_y", [])
+        self._cap = self.current_batch_size
         self.encoder = RecordEncoder(self._schema)
         self._view = ForestView(self.forest, self.encoder)
 
@@ -218,11 +225,20 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         row = self.encoder.encode_one(x)
         if None in row:  # a missing or undeclared categorical value: dropped
             return
-        self._buf_X[self._n_buf] = row
-        self._buf_y[self._n_buf] = code
+        self._pend_X.append(row)
+        self._pend_y.append(code)
         self._n_buf += 1
-        if self._n_buf == self.current_batch_size:
+        if self._n_buf >= self._cap:
             self._release()
+
+    def _sync(self) -> None:
+        """Move learn_one's pending records into the numpy buffer."""
+        k = len(self._pend_y)
+        if k:
+            self._buf_X[self._n_buf - k:self._n_buf] = self._pend_X
+            self._buf_y[self._n_buf - k:self._n_buf] = self._pend_y
+            self._pend_X.clear()
+            self._pend_y.clear()
 
     def learn_many(self, X: Any, y: Any) -> None:
         """Learn a mini-batch (``X`` a DataFrame, ``y`` a Series): the same model as ``learn_one`` row by row."""
@@ -242,6 +258,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         missing categorical value must be left out, as ``learn_one`` drops them.
         Same result as ``learn_one`` record by record.
         """
+        self._sync()
         i, n = 0, len(X)
         while i < n:
             take = min(self.current_batch_size - self._n_buf, n - i)
@@ -258,6 +275,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self._release()
 
     def _release(self) -> None:
+        self._sync()
         n = self._n_buf
         delta = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n])
         if self.window is None:
@@ -274,9 +292,14 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         # Scrub the raw records of the released batch.
         self._buf_X[:n] = 0.0
         self._buf_y[:n] = 0
+        self._cap = self.current_batch_size
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         return self._view.predict_proba_one(x)
+
+    def predict_one(self, x: dict, **kwargs) -> Any:
+        """The most probable label (river's ``predict_one``: the first in label order on ties), without the dict."""
+        return self._view.predict_one(x)
 
     def predict_proba_many(self, X: Any):
         """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""

@@ -9,11 +9,17 @@ service published). Only released (noised) counts are read. The vote is
 Below an unknown value a tree reaches several leaves: it contributes the mean
 of their rows.
 
-Speed: the structure is converted once, to Python code (nested tests with
-the thresholds as literals), and routes a record in plain Python. After a
-release nothing is converted to Python objects: a record's rows are gathered
-from the per-leaf table with one small numpy call, and the noise-aware chain
-runs on the pooled numbers (``C + 1`` per depth) in plain Python.
+Speed (river's loop, issue 15): the structure is converted once to Python
+code (nested tests with the thresholds as literals), fused with the record
+encoder's generated code (:meth:`RecordEncoder.source`), so a river record is
+encoded and routed by one function call. At each release the real leaves' rows
+(:meth:`ForestNodes.path_rows`: the path's counts and variances from depth 1;
+the leaf paths themselves are computed once per structure) become Python lists;
+a record sums its trees' rows with ``map(sum, zip(...))``, in tree order, so the
+floats are those of the vectorised path's sums, and the noise-aware chain
+(:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
+the pooled numbers. No numpy call per record; the predictions equal
+:meth:`ForestNodes.path_proba`'s (tests/test_river.py).
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class ForestView:
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
         self._route = _compile_routes(self._trees, arity)
+        self._route_x = self._route_x_ready = None  # compiled on the first proba_list (a service view may never use it)
+        self._paths_of = None  # the structure whose leaf paths self._paths holds
         self.refresh()
 
     def __getstate__(self) -> dict:
@@ -71,24 +79,44 @@ class ForestView:
         ``"path"`` (probability vote, noise-aware estimate) its path's counts and
         variances (:meth:`ForestNodes.path_rows`), ``"sum"`` (probability vote,
         ``estimator="leaf"``) its clipped counts, ``"majority"`` its
-        :meth:`PrivateForest.leaf_proba`.
+        :meth:`PrivateForest.leaf_proba`. Under the probability vote the rows of
+        the real leaves (not the padding past a tree's last leaf) are kept as
+        Python lists too, keyed by flat leaf: a record sums them without numpy.
         """
         f = self.forest
         self._key = (f.version, f.estimator, f.vote)
         prior = f.prior()
+        T, L, C = f.n_trees, self._L, f.shape[2]
+        self._rows = None
         if f.vote == "majority":
-            self._mode, table = "majority", f.leaf_proba().reshape(-1, f.shape[2])
+            self._mode, self._table = "majority", f.leaf_proba().reshape(-1, C)
         elif f.estimator == "leaf":
-            self._mode, table = "sum", np.maximum(f.counts[:f.n_trees].reshape(-1, f.shape[2]), 0)
+            self._mode, self._table = "sum", np.maximum(f.counts[:T].reshape(-1, C), 0)
+            real = self._real_leaves()
+            self._rows = dict(zip(real.tolist(), self._table[real].tolist()))
         else:
             self._mode, nodes = "path", f.estimation_nodes()
-            (T, L), C = nodes.leaf_node.shape, f.shape[2]
+            real = self._real_leaves()
+            node_flat = real // L * nodes.leaf_node.shape[1] + real % L  # the same leaves in the nodes' numbering
             width = (int(nodes.depth.max(initial=0)) + 1) * (C + 1)
-            # The roots take the prior (streamdp.estimation): the rows start at depth 1.
-            table = nodes.path_rows()[:, C + 1:] if T * L * width <= PATH_TABLE_CELLS else nodes
-        self._table = table
+            if real.size * width <= PATH_TABLE_CELLS:
+                if self._paths_of is not f.structure:  # the paths depend on the structure alone: kept across releases
+                    self._paths, self._paths_of = nodes.path_nodes(node_flat), f.structure
+                # The roots take the prior (streamdp.estimation): the rows start at depth 1.
+                rows = nodes.path_rows(path=self._paths)[:, C + 1:]
+                self._rows = dict(zip(real.tolist(), rows.tolist()))
+                self._table = None
+            else:  # a table too large to keep: each record's rows from the nodes
+                self._table = (nodes, dict(zip(real.tolist(), node_flat.tolist())))
         self._prior = prior.tolist()
+        self._vote = None if self._rows is None else self._pooled_vote()
         self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
+
+    def _real_leaves(self) -> np.ndarray:
+        """Flat numbers (``tree * max_leaves + leaf``) of the random trees' real leaves, in order."""
+        f = self.forest
+        n_leaves = (f.structure.leaf[:f.n_trees] >= 0).sum(axis=1)
+        return np.flatnonzero(np.arange(self._L)[None, :] < n_leaves[:, None])
 
     # -- routing --------------------------------------------------------------------
     def leaves_one(self, row: list) -> list:
@@ -128,33 +156,81 @@ class ForestView:
     # -- the vote (same numbers as PrivateForest.proba_from_leaves) ------------------
     def _cells(self, leaves: list) -> np.ndarray:
         """The rows of a record's leaves, one per tree (below an unknown value, the mean of the reachable leaves' rows)."""
-        t = self._table
-        if isinstance(t, np.ndarray):
-            rows = t.__getitem__
-        else:  # a path table too large to keep: the record's rows only (below the roots)
-            def rows(ks: list) -> np.ndarray:
-                return t.path_rows(ks)[:, len(self._prior) + 1:]
+        if self._rows is not None:
+            rows = self._rows
+
+            def get(ks: list) -> np.ndarray:
+                return np.array([rows[k] for k in ks], dtype=np.float64)
+        elif self._mode == "path":  # a path table too large to keep: the record's rows only (below the roots)
+            nodes, node_flat = self._table
+
+            def get(ks: list) -> np.ndarray:
+                return nodes.path_rows([node_flat[k] for k in ks])[:, len(self._prior) + 1:]
+        else:
+            get = self._table.__getitem__
         if tuple in map(type, leaves):
-            return np.stack([rows([k])[0] if type(k) is int else rows(list(k)).mean(axis=0) for k in leaves])
-        return rows(leaves)
+            return np.stack([get([k])[0] if type(k) is int else get(list(k)).mean(axis=0) for k in leaves])
+        return get(leaves)
+
+    def _fresh(self) -> None:
+        f = self.forest
+        if self._key != (f.version, f.estimator, f.vote):
+            self.refresh()
 
     def proba_one(self, leaves: list) -> list[float]:
         """Class probabilities (schema label order) of one record from :meth:`leaves_one`."""
-        if self._key != (self.forest.version, self.forest.estimator, self.forest.vote):
-            self.refresh()
-        cells = self._cells(leaves)
+        self._fresh()
+        if self._mode == "majority":
+            cells = self._cells(leaves)
+            votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
+            return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
+        if self._vote is not None and tuple not in map(type, leaves):
+            return self._vote(leaves)
+        return self._from_sums(self._cells(leaves).sum(axis=0).tolist())
+
+    def _pooled_vote(self):
+        """The probability vote of a record reaching one leaf per tree (flat numbers), in plain Python,
+        as a function with this release's rows and prior bound (the river loop's hot path)."""
+        get, prior, finish = self._rows.__getitem__, self._prior, self._from_sums
         if self._mode == "path":
-            return path_proba_one(cells.sum(axis=0).tolist(), self._prior)
-        if self._mode == "sum":
-            s = cells.sum(axis=0).tolist()
-            tot = sum(s)
-            return [v / tot for v in s] if tot > 0 else list(self._prior)
-        votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
-        return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
+            # The rows summed tree by tree in order: the floats of the vectorised path's sums.
+            def vote(leaves: list) -> list[float]:
+                return path_proba_one(list(map(sum, zip(*map(get, leaves)))), prior)
+        else:
+            def vote(leaves: list) -> list[float]:
+                return finish(list(map(sum, zip(*map(get, leaves)))))
+        return vote
+
+    def _from_sums(self, s: list) -> list[float]:
+        if self._mode == "path":
+            return path_proba_one(s, self._prior)
+        tot = sum(s)
+        return [v / tot for v in s] if tot > 0 else list(self._prior)
+
+    def proba_list(self, x: dict) -> list[float]:
+        """Class probabilities of one river record, in the schema's label order."""
+        f = self.forest
+        if self._key != (f.version, f.estimator, f.vote):
+            self.refresh()
+        if self._route_x_ready is None:
+            # The river loop's path: the record dict encoded and routed by one generated function (None: an unknown value).
+            ns: dict = {}
+            self._route_x = _compile_routes(self._trees, self._arity, prelude=self.encoder.source(ns), ns=ns)
+            self._route_x_ready = True
+        if self._vote is not None and self._route_x is not None:
+            leaves = self._route_x(x)
+            if leaves is not None:
+                return self._vote(leaves)
+        return self.proba_one(self.leaves_one(self.encoder.encode_one(x)))
 
     def predict_proba_one(self, x: dict) -> dict:
         """Class probabilities of one river record, keyed by label."""
-        return dict(zip(self.encoder.label_values, self.proba_one(self.leaves_one(self.encoder.encode_one(x)))))
+        return dict(zip(self.encoder.label_values, self.proba_list(x)))
+
+    def predict_one(self, x: dict):
+        """The most probable label of one river record (the first in label order on ties, like river's ``max``)."""
+        p = self.proba_list(x)
+        return self.encoder.label_values[p.index(max(p))]
 
     def predict_proba_encoded(self, X: np.ndarray) -> np.ndarray:
         """Probabilities for complete encoded records (schema order), shape ``(n, n_classes)``."""
@@ -169,8 +245,12 @@ ROUTE_CODE_MAX_NODES = 200_000
 ROUTE_CODE_MAX_NEST = 90  # Python's tokenizer allows 100 levels of indentation
 
 
-def _compile_routes(trees: list, arity: list):
+def _compile_routes(trees: list, arity: list, prelude: list | None = None, ns: dict | None = None):
     """One Python function routing an encoded record (no unknown value) through every tree.
+
+    With ``prelude`` (:meth:`RecordEncoder.source`, its objects in ``ns``) the
+    function takes the river record itself, encodes it into locals and
+    returns None when a value is unknown.
 
     The trees become nested ``if`` tests with their thresholds as literals
     (categorical splits as a binary search over the codes), so a level costs one
@@ -181,7 +261,13 @@ def _compile_routes(trees: list, arity: list):
     """
     if sum(len(t) for t in trees) > ROUTE_CODE_MAX_NODES:
         return None
-    lines = ["def route(r):"]
+    if prelude is None:
+        lines, value = ["def route(r):"], "r[{}]"
+    else:
+        m = len(arity)
+        lines = ["def route(x):", " get = x.get", *prelude,
+                 " if " + " or ".join(f"a{j} is None" for j in range(m)) + ": return None"]  # identity tests only
+        value = "a{}"
 
     def emit(nodes: list, node: int, t: int, ind: int) -> bool:
         if ind > ROUTE_CODE_MAX_NEST:
@@ -189,12 +275,16 @@ def _compile_routes(trees: list, arity: list):
         f, th, ch, cat = nodes[node]
         pad = " " * ind
         if f < 0:
-            lines.append(f"{pad}a{t} = {int(ch)}")
+            lines.append(f"{pad}l{t} = {int(ch)}")
             return True
         if not cat:
-            lines.append(f"{pad}if r[{int(f)}] > {float(th)!r}:")
+            lines.append(f"{pad}if {value.format(int(f))} > {float(th)!r}:")
             return emit(nodes, ch + 1, t, ind + 1) and (lines.append(f"{pad}else:") or True) and emit(nodes, ch, t, ind + 1)
-        lines.append(f"{pad}v = r[{int(f)}]")
+        kids = [nodes[ch + b] for b in range(arity[f])]
+        if all(k[0] < 0 for k in kids):  # every child a leaf (the bottom level): one tuple index
+            lines.append(f"{pad}l{t} = {tuple(int(k[2]) for k in kids)!r}[{value.format(int(f))}]")
+            return True
+        lines.append(f"{pad}v = {value.format(int(f))}")
         return bisect(nodes, ch, 0, arity[f], t, ind)
 
     def bisect(nodes: list, ch: int, lo: int, hi: int, t: int, ind: int) -> bool:
@@ -210,7 +300,7 @@ def _compile_routes(trees: list, arity: list):
     for t, nodes in enumerate(trees):
         if not emit(nodes, 0, t, 1):
             return None
-    lines.append(" return [" + ", ".join(f"a{t}" for t in range(len(trees))) + "]")
-    namespace: dict = {}
+    lines.append(" return [" + ", ".join(f"l{t}" for t in range(len(trees))) + "]")
+    namespace: dict = {} if ns is None else ns
     exec(compile("\n".join(lines), "<streamdp forest routes>", "exec"), namespace)  # noqa: S102 (numbers only)
     return namespace["route"]

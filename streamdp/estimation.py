@@ -309,12 +309,26 @@ class ForestNodes:
 
     @classmethod
     def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
-              cell_var: float, n_prior: int = 0, share: float = 1.0) -> "ForestNodes":
+              cell_var: float, n_prior: int = 0, share: float = 1.0,
+              layout: tuple[np.ndarray, ...] | None = None) -> "ForestNodes":
+        """Every node's counts and variance from the released leaf counts (``layout``: :meth:`layout`, cached
+        by a caller whose structure does not change between releases)."""
         prior = forest_prior(counts, (leaf >= 0).sum(axis=1), cell_var, share)
-        T = counts.shape[0] - n_prior
+        g_parent, g_depth, g_leaf, n_below = layout if layout is not None else cls.layout(feature, child, leaf, n_prior)
+        T, L = g_leaf.shape
+        counts = counts[:T, :L]
+        has = g_leaf >= 0
+        y = np.zeros((g_depth.size, counts.shape[2]))
+        y[g_leaf[has]] = counts[has]
+        y = _subtree_sums(y, g_parent, g_depth)
+        return cls(y, n_below * counts.shape[2] * cell_var, g_parent, g_depth, g_leaf, prior)
+
+    @staticmethod
+    def layout(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, n_prior: int = 0) -> tuple[np.ndarray, ...]:
+        """What :meth:`build` needs of the structure alone: flat parent, depth, leaf node and leaves below each node."""
+        T = feature.shape[0] - n_prior
         feature, child, leaf = feature[:T], child[:T], leaf[:T]
-        counts = counts[:T, :int((leaf >= 0).sum(axis=1).max())]
-        T, L, C = counts.shape
+        L = int((leaf >= 0).sum(axis=1).max())
         parent, depth, leaf_node = forest_topology(feature, child, leaf)
         M = feature.shape[1]
         offs = (np.arange(T, dtype=np.int64) * M)[:, None]
@@ -323,16 +337,13 @@ class ForestNodes:
         g_index[np.flatnonzero(real.ravel())] = np.arange(int(real.sum()))
         g_parent = np.where(parent >= 0, g_index[np.maximum(parent + offs, 0)], -1)[real]
         g_depth = depth[real]
+        leaf_node = leaf_node[:, :L]
         has = leaf_node >= 0
         g_leaf = np.full((T, L), -1, dtype=np.int64)
         g_leaf[has] = g_index[(leaf_node + offs)[has]]
-        y = np.zeros((g_depth.size, C))
-        y[g_leaf[has]] = counts[has]
         n_below = np.zeros(g_depth.size)
         n_below[g_leaf[has]] = 1.0
-        y = _subtree_sums(y, g_parent, g_depth)
-        n_below = _subtree_sums(n_below, g_parent, g_depth)
-        return cls(y, n_below * C * cell_var, g_parent, g_depth, g_leaf, prior)
+        return g_parent, g_depth, g_leaf, _subtree_sums(n_below, g_parent, g_depth)
 
     def leaf_proba(self, snr_min: float | None = None) -> np.ndarray:
         """Per random tree, per leaf number: the rule applied within that tree alone, ``(n_trees, max_leaves, C)``."""

@@ -475,8 +475,10 @@ class PrivateForest:
         key = (self.version, id(self._counts))
         if self.__dict__.get("_nodes_key") != key:
             s = self.structure
+            if self.__dict__.get("_layout_of") is not s:  # the structure's part, once per structure
+                self._layout, self._layout_of = ForestNodes.layout(s.feature, s.child, s.leaf, self.prior_trees), s
             self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance, self.prior_trees,
-                                            self.record_share)
+                                            self.record_share, self._layout)
             self._nodes_key, self._tables = key, {}
         return self._nodes
 

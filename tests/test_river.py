@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 import threading
@@ -362,3 +363,15 @@ def test_service_classifier_end_to_end(redis_url, unique_name):
             registry.delete_model(redis_url, unique_name)
         except Exception:
             pass
+
+
+def test_a_huge_batch_size_allocates_only_the_open_batch():
+    """batch_size=10**9 (release rarely) must not allocate 10**9 rows up front: the buffer follows the open batch."""
+    from streamdp.river.schemas import agrawal_schema
+
+    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=100, batch_size=10**9, seed=1)
+    data = list(itertools.islice(datasets.synth.Agrawal(seed=3), 650))
+    for x, y in data:
+        m.learn_one(x, y)
+    assert m.n_releases == 2 and m.n_buffered == 350 and m.current_batch_size == 400  # 100 + 200 released
+    assert len(m._buf_y) <= 400  # the buffer holds at most the open batch, not batch_size rows

@@ -154,8 +154,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             )
         self.encoder = RecordEncoder(self._schema)
         m = self._schema.n_attributes
-        self._buf_X = np.empty((batch_size, m), dtype=np.float64)
-        self._buf_y = np.empty(batch_size, dtype=np.int64)
+        # sized for the open batch and grown as batches grow (a huge batch_size allocates nothing up front)
+        self._buf_X = np.zeros((self.current_batch_size, m), dtype=np.float64)
+        self._buf_y = np.zeros(self.current_batch_size, dtype=np.int64)
         self._n_buf = 0  # records buffered: the first rows of _buf_X/_buf_y, then _pend_X/_pend_y
         # learn_one appends here (a list append, no numpy call per record); moved into the buffer at release.
         self._pend_X: list = []
@@ -231,8 +232,18 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if self._n_buf >= self._cap:
             self._release()
 
+    def _grow(self) -> None:
+        """Make the buffer hold the open batch (batches double from ``first_batch``)."""
+        need = self.current_batch_size
+        if len(self._buf_y) < need:
+            X = np.zeros((need, self._buf_X.shape[1]), dtype=np.float64)
+            y = np.zeros(need, dtype=np.int64)
+            X[:len(self._buf_y)], y[:len(self._buf_y)] = self._buf_X, self._buf_y
+            self._buf_X, self._buf_y = X, y
+
     def _sync(self) -> None:
         """Move learn_one's pending records into the numpy buffer."""
+        self._grow()
         k = len(self._pend_y)
         if k:
             self._buf_X[self._n_buf - k:self._n_buf] = self._pend_X
@@ -261,6 +272,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self._sync()
         i, n = 0, len(X)
         while i < n:
+            self._grow()
             take = min(self.current_batch_size - self._n_buf, n - i)
             self._buf_X[self._n_buf:self._n_buf + take] = X[i:i + take]
             self._buf_y[self._n_buf:self._n_buf + take] = y[i:i + take]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import data, split  # noqa: E402
 from common import machine, sh, write_keeping_reading  # noqa: E402
-from streamdp import forest as forest_module  # noqa: E402
+from streamdp import pruning  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.structure import TooLargeError, max_possible_leaves  # noqa: E402
@@ -112,9 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--max-height", type=int, default=64)
-    ap.add_argument("--probe", type=float, default=forest_module.PRUNE_PROBE)
+    ap.add_argument("--probe", type=float, default=pruning.PRUNE_PROBE)
     args = ap.parse_args(argv)
-    forest_module.PRUNE_PROBE = args.probe
+    pruning.PRUNE_PROBE = args.probe
     info = {"machine": machine(), "uptime_start": sh("uptime"), "reps": args.reps, "probe": args.probe}
     t0 = time.time()
     rows = []

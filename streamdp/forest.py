@@ -24,6 +24,14 @@ forest is ``(epsilon, delta)``-DP with ``delta`` from :func:`kanon_delta`.
 (:func:`streamdp.noise.laplace_noise`; before, floating-point Laplace, open to
 Mironov's attack); ``"geometric"`` (the default) adds integer noise.
 
+Height as a ceiling: :meth:`PrivateForest.fit` releases the prior stumps first
+and prunes each random tree where its nodes cannot expect enough records to
+stand above the noise (a probe of the leaf totals, 10% of each tree's budget,
+finds where records concentrate), then releases the pruned trees: the same
+per-tree epsilon, decisions read released numbers only
+(:meth:`PrivateForest.fit_encoded`). ``update`` and the stream keep the
+structure they were given.
+
 Prior stumps: ``prior_trees`` single-leaf trees follow the ``n_trees`` random
 trees in the structure (:meth:`ForestStructure.with_stumps`). To every
 mechanism a stump is one more tree: under ``budget="split"`` every tree gets
@@ -49,6 +57,7 @@ import numpy as np
 
 from . import blob
 from .continual import noisy_node
+from .pruning import pruned_release
 from .privacy import SecureRandom, kanon_check, kanon_delta
 from .estimation import SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
@@ -65,10 +74,6 @@ FORMAT = "streamdp.forest"
 FORMAT_VERSION = 1
 #: Upper bound on prior stumps (each takes a share of a split budget; more than a few only add noise).
 MAX_PRIOR_TREES = 16
-#: :meth:`PrivateForest.fit_encoded` keeps a node's split when the node expects this many noise sd of one cell.
-PRUNE_SNR = 4.0
-#: Share of each tree's budget :meth:`PrivateForest.fit_encoded` spends probing where the records are.
-PRUNE_PROBE = 0.1
 
 
 class PrivateForest:
@@ -255,33 +260,14 @@ class PrivateForest:
         """:meth:`fit` for records already encoded by :meth:`Schema.encode`.
 
         Pruning (``prune=True``, at least one prior stump, finite epsilon):
-        the stumps' counts are released first; their noisy total ``n`` gives
-        every node the records it would expect if each attribute were uniform,
-        ``n * record_share * share`` (:meth:`ForestStructure.shares`). A probe
-        (``PRUNE_PROBE`` of each tree's budget) then releases the leaf totals of
-        the trees pruned by that expectation; where a probe total stands clear
-        of its noise, the nodes below it expect that total instead (records
-        concentrate: Mushroom). Finally a node keeps its split only where it
-        expects ``PRUNE_SNR`` noise standard deviations of one cell; the exact
-        counts of a pruned subtree's leaves are summed into its new leaf and
-        the pruned trees are released with the rest of the budget.
-
-        Privacy: each tree spends ``PRUNE_PROBE * e + (1 - PRUNE_PROBE) * e``
-        with ``e`` its share (each record in one probe cell and one leaf cell
-        per tree), the stumps as before; every decision reads released numbers
-        and the public structure only, so by adaptive sequential composition
-        the forest is ``epsilon``-DP as without pruning (``test_forest_pruning``
-        has an empirical audit). The probe's counts are spent on the shape and
-        not published. Measured in ``benchmarks/fit_height_ceiling.py``: at
-        height ``n_attributes`` within a few points of the best height, where
-        the drawn trees fall to the majority class. The structure, its height
-        and the counts' shape become the pruned ones; :meth:`update` adds to
-        them. k-anonymity (one release per tree) skips the probe.
+        :func:`streamdp.pruning.pruned_release` (the rule, its privacy and its
+        measurements). The structure, its height and the counts' shape become
+        the pruned ones; :meth:`update` adds to them.
         """
         rng = rng or self._rng
         if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
             X, y = self._checked(X, y)
-            structure, counts = self._pruned_release(X, y, self._mask(len(y), rng), rng)
+            structure, counts = pruned_release(self, X, y, self.sample_mask(len(y), rng), rng)
         else:
             structure, counts = self.structure, self._noise(self.tally_encoded(X, y, rng), rng)
         self.structure = structure
@@ -290,53 +276,6 @@ class PrivateForest:
         self.version += 1
         self.n_releases = 1
         return self
-
-    def _pruned_release(self, X: np.ndarray, y: np.ndarray, mask: np.ndarray | None,
-                        rng: SecureRandom) -> tuple[ForestStructure, np.ndarray]:
-        """:meth:`fit_encoded`'s pruning: the stumps, a probe of the leaf totals, then the pruned trees."""
-        T, C, M = self.n_trees, self.schema.n_classes, self.structure.feature.shape[1]
-        stump_exact = np.stack([np.bincount(y if mask is None else y[mask[:, T + j]], minlength=C)
-                                for j in range(self.prior_trees)])[:, None, :]
-        stumps = noisy_node(stump_exact, self.epsilon_per_tree, self.mechanism, rng, None, self.k)
-        n_hat = max(0.0, float(stumps.sum(axis=(1, 2)).mean()) / self.record_share)
-
-        def rule(eps: float, anchors: tuple[np.ndarray, np.ndarray] | None = None):
-            """Split where a node expects PRUNE_SNR sd: ``rate * share`` records; a clear probe leaf resets the rate."""
-            bar = PRUNE_SNR * math.sqrt(cell_variance(self.mechanism, eps, self.k))
-
-            def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
-                if anchors is not None and anchors[0].size:
-                    at = np.minimum(np.searchsorted(anchors[0], nodes), anchors[0].size - 1)
-                    rate = np.where(anchors[0][at] == nodes, anchors[1][at] / share, rate)
-                return (rate * share >= bar) & (nodes < T * M), rate  # stumps (the last trees) stay stumps
-            return split
-
-        eps = self.epsilon_per_tree
-        probe = PRUNE_PROBE * eps
-        base = n_hat * self.record_share
-        anchors = None
-        if probe > 0 and self.mechanism != "kanon":  # (k-anonymity: one release per tree)
-            shape, old = self.structure.pruned(self.schema, rule(probe), base)
-            if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
-                # Each probe leaf's total alone (one cell, C times less noise than a sum of C cells); where it
-                # stands clear of its noise, the nodes below it expect that total, spread uniformly.
-                exact = self._tally_with(shape, X, y, mask)[:T].sum(axis=2)
-                real = np.arange(shape.max_leaves)[None, :] < shape.n_leaves[:T, None]
-                total = noisy_node(exact, probe, self.mechanism, rng, real)
-                t, node = np.nonzero(shape.leaf[:T] >= 0)
-                leaf = shape.leaf[t, node]
-                clear = total[t, leaf] >= PRUNE_SNR * math.sqrt(cell_variance(self.mechanism, probe))
-                flat = t[clear] * M + old[t[clear], node[clear]]
-                order = np.argsort(flat)
-                anchors = (flat[order], total[t, leaf][clear][order].astype(np.float64))
-                eps -= probe
-        structure, _ = self.structure.pruned(self.schema, rule(eps, anchors), base)
-        exact = self._tally_with(structure, X, y, mask)
-        counts = np.zeros(exact.shape, dtype=self._counts.dtype)
-        real = np.arange(structure.max_leaves)[None, :, None] < structure.n_leaves[:T, None, None]
-        counts[:T] = noisy_node(exact[:T], eps, self.mechanism, rng, np.broadcast_to(real, exact[:T].shape), self.k)
-        counts[T:, :1] = stumps
-        return structure, counts
 
     def update(self, X: Any, y: Any) -> "PrivateForest":
         """Jagannathan's update: tally only the new records, noise that delta once, add it."""
@@ -416,7 +355,7 @@ class PrivateForest:
                 raise ValueError("encoded categorical codes must lie in 0..arity-1 for each attribute")
         return X, y
 
-    def _mask(self, n: int, rng: SecureRandom) -> np.ndarray | None:
+    def sample_mask(self, n: int, rng: SecureRandom) -> np.ndarray | None:
         """Which (record, tree) pairs are counted, ``(n, n_trees + prior_trees)``; None: all of them."""
         mask = None
         if self.budget == "disjoint":
@@ -428,10 +367,12 @@ class PrivateForest:
         return mask
 
     def _tally_valid(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
-        return self._tally_with(self.structure, X, y, self._mask(X.shape[0], rng or self._rng))
+        return self.tally_on(self.structure, X, y, self.sample_mask(X.shape[0], rng or self._rng))
 
-    def _tally_with(self, structure: ForestStructure, X: np.ndarray, y: np.ndarray,
-                    mask: np.ndarray | None) -> np.ndarray:
+    def tally_on(self, structure: ForestStructure, X: np.ndarray, y: np.ndarray,
+                 mask: np.ndarray | None) -> np.ndarray:
+        """EXACT (secret) counts of checked encoded records on ``structure`` (this forest's or a pruned one),
+        counting the (record, tree) pairs of ``mask`` (:meth:`sample_mask`; None: all)."""
         leaves = structure.apply(X, self.schema.is_categorical)
         shape = (structure.n_trees, structure.max_leaves, self.schema.n_classes)
         return tally(leaves, y.astype(np.int64), shape, mask)

@@ -71,13 +71,13 @@ def test_a_pruned_forest_round_trips_and_updates(shared_datasets):
 def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shared_datasets, monkeypatch):
     """Every release (stumps, probe, trees) replaced by numbers that ignore the data: two unrelated datasets
     then get the same pruned structure, so the rule reads nothing of the data but what is released."""
-    import streamdp.forest as forest_module
+    import streamdp.pruning as pruning_module
 
     def release(exact, epsilon, mechanism, rng, real=None, k=None):  # the same "noisy" numbers whatever the data
         fake = np.full(np.shape(exact), 400, dtype=np.int64)
         return fake * np.asarray(real) if real is not None else fake
 
-    monkeypatch.setattr(forest_module, "noisy_node", release)
+    monkeypatch.setattr(pruning_module, "noisy_node", release)
     ds = load("congressional-voting")
     rng = np.random.default_rng(5)
     other_X = ds.X[rng.permutation(len(ds.y))[:100]]  # other records, other size, other labels

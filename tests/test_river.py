@@ -127,7 +127,7 @@ def test_epsilon_constant_and_noise_scale_per_release():
         m.learn_one(x, y)
     assert m.n_releases == 8
     assert m.forest.epsilon == 1.0 and m.epsilon == 1.0
-    assert m.forest.noise_scale == pytest.approx(10.0)  # n_trees / epsilon per cell, every release
+    assert m.forest.noise_scale == pytest.approx(11.0)  # (n_trees + 1 prior stump) / epsilon per cell, every release
     m.flush()
     assert m.n_releases == 8 and m.n_buffered == 0  # nothing left: flush does not release an empty batch
 
@@ -139,7 +139,7 @@ def test_noise_accumulates_with_releases():
     sds = {}
     for r in (1, 16):
         # 200 trees at epsilon 200: epsilon 1 per tree, so every cell gets noise of sd 1.36 per release.
-        m = PrivateForestClassifier(schema, n_trees=200, height=1, epsilon=200.0, batch_size=1)
+        m = PrivateForestClassifier(schema, n_trees=200, height=1, epsilon=200.0, batch_size=1, prior_trees=0)
         for _ in range(r):
             m.learn_one(x0, 0)
         c = np.asarray(m.forest.counts, dtype=float)

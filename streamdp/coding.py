@@ -15,6 +15,7 @@ column's range for integer-valued arrays and through dict probes otherwise. Used
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -33,17 +34,27 @@ def is_frame(X: Any) -> bool:
 
 
 def to_float(col: np.ndarray) -> np.ndarray | None:
-    """Fast conversion of a column to float64; None if any element is not a plain number."""
+    """Fast conversion of a column to float64; None if any element is not a plain number.
+
+    >>> col = np.array([1, 2.5, np.int8(3)], dtype=object)
+    >>> to_float(col).tolist(), to_float(np.array([1, True], dtype=object)), to_float(np.array([1, None], dtype=object))
+    ([1.0, 2.5, 3.0], None, None)
+    """
     if col.dtype.kind in "iuf":
         return col.astype(np.float64)
-    if col.dtype.kind == "b":
+    if col.dtype.kind != "O":
         return None
-    for v in col:
-        if v is MISSING or v is None or isinstance(v, (bool, np.bool_, str, bytes)) or not isinstance(
-            v, (int, float, np.integer, np.floating)
-        ):
-            return None
+    # One pass in C over the values' types (not an isinstance call per value): a column
+    # of plain numbers holds a handful of types, each checked once.
+    if not all(_is_number_type(t) for t in set(map(type, col))):
+        return None
     return col.astype(np.float64)
+
+
+@functools.lru_cache(maxsize=64)
+def _is_number_type(t: type) -> bool:
+    """``t`` is an int or float type (Python or numpy) but not a boolean."""
+    return issubclass(t, (int, float, np.integer, np.floating)) and not issubclass(t, (bool, np.bool_))
 
 
 def plain(v: Any) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MISSING", "is_frame", "to_float", "plain", "lookup_key", "lookup_codes", "table_codes", "has_fractions",
-           "value_code", "TABLE_SPAN", "BLOCK"]
+           "value_code", "declared_table", "TABLE_SPAN", "BLOCK"]
 
 #: A cell with no value (a record without the attribute).
 MISSING = object()
@@ -125,6 +125,24 @@ def table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
     codes = table[idx - lo] if lo else table[idx]
     codes[idx != col] = -1  # 2.5 is not the declared value 2
     return codes
+
+
+def declared_table(lookup: dict) -> tuple[int, np.ndarray] | None:
+    """The lowest declared whole number ``lo`` and the code of every integer in ``[lo, hi]``
+    (-1 where not declared), ``hi`` the highest; None when no whole number is declared or
+    the span reaches :data:`TABLE_SPAN`. A table over the declared values, not the data's.
+
+    >>> lo, table = declared_table({lookup_key(v): i for i, v in enumerate((5, 3, "x", True, 2.5))})
+    >>> lo, table.tolist()
+    (3, [1, -1, 0])
+    """
+    whole = [k for k in lookup if isinstance(k, (int, float)) and float(k).is_integer()]
+    if not whole:
+        return None
+    lo, hi = int(min(whole)), int(max(whole))
+    if hi - lo >= TABLE_SPAN:
+        return None
+    return lo, np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
 
 
 def has_fractions(lookup: dict) -> bool:

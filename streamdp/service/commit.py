@@ -26,8 +26,8 @@ channel (it stays in the model's shard). A lost announcement only delays a
 consumer: :meth:`~streamdp.service.consumer.Consumer.wait_newer` re-reads the version.
 
 The release windows (``release="window"``/``"tree"``) use three more scripts:
-:data:`WINDOW_ADD_LUA` (the same checks, then the exact tallies into the open
-window's accumulator, the batch ids recorded, XACK), :data:`SEAL_LUA` and
+:data:`WINDOW_ADD_LUA` (the same checks, then the summed exact tally as one field of
+the open window's accumulator, the batch ids recorded, XACK), :data:`SEAL_LUA` and
 :data:`CLOSE_LUA` (see :mod:`.windows` for the closing protocol).
 """
 
@@ -124,23 +124,22 @@ return {'ok', -1}
 WINDOW_ADD_LUA = r"""
 -- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
--- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d, 10 c,
---       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
---       c pairs (flat cell index, count)
+-- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
+--       10 the summed tally's nonzero cells (windows.sparse_cells: '' for none),
+--       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+-- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most
+-- once (checked above), so no other add ever writes that field.
 -- Same ownership and dedup checks as the batch commit; 'moved' (with the open window) when a closer sealed
 -- the expected window meanwhile: nothing is written and the caller retries into the new one.
 local group, me = ARGV[1], ARGV[2]
-local m, a, d, c = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
 """ + _CHECK_LUA + r"""
 local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
 if m > 0 then
   if open ~= tonumber(ARGV[3]) then return {'moved', open} end
-  local off = base + 2 * m + a + 3 * d
-  for i = 1, c do
-    redis.call('HINCRBY', KEYS[6], ARGV[off + 2 * i - 1], ARGV[off + 2 * i])
-  end
+  if #ARGV[10] > 0 then redis.call('HSET', KEYS[6], 'b:' .. ARGV[base + 2], ARGV[10]) end
   for i = 1, m do redis.call('ZADD', KEYS[3], open, ARGV[base + 2 * i]) end
   redis.call('HINCRBY', KEYS[4], 'batches_merged', m)
   redis.call('HINCRBY', KEYS[4], 'records_merged', ARGV[4])

@@ -1,8 +1,8 @@
 """Release windows in the service: seal, noise once, merge and publish on the public schedule.
 
 For ``release="window"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
-entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash of
-flat cell index -> count, worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
+entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one
+field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`sparse_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
 which records the batch id and XACKs in the same step. The open window is the
 state field ``open``: a public rule (the first window not yet sealed), read inside
 the script, so an entry lands in exactly one window.
@@ -53,29 +53,54 @@ log = logging.getLogger("streamdp.worker")
 MAX_CLOSES_PER_TICK = 1000
 
 
-def sparse_cells(counts: np.ndarray) -> list[int]:
-    """Nonzero cells of an exact tally as a flat ``[index, count, ...]`` list (the add script's arguments).
+#: Field prefix of one add's tally in a window accumulator (the rest of the name: the add's first batch id).
+ADD_FIELD = b"b:"
 
-    >>> sparse_cells(np.array([[0, 2], [0, 1]]))
-    [1, 2, 3, 1]
+
+def sparse_cells(counts: np.ndarray) -> bytes:
+    """Nonzero cells of an exact tally as one bytes value: the flat indices, then their counts
+    (little-endian int64 each). The add script stores it whole as one field of the window's
+    accumulator (one HSET per add, not one HINCRBY per cell).
+
+    >>> np.frombuffer(sparse_cells(np.array([[0, 2], [0, 1]])), dtype="<i8").tolist()
+    [1, 3, 2, 1]
     """
     flat = np.asarray(counts).ravel()
     nz = np.flatnonzero(flat)
-    out = np.empty(2 * len(nz), dtype=np.int64)
-    out[0::2], out[1::2] = nz, flat[nz]
-    return out.tolist()
+    out = np.empty(2 * len(nz), dtype="<i8")
+    out[:len(nz)], out[len(nz):] = nz, flat[nz]
+    return out.tobytes()
 
 
 def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
-    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived."""
+    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived.
+
+    Fields ``b:<batch id>`` hold one add's :func:`sparse_cells`; a field that is a bare cell
+    index holding a count (what earlier workers added with HINCRBY) is read too.
+
+    >>> acc_counts({b"b:x": sparse_cells(np.array([0, 2, 1])), b"1": b"5"}, (3,)).tolist()
+    [0, 7, 1]
+    """
     if not raw:
         return None
-    out = np.zeros(int(np.prod(shape)), dtype=np.int64)
-    idx = np.fromiter((int(k) for k in raw), dtype=np.int64, count=len(raw))
-    val = np.fromiter((int(v) for v in raw.values()), dtype=np.int64, count=len(raw))
-    if idx.min() < 0 or idx.max() >= out.size:
-        raise ValueError("window accumulator holds a cell index outside the forest")
-    out[idx] = val
+    size = int(np.prod(shape))
+    out = np.zeros(size, dtype=np.int64)
+    cells = [(k, v) for k, v in raw.items() if not bytes(k).startswith(ADD_FIELD)]
+    for k, v in raw.items():
+        if bytes(k).startswith(ADD_FIELD):
+            if len(v) % 16:
+                raise ValueError("window accumulator holds a malformed tally")
+            a = np.frombuffer(v, dtype="<i8")
+            idx, val = a[:len(a) // 2], a[len(a) // 2:]
+            if idx.size and (idx.min() < 0 or idx.max() >= size):
+                raise ValueError("window accumulator holds a cell index outside the forest")
+            np.add.at(out, idx, val)
+    if cells:
+        idx = np.fromiter((int(k) for k, _ in cells), dtype=np.int64, count=len(cells))
+        val = np.fromiter((int(v) for _, v in cells), dtype=np.int64, count=len(cells))
+        if idx.min() < 0 or idx.max() >= out.size:
+            raise ValueError("window accumulator holds a cell index outside the forest")
+        np.add.at(out, idx, val)
     return out.reshape(shape)
 
 

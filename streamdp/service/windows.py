@@ -7,7 +7,8 @@ which records the batch id and XACKs in the same step. The open window is the
 state field ``open``: a public rule (the first window not yet sealed), read inside
 the script, so an entry lands in exactly one window.
 
-Closing window ``w`` is three idempotent steps any worker may run (no lock, no lease):
+Closing window ``w`` is three idempotent steps any worker may run (no lock; a short lease
+``priv:closing:<w>`` only keeps the other workers from duplicating a close, never decides anything):
 
 1. **seal** (:data:`.commit.SEAL_LUA`): once the clock passed ``w``'s end
    (:func:`~streamdp.continual.windows_due`, ``release_every`` seconds from the
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 from typing import Any, Callable
 
@@ -121,6 +123,13 @@ class WindowCloser:
         self._seal = r.register_script(SEAL_LUA)
         self._close = r.register_script(CLOSE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
+        self._last: tuple[int, np.ndarray] | None = None  # (version, counts) this closer published last
+        # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
+        # send it (tens of MB at height 6) only for all but one to lose the CAS. Correctness never depends on
+        # it (SET NX noise, CAS close); it expires after about what a close of this size takes, so a closer
+        # killed mid-close delays the window by that much.
+        self.lease_ms = 250 + int(np.prod(spec.shape)) // 1000
+        self.token = secrets.token_hex(8)
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -151,28 +160,44 @@ class WindowCloser:
             if open_ <= rel + 1:
                 break  # nothing sealed: no window due
             self.fault("close_after_seal")
-            if self.close(rel + 1):
-                n += 1
+            lease = self.keys.closing(rel + 1)
+            if not self.r.set(lease, self.token, nx=True, px=self.lease_ms):
+                break  # another worker is closing it: a later tick resumes if that one died (the lease expires)
+            try:
+                if self.close(rel + 1):
+                    n += 1
+            finally:
+                self.r.delete(lease)
         return n
 
     def close(self, w: int) -> bool:
         """Noise and release sealed window ``w`` (False: another worker released it first)."""
         p = self.r.pipeline(transaction=True)
-        p.hmget(self.keys.state, "version", "counts", "releases", "open")
+        # The counts only change with the version: those of the version this closer released last are not read again.
+        # (``tree`` publishes its state's estimate and needs no counts.)
+        window = self.policy.kind == "window"
+        cached = self._last if self._last is not None else (-1, None)
+        p.hmget(self.keys.state, "version", "releases", "open")
         p.hgetall(self.keys.acc(w))
         p.get(self.keys.tree)
-        (version, counts_b, rel, open_), acc_raw, tree_b = p.execute()
+        (version, rel, open_), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
+        if window and cached[0] == version:
+            old = cached[1]
+        elif window:
+            now_version, counts_b = self.r.hmget(self.keys.state, "version", "counts")
+            if int(now_version or 0) != version:
+                return False  # released meanwhile (the caller seals and looks again)
+            old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
         exact = acc_counts(acc_raw, self.spec.shape)
-        if self.policy.kind == "window":
+        if window:
             key = self.keys.window_delta(w)
             delta = self._stored(key, lambda: window_delta(
                 exact, self.spec.shape, self.eps_node, self.spec.mechanism,
                 self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k))
-            old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
             new_counts, noise_keys, state_b = old + delta, [key], b""
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
@@ -202,6 +227,7 @@ class WindowCloser:
             return False
         self.guard.record(version + 1)
         self._released = w
+        self._last = (version + 1, new_counts) if window else None
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
         return True
 

@@ -25,15 +25,15 @@ nodes and thousands of models would switch to SPUBLISH on the ``{NAME}``-tagged
 channel (it stays in the model's shard). A lost announcement only delays a
 consumer: :meth:`~streamdp.service.consumer.Consumer.wait_newer` re-reads the version.
 
-The release windows (``release="window"``/``"tree"``) use three more scripts:
+The release windows (``release="window"``/``"tree"``) use two more scripts:
 :data:`WINDOW_ADD_LUA` (the same checks, then the summed exact tally as one field of
-the open window's accumulator, the batch ids recorded, XACK), :data:`SEAL_LUA` and
-:data:`CLOSE_LUA` (see :mod:`.windows` for the closing protocol).
+the open window's accumulator, the batch ids recorded, XACK) and :data:`SEAL_LUA`; a
+window's release itself is a MULTI/EXEC under WATCH (see :mod:`.windows`).
 """
 
 from __future__ import annotations
 
-__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "CLOSE_LUA"]
+__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA"]
 
 # Shared by the batch commit and the window add: every entry still pending and owned by the caller, no merging
 # batch id merged before; otherwise return the rejections and write nothing. Needs group, me, m, a, base, merged_key.
@@ -164,32 +164,4 @@ if open == rel + 1 and open <= tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'open', open)
 end
 return {open, rel}
-"""
-
-CLOSE_LUA = r"""
--- Release sealed window w: publish, advance, delete its accumulator, in one step (CAS on releases and version).
--- KEYS: 1 state, 2 pub_model, 3 stats, 4 pub_v_new, 5 pub_v_drop, 6 acc of w, 7 tree state, 8.. stored noise keys
--- ARGV: 1 w, 2 counts, 3 blob, 4 now_ms, 5 version_ttl_s (0 none), 6 drop_old (0/1), 7 noise_ttl_s, 8 channel,
---       9 tree state bytes ('' for release="window"), 10 expected version
-local w = tonumber(ARGV[1])
-local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
-local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
-local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if rel ~= w - 1 or open <= w or v ~= tonumber(ARGV[10]) then return {'conflict', rel} end
-local nv = v + 1
-redis.call('HSET', KEYS[1], 'version', nv, 'counts', ARGV[2], 'releases', w)
-redis.call('HSET', KEYS[2], 'version', nv, 'blob', ARGV[3], 'updated', ARGV[4], 'releases', w, 'counts', ARGV[2])
-if tonumber(ARGV[5]) > 0 then
-  redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[5])
-else
-  redis.call('SET', KEYS[4], ARGV[3])
-end
-if ARGV[6] == '1' then redis.call('DEL', KEYS[5]) end
-redis.call('DEL', KEYS[6])
-if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[9]) end
-for i = 8, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
-redis.call('HINCRBY', KEYS[3], 'windows_released', 1)
-redis.call('HSET', KEYS[3], 'last_release_ms', ARGV[4])
-redis.call('PUBLISH', ARGV[8], nv)
-return {'ok', nv}
 """

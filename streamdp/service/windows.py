@@ -19,7 +19,8 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock; a sh
    sum (``tree``) and store it with ``SET NX`` (``priv:wdelta:<w>``,
    ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the
    stored draw, so each release's noise is drawn once;
-3. **merge** (:data:`.commit.CLOSE_LUA`): CAS on ``releases == w-1`` and the version;
+3. **merge** (:meth:`WindowCloser._release`, one MULTI/EXEC under WATCH of the state): CAS on
+   ``releases == w-1``, ``open > w`` and the version;
    write counts (and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
    accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
 
@@ -43,9 +44,9 @@ import redis
 
 from ..continual import ReleasePolicy, TreeState, noisy_node, window_delta
 from ..forest import PrivateForest
-from .commit import CLOSE_LUA, SEAL_LUA
+from .commit import SEAL_LUA
 from .group import jlog
-from .keys import Keys, as_str
+from .keys import Keys
 from .published import counts_from_bytes, counts_to_bytes, drawn_once
 from .rollback import NoiseSource, RollbackGuard
 
@@ -121,7 +122,6 @@ class WindowCloser:
         self.eps_node = policy.node_epsilon(spec.epsilon_per_tree)
         self.real = spec.real_cells
         self._seal = r.register_script(SEAL_LUA)
-        self._close = r.register_script(CLOSE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
         self._last: tuple[int, np.ndarray] | None = None  # (version, counts) this closer published last
         # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
@@ -214,21 +214,52 @@ class WindowCloser:
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w)
         keep = self.keep_versions
         drop = keep > 0 and version + 1 - keep >= 0
-        keys = [self.keys.state, self.keys.pub_model, self.keys.stats, self.keys.pub_version(version + 1),
-                self.keys.pub_version(version + 1 - keep if drop else version + 1), self.keys.acc(w),
-                self.keys.tree, *noise_keys]
-        args: list[Any] = [w, counts_to_bytes(new_counts), forest.to_bytes(), int(time.time() * 1000),
-                           self.version_ttl_s, 1 if drop else 0, self.noise_ttl_s, self.keys.pub_events, state_b,
-                           version]
         self.fault("close_before_commit")
-        res = self._close(keys=keys, args=args)
+        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), state_b, noise_keys)
         self.fault("close_in_commit")
-        if as_str(res[0]) != "ok":
+        if not ok:
             return False
         self.guard.record(version + 1)
         self._released = w
         self._last = (version + 1, new_counts) if window else None
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
+        return True
+
+    def _release(self, w: int, version: int, counts_b: bytes, blob_b: bytes, state_b: bytes,
+                 noise_keys: list[str]) -> bool:
+        """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
+        the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
+
+        Plain commands, not a script: a script copies its arguments (tens of MB at height 6) into Lua
+        strings before writing them, which made a release about twice as slow. The state hash holds
+        everything the condition reads, and any write to it between WATCH and EXEC (a seal, another
+        closer's release) makes EXEC write nothing."""
+        nv, now = version + 1, int(time.time() * 1000)
+        keep = self.keep_versions
+        with self.r.pipeline(transaction=True) as p:
+            try:
+                p.watch(self.keys.state)
+                v, rel, open_ = p.hmget(self.keys.state, "version", "releases", "open")
+                if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
+                    return False
+                p.multi()
+                p.hset(self.keys.state, mapping={"version": nv, "counts": counts_b, "releases": w})
+                p.hset(self.keys.pub_model, mapping={"version": nv, "blob": blob_b, "updated": now, "releases": w,
+                                                     "counts": counts_b})
+                p.set(self.keys.pub_version(nv), blob_b, ex=self.version_ttl_s or None)
+                if keep > 0 and nv - keep >= 0:
+                    p.delete(self.keys.pub_version(nv - keep))
+                p.delete(self.keys.acc(w))
+                if state_b:
+                    p.set(self.keys.tree, state_b)
+                for k in noise_keys:
+                    p.expire(k, self.noise_ttl_s)
+                p.hincrby(self.keys.stats, "windows_released", 1)
+                p.hset(self.keys.stats, "last_release_ms", now)
+                p.publish(self.keys.pub_events, nv)
+                p.execute()
+            except redis.WatchError:
+                return False
         return True
 
     def _exact_bytes(self, exact: np.ndarray | None) -> bytes:

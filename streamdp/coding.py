@@ -15,6 +15,7 @@ column's range for integer-valued arrays and through dict probes otherwise. Used
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["MISSING", "is_frame", "to_float", "plain", "lookup_key", "lookup_codes", "table_codes", "has_fractions",
-           "value_code", "TABLE_SPAN", "BLOCK"]
+           "value_code", "declared_table", "TABLE_SPAN", "BLOCK"]
 
 #: A cell with no value (a record without the attribute).
 MISSING = object()
@@ -33,17 +34,27 @@ def is_frame(X: Any) -> bool:
 
 
 def to_float(col: np.ndarray) -> np.ndarray | None:
-    """Fast conversion of a column to float64; None if any element is not a plain number."""
+    """Fast conversion of a column to float64; None if any element is not a plain number.
+
+    >>> col = np.array([1, 2.5, np.int8(3)], dtype=object)
+    >>> to_float(col).tolist(), to_float(np.array([1, True], dtype=object)), to_float(np.array([1, None], dtype=object))
+    ([1.0, 2.5, 3.0], None, None)
+    """
     if col.dtype.kind in "iuf":
         return col.astype(np.float64)
-    if col.dtype.kind == "b":
+    if col.dtype.kind != "O":
         return None
-    for v in col:
-        if v is MISSING or v is None or isinstance(v, (bool, np.bool_, str, bytes)) or not isinstance(
-            v, (int, float, np.integer, np.floating)
-        ):
-            return None
+    # One pass in C over the values' types (not an isinstance call per value): a column
+    # of plain numbers holds a handful of types, each checked once.
+    if not all(_is_number_type(t) for t in set(map(type, col))):
+        return None
     return col.astype(np.float64)
+
+
+@functools.lru_cache(maxsize=64)
+def _is_number_type(t: type) -> bool:
+    """``t`` is an int or float type (Python or numpy) but not a boolean."""
+    return issubclass(t, (int, float, np.integer, np.floating)) and not issubclass(t, (bool, np.bool_))
 
 
 def plain(v: Any) -> Any:
@@ -114,6 +125,24 @@ def table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
     codes = table[idx - lo] if lo else table[idx]
     codes[idx != col] = -1  # 2.5 is not the declared value 2
     return codes
+
+
+def declared_table(lookup: dict) -> tuple[int, np.ndarray] | None:
+    """The lowest declared whole number ``lo`` and the code of every integer in ``[lo, hi]``
+    (-1 where not declared), ``hi`` the highest; None when no whole number is declared or
+    the span reaches :data:`TABLE_SPAN`. A table over the declared values, not the data's.
+
+    >>> lo, table = declared_table({lookup_key(v): i for i, v in enumerate((5, 3, "x", True, 2.5))})
+    >>> lo, table.tolist()
+    (3, [1, -1, 0])
+    """
+    whole = [k for k in lookup if isinstance(k, (int, float)) and float(k).is_integer()]
+    if not whole:
+        return None
+    lo, hi = int(min(whole)), int(max(whole))
+    if hi - lo >= TABLE_SPAN:
+        return None
+    return lo, np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
 
 
 def has_fractions(lookup: dict) -> bool:

@@ -63,9 +63,16 @@ class _Stage:
         self.top = top  # R in [0, top]
         self._neg = [-t for t in thresholds[1:]]  # ascending, for the exact path
         self.hi = np.array([min(t >> 64, _MASK64) for t in thresholds], dtype=np.uint64)
-        # guide: R at the start of each of 2**16 buckets of u (Chen & Asau's indexed search)
+        # guide: R at the start of each of 2**16 buckets of u (Chen & Asau's indexed search),
+        # stored as ~R (negative) where a threshold falls inside the bucket so R may change in it.
+        # Only those buckets (at most one per threshold) are checked against the thresholds.
+        b = np.arange(1 << 16)
         ceil_top = np.array(sorted(-((-t) >> 112) for t in thresholds[1:]), dtype=np.int64)
-        self.guide = (ceil_top.size - np.searchsorted(ceil_top, np.arange(1 << 16), side="right")).astype(np.int64)
+        floor_top = np.array(sorted(t >> 112 for t in thresholds[1:]), dtype=np.int64)
+        start = ceil_top.size - np.searchsorted(ceil_top, b, side="right")  # #{r: T_r > b * 2**112}
+        end = floor_top.size - np.searchsorted(floor_top, b + 1, side="left")  # #{r: T_r >= (b+1) * 2**112}
+        assert top < 2**15
+        self.guide = np.where(start == end, start, ~start).astype(np.int16)  # 128 KiB: stays in L2 cache
         self.c0 = math.exp(-lam * length) if kind == "block" else 0.0
         self.c1 = -math.expm1(-lam * length) if kind == "block" else float((1 + a) / 2) if kind == "folded" else 1.0
 
@@ -75,9 +82,12 @@ class _Stage:
 
     def draw(self, rng: SecureRandom, n: int) -> np.ndarray:
         h = rng.bits(n)
-        g = self.guide[h >> np.uint64(48)]
-        bad = self._wrong(h, g)
-        if bad.size:  # bucket holds a threshold: invert in floating point, check again
+        gs = np.take(self.guide, (h >> np.uint64(48)).view(np.int64))
+        g = gs.astype(np.int64)
+        amb = np.flatnonzero(gs < 0)  # R is the guide's everywhere else in the bucket
+        g[amb] = ~g[amb]
+        bad = amb[self._wrong(h[amb], g[amb])]
+        if bad.size:  # u not between the bucket start's thresholds: invert in floating point, check again
             hb = h[bad]
             u = (hb.astype(np.float64) + 0.5) * (1.0 / 2.0**64)
             gb = np.ceil(-np.log(self.c0 + self.c1 * u) / self.lam) - 1
@@ -127,8 +137,10 @@ def _two_sided(shape: tuple, lam: float, rng: SecureRandom) -> np.ndarray:
     if not _fits(lam):
         return (_one_sided(n, lam, rng) - _one_sided(n, lam, rng)).reshape(shape)
     k = _folded(lam).draw(rng, n)  # |K|, then a fair sign
-    sign = np.unpackbits(np.frombuffer(rng.random_bytes((n + 7) // 8), dtype=np.uint8), count=n).astype(bool)
-    np.negative(k, out=k, where=sign)
+    sign = np.unpackbits(np.frombuffer(rng.random_bytes((n + 7) // 8), dtype=np.uint8), count=n).astype(np.int64)
+    sign *= -2  # 1 - 2 * bit: a multiply is 3x faster than np.negative(..., where=bit)
+    sign += 1
+    k *= sign
     return k.reshape(shape)
 
 

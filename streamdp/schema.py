@@ -20,6 +20,7 @@ against it.
 from __future__ import annotations
 
 import collections
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from .coding import (BLOCK, MISSING, TABLE_SPAN, is_frame, lookup_codes, lookup_key, plain, to_float,
+from .coding import (BLOCK, MISSING, declared_table, is_frame, lookup_codes, lookup_key, plain, to_float,
                      value_code)
 
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
@@ -311,8 +312,9 @@ class Schema:
         )
 
     def _encode_matrix(self, X: Any) -> np.ndarray | None:
-        """Codes of a numeric 2-D array in a few whole-matrix passes (one table over every categorical
-        column's range); None when a value is invalid or a range too wide (the column coder then names it)."""
+        """Codes of a numeric 2-D array in a few passes per row block (one table over every categorical
+        column's declared whole numbers, or value - lowest when they are consecutive from code 0); None
+        when a value is invalid or a declared span too wide (the column coder then names it)."""
         if not (isinstance(X, np.ndarray) and X.ndim == 2 and X.dtype.kind in "iuf"
                 and X.shape[1] == self.n_attributes and X.shape[0]):
             return None
@@ -330,34 +332,48 @@ class Schema:
         cj = np.flatnonzero(cat)
         if not len(cj):
             return out
+        plan = self._declared_tables
+        if plan is None or (X.dtype.kind == "u" and X.dtype.itemsize >= np.dtype(np.intp).itemsize):
+            return None  # a column with no whole number declared (or too wide a span), or uint64: column by column
+        lo, span, start, table = plan
         C = X[:, cj] if not cat.all() else X
-        with np.errstate(invalid="ignore"):
-            lo, hi = C.min(axis=0), C.max(axis=0)
-        if X.dtype.kind == "f":
-            if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
-                return None
-            lo, hi = np.floor(lo), np.ceil(hi)
-        if ((hi.astype(np.float64) - lo.astype(np.float64)) >= TABLE_SPAN).any():  # no int64 wrap, no huge cast
-            return None
-        lo, hi = lo.astype(np.int64), hi.astype(np.int64)
-        tables = [np.array([value_code(self._lookup[j], v) for v in range(a, b + 1)], dtype=np.int64)
-                  for j, a, b in zip(cj.tolist(), lo.tolist(), hi.tolist())]
-        start = np.concatenate([[0], np.cumsum([len(t) for t in tables])[:-1]]) - lo
-        table = np.concatenate(tables).astype(np.float64)
         codes = out if len(cj) == self.n_attributes else np.empty(C.shape, dtype=np.float64)
         for s in range(0, len(C), BLOCK):  # row blocks that stay in cache (whole-matrix temporaries do not)
             block = C[s:s + BLOCK]
-            idx = block.astype(np.intp)
-            if X.dtype.kind == "f" and (idx != block).any():  # 2.5 is not the declared value 2
+            with np.errstate(invalid="ignore"):  # NaN and infinities cast to garbage: the comparison catches them
+                idx = block.astype(np.intp)
+            if X.dtype.kind == "f" and (idx != block).any():  # 2.5 is not the declared value 2; NaN is nothing
                 return None
+            if lo is not None:
+                idx -= lo
+            if (idx.view(np.uintp) >= span).any():  # outside [lo, hi] (below lo wraps around to huge)
+                return None
+            if table is None:  # every column declares lo, lo + 1, ..., hi in this order: the code is value - lo
+                codes[s:s + BLOCK] = idx
+                continue
             idx += start
             np.take(table, idx, out=codes[s:s + BLOCK])
-            if (codes[s:s + BLOCK] < 0).any():
+            if (codes[s:s + BLOCK] < 0).any():  # a gap in the declared values
                 return None
         if codes is not out:
             for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is 30x slower
                 out[:, j] = codes[:, k]
         return out
+
+    @functools.cached_property
+    def _declared_tables(self) -> tuple | None:
+        """For the whole-matrix coder, over the categorical columns: the declared lowest whole number
+        per column (None if all 0), the span per column, and per-column table offsets with the
+        concatenated tables (None, None when every code is value - lowest); None if a column has none."""
+        tables = [declared_table(self._lookup[j]) for j in np.flatnonzero(self.is_categorical).tolist()]
+        if any(t is None for t in tables):
+            return None
+        lo = np.array([t[0] for t in tables], dtype=np.intp)
+        span = np.array([len(t[1]) for t in tables], dtype=np.uintp)
+        if all(np.array_equal(t[1], np.arange(len(t[1]))) for t in tables):
+            return (lo if lo.any() else None), span, None, None
+        start = np.concatenate([[0], np.cumsum(span[:-1])]).astype(np.intp)
+        return (lo if lo.any() else None), span, start, np.concatenate([t[1] for t in tables]).astype(np.float64)
 
     def encode_labels(self, y: Iterable) -> np.ndarray:
         ys = list(y) if not isinstance(y, np.ndarray) else y

@@ -430,3 +430,28 @@ def test_round_trip_random_schemas(schema, n_trees, height, mechanism, vote, bud
         assert np.array_equal(arr, g.structure.arrays()[name])
     assert np.array_equal(g.counts, f.counts)
     assert g.to_bytes()[:-9] != b""  # and it re-serializes
+
+
+def test_packb_is_msgpack_with_one_copy_of_each_large_value():
+    """Same bytes as msgpack.packb for nested maps, lists and tuples with small and large binaries, and the
+    traced peak of a blob of large arrays is about the blob (msgpack's growing buffer peaked near 3x)."""
+    import tracemalloc
+
+    import msgpack
+
+    from streamdp import blob as B
+
+    rng = np.random.default_rng(0)
+    big = rng.integers(0, 9, 300_000)
+    doc = {"format": "t", "format_version": 1, "x": [1, (2, b"ab"), {"a": B.pack_array(big)}],
+           "y": B.pack_array(np.arange(3.0)), "z": bytes(70_000), "w": bytearray(b"q" * 66_000), "n": None}
+    assert B.packb(doc) == msgpack.packb(doc, use_bin_type=True)
+    assert B.unpack_array(B.loads(B.dumps("t", 1, {"a": B.pack_array(big)}), "t", 1)["a"]).tolist() == big.tolist()
+    arrays = {f"a{i}": B.pack_array(rng.integers(0, 9, 2_000_000)) for i in range(4)}  # 4 x 16 MB
+    tracemalloc.start()
+    try:
+        out = B.dumps("t", 1, arrays)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.2 * len(out)

@@ -6,6 +6,7 @@ failure probability of about 1e-6 (chi-square p-value threshold 1e-6).
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from fractions import Fraction
@@ -182,3 +183,21 @@ def test_exact_path_decides_words_at_a_threshold():
         want = [sum(1 for t in thresholds[1:] if ((h << 64) | lo) < t) for h, lo in zip(his, los)]
         assert got.tolist() == want
     assert want != [r - 1 for r in rs]  # the second case really differs from the first
+
+
+@pytest.mark.parametrize("stage", ["folded 0.3", "folded 0.09", "block", "geometric tail"])
+def test_guide_buckets_give_the_exact_inverse(stage):
+    """Every bucket's first and last word, the words at and next to each threshold, random words:
+    the sampler's R is #{r >= 1: u < T_r} (buckets without a threshold are not checked word by word)."""
+    st = {"folded 0.3": lambda: noise._folded(0.3), "folded 0.09": lambda: noise._folded(0.09),
+          "block": lambda: noise._stages(1e-3)[0], "geometric tail": lambda: noise._stages(1e-3)[1]}[stage]()
+    neg = st._neg
+    b = np.arange(1 << 16, dtype=np.uint64) << np.uint64(48)
+    at = np.array(sorted({min(-t >> 64, 2**64 - 1) for t in neg}), dtype=np.uint64)
+    rnd = np.frombuffer(np.random.default_rng(1).bytes(8 * 20_000), dtype=np.uint64)
+    his = np.concatenate([b, b | np.uint64(2**48 - 1), at, at - np.uint64(1), at + np.uint64(1), rnd])
+    lo = 0x9E3779B97F4A7C15  # the same low word wherever the 128-bit path asks for one
+    got = st.draw(_FixedBits(his.tolist() + [lo] * len(his)), len(his))
+    want = [bisect.bisect_left(neg, -((h << 64) | lo)) for h in his.tolist()]
+    assert got.tolist() == want
+    assert (st.guide < 0).sum() <= len(neg)  # at most one checked bucket per threshold

@@ -25,15 +25,15 @@ nodes and thousands of models would switch to SPUBLISH on the ``{NAME}``-tagged
 channel (it stays in the model's shard). A lost announcement only delays a
 consumer: :meth:`~streamdp.service.consumer.Consumer.wait_newer` re-reads the version.
 
-The release windows (``release="window"``/``"tree"``) use three more scripts:
-:data:`WINDOW_ADD_LUA` (the same checks, then the exact tallies into the open
-window's accumulator, the batch ids recorded, XACK), :data:`SEAL_LUA` and
-:data:`CLOSE_LUA` (see :mod:`.windows` for the closing protocol).
+The release windows (``release="window"``/``"tree"``) use two more scripts:
+:data:`WINDOW_ADD_LUA` (the same checks, then the summed exact tally as one field of
+the open window's accumulator, the batch ids recorded, XACK) and :data:`SEAL_LUA`; a
+window's release itself is a MULTI/EXEC under WATCH (see :mod:`.windows`).
 """
 
 from __future__ import annotations
 
-__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "CLOSE_LUA"]
+__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA"]
 
 # Shared by the batch commit and the window add: every entry still pending and owned by the caller, no merging
 # batch id merged before; otherwise return the rejections and write nothing. Needs group, me, m, a, base, merged_key.
@@ -124,23 +124,22 @@ return {'ok', -1}
 WINDOW_ADD_LUA = r"""
 -- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
--- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d, 10 c,
---       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
---       c pairs (flat cell index, count)
+-- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
+--       10 the summed tally's nonzero cells (windows.sparse_cells: '' for none),
+--       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+-- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most
+-- once (checked above), so no other add ever writes that field.
 -- Same ownership and dedup checks as the batch commit; 'moved' (with the open window) when a closer sealed
 -- the expected window meanwhile: nothing is written and the caller retries into the new one.
 local group, me = ARGV[1], ARGV[2]
-local m, a, d, c = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
 """ + _CHECK_LUA + r"""
 local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
 if m > 0 then
   if open ~= tonumber(ARGV[3]) then return {'moved', open} end
-  local off = base + 2 * m + a + 3 * d
-  for i = 1, c do
-    redis.call('HINCRBY', KEYS[6], ARGV[off + 2 * i - 1], ARGV[off + 2 * i])
-  end
+  if #ARGV[10] > 0 then redis.call('HSET', KEYS[6], 'b:' .. ARGV[base + 2], ARGV[10]) end
   for i = 1, m do redis.call('ZADD', KEYS[3], open, ARGV[base + 2 * i]) end
   redis.call('HINCRBY', KEYS[4], 'batches_merged', m)
   redis.call('HINCRBY', KEYS[4], 'records_merged', ARGV[4])
@@ -165,32 +164,4 @@ if open == rel + 1 and open <= tonumber(ARGV[1]) then
   redis.call('HSET', KEYS[1], 'open', open)
 end
 return {open, rel}
-"""
-
-CLOSE_LUA = r"""
--- Release sealed window w: publish, advance, delete its accumulator, in one step (CAS on releases and version).
--- KEYS: 1 state, 2 pub_model, 3 stats, 4 pub_v_new, 5 pub_v_drop, 6 acc of w, 7 tree state, 8.. stored noise keys
--- ARGV: 1 w, 2 counts, 3 blob, 4 now_ms, 5 version_ttl_s (0 none), 6 drop_old (0/1), 7 noise_ttl_s, 8 channel,
---       9 tree state bytes ('' for release="window"), 10 expected version
-local w = tonumber(ARGV[1])
-local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
-local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
-local v = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if rel ~= w - 1 or open <= w or v ~= tonumber(ARGV[10]) then return {'conflict', rel} end
-local nv = v + 1
-redis.call('HSET', KEYS[1], 'version', nv, 'counts', ARGV[2], 'releases', w)
-redis.call('HSET', KEYS[2], 'version', nv, 'blob', ARGV[3], 'updated', ARGV[4], 'releases', w, 'counts', ARGV[2])
-if tonumber(ARGV[5]) > 0 then
-  redis.call('SET', KEYS[4], ARGV[3], 'EX', ARGV[5])
-else
-  redis.call('SET', KEYS[4], ARGV[3])
-end
-if ARGV[6] == '1' then redis.call('DEL', KEYS[5]) end
-redis.call('DEL', KEYS[6])
-if ARGV[9] ~= '' then redis.call('SET', KEYS[7], ARGV[9]) end
-for i = 8, #KEYS do redis.call('EXPIRE', KEYS[i], ARGV[7]) end
-redis.call('HINCRBY', KEYS[3], 'windows_released', 1)
-redis.call('HSET', KEYS[3], 'last_release_ms', ARGV[4])
-redis.call('PUBLISH', ARGV[8], nv)
-return {'ok', nv}
 """

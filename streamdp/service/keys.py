@@ -70,8 +70,12 @@ class Keys:
         return f"{self.prefix}:priv:delta:{batch_id}"
 
     def acc(self, window: int) -> str:
-        """The SECRET exact accumulator of a window (hash: flat cell index -> count); workers only."""
+        """The SECRET exact accumulator of a window (hash: one field per add, :mod:`.windows`); workers only."""
         return f"{self.prefix}:priv:acc:{int(window)}"
+
+    def closing(self, window: int) -> str:
+        """A short lease of the worker closing a window (saves the others a duplicate close; not a lock)."""
+        return f"{self.prefix}:priv:closing:{int(window)}"
 
     def window_delta(self, window: int) -> str:
         """A closed window's noised delta, stored (SET NX) before it is merged."""

@@ -78,7 +78,7 @@ def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateFo
     if stored is None:
         arr = np.asarray(draw()).astype(dtype)
         after_draw()
-        if r.set(key, msgpack.packb(blob.pack_array(arr), use_bin_type=True), nx=True):
+        if r.set(key, blob.packb(blob.pack_array(arr)), nx=True):
             after_store()
             return arr
         stored = r.get(key)  # another worker stored it first: use that one

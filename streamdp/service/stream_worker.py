@@ -394,13 +394,12 @@ class Worker(GroupLoop):
                 return
             dead = self._dead_items(ids_all)
             m = len(m_entries)
-            cells = sparse_cells(sum(tallies[e.batch.batch_id] for e in m_entries)) if m else []
+            cells = sparse_cells(sum(tallies[e.batch.batch_id] for e in m_entries)) if m else b""
             if self._open is None:
                 self._open = int(self.redis.hget(self.keys.state, "open") or 1)
             args: list[Any] = [GROUP, self.name, self._open, sum(len(e.batch.y) for e in m_entries),
-                               int(time.time() * 1000), cfg.dead_maxlen, m, len(ack_only), len(dead), len(cells) // 2]
+                               int(time.time() * 1000), cfg.dead_maxlen, m, len(ack_only), len(dead), cells]
             args += _entry_args(m_entries, ack_only, dead)
-            args += cells
             keys = [self.keys.records, self.keys.state, self.keys.merged, self.keys.stats, self.keys.dead,
                     self.keys.acc(self._open)]
             self._fault("before_commit")

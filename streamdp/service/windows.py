@@ -1,13 +1,14 @@
 """Release windows in the service: seal, noise once, merge and publish on the public schedule.
 
 For ``release="window"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
-entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash of
-flat cell index -> count, worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
+entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one
+field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`sparse_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
 which records the batch id and XACKs in the same step. The open window is the
 state field ``open``: a public rule (the first window not yet sealed), read inside
 the script, so an entry lands in exactly one window.
 
-Closing window ``w`` is three idempotent steps any worker may run (no lock, no lease):
+Closing window ``w`` is three idempotent steps any worker may run (no lock; a short lease
+``priv:closing:<w>`` only keeps the other workers from duplicating a close, never decides anything):
 
 1. **seal** (:data:`.commit.SEAL_LUA`): once the clock passed ``w``'s end
    (:func:`~streamdp.continual.windows_due`, ``release_every`` seconds from the
@@ -18,7 +19,8 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock, no l
    sum (``tree``) and store it with ``SET NX`` (``priv:wdelta:<w>``,
    ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the
    stored draw, so each release's noise is drawn once;
-3. **merge** (:data:`.commit.CLOSE_LUA`): CAS on ``releases == w-1`` and the version;
+3. **merge** (:meth:`WindowCloser._release`, one MULTI/EXEC under WATCH of the state): CAS on
+   ``releases == w-1``, ``open > w`` and the version;
    write counts (and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
    accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import time
 from typing import Any, Callable
 
@@ -41,9 +44,9 @@ import redis
 
 from ..continual import ReleasePolicy, TreeState, noisy_node, window_delta
 from ..forest import PrivateForest
-from .commit import CLOSE_LUA, SEAL_LUA
+from .commit import SEAL_LUA
 from .group import jlog
-from .keys import Keys, as_str
+from .keys import Keys
 from .published import counts_from_bytes, counts_to_bytes, drawn_once
 from .rollback import NoiseSource, RollbackGuard
 
@@ -53,29 +56,54 @@ log = logging.getLogger("streamdp.worker")
 MAX_CLOSES_PER_TICK = 1000
 
 
-def sparse_cells(counts: np.ndarray) -> list[int]:
-    """Nonzero cells of an exact tally as a flat ``[index, count, ...]`` list (the add script's arguments).
+#: Field prefix of one add's tally in a window accumulator (the rest of the name: the add's first batch id).
+ADD_FIELD = b"b:"
 
-    >>> sparse_cells(np.array([[0, 2], [0, 1]]))
-    [1, 2, 3, 1]
+
+def sparse_cells(counts: np.ndarray) -> bytes:
+    """Nonzero cells of an exact tally as one bytes value: the flat indices, then their counts
+    (little-endian int64 each). The add script stores it whole as one field of the window's
+    accumulator (one HSET per add, not one HINCRBY per cell).
+
+    >>> np.frombuffer(sparse_cells(np.array([[0, 2], [0, 1]])), dtype="<i8").tolist()
+    [1, 3, 2, 1]
     """
     flat = np.asarray(counts).ravel()
     nz = np.flatnonzero(flat)
-    out = np.empty(2 * len(nz), dtype=np.int64)
-    out[0::2], out[1::2] = nz, flat[nz]
-    return out.tolist()
+    out = np.empty(2 * len(nz), dtype="<i8")
+    out[:len(nz)], out[len(nz):] = nz, flat[nz]
+    return out.tobytes()
 
 
 def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
-    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived."""
+    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived.
+
+    Fields ``b:<batch id>`` hold one add's :func:`sparse_cells`; a field that is a bare cell
+    index holding a count (what earlier workers added with HINCRBY) is read too.
+
+    >>> acc_counts({b"b:x": sparse_cells(np.array([0, 2, 1])), b"1": b"5"}, (3,)).tolist()
+    [0, 7, 1]
+    """
     if not raw:
         return None
-    out = np.zeros(int(np.prod(shape)), dtype=np.int64)
-    idx = np.fromiter((int(k) for k in raw), dtype=np.int64, count=len(raw))
-    val = np.fromiter((int(v) for v in raw.values()), dtype=np.int64, count=len(raw))
-    if idx.min() < 0 or idx.max() >= out.size:
-        raise ValueError("window accumulator holds a cell index outside the forest")
-    out[idx] = val
+    size = int(np.prod(shape))
+    out = np.zeros(size, dtype=np.int64)
+    cells = [(k, v) for k, v in raw.items() if not bytes(k).startswith(ADD_FIELD)]
+    for k, v in raw.items():
+        if bytes(k).startswith(ADD_FIELD):
+            if len(v) % 16:
+                raise ValueError("window accumulator holds a malformed tally")
+            a = np.frombuffer(v, dtype="<i8")
+            idx, val = a[:len(a) // 2], a[len(a) // 2:]
+            if idx.size and (idx.min() < 0 or idx.max() >= size):
+                raise ValueError("window accumulator holds a cell index outside the forest")
+            np.add.at(out, idx, val)
+    if cells:
+        idx = np.fromiter((int(k) for k, _ in cells), dtype=np.int64, count=len(cells))
+        val = np.fromiter((int(v) for _, v in cells), dtype=np.int64, count=len(cells))
+        if idx.min() < 0 or idx.max() >= out.size:
+            raise ValueError("window accumulator holds a cell index outside the forest")
+        np.add.at(out, idx, val)
     return out.reshape(shape)
 
 
@@ -94,8 +122,14 @@ class WindowCloser:
         self.eps_node = policy.node_epsilon(spec.epsilon_per_tree)
         self.real = spec.real_cells
         self._seal = r.register_script(SEAL_LUA)
-        self._close = r.register_script(CLOSE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
+        self._last: tuple[int, np.ndarray] | None = None  # (version, counts) this closer published last
+        # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
+        # send it (tens of MB at height 6) only for all but one to lose the CAS. Correctness never depends on
+        # it (SET NX noise, CAS close); it expires after about what a close of this size takes, so a closer
+        # killed mid-close delays the window by that much.
+        self.lease_ms = 250 + int(np.prod(spec.shape)) // 1000
+        self.token = secrets.token_hex(8)
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -126,28 +160,44 @@ class WindowCloser:
             if open_ <= rel + 1:
                 break  # nothing sealed: no window due
             self.fault("close_after_seal")
-            if self.close(rel + 1):
-                n += 1
+            lease = self.keys.closing(rel + 1)
+            if not self.r.set(lease, self.token, nx=True, px=self.lease_ms):
+                break  # another worker is closing it: a later tick resumes if that one died (the lease expires)
+            try:
+                if self.close(rel + 1):
+                    n += 1
+            finally:
+                self.r.delete(lease)
         return n
 
     def close(self, w: int) -> bool:
         """Noise and release sealed window ``w`` (False: another worker released it first)."""
         p = self.r.pipeline(transaction=True)
-        p.hmget(self.keys.state, "version", "counts", "releases", "open")
+        # The counts only change with the version: those of the version this closer released last are not read again.
+        # (``tree`` publishes its state's estimate and needs no counts.)
+        window = self.policy.kind == "window"
+        cached = self._last if self._last is not None else (-1, None)
+        p.hmget(self.keys.state, "version", "releases", "open")
         p.hgetall(self.keys.acc(w))
         p.get(self.keys.tree)
-        (version, counts_b, rel, open_), acc_raw, tree_b = p.execute()
+        (version, rel, open_), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
+        if window and cached[0] == version:
+            old = cached[1]
+        elif window:
+            now_version, counts_b = self.r.hmget(self.keys.state, "version", "counts")
+            if int(now_version or 0) != version:
+                return False  # released meanwhile (the caller seals and looks again)
+            old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
         exact = acc_counts(acc_raw, self.spec.shape)
-        if self.policy.kind == "window":
+        if window:
             key = self.keys.window_delta(w)
             delta = self._stored(key, lambda: window_delta(
                 exact, self.spec.shape, self.eps_node, self.spec.mechanism,
                 self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k))
-            old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
             new_counts, noise_keys, state_b = old + delta, [key], b""
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
@@ -164,20 +214,52 @@ class WindowCloser:
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w)
         keep = self.keep_versions
         drop = keep > 0 and version + 1 - keep >= 0
-        keys = [self.keys.state, self.keys.pub_model, self.keys.stats, self.keys.pub_version(version + 1),
-                self.keys.pub_version(version + 1 - keep if drop else version + 1), self.keys.acc(w),
-                self.keys.tree, *noise_keys]
-        args: list[Any] = [w, counts_to_bytes(new_counts), forest.to_bytes(), int(time.time() * 1000),
-                           self.version_ttl_s, 1 if drop else 0, self.noise_ttl_s, self.keys.pub_events, state_b,
-                           version]
         self.fault("close_before_commit")
-        res = self._close(keys=keys, args=args)
+        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), state_b, noise_keys)
         self.fault("close_in_commit")
-        if as_str(res[0]) != "ok":
+        if not ok:
             return False
         self.guard.record(version + 1)
         self._released = w
+        self._last = (version + 1, new_counts) if window else None
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
+        return True
+
+    def _release(self, w: int, version: int, counts_b: bytes, blob_b: bytes, state_b: bytes,
+                 noise_keys: list[str]) -> bool:
+        """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
+        the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
+
+        Plain commands, not a script: a script copies its arguments (tens of MB at height 6) into Lua
+        strings before writing them, which made a release about twice as slow. The state hash holds
+        everything the condition reads, and any write to it between WATCH and EXEC (a seal, another
+        closer's release) makes EXEC write nothing."""
+        nv, now = version + 1, int(time.time() * 1000)
+        keep = self.keep_versions
+        with self.r.pipeline(transaction=True) as p:
+            try:
+                p.watch(self.keys.state)
+                v, rel, open_ = p.hmget(self.keys.state, "version", "releases", "open")
+                if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
+                    return False
+                p.multi()
+                p.hset(self.keys.state, mapping={"version": nv, "counts": counts_b, "releases": w})
+                p.hset(self.keys.pub_model, mapping={"version": nv, "blob": blob_b, "updated": now, "releases": w,
+                                                     "counts": counts_b})
+                p.set(self.keys.pub_version(nv), blob_b, ex=self.version_ttl_s or None)
+                if keep > 0 and nv - keep >= 0:
+                    p.delete(self.keys.pub_version(nv - keep))
+                p.delete(self.keys.acc(w))
+                if state_b:
+                    p.set(self.keys.tree, state_b)
+                for k in noise_keys:
+                    p.expire(k, self.noise_ttl_s)
+                p.hincrby(self.keys.stats, "windows_released", 1)
+                p.hset(self.keys.stats, "last_release_ms", now)
+                p.publish(self.keys.pub_events, nv)
+                p.execute()
+            except redis.WatchError:
+                return False
         return True
 
     def _exact_bytes(self, exact: np.ndarray | None) -> bytes:

@@ -75,6 +75,20 @@ class ForestStructure:
     n_leaves: np.ndarray
     height: int
 
+    def __post_init__(self) -> None:
+        # Frozen: routing caches derived arrays on the structure (keyed by these very arrays), so an
+        # in-place edit would route with stale tables; build a new structure instead.
+        for a in (self.feature, self.threshold, self.child, self.leaf, self.n_leaves):
+            a.flags.writeable = False
+
+    def _cache(self) -> dict:
+        """Per-structure cache of derived routing tables, reset when a node array is replaced."""
+        arrays = (self.feature, self.threshold, self.child, self.leaf)
+        held = self.__dict__.get("_tables_of")
+        if held is None or any(a is not b for a, b in zip(arrays, held)):
+            self.__dict__["_tables"], self.__dict__["_tables_of"] = {}, arrays
+        return self.__dict__["_tables"]
+
     @property
     def n_trees(self) -> int:
         return self.feature.shape[0]
@@ -257,11 +271,7 @@ class ForestStructure:
 
     def _key_plan(self, m: int):
         """Attributes tested anywhere in the forest, their arities (from the structure) and the domain size."""
-        # The cache lives on this object; a fingerprint of the node arrays clears it if they were replaced or edited in place.
-        fp = tuple((a.shape, a.dtype.str, hash(a.tobytes())) for a in (self.feature, self.child, self.leaf))
-        if self.__dict__.get("_cache_fp") != fp:
-            self.__dict__["_cache"], self.__dict__["_cache_fp"] = {}, fp
-        cache = self.__dict__["_cache"]
+        cache = self._cache()
         if ("plan", m) not in cache:
             radix = np.ones(m, dtype=np.int64)
             for t in range(self.n_trees):
@@ -289,7 +299,7 @@ class ForestStructure:
         """
         n, m = X.shape
         used, radix, domain = self._key_plan(m)
-        cache = self.__dict__["_cache"]
+        cache = self._cache()
         key_t = ("table", m)
         if domain * self.n_trees > self.KEY_CELLS_MAX:
             return None
@@ -329,12 +339,15 @@ class ForestStructure:
             xdtype = np.uint8 if top < 256 else (np.int16 if top < 32768 else np.int64)
         else:
             xdtype = np.float64
-        feature = self.feature.astype(np.intp)
-        child = self.child.astype(np.intp)
-        leaf = self.leaf.astype(np.int64)
+        cache = self._cache()
+        key = ("route", is_cat.tobytes())
+        if key not in cache:  # once per structure: these touch every node of every tree
+            # Per node: 1 if the node is a categorical split (its code is the branch), else 0.
+            cat_node = np.append(is_cat, False)[self.feature]
+            cache[key] = (self.feature.astype(np.intp), self.child.astype(np.intp), self.leaf.astype(np.int64),
+                          cat_node, cat_node.astype(np.intp), {})
+        feature, child, leaf, cat_node, cat_int, offsets = cache[key]
         thr = self.threshold
-        # Per node: 1 if the node is a categorical split (its code is the branch), else 0.
-        cat_node = np.append(is_cat, False)[self.feature]
         chunk = self.CHUNK if all_cat else self.CHUNK // 2
         c_max = min(n, chunk)
         XT = np.zeros((m + 1, c_max), dtype=xdtype)  # row m is the zero column tested by leaves
@@ -347,7 +360,6 @@ class ForestStructure:
             br = np.empty(c_max, dtype=bool)
         if not (all_cat or all_num):
             cv = np.empty(c_max, dtype=np.intp)
-            cat_int = cat_node.astype(np.intp)
         for s in range(0, n, chunk):
             e = min(n, s + chunk)
             c = e - s
@@ -361,7 +373,11 @@ class ForestStructure:
             XT[:m] = X[s:e].T
             XTf = XT.ravel()
             ar = ar_full[:c]
-            foff = feature * c  # column start of each node's attribute in XTf
+            if c not in offsets:  # column start of each node's attribute in XTf, per chunk length
+                if len(offsets) > 4:
+                    offsets.clear()
+                offsets[c] = feature * c
+            foff = offsets[c]
             for t in range(T):
                 f_t, ch_t, off_t, thr_t = feature[t], child[t], foff[t], thr[t]
                 # Root level: every record is at node 0.

@@ -115,14 +115,22 @@ def test_tally_matches_reference(seed):
     np.testing.assert_array_equal(tally(lt, y, (T, L, C)), reference_tally(leaves, y, (T, L, C)))
 
 
-def test_key_table_cache_follows_in_place_edits():
+def test_structures_are_frozen_and_a_replaced_array_resets_the_routing_caches():
     rng = np.random.default_rng(5)
     schema = random_schema(rng, "categorical", 5)
     fs = ForestStructure.draw(schema, n_trees=2, height=3, seed=4)
     X = random_X(rng, schema, 40_000)
     fs.apply(X, schema.is_categorical)  # builds and caches the key table
-    inner = np.flatnonzero(fs.leaf[0] < 0)
     leaves = np.flatnonzero(fs.leaf[0] >= 0)
-    fs.leaf[0, leaves] = fs.leaf[0, leaves][::-1].copy()  # renumber leaves in place
-    assert inner.size
+    with pytest.raises(ValueError):
+        fs.leaf[0, leaves] = fs.leaf[0, leaves][::-1]  # in place: refused (the caches would go stale)
+    renumbered = fs.leaf.copy()
+    renumbered[0, leaves] = fs.leaf[0, leaves][::-1]
+    fs.leaf = renumbered  # a new array: the caches are rebuilt
     np.testing.assert_array_equal(fs.apply(X, schema.is_categorical), reference_apply(fs, X, schema.is_categorical))
+    mixed = random_schema(rng, "mixed", 5)
+    gs = ForestStructure.draw(mixed, n_trees=2, height=3, seed=4)
+    Xm = random_X(rng, mixed, 1000)
+    first = gs.apply(Xm, mixed.is_categorical)  # the general router caches its tables too
+    np.testing.assert_array_equal(gs.apply(Xm[:7], mixed.is_categorical), first[:7])
+    np.testing.assert_array_equal(first, reference_apply(gs, Xm, mixed.is_categorical))

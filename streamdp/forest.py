@@ -106,6 +106,7 @@ class PrivateForest:
         check_epsilon(epsilon, allow_inf=True)
         self.schema = schema
         self.structure = structure
+        self._drawn = structure  # what fit starts from (a fit may replace self.structure by a pruned one)
         self.prior_trees = self._check_stumps(structure, prior_trees, schema.n_attributes)
         self.mechanism = mechanism
         self.vote = vote
@@ -265,6 +266,9 @@ class PrivateForest:
         the pruned ones; :meth:`update` adds to them.
         """
         rng = rng or self._rng
+        if self.structure is not self._drawn:  # a refit starts from the drawn trees, not an earlier fit's pruning
+            self.structure = self._drawn
+            self.__dict__.pop("real_cells", None)
         if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
             X, y = self._checked(X, y)
             structure, counts = pruned_release(self, X, y, self.sample_mask(len(y), rng), rng)

@@ -81,6 +81,14 @@ class ForestStructure:
         for a in (self.feature, self.threshold, self.child, self.leaf, self.n_leaves):
             a.flags.writeable = False
 
+    def __getstate__(self) -> dict:
+        # Routing caches are not part of a structure (and count records routed): never pickled.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_tables", "_tables_of")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()  # frozen again
+
     def _cache(self) -> dict:
         """Per-structure cache of derived routing tables, reset when a node array is replaced."""
         arrays = (self.feature, self.threshold, self.child, self.leaf)
@@ -373,11 +381,14 @@ class ForestStructure:
             XT[:m] = X[s:e].T
             XTf = XT.ravel()
             ar = ar_full[:c]
-            if c not in offsets:  # column start of each node's attribute in XTf, per chunk length
-                if len(offsets) > 4:
-                    offsets.clear()
-                offsets[c] = feature * c
-            foff = offsets[c]
+            # column start of each node's attribute in XTf: cached for full chunks only (a shorter
+            # chunk's length would keep a batch size, an exact count of someone's data, on the structure)
+            if c == chunk:
+                if "full" not in offsets:
+                    offsets["full"] = feature * c
+                foff = offsets["full"]
+            else:
+                foff = feature * c
             for t in range(T):
                 f_t, ch_t, off_t, thr_t = feature[t], child[t], foff[t], thr[t]
                 # Root level: every record is at node 0.

@@ -67,6 +67,29 @@ def test_a_pruned_forest_round_trips_and_updates(shared_datasets):
     assert not f.counts[~real].any()
 
 
+def test_a_refit_starts_from_the_drawn_trees(shared_datasets):
+    ds = load("congressional-voting")
+    f = _forest(ds.schema, n_trees=4, height=10, epsilon=1.0, seed=1, noise_seed=1)
+    drawn = f.structure
+    f.fit(ds.X[:30], ds.y[:30])  # 30 records: pruned to (almost) stumps
+    small = f.height
+    f.fit(ds.X, ds.y)  # all 435: deeper again
+    assert f.height > small
+    f.fit(ds.X, ds.y, prune=False)
+    assert f.structure is drawn and f.counts.shape[1] == drawn.max_leaves
+
+
+def test_pickled_structures_stay_frozen_and_carry_no_routing_cache(shared_datasets):
+    import pickle
+
+    ds = load("congressional-voting")
+    f = _forest(ds.schema, n_trees=4, height=8, epsilon=1.0, seed=1).fit(ds.X[:291], ds.y[:291])
+    f.predict(ds.X[:7])  # routes: the structure caches tables (and, on some paths, counts what it routed)
+    g = pickle.loads(pickle.dumps(f))
+    assert "_tables" not in g.structure.__dict__ and not g.structure.leaf.flags.writeable
+    assert np.array_equal(g.predict_proba(ds.X), f.predict_proba(ds.X))
+
+
 @pytest.mark.parametrize("budget", ["split", "disjoint"])
 def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shared_datasets, monkeypatch):
     """Every release (stumps, probe, trees) replaced by numbers that ignore the data: two unrelated datasets

@@ -231,7 +231,8 @@ def forest_prior(counts: np.ndarray, n_leaves: np.ndarray, cell_var: float = 1.0
     >>> forest_prior(counts, np.array([4, 1])).round(2).tolist()  # the stump's 70/30 outweighs the noisy root 4:1
     [0.67, 0.33]
     """
-    noise = np.maximum(np.asarray(n_leaves, dtype=np.float64), 1.0)[:, None] * max(float(cell_var), 1e-12)
+    cell_var = np.maximum(np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0],)), 1e-12)
+    noise = (np.maximum(np.asarray(n_leaves, dtype=np.float64), 1.0) * cell_var)[:, None]
     tot = counts.sum(axis=1).astype(np.float64)  # (T, C): each tree's root totals
     w = np.broadcast_to(1.0 / noise, tot.shape)
     if share < 1.0:
@@ -311,21 +312,25 @@ class ForestNodes:
     def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
               cell_var: float, n_prior: int = 0, share: float = 1.0,
               layout: tuple[np.ndarray, ...] | None = None) -> "ForestNodes":
-        """Every node's counts and variance from the released leaf counts (``layout``: :meth:`layout`, cached
-        by a caller whose structure does not change between releases)."""
+        """Every node's counts and variance from the released leaf counts; ``cell_var``: the noise variance of
+        one cell, a number or one per tree (stumps included); ``layout``: :meth:`layout`, cached by a caller
+        whose structure does not change between releases."""
         prior = forest_prior(counts, (leaf >= 0).sum(axis=1), cell_var, share)
-        g_parent, g_depth, g_leaf, n_below = layout if layout is not None else cls.layout(feature, child, leaf, n_prior)
+        g_parent, g_depth, g_leaf, n_below, g_tree = (layout if layout is not None
+                                                      else cls.layout(feature, child, leaf, n_prior))
         T, L = g_leaf.shape
         counts = counts[:T, :L]
         has = g_leaf >= 0
         y = np.zeros((g_depth.size, counts.shape[2]))
         y[g_leaf[has]] = counts[has]
         y = _subtree_sums(y, g_parent, g_depth)
-        return cls(y, n_below * counts.shape[2] * cell_var, g_parent, g_depth, g_leaf, prior)
+        per_tree = np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0] + n_prior,))[:T]
+        return cls(y, n_below * counts.shape[2] * per_tree[g_tree], g_parent, g_depth, g_leaf, prior)
 
     @staticmethod
     def layout(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, n_prior: int = 0) -> tuple[np.ndarray, ...]:
-        """What :meth:`build` needs of the structure alone: flat parent, depth, leaf node and leaves below each node."""
+        """What :meth:`build` needs of the structure alone: flat parent, depth, leaf node, leaves below and tree
+        of each node."""
         T = feature.shape[0] - n_prior
         feature, child, leaf = feature[:T], child[:T], leaf[:T]
         L = int((leaf >= 0).sum(axis=1).max())
@@ -343,7 +348,7 @@ class ForestNodes:
         g_leaf[has] = g_index[(leaf_node + offs)[has]]
         n_below = np.zeros(g_depth.size)
         n_below[g_leaf[has]] = 1.0
-        return g_parent, g_depth, g_leaf, _subtree_sums(n_below, g_parent, g_depth)
+        return g_parent, g_depth, g_leaf, _subtree_sums(n_below, g_parent, g_depth), np.nonzero(real)[0]
 
     def leaf_proba(self, snr_min: float | None = None) -> np.ndarray:
         """Per random tree, per leaf number: the rule applied within that tree alone, ``(n_trees, max_leaves, C)``."""

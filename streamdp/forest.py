@@ -99,6 +99,7 @@ class PrivateForest:
         noise_seed: int | None = None,
         private: bool = True,
         prior_trees: int = 0,
+        noise_variance: Any = None,
     ):
         check_choice(mechanism, "mechanism", MECHANISMS)
         check_choice(vote, "vote", VOTES)
@@ -134,6 +135,7 @@ class PrivateForest:
         elif self._padding_nonzero(counts):
             raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
+        self.noise_variance = noise_variance
         #: "shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the rule before); post-processing only.
         self.estimator = "shrink"
         self.version = version
@@ -271,22 +273,28 @@ class PrivateForest:
             self.__dict__.pop("real_cells", None)
         if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
             X, y = self._checked(X, y)
-            structure, counts = pruned_release(self, X, y, self.sample_mask(len(y), rng), rng)
+            structure, counts, variance = pruned_release(self, X, y, self.sample_mask(len(y), rng), rng)
         else:
-            structure, counts = self.structure, self._noise(self.tally_encoded(X, y, rng), rng)
+            structure, counts, variance = self.structure, self._noise(self.tally_encoded(X, y, rng), rng), None
         self.structure = structure
         self.__dict__.pop("real_cells", None)
         self._counts = counts
         self.version += 1
         self.n_releases = 1
+        self.noise_variance = variance
         return self
 
     def update(self, X: Any, y: Any) -> "PrivateForest":
         """Jagannathan's update: tally only the new records, noise that delta once, add it."""
         return self.merge(self.noisy_delta(X, y))
 
-    def merge(self, delta: np.ndarray, releases: int = 1) -> "PrivateForest":
-        """Add an already-noised delta (from :meth:`noisy_delta`, possibly on another worker)."""
+    def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> "PrivateForest":
+        """Add an already-noised delta (from :meth:`noisy_delta`, possibly on another worker).
+
+        ``variance``: the noise variance the delta adds per cell (a number or one per tree);
+        default ``releases * cell_variance`` (0 for a delta that takes an old release away
+        again as it adds a new one, as the river classifier's sliding window does).
+        """
         delta = np.asarray(delta)
         if delta.shape != self.shape or delta.dtype != self._counts.dtype:
             raise ValueError(f"delta must be {self._counts.dtype} of shape {self.shape}, got {delta.dtype} {delta.shape}")
@@ -294,12 +302,16 @@ class PrivateForest:
             raise ValueError("delta must be zero past each tree's last leaf")
         if delta.dtype.kind == "f" and not np.all(np.isfinite(delta)):
             raise ValueError("delta contains NaN or infinite values")
+        before = self.noise_variance
         self._counts += delta  # in place: no second counts-sized array (readers hold read-only views)
         self.version += 1
         self.n_releases += releases
+        if variance is not None or self._noise_variance is not None:
+            self.noise_variance = before + (releases * self.cell_variance if variance is None else np.asarray(variance))
         return self
 
-    def with_counts(self, counts: np.ndarray, *, version: int, n_releases: int) -> "PrivateForest":
+    def with_counts(self, counts: np.ndarray, *, version: int, n_releases: int,
+                    noise_variance: Any = None) -> "PrivateForest":
         """The same forest (schema, settings, structure) holding other released counts, validated.
 
         >>> from streamdp.datasets import load
@@ -310,7 +322,8 @@ class PrivateForest:
         """
         return PrivateForest(self.schema, self.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
                              beta=self.beta, vote=self.vote, budget=self.budget, counts=counts, version=version,
-                             n_releases=n_releases, private=self.private, prior_trees=self.prior_trees)
+                             n_releases=n_releases, private=self.private, prior_trees=self.prior_trees,
+                             noise_variance=noise_variance)
 
     def noisy_delta(self, X: Any, y: Any) -> np.ndarray:
         """The private release of one batch: validate, tally, then noise exactly once."""
@@ -412,18 +425,42 @@ class PrivateForest:
 
     @property
     def cell_variance(self) -> float:
-        """Public variance of the noise on one released cell (:func:`streamdp.estimation.cell_variance`)."""
+        """Public variance of the noise one release puts on a cell (:func:`streamdp.estimation.cell_variance`)."""
         return cell_variance(self.mechanism, self.epsilon_per_tree, self.k)
+
+    @property
+    def noise_variance(self) -> np.ndarray:
+        """Public variance of the noise on each tree's cells as the counts stand, ``(n_trees + prior_trees,)``.
+
+        The releases' noises add up: ``n_releases * cell_variance`` unless a release
+        said otherwise (a pruned fit's probe leaves its trees less budget; a stream's
+        binary tree mechanism publishes sums of fewer nodes). What estimation weighs
+        the counts by. Set it with a number or an array (per tree); None: the default.
+        """
+        if self._noise_variance is None:
+            return np.full(self.structure.n_trees, self.n_releases * self.cell_variance)
+        return self._noise_variance
+
+    @noise_variance.setter
+    def noise_variance(self, value: Any) -> None:
+        if value is None:
+            self._noise_variance = None
+            return
+        v = np.broadcast_to(np.asarray(value, dtype=np.float64), (self.structure.n_trees,)).copy()
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError("noise_variance must be finite and >= 0")
+        v.flags.writeable = False
+        self._noise_variance = v
 
     def estimation_nodes(self) -> ForestNodes:
         """Every node's noisy counts and public noise variance (:class:`streamdp.estimation.ForestNodes`), cached per release."""
-        key = (self.version, id(self._counts))
+        key = (self.version, id(self._counts), self.noise_variance.tobytes())
         if self.__dict__.get("_nodes_key") != key:
             s = self.structure
             if self.__dict__.get("_layout_of") is not s:  # the structure's part, once per structure
                 self._layout, self._layout_of = ForestNodes.layout(s.feature, s.child, s.leaf, self.prior_trees), s
-            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.cell_variance, self.prior_trees,
-                                            self.record_share, self._layout)
+            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.noise_variance,
+                                            self.prior_trees, self.record_share, self._layout)
             self._nodes_key, self._tables = key, {}
         return self._nodes
 
@@ -498,6 +535,7 @@ class PrivateForest:
             "counts": blob.pack_array(self._counts),
             "version": self.version,
             "n_releases": self.n_releases,
+            "noise_variance": None if self._noise_variance is None else [float(v) for v in self._noise_variance],
             "created": time.time(),
         })
 
@@ -538,6 +576,7 @@ class PrivateForest:
                 n_releases=n_releases,
                 private=bool(blob.field(privacy, "private", bool, FORMAT)),
                 prior_trees=prior_trees,
+                noise_variance=doc.get("noise_variance"),  # absent or None: n_releases * cell_variance
             )
         except blob.BlobError:
             raise

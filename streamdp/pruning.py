@@ -61,8 +61,9 @@ PRUNE_PROBE = 0.1
 
 
 def pruned_release(forest: "PrivateForest", X: np.ndarray, y: np.ndarray, mask: np.ndarray | None,
-                   rng: SecureRandom) -> tuple[ForestStructure, np.ndarray]:
-    """The stumps, a probe of the leaf totals, then the pruned trees: the pruned structure and its released counts.
+                   rng: SecureRandom) -> tuple[ForestStructure, np.ndarray, np.ndarray]:
+    """The stumps, a probe of the leaf totals, then the pruned trees: the pruned structure, its released counts
+    and the noise variance of each tree's cells (the trees' releases had the budget the probe left).
 
     ``X``, ``y``: a checked encoded batch; ``mask``: which (record, tree) pairs
     count (:meth:`PrivateForest.sample_mask`, drawn once for every release here).
@@ -109,4 +110,6 @@ def pruned_release(forest: "PrivateForest", X: np.ndarray, y: np.ndarray, mask: 
     real = np.arange(structure.max_leaves)[None, :, None] < structure.n_leaves[:T, None, None]
     counts[:T] = noisy_node(exact[:T], eps, forest.mechanism, rng, np.broadcast_to(real, exact[:T].shape), forest.k)
     counts[T:, :1] = stumps
-    return structure, counts
+    variance = np.full(structure.n_trees, cell_variance(forest.mechanism, forest.epsilon_per_tree, forest.k))
+    variance[:T] = cell_variance(forest.mechanism, eps, forest.k)
+    return structure, counts, variance

@@ -245,7 +245,7 @@ def test_noise_seed_is_test_only_and_marks_not_private():
 
 
 BLOB_KEYS = {"format", "format_version", "schema", "params", "privacy", "structure", "counts", "version",
-             "n_releases", "created"}
+             "n_releases", "noise_variance", "created"}
 
 
 def test_blob_holds_nothing_the_noise_can_be_rebuilt_from():
@@ -575,3 +575,38 @@ def test_prior_stumps_do_not_vote():
     nodes = f.estimation_nodes()
     assert nodes.leaf_node.shape[0] == 3 and (nodes.depth == 0).sum() == 3
     assert np.allclose(nodes.prior, np.bincount(MIXED.encode_labels(y), minlength=3) / len(y))
+
+
+def test_noise_variance_adds_up_over_releases_and_travels_in_the_blob():
+    """Estimation weighs counts by the noise they carry: r releases carry r times one release's variance."""
+    rng = np.random.default_rng(9)
+    X, y = mixed_data(200, rng)
+    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=2)
+    s2 = f.cell_variance
+    f.fit(X, y, prune=False)
+    assert np.allclose(f.noise_variance, s2)
+    for r in range(2, 5):
+        f.update(X, y)
+        assert np.allclose(f.noise_variance, r * s2)
+    f.merge(np.zeros(f.shape, dtype=np.int64), variance=0.0)  # a delta that adds no noise
+    assert np.allclose(f.noise_variance, 4 * s2) and f.n_releases == 5
+    g = PrivateForest.from_bytes(f.to_bytes())
+    assert np.allclose(g.noise_variance, f.noise_variance)
+    nodes = g.estimation_nodes()
+    leaves = nodes.leaf_node[nodes.leaf_node >= 0]
+    assert np.allclose(nodes.var[leaves], MIXED.n_classes * 4 * s2)
+    with pytest.raises(ValueError, match="noise_variance"):
+        g.noise_variance = -1.0
+
+
+def test_river_sliding_window_keeps_the_variance_of_its_window():
+    from streamdp.river import PrivateForestClassifier
+    from streamdp.river.schemas import agrawal_schema
+    from river.datasets import synth
+    import itertools
+
+    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=50, batch_size=50, window=3, seed=1)
+    for x, label in itertools.islice(synth.Agrawal(seed=2), 400):  # 8 releases, 3 kept
+        m.learn_one(x, label)
+    assert m.n_releases == 8
+    assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)

@@ -153,10 +153,10 @@ def test_public_keys_hold_no_exact_record_count(r):
     for b in blobs:
         doc = msgpack.unpackb(b, raw=False)
         assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
-                            "version", "n_releases", "created"}
+                            "version", "n_releases", "noise_variance", "created"}  # noise_variance: public (schedule)
         assert 100 not in (doc["version"], doc["n_releases"])
-    assert set(r.hkeys(k.pub_model)) == {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id",
-                                          b"release", b"release_start"}
+    assert set(r.hkeys(k.pub_model)) <= {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id",
+                                          b"release", b"release_start", b"noise_variance"}
     f = PrivateForest.from_bytes(r.hget(k.pub_model, "blob"))
     assert r.hget(k.pub_model, "counts") == f.counts.astype("<i8").tobytes()  # the same noisy counts
     assert show_model(r, "m")["batches_merged"] == 1

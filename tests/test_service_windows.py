@@ -306,3 +306,24 @@ def test_a_deleted_model_is_never_recreated_by_a_closer(r):
     delete_model(r, "m")
     assert w.closer.tick(time.time() + 1e6) == 0  # a million windows due, none released
     assert not [k for k in r.keys("sdp:{m}:*") if b":ledger" not in k]
+
+
+@pytest.mark.parametrize("release", ["window", "tree"])
+def test_consumers_get_the_published_counts_noise_variance(r, release):
+    """Estimation weighs the published counts by their noise: w windows' variance under `window`, the binary
+    decomposition's (fewer, noisier nodes) under `tree`; public (epsilon, policy and the window count only)."""
+    from streamdp.continual import published_variance
+    from streamdp.service.consumer import Consumer
+
+    spec = _model(r, release=release, levels=3, epsilon=1.0)
+    w = _worker(r)
+    policy = load_policy(r, "m")[0]
+    for k in range(1, 6):
+        assert w.closer.tick(_at(r, "m", k)) == 1
+        got = Consumer(r, "m").latest().noise_variance
+        want = published_variance(policy, k, cell_variance(spec.mechanism, policy.node_epsilon(spec.epsilon_per_tree)))
+        assert np.allclose(got, want)
+    if release == "window":
+        assert np.allclose(got, 5 * spec.cell_variance)
+    else:  # 5 = 101b: two nodes of the decomposition, each at epsilon / levels
+        assert not np.allclose(got, 5 * spec.cell_variance)

@@ -305,8 +305,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             # Sliding window over releases: subtracting an old, already released (noised) delta is
             # post-processing, so the model stays epsilon-DP; it forgets old data and caps the noise.
             self._deltas.append(delta)
-            if len(self._deltas) > self.window:
-                self.forest.merge(delta - self._deltas.popleft())
+            if len(self._deltas) > self.window:  # one release in, one out: the noise variance stays
+                self.forest.merge(delta - self._deltas.popleft(), variance=0.0)
             else:
                 self.forest.merge(delta)
         self._n_buf = 0

@@ -67,9 +67,9 @@ class Consumer:
             if v is not None and int(v) == self._cached.version and mid == self._model_id:
                 return self._cached
         if self._template is not None:  # same structure: fetch only the (noisy) counts, not the whole blob
-            version, counts, releases, mid = self.redis.hmget(self.keys.pub_model, "version", "counts", "releases",
-                                                              "model_id")
-            forest = self._from_counts(version, counts, releases) if mid == self._model_id else None
+            version, counts, releases, mid, variance = self.redis.hmget(
+                self.keys.pub_model, "version", "counts", "releases", "model_id", "noise_variance")
+            forest = self._from_counts(version, counts, releases, variance) if mid == self._model_id else None
             if forest is not None:
                 self._cached = forest
                 return forest
@@ -91,11 +91,11 @@ class Consumer:
             raise ValueError(f"published blob has version {forest.version}, the index says {version}")
         return forest
 
-    def _from_counts(self, version: Any, counts: Any, releases: Any) -> PrivateForest | None:
+    def _from_counts(self, version: Any, counts: Any, releases: Any, variance: Any = None) -> PrivateForest | None:
         if version is None or counts is None or releases is None:
             return None
         try:
-            return forest_from_counts(self._template[0], counts, version, releases)
+            return forest_from_counts(self._template[0], counts, version, releases, variance)
         except ValueError:
             return None
 
@@ -111,7 +111,8 @@ class Consumer:
                 return None
             counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(base.mechanism), ndim=3)
             return base.with_counts(counts.copy(), version=blob.field(doc, "version", int, FORMAT),
-                                    n_releases=blob.field(doc, "n_releases", int, FORMAT))
+                                    n_releases=blob.field(doc, "n_releases", int, FORMAT),
+                                    noise_variance=doc.get("noise_variance"))
         except ValueError:
             return None  # let the full validation give the error
 

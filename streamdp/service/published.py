@@ -52,10 +52,16 @@ def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = Fals
     return arr.astype(dt.newbyteorder("="))
 
 
-def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases: Any) -> PrivateForest:
-    """The forest of ``spec`` holding published counts bytes at ``version`` (validated; :class:`ValueError`)."""
+def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases: Any,
+                       noise_variance: Any = None) -> PrivateForest:
+    """The forest of ``spec`` holding published counts bytes at ``version`` (validated; :class:`ValueError`).
+
+    ``noise_variance``: the published ``noise_variance`` field (a number as bytes or str), when the release
+    policy's variance is not ``releases`` times one release's (the binary tree mechanism).
+    """
+    variance = None if noise_variance is None else float(noise_variance)
     return spec.with_counts(counts_from_bytes(data, spec, finite=True), version=int(version),
-                            n_releases=int(releases))
+                            n_releases=int(releases), noise_variance=variance)
 
 
 def published_fields(forest: PrivateForest) -> dict[str, Any]:

@@ -42,7 +42,8 @@ from typing import Any, Callable
 import numpy as np
 import redis
 
-from ..continual import ReleasePolicy, TreeState, noisy_node, window_delta
+from ..continual import ReleasePolicy, TreeState, noisy_node, published_variance, window_delta
+from ..estimation import cell_variance
 from ..forest import PrivateForest
 from .commit import SEAL_LUA
 from .group import jlog
@@ -211,11 +212,13 @@ class WindowCloser:
                 noise_keys.append(key)
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
-        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w)
+        # the published counts' noise variance: w windows' under `window`, the decomposition's under `tree`
+        variance = published_variance(self.policy, w, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w, noise_variance=variance)
         keep = self.keep_versions
         drop = keep > 0 and version + 1 - keep >= 0
         self.fault("close_before_commit")
-        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), state_b, noise_keys)
+        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), state_b, noise_keys, variance)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -226,7 +229,7 @@ class WindowCloser:
         return True
 
     def _release(self, w: int, version: int, counts_b: bytes, blob_b: bytes, state_b: bytes,
-                 noise_keys: list[str]) -> bool:
+                 noise_keys: list[str], variance: float) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
 
@@ -245,7 +248,7 @@ class WindowCloser:
                 p.multi()
                 p.hset(self.keys.state, mapping={"version": nv, "counts": counts_b, "releases": w})
                 p.hset(self.keys.pub_model, mapping={"version": nv, "blob": blob_b, "updated": now, "releases": w,
-                                                     "counts": counts_b})
+                                                     "counts": counts_b, "noise_variance": repr(float(variance))})
                 p.set(self.keys.pub_version(nv), blob_b, ex=self.version_ttl_s or None)
                 if keep > 0 and nv - keep >= 0:
                     p.delete(self.keys.pub_version(nv - keep))

@@ -25,7 +25,7 @@ same for any data giving the same releases, and an empirical epsilon audit.
 k-anonymity (its delta is for one release per tree) skips the probe.
 
 Measured (``benchmarks/fit_height_ceiling.py``): at height ``n_attributes``
-within 0-5 points of the best height, where the drawn trees fall to the
+within 0-6 points of the best height, where the drawn trees fall to the
 majority class (Nursery, Votes). The rule (per node, ``PRUNE_SNR = 4``) was
 chosen among four by measurement (the table in ``fit_height_ceiling.md``).
 

@@ -259,10 +259,12 @@ class WindowCloser:
                     p.expire(k, self.noise_ttl_s)
                 p.hincrby(self.keys.stats, "windows_released", 1)
                 p.hset(self.keys.stats, "last_release_ms", now)
-                p.publish(self.keys.pub_events, nv)
                 p.execute()
             except redis.WatchError:
                 return False
+        # Announced after EXEC: redis-py's cluster pipelines refuse PUBLISH, and a lost announcement only
+        # delays a consumer (Consumer.wait_newer re-reads the version).
+        self.r.publish(self.keys.pub_events, nv)
         return True
 
     def _exact_bytes(self, exact: np.ndarray | None) -> bytes:

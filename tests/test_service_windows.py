@@ -327,3 +327,13 @@ def test_consumers_get_the_published_counts_noise_variance(r, release):
         assert np.allclose(got, 5 * spec.cell_variance)
     else:  # 5 = 101b: two nodes of the decomposition, each at epsilon / levels
         assert not np.allclose(got, 5 * spec.cell_variance)
+    # a retained version holds the release alone (no structure), and reads back as that version's forest
+    from streamdp.service.published import is_release_record
+
+    kept = r.get(Keys("m").pub_version(3))
+    assert is_release_record(kept) and len(kept) < len(r.hget(Keys("m").pub_model, "blob"))
+    v3 = Consumer(r, "m").get(3)
+    assert v3.version == 3 and v3.n_releases == 3
+    want3 = published_variance(policy, 3, cell_variance(spec.mechanism, policy.node_epsilon(spec.epsilon_per_tree)))
+    assert np.allclose(v3.noise_variance, want3)
+    assert Consumer(r, "m").get(0).version == 0  # pub:v:0 is the spec blob itself

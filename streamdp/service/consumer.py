@@ -17,7 +17,7 @@ from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from .connection import connect
 from .keys import Keys
-from .published import counts_dtype, forest_from_counts
+from .published import counts_dtype, forest_from_counts, forest_from_record, is_release_record
 from .registry import ModelNotFound, published_keys
 
 __all__ = ["Consumer", "VersionNotAvailable"]
@@ -127,6 +127,11 @@ class Consumer:
             if cur.version == version:
                 return cur
             raise VersionNotAvailable(f"version {version} of {self.model!r} is not retained (latest {cur.version})")
+        if is_release_record(data):  # window/tree policies retain the release alone: the structure is the latest's
+            forest = forest_from_record(self.latest(), data)
+            if forest.version != version:
+                raise ValueError(f"retained version {version} holds version {forest.version}")
+            return forest
         return self._load(data, version)
 
     def wait_newer(self, version: int, timeout: float | None = None) -> PrivateForest | None:

@@ -24,7 +24,12 @@ from .. import blob
 
 from ..forest import PrivateForest
 
-__all__ = ["drawn_once", "counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields"]
+__all__ = ["drawn_once", "counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields",
+           "RELEASE_FORMAT", "release_record", "forest_from_record", "is_release_record"]
+
+#: A retained version under the window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
+#: numbers without the structure, which ``pub:model``'s blob and ``pub:v:0`` (the spec) already carry.
+RELEASE_FORMAT = "streamdp.release"
 
 
 def counts_dtype(mechanism: str) -> str:
@@ -93,3 +98,36 @@ def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateFo
     if arr.shape != spec.shape:
         raise ValueError(f"stored noise {key} has shape {arr.shape}, the model {spec.shape}")
     return arr.astype(dtype)
+
+
+def release_record(forest: PrivateForest) -> bytes:
+    """A retained version's bytes: version, releases, noise variance and counts (no schema, no structure).
+
+    >>> from streamdp.datasets import load
+    >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+    >>> g = forest_from_record(f, release_record(f.with_counts(f.counts + f.real_cells, version=3, n_releases=2)))
+    >>> (g.version, g.n_releases, int(g.counts[0, 0, 0]))
+    (3, 2, 1)
+    """
+    nv = forest.noise_variance
+    return blob.dumps(RELEASE_FORMAT, 1, {"version": forest.version, "n_releases": forest.n_releases,
+                                          "noise_variance": [float(v) for v in nv],
+                                          "counts": blob.pack_array(forest.counts)})
+
+
+def forest_from_record(spec: PrivateForest, data: bytes) -> PrivateForest:
+    """The forest of ``spec`` holding a :func:`release_record` (validated; :class:`ValueError`)."""
+    doc = blob.loads(data, RELEASE_FORMAT, 1)
+    counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
+    if counts.shape != spec.shape:
+        raise ValueError(f"{RELEASE_FORMAT}: counts of shape {counts.shape}, the model {spec.shape}")
+    if counts.dtype.kind == "f" and not np.all(np.isfinite(counts)):
+        raise ValueError(f"{RELEASE_FORMAT}: counts contain NaN or infinite values")
+    return spec.with_counts(counts.astype(counts.dtype.newbyteorder("=")), version=blob.field(doc, "version", int, RELEASE_FORMAT),
+                            n_releases=blob.field(doc, "n_releases", int, RELEASE_FORMAT),
+                            noise_variance=doc.get("noise_variance"))
+
+
+def is_release_record(data: bytes) -> bool:
+    """Whether stored bytes are a :func:`release_record` (its format tag leads the msgpack map), not a model blob."""
+    return RELEASE_FORMAT.encode() in bytes(data[:48])

@@ -48,7 +48,7 @@ from ..forest import PrivateForest
 from .commit import SEAL_LUA
 from .group import jlog
 from .keys import Keys
-from .published import counts_from_bytes, counts_to_bytes, drawn_once
+from .published import counts_from_bytes, counts_to_bytes, drawn_once, release_record
 from .rollback import NoiseSource, RollbackGuard
 
 __all__ = ["WindowCloser", "sparse_cells", "acc_counts"]
@@ -218,7 +218,8 @@ class WindowCloser:
         keep = self.keep_versions
         drop = keep > 0 and version + 1 - keep >= 0
         self.fault("close_before_commit")
-        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), state_b, noise_keys, variance)
+        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), release_record(forest), state_b,
+                           noise_keys, variance)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -228,7 +229,7 @@ class WindowCloser:
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
         return True
 
-    def _release(self, w: int, version: int, counts_b: bytes, blob_b: bytes, state_b: bytes,
+    def _release(self, w: int, version: int, counts_b: bytes, blob_b: bytes, record_b: bytes, state_b: bytes,
                  noise_keys: list[str], variance: float) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
@@ -249,7 +250,8 @@ class WindowCloser:
                 p.hset(self.keys.state, mapping={"version": nv, "counts": counts_b, "releases": w})
                 p.hset(self.keys.pub_model, mapping={"version": nv, "blob": blob_b, "updated": now, "releases": w,
                                                      "counts": counts_b, "noise_variance": repr(float(variance))})
-                p.set(self.keys.pub_version(nv), blob_b, ex=self.version_ttl_s or None)
+                # a retained version holds the release alone (the structure is in pub:model and pub:v:0)
+                p.set(self.keys.pub_version(nv), record_b, ex=self.version_ttl_s or None)
                 if keep > 0 and nv - keep >= 0:
                     p.delete(self.keys.pub_version(nv - keep))
                 p.delete(self.keys.acc(w))

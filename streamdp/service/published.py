@@ -28,7 +28,7 @@ __all__ = ["drawn_once", "counts_dtype", "counts_to_bytes", "counts_from_bytes",
            "RELEASE_FORMAT", "release_record", "forest_from_record", "is_release_record"]
 
 #: A retained version under the window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
-#: numbers without the structure, which ``pub:model``'s blob and ``pub:v:0`` (the spec) already carry.
+#: numbers without the structure, which ``pub:model``'s blob already carries.
 RELEASE_FORMAT = "streamdp.release"
 
 

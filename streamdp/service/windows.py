@@ -250,7 +250,7 @@ class WindowCloser:
                 p.hset(self.keys.state, mapping={"version": nv, "counts": counts_b, "releases": w})
                 p.hset(self.keys.pub_model, mapping={"version": nv, "blob": blob_b, "updated": now, "releases": w,
                                                      "counts": counts_b, "noise_variance": repr(float(variance))})
-                # a retained version holds the release alone (the structure is in pub:model and pub:v:0)
+                # a retained version holds the release alone (the structure is in pub:model's blob)
                 p.set(self.keys.pub_version(nv), record_b, ex=self.version_ttl_s or None)
                 if keep > 0 and nv - keep >= 0:
                     p.delete(self.keys.pub_version(nv - keep))

@@ -59,7 +59,7 @@ from . import blob
 from .continual import noisy_node
 from .pruning import pruned_release
 from .privacy import SecureRandom, kanon_check, kanon_delta
-from .estimation import SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
+from .estimation import ESTIMATORS, SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
 from .tally import tally
@@ -136,7 +136,6 @@ class PrivateForest:
             raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
         self.noise_variance = noise_variance
-        #: "shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the rule before); post-processing only.
         self.estimator = "shrink"
         self.version = version
         self.n_releases = n_releases
@@ -265,7 +264,9 @@ class PrivateForest:
         Pruning (``prune=True``, at least one prior stump, finite epsilon):
         :func:`streamdp.pruning.pruned_release` (the rule, its privacy and its
         measurements). The structure, its height and the counts' shape become
-        the pruned ones; :meth:`update` adds to them.
+        the pruned ones; :meth:`update` adds to them. A refit starts again from
+        the structure the forest was built with (a forest loaded from a blob:
+        the structure the blob holds, so a pruned blob cannot grow back).
         """
         rng = rng or self._rng
         if self.structure is not self._drawn:  # a refit starts from the drawn trees, not an earlier fit's pruning
@@ -302,7 +303,7 @@ class PrivateForest:
             raise ValueError("delta must be zero past each tree's last leaf")
         if delta.dtype.kind == "f" and not np.all(np.isfinite(delta)):
             raise ValueError("delta contains NaN or infinite values")
-        before = self.noise_variance
+        before = self.noise_variance  # read before n_releases moves (the default variance follows it)
         self._counts += delta  # in place: no second counts-sized array (readers hold read-only views)
         self.version += 1
         self.n_releases += releases
@@ -427,6 +428,15 @@ class PrivateForest:
     def cell_variance(self) -> float:
         """Public variance of the noise one release puts on a cell (:func:`streamdp.estimation.cell_variance`)."""
         return cell_variance(self.mechanism, self.epsilon_per_tree, self.k)
+
+    @property
+    def estimator(self) -> str:
+        """"shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the rule before); post-processing only."""
+        return self._estimator
+
+    @estimator.setter
+    def estimator(self, value: str) -> None:
+        self._estimator = check_choice(value, "estimator", ESTIMATORS)
 
     @property
     def noise_variance(self) -> np.ndarray:

@@ -72,7 +72,7 @@ def pruned_release(forest: "PrivateForest", X: np.ndarray, y: np.ndarray, mask: 
     stump_exact = np.stack([np.bincount(y if mask is None else y[mask[:, T + j]], minlength=C)
                             for j in range(forest.prior_trees)])[:, None, :]
     stumps = noisy_node(stump_exact, forest.epsilon_per_tree, forest.mechanism, rng, None, forest.k)
-    n_hat = max(0.0, float(stumps.sum(axis=(1, 2)).mean()) / forest.record_share)
+    base = max(0.0, float(stumps.sum(axis=(1, 2)).mean()))  # records a tree expects at its root: its noisy total
 
     def rule(eps: float, anchors: tuple[np.ndarray, np.ndarray] | None = None):
         """Split where a node expects PRUNE_SNR sd: ``rate * share`` records; a clear probe leaf resets the rate."""
@@ -87,7 +87,6 @@ def pruned_release(forest: "PrivateForest", X: np.ndarray, y: np.ndarray, mask: 
 
     eps = forest.epsilon_per_tree
     probe = PRUNE_PROBE * eps
-    base = n_hat * forest.record_share
     anchors = None
     if probe > 0 and forest.mechanism != "kanon":  # (k-anonymity: one release per tree)
         shape, old = forest.structure.pruned(forest.schema, rule(probe), base)

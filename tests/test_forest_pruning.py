@@ -96,7 +96,10 @@ def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shar
     then get the same pruned structure, so the rule reads nothing of the data but what is released."""
     import streamdp.pruning as pruning_module
 
+    calls = []
+
     def release(exact, epsilon, mechanism, rng, real=None, k=None):  # the same "noisy" numbers whatever the data
+        calls.append(epsilon)
         fake = np.full(np.shape(exact), 400, dtype=np.int64)
         return fake * np.asarray(real) if real is not None else fake
 
@@ -112,6 +115,7 @@ def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shar
     for name, a in structures[0].arrays().items():
         assert np.array_equal(a, structures[1].arrays()[name]), name
     assert 1 < structures[0].height < 8  # the rule did prune, and did not prune everything
+    assert len(calls) == 6  # per fit: the stumps, the probe, the pruned trees (the probe path ran)
 
 
 @pytest.mark.slow
@@ -120,7 +124,10 @@ def test_empirical_epsilon_audit_of_the_pruned_fit():
 
     One binary attribute, one tree of height 1 and one stump, epsilon 1 (0.5 each): the root keeps its
     split when the stump's noisy total clears ``PRUNE_SNR`` noise sd (about 11.2 records; the probe's sd
-    is too large for it to split anything, so it is skipped), so the decision is as sensitive as it gets. Events: pruned or not, jointly with the tree's counts. The
+    is too large for it to split anything, so it is skipped), so the decision is as sensitive as it gets.
+    The probe's own release (geometric noise at ``PRUNE_PROBE * e`` on leaf totals) is the audited
+    mechanism of test_privacy_audit.py; that decisions read it and nothing else is
+    test_the_pruned_structure_depends_on_the_released_numbers_alone (which runs the probe). Events: pruned or not, jointly with the tree's counts. The
     Clopper-Pearson lower bound (failure probability 1e-6) must not exceed the declared epsilon 1.
     """
     schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
@@ -142,3 +149,26 @@ def test_empirical_epsilon_audit_of_the_pruned_fit():
     lb = epsilon_lower_bound(events[0], events[1], N)
     assert lb <= 1.0, (lb, events)
     assert min(events[0][0], events[0][1]) > N // 20  # the decision really is in play at these sizes
+
+
+def test_a_river_view_follows_a_pruned_refit(shared_datasets):
+    """ForestView compiles routes from the structure: a refit that prunes must not route through the old trees."""
+    from streamdp.river.forest_view import ForestView
+
+    ds = load("congressional-voting")
+    f = _forest(ds.schema, n_trees=4, height=8, epsilon=1.0, seed=2)
+    view = ForestView(f)
+    x = dict(zip(ds.schema.names, ds.X[0]))
+    view.predict_proba_one(x)
+    f.fit(ds.X, ds.y)  # pruned: a new structure
+    assert f.height < 8
+    got = view.predict_proba_one(x)
+    want = f.predict_proba(ds.X[:1])[0]
+    assert np.allclose([got[c] for c in ds.schema.classes], want)
+
+
+def test_an_unknown_estimator_is_refused():
+    ds = load("congressional-voting")
+    f = _forest(ds.schema, n_trees=2, height=2, seed=1)
+    with pytest.raises(ValueError, match="estimator"):
+        f.estimator = "shrnk"

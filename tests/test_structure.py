@@ -357,7 +357,7 @@ def test_pruned_structure_sends_each_old_leaf_to_one_new_leaf(spec, n_trees, hei
 def test_pruning_nothing_gives_the_same_forest_and_pruning_everything_stumps():
     schema = make_schema(MIXED)
     fs = ForestStructure.draw(schema, 3, 3, seed=11)
-    same, old_node = fs.pruned(schema, _keep_some(1.01))
+    same, _ = fs.pruned(schema, _keep_some(1.01))
     for name, a in fs.arrays().items():
         assert np.array_equal(a, same.arrays()[name]), name
     stumps, old_node = fs.pruned(schema, _keep_some(0.0))

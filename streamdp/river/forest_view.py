@@ -48,7 +48,7 @@ class ForestView:
     def __init__(self, forest: PrivateForest, encoder: RecordEncoder | None = None):
         self.forest = forest
         self.encoder = RecordEncoder(forest.schema) if encoder is None else encoder
-        s = forest.structure
+        self._structure = s = forest.structure  # the compiled routes follow it (a pruned refit replaces it)
         arity = [a.arity if c else 2 for a, c in zip(forest.schema.attributes, self.encoder.is_cat)]
         is_cat = self.encoder.is_cat
         self._arity = arity
@@ -174,7 +174,9 @@ class ForestView:
 
     def _fresh(self) -> None:
         f = self.forest
-        if self._key != (f.version, f.estimator, f.vote):
+        if f.structure is not self._structure:  # refit with pruning: new trees, new routes
+            self.__init__(f, self.encoder)
+        elif self._key != (f.version, f.estimator, f.vote):
             self.refresh()
 
     def proba_one(self, leaves: list) -> list[float]:
@@ -209,9 +211,7 @@ class ForestView:
 
     def proba_list(self, x: dict) -> list[float]:
         """Class probabilities of one river record, in the schema's label order."""
-        f = self.forest
-        if self._key != (f.version, f.estimator, f.vote):
-            self.refresh()
+        self._fresh()
         if self._route_x_ready is None:
             # The river loop's path: the record dict encoded and routed by one generated function (None: an unknown value).
             ns: dict = {}

@@ -121,9 +121,7 @@ def forest_from_record(spec: PrivateForest, data: bytes) -> PrivateForest:
     counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
     if counts.shape != spec.shape:
         raise ValueError(f"{RELEASE_FORMAT}: counts of shape {counts.shape}, the model {spec.shape}")
-    if counts.dtype.kind == "f" and not np.all(np.isfinite(counts)):
-        raise ValueError(f"{RELEASE_FORMAT}: counts contain NaN or infinite values")
-    return spec.with_counts(counts.astype(counts.dtype.newbyteorder("=")), version=blob.field(doc, "version", int, RELEASE_FORMAT),
+    return spec.with_counts(counts.copy(), version=blob.field(doc, "version", int, RELEASE_FORMAT),
                             n_releases=blob.field(doc, "n_releases", int, RELEASE_FORMAT),
                             noise_variance=doc.get("noise_variance"))
 

@@ -215,8 +215,6 @@ class WindowCloser:
         # the published counts' noise variance: w windows' under `window`, the decomposition's under `tree`
         variance = published_variance(self.policy, w, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w, noise_variance=variance)
-        keep = self.keep_versions
-        drop = keep > 0 and version + 1 - keep >= 0
         self.fault("close_before_commit")
         ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), release_record(forest), state_b,
                            noise_keys, variance)

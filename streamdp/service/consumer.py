@@ -17,7 +17,7 @@ from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from .connection import connect
 from .keys import Keys
-from .published import counts_dtype, forest_from_counts, forest_from_record, is_release_record
+from .published import forest_from_counts, forest_from_doc, forest_from_record, is_release_record
 from .registry import ModelNotFound, published_keys
 
 __all__ = ["Consumer", "VersionNotAvailable"]
@@ -109,10 +109,7 @@ class Consumer:
             doc = blob.loads(data, FORMAT, FORMAT_VERSION)
             if any(doc.get(f) != tdoc.get(f) for f in ("schema", "params", "privacy", "structure")):
                 return None
-            counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(base.mechanism), ndim=3)
-            return base.with_counts(counts.copy(), version=blob.field(doc, "version", int, FORMAT),
-                                    n_releases=blob.field(doc, "n_releases", int, FORMAT),
-                                    noise_variance=doc.get("noise_variance"))
+            return forest_from_doc(base, doc, FORMAT)
         except ValueError:
             return None  # let the full validation give the error
 

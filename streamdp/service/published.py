@@ -25,7 +25,7 @@ from .. import blob
 from ..forest import PrivateForest
 
 __all__ = ["drawn_once", "counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields",
-           "RELEASE_FORMAT", "release_record", "forest_from_record", "is_release_record"]
+           "RELEASE_FORMAT", "release_record", "forest_from_record", "forest_from_doc", "is_release_record"]
 
 #: A retained version under the window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
 #: numbers without the structure, which ``pub:model``'s blob already carries.
@@ -117,12 +117,15 @@ def release_record(forest: PrivateForest) -> bytes:
 
 def forest_from_record(spec: PrivateForest, data: bytes) -> PrivateForest:
     """The forest of ``spec`` holding a :func:`release_record` (validated; :class:`ValueError`)."""
-    doc = blob.loads(data, RELEASE_FORMAT, 1)
+    return forest_from_doc(spec, blob.loads(data, RELEASE_FORMAT, 1), RELEASE_FORMAT)
+
+
+def forest_from_doc(spec: PrivateForest, doc: dict, fmt: str) -> PrivateForest:
+    """The forest of ``spec`` holding a decoded document's counts, version, releases and noise variance
+    (a model blob of the same structure, or a :func:`release_record`); :class:`ValueError` if they do not fit."""
     counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
-    if counts.shape != spec.shape:
-        raise ValueError(f"{RELEASE_FORMAT}: counts of shape {counts.shape}, the model {spec.shape}")
-    return spec.with_counts(counts.copy(), version=blob.field(doc, "version", int, RELEASE_FORMAT),
-                            n_releases=blob.field(doc, "n_releases", int, RELEASE_FORMAT),
+    return spec.with_counts(counts.copy(), version=blob.field(doc, "version", int, fmt),
+                            n_releases=blob.field(doc, "n_releases", int, fmt),
                             noise_variance=doc.get("noise_variance"))
 
 

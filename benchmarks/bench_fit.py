@@ -4,7 +4,7 @@
   16 categorical attributes of 3-5 values (``cat16``);
 * fit: ``PrivateForest`` on Adult at the default height (pruned, the default, and unpruned), by
   stage of the unpruned fit (draw, encode, apply + tally, noise), beside diffprivlib's ``RandomForestClassifier`` when installed
-  (``pip install .[bench]``);
+  (``pip install .[dpl]``, its own venv: diffprivlib 0.6.6 needs scikit-learn < 1.9);
 * update from raw values vs apply + tally on ``cat16`` at height 8, with epsilon=inf
   so the noise draw (privacy.py, measured apart) is excluded;
 * peak traced memory of ``update`` + ``to_bytes`` on a height-10 ``cat16`` model.

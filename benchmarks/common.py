@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 from pathlib import Path
@@ -35,6 +36,14 @@ def append_runtime(path: Path, rows: list[dict], info: dict, source: str) -> Non
         for r in rows:
             f.write(f"| {r['learner']} | {r['dataset']} | {r['rows']} | {r['params']} | {r['median_s']:.3f} | "
                     f"{m['nproc']} x {m['cpu']} | {load_avg} | {source} |\n")
+
+
+def write_results(stem: str, info: dict, rows: list[dict], lines: list[str]) -> None:
+    """``results/<stem>.json`` (info and rows) and ``results/<stem>.md`` (``lines``, its Reading kept)."""
+    out = Path(__file__).resolve().parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{stem}.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
+    write_keeping_reading(out / f"{stem}.md", lines)
 
 
 def write_keeping_reading(path: Path, lines: list[str]) -> None:

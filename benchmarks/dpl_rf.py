@@ -1,8 +1,11 @@
 """diffprivlib RandomForestClassifier on the folds written by accuracy_rdt.py.
 
-Runs in its own venv (diffprivlib 0.6.6 needs scikit-learn < 1.9):
+Runs in its own venv: diffprivlib 0.6.6 (the latest) imports ``DOUBLE`` from ``sklearn.tree._tree``,
+which scikit-learn 1.9 removed ("ImportError: cannot import name 'DOUBLE'"). Tested pair (PyPI,
+2026-11-23): diffprivlib 0.6.6 + scikit-learn 1.8.0 + numpy 2.4.6 (Python 3.11); the ``dpl`` extra
+of pyproject.toml pins it:
 
-    python -m venv /tmp/dpl && /tmp/dpl/bin/pip install diffprivlib 'scikit-learn<1.9' numpy
+    python -m venv /tmp/dpl && /tmp/dpl/bin/pip install 'diffprivlib==0.6.6' 'scikit-learn>=1.3,<1.9' numpy
     /tmp/dpl/bin/python benchmarks/dpl_rf.py jobs.json out.json
 
 Features are the ordinal category codes with declared bounds (0, arity-1),
@@ -15,11 +18,17 @@ import time
 import warnings
 
 import numpy as np
-import diffprivlib
 import sklearn
-from diffprivlib.accountant import BudgetAccountant
-from diffprivlib.models import RandomForestClassifier
-from diffprivlib.utils import PrivacyLeakWarning
+
+try:
+    import diffprivlib
+    from diffprivlib.accountant import BudgetAccountant
+    from diffprivlib.models import RandomForestClassifier
+    from diffprivlib.utils import PrivacyLeakWarning
+except ImportError as e:  # absent, or a scikit-learn it does not support
+    sys.exit(f"dpl_rf.py needs diffprivlib 0.6.6 with scikit-learn < 1.9 (this python has scikit-learn "
+             f"{sklearn.__version__}): {e}\n  python -m venv /tmp/dpl && /tmp/dpl/bin/pip install "
+             "'diffprivlib==0.6.6' 'scikit-learn>=1.3,<1.9' numpy")
 
 
 def main(jobs_path, out_path):

@@ -16,7 +16,6 @@ tallest height, and the floor (the majority class share minus 0.01) over every s
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import warnings
@@ -28,14 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import data, split  # noqa: E402
-from common import machine, sh, write_keeping_reading  # noqa: E402
+from common import machine, sh, write_results  # noqa: E402
 from streamdp import pruning  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.structure import TooLargeError, max_possible_leaves  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
-OUT = Path(__file__).parent / "results"
 EPS = (0.5, 1.0, 2.0)
 DATASETS = ("nursery", "mushroom", "congressional-voting", "tic-tac-toe", "adult", "skewed")
 MAX_LEAVES = 250_000  # per tree: heights whose trees could exceed it are left out (run time)
@@ -121,9 +119,7 @@ def main(argv=None) -> int:
     for name in args.datasets.split(","):
         rows += rows_for(name, args.reps, args.max_height)
     info["uptime_end"], info["seconds"] = sh("uptime"), time.time() - t0
-    OUT.mkdir(exist_ok=True)
-    (OUT / "fit_height_ceiling.json").write_text(json.dumps({"info": info, "rows": rows}, indent=1))
-    write_keeping_reading(OUT / "fit_height_ceiling.md", report(rows, info))
+    write_results("fit_height_ceiling", info, rows, report(rows, info))
     return 0
 
 

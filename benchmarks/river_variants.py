@@ -2,13 +2,17 @@
 
     python benchmarks/river_variants.py stump    [--draws 4] [--only NAME ...]
     python benchmarks/river_variants.py variance [--draws 5] [--only NAME ...]
+    python benchmarks/river_variants.py prior    [--draws 8] [--only NAME ...]
     # prints one line per stream and variant; results/river_variants.log keeps the runs quoted in
     # river_eval.md
 
 ``stump``: ``prior_trees=0`` against the default ``prior_trees=1``. ``variance``: estimation
 weighing the counts by one release's noise variance (what the code did before
 ``PrivateForest.noise_variance``; reproduced here by overriding the property) against the
-accumulated variance of the releases (the code now). Progressive validation
+accumulated variance of the releases (the code now). ``prior``: the river forest before issue 15's
+prior changes (no prior phase, the class prior from the summed counts: ``prior_records=0`` with the
+release log switched off), with the release-weighted prior alone (``prior_records=0``), and the default
+(prior phase and release-weighted prior). Progressive validation
 (``river.evaluate.progressive_val_score``, accuracy) over the first 10,000 records of the
 streams of ``river_eval.py``, epsilon 1, mean and minimum over ``--draws`` private draws.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -26,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from river import evaluate, metrics  # noqa: E402
+from river import dummy, evaluate, metrics  # noqa: E402
 from river_eval import streams  # noqa: E402
 
 import streamdp.forest as forest_module  # noqa: E402
@@ -38,18 +43,33 @@ warnings.simplefilter("ignore")
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("compare", choices=("stump", "variance"))
+    ap.add_argument("compare", choices=("stump", "variance", "prior"))
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--only", nargs="*")
     args = ap.parse_args(argv)
     accumulated = forest_module.PrivateForest.noise_variance
     one_release = property(lambda self: np.full(self.structure.n_trees, self.cell_variance), accumulated.fset)
+    log_prior = PrivateForestClassifier._log_prior
+    majority = {}
+    print(f"# {args.compare}, {args.draws} draws; load {os.getloadavg()[0]:.1f} at start", flush=True)
     for name, ds in streams(args.n).items():
         if args.only and name not in args.only:
             continue
         data = list(itertools.islice(ds, args.n))
         schema = schema_for(ds)
+        majority[name] = evaluate.progressive_val_score(data, dummy.PriorClassifier(), metrics.Accuracy()).get()
+        if args.compare == "prior":
+            for label, kw, log in (("before: no phase, summed prior", {"prior_records": 0}, False),
+                                   ("release prior, no phase", {"prior_records": 0}, True),
+                                   ("phase + release prior (default)", {}, True)):
+                PrivateForestClassifier._log_prior = log_prior if log else (lambda self, *a: None)
+                accs = [evaluate.progressive_val_score(data, PrivateForestClassifier(schema, epsilon=1.0, **kw),
+                                                       metrics.Accuracy()).get() for _ in range(args.draws)]
+                print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
+                      f"majority {majority[name]:.3f}", flush=True)
+            PrivateForestClassifier._log_prior = log_prior
+            continue
         if args.compare == "stump":
             variants = [("prior_trees=0", {"prior_trees": 0}, accumulated), ("prior_trees=1", {}, accumulated)]
         else:
@@ -60,6 +80,7 @@ def main(argv=None) -> int:
                                                    metrics.Accuracy()).get() for _ in range(args.draws)]
             print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f}", flush=True)
         forest_module.PrivateForest.noise_variance = accumulated
+    print(f"# load {os.getloadavg()[0]:.1f} at end", flush=True)
     return 0
 
 

@@ -6,7 +6,9 @@ Producer in batches of 10, 100, 1,000 and 10,000 records into a model at epsilon
 stream is drained and the last window released, the latest published model is scored on
 the held-out records. release=batch noises every pushed batch (Jagannathan et al.);
 release=window noises each 1-second window once; release=tree runs the windows through
-the binary tree mechanism (L=10 levels, honaker estimator).
+the binary tree mechanism (L=10 levels, honaker estimator); release=grow uses the 1-second
+windows on trees that deepen as the released counts allow (height is a ceiling). `window`
+and `grow` also run at height 8 (= Nursery's attributes: a height guessed too tall).
 
     python benchmarks/stream_batch_size.py [--repeats 3] [--redis-url URL]
 
@@ -39,9 +41,11 @@ from streamdp.service.registry import create_model, delete_model  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SIZES = (10, 100, 1000, 10_000)
-# (release, release_every seconds, tree levels): window at the default 1 s and at 5 s (fewer windows over
-# the same stream, so fewer noise draws), tree with L=10 (T_max = 1,023 windows per epoch).
-POLICIES = (("batch", 1.0, 10), ("window", 1.0, 10), ("window", 5.0, 10), ("tree", 1.0, 10))
+# (release, release_every seconds, tree levels, height or None for the default): window at the default 1 s
+# and at 5 s (fewer windows over the same stream, so fewer noise draws), tree with L=10 (T_max = 1,023
+# windows per epoch), grow; window and grow again at height 8.
+POLICIES = (("batch", 1.0, 10, None), ("window", 1.0, 10, None), ("window", 5.0, 10, None), ("tree", 1.0, 10, None),
+            ("grow", 1.0, 10, None), ("window", 1.0, 10, 8), ("grow", 1.0, 10, 8))
 HOLDOUT = 648
 
 
@@ -56,9 +60,10 @@ def _wait(cond, timeout: float, what: str) -> None:
 def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config: tuple) -> dict:
     import redis
 
-    policy, every, levels = config
+    policy, every, levels, height = config
     name = f"bench-bs-{uuid.uuid4().hex[:8]}"
-    create_model(url, name, ds.schema, n_trees=10, epsilon=1.0, release=policy, release_every=every, levels=levels)
+    create_model(url, name, ds.schema, n_trees=10, height=height, epsilon=1.0, release=policy, release_every=every,
+                 levels=levels)
     r = redis.Redis.from_url(url)
     keys = Keys(name)
     pool = WorkerPool(name, 2, url, block_ms=100, log_level=logging.ERROR).start()
@@ -78,8 +83,9 @@ def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config
         elapsed = time.monotonic() - t0
         forest = Consumer(url, name).latest()
         acc = float(np.mean(forest.predict(ds.X[test]) == ds.y[test]))
-        return {"policy": policy if policy == "batch" else f"{policy} {every:g} s", "batch_size": size, "accuracy": acc, "releases": forest.n_releases,
-                "seconds": round(elapsed, 2)}
+        label = (policy if policy == "batch" else f"{policy} {every:g} s") + (f", height {height}" if height else "")
+        return {"policy": label, "batch_size": size, "accuracy": acc, "releases": forest.n_releases,
+                "height_published": forest.height, "seconds": round(elapsed, 2)}
     finally:
         pool.stop()
         delete_model(url, name)
@@ -108,24 +114,27 @@ def main() -> None:
     (RESULTS / "stream_batch_size.json").write_text(json.dumps({"info": info, "rows": rows,
                                                                  "majority": majority}, indent=1))
     lines = ["# Accuracy against the producers' batch size, per release policy (Nursery, epsilon 1)", "",
-             f"Real service: Producer -> Redis stream -> 2 worker processes -> Consumer; 10 trees, default height, "
+             f"Real service: Producer -> Redis stream -> 2 worker processes -> Consumer; 10 trees, default height "
+             "(4) unless the policy says height 8, "
              f"geometric noise, {len(train):,} training records pushed at full speed, accuracy on {HOLDOUT} "
              f"held-out records (majority class {majority:.3f}); mean (min-max) over {args.repeats} repeats. "
              "`window 1 s`/`window 5 s`: release_every 1 or 5 s; `tree 1 s`: the same 1 s windows, L=10 levels "
-             "(epsilon/10 per node), honaker estimator. Releases are what consumers saw; every window after the "
+             "(epsilon/10 per node), honaker estimator; `grow 1 s`: the same windows on trees that deepen as the "
+             "released counts allow, never past the height (published height: the deepest path at the end). Releases are what consumers saw; every window after the "
              "model's creation is released, so the stream's duration (push + processing, under this machine's "
              "load) sets the number of windows. Prediction: the noise-aware estimation with one prior stump "
              "(PrivateForest defaults).", "",
              f"Machine: {info['machine']['nproc']} x {info['machine']['cpu']}; git {info['git']}; "
              f"load at start `{info['uptime_start'].split('load average:')[-1].strip()}`, "
              f"at end `{info['uptime_end'].split('load average:')[-1].strip()}` (shared machine).", "",
-             "| policy | batch size | accuracy | releases | seconds |", "|---|---|---|---|---|"]
+             "| policy | batch size | accuracy | releases | published height | seconds |", "|---|---|---|---|---|---|"]
     for policy in dict.fromkeys(r["policy"] for r in rows):
         for size in SIZES:
             sel = [r for r in rows if r["policy"] == policy and r["batch_size"] == size]
             a = [r["accuracy"] for r in sel]
             lines.append(f"| {policy} | {size:,} | {np.mean(a):.3f} ({min(a):.3f}-{max(a):.3f}) | "
-                         f"{np.mean([r['releases'] for r in sel]):.0f} | {np.mean([r['seconds'] for r in sel]):.1f} |")
+                         f"{np.mean([r['releases'] for r in sel]):.0f} | {np.mean([r['height_published'] for r in sel]):.1f} | "
+                         f"{np.mean([r['seconds'] for r in sel]):.1f} |")
     write_keeping_reading(RESULTS / "stream_batch_size.md", [*lines, ""])
     print("\n".join(lines))
 

@@ -19,7 +19,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-__all__ = ["pack_array", "unpack_array", "dumps", "packb", "loads", "format_of", "BlobError"]
+__all__ = ["pack_array", "unpack_array", "dumps", "packb", "packb_parts", "loads", "format_of", "BlobError"]
 
 _ALLOWED_DTYPES = {"<i1", "<i2", "<i4", "<i8", "|u1", "<u1", "<u2", "<u4", "<u8", "<f4", "<f8", "|b1"}
 # Refuse absurd sizes before allocating anything (1 GiB per array).
@@ -91,12 +91,26 @@ def packb(doc: Any) -> bytes:
     msgpack copies every value into a buffer that grows by doubling, then copies that
     buffer into the result: a 400 MiB blob peaked at 3x its size. Here each large value
     (an array's ``data`` view) is packed as a 16-byte placeholder, and the result is
-    joined once from the packed pieces and the values themselves: the peak is the
-    blob plus what the caller already holds.
+    joined once from the packed pieces and the values themselves (:func:`packb_parts`):
+    the peak is the blob plus what the caller already holds.
 
     >>> big = {"a": [1, memoryview(bytes(range(256)) * 300)], "b": b"x"}
     >>> packb(big) == msgpack.packb(big, use_bin_type=True)
     True
+    """
+    parts = packb_parts(doc)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def packb_parts(doc: Any) -> list:
+    """:func:`packb`'s bytes as a list of pieces to write one after the other (the large binary values
+    are the caller's own buffers, not copies): a sink that takes pieces (a file, Redis SET then
+    APPEND) never holds the whole. Write them before changing the arrays they view.
+
+    >>> big = {"a": memoryview(bytes(range(256)) * 300)}
+    >>> parts = packb_parts(big)
+    >>> len(parts), b"".join(parts) == msgpack.packb(big, use_bin_type=True)
+    (4, True)
     """
     big: dict[bytes, Any] = {}
 
@@ -111,24 +125,31 @@ def packb(doc: Any) -> bytes:
             return [swap(x) for x in v]
         return v
 
-    skeleton = msgpack.packb(swap(doc), use_bin_type=True)
-    if not big:
-        return skeleton
-    pieces: list[Any] = []
-    pos = 0
-    for token, v in sorted(big.items(), key=lambda kv: skeleton.index(b"\xc4\x10" + kv[0])):
-        at = skeleton.index(b"\xc4\x10" + token)  # the placeholder's bin8 header and bytes
-        pieces += [skeleton[pos:at], b"\xc6" + memoryview(v).nbytes.to_bytes(4, "big"), v]  # bin32, as msgpack
-        pos = at + 18
-    pieces.append(skeleton[pos:])
-    return b"".join(pieces)
+    try:
+        skeleton = msgpack.packb(swap(doc), use_bin_type=True)
+        if not big:
+            return [skeleton]
+        pieces: list[Any] = []
+        pos = 0
+        for token, v in sorted(big.items(), key=lambda kv: skeleton.index(b"\xc4\x10" + kv[0])):
+            at = skeleton.index(b"\xc4\x10" + token)  # the placeholder's bin8 header and bytes
+            pieces += [skeleton[pos:at], b"\xc6" + memoryview(v).nbytes.to_bytes(4, "big"), v]  # bin32, as msgpack
+            pos = at + 18
+        pieces.append(skeleton[pos:])
+        return pieces
+    finally:
+        # ``swap`` refers to itself (a cycle only the garbage collector breaks): emptied here, ``big`` no
+        # longer keeps the packed arrays (views of counts-sized arrays) alive until a collection.
+        big.clear()
 
 
 def _unpack(blob: Any, what: str) -> dict:
     if not isinstance(blob, (bytes, bytearray, memoryview)):
         raise BlobError(f"expected bytes, got {type(blob).__name__}")
     try:
-        doc = msgpack.unpackb(bytes(blob), raw=False, strict_map_key=True, use_list=True)
+        # msgpack reads any byte buffer: no copy of the blob (a bytearray or memoryview of hundreds of MB)
+        data = blob if isinstance(blob, (bytes, bytearray)) else memoryview(blob).cast("B")
+        doc = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
     except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError, TypeError) as e:
         raise BlobError(f"not a valid {what} blob: corrupted or truncated msgpack ({type(e).__name__}: {e})") from None
     except Exception as e:  # msgpack raises a handful of other types on garbage

@@ -1,7 +1,7 @@
 """Release policies and continual counting: when the stream model is noised and published.
 
 A stream model publishes running counts ``S(t) = x_1 + ... + x_t`` of per-window
-exact tallies ``x_w`` (each one the forest's counts shape). Three policies:
+exact tallies ``x_w`` (each one the forest's counts shape). Four policies:
 
 * ``batch``: Jagannathan et al.'s update: every pushed batch is noised once and
   merged. Noise grows with the number of batches producers happen to send.
@@ -9,6 +9,10 @@ exact tallies ``x_w`` (each one the forest's counts shape). Three policies:
   open window; on the public schedule (``release_every`` seconds) the window is
   closed, noised once with the full per-tree epsilon and merged, even when empty.
   ``Var S(t) = t * s^2``: sd ~ sqrt(2t)/eps.
+* ``grow``: ``window``'s schedule and accumulator on trees that start from their
+  roots and deepen as the records released so far allow, never past the drawn
+  height (:mod:`streamdp.growth`: each window is one release at the whole per-tree
+  epsilon, cut by released numbers only); the published structure changes with it.
 * ``tree``: the binary tree mechanism (Dwork, Naor, Pitassi & Rothblum 2010; Chan,
   Shi & Song 2011) over the same windows. Node ``(level l, index j)`` holds windows
   ``j*2^l + 1 .. (j+1)*2^l`` and is noised once when its last window closes, with
@@ -38,6 +42,8 @@ to half), at the same storage (one estimate per level) and no extra epsilon.
 
 The service stores bytes and calls, per closed window ``t`` (from :func:`windows_due`):
 ``window``: :func:`window_delta` (store it SET NX before merging) then merge;
+``grow``: :meth:`streamdp.PrivateForest.grow_exact` on the published forest (store the whole
+grown release SET NX before publishing it);
 ``tree``: :meth:`TreeState.closing_sums`, :func:`noisy_node` for each (store each
 SET NX before use: each node's noise is drawn once), :meth:`TreeState.advance`,
 :meth:`TreeState.published`; the new state, the published counts and the deletion
@@ -77,7 +83,7 @@ __all__ = [
     "TreeState", "Counter",
 ]
 
-RELEASES = ("batch", "window", "tree")
+RELEASES = ("batch", "window", "tree", "grow")
 ESTIMATORS = ("honaker", "decomposition")
 DEFAULT_LEVELS = 20  # T_max = 2**20 - 1 windows: 12.1 days at one window per second
 MAX_LEVELS = 48
@@ -92,7 +98,7 @@ STATE_FORMAT_VERSION = 1
 class ReleasePolicy:
     """How a stream model is released: ``kind`` in :data:`RELEASES`.
 
-    ``release_every`` (seconds, ``window`` and ``tree``) is the public schedule;
+    ``release_every`` (seconds, ``window``, ``grow`` and ``tree``) is the public schedule;
     ``levels`` (``tree``) fixes ``L`` and ``T_max = 2**L - 1`` windows per epoch;
     ``estimator`` (``tree``) is ``"honaker"`` or ``"decomposition"``.
 
@@ -132,8 +138,8 @@ class ReleasePolicy:
 
     def check_mechanism(self, mechanism: str) -> None:
         """Refuse a mechanism this policy has no privacy analysis for."""
-        if self.kind == "tree" and mechanism not in ("geometric", "laplace"):
-            raise ValueError(f"release='tree' needs mechanism 'geometric' or 'laplace', got {mechanism!r}")
+        if self.kind in ("tree", "grow") and mechanism not in ("geometric", "laplace"):
+            raise ValueError(f"release={self.kind!r} needs mechanism 'geometric' or 'laplace', got {mechanism!r}")
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "release_every": self.release_every, "levels": self.levels, "estimator": self.estimator}
@@ -150,6 +156,8 @@ class ReleasePolicy:
             return "batch: each pushed batch noised once (Jagannathan et al.)"
         if self.kind == "window":
             return f"window: every {self.release_every:g} s"
+        if self.kind == "grow":
+            return f"grow: every {self.release_every:g} s, trees deepened as the released counts allow"
         return (f"tree: every {self.release_every:g} s, L={self.levels} levels "
                 f"(T_max={self.max_windows} windows per epoch), {self.estimator} estimator")
 
@@ -259,6 +267,11 @@ def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
 # -- releases -------------------------------------------------------------------------
 
 
+#: Cells noised per draw by :func:`noisy_node`: a release of more cells is noised chunk by chunk, in place
+#: (the sampler's temporaries are several times the size of what it draws).
+NOISE_CHUNK = 1 << 20
+
+
 def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRandom,
                real: np.ndarray | None = None, k: int | None = None) -> np.ndarray:
     """The one private release of a node's (or window's) exact integer counts.
@@ -285,11 +298,24 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
         raise ValueError(f"mechanism must be 'geometric', 'laplace' or 'kanon', got {mechanism!r}")
     out = exact.astype(np.int64 if mechanism == "geometric" else np.float64)
     draw = geometric_noise if mechanism == "geometric" else laplace_noise
-    if real is None:
-        out += draw(exact.shape, epsilon, rng)
-    else:  # the real cells only, in C order (padding is never released, so it is not drawn)
-        mask = np.asarray(real, dtype=bool)
-        out[mask] += draw(int(mask.sum()), epsilon, rng)
+    if out.size <= NOISE_CHUNK:
+        if real is None:
+            out += draw(exact.shape, epsilon, rng)
+        else:  # the real cells only, in C order (padding is never released, so it is not drawn)
+            mask = np.asarray(real, dtype=bool)
+            out[mask] += draw(int(mask.sum()), epsilon, rng)
+        return out
+    # A large release: the same independent draw per real cell, added in place chunk by chunk in C order,
+    # so the sampler's temporaries (several times the noise's size) stay a chunk's, not the counts'.
+    flat = out.reshape(-1)
+    mask = None if real is None else np.asarray(real, dtype=bool).reshape(-1)
+    for s in range(0, flat.size, NOISE_CHUNK):
+        seg = flat[s:s + NOISE_CHUNK]
+        if mask is None:
+            seg += draw(seg.size, epsilon, rng)
+        else:
+            m = mask[s:s + NOISE_CHUNK]
+            seg[m] += draw(int(m.sum()), epsilon, rng)
     return out
 
 

@@ -72,7 +72,7 @@ import numpy as np
 
 __all__ = [
     "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
-    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "forest_topology", "ForestNodes",
+    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "release_prior", "forest_topology", "ForestNodes",
     "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
@@ -231,14 +231,48 @@ def forest_prior(counts: np.ndarray, n_leaves: np.ndarray, cell_var: float = 1.0
     >>> forest_prior(counts, np.array([4, 1])).round(2).tolist()  # the stump's 70/30 outweighs the noisy root 4:1
     [0.67, 0.33]
     """
-    cell_var = np.maximum(np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0],)), 1e-12)
+    raw_var = np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0],))
+    cell_var = np.maximum(raw_var, 1e-12)
     noise = (np.maximum(np.asarray(n_leaves, dtype=np.float64), 1.0) * cell_var)[:, None]
     tot = counts.sum(axis=1).astype(np.float64)  # (T, C): each tree's root totals
+    # A tree that released nothing (no noise and no count: e.g. the random trees while the river classifier's
+    # prior phase releases the stumps alone) measures nothing: weight 0, unless no tree has released.
+    silent = (raw_var == 0) & ~counts.reshape(counts.shape[0], -1).any(axis=1)
+    if silent.any() and not silent.all():
+        noise = np.where(silent[:, None], np.inf, noise)
     w = np.broadcast_to(1.0 / noise, tot.shape)
     if share < 1.0:
         m = np.clip((w * tot).sum(axis=0) / w.sum(axis=0), 0.0, None)  # one tree's expected class counts
         w = 1.0 / (noise + m[None, :] * (1.0 - share))
     return prior_from((w * tot).sum(axis=0) / w.sum(axis=0))
+
+
+def release_prior(totals: np.ndarray, sizes: np.ndarray, cell_var: np.ndarray) -> np.ndarray:
+    """Class shares from the noisy class totals of disjoint releases of known sizes, inverse-variance weighted.
+
+    ``totals`` (R, C): release ``j``'s noisy class totals (a prior stump's delta);
+    ``sizes`` (R,): its records ``n_j`` (public: the release schedule); ``cell_var``
+    (R,): the noise variance of one of its cells. Release ``j`` measures the
+    shares as ``totals_j / n_j``, with variance ``v_j / n_j^2`` from the noise
+    and about ``g / n_j`` from sampling (``g = (1 - sum p^2) / C``, ``p`` the
+    plain sum's shares). The weights ``1 / (v_j / n_j^2 + g / n_j)`` are ``n_j``
+    (every record alike, the summed counts) when the noise is small and
+    ``n_j^2 / v_j`` when it dominates: a small release noised as much as a big one
+    (the river classifier's first batches) no longer drowns the others, as it
+    does in the plain sum. Clipped at 0 and normalised (:func:`prior_from`).
+
+    >>> totals = np.array([[60., 40.], [5., 65.]])  # 100 records at noise sd 2, then 100 at sd 30
+    >>> prior_from(totals.sum(axis=0)).round(2).tolist()  # the plain sum follows the second release's noise
+    [0.38, 0.62]
+    >>> release_prior(totals, np.array([100, 100]), np.array([4., 900.])).round(2).tolist()
+    [0.59, 0.41]
+    """
+    totals = np.asarray(totals, dtype=np.float64).reshape(-1, np.shape(totals)[-1])
+    n = np.maximum(np.asarray(sizes, dtype=np.float64), 1.0)
+    p = prior_from(totals.sum(axis=0))
+    g = (1.0 - float((p**2).sum())) / totals.shape[1]
+    w = 1.0 / (np.maximum(np.asarray(cell_var, dtype=np.float64), 0.0) / n**2 + g / n + 1e-12)
+    return prior_from((w[:, None] * totals / n[:, None]).sum(axis=0))
 
 
 def forest_topology(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray):
@@ -311,11 +345,20 @@ class ForestNodes:
     @classmethod
     def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
               cell_var: float, n_prior: int = 0, share: float = 1.0,
-              layout: tuple[np.ndarray, ...] | None = None) -> "ForestNodes":
+              layout: tuple[np.ndarray, ...] | None = None, node_var: np.ndarray | None = None,
+              prior: np.ndarray | None = None) -> "ForestNodes":
         """Every node's counts and variance from the released leaf counts; ``cell_var``: the noise variance of
         one cell, a number or one per tree (stumps included); ``layout``: :meth:`layout`, cached by a caller
-        whose structure does not change between releases."""
-        prior = forest_prior(counts, (leaf >= 0).sum(axis=1), cell_var, share)
+        whose structure does not change between releases; ``node_var`` (stumps included, the structure's
+        ``(n_trees, max_nodes)``): the noise variance of each node's count of one class, where it is not
+        ``cell_var`` times the leaves below (trees grown release by release, :mod:`streamdp.growth`);
+        ``prior``: a class prior measured otherwise from released numbers (:func:`release_prior`), in place
+        of :func:`forest_prior`."""
+        n_leaves = (leaf >= 0).sum(axis=1)
+        if prior is None and node_var is not None:
+            prior = forest_prior(counts, np.ones_like(n_leaves), node_var[:, 0], share)
+        elif prior is None:
+            prior = forest_prior(counts, n_leaves, cell_var, share)
         g_parent, g_depth, g_leaf, n_below, g_tree = (layout if layout is not None
                                                       else cls.layout(feature, child, leaf, n_prior))
         T, L = g_leaf.shape
@@ -324,8 +367,14 @@ class ForestNodes:
         y = np.zeros((g_depth.size, counts.shape[2]))
         y[g_leaf[has]] = counts[has]
         y = _subtree_sums(y, g_parent, g_depth)
-        per_tree = np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0] + n_prior,))[:T]
-        return cls(y, n_below * counts.shape[2] * per_tree[g_tree], g_parent, g_depth, g_leaf, prior)
+        if node_var is not None:
+            M = leaf.shape[1]
+            last = np.max(np.where(leaf[:T] >= 0, np.arange(M)[None, :], -1), axis=1)
+            var = node_var[:T][np.arange(M)[None, :] <= last[:, None]] * counts.shape[2]
+        else:
+            per_tree = np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0] + n_prior,))[:T]
+            var = n_below * counts.shape[2] * per_tree[g_tree]
+        return cls(y, var, g_parent, g_depth, g_leaf, prior)
 
     @staticmethod
     def layout(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, n_prior: int = 0) -> tuple[np.ndarray, ...]:

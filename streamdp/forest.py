@@ -29,8 +29,10 @@ and prunes each random tree where its nodes cannot expect enough records to
 stand above the noise (a probe of the leaf totals, 10% of each tree's budget,
 finds where records concentrate), then releases the pruned trees: the same
 per-tree epsilon, decisions read released numbers only
-(:meth:`PrivateForest.fit_encoded`). ``update`` and the stream keep the
-structure they were given.
+(:meth:`PrivateForest.fit_encoded`). :meth:`PrivateForest.grow` continues it
+release by release (the trees deepen as the released counts allow, never past
+the drawn height: :mod:`streamdp.growth`, the service's ``release="grow"``);
+``update`` keeps the structure it was given.
 
 Prior stumps: ``prior_trees`` single-leaf trees follow the ``n_trees`` random
 trees in the structure (:meth:`ForestStructure.with_stumps`). To every
@@ -57,7 +59,8 @@ import numpy as np
 
 from . import blob
 from .continual import noisy_node
-from .pruning import pruned_release
+from .growth import aggregate, drawn_nodes, grown_release, leaves_below
+from . import pruning
 from .privacy import SecureRandom, kanon_check, kanon_delta
 from .estimation import ESTIMATORS, SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
@@ -136,7 +139,12 @@ class PrivateForest:
             raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
         self.noise_variance = noise_variance
+        self._node_variance = None
         self.estimator = "shrink"
+        #: A class prior measured from released numbers by the owner of the releases (the river classifier's
+        #: :func:`streamdp.estimation.release_prior`), used by estimation in place of forest_prior; None: forest_prior.
+        #: Post-processing; not part of the blob (a loaded forest uses forest_prior).
+        self.class_prior: np.ndarray | None = None
         self.version = version
         self.n_releases = n_releases
 
@@ -262,8 +270,8 @@ class PrivateForest:
         """:meth:`fit` for records already encoded by :meth:`Schema.encode`.
 
         Pruning (``prune=True``, at least one prior stump, finite epsilon):
-        :func:`streamdp.pruning.pruned_release` (the rule, its privacy and its
-        measurements). The structure, its height and the counts' shape become
+        :mod:`streamdp.pruning` (the rule, its privacy and its measurements),
+        the first release of :func:`streamdp.growth.grown_release` with a probe. The structure, its height and the counts' shape become
         the pruned ones; :meth:`update` adds to them. A refit starts again from
         the structure the forest was built with (a forest loaded from a blob:
         the structure the blob holds, so a pruned blob cannot grow back).
@@ -274,20 +282,80 @@ class PrivateForest:
             self.__dict__.pop("real_cells", None)
         if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
             X, y = self._checked(X, y)
-            structure, counts, variance = pruned_release(self, X, y, self.sample_mask(len(y), rng), rng)
-        else:
-            structure, counts, variance = self.structure, self._noise(self.tally_encoded(X, y, rng), rng), None
+            self.n_releases, self._counts = 0, np.zeros(self.shape, dtype=self._counts.dtype)
+            return self._released(*grown_release(self, *self._tallies(X, y, rng), rng, probe=pruning.PRUNE_PROBE))
+        self._counts = self._noise(self.tally_encoded(X, y, rng), rng)
+        self.noise_variance = self._node_variance = None
+        self.version += 1
+        self.n_releases = 1
+        return self
+
+    @property
+    def _grows(self) -> bool:
+        """Whether :meth:`grow` cuts the trees: a prior stump to count the records, noise to weigh them against,
+        not k-anonymity (whose delta is for one release per tree)."""
+        return bool(self.prior_trees) and not math.isinf(self.epsilon) and self.mechanism != "kanon"
+
+    def _released(self, structure: ForestStructure, counts: np.ndarray, node_var: np.ndarray) -> "PrivateForest":
+        """Hold one more release that may change the structure (:mod:`streamdp.growth`)."""
         self.structure = structure
         self.__dict__.pop("real_cells", None)
         self._counts = counts
+        self.node_variance = node_var
+        # per tree, the noise of its noisiest leaf cell (what a reader without node variances assumes)
+        self.noise_variance = np.max(np.where(structure.leaf >= 0, node_var, 0.0), axis=1)
         self.version += 1
-        self.n_releases = 1
-        self.noise_variance = variance
+        self.n_releases += 1
         return self
 
     def update(self, X: Any, y: Any) -> "PrivateForest":
         """Jagannathan's update: tally only the new records, noise that delta once, add it."""
         return self.merge(self.noisy_delta(X, y))
+
+    def grow(self, X: Any, y: Any) -> "PrivateForest":
+        """:meth:`update` with the height as a ceiling: one release of the batch that may deepen the trees.
+
+        :mod:`streamdp.growth` (the rule, its privacy): a fresh forest starts
+        from its roots and every batch may split further where the records
+        seen so far stand clear of the noise, never past the drawn height.
+        Needs a prior stump and geometric or Laplace noise (else, k-anonymity or
+        no noise included, it is :meth:`update`). A fresh
+        forest's first :meth:`grow` is a pruned :meth:`fit` (with its probe);
+        a forest updated on its drawn trees keeps them.
+        """
+        enc = self.schema.encode(X, y)
+        return self.grow_encoded(enc.X, enc.y)
+
+    def grow_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> "PrivateForest":
+        """:meth:`grow` for records already encoded by :meth:`Schema.encode`."""
+        if not self._grows:
+            return self.merge(self.noisy_delta_encoded(X, y, rng))
+        rng = rng or self._rng
+        X, y = self._checked(X, y)
+        return self._released(*grown_release(self, *self._tallies(X, y, rng), rng, probe=pruning.PRUNE_PROBE))
+
+    def grow_exact(self, exact: np.ndarray, rng: SecureRandom | None = None) -> "PrivateForest":
+        """:meth:`grow` from an EXACT tally on the drawn trees (:meth:`tally_encoded` of a forest holding
+        them; the stream service's window accumulator), sampling masks already applied."""
+        drawn, C = self._drawn, self.schema.n_classes
+        exact = np.asarray(exact)
+        if exact.shape != (drawn.n_trees, drawn.max_leaves, C) or exact.dtype.kind not in "iu":
+            raise ValueError(f"an exact tally on the drawn trees is integers of shape "
+                             f"{(drawn.n_trees, drawn.max_leaves, C)}, got {exact.dtype} {exact.shape}")
+        if not self._grows:
+            raise ValueError("growing needs a prior stump and geometric or laplace noise (see grow)")
+        arities, is_cat = self.schema.arities, self.schema.is_categorical
+        return self._released(*grown_release(self, lambda s: aggregate(exact, drawn, s, arities, is_cat),
+                                             exact[self.n_trees:, :1], rng or self._rng, probe=pruning.PRUNE_PROBE))
+
+    def _tallies(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom):
+        """What :func:`~streamdp.growth.grown_release` reads of checked encoded records: their exact tally
+        on any pruning of the drawn trees and the stumps' exact counts, under one sampling mask."""
+        T, C = self.n_trees, self.schema.n_classes
+        mask = self.sample_mask(len(y), rng)
+        stumps = np.stack([np.bincount(y if mask is None else y[mask[:, T + j]], minlength=C)
+                           for j in range(self.prior_trees)])[:, None, :]
+        return (lambda s: self.tally_on(s, X, y, mask)), stumps
 
     def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> "PrivateForest":
         """Add an already-noised delta (from :meth:`noisy_delta`, possibly on another worker).
@@ -307,12 +375,16 @@ class PrivateForest:
         self._counts += delta  # in place: no second counts-sized array (readers hold read-only views)
         self.version += 1
         self.n_releases += releases
+        added = releases * self.cell_variance if variance is None else np.asarray(variance)
         if variance is not None or self._noise_variance is not None:
-            self.noise_variance = before + (releases * self.cell_variance if variance is None else np.asarray(variance))
+            self.noise_variance = before + added
+        if self._node_variance is not None:  # a grown forest: each node adds the noise of the leaves below it
+            self.node_variance = self._node_variance + leaves_below(self.structure) * np.broadcast_to(
+                np.asarray(added, dtype=np.float64), (self.structure.n_trees,))[:, None]
         return self
 
     def with_counts(self, counts: np.ndarray, *, version: int, n_releases: int,
-                    noise_variance: Any = None) -> "PrivateForest":
+                    noise_variance: Any = None, node_variance: Any = None) -> "PrivateForest":
         """The same forest (schema, settings, structure) holding other released counts, validated.
 
         >>> from streamdp.datasets import load
@@ -321,10 +393,49 @@ class PrivateForest:
         >>> (g.version, g.n_releases, g.structure is f.structure)
         (3, 2, True)
         """
-        return PrivateForest(self.schema, self.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
-                             beta=self.beta, vote=self.vote, budget=self.budget, counts=counts, version=version,
-                             n_releases=n_releases, private=self.private, prior_trees=self.prior_trees,
-                             noise_variance=noise_variance)
+        forest = PrivateForest(self.schema, self.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
+                               beta=self.beta, vote=self.vote, budget=self.budget, counts=counts, version=version,
+                               n_releases=n_releases, private=self.private, prior_trees=self.prior_trees,
+                               noise_variance=noise_variance)
+        forest.node_variance = node_variance
+        return forest
+
+    def holding(self, grown: "PrivateForest") -> "PrivateForest":
+        """This forest's drawn trees and settings holding ``grown``'s release (trees cut from them by
+        :meth:`grow`, as a grown model's blob holds them), ready to grow on; :class:`ValueError` unless
+        ``grown``'s trees are a pruning of this forest's.
+
+        >>> from streamdp.datasets import load
+        >>> ds = load("congressional-voting")
+        >>> spec = PrivateForest.create(ds.schema, n_trees=3, height=8, epsilon=1.0, seed=1)
+        >>> grown = PrivateForest.from_bytes(spec.holding(spec).grow(ds.X, ds.y).to_bytes())
+        >>> spec.holding(grown).grow(ds.X, ds.y).n_releases
+        2
+        """
+        drawn = self._drawn
+        if grown.schema.to_dict() != self.schema.to_dict() or grown.structure.n_trees != drawn.n_trees:
+            raise ValueError("the grown forest has another schema or number of trees")
+        mine = (self.epsilon, self.mechanism, self.k, self.beta, self.budget, self.prior_trees, self.private)
+        theirs = (grown.epsilon, grown.mechanism, grown.k, grown.beta, grown.budget, grown.prior_trees, grown.private)
+        if mine != theirs:
+            raise ValueError(f"the grown forest was released with other settings (epsilon, mechanism, k, beta, "
+                             f"budget, prior_trees, private): {theirs}, this forest {mine}")
+        try:
+            ids = drawn_nodes(grown.structure, drawn, self.schema.arities, self.schema.is_categorical)
+            t, i = np.nonzero((grown.structure.leaf < 0) & (ids >= 0))
+            same = np.array_equal(grown.structure.feature[t, i], drawn.feature[t, ids[t, i]]) and np.array_equal(
+                grown.structure.threshold[t, i], drawn.threshold[t, ids[t, i]])
+        except IndexError:
+            same = False
+        if not same:
+            raise ValueError("the grown forest's trees are not cut from this forest's drawn trees")
+        out = PrivateForest(self.schema, grown.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
+                            beta=self.beta, vote=self.vote, budget=self.budget, counts=grown.counts.copy(),
+                            version=grown.version, n_releases=grown.n_releases, private=self.private,
+                            prior_trees=self.prior_trees, noise_variance=grown._noise_variance)
+        out.node_variance = grown._node_variance
+        out._drawn = drawn  # what it grows from (no drawn-sized array is made)
+        return out
 
     def noisy_delta(self, X: Any, y: Any) -> np.ndarray:
         """The private release of one batch: validate, tally, then noise exactly once."""
@@ -462,15 +573,41 @@ class PrivateForest:
         v.flags.writeable = False
         self._noise_variance = v
 
+    @property
+    def node_variance(self) -> np.ndarray:
+        """Public noise variance of each node's count of one class, ``(n_trees + prior_trees, max_nodes)``.
+
+        By default :attr:`noise_variance` times the leaves below the node (each
+        release noised every leaf). Trees grown release by release
+        (:meth:`grow`) keep their own: a node that was a leaf for some releases
+        carries less noise than the leaves now below it.
+        """
+        if self._node_variance is None:
+            return leaves_below(self.structure) * self.noise_variance[:, None]
+        return self._node_variance
+
+    @node_variance.setter
+    def node_variance(self, value: Any) -> None:
+        if value is None:
+            self._node_variance = None
+            return
+        v = np.array(value, dtype=np.float64)
+        if v.shape != self.structure.feature.shape or not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"node_variance must be finite, >= 0 and of shape {self.structure.feature.shape}")
+        v.flags.writeable = False
+        self._node_variance = v
+
     def estimation_nodes(self) -> ForestNodes:
         """Every node's noisy counts and public noise variance (:class:`streamdp.estimation.ForestNodes`), cached per release."""
-        key = (self.version, id(self._counts), self.noise_variance.tobytes())
+        nv, cp = self._node_variance, self.__dict__.get("class_prior")
+        key = (self.version, id(self._counts), self.noise_variance.tobytes(), None if nv is None else nv.tobytes(),
+               None if cp is None else cp.tobytes())
         if self.__dict__.get("_nodes_key") != key:
             s = self.structure
             if self.__dict__.get("_layout_of") is not s:  # the structure's part, once per structure
                 self._layout, self._layout_of = ForestNodes.layout(s.feature, s.child, s.leaf, self.prior_trees), s
             self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.noise_variance,
-                                            self.prior_trees, self.record_share, self._layout)
+                                            self.prior_trees, self.record_share, self._layout, nv, cp)
             self._nodes_key, self._tables = key, {}
         return self._nodes
 
@@ -546,13 +683,22 @@ class PrivateForest:
             "version": self.version,
             "n_releases": self.n_releases,
             "noise_variance": None if self._noise_variance is None else [float(v) for v in self._noise_variance],
+            "node_variance": None if self._node_variance is None else blob.pack_array(self._node_variance),
             "created": time.time(),
         })
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "PrivateForest":
         """Load a blob produced by :meth:`to_bytes`; raises :class:`ValueError` on anything malformed."""
-        doc = blob.loads(data, FORMAT, FORMAT_VERSION)
+        return cls.from_doc(blob.loads(data, FORMAT, FORMAT_VERSION))
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "PrivateForest":
+        """:meth:`from_bytes` of a blob already decoded by ``blob.loads(data, FORMAT, FORMAT_VERSION)``: a caller
+        that drops the blob's bytes before this step never holds them and their decoded copy at once.
+        The structure's arrays view the document's bytes (no copy)."""
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("format_version") != FORMAT_VERSION:
+            raise blob.BlobError(f"not a decoded {FORMAT} blob (use blob.loads(data, {FORMAT!r}, {FORMAT_VERSION}))")
         try:
             schema = Schema.from_dict(blob.field(doc, "schema", dict, FORMAT))
             params = blob.field(doc, "params", dict, FORMAT)
@@ -581,13 +727,16 @@ class PrivateForest:
                 beta=params.get("beta"),
                 vote=blob.field(params, "vote", str, FORMAT),
                 budget=blob.field(params, "budget", str, FORMAT),
-                counts=counts.copy(),
+                # an all-zero blob (a model's spec) gets fresh zeros: untouched pages, no resident copy
+                counts=counts.copy() if counts.any() else np.zeros(counts.shape, counts.dtype.newbyteorder("=")),
                 version=version,
                 n_releases=n_releases,
                 private=bool(blob.field(privacy, "private", bool, FORMAT)),
                 prior_trees=prior_trees,
                 noise_variance=doc.get("noise_variance"),  # absent or None: n_releases * cell_variance
             )
+            if doc.get("node_variance") is not None:  # trees grown release by release
+                forest.node_variance = blob.unpack_array(doc["node_variance"], "node_variance", "<f8", ndim=2)
         except blob.BlobError:
             raise
         except (ValueError, TypeError, KeyError, AttributeError) as e:

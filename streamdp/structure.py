@@ -335,6 +335,39 @@ class ForestStructure:
         key = codes @ strides
         return np.take(cache[key_t], key, axis=0, mode="clip")
 
+    #: Largest routing tables (intp copies of the node arrays, all trees) kept on the structure; a larger
+    #: forest routes over its own int32 arrays instead (at height 10 the copies were about 3x the counts).
+    ROUTE_CACHE_BYTES = 64 << 20
+    #: Records per block when routing over the int32 arrays (each block's chunks go tree by tree).
+    ROUTE_BLOCK = 1 << 17
+
+    def _route_tables(self, is_cat: np.ndarray, chunk: int):
+        """Per-tree routing tables ``t -> (feature, child, leaf, cat_int, feature * chunk)`` and their index type.
+
+        A small forest (:attr:`ROUTE_CACHE_BYTES`) caches intp copies for the whole forest (``np.take``
+        needs no index conversion). A larger one routes with int32 node numbers over the structure's own
+        int32 arrays (no copies; a gather converts its chunk of indices, about 40% slower per step than
+        intp, where converting the tables took 3x the routing's time at height 10).
+        """
+        cat_flags = np.append(is_cat, False)
+        m1 = cat_flags.size
+        if self.feature.size * np.dtype(np.intp).itemsize * 5 > self.ROUTE_CACHE_BYTES and m1 * chunk < 2**31:
+            mixed = bool(np.any(is_cat)) and not bool(np.all(is_cat))
+
+            def one(t: int):
+                f = self.feature[t]
+                cat = cat_flags[f].astype(np.int32) if mixed else None  # only mixed schemas read it
+                return f, self.child[t], self.leaf[t], cat, f * np.int32(chunk)
+            return one, False, np.int32
+        cache = self._cache()
+        key = ("route", is_cat.tobytes(), chunk)
+        if key not in cache:  # once per structure: these touch every node of every tree
+            f = self.feature.astype(np.intp)
+            cache[key] = (f, self.child.astype(np.intp), self.leaf.astype(np.int64), cat_flags[f].astype(np.intp),
+                          f * chunk)
+        tabs = cache[key]
+        return (lambda t: tuple(a[t] for a in tabs)), True, np.intp
+
     def _apply_route(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray:
         """General router: ``height`` vectorized steps per tree over cache-sized chunks."""
         n, m = X.shape
@@ -347,78 +380,67 @@ class ForestStructure:
             xdtype = np.uint8 if top < 256 else (np.int16 if top < 32768 else np.int64)
         else:
             xdtype = np.float64
-        cache = self._cache()
-        key = ("route", is_cat.tobytes())
-        if key not in cache:  # once per structure: these touch every node of every tree
-            # Per node: 1 if the node is a categorical split (its code is the branch), else 0.
-            cat_node = np.append(is_cat, False)[self.feature]
-            cache[key] = (self.feature.astype(np.intp), self.child.astype(np.intp), self.leaf.astype(np.int64),
-                          cat_node, cat_node.astype(np.intp), {})
-        feature, child, leaf, cat_node, cat_int, offsets = cache[key]
         thr = self.threshold
         chunk = self.CHUNK if all_cat else self.CHUNK // 2
+        tables, cached, itype = self._route_tables(is_cat, chunk)
         c_max = min(n, chunk)
-        XT = np.zeros((m + 1, c_max), dtype=xdtype)  # row m is the zero column tested by leaves
-        idx = np.empty(c_max, dtype=np.intp)
-        nxt = np.empty(c_max, dtype=np.intp)
-        v = np.empty(c_max, dtype=xdtype)
-        ar_full = np.arange(c_max, dtype=np.intp)
-        if not all_cat:
-            tv = np.empty(c_max, dtype=np.float64)
-            br = np.empty(c_max, dtype=bool)
-        if not (all_cat or all_num):
-            cv = np.empty(c_max, dtype=np.intp)
-        for s in range(0, n, chunk):
-            e = min(n, s + chunk)
-            c = e - s
-            if c != c_max:  # last, shorter chunk
-                XT = np.zeros((m + 1, c), dtype=xdtype)
-                idx, nxt, v = idx[:c], nxt[:c], v[:c]
-                if not all_cat:
-                    tv, br = tv[:c], br[:c]
-                if not (all_cat or all_num):
-                    cv = cv[:c]
-            XT[:m] = X[s:e].T
-            XTf = XT.ravel()
-            ar = ar_full[:c]
-            # column start of each node's attribute in XTf: cached for full chunks only (a shorter
-            # chunk's length would keep a batch size, an exact count of someone's data, on the structure)
-            if c == chunk:
-                if "full" not in offsets:
-                    offsets["full"] = feature * c
-                foff = offsets["full"]
-            else:
-                foff = feature * c
+        idx_b = np.empty(c_max, dtype=itype)
+        nxt_b = np.empty(c_max, dtype=itype)
+        v_b = np.empty(c_max, dtype=xdtype)
+        ar_full = np.arange(c_max, dtype=itype)
+        tv_b = np.empty(c_max, dtype=np.float64)
+        br_b = np.empty(c_max, dtype=bool)
+        cv_b = np.empty(c_max, dtype=itype)
+        # Cached tables: every record's chunks in one block (as before); int32 tables: blocks of ROUTE_BLOCK
+        # records (their transposed chunks are kept while the block goes tree by tree).
+        block = n if cached else max(chunk, self.ROUTE_BLOCK // chunk * chunk)
+        for b0 in range(0, n, block):
+            spans = [(s, min(n, s + chunk)) for s in range(b0, min(n, b0 + block), chunk)]
+            # the chunks' transposed columns (row m is the zero column tested by leaves)
+            XTs = []
+            for s, e in spans:
+                XT = np.zeros((m + 1, e - s), dtype=xdtype)
+                XT[:m] = X[s:e].T
+                XTs.append(XT)
             for t in range(T):
-                f_t, ch_t, off_t, thr_t = feature[t], child[t], foff[t], thr[t]
-                # Root level: every record is at node 0.
-                col = XT[f_t[0]]
-                if all_cat or cat_node[t, 0]:
-                    node = col.astype(np.intp) + ch_t[0]
-                else:
-                    node = (col > thr_t[0]).astype(np.intp) + ch_t[0]
-                for _ in range(self.height - 1):
-                    np.take(off_t, node, out=idx, mode="clip")
-                    idx += ar
-                    np.take(XTf, idx, out=v, mode="clip")
-                    np.take(ch_t, node, out=nxt, mode="clip")
-                    if all_cat:
-                        nxt += v
-                    elif all_num:
-                        np.take(thr_t, node, out=tv, mode="clip")
-                        np.greater(v, tv, out=br)
-                        nxt += br
+                f_t, ch_t, leaf_t, cat_t, off_full = tables(t)
+                thr_t = thr[t]
+                for (s, e), XT in zip(spans, XTs):
+                    c = e - s
+                    idx, nxt, v, tv, br, cv = idx_b[:c], nxt_b[:c], v_b[:c], tv_b[:c], br_b[:c], cv_b[:c]
+                    XTf = XT.ravel()
+                    ar = ar_full[:c]
+                    # column start of each node's attribute in XTf (a shorter chunk's offsets are not kept:
+                    # its length would keep a batch size, an exact count of someone's data, on the structure)
+                    off_t = off_full if c == chunk else f_t * c
+                    # Root level: every record is at node 0.
+                    col = XT[f_t[0]]
+                    if all_cat or (not all_num and cat_t[0]):
+                        node = col.astype(itype) + ch_t[0]
                     else:
-                        # categorical node: branch = code (threshold is +inf, so v > thr is 0);
-                        # numeric node: branch = v > thr (cat flag is 0).
-                        np.take(thr_t, node, out=tv, mode="clip")
-                        np.greater(v, tv, out=br)
-                        nxt += br
-                        np.take(cat_int[t], node, out=cv, mode="clip")
-                        np.multiply(cv, v, out=cv, casting="unsafe")
-                        nxt += cv
-                    node, nxt = nxt, node
-                out[s:e, t] = leaf[t].take(node)
+                        node = (col > thr_t[0]).astype(itype) + ch_t[0]
+                    for _ in range(self.height - 1):
+                        np.take(off_t, node, out=idx, mode="clip")
+                        idx += ar
+                        np.take(XTf, idx, out=v, mode="clip")
+                        np.take(ch_t, node, out=nxt, mode="clip")
+                        if all_cat:
+                            nxt += v
+                        elif all_num:
+                            np.take(thr_t, node, out=tv, mode="clip")
+                            np.greater(v, tv, out=br)
+                            nxt += br
+                        else:
+                            # categorical node: branch = code (threshold is +inf, so v > thr is 0);
+                            # numeric node: branch = v > thr (cat flag is 0).
+                            np.take(thr_t, node, out=tv, mode="clip")
+                            np.greater(v, tv, out=br)
+                            nxt += br
+                            np.take(cat_t, node, out=cv, mode="clip")
+                            np.multiply(cv, v, out=cv, casting="unsafe")
+                            nxt += cv
+                        node, nxt = nxt, node
+                    out[s:e, t] = leaf_t.take(node)
         return out
 
     # -- serialization --------------------------------------------------------
@@ -444,14 +466,13 @@ class ForestStructure:
                 raise ValueError(f"structure: '{name}' holds values outside the int32 range")
         if raw["threshold"].dtype.kind != "f":
             raise ValueError(f"structure: 'threshold' must hold floats, got dtype {raw['threshold'].dtype}")
-        fs = cls(
-            raw["feature"].astype(np.int32),
-            raw["threshold"].astype(np.float64),
-            raw["child"].astype(np.int32),
-            raw["leaf"].astype(np.int32),
-            raw["n_leaves"].astype(np.int64),
-            int(height),
-        )
+        # A read-only array of the structure's dtype (a view of a decoded blob's bytes) is used as it is,
+        # not copied: a structure is read-only too, and the blob's bytes stay alive as the array's base.
+        def own(a: np.ndarray, dtype: type) -> np.ndarray:
+            return a if a.dtype == dtype and not a.flags.writeable else a.astype(dtype)
+
+        fs = cls(own(raw["feature"], np.int32), own(raw["threshold"], np.float64), own(raw["child"], np.int32),
+                 own(raw["leaf"], np.int32), raw["n_leaves"].astype(np.int64), int(height))
         fs.validate(schema)
         return fs
 
@@ -478,9 +499,11 @@ class ForestStructure:
             raise ValueError("structure: a leaf must test the zero column")
         if np.any(is_leaf & (self.child != np.arange(shape[1])[None, :])):
             raise ValueError("structure: a leaf must point to itself")
-        # Largest branch each node can take: arity-1 (categorical), 1 (numeric), 0 (leaf).
-        width = np.where(is_cat[self.feature], arity[self.feature] - 1, np.where(self.feature < m, 1, 0))
         for t in range(shape[0]):
+            # Largest branch each node can take: arity-1 (categorical), 1 (numeric), 0 (leaf); one tree at a
+            # time (for the whole forest these int64 temporaries were several times a large forest's counts).
+            f_t = self.feature[t]
+            width_t = np.where(is_cat[f_t], arity[f_t] - 1, np.where(f_t < m, 1, 0))
             lf = self.leaf[t][is_leaf[t]]
             if len(lf) != self.n_leaves[t] or not np.array_equal(np.sort(lf), np.arange(len(lf))):
                 raise ValueError(f"structure: tree {t} leaf numbers are not 0..n_leaves-1")
@@ -494,7 +517,7 @@ class ForestStructure:
                 frontier = frontier[~is_leaf[t][frontier]]
                 if frontier.size == 0:
                     break
-                w = width[t][frontier]
+                w = width_t[frontier]
                 first = self.child[t][frontier].astype(np.int64)
                 # An inner node must test a real attribute (an arity-1 categorical has one child: w == 0).
                 if np.any(self.feature[t][frontier] >= m) or np.any(first <= frontier) or np.any(first + w >= shape[1]):

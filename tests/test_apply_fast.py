@@ -61,9 +61,14 @@ def random_X(rng, schema, n):
     return np.column_stack(cols)
 
 
+@pytest.mark.parametrize("tables", ["cached", "int32"])
 @pytest.mark.parametrize("kind", ["categorical", "numeric", "mixed"])
 @pytest.mark.parametrize("seed", range(6))
-def test_apply_matches_reference(kind, seed):
+def test_apply_matches_reference(kind, seed, tables, monkeypatch):
+    if tables == "int32":  # a forest too large to cache its routing tables: its own int32 arrays, in blocks
+        monkeypatch.setattr(ForestStructure, "ROUTE_CACHE_BYTES", 0)
+        monkeypatch.setattr(ForestStructure, "ROUTE_BLOCK", ForestStructure.CHUNK)
+        monkeypatch.setattr(ForestStructure, "KEY_CELLS_MAX", 0)  # the general router, not the key tables
     rng = np.random.default_rng(seed)
     schema = random_schema(rng, kind, int(rng.integers(1, 9)))
     height = int(rng.integers(1, 6))
@@ -134,3 +139,15 @@ def test_structures_are_frozen_and_a_replaced_array_resets_the_routing_caches():
     first = gs.apply(Xm, mixed.is_categorical)  # the general router caches its tables too
     np.testing.assert_array_equal(gs.apply(Xm[:7], mixed.is_categorical), first[:7])
     np.testing.assert_array_equal(first, reference_apply(gs, Xm, mixed.is_categorical))
+
+
+def test_a_large_forest_keeps_no_routing_tables(monkeypatch):
+    """Past ROUTE_CACHE_BYTES the router uses the structure's own int32 arrays and caches no tables
+    (at height 10 the cached tables were about 3x the forest's counts)."""
+    monkeypatch.setattr(ForestStructure, "ROUTE_CACHE_BYTES", 0)
+    rng = np.random.default_rng(5)
+    schema = random_schema(rng, "mixed", 5)
+    fs = ForestStructure.draw(schema, n_trees=3, height=4, seed=1)
+    X = random_X(rng, schema, 3 * fs.CHUNK + 11)
+    np.testing.assert_array_equal(fs.apply(X, schema.is_categorical), reference_apply(fs, X, schema.is_categorical))
+    assert not any(isinstance(k, tuple) and k[0] == "route" for k in fs._cache())

@@ -343,12 +343,22 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
         server.wait(10)
 
 
-@pytest.mark.parametrize("release,epsilon", [("window", math.inf), ("tree", math.inf), ("window", 1.0)],
-                         ids=["window_eps_inf", "tree_eps_inf", "window_eps_1"])
+def _all_hit(log_path: str, points: tuple[str, ...]) -> bool:
+    """Whether the fleet's kill log names every one of ``points``."""
+    try:
+        with open(log_path) as f:
+            seen = {ln.strip() for ln in f}
+    except FileNotFoundError:
+        return False
+    return seen.issuperset(points)
+
+
+@pytest.mark.parametrize("release,epsilon", [("window", math.inf), ("tree", math.inf), ("window", 1.0), ("grow", 1.0)],
+                         ids=["window_eps_inf", "tree_eps_inf", "window_eps_1", "grow_eps_1"])
 def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, release, epsilon):
-    """release=window/tree under SIGKILLs at every add and close point (windows of 0.1 s, so hundreds of
+    """release=window/tree/grow under SIGKILLs at every add and close point (windows of 0.1 s, so hundreds of
     closes happen under fire): every entry lands in exactly one window, every due window is released once
-    with one stored noise, and a closer killed at any point is taken over."""
+    with one stored noise (grow: one stored release), and a closer killed at any point is taken over."""
     model = unique_name
     every = 0.1
     create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release=release,
@@ -364,7 +374,8 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         with Producer(redis_url, model) as prod:
             for _ in range(WORKERS):
                 fleet.start(p_kill=0.04)
-            while fleet.sigkilled < KILLS_TARGET or len(batches) < MIN_BATCHES:
+            # until every close point was hit too (a few hits each per 100 kills: one may see none in a run)
+            while fleet.sigkilled < KILLS_TARGET or len(batches) < MIN_BATCHES or not _all_hit(log_path, CLOSE_POINTS):
                 assert time.monotonic() - t0 < 150, f"fault phase too slow: {fleet.sigkilled} kills"
                 g = r.xinfo_groups(keys.records)[0]
                 if (g.get("lag") or 0) + g["pending"] < 15 and len(batches) < 1000:
@@ -417,7 +428,23 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     spec = load_spec(redis_url, model)
     all_idx = np.concatenate(list(batches.values()))
     exact = PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx], DS.y[all_idx])
-    if math.isinf(epsilon):
+    if release == "grow":  # the published forest is the last stored release; each grew the one before it
+        stored = r.mget([keys.window_delta(w) for w in range(1, releases + 1)])
+        assert all(s is not None for s in stored), "a released window has no stored release"
+        chain = [PrivateForest.from_bytes(s) for s in stored]
+        assert [f.n_releases for f in chain] == list(range(1, releases + 1))
+        assert r.hget(keys.pub_model, "blob") == stored[-1]
+        assert [f.height for f in chain] == sorted(f.height for f in chain) and chain[-1].height <= spec.height
+        from streamdp.growth import drawn_nodes
+
+        def inner(f):  # the drawn nodes a release split (each release grew from the one before: a superset)
+            d = drawn_nodes(f.structure, spec.structure, spec.schema.arities, spec.schema.is_categorical)
+            t, i = np.nonzero((f.structure.leaf < 0) & (d >= 0))
+            return set(zip(t.tolist(), d[t, i].tolist()))
+        splits = [inner(f) for f in chain]
+        assert all(a <= b for a, b in zip(splits, splits[1:]))
+        assert all(np.array_equal(spec.holding(f).counts, f.counts) for f in chain)  # each cut from these trees
+    elif math.isinf(epsilon):
         np.testing.assert_array_equal(forest.counts, exact)  # nothing lost, nothing counted twice
     else:  # the published counts are the sum of exactly one stored noised delta per window
         from streamdp import blob

@@ -245,7 +245,7 @@ def test_noise_seed_is_test_only_and_marks_not_private():
 
 
 BLOB_KEYS = {"format", "format_version", "schema", "params", "privacy", "structure", "counts", "version",
-             "n_releases", "noise_variance", "created"}
+             "n_releases", "noise_variance", "node_variance", "created"}
 
 
 def test_blob_holds_nothing_the_noise_can_be_rebuilt_from():
@@ -605,9 +605,25 @@ def test_river_sliding_window_keeps_the_variance_of_its_window():
     from streamdp.river.schemas import agrawal_schema
     from river.datasets import synth
     import itertools
+    from streamdp.estimation import cell_variance
 
-    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=50, batch_size=50, window=3, seed=1)
+    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=50, batch_size=50, window=3, seed=1,
+                                prior_records=0)
     for x, label in itertools.islice(synth.Agrawal(seed=2), 400):  # 8 releases, 3 kept
         m.learn_one(x, label)
     assert m.n_releases == 8
+    assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)
+    # with the prior phase (4, 8, 16, 22 records to the stump alone, at the whole epsilon): the window keeps
+    # the variances of the releases it holds, whichever kind they are
+    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=50, batch_size=50, window=3, seed=1)
+    stump_phase = cell_variance("geometric", 1.0)
+    for i, (x, label) in enumerate(itertools.islice(synth.Agrawal(seed=2), 400)):
+        m.learn_one(x, label)
+        if i + 1 == 50:  # the phase's last 3 releases kept; the random trees have released nothing
+            assert m.n_releases == 4
+            assert np.allclose(m.forest.noise_variance, [0.0] * 10 + [3 * stump_phase])
+        if i + 1 == 100:  # two phase releases and one tree release
+            assert np.allclose(m.forest.noise_variance,
+                               [m.forest.cell_variance] * 10 + [2 * stump_phase + m.forest.cell_variance])
+    assert m.n_releases == 11
     assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)

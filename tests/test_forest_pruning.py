@@ -94,7 +94,7 @@ def test_pickled_structures_stay_frozen_and_carry_no_routing_cache(shared_datase
 def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shared_datasets, monkeypatch):
     """Every release (stumps, probe, trees) replaced by numbers that ignore the data: two unrelated datasets
     then get the same pruned structure, so the rule reads nothing of the data but what is released."""
-    import streamdp.pruning as pruning_module
+    import streamdp.growth as growth_module
 
     calls = []
 
@@ -103,7 +103,7 @@ def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shar
         fake = np.full(np.shape(exact), 400, dtype=np.int64)
         return fake * np.asarray(real) if real is not None else fake
 
-    monkeypatch.setattr(pruning_module, "noisy_node", release)
+    monkeypatch.setattr(growth_module, "noisy_node", release)
     ds = load("congressional-voting")
     rng = np.random.default_rng(5)
     other_X = ds.X[rng.permutation(len(ds.y))[:100]]  # other records, other size, other labels
@@ -130,6 +130,13 @@ def test_empirical_epsilon_audit_of_the_pruned_fit():
     test_the_pruned_structure_depends_on_the_released_numbers_alone (which runs the probe). Events: pruned or not, jointly with the tree's counts. The
     Clopper-Pearson lower bound (failure probability 1e-6) must not exceed the declared epsilon 1.
     """
+    audit_split_decision(lambda f, X, y: f.fit_encoded(X, y))
+
+
+def audit_split_decision(release) -> None:
+    """The audit of a release that may cut the trees: ``release(forest, X, y)`` on neighbouring datasets of 11
+    and 12 records (one binary attribute, one tree of height 1, one stump, epsilon 1); the events are the
+    decision jointly with the tree's first cell. Also used by tests/test_growth.py."""
     schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
                                "label": {"name": "y", "values": [0, 1]}})
     structure = PrivateForest.create(schema, n_trees=1, height=1, epsilon=1.0, seed=0).structure
@@ -139,7 +146,7 @@ def test_empirical_epsilon_audit_of_the_pruned_fit():
         X, y = np.zeros((n, 1)), np.zeros(n, dtype=np.int64)
         split, low, high = 0, 0, 0
         for _ in range(N):
-            f = PrivateForest(schema, structure, epsilon=1.0, prior_trees=1).fit_encoded(X, y)
+            f = release(PrivateForest(schema, structure, epsilon=1.0, prior_trees=1), X, y)
             kept = f.structure.n_leaves[0] == 2
             c = int(f.counts[0, 0, 0])
             split += kept

@@ -84,7 +84,8 @@ def test_learn_many_equals_learn_one_across_batch_boundaries():
     for s in (0, 123, 900, 1700):  # uneven chunks crossing release boundaries
         e = {0: 123, 123: 900, 900: 1700, 1700: 2300}[s]
         b.learn_many(pd.DataFrame([x for x, _ in data[s:e]]), pd.Series([y for _, y in data[s:e]]))
-    assert a.n_releases == b.n_releases == 6 and a.n_buffered == b.n_buffered == 100  # 100, 200, 400, 500 x 3
+    # the prior phase (stumps only) 4, 8, 16, 32, 40; then 100, 200, 400, 500 x 3
+    assert a.n_releases == b.n_releases == 11 and a.n_buffered == b.n_buffered == 0
     np.testing.assert_array_equal(a.forest.counts, b.forest.counts)
     X = pd.DataFrame([x for x, _ in _agrawal(200, seed=5)])
     many = a.predict_proba_many(X)
@@ -96,21 +97,24 @@ def test_learn_many_equals_learn_one_across_batch_boundaries():
 
 
 def test_batches_grow_from_first_batch_to_batch_size():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=3, batch_size=500)
-    sizes, last = [], 0
-    for k, (x, y) in enumerate(_agrawal(2300), 1):
-        m.learn_one(x, y)
-        if m.n_buffered == 0:
-            sizes.append(k - last)
-            last = k
-    assert sizes == [100, 200, 400, 500, 500, 500] and m.n_releases == 6
-    assert PrivateForestClassifier(rs.stagger_schema(), batch_size=300, first_batch=300).current_batch_size == 300
+    for prior_records, expected in ((0, [100, 200, 400, 500, 500, 500]),
+                                    (None, [4, 8, 16, 32, 40, 100, 200, 400, 500, 500, 500])):
+        m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=3, batch_size=500, prior_records=prior_records)
+        sizes, last = [], 0
+        for k, (x, y) in enumerate(_agrawal(2300), 1):
+            m.learn_one(x, y)
+            if m.n_buffered == 0:
+                sizes.append(k - last)
+                last = k
+        assert sizes == expected and m.n_releases == len(expected)
+    assert PrivateForestClassifier(rs.stagger_schema(), batch_size=300, first_batch=300,
+                                   prior_records=0).current_batch_size == 300
     with pytest.raises(ValueError, match="first_batch must be an integer >= 1"):
         PrivateForestClassifier(rs.stagger_schema(), first_batch=0)
 
 
 def test_predictions_only_change_at_releases_and_buffer_is_unused():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100)
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100, prior_records=0)
     probe = _agrawal(20, seed=9)
     before = [m.predict_proba_one(x) for x, _ in probe]
     for x, y in _agrawal(99):
@@ -122,7 +126,8 @@ def test_predictions_only_change_at_releases_and_buffer_is_unused():
 
 
 def test_epsilon_constant_and_noise_scale_per_release():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=10, epsilon=1.0, batch_size=250, first_batch=250)
+    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=10, epsilon=1.0, batch_size=250, first_batch=250,
+                                prior_records=0)
     for x, y in _agrawal(2000):
         m.learn_one(x, y)
     assert m.n_releases == 8
@@ -152,7 +157,7 @@ def test_noise_accumulates_with_releases():
 
 def test_window_keeps_only_the_last_releases():
     data = _agrawal(1000)
-    w = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100, window=3, seed=5)
+    w = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100, window=3, seed=5, prior_records=0)
     ref = w.clone()  # same seed: the same structure and the same noise draws
     deltas = []
     for s in range(0, 1000, 100):
@@ -327,7 +332,8 @@ def test_uci_schema_and_stream(shared_datasets):
     assert schema == rs.uci_schema("nursery") and len(data) == 12960
     m = PrivateForestClassifier(schema, batch_size=1000)
     correct, _ = run_private(m, data)
-    assert m.n_releases == 15 and correct.mean() > 0.3  # batches of 100, 200, 400, 800, then 1000
+    # the prior phase's 4, 8, 16, 32, 40 records; then batches of 100, 200, 400, 800, then 1000
+    assert m.n_releases == 20 and correct.mean() > 0.3
 
 
 def test_infer_schema_warns_loudly():
@@ -369,9 +375,65 @@ def test_a_huge_batch_size_allocates_only_the_open_batch():
     """batch_size=10**9 (release rarely) must not allocate 10**9 rows up front: the buffer follows the open batch."""
     from streamdp.river.schemas import agrawal_schema
 
-    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=100, batch_size=10**9, seed=1)
+    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=100, batch_size=10**9, seed=1, prior_records=0)
     data = list(itertools.islice(datasets.synth.Agrawal(seed=3), 650))
     for x, y in data:
         m.learn_one(x, y)
     assert m.n_releases == 2 and m.n_buffered == 350 and m.current_batch_size == 400  # 100 + 200 released
     assert len(m._buf_y) <= 400  # the buffer holds at most the open batch, not batch_size rows
+
+
+# -- the prior phase (issue 15: never below the running majority) -------------------------------------------------
+
+
+def test_prior_phase_releases_the_stumps_alone_at_the_whole_epsilon():
+    """During the prior phase only the stump's cells move, and their noise is that of epsilon (variance 1.84 at
+    epsilon 1), not of epsilon / (n_trees + 1) (variance 223). 2,000 releases of 2 cells: the sample variance's sd
+    is about 0.07, so the bounds [1.4, 2.3] fail with probability below 1e-9."""
+    m = PrivateForestClassifier(rs.stagger_schema(), n_trees=10, epsilon=1.0)
+    assert m.prior_first == 4 and m.in_prior_phase and m.current_batch_size == 4
+    y = np.array([0, 0, 1, 0])
+    noise = []
+    for _ in range(2000):
+        delta, var = m._prior_delta(y)
+        assert not delta[:10].any()  # the random trees release nothing
+        noise.append(delta[10, 0] - [3, 1])
+        assert np.allclose(var, [0.0] * 10 + [estimation_cell_variance("geometric", 1.0)])
+    assert 1.4 < np.var(np.array(noise)) < 2.3
+
+
+def estimation_cell_variance(mechanism, epsilon):
+    from streamdp.estimation import cell_variance
+
+    return cell_variance(mechanism, epsilon)
+
+
+def test_prior_phase_predicts_the_majority_from_the_fifth_record():
+    """After the phase's first release (4 records of one class, noise sd 1.9 on the difference of the two
+    totals) a fresh model predicts that class with probability about 0.98; over 300 models at least 0.9 do
+    (binomial tail below 1e-6). Before, the model predicted the uniform prior's first label until 100 records."""
+    x = {"size": 0, "color": 0, "shape": 0}
+    right = 0
+    for _ in range(300):
+        m = PrivateForestClassifier(rs.stagger_schema(), n_trees=2, epsilon=1.0)
+        for _ in range(4):
+            m.learn_one(x, 1)
+        assert m.n_releases == 1 and not m.forest.counts[:2].any()
+        right += m.predict_one(x) == 1
+    assert right >= 270
+
+
+def test_prior_phase_survives_pickle_and_learn_many():
+    data = _agrawal(260)
+    a = PrivateForestClassifier(rs.agrawal_schema(), n_trees=3, seed=4)
+    b = a.clone()
+    for x, y in data[:30]:
+        a.learn_one(x, y)
+    a = pickle.loads(pickle.dumps(a))
+    assert a.n_releases == 3 and a.n_buffered == 2 and a.current_batch_size == 32  # 4, 8, 16 released
+    for x, y in data[30:]:
+        a.learn_one(x, y)
+    b.learn_many(pd.DataFrame([x for x, _ in data]), pd.Series([y for _, y in data]))
+    np.testing.assert_array_equal(a.forest.counts, b.forest.counts)
+    np.testing.assert_allclose(a.forest.class_prior, b.forest.class_prior)
+    assert a.n_releases == b.n_releases == 6 and a.n_buffered == b.n_buffered == 60  # 4, 8, 16, 32, 40; then 100

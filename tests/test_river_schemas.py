@@ -54,5 +54,6 @@ def test_phishing_trains_with_its_float_categorical_values():
     model = PrivateForestClassifier(schema_for(datasets.Phishing()), seed=1)
     for x, y in datasets.Phishing():
         model.learn_one(x, y)
-    assert model.n_releases == 3 and model.n_buffered == 550  # batches of 100, 200, 400, then 800 open
+    # prior phase 4, 8, 16, 32, 40 (stumps only), then batches of 100, 200, 400, then 800 open
+    assert model.n_releases == 8 and model.n_buffered == 450
     assert set(model.predict_proba_one(x)) == {False, True}

@@ -110,3 +110,15 @@ def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
     stats = redis_py.Redis.from_url(redis_url, socket_timeout=30).hgetall(Keys(name).stats)
     assert int(stats[b"records_merged"]) == 600
     main(u + ["model", "delete", name])
+
+
+def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, capsys):
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "3", "--height", "9",
+                     "--epsilon", "1", "--release", "grow", "--release-every", "5"]) == 0
+    assert main(u + ["model", "show", unique_name]) == 0
+    assert "grow: every 5 s, trees deepened as the released counts allow" in capsys.readouterr().out
+    assert main(u + ["model", "create", unique_name + "x", "--schema", SCHEMA, "--epsilon", "inf",
+                     "--release", "grow"]) == 2
+    assert "needs a finite epsilon" in capsys.readouterr().err
+    assert main(u + ["model", "delete", unique_name]) == 0

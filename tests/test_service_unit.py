@@ -153,7 +153,8 @@ def test_public_keys_hold_no_exact_record_count(r):
     for b in blobs:
         doc = msgpack.unpackb(b, raw=False)
         assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
-                            "version", "n_releases", "noise_variance", "created"}  # noise_variance: public (schedule)
+                            "version", "n_releases", "noise_variance", "node_variance", "created"}
+        # noise_variance: public (the schedule); node_variance: public (the grown structures, cut by released numbers)
         assert 100 not in (doc["version"], doc["n_releases"])
     assert set(r.hkeys(k.pub_model)) <= {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id",
                                           b"release", b"release_start", b"noise_variance"}
@@ -210,7 +211,7 @@ def test_redelivered_batch_reuses_its_stored_delta(r):
     assert st["claimed"] >= 1 and st["delta_reused"] >= 1 and st["batches_merged"] == 1
     # the stale worker's commit is refused and writes nothing
     version = Consumer(r, "m").version()
-    a._commit_entries({bid: e}, {bid: drawn}, [])
+    a._commit_entries({bid: e}, drawn.copy(), [])
     assert Consumer(r, "m").version() == version
     assert collect(r, "m")["commit_rejections"] >= 1
 

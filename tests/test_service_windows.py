@@ -171,11 +171,12 @@ def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, po
     assert r.exists(k.acc(1)) == 0
 
 
-def test_the_release_count_does_not_depend_on_the_data(r):
+@pytest.mark.parametrize("release", ["window", "grow"])
+def test_the_release_count_does_not_depend_on_the_data(r, release):
     """Two models on the same schedule, one fed and one idle, release the same number of windows (real time)."""
     every = 0.05
-    create_model(r, "fed", DS.schema, n_trees=2, height=2, epsilon=1.0, release_every=every)
-    create_model(r, "idle", DS.schema, n_trees=2, height=2, epsilon=1.0, release_every=every)
+    create_model(r, "fed", DS.schema, n_trees=2, height=2, epsilon=1.0, release_every=every, release=release)
+    create_model(r, "idle", DS.schema, n_trees=2, height=2, epsilon=1.0, release_every=every, release=release)
     workers = {n: _worker(r, n) for n in ("fed", "idle")}
     p = Producer(r, "fed")
     deadline = time.monotonic() + 30
@@ -247,7 +248,7 @@ def _restore(r, name, snap):
         r.restore(k, 0, v)
 
 
-@pytest.mark.parametrize("release", ["batch", "window", "tree"])
+@pytest.mark.parametrize("release", ["batch", "window", "tree", "grow"])
 def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, release):
     key = tmp_path / "noise.key"
     key.write_bytes(bytes(range(32)))
@@ -262,7 +263,7 @@ def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, r
             _add_all(w)
             w.closer.tick(_at(r, "m", 1))
         assert show_model(r, "m")["releases"] == 1
-        return r.hget(Keys("m").pub_model, "counts")
+        return _published_release(r)
 
     snap = _snapshot(r, "m")  # the "old snapshot": taken before the release
     first = release_once()
@@ -270,7 +271,8 @@ def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, r
     assert show_model(r, "m")["releases"] == 0
     again = release_once()
     assert again == first  # byte-identical: the redraw is the same draw
-    assert not np.array_equal(counts_from_bytes(first, spec), _exact(spec, np.arange(60)))  # and it is noisy
+    if release != "grow":  # and it is noisy (grow: the trees it publishes are not the spec's)
+        assert not np.array_equal(counts_from_bytes(first, spec), _exact(spec, np.arange(60)))
     # without the key the redraw is a second, independent noise (what the key prevents)
     _restore(r, "m", snap)
     w = _worker(r)
@@ -279,7 +281,19 @@ def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, r
     else:
         _add_all(w)
         w.closer.tick(_at(r, "m", 1))
-    assert r.hget(Keys("m").pub_model, "counts") != first
+    assert _published_release(r) != first
+
+
+def _published_release(r, name="m"):
+    """The published release's numbers: the counts (a grown model: its blob's counts and structure; the blob
+    itself carries its creation time)."""
+    from streamdp.forest import PrivateForest
+
+    counts = r.hget(Keys(name).pub_model, "counts")
+    if counts is not None:
+        return counts
+    f = PrivateForest.from_bytes(r.hget(Keys(name).pub_model, "blob"))
+    return f.counts.tobytes() + b"".join(a.tobytes() for a in f.structure.arrays().values())
 
 
 def test_a_worker_refuses_a_rolled_back_model(r, tmp_path):
@@ -337,3 +351,77 @@ def test_consumers_get_the_published_counts_noise_variance(r, release):
     want3 = published_variance(policy, 3, cell_variance(spec.mechanism, policy.node_epsilon(spec.epsilon_per_tree)))
     assert np.allclose(v3.noise_variance, want3)
     assert Consumer(r, "m").get(0).version == 0  # pub:v:0 is the spec blob itself
+
+
+# -- release="grow": windows on trees that deepen (streamdp.growth) ------------------------------
+
+
+def test_a_grown_model_deepens_its_published_trees_window_by_window(r):
+    """Votes at height 9, epsilon 2, four windows: the published trees start shallow and only grow, every entry
+    is counted once (the stumps' published totals hold each window's noisy count), consumers read each version
+    with its own structure, and retained versions are whole blobs."""
+    from streamdp.service.consumer import Consumer
+
+    _model(r, release="grow", epsilon=2.0, n_trees=4, height=9)
+    assert "grow" in str(load_policy(r, "m")[0])
+    w = _worker(r)
+    p = Producer(r, "m")
+    c = Consumer(r, "m")
+    heights, leaves = [], []
+    for k, idx in enumerate(np.array_split(np.arange(len(DS.y)), 4), start=1):
+        p.push(DS.X[idx], DS.y[idx], batch_id=f"b{k}")
+        p.push(DS.X[idx], DS.y[idx], batch_id=f"b{k}")  # a retried XADD: counted once
+        _add_all(w)
+        assert w.closer.tick(_at(r, "m", k)) == 1
+        f = c.latest()
+        assert f.version == k and f.n_releases == k and f.height <= 9
+        heights.append(f.height)
+        leaves.append(int(f.structure.n_leaves[:4].sum()))
+        assert not r.hexists(Keys("m").pub_model, "counts")  # no counts-only fast path across structures
+    assert heights == sorted(heights) and leaves == sorted(leaves) and heights[-1] < 9
+    assert heights[-1] > heights[0] or leaves[-1] > leaves[0]
+    assert r.zcard(Keys("m").merged) == 4
+    from streamdp.service.stats import collect
+
+    est = collect(r, "m")["estimated_records"]  # noisy, from the published blob (no counts field under grow)
+    assert est == pytest.approx(len(DS.y), abs=60)  # 4 trees + 1 stump at eps 2: a few records of noise
+    first = c.get(1)
+    assert first.version == 1 and first.n_releases == 1 and int(first.structure.n_leaves[:4].sum()) == leaves[0]
+    # the grown forest predicts like the library's: the consumer's forest is the stored release
+    stored = _stored_release(r, 4)
+    assert np.array_equal(c.latest().predict_proba(DS.X[:20]), stored.predict_proba(DS.X[:20]))
+
+
+def _stored_release(r, w):
+    from streamdp.forest import PrivateForest
+
+    return PrivateForest.from_bytes(r.get(Keys("m").window_delta(w)))
+
+
+@pytest.mark.parametrize("point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit",
+                                   "close_in_commit"])
+def test_a_grown_release_killed_at_any_point_is_taken_over_without_a_second_noise(r, point):
+    _model(r, release="grow", epsilon=1.0, n_trees=3, height=6)
+    w = _worker(r, faults=_faults(point))
+    Producer(r, "m").push(DS.X[:200], DS.y[:200], batch_id="a")
+    _add_all(w)
+    with pytest.raises(Died):
+        w.closer.tick(_at(r, "m", 2))
+    k = Keys("m")
+    stored_before = {key: r.get(key) for key in r.keys("sdp:{m}:priv:wdelta:*")}
+    w2 = _worker(r)
+    w2.closer.tick(_at(r, "m", 2))
+    assert show_model(r, "m")["releases"] == 2 and int(r.hget(k.state, "open")) == 3
+    for key, val in stored_before.items():  # a release stored before the death is the one published
+        assert r.get(key) == val
+    assert r.hget(k.pub_model, "blob") == r.get(k.window_delta(2))
+    assert r.hget(k.state, "blob") == r.get(k.window_delta(2))
+
+
+def test_grow_is_refused_without_noise_or_with_k_anonymity(r):
+    with pytest.raises(ValueError, match="finite epsilon"):
+        _model(r, name="a", release="grow", epsilon=math.inf)
+    with pytest.raises(ValueError, match="needs mechanism"):
+        create_model(r, "b", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5,
+                     release="grow")
+    assert not r.hexists("sdp:registry", "a") and not r.hexists("sdp:registry", "b")

@@ -42,12 +42,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
     c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
-    c.add_argument("--release", choices=("batch", "window", "tree"), default="window",
+    c.add_argument("--release", choices=("batch", "window", "grow", "tree"), default="window",
                    help="release policy: window (default; exact tallies of --release-every seconds noised once), "
-                        "tree (the same windows through the binary tree mechanism) or batch (each pushed batch "
-                        "noised once, Jagannathan et al.)")
+                        "grow (the same windows on trees that deepen as the released counts allow: --height is "
+                        "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
+                        "pushed batch noised once, Jagannathan et al.)")
     c.add_argument("--release-every", type=float, default=1.0, metavar="SECONDS",
-                   help="public release schedule of window/tree (default 1 s)")
+                   help="public release schedule of window/grow/tree (default 1 s)")
     c.add_argument("--levels", type=int, default=None, metavar="L",
                    help="tree: levels L (2**L - 1 windows per epoch; default 20)")
     c.set_defaults(func=create)

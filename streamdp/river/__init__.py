@@ -39,6 +39,13 @@ Privacy notes
   (``benchmarks/results/river_eval.md``), reached by doubling from
   ``first_batch=100`` so short streams get a model early. ``window=K`` keeps
   only the last ``K`` releases (follows drift, caps the noise).
+* Prior phase: with a prior stump (the default), the first ``first_batch``
+  records are released to the stump alone at the whole epsilon (batches of 4,
+  8, 16, ... records at epsilon 1), so the model predicts a measured class
+  prior from its 5th record on, as a running majority does; the class prior
+  weighs each of the stump's releases by its size and noise
+  (:func:`streamdp.estimation.release_prior`). ``prior_records=0`` turns the
+  phase off.
 * River's mini-batch API (``learn_many`` / ``predict_many`` /
   ``predict_proba_many`` with pandas) is vectorised and gives what the
   one-record methods give.
@@ -64,8 +71,8 @@ path).
 >>> model = PrivateForestClassifier(stagger_schema(), n_trees=5, epsilon=1.0, batch_size=100)
 >>> for x, y in datasets.synth.STAGGER(seed=1).take(300):
 ...     model.learn_one(x, y)
->>> model.n_releases
-3
+>>> model.n_releases  # the prior phase (stumps only: 4, 8, 16, 32, 40 records), then 100 and 100
+7
 >>> p = model.predict_proba_one({"size": 0, "color": 0, "shape": 0})
 >>> sorted(p) == [0, 1] and abs(sum(p.values()) - 1) < 1e-9
 True

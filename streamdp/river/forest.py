@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import collections
+import math
 import warnings
 from typing import Any
 
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
+from streamdp.continual import noisy_node
+from streamdp.estimation import cell_variance, release_prior
 from streamdp.forest import PrivateForest
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
@@ -44,7 +47,8 @@ def default_height(schema: Schema) -> int:
 class PrivateForestClassifier(river.base.MiniBatchClassifier):
     """Differentially private random forest (Private-RDT) as a river classifier.
 
-    Labelled records are buffered; when a batch is full (``first_batch``
+    Labelled records are buffered; after the prior phase (``prior_records``)
+    when a batch is full (``first_batch``
     records, then twice as many, ..., up to ``batch_size``) the batch is
     tallied into an empty copy of the leaf vectors, noised once (two-sided
     geometric noise, scale ``(n_trees + prior_trees) / epsilon`` per cell) and added to the
@@ -70,10 +74,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     epsilon
         Privacy budget of every release (constant over the stream).
     first_batch
-        Records of the first release (default 100); each next batch doubles, up
-        to ``batch_size``, so a short stream gets a model early (the sizes are
-        public: a function of the release number). ``first_batch=batch_size``
-        gives fixed batches.
+        Records of the trees' first release (default 100), after the prior
+        phase; each next batch doubles, up to ``batch_size``, so a short stream
+        gets a model early (the sizes are public: a function of the release
+        number). ``first_batch=batch_size`` gives fixed batches.
     batch_size
         Records per release once the batches have grown. Each release adds fresh noise to every cell, so
         the noise on a cell after ``r`` releases has standard deviation
@@ -98,6 +102,20 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         one more tree to the budget. Measured in river's loop (4 draws each, 9
         streams): better on 6 (Phishing +0.03, SEA +0.02, Agrawal +0.01), worse
         on Bananas (-0.02) and ImageSegments (-0.05, 7 classes).
+    prior_records
+        The prior phase (with prior stumps only): the first ``prior_records``
+        records (None: ``first_batch``) are released to the prior stumps alone,
+        with the whole ``epsilon`` (noise sd about 1.4 per class total at epsilon 1
+        instead of ``(n_trees + 1)`` times that), in batches of
+        :attr:`prior_first` records (4 at epsilon 1), then twice as many, ...
+        So the model predicts a measured class prior from its 5th record on
+        (before: the uniform prior, i.e. the first label, until ``first_batch``
+        records), as a running majority does; the random trees start after the
+        phase. Every record is still in exactly one release. 0: no prior phase.
+        The prior itself is :func:`streamdp.estimation.release_prior` of the
+        stumps' releases (each release's class totals weighed by its size and
+        noise), not of their sum: a first tree release (100 records, noise sd
+        about 15 per total) would otherwise drown the phase's precise totals.
 
     Attributes
     ----------
@@ -112,8 +130,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     >>> from river import datasets, evaluate, metrics
     >>> model = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, batch_size=1000)
     >>> metric = evaluate.progressive_val_score(datasets.synth.Agrawal(seed=42).take(3000), model, metrics.Accuracy())
-    >>> model.n_releases  # batches of 100, 200, 400, 800, then 1000
-    5
+    >>> model.n_releases  # the prior phase's 4, 8, 16, 32, 40 records; then batches of 100, 200, 400, 800, 1000
+    10
     """
 
     def __init__(
@@ -129,6 +147,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         window: int | None = None,
         seed: int | None = None,
         prior_trees: int = 1,
+        prior_records: int | None = None,
     ):
         self.schema = schema
         self.n_trees = n_trees
@@ -141,10 +160,13 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.window = window
         self.seed = seed
         self.prior_trees = prior_trees
+        self.prior_records = prior_records
         if window is not None:
             check_integer(window, "window (releases kept)")
         for name, v in (("batch_size", batch_size), ("first_batch", first_batch)):
             check_integer(v, name)
+        if prior_records is not None:
+            check_integer(prior_records, "prior_records", low=0)
         check_choice(mechanism, "mechanism", ("geometric", "laplace"))
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
         if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
@@ -162,6 +184,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
                 prior_trees=prior_trees,
             )
         self.encoder = RecordEncoder(self._schema)
+        self._n_prior_releases = 0  # releases of the prior phase (stumps only); public, like every batch size
         m = self._schema.n_attributes
         # sized for the open batch and grown as batches grow (a huge batch_size allocates nothing up front)
         self._buf_X = np.zeros((self.current_batch_size, m), dtype=np.float64)
@@ -201,6 +224,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.__dict__.update(state)
         self.__dict__.setdefault("_pend_X", [])
         self.__dict__.setdefault("_pend_y", [])
+        if "prior_records" not in state:  # pickled before the prior phase: none, and window deltas without variances
+            self.prior_records, self._n_prior_releases = 0, 0
+            v = np.full(self.forest.n_released_trees, self.forest.cell_variance)
+            self._deltas = collections.deque((d, v) for d in self._deltas)
         self._cap = self.current_batch_size
         self.encoder = RecordEncoder(self._schema)
         self._view = ForestView(self.forest, self.encoder)
@@ -220,9 +247,44 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self.forest.private
 
     @property
+    def n_prior_records(self) -> int:
+        """Records of the prior phase: ``prior_records``, or ``first_batch`` when None and the forest has stumps."""
+        if not self.forest.prior_trees:
+            return 0
+        return self.first_batch if self.prior_records is None else self.prior_records
+
+    @property
+    def prior_first(self) -> int:
+        """Records of the prior phase's first release: twice the noise sd of a difference of two class totals
+        (``ceil(2 sqrt(2 v))``, ``v`` one stump cell's variance at ``epsilon / prior_trees``; 4 at epsilon 1), so
+        that even the first noisy prior mostly names the class of a pure batch (public: from the parameters)."""
+        f = self.forest
+        if not f.prior_trees:
+            return 1
+        return max(1, math.ceil(2.0 * math.sqrt(2.0 * cell_variance(f.mechanism, self.epsilon / f.prior_trees))))
+
+    def _prior_done(self, k: int) -> int:
+        """Records of the first ``k`` prior-phase releases (sizes ``prior_first * 2**j``, capped by the phase)."""
+        return min(self.prior_first * ((1 << min(k, 62)) - 1), self.n_prior_records)
+
+    @property
+    def in_prior_phase(self) -> bool:
+        """Whether the open batch goes to the prior stumps alone (public: a function of the release count)."""
+        return self._prior_done(self._n_prior_releases) < self.n_prior_records
+
+    @property
     def current_batch_size(self) -> int:
-        """Records of the open batch: ``first_batch * 2**n_releases``, at most ``batch_size`` (public)."""
-        return min(self.batch_size, self.first_batch << min(self.n_releases, 62))
+        """Records of the open batch (public: a function of the release count).
+
+        The prior phase (:attr:`n_prior_records` records; none without prior
+        stumps): :attr:`prior_first` records, then twice as many, ..., the last
+        cut to end the phase. Then ``first_batch * 2**r`` after ``r`` releases
+        of the trees, at most ``batch_size``.
+        """
+        k = self._n_prior_releases
+        if self.in_prior_phase:
+            return min(self.prior_first << k, self.n_prior_records - self._prior_done(k))
+        return min(self.batch_size, self.first_batch << min(self.n_releases - k, 62))
 
     @property
     def n_buffered(self) -> int:
@@ -298,22 +360,65 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def _release(self) -> None:
         self._sync()
         n = self._n_buf
-        delta = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n])
+        full = n == self.current_batch_size
+        if self.in_prior_phase:
+            delta, var = self._prior_delta(self._buf_y[:n])
+            self._n_prior_releases += 1
+        else:
+            delta, var = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n]), self.forest.cell_variance
+        var = np.broadcast_to(np.asarray(var, dtype=np.float64), (self.forest.n_released_trees,))
+        self._log_prior(delta, var, n if full else None)
         if self.window is None:
-            self.forest.merge(delta)
+            self.forest.merge(delta, variance=var)
         else:
             # Sliding window over releases: subtracting an old, already released (noised) delta is
             # post-processing, so the model stays epsilon-DP; it forgets old data and caps the noise.
-            self._deltas.append(delta)
-            if len(self._deltas) > self.window:  # one release in, one out: the noise variance stays
-                self.forest.merge(delta - self._deltas.popleft(), variance=0.0)
+            self._deltas.append((delta, var))
+            if len(self._deltas) > self.window:  # one release in, one out
+                old, old_var = self._deltas.popleft()
+                self.forest.merge(delta - old, variance=var - old_var)
             else:
-                self.forest.merge(delta)
+                self.forest.merge(delta, variance=var)
         self._n_buf = 0
         # Scrub the raw records of the released batch.
         self._buf_X[:n] = 0.0
         self._buf_y[:n] = 0
         self._cap = self.current_batch_size
+
+    def _log_prior(self, delta: np.ndarray, var: np.ndarray, n: int | None) -> None:
+        """Keep this release's stump totals, size and noise (public numbers) and set the forest's class prior
+        from the kept releases (:func:`streamdp.estimation.release_prior`; the last ``window`` under a window)."""
+        f = self.forest
+        T, P = f.n_trees, f.prior_trees
+        if not P:
+            return
+        totals = delta[T:, 0, :].mean(axis=0)
+        # a full batch's size is the schedule's (public); a flushed partial batch's (n None), its noisy total
+        size = float(n) if n is not None else max(1.0, float(totals.sum()))
+        log = self.__dict__.setdefault("_prior_log", collections.deque())
+        log.append((totals, size, float(var[T:].mean()) / P))
+        if self.window is not None and len(log) > self.window:
+            log.popleft()
+        t, sz, v = (np.array(c) for c in zip(*log))
+        f.class_prior = release_prior(t, sz, v)
+
+    def _prior_delta(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A prior-phase release: the batch's class totals in the prior stumps alone, the whole ``epsilon``
+        shared by the stumps only (a record is counted once in each stump and in no random tree).
+
+        Returns the noised delta and the noise variance it adds per tree (0 for the random trees).
+        """
+        f = self.forest
+        T, P = f.n_trees, f.prior_trees
+        exact = np.zeros(f.shape, dtype=np.int64)
+        exact[T:, 0, :] = np.bincount(y, minlength=f.shape[2])[None, :]
+        real = np.zeros(f.shape, dtype=bool)
+        real[T:, 0, :] = True
+        eps = self.epsilon / P
+        delta = noisy_node(exact, eps, f.mechanism, f._rng, real)
+        var = np.zeros(f.n_released_trees)
+        var[T:] = cell_variance(f.mechanism, eps)
+        return delta.astype(f.counts.dtype, copy=False), var
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         return self._view.predict_proba_one(x)

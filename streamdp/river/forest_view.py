@@ -20,6 +20,15 @@ floats are those of the vectorised path's sums, and the noise-aware chain
 (:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
 the pooled numbers. No numpy call per record; the predictions equal
 :meth:`ForestNodes.path_proba`'s (tests/test_river.py).
+
+When the compiled kernel is built (:mod:`streamdp.river.kernel`), all of
+that (encoding the river dict, the routes, the sums, the chain or the leaf
+rule) runs in one C call per record, over contiguous float64 tables (per
+structure the trees and each leaf's path nodes, per release the nodes' counts
+and variances, or the clipped leaf counts); it gives the same floats (tests/test_river_kernel.py)
+and hands back to the Python path any record it does not handle (an unknown
+value, a numpy scalar, ...). The Python row lists are then built only on such
+a record.
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import numpy as np
 from streamdp.estimation import path_proba_one
 from streamdp.forest import PrivateForest
 from streamdp.river.encoding import RecordEncoder
+from streamdp.river.kernel import constants as kernel_constants
+from streamdp.river.kernel import new_kernel
 
 __all__ = ["ForestView"]
 
@@ -62,8 +73,10 @@ class ForestView:
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
         self._route = _compile_routes(self._trees, arity)
+        self._k = self._new_kernel(T)  # the compiled one-record path (streamdp.river.kernel), or None
         self._route_x = self._route_x_ready = None  # compiled on the first proba_list (a service view may never use it)
         self._paths_of = None  # the structure whose leaf paths self._paths holds
+        self._kernel_paths_of = None  # the paths the kernel holds
         self.refresh()
 
     def __getstate__(self) -> dict:
@@ -87,13 +100,13 @@ class ForestView:
         self._key = (f.version, f.estimator, f.vote)
         prior = f.prior()
         T, L, C = f.n_trees, self._L, f.shape[2]
-        self._rows = None
+        self._rows = self._rows_src = None  # _rows: made from _rows_src on first use (_python_rows)
         if f.vote == "majority":
             self._mode, self._table = "majority", f.leaf_proba().reshape(-1, C)
         elif f.estimator == "leaf":
             self._mode, self._table = "sum", np.maximum(f.counts[:T].reshape(-1, C), 0)
-            real = self._real_leaves()
-            self._rows = dict(zip(real.tolist(), self._table[real].tolist()))
+            real, table = self._real_leaves(), self._table
+            self._rows_src = (real, lambda: table[real])
         else:
             self._mode, nodes = "path", f.estimation_nodes()
             real = self._real_leaves()
@@ -103,14 +116,77 @@ class ForestView:
                 if self._paths_of is not f.structure:  # the paths depend on the structure alone: kept across releases
                     self._paths, self._paths_of = nodes.path_nodes(node_flat), f.structure
                 # The roots take the prior (streamdp.estimation): the rows start at depth 1.
-                rows = nodes.path_rows(path=self._paths)[:, C + 1:]
-                self._rows = dict(zip(real.tolist(), rows.tolist()))
+                paths = self._paths
+                self._rows_src = (real, lambda: nodes.path_rows(path=paths)[:, C + 1:])
+                self._nodes = nodes
                 self._table = None
             else:  # a table too large to keep: each record's rows from the nodes
                 self._table = (nodes, dict(zip(real.tolist(), node_flat.tolist())))
         self._prior = prior.tolist()
-        self._vote = None if self._rows is None else self._pooled_vote()
         self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
+        self._vote = None
+        if self._k is not None:
+            self._kernel_rows(prior)  # the Python lists wait for a record the kernel hands back
+        else:
+            self._python_rows()
+
+    def _python_rows(self) -> None:
+        """The rows as Python lists keyed by flat leaf, and the plain-Python vote on them (once per release)."""
+        if self._rows is None and self._rows_src is not None:
+            real, rows = self._rows_src
+            self._rows = dict(zip(real.tolist(), rows().tolist()))
+            self._vote = self._pooled_vote()
+
+    def _new_kernel(self, T: int):
+        """The compiled kernel with this structure's random trees (None when not built or not applicable)."""
+        enc = self.encoder
+        k = new_kernel(enc._spec, enc._encode)
+        if k is None or [s[2] is not None for s in enc._spec] != enc.is_cat:  # categorical: has a code table
+            return None
+        feat, thr, nxt, root = [], [], [], []
+        for nodes in self._trees:
+            off = len(feat)
+            root.append(off)
+            for f, th, ch, cat in nodes:
+                split = 0 <= f < len(self._arity)  # past a tree's last node: padding (attribute m), never reached
+                feat.append(f if split else -1)
+                thr.append(float(th) if split and not cat else 0.0)
+                nxt.append(off + ch if split else ch if f < 0 else 0)
+        k.set_trees(len(feat), T, np.array(feat, dtype=np.int32), np.array(thr, dtype=np.float64),
+                    np.array(nxt, dtype=np.int64), np.array(root, dtype=np.int64), np.array(self._arity, dtype=np.int64))
+        return k
+
+    def _kernel_rows(self, prior: np.ndarray) -> None:
+        """This release's numbers into the kernel, as contiguous doubles. The noise-aware estimate: per structure,
+        each flat leaf's path nodes below the root (:meth:`ForestNodes.path_nodes`); per release, every node's counts
+        and total variance (what :meth:`ForestNodes.path_rows` gathers). The leaf rule: the clipped counts."""
+        k, T, L = self._k, self.forest.n_trees, self._L
+        snr, pw, mw = kernel_constants()
+        prior = np.ascontiguousarray(prior, dtype=np.float64)
+        H = 0 if self._mode != "path" or self._rows_src is None else self._paths.shape[1] - 1
+        if self._rows_src is None or self._mode not in ("path", "sum") or (self._mode == "path" and H < 1):
+            k.clear_rows()  # the Python path (a forest of single leaves has no path below the roots either)
+            return
+        if self._mode == "path":
+            nodes, C = self._nodes, len(prior)
+            n = nodes.y.shape[0]
+            if self._kernel_paths_of is not self._paths:  # per structure (the paths are kept across releases)
+                real = self._rows_src[0]
+                flat = np.full((T * L, H), n, dtype=np.int64)  # n: the zero row (padding leaves are never reached)
+                flat[real] = self._paths[:, 1:]
+                k.set_paths(T * L, H, flat)
+                self._kernel_paths_of = self._paths
+            yv = np.zeros((n + 1, C + 1))  # as ForestNodes.path_rows: the counts, then the total's variance; row n zeros
+            yv[:n, :C] = nodes.y
+            yv[:n, C] = nodes.var
+            k.set_nodes(n + 1, yv, prior, snr, pw, mw)
+            return
+        table = self._table
+        ints = table.dtype.kind in "iu"
+        if ints and float(np.abs(table).max(initial=0)) * table.shape[0] * table.shape[1] >= 2.0**53:
+            k.clear_rows()  # sums not exact as doubles (never in practice): the Python path
+            return
+        k.set_rows(2, T * L, table.shape[1], np.ascontiguousarray(table, dtype=np.float64), prior, snr, pw, mw, ints)
 
     def _real_leaves(self) -> np.ndarray:
         """Flat numbers (``tree * max_leaves + leaf``) of the random trees' real leaves, in order."""
@@ -186,6 +262,7 @@ class ForestView:
             cells = self._cells(leaves)
             votes = np.where(cells == cells.max(axis=1, keepdims=True), self._rank, 0).argmax(axis=1)
             return (np.bincount(votes, minlength=len(self._prior)) / len(leaves)).tolist()
+        self._python_rows()
         if self._vote is not None and tuple not in map(type, leaves):
             return self._vote(leaves)
         return self._from_sums(self._cells(leaves).sum(axis=0).tolist())
@@ -212,11 +289,16 @@ class ForestView:
     def proba_list(self, x: dict) -> list[float]:
         """Class probabilities of one river record, in the schema's label order."""
         self._fresh()
+        if self._k is not None:
+            p = self._k.proba(x)
+            if p is not None:
+                return p
         if self._route_x_ready is None:
             # The river loop's path: the record dict encoded and routed by one generated function (None: an unknown value).
             ns: dict = {}
             self._route_x = _compile_routes(self._trees, self._arity, prelude=self.encoder.source(ns), ns=ns)
             self._route_x_ready = True
+        self._python_rows()
         if self._vote is not None and self._route_x is not None:
             leaves = self._route_x(x)
             if leaves is not None:
@@ -229,6 +311,11 @@ class ForestView:
 
     def predict_one(self, x: dict):
         """The most probable label of one river record (the first in label order on ties, like river's ``max``)."""
+        self._fresh()
+        if self._k is not None:
+            i = self._k.predict(x)  # the kernel's proba_list and p.index(max(p)), without the list
+            if i is not None:
+                return self.encoder.label_values[i]
         p = self.proba_list(x)
         return self.encoder.label_values[p.index(max(p))]
 

@@ -150,16 +150,23 @@ class ServiceClassifier(river.base.Classifier):
         """Push the buffered labelled records to the service now."""
         if not self._buf_x:
             return
-        producer, _ = self._clients()
+        from streamdp.service.registry import ModelNotFound
+
+        producer, consumer = self._clients()
+        before = self._version
+        if self.sync_timeout > 0:
+            # The version is read before the push: read after it, a worker that already released this batch
+            # would make the wait below look for one more release and time out.
+            try:
+                before = max(before, consumer.version())
+            except ModelNotFound:
+                pass
         producer.push(self._buf_x, self._buf_y)
         self.n_pushed += len(self._buf_x)
         self._buf_x, self._buf_y = [], []
         if self.sync_timeout > 0:
-            from streamdp.service.registry import ModelNotFound
-
-            _, consumer = self._clients()
             try:
-                forest = consumer.wait_newer(max(self._version, consumer.version()), timeout=self.sync_timeout)
+                forest = consumer.wait_newer(before, timeout=self.sync_timeout)
             except ModelNotFound:
                 forest = None
             if forest is not None and forest.version > self._version:

@@ -125,7 +125,7 @@ WINDOW_ADD_LUA = r"""
 -- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
---       10 the summed tally's nonzero cells (windows.sparse_cells: '' for none),
+--       10 the entries' nonzero cells (windows.joined_cells, a cell may repeat: '' for none),
 --       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
 -- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most
 -- once (checked above), so no other add ever writes that field.

@@ -24,8 +24,9 @@ from .. import blob
 
 from ..forest import PrivateForest
 
-__all__ = ["drawn_once", "counts_dtype", "counts_to_bytes", "counts_from_bytes", "forest_from_counts", "published_fields",
-           "RELEASE_FORMAT", "release_record", "forest_from_record", "forest_from_doc", "is_release_record"]
+__all__ = ["drawn_once", "stored_once", "counts_dtype", "counts_to_bytes", "counts_view", "counts_from_bytes",
+           "forest_from_counts", "published_fields", "RELEASE_FORMAT", "release_record", "release_record_parts",
+           "forest_from_record", "forest_from_doc", "is_release_record"]
 
 #: A retained version under the window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
 #: numbers without the structure, which ``pub:model``'s blob already carries.
@@ -40,6 +41,20 @@ def counts_dtype(mechanism: str) -> str:
 def counts_to_bytes(counts: np.ndarray) -> bytes:
     """Counts as little-endian bytes (whatever the machine's byte order)."""
     return np.ascontiguousarray(counts, dtype=counts.dtype.newbyteorder("<")).tobytes()
+
+
+def counts_view(counts: np.ndarray) -> memoryview:
+    """The bytes :func:`counts_to_bytes` gives, as a view of ``counts``'s memory where it already is
+    little-endian and contiguous (no counts-sized copy; redis-py sends a memoryview as it is).
+    Use it right away, while ``counts`` is unchanged.
+
+    >>> import numpy as np
+    >>> a = np.array([1, 2], dtype=np.int64)
+    >>> bytes(counts_view(a)) == counts_to_bytes(a)
+    True
+    """
+    a = np.ascontiguousarray(counts, dtype=counts.dtype.newbyteorder("<"))
+    return memoryview(a.reshape(-1).view(np.uint8))
 
 
 def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = False) -> np.ndarray:
@@ -81,23 +96,44 @@ def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateFo
     """A release's noised counts, drawn at most once: the array stored under ``key``, else ``draw()`` stored
     with ``SET NX`` before anyone uses it (when two workers race, both use the first stored one).
 
-    The one rule behind "each release's noise is drawn once" for batches, windows and tree nodes; a reuse
-    bumps counter ``reused`` in ``stats_key``. A stored array of the wrong shape raises ``ValueError``.
+    The one rule behind "each release's noise is drawn once" for batches, windows and tree nodes
+    (:func:`stored_once` on the array's bytes); a stored array of the wrong shape raises ``ValueError``.
     """
     dtype = spec.counts.dtype.type
-    stored = r.get(key)
-    if stored is None:
-        arr = np.asarray(draw()).astype(dtype)
-        after_draw()
-        if r.set(key, blob.packb(blob.pack_array(arr)), nx=True):
-            after_store()
-            return arr
-        stored = r.get(key)  # another worker stored it first: use that one
-    r.hincrby(stats_key, reused, 1)
-    arr = blob.unpack_array(msgpack.unpackb(stored, raw=False), "noise", counts_dtype(spec.mechanism), ndim=3)
+    drawn: list[np.ndarray] = []
+
+    def draw_bytes() -> bytes:
+        drawn.append(np.asarray(draw()).astype(dtype, copy=False))
+        return blob.packb(blob.pack_array(drawn[0]))
+
+    stored, fresh = stored_once(r, key, draw_bytes, stats_key=stats_key, reused=reused, after_draw=after_draw,
+                                after_store=after_store)
+    if fresh:
+        return drawn[0]  # the array itself: no second decode of what was just stored
+    doc = msgpack.unpackb(stored, raw=False)
+    del stored
+    arr = blob.unpack_array(doc, "noise", counts_dtype(spec.mechanism), ndim=3)
     if arr.shape != spec.shape:
         raise ValueError(f"stored noise {key} has shape {arr.shape}, the model {spec.shape}")
-    return arr.astype(dtype)
+    return arr.astype(dtype, copy=False)  # read-only where it views the stored bytes: callers add it, never change it
+
+
+def stored_once(r: Any, key: str, draw: Callable[[], bytes], *, stats_key: str, reused: str,
+                after_draw: Callable[[], None] = lambda: None,
+                after_store: Callable[[], None] = lambda: None) -> tuple[bytes, bool]:
+    """The bytes stored under ``key``, else ``draw()``'s, stored with ``SET NX`` before anyone uses them (of two
+    racing workers both use the first stored), and whether they are this call's draw; a reuse bumps counter
+    ``reused`` in ``stats_key``. A grown window's whole release (structure and counts) is stored this way."""
+    stored = r.get(key)
+    if stored is None:
+        data = draw()
+        after_draw()
+        if r.set(key, data, nx=True):
+            after_store()
+            return data, True
+        stored = r.get(key)  # another worker stored it first: use that one
+    r.hincrby(stats_key, reused, 1)
+    return stored, False
 
 
 def release_record(forest: PrivateForest) -> bytes:
@@ -109,10 +145,22 @@ def release_record(forest: PrivateForest) -> bytes:
     >>> (g.version, g.n_releases, int(g.counts[0, 0, 0]))
     (3, 2, 1)
     """
+    return b"".join(release_record_parts(forest))
+
+
+def release_record_parts(forest: PrivateForest) -> list:
+    """:func:`release_record`'s bytes in pieces (:func:`.blob.packb_parts`): the counts' piece views the
+    forest's array, so a writer that stores them one after the other (SET, then APPEND) copies no counts.
+
+    >>> from streamdp.datasets import load
+    >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+    >>> b"".join(release_record_parts(f)) == release_record(f)
+    True
+    """
     nv = forest.noise_variance
-    return blob.dumps(RELEASE_FORMAT, 1, {"version": forest.version, "n_releases": forest.n_releases,
-                                          "noise_variance": [float(v) for v in nv],
-                                          "counts": blob.pack_array(forest.counts)})
+    return blob.packb_parts({"format": RELEASE_FORMAT, "format_version": 1, "version": forest.version,
+                             "n_releases": forest.n_releases, "noise_variance": [float(v) for v in nv],
+                             "counts": blob.pack_array(forest.counts)})
 
 
 def forest_from_record(spec: PrivateForest, data: bytes) -> PrivateForest:
@@ -124,9 +172,12 @@ def forest_from_doc(spec: PrivateForest, doc: dict, fmt: str) -> PrivateForest:
     """The forest of ``spec`` holding a decoded document's counts, version, releases and noise variance
     (a model blob of the same structure, or a :func:`release_record`); :class:`ValueError` if they do not fit."""
     counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
+    node_var = doc.get("node_variance")  # a grown model's blob (streamdp.growth)
     return spec.with_counts(counts.copy(), version=blob.field(doc, "version", int, fmt),
                             n_releases=blob.field(doc, "n_releases", int, fmt),
-                            noise_variance=doc.get("noise_variance"))
+                            noise_variance=doc.get("noise_variance"),
+                            node_variance=None if node_var is None else blob.unpack_array(node_var, "node_variance",
+                                                                                          "<f8", ndim=2))
 
 
 def is_release_record(data: bytes) -> bool:

@@ -26,7 +26,8 @@ from typing import Any
 import redis
 
 from ..continual import DEFAULT_LEVELS, ReleasePolicy
-from ..forest import PrivateForest
+from .. import blob
+from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from ..schema import Schema
 from ..structure import DEFAULT_MAX_CELLS, TooLargeError
 from ..validation import check_epsilon
@@ -136,7 +137,9 @@ def create_model(
     ``release`` is the release policy (:class:`~streamdp.continual.ReleasePolicy`):
     ``"window"`` (default: the exact tallies of ``release_every`` seconds are noised
     once and released together, empty windows too, on a public schedule from the
-    model's creation time), ``"tree"`` (the same windows through the binary tree
+    model's creation time), ``"grow"`` (the same windows on trees that start from
+    their roots and deepen as the released counts allow, never past ``height``:
+    height is a ceiling, :mod:`streamdp.growth`), ``"tree"`` (the same windows through the binary tree
     mechanism, ``levels`` levels) or ``"batch"`` (each pushed batch noised once,
     Jagannathan et al.). The policy is public and fixed for the model's life.
 
@@ -146,6 +149,9 @@ def create_model(
     keys = Keys(name)
     policy = ReleasePolicy(release, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
     policy.check_mechanism(mechanism)
+    if policy.kind == "grow" and math.isinf(epsilon):
+        raise ValueError("release='grow' needs a finite epsilon: without noise there is nothing to grow against "
+                         "(release='window' keeps the drawn trees)")
     start = time.time()
     if ledger_budget is not None:
         check_epsilon(ledger_budget, "ledger_budget")
@@ -219,13 +225,41 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
                   key=f"model:{model_id}")
 
 
+#: A spec larger than this is read in parts of this size (GETRANGE) into one buffer.
+SPEC_READ_PART = 16 << 20
+
+
+def _read_spec(r: Any, key: str) -> bytes | bytearray | None:
+    """The spec's bytes, or None. A large spec is read in parts into one preallocated buffer: one GET
+    made redis-py hold its read buffer and its copy of the whole value at once (twice the blob)."""
+    size = int(r.strlen(key))
+    if size <= SPEC_READ_PART:
+        return r.get(key)
+    buf = bytearray(size)
+    for off in range(0, size, SPEC_READ_PART):
+        part = r.getrange(key, off, off + SPEC_READ_PART - 1)
+        if len(part) != min(SPEC_READ_PART, size - off):
+            raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
+        buf[off:off + len(part)] = part
+        del part
+    if int(r.strlen(key)) != size:
+        raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
+    return buf
+
+
 def load_spec(r: Any, name: str) -> PrivateForest:
-    """The empty forest of model ``name`` (schema + settings + structure), validated."""
+    """The empty forest of model ``name`` (schema + settings + structure), validated.
+
+    Memory: the spec's bytes are dropped once decoded, before the forest is built; the structure
+    views the decoded document (:meth:`PrivateForest.from_doc`): at most about twice the blob at once.
+    """
     r = connect(r)
-    data = r.get(Keys(name).spec)
+    data = _read_spec(r, Keys(name).spec)
     if data is None:
         raise ModelNotFound(f"no model named {name!r} (streamdp model list shows the models)")
-    return PrivateForest.from_bytes(data)
+    doc = blob.loads(data, FORMAT, FORMAT_VERSION)
+    del data
+    return PrivateForest.from_doc(doc)
 
 
 def published_keys(r: Any, name: str) -> Keys:

@@ -89,7 +89,7 @@ class NoiseSource:
             return SecureRandom()
         h = hashlib.sha256()
         for x in exact:
-            h.update(np.ascontiguousarray(x).tobytes() if isinstance(x, np.ndarray) else bytes(x))
+            h.update(np.ascontiguousarray(x).reshape(-1).view(np.uint8) if isinstance(x, np.ndarray) else x)  # no copy
         ctx = f"{self.model_id}/{kind}/{release_id}/".encode() + h.digest()
         return SecureRandom.from_key(self.key, ctx)
 

@@ -108,11 +108,17 @@ def _estimated_records(r: Any, keys: Keys) -> float | None:
 
     spec = r.get(keys.spec)
     version, counts, releases = r.hmget(keys.pub_model, "version", "counts", "releases")
-    if spec is None or counts is None:
+    if spec is None:
         return None
     try:
-        est = forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0, releases or 0).estimated_records()
-        return max(0.0, est)  # a count is never negative (clamping is post-processing)
+        if counts is None:  # release="grow": the structure changes, the published blob holds the counts
+            blob_b = r.hget(keys.pub_model, "blob")
+            if blob_b is None:
+                return None
+            forest = PrivateForest.from_bytes(blob_b)
+        else:
+            forest = forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0, releases or 0)
+        return max(0.0, forest.estimated_records())  # a count is never negative (clamping is post-processing)
     except ValueError:
         return None
 

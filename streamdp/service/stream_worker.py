@@ -51,11 +51,11 @@ from .connection import connect
 from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
-from .published import counts_from_bytes, counts_to_bytes, drawn_once
+from .published import counts_from_bytes, counts_view, drawn_once
 from .registry import load_policy, load_spec
 from .retention import policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
-from .windows import WindowCloser, sparse_cells
+from .windows import WindowCloser, joined_cells, nonzero_cells
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -256,15 +256,26 @@ class Worker(GroupLoop):
         if self.closer is not None:
             self._add_entries(merge, ack_only)
             return
-        deltas: dict[str, np.ndarray] = {}
+        self._commit_entries(merge, self._sum_deltas(merge, ack_only), ack_only)
+
+    def _sum_deltas(self, merge: dict[str, _Entry], ack_only: list[_Entry]) -> np.ndarray | None:
+        """The sum of the entries' noised deltas, each drawn once (stored, :meth:`_delta`) and added as it comes:
+        one counts-sized sum and one delta in memory, not one per entry. An entry whose stored delta is
+        unusable moves to ``ack_only`` as a dead letter (never redrawn). None when nothing is left to merge."""
+        total = None
         for bid, e in list(merge.items()):
             try:
-                deltas[bid] = self._delta(e.batch)
+                d = self._delta(e.batch)
                 self._fault("after_store")
             except (ValueError, TypeError) as err:  # a corrupted stored delta: dead-letter, never redraw
                 e.dead = (f"stored delta unusable: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))
-        self._commit_entries(merge, deltas, ack_only)
+                continue
+            if total is None:
+                total = np.zeros(self.spec.shape, self._dtype)
+            total += d
+            del d
+        return total
 
     def _dead_items(self, es: list[_Entry]) -> list[tuple[str, str, bytes]]:
         out = []
@@ -279,7 +290,12 @@ class Worker(GroupLoop):
                                   f"{rows[0][1]}"[:1000], detail))
         return out
 
-    def _commit_entries(self, merge: dict[str, _Entry], deltas: dict[str, np.ndarray], ack_only: list[_Entry]) -> None:
+    def _commit_entries(self, merge: dict[str, _Entry], total: np.ndarray | None, ack_only: list[_Entry]) -> None:
+        """Merge ``total`` (the sum of ``merge``'s noised deltas) in one atomic commit, retrying on conflicts.
+
+        Memory: the new counts are this worker's cached counts with ``total`` added in place (the
+        cache is dropped meanwhile: a failed commit reads the counts again), sent as a view;
+        the blob is the one other counts-sized copy."""
         cfg = self.config
         retries = 0
         while True:
@@ -290,21 +306,28 @@ class Worker(GroupLoop):
             dead = self._dead_items(ids_all)
             m = len(m_entries)
             new_version, counts_b, blob_b, releases, n_records = 0, b"", b"", 0, 0
+            new_counts = None
             if m:
                 v = self.redis.hget(self.keys.state, "version")
                 v = int(v or 0)
                 if v != self._state_version or self._counts is None:
                     self.guard.check(v)
+                    self._counts = None  # the old counts go before the new ones are read
                     _, c, rel = self.redis.hmget(self.keys.state, "version", "counts", "releases")
                     self._counts = counts_from_bytes(c, self.spec) if c else np.zeros(self.spec.shape, self._dtype)
+                    del c
                     self._releases = int(rel or 0)
                     self._state_version = v
-                total = sum(deltas[e.batch.batch_id] for e in m_entries)
-                new_counts = self._counts + total
+                if total is None:  # entries were rejected: the sum of those left, from their stored deltas
+                    total = self._sum_deltas(merge, ack_only)
+                    continue
+                new_counts, self._counts, self._state_version = self._counts, None, None
+                new_counts += total
                 releases = self._releases + m
                 new_version = v + 1
                 forest = self.spec.with_counts(new_counts, version=new_version, n_releases=releases)
-                counts_b, blob_b = counts_to_bytes(new_counts), forest.to_bytes()
+                counts_b, blob_b = counts_view(new_counts), forest.to_bytes()
+                del forest
                 n_records = sum(len(e.batch.y) for e in m_entries)
             keep = cfg.keep_versions
             drop = m > 0 and keep > 0 and new_version - keep >= 0
@@ -318,6 +341,7 @@ class Worker(GroupLoop):
             args += _entry_args(m_entries, ack_only, dead)
             self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
+            del args, counts_b, blob_b
             self._fault("in_commit")
             status = as_str(res[0])
             if status == "ok":
@@ -334,6 +358,7 @@ class Worker(GroupLoop):
                 self.redis.hincrby(self.keys.stats, "commit_retries", 1)
             elif status == "rejected":
                 self._rejected(res, ids_all, m, merge, ack_only)
+                total = None  # summed again over the entries left
             else:
                 raise RuntimeError(f"unexpected commit reply {res!r}")
             if retries > cfg.max_commit_retries:
@@ -377,11 +402,12 @@ class Worker(GroupLoop):
         (:data:`.commit.WINDOW_ADD_LUA`); ``moved`` (a closer sealed the window meanwhile) retries
         into the new open window. Noise comes when the window closes (:mod:`.windows`).
         """
-        tallies: dict[str, np.ndarray] = {}
+        # Each batch's tally kept as its nonzero cells only (a dense tally is counts-sized: one at a time).
+        tallies: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for bid, e in list(merge.items()):
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
-                tallies[bid] = self.spec.tally_encoded(e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X,
-                                                                                            e.batch.y))
+                tallies[bid] = nonzero_cells(self.spec.tally_encoded(
+                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y)))
             except (ValueError, TypeError) as err:
                 e.dead = (f"batch not tallied: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))
@@ -394,7 +420,7 @@ class Worker(GroupLoop):
                 return
             dead = self._dead_items(ids_all)
             m = len(m_entries)
-            cells = sparse_cells(sum(tallies[e.batch.batch_id] for e in m_entries)) if m else b""
+            cells = joined_cells([tallies[e.batch.batch_id] for e in m_entries]) if m else b""
             if self._open is None:
                 self._open = int(self.redis.hget(self.keys.state, "open") or 1)
             args: list[Any] = [GROUP, self.name, self._open, sum(len(e.batch.y) for e in m_entries),

@@ -1,6 +1,6 @@
 """Release windows in the service: seal, noise once, merge and publish on the public schedule.
 
-For ``release="window"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
+For ``release="window"``, ``"grow"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
 entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one
 field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`sparse_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
 which records the batch id and XACKs in the same step. The open window is the
@@ -16,12 +16,13 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock; a sh
    from then on adds go to ``w+1`` and ``priv:acc:<w>`` is frozen;
 2. **noise**: read the state, the frozen accumulator (and the tree state) in one
    MULTI; draw the window's noisy delta (``window``) or each closing node's noisy
-   sum (``tree``) and store it with ``SET NX`` (``priv:wdelta:<w>``,
+   sum (``tree``), or the whole grown release (``grow``: structure and counts, as a model blob), and store
+   it with ``SET NX`` (``priv:wdelta:<w>``,
    ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the
    stored draw, so each release's noise is drawn once;
 3. **merge** (:meth:`WindowCloser._release`, one MULTI/EXEC under WATCH of the state): CAS on
    ``releases == w-1``, ``open > w`` and the version;
-   write counts (and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
+   write counts (``grow``: the grown blob; and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
    accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
 
 A closer killed after any step leaves state another worker's next tick resumes from:
@@ -48,10 +49,10 @@ from ..forest import PrivateForest
 from .commit import SEAL_LUA
 from .group import jlog
 from .keys import Keys
-from .published import counts_from_bytes, counts_to_bytes, drawn_once, release_record
+from .published import counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
 from .rollback import NoiseSource, RollbackGuard
 
-__all__ = ["WindowCloser", "sparse_cells", "acc_counts"]
+__all__ = ["WindowCloser", "sparse_cells", "nonzero_cells", "joined_cells", "acc_counts"]
 
 log = logging.getLogger("streamdp.worker")
 MAX_CLOSES_PER_TICK = 1000
@@ -73,6 +74,30 @@ def sparse_cells(counts: np.ndarray) -> bytes:
     nz = np.flatnonzero(flat)
     out = np.empty(2 * len(nz), dtype="<i8")
     out[:len(nz)], out[len(nz):] = nz, flat[nz]
+    return out.tobytes()
+
+
+def nonzero_cells(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An exact tally's nonzero cells: their flat indices and counts (small beside a large forest's tally)."""
+    flat = np.asarray(counts).ravel()
+    nz = np.flatnonzero(flat)
+    return nz, flat[nz]
+
+
+def joined_cells(parts: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
+    """Several tallies' :func:`nonzero_cells` as one :func:`sparse_cells` value of their sum (a cell may
+    repeat: the accumulator adds every pair, :func:`acc_counts`); no counts-sized array is built.
+
+    >>> a, b = np.array([0, 2, 1]), np.array([1, 2, 0])
+    >>> acc_counts({b"b:x": joined_cells([nonzero_cells(a), nonzero_cells(b)])}, (3,)).tolist()
+    [1, 4, 1]
+    """
+    idx = [p[0] for p in parts]
+    val = [p[1] for p in parts]
+    n = sum(len(i) for i in idx)
+    out = np.empty(2 * n, dtype="<i8")
+    if n:
+        out[:n], out[n:] = np.concatenate(idx), np.concatenate(val)
     return out.tobytes()
 
 
@@ -186,6 +211,8 @@ class WindowCloser:
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
+        if self.policy.kind == "grow":
+            return self._close_grown(w, version, acc_raw)
         if window and cached[0] == version:
             old = cached[1]
         elif window:
@@ -193,13 +220,21 @@ class WindowCloser:
             if int(now_version or 0) != version:
                 return False  # released meanwhile (the caller seals and looks again)
             old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
+            del counts_b
         exact = acc_counts(acc_raw, self.spec.shape)
+        del acc_raw
         if window:
             key = self.keys.window_delta(w)
             delta = self._stored(key, lambda: window_delta(
                 exact, self.spec.shape, self.eps_node, self.spec.mechanism,
                 self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k))
-            new_counts, noise_keys, state_b = old + delta, [key], b""
+            del exact
+            # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
+            # cache is dropped first, so a failed release reads the counts again.
+            self._last = None
+            old += delta
+            del delta
+            new_counts, noise_keys, state_b = old, [key], b""
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
             if state.t != w - 1:
@@ -216,8 +251,7 @@ class WindowCloser:
         variance = published_variance(self.policy, w, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, counts_to_bytes(new_counts), forest.to_bytes(), release_record(forest), state_b,
-                           noise_keys, variance)
+        ok = self._release(w, version, forest, state_b, noise_keys, variance)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -227,15 +261,67 @@ class WindowCloser:
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
         return True
 
-    def _release(self, w: int, version: int, counts_b: bytes, blob_b: bytes, record_b: bytes, state_b: bytes,
-                 noise_keys: list[str], variance: float) -> bool:
+    def _close_grown(self, w: int, version: int, acc_raw: dict) -> bool:
+        """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
+        (:meth:`PrivateForest.grow_exact`); the whole new release (structure, counts, node variances) is
+        stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
+        if self._last is not None and self._last[0] == version:
+            old = self._last[1]
+        else:
+            now_version, blob_b = self.r.hmget(self.keys.state, "version", "blob")
+            if int(now_version or 0) != version:
+                return False  # released meanwhile (the caller seals and looks again)
+            old = self.spec.holding(PrivateForest.from_bytes(blob_b)) if blob_b else self.spec.holding(self.spec)
+        exact = acc_counts(acc_raw, self.spec.shape)
+        key = self.keys.window_delta(w)
+
+        drawn: list[PrivateForest] = []
+
+        def draw() -> bytes:
+            tally = np.zeros(self.spec.shape, np.int64) if exact is None else exact
+            # keyed over the base release too: a re-released (rolled back) base makes another release
+            rng = self.noise.rng("window", str(w), self._exact_bytes(exact), np.ascontiguousarray(old.counts))
+            drawn.append(self.spec.holding(old).grow_exact(tally, rng))  # a copy: the cached base stays as it was
+            return drawn[0].to_bytes()
+
+        blob_b, fresh = stored_once(self.r, key, draw, stats_key=self.keys.stats, reused="noise_reused",
+                                    after_draw=lambda: self.fault("close_after_draw"),
+                                    after_store=lambda: self.fault("close_after_store"))
+        # this closer's draw as it is, or the one stored first (decoded and checked)
+        forest = drawn[0] if fresh else self.spec.holding(PrivateForest.from_bytes(blob_b))
+        if forest.version != version + 1 or forest.n_releases != w:
+            raise RuntimeError(f"stored release {key} is version {forest.version} of {forest.n_releases} windows, "
+                               f"the model expects {version + 1} of {w}: corrupted state")
+        self.fault("close_before_commit")
+        # a grown release changes the structure: its state, pub:model and retained version are whole blobs
+        ok = self._release(w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b)
+        self.fault("close_in_commit")
+        if not ok:
+            return False
+        self.guard.record(version + 1)
+        self._released = w
+        self._last = (version + 1, forest)
+        jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1,
+             height=forest.height)
+        return True
+
+    def _release(self, w: int, version: int, forest: PrivateForest, state_b: bytes, noise_keys: list[str],
+                 variance: float, grown: bytes | None = None) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
 
         Plain commands, not a script: a script copies its arguments (tens of MB at height 6) into Lua
         strings before writing them, which made a release about twice as slow. The state hash holds
         everything the condition reads, and any write to it between WATCH and EXEC (a seal, another
-        closer's release) makes EXEC write nothing."""
+        closer's release) makes EXEC write nothing.
+
+        Memory: the counts travel as views of the forest's array (:func:`.published.counts_view`, and
+        the release record in pieces, :func:`.published.release_record_parts`); the blob is the one
+        counts-sized copy, built after the condition holds (a lost race builds none).
+
+        ``grown`` (``release="grow"``): the stored release's blob. The structure changes with the releases,
+        so the state holds the blob (not the counts), ``pub:model`` has no counts field (the consumers'
+        counts-only fast path assumes one structure) and the retained version is the blob."""
         nv, now = version + 1, int(time.time() * 1000)
         keep = self.keep_versions
         with self.r.pipeline(transaction=True) as p:
@@ -244,12 +330,26 @@ class WindowCloser:
                 v, rel, open_ = p.hmget(self.keys.state, "version", "releases", "open")
                 if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
                     return False
+                if grown is None:
+                    counts_b, blob_b, record = counts_view(forest.counts), forest.to_bytes(), release_record_parts(forest)
+                    state = {"counts": counts_b}
+                else:
+                    counts_b, blob_b, record, state = None, grown, [grown], {"blob": grown}
                 p.multi()
-                p.hset(self.keys.state, mapping={"version": nv, "counts": counts_b, "releases": w})
-                p.hset(self.keys.pub_model, mapping={"version": nv, "blob": blob_b, "updated": now, "releases": w,
-                                                     "counts": counts_b, "noise_variance": repr(float(variance))})
+                p.hset(self.keys.state, mapping={"version": nv, "releases": w, **state})
+                pub = {"version": nv, "blob": blob_b, "updated": now, "releases": w,
+                       "noise_variance": repr(float(variance))}
+                if counts_b is None:
+                    p.hdel(self.keys.pub_model, "counts")
+                else:
+                    pub["counts"] = counts_b
+                p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is in pub:model's blob)
-                p.set(self.keys.pub_version(nv), record_b, ex=self.version_ttl_s or None)
+                # the record written in its pieces (SET, then APPEND, in this transaction): no copy of the counts
+                p.set(self.keys.pub_version(nv), record[0], ex=self.version_ttl_s or None)
+                for part in record[1:]:
+                    if len(part):
+                        p.append(self.keys.pub_version(nv), part)
                 if keep > 0 and nv - keep >= 0:
                     p.delete(self.keys.pub_version(nv - keep))
                 p.delete(self.keys.acc(w))
@@ -267,8 +367,9 @@ class WindowCloser:
         self.r.publish(self.keys.pub_events, nv)
         return True
 
-    def _exact_bytes(self, exact: np.ndarray | None) -> bytes:
-        return b"" if exact is None else exact.astype("<i8").tobytes()
+    def _exact_bytes(self, exact: np.ndarray | None) -> bytes | np.ndarray:
+        """The exact counts as the noise key hashes them (little-endian int64; no copy on little-endian hosts)."""
+        return b"" if exact is None else np.ascontiguousarray(exact, dtype="<i8")
 
     def _stored(self, key: str, draw: Callable[[], np.ndarray]) -> np.ndarray:
         """The noise stored under ``key``, or drawn now and stored with SET NX (the first stored one wins)."""

@@ -1,0 +1,918 @@
+/* streamdp.river._kernel: the river loop's one-record path in C (optional; plain Python is the fallback).
+ *
+ * A Kernel mirrors, for one schema, three pieces of Python and gives the same objects / the same floats:
+ *   encode(x)  RecordEncoder.source's generated encoder (streamdp/river/encoding.py); any value it does
+ *              not handle inline (a type other than exact int/str/float, a dict subclass, ...) is passed
+ *              to the Python encoder given at construction, which answers for the whole record;
+ *   proba(x)   ForestView.proba_list's fast path (streamdp/river/forest_view.py): encode, route the record
+ *              through every random tree, sum the trees' rows column by column in tree order with the
+ *              arithmetic of Python's builtin sum() (plain left to right before 3.12, Neumaier's
+ *              compensated sum from 3.12), then streamdp.estimation.path_proba_one's chain (two classes:
+ *              _path_proba_two's unrolled steps; otherwise shrink_one depth by depth), or the leaf rule's
+ *              normalised sums. None when the record is not for this path (an unknown value, a value type
+ *              handled by Python only, no rows set): the caller then runs the Python path;
+ *   chain(pooled, prior)  the chain alone (tests).
+ * The estimation constants (SNR_MIN, PRIOR_WEIGHT, MIN_WEIGHT) are passed in by the caller from
+ * streamdp.estimation; a change of the rule's form must be mirrored here (tests/test_river_kernel.py
+ * compares the chain with the Python one on random inputs).
+ * Build with -ffp-contract=off (setup.py): a fused multiply-add would change the last bits.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t m;                       /* attributes */
+    PyObject **name, **alt, **lookup;   /* per attribute: key, integer key or NULL, code table (categorical) or NULL */
+    PyObject **lo_o, **hi_o, **mid_o;   /* numeric bounds as the encoder's objects (returned by encode) */
+    double *lo, *hi, *mid;              /* ... and as doubles (exact: checked by the caller) */
+    char *is_cat;
+    PyObject *fallback;                 /* the Python encoder: encode() of a record this code does not handle */
+    PyObject *false_key, *true_key;     /* streamdp.coding.lookup_key(False), lookup_key(True) */
+    /* trees (set_trees) */
+    Py_ssize_t T, n_nodes;
+    int *feat;                          /* attribute tested at a node, -1 at a leaf */
+    double *thr;                        /* threshold of a numeric split */
+    Py_ssize_t *nxt;                    /* global index of the first child; at a leaf, its flat leaf number */
+    Py_ssize_t *root;                   /* global index of each tree's root */
+    Py_ssize_t *arity;                  /* children of a split on each attribute */
+    /* rows (set_rows) */
+    int mode;                           /* 0: none (proba returns None), 1: path rows + chain, 2: leaf sums,
+                                           3: path rows gathered from the nodes (set_paths, set_nodes) + chain */
+    Py_ssize_t n_rows, W, C;
+    double *rows, *prior;
+    Py_ssize_t *paths, n_paths, H;      /* mode 3, per structure: per flat leaf, its node at depths 1..H */
+    double *yv;                         /* mode 3, per release: per node, its counts then its total's variance */
+    Py_ssize_t n_yv;               /* prior: the release's prior (mode 2: its list(prior) when no total) */
+    PyObject *prior_list;               /* mode 2 with no positive total: list(prior) */
+    int int_sums;                       /* mode 2: integer counts (Python sums ints exactly) */
+    double snr, pw, mw;
+    /* scratch */
+    double *a, *pooled, *p, *q;
+    Py_ssize_t *leaf;
+    int busy;
+} Kernel;
+
+/* ---- Python's sum() of floats, as the running interpreter computes it (start: the int 0) ---- */
+static inline void
+py_sum_add(double *f, double *comp, double xi)
+{
+#if PY_VERSION_HEX >= 0x030C0000  /* 3.12+: compensated (Neumaier) summation */
+    double t = *f + xi;
+    if (fabs(*f) >= fabs(xi))
+        *comp += (*f - t) + xi;
+    else
+        *comp += (xi - t) + *f;
+    *f = t;
+#else
+    (void)comp;
+    *f += xi;
+#endif
+}
+
+static inline double
+py_sum_end(double f, double comp)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    if (comp != 0.0 && isfinite(comp))
+        f += comp;
+#else
+    (void)comp;
+#endif
+    return f;
+}
+
+static inline double
+py_sum(const double *x, Py_ssize_t n, Py_ssize_t stride)
+{
+    if (n <= 0)
+        return 0.0;
+    double f = 0.0 + x[0], comp = 0.0;  /* 0 + first item: int + float */
+    for (Py_ssize_t i = 1; i < n; i++)
+        py_sum_add(&f, &comp, x[i * stride]);
+    return py_sum_end(f, comp);
+}
+
+/* ---- streamdp.estimation.path_proba_one (p: in the prior, out the estimate; q: scratch of C) ---- */
+static void
+chain(const double *pooled, Py_ssize_t W, Py_ssize_t C, double snr, double pw, double mw, double *p, double *q)
+{
+    if (C == 2) {  /* _path_proba_two */
+        double p0 = p[0], p1 = p[1];
+        for (Py_ssize_t d = 0; d + 3 <= W; d += 3) {
+            double y0 = pooled[d], y1 = pooled[d + 1], v = pooled[d + 2];
+            double tot = y0 + y1;
+            if (!(v > 0))
+                v = 0.0;
+            if (!(tot > 0 && tot >= snr * sqrt(v)))
+                continue;
+            double a = pw * v / (tot > 1.0 ? tot : 1.0) + mw;
+            double den = tot + a;
+            double q0 = (y0 + a * p0) / den;
+            double q1 = (y1 + a * p1) / den;
+            if (q0 < 0 || q1 < 0) {
+                q0 = q0 > 0 ? q0 : 0.0;
+                q1 = q1 > 0 ? q1 : 0.0;
+            }
+            double s = q0 + q1;
+            if (s > 0) {
+                p0 = q0 / s;
+                p1 = q1 / s;
+            }
+        }
+        p[0] = p0;
+        p[1] = p1;
+        return;
+    }
+    for (Py_ssize_t d = 0; d < W; d += C + 1) {  /* shrink_one at each depth */
+        const double *y = pooled + d;
+        if (d + C >= W)
+            break;  /* a short last slice: cannot happen with whole rows */
+        double var = y[C];
+        double tot = py_sum(y, C, 1);
+        double v = var > 0 ? var : 0.0;
+        if (!(tot > 0 && tot >= snr * sqrt(v)))
+            continue;
+        double a = pw * v / (tot > 1.0 ? tot : 1.0) + mw;
+        double den = tot + a;
+        double mn = 0.0;
+        for (Py_ssize_t c = 0; c < C; c++) {
+            q[c] = (y[c] + a * p[c]) / den;
+            if (c == 0 || q[c] < mn)  /* min(): the first, replaced by a smaller item */
+                mn = q[c];
+        }
+        if (C > 0 && mn < 0)
+            for (Py_ssize_t c = 0; c < C; c++)
+                q[c] = q[c] > 0 ? q[c] : 0.0;
+        double s = py_sum(q, C, 1);
+        if (s > 0)
+            for (Py_ssize_t c = 0; c < C; c++)
+                p[c] = q[c] / s;
+    }
+}
+
+/* ---- encoding one attribute: 0 done, 1 not handled here (the Python path), -1 error ---- */
+static int
+enc_value(Kernel *k, PyObject *x, Py_ssize_t j, double *d, PyObject **o)
+{
+    PyObject *v = PyDict_GetItemWithError(x, k->name[j]);
+    if (v == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        if (k->alt[j] != NULL) {
+            v = PyDict_GetItemWithError(x, k->alt[j]);
+            if (v == NULL && PyErr_Occurred())
+                return -1;
+        }
+    }
+    if (k->is_cat[j]) {
+        /* int, str: T.get(v); float (not NaN), bool: value_code's lookup (a bool under its lookup_key) */
+        PyObject *key = v;
+        if (v == NULL)
+            return 1;
+        if (PyBool_Check(v))
+            key = v == Py_True ? k->true_key : k->false_key;
+        else if (PyFloat_CheckExact(v)) {
+            if (isnan(PyFloat_AS_DOUBLE(v)))
+                return 1;
+        }
+        else if (!(PyLong_CheckExact(v) || PyUnicode_CheckExact(v)))
+            return 1;
+        PyObject *c = PyDict_GetItemWithError(k->lookup[j], key);
+        if (c == NULL)
+            return PyErr_Occurred() ? -1 : 1;  /* undeclared: unknown, the Python path */
+        if (!PyLong_CheckExact(c))
+            return 1;
+        long code = PyLong_AsLong(c);
+        if (code == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 1;
+        }
+        *d = (double)code;
+        *o = c;
+        return 0;
+    }
+    if (v == NULL || v == Py_None) {  /* missing number: the midpoint */
+        *d = k->mid[j];
+        *o = k->mid_o[j];
+        return 0;
+    }
+    double f;
+    if (PyFloat_CheckExact(v)) {
+        f = PyFloat_AS_DOUBLE(v);
+    }
+    else if (PyLong_CheckExact(v)) {
+        int overflow;
+        long long i = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || i > (1LL << 53) || i < -(1LL << 53))
+            return 1;  /* not exact as a double: Python compares it exactly */
+        if (i == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 1;
+        }
+        f = (double)i;
+    }
+    else {
+        return 1;
+    }
+    /* mid if v != v else lo if v < lo else hi if v > hi else v */
+    if (f != f) {
+        *d = k->mid[j];
+        *o = k->mid_o[j];
+    }
+    else if (f < k->lo[j]) {
+        *d = k->lo[j];
+        *o = k->lo_o[j];
+    }
+    else if (f > k->hi[j]) {
+        *d = k->hi[j];
+        *o = k->hi_o[j];
+    }
+    else {
+        *d = f;
+        *o = v;
+    }
+    return 0;
+}
+
+static void
+free_trees(Kernel *k)
+{
+    PyMem_Free(k->feat); PyMem_Free(k->thr); PyMem_Free(k->nxt); PyMem_Free(k->root); PyMem_Free(k->leaf);
+    PyMem_Free(k->paths);
+    k->feat = NULL; k->thr = NULL; k->nxt = NULL; k->root = NULL; k->leaf = NULL; k->paths = NULL;
+    k->n_paths = k->H = 0;
+    k->T = k->n_nodes = 0;
+}
+
+static void
+free_rows(Kernel *k)
+{
+    PyMem_Free(k->rows); PyMem_Free(k->prior); PyMem_Free(k->pooled); PyMem_Free(k->p); PyMem_Free(k->q);
+    PyMem_Free(k->yv);
+    k->rows = k->prior = k->pooled = k->p = k->q = k->yv = NULL;
+    k->n_yv = 0;
+    Py_CLEAR(k->prior_list);
+    k->mode = 0;
+    k->n_rows = k->W = k->C = 0;
+}
+
+static int
+Kernel_traverse(Kernel *k, visitproc visit, void *arg)
+{
+    for (Py_ssize_t j = 0; j < k->m; j++) {
+        Py_VISIT(k->name ? k->name[j] : NULL);
+        Py_VISIT(k->alt ? k->alt[j] : NULL);
+        Py_VISIT(k->lookup ? k->lookup[j] : NULL);
+        Py_VISIT(k->lo_o ? k->lo_o[j] : NULL);
+        Py_VISIT(k->hi_o ? k->hi_o[j] : NULL);
+        Py_VISIT(k->mid_o ? k->mid_o[j] : NULL);
+    }
+    Py_VISIT(k->fallback);
+    Py_VISIT(k->false_key);
+    Py_VISIT(k->true_key);
+    Py_VISIT(k->prior_list);
+    return 0;
+}
+
+static int
+Kernel_clear(Kernel *k)
+{
+    for (Py_ssize_t j = 0; j < k->m; j++) {
+        if (k->name) Py_CLEAR(k->name[j]);
+        if (k->alt) Py_CLEAR(k->alt[j]);
+        if (k->lookup) Py_CLEAR(k->lookup[j]);
+        if (k->lo_o) Py_CLEAR(k->lo_o[j]);
+        if (k->hi_o) Py_CLEAR(k->hi_o[j]);
+        if (k->mid_o) Py_CLEAR(k->mid_o[j]);
+    }
+    Py_CLEAR(k->fallback);
+    Py_CLEAR(k->false_key);
+    Py_CLEAR(k->true_key);
+    Py_CLEAR(k->prior_list);
+    return 0;
+}
+
+static void
+Kernel_dealloc(Kernel *k)
+{
+    PyObject_GC_UnTrack(k);
+    Kernel_clear(k);
+    PyMem_Free(k->name); PyMem_Free(k->alt); PyMem_Free(k->lookup);
+    PyMem_Free(k->lo_o); PyMem_Free(k->hi_o); PyMem_Free(k->mid_o);
+    PyMem_Free(k->lo); PyMem_Free(k->hi); PyMem_Free(k->mid); PyMem_Free(k->is_cat);
+    PyMem_Free(k->arity); PyMem_Free(k->a);
+    free_trees(k);
+    free_rows(k);
+    Py_TYPE(k)->tp_free((PyObject *)k);
+}
+
+/* Kernel(spec, fallback, false_key, true_key): spec a list of (name, alt, lookup, lo, hi, mid) as
+ * RecordEncoder._spec, with numeric bounds that are floats or ints exact as doubles (the caller checks);
+ * fallback(x) the Python encoder; the booleans' lookup keys (streamdp.coding.lookup_key). */
+static int
+Kernel_init(Kernel *k, PyObject *args, PyObject *kwds)
+{
+    PyObject *spec, *fallback, *false_key, *true_key;
+    if (k->m)  /* once */
+        return PyErr_SetString(PyExc_RuntimeError, "Kernel initialised twice"), -1;
+    if (!PyArg_ParseTuple(args, "O!OOO:Kernel", &PyList_Type, &spec, &fallback, &false_key, &true_key))
+        return -1;
+    Py_ssize_t m = PyList_GET_SIZE(spec);
+    k->name = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    k->alt = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    k->lookup = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    k->lo_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    k->hi_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    k->mid_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    k->lo = PyMem_Calloc(m + 1, sizeof(double));
+    k->hi = PyMem_Calloc(m + 1, sizeof(double));
+    k->mid = PyMem_Calloc(m + 1, sizeof(double));
+    k->is_cat = PyMem_Calloc(m + 1, 1);
+    k->arity = PyMem_Calloc(m + 1, sizeof(Py_ssize_t));
+    k->a = PyMem_Calloc(m + 1, sizeof(double));
+    if (!k->name || !k->alt || !k->lookup || !k->lo_o || !k->hi_o || !k->mid_o || !k->lo || !k->hi || !k->mid
+        || !k->is_cat || !k->arity || !k->a) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    k->m = m;
+    for (Py_ssize_t j = 0; j < m; j++) {
+        PyObject *t = PyList_GET_ITEM(spec, j);
+        if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6)
+            return PyErr_SetString(PyExc_TypeError, "spec: (name, alt, lookup, lo, hi, mid) per attribute"), -1;
+        PyObject *name = PyTuple_GET_ITEM(t, 0), *alt = PyTuple_GET_ITEM(t, 1), *lookup = PyTuple_GET_ITEM(t, 2);
+        Py_INCREF(name);
+        k->name[j] = name;
+        if (alt != Py_None) {
+            Py_INCREF(alt);
+            k->alt[j] = alt;
+        }
+        if (lookup != Py_None) {
+            if (!PyDict_CheckExact(lookup))
+                return PyErr_SetString(PyExc_TypeError, "spec: a lookup must be a dict"), -1;
+            Py_INCREF(lookup);
+            k->lookup[j] = lookup;
+            k->is_cat[j] = 1;
+            continue;
+        }
+        PyObject *b[3] = {PyTuple_GET_ITEM(t, 3), PyTuple_GET_ITEM(t, 4), PyTuple_GET_ITEM(t, 5)};
+        double *bd[3] = {&k->lo[j], &k->hi[j], &k->mid[j]};
+        PyObject **bo[3] = {&k->lo_o[j], &k->hi_o[j], &k->mid_o[j]};
+        for (int i = 0; i < 3; i++) {
+            double v = PyFloat_AsDouble(b[i]);
+            if (v == -1.0 && PyErr_Occurred())
+                return -1;
+            *bd[i] = v;
+            Py_INCREF(b[i]);
+            *bo[i] = b[i];
+        }
+    }
+    Py_INCREF(fallback);
+    k->fallback = fallback;
+    Py_INCREF(false_key);
+    k->false_key = false_key;
+    Py_INCREF(true_key);
+    k->true_key = true_key;
+    return 0;
+}
+
+static int
+get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t n, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (view->len != itemsize * n) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", what, view->len, itemsize * n);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* set_trees(feat int32[n], thr float64[n], nxt int64[n], root int64[T], arity int64[m]): the random trees'
+ * nodes, concatenated; checked so that routing stays inside the arrays. */
+static PyObject *
+Kernel_set_trees(Kernel *k, PyObject *args)
+{
+    PyObject *of, *ot, *on, *orr, *oa;
+    Py_ssize_t n, T;
+    if (!PyArg_ParseTuple(args, "nnOOOOO:set_trees", &n, &T, &of, &ot, &on, &orr, &oa))
+        return NULL;
+    if (n < 1 || T < 1)
+        return PyErr_Format(PyExc_ValueError, "no nodes");
+    Py_buffer bf, bt, bn, br, ba;
+    if (get_buffer(of, &bf, 4, n, "feat") < 0)
+        return NULL;
+    if (get_buffer(ot, &bt, 8, n, "thr") < 0)
+        return PyBuffer_Release(&bf), NULL;
+    if (get_buffer(on, &bn, 8, n, "nxt") < 0)
+        return PyBuffer_Release(&bf), PyBuffer_Release(&bt), NULL;
+    if (get_buffer(orr, &br, 8, T, "root") < 0)
+        return PyBuffer_Release(&bf), PyBuffer_Release(&bt), PyBuffer_Release(&bn), NULL;
+    if (get_buffer(oa, &ba, 8, k->m, "arity") < 0)
+        return PyBuffer_Release(&bf), PyBuffer_Release(&bt), PyBuffer_Release(&bn), PyBuffer_Release(&br), NULL;
+    free_trees(k);
+    k->mode = 0;  /* rows belong to a structure: set again */
+    k->feat = PyMem_Malloc(4 * n);
+    k->thr = PyMem_Malloc(8 * n);
+    k->nxt = PyMem_Malloc(sizeof(Py_ssize_t) * n);
+    k->root = PyMem_Malloc(sizeof(Py_ssize_t) * T);
+    k->leaf = PyMem_Malloc(sizeof(Py_ssize_t) * T);
+    int ok = k->feat && k->thr && k->nxt && k->root && k->leaf;
+    if (ok) {
+        memcpy(k->feat, bf.buf, 4 * n);
+        memcpy(k->thr, bt.buf, 8 * n);
+        const long long *nx = bn.buf, *rt = br.buf, *ar = ba.buf;
+        for (Py_ssize_t i = 0; i < n; i++)
+            k->nxt[i] = (Py_ssize_t)nx[i];
+        for (Py_ssize_t t = 0; t < T; t++)
+            k->root[t] = (Py_ssize_t)rt[t];
+        for (Py_ssize_t j = 0; j < k->m; j++)
+            k->arity[j] = (Py_ssize_t)ar[j];
+    }
+    PyBuffer_Release(&bf); PyBuffer_Release(&bt); PyBuffer_Release(&bn); PyBuffer_Release(&br); PyBuffer_Release(&ba);
+    if (!ok) {
+        free_trees(k);
+        return PyErr_NoMemory();
+    }
+    k->n_nodes = n;
+    k->T = T;
+    for (Py_ssize_t t = 0; t < T; t++)
+        if (k->root[t] < 0 || k->root[t] >= n)
+            goto bad;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int f = k->feat[i];
+        if (f < 0)
+            continue;
+        if (f >= k->m)
+            goto bad;
+        Py_ssize_t kids = k->is_cat[f] ? k->arity[f] : 2;
+        if (kids < 1 || k->nxt[i] < 0 || k->nxt[i] + kids > n)
+            goto bad;
+    }
+    Py_RETURN_NONE;
+bad:
+    free_trees(k);
+    PyErr_SetString(PyExc_ValueError, "set_trees: a node points outside the arrays");
+    return NULL;
+}
+
+/* set_rows(mode, n_rows, W, rows float64[n_rows * W], prior float64[C], snr, pw, mw, int_sums) */
+static PyObject *
+Kernel_set_rows(Kernel *k, PyObject *args)
+{
+    int mode, int_sums;
+    Py_ssize_t n_rows, W;
+    PyObject *orows, *oprior;
+    double snr, pw, mw;
+    if (!PyArg_ParseTuple(args, "innOOdddp:set_rows", &mode, &n_rows, &W, &orows, &oprior, &snr, &pw, &mw, &int_sums))
+        return NULL;
+    if (k->T < 1)
+        return PyErr_Format(PyExc_ValueError, "set_rows before set_trees");
+    if ((mode != 1 && mode != 2) || n_rows < 1 || W < 1)
+        return PyErr_Format(PyExc_ValueError, "set_rows: bad mode or shape");
+    Py_buffer bp;
+    if (PyObject_GetBuffer(oprior, &bp, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t C = bp.len / 8;
+    if (C < 1 || bp.len != 8 * C || (mode == 2 && W != C) || (mode == 1 && W % (C + 1) != 0)) {
+        PyBuffer_Release(&bp);
+        return PyErr_Format(PyExc_ValueError, "set_rows: the row width does not fit the classes");
+    }
+    Py_buffer br;
+    if (get_buffer(orows, &br, 8, n_rows * W, "rows") < 0) {
+        PyBuffer_Release(&bp);
+        return NULL;
+    }
+    free_rows(k);
+    k->rows = PyMem_Malloc(8 * n_rows * W);
+    k->prior = PyMem_Malloc(8 * C);
+    k->pooled = PyMem_Malloc(8 * W);
+    k->p = PyMem_Malloc(8 * C);
+    k->q = PyMem_Malloc(8 * C);
+    int ok = k->rows && k->prior && k->pooled && k->p && k->q;
+    if (ok) {
+        memcpy(k->rows, br.buf, 8 * n_rows * W);
+        memcpy(k->prior, bp.buf, 8 * C);
+    }
+    PyBuffer_Release(&br);
+    PyBuffer_Release(&bp);
+    if (!ok) {
+        free_rows(k);
+        return PyErr_NoMemory();
+    }
+    k->prior_list = PyList_New(C);
+    if (k->prior_list == NULL) {
+        free_rows(k);
+        return NULL;
+    }
+    for (Py_ssize_t c = 0; c < C; c++) {
+        PyObject *v = PyFloat_FromDouble(k->prior[c]);
+        if (v == NULL) {
+            free_rows(k);
+            return NULL;
+        }
+        PyList_SET_ITEM(k->prior_list, c, v);
+    }
+    for (Py_ssize_t i = 0; i < k->n_nodes; i++)  /* every leaf has a row */
+        if (k->feat[i] < 0 && (k->nxt[i] < 0 || k->nxt[i] >= n_rows)) {
+            free_rows(k);
+            return PyErr_Format(PyExc_ValueError, "set_rows: a leaf has no row");
+        }
+    k->n_rows = n_rows;
+    k->W = W;
+    k->C = C;
+    k->snr = snr;
+    k->pw = pw;
+    k->mw = mw;
+    k->int_sums = int_sums;
+    k->mode = mode;
+    Py_RETURN_NONE;
+}
+
+/* set_paths(n_rows, H, paths int64[n_rows * H]): per flat leaf, the nodes of its path at depths 1..H
+ * (ForestNodes.path_nodes without the root; the zero row past a shallower leaf); per structure. */
+static PyObject *
+Kernel_set_paths(Kernel *k, PyObject *args)
+{
+    Py_ssize_t n_rows, H;
+    PyObject *opaths;
+    if (!PyArg_ParseTuple(args, "nnO:set_paths", &n_rows, &H, &opaths))
+        return NULL;
+    if (k->T < 1 || n_rows < 1 || H < 1)
+        return PyErr_Format(PyExc_ValueError, "set_paths: before set_trees, or no paths");
+    Py_buffer b;
+    if (get_buffer(opaths, &b, 8, n_rows * H, "paths") < 0)
+        return NULL;
+    free_rows(k);  /* the release's node values follow (set_nodes) */
+    PyMem_Free(k->paths);
+    k->paths = PyMem_Malloc(sizeof(Py_ssize_t) * n_rows * H);
+    if (k->paths == NULL) {
+        PyBuffer_Release(&b);
+        k->n_paths = k->H = 0;
+        return PyErr_NoMemory();
+    }
+    const long long *src = b.buf;
+    for (Py_ssize_t i = 0; i < n_rows * H; i++)
+        k->paths[i] = (Py_ssize_t)src[i];
+    PyBuffer_Release(&b);
+    k->n_paths = n_rows;
+    k->H = H;
+    for (Py_ssize_t i = 0; i < k->n_nodes; i++)  /* every leaf has a path */
+        if (k->feat[i] < 0 && (k->nxt[i] < 0 || k->nxt[i] >= n_rows)) {
+            PyMem_Free(k->paths);
+            k->paths = NULL;
+            k->n_paths = k->H = 0;
+            return PyErr_Format(PyExc_ValueError, "set_paths: a leaf has no path");
+        }
+    Py_RETURN_NONE;
+}
+
+/* set_nodes(n_nodes, yv float64[n_nodes * (C + 1)], prior float64[C], snr, pw, mw): per node (ForestNodes'
+ * numbering; the last row zeros), its counts then its total's variance, as ForestNodes.path_rows reads them. */
+static PyObject *
+Kernel_set_nodes(Kernel *k, PyObject *args)
+{
+    Py_ssize_t n_yv;
+    PyObject *oyv, *oprior;
+    double snr, pw, mw;
+    if (!PyArg_ParseTuple(args, "nOOddd:set_nodes", &n_yv, &oyv, &oprior, &snr, &pw, &mw))
+        return NULL;
+    if (k->paths == NULL || n_yv < 1)
+        return PyErr_Format(PyExc_ValueError, "set_nodes: before set_paths, or no nodes");
+    Py_buffer bp, by;
+    if (PyObject_GetBuffer(oprior, &bp, PyBUF_SIMPLE) < 0)
+        return NULL;
+    Py_ssize_t C = bp.len / 8;
+    if (C < 1 || bp.len != 8 * C) {
+        PyBuffer_Release(&bp);
+        return PyErr_Format(PyExc_ValueError, "set_nodes: no classes");
+    }
+    if (get_buffer(oyv, &by, 8, n_yv * (C + 1), "yv") < 0) {
+        PyBuffer_Release(&bp);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < k->n_paths * k->H; i++)
+        if (k->paths[i] < 0 || k->paths[i] >= n_yv) {
+            PyBuffer_Release(&bp);
+            PyBuffer_Release(&by);
+            return PyErr_Format(PyExc_ValueError, "set_nodes: a path's node is not in the table");
+        }
+    free_rows(k);
+    Py_ssize_t W = k->H * (C + 1);
+    k->yv = PyMem_Malloc(8 * n_yv * (C + 1));
+    k->prior = PyMem_Malloc(8 * C);
+    k->pooled = PyMem_Malloc(8 * W);
+    k->p = PyMem_Malloc(8 * C);
+    k->q = PyMem_Malloc(8 * C);
+    int ok = k->yv && k->prior && k->pooled && k->p && k->q;
+    if (ok) {
+        memcpy(k->yv, by.buf, 8 * n_yv * (C + 1));
+        memcpy(k->prior, bp.buf, 8 * C);
+    }
+    PyBuffer_Release(&by);
+    PyBuffer_Release(&bp);
+    if (!ok) {
+        free_rows(k);
+        return PyErr_NoMemory();
+    }
+    k->n_yv = n_yv;
+    k->W = W;
+    k->C = C;
+    k->snr = snr;
+    k->pw = pw;
+    k->mw = mw;
+    k->int_sums = 0;
+    k->mode = 3;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Kernel_clear_rows(Kernel *k, PyObject *unused)
+{
+    free_rows(k);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+Kernel_encode(Kernel *k, PyObject *x)
+{
+    if (!PyDict_CheckExact(x) || k->busy)
+        return PyObject_CallOneArg(k->fallback, x);
+    PyObject *out = PyList_New(k->m);
+    if (out == NULL)
+        return NULL;
+    k->busy = 1;
+    for (Py_ssize_t j = 0; j < k->m; j++) {
+        double d;
+        PyObject *o;
+        int r = enc_value(k, x, j, &d, &o);
+        if (r != 0) {
+            k->busy = 0;
+            Py_DECREF(out);
+            return r < 0 ? NULL : PyObject_CallOneArg(k->fallback, x);
+        }
+        Py_INCREF(o);
+        PyList_SET_ITEM(out, j, o);
+    }
+    k->busy = 0;
+    return out;
+}
+
+static PyObject *
+floats(const double *v, Py_ssize_t n)
+{
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *f = PyFloat_FromDouble(v[i]);
+        if (f == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, f);
+    }
+    return out;
+}
+
+/* The class probabilities of record x into *out (k->p, or k->q under the leaf rule), or the prior when
+ * *out is NULL (the leaf rule with no positive total). 0 done, 1 not for this path (None), -1 error. */
+static int
+compute(Kernel *k, PyObject *x, const double **out)
+{
+    if (k->mode == 0 || k->busy || !PyDict_CheckExact(x))
+        return 1;
+    double *a = k->a;
+    k->busy = 1;
+    for (Py_ssize_t j = 0; j < k->m; j++) {
+        PyObject *o;
+        int r = enc_value(k, x, j, &a[j], &o);
+        if (r != 0) {
+            k->busy = 0;
+            return r;
+        }
+    }
+    k->busy = 0;
+    /* route: nested tests as the generated route (numeric: right child when v > threshold; categorical: the code's child) */
+    const int *feat = k->feat;
+    const double *thr = k->thr;
+    const Py_ssize_t *nxt = k->nxt;
+    for (Py_ssize_t t = 0; t < k->T; t++) {
+        Py_ssize_t n = k->root[t];
+        int f;
+        while ((f = feat[n]) >= 0) {
+            double v = a[f];
+            if (k->is_cat[f]) {
+                if (!(v >= 0 && v < (double)k->arity[f]))
+                    return 1;  /* a code past the split's children: the Python path decides */
+                n = nxt[n] + (Py_ssize_t)v;
+            }
+            else {
+                n = nxt[n] + (v > thr[n]);
+            }
+        }
+        k->leaf[t] = nxt[n];
+    }
+    /* the vote: every column summed over the trees in tree order, as sum() over zip(*rows); a row is the
+     * leaf's own (modes 1, 2) or gathered from its path's nodes (mode 3: ForestNodes.path_rows' numbers) */
+    Py_ssize_t W = k->W, T = k->T, C = k->C;
+    double *pooled = k->pooled;
+    const double *rows = k->rows;
+    if (k->mode == 3) {
+        const Py_ssize_t H = k->H, C1 = C + 1;
+        const double *yv = k->yv;
+        for (Py_ssize_t d = 0; d < H; d++) {
+            for (Py_ssize_t c = 0; c < C1; c++) {
+                double f = 0.0 + yv[k->paths[k->leaf[0] * H + d] * C1 + c], comp = 0.0;
+                for (Py_ssize_t t = 1; t < T; t++)
+                    py_sum_add(&f, &comp, yv[k->paths[k->leaf[t] * H + d] * C1 + c]);
+                pooled[d * C1 + c] = py_sum_end(f, comp);
+            }
+        }
+    }
+    else for (Py_ssize_t c = 0; c < W; c++) {
+        double f = 0.0 + rows[k->leaf[0] * W + c], comp = 0.0;
+        for (Py_ssize_t t = 1; t < T; t++)
+            py_sum_add(&f, &comp, rows[k->leaf[t] * W + c]);
+        pooled[c] = k->int_sums ? f : py_sum_end(f, comp);
+    }
+    if (k->mode == 1 || k->mode == 3) {
+        memcpy(k->p, k->prior, 8 * C);
+        chain(pooled, W, C, k->snr, k->pw, k->mw, k->p, k->q);
+        *out = k->p;
+        return 0;
+    }
+    /* mode 2 (ForestView._from_sums, leaf rule): s / sum(s), or the prior when the total is not positive */
+    double tot = k->int_sums ? 0.0 : py_sum(pooled, C, 1);
+    if (k->int_sums)
+        for (Py_ssize_t c = 0; c < C; c++)
+            tot += pooled[c];
+    if (!(tot > 0)) {
+        *out = NULL;
+        return 0;
+    }
+    for (Py_ssize_t c = 0; c < C; c++)
+        k->q[c] = pooled[c] / tot;
+    *out = k->q;
+    return 0;
+}
+
+static PyObject *
+Kernel_proba(Kernel *k, PyObject *x)
+{
+    const double *p;
+    int r = compute(k, x, &p);
+    if (r < 0)
+        return NULL;
+    if (r > 0)
+        Py_RETURN_NONE;
+    return p == NULL ? PyList_GetSlice(k->prior_list, 0, k->C) : floats(p, k->C);
+}
+
+/* predict(x): p.index(max(p)) of proba(x) (the first largest), or None. max() keeps the first largest
+ * item (it replaces only on a strictly larger one) and index() finds that very position. */
+static PyObject *
+Kernel_predict(Kernel *k, PyObject *x)
+{
+    const double *p;
+    int r = compute(k, x, &p);
+    if (r < 0)
+        return NULL;
+    if (r > 0)
+        Py_RETURN_NONE;
+    if (p == NULL)
+        p = k->prior;
+    Py_ssize_t best = 0;
+    for (Py_ssize_t c = 1; c < k->C; c++)
+        if (p[c] > p[best])
+            best = c;
+    return PyLong_FromSsize_t(best);
+}
+
+static int
+read_floats(PyObject *seq, double **out, Py_ssize_t *n)
+{
+    PyObject *fast = PySequence_Fast(seq, "a sequence of floats");
+    if (fast == NULL)
+        return -1;
+    *n = PySequence_Fast_GET_SIZE(fast);
+    *out = PyMem_Malloc(8 * (*n + 1));
+    if (*out == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *n; i++) {
+        (*out)[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if ((*out)[i] == -1.0 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            PyMem_Free(*out);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* chain(pooled, prior, snr, pw, mw): path_proba_one of a pooled row (tests) */
+static PyObject *
+mod_chain(PyObject *self, PyObject *args)
+{
+    PyObject *opooled, *oprior;
+    double snr, pw, mw;
+    if (!PyArg_ParseTuple(args, "OOddd:chain", &opooled, &oprior, &snr, &pw, &mw))
+        return NULL;
+    double *pooled, *p;
+    Py_ssize_t W, C;
+    if (read_floats(opooled, &pooled, &W) < 0)
+        return NULL;
+    if (read_floats(oprior, &p, &C) < 0) {
+        PyMem_Free(pooled);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    double *q = PyMem_Malloc(8 * (C + 1));
+    if (q == NULL)
+        PyErr_NoMemory();
+    else if (C < 1 || W % (C + 1) != 0)
+        PyErr_SetString(PyExc_ValueError, "chain: the row width does not fit the classes");
+    else {
+        chain(pooled, W, C, snr, pw, mw, p, q);
+        out = floats(p, C);
+    }
+    PyMem_Free(pooled);
+    PyMem_Free(p);
+    PyMem_Free(q);
+    return out;
+}
+
+/* py_sum(xs): Python's sum() of a list of floats, as mirrored here (tests) */
+static PyObject *
+mod_py_sum(PyObject *self, PyObject *arg)
+{
+    double *x;
+    Py_ssize_t n;
+    if (read_floats(arg, &x, &n) < 0)
+        return NULL;
+    double s = py_sum(x, n, 1);
+    PyMem_Free(x);
+    return PyFloat_FromDouble(s);
+}
+
+static PyMethodDef Kernel_methods[] = {
+    {"set_trees", (PyCFunction)Kernel_set_trees, METH_VARARGS, "set_trees(n, T, feat, thr, nxt, root, arity)"},
+    {"set_rows", (PyCFunction)Kernel_set_rows, METH_VARARGS,
+     "set_rows(mode, n_rows, W, rows, prior, snr_min, prior_weight, min_weight, int_sums)"},
+    {"set_paths", (PyCFunction)Kernel_set_paths, METH_VARARGS, "set_paths(n_rows, H, paths)"},
+    {"set_nodes", (PyCFunction)Kernel_set_nodes, METH_VARARGS, "set_nodes(n_nodes, yv, prior, snr_min, prior_weight, min_weight)"},
+    {"clear_rows", (PyCFunction)Kernel_clear_rows, METH_NOARGS, "no rows: proba returns None"},
+    {"encode", (PyCFunction)Kernel_encode, METH_O, "encode(x): RecordEncoder.encode_one's list"},
+    {"proba", (PyCFunction)Kernel_proba, METH_O, "proba(x): class probabilities, or None (the Python path)"},
+    {"predict", (PyCFunction)Kernel_predict, METH_O, "predict(x): index of the first largest of proba(x), or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject KernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "streamdp.river._kernel.Kernel",
+    .tp_basicsize = sizeof(Kernel),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The river loop's one-record path for one schema (see the module source).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Kernel_init,
+    .tp_dealloc = (destructor)Kernel_dealloc,
+    .tp_traverse = (traverseproc)Kernel_traverse,
+    .tp_clear = (inquiry)Kernel_clear,
+    .tp_methods = Kernel_methods,
+};
+
+static PyMethodDef module_methods[] = {
+    {"chain", mod_chain, METH_VARARGS, "chain(pooled, prior, snr_min, prior_weight, min_weight)"},
+    {"py_sum", mod_py_sum, METH_O, "py_sum(floats): sum() as mirrored by the kernel"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "_kernel", "The river loop's one-record path in C (streamdp.river.kernel).", -1, module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__kernel(void)
+{
+    if (PyType_Ready(&KernelType) < 0)
+        return NULL;
+    PyObject *mod = PyModule_Create(&moduledef);
+    if (mod == NULL)
+        return NULL;
+    Py_INCREF(&KernelType);
+    if (PyModule_AddObject(mod, "Kernel", (PyObject *)&KernelType) < 0) {
+        Py_DECREF(&KernelType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    return mod;
+}

@@ -168,18 +168,21 @@ counts), and routing tables only for forests whose tables fit in 64 MiB (a large
 routes over its structure's own int32 arrays). Start is about 3.5x the counts, of which 1.7x is the
 structure that routing needs.
 
-What a release adds on top: the model blob (the structure and the counts as one msgpack value,
-2.7x the counts at height 10: the published format, sent as one Redis value), plus, for a batch
-commit, the sum of the batches' noised deltas (1x). Everything else is chunked or a view: the
-noise is drawn and added in place 2^20 cells at a time; the counts and the release record go to
-Redis as views of the array (the record as SET + APPEND of its pieces); each batch's stored
-delta is added into one sum as it comes; a window's entries are tallied one at a time and kept
-as nonzero cells; the spec is read in 16 MiB parts and decoded without a second copy. So
-(peak - start) / counts is the blob (2.7) plus about one count array (window: the counts the
-closer starts to keep at its first release; batch: the deltas' sum), about 3.5 to 4 here: the
-blob keeps it above the goal's 2. Going lower needs the blob sent to Redis in pieces (redis-py sends
-each argument as one value, and a hash field cannot be appended to) or the published format
-changed (pub:model already carries the counts beside the blob).
+What a release adds on top, since round 2's fifth session: no model blob (a stream model's
+`pub:model` holds its counts, the structure is published once as the model's spec), the noise
+added into the fresh tally it noises (one array, not two) and stored as that array's own bytes
+(no packed copy), the batches' first delta taken as their sum. So a release holds the counts it
+publishes and one noised tally (2x), plus chunked temporaries: the noise is drawn 2^20 cells at a
+time, the counts and the release record go to Redis as views of the array (the record as SET +
+APPEND of its pieces, the batch commit's script writes it around the counts it already has), a
+window's entries are tallied one at a time and kept as nonzero cells, the spec is read in 16 MiB
+parts and decoded without a second copy. A worker that did not make the last release reads the
+counts back (redis-py holds the reply and the array briefly: about 2x); version 0's zero counts
+are not read.
+
+The session before (worker_memory_before_blobless.log, same script, load 1.2-2.4): the model
+blob (structure and counts as one msgpack value, 2.7x the counts at height 10) was built and sent
+with every release: (peak - start) / counts 4.0 (batch) and 3.6 (window).
 
 Before these changes (the same script on this machine, height 10, 2-second windows,
 worker_memory_before_mem14.log, load about 1-2): batch start 1242 MiB, peak 2550 MiB,

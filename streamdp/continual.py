@@ -273,7 +273,7 @@ NOISE_CHUNK = 1 << 20
 
 
 def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRandom,
-               real: np.ndarray | None = None, k: int | None = None) -> np.ndarray:
+               real: np.ndarray | None = None, k: int | None = None, in_place: bool = False) -> np.ndarray:
     """The one private release of a node's (or window's) exact integer counts.
 
     ``epsilon`` is ``policy.node_epsilon(epsilon_per_tree)``; geometric noise keeps
@@ -281,7 +281,9 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     cells that exist: the others stay exactly 0. ``mechanism="kanon"`` (``window`` and
     ``batch`` only) zeroes cells below ``k`` of a beta-sampled tally instead. The
     caller must store the result (SET NX) before using it, and reuse the stored one
-    on a retry: each node's noise is drawn once.
+    on a retry: each node's noise is drawn once. ``in_place``: the noise is added into
+    ``exact`` itself where its dtype is the result's (a fresh tally the caller drops:
+    no second counts-sized array).
     """
     exact = np.asarray(exact)
     if exact.dtype.kind not in "iu":
@@ -296,7 +298,7 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
         return out
     if mechanism not in ("geometric", "laplace"):
         raise ValueError(f"mechanism must be 'geometric', 'laplace' or 'kanon', got {mechanism!r}")
-    out = exact.astype(np.int64 if mechanism == "geometric" else np.float64)
+    out = exact.astype(np.int64 if mechanism == "geometric" else np.float64, copy=not in_place)
     draw = geometric_noise if mechanism == "geometric" else laplace_noise
     if out.size <= NOISE_CHUNK:
         if real is None:
@@ -320,12 +322,13 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
 
 
 def window_delta(exact: np.ndarray | None, shape: tuple, epsilon: float, mechanism: str, rng: SecureRandom,
-                 real: np.ndarray | None = None, k: int | None = None) -> np.ndarray:
+                 real: np.ndarray | None = None, k: int | None = None, in_place: bool = False) -> np.ndarray:
     """``release="window"``: the noisy delta to merge for one closed window.
 
     ``exact`` is the window's secret accumulator, or ``None`` when no entry arrived: an
     empty window is released too (pure noise), so the releases do not depend on the data.
     Store the delta (SET NX) before merging; delete the accumulator in the merge step.
+    ``in_place``: as :func:`noisy_node`'s (the caller's accumulator becomes the delta).
 
     >>> d = window_delta(None, (2, 3), math.inf, "geometric", SecureRandom())
     >>> d.tolist()
@@ -335,7 +338,7 @@ def window_delta(exact: np.ndarray | None, shape: tuple, epsilon: float, mechani
         exact = np.zeros(shape, dtype=np.int64)
     elif np.shape(exact) != tuple(shape):
         raise ValueError(f"window accumulator of shape {np.shape(exact)} where {tuple(shape)} was expected")
-    return noisy_node(exact, epsilon, mechanism, rng, real, k)
+    return noisy_node(exact, epsilon, mechanism, rng, real, k, in_place)
 
 
 # -- the tree mechanism's state ---------------------------------------------------------

@@ -507,8 +507,10 @@ class PrivateForest:
         return tally(leaves, y.astype(np.int64), shape, mask)
 
     def _noise(self, counts: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
-        # One rule for every release (batch, window, tree node): continual.noisy_node, real cells only.
-        return noisy_node(counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_cells, self.k)
+        # One rule for every release (batch, window, tree node): continual.noisy_node, real cells only; the
+        # callers pass a fresh tally, noised in place (one counts-sized array, not two).
+        return noisy_node(counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_cells, self.k,
+                          in_place=True)
 
     def _padding_nonzero(self, a: np.ndarray) -> bool:
         """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""

@@ -251,12 +251,11 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
         exact = spec.noisy_delta(DS.X[all_idx], DS.y[all_idx])
         np.testing.assert_array_equal(forest.counts, exact)
     else:
-        from streamdp import blob
-        import msgpack
+        from streamdp.service.published import noise_from_bytes
 
         stored = r.mget([keys.delta(b) for b in batches])
         assert all(s is not None for s in stored), "a merged batch has no stored delta"
-        deltas = [blob.unpack_array(msgpack.unpackb(s, raw=False), "delta", "<i8", ndim=3) for s in stored]
+        deltas = [noise_from_bytes(s, spec) for s in stored]
         np.testing.assert_array_equal(forest.counts, np.sum(deltas, axis=0))
         # and the noise is really there (the sum differs from the exact tally)
         all_idx = np.concatenate(list(batches.values()))
@@ -447,12 +446,11 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     elif math.isinf(epsilon):
         np.testing.assert_array_equal(forest.counts, exact)  # nothing lost, nothing counted twice
     else:  # the published counts are the sum of exactly one stored noised delta per window
-        from streamdp import blob
-        import msgpack
+        from streamdp.service.published import noise_from_bytes
 
         stored = r.mget([keys.window_delta(w) for w in range(1, releases + 1)])
         assert all(s is not None for s in stored), "a released window has no stored noise"
-        deltas = [blob.unpack_array(msgpack.unpackb(s, raw=False), "delta", "<i8", ndim=3) for s in stored]
+        deltas = [noise_from_bytes(s, spec) for s in stored]
         np.testing.assert_array_equal(forest.counts, np.sum(deltas, axis=0))
         assert not np.array_equal(forest.counts, exact)
     delete_model(redis_url, model)

@@ -18,7 +18,7 @@ from streamdp.service import codec  # noqa: E402
 from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
 from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
-from streamdp.service.published import counts_from_bytes  # noqa: E402
+from streamdp.service.published import counts_from_bytes, forest_from_record, noise_from_bytes  # noqa: E402
 from streamdp.service.registry import (  # noqa: E402
     ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model)
 from streamdp.service.stats import collect, prometheus_text  # noqa: E402
@@ -43,10 +43,10 @@ def _state_counts(r, name, forest):
     return counts_from_bytes(r.hget(Keys(name).state, "counts"), forest)
 
 
-def _stored_delta(r, name, batch_id, dtype="<i8"):
-    from streamdp import blob
+def _stored_delta(r, name, batch_id):
+    from streamdp.service.registry import load_spec
 
-    return blob.unpack_array(msgpack.unpackb(r.get(Keys(name).delta(batch_id))), "delta", dtype)
+    return noise_from_bytes(r.get(Keys(name).delta(batch_id)), load_spec(r, name))
 
 
 def _worker(r, name, **kw):
@@ -149,7 +149,8 @@ def test_public_keys_hold_no_exact_record_count(r):
     _drain(_worker(r, "m"))
     k = Keys("m")
     assert r.hget(k.stats, "records_merged") == b"100"  # private counter only
-    blobs = [r.get(k.spec), r.hget(k.pub_model, "blob"), r.get(k.pub_version(1))]
+    assert r.hget(k.pub_model, "blob") is None  # a stream model publishes counts on its spec, no blob
+    blobs = [r.get(k.spec), r.get(k.pub_version(1))]
     for b in blobs:
         doc = msgpack.unpackb(b, raw=False)
         assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
@@ -158,8 +159,9 @@ def test_public_keys_hold_no_exact_record_count(r):
         assert 100 not in (doc["version"], doc["n_releases"])
     assert set(r.hkeys(k.pub_model)) <= {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id",
                                           b"release", b"release_start", b"noise_variance"}
-    f = PrivateForest.from_bytes(r.hget(k.pub_model, "blob"))
+    f = forest_from_record(PrivateForest.from_bytes(r.get(k.spec)), r.get(k.pub_version(1)))
     assert r.hget(k.pub_model, "counts") == f.counts.astype("<i8").tobytes()  # the same noisy counts
+    assert Consumer(r, "m").latest().counts.tolist() == f.counts.tolist()
     assert show_model(r, "m")["batches_merged"] == 1
 
 

@@ -5,7 +5,7 @@ the group **and owned by the calling worker** (``XPENDING`` inside Lua: a
 WATCH would not see XACK/XCLAIM), that no merging batch id was merged before
 (zset ``priv:merged``), and that the state version is the one the worker
 added its delta to (CAS). Only then does it write the new counts and version,
-publish the new model blob (``pub:model``, ``pub:v:<N>``), mark the batch ids
+publish them (``pub:model``; the retained ``pub:v:<N>`` is the release record), mark the batch ids
 merged, set a TTL on their stored deltas, append dead letters, bump the
 counters, XACK the entries and announce the version on ``pub:events``.
 Any failed check writes nothing: ``rejected`` lists the entries (1-based,
@@ -77,14 +77,15 @@ if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
 COMMIT_LUA = r"""
 -- Atomic exactly-once commit of k stream entries into a model (design B-k).
 -- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
--- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 blob, 6 releases, 7 n_records, 8 now_ms,
---       9 version_ttl_s (0 none), 10 drop_old (0/1), 11 delta_ttl_s, 12 channel, 13 dead_maxlen,
---       14 m, 15 a, 16 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+-- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 release record (or its head), 6 its tail,
+--       7 '1': the record is head .. counts .. tail ('0': ARGV[5] alone), 8 releases, 9 n_records, 10 now_ms,
+--       11 version_ttl_s (0 none), 12 drop_old (0/1), 13 delta_ttl_s, 14 channel, 15 dead_maxlen,
+--       16 m, 17 a, 18 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
 -- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
 -- merged before, and the state version equals ARGV[3].
 local group, me = ARGV[1], ARGV[2]
-local m, a, d = tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])
-local base = 16
+local m, a, d = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
+local base = 18
 local merged_key = KEYS[4]
 """ + _CHECK_LUA + r"""
 local new_version = nil
@@ -92,28 +93,31 @@ if m > 0 then
   local cur = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
   if cur ~= tonumber(ARGV[3]) then return {'conflict', cur} end
   new_version = cur + 1
-  redis.call('HSET', KEYS[2], 'version', new_version, 'counts', ARGV[4], 'releases', ARGV[6])
-  redis.call('HSET', KEYS[3], 'version', new_version, 'blob', ARGV[5], 'updated', ARGV[8], 'releases', ARGV[6],
-             'counts', ARGV[4])
-  if tonumber(ARGV[9]) > 0 then
-    redis.call('SET', KEYS[7], ARGV[5], 'EX', ARGV[9])
-  else
-    redis.call('SET', KEYS[7], ARGV[5])
+  redis.call('HSET', KEYS[2], 'version', new_version, 'counts', ARGV[4], 'releases', ARGV[8])
+  -- no model blob: the structure is the spec's (published.published_fields); an older format's is dropped
+  redis.call('HDEL', KEYS[3], 'blob')
+  redis.call('HSET', KEYS[3], 'version', new_version, 'updated', ARGV[10], 'releases', ARGV[8], 'counts', ARGV[4])
+  -- the retained version: the release record (published.release_record), written around the counts
+  redis.call('SET', KEYS[7], ARGV[5])
+  if ARGV[7] == '1' then
+    redis.call('APPEND', KEYS[7], ARGV[4])
+    redis.call('APPEND', KEYS[7], ARGV[6])
   end
-  if ARGV[10] == '1' then redis.call('DEL', KEYS[8]) end
+  if tonumber(ARGV[11]) > 0 then redis.call('EXPIRE', KEYS[7], ARGV[11]) end
+  if ARGV[12] == '1' then redis.call('DEL', KEYS[8]) end
   for i = 1, m do
     redis.call('ZADD', KEYS[4], new_version, ARGV[base + 2 * i])
-    redis.call('EXPIRE', KEYS[8 + i], ARGV[11])
+    redis.call('EXPIRE', KEYS[8 + i], ARGV[13])
   end
   redis.call('HINCRBY', KEYS[5], 'batches_merged', m)
-  redis.call('HINCRBY', KEYS[5], 'records_merged', ARGV[7])
+  redis.call('HINCRBY', KEYS[5], 'records_merged', ARGV[9])
   redis.call('HINCRBY', KEYS[5], 'commits', 1)
-  redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[8])
+  redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[10])
 end
-local dead_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[5], ARGV[13], ARGV[8]
+local dead_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[5], ARGV[15], ARGV[10]
 """ + _DEAD_AND_ACK_LUA + r"""
 if new_version then
-  redis.call('PUBLISH', ARGV[12], new_version)
+  redis.call('PUBLISH', ARGV[14], new_version)
   return {'ok', new_version}
 end
 return {'ok', -1}

@@ -73,11 +73,23 @@ class Consumer:
             if forest is not None:
                 self._cached = forest
                 return forest
-        version, data, mid = self.redis.hmget(self.keys.pub_model, "version", "blob", "model_id")
-        if data is None:
+        # the first read, or another structure: the spec (validated in full) and the counts, read together, or
+        # the published blob where the structure changes (release="grow", a batch job's model)
+        # (no MULTI: the consumer ACL user has none; the model id read after the spec tells a re-creation apart)
+        p = self.redis.pipeline(transaction=False)
+        p.hmget(self.keys.pub_model, "version", "blob", "model_id", "counts", "releases", "noise_variance")
+        p.get(self.keys.spec)
+        p.hget(self.keys.pub_model, "model_id")
+        (version, data, mid, counts, releases, variance), spec, mid_after = p.execute()
+        if mid != mid_after:
+            raise ModelNotFound(f"model {self.model!r} was re-created while it was read; read it again")
+        self._template = None  # validated again in full (the model may have been re-created)
+        if data is not None:
+            forest = self._load(data, int(version))
+        elif spec is not None and counts is not None:
+            forest = forest_from_counts(self._load(spec, None), counts, version, releases, variance)
+        else:
             raise ModelNotFound(f"no published model named {self.model!r}")
-        self._template = None  # the full blob is validated again (the model may have been re-created)
-        forest = self._load(data, int(version))
         self._model_id = mid
         self._cached = forest
         return forest

@@ -26,6 +26,7 @@ from ..forest import PrivateForest
 
 __all__ = ["drawn_once", "stored_once", "counts_dtype", "counts_to_bytes", "counts_view", "counts_from_bytes",
            "forest_from_counts", "published_fields", "RELEASE_FORMAT", "release_record", "release_record_parts",
+           "release_record_around_counts", "noise_from_bytes",
            "forest_from_record", "forest_from_doc", "is_release_record"]
 
 #: A retained version under the window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
@@ -85,9 +86,15 @@ def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases:
 
 
 def published_fields(forest: PrivateForest) -> dict[str, Any]:
-    """The ``pub:model`` fields that describe a forest release: version, blob, releases, counts bytes."""
-    return {"version": forest.version, "blob": forest.to_bytes(), "releases": forest.n_releases,
-            "counts": counts_to_bytes(forest.counts)}
+    """The ``pub:model`` fields of a stream model's release: version, releases and counts bytes.
+
+    No model blob: a stream model's structure is its spec's (``spec`` key, written once at creation),
+    so a consumer rebuilds the forest from the spec and these counts (:func:`forest_from_counts`).
+    Re-sending the structure with every release cost a worker 1.7x the counts in memory and the
+    release's time; a ``grow`` release, whose structure changes, publishes its blob instead
+    (``pub:model`` field ``blob``), as batch jobs do.
+    """
+    return {"version": forest.version, "releases": forest.n_releases, "counts": counts_to_bytes(forest.counts)}
 
 
 def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateForest, *, stats_key: str,
@@ -102,20 +109,41 @@ def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateFo
     dtype = spec.counts.dtype.type
     drawn: list[np.ndarray] = []
 
-    def draw_bytes() -> bytes:
+    def draw_bytes() -> memoryview:
         drawn.append(np.asarray(draw()).astype(dtype, copy=False))
-        return blob.packb(blob.pack_array(drawn[0]))
+        return counts_view(drawn[0])  # stored as the array's own bytes: no counts-sized copy to send it
 
     stored, fresh = stored_once(r, key, draw_bytes, stats_key=stats_key, reused=reused, after_draw=after_draw,
                                 after_store=after_store)
     if fresh:
         return drawn[0]  # the array itself: no second decode of what was just stored
-    doc = msgpack.unpackb(stored, raw=False)
-    del stored
-    arr = blob.unpack_array(doc, "noise", counts_dtype(spec.mechanism), ndim=3)
-    if arr.shape != spec.shape:
-        raise ValueError(f"stored noise {key} has shape {arr.shape}, the model {spec.shape}")
-    return arr.astype(dtype, copy=False)  # read-only where it views the stored bytes: callers add it, never change it
+    try:
+        return noise_from_bytes(stored, spec)
+    except ValueError as e:
+        raise ValueError(f"stored noise {key}: {e}") from None
+
+
+def noise_from_bytes(data: bytes, spec: PrivateForest) -> np.ndarray:
+    """A stored noised release (:func:`drawn_once`: the counts' raw little-endian bytes, or the msgpack
+    document stored before round 2's fifth session) as ``spec``'s counts; read-only where it views ``data``
+    (callers add it, never change it). :class:`ValueError` if it does not fit.
+
+    >>> from streamdp.datasets import load
+    >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+    >>> noise_from_bytes(bytes(counts_view(f.counts + 3)), f)[0, 0].tolist()
+    [3, 3]
+    """
+    dt = np.dtype(counts_dtype(spec.mechanism))
+    if len(data) == dt.itemsize * int(np.prod(spec.shape)):
+        arr = np.frombuffer(data, dtype=dt).reshape(spec.shape)
+    else:
+        try:
+            arr = blob.unpack_array(msgpack.unpackb(data, raw=False), "noise", counts_dtype(spec.mechanism), ndim=3)
+        except Exception as e:
+            raise ValueError(f"{len(data)} bytes are neither the model's counts nor a stored array ({e})") from None
+        if arr.shape != spec.shape:
+            raise ValueError(f"shape {arr.shape}, the model {spec.shape}")
+    return arr.astype(spec.counts.dtype.type, copy=False)
 
 
 def stored_once(r: Any, key: str, draw: Callable[[], bytes], *, stats_key: str, reused: str,
@@ -161,6 +189,23 @@ def release_record_parts(forest: PrivateForest) -> list:
     return blob.packb_parts({"format": RELEASE_FORMAT, "format_version": 1, "version": forest.version,
                              "n_releases": forest.n_releases, "noise_variance": [float(v) for v in nv],
                              "counts": blob.pack_array(forest.counts)})
+
+
+def release_record_around_counts(forest: PrivateForest) -> tuple[bytes, bytes] | None:
+    """The :func:`release_record` bytes before and after its counts, whose bytes are :func:`counts_view`'s:
+    ``head + counts + tail`` is the record, so a writer holding the counts already (the batch commit's
+    script) stores it without a second copy of them. None for counts too small to be a piece of their own.
+
+    >>> from streamdp.datasets import load
+    >>> f = PrivateForest.create(load("adult").schema, n_trees=10, height=4, seed=1)
+    >>> head, tail = release_record_around_counts(f)
+    >>> head + bytes(counts_view(f.counts)) + tail == release_record(f)
+    True
+    """
+    parts = release_record_parts(forest)  # head, the counts' bin32 header, the counts (a view), tail
+    if len(parts) != 4 or memoryview(parts[2]).nbytes != forest.counts.nbytes:  # the counts: the one big array
+        return None
+    return bytes(parts[0]) + bytes(parts[1]), bytes(parts[3])
 
 
 def forest_from_record(spec: PrivateForest, data: bytes) -> PrivateForest:

@@ -169,8 +169,8 @@ def create_model(
         if cells >= DEFAULT_MAX_CELLS:
             raise
         raise TooLargeError(f"{too_big}; {e}") from None
-    pub = published_fields(forest)  # version 0: the spec itself, empty counts
-    spec = pub["blob"]
+    spec = forest.to_bytes()  # version 0: the structure every release's counts belong to
+    pub = published_fields(forest)
     if len(spec) > limit:  # the bound above makes this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
     if r.hexists(JOB_RESULTS, name):

@@ -12,7 +12,7 @@ One loop step:
    reuses the stored delta. Batch ids already merged are only acked.
 5. The deltas of the k entries are summed in numpy and committed by one
    atomic Lua script (:mod:`.commit`) that checks ownership, dedups, does a
-   version CAS, writes counts + model blob, XACKs and announces. Conflicts
+   version CAS, writes the counts and the release record, XACKs and announces. Conflicts
    are retried.
 6. Every ``trim_every`` commits, and every ``trim_idle_s`` while no entry
    arrives, the stream is trimmed with ``MINID`` to the model's retention
@@ -51,7 +51,7 @@ from .connection import connect
 from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
-from .published import counts_from_bytes, counts_view, drawn_once
+from .published import counts_from_bytes, counts_view, drawn_once, release_record, release_record_around_counts
 from .registry import load_policy, load_spec
 from .retention import policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
@@ -271,9 +271,10 @@ class Worker(GroupLoop):
                 e.dead = (f"stored delta unusable: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))
                 continue
-            if total is None:
-                total = np.zeros(self.spec.shape, self._dtype)
-            total += d
+            if total is None:  # the first delta is the sum (a stored one read back is read-only: copied)
+                total = d if d.flags.writeable and d.dtype == self._dtype else d.astype(self._dtype)
+            else:
+                total += d
             del d
         return total
 
@@ -294,8 +295,8 @@ class Worker(GroupLoop):
         """Merge ``total`` (the sum of ``merge``'s noised deltas) in one atomic commit, retrying on conflicts.
 
         Memory: the new counts are this worker's cached counts with ``total`` added in place (the
-        cache is dropped meanwhile: a failed commit reads the counts again), sent as a view;
-        the blob is the one other counts-sized copy."""
+        cache is dropped meanwhile: a failed commit reads the counts again), sent as a view, once (the
+        script writes the retained release record around them); no model blob is built."""
         cfg = self.config
         retries = 0
         while True:
@@ -305,7 +306,7 @@ class Worker(GroupLoop):
                 return
             dead = self._dead_items(ids_all)
             m = len(m_entries)
-            new_version, counts_b, blob_b, releases, n_records = 0, b"", b"", 0, 0
+            new_version, counts_b, record, releases, n_records = 0, b"", (b"", b"", 0), 0, 0
             new_counts = None
             if m:
                 v = self.redis.hget(self.keys.state, "version")
@@ -313,8 +314,9 @@ class Worker(GroupLoop):
                 if v != self._state_version or self._counts is None:
                     self.guard.check(v)
                     self._counts = None  # the old counts go before the new ones are read
-                    _, c, rel = self.redis.hmget(self.keys.state, "version", "counts", "releases")
-                    self._counts = counts_from_bytes(c, self.spec) if c else np.zeros(self.spec.shape, self._dtype)
+                    # (version 0: the spec's zero counts, not read: reading a counts-sized value costs 2x briefly)
+                    c, rel = self.redis.hmget(self.keys.state, "counts" if v else "version", "releases")
+                    self._counts = counts_from_bytes(c, self.spec) if v and c else np.zeros(self.spec.shape, self._dtype)
                     del c
                     self._releases = int(rel or 0)
                     self._state_version = v
@@ -326,8 +328,10 @@ class Worker(GroupLoop):
                 releases = self._releases + m
                 new_version = v + 1
                 forest = self.spec.with_counts(new_counts, version=new_version, n_releases=releases)
-                counts_b, blob_b = counts_view(new_counts), forest.to_bytes()
-                del forest
+                around = release_record_around_counts(forest)  # the script writes head, counts, tail
+                record = (*around, 1) if around else (release_record(forest), b"", 0)
+                counts_b = counts_view(new_counts)
+                del forest, around
                 n_records = sum(len(e.batch.y) for e in m_entries)
             keep = cfg.keep_versions
             drop = m > 0 and keep > 0 and new_version - keep >= 0
@@ -335,13 +339,13 @@ class Worker(GroupLoop):
                     self.keys.dead, self.keys.pub_version(new_version),
                     self.keys.pub_version(new_version - keep if drop else new_version)]
             keys += [self.keys.delta(e.batch.batch_id) for e in m_entries]
-            args: list[Any] = [GROUP, self.name, new_version - 1, counts_b, blob_b, releases, n_records,
+            args: list[Any] = [GROUP, self.name, new_version - 1, counts_b, *record, releases, n_records,
                                int(time.time() * 1000), cfg.version_ttl_s, 1 if drop else 0, cfg.delta_ttl_s,
                                self.keys.pub_events, cfg.dead_maxlen, m, len(ack_only), len(dead)]
             args += _entry_args(m_entries, ack_only, dead)
             self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
-            del args, counts_b, blob_b
+            del args, counts_b, record
             self._fault("in_commit")
             status = as_str(res[0])
             if status == "ok":

@@ -215,6 +215,8 @@ class WindowCloser:
             return self._close_grown(w, version, acc_raw)
         if window and cached[0] == version:
             old = cached[1]
+        elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
+            old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
         elif window:
             now_version, counts_b = self.r.hmget(self.keys.state, "version", "counts")
             if int(now_version or 0) != version:
@@ -225,9 +227,10 @@ class WindowCloser:
         del acc_raw
         if window:
             key = self.keys.window_delta(w)
+            # in place: the accumulator's counts become the delta (its noise key is hashed before)
             delta = self._stored(key, lambda: window_delta(
                 exact, self.spec.shape, self.eps_node, self.spec.mechanism,
-                self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k))
+                self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k, in_place=True))
             del exact
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.
@@ -316,12 +319,12 @@ class WindowCloser:
         closer's release) makes EXEC write nothing.
 
         Memory: the counts travel as views of the forest's array (:func:`.published.counts_view`, and
-        the release record in pieces, :func:`.published.release_record_parts`); the blob is the one
-        counts-sized copy, built after the condition holds (a lost race builds none).
+        the release record in pieces, :func:`.published.release_record_parts`); no model blob is built
+        (``pub:model`` holds the counts; the structure is the spec's, :func:`.published.published_fields`).
 
         ``grown`` (``release="grow"``): the stored release's blob. The structure changes with the releases,
-        so the state holds the blob (not the counts), ``pub:model`` has no counts field (the consumers'
-        counts-only fast path assumes one structure) and the retained version is the blob."""
+        so the state holds the blob (not the counts), ``pub:model`` holds the blob and no counts field (the
+        consumers' counts-only fast path assumes one structure) and the retained version is the blob."""
         nv, now = version + 1, int(time.time() * 1000)
         keep = self.keep_versions
         with self.r.pipeline(transaction=True) as p:
@@ -330,22 +333,18 @@ class WindowCloser:
                 v, rel, open_ = p.hmget(self.keys.state, "version", "releases", "open")
                 if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
                     return False
-                if grown is None:
-                    counts_b, blob_b, record = counts_view(forest.counts), forest.to_bytes(), release_record_parts(forest)
-                    state = {"counts": counts_b}
+                pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
+                if grown is None:  # the structure is the spec's: counts only (published.published_fields)
+                    counts_b, record = counts_view(forest.counts), release_record_parts(forest)
+                    state, pub["counts"], gone = {"counts": counts_b}, counts_b, "blob"
                 else:
-                    counts_b, blob_b, record, state = None, grown, [grown], {"blob": grown}
+                    record, state, pub["blob"], gone = [grown], {"blob": grown}, grown, "counts"
                 p.multi()
                 p.hset(self.keys.state, mapping={"version": nv, "releases": w, **state})
-                pub = {"version": nv, "blob": blob_b, "updated": now, "releases": w,
-                       "noise_variance": repr(float(variance))}
-                if counts_b is None:
-                    p.hdel(self.keys.pub_model, "counts")
-                else:
-                    pub["counts"] = counts_b
+                p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
-                # a retained version holds the release alone (the structure is in pub:model's blob)
-                # the record written in its pieces (SET, then APPEND, in this transaction): no copy of the counts
+                # a retained version holds the release alone (the structure is the spec's), written in its
+                # pieces (SET, then APPEND, in this transaction): no copy of the counts
                 p.set(self.keys.pub_version(nv), record[0], ex=self.version_ttl_s or None)
                 for part in record[1:]:
                     if len(part):

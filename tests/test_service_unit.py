@@ -143,6 +143,29 @@ def test_registry_create_list_show_delete(r):
         show_model(r, "a")
 
 
+def test_a_producer_codes_from_the_registry_summary_without_reading_the_spec(r):
+    """The spec holds the structure (gigabytes at height 10): a producer needs the schema and the batch-id salt
+    only, stored in the registry summary at creation. A model created before falls back to the spec, with the
+    same schema and salt (so the same batch ids: a duplicate push across the upgrade is still recognised)."""
+    import json
+
+    from streamdp.service.registry import PRODUCER_FIELDS, REGISTRY
+
+    _model(r)
+    spec = r.get(Keys("m").spec)
+    r.delete(Keys("m").spec)
+    p = Producer(r, "m")  # would raise ModelNotFound if it read the spec
+    r.set(Keys("m").spec, spec)
+    info = json.loads(r.hget(REGISTRY, "m"))
+    r.hset(REGISTRY, "m", json.dumps({k: v for k, v in info.items() if k not in PRODUCER_FIELDS}))
+    old = Producer(r, "m")
+    assert p.schema.to_dict() == old.schema.to_dict() == DS.schema.to_dict() and p._salt == old._salt
+    p.push(DS.X[:10], DS.y[:10])
+    old.push(DS.X[:10], DS.y[:10])
+    assert p.last_batch_ids == old.last_batch_ids
+    assert not set(PRODUCER_FIELDS) & set(list_models(r)["m"]) and not set(PRODUCER_FIELDS) & set(show_model(r, "m"))
+
+
 def test_public_keys_hold_no_exact_record_count(r):
     f = _model(r)
     Producer(r, "m").push(DS.X[:100], DS.y[:100])

@@ -28,6 +28,7 @@ The example needs a running Redis holding model ``votes`` (see
 from __future__ import annotations
 
 import hashlib
+import json
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -37,8 +38,8 @@ from .. import blob, forest, sources
 from ..schema import Schema
 from . import codec
 from .connection import connect
-from .keys import Keys
-from .registry import ModelNotFound
+from .keys import REGISTRY, Keys
+from .registry import ModelNotFound, batch_id_salt
 
 __all__ = ["Producer", "PushResult"]
 
@@ -79,13 +80,20 @@ class Producer:
         self._owns_client = self.redis is not redis_url  # a caller's client stays open (a closed RedisCluster is dead)
         self.keys = Keys(model)
         self.model = model
-        spec = self.redis.get(self.keys.spec)
-        if spec is None:
-            raise ModelNotFound(f"no model named {model!r} (streamdp model list shows the models)")
-        # The schema alone (the structure, validated by workers, is not needed to code records).
-        self.schema = Schema.from_dict(blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema", dict))
-        # Ids are keyed by the spec (its random structure): an id alone says nothing about the records.
-        self._salt = hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
+        # The schema alone (the structure, validated by workers, is not needed to code records) and the
+        # batch-id salt, from the registry summary; a model created before they were stored there: the spec.
+        summary = self.redis.hget(REGISTRY, model)
+        info = json.loads(summary) if summary is not None else {}
+        if isinstance(info.get("schema"), dict) and isinstance(info.get("batch_id_salt"), str):
+            self.schema = Schema.from_dict(info["schema"])
+            self._salt = bytes.fromhex(info["batch_id_salt"])
+        else:
+            spec = self.redis.get(self.keys.spec)
+            if spec is None:
+                raise ModelNotFound(f"no model named {model!r} (streamdp model list shows the models)")
+            self.schema = Schema.from_dict(blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema",
+                                                      dict))
+            self._salt = batch_id_salt(spec)
         self.batch_size = batch_size
         self.on_invalid = on_invalid
         self.dedup = dedup

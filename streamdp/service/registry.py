@@ -17,6 +17,7 @@ history, and the privacy loss they record is permanent.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -53,7 +54,18 @@ class ModelExists(ValueError):
     pass
 
 
-def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float) -> dict:
+#: Summary fields for producers, not for display: the schema and the batch-id salt (:func:`batch_id_salt`).
+PRODUCER_FIELDS = ("schema", "batch_id_salt")
+
+
+def batch_id_salt(spec: bytes) -> bytes:
+    """The salt of a model's batch ids: keyed by its spec (the random structure, public), so an id alone
+    says nothing about the records. Stored in the registry summary at creation, so a producer codes
+    records from the summary alone, without reading the spec (its structure: gigabytes at height 10)."""
+    return hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
+
+
+def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes) -> dict:
     return {
         "name": name,
         "n_trees": forest.n_trees,
@@ -72,6 +84,8 @@ def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: flo
         "created": start,
         "release": policy.to_dict(),
         "release_start": start,
+        "schema": forest.schema.to_dict(),
+        "batch_id_salt": batch_id_salt(spec).hex(),
     }
 
 
@@ -175,7 +189,7 @@ def create_model(
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start))):
+    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
@@ -298,7 +312,7 @@ def _read_registry(r: redis.Redis, key: str) -> dict[str, dict]:
     out = {}
     for k, v in sorted(r.hgetall(key).items()):
         try:
-            out[k.decode()] = json.loads(v)
+            out[k.decode()] = {f: x for f, x in json.loads(v).items() if f not in PRODUCER_FIELDS}
         except (ValueError, UnicodeDecodeError):
             out[k.decode(errors="replace")] = {"error": "unreadable registry entry"}
     return out
@@ -314,7 +328,7 @@ def show_model(r: Any, name: str) -> dict:
         raw = r.hget(JOB_RESULTS, name)
     if raw is None:
         raise ModelNotFound(f"no model named {name!r}")
-    info = json.loads(raw)
+    info = {f: x for f, x in json.loads(raw).items() if f not in PRODUCER_FIELDS}
     version, updated, releases = r.hmget(keys.pub_model, "version", "updated", "releases")
     info["version"] = int(version or 0)
     info["batches_merged"] = int(releases or 0)  # kept for old readers: releases (batches or windows)

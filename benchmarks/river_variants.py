@@ -3,6 +3,7 @@
     python benchmarks/river_variants.py stump    [--draws 4] [--only NAME ...]
     python benchmarks/river_variants.py variance [--draws 5] [--only NAME ...]
     python benchmarks/river_variants.py prior    [--draws 8] [--only NAME ...]
+    python benchmarks/river_variants.py guard    [--draws 6] [--only NAME ...]
     # prints one line per stream and variant; results/river_variants.log keeps the runs quoted in
     # river_eval.md
 
@@ -12,7 +13,9 @@ weighing the counts by one release's noise variance (what the code did before
 accumulated variance of the releases (the code now). ``prior``: the river forest before issue 15's
 prior changes (no prior phase, the class prior from the summed counts: ``prior_records=0`` with the
 release log switched off), with the release-weighted prior alone (``prior_records=0``), and the default
-(prior phase and release-weighted prior). Progressive validation
+(prior phase and release-weighted prior). ``guard``: the default ``guard=0`` (the forest always votes, all of epsilon to
+the trees) against ``guard=0.1`` (the prior guard), with the running majority beside.
+Progressive validation
 (``river.evaluate.progressive_val_score``, accuracy) over the first 10,000 records of the
 streams of ``river_eval.py``, epsilon 1, mean and minimum over ``--draws`` private draws.
 """
@@ -43,7 +46,7 @@ warnings.simplefilter("ignore")
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("compare", choices=("stump", "variance", "prior"))
+    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard"))
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--only", nargs="*")
@@ -72,13 +75,16 @@ def main(argv=None) -> int:
             continue
         if args.compare == "stump":
             variants = [("prior_trees=0", {"prior_trees": 0}, accumulated), ("prior_trees=1", {}, accumulated)]
+        elif args.compare == "guard":
+            variants = [("guard=0 (default)", {"guard": 0}, accumulated), ("guard=0.1", {"guard": 0.1}, accumulated)]
         else:
             variants = [("one-release variance", {}, one_release), ("accumulated variance", {}, accumulated)]
         for label, kw, prop in variants:
             forest_module.PrivateForest.noise_variance = prop
             accs = [evaluate.progressive_val_score(data, PrivateForestClassifier(schema, epsilon=1.0, **kw),
                                                    metrics.Accuracy()).get() for _ in range(args.draws)]
-            print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f}", flush=True)
+            print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
+                  f"majority {majority[name]:.3f}", flush=True)
         forest_module.PrivateForest.noise_variance = accumulated
     print(f"# load {os.getloadavg()[0]:.1f} at end", flush=True)
     return 0

@@ -76,7 +76,7 @@ STREAMS = [
 @pytest.mark.parametrize("estimator", ["shrink", "leaf"])
 @pytest.mark.parametrize("name, schema, gen, mechanism", STREAMS, ids=[s[0] for s in STREAMS])
 def test_kernel_predictions_equal_the_python_path(monkeypatch, name, schema, gen, mechanism, estimator):
-    fast, slow = _twins(lambda: PrivateForestClassifier(schema(), n_trees=7, batch_size=300, first_batch=50,
+    fast, slow = _twins(lambda: PrivateForestClassifier(schema(), n_trees=7, guard=0, batch_size=300, first_batch=50,
                                                         mechanism=mechanism, seed=9), monkeypatch)
     fast.forest.estimator = slow.forest.estimator = estimator
     rng = random.Random(1)
@@ -159,7 +159,7 @@ def test_kernel_follows_windows_and_the_vote_rule(monkeypatch):
     """A windowed model (deltas subtracted again) and the majority vote (not the kernel's rule: the Python path)."""
     data = list(datasets.synth.Agrawal(seed=5).take(2500))
     for kw in ({"window": 2}, {"vote": "majority"}):
-        fast, slow = _twins(lambda kw=kw: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=200,
+        fast, slow = _twins(lambda kw=kw: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, guard=0, batch_size=200,
                                                                   seed=4, **kw), monkeypatch)
         for x, y in data:
             assert fast.predict_proba_one(x) == slow.predict_proba_one(x)

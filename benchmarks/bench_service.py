@@ -172,13 +172,13 @@ Model: 10 trees x height 8 x 5 classes = counts 10 x 256 x 5 (12 binary attribut
 |---|---|---|---|
 | end-to-end records/s (first XADD -> published model has every batch) | >= 500k | **{th['records_per_s'] / 1e3:,.0f}k** ({th['records']:,} records in {th['batches']} batches of {cfg['batch']:,}, {th['seconds']:.2f} s, {th['commits']} commits, {th['commit_retries']} CAS retries) | {ok(th['records_per_s'] >= 5e5)} |
 | freshness XADD -> announced version containing the batch, steady {fs['records_per_s'] / 1e3:.0f}k records/s ({fs['rate_batches_per_s']:.0f} batches/s of {fs['batch']}) | p50 <= 50 ms | p50 **{fs['p50']:.1f} ms**, p90 {fs['p90']:.1f} ms, p99 **{fs['p99']:.1f} ms**, max {fs['max']:.1f} ms (n={fs['n']}) | {ok(fs['p50'] <= 50)} |
-| consumer fetch + decode of a new version (GET + validated decode, 10x256x5 int64, blob {c['blob_bytes'] / 1024:.0f} KiB) | p99 <= 2 ms | p50 **{nd['p50']:.2f} ms**, p90 {nd['p90']:.2f} ms, p99 **{nd['p99']:.2f} ms**; CPU time p50 {nd['cpu_p50']:.2f} / p99 {nd['cpu_p99']:.2f} ms (n={nd['n']}) | {ok(nd['p99'] <= 2)} |
+| consumer fetch + decode of a new version (GET + validated decode, 10x256x5 int64, counts {c['blob_bytes'] / 1024:.0f} KiB) | p99 <= 2 ms | p50 **{nd['p50']:.2f} ms**, p90 {nd['p90']:.2f} ms, p99 **{nd['p99']:.2f} ms**; CPU time p50 {nd['cpu_p50']:.2f} / p99 {nd['cpu_p99']:.2f} ms (n={nd['n']}) | {ok(nd['p99'] <= 2)} |
 | worker memory (VmRSS / peak VmHWM per process) | - | {rss} MiB / {hwm} MiB | |
 
 Other numbers:
 * Producer: generating + encoding a {cfg['batch']:,}-record batch of codes takes {res['producer_encode_ms_per_batch']:.2f} ms; XADD alone ran at {th['push_records_per_s'] / 1e6:.1f} M records/s (pipelined, 4 per round trip).
 * Freshness under saturation (all {th['batches']} batches pushed at once, so each waits behind the backlog): p50 {fx['p50']:.0f} ms, p99 {fx['p99']:.0f} ms. This is queueing, not service time.
-* Consumer: first `latest()` of a fresh Consumer (full validation of schema, settings and structure) {c['first_latest_ms']:.1f} ms; a cold `PrivateForest.from_bytes` p50 {c['cold_full_validation']['p50']:.1f} ms / p99 {c['cold_full_validation']['p99']:.1f} ms; `latest()` when nothing changed (one HGET) p50 {c['unchanged_latest']['p50']:.2f} ms / p99 {c['unchanged_latest']['p99']:.2f} ms.
+* Consumer: first `latest()` of a fresh Consumer (full validation of schema, settings and structure) {c['first_latest_ms']:.1f} ms; a cold read (the spec's `PrivateForest.from_bytes` and a release record) p50 {c['cold_full_validation']['p50']:.1f} ms / p99 {c['cold_full_validation']['p99']:.1f} ms; `latest()` when nothing changed (one HGET) p50 {c['unchanged_latest']['p50']:.2f} ms / p99 {c['unchanged_latest']['p99']:.2f} ms.
 
 {notes}
 
@@ -288,7 +288,8 @@ def main(argv=None) -> int:
         f = cons.latest()
         first = (time.perf_counter() - t) * 1000
         assert f.counts.shape == (10, 256, 5), f.counts.shape
-        blob_bytes = len(r.hget(keys.pub_model, "blob"))
+        # what a new version costs a consumer: its counts (the structure is the spec, validated once per model)
+        blob_bytes = len(r.hget(keys.pub_model, "counts"))
         lat, cpu = [], []
         prev = f.version
         for i in range(args.fetches):
@@ -308,9 +309,11 @@ def main(argv=None) -> int:
             hits.append((time.perf_counter() - t) * 1000)
         full = []
         from streamdp.forest import PrivateForest
-        for i in range(200):
+        from streamdp.service.published import forest_from_record
+        spec_bytes = r.get(keys.spec)
+        for i in range(200):  # a cold read: the spec validated in full, then a retained version's release record
             t = time.perf_counter()
-            PrivateForest.from_bytes(r.get(keys.pub_version(retained[i % len(retained)])))
+            forest_from_record(PrivateForest.from_bytes(spec_bytes), r.get(keys.pub_version(retained[i % len(retained)])))
             full.append((time.perf_counter() - t) * 1000)
         res["consumer_ms"] = {
             "blob_bytes": blob_bytes, "first_latest_ms": first,

@@ -207,7 +207,7 @@ def test_producer_can_push_but_read_nothing_private(acl, model, votes):
     from streamdp.service.producer import Producer
 
     k = _populate_private(acl, model)
-    with Producer(acl.url("producer"), model) as prod:  # reads the spec: allowed
+    with Producer(acl.url("producer"), model) as prod:  # reads the registry summary (the spec is allowed too)
         eid = prod.push(votes.X[:20], votes.y[:20])
         assert isinstance(eid, str)
     assert acl.client("admin").xlen(k.records) == 2

@@ -87,6 +87,28 @@ def test_sigterm_stops_a_worker_gracefully(redis_url, model):
     assert r.xinfo_groups(Keys(model).records)[0]["consumers"] == 0  # left the group cleanly
 
 
+def test_deleting_a_model_stops_its_blocked_worker_cleanly(redis_url, model):
+    """A worker blocked in XREADGROUP when its stream is deleted gets UNBLOCKED (Redis 7) or NOGROUP: it stops, it
+    does not die with a traceback."""
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    w = Worker(redis_url, model, block_ms=2000)
+    errors = []
+
+    def run():
+        try:
+            w.run(handle_signals=False)
+        except Exception as e:  # noqa: BLE001 (the test reports it)
+            errors.append(e)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    _wait(lambda: connect(redis_url).xinfo_groups(Keys(model).records)[0]["consumers"] >= 1,
+          what="the worker to join the group")
+    delete_model(redis_url, model)
+    th.join(15)
+    assert not th.is_alive() and not errors, errors
+
+
 def test_model_keys_share_one_cluster_slot(redis_url, model):
     from redis.crc import key_slot
 

@@ -166,6 +166,29 @@ def test_a_producer_codes_from_the_registry_summary_without_reading_the_spec(r):
     assert not set(PRODUCER_FIELDS) & set(list_models(r)["m"]) and not set(PRODUCER_FIELDS) & set(show_model(r, "m"))
 
 
+def test_a_push_to_a_deleted_model_is_refused_and_makes_no_stream(r):
+    _model(r)
+    p = Producer(r, "m")
+    delete_model(r, "m")
+    with pytest.raises(ModelNotFound, match="no record stream"):
+        p.push(DS.X[:10], DS.y[:10])
+    assert not r.exists(Keys("m").records)  # raw records no worker would ever read or trim
+
+
+def test_get_of_a_cached_version_checks_the_model_was_not_re_created(r):
+    _model(r)
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))
+    c = Consumer(r, "m")
+    old = c.get(1)
+    delete_model(r, "m")
+    create_model(r, "m", DS.schema, n_trees=3, height=4, epsilon=1.0, seed=2, release="batch", ledger_budget=2.0)
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))
+    new = c.get(1)
+    assert new.structure.max_leaves != old.structure.max_leaves and new.shape == Consumer(r, "m").get(1).shape
+
+
 def test_public_keys_hold_no_exact_record_count(r):
     f = _model(r)
     Producer(r, "m").push(DS.X[:100], DS.y[:100])

@@ -134,15 +134,19 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         ``window`` releases under a window) is positive, else predicts the
         prior. The trees and stumps get ``(1 - guard) * epsilon``.
 
-        Privacy sketch: the forest and the prior that score a batch are
-        functions of earlier releases only, so adding or removing one record of
-        the batch changes the advantage by at most 1 (it is right under one of
-        them, both or neither): the count is ``guard * epsilon``-DP, the batch's
-        tally ``(1 - guard) * epsilon``-DP, together ``epsilon``-DP for its
-        records (sequential composition), and batches are disjoint. Which model
-        votes is post-processing of released numbers. Prior-phase records are
-        in no guard count (the model is the prior then) and keep the whole
-        ``epsilon`` for the stumps.
+        Privacy sketch, with the neighbouring relation of the rest of this
+        class (one record added or removed within its batch, the batch
+        schedule public): the forest and the prior that score a batch are
+        functions of earlier releases only, so one record changes the
+        advantage by at most 1 (it is right under one of them, both or
+        neither): the count is ``guard * epsilon``-DP, the batch's tally
+        ``(1 - guard) * epsilon``-DP, together ``epsilon``-DP for its records
+        (sequential composition), and batches are disjoint. Which model votes
+        is post-processing of released numbers. Under replacement of one
+        record by another, the advantage, like each tree's tally, moves by up
+        to 2 (twice the epsilon). Prior-phase records are in no guard count
+        (the model is the prior then) and keep the whole ``epsilon`` for the
+        stumps.
 
     Attributes
     ----------

@@ -46,8 +46,11 @@ class ServiceClassifier(river.base.Classifier):
         service has published so far, lag included (what a live client sees).
         ``> 0``: after each push, wait up to that many seconds for the service
         to publish a newer version, so the measurement does not depend on how
-        fast the workers keep up (the model then lags by at most one batch,
-        like :class:`~streamdp.river.forest.PrivateForestClassifier`).
+        fast the workers keep up. Under ``release="batch"`` the next version
+        holds the pushed batch (the model lags by at most one batch, like
+        :class:`~streamdp.river.forest.PrivateForestClassifier`); under
+        ``window``/``tree``/``grow`` it is the next window's release, which may
+        close before the batch is added (the batch is then in the one after).
 
     Before the service has published anything ``predict_proba_one`` returns
     ``{}`` (river then skips the metric update). Call :meth:`flush` at the end
@@ -108,8 +111,8 @@ class ServiceClassifier(river.base.Classifier):
         """Pick up a newer published model if there is one.
 
         Cheap when there is none: one ``HGET`` of the published version, at
-        most every ``refresh_every`` seconds; the blob is fetched and validated
-        only when the version moved.
+        most every ``refresh_every`` seconds; the new version (its counts, or
+        a grown release's blob) is fetched and validated only when it moved.
         """
         now = time.monotonic()
         if not force and self._forest is not None and now - self._checked < self.refresh_every:

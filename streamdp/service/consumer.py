@@ -73,20 +73,21 @@ class Consumer:
             if forest is not None:
                 self._cached = forest
                 return forest
-        # the first read, or another structure: the spec (validated in full) and the counts, read together, or
-        # the published blob where the structure changes (release="grow", a batch job's model)
-        # (no MULTI: the consumer ACL user has none; the model id read after the spec tells a re-creation apart)
-        p = self.redis.pipeline(transaction=False)
-        p.hmget(self.keys.pub_model, "version", "blob", "model_id", "counts", "releases", "noise_variance")
-        p.get(self.keys.spec)
-        p.hget(self.keys.pub_model, "model_id")
-        (version, data, mid, counts, releases, variance), spec, mid_after = p.execute()
-        if mid != mid_after:
-            raise ModelNotFound(f"model {self.model!r} was re-created while it was read; read it again")
+        # The first read, or another structure: the published blob where the structure changes (release="grow", a
+        # batch job's model), else the spec (validated in full, once per model) and the counts.
+        version, data, mid, counts, releases, variance = self.redis.hmget(
+            self.keys.pub_model, "version", "blob", "model_id", "counts", "releases", "noise_variance")
         self._template = None  # validated again in full (the model may have been re-created)
         if data is not None:
             forest = self._load(data, int(version))
-        elif spec is not None and counts is not None:
+        elif counts is not None:
+            # (no MULTI: the consumer ACL user has none; the model id read after the spec tells a re-creation apart)
+            p = self.redis.pipeline(transaction=False)
+            p.get(self.keys.spec)
+            p.hget(self.keys.pub_model, "model_id")
+            spec, mid_after = p.execute()
+            if spec is None or mid != mid_after:
+                raise ModelNotFound(f"no published model named {self.model!r} (deleted or re-created while read)")
             forest = forest_from_counts(self._load(spec, None), counts, version, releases, variance)
         else:
             raise ModelNotFound(f"no published model named {self.model!r}")
@@ -128,7 +129,8 @@ class Consumer:
     def get(self, version: int) -> PrivateForest:
         """A given version: the latest, or a retained older one (:class:`VersionNotAvailable` otherwise)."""
         version = int(version)
-        if self._cached is not None and self._cached.version == version:
+        if self._cached is not None and self._cached.version == version and (
+                self.redis.hget(self.keys.pub_model, "model_id") == self._model_id):  # not a re-created model's
             return self._cached
         data = self.redis.get(self.keys.pub_version(version))
         if data is None:

@@ -235,7 +235,8 @@ class GroupLoop:
                     self._on_disconnect()
                     continue
                 except redis.ResponseError as err:
-                    if "NOGROUP" not in str(err):
+                    # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)
+                    if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
                         raise
                     jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
                     self._stop.set()  # the group (or stream) was deleted: the model or queue is gone

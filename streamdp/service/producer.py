@@ -116,8 +116,14 @@ class Producer:
     def _send(self, payloads: list[bytes]) -> list[str]:
         p = self.redis.pipeline(transaction=False)
         for d in payloads:
-            p.xadd(self.keys.records, {"d": d})
-        return [x.decode() if isinstance(x, bytes) else x for x in p.execute()]
+            # NOMKSTREAM: a deleted model's (or one still being created) stream is not made again, which would
+            # keep raw records no worker reads or trims
+            p.xadd(self.keys.records, {"d": d}, nomkstream=True)
+        ids = p.execute()
+        if any(x is None for x in ids):
+            raise ModelNotFound(f"model {self.model!r} has no record stream (deleted, or not fully created yet): "
+                                f"{sum(x is None for x in ids)} of {len(ids)} batches not sent")
+        return [x.decode() if isinstance(x, bytes) else x for x in ids]
 
     def _envelopes(self, chunk: sources.Chunk, source: str, batch_id: str | None) -> tuple[list[bytes], list[str]]:
         """A chunk cut into envelopes of ``batch_size`` input rows each (offsets in the whole input)."""

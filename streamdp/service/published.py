@@ -29,8 +29,8 @@ __all__ = ["drawn_once", "stored_once", "counts_dtype", "counts_to_bytes", "coun
            "release_record_around_counts", "noise_from_bytes",
            "forest_from_record", "forest_from_doc", "is_release_record"]
 
-#: A retained version under the window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
-#: numbers without the structure, which ``pub:model``'s blob already carries.
+#: A retained version under the batch, window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
+#: numbers without the structure, which the model's spec carries.
 RELEASE_FORMAT = "streamdp.release"
 
 

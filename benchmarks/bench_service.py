@@ -287,7 +287,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         f = cons.latest()
         first = (time.perf_counter() - t) * 1000
-        assert f.counts.shape == (10, 256, 5), f.counts.shape
+        assert f.counts.shape == (11, 256, 5), f.counts.shape  # 10 trees and the prior stump
         # what a new version costs a consumer: its counts (the structure is the spec, validated once per model)
         blob_bytes = len(r.hget(keys.pub_model, "counts"))
         lat, cpu = [], []

@@ -399,6 +399,12 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         last = int(r.hget(keys.state, "open"))
         _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
         released_at = time.time()
+        # SIGTERM only once each clean worker reads the group (its run() installed the handler first): one still
+        # starting when the others had drained the stream died of SIGTERM's default action (-15) in a CI run
+        names = {fleet.names[p.pid] for p in clean}
+        _wait(lambda: names <= {c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
+                                for c in r.xinfo_consumers(keys.records, GROUP)}, 30,
+              "clean workers to join the group")
         for p in clean:
             os.kill(p.pid, signal.SIGTERM)
         _wait(lambda: not any(p.is_alive() for p in clean), 30, "clean workers to stop")

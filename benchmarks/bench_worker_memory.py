@@ -180,6 +180,14 @@ parts and decoded without a second copy. A worker that did not make the last rel
 counts back (redis-py holds the reply and the array briefly: about 2x); version 0's zero counts
 are not read.
 
+In process, phase by phase (worker_memory_phases.py, tracemalloc, height 10, worker_memory_phases.log):
+adding an entry peaks at 1.02x the counts above what the worker held (its tally on the whole forest,
+then kept as nonzero cells), the first close at 2.19x (the counts it will publish and the window's
+exact tally noised in place, plus 0.19x of noise chunks and replies), a later close at 1.19x on top of
+the 1x of counts it keeps: about 2.2x above start is this design's floor (the published counts kept
+between releases, and the tally the noise is drawn into). The RSS figures above add what tracemalloc
+does not see (redis-py's buffers, allocator slack).
+
 The session before (worker_memory_before_blobless.log, same script, load 1.2-2.4): the model
 blob (structure and counts as one msgpack value, 2.7x the counts at height 10) was built and sent
 with every release: (peak - start) / counts 4.0 (batch) and 3.6 (window).

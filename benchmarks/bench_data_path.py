@@ -227,7 +227,8 @@ def holds_every_batch(r: redis.Redis, keys: Keys, n_batches: int) -> bool:
     return int(r.hget(keys.pub_model, "releases") or 0) >= int(last[0][1])
 
 
-def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes: int, height: int) -> dict:
+def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes: int, height: int,
+               release: str = "window", release_every: float = 1.0) -> dict:
     r = redis.Redis.from_url(url, socket_timeout=60)
     schema = load_schema("adult")
     py = [sys.executable]
@@ -236,7 +237,8 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
 
     def ours() -> float:
         model = f"bench-e2e-{uuid.uuid4().hex[:8]}"
-        create_model(url, model, schema, n_trees=10, height=height, epsilon=1.0)
+        create_model(url, model, schema, n_trees=10, height=height, epsilon=1.0, release=release,
+                     release_every=release_every)
         keys = Keys(model)
         w = subprocess.Popen(py + ["-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes",
                                    str(processes)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -279,8 +281,8 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
     out = median_pair(ours, plain, repeat)
     cells = int(np.prod(PrivateForest.create(schema, 10, height, seed=1).shape))
     out.update(rows=rows, processes=processes, height=height, what=f"end to end: CLI push + {processes} `streamdp "
-               f"worker` processes (Adult, 10 trees, height {height}: {cells:,} padded cells, epsilon 1, 1 s release "
-               "windows) until the model holds every batch vs plain push + plain consumers (apply + tally, XACK) until every entry is acked")
+               f"worker` processes (Adult, 10 trees, height {height}: {cells:,} padded cells, epsilon 1, "
+               + (f"{release_every:g} s release windows" if release == "window" else f"release={release!r}") + ") until the model holds every batch vs plain push + plain consumers (apply + tally, XACK) until every entry is acked")
     print("e2e", out, flush=True)
     return out
 
@@ -325,6 +327,8 @@ def main() -> None:
     ap.add_argument("--only", default="push,e2e,update")
     ap.add_argument("--heights", type=int, nargs="+", default=[4, 6], help="end-to-end model heights")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--release", default="window", help="the stream models' release policy in the end-to-end rows")
+    ap.add_argument("--release-every", type=float, default=1.0, help="their window length (release='window')")
     args = ap.parse_args()
     only = set(args.only.split(","))
     res: dict = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
@@ -339,7 +343,8 @@ def main() -> None:
             res["push_cli"], res["producer"] = push_rows(args.redis_url, csv, args.rows, args.repeat, tmp)
         if "e2e" in only:
             for h in args.heights:
-                res[f"end_to_end_h{h}"] = end_to_end(args.redis_url, csv, args.rows, args.repeat, tmp, args.processes, h)
+                res[f"end_to_end_h{h}"] = end_to_end(args.redis_url, csv, args.rows, args.repeat, tmp, args.processes, h,
+                                                     args.release, args.release_every)
     if "update" in only:
         res["update"] = update_vs_tally(args.repeat, 100_000)
         res["update_1m"] = update_vs_tally(args.repeat, 1_000_000)

@@ -4,6 +4,7 @@
     python benchmarks/river_variants.py variance [--draws 5] [--only NAME ...]
     python benchmarks/river_variants.py prior    [--draws 8] [--only NAME ...]
     python benchmarks/river_variants.py guard    [--draws 6] [--only NAME ...]
+    python benchmarks/river_variants.py window_prior [--draws 4] [--only NAME ...]
     # prints one line per stream and variant; results/river_variants.log keeps the runs quoted in
     # river_eval.md
 
@@ -14,7 +15,9 @@ accumulated variance of the releases (the code now). ``prior``: the river forest
 prior changes (no prior phase, the class prior from the summed counts: ``prior_records=0`` with the
 release log switched off), with the release-weighted prior alone (``prior_records=0``), and the default
 (prior phase and release-weighted prior). ``guard``: the default ``guard=0`` (the forest always votes, all of epsilon to
-the trees) against ``guard=0.1`` (the prior guard), with the running majority beside.
+the trees) against ``guard=0.1`` (the prior guard), with the running majority beside. ``window_prior``:
+PrivateWindowClassifier with each model's own class prior (before) against the prior pooled over the voting
+models' windows (the code now).
 Progressive validation
 (``river.evaluate.progressive_val_score``, accuracy) over the first 10,000 records of the
 streams of ``river_eval.py``, epsilon 1, mean and minimum over ``--draws`` private draws.
@@ -44,9 +47,16 @@ from streamdp.river.schemas import schema_for  # noqa: E402
 warnings.simplefilter("ignore")
 
 
+def _own_prior(learner):
+    """A window model's class prior from its own leaves alone (PrivateWindowClassifier before the pooled prior)."""
+    from streamdp.estimation import prior_from
+
+    return prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in learner.trees_]))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard"))
+    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard", "window_prior"))
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--only", nargs="*")
@@ -72,6 +82,19 @@ def main(argv=None) -> int:
                 print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
                       f"majority {majority[name]:.3f}", flush=True)
             PrivateForestClassifier._log_prior = log_prior
+            continue
+        if args.compare == "window_prior":
+            from streamdp.learners._base import PrivateLearner
+            from streamdp.river import PrivateWindowClassifier
+
+            pooled = PrivateLearner.class_prior
+            for label, prior in (("own prior (before)", _own_prior), ("pooled prior (now)", pooled)):
+                PrivateLearner.class_prior = prior
+                accs = [evaluate.progressive_val_score(data, PrivateWindowClassifier(schema, epsilon=1.0),
+                                                       metrics.Accuracy()).get() for _ in range(args.draws)]
+                print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
+                      f"majority {majority[name]:.3f}", flush=True)
+            PrivateLearner.class_prior = pooled
             continue
         if args.compare == "stump":
             variants = [("prior_trees=0", {"prior_trees": 0}, accumulated), ("prior_trees=1", {}, accumulated)]

@@ -173,3 +173,33 @@ def test_record_bound_defaults_to_the_window_so_infogain_needs_no_setting():
     assert [m.n_bound for m in model._models] == [100, 200]  # each fit's own (public) window size
     assert model._models[0].scorer == "infogain"
     assert PrivateWindowClassifier(s, learner="diffp-id3", learner_params={"n_bound": 10_000})._make().n_bound == 10_000
+
+
+def test_the_voting_models_share_a_class_prior_pooled_over_their_windows():
+    """Every voting model's roots shrink toward release_prior of the last n_models windows' released class totals
+    (sizes 100, 200, 400, 800 here: the last three), not toward their own noisy leaf sums."""
+    from streamdp.estimation import prior_from, release_prior
+
+    m = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, first_window=100, window=800, n_models=3, seed=3)
+    for x, y in datasets.synth.Agrawal(seed=2).take(1500):
+        m.learn_one(x, y)
+    assert m.n_fits == 4 and len(m._models) == 3
+    released = [mm.released_totals() for mm in m._models]
+    want = release_prior(np.array([t for t, _ in released]), np.array([200.0, 400.0, 800.0]),
+                         np.array([v for _, v in released]))
+    for mm in m._models:
+        assert np.allclose(mm.class_prior(), want)
+    own = [prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in mm.trees_])) for mm in m._models]
+    assert not all(np.allclose(o, want) for o in own)  # the pooled prior is not simply each model's own
+
+
+def test_released_totals_are_the_leaf_sums_and_their_variance():
+    m = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, first_window=300, window=300, seed=4)
+    for x, y in datasets.synth.Agrawal(seed=5).take(300):
+        m.learn_one(x, y)
+    model = m._models[-1]
+    totals, var = model.released_totals()
+    t = model.trees_[0]
+    assert len(model.trees_) == 1 and np.allclose(totals, t.counts[t.reachable_leaves()].sum(axis=0))
+    assert var == pytest.approx(int(t.reachable_leaves().sum()) * model.cell_variance())
+    assert abs(totals.sum() - 300) < 10 * np.sqrt(2 * var)  # the noisy total of 300 records

@@ -127,9 +127,21 @@ class PrivateLearner:
         return cell_variance("geometric", float(self.epsilon_leaf_counts()))
 
     def class_prior(self) -> np.ndarray:
-        """The prior every tree's root is shrunk toward: the unclipped sum of all trees' reachable leaf counts."""
+        """The prior every tree's root is shrunk toward: ``prior_`` where a caller set one (a class prior measured
+        from more released numbers, as :class:`streamdp.river.PrivateWindowClassifier` does over its windows:
+        post-processing), else the unclipped sum of all trees' reachable leaf counts."""
         self._check_fitted()
+        if self.__dict__.get("prior_") is not None:
+            return np.asarray(self.prior_, dtype=np.float64)
         return prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in self.trees_]))
+
+    def released_totals(self) -> tuple[np.ndarray, float]:
+        """The fit's noisy class totals (each tree's reachable leaf counts summed, averaged over the trees) and
+        their noise variance per class (public: the leaves' count and the cell variance)."""
+        self._check_fitted()
+        leaves = [t.reachable_leaves() for t in self.trees_]
+        totals = np.mean([t.counts[r].sum(axis=0) for t, r in zip(self.trees_, leaves)], axis=0)
+        return totals, sum(int(r.sum()) for r in leaves) * self.cell_variance() / len(self.trees_) ** 2
 
     def _encode(self, X: Any) -> np.ndarray:
         return self.schema.encode(X).X

@@ -12,6 +12,7 @@ import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
 from streamdp.algorithms import learners as _catalogue_learners  # the one import of the catalogue in streamdp.river
+from streamdp.estimation import release_prior
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.schema import Schema
@@ -35,8 +36,10 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     records), so a short stream gets a model early. Predictions average the
     last ``n_models`` window models (post-processing of released models) and
     read each tree's noise-aware node estimates (``node_tables()``,
-    :mod:`streamdp.estimation`). Until the first window closes the prediction is
-    uniform over the schema's labels.
+    :mod:`streamdp.estimation`), every root shrunk toward one class prior pooled
+    over the voting models' windows (their released class totals weighed by
+    size and noise, :func:`streamdp.estimation.release_prior`). Until the first
+    window closes the prediction is uniform over the schema's labels.
 
     Privacy: every record belongs to exactly one window and every fit reads
     only its own window, with the full ``epsilon``; the windows are disjoint
@@ -204,6 +207,17 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=rng)
         self._models.append(model.fit(pds))
         self.n_fits += 1
+        # The voting models' roots shrink toward one class prior pooled over their windows' released class totals
+        # (weighed by size and noise, estimation.release_prior), not each toward its own: a first window of 100
+        # records names the wrong majority often enough to cost a whole window (Shuttle, Agrawal:
+        # benchmarks/results/river_window_floor.log). Post-processing of released numbers.
+        totals, var = model.released_totals()
+        log = self.__dict__.setdefault("_prior_log", collections.deque(maxlen=self.n_models))
+        log.append((totals, float(len(y)), var))
+        t, n, v = (np.array(c) for c in zip(*log))
+        prior = release_prior(t, n, v)
+        for m in self._models:
+            m.prior_ = prior
         self._tables = [_TreeTables(m) for m in self._models]
 
     def __getstate__(self) -> dict:

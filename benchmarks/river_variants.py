@@ -72,15 +72,18 @@ def main(argv=None) -> int:
         data = list(itertools.islice(ds, args.n))
         schema = schema_for(ds)
         majority[name] = evaluate.progressive_val_score(data, dummy.PriorClassifier(), metrics.Accuracy()).get()
+        def measure(label: str, make) -> None:
+            """One variant: ``make()`` a fresh classifier per draw, progressive accuracy, one line."""
+            accs = [evaluate.progressive_val_score(data, make(), metrics.Accuracy()).get() for _ in range(args.draws)]
+            print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
+                  f"majority {majority[name]:.3f}", flush=True)
+
         if args.compare == "prior":
             for label, kw, log in (("before: no phase, summed prior", {"prior_records": 0}, False),
                                    ("release prior, no phase", {"prior_records": 0}, True),
                                    ("phase + release prior (default)", {}, True)):
                 PrivateForestClassifier._log_prior = log_prior if log else (lambda self, *a: None)
-                accs = [evaluate.progressive_val_score(data, PrivateForestClassifier(schema, epsilon=1.0, **kw),
-                                                       metrics.Accuracy()).get() for _ in range(args.draws)]
-                print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
-                      f"majority {majority[name]:.3f}", flush=True)
+                measure(label, lambda kw=kw: PrivateForestClassifier(schema, epsilon=1.0, **kw))
             PrivateForestClassifier._log_prior = log_prior
             continue
         if args.compare == "window_prior":
@@ -90,10 +93,7 @@ def main(argv=None) -> int:
             pooled = PrivateLearner.class_prior
             for label, prior in (("own prior (before)", _own_prior), ("pooled prior (now)", pooled)):
                 PrivateLearner.class_prior = prior
-                accs = [evaluate.progressive_val_score(data, PrivateWindowClassifier(schema, epsilon=1.0),
-                                                       metrics.Accuracy()).get() for _ in range(args.draws)]
-                print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
-                      f"majority {majority[name]:.3f}", flush=True)
+                measure(label, lambda: PrivateWindowClassifier(schema, epsilon=1.0))
             PrivateLearner.class_prior = pooled
             continue
         if args.compare == "stump":
@@ -104,10 +104,7 @@ def main(argv=None) -> int:
             variants = [("one-release variance", {}, one_release), ("accumulated variance", {}, accumulated)]
         for label, kw, prop in variants:
             forest_module.PrivateForest.noise_variance = prop
-            accs = [evaluate.progressive_val_score(data, PrivateForestClassifier(schema, epsilon=1.0, **kw),
-                                                   metrics.Accuracy()).get() for _ in range(args.draws)]
-            print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
-                  f"majority {majority[name]:.3f}", flush=True)
+            measure(label, lambda kw=kw: PrivateForestClassifier(schema, epsilon=1.0, **kw))
         forest_module.PrivateForest.noise_variance = accumulated
     print(f"# load {os.getloadavg()[0]:.1f} at end", flush=True)
     return 0

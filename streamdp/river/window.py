@@ -137,7 +137,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     @property
     def window_size(self) -> int:
         """Records of the open window: ``first_window * 2**n_fits``, at most ``window`` (public)."""
-        return min(self.window, self.first_window << min(self.n_fits, 62))
+        return self._fit_size(self.n_fits)
+
+    def _fit_size(self, j: int) -> int:
+        """Records of fit number ``j`` (from 0): ``first_window * 2**j``, at most ``window``."""
+        return min(self.window, self.first_window << min(j, 62))
 
     @property
     def _multiclass(self) -> bool:
@@ -211,11 +215,10 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         # (weighed by size and noise, estimation.release_prior), not each toward its own: a first window of 100
         # records names the wrong majority often enough to cost a whole window (Shuttle, Agrawal:
         # benchmarks/results/river_window_floor.log). Post-processing of released numbers.
-        totals, var = model.released_totals()
-        log = self.__dict__.setdefault("_prior_log", collections.deque(maxlen=self.n_models))
-        log.append((totals, float(len(y)), var))
-        t, n, v = (np.array(c) for c in zip(*log))
-        prior = release_prior(t, n, v)
+        released = [m.released_totals() for m in self._models]
+        sizes = [self._fit_size(j) for j in range(self.n_fits - len(self._models), self.n_fits)]
+        prior = release_prior(np.array([t for t, _ in released]), np.array(sizes, dtype=np.float64),
+                              np.array([v for _, v in released]))
         for m in self._models:
             m.prior_ = prior
         self._tables = [_TreeTables(m) for m in self._models]

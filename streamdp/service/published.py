@@ -63,14 +63,22 @@ def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = Fals
 
     ``finite``: also refuse NaN or infinite cells (counts from an untrusted reader's point of view).
     """
-    dt = np.dtype(counts_dtype(forest.mechanism))
-    if len(data) != dt.itemsize * int(np.prod(forest.shape)):
-        raise ValueError(f"stored counts have {len(data)} bytes, the forest {forest.shape} needs "
-                         f"{dt.itemsize * int(np.prod(forest.shape))}")
-    arr = np.frombuffer(data, dtype=dt).reshape(forest.shape)
+    arr = _raw_counts(data, forest)
+    if arr is None:
+        need = np.dtype(counts_dtype(forest.mechanism)).itemsize * int(np.prod(forest.shape))
+        raise ValueError(f"stored counts have {len(data)} bytes, the forest {forest.shape} needs {need}")
+    dt = arr.dtype
     if finite and dt.kind == "f" and not np.all(np.isfinite(arr)):
         raise ValueError("stored counts contain NaN or infinite values")
     return arr.astype(dt.newbyteorder("="))
+
+
+def _raw_counts(data: bytes, forest: PrivateForest) -> np.ndarray | None:
+    """``data`` as ``forest``'s counts in their stored dtype (a read-only view), None if the length does not fit."""
+    dt = np.dtype(counts_dtype(forest.mechanism))
+    if len(data) != dt.itemsize * int(np.prod(forest.shape)):
+        return None
+    return np.frombuffer(data, dtype=dt).reshape(forest.shape)
 
 
 def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases: Any,
@@ -133,10 +141,8 @@ def noise_from_bytes(data: bytes, spec: PrivateForest) -> np.ndarray:
     >>> noise_from_bytes(bytes(counts_view(f.counts + 3)), f)[0, 0].tolist()
     [3, 3]
     """
-    dt = np.dtype(counts_dtype(spec.mechanism))
-    if len(data) == dt.itemsize * int(np.prod(spec.shape)):
-        arr = np.frombuffer(data, dtype=dt).reshape(spec.shape)
-    else:
+    arr = _raw_counts(data, spec)
+    if arr is None:
         try:
             arr = blob.unpack_array(msgpack.unpackb(data, raw=False), "noise", counts_dtype(spec.mechanism), ndim=3)
         except Exception as e:

@@ -314,9 +314,10 @@ class Worker(GroupLoop):
                 if v != self._state_version or self._counts is None:
                     self.guard.check(v)
                     self._counts = None  # the old counts go before the new ones are read
-                    # (version 0: the spec's zero counts, not read: reading a counts-sized value costs 2x briefly)
-                    c, rel = self.redis.hmget(self.keys.state, "counts" if v else "version", "releases")
-                    self._counts = counts_from_bytes(c, self.spec) if v and c else np.zeros(self.spec.shape, self._dtype)
+                    rel = self.redis.hget(self.keys.state, "releases")
+                    # version 0 holds the spec's zero counts: not read (a counts-sized read costs redis-py 2x briefly)
+                    c = self.redis.hget(self.keys.state, "counts") if v else None
+                    self._counts = counts_from_bytes(c, self.spec) if c else np.zeros(self.spec.shape, self._dtype)
                     del c
                     self._releases = int(rel or 0)
                     self._state_version = v

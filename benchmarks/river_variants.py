@@ -5,6 +5,7 @@
     python benchmarks/river_variants.py prior    [--draws 8] [--only NAME ...]
     python benchmarks/river_variants.py guard    [--draws 6] [--only NAME ...]
     python benchmarks/river_variants.py window_prior [--draws 4] [--only NAME ...]
+    python benchmarks/river_variants.py window_phase [--draws 10] [--only NAME ...]
     # prints one line per stream and variant; results/river_variants.log keeps the runs quoted in
     # river_eval.md
 
@@ -17,7 +18,8 @@ release log switched off), with the release-weighted prior alone (``prior_record
 (prior phase and release-weighted prior). ``guard``: the default ``guard=0`` (the forest always votes, all of epsilon to
 the trees) against ``guard=0.1`` (the prior guard), with the running majority beside. ``window_prior``:
 PrivateWindowClassifier with each model's own class prior (before) against the prior pooled over the voting
-models' windows (the code now).
+models' windows (the code now). ``window_phase``: PrivateWindowClassifier without a prior phase
+(``prior_records=0``: uniform until the first window closes) against the default prior phase of 100 records.
 Progressive validation
 (``river.evaluate.progressive_val_score``, accuracy) over the first 10,000 records of the
 streams of ``river_eval.py``, epsilon 1, mean and minimum over ``--draws`` private draws.
@@ -56,7 +58,8 @@ def _own_prior(learner):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard", "window_prior"))
+    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard", "window_prior",
+                                            "window_phase"))
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--only", nargs="*")
@@ -95,6 +98,12 @@ def main(argv=None) -> int:
                 PrivateLearner.class_prior = prior
                 measure(label, lambda: PrivateWindowClassifier(schema, epsilon=1.0))
             PrivateLearner.class_prior = pooled
+            continue
+        if args.compare == "window_phase":
+            from streamdp.river import PrivateWindowClassifier
+
+            for label, kw in (("no prior phase (before)", {"prior_records": 0}), ("prior phase 100 (default)", {})):
+                measure(label, lambda kw=kw: PrivateWindowClassifier(schema, epsilon=1.0, **kw))
             continue
         if args.compare == "stump":
             variants = [("prior_trees=0", {"prior_trees": 0}, accumulated), ("prior_trees=1", {}, accumulated)]

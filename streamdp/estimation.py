@@ -72,7 +72,8 @@ import numpy as np
 
 __all__ = [
     "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
-    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "release_prior", "forest_topology", "ForestNodes",
+    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "release_prior", "prior_phase_first",
+    "prior_phase_size", "forest_topology", "ForestNodes",
     "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
@@ -245,6 +246,29 @@ def forest_prior(counts: np.ndarray, n_leaves: np.ndarray, cell_var: float = 1.0
         m = np.clip((w * tot).sum(axis=0) / w.sum(axis=0), 0.0, None)  # one tree's expected class counts
         w = 1.0 / (noise + m[None, :] * (1.0 - share))
     return prior_from((w * tot).sum(axis=0) / w.sum(axis=0))
+
+
+def prior_phase_first(variance: float) -> int:
+    """Records of a prior phase's first release: twice the noise sd of a difference of two noisy class totals,
+    ``ceil(2 sqrt(2 v))`` for ``v`` one class total's noise variance, so that even the first noisy prior mostly
+    names the class of a pure batch (public: from the mechanism's parameters).
+
+    >>> prior_phase_first(cell_variance("geometric", 1.0))
+    4
+    """
+    return max(1, math.ceil(2.0 * math.sqrt(2.0 * variance)))
+
+
+def prior_phase_size(k: int, first: int, total: int) -> int:
+    """Records of release ``k`` (from 0) of a prior phase of ``total`` records: ``first * 2**k``, the last one cut
+    to end the phase, 0 once it is over (public: a function of the release count). The river classifiers' first
+    records are released as class totals alone on this schedule, so they predict a measured prior early.
+
+    >>> [prior_phase_size(k, 4, 100) for k in range(6)]
+    [4, 8, 16, 32, 40, 0]
+    """
+    done = min(first * ((1 << min(k, 62)) - 1), total)
+    return min(first << min(k, 62), total - done)
 
 
 def release_prior(totals: np.ndarray, sizes: np.ndarray, cell_var: np.ndarray) -> np.ndarray:

@@ -70,7 +70,7 @@ def test_mini_batches_build_the_same_model_and_predict_the_same(make):
         assert a.n_releases == b.n_releases >= 4  # batches of 100, 200, 400, 400, ...; records with holes dropped
         np.testing.assert_array_equal(a.forest.counts, b.forest.counts)
     else:
-        assert a.n_fits == b.n_fits == 4  # windows of 100, 200, 400, 400
+        assert a.n_fits == b.n_fits == 4  # a prior phase of 100, windows of 100, 200, 400, 400
     X = pd.DataFrame(_holes([x for x, _ in datasets.synth.Agrawal(seed=5).take(150)], rng))
     _same(a, X)
     _same(b, X)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 pytest.importorskip("river")
@@ -51,17 +52,19 @@ def test_each_record_is_in_exactly_one_fit_and_each_fit_spends_epsilon(monkeypat
     monkeypatch.setattr(PrivateWindowClassifier, "_make", spy)
     model = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=0.5, window=300, learner="diffp-c45")
     sizes = []
-    for x, y in datasets.synth.Agrawal(seed=1).take(1000):
+    for x, y in datasets.synth.Agrawal(seed=1).take(1100):
         before = model.n_fits
         model.learn_one(x, y)
         if model.n_fits > before:
             sizes.append(model.n_buffered)
-    assert model.n_fits == 4 and model.n_buffered == 100  # windows of 100, 200, 300, 300 fitted, 100 open
+    # a prior phase of 100, windows of 100, 200, 300, 300 fitted, 100 open
+    assert model.n_fits == 4 and model.n_buffered == 100
     assert all(s <= 0.5 + 1e-9 and e <= 0.5 + 1e-9 for s, e in seen) and len(seen) == 4
 
 
 def test_windows_grow_from_first_window_to_window_and_stay_disjoint():
-    """Sizes 100, 200, 400, 500, 500 (doubling, capped): each fit gets exactly its own window's records."""
+    """Sizes 100, 200, 400, 500, 500 (doubling, capped) after the prior phase's 100 records: each fit gets exactly
+    its own window's records, and no record of the prior phase."""
     got = []
     real = PrivateWindowClassifier._fit_window
 
@@ -71,18 +74,20 @@ def test_windows_grow_from_first_window_to_window_and_stay_disjoint():
 
     model = PrivateWindowClassifier(rs.agrawal_schema(), window=500, learner="diffp-c45")
     model._fit_window = spy.__get__(model)
-    stream = list(datasets.synth.Agrawal(seed=1).take(1700))
+    stream = list(datasets.synth.Agrawal(seed=1).take(1800))
     for x, y in stream:
         model.learn_one(x, y)
     assert [n for n, _ in got] == [100, 200, 400, 500, 500] and model.n_buffered == 0
+    assert [n for _, n, _ in model._prior_log] == [4, 8, 16, 32, 40]  # the prior phase at epsilon 1
     salaries = [v for _, rows in got for v in rows]
-    assert salaries == [x["salary"] for x, _ in stream]  # every record in exactly one fit, in order
+    assert salaries == [x["salary"] for x, _ in stream[100:]]  # every later record in exactly one fit, in order
     assert PrivateWindowClassifier(rs.stagger_schema(), window=300, first_window=300).window_size == 300
 
 
 def test_uniform_before_the_first_window_then_a_model():
     s = rs.stagger_schema()
-    model = PrivateWindowClassifier(s, learner="diffp-id3", window=200, learner_params={"scorer": "gini"})
+    model = PrivateWindowClassifier(s, learner="diffp-id3", window=200, learner_params={"scorer": "gini"},
+                                    prior_records=0)
     x0 = {"size": 0, "color": 0, "shape": 0}
     assert model.predict_proba_one(x0) == {v: 0.5 for v in s.label.values}
     for x, y in datasets.synth.STAGGER(seed=1).take(100):  # the first window: 100 records
@@ -90,6 +95,42 @@ def test_uniform_before_the_first_window_then_a_model():
     assert model.n_fits == 1 and model.n_buffered == 0
     p = model.predict_proba_one(x0)
     assert abs(sum(p.values()) - 1) < 1e-9
+
+
+def test_the_prior_phase_predicts_its_released_class_totals_from_the_first_release(monkeypatch):
+    """Records 1-4 (epsilon 1): uniform; from the 4th on, release_prior of the noisy class totals released so far,
+    each the exact bincount of its own records noised once at the whole epsilon; no window model yet."""
+    import streamdp.river.window as window_module
+    from streamdp.estimation import release_prior
+
+    calls = []
+    real = window_module.noisy_node
+
+    def spy(exact, epsilon, mechanism, rng, *a, **kw):
+        calls.append((exact.copy(), epsilon, mechanism))
+        return real(exact, epsilon, mechanism, rng, *a, **kw)
+
+    monkeypatch.setattr(window_module, "noisy_node", spy)
+    s = rs.agrawal_schema()
+    model = PrivateWindowClassifier(s, epsilon=1.0, window=400, seed=5)
+    stream = list(datasets.synth.Agrawal(seed=3).take(100))
+    x0 = stream[0][0]
+    for i, (x, y) in enumerate(stream):
+        p = model.predict_proba_many(pd.DataFrame([x])).iloc[0].tolist()
+        assert list(model.predict_proba_one(x).values()) == pytest.approx(p)
+        if i < 4:
+            assert p == [0.5, 0.5]
+        model.learn_one(x, y)
+    assert model.n_fits == 0 and model.n_buffered == 0 and len(calls) == 5
+    codes = [s.label.values.index(y) for _, y in stream]
+    starts = [0, 4, 12, 28, 60, 100]
+    for (exact, eps, mech), a, b in zip(calls, starts, starts[1:]):
+        assert exact.tolist() == np.bincount(codes[a:b], minlength=2).tolist() and eps == 1.0 and mech == "geometric"
+    t, n, v = (np.array(c) for c in zip(*model._prior_log))
+    assert n.tolist() == [4, 8, 16, 32, 40]
+    assert list(model.predict_proba_one(x0).values()) == pytest.approx(release_prior(t, n, v).tolist())
+    small = PrivateWindowClassifier(s, epsilon=0.1, prior_records=50)
+    assert (small.prior_first, small.prior_release_size) == (40, 40)  # ceil(2 sqrt(2 v)), v = 199.7 at epsilon 0.1
 
 
 @pytest.mark.parametrize("estimator", ["shrink", "leaf"])
@@ -140,7 +181,7 @@ def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params, 
         stream = list(datasets.synth.STAGGER(seed=4).take(900))
     else:
         stream = list(datasets.synth.Agrawal(seed=4).take(900))
-    model = PrivateWindowClassifier(schema, learner=learner, window=300, first_window=300, epsilon=5.0,
+    model = PrivateWindowClassifier(schema, learner=learner, window=300, first_window=300, prior_records=0, epsilon=5.0,
                                     learner_params=params)
     for x, y in stream[:900]:
         model.learn_one(x, y)
@@ -159,7 +200,7 @@ def test_evaluate_runs_window_learners_beside_the_forest():
                    window_learners=("diffp-c45",), window_size=1000, verbose=False)
     rows = {r.model: r for r in res.rows}
     w = rows["Window diffp-c45 eps=1 w=1000"]
-    # windows of 100, 200, 400, 800, 1000 (the first ones grow)
+    # a prior phase of 100 records, windows of 100, 200, 400, 800, 1000 (the first ones grow)
     assert w.releases == 5 and w.private and 0.4 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)  # 0.50-0.66 measured
     assert "PrivateForest eps=1 bs=1000" in rows
 
@@ -168,7 +209,7 @@ def test_record_bound_defaults_to_the_window_so_infogain_needs_no_setting():
     """InfoGain's sensitivity needs a public bound on a fit's records: the window size is one."""
     s = rs.stagger_schema()
     model = PrivateWindowClassifier(s, learner="diffp-id3", window=200)  # default scorer: infogain
-    for x, y in datasets.synth.STAGGER(seed=1).take(300):
+    for x, y in datasets.synth.STAGGER(seed=1).take(400):  # a prior phase of 100, windows of 100 and 200
         model.learn_one(x, y)
     assert [m.n_bound for m in model._models] == [100, 200]  # each fit's own (public) window size
     assert model._models[0].scorer == "infogain"
@@ -181,12 +222,14 @@ def test_the_voting_models_share_a_class_prior_pooled_over_their_windows():
     from streamdp.estimation import prior_from, release_prior
 
     m = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, first_window=100, window=800, n_models=3, seed=3)
-    for x, y in datasets.synth.Agrawal(seed=2).take(1500):
+    for x, y in datasets.synth.Agrawal(seed=2).take(1600):
         m.learn_one(x, y)
     assert m.n_fits == 4 and len(m._models) == 3
     released = [mm.released_totals() for mm in m._models]
-    want = release_prior(np.array([t for t, _ in released]), np.array([200.0, 400.0, 800.0]),
-                         np.array([v for _, v in released]))
+    phase = m._prior_log  # the prior phase's releases join the pool
+    want = release_prior(np.array([t for t, _ in released] + [t for t, _, _ in phase]),
+                         np.array([200.0, 400.0, 800.0] + [n for _, n, _ in phase]),
+                         np.array([v for _, v in released] + [v for _, _, v in phase]))
     for mm in m._models:
         assert np.allclose(mm.class_prior(), want)
     own = [prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in mm.trees_])) for mm in m._models]
@@ -194,7 +237,7 @@ def test_the_voting_models_share_a_class_prior_pooled_over_their_windows():
 
 
 def test_released_totals_are_the_leaf_sums_and_their_variance():
-    m = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, first_window=300, window=300, seed=4)
+    m = PrivateWindowClassifier(rs.agrawal_schema(), epsilon=1.0, first_window=300, window=300, seed=4, prior_records=0)
     for x, y in datasets.synth.Agrawal(seed=5).take(300):
         m.learn_one(x, y)
     model = m._models[-1]

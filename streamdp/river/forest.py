@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import math
 import warnings
 from typing import Any
 
@@ -11,7 +10,7 @@ import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
 from streamdp.continual import noisy_node
-from streamdp.estimation import cell_variance, release_prior
+from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
 from streamdp.forest import PrivateForest
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
@@ -293,22 +292,17 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
 
     @property
     def prior_first(self) -> int:
-        """Records of the prior phase's first release: twice the noise sd of a difference of two class totals
-        (``ceil(2 sqrt(2 v))``, ``v`` one stump cell's variance at ``epsilon / prior_trees``; 4 at epsilon 1), so
-        that even the first noisy prior mostly names the class of a pure batch (public: from the parameters)."""
+        """Records of the prior phase's first release (:func:`streamdp.estimation.prior_phase_first` of one stump
+        cell's variance at ``epsilon / prior_trees``; 4 at epsilon 1)."""
         f = self.forest
         if not f.prior_trees:
             return 1
-        return max(1, math.ceil(2.0 * math.sqrt(2.0 * cell_variance(f.mechanism, self.epsilon / f.prior_trees))))
-
-    def _prior_done(self, k: int) -> int:
-        """Records of the first ``k`` prior-phase releases (sizes ``prior_first * 2**j``, capped by the phase)."""
-        return min(self.prior_first * ((1 << min(k, 62)) - 1), self.n_prior_records)
+        return prior_phase_first(cell_variance(f.mechanism, self.epsilon / f.prior_trees))
 
     @property
     def in_prior_phase(self) -> bool:
         """Whether the open batch goes to the prior stumps alone (public: a function of the release count)."""
-        return self._prior_done(self._n_prior_releases) < self.n_prior_records
+        return prior_phase_size(self._n_prior_releases, self.prior_first, self.n_prior_records) > 0
 
     @property
     def current_batch_size(self) -> int:
@@ -321,7 +315,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         """
         k = self._n_prior_releases
         if self.in_prior_phase:
-            return min(self.prior_first << k, self.n_prior_records - self._prior_done(k))
+            return prior_phase_size(k, self.prior_first, self.n_prior_records)
         return min(self.batch_size, self.first_batch << min(self.n_releases - k, 62))
 
     @property

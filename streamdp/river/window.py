@@ -12,7 +12,8 @@ import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
 from streamdp.algorithms import learners as _catalogue_learners  # the one import of the catalogue in streamdp.river
-from streamdp.estimation import release_prior
+from streamdp.continual import noisy_node
+from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.schema import Schema
@@ -38,14 +39,23 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     read each tree's noise-aware node estimates (``node_tables()``,
     :mod:`streamdp.estimation`), every root shrunk toward one class prior pooled
     over the voting models' windows (their released class totals weighed by
-    size and noise, :func:`streamdp.estimation.release_prior`). Until the first
-    window closes the prediction is uniform over the schema's labels.
+    size and noise, :func:`streamdp.estimation.release_prior`). The stream's
+    first records (``prior_records``) are a prior phase, as in
+    :class:`~streamdp.river.PrivateForestClassifier`: released as noisy class
+    totals alone, in batches of 4, 8, 16, ... records (at epsilon 1), so the
+    model predicts a measured class prior from its 5th record on (before: the
+    uniform distribution until the first window closed), and those totals join
+    the pooled prior of every later fit.
 
     Privacy: every record belongs to exactly one window and every fit reads
     only its own window, with the full ``epsilon``; the windows are disjoint
     sets of records, so by parallel composition the whole sequence of models
     is ``epsilon``-DP for every record, however long the stream and whatever
-    the window sizes (they are public: a function of the fit number only).
+    the window sizes (they are public: a function of the fit number only). A
+    prior-phase record is in its class-total release alone, never in a window:
+    one class total changes by one when a record is added or removed
+    (sensitivity 1), noised once with two-sided geometric noise at the whole
+    ``epsilon``.
 
     Parameters
     ----------
@@ -64,6 +74,10 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     first_window
         Records of the first fit (default 100); each next window doubles, up to
         ``window``. ``first_window=window`` gives fixed windows.
+    prior_records
+        Records of the prior phase before the first window (default 100; 0:
+        none, the prediction is uniform until the first window closes). Its releases have :func:`streamdp.estimation.prior_phase_first`
+        records (4 at epsilon 1), then twice as many, the last cut to end the phase.
     n_models
         How many of the latest window models vote (mean of probabilities);
         default 3.
@@ -95,7 +109,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     >>> model = PrivateWindowClassifier(agrawal_schema(), window=2000, learner_params={"scorer": "gini"})
     >>> for x, y in datasets.synth.Agrawal(seed=42).take(4000):
     ...     model.learn_one(x, y)
-    >>> model.n_fits  # windows of 100, 200, 400, 800, 1600, then 2000
+    >>> model.n_fits  # a prior phase of 100 records, windows of 100, 200, 400, 800, 1600, then 2000
     5
     >>> round(sum(model.predict_proba_one(x).values()), 9)
     1.0
@@ -103,7 +117,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
 
     def __init__(self, schema: Schema | dict, learner: str = "diffp-c45", epsilon: float = 1.0, window: int = 5000,
                  n_models: int = 3, max_depth: int = 3, learner_params: dict | None = None, seed: int | None = None,
-                 first_window: int = 100):
+                 first_window: int = 100, prior_records: int = 100):
         self.schema = schema
         self.learner = learner
         self.epsilon = epsilon
@@ -113,10 +127,12 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self.max_depth = max_depth
         self.learner_params = learner_params
         self.seed = seed
+        self.prior_records = prior_records
         if learner not in WINDOW_LEARNERS:
             raise ValueError(f"learner must be one of {sorted(WINDOW_LEARNERS)}, got {learner!r}")
         for name in ("window", "n_models", "first_window"):
             check_integer(getattr(self, name), name)
+        check_integer(prior_records, "prior_records", low=0)
         if learner_params is not None and not isinstance(learner_params, dict):
             raise ValueError(f"learner_params must be a dict or None, got {type(learner_params).__name__}")
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
@@ -133,6 +149,20 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self._y: list[int] = []
         self._models: collections.deque = collections.deque(maxlen=n_models)
         self._tables: list[_TreeTables] = []
+        self._prior_y: list[int] = []  # the open prior-phase release's labels (raw data)
+        self._prior_log: list[tuple[np.ndarray, float, float]] = []  # released class totals, size, noise variance
+        self._prior: np.ndarray | None = None  # release_prior of the prior phase's releases
+
+    @property
+    def prior_first(self) -> int:
+        """Records of the prior phase's first release (:func:`streamdp.estimation.prior_phase_first` at the
+        whole ``epsilon``; 4 at epsilon 1)."""
+        return prior_phase_first(cell_variance("geometric", float(self.epsilon)))
+
+    @property
+    def prior_release_size(self) -> int:
+        """Records of the open prior-phase release; 0 once the phase is over (public: the release count's)."""
+        return prior_phase_size(len(self._prior_log), self.prior_first, self.prior_records)
 
     @property
     def window_size(self) -> int:
@@ -160,8 +190,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
 
     @property
     def n_buffered(self) -> int:
-        """Records of the open window (raw data, not yet in any model)."""
-        return len(self._y)
+        """Records of the open window or prior-phase release (raw data, not yet in any model)."""
+        return len(self._y) + len(self._prior_y)
 
     def _make(self) -> Any:
         cls = WINDOW_LEARNERS[self.learner].cls()
@@ -177,6 +207,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         row = self.encoder.encode_one(x)
         if None in row:  # a missing or undeclared categorical value: not learned from
             return
+        if self.prior_release_size:
+            self._prior_y.append(code)
+            if len(self._prior_y) == self.prior_release_size:
+                self._release_prior()
+            return
         self._X.append(row)
         self._y.append(code)
         if len(self._y) == self.window_size:
@@ -190,6 +225,12 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
             raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
         rows, labels = enc[~unknown].tolist(), codes[~unknown].tolist()
         i = 0
+        while i < len(rows) and self.prior_release_size:
+            take = self.prior_release_size - len(self._prior_y)
+            self._prior_y.extend(labels[i:i + take])
+            i += take
+            if len(self._prior_y) == self.prior_release_size:
+                self._release_prior()
         while i < len(rows):
             take = self.window_size - len(self._y)
             self._X.extend(rows[i:i + take])
@@ -198,27 +239,44 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
             if len(self._y) == self.window_size:
                 self._fit_window()
 
+    def _rng(self, stream: int):
+        from streamdp.privacy import SecureRandom
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NotPrivateWarning)  # said once, at construction
+            return SecureRandom(None if self.seed is None else self.seed + stream)
+
+    def _release_prior(self) -> None:
+        """Release the open prior-phase batch: its class totals, noised once at the whole ``epsilon``."""
+        C = self._schema.n_classes
+        exact = np.bincount(np.array(self._prior_y, dtype=np.int64), minlength=C)
+        rng = self._rng(2**32 + len(self._prior_log))  # fits use seed + n_fits: disjoint test streams
+        noisy = noisy_node(exact, float(self.epsilon), "geometric", rng)
+        self._prior_log.append((noisy.astype(np.float64), float(len(self._prior_y)),
+                                cell_variance("geometric", float(self.epsilon))))
+        self._prior_y = []  # the raw labels are dropped once released
+        t, n, v = (np.array(c) for c in zip(*self._prior_log))
+        self._prior = release_prior(t, n, v)
+
     def _fit_window(self) -> None:
         from streamdp.private_data import PrivateDataset
-        from streamdp.privacy import SecureRandom
 
         X, y = np.array(self._X, dtype=np.float64), np.array(self._y, dtype=np.int64)
         self._X, self._y = [], []  # the window's raw records are dropped once fitted
         model = self._make()  # n_bound: this window's size, before n_fits moves on
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NotPrivateWarning)  # said once, at construction
-            rng = SecureRandom(None if self.seed is None else self.seed + self.n_fits)
-        pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=rng)
+        pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=self._rng(self.n_fits))
         self._models.append(model.fit(pds))
         self.n_fits += 1
         # The voting models' roots shrink toward one class prior pooled over their windows' released class totals
         # (weighed by size and noise, estimation.release_prior), not each toward its own: a first window of 100
         # records names the wrong majority often enough to cost a whole window (Shuttle, Agrawal:
-        # benchmarks/results/river_window_floor.log). Post-processing of released numbers.
+        # benchmarks/results/river_window_floor.log). The prior phase's releases join the pool (their weight is
+        # at most their size's). Post-processing of released numbers.
         released = [m.released_totals() for m in self._models]
         sizes = [self._fit_size(j) for j in range(self.n_fits - len(self._models), self.n_fits)]
-        prior = release_prior(np.array([t for t, _ in released]), np.array(sizes, dtype=np.float64),
-                              np.array([v for _, v in released]))
+        pool = [(t, float(n), v) for (t, v), n in zip(released, sizes)] + self._prior_log
+        t, n, v = (np.array(c) for c in zip(*pool))
+        prior = release_prior(t, n, v)
         for m in self._models:
             m.prior_ = prior
         self._tables = [_TreeTables(m) for m in self._models]
@@ -230,6 +288,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        if "prior_records" not in state:  # pickled before the prior phase: none
+            self.prior_records, self._prior_y, self._prior_log, self._prior = 0, [], [], None
         self._tables = [_TreeTables(m) for m in self._models]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
@@ -238,7 +298,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     def _proba_row(self, row: list) -> list[float]:
         C = self._schema.n_classes
         if not self._models:
-            return [1.0 / C] * C
+            return [1.0 / C] * C if self._prior is None else self._prior.tolist()
         missing = [j for j, v in enumerate(row) if v is None]
         if not missing:  # the common case: walk the trees in Python (no numpy call per record)
             p = [0.0] * C
@@ -262,7 +322,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         enc, unknown = self.encoder.encode_frame(X)
         C = self._schema.n_classes
         if not self._models:
-            proba = np.full((len(enc), C), 1.0 / C)
+            proba = np.tile(np.full(C, 1.0 / C) if self._prior is None else self._prior, (len(enc), 1))
         else:
             proba = np.mean([m.predict_proba_encoded(enc) for m in self._models], axis=0)
             for i in np.flatnonzero(unknown):  # rows with an unknown value take the one-record path

@@ -5,7 +5,7 @@
     python benchmarks/river_variants.py prior    [--draws 8] [--only NAME ...]
     python benchmarks/river_variants.py guard    [--draws 6] [--only NAME ...]
     python benchmarks/river_variants.py window_prior [--draws 4] [--only NAME ...]
-    python benchmarks/river_variants.py window_phase [--draws 10] [--only NAME ...]
+    python benchmarks/river_variants.py window_phase [--draws 30] [--only NAME ...]
     # prints one line per stream and variant; results/river_variants.log keeps the runs quoted in
     # river_eval.md
 
@@ -18,8 +18,12 @@ release log switched off), with the release-weighted prior alone (``prior_record
 (prior phase and release-weighted prior). ``guard``: the default ``guard=0`` (the forest always votes, all of epsilon to
 the trees) against ``guard=0.1`` (the prior guard), with the running majority beside. ``window_prior``:
 PrivateWindowClassifier with each model's own class prior (before) against the prior pooled over the voting
-models' windows (the code now). ``window_phase``: PrivateWindowClassifier without a prior phase
-(``prior_records=0``: uniform until the first window closes) against the default prior phase of 100 records.
+models' windows (the code now). ``window_phase``: PrivateWindowClassifier as in round 2's fifth session
+(no prior phase, uniform until a first window of 100 records closes, every voting model weighed alike), then
+with the prior phase (``prior_records=100``), then with votes weighed by window size, then with the first
+window of 200 records, each with every root shrunk toward the pooled prior by the Dirichlet weight (the rule
+before); then the code now: every root is the pooled prior. The line also counts the draws below the
+majority minus 0.01.
 Progressive validation
 (``river.evaluate.progressive_val_score``, accuracy) over the first 10,000 records of the
 streams of ``river_eval.py``, epsilon 1, mean and minimum over ``--draws`` private draws.
@@ -78,8 +82,9 @@ def main(argv=None) -> int:
         def measure(label: str, make) -> None:
             """One variant: ``make()`` a fresh classifier per draw, progressive accuracy, one line."""
             accs = [evaluate.progressive_val_score(data, make(), metrics.Accuracy()).get() for _ in range(args.draws)]
+            below = sum(a < majority[name] - 0.01 for a in accs)
             print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
-                  f"majority {majority[name]:.3f}", flush=True)
+                  f"majority {majority[name]:.3f} | below {below}/{len(accs)}", flush=True)
 
         if args.compare == "prior":
             for label, kw, log in (("before: no phase, summed prior", {"prior_records": 0}, False),
@@ -102,8 +107,27 @@ def main(argv=None) -> int:
         if args.compare == "window_phase":
             from streamdp.river import PrivateWindowClassifier
 
-            for label, kw in (("no prior phase (before)", {"prior_records": 0}), ("prior phase 100 (default)", {})):
+            import streamdp.estimation as estimation_module
+
+            weighted = PrivateWindowClassifier.vote_weights
+            alike = property(lambda self: [1.0 / len(self._models)] * len(self._models))
+            roots_prior = estimation_module.node_distributions
+
+            def roots_shrunk(*a, roots_are_prior=False, **kw):
+                return roots_prior(*a, **kw)  # a learner's root shrunk toward the prior (the rule before)
+
+            for label, kw, weights, nodes in (
+                    ("before: no phase, first 100, votes alike", {"prior_records": 0, "first_window": 100}, alike,
+                     roots_shrunk),
+                    ("+ prior phase 100", {"first_window": 100}, alike, roots_shrunk),
+                    ("+ votes by window size", {"first_window": 100}, weighted, roots_shrunk),
+                    ("+ first window 200", {}, weighted, roots_shrunk),
+                    ("+ roots are the pooled prior (now)", {}, weighted, roots_prior)):
+                PrivateWindowClassifier.vote_weights = weights
+                estimation_module.node_distributions = nodes
                 measure(label, lambda kw=kw: PrivateWindowClassifier(schema, epsilon=1.0, **kw))
+            PrivateWindowClassifier.vote_weights = weighted
+            estimation_module.node_distributions = roots_prior
             continue
         if args.compare == "stump":
             variants = [("prior_trees=0", {"prior_trees": 0}, accumulated), ("prior_trees=1", {}, accumulated)]

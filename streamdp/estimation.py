@@ -518,12 +518,23 @@ def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:
 
 
 def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, counts: np.ndarray,
-                    cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None) -> np.ndarray:
+                    cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None,
+                    roots_are_prior: bool = False) -> np.ndarray:
     """Per node of a learner's :class:`~streamdp.learners.tree.Tree`: the estimated class distribution.
 
     Only the counts of reachable leaves (``feature < 0``, no leaf above) are
     read: an inner node's counts are recomputed as the sum of its leaves'
     (``Var = L(u) C cell_var`` for its total), whatever the tree stored there.
+    ``roots_are_prior``: the root's distribution is ``prior`` itself, as in a
+    forest; for a prior measured from more released numbers than the root's
+    own counts (:class:`streamdp.river.PrivateWindowClassifier`'s prior pooled
+    over windows and its prior phase). Shrunk toward such a prior by the
+    Dirichlet weight, a root kept most of its own noise: a one-leaf DiffPC45
+    model of a 200-record window (leaf noise sd 37) named the minority class
+    of Agrawal for a whole window (``benchmarks/results/river_variants.log``).
+    For a batch fit's own prior it made no difference on average
+    (``benchmarks/results/learner_roots.log``: 288 cells, mean -0.0003), so it
+    is off there.
     """
     n, C = counts.shape
     is_leaf = reachable_leaves(feature, parent, depth)
@@ -531,7 +542,7 @@ def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, 
     n_below = _subtree_sums(is_leaf.astype(np.float64), parent, depth)
     if prior is None:
         prior = prior_from(counts[is_leaf])
-    return node_distributions(y, n_below * C * cell_var, parent, depth, prior, snr_min)
+    return node_distributions(y, n_below * C * cell_var, parent, depth, prior, snr_min, roots_are_prior)
 
 
 def reachable_leaves(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:

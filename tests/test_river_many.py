@@ -53,7 +53,8 @@ def _same(model, X: "pd.DataFrame") -> None:
 @pytest.mark.parametrize("make", [
     lambda: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, seed=3),
     lambda: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, vote="majority", seed=3),
-    lambda: PrivateWindowClassifier(rs.agrawal_schema(), window=400, learner_params={"scorer": "gini"}, seed=3),
+    lambda: PrivateWindowClassifier(rs.agrawal_schema(), window=400, learner_params={"scorer": "gini"}, seed=3,
+                            first_window=100),
 ], ids=["forest", "forest-majority", "window"])
 def test_mini_batches_build_the_same_model_and_predict_the_same(make):
     rng = np.random.default_rng(0)

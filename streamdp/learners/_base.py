@@ -116,7 +116,8 @@ class PrivateLearner:
         if self.estimator == "leaf":
             return [t.leaf_distributions() for t in self.trees_]
         cell_var, prior, snr = self.cell_variance(), self.class_prior(), self.estimation_snr()
-        return [t.node_proba(cell_var, prior, snr) for t in self.trees_]
+        pooled = self.__dict__.get("prior_") is not None  # measured from more releases than the roots: it IS the root
+        return [t.node_proba(cell_var, prior, snr, roots_are_prior=pooled) for t in self.trees_]
 
     def estimation_snr(self) -> float:
         """The signal-to-noise bar of :mod:`streamdp.estimation` for this learner's trees (public constants)."""
@@ -129,7 +130,8 @@ class PrivateLearner:
     def class_prior(self) -> np.ndarray:
         """The prior every tree's root is shrunk toward: ``prior_`` where a caller set one (a class prior measured
         from more released numbers, as :class:`streamdp.river.PrivateWindowClassifier` does over its windows:
-        post-processing), else the unclipped sum of all trees' reachable leaf counts."""
+        post-processing; every root's distribution is then that prior), else the unclipped sum of all trees'
+        reachable leaf counts."""
         self._check_fitted()
         if self.__dict__.get("prior_") is not None:
             return np.asarray(self.prior_, dtype=np.float64)

@@ -87,13 +87,16 @@ class Tree:
             np.add.at(agg, self.parent[nodes], agg[nodes])
         self.counts = np.where(leaf[:, None], self.counts, agg)
 
-    def node_proba(self, cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None) -> np.ndarray:
+    def node_proba(self, cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None,
+                   roots_are_prior: bool = False) -> np.ndarray:
         """Per node: the noise-aware estimate of :mod:`streamdp.estimation` from the reachable leaves' counts.
 
         ``cell_var`` is the public noise variance of one released leaf cell;
-        ``prior`` what the root is shrunk toward (default: this tree's own leaf sums).
+        ``prior`` what the root is shrunk toward (default: this tree's own leaf sums), or the root's
+        distribution itself with ``roots_are_prior``.
         """
-        return tree_node_proba(self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min)
+        return tree_node_proba(self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min,
+                               roots_are_prior)
 
     def predict_proba(self, X: np.ndarray, cell_var: float | None = None, prior: np.ndarray | None = None,
                       snr_min: float | None = None) -> np.ndarray:

@@ -35,7 +35,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     dropped. The first windows grow: ``first_window`` records, then twice as
     many, and so on up to ``window`` (then every window has ``window``
     records), so a short stream gets a model early. Predictions average the
-    last ``n_models`` window models (post-processing of released models) and
+    last ``n_models`` window models weighed by their windows' sizes (public; a
+    model of 1,600 records outvotes one of 100; post-processing) and
     read each tree's noise-aware node estimates (``node_tables()``,
     :mod:`streamdp.estimation`), every root shrunk toward one class prior pooled
     over the voting models' windows (their released class totals weighed by
@@ -72,15 +73,18 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         fit more signal for the same noise; the model is as old as one window.
         Default 5,000 (measured on Agrawal, ``benchmarks/results/agrawal_batch.md``).
     first_window
-        Records of the first fit (default 100); each next window doubles, up to
-        ``window``. ``first_window=window`` gives fixed windows.
+        Records of the first fit (default 200); each next window doubles, up to
+        ``window``. ``first_window=window`` gives fixed windows. Measured
+        against 100 over 30 draws of nine river streams (after the prior phase,
+        ``benchmarks/results/river_variants.log``): models of 100 records named
+        the wrong class often enough to cost Phishing and Bananas points.
     prior_records
         Records of the prior phase before the first window (default 100; 0:
         none, the prediction is uniform until the first window closes). Its releases have :func:`streamdp.estimation.prior_phase_first`
         records (4 at epsilon 1), then twice as many, the last cut to end the phase.
     n_models
-        How many of the latest window models vote (mean of probabilities);
-        default 3.
+        How many of the latest window models vote (mean of probabilities,
+        weighed by window size); default 3.
     max_depth
         The learner's ``max_depth`` (default 3: a shallow tree leaves each
         query more budget).
@@ -109,15 +113,15 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     >>> model = PrivateWindowClassifier(agrawal_schema(), window=2000, learner_params={"scorer": "gini"})
     >>> for x, y in datasets.synth.Agrawal(seed=42).take(4000):
     ...     model.learn_one(x, y)
-    >>> model.n_fits  # a prior phase of 100 records, windows of 100, 200, 400, 800, 1600, then 2000
-    5
+    >>> model.n_fits  # a prior phase of 100 records, windows of 200, 400, 800, 1600, then 2000
+    4
     >>> round(sum(model.predict_proba_one(x).values()), 9)
     1.0
     """
 
     def __init__(self, schema: Schema | dict, learner: str = "diffp-c45", epsilon: float = 1.0, window: int = 5000,
                  n_models: int = 3, max_depth: int = 3, learner_params: dict | None = None, seed: int | None = None,
-                 first_window: int = 100, prior_records: int = 100):
+                 first_window: int = 200, prior_records: int = 100):
         self.schema = schema
         self.learner = learner
         self.epsilon = epsilon
@@ -281,6 +285,12 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
             m.prior_ = prior
         self._tables = [_TreeTables(m) for m in self._models]
 
+    @property
+    def vote_weights(self) -> list[float]:
+        """Weights of the voting models, oldest first: their windows' sizes (public), summing to 1."""
+        sizes = [self._fit_size(j) for j in range(self.n_fits - len(self._models), self.n_fits)]
+        return [n / sum(sizes) for n in sizes]
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_tables", None)  # derived from the models; rebuilt on load
@@ -302,18 +312,18 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         missing = [j for j, v in enumerate(row) if v is None]
         if not missing:  # the common case: walk the trees in Python (no numpy call per record)
             p = [0.0] * C
-            for t in self._tables:
+            for t, w in zip(self._tables, self.vote_weights):
                 for k, v in enumerate(t.proba(row)):
-                    p[k] += v
-            n = len(self._tables)
-            return [v / n for v in p]
+                    p[k] += w * v
+            return p
         arities = [self._schema.attributes[j].arity if self.encoder.is_cat[j] else 0 for j in missing]
         if 0 in arities or math.prod(arities) > 256:  # a malformed number, or too many combinations
             return [1.0 / C] * C
         grid = np.array(np.meshgrid(*[np.arange(a) for a in arities], indexing="ij")).reshape(len(missing), -1).T
         Xe = np.tile(np.array([0.0 if v is None else v for v in row]), (len(grid), 1))
         Xe[:, missing] = grid
-        return np.mean([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0).tolist()
+        return np.average([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0,
+                          weights=self.vote_weights).tolist()
 
     def predict_proba_many(self, X: Any):
         """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""
@@ -324,7 +334,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         if not self._models:
             proba = np.tile(np.full(C, 1.0 / C) if self._prior is None else self._prior, (len(enc), 1))
         else:
-            proba = np.mean([m.predict_proba_encoded(enc) for m in self._models], axis=0)
+            proba = np.average([m.predict_proba_encoded(enc) for m in self._models], axis=0, weights=self.vote_weights)
             for i in np.flatnonzero(unknown):  # rows with an unknown value take the one-record path
                 proba[i] = self._proba_row(self.encoder.encode_one(self.encoder.frame_row(X, i)))
         return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)

@@ -65,7 +65,7 @@ from .privacy import SecureRandom, kanon_check, kanon_delta
 from .estimation import ESTIMATORS, SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
-from .tally import tally
+from .tally import sparse_tally, tally
 from .validation import check_choice, check_epsilon, check_integer
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
@@ -459,6 +459,14 @@ class PrivateForest:
         """
         X, y = self._checked(X, y)
         return self._tally_valid(X, y, rng)
+
+    def sparse_tally_encoded(self, X: np.ndarray, y: np.ndarray,
+                             rng: SecureRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`tally_encoded`'s nonzero cells (flat indices ascending, counts; EXACT and secret), with no
+        counts-sized array: what a window worker adds to the accumulator per batch (:mod:`streamdp.tally`)."""
+        X, y = self._checked(X, y)
+        leaves = self.structure.apply(X, self.schema.is_categorical)
+        return sparse_tally(leaves, y.astype(np.int64), self.shape, self.sample_mask(X.shape[0], rng or self._rng))
 
     def _checked(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """An encoded batch as arrays, refused (ValueError) unless every code would land in its own cell."""

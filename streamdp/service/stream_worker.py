@@ -55,7 +55,7 @@ from .published import counts_from_bytes, counts_view, drawn_once, release_recor
 from .registry import load_policy, load_spec
 from .retention import policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
-from .windows import WindowCloser, joined_cells, nonzero_cells
+from .windows import WindowCloser, joined_cells
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -407,12 +407,12 @@ class Worker(GroupLoop):
         (:data:`.commit.WINDOW_ADD_LUA`); ``moved`` (a closer sealed the window meanwhile) retries
         into the new open window. Noise comes when the window closes (:mod:`.windows`).
         """
-        # Each batch's tally kept as its nonzero cells only (a dense tally is counts-sized: one at a time).
+        # Each batch's tally as its nonzero cells only, never a dense (counts-sized) array.
         tallies: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         for bid, e in list(merge.items()):
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
-                tallies[bid] = nonzero_cells(self.spec.tally_encoded(
-                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y)))
+                tallies[bid] = self.spec.sparse_tally_encoded(
+                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y))
             except (ValueError, TypeError) as err:
                 e.dead = (f"batch not tallied: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))

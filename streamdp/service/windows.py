@@ -52,7 +52,7 @@ from .keys import Keys
 from .published import counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
 from .rollback import NoiseSource, RollbackGuard
 
-__all__ = ["WindowCloser", "sparse_cells", "nonzero_cells", "joined_cells", "acc_counts"]
+__all__ = ["WindowCloser", "sparse_cells", "joined_cells", "acc_counts"]
 
 log = logging.getLogger("streamdp.worker")
 MAX_CLOSES_PER_TICK = 1000
@@ -77,19 +77,13 @@ def sparse_cells(counts: np.ndarray) -> bytes:
     return out.tobytes()
 
 
-def nonzero_cells(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """An exact tally's nonzero cells: their flat indices and counts (small beside a large forest's tally)."""
-    flat = np.asarray(counts).ravel()
-    nz = np.flatnonzero(flat)
-    return nz, flat[nz]
-
-
 def joined_cells(parts: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
-    """Several tallies' :func:`nonzero_cells` as one :func:`sparse_cells` value of their sum (a cell may
-    repeat: the accumulator adds every pair, :func:`acc_counts`); no counts-sized array is built.
+    """Several tallies' nonzero cells (``(flat indices, counts)`` pairs,
+    :meth:`streamdp.forest.PrivateForest.sparse_tally_encoded`) as one :func:`sparse_cells` value of their
+    sum (a cell may repeat: the accumulator adds every pair, :func:`acc_counts`); no counts-sized array is built.
 
-    >>> a, b = np.array([0, 2, 1]), np.array([1, 2, 0])
-    >>> acc_counts({b"b:x": joined_cells([nonzero_cells(a), nonzero_cells(b)])}, (3,)).tolist()
+    >>> a, b = (np.array([1, 2]), np.array([2, 1])), (np.array([0, 1]), np.array([1, 2]))
+    >>> acc_counts({b"b:x": joined_cells([a, b])}, (3,)).tolist()
     [1, 4, 1]
     """
     idx = [p[0] for p in parts]

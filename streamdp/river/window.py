@@ -103,8 +103,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     Records that miss a categorical value (or carry an undeclared one) are
     not learned from; in prediction such an attribute is averaged over its
     declared values (up to 256 combinations, else the prediction is uniform).
-    The records of the open window are raw data held in memory (and in a
-    pickle of the model).
+    The records of the open window (or the labels of the open prior-phase
+    release) are raw data held in memory (and in a pickle of the model).
 
     Examples
     --------

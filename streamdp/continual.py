@@ -267,9 +267,12 @@ def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
 # -- releases -------------------------------------------------------------------------
 
 
-#: Cells noised per draw by :func:`noisy_node`: a release of more cells is noised chunk by chunk, in place
-#: (the sampler's temporaries are several times the size of what it draws).
-NOISE_CHUNK = 1 << 20
+#: The noise layout "blocks": cells (flat, C order) ``[b * NOISE_BLOCK, (b + 1) * NOISE_BLOCK)`` of a
+#: release draw their noise from the release generator's child ``b`` (:meth:`SecureRandom.spawn`).
+#: Part of every keyed release's definition: changing it changes every redraw (never change it).
+NOISE_BLOCK = 1 << 16
+#: The layout "stream" (keyed models created before "blocks"): one stream, chunks of this many cells.
+STREAM_CHUNK = 1 << 20
 
 
 def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRandom,
@@ -284,6 +287,19 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     on a retry: each node's noise is drawn once. ``in_place``: the noise is added into
     ``exact`` itself where its dtype is the result's (a fresh tally the caller drops:
     no second counts-sized array).
+
+    Layout (``rng.layout``): "blocks" draws each block of :data:`NOISE_BLOCK` cells
+    from its own child of ``rng``, the real cells only, in C order; a keyed release is
+    then the same draw whatever chunking a version of this code uses, and the sampler's
+    temporaries are a block's (a few MiB), not the counts'. "stream" is the layout
+    of keyed models created before it (one stream in chunks of :data:`STREAM_CHUNK`),
+    kept byte for byte so their redraws after a rollback stay the same draw.
+
+    >>> rng = SecureRandom.from_key(b"k" * 32, b"doc")
+    >>> a = noisy_node(np.zeros(3 * NOISE_BLOCK, np.int64), 1.0, "geometric", rng)
+    >>> b = noisy_node(np.zeros(NOISE_BLOCK, np.int64), 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"doc"))
+    >>> bool((a[:NOISE_BLOCK] == b).all())  # cell c's noise: a function of (key, context, c) alone
+    True
     """
     exact = np.asarray(exact)
     if exact.dtype.kind not in "iu":
@@ -299,25 +315,28 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     if mechanism not in ("geometric", "laplace"):
         raise ValueError(f"mechanism must be 'geometric', 'laplace' or 'kanon', got {mechanism!r}")
     out = exact.astype(np.int64 if mechanism == "geometric" else np.float64, copy=not in_place)
+    if not out.flags.c_contiguous:  # the cells are noised through a flat view
+        out = np.ascontiguousarray(out)
     draw = geometric_noise if mechanism == "geometric" else laplace_noise
-    if out.size <= NOISE_CHUNK:
+    stream = getattr(rng, "layout", "blocks") == "stream"
+    if stream and out.size <= STREAM_CHUNK:
         if real is None:
             out += draw(exact.shape, epsilon, rng)
-        else:  # the real cells only, in C order (padding is never released, so it is not drawn)
+        else:
             mask = np.asarray(real, dtype=bool)
             out[mask] += draw(int(mask.sum()), epsilon, rng)
         return out
-    # A large release: the same independent draw per real cell, added in place chunk by chunk in C order,
-    # so the sampler's temporaries (several times the noise's size) stay a chunk's, not the counts'.
     flat = out.reshape(-1)
     mask = None if real is None else np.asarray(real, dtype=bool).reshape(-1)
-    for s in range(0, flat.size, NOISE_CHUNK):
-        seg = flat[s:s + NOISE_CHUNK]
+    step = STREAM_CHUNK if stream else NOISE_BLOCK
+    for s in range(0, flat.size, step):
+        seg = flat[s:s + step]
+        src = rng if stream else rng.spawn()
         if mask is None:
-            seg += draw(seg.size, epsilon, rng)
+            seg += draw(seg.size, epsilon, src)
         else:
-            m = mask[s:s + NOISE_CHUNK]
-            seg[m] += draw(int(m.sum()), epsilon, rng)
+            m = mask[s:s + step]
+            seg[m] += draw(int(m.sum()), epsilon, src)
     return out
 
 

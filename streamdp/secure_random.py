@@ -15,6 +15,12 @@ GB/s of random bytes where ``os.urandom`` gives about 0.25 GB/s. Three modes:
 * ``SecureRandom(seed=int)`` (tests only): a seeded numpy PCG64; ``private``
   is False and a :class:`NotPrivateWarning` is issued.
 
+:meth:`SecureRandom.spawn` hands out child generators, each independent of
+its parent and of every other child (the i-th child of a keyed generator is
+keyed by HKDF of the parent's key and i). Large releases draw each block of
+cells from its own child (:func:`streamdp.continual.noisy_node`), so a keyed
+release's noise is a function of the key, the context and the cell alone.
+
 The keystream is indistinguishable from uniform bits to anyone without the
 key (AES as a pseudorandom permutation; CTR mode over at most 2**64 blocks per
 key): the samplers built on it are analysed as if the bits were uniform.
@@ -36,10 +42,15 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["SecureRandom", "NotPrivateWarning"]
+__all__ = ["SecureRandom", "NotPrivateWarning", "LAYOUTS"]
 
 _TWO_POW_64 = float(2**64)
 _KDF_INFO = b"streamdp noise stream v1\x00"
+_CHILD_INFO = b"streamdp child stream v1\x00"
+#: How :func:`streamdp.continual.noisy_node` lays noise out over a release's cells: "blocks" (each
+#: block of cells from its own :meth:`SecureRandom.spawn` child) or "stream" (the layout of models
+#: created before: one stream in chunks, kept byte for byte for their keyed redraws).
+LAYOUTS = ("blocks", "stream")
 
 
 class NotPrivateWarning(UserWarning):
@@ -62,8 +73,10 @@ class SecureRandom:
     def __init__(self, seed: int | None = None):
         self.private = seed is None
         self.keyed = False
+        self.layout = "blocks"
         self._test_rng = None
         self._enc = None
+        self._children = 0
         if seed is not None:
             warnings.warn(
                 "SecureRandom(seed=...) gives reproducible noise: for tests only, the output is NOT private",
@@ -75,7 +88,7 @@ class SecureRandom:
             self._rekey(os.urandom(32))
 
     @classmethod
-    def from_key(cls, key: bytes, context: bytes) -> "SecureRandom":
+    def from_key(cls, key: bytes, context: bytes, layout: str = "blocks") -> "SecureRandom":
         """A deterministic private stream for ``(key, context)``: same pair, same draws.
 
         The stream key is HKDF-SHA256(``key``, info=``context``), so different
@@ -89,16 +102,49 @@ class SecureRandom:
         not consumers, not a job runner, never in Redis or in a blob, log or
         metric. Rotating the key is safe; re-drawing a release under a new key
         is a second, independent release and costs its epsilon again.
+
+        ``layout`` (one of :data:`LAYOUTS`) is how a release's noise is laid over
+        its cells; "stream" only for models created before "blocks" existed.
         """
         if not isinstance(key, (bytes, bytearray)) or len(key) < 32:
             raise ValueError("key must be at least 32 secret random bytes")
         if not isinstance(context, (bytes, bytearray)):
             raise TypeError(f"context must be bytes, got {type(context).__name__}")
-        derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_KDF_INFO + bytes(context)).derive(bytes(key))
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        return cls._keyed(_hkdf(bytes(key), _KDF_INFO + bytes(context)), layout)
+
+    @classmethod
+    def _keyed(cls, key: bytes, layout: str) -> "SecureRandom":
         rng = cls.__new__(cls)
-        rng.private, rng.keyed, rng._test_rng = True, True, None
-        rng._rekey(derived)
+        rng.private, rng.keyed, rng.layout, rng._test_rng, rng._children = True, True, layout, None, 0
+        rng._rekey(key)
         return rng
+
+    def spawn(self) -> "SecureRandom":
+        """The next child generator: independent of this one's stream and of every other child.
+
+        Child ``i`` (counted per generator) of a keyed generator is keyed by
+        HKDF(this generator's key, ``i``): deterministic, and no other stream
+        shares its key. A fresh private generator's children are keyed from its
+        own random key (re-keyed after a fork, as the stream is); a seeded one's
+        are seeded from its stream (tests only).
+
+        >>> a, b = SecureRandom.from_key(b"k" * 32, b"ctx"), SecureRandom.from_key(b"k" * 32, b"ctx")
+        >>> bool((a.spawn().bits(3) == b.spawn().bits(3)).all()), bool((a.spawn().bits(3) != b.bits(3)).all())
+        (True, True)
+        """
+        if self._test_rng is not None:  # seeded from this one's stream: reproducible, and through a pickle too
+            child = SecureRandom.__new__(SecureRandom)
+            child.private, child.keyed, child.layout, child._enc, child._children = False, False, "blocks", None, 0
+            child._test_rng = np.random.default_rng(self._test_rng.integers(0, 2**63))
+            return child
+        if not self.keyed and self._pid != os.getpid():  # a forked child must not replay the parent's children
+            self._rekey(os.urandom(32))
+        i, self._children = self._children, self._children + 1
+        child = SecureRandom._keyed(_hkdf(self._key, _CHILD_INFO + i.to_bytes(8, "big")), "blocks")
+        child.keyed = self.keyed
+        return child
 
     def __reduce__(self):
         """Copies and pickles never carry a key: a private generator comes back freshly keyed."""
@@ -109,8 +155,10 @@ class SecureRandom:
         return (SecureRandom, ())
 
     def _rekey(self, key: bytes) -> None:
+        self._key = key  # kept for spawn(); the cipher holds it anyway
         self._enc = _aes_ctr(key)
         self._pid = os.getpid()
+        self._children = 0
 
     def random_bytes(self, n: int) -> bytes:
         """``n`` bytes of the stream."""
@@ -157,6 +205,10 @@ class SecureRandom:
         if self._test_rng is not None:
             return self._test_rng.bytes(n)
         return secrets.token_bytes(n)
+
+
+def _hkdf(key: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key)
 
 
 def _seeded_copy(state: dict) -> SecureRandom:

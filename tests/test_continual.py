@@ -18,6 +18,8 @@ from scipy import stats
 from streamdp import blob, continual
 from streamdp.estimation import cell_variance
 from streamdp.continual import (
+    NOISE_BLOCK,
+    STREAM_CHUNK,
     Counter,
     Node,
     ReleasePolicy,
@@ -32,7 +34,7 @@ from streamdp.continual import (
     window_index,
     windows_due,
 )
-from streamdp.privacy import SecureRandom, geometric_pmf
+from streamdp.privacy import SecureRandom, geometric_noise, geometric_pmf
 
 Z = 5.0
 P_FAIL = 1e-6
@@ -163,6 +165,62 @@ def test_noisy_node_keeps_integers_and_padding_and_refuses_bad_input():
         noisy_node(exact, 1.0, "gauss", rng)
 
 
+def test_the_stream_layout_of_older_keyed_models_is_kept_byte_for_byte():
+    """Models created before the "blocks" layout redraw (after a rollback) exactly what they drew first:
+    the digests below were computed with the code of that time (commit b5c38e8)."""
+    import hashlib
+
+    n = STREAM_CHUNK + 4099  # the chunked path and a partial last chunk
+    exact = np.arange(n, dtype=np.int64) % 7
+    real = np.arange(n) % 5 != 3
+    a = noisy_node(exact, 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"pin/old-layout", layout="stream"), real)
+    assert hashlib.sha256(a.tobytes()).hexdigest() == "c72ea8ea57fa3eb42954632c4294f09f47026bc61da37d945728deca3454b25a"
+    b = noisy_node(exact[:1000], 0.5, "laplace", SecureRandom.from_key(b"k" * 32, b"pin/old-layout-small", layout="stream"))
+    assert hashlib.sha256(b.tobytes()).hexdigest() == "31f61f0897102c3a5780c65270397249036c17302d468e024689051540c294df"
+
+
+def test_block_layout_noise_is_a_function_of_key_context_and_cell():
+    """Each block of NOISE_BLOCK cells is drawn from its own child generator: a release's first blocks are
+    those of a shorter release under the same key and context, whatever the counts or chunking."""
+    key = bytes(range(32))
+    n = 3 * NOISE_BLOCK + 1000
+    real = np.random.default_rng(0).random(n) < 0.7
+    long = noisy_node(np.zeros(n, np.int64), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/1"), real)
+    short = noisy_node(np.zeros(2 * NOISE_BLOCK, np.int64), 1.0, "geometric",
+                       SecureRandom.from_key(key, b"m/window/1"), real[:2 * NOISE_BLOCK])
+    assert np.array_equal(long[:2 * NOISE_BLOCK], short) and not long[~real].any()
+    # block by block, by hand: child b draws the real cells of block b in C order
+    rng = SecureRandom.from_key(key, b"m/window/1")
+    for b in range(4):
+        m = real[b * NOISE_BLOCK:(b + 1) * NOISE_BLOCK]
+        assert np.array_equal(long[b * NOISE_BLOCK:(b + 1) * NOISE_BLOCK][m],
+                              geometric_noise(int(m.sum()), 1.0, rng.spawn()))
+    other = noisy_node(np.zeros(n, np.int64), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/2"), real)
+    assert np.mean(other[real] == long[real]) < 0.5  # another context: independent noise (P(equal) ~0.46 per cell)
+    # counts shift the result and nothing else (in place or not)
+    exact = np.arange(n, dtype=np.int64) % 3
+    again = noisy_node(exact.copy(), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/1"), real, in_place=True)
+    assert np.array_equal(again[real] - exact[real], long[real])
+
+
+def test_block_layout_draws_are_independent_across_blocks_and_geometric():
+    """Fresh noise over 4 blocks: the two-sided geometric (chi-square) and no correlation between a cell and the
+    same cell of the next block (another child generator); failure probability about 1e-6 each."""
+    n = 4 * NOISE_BLOCK
+    x = noisy_node(np.zeros(n, np.int64), 0.7, "geometric", SecureRandom())
+    ks = np.arange(-40, 41)
+    p = geometric_pmf(ks, 0.7)
+    obs = np.bincount(np.clip(x, -40, 40) + 40, minlength=81).astype(float)
+    p[0] += geometric_pmf(np.arange(-400, -40), 0.7).sum()
+    p[-1] += geometric_pmf(np.arange(41, 400), 0.7).sum()
+    keep = p * n > 5
+    exp_ = np.append(p[keep] * n, p[~keep].sum() * n)
+    got = np.append(obs[keep], obs[~keep].sum())
+    assert stats.chisquare(got, exp_ * got.sum() / exp_.sum()).pvalue > P_FAIL
+    r = np.corrcoef(x[:-NOISE_BLOCK], x[NOISE_BLOCK:])[0, 1]
+    assert abs(r) < 5.3 / math.sqrt(n - NOISE_BLOCK)  # |z| > 5.3: probability ~1e-7
+
+
 def test_an_empty_window_is_released_as_pure_noise():
     d = window_delta(None, (50_000,), 1.0, "geometric", SecureRandom())
     assert d.shape == (50_000,) and d.dtype == np.int64
@@ -215,6 +273,12 @@ class CountingRandom(SecureRandom):
     def random_bytes(self, n):
         self.calls.append(("bytes", n))
         return super().random_bytes(n)
+
+    def spawn(self):  # noisy_node draws each block from a child: its draws are recorded here too
+        self.calls.append(("spawn",))
+        child = CountingRandom()
+        child.calls = self.calls
+        return child
 
 
 @pytest.mark.parametrize("kind", ["window", "tree"])

@@ -17,6 +17,7 @@ import pytest
 from streamdp import NotPrivateWarning, PrivateForest, Schema
 from streamdp.privacy import SecureRandom, geometric_noise, geometric_pmf, kanon_delta
 from streamdp.structure import ForestStructure
+from streamdp.continual import NOISE_BLOCK
 
 Z = 5.0
 
@@ -154,8 +155,9 @@ def test_update_is_clone_tally_noise_once_add():
         r = SecureRandom(99)
     real = real_mask(f)
     n1, n2 = np.zeros(f.shape, np.int64), np.zeros(f.shape, np.int64)
-    n1[real] = geometric_noise(int(real.sum()), f.epsilon_per_tree, r)  # drawn for the real cells only, in order
-    n2[real] = geometric_noise(int(real.sum()), f.epsilon_per_tree, r)
+    assert f.counts.size <= NOISE_BLOCK  # one block: each release's noise is its generator's first child's
+    n1[real] = geometric_noise(int(real.sum()), f.epsilon_per_tree, r.spawn())  # the real cells only, in order
+    n2[real] = geometric_noise(int(real.sum()), f.epsilon_per_tree, r.spawn())
     assert np.array_equal(d1, exact_counts(f, X1, y1) + n1)
     assert np.array_equal(d2, exact_counts(f, X2, y2) + n2)
 

@@ -197,13 +197,15 @@ def test_growing_from_a_tally_on_the_drawn_trees_is_growing_from_the_records(sha
     a = _forest(ds.schema, n_trees=4, height=7, epsilon=2.0, seed=3, noise_seed=11)
     b = _forest(ds.schema, n_trees=4, height=7, epsilon=2.0, seed=3, noise_seed=11)
     exact_on = _forest(ds.schema, n_trees=4, height=7, epsilon=float("inf"), seed=3)
+    heights = []
     for w in _windows(len(ds.y), 3):
         a.grow_encoded(enc.X[w], enc.y[w])
         b.grow_exact(exact_on.tally_encoded(enc.X[w], enc.y[w]))
+        heights.append(a.height)
         assert np.array_equal(a.counts, b.counts) and np.array_equal(a.node_variance, b.node_variance)
         for name, arr in a.structure.arrays().items():
             assert np.array_equal(arr, b.structure.arrays()[name]), name
-    assert a.height < 7 and a.n_releases == 3
+    assert heights[0] < 7 and heights == sorted(heights) and a.n_releases == 3, heights  # grown, not drawn tall
     with pytest.raises(ValueError, match="exact tally on the drawn trees"):
         b.grow_exact(np.zeros((2, 2, 2), dtype=np.int64))
 

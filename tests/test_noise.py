@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import pickle
 from fractions import Fraction
 
 import numpy as np
@@ -65,6 +66,29 @@ def test_copies_never_carry_a_key():
     assert np.array_equal(pickle.loads(pickle.dumps(seeded)).bits(3), seeded.bits(3))  # tests stay reproducible
     with pytest.raises(TypeError, match="secret"):
         pickle.dumps(SecureRandom.from_key(os.urandom(32), b"c"))
+
+
+def test_children_are_deterministic_under_a_key_distinct_and_never_the_parents_stream():
+    key = os.urandom(32)
+    a, b = SecureRandom.from_key(key, b"ctx"), SecureRandom.from_key(key, b"ctx")
+    a_children = [a.spawn().bits(64) for _ in range(3)]
+    b.bits(5)  # drawing from the parent's own stream does not move its children
+    assert all(np.array_equal(x, b.spawn().bits(64)) for x in a_children)
+    main = SecureRandom.from_key(key, b"ctx").bits(64)
+    words = np.concatenate([main, *a_children])
+    assert np.unique(words).size == words.size  # P(a repeat among 256 words) < 2**-48
+    child = a.spawn()
+    assert child.keyed and child.private and child.layout == "blocks"
+    with pytest.raises(TypeError, match="secret"):
+        pickle.dumps(child)
+    fresh = SecureRandom()
+    assert not np.array_equal(fresh.spawn().bits(64), fresh.spawn().bits(64))
+    with pytest.warns(NotPrivateWarning):
+        seeded = SecureRandom(seed=3)
+    copy_ = pickle.loads(pickle.dumps(seeded))
+    assert np.array_equal(seeded.spawn().bits(4), copy_.spawn().bits(4))  # tests stay reproducible
+    with pytest.raises(ValueError, match="layout"):
+        SecureRandom.from_key(key, b"ctx", layout="chunks")
 
 
 def test_keyed_refuses_short_key_and_non_bytes_context():

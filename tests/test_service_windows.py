@@ -248,6 +248,19 @@ def _restore(r, name, snap):
         r.restore(k, 0, v)
 
 
+def test_the_noise_layout_is_fixed_at_create_and_older_models_keep_the_stream_layout(r, tmp_path):
+    key = tmp_path / "noise.key"
+    key.write_bytes(bytes(range(32)))
+    _model(r, epsilon=1.0)
+    assert r.hget(Keys("m").state, "noise_layout") == b"blocks"
+    w = _worker(r, noise_key_file=str(key))
+    assert w.noise.layout == "blocks" and w.noise.rng("window", "1", b"x").layout == "blocks"
+    r.hdel(Keys("m").state, "noise_layout")  # what a model created before the field existed holds
+    w = _worker(r, noise_key_file=str(key))
+    assert w.noise.layout == "stream" and w.noise.rng("window", "1", b"x").layout == "stream"
+    assert w.closer.noise is w.noise  # the closer draws every window from it
+
+
 @pytest.mark.parametrize("release", ["batch", "window", "tree", "grow"])
 def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, release):
     key = tmp_path / "noise.key"

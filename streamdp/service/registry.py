@@ -206,7 +206,8 @@ def create_model(
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)
     p.hset(keys.state, mapping={"version": 0, "counts": pub["counts"], "releases": 0, "open": 1,
-                                "release": json.dumps(policy.to_dict()), "release_start": repr(start)})
+                                "release": json.dumps(policy.to_dict()), "release_start": repr(start),
+                                "noise_layout": "blocks"})
     p.hset(keys.pub_model, mapping={**pub, "updated": now, "model_id": model_id,
                                     "release": json.dumps(policy.to_dict()), "release_start": repr(start)})
     p.set(keys.pub_version(0), spec)

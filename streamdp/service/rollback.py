@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..secure_random import SecureRandom
+from ..secure_random import LAYOUTS, SecureRandom
 
 __all__ = ["NoiseSource", "RollbackGuard", "RollbackDetected", "load_noise_key", "ENV_KEY", "ENV_STATE"]
 
@@ -72,12 +72,19 @@ def load_noise_key(path: str | os.PathLike | None = None) -> bytes | None:
 
 
 class NoiseSource:
-    """The noise generator of each release: keyed (deterministic per release) when a master key is given."""
+    """The noise generator of each release: keyed (deterministic per release) when a master key is given.
 
-    def __init__(self, key: bytes | None, model_id: str):
-        self.key, self.model_id = key, model_id
+    ``layout`` is the model's noise layout (:data:`~streamdp.secure_random.LAYOUTS`), fixed at
+    ``model create`` and kept in its state: "blocks" for models created since it existed, "stream"
+    for older ones, whose keyed redraws must stay byte for byte what their first draw was.
+    """
+
+    def __init__(self, key: bytes | None, model_id: str, layout: str = "blocks"):
+        self.key, self.model_id, self.layout = key, model_id, layout
         if key is not None and not model_id:
             raise ValueError("a keyed noise source needs the model id (drawn at model create)")
+        if layout not in LAYOUTS:
+            raise ValueError(f"noise layout must be one of {LAYOUTS}, got {layout!r}")
 
     @property
     def keyed(self) -> bool:
@@ -91,7 +98,7 @@ class NoiseSource:
         for x in exact:
             h.update(np.ascontiguousarray(x).reshape(-1).view(np.uint8) if isinstance(x, np.ndarray) else x)  # no copy
         ctx = f"{self.model_id}/{kind}/{release_id}/".encode() + h.digest()
-        return SecureRandom.from_key(self.key, ctx)
+        return SecureRandom.from_key(self.key, ctx, self.layout)
 
 
 class RollbackGuard:

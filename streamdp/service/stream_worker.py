@@ -152,7 +152,9 @@ class Worker(GroupLoop):
         self.reader.create()
         self.policy, start = load_policy(self.redis, model)
         model_id = as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
-        self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id)
+        # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
+        layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
+        self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
         self._open: int | None = None

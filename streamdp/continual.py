@@ -268,8 +268,9 @@ def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
 
 
 #: The noise layout "blocks": cells (flat, C order) ``[b * NOISE_BLOCK, (b + 1) * NOISE_BLOCK)`` of a
-#: release draw their noise from the release generator's child ``b`` (:meth:`SecureRandom.spawn`).
-#: Part of every keyed release's definition: changing it changes every redraw (never change it).
+#: release draw their noise from the next child of the release's generator (:meth:`SecureRandom.spawn`;
+#: child ``b`` when the generator draws one release). Part of every keyed release's definition:
+#: changing it changes every redraw (never change it; ``test_the_block_layout_is_pinned``).
 NOISE_BLOCK = 1 << 16
 #: The layout "stream" (keyed models created before "blocks"): one stream, chunks of this many cells.
 STREAM_CHUNK = 1 << 20
@@ -285,20 +286,23 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     ``batch`` only) zeroes cells below ``k`` of a beta-sampled tally instead. The
     caller must store the result (SET NX) before using it, and reuse the stored one
     on a retry: each node's noise is drawn once. ``in_place``: the noise is added into
-    ``exact`` itself where its dtype is the result's (a fresh tally the caller drops:
-    no second counts-sized array).
+    ``exact`` itself where its dtype is the result's and it is C-contiguous (a fresh
+    tally the caller drops: no second counts-sized array); use the returned array.
 
     Layout (``rng.layout``): "blocks" draws each block of :data:`NOISE_BLOCK` cells
-    from its own child of ``rng``, the real cells only, in C order; a keyed release is
-    then the same draw whatever chunking a version of this code uses, and the sampler's
-    temporaries are a block's (a few MiB), not the counts'. "stream" is the layout
-    of keyed models created before it (one stream in chunks of :data:`STREAM_CHUNK`),
-    kept byte for byte so their redraws after a rollback stay the same draw.
+    from its own child of ``rng``, the real cells only, in C order: a keyed release is
+    a function of the key, the context, the block's real cells and the generator's
+    earlier spawns, the same draw whatever chunking a version of this code uses, and
+    the sampler's temporaries are a block's (a few MiB), not the counts'. "stream" is
+    the layout of keyed models created before it (one stream in chunks of
+    :data:`STREAM_CHUNK`), kept byte for byte so their redraws after a rollback stay the
+    same draw (except for input that is not C-contiguous, which that code left without
+    noise beyond one chunk: now noised).
 
     >>> rng = SecureRandom.from_key(b"k" * 32, b"doc")
     >>> a = noisy_node(np.zeros(3 * NOISE_BLOCK, np.int64), 1.0, "geometric", rng)
     >>> b = noisy_node(np.zeros(NOISE_BLOCK, np.int64), 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"doc"))
-    >>> bool((a[:NOISE_BLOCK] == b).all())  # cell c's noise: a function of (key, context, c) alone
+    >>> bool((a[:NOISE_BLOCK] == b).all())  # a block's noise does not depend on the blocks after it
     True
     """
     exact = np.asarray(exact)

@@ -17,9 +17,9 @@ GB/s of random bytes where ``os.urandom`` gives about 0.25 GB/s. Three modes:
 
 :meth:`SecureRandom.spawn` hands out child generators, each independent of
 its parent and of every other child (the i-th child of a keyed generator is
-keyed by HKDF of the parent's key and i). Large releases draw each block of
-cells from its own child (:func:`streamdp.continual.noisy_node`), so a keyed
-release's noise is a function of the key, the context and the cell alone.
+keyed by HKDF of the parent's key and i). A release draws each block of cells
+from its own child (:func:`streamdp.continual.noisy_node`), so a keyed
+release's noise does not depend on how the code chunks the work.
 
 The keystream is indistinguishable from uniform bits to anyone without the
 key (AES as a pseudorandom permutation; CTR mode over at most 2**64 blocks per
@@ -33,6 +33,7 @@ key): the samplers built on it are analysed as if the bits were uniform.
 
 from __future__ import annotations
 
+import itertools
 import os
 import secrets
 import warnings
@@ -46,6 +47,7 @@ __all__ = ["SecureRandom", "NotPrivateWarning", "LAYOUTS"]
 
 _TWO_POW_64 = float(2**64)
 _KDF_INFO = b"streamdp noise stream v1\x00"
+_SPAWN_INFO = b"streamdp spawn key v1\x00"
 _CHILD_INFO = b"streamdp child stream v1\x00"
 #: How :func:`streamdp.continual.noisy_node` lays noise out over a release's cells: "blocks" (each
 #: block of cells from its own :meth:`SecureRandom.spawn` child) or "stream" (the layout of models
@@ -76,7 +78,7 @@ class SecureRandom:
         self.layout = "blocks"
         self._test_rng = None
         self._enc = None
-        self._children = 0
+        self._children = itertools.count()
         if seed is not None:
             warnings.warn(
                 "SecureRandom(seed=...) gives reproducible noise: for tests only, the output is NOT private",
@@ -117,7 +119,7 @@ class SecureRandom:
     @classmethod
     def _keyed(cls, key: bytes, layout: str) -> "SecureRandom":
         rng = cls.__new__(cls)
-        rng.private, rng.keyed, rng.layout, rng._test_rng, rng._children = True, True, layout, None, 0
+        rng.private, rng.keyed, rng.layout, rng._test_rng = True, True, layout, None
         rng._rekey(key)
         return rng
 
@@ -125,8 +127,8 @@ class SecureRandom:
         """The next child generator: independent of this one's stream and of every other child.
 
         Child ``i`` (counted per generator) of a keyed generator is keyed by
-        HKDF(this generator's key, ``i``): deterministic, and no other stream
-        shares its key. A fresh private generator's children are keyed from its
+        HKDF(HKDF(this generator's key, "spawn key"), ``i``): deterministic for
+        the same sequence of spawns, and no other stream shares its key. A fresh private generator's children are keyed from its
         own random key (re-keyed after a fork, as the stream is); a seeded one's
         are seeded from its stream (tests only).
 
@@ -136,13 +138,14 @@ class SecureRandom:
         """
         if self._test_rng is not None:  # seeded from this one's stream: reproducible, and through a pickle too
             child = SecureRandom.__new__(SecureRandom)
-            child.private, child.keyed, child.layout, child._enc, child._children = False, False, "blocks", None, 0
+            child.private, child.keyed, child.layout, child._enc = False, False, "blocks", None
+            child._children = itertools.count()
             child._test_rng = np.random.default_rng(self._test_rng.integers(0, 2**63))
             return child
         if not self.keyed and self._pid != os.getpid():  # a forked child must not replay the parent's children
             self._rekey(os.urandom(32))
-        i, self._children = self._children, self._children + 1
-        child = SecureRandom._keyed(_hkdf(self._key, _CHILD_INFO + i.to_bytes(8, "big")), "blocks")
+        i = next(self._children)  # one C call: no two spawns get the same index, threads or not
+        child = SecureRandom._keyed(_hkdf(self._spawn_key, _CHILD_INFO + i.to_bytes(8, "big")), "blocks")
         child.keyed = self.keyed
         return child
 
@@ -155,10 +158,10 @@ class SecureRandom:
         return (SecureRandom, ())
 
     def _rekey(self, key: bytes) -> None:
-        self._key = key  # kept for spawn(); the cipher holds it anyway
+        self._spawn_key = _hkdf(key, _SPAWN_INFO)  # children's keys derive from this, not from the stream's key
         self._enc = _aes_ctr(key)
         self._pid = os.getpid()
-        self._children = 0
+        self._children = itertools.count()
 
     def random_bytes(self, n: int) -> bytes:
         """``n`` bytes of the stream."""

@@ -30,7 +30,7 @@ Without a key the service falls back to fresh noise from ``os.urandom`` (still
 drawn once and stored with SET NX); without a state dir there is no guard.
 deploy/ sets both.
 
->>> src = NoiseSource(b"k" * 32, "model-1")
+>>> src = NoiseSource(b"k" * 32, "model-1", "blocks")
 >>> a = src.rng("window", "7", b"exact").bits(2); b = src.rng("window", "7", b"exact").bits(2)
 >>> bool((a == b).all()), bool((src.rng("window", "7", b"other").bits(2) != a).any())
 (True, True)
@@ -76,10 +76,11 @@ class NoiseSource:
 
     ``layout`` is the model's noise layout (:data:`~streamdp.secure_random.LAYOUTS`), fixed at
     ``model create`` and kept in its state: "blocks" for models created since it existed, "stream"
-    for older ones, whose keyed redraws must stay byte for byte what their first draw was.
+    for older ones, whose keyed redraws must stay byte for byte what their first draw was. It has no
+    default: a caller reads it from the model's state.
     """
 
-    def __init__(self, key: bytes | None, model_id: str, layout: str = "blocks"):
+    def __init__(self, key: bytes | None, model_id: str, layout: str):
         self.key, self.model_id, self.layout = key, model_id, layout
         if key is not None and not model_id:
             raise ValueError("a keyed noise source needs the model id (drawn at model create)")

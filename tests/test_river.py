@@ -509,13 +509,14 @@ def test_the_prior_votes_while_the_released_advantage_is_not_positive():
 
 @pytest.mark.slow
 def test_guard_keeps_the_running_accuracy_near_the_majority_where_the_forest_loses():
-    """The weak-signal stream, epsilon 1, height 4, 5,000 records, 4 seeded draws: measured mean accuracy minus the
+    """The weak-signal stream, epsilon 1, height 4, 5,000 records, 4 seeded draws, on the drawn trees (``grow=False``;
+    this all-categorical stream grows by default, which alone measured -0.003 here): mean accuracy minus the
     majority share -0.014 without the guard, -0.003 with it (6 draws)."""
     without, guarded = [], []
     for s in range(4):
         schema, data, majority = _weak_signal_stream(5000, s)
         for g, out in ((0, without), (0.1, guarded)):
-            m = PrivateForestClassifier(schema, height=4, epsilon=1.0, guard=g, seed=s + 1)
+            m = PrivateForestClassifier(schema, height=4, epsilon=1.0, guard=g, seed=s + 1, grow=False)
             out.append(evaluate.progressive_val_score(data, m, metrics.Accuracy()).get() - majority)
     assert np.mean(guarded) > np.mean(without) + 0.005
     assert np.mean(guarded) > -0.01

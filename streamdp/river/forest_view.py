@@ -98,6 +98,9 @@ class ForestView:
         """
         f = self.forest
         self._key = (f.version, f.estimator, f.vote)
+        # held, not only compared by id: a prior set without a new release (a growing river classifier's prior
+        # phase) must refresh the rows, and a freed array's id could come back
+        self._class_prior = f.__dict__.get("class_prior")
         prior = f.prior()
         T, L, C = f.n_trees, self._L, f.shape[2]
         self._rows = self._rows_src = None  # _rows: made from _rows_src on first use (_python_rows)
@@ -252,7 +255,7 @@ class ForestView:
         f = self.forest
         if f.structure is not self._structure:  # refit with pruning: new trees, new routes
             self.__init__(f, self.encoder)
-        elif self._key != (f.version, f.estimator, f.vote):
+        elif self._key != (f.version, f.estimator, f.vote) or self._class_prior is not f.__dict__.get("class_prior"):
             self.refresh()
 
     def proba_one(self, leaves: list) -> list[float]:

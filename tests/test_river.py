@@ -42,9 +42,11 @@ def test_absolute_import_gets_the_library():
 
 
 @pytest.mark.slow
-def test_check_estimator_passes():
-    model = PrivateForestClassifier(**_params())
+@pytest.mark.parametrize("grow", [None, True])  # the check schema has numeric attributes: drawn trees by default
+def test_check_estimator_passes(grow):
+    model = PrivateForestClassifier(**_params(), grow=grow)
     assert model._unit_test_skips() == set()  # nothing skipped
+    assert model.grows == bool(grow)
     checks.check_estimator(model)
 
 

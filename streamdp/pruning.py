@@ -5,7 +5,8 @@ the first release of :func:`streamdp.growth.grown_release` (which later releases
 of a stream continue, :meth:`~streamdp.PrivateForest.grow`). The stumps' counts are released first; their noisy
 total ``n`` gives every node the records it would expect if each attribute
 were uniform, ``n * record_share * share`` (a categorical child gets ``1 /
-arity`` of its parent, a numeric one ``1 / 2``). A probe (``PRUNE_PROBE`` of
+arity`` of its parent, a numeric one its part of the parent's range of that attribute,
+the declared range narrowed by the splits above). A probe (``PRUNE_PROBE`` of
 each tree's budget) releases the leaf totals of the trees pruned by that
 expectation; where a probe total stands clear of its noise, the nodes below
 it expect that total instead (records concentrate on few values: Mushroom).

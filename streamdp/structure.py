@@ -171,7 +171,9 @@ class ForestStructure:
         Level by level, ``split(nodes, share, rate)`` gets the kept nodes of
         the level (flat numbers ``tree * max_nodes + node``), their share of the
         records if every attribute were uniform (a categorical child gets
-        ``1 / arity`` of its parent, a numeric one ``1 / 2``) and the ``rate``
+        ``1 / arity`` of its parent, a numeric one its part of the parent's
+        range of the attribute: ``(t - lo) / (hi - lo)`` below a threshold ``t``, the declared
+        range narrowed by the splits above) and the ``rate``
         their parent passed down (``rate`` at the roots: a number or one per
         tree), and returns whether each node keeps its split and the rate its
         children inherit. A node that does not keep its split (or is a leaf)
@@ -201,6 +203,13 @@ class ForestStructure:
         base = np.arange(T, dtype=np.int64) * M
         nodes, share = base, np.ones(T)
         rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,)).copy()
+        # each visited node's narrowed range of every numeric attribute (the declared one at the roots)
+        num = np.flatnonzero(~schema.is_categorical)
+        col = np.full(m + 1, -1, dtype=np.int64)
+        col[num] = np.arange(num.size)
+        lo = np.tile([schema.attributes[j].min for j in num], (T, 1)).astype(np.float64)
+        hi = np.tile([schema.attributes[j].max for j in num], (T, 1)).astype(np.float64)
+        thr_all = self.threshold.ravel()
         kept, inner, depth = [], [], 0
         height = 0
         while nodes.size:
@@ -214,8 +223,23 @@ class ForestStructure:
                 height = depth + 1
             w = w[grow]
             parents = nodes[grow]
-            nodes = np.repeat(child[parents] + (parents // M) * M, w) + ragged_arange(w) if w.size else parents
-            share = np.repeat(share[grow] / w, w)
+            step = ragged_arange(w) if w.size else np.zeros(0, dtype=np.int64)
+            nodes = np.repeat(child[parents] + (parents // M) * M, w) + step if w.size else parents
+            # a categorical child gets 1/arity of its parent; a numeric one its part of the parent's range
+            frac = np.repeat(1.0 / np.maximum(w, 1), w)
+            lo, hi = np.repeat(lo[grow], w, axis=0), np.repeat(hi[grow], w, axis=0)
+            c = np.repeat(col[f[grow]], w)
+            r = np.flatnonzero(c >= 0)
+            if r.size:
+                t = np.repeat(thr_all[parents], w)[r]
+                a, b = lo[r, c[r]], hi[r, c[r]]
+                t = np.clip(t, a, b)
+                left = np.where(b > a, (t - a) / np.where(b > a, b - a, 1.0), 0.5)
+                right_side = step[r] == 1
+                frac[r] = np.where(right_side, 1.0 - left, left)
+                hi[r[~right_side], c[r[~right_side]]] = t[~right_side]
+                lo[r[right_side], c[r[right_side]]] = t[right_side]
+            share = np.repeat(share[grow], w) * frac
             rate = np.repeat(np.broadcast_to(rate, grow.shape)[grow], w)
             depth += 1
         order = np.argsort(np.concatenate(kept), kind="stable")  # flat order = tree, then BFS position

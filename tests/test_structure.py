@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdp import PrivateForest, Schema, TooLargeError
-from streamdp.schema import Categorical, Numeric
+from streamdp.schema import Categorical, Label, Numeric
 from streamdp.structure import ForestStructure, default_height, max_possible_leaves
 
 
@@ -152,6 +152,39 @@ def test_full_trees_have_all_leaves_never_pruned():
     # numeric-only: 2**height leaves
     fs = ForestStructure.draw(make_schema([(0, 1), (0, 1)]), 3, height=6, seed=3)
     assert fs.n_leaves.tolist() == [64] * 3
+
+
+def test_pruned_shares_are_the_uniform_shares_of_the_declared_ranges():
+    """What a node would hold if every attribute were uniform: 1/arity per categorical branch, and below a numeric
+    threshold t its part of the range still open on the path (the declared one, narrowed by the splits above)."""
+    s = Schema([Numeric("x", 0.0, 10.0), Categorical("c", ("a", "b", "c", "d"))], Label("y", ("n", "y")))
+    fs = ForestStructure.draw(s, n_trees=3, height=4, seed=5)
+    seen: dict[int, float] = {}
+
+    def split(nodes, share, rate):
+        seen.update(zip(nodes.tolist(), share.tolist()))
+        return np.ones(nodes.size, bool), rate
+
+    fs.pruned(s, split)
+    M = fs.feature.shape[1]
+    checked = 0
+    for t in range(fs.n_trees):
+        stack = [(0, 1.0, 0.0, 10.0)]  # (node, expected share, open range of x)
+        while stack:
+            node, want, lo, hi = stack.pop()
+            assert seen[t * M + node] == pytest.approx(want, rel=1e-12), (t, node)
+            checked += 1
+            f = int(fs.feature[t, node])
+            if fs.leaf[t, node] >= 0:
+                continue
+            first = int(fs.child[t, node])
+            if f == 1:
+                stack += [(first + k, want / 4, lo, hi) for k in range(4)]
+            else:
+                thr = float(fs.threshold[t, node])
+                assert lo <= thr <= hi
+                stack += [(first, want * (thr - lo) / (hi - lo), lo, thr), (first + 1, want * (hi - thr) / (hi - lo), thr, hi)]
+    assert checked > 3 * 4
 
 
 def test_leaves_never_pruned_after_fitting_tiny_data():

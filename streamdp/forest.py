@@ -298,6 +298,10 @@ class PrivateForest:
 
     def _released(self, structure: ForestStructure, counts: np.ndarray, node_var: np.ndarray) -> "PrivateForest":
         """Hold one more release that may change the structure (:mod:`streamdp.growth`)."""
+        old = self.structure
+        if old.feature.shape == structure.feature.shape and all(
+                np.array_equal(getattr(old, k), getattr(structure, k)) for k in ("feature", "child", "leaf", "threshold")):
+            structure = old  # the same trees: keep the object, and what readers derived from it (routes, layouts)
         self.structure = structure
         self.__dict__.pop("real_cells", None)
         self._counts = counts

@@ -109,3 +109,17 @@ def test_growing_beats_the_majority_on_phishing_where_the_drawn_trees_do_not():
                                               metrics.Accuracy()).get() for s in range(6)] for g in (None, False)}
     assert min(acc[None]) > majority and np.mean(acc[None]) > majority + 0.08, acc
     assert np.mean(acc[None]) > np.mean(acc[False]) + 0.08, acc
+
+
+def test_a_release_that_grows_nothing_keeps_the_structure_object():
+    """Readers key what they derive from the trees (the river view's compiled routes, the estimation layout) on the
+    structure object: a grown release that leaves the trees as they were must not hand them a new one."""
+    rng = np.random.default_rng(0)
+    f = PrivateForest.create(rs.stagger_schema(), n_trees=3, height=2, epsilon=1.0, seed=1)
+    X = rng.integers(0, 3, size=(5000, 3)).astype(float)
+    y = (X[:, 0] == 1).astype(np.int64)
+    f.grow_encoded(X, y)
+    assert f.structure.height == 2  # 5,000 records fill trees of 9 leaves: grown to the ceiling at once
+    s = f.structure
+    f.grow_encoded(X[:2500], y[:2500])
+    assert f.structure is s and f.n_releases == 2

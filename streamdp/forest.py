@@ -291,7 +291,7 @@ class PrivateForest:
         return self
 
     @property
-    def _grows(self) -> bool:
+    def can_grow(self) -> bool:
         """Whether :meth:`grow` cuts the trees: a prior stump to count the records, noise to weigh them against,
         not k-anonymity (whose delta is for one release per tree)."""
         return bool(self.prior_trees) and not math.isinf(self.epsilon) and self.mechanism != "kanon"
@@ -332,7 +332,7 @@ class PrivateForest:
 
     def grow_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> "PrivateForest":
         """:meth:`grow` for records already encoded by :meth:`Schema.encode`."""
-        if not self._grows:
+        if not self.can_grow:
             return self.merge(self.noisy_delta_encoded(X, y, rng))
         rng = rng or self._rng
         X, y = self._checked(X, y)
@@ -346,7 +346,7 @@ class PrivateForest:
         if exact.shape != (drawn.n_trees, drawn.max_leaves, C) or exact.dtype.kind not in "iu":
             raise ValueError(f"an exact tally on the drawn trees is integers of shape "
                              f"{(drawn.n_trees, drawn.max_leaves, C)}, got {exact.dtype} {exact.shape}")
-        if not self._grows:
+        if not self.can_grow:
             raise ValueError("growing needs a prior stump and geometric or laplace noise (see grow)")
         arities, is_cat = self.schema.arities, self.schema.is_categorical
         return self._released(*grown_release(self, lambda s: aggregate(exact, drawn, s, arities, is_cat),

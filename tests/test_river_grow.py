@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from unittest import mock
 
 import numpy as np
@@ -34,10 +35,23 @@ def test_the_default_grows_on_categorical_schemas_only():
     assert not PrivateForestClassifier(rs.stagger_schema(), window=5).grows  # a window cannot slide grown trees
     assert not PrivateForestClassifier(rs.stagger_schema(), mechanism="laplace", prior_trees=0).grows  # no stump
     assert not PrivateForestClassifier(rs.stagger_schema(), epsilon=float("inf")).grows  # nothing to grow against
+    assert PrivateForestClassifier(rs.stagger_schema(), grow=np.bool_(True)).grows
     with pytest.raises(ValueError, match="window"):
         PrivateForestClassifier(rs.stagger_schema(), grow=True, window=5)
     with pytest.raises(TypeError, match="grow"):
         PrivateForestClassifier(rs.stagger_schema(), grow="yes")
+    for kw in ({"prior_trees": 0}, {"epsilon": float("inf")}):  # asked for, not possible: said, not ignored
+        with pytest.raises(ValueError, match="prior stump"):
+            PrivateForestClassifier(rs.stagger_schema(), grow=True, **kw)
+
+
+def test_without_stumps_a_release_logs_no_prior_and_warns_nothing():
+    m = PrivateForestClassifier(rs.stagger_schema(), prior_trees=0, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a "Mean of empty slice" per release before
+        for x, y in datasets.synth.STAGGER(seed=1).take(400):
+            m.learn_one(x, y)
+    assert m.n_releases >= 2 and not m.grows
 
 
 def test_each_batch_is_one_grown_release_from_the_roots_up():

@@ -164,7 +164,8 @@ def delete(args: argparse.Namespace) -> int:
     from ..service.registry import delete_model
 
     n = delete_model(client(args), args.name)
-    print(f"deleted model {args.name!r} ({n} keys)")
+    print(f"deleted model {args.name!r} ({n} keys; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
+          "spends are history, see `streamdp ledger {args.name}`)")
     return 0
 
 

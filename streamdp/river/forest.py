@@ -161,9 +161,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         -> 0.76, LED 0.89 -> 0.95) and is within the runs' spread on the other categorical ones
         (STAGGER, Mushroom, Tic-Tac-Toe: -0.007 to +0.025); on numeric streams the tall drawn trees
         do better (Bananas 0.70 vs 0.64, SEA -0.005/-0.03, Hyperplane -0.01/-0.02), where the
-        uniform shares the rule expects below a random threshold are a poor guess. Needs a prior stump and noise (else
-        the trees are drawn). Speed: a release that changes the trees recompiles the one-record
-        routes (LED in river's loop, ad hoc: 33 k samples/s growing, 71-81 k on the drawn trees).
+        uniform shares the rule expects below a random threshold are a poor guess. Needs a prior
+        stump and noise (else the trees are drawn; ``grow=True`` without them is refused). Speed:
+        a release that changes the trees recompiles the one-record routes (LED in river's loop,
+        ad hoc: 33 k samples/s growing, 71-81 k on the drawn trees).
         Privacy: each batch is one release, as without growing; a release
         may spend a share of its trees' budget on the probe (the first) and decide where to
         split from released numbers only (:mod:`streamdp.growth`'s proof sketch).
@@ -215,6 +216,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.prior_trees = prior_trees
         self.prior_records = prior_records
         self.guard = guard
+        if isinstance(grow, np.bool_):
+            grow = bool(grow)
         self.grow = grow
         if grow is not None and not isinstance(grow, bool):
             raise TypeError(f"grow must be True, False or None (by the schema), got {grow!r}")
@@ -245,6 +248,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
                 seed=seed, vote=vote, noise_seed=seed,
                 prior_trees=prior_trees,
             )
+        if grow and not self.forest.can_grow:
+            raise ValueError("grow=True needs a prior stump (prior_trees >= 1) to count the records and a finite "
+                             "epsilon to weigh them against; use grow=False (or None: by the schema)")
         self.encoder = RecordEncoder(self._schema)
         self._n_prior_releases = 0  # releases of the prior phase (stumps only); public, like every batch size
         m = self._schema.n_attributes
@@ -314,7 +320,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         the schema when None (every attribute categorical, no ``window``); needs a prior stump and noise."""
         g = self.grow if self.grow is not None else (
             self.window is None and bool(np.all(self._schema.is_categorical)))
-        return bool(g) and self.forest._grows
+        return bool(g) and self.forest.can_grow
 
     @property
     def private(self) -> bool:
@@ -450,7 +456,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self._guard_release(self._buf_X[:n], self._buf_y[:n])  # scored by the model before it learns the batch
             delta, var = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n]), self.forest.cell_variance
         var = np.broadcast_to(np.asarray(var, dtype=np.float64), (self.forest.n_released_trees,))
-        self._log_prior(delta[T:, 0, :], float(var[T:].mean()), n if full else None)
+        if self.forest.prior_trees:
+            self._log_prior(delta[T:, 0, :], float(var[T:].mean()), n if full else None)
         if self.grows:
             pass  # a prior-phase release: in the prior's log only (the trees start at their first release)
         elif self.window is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("river")
+pd = pytest.importorskip("pandas")
 
 from river import datasets  # noqa: E402
 from river.datasets import synth  # noqa: E402
@@ -57,3 +58,29 @@ def test_phishing_trains_with_its_float_categorical_values():
     # prior phase 4, 8, 16, 32, 40 (stumps only), then batches of 100, 200, 400, then 800 open
     assert model.n_releases == 8 and model.n_buffered == 450
     assert set(model.predict_proba_one(x)) == {False, True}
+
+
+@pytest.mark.parametrize("cls", ["forest", "window"])
+def test_an_undeclared_value_is_warned_about_by_attribute_and_type_never_by_value(cls):
+    """A present but undeclared categorical value (1 where True is declared, a misspelt category) or a string in a
+    numeric attribute drops the record, as before, now with a warning naming the attribute and the value's type;
+    a missing value (river's normal case) drops silently. The value itself is never in the message."""
+    import warnings as w
+
+    from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier, UndeclaredValueWarning
+    from streamdp.schema import Categorical, Label, Numeric, Schema
+
+    s = Schema([Categorical("windy", (True, False)), Categorical("outlook", ("sunny", "rain")), Numeric("t", 0, 40)],
+               Label("play", ("no", "yes")))
+    m = PrivateForestClassifier(s) if cls == "forest" else PrivateWindowClassifier(s)
+    with w.catch_warnings(record=True) as got:
+        w.simplefilter("always")
+        m.learn_one({"windy": 1, "outlook": "Sunny-7431", "t": "hot-9182"}, "yes")
+        m.learn_one({"outlook": "sunny"}, "yes")  # windy missing: dropped, no warning
+        m.learn_many(pd.DataFrame([{"windy": True, "outlook": "fog-5521", "t": 3.0}]), pd.Series(["no"]))
+    msgs = [str(x.message) for x in got if x.category is UndeclaredValueWarning]
+    assert len(msgs) == 4, msgs
+    assert "'windy'" in msgs[0] and "type int" in msgs[0] and "bool" in msgs[0]
+    assert "'outlook'" in msgs[1] and "type str" in msgs[1] and "'t'" in msgs[2] and "not a number" in msgs[2]
+    assert "'outlook'" in msgs[3]
+    assert not any(v in " ".join(msgs) for v in ("7431", "9182", "5521", "Sunny", "hot", "fog"))

@@ -31,7 +31,13 @@ Privacy notes
   public constant), in learning and prediction alike. A record whose
   categorical value is missing or undeclared is dropped by ``learn_one`` (the
   decision depends on that record only) and, in prediction, descends every
-  branch of that split (each tree averages the leaves it reaches).
+  branch of that split (each tree averages the leaves it reaches). A value that
+  is present but undeclared (``1`` where ``True`` is declared, a misspelt
+  category) or not a number is warned about (:class:`UndeclaredValueWarning`,
+  naming the attribute and the value's type, never the value).
+* Growing trees: on a schema whose attributes are all categorical the forest's
+  trees start from their roots and deepen release by release
+  (``PrivateForestClassifier(grow=None)``, its docstring has the measurements).
 * A record key may be the attribute name or, for schemas whose attribute names
   are digit strings (river's LED uses integer keys), the integer.
 * Batch size: every release adds fresh noise, so the noise on a cell grows
@@ -80,9 +86,11 @@ True
 
 from __future__ import annotations
 
+from streamdp.river.encoding import UndeclaredValueWarning
 from streamdp.river.forest import PrivateForestClassifier
 from streamdp.river.schemas import PrivacyLeakWarning
 from streamdp.river.service import ServiceClassifier
 from streamdp.river.window import PrivateWindowClassifier
 
-__all__ = ["PrivateForestClassifier", "PrivateWindowClassifier", "ServiceClassifier", "PrivacyLeakWarning"]
+__all__ = ["PrivateForestClassifier", "PrivateWindowClassifier", "ServiceClassifier", "PrivacyLeakWarning",
+           "UndeclaredValueWarning"]

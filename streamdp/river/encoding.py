@@ -16,6 +16,7 @@ an unknown value and, in prediction, average over the branches of its splits.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -24,7 +25,15 @@ from streamdp.coding import value_code
 from streamdp.river.kernel import new_kernel
 from streamdp.schema import Categorical, Schema
 
-__all__ = ["RecordEncoder", "labels_of"]
+__all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning"]
+
+
+class UndeclaredValueWarning(UserWarning):
+    """A record held a value its attribute does not declare (or a malformed one): it was not learned from.
+
+    Named by attribute and the value's type only (never the value: warnings end up in logs). A missing
+    value (absent, None, NaN) is river's normal case and is not warned about.
+    """
 
 
 _MISSING = object()
@@ -203,6 +212,27 @@ class RecordEncoder:
         unknown = np.ones(n, dtype=bool)
         unknown[enc.kept] = False
         return out, unknown
+
+    def warn_unlearned(self, x: dict, row: list) -> None:
+        """Warn (:class:`UndeclaredValueWarning`) for each attribute of ``x`` whose value is present but encoded to
+        ``None`` in ``row`` (:meth:`encode_one`'s output): undeclared or malformed, so the record is not learned.
+        Called only for a record that is dropped; Python shows each attribute and type once per call site."""
+        for j, (name, alt, lookup, _, _, _) in enumerate(self._spec):
+            if row[j] is not None:
+                continue
+            v = x.get(name, _MISSING)
+            if v is _MISSING and alt is not None:
+                v = x.get(alt, _MISSING)
+            if v is _MISSING or _absent(v):
+                continue
+            if lookup is not None:
+                types = ", ".join(sorted({type(d).__name__ for d in self.schema.attributes[j].values}))
+                why = (f"is not among its declared values (of type {types}); records with it are not learned from "
+                       "(declare the value in the schema, or map it to a declared one before learning)")
+            else:
+                why = "is not a number; records with it are not learned from (map it to a number before learning)"
+            warnings.warn(f"attribute {name!r}: a value of type {type(v).__name__} {why}", UndeclaredValueWarning,
+                          stacklevel=3)
 
     def frame_row(self, X: Any, i: int) -> dict:
         """Row ``i`` of a frame as a river record (absent values left out), for :meth:`encode_one`."""

@@ -372,6 +372,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         code = self.encoder.encode_label(y)
         row = self.encoder.encode_one(x)
         if None in row:  # a missing or undeclared categorical value: dropped
+            self.encoder.warn_unlearned(x, row)
             return
         self._pend_X.append(row)
         self._pend_y.append(code)
@@ -405,6 +406,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if len(codes) != len(enc):
             raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
         keep = ~unknown
+        for i in np.flatnonzero(unknown)[:1]:  # the first dropped row says why (each attribute once, as learn_one)
+            x = self.encoder.frame_row(X, int(i))
+            self.encoder.warn_unlearned(x, self.encoder.encode_one(x))
         self.learn_encoded(enc[keep], codes[keep])
 
     def learn_encoded(self, X: np.ndarray, y: np.ndarray) -> None:

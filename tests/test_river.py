@@ -272,8 +272,9 @@ def test_invalid_inputs():
     m = PrivateForestClassifier(rs.agrawal_schema(), batch_size=10)
     with pytest.raises(ValueError, match="unknown class"):
         m.learn_one(_agrawal(1)[0][0], 7)
-    x = dict(_agrawal(1)[0][0], car=99)  # undeclared categorical value: dropped
-    m.learn_one(x, 0)
+    x = dict(_agrawal(1)[0][0], car=99)  # undeclared categorical value: dropped, and said
+    with pytest.warns(UserWarning, match="attribute 'car': a value of type int is not among its declared values"):
+        m.learn_one(x, 0)
     assert m.n_buffered == 0
     with pytest.raises(ValueError):
         PrivateForestClassifier(rs.agrawal_schema(), batch_size=0)

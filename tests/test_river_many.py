@@ -56,6 +56,7 @@ def _same(model, X: "pd.DataFrame") -> None:
     lambda: PrivateWindowClassifier(rs.agrawal_schema(), window=400, learner_params={"scorer": "gini"}, seed=3,
                             first_window=100),
 ], ids=["forest", "forest-majority", "window"])
+@pytest.mark.filterwarnings("ignore::streamdp.river.encoding.UndeclaredValueWarning")  # _holes plants them
 def test_mini_batches_build_the_same_model_and_predict_the_same(make):
     rng = np.random.default_rng(0)
     data = list(datasets.synth.Agrawal(seed=1).take(1500))

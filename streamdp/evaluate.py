@@ -4,7 +4,8 @@
 is first predicted, then learned. Models:
 
 * ``PrivateForest eps=E bs=B`` (:class:`streamdp.river.PrivateForestClassifier`,
-  private: ``seed=None``) for every epsilon ``E`` and batch size ``B``;
+  private: ``seed=None``) for every epsilon ``E`` and batch size ``B`` (``grown``:
+  its trees grow release by release, the default on all-categorical schemas);
 * river's ``HoeffdingTreeClassifier()`` and ``ARFClassifier(n_models=10, seed=42)``,
   non-private references. They get the categorical attributes as
   ``nominal_attributes`` only with ``--nominal`` (river's notes measured that
@@ -225,7 +226,7 @@ def evaluate(
             secs_all.append(secs)
             corrects.append(correct)
         secs = float(np.median(secs_all))
-        label = f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "")
+        label = f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "") + (" grown" if model.grows else "")
         row = Row(label, float(np.mean(accs)), n / secs, secs, n, eps, bs, model.n_releases, model.private,
                   float(np.std(accs)) if len(accs) > 1 else None, len(accs))
         add(row, np.mean(corrects, axis=0))

@@ -239,7 +239,9 @@ class ForestStructure:
                 frac[r] = np.where(right_side, 1.0 - left, left)
                 hi[r[~right_side], c[r[~right_side]]] = t[~right_side]
                 lo[r[right_side], c[r[right_side]]] = t[right_side]
-            share = np.repeat(share[grow], w) * frac
+            # floored: a threshold at its range's end (or a range of float width) must not make a share 0, which
+            # the growth rule divides by; 1e-9 of a parent expects no record either way
+            share = np.repeat(share[grow], w) * np.maximum(frac, 1e-9)
             rate = np.repeat(np.broadcast_to(rate, grow.shape)[grow], w)
             depth += 1
         order = np.argsort(np.concatenate(kept), kind="stable")  # flat order = tree, then BFS position

@@ -137,3 +137,30 @@ def test_a_release_that_grows_nothing_keeps_the_structure_object():
     s = f.structure
     f.grow_encoded(X[:2500], y[:2500])
     assert f.structure is s and f.n_releases == 2
+
+
+def test_a_growing_model_predicts_its_prior_through_the_prior_phase():
+    """While growing, the prior phase moves the class prior without a release of the forest: the view (and the
+    prior-only path) must follow it. Before the view keyed on the prior too, it served the uniform prior."""
+    m = PrivateForestClassifier(rs.stagger_schema(), seed=3)
+    assert m.grows
+    x = {"size": 0, "color": 0, "shape": 0}
+    for _ in range(60):  # prior releases of 4, 8, 16, 32 records; no tree release yet
+        m.learn_one(x, 1)
+    assert m.in_prior_phase and m.forest.n_releases == 0 and m._n_prior_releases == 4
+    prior = m.forest.prior().tolist()
+    assert prior[1] > 0.9  # 60 records of class 1
+    assert list(m.predict_proba_one(x).values()) == prior and m.predict_one(x) == 1
+    assert m._prior_vote()[1] == 1
+
+
+def test_a_numeric_range_of_float_width_grows_without_a_zero_share():
+    """A threshold at its range's end gave a child a share of 0, which the growth rule divides by."""
+    from streamdp.schema import Categorical, Label, Numeric, Schema
+
+    s = Schema([Numeric("x", 0.0, 2e-323), Categorical("c", ("a", "b"))], Label("y", (0, 1)))
+    m = PrivateForestClassifier(s, grow=True, seed=1)
+    rng = np.random.default_rng(0)
+    for v, c in zip(rng.random(600) * 2e-323, rng.integers(0, 2, 600)):
+        m.learn_one({"x": float(v), "c": "ab"[c]}, int(c))
+    assert m.forest.n_releases >= 2 and np.all(np.isfinite(m.forest.node_variance))

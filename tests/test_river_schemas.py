@@ -84,3 +84,18 @@ def test_an_undeclared_value_is_warned_about_by_attribute_and_type_never_by_valu
     assert "'outlook'" in msgs[1] and "type str" in msgs[1] and "'t'" in msgs[2] and "not a number" in msgs[2]
     assert "'outlook'" in msgs[3]
     assert not any(v in " ".join(msgs) for v in ("7431", "9182", "5521", "Sunny", "hot", "fog"))
+
+
+def test_learn_many_warns_even_when_its_first_dropped_row_only_misses_a_value():
+    import warnings as w
+
+    from streamdp.river import PrivateForestClassifier, UndeclaredValueWarning
+    from streamdp.schema import Categorical, Label, Schema
+
+    s = Schema([Categorical("windy", (True, False))], Label("play", ("no", "yes")))
+    m = PrivateForestClassifier(s)
+    frame = pd.DataFrame({"windy": [None, 1, True]}, dtype=object)
+    with w.catch_warnings(record=True) as got:
+        w.simplefilter("always")
+        m.learn_many(frame, pd.Series(["no", "yes", "no"]))
+    assert [str(x.message)[:38] for x in got if x.category is UndeclaredValueWarning] == ["attribute 'windy': a value of type int"]

@@ -34,7 +34,9 @@ Privacy notes
   branch of that split (each tree averages the leaves it reaches). A value that
   is present but undeclared (``1`` where ``True`` is declared, a misspelt
   category) or not a number is warned about (:class:`UndeclaredValueWarning`,
-  naming the attribute and the value's type, never the value).
+  naming the attribute and the value's type, never the value); the warning
+  comes from raw data and is outside the privacy guarantee (keep it out of
+  anything released).
 * Growing trees: on a schema whose attributes are all categorical the forest's
   trees start from their roots and deepen release by release
   (``PrivateForestClassifier(grow=None)``, its docstring has the measurements).

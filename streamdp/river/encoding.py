@@ -32,7 +32,11 @@ class UndeclaredValueWarning(UserWarning):
     """A record held a value its attribute does not declare (or a malformed one): it was not learned from.
 
     Named by attribute and the value's type only (never the value: warnings end up in logs). A missing
-    value (absent, None, NaN) is river's normal case and is not warned about.
+    value (absent, None, NaN) is river's normal case and is not warned about. The warning is raised
+    from raw data in the data owner's process and is outside the privacy guarantee: that it appears,
+    and which attribute and type it names, says that some record held such a value (under Python's
+    default filter once per attribute, type and call site; under "always" once per dropped record).
+    Keep it out of anything released, or silence it with ``warnings.filterwarnings``.
     """
 
 
@@ -213,10 +217,12 @@ class RecordEncoder:
         unknown[enc.kept] = False
         return out, unknown
 
-    def warn_unlearned(self, x: dict, row: list) -> None:
+    def warn_unlearned(self, x: dict, row: list) -> bool:
         """Warn (:class:`UndeclaredValueWarning`) for each attribute of ``x`` whose value is present but encoded to
         ``None`` in ``row`` (:meth:`encode_one`'s output): undeclared or malformed, so the record is not learned.
-        Called only for a record that is dropped; Python shows each attribute and type once per call site."""
+        Called only for a record that is dropped; Python shows each attribute and type once per call site.
+        Returns whether it warned (False: only missing values)."""
+        warned = False
         for j, (name, alt, lookup, _, _, _) in enumerate(self._spec):
             if row[j] is not None:
                 continue
@@ -233,6 +239,16 @@ class RecordEncoder:
                 why = "is not a number; records with it are not learned from (map it to a number before learning)"
             warnings.warn(f"attribute {name!r}: a value of type {type(v).__name__} {why}", UndeclaredValueWarning,
                           stacklevel=3)
+            warned = True
+        return warned
+
+    def warn_unlearned_rows(self, X: Any, unknown: np.ndarray, limit: int = 1000) -> None:
+        """:meth:`warn_unlearned` for a frame's dropped rows (``unknown``, :meth:`encode_frame`'s flags), up to the
+        first row that warns (at most ``limit`` rows looked at: rows dropped for a missing value say nothing)."""
+        for i in np.flatnonzero(unknown)[:limit]:
+            x = self.frame_row(X, int(i))
+            if self.warn_unlearned(x, self.encode_one(x)):
+                return
 
     def frame_row(self, X: Any, i: int) -> dict:
         """Row ``i`` of a frame as a river record (absent values left out), for :meth:`encode_one`."""

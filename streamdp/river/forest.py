@@ -406,9 +406,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if len(codes) != len(enc):
             raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
         keep = ~unknown
-        for i in np.flatnonzero(unknown)[:1]:  # the first dropped row says why (each attribute once, as learn_one)
-            x = self.encoder.frame_row(X, int(i))
-            self.encoder.warn_unlearned(x, self.encoder.encode_one(x))
+        self.encoder.warn_unlearned_rows(X, unknown)  # why rows were dropped (not for missing values)
         self.learn_encoded(enc[keep], codes[keep])
 
     def learn_encoded(self, X: np.ndarray, y: np.ndarray) -> None:
@@ -539,10 +537,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def _prior_vote(self) -> tuple[dict, Any]:
         """The class prior as river's probabilities and its most probable label (first on ties), per release."""
         got = self.__dict__.get("_prior_of")
-        if got is None or got[0] != self.forest.version:
+        key = (self.forest.version, self.forest.class_prior)  # a growing model's prior phase moves the prior alone
+        if got is None or got[0] != key[0] or got[3] is not key[1]:
             p = self.forest.prior()
             got = self._prior_of = (self.forest.version, dict(zip(self.encoder.label_values, p.tolist())),
-                                    self.encoder.label_values[int(np.argmax(p))])
+                                    self.encoder.label_values[int(np.argmax(p))], self.forest.class_prior)
         return got[1], got[2]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:

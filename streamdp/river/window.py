@@ -228,9 +228,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         codes = self.encoder.encode_labels(y)
         if len(codes) != len(enc):
             raise ValueError(f"y has {len(codes)} labels but X has {len(enc)} records")
-        for i in np.flatnonzero(unknown)[:1]:  # the first dropped row says why (each attribute once, as learn_one)
-            x = self.encoder.frame_row(X, int(i))
-            self.encoder.warn_unlearned(x, self.encoder.encode_one(x))
+        self.encoder.warn_unlearned_rows(X, unknown)  # why rows were dropped (not for missing values)
         rows, labels = enc[~unknown].tolist(), codes[~unknown].tolist()
         i = 0
         while i < len(rows) and self.prior_release_size:

@@ -72,7 +72,7 @@ class ForestView:
                                                  s.child[:T].tolist(), s.leaf[:T].tolist())):
             self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
                                 for f, thr, c, leaf in zip(ft, th, ch, lf)])
-        self._route = _compile_routes(self._trees, arity)
+        self._route = _LAZY  # compiled on the first leaves_one: the kernel's path (and a growing forest) may never ask
         self._k = self._new_kernel(T)  # the compiled one-record path (streamdp.river.kernel), or None
         self._route_x = self._route_x_ready = None  # compiled on the first proba_list (a service view may never use it)
         self._paths_of = None  # the structure whose leaf paths self._paths holds
@@ -201,6 +201,8 @@ class ForestView:
     def leaves_one(self, row: list) -> list:
         """Per tree, the flat leaf index (``tree * max_leaves + leaf``) the encoded record reaches, or,
         below an unknown value (``None``), the tuple of every leaf it could reach."""
+        if self._route is _LAZY:
+            self._route = _compile_routes(self._trees, self._arity)
         if self._route is not None and None not in row:
             return self._route(row)
         out = []
@@ -326,6 +328,8 @@ class ForestView:
         """Probabilities for complete encoded records (schema order), shape ``(n, n_classes)``."""
         return self.forest.proba_from_leaves(self.forest.structure.apply(X, self.forest.schema.is_categorical))
 
+
+_LAZY = object()  # a route not compiled yet
 
 #: Largest path table (numbers) built whole per release (:meth:`ForestNodes.path_rows`; 32 MiB); above it, leaf by leaf.
 PATH_TABLE_CELLS = 4 * 2**20

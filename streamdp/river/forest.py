@@ -164,8 +164,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         -0.003 to -0.03, Hyperplane within 0.02 either way). The classifier itself, 12 draws: Phishing 0.698 (min
         0.625) against 0.543 (min 0.479) on the drawn trees, Votes 0.713 against 0.626. Needs a
         prior stump and noise (else the trees are drawn; ``grow=True`` without them is refused).
-        Speed: a release that changes the trees recompiles the one-record routes (LED in river's
-        loop: 28 k samples/s growing, 96 k on the drawn trees, same run).
+        Speed: a release that changes the trees rebuilds the one-record path (LED in river's loop:
+        40 k samples/s growing, 73 k on the drawn trees, same run).
         Privacy: each batch is one release, as without growing; a release
         may spend a share of its trees' budget on the probe (the first) and decide where to
         split from released numbers only (:mod:`streamdp.growth`'s proof sketch).

@@ -41,6 +41,10 @@ STREAMS = {
     "LED": lambda: (list(itertools.islice(synth.LED(seed=42), 10_000)), rs.led_schema()),
     **{f"UCI {n}": (lambda n=n: tuple(reversed(rs.uci_stream(n)))) for n in
        ("nursery", "mushroom", "congressional-voting", "tic-tac-toe")},
+    # known answers: river's RandomTree concept over categorical attributes only (added last)
+    **{f"RandomTree cat{c} d{d}": (lambda c=c, d=d: (list(itertools.islice(synth.RandomTree(
+        seed_tree=7, seed_sample=8, n_classes=2, n_num_features=0, n_cat_features=c, n_categories_per_feature=3,
+        max_tree_depth=d, first_leaf_level=2), 10_000)), rs.random_tree_schema(2, 0, c, 3))) for c, d in ((6, 4), (8, 5))},
 }
 
 
@@ -96,12 +100,15 @@ def classifier_rows(draws: int) -> list[str]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=6)
+    ap.add_argument("--only", default=None, help="comma-separated stream names (default: all)")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     print(f"# benchmarks/river_grow.py --draws {a.draws}; load {subprocess.getoutput('uptime')}")
     print("| stream | records | majority | height | update: mean (min) | grow: mean (min), final height |")
     print("|---|---|---|---|---|---|")
     for name, make in STREAMS.items():
+        if a.only and name not in a.only.split(","):
+            continue
         data, schema = make()
         X = pd.DataFrame([x for x, _ in data])
         X.columns = [str(c) for c in X.columns]
@@ -113,7 +120,8 @@ def main() -> int:
             g = [r[0] for r in got["grow"]]
             print(f"| {name} | {len(enc.y):,} | {maj:.3f} | {h} | {np.mean(u):.3f} ({min(u):.3f}) | "
                   f"{np.mean(g):.3f} ({min(g):.3f}), {max(r[1] for r in got['grow'])} |", flush=True)
-    print("\n".join(classifier_rows(a.draws)), flush=True)
+    if not a.only:
+        print("\n".join(classifier_rows(a.draws)), flush=True)
     print(f"# load at end {subprocess.getoutput('uptime')}")
     return 0
 

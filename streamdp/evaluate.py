@@ -27,7 +27,7 @@ at ``n/2`` over ``n/20`` records), ``stagger:F``, ``led``, ``uci:NAME``
 >>> from streamdp.evaluate import evaluate
 >>> res = evaluate("stagger:0", n=2000, epsilons=(1.0,), batch_sizes=(500,), references=(), verbose=False)
 >>> [r.model for r in res.rows]
-['PrivateForest eps=1 bs=500']
+['PrivateForest eps=1 bs=500 grown']
 """
 
 from __future__ import annotations

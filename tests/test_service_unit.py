@@ -652,3 +652,23 @@ def test_metrics_keep_full_precision():
     from streamdp.service.stats import metric_value
 
     assert metric_value(1795450011.123) == "1795450011.123" and metric_value(12.0) == "12"
+
+
+def test_the_default_release_grows_on_categorical_schemas_only(r):
+    """release=None: grow where growing.grows_by_default says so (every attribute categorical) and growing is
+    possible (finite epsilon, geometric or Laplace noise), else window; the CLI's default is the same None."""
+    from streamdp.cli import build_parser
+    from streamdp.datasets import load_schema
+    from streamdp.service.registry import load_policy
+
+    votes = DS.schema  # congressional voting: 16 categorical attributes
+    create_model(r, "g", votes, n_trees=2, height=3, epsilon=1.0, seed=1)
+    create_model(r, "w", load_schema("adult"), n_trees=2, height=3, epsilon=1.0, seed=1)  # numeric attributes
+    create_model(r, "inf", votes, n_trees=2, height=3, epsilon=math.inf, seed=1)
+    create_model(r, "k", votes, n_trees=2, height=3, epsilon=1.0, mechanism="kanon", k=5, beta=0.1, seed=1)
+    create_model(r, "b", votes, n_trees=2, height=3, epsilon=1.0, seed=1, release="batch")
+    got = {n: load_policy(r, n)[0].kind for n in ("g", "w", "inf", "k", "b")}
+    assert got == {"g": "grow", "w": "window", "inf": "window", "k": "window", "b": "batch"}
+    assert show_model(r, "g")["release"]["kind"] == "grow"
+    args = build_parser().parse_args(["model", "create", "m2", "--schema", "s.json", "--epsilon", "1"])
+    assert args.release is None

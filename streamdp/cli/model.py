@@ -42,11 +42,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
     c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
-    c.add_argument("--release", choices=("batch", "window", "grow", "tree"), default="window",
-                   help="release policy: window (default; exact tallies of --release-every seconds noised once), "
+    c.add_argument("--release", choices=("batch", "window", "grow", "tree"), default=None,
+                   help="release policy: window (exact tallies of --release-every seconds noised once), "
                         "grow (the same windows on trees that deepen as the released counts allow: --height is "
                         "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
-                        "pushed batch noised once, Jagannathan et al.)")
+                        "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
+                        "categorical, else window")
     c.add_argument("--release-every", type=float, default=1.0, metavar="SECONDS",
                    help="public release schedule of window/grow/tree (default 1 s)")
     c.add_argument("--levels", type=int, default=None, metavar="L",

@@ -10,6 +10,7 @@ import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
 from streamdp.continual import noisy_node
+from streamdp.growth import grows_by_default
 from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
 from streamdp.forest import PrivateForest
 from streamdp.privacy import NotPrivateWarning
@@ -319,8 +320,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def grows(self) -> bool:
         """Whether the trees grow release by release (:meth:`streamdp.PrivateForest.grow`): ``grow``, or by
         the schema when None (every attribute categorical, no ``window``); needs a prior stump and noise."""
-        g = self.grow if self.grow is not None else (
-            self.window is None and bool(np.all(self._schema.is_categorical)))
+        g = self.grow if self.grow is not None else self.window is None and grows_by_default(self._schema)
         return bool(g) and self.forest.can_grow
 
     @property

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from ..continual import DEFAULT_LEVELS, ReleasePolicy
+from ..growth import grows_by_default
 from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from ..schema import Schema
@@ -133,7 +134,7 @@ def create_model(
     budget: str = "split",
     exist_ok: bool = False,
     ledger_budget: float | None = None,
-    release: str = "window",
+    release: str | None = None,
     release_every: float = 1.0,
     levels: int | None = None,
     estimator: str = "honaker",
@@ -149,18 +150,23 @@ def create_model(
     but it is refused over a source that has a budget.
 
     ``release`` is the release policy (:class:`~streamdp.continual.ReleasePolicy`):
-    ``"window"`` (default: the exact tallies of ``release_every`` seconds are noised
+    ``"window"`` (the exact tallies of ``release_every`` seconds are noised
     once and released together, empty windows too, on a public schedule from the
     model's creation time), ``"grow"`` (the same windows on trees that start from
     their roots and deepen as the released counts allow, never past ``height``:
     height is a ceiling, :mod:`streamdp.growth`), ``"tree"`` (the same windows through the binary tree
     mechanism, ``levels`` levels) or ``"batch"`` (each pushed batch noised once,
-    Jagannathan et al.). The policy is public and fixed for the model's life.
+    Jagannathan et al.). ``None`` (default): ``"grow"`` where
+    :func:`streamdp.growth.grows_by_default` says so (every attribute categorical; finite epsilon,
+    geometric or Laplace noise), else ``"window"``. The policy is public and fixed for the model's life.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
     r = connect(r)
     keys = Keys(name)
+    if release is None:
+        release = "grow" if (grows_by_default(schema) and math.isfinite(epsilon)
+                             and mechanism in ("geometric", "laplace")) else "window"
     policy = ReleasePolicy(release, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
     policy.check_mechanism(mechanism)
     if policy.kind == "grow" and math.isinf(epsilon):

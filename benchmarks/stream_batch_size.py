@@ -91,14 +91,23 @@ def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config
         delete_model(url, name)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
-    args = ap.parse_args()
+def nursery_split():
+    """Nursery, its training records (shuffled with seed 13) and the last ``HOLDOUT`` held out."""
     ds = load("nursery")
     perm = np.random.default_rng(13).permutation(len(ds.y))
-    train, test = perm[:-HOLDOUT], perm[-HOLDOUT:]
+    return ds, perm[:-HOLDOUT], perm[-HOLDOUT:]
+
+
+def arguments(doc: str) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__)
+    ds, train, test = nursery_split()
     info = {"machine": machine(), "uptime_start": sh("uptime"), "git": sh("git rev-parse --short HEAD")}
     rows = []
     for rep in range(args.repeats):

@@ -13,8 +13,6 @@ each. Prints a table and appends nothing: copy it into ``results/stream_small.lo
 
 from __future__ import annotations
 
-import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -23,21 +21,15 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import sh  # noqa: E402
-from benchmarks.stream_batch_size import HOLDOUT, run_one  # noqa: E402
-from streamdp.datasets import load  # noqa: E402
+from benchmarks.stream_batch_size import arguments, nursery_split, run_one  # noqa: E402
 
 SIZES = (300, 600, 1200, 3000)
 POLICIES = (("window", 1.0, 10, None), ("grow", 1.0, 10, None))
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
-    args = ap.parse_args()
-    ds = load("nursery")
-    perm = np.random.default_rng(13).permutation(len(ds.y))
-    train, test = perm[:-HOLDOUT], perm[-HOLDOUT:]
+    args = arguments(__doc__)
+    ds, train, test = nursery_split()
     majority = max(np.mean(ds.y[test] == c) for c in set(ds.y[test].tolist()))
     print(f"# benchmarks/stream_small.py --repeats {args.repeats}; load at start {sh('uptime')}")
     print(f"# held-out majority share {majority:.3f}")

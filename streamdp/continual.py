@@ -322,7 +322,7 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     if not out.flags.c_contiguous:  # the cells are noised through a flat view
         out = np.ascontiguousarray(out)
     draw = geometric_noise if mechanism == "geometric" else laplace_noise
-    stream = getattr(rng, "layout", "blocks") == "stream"
+    stream = rng.layout == "stream"
     if stream and out.size <= STREAM_CHUNK:
         if real is None:
             out += draw(exact.shape, epsilon, rng)

@@ -226,7 +226,8 @@ def evaluate(
             secs_all.append(secs)
             corrects.append(correct)
         secs = float(np.median(secs_all))
-        label = f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "") + (" grown" if model.grows else "")
+        label = (f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "")
+                 + (" grown" if model.grows else ""))
         row = Row(label, float(np.mean(accs)), n / secs, secs, n, eps, bs, model.n_releases, model.private,
                   float(np.std(accs)) if len(accs) > 1 else None, len(accs))
         add(row, np.mean(corrects, axis=0))

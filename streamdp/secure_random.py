@@ -17,7 +17,7 @@ GB/s of random bytes where ``os.urandom`` gives about 0.25 GB/s. Three modes:
 
 :meth:`SecureRandom.spawn` hands out child generators, each independent of
 its parent and of every other child (the i-th child of a keyed generator is
-keyed by HKDF of the parent's key and i). A release draws each block of cells
+keyed by HKDF of a key derived from the parent's and i). A release draws each block of cells
 from its own child (:func:`streamdp.continual.noisy_node`), so a keyed
 release's noise does not depend on how the code chunks the work.
 
@@ -128,9 +128,10 @@ class SecureRandom:
 
         Child ``i`` (counted per generator) of a keyed generator is keyed by
         HKDF(HKDF(this generator's key, "spawn key"), ``i``): deterministic for
-        the same sequence of spawns, and no other stream shares its key. A fresh private generator's children are keyed from its
-        own random key (re-keyed after a fork, as the stream is); a seeded one's
-        are seeded from its stream (tests only).
+        the same sequence of spawns, and no other stream shares its key. A fresh
+        private generator's children are keyed from its own random key (re-keyed
+        after a fork, as the stream is); a seeded one's are seeded from its
+        stream (tests only).
 
         >>> a, b = SecureRandom.from_key(b"k" * 32, b"ctx"), SecureRandom.from_key(b"k" * 32, b"ctx")
         >>> bool((a.spawn().bits(3) == b.spawn().bits(3)).all()), bool((a.spawn().bits(3) != b.bits(3)).all())

@@ -439,42 +439,42 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     def _release(self) -> None:
         self._sync()
         n = self._n_buf
-        full = n == self.current_batch_size
+        X, y = self._buf_X[:n], self._buf_y[:n]
+        size = n if n == self.current_batch_size else None  # a full batch's size is the public schedule's
         T = self.forest.n_trees
         if self.in_prior_phase:
-            delta, var = self._prior_delta(self._buf_y[:n])
+            delta, var = self._prior_delta(y)
             self._n_prior_releases += 1
+            self._log_prior(delta[T:, 0, :], float(var[T:].mean()), size)
+            if not self.grows:  # a growing model keeps the phase in the prior's log: its trees start fresh
+                self._merge(delta, var)
         elif self.grows:
             # One grown release (streamdp.growth): the trees start from their roots at the first one (a pruned
-            # fit with its probe) and deepen where the records stand clear of the noise; the prior phase's
-            # releases stay in the prior's log only, so the trees' first release is a fresh forest's.
-            self._guard_release(self._buf_X[:n], self._buf_y[:n])
+            # fit with its probe) and deepen where the records stand clear of the noise.
+            self._guard_release(X, y)  # scored by the model before it learns the batch
             before = self.forest.counts[T:, 0, :].astype(np.float64) if self.forest.n_releases else 0.0
-            self.forest.grow_encoded(self._buf_X[:n], self._buf_y[:n])
-            self._log_prior(self.forest.counts[T:, 0, :] - before, float(self.forest.cell_variance),
-                            n if full else None)
-            self._scrub(n)
-            return
+            self.forest.grow_encoded(X, y)
+            self._log_prior(self.forest.counts[T:, 0, :] - before, float(self.forest.cell_variance), size)
         else:
-            self._guard_release(self._buf_X[:n], self._buf_y[:n])  # scored by the model before it learns the batch
-            delta, var = self.forest.noisy_delta_encoded(self._buf_X[:n], self._buf_y[:n]), self.forest.cell_variance
-        var = np.broadcast_to(np.asarray(var, dtype=np.float64), (self.forest.n_released_trees,))
-        if self.forest.prior_trees:
-            self._log_prior(delta[T:, 0, :], float(var[T:].mean()), n if full else None)
-        if self.grows:
-            pass  # a prior-phase release: in the prior's log only (the trees start at their first release)
-        elif self.window is None:
-            self.forest.merge(delta, variance=var)
-        else:
-            # Sliding window over releases: subtracting an old, already released (noised) delta is
-            # post-processing, so the model stays epsilon-DP; it forgets old data and caps the noise.
-            self._deltas.append((delta, var))
-            if len(self._deltas) > self.window:  # one release in, one out
-                old, old_var = self._deltas.popleft()
-                self.forest.merge(delta - old, variance=var - old_var)
-            else:
-                self.forest.merge(delta, variance=var)
+            self._guard_release(X, y)  # scored by the model before it learns the batch
+            delta, var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
+            self._log_prior(delta[T:, 0, :], var, size)
+            self._merge(delta, var)
         self._scrub(n)
+
+    def _merge(self, delta: np.ndarray, var: Any) -> None:
+        """Add a released delta (and the noise variance it adds: a number, or one per tree) to the drawn trees."""
+        if self.window is None:
+            self.forest.merge(delta, variance=var)
+            return
+        # Sliding window over releases: subtracting an old, already released (noised) delta is
+        # post-processing, so the model stays epsilon-DP; it forgets old data and caps the noise.
+        self._deltas.append((delta, var))
+        if len(self._deltas) > self.window:  # one release in, one out
+            old, old_var = self._deltas.popleft()
+            self.forest.merge(delta - old, variance=var - old_var)
+        else:
+            self.forest.merge(delta, variance=var)
 
     def _scrub(self, n: int) -> None:
         """Empty the released batch's buffer (its raw records) and size it for the next batch."""

@@ -157,19 +157,21 @@ def create_model(
     height is a ceiling, :mod:`streamdp.growth`), ``"tree"`` (the same windows through the binary tree
     mechanism, ``levels`` levels) or ``"batch"`` (each pushed batch noised once,
     Jagannathan et al.). ``None`` (default): ``"grow"`` where
-    :func:`streamdp.growth.grows_by_default` says so (every attribute categorical; finite epsilon,
-    geometric or Laplace noise), else ``"window"``. The policy is public and fixed for the model's life.
+    :func:`streamdp.growth.grows_by_default` says so (every attribute categorical) and the forest
+    :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
     r = connect(r)
     keys = Keys(name)
-    if release is None:
-        release = "grow" if (grows_by_default(schema) and math.isfinite(epsilon)
-                             and mechanism in ("geometric", "laplace")) else "window"
-    policy = ReleasePolicy(release, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
-    policy.check_mechanism(mechanism)
-    if policy.kind == "grow" and math.isinf(epsilon):
+
+    def policy_of(kind: str) -> ReleasePolicy:
+        pol = ReleasePolicy(kind, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
+        pol.check_mechanism(mechanism)
+        return pol
+
+    policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
+    if release == "grow" and math.isinf(epsilon):
         raise ValueError("release='grow' needs a finite epsilon: without noise there is nothing to grow against "
                          "(release='window' keeps the drawn trees)")
     start = time.time()
@@ -189,6 +191,8 @@ def create_model(
         if cells >= DEFAULT_MAX_CELLS:
             raise
         raise TooLargeError(f"{too_big}; {e}") from None
+    if policy is None:  # the default: grow where the schema favours it and this forest can grow
+        policy = policy_of("grow" if grows_by_default(schema) and forest.can_grow else "window")
     spec = forest.to_bytes()  # version 0: the structure every release's counts belong to
     pub = published_fields(forest)
     if len(spec) > limit:  # the bound above makes this unreachable; a last check before anything is stored

@@ -6,8 +6,8 @@ An in-process model of ``PrivateForestClassifier``'s schedule without its prior 
 that start from their roots, :mod:`streamdp.growth`); the first batch scores a fixed guess. 10 trees,
 one prior stump, epsilon 1, ``--draws`` draws (structure and noise) per setting; heights: the river
 classifier's default (:func:`streamdp.river.forest.default_height`) and 4. Then the classifier
-itself (prior phase included) on three categorical streams in river's own loop, growing and not,
-with its samples/s. Prints tables; append them to ``results/river_grow.log`` by hand.
+itself (prior phase included) on five categorical streams in river's own loop, growing and not,
+beside river's HoeffdingTree, with samples/s. Prints tables; append them to ``results/river_grow.log`` by hand.
 
     python benchmarks/river_grow.py --draws 6
 """
@@ -69,31 +69,41 @@ def progressive(schema, X: np.ndarray, y: np.ndarray, height: int, mode: str) ->
     return right / len(y), f.height
 
 
-def classifier_rows(draws: int) -> list[str]:
+#: The streams of the classifier section (the river classifier itself, beside HoeffdingTree).
+CLASSIFIER_STREAMS = ("Phishing", "LED", "UCI congressional-voting", "RandomTree cat6 d4", "RandomTree cat8 d5")
+
+
+def classifier_rows(draws: int, only: set | None) -> list[str]:
     """The classifier itself (prior phase included) in river's own loop, growing (the default on these
-    all-categorical schemas) and on the drawn trees: accuracy mean (min, max) and samples/s."""
+    all-categorical schemas) and on the drawn trees, beside river's HoeffdingTree (its categorical attributes
+    declared nominal): accuracy mean (min, max) and samples/s (medians)."""
     import time
 
-    from river import evaluate, metrics
+    from river import evaluate, metrics, tree
 
     from streamdp.river import PrivateForestClassifier
 
+    def run(data, make) -> tuple[float, float]:
+        t = time.perf_counter()
+        acc = evaluate.progressive_val_score(data, make(), metrics.Accuracy()).get()
+        return acc, len(data) / (time.perf_counter() - t)
+
     out = ["", f"# PrivateForestClassifier, defaults, progressive_val_score, {draws} draws each",
-           "| stream | records | grow=None (grows): mean (min, max), samples/s | grow=False: mean (min, max), samples/s |",
-           "|---|---|---|---|"]
-    for name, make in (("Phishing", STREAMS["Phishing"]), ("LED", STREAMS["LED"]),
-                       ("UCI congressional-voting", STREAMS["UCI congressional-voting"])):
-        data, schema = make()
+           "| stream | records | grow=None (grows): mean (min, max), samples/s | grow=False: mean (min, max), "
+           "samples/s | HoeffdingTree, samples/s |", "|---|---|---|---|---|"]
+    for name in CLASSIFIER_STREAMS:
+        if only and name not in only:
+            continue
+        data, schema = STREAMS[name]()
         cells = []
         for grow in (None, False):
-            accs, rate = [], []
-            for _ in range(draws):
-                m = PrivateForestClassifier(schema, grow=grow)
-                t = time.perf_counter()
-                accs.append(evaluate.progressive_val_score(data, m, metrics.Accuracy()).get())
-                rate.append(len(data) / (time.perf_counter() - t))
+            got = [run(data, lambda: PrivateForestClassifier(schema, grow=grow)) for _ in range(draws)]
+            accs, rate = [g[0] for g in got], [g[1] for g in got]
             cells.append(f"{np.mean(accs):.3f} ({min(accs):.3f}, {max(accs):.3f}), {np.median(rate) / 1e3:.0f} k/s")
-        out.append(f"| {name} | {len(data):,} | {cells[0]} | {cells[1]} |")
+        nominal = [a.name for a in schema.attributes if a.name in schema.names and schema.is_categorical[
+            schema.names.index(a.name)]]
+        ht, ht_rate = run(data, lambda: tree.HoeffdingTreeClassifier(nominal_attributes=nominal))
+        out.append(f"| {name} | {len(data):,} | {cells[0]} | {cells[1]} | {ht:.3f}, {ht_rate / 1e3:.0f} k/s |")
     return out
 
 
@@ -120,8 +130,7 @@ def main() -> int:
             g = [r[0] for r in got["grow"]]
             print(f"| {name} | {len(enc.y):,} | {maj:.3f} | {h} | {np.mean(u):.3f} ({min(u):.3f}) | "
                   f"{np.mean(g):.3f} ({min(g):.3f}), {max(r[1] for r in got['grow'])} |", flush=True)
-    if not a.only:
-        print("\n".join(classifier_rows(a.draws)), flush=True)
+    print("\n".join(classifier_rows(a.draws, set(a.only.split(",")) if a.only else None)), flush=True)
     print(f"# load at end {subprocess.getoutput('uptime')}")
     return 0
 

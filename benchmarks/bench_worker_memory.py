@@ -92,7 +92,9 @@ def run(url: str, height: int, release: str, batches: int, release_every: float 
                 X = np.column_stack([rng.integers(a, size=10_000) for a in ARITIES])
                 p.push(X, rng.integers(2, size=10_000))
         deadline = time.monotonic() + 600
+        used0, used_peak = int(r.info("memory")["used_memory"]), 0
         while True:
+            used_peak = max(used_peak, int(r.info("memory")["used_memory"]))
             if r.zcard(keys.merged) >= batches:
                 last = r.zrange(keys.merged, -1, -1, withscores=True)
                 if int(r.hget(keys.pub_model, "releases") or 0) >= int(last[0][1]):
@@ -100,6 +102,7 @@ def run(url: str, height: int, release: str, batches: int, release_every: float 
             assert time.monotonic() < deadline, "the worker did not publish every batch in time"
             time.sleep(0.2)
         end = mem(child)
+        published = max(r.hstrlen(keys.pub_model, "blob"), r.hstrlen(keys.pub_model, "counts"))  # grow: blob
         time.sleep(5.0)
         settled = mem(child)  # the release just seen may still be in the worker's hands at `end`
     finally:
@@ -116,6 +119,7 @@ def run(url: str, height: int, release: str, batches: int, release_every: float 
            "rss_end_mib": end.get("VmRSS"), "rss_settled_mib": settled.get("VmRSS"),
            "peak_over_counts": end.get("VmHWM", 0) / counts_mib,
            "peak_above_start_over_counts": (end.get("VmHWM", 0) - start.get("VmRSS", 0)) / counts_mib,
+           "published_mib": published / 2**20, "redis_used_peak_above_start_mib": (used_peak - used0) / 2**20,
            "uptime": uptime()}
     print(out, flush=True)
     return out

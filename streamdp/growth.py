@@ -76,8 +76,8 @@ def grows_by_default(schema) -> bool:
     Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
     ``stream_small.log``: Nursery's first 300-3,000 records 0.33-0.72 -> 0.44-0.81, none below the majority;
     ``stream_batch_size.md``: 0.87-0.88 against 0.83-0.87 on the whole stream), and a grown release of a
-    large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7 MiB
-    blob against 136 MiB of counts per window; up to the drawn forest's blob, about 3x the counts, once
+    large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
+    blob against 136-150 MiB of counts per window, ``stream_footprint.py``; up to the drawn forest's blob, about 3x the counts, once
     the data fill every level). With numeric attributes the tall drawn trees do as well or
     better (Bananas 0.70 against 0.64), since the expected share below a random threshold is a guess.
 

@@ -619,6 +619,34 @@ def test_model_create_refuses_a_blob_the_server_would_not_accept(r, monkeypatch)
         create_model(r, "tiny", adult, n_trees=1000, height=1, epsilon=1.0)
 
 
+def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, monkeypatch):
+    """A grown release publishes a noise variance per node on top of the drawn blob (1.25x it): a model whose
+    drawn blob fits but whose fully grown blob would not used to be created and then fail at every window close
+    once a long stream filled its levels. Now: refused for release='grow', 'window' for the default."""
+    from streamdp.datasets import load_schema
+    from streamdp.service.registry import grown_blob_bound, load_policy
+    from streamdp.structure import TooLargeError
+
+    nursery = load_schema("nursery")
+    drawn = PrivateForest.create(nursery, n_trees=10, height=7, epsilon=1.0, seed=3)
+    spec = len(drawn.to_bytes())
+    grown_max = drawn
+    for _ in range(8):  # every level grown: an exact tally that passes every bar
+        grown_max = grown_max.grow_exact(np.full((11, drawn.structure.max_leaves, nursery.n_classes), 10**6, np.int64))
+    assert grown_max.structure.height == 7 and spec < len(grown_max.to_bytes()) <= grown_blob_bound(drawn, spec)
+    limit = (spec + grown_blob_bound(drawn, spec)) // 2  # the drawn blob fits (with the drawing bound's slack), its
+    # grown blob does not
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(limit)})
+    with pytest.raises(TooLargeError, match="release='grow'"):  # by the bound while drawing, or by the drawn blob
+        create_model(r, "g", nursery, n_trees=10, height=7, epsilon=1.0, seed=3, release="grow")
+    assert r.hget("sdp:registry", "g") is None and not r.keys("sdp:{g}:*")  # nothing stored, nothing charged
+    create_model(r, "d", nursery, n_trees=10, height=7, epsilon=1.0, seed=3)
+    assert load_policy(r, "d")[0].kind == "window"  # all categorical, but its growth would not fit
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(grown_blob_bound(drawn, spec))})
+    create_model(r, "d2", nursery, n_trees=10, height=7, epsilon=1.0, seed=3)
+    assert load_policy(r, "d2")[0].kind == "grow"
+
+
 def test_a_push_with_no_valid_record_is_not_a_crash(r):
     """An empty input, or a chunk whose every row is invalid, used to raise TypeError in the array packing."""
     _model(r, epsilon=math.inf)

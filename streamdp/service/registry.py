@@ -39,12 +39,14 @@ from .ledger_store import RedisLedger
 from .published import published_fields
 
 __all__ = ["create_model", "load_policy", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
-           "published_keys", "ModelNotFound", "ModelExists", "server_value_limit", "blob_max_cells"]
+           "published_keys", "ModelNotFound", "ModelExists", "server_value_limit", "blob_max_cells", "grown_blob_bound"]
 
 #: Redis's default ``proto-max-bulk-len``: the largest value (one argument) the server accepts.
 DEFAULT_BULK_LIMIT = 512 << 20
 #: Bytes of a model blob per node of a tree's structure (feature <i4, threshold <f8, child <i4, leaf <i4).
 _NODE_BYTES = 20
+#: Bytes a grown release (``release="grow"``) adds per node: its noise variance (<f8, ``node_variance``).
+_GROWN_NODE_BYTES = 8
 
 
 class ModelNotFound(KeyError):
@@ -100,22 +102,36 @@ def server_value_limit(r: Any) -> int:
         return DEFAULT_BULK_LIMIT
 
 
-def blob_max_cells(schema: Schema, n_trees: int, limit: int) -> int:
+def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False) -> int:
     """Most count cells (trees x leaves x classes) a model may have so that its blob stays within ``limit`` bytes.
 
     A tree of L leaves has at most 2L - 1 nodes, so the blob of T trees with at most L leaves
     each is at most ``T * L * (8 * classes + 2 * 20)`` bytes plus the schema (bounded here by
-    its JSON size and 64 KiB of slack). The structure drawer refuses, level by level, a tree
+    its JSON size and 64 KiB of slack); ``grows``: a grown release's blob, which adds 8 bytes
+    per node (:func:`grown_blob_bound`). The structure drawer refuses, level by level, a tree
     with more leaves than ``max_cells / (T * classes)`` before building that level.
 
     >>> from streamdp.datasets import load_schema
-    >>> blob_max_cells(load_schema("adult"), 10, 512 << 20)
-    19171520
+    >>> blob_max_cells(load_schema("adult"), 10, 512 << 20), blob_max_cells(load_schema("adult"), 10, 512 << 20, grows=True)
+    (19171520, 14911180)
     """
     c = schema.n_classes
     room = limit - len(schema.to_json()) - (64 << 10)
-    leaves = max(0, room // (n_trees * (8 * c + 2 * _NODE_BYTES)))
+    leaves = max(0, room // (n_trees * (8 * c + 2 * (_NODE_BYTES + (_GROWN_NODE_BYTES if grows else 0)))))
     return int(leaves * n_trees * c)
+
+
+def grown_blob_bound(forest: PrivateForest, spec_bytes: int) -> int:
+    """The largest blob a ``release="grow"`` model publishes, from its drawn forest's blob size.
+
+    A grown release's trees are prunings of the drawn ones (never past their leaves), so its
+    structure and counts take at most the drawn blob's bytes; it adds a noise variance per node
+    (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)`` float64) and one per tree.
+    Measured (all-categorical schemas, heights 3-6, every level grown): the drawn blob plus
+    these arrays to within 140 bytes, 1.25x the drawn blob.
+    """
+    s = forest.structure
+    return spec_bytes + _GROWN_NODE_BYTES * (s.feature.size + s.n_trees) + (4 << 10)
 
 
 def create_model(
@@ -178,9 +194,11 @@ def create_model(
     if ledger_budget is not None:
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
-    cells = blob_max_cells(schema, n_trees, limit) if isinstance(n_trees, int) and n_trees >= 1 else DEFAULT_MAX_CELLS
+    cells = (blob_max_cells(schema, n_trees, limit, grows=release == "grow") if isinstance(n_trees, int) and n_trees >= 1
+             else DEFAULT_MAX_CELLS)
     too_big = (f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "
-               f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)")
+               f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)"
+               + (", with release='grow' adding a noise variance per node" if release == "grow" else ""))
     if cells < n_trees * schema.n_classes:
         raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
     try:
@@ -191,12 +209,18 @@ def create_model(
         if cells >= DEFAULT_MAX_CELLS:
             raise
         raise TooLargeError(f"{too_big}; {e}") from None
-    if policy is None:  # the default: grow where the schema favours it and this forest can grow
-        policy = policy_of("grow" if grows_by_default(schema) and forest.can_grow else "window")
     spec = forest.to_bytes()  # version 0: the structure every release's counts belong to
+    grown_bytes = grown_blob_bound(forest, len(spec))
+    if policy is None:  # the default: grow where the schema favours it, this forest can grow and its growth fits
+        policy = policy_of("grow" if grows_by_default(schema) and forest.can_grow and grown_bytes <= limit
+                           else "window")
     pub = published_fields(forest)
     if len(spec) > limit:  # the bound above makes this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
+    if policy.kind == "grow" and grown_bytes > limit:
+        raise TooLargeError(f"{too_big}: release='grow' publishes the grown trees with a noise variance per node, "
+                            f"up to {grown_bytes:,} bytes once the data fill every level; use release='window', "
+                            "fewer trees or a lower height")
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):

@@ -292,9 +292,18 @@ class PrivateForest:
 
     @property
     def can_grow(self) -> bool:
-        """Whether :meth:`grow` cuts the trees: a prior stump to count the records, noise to weigh them against,
-        not k-anonymity (whose delta is for one release per tree)."""
-        return bool(self.prior_trees) and not math.isinf(self.epsilon) and self.mechanism != "kanon"
+        """Whether :meth:`grow` cuts the trees (:meth:`growable` of this forest's parameters)."""
+        return self.growable(self.epsilon, self.mechanism, self.prior_trees)
+
+    @staticmethod
+    def growable(epsilon: float, mechanism: str, prior_trees: int = 1) -> bool:
+        """Whether a forest of these parameters can grow: a prior stump to count the records, noise to weigh
+        them against, not k-anonymity (whose delta is for one release per tree).
+
+        >>> PrivateForest.growable(1.0, "geometric"), PrivateForest.growable(float("inf"), "geometric")
+        (True, False)
+        """
+        return bool(prior_trees) and not math.isinf(epsilon) and mechanism != "kanon"
 
     def _released(self, structure: ForestStructure, counts: np.ndarray, node_var: np.ndarray) -> "PrivateForest":
         """Hold one more release that may change the structure (:mod:`streamdp.growth`)."""

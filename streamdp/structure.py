@@ -42,7 +42,8 @@ from .draw import ragged_arange, draw_forest, max_possible_leaves
 from .schema import Schema
 from .validation import check_integer
 
-__all__ = ["ForestStructure", "TooLargeError", "default_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]
+__all__ = ["ForestStructure", "TooLargeError", "default_height", "ceiling_height", "max_possible_leaves",
+           "DEFAULT_MAX_CELLS"]
 
 #: Default guard on n_trees * max_leaves * n_classes (int64 cells: 2**26 cells = 512 MiB).
 DEFAULT_MAX_CELLS = 2**26
@@ -55,6 +56,30 @@ class TooLargeError(ValueError):
 def default_height(n_attributes: int) -> int:
     """Fan et al.'s default: half the number of attributes, at least 1."""
     return max(1, n_attributes // 2)
+
+
+#: :func:`ceiling_height`: at most this tall, and trees of at most ``CEILING_MAX_LEAVES`` leaves.
+CEILING_MAX_HEIGHT = 8
+CEILING_MAX_LEAVES = 2048
+
+
+def ceiling_height(schema: Schema) -> int:
+    """The default height of a forest whose height is a ceiling (it grows, or estimates fall back toward the root).
+
+    The tallest height, up to ``CEILING_MAX_HEIGHT``, at which a tree over ``schema`` has at most
+    ``CEILING_MAX_LEAVES`` leaves; from the schema alone (public). Numeric attributes may split again
+    below themselves, so numeric schemas get 8 (256 leaves); categorical attributes of many values
+    stop earlier. Used by the river classifier and by the service's growing models
+    (``benchmarks/results/grow_ceiling.log``).
+
+    >>> from streamdp.datasets import load_schema
+    >>> [ceiling_height(load_schema(n)) for n in ("nursery", "mushroom", "congressional-voting", "adult")]
+    [5, 3, 6, 2]
+    """
+    h = 1
+    while h < CEILING_MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES:
+        h += 1
+    return h
 
 
 @dataclass
@@ -115,13 +140,20 @@ class ForestStructure:
         seed: int | None = None,
         max_cells: int = DEFAULT_MAX_CELLS,
     ) -> "ForestStructure":
-        """Draw ``n_trees`` random trees of the given height from the schema alone."""
+        """Draw ``n_trees`` random trees of the given height from the schema alone.
+
+        ``height=None``: :func:`default_height`, lowered where needed to the tallest height at which
+        no tree over the schema can exceed the leaf guard (every node splitting on the widest attribute
+        left): a default never fails. Mushroom (22 attributes of up to 12 values): 6, not 11.
+        """
         check_integer(n_trees, "n_trees")
+        max_leaves_allowed = max_cells // (schema.n_classes * n_trees) if n_trees >= 1 else 0
         if height is None:
             height = default_height(schema.n_attributes)
+            while height > 1 and max_possible_leaves(schema, height) > max_leaves_allowed:
+                height -= 1
         check_integer(height, "height")
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
-        max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
         drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int):
             raise TooLargeError(

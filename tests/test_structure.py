@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from streamdp import PrivateForest, Schema, TooLargeError
 from streamdp.schema import Categorical, Label, Numeric
-from streamdp.structure import ForestStructure, default_height, max_possible_leaves
+from streamdp.structure import DEFAULT_MAX_CELLS, ForestStructure, default_height, max_possible_leaves
 
 
 def make_schema(spec, n_classes=2) -> Schema:
@@ -209,6 +209,21 @@ def test_default_height():
     assert ForestStructure.draw(schema, 2, seed=0).height == 3
     assert PrivateForest.create(schema, n_trees=2, seed=0).height == 3
     assert ForestStructure.draw(make_schema([2]), 1, seed=0).height == 1
+
+
+def test_the_default_height_never_asks_for_more_leaves_than_the_guard_allows():
+    """Half of Mushroom's 22 attributes (up to 12 values each) is 11: every draw was refused (TooLargeError),
+    so `PrivateForest.create` and `streamdp model create` failed on Mushroom with their defaults."""
+    from streamdp.datasets import load_schema
+
+    mushroom = load_schema("mushroom")
+    f = PrivateForest.create(mushroom, n_trees=10, epsilon=1.0)
+    assert f.height == 6 and max_possible_leaves(mushroom, 6) <= DEFAULT_MAX_CELLS // (10 * 2)
+    assert max_possible_leaves(mushroom, 7) > DEFAULT_MAX_CELLS // (10 * 2)  # the tallest that fits
+    assert ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080).height == 3  # the guard is the draw's
+    assert PrivateForest.create(load_schema("nursery"), n_trees=10).height == 4  # half, where it fits
+    with pytest.raises(TooLargeError):  # an explicit height is the user's: refused, not lowered
+        ForestStructure.draw(mushroom, 10, height=11)
 
 
 def test_bad_arguments_refused():

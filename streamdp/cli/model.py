@@ -30,7 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
     c.add_argument("--trees", type=int, default=10)
-    c.add_argument("--height", type=int, default=None)
+    c.add_argument("--height", type=int, default=None,
+                   help="tree height (default: for grow, the tallest of at most 2,048 leaves per tree, at most 8; "
+                        "else half the attributes, lowered where such trees could exceed the leaf guard)")
     c.add_argument("--epsilon", type=float, required=True)
     c.add_argument("--mechanism", choices=("geometric", "laplace", "kanon"), default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")

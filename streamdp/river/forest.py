@@ -17,31 +17,14 @@ from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.schema import Schema
-from streamdp.structure import max_possible_leaves
+from streamdp.structure import ceiling_height
 from streamdp.validation import check_choice, check_integer
 
 __all__ = ["PrivateForestClassifier", "default_height"]
 
-#: The default height: the tallest up to ``MAX_HEIGHT`` whose trees can have at most ``MAX_LEAVES`` leaves.
-MAX_HEIGHT = 8
-MAX_LEAVES = 2048
-
-
-def default_height(schema: Schema) -> int:
-    """Tallest height (at most ``MAX_HEIGHT``) at which a tree over ``schema`` has at most ``MAX_LEAVES`` leaves.
-
-    From the schema alone (public). Numeric attributes may split again below
-    themselves, so numeric streams get height 8 (256 leaves); categorical
-    attributes of many values stop earlier (Agrawal: 4).
-
-    >>> from streamdp.river.schemas import agrawal_schema, sea_schema, phishing_schema
-    >>> default_height(agrawal_schema()), default_height(sea_schema()), default_height(phishing_schema())
-    (4, 8, 6)
-    """
-    h = 1
-    while h < MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= MAX_LEAVES:
-        h += 1
-    return h
+#: The default height (the rule is :func:`streamdp.structure.ceiling_height`, shared with the service's
+#: growing models).
+default_height = ceiling_height
 
 
 class PrivateForestClassifier(river.base.MiniBatchClassifier):

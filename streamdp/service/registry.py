@@ -31,7 +31,7 @@ from ..growth import grows_by_default
 from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from ..schema import Schema
-from ..structure import DEFAULT_MAX_CELLS, TooLargeError
+from ..structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height
 from ..validation import check_epsilon
 from .connection import connect
 from .keys import GROUP, JOB_RESULTS, REGISTRY, Keys
@@ -175,6 +175,9 @@ def create_model(
     Jagannathan et al.). ``None`` (default): ``"grow"`` where
     :func:`streamdp.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
+    ``height=None``: a growing model's ceiling is :func:`streamdp.structure.ceiling_height` (trees of at
+    most 2,048 leaves, at most 8 tall: the river classifier's default), any other model's
+    :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.).
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
@@ -187,6 +190,9 @@ def create_model(
         return pol
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
+    if height is None and (release == "grow" or release is None and grows_by_default(schema)
+                           and PrivateForest.growable(epsilon, mechanism)):
+        height = ceiling_height(schema)  # the height of a growing model is a ceiling: the river classifier's default
     if release == "grow" and math.isinf(epsilon):
         raise ValueError("release='grow' needs a finite epsilon: without noise there is nothing to grow against "
                          "(release='window' keeps the drawn trees)")

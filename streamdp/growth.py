@@ -78,7 +78,7 @@ def grows_by_default(schema) -> bool:
     ``stream_batch_size.md``: 0.87-0.88 against 0.83-0.87 on the whole stream), and a grown release of a
     large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
     blob against 136-150 MiB of counts per window, ``stream_footprint.py``; up to 1.25x the drawn forest's
-    blob, about 3x the counts, once the data fill every level: the service's default is ``window`` where
+    blob (itself 2.7x the counts at height 10) once the data fill every level: the service's default is ``window`` where
     that would not fit the server, :func:`streamdp.service.registry.grown_blob_bound`). With numeric
     attributes the tall drawn trees do as well or better (Bananas 0.70 against 0.64), since the expected
     share below a random threshold is a guess.

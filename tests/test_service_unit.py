@@ -623,27 +623,28 @@ def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, 
     """A grown release publishes a noise variance per node on top of the drawn blob (1.25x it): a model whose
     drawn blob fits but whose fully grown blob would not used to be created and then fail at every window close
     once a long stream filled its levels. Now: refused for release='grow', 'window' for the default."""
-    from streamdp.datasets import load_schema
+    from streamdp.schema import Categorical, Label, Schema
     from streamdp.service.registry import grown_blob_bound, load_policy
     from streamdp.structure import TooLargeError
 
-    nursery = load_schema("nursery")
-    drawn = PrivateForest.create(nursery, n_trees=10, height=7, epsilon=1.0, seed=3)
+    # binary attributes: a tree of L leaves has exactly 2L - 1 nodes, the drawing bound's worst case
+    binary = Schema([Categorical(f"a{i}", (0, 1)) for i in range(12)], Label("y", (0, 1)))
+    drawn = PrivateForest.create(binary, n_trees=10, height=10, epsilon=1.0, seed=3)
     spec = len(drawn.to_bytes())
     grown_max = drawn
-    for _ in range(8):  # every level grown: an exact tally that passes every bar
-        grown_max = grown_max.grow_exact(np.full((11, drawn.structure.max_leaves, nursery.n_classes), 10**6, np.int64))
-    assert grown_max.structure.height == 7 and spec < len(grown_max.to_bytes()) <= grown_blob_bound(drawn, spec)
-    limit = (spec + grown_blob_bound(drawn, spec)) // 2  # the drawn blob fits (with the drawing bound's slack), its
-    # grown blob does not
+    for _ in range(11):  # every level grown: an exact tally that passes every bar
+        grown_max = grown_max.grow_exact(np.full((11, 1024, 2), 10**6, np.int64))
+    assert grown_max.structure.height == 10 and spec < len(grown_max.to_bytes()) <= grown_blob_bound(drawn, spec)
+    limit = spec + 100_000  # the drawn blob fits (with the drawing bound's slack), its grown blob does not
+    assert grown_blob_bound(drawn, spec) > limit
     monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(limit)})
     with pytest.raises(TooLargeError, match="release='grow'"):  # by the bound while drawing, or by the drawn blob
-        create_model(r, "g", nursery, n_trees=10, height=7, epsilon=1.0, seed=3, release="grow")
+        create_model(r, "g", binary, n_trees=10, height=10, epsilon=1.0, seed=3, release="grow")
     assert r.hget("sdp:registry", "g") is None and not r.keys("sdp:{g}:*")  # nothing stored, nothing charged
-    create_model(r, "d", nursery, n_trees=10, height=7, epsilon=1.0, seed=3)
+    create_model(r, "d", binary, n_trees=10, height=10, epsilon=1.0, seed=3)
     assert load_policy(r, "d")[0].kind == "window"  # all categorical, but its growth would not fit
-    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(grown_blob_bound(drawn, spec))})
-    create_model(r, "d2", nursery, n_trees=10, height=7, epsilon=1.0, seed=3)
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(grown_blob_bound(drawn, spec) + 70_000)})
+    create_model(r, "d2", binary, n_trees=10, height=10, epsilon=1.0, seed=3)
     assert load_policy(r, "d2")[0].kind == "grow"
 
 
@@ -662,6 +663,32 @@ def test_a_growing_models_default_height_is_the_ceiling_rule(r):
     assert create_model(r, "ga", load_schema("adult"), n_trees=2, epsilon=1.0, release="grow").height == 2
     assert create_model(r, "gh", votes, n_trees=2, epsilon=1.0, height=3).height == 3  # an explicit height stays
     assert show_model(r, "gd")["height"] == 6
+
+
+def test_size_bounds_hold_at_their_edges(r, monkeypatch):
+    """Review findings: (1) a growing model's default height went through no leaf guard (many trees failed where
+    window succeeded); (2) the grown bound missed the per-tree noise variances (9 bytes each in msgpack); (3) the
+    cell bound left the prior stump's row out (a 1-tree model was refused only by the final blob check)."""
+    from streamdp.service.registry import blob_max_cells, grown_blob_bound, load_policy
+    from streamdp.structure import ceiling_height
+    from streamdp.schema import Categorical, Label, Schema
+
+    votes = DS.schema
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(2 << 20)})
+    f = create_model(r, "many", votes, n_trees=100, epsilon=1.0)  # the default grows: its ceiling is lowered
+    assert f.height < ceiling_height(votes) and load_policy(r, "many")[0].kind == "grow"
+    assert create_model(r, "many-g", votes, n_trees=100, epsilon=1.0, release="grow").height == f.height
+    # (2) thousands of trees of one binary split, every level grown
+    one = Schema([Categorical("a", (0, 1))], Label("y", (0, 1)))
+    drawn = PrivateForest.create(one, n_trees=5000, height=1, epsilon=1.0)
+    grown = drawn
+    for _ in range(2):
+        grown = grown.grow_exact(np.full((5001, 2, 2), 10**6, np.int64))
+    assert grown.height == 1 and len(grown.to_bytes()) <= grown_blob_bound(drawn, len(drawn.to_bytes()))
+    # (3) a one-tree model: its stump's row counts as much as the tree's
+    cells = blob_max_cells(votes, 1, 1_300_000)
+    leaves = cells // votes.n_classes
+    assert 2 * leaves * (8 * votes.n_classes + 40) <= 1_300_000 - len(votes.to_json())
 
 
 def test_a_push_with_no_valid_record_is_not_a_crash(r):

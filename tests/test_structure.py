@@ -222,6 +222,7 @@ def test_the_default_height_never_asks_for_more_leaves_than_the_guard_allows():
     assert max_possible_leaves(mushroom, 7) > DEFAULT_MAX_CELLS // (10 * 2)  # the tallest that fits
     assert ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080).height == 3  # the guard is the draw's
     assert PrivateForest.create(load_schema("nursery"), n_trees=10).height == 4  # half, where it fits
+    assert PrivateForest.create(load_schema("adult"), n_trees=10).height == 7  # drawn trees fit: not the worst case
     with pytest.raises(TooLargeError):  # an explicit height is the user's: refused, not lowered
         ForestStructure.draw(mushroom, 10, height=11)
 

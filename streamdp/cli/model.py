@@ -31,8 +31,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
     c.add_argument("--trees", type=int, default=10)
     c.add_argument("--height", type=int, default=None,
-                   help="tree height (default: for grow, the tallest of at most 2,048 leaves per tree, at most 8; "
-                        "else half the attributes, lowered where such trees could exceed the leaf guard)")
+                   help="tree height (default: for grow, the river classifier's default, "
+                        "streamdp.structure.ceiling_height; else half the attributes; both lowered where the trees "
+                        "could exceed what the server accepts)")
     c.add_argument("--epsilon", type=float, required=True)
     c.add_argument("--mechanism", choices=("geometric", "laplace", "kanon"), default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")

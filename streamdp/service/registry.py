@@ -31,7 +31,7 @@ from ..growth import grows_by_default
 from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from ..schema import Schema
-from ..structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height
+from ..structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from ..validation import check_epsilon
 from .connection import connect
 from .keys import GROUP, JOB_RESULTS, REGISTRY, Keys
@@ -102,22 +102,26 @@ def server_value_limit(r: Any) -> int:
         return DEFAULT_BULK_LIMIT
 
 
-def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False) -> int:
+def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1) -> int:
     """Most count cells (trees x leaves x classes) a model may have so that its blob stays within ``limit`` bytes.
 
-    A tree of L leaves has at most 2L - 1 nodes, so the blob of T trees with at most L leaves
-    each is at most ``T * L * (8 * classes + 2 * 20)`` bytes plus the schema (bounded here by
-    its JSON size and 64 KiB of slack); ``grows``: a grown release's blob, which adds 8 bytes
-    per node (:func:`grown_blob_bound`). The structure drawer refuses, level by level, a tree
-    with more leaves than ``max_cells / (T * classes)`` before building that level.
+    A tree of L leaves has at most 2L - 1 nodes, and every row of the blob's arrays (the
+    ``n_trees`` trees and the ``prior_trees`` stumps, each padded to the widest tree) takes as
+    much, so the blob is at most ``(n_trees + prior_trees) * L * (8 * classes + 2 * 20)`` bytes
+    plus the schema (bounded here by its JSON size and 64 KiB of slack); ``grows``: a grown
+    release's blob, which adds 8 bytes per node (:func:`grown_blob_bound`). The structure drawer
+    refuses, level by level, a tree with more leaves than ``max_cells / (n_trees * classes)``
+    before building that level.
 
     >>> from streamdp.datasets import load_schema
-    >>> blob_max_cells(load_schema("adult"), 10, 512 << 20), blob_max_cells(load_schema("adult"), 10, 512 << 20, grows=True)
-    (19171520, 14911180)
+    >>> adult = load_schema("adult")
+    >>> blob_max_cells(adult, 10, 512 << 20), blob_max_cells(adult, 10, 512 << 20, grows=True)
+    (17428660, 13555620)
     """
     c = schema.n_classes
     room = limit - len(schema.to_json()) - (64 << 10)
-    leaves = max(0, room // (n_trees * (8 * c + 2 * (_NODE_BYTES + (_GROWN_NODE_BYTES if grows else 0)))))
+    per_leaf = 8 * c + 2 * (_NODE_BYTES + (_GROWN_NODE_BYTES if grows else 0))
+    leaves = max(0, room // ((n_trees + prior_trees) * per_leaf))
     return int(leaves * n_trees * c)
 
 
@@ -126,12 +130,12 @@ def grown_blob_bound(forest: PrivateForest, spec_bytes: int) -> int:
 
     A grown release's trees are prunings of the drawn ones (never past their leaves), so its
     structure and counts take at most the drawn blob's bytes; it adds a noise variance per node
-    (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)`` float64) and one per tree.
-    Measured (all-categorical schemas, heights 3-6, every level grown): the drawn blob plus
-    these arrays to within 140 bytes, 1.25x the drawn blob.
+    (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)`` float64), one per tree (a msgpack
+    list: 9 bytes a float) and version numbers. Measured (all-categorical schemas, heights 3-7,
+    every level grown): the drawn blob plus these to within 140 bytes, 1.25x the drawn blob.
     """
     s = forest.structure
-    return spec_bytes + _GROWN_NODE_BYTES * (s.feature.size + s.n_trees) + (4 << 10)
+    return spec_bytes + _GROWN_NODE_BYTES * s.feature.size + 9 * s.n_trees + (4 << 10)
 
 
 def create_model(
@@ -175,9 +179,11 @@ def create_model(
     Jagannathan et al.). ``None`` (default): ``"grow"`` where
     :func:`streamdp.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
-    ``height=None``: a growing model's ceiling is :func:`streamdp.structure.ceiling_height` (trees of at
-    most 2,048 leaves, at most 8 tall: the river classifier's default), any other model's
-    :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.).
+    ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
+    :func:`streamdp.structure.ceiling_height` (the river classifier's default), any other model
+    :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.); both lowered by
+    :func:`streamdp.structure.fitting_height` where the trees could exceed what the server accepts.
+    A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
@@ -190,9 +196,10 @@ def create_model(
         return pol
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
-    if height is None and (release == "grow" or release is None and grows_by_default(schema)
-                           and PrivateForest.growable(epsilon, mechanism)):
-        height = ceiling_height(schema)  # the height of a growing model is a ceiling: the river classifier's default
+    epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
+    # the one rule for whether this model grows (the default needs its grown blob to fit too, below)
+    may_grow = release == "grow" or (release is None and grows_by_default(schema)
+                                     and PrivateForest.growable(epsilon, mechanism))
     if release == "grow" and math.isinf(epsilon):
         raise ValueError("release='grow' needs a finite epsilon: without noise there is nothing to grow against "
                          "(release='window' keeps the drawn trees)")
@@ -200,13 +207,15 @@ def create_model(
     if ledger_budget is not None:
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
-    cells = (blob_max_cells(schema, n_trees, limit, grows=release == "grow") if isinstance(n_trees, int) and n_trees >= 1
-             else DEFAULT_MAX_CELLS)
+    valid_trees = isinstance(n_trees, int) and n_trees >= 1  # else PrivateForest.create says what is wrong
+    cells = blob_max_cells(schema, n_trees, limit, grows=release == "grow") if valid_trees else DEFAULT_MAX_CELLS
     too_big = (f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "
                f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)"
                + (", with release='grow' adding a noise variance per node" if release == "grow" else ""))
     if cells < n_trees * schema.n_classes:
         raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
+    if height is None and may_grow and valid_trees:  # a growing model's height is a ceiling (the river default's)
+        height = fitting_height(schema, ceiling_height(schema), n_trees, min(DEFAULT_MAX_CELLS, cells))
     try:
         forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
                                       k=k, beta=beta, seed=seed, vote=vote, budget=budget,
@@ -217,11 +226,10 @@ def create_model(
         raise TooLargeError(f"{too_big}; {e}") from None
     spec = forest.to_bytes()  # version 0: the structure every release's counts belong to
     grown_bytes = grown_blob_bound(forest, len(spec))
-    if policy is None:  # the default: grow where the schema favours it, this forest can grow and its growth fits
-        policy = policy_of("grow" if grows_by_default(schema) and forest.can_grow and grown_bytes <= limit
-                           else "window")
+    if policy is None:  # the default: grow where the rule above says so and the grown blob fits the server
+        policy = policy_of("grow" if may_grow and grown_bytes <= limit else "window")
     pub = published_fields(forest)
-    if len(spec) > limit:  # the bound above makes this unreachable; a last check before anything is stored
+    if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
     if policy.kind == "grow" and grown_bytes > limit:
         raise TooLargeError(f"{too_big}: release='grow' publishes the grown trees with a noise variance per node, "

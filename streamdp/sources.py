@@ -254,7 +254,9 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
     lab_name = label if isinstance(label, str) else schema.label.name
     missing = [c for c in [*schema.names, lab_name] if c not in head]
     if missing:
-        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns)")
+        hint = ("; if its first line is a record, the file has no header row: read it with header=False "
+                "(CLI: --no-header)") if len(missing) == len(schema.names) + 1 else ""
+        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns){hint}")
     return head, lab_name
 
 

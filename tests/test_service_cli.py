@@ -122,3 +122,4 @@ def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, 
                      "--release", "grow"]) == 2
     assert "needs a finite epsilon" in capsys.readouterr().err
     assert main(u + ["model", "delete", unique_name]) == 0
+    assert f"see `streamdp ledger {unique_name}`" in capsys.readouterr().out  # (the name, not a placeholder)

@@ -108,6 +108,32 @@ def test_every_entry_counted_once_across_windows(r, release):
     assert not r.keys("sdp:{m}:priv:acc:*") or r.keys("sdp:{m}:priv:acc:*") == [Keys("m").acc(9).encode()]
 
 
+@pytest.mark.parametrize("release", ["window", "grow"])
+def test_until_drained_waits_for_the_window_holding_the_last_entries(r, release):
+    """A new user's trial: `streamdp worker NAME --until-drained` exited with every entry added to the open
+    window's accumulator but the window not released yet, so the model held none of the pushed records."""
+    _model(r, release=release, epsilon=1.0 if release == "grow" else math.inf)
+    w = _worker(r)
+    assert w.drained()  # nothing pushed, nothing held
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _add_all(w)
+    assert w.reader.drained() and not w.drained()  # the stream is read, window 1 is not released
+    assert w.closer.tick(_at(r, "m", 1)) == 1
+    assert w.drained() and show_model(r, "m")["releases"] == 1
+
+
+def test_a_worker_run_until_drained_returns_with_the_records_published(r):
+    """The real clock: a 0.3 s window, the loop exits only once that window is released (deadline 30 s)."""
+    create_model(r, "rt", DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=1, release="window",
+                 release_every=0.3)
+    Producer(r, "rt").push(DS.X[:40], DS.y[:40])
+    t0 = time.monotonic()
+    Worker(r, "rt", block_ms=50).run(until_drained=True, max_seconds=30, handle_signals=False)
+    assert time.monotonic() - t0 < 30
+    spec = create_model(r, "rt", DS.schema, exist_ok=True, epsilon=math.inf)
+    assert int(_published(r, "rt", spec)[spec.n_trees:].sum()) == 40  # the stump's exact total: every record
+
+
 def test_entries_committed_while_a_window_closes_land_in_the_next(r):
     spec = _model(r)
     w = _worker(r)

@@ -60,8 +60,11 @@ def test_errors_name_attribute_and_row_never_the_value():
 
 
 def test_csv_header_and_no_header_errors():
-    with pytest.raises(SourceError, match="lacks the columns"):
+    with pytest.raises(SourceError, match="lacks the columns") as e:
         list(read_csv_chunks(io.StringIO("n,b\n1,true\n"), MIXED))
+    assert "--no-header" not in str(e.value)  # a header that names some columns: no hint
+    with pytest.raises(SourceError, match="no header row: read it with header=False"):  # a record read as header
+        list(read_csv_chunks(io.StringIO("yes,1,true,red,2\n"), MIXED))
     with pytest.raises(SourceError, match="empty"):
         list(read_csv_chunks(io.StringIO(""), MIXED))
     (c,) = read_csv_chunks(io.StringIO("yes,1,true,red,2\n"), MIXED, header=False)

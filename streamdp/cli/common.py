@@ -59,6 +59,9 @@ class Progress:
     >>> bar = Progress(4, stream=io.StringIO())
     >>> bar.update(4); bar.stream.getvalue().split()[:3]
     ['[##############################]', '100.0%', '4/4']
+    >>> bar = Progress(1, stream=io.StringIO())
+    >>> bar.update_fraction(1.0, 7); bar.update_fraction(1.0, 7); bar.stream.getvalue().count("100.0%")
+    1
     """
 
     def __init__(self, total: int, what: str = "records", stream: TextIO | None = None):
@@ -66,6 +69,7 @@ class Progress:
         self.t0 = time.monotonic()
         self.tty = self.stream.isatty()
         self._last = -1.0
+        self._drawn: tuple[float, int] | None = None
 
     def update(self, done: int) -> None:
         now = time.monotonic()
@@ -83,9 +87,9 @@ class Progress:
         """Draw ``frac`` of the work done and ``done`` items (when the total is known only as a fraction,
         e.g. of a file's bytes)."""
         now = time.monotonic()
-        if frac < 1.0 and now - self._last < (0.1 if self.tty else 2.0):
-            return
-        self._last = now
+        if (frac < 1.0 and now - self._last < (0.1 if self.tty else 2.0)) or (frac, done) == self._drawn:
+            return  # (the same state twice: the last chunk's report and the final one were both printed)
+        self._last, self._drawn = now, (frac, done)
         rate = done / max(now - self.t0, 1e-9)
         line = f"[{'#' * int(min(1.0, frac) * 30):<30}] {min(1.0, frac):6.1%} {done:,} {self.what} {rate:,.0f}/s"
         self.stream.write(("\r" + line) if self.tty else line + "\n")

@@ -169,7 +169,7 @@ def delete(args: argparse.Namespace) -> int:
 
     n = delete_model(client(args), args.name)
     print(f"deleted model {args.name!r} ({n} keys; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
-          "spends are history, see `streamdp ledger {args.name}`)")
+          f"spends are history, see `streamdp ledger {args.name}`)")
     return 0
 
 

@@ -186,8 +186,9 @@ class Worker(GroupLoop):
         _jlog(logging.INFO, "worker.stop", model=self.model, consumer=self.name)
 
     def drained(self) -> bool:
-        """No entry waits: nothing pending in the group and every entry delivered."""
-        return self.reader.drained()
+        """No entry waits (nothing pending in the group, every entry delivered) and, with release windows,
+        every window holding added entries released (:meth:`WindowCloser.holds_unreleased`)."""
+        return self.reader.drained() and (self.closer is None or not self.closer.holds_unreleased())
 
     # -- one step ------------------------------------------------------------
     def step(self, block_ms: int | None = None) -> int:

@@ -190,6 +190,13 @@ class WindowCloser:
                 self.r.delete(lease)
         return n
 
+    def holds_unreleased(self) -> bool:
+        """Whether a window that entries were added to is not released yet (its accumulator exists): a worker
+        run ``until_drained`` waits for it, on the public schedule, or it would exit with the last records
+        merged but not published."""
+        open_, rel = (int(x or 0) for x in self.r.hmget(self.keys.state, "open", "releases"))
+        return open_ > rel and bool(self.r.exists(*(self.keys.acc(w) for w in range(rel + 1, open_ + 1))))
+
     def close(self, w: int) -> bool:
         """Noise and release sealed window ``w`` (False: another worker released it first)."""
         p = self.r.pipeline(transaction=True)

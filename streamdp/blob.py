@@ -2,7 +2,8 @@
 
 A blob is a msgpack map with a ``format`` name and ``format_version``; numpy
 arrays travel as ``{"dtype", "shape", "data"}`` with the raw little-endian
-bytes (100x faster than nested lists). Only plain numeric dtypes are
+bytes (100x faster than nested lists), or, where the writer allows it, a large
+all-zero array as ``{"dtype", "shape", "zeros": true}``. Only plain numeric dtypes are
 accepted, so decoding an untrusted blob can never build an object array or
 run code; every failure is a :class:`ValueError` that says what is wrong.
 
@@ -30,12 +31,27 @@ class BlobError(ValueError):
     """A blob is truncated, corrupted, of another format, or inconsistent."""
 
 
-def pack_array(a: np.ndarray) -> dict:
+#: :func:`pack_array` with ``zeros_ok``: an all-zero array at least this large travels as its shape alone.
+ZEROS_MIN_BYTES = 1 << 16
+
+
+def pack_array(a: np.ndarray, zeros_ok: bool = False) -> dict:
     """``{"dtype", "shape", "data"}`` of a numeric array; ``data`` views the array's memory
-    (no copy), so pack right before :func:`dumps`, while the array is unchanged."""
+    (no copy), so pack right before :func:`dumps`, while the array is unchanged.
+
+    ``zeros_ok``: an all-zero array of at least ``ZEROS_MIN_BYTES`` is ``{"dtype", "shape", "zeros": True}``
+    (a fresh model's counts: at height 10 a third of its blob); it unpacks as ``np.zeros``, whose pages
+    the OS maps only when written.
+
+    >>> z = pack_array(np.zeros(10**5), zeros_ok=True)
+    >>> sorted(z), unpack_array(z).shape, bool(unpack_array(z).any())
+    (['dtype', 'shape', 'zeros'], (100000,), False)
+    """
     a = np.asarray(a)
     if a.dtype.kind not in "iufb":
         raise TypeError(f"only numeric arrays can be packed, got dtype {a.dtype}")
+    if zeros_ok and a.nbytes >= ZEROS_MIN_BYTES and not a.any():
+        return {"dtype": a.dtype.newbyteorder("<").str, "shape": list(a.shape), "zeros": True}
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     # A view of the array's memory, not a copy: msgpack copies it once, into the blob (an empty array
     # has no memory to view).
@@ -44,9 +60,12 @@ def pack_array(a: np.ndarray) -> dict:
 
 
 def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None) -> np.ndarray:
-    if not isinstance(d, dict) or set(d) != {"dtype", "shape", "data"}:
-        raise BlobError(f"{name}: expected an array record with dtype, shape and data")
-    dt, shape, data = d["dtype"], d["shape"], d["data"]
+    zeros = isinstance(d, dict) and set(d) == {"dtype", "shape", "zeros"}
+    if not isinstance(d, dict) or (set(d) != {"dtype", "shape", "data"} and not zeros):
+        raise BlobError(f"{name}: expected an array record with dtype, shape and data (or zeros)")
+    if zeros and d["zeros"] is not True:
+        raise BlobError(f"{name}: 'zeros' must be true, got {d['zeros']!r}")
+    dt, shape, data = d["dtype"], d["shape"], None if zeros else d["data"]
     if not isinstance(dt, str) or dt not in _ALLOWED_DTYPES:
         raise BlobError(f"{name}: dtype {dt!r} is not allowed")
     if dtype is not None and np.dtype(dt) != np.dtype(dtype):
@@ -57,7 +76,7 @@ def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: in
         raise BlobError(f"{name}: expected {ndim} dimensions, got shape {shape}")
     if isinstance(data, memoryview):  # straight from pack_array, not through msgpack
         data = data.cast("B") if data.format != "B" else data
-    elif not isinstance(data, bytes):
+    elif not zeros and not isinstance(data, bytes):
         raise BlobError(f"{name}: data must be bytes")
     itemsize = np.dtype(dt).itemsize
     n = 1
@@ -65,6 +84,8 @@ def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: in
         n *= s
         if n * itemsize > _MAX_ARRAY_BYTES:
             raise BlobError(f"{name}: shape {shape} is too large")
+    if zeros:
+        return np.zeros(shape, dtype=np.dtype(dt).newbyteorder("="))
     if len(data) != n * itemsize:
         raise BlobError(f"{name}: {len(data)} bytes of data for shape {shape} of {dt} (needs {n * itemsize})")
     arr = np.frombuffer(data, dtype=dt).reshape(shape)

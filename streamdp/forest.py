@@ -702,7 +702,7 @@ class PrivateForest:
             },
             "privacy": {"epsilon": self.epsilon, "delta": self.delta, "private": self.private},
             "structure": {name: blob.pack_array(a) for name, a in self.structure.arrays().items()},
-            "counts": blob.pack_array(self._counts),
+            "counts": blob.pack_array(self._counts, zeros_ok=True),  # a fresh model's spec: its shape alone
             "version": self.version,
             "n_releases": self.n_releases,
             "noise_variance": None if self._noise_variance is None else [float(v) for v in self._noise_variance],

@@ -107,6 +107,40 @@ def test_pack_unpack_array():
         pack_array(np.array(["a"], dtype=object))
 
 
+def test_a_fresh_models_zero_counts_travel_as_their_shape_alone():
+    """A spec (version 0) is a third counts at height 10, all zeros: they are sent, stored twice in Redis and held
+    by every worker for nothing. Now {"dtype", "shape", "zeros": true}, decoded as np.zeros (pages mapped when
+    written); counts with anything in them keep their bytes."""
+    fresh = PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1)
+    assert fresh.counts.nbytes >= blobmod.ZEROS_MIN_BYTES
+    b = fresh.to_bytes()
+    assert doc_of(b)["counts"] == {"dtype": "<i8", "shape": list(fresh.counts.shape), "zeros": True}
+    back = PrivateForest.from_bytes(b)
+    assert back.counts.shape == fresh.counts.shape and back.counts.dtype == np.int64 and not back.counts.any()
+    X, y = data(300)
+    fitted = back.fit(X, y)
+    assert "data" in doc_of(fitted.to_bytes())["counts"]  # noisy counts: never all zero at this size
+    np.testing.assert_array_equal(PrivateForest.from_bytes(fitted.to_bytes()).counts, fitted.counts)
+    full = blobmod.packb({**doc_of(b), "counts": pack_array(fresh.counts)})  # the blob as it was
+    assert len(b) + fresh.counts.nbytes - 100 < len(full) < len(b) + fresh.counts.nbytes + 100
+    small = PrivateForest.create(SCHEMA, n_trees=2, height=1, epsilon=1.0, seed=1)  # under 64 KiB: its bytes
+    assert "data" in doc_of(small.to_bytes())["counts"]
+
+
+@pytest.mark.parametrize("record", [
+    {"dtype": "<i8", "shape": [2, 3], "zeros": 1},
+    {"dtype": "<i8", "shape": [2, 3], "zeros": "yes"},
+    {"dtype": "<i8", "shape": [2, 3], "zeros": False},
+    {"dtype": "<i8", "shape": [2, 3], "zeros": True, "data": b""},
+    {"dtype": "|O", "shape": [2], "zeros": True},
+    {"dtype": "<i8", "shape": [1 << 20, 1 << 20], "zeros": True},
+    {"dtype": "<i8", "shape": [-1], "zeros": True},
+])
+def test_a_malformed_zeros_record_is_refused(record):
+    with pytest.raises(BlobError):
+        unpack_array(record, "counts")
+
+
 # -- malformed blobs -----------------------------------------------------------------------
 
 

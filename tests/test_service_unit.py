@@ -635,7 +635,9 @@ def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, 
     for _ in range(11):  # every level grown: an exact tally that passes every bar
         grown_max = grown_max.grow_exact(np.full((11, 1024, 2), 10**6, np.int64))
     assert grown_max.structure.height == 10 and spec < len(grown_max.to_bytes()) <= grown_blob_bound(drawn, spec)
-    limit = spec + 100_000  # the drawn blob fits (with the drawing bound's slack), its grown blob does not
+    # the drawn blob with its counts (the spec holds a fresh model's zero counts as their shape alone) fits, with
+    # the drawing bound's slack; its grown blob does not
+    limit = spec + drawn.counts.nbytes + 100_000
     assert grown_blob_bound(drawn, spec) > limit
     monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(limit)})
     with pytest.raises(TooLargeError, match="release='grow'"):  # by the bound while drawing, or by the drawn blob

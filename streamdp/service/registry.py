@@ -129,13 +129,14 @@ def grown_blob_bound(forest: PrivateForest, spec_bytes: int) -> int:
     """The largest blob a ``release="grow"`` model publishes, from its drawn forest's blob size.
 
     A grown release's trees are prunings of the drawn ones (never past their leaves), so its
-    structure and counts take at most the drawn blob's bytes; it adds a noise variance per node
-    (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)`` float64), one per tree (a msgpack
-    list: 9 bytes a float) and version numbers. Measured (all-categorical schemas, heights 3-7,
-    every level grown): the drawn blob plus these to within 140 bytes, 1.25x the drawn blob.
+    structure takes at most the drawn blob's bytes, and its counts at most the drawn counts' (which
+    the drawn blob, all zeros, holds as their shape alone: ``blob.pack_array(zeros_ok=True)``); it
+    adds a noise variance per node (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)``
+    float64), one per tree (a msgpack list: 9 bytes a float) and version numbers. Measured
+    (categorical schemas, heights 3-10, every level grown): within a few hundred bytes of this.
     """
     s = forest.structure
-    return spec_bytes + _GROWN_NODE_BYTES * s.feature.size + 9 * s.n_trees + (4 << 10)
+    return spec_bytes + forest.counts.nbytes + _GROWN_NODE_BYTES * s.feature.size + 9 * s.n_trees + (4 << 10)
 
 
 def create_model(

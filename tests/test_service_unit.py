@@ -672,7 +672,7 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
     window succeeded); (2) the grown bound missed the per-tree noise variances (9 bytes each in msgpack); (3) the
     cell bound left the prior stump's row out (a 1-tree model was refused only by the final blob check)."""
     from streamdp.service.registry import blob_max_cells, grown_blob_bound, load_policy
-    from streamdp.structure import ceiling_height
+    from streamdp.structure import TooLargeError, ceiling_height
     from streamdp.schema import Categorical, Label, Schema
 
     votes = DS.schema
@@ -687,10 +687,18 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
     for _ in range(2):
         grown = grown.grow_exact(np.full((5001, 2, 2), 10**6, np.int64))
     assert grown.height == 1 and len(grown.to_bytes()) <= grown_blob_bound(drawn, len(drawn.to_bytes()))
-    # (3) a one-tree model: its stump's row counts as much as the tree's
-    cells = blob_max_cells(votes, 1, 1_300_000)
-    leaves = cells // votes.n_classes
-    assert 2 * leaves * (8 * votes.n_classes + 40) <= 1_300_000 - len(votes.to_json())
+    # (3) one-tree models: the stump's row counts as much as the tree's. Refused while drawing or stored within the
+    # limit, never refused by the last check after drawing (which the bound should make unreachable)
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "1300000"})
+    assert blob_max_cells(votes, 1, 1_300_000) < blob_max_cells(votes, 1, 1_300_000, prior_trees=0)
+    for h in range(6, 14):
+        try:
+            create_model(r, f"one{h}", votes, n_trees=1, height=h, epsilon=1.0, release="window", seed=h)
+        except TooLargeError as e:
+            assert "too many leaves" in str(e) and "its blob has" not in str(e)
+        else:
+            assert len(r.get(Keys(f"one{h}").spec)) <= 1_300_000
+            assert len(r.hget(Keys(f"one{h}").pub_model, "counts")) <= 1_300_000
 
 
 def test_a_push_with_no_valid_record_is_not_a_crash(r):

@@ -103,24 +103,26 @@ def server_value_limit(r: Any) -> int:
 
 
 def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1) -> int:
-    """Most count cells (trees x leaves x classes) a model may have so that its blob stays within ``limit`` bytes.
+    """Most count cells (trees x leaves x classes) a model may have so that every value it stores in Redis
+    stays within ``limit`` bytes.
 
-    A tree of L leaves has at most 2L - 1 nodes, and every row of the blob's arrays (the
-    ``n_trees`` trees and the ``prior_trees`` stumps, each padded to the widest tree) takes as
-    much, so the blob is at most ``(n_trees + prior_trees) * L * (8 * classes + 2 * 20)`` bytes
-    plus the schema (bounded here by its JSON size and 64 KiB of slack); ``grows``: a grown
-    release's blob, which adds 8 bytes per node (:func:`grown_blob_bound`). The structure drawer
-    refuses, level by level, a tree with more leaves than ``max_cells / (n_trees * classes)``
-    before building that level.
+    Its spec holds the structure (a fresh model's zero counts travel as their shape alone), each release
+    its counts; a grown release (``grows``) holds both and a noise variance per node. A tree of L leaves
+    has at most 2L - 1 nodes, and every row of these arrays (the ``n_trees`` trees and the
+    ``prior_trees`` stumps, each padded to the widest tree) takes as much, so per leaf and row the
+    largest value takes ``max(2 * 20, 8 * classes)`` bytes (``8 * classes + 2 * (20 + 8)`` grown),
+    plus the schema (bounded here by its JSON size and 64 KiB of slack). The structure drawer refuses,
+    level by level, a tree with more leaves than ``max_cells / (n_trees * classes)`` before building
+    that level.
 
     >>> from streamdp.datasets import load_schema
     >>> adult = load_schema("adult")
     >>> blob_max_cells(adult, 10, 512 << 20), blob_max_cells(adult, 10, 512 << 20, grows=True)
-    (17428660, 13555620)
+    (24400120, 13555620)
     """
     c = schema.n_classes
     room = limit - len(schema.to_json()) - (64 << 10)
-    per_leaf = 8 * c + 2 * (_NODE_BYTES + (_GROWN_NODE_BYTES if grows else 0))
+    per_leaf = 8 * c + 2 * (_NODE_BYTES + _GROWN_NODE_BYTES) if grows else max(8 * c, 2 * _NODE_BYTES)
     leaves = max(0, room // ((n_trees + prior_trees) * per_leaf))
     return int(leaves * n_trees * c)
 

@@ -44,7 +44,7 @@ def pack_array(a: np.ndarray, zeros_ok: bool = False) -> dict:
     the OS maps only when written.
 
     >>> z = pack_array(np.zeros(10**5), zeros_ok=True)
-    >>> sorted(z), unpack_array(z).shape, bool(unpack_array(z).any())
+    >>> sorted(z), unpack_array(z, zeros_shape=(10**5,)).shape, bool(unpack_array(z, zeros_shape=(10**5,)).any())
     (['dtype', 'shape', 'zeros'], (100000,), False)
     """
     a = np.asarray(a)
@@ -59,12 +59,21 @@ def pack_array(a: np.ndarray, zeros_ok: bool = False) -> dict:
     return {"dtype": a.dtype.str, "shape": list(a.shape), "data": data}
 
 
-def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None) -> np.ndarray:
+def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None,
+                 zeros_shape: tuple | None = None) -> np.ndarray:
+    """The array of a :func:`pack_array` record, checked (dtype, shape, size, finite values).
+
+    A zeros record is accepted only where the caller expects one, of exactly ``zeros_shape`` (known
+    from the rest of the blob): anywhere else a few bytes could make the reader allocate gigabytes.
+    """
     zeros = isinstance(d, dict) and set(d) == {"dtype", "shape", "zeros"}
     if not isinstance(d, dict) or (set(d) != {"dtype", "shape", "data"} and not zeros):
-        raise BlobError(f"{name}: expected an array record with dtype, shape and data (or zeros)")
+        raise BlobError(f"{name}: expected an array record with dtype, shape and data")
     if zeros and d["zeros"] is not True:
         raise BlobError(f"{name}: 'zeros' must be true, got {d['zeros']!r}")
+    if zeros and (zeros_shape is None or d["shape"] != list(zeros_shape)):
+        raise BlobError(f"{name}: an all-zero record is not accepted here" if zeros_shape is None else
+                        f"{name}: an all-zero record of shape {d['shape']!r} where {list(zeros_shape)} was expected")
     dt, shape, data = d["dtype"], d["shape"], None if zeros else d["data"]
     if not isinstance(dt, str) or dt not in _ALLOWED_DTYPES:
         raise BlobError(f"{name}: dtype {dt!r} is not allowed")

@@ -734,9 +734,9 @@ class PrivateForest:
             if prior_trees < 0 or blob.field(params, "n_trees", int, FORMAT) + prior_trees != structure.n_trees:
                 raise blob.BlobError(f"{FORMAT}: n_trees + prior_trees does not match the structure")
             mechanism = blob.field(params, "mechanism", str, FORMAT)
-            counts = blob.unpack_array(
-                doc.get("counts"), "counts", "<f8" if mechanism == "laplace" else "<i8", ndim=3
-            )
+            counts = blob.unpack_array(  # a spec's all-zero counts: their shape alone, which must be the structure's
+                doc.get("counts"), "counts", "<f8" if mechanism == "laplace" else "<i8", ndim=3,
+                zeros_shape=(structure.n_trees, structure.max_leaves, schema.n_classes))
             version = blob.field(doc, "version", int, FORMAT)
             n_releases = blob.field(doc, "n_releases", int, FORMAT)
             if version < 0 or n_releases < 0:

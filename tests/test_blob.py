@@ -138,7 +138,39 @@ def test_a_fresh_models_zero_counts_travel_as_their_shape_alone():
 ])
 def test_a_malformed_zeros_record_is_refused(record):
     with pytest.raises(BlobError):
-        unpack_array(record, "counts")
+        unpack_array(record, "counts", zeros_shape=(2, 3))
+
+
+def test_a_zeros_record_is_accepted_only_where_expected_and_of_the_expected_shape():
+    """A review's bomb: a 2 KB blob of zeros records for the structure arrays made the reader allocate 4 GiB
+    before refusing it; a 138-byte stream entry of zeros X/y decoded to a million records."""
+    import time
+
+    from streamdp.service import codec
+
+    z = {"dtype": "<i8", "shape": [2, 3], "zeros": True}
+    assert unpack_array(z, "counts", zeros_shape=(2, 3)).shape == (2, 3)
+    with pytest.raises(BlobError, match="not accepted here"):
+        unpack_array(z, "feature")
+    with pytest.raises(BlobError, match="where \\[3, 2\\] was expected"):
+        unpack_array(z, "counts", zeros_shape=(3, 2))
+    doc = doc_of(PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1).to_bytes())
+    big = {"dtype": "<i4", "shape": [1 << 14, 1 << 14], "zeros": True}  # 1 GiB each if allocated
+    t0 = time.process_time()
+    for name in ("feature", "threshold", "child", "leaf"):
+        with pytest.raises(BlobError):
+            PrivateForest.from_bytes(pack({**doc, "structure": {**doc["structure"], name: big}}))
+    counts = doc["counts"]
+    with pytest.raises(BlobError, match="was expected"):  # counts of another shape than the structure's
+        PrivateForest.from_bytes(pack({**doc, "counts": {**counts, "shape": [1 << 10, 1 << 10, 2]}}))
+    assert time.process_time() - t0 < 1.0
+    X, y = data(5)
+    edoc = msgpack.unpackb(codec.encode_batch(SCHEMA, X, y), raw=False)
+    for key in ("X", "y"):
+        forged = {**edoc, key: {"dtype": edoc[key]["dtype"], "shape": [10**6] + edoc[key]["shape"][1:], "zeros": True}}
+        with pytest.raises(codec.EnvelopeError):
+            codec.decode(SCHEMA, msgpack.packb(forged, use_bin_type=True))
+    assert codec.decode(SCHEMA, msgpack.packb(edoc, use_bin_type=True)).y.shape == (5,)  # the entry as sent
 
 
 # -- malformed blobs -----------------------------------------------------------------------

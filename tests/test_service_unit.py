@@ -687,6 +687,11 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
     for _ in range(2):
         grown = grown.grow_exact(np.full((5001, 2, 2), 10**6, np.int64))
     assert grown.height == 1 and len(grown.to_bytes()) <= grown_blob_bound(drawn, len(drawn.to_bytes()))
+    # (4) release='tree' keeps 2 * levels counts-sized arrays in one value (its state): bounded by that, not the counts
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(8 << 20)})
+    with pytest.raises(TooLargeError, match="too many leaves"):
+        create_model(r, "tree8", votes, n_trees=10, height=8, epsilon=1.0, release="tree")
+    create_model(r, "win8", votes, n_trees=10, height=8, epsilon=1.0, release="window")  # counts alone: it fits
     # (3) one-tree models: the stump's row counts as much as the tree's. Refused while drawing or stored within the
     # limit, never refused by the last check after drawing (which the bound should make unreachable)
     monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "1300000"})

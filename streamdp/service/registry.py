@@ -102,7 +102,8 @@ def server_value_limit(r: Any) -> int:
         return DEFAULT_BULK_LIMIT
 
 
-def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1) -> int:
+def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1,
+                   count_copies: int = 1) -> int:
     """Most count cells (trees x leaves x classes) a model may have so that every value it stores in Redis
     stays within ``limit`` bytes.
 
@@ -110,8 +111,10 @@ def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False
     its counts; a grown release (``grows``) holds both and a noise variance per node. A tree of L leaves
     has at most 2L - 1 nodes, and every row of these arrays (the ``n_trees`` trees and the
     ``prior_trees`` stumps, each padded to the widest tree) takes as much, so per leaf and row the
-    largest value takes ``max(2 * 20, 8 * classes)`` bytes (``8 * classes + 2 * (20 + 8)`` grown),
-    plus the schema (bounded here by its JSON size and 64 KiB of slack). The structure drawer refuses,
+    largest value takes ``max(2 * 20, 8 * classes * count_copies)`` bytes (``8 * classes + 2 * (20 +
+    8)`` grown; ``count_copies``: counts-sized arrays in one value, ``2 * levels`` for ``release="tree"``,
+    whose state holds its open sums, its estimates and its carry), plus the schema (bounded here by its
+    JSON size and 64 KiB of slack). The structure drawer refuses,
     level by level, a tree with more leaves than ``max_cells / (n_trees * classes)`` before building
     that level.
 
@@ -122,7 +125,7 @@ def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False
     """
     c = schema.n_classes
     room = limit - len(schema.to_json()) - (64 << 10)
-    per_leaf = 8 * c + 2 * (_NODE_BYTES + _GROWN_NODE_BYTES) if grows else max(8 * c, 2 * _NODE_BYTES)
+    per_leaf = 8 * c + 2 * (_NODE_BYTES + _GROWN_NODE_BYTES) if grows else max(8 * c * count_copies, 2 * _NODE_BYTES)
     leaves = max(0, room // ((n_trees + prior_trees) * per_leaf))
     return int(leaves * n_trees * c)
 
@@ -211,7 +214,9 @@ def create_model(
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
     valid_trees = isinstance(n_trees, int) and n_trees >= 1  # else PrivateForest.create says what is wrong
-    cells = blob_max_cells(schema, n_trees, limit, grows=release == "grow") if valid_trees else DEFAULT_MAX_CELLS
+    copies = 2 * (DEFAULT_LEVELS if levels is None else levels) if release == "tree" else 1  # (tree: its state)
+    cells = (blob_max_cells(schema, n_trees, limit, grows=release == "grow", count_copies=copies) if valid_trees
+             else DEFAULT_MAX_CELLS)
     too_big = (f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "
                f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)"
                + (", with release='grow' adding a noise variance per node" if release == "grow" else ""))

@@ -3,7 +3,7 @@
 A blob is a msgpack map with a ``format`` name and ``format_version``; numpy
 arrays travel as ``{"dtype", "shape", "data"}`` with the raw little-endian
 bytes (100x faster than nested lists), or, where the writer allows it, a large
-all-zero array as ``{"dtype", "shape", "zeros": true}``. Only plain numeric dtypes are
+constant array as ``{"dtype", "shape", "fill": value}``. Only plain numeric dtypes are
 accepted, so decoding an untrusted blob can never build an object array or
 run code; every failure is a :class:`ValueError` that says what is wrong.
 
@@ -31,27 +31,28 @@ class BlobError(ValueError):
     """A blob is truncated, corrupted, of another format, or inconsistent."""
 
 
-#: :func:`pack_array` with ``zeros_ok``: an all-zero array at least this large travels as its shape alone.
-ZEROS_MIN_BYTES = 1 << 16
+#: :func:`pack_array` with ``fill_ok``: a constant array at least this large travels as its shape and value.
+FILL_MIN_BYTES = 1 << 16
 
 
-def pack_array(a: np.ndarray, zeros_ok: bool = False) -> dict:
+def pack_array(a: np.ndarray, fill_ok: bool = False) -> dict:
     """``{"dtype", "shape", "data"}`` of a numeric array; ``data`` views the array's memory
     (no copy), so pack right before :func:`dumps`, while the array is unchanged.
 
-    ``zeros_ok``: an all-zero array of at least ``ZEROS_MIN_BYTES`` is ``{"dtype", "shape", "zeros": True}``
-    (a fresh model's counts: at height 10 a third of its blob); it unpacks as ``np.zeros``, whose pages
-    the OS maps only when written.
+    ``fill_ok``: a constant array of at least ``FILL_MIN_BYTES`` is ``{"dtype", "shape", "fill": value}``
+    (a fresh model's zero counts, at height 10 a third of its blob; an all-categorical forest's
+    thresholds, all +inf). It unpacks as ``np.zeros`` (pages mapped when written) or a read-only
+    broadcast of the value: no memory per element.
 
-    >>> z = pack_array(np.zeros(10**5), zeros_ok=True)
-    >>> sorted(z), unpack_array(z, zeros_shape=(10**5,)).shape, bool(unpack_array(z, zeros_shape=(10**5,)).any())
-    (['dtype', 'shape', 'zeros'], (100000,), False)
+    >>> z = pack_array(np.zeros(10**5), fill_ok=True)
+    >>> sorted(z), unpack_array(z, fill_shape=(10**5,)).shape, bool(unpack_array(z, fill_shape=(10**5,)).any())
+    (['dtype', 'fill', 'shape'], (100000,), False)
     """
     a = np.asarray(a)
     if a.dtype.kind not in "iufb":
         raise TypeError(f"only numeric arrays can be packed, got dtype {a.dtype}")
-    if zeros_ok and a.nbytes >= ZEROS_MIN_BYTES and not a.any():
-        return {"dtype": a.dtype.newbyteorder("<").str, "shape": list(a.shape), "zeros": True}
+    if fill_ok and a.dtype.kind in "iuf" and a.nbytes >= FILL_MIN_BYTES and bool(np.all(a == a.flat[0])):
+        return {"dtype": a.dtype.newbyteorder("<").str, "shape": list(a.shape), "fill": a.flat[0].item()}
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     # A view of the array's memory, not a copy: msgpack copies it once, into the blob (an empty array
     # has no memory to view).
@@ -60,21 +61,21 @@ def pack_array(a: np.ndarray, zeros_ok: bool = False) -> dict:
 
 
 def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None,
-                 zeros_shape: tuple | None = None) -> np.ndarray:
+                 fill_shape: tuple | None = None) -> np.ndarray:
     """The array of a :func:`pack_array` record, checked (dtype, shape, size, finite values).
 
-    A zeros record is accepted only where the caller expects one, of exactly ``zeros_shape`` (known
+    A fill record is accepted only where the caller expects one, of exactly ``fill_shape`` (known
     from the rest of the blob): anywhere else a few bytes could make the reader allocate gigabytes.
     """
-    zeros = isinstance(d, dict) and set(d) == {"dtype", "shape", "zeros"}
-    if not isinstance(d, dict) or (set(d) != {"dtype", "shape", "data"} and not zeros):
+    fill = isinstance(d, dict) and set(d) == {"dtype", "shape", "fill"}
+    if not isinstance(d, dict) or (set(d) != {"dtype", "shape", "data"} and not fill):
         raise BlobError(f"{name}: expected an array record with dtype, shape and data")
-    if zeros and d["zeros"] is not True:
-        raise BlobError(f"{name}: 'zeros' must be true, got {d['zeros']!r}")
-    if zeros and (zeros_shape is None or d["shape"] != list(zeros_shape)):
-        raise BlobError(f"{name}: an all-zero record is not accepted here" if zeros_shape is None else
-                        f"{name}: an all-zero record of shape {d['shape']!r} where {list(zeros_shape)} was expected")
-    dt, shape, data = d["dtype"], d["shape"], None if zeros else d["data"]
+    if fill and (isinstance(d["fill"], bool) or not isinstance(d["fill"], (int, float))):
+        raise BlobError(f"{name}: 'fill' must be a number, got {d['fill']!r}")
+    if fill and (fill_shape is None or d["shape"] != list(fill_shape)):
+        raise BlobError(f"{name}: a constant record is not accepted here" if fill_shape is None else
+                        f"{name}: a constant record of shape {d['shape']!r} where {list(fill_shape)} was expected")
+    dt, shape, data = d["dtype"], d["shape"], None if fill else d["data"]
     if not isinstance(dt, str) or dt not in _ALLOWED_DTYPES:
         raise BlobError(f"{name}: dtype {dt!r} is not allowed")
     if dtype is not None and np.dtype(dt) != np.dtype(dtype):
@@ -85,7 +86,7 @@ def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: in
         raise BlobError(f"{name}: expected {ndim} dimensions, got shape {shape}")
     if isinstance(data, memoryview):  # straight from pack_array, not through msgpack
         data = data.cast("B") if data.format != "B" else data
-    elif not zeros and not isinstance(data, bytes):
+    elif not fill and not isinstance(data, bytes):
         raise BlobError(f"{name}: data must be bytes")
     itemsize = np.dtype(dt).itemsize
     n = 1
@@ -93,8 +94,19 @@ def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: in
         n *= s
         if n * itemsize > _MAX_ARRAY_BYTES:
             raise BlobError(f"{name}: shape {shape} is too large")
-    if zeros:
-        return np.zeros(shape, dtype=np.dtype(dt).newbyteorder("="))
+    if fill:
+        native = np.dtype(dt).newbyteorder("=")
+        try:
+            value = np.array(d["fill"]).astype(native, casting="same_kind" if native.kind == "f" else "safe")
+        except (TypeError, OverflowError, ValueError):
+            raise BlobError(f"{name}: fill {d['fill']!r} is not a {dt} value") from None
+        if value.item() != d["fill"] and not (np.isnan(d["fill"]) if isinstance(d["fill"], float) else False):
+            raise BlobError(f"{name}: fill {d['fill']!r} is not a {dt} value")
+        if native.kind == "f" and not np.isfinite(value) and name not in _INF_OK:
+            raise BlobError(f"{name}: contains NaN or infinite values")
+        if value == 0:
+            return np.zeros(shape, dtype=native)  # writable; the OS maps its pages when written
+        return np.broadcast_to(value, tuple(shape))  # read-only, one element of memory
     if len(data) != n * itemsize:
         raise BlobError(f"{name}: {len(data)} bytes of data for shape {shape} of {dt} (needs {n * itemsize})")
     arr = np.frombuffer(data, dtype=dt).reshape(shape)

@@ -701,8 +701,10 @@ class PrivateForest:
                 "prior_trees": self.prior_trees,
             },
             "privacy": {"epsilon": self.epsilon, "delta": self.delta, "private": self.private},
-            "structure": {name: blob.pack_array(a) for name, a in self.structure.arrays().items()},
-            "counts": blob.pack_array(self._counts, zeros_ok=True),  # a fresh model's spec: its shape alone
+            # an all-categorical forest's thresholds (all +inf) and a fresh model's counts: shape and value alone
+            "structure": {name: blob.pack_array(a, fill_ok=name == "threshold")
+                          for name, a in self.structure.arrays().items()},
+            "counts": blob.pack_array(self._counts, fill_ok=True),
             "version": self.version,
             "n_releases": self.n_releases,
             "noise_variance": None if self._noise_variance is None else [float(v) for v in self._noise_variance],
@@ -727,7 +729,9 @@ class PrivateForest:
             params = blob.field(doc, "params", dict, FORMAT)
             privacy = blob.field(doc, "privacy", dict, FORMAT)
             sdoc = blob.field(doc, "structure", dict, FORMAT)
-            arrays = {name: blob.unpack_array(sdoc.get(name), name) for name in ("feature", "threshold", "child", "leaf", "n_leaves")}
+            arrays = {name: blob.unpack_array(sdoc.get(name), name) for name in ("feature", "child", "leaf", "n_leaves")}
+            arrays["threshold"] = blob.unpack_array(sdoc.get("threshold"), "threshold",
+                                                    fill_shape=np.shape(arrays["feature"]))
             height = blob.field(params, "height", int, FORMAT)
             structure = ForestStructure.from_arrays(arrays, height, schema)
             prior_trees = blob.field(params, "prior_trees", int, FORMAT) if "prior_trees" in params else 0  # older blobs
@@ -736,7 +740,7 @@ class PrivateForest:
             mechanism = blob.field(params, "mechanism", str, FORMAT)
             counts = blob.unpack_array(  # a spec's all-zero counts: their shape alone, which must be the structure's
                 doc.get("counts"), "counts", "<f8" if mechanism == "laplace" else "<i8", ndim=3,
-                zeros_shape=(structure.n_trees, structure.max_leaves, schema.n_classes))
+                fill_shape=(structure.n_trees, structure.max_leaves, schema.n_classes))
             version = blob.field(doc, "version", int, FORMAT)
             n_releases = blob.field(doc, "n_releases", int, FORMAT)
             if version < 0 or n_releases < 0:

@@ -109,12 +109,12 @@ def test_pack_unpack_array():
 
 def test_a_fresh_models_zero_counts_travel_as_their_shape_alone():
     """A spec (version 0) is a third counts at height 10, all zeros: they are sent, stored twice in Redis and held
-    by every worker for nothing. Now {"dtype", "shape", "zeros": true}, decoded as np.zeros (pages mapped when
+    by every worker for nothing. Now {"dtype", "shape", "fill": 0}, decoded as np.zeros (pages mapped when
     written); counts with anything in them keep their bytes."""
     fresh = PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1)
-    assert fresh.counts.nbytes >= blobmod.ZEROS_MIN_BYTES
+    assert fresh.counts.nbytes >= blobmod.FILL_MIN_BYTES
     b = fresh.to_bytes()
-    assert doc_of(b)["counts"] == {"dtype": "<i8", "shape": list(fresh.counts.shape), "zeros": True}
+    assert doc_of(b)["counts"] == {"dtype": "<i8", "shape": list(fresh.counts.shape), "fill": 0}
     back = PrivateForest.from_bytes(b)
     assert back.counts.shape == fresh.counts.shape and back.counts.dtype == np.int64 and not back.counts.any()
     X, y = data(300)
@@ -127,18 +127,41 @@ def test_a_fresh_models_zero_counts_travel_as_their_shape_alone():
     assert "data" in doc_of(small.to_bytes())["counts"]
 
 
+def test_an_all_categorical_forests_thresholds_are_one_value_in_memory_and_in_its_blob():
+    """All +inf in an all-categorical forest (40% of a height-10 structure's bytes): a read-only broadcast of one
+    value on the structure, a fill record in the blob; routing, pruning, growth and the round trip unchanged."""
+    from streamdp.datasets import load
+
+    ds = load("nursery")
+    f = PrivateForest.create(ds.schema, n_trees=10, height=6, epsilon=1.0, seed=2)
+    thr = f.structure.threshold
+    assert thr.shape == f.structure.feature.shape and thr.strides == (0, 0) and np.all(np.isposinf(thr))
+    doc = doc_of(f.to_bytes())
+    assert doc["structure"]["threshold"] == {"dtype": "<f8", "shape": list(thr.shape), "fill": math.inf}
+    fitted = f.fit(ds.X[:8000], ds.y[:8000])  # a pruned fit: a new structure, compacted again
+    back = PrivateForest.from_bytes(fitted.to_bytes())
+    np.testing.assert_array_equal(back.predict_proba(ds.X[8000:]), fitted.predict_proba(ds.X[8000:]))
+    np.testing.assert_array_equal(back.apply(ds.X[8000:]), fitted.apply(ds.X[8000:]))
+    mixed = PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1)  # numeric splits: its bytes
+    assert "data" in doc_of(mixed.to_bytes())["structure"]["threshold"] and mixed.structure.threshold.strides != (0, 0)
+
+
 @pytest.mark.parametrize("record", [
-    {"dtype": "<i8", "shape": [2, 3], "zeros": 1},
-    {"dtype": "<i8", "shape": [2, 3], "zeros": "yes"},
-    {"dtype": "<i8", "shape": [2, 3], "zeros": False},
-    {"dtype": "<i8", "shape": [2, 3], "zeros": True, "data": b""},
-    {"dtype": "|O", "shape": [2], "zeros": True},
-    {"dtype": "<i8", "shape": [1 << 20, 1 << 20], "zeros": True},
-    {"dtype": "<i8", "shape": [-1], "zeros": True},
+    {"dtype": "<i8", "shape": [2, 3], "fill": "yes"},
+    {"dtype": "<i8", "shape": [2, 3], "fill": False},
+    {"dtype": "<i8", "shape": [2, 3], "fill": None},
+    {"dtype": "<i8", "shape": [2, 3], "fill": 0.5},
+    {"dtype": "<i8", "shape": [2, 3], "fill": 2**70},
+    {"dtype": "<f8", "shape": [2, 3], "fill": float("nan")},
+    {"dtype": "<f8", "shape": [2, 3], "fill": float("inf")},  # (only thresholds may be infinite)
+    {"dtype": "<i8", "shape": [2, 3], "fill": 0, "data": b""},
+    {"dtype": "|O", "shape": [2], "fill": 0},
+    {"dtype": "<i8", "shape": [1 << 20, 1 << 20], "fill": 0},
+    {"dtype": "<i8", "shape": [-1], "fill": 0},
 ])
 def test_a_malformed_zeros_record_is_refused(record):
     with pytest.raises(BlobError):
-        unpack_array(record, "counts", zeros_shape=(2, 3))
+        unpack_array(record, "counts", fill_shape=(2, 3))
 
 
 def test_a_zeros_record_is_accepted_only_where_expected_and_of_the_expected_shape():
@@ -148,14 +171,16 @@ def test_a_zeros_record_is_accepted_only_where_expected_and_of_the_expected_shap
 
     from streamdp.service import codec
 
-    z = {"dtype": "<i8", "shape": [2, 3], "zeros": True}
-    assert unpack_array(z, "counts", zeros_shape=(2, 3)).shape == (2, 3)
+    z = {"dtype": "<i8", "shape": [2, 3], "fill": 0}
+    assert unpack_array(z, "counts", fill_shape=(2, 3)).shape == (2, 3)
     with pytest.raises(BlobError, match="not accepted here"):
         unpack_array(z, "feature")
+    assert unpack_array({"dtype": "<f8", "shape": [2, 3], "fill": float("inf")}, "threshold",
+                        fill_shape=(2, 3)).tolist() == [[math.inf] * 3] * 2
     with pytest.raises(BlobError, match="where \\[3, 2\\] was expected"):
-        unpack_array(z, "counts", zeros_shape=(3, 2))
+        unpack_array(z, "counts", fill_shape=(3, 2))
     doc = doc_of(PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1).to_bytes())
-    big = {"dtype": "<i4", "shape": [1 << 14, 1 << 14], "zeros": True}  # 1 GiB each if allocated
+    big = {"dtype": "<i4", "shape": [1 << 14, 1 << 14], "fill": 0}  # 1 GiB each if allocated
     t0 = time.process_time()
     for name in ("feature", "threshold", "child", "leaf"):
         with pytest.raises(BlobError):
@@ -167,7 +192,7 @@ def test_a_zeros_record_is_accepted_only_where_expected_and_of_the_expected_shap
     X, y = data(5)
     edoc = msgpack.unpackb(codec.encode_batch(SCHEMA, X, y), raw=False)
     for key in ("X", "y"):
-        forged = {**edoc, key: {"dtype": edoc[key]["dtype"], "shape": [10**6] + edoc[key]["shape"][1:], "zeros": True}}
+        forged = {**edoc, key: {"dtype": edoc[key]["dtype"], "shape": [10**6] + edoc[key]["shape"][1:], "fill": 0}}
         with pytest.raises(codec.EnvelopeError):
             codec.decode(SCHEMA, msgpack.packb(forged, use_bin_type=True))
     assert codec.decode(SCHEMA, msgpack.packb(edoc, use_bin_type=True)).y.shape == (5,)  # the entry as sent

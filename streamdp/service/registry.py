@@ -135,7 +135,7 @@ def grown_blob_bound(forest: PrivateForest, spec_bytes: int) -> int:
 
     A grown release's trees are prunings of the drawn ones (never past their leaves), so its
     structure takes at most the drawn blob's bytes, and its counts at most the drawn counts' (which
-    the drawn blob, all zeros, holds as their shape alone: ``blob.pack_array(zeros_ok=True)``); it
+    the drawn blob, all zeros, holds as their shape alone: ``blob.pack_array(fill_ok=True)``); it
     adds a noise variance per node (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)``
     float64), one per tree (a msgpack list: 9 bytes a float) and version numbers. Measured
     (categorical schemas, heights 3-10, every level grown): within a few hundred bytes of this.

@@ -142,7 +142,8 @@ def memory_height10() -> dict:
     b = f.to_bytes()
     blob_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    out = {"counts_mib": f.counts.nbytes / 2**20, "structure_mib": sum(a.nbytes for a in f.structure.arrays().values()) / 2**20,
+    out = {"counts_mib": f.counts.nbytes / 2**20, "structure_mib": sum(a.nbytes if 0 not in a.strides else a.itemsize  # a broadcast value: one element
+                                 for a in f.structure.arrays().values()) / 2**20,
            "update_peak_mib": upd / 2**20, "to_bytes_peak_mib": blob_peak / 2**20, "blob_mib": len(b) / 2**20}
     print(out, flush=True)
     return out

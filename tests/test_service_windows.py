@@ -134,6 +134,33 @@ def test_a_worker_run_until_drained_returns_with_the_records_published(r):
     assert int(_published(r, "rt", spec)[spec.n_trees:].sum()) == 40  # the stump's exact total: every record
 
 
+@pytest.mark.parametrize("release", ["batch", "window"])
+def test_a_worker_never_writes_into_a_model_re_created_under_its_name(r, release):
+    """A red team's finding: a worker of a deleted model (epsilon 500) kept running, read the re-created model's
+    (epsilon 0.05, charged as such) entries and published them noised at 500. The state now carries the model's
+    id, and the commit, add, seal and release steps refuse a worker holding another."""
+    from streamdp.service.registry import delete_model
+
+    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=500.0, seed=1, release=release, release_every=EVERY)
+    old = _worker(r)
+    delete_model(r, "m")
+    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=0.05, seed=2, release=release, release_every=EVERY,
+                 ledger_budget=501)
+    Producer(r, "m").push(DS.X[:40], DS.y[:40])
+    old.step()
+    assert old.stopping  # it saw the state belongs to another model and stopped
+    if release == "window":
+        assert old.closer.tick(_at(r, "m", 1)) == 0  # its closer does not seal or release the new model either
+    assert show_model(r, "m")["releases"] == 0 and int(r.hget(Keys("m").state, "version")) == 0
+    assert not r.keys("sdp:{m}:priv:acc:*")  # nothing added by the old worker
+    new = Worker(r, "m", block_ms=1, claim_idle_ms=0)  # the new model's own worker takes the entries over
+    for _ in range(5):
+        new.step()
+    if release == "window":
+        new.closer.tick(_at(r, "m", 1))
+    assert show_model(r, "m")["releases"] == 1
+
+
 def test_entries_committed_while_a_window_closes_land_in_the_next(r):
     spec = _model(r)
     w = _worker(r)

@@ -35,6 +35,15 @@ from __future__ import annotations
 
 __all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA"]
 
+# Shared head: the model this worker loaded must be the one the state belongs to. A model deleted and
+# re-created under the same name has a new id (registry.create_model): a worker still holding the old spec
+# (its epsilon, structure, noise) must not write into it. The caller passes its id as the last argument;
+# a state without the field (a model created before it existed) is not checked.
+_MODEL_LUA = r"""
+local state_mid = redis.call('HGET', KEYS[2], 'model_id')
+if state_mid and state_mid ~= ARGV[#ARGV] then return {'replaced', 0} end
+"""
+
 # Shared by the batch commit and the window add: every entry still pending and owned by the caller, no merging
 # batch id merged before; otherwise return the rejections and write nothing. Needs group, me, m, a, base, merged_key.
 _CHECK_LUA = r"""
@@ -80,14 +89,15 @@ COMMIT_LUA = r"""
 -- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 release record (or its head), 6 its tail,
 --       7 '1': the record is head .. counts .. tail ('0': ARGV[5] alone), 8 releases, 9 n_records, 10 now_ms,
 --       11 version_ttl_s (0 none), 12 drop_old (0/1), 13 delta_ttl_s, 14 channel, 15 dead_maxlen,
---       16 m, 17 a, 18 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+--       16 m, 17 a, 18 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
+--       last: the caller's model id ('replaced' if the state belongs to another model of the name)
 -- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
 -- merged before, and the state version equals ARGV[3].
 local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local base = 18
 local merged_key = KEYS[4]
-""" + _CHECK_LUA + r"""
+""" + _MODEL_LUA + _CHECK_LUA + r"""
 local new_version = nil
 if m > 0 then
   local cur = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
@@ -130,7 +140,8 @@ WINDOW_ADD_LUA = r"""
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
 --       10 the entries' nonzero cells (windows.joined_cells, a cell may repeat: '' for none),
---       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail)
+--       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
+--       last: the caller's model id ('replaced' if the state belongs to another model of the name)
 -- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most
 -- once (checked above), so no other add ever writes that field.
 -- Same ownership and dedup checks as the batch commit; 'moved' (with the open window) when a closer sealed
@@ -139,7 +150,7 @@ local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
-""" + _CHECK_LUA + r"""
+""" + _MODEL_LUA + _CHECK_LUA + r"""
 local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
 if m > 0 then
   if open ~= tonumber(ARGV[3]) then return {'moved', open} end
@@ -157,10 +168,12 @@ return {'ok', open}
 
 SEAL_LUA = r"""
 -- Seal the open window once the clock says it is over: later adds go to the next one.
--- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule).
--- Only one window is sealed and unreleased at a time; returns {open, releases} ({0, -1}: no such model):
--- window releases+1 is sealed (ready to close) iff open > releases + 1.
+-- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule), 2 the caller's model id.
+-- Only one window is sealed and unreleased at a time; returns {open, releases} ({0, -1}: no such model, or
+-- another model of the name): window releases+1 is sealed (ready to close) iff open > releases + 1.
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, -1} end  -- the model was deleted: never recreate it
+local state_mid = redis.call('HGET', KEYS[1], 'model_id')
+if state_mid and state_mid ~= ARGV[2] then return {0, -1} end  -- deleted and re-created: not this worker's
 local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
 local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
 if open == rel + 1 and open <= tonumber(ARGV[1]) then

@@ -261,7 +261,8 @@ def create_model(
     now = int(time.time() * 1000)
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)
-    p.hset(keys.state, mapping={"version": 0, "counts": pub["counts"], "releases": 0, "open": 1,
+    p.hset(keys.state, mapping={"model_id": model_id, "version": 0, "counts": pub["counts"], "releases": 0,
+                                "open": 1,
                                 "release": json.dumps(policy.to_dict()), "release_start": repr(start),
                                 "noise_layout": "blocks"})
     p.hset(keys.pub_model, mapping={**pub, "updated": now, "model_id": model_id,

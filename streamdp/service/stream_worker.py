@@ -151,7 +151,10 @@ class Worker(GroupLoop):
         self._dtype = self.spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
         self.reader.create()
         self.policy, start = load_policy(self.redis, model)
-        model_id = as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
+        # the model's identity: a worker never writes into another model re-created under the same name
+        model_id = as_str(self.redis.hget(self.keys.state, "model_id") or self.redis.hget(self.keys.pub_model, "model_id")
+                          or b"")
+        self.model_id = model_id
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
         self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
@@ -162,7 +165,7 @@ class Worker(GroupLoop):
         self.closer = None if self.policy.kind == "batch" else WindowCloser(
             self.redis, self.keys, self.spec, self.policy, start, noise=self.noise, guard=self.guard,
             fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=cfg.keep_versions,
-            noise_ttl_s=cfg.delta_ttl_s)
+            noise_ttl_s=cfg.delta_ttl_s, model_id=model_id)
 
     # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
     def _log_context(self) -> dict:
@@ -346,7 +349,7 @@ class Worker(GroupLoop):
             args: list[Any] = [GROUP, self.name, new_version - 1, counts_b, *record, releases, n_records,
                                int(time.time() * 1000), cfg.version_ttl_s, 1 if drop else 0, cfg.delta_ttl_s,
                                self.keys.pub_events, cfg.dead_maxlen, m, len(ack_only), len(dead)]
-            args += _entry_args(m_entries, ack_only, dead)
+            args += [*_entry_args(m_entries, ack_only, dead), self.model_id]
             self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
             del args, counts_b, record
@@ -360,6 +363,8 @@ class Worker(GroupLoop):
                           acked=len(ack_only), dead=len(dead), retries=retries)
                 self._after_commit(dead, merged=m > 0)
                 return
+            if status == "replaced":
+                return self._replaced()
             retries += 1
             if status == "conflict":
                 self._state_version = None
@@ -374,6 +379,13 @@ class Worker(GroupLoop):
                 return  # entries stay pending and are reclaimed later
             if status == "conflict" and retries > 3:
                 time.sleep(min(0.05, 0.001 * retries) * (0.5 + secrets.randbelow(1000) / 1000))
+
+    def _replaced(self) -> None:
+        """The model was deleted and re-created under this name since this worker loaded it: write nothing and
+        stop (its entries stay pending in the new model's group, where its own workers reclaim them)."""
+        _jlog(logging.ERROR, "worker.model_replaced", model=self.model,
+              hint="the model was deleted and re-created: start a new worker for it")
+        self.stop()
 
     def _after_commit(self, dead: list, *, merged: bool) -> None:
         """After a successful commit or add: log the dead letters, trim every ``trim_every`` merging commits."""
@@ -433,7 +445,7 @@ class Worker(GroupLoop):
                 self._open = int(self.redis.hget(self.keys.state, "open") or 1)
             args: list[Any] = [GROUP, self.name, self._open, sum(len(e.batch.y) for e in m_entries),
                                int(time.time() * 1000), cfg.dead_maxlen, m, len(ack_only), len(dead), cells]
-            args += _entry_args(m_entries, ack_only, dead)
+            args += [*_entry_args(m_entries, ack_only, dead), self.model_id]
             keys = [self.keys.records, self.keys.state, self.keys.merged, self.keys.stats, self.keys.dead,
                     self.keys.acc(self._open)]
             self._fault("before_commit")
@@ -444,6 +456,8 @@ class Worker(GroupLoop):
                 self._open = int(res[1])
                 self._after_commit(dead, merged=m > 0)
                 return
+            if status == "replaced":
+                return self._replaced()
             retries += 1
             if status == "moved":
                 self._open = int(res[1])

@@ -132,10 +132,11 @@ class WindowCloser:
 
     def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, policy: ReleasePolicy, start: float, *,
                  noise: NoiseSource, guard: RollbackGuard, fault: Callable[[str], None], version_ttl_s: int = 0,
-                 keep_versions: int = 20, noise_ttl_s: int = 7 * 86400):
+                 keep_versions: int = 20, noise_ttl_s: int = 7 * 86400, model_id: str = ""):
         if policy.kind == "batch":
             raise ValueError("release='batch' has no windows")
         self.r, self.keys, self.spec, self.policy, self.start = r, keys, spec, policy, start
+        self.model_id = model_id  # the state's (commit.SEAL_LUA and _release refuse another model of the name)
         self.noise, self.guard, self.fault = noise, guard, fault
         self.version_ttl_s, self.keep_versions, self.noise_ttl_s = version_ttl_s, keep_versions, noise_ttl_s
         self.dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
@@ -173,7 +174,7 @@ class WindowCloser:
             return 0
         n = 0
         for _ in range(MAX_CLOSES_PER_TICK):
-            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due]))
+            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.model_id]))
             if rel < 0:
                 break  # the model was deleted (its workers stop on NOGROUP)
             self._released = rel
@@ -331,9 +332,11 @@ class WindowCloser:
         with self.r.pipeline(transaction=True) as p:
             try:
                 p.watch(self.keys.state)
-                v, rel, open_ = p.hmget(self.keys.state, "version", "releases", "open")
+                v, rel, open_, mid = p.hmget(self.keys.state, "version", "releases", "open", "model_id")
                 if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
                     return False
+                if mid is not None and mid.decode() != self.model_id:
+                    return False  # deleted and re-created under this name: not the model this closer holds
                 pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
                 if grown is None:  # the structure is the spec's: counts only (published.published_fields)
                     counts_b, record = counts_view(forest.counts), release_record_parts(forest)

@@ -368,6 +368,29 @@ def test_prometheus_exports_no_exact_counts_by_default(r):
     assert "EXACT" in exact.split("streamdp_records_merged_total", 1)[1].splitlines()[0]
 
 
+def test_batch_level_figures_are_exact_under_window_policies(r):
+    """A red team's finding: under release windows, 37 one-record entries exported entries_read_total 37 and
+    batches_merged_total 37 by default ("every merged batch is a published release" holds for batch only)."""
+    create_model(r, "w", DS.schema, n_trees=2, height=2, epsilon=1.0, seed=1, release="window", release_every=3600)
+    p = Producer(r, "w", batch_size=1)
+    p.push(DS.X[:37], DS.y[:37])
+    w = _worker(r, "w")
+    for _ in range(100):  # the stream read (the hour-long window stays open)
+        if w.step(block_ms=10) == 0 and w.reader.drained():
+            break
+    st = collect(r, "w")
+    assert st["windowed"] == 1 and st["entries_read"] == 37 and st["batches_merged"] == 37
+    text = prometheus_text({"w": st})
+    for k in ("entries_read", "batches_merged", "commits", "stream_length", "pending", "lag", "last_commit_seconds"):
+        assert f"streamdp_{k}" not in text, k
+    assert "streamdp_version" in text and "streamdp_windowed" in text
+    exact = prometheus_text({"w": st}, exact=True)
+    assert 'streamdp_entries_read_total{model="w"} 37' in exact
+    _model(r)  # a batch model: batch-level figures stay public (each batch is a release)
+    st_b = collect(r, "m")
+    assert st_b["windowed"] == 0 and "streamdp_entries_read_total" in prometheus_text({"m": st_b})
+
+
 def test_consumer_get_old_versions_and_validation(r):
     _model(r)
     p = Producer(r, "m")

@@ -12,7 +12,11 @@ Exports are private by default: :data:`EXACT` figures (counts of records,
 and of bad records or batches, which depend on individual records) leave only
 with ``exact=True`` (``streamdp stats --exact``), flagged in their HELP text.
 Batch-level figures (batches, versions, entries, pending, lag) are public by
-design: every merged batch is a published release.
+design under ``release="batch"``, where every merged batch is a published release;
+under the window policies releases follow the clock, not the batches, so the
+batch-level figures (:data:`BATCH_LEVEL`) are exact there too (with one record an
+entry, entries read is the number of records): ``collect`` marks such a model with
+``windowed = 1`` (its policy is public) and :func:`exact_names` says what is exact.
 
 >>> text = prometheus_text({"m": {"version": 3.0, "records_merged": 1234.0}})
 >>> "streamdp_version" in text, "1234" in text
@@ -29,12 +33,16 @@ import redis
 from .connection import connect
 from .keys import GROUP, Keys, as_str
 
-__all__ = ["collect", "prometheus_text", "public", "metric_value", "EXACT"]
+__all__ = ["collect", "prometheus_text", "public", "exact_names", "metric_value", "EXACT", "BATCH_LEVEL"]
 
 COUNTERS = ("entries_read", "batches_merged", "records_merged", "commits", "commit_retries", "commit_rejections",
             "dead_letters", "acked_without_merge", "poison", "claimed", "delta_reused", "trimmed", "lost_trimmed")
 # Exact figures that depend on individual records (how many, how many were bad): never exported by default.
 EXACT = ("records_merged", "dead_letters", "acked_without_merge", "poison", "dead_letter_length")
+# Figures that follow the producers' entries and batches: public where each batch is a release ("batch"), exact
+# under the window policies (a model with windowed = 1).
+BATCH_LEVEL = ("entries_read", "batches_merged", "commits", "commit_retries", "commit_rejections", "claimed",
+               "delta_reused", "trimmed", "lost_trimmed", "last_commit_seconds", "stream_length", "pending", "lag")
 EXACT_WARNING = ("exact counts are not differentially private: they reveal facts about individual records "
                  "(keep them out of widely shared metrics systems)")
 
@@ -45,6 +53,8 @@ def collect(r: Any, model: str) -> dict[str, float]:
     raw = {as_str(k): as_str(v) for k, v in r.hgetall(keys.stats).items()}
     out: dict[str, float] = {c: float(raw.get(c, 0)) for c in COUNTERS}
     out["last_commit_seconds"] = float(raw.get("last_commit_ms", 0)) / 1000
+    release = r.hget(keys.pub_model, "release")  # the public policy (absent: a model from before policies, batch)
+    out["windowed"] = float(release is not None and b'"batch"' not in release)
     out["version"] = float(r.hget(keys.pub_model, "version") or 0)
     out["stream_length"] = float(r.xlen(keys.records))
     out["dead_letter_length"] = float(r.xlen(keys.dead))
@@ -123,9 +133,20 @@ def _estimated_records(r: Any, keys: Keys) -> float | None:
         return None
 
 
+def exact_names(stats: dict[str, float]) -> tuple[str, ...]:
+    """The figures of ``stats`` (one model's :func:`collect`) that are exact: :data:`EXACT`, and the
+    :data:`BATCH_LEVEL` ones under a window policy.
+
+    >>> "entries_read" in exact_names({"windowed": 1.0}), "entries_read" in exact_names({"windowed": 0.0})
+    (True, False)
+    """
+    return EXACT + (BATCH_LEVEL if stats.get("windowed") else ())
+
+
 def public(stats: dict[str, float]) -> dict[str, float]:
-    """``stats`` without the :data:`EXACT` (record-dependent) figures."""
-    return {k: v for k, v in stats.items() if k not in EXACT}
+    """``stats`` without its exact (record-dependent) figures (:func:`exact_names`)."""
+    hidden = exact_names(stats)
+    return {k: v for k, v in stats.items() if k not in hidden}
 
 
 _HELP = {
@@ -153,16 +174,17 @@ _HELP = {
 def prometheus_text(stats: dict[str, dict[str, float]], *, exact: bool = False) -> str:
     """Prometheus exposition text for ``{model: collect(...)}``; the :data:`EXACT` figures only if ``exact``."""
     lines = []
-    names = sorted({k for s in stats.values() for k in s if exact or k not in EXACT})
+    shown = {model: s if exact else public(s) for model, s in stats.items()}
+    names = sorted({k for s in shown.values() for k in s})
     for k in names:
         metric = f"streamdp_{k}_total" if k in COUNTERS else f"streamdp_{k}"
         kind = "counter" if k in COUNTERS else "gauge"
         help_ = _HELP.get(k, k.replace('_', ' '))
-        if k in EXACT:
-            help_ = f"{help_} (EXACT, exported on request with --exact: {EXACT_WARNING})"
+        if any(k in exact_names(s) for s in stats.values()):
+            help_ = f"{help_} (EXACT for some models, exported on request with --exact: {EXACT_WARNING})"
         lines.append(f"# HELP {metric} {help_}")
         lines.append(f"# TYPE {metric} {kind}")
-        for model, s in sorted(stats.items()):
+        for model, s in sorted(shown.items()):
             if k in s:
                 lines.append(f'{metric}{{model="{model}"}} {metric_value(s[k])}')
     return "\n".join(lines) + "\n"

@@ -281,7 +281,11 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         kw: dict = {"header": 0, "names": head}
     else:
         width = schema.n_attributes + 1
-        li = (int(label) if label is not None else 0) % width
+        li = int(label) if label is not None else 0
+        if isinstance(label, bool) or not -width <= li < width:  # (a wrapped index would shift every column)
+            raise SourceError(f"{name}: label column {label!r} is outside the {width} columns "
+                              f"({schema.n_attributes} attributes and the label): use -{width}..{width - 1}")
+        li %= width
         cols = [c for c in range(width) if c != li]
         names = [""] * width
         for c, a in zip(cols, schema.names):

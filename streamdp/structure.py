@@ -45,6 +45,8 @@ from .validation import check_integer
 __all__ = ["ForestStructure", "TooLargeError", "default_height", "fitting_height", "ceiling_height",
            "max_possible_leaves", "DEFAULT_MAX_CELLS"]
 
+#: The tallest structure drawn or read (routing is ``height`` steps; a blob claiming more is refused).
+MAX_HEIGHT = 64
 #: Default guard on n_trees * max_leaves * n_classes (int64 cells: 2**26 cells = 512 MiB).
 DEFAULT_MAX_CELLS = 2**26
 
@@ -176,7 +178,7 @@ class ForestStructure:
         defaulted = height is None
         if defaulted:
             height = default_height(schema.n_attributes)
-        check_integer(height, "height")
+        check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int) and defaulted and fitting_height(schema, height, n_trees, max_cells) < height:
@@ -570,7 +572,7 @@ class ForestStructure:
                 raise ValueError(f"structure: '{name}' has shape {getattr(self, name).shape}, expected {shape}")
         if self.n_leaves.shape != (shape[0],):
             raise ValueError("structure: 'n_leaves' must have one entry per tree")
-        if not 1 <= self.height <= 64:
+        if not 1 <= self.height <= MAX_HEIGHT:
             raise ValueError(f"structure: height {self.height} out of range")
         m = schema.n_attributes
         if self.feature.min() < 0 or self.feature.max() > m:

@@ -391,6 +391,36 @@ def test_batch_level_figures_are_exact_under_window_policies(r):
     assert st_b["windowed"] == 0 and "streamdp_entries_read_total" in prometheus_text({"m": st_b})
 
 
+def test_service_classifier_repeated_records_are_new_records(r):
+    """A red team's finding: every flush pushed with the same (empty) source and offset 0, so a record learned
+    again in a later flush had the same content-derived batch id and was merged once: 21 learned, 2 counted."""
+    from streamdp.river import ServiceClassifier
+
+    _model(r, epsilon=math.inf)
+    clf = ServiceClassifier(r, "m", batch_size=1, sync_timeout=0)
+    x = dict(zip(DS.schema.names, DS.X[0].tolist()))
+    for i in range(21):
+        clf.learn_one(x, DS.y[i % 2])
+    _drain(_worker(r, "m"))
+    assert collect(r, "m")["records_merged"] == 21 and clf.n_pushed == 21
+
+
+def test_create_refuses_what_no_release_could_draw_or_read(r):
+    """A red team's findings: an epsilon whose noise the samplers cannot draw, and a height no reader accepts, were
+    created and charged, then every release (or read) failed."""
+    from streamdp.service.keys import check_name
+
+    for release, eps, mech in [("batch", 1e-300, "geometric"), ("window", 1e-320, "laplace"), ("tree", 1e-14, "geometric"),
+                               ("grow", 1e-14, "geometric")]:
+        with pytest.raises(ValueError, match="too small for this model"):
+            create_model(r, "tiny", DS.schema, n_trees=10, height=3, epsilon=eps, mechanism=mech, release=release)
+    with pytest.raises(ValueError, match="height must be an integer in \\[1, 64\\]"):
+        create_model(r, "tall", DS.schema, n_trees=2, height=100, epsilon=1.0)
+    assert not r.keys("sdp:{tiny}:*") and not r.keys("sdp:{tall}:*")  # nothing stored, nothing charged
+    with pytest.raises(ValueError):
+        check_name("m\n")  # ("$" matched before a trailing newline)
+
+
 def test_consumer_get_old_versions_and_validation(r):
     _model(r)
     p = Producer(r, "m")

@@ -71,6 +71,9 @@ def test_csv_header_and_no_header_errors():
     assert c.X.tolist() == [[0, 0, 0, 2.0]] and c.y.tolist() == [1]
     (c,) = read_csv_chunks(io.StringIO("1,true,red,2,no\n"), MIXED, header=False, label=-1)
     assert c.y.tolist() == [0]
+    for bad in (5, -6, True):  # 5 columns: a wrapped index used to shift every column silently
+        with pytest.raises(SourceError, match="outside the 5 columns"):
+            list(read_csv_chunks(io.StringIO("1,true,red,2,no\n"), MIXED, header=False, label=bad))
 
 
 def test_frames_and_arrays_code_like_schema_encode():

@@ -33,12 +33,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def worker(args: argparse.Namespace) -> int:
     from ..service.pool import run_workers
     from ..service.registry import load_spec
+    from ..service.stream_worker import WorkerConfig
 
     load_spec(client(args), args.name)  # a missing model or an unreachable server: one error line, no child started
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,
            "max_deliveries": args.max_deliveries, "block_ms": args.block_ms}
+    WorkerConfig(**cfg).check()  # a bad setting: one error line here, not a traceback in every child
     codes = run_workers(args.name, args.processes, redis_url(args), until_drained=args.until_drained,
                         log_level=logging.INFO if args.verbose else logging.WARNING, **cfg)
     bad = [c for c in codes if c not in (0, None, -15)]  # -15: stopped by SIGTERM

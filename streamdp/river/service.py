@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from typing import Any
 
 import numpy as np
@@ -82,6 +83,10 @@ class ServiceClassifier(river.base.Classifier):
         self._buf_x: list[dict] = []
         self._buf_y: list = []
         self.n_pushed = 0
+        # Batch ids are derived from the content and the source (Producer): each flush gets its own source, so
+        # repeated records in a later flush are new records (they were merged once for the model's lifetime),
+        # while a retried flush (n_pushed moves only after a push succeeds) keeps its id and counts once.
+        self._source = f"river-{uuid.uuid4().hex}"
 
     @property
     def _multiclass(self) -> bool:
@@ -164,7 +169,7 @@ class ServiceClassifier(river.base.Classifier):
                 before = max(before, consumer.version())
             except ModelNotFound:
                 pass
-        producer.push(self._buf_x, self._buf_y)
+        producer.push(self._buf_x, self._buf_y, source=f"{self._source}:{self.n_pushed}")
         self.n_pushed += len(self._buf_x)
         self._buf_x, self._buf_y = [], []
         if self.sync_timeout > 0:

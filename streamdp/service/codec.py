@@ -148,7 +148,7 @@ def peek_batch_id(data: Any) -> str | None:
     try:
         doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True)
         bid = doc.get("batch_id") if isinstance(doc, dict) else None
-        return bid if isinstance(bid, str) and _BATCH_ID.match(bid) else None
+        return bid if isinstance(bid, str) and _BATCH_ID.fullmatch(bid) else None
     except Exception:
         return None
 
@@ -171,7 +171,7 @@ def decode(schema: Schema, data: Any) -> Batch:
         raise EnvelopeError(f"not a {FORMAT} v{FORMAT_VERSION} envelope (format {doc.get('format')!r} "
                             f"v{doc.get('format_version')!r})")
     bid = doc.get("batch_id")
-    if not isinstance(bid, str) or not _BATCH_ID.match(bid):
+    if not isinstance(bid, str) or not _BATCH_ID.fullmatch(bid):
         raise EnvelopeError(f"batch_id must be 1-64 characters of [A-Za-z0-9_.:-], got {str(bid)[:80]!r}")
     t = doc.get("t")
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)):

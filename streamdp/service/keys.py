@@ -35,7 +35,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 def check_name(name: str) -> str:
     """A model name: 1-64 characters of ``[A-Za-z0-9_.-]`` (no glob or hash-tag characters)."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):  # (match: "$" would accept a trailing newline)
         raise ValueError(
             f"invalid model name {name!r}: use 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)"
         )

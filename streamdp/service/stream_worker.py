@@ -56,6 +56,7 @@ from .registry import load_policy, load_spec
 from .retention import policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
 from .windows import WindowCloser, joined_cells
+from ..validation import check_integer
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -79,6 +80,23 @@ class WorkerConfig:
     forget_consumers_s: float = 3600.0  # drop group consumers idle this long with nothing pending (0: never)
     noise_key_file: str | None = None  # master noise key (default $STREAMDP_NOISE_KEY_FILE): rollback-proof noise
     state_dir: str | None = None       # rollback guard's directory (default $STREAMDP_STATE_DIR)
+
+    def check(self) -> "WorkerConfig":
+        """Each setting in its range, with an error naming it (the CLI checks before starting any worker).
+
+        >>> WorkerConfig(block_ms=0).check()
+        Traceback (most recent call last):
+        ...
+        ValueError: block_ms must be an integer >= 1, got 0
+        """
+        check_integer(self.batch_entries, "batch_entries", low=1, high=1000)  # entries per atomic commit
+        check_integer(self.block_ms, "block_ms", low=1)  # 0 is BLOCK forever in Redis: a worker that never ticks
+        check_integer(self.claim_idle_ms, "claim_idle_ms", low=0)
+        check_integer(self.max_deliveries, "max_deliveries", low=1)
+        for name in ("keep_versions", "version_ttl_s", "delta_ttl_s", "dead_maxlen"):
+            check_integer(getattr(self, name), name, low=0)
+        check_integer(self.trim_every, "trim_every", low=1)
+        return self
 
 
 def _jlog(level: int, event: str, **kv: Any) -> None:
@@ -128,9 +146,7 @@ class Worker(GroupLoop):
             if not hasattr(self.config, k):
                 raise TypeError(f"unknown worker option {k!r}")
             setattr(self.config, k, v)
-        if not 1 <= self.config.batch_entries <= 1000:
-            raise ValueError("batch_entries must be in 1..1000 (entries per atomic commit)")
-        cfg = self.config
+        cfg = self.config.check()
         self.redis = connect(redis_url, block_s=cfg.block_ms / 1000)
         self.keys = Keys(model)
         self.model = model

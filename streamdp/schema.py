@@ -45,6 +45,8 @@ def _check_values(owner: str, values: Any) -> tuple:
     for v in values:
         if not isinstance(v, (str, int, bool, float)) or (isinstance(v, float) and not math.isfinite(v)):
             raise SchemaError(f"{owner}: value {v!r} must be a string, integer, finite number or boolean")
+        if isinstance(v, int) and not -(2**63) <= v < 2**64:  # what a model blob (msgpack) can store
+            raise SchemaError(f"{owner}: integer value {v!r} is outside the 64-bit range a model can store")
     seen: set = set()
     for v in values:  # one pass: a hostile schema of many values must not cost n**2
         kk = lookup_key(v)  # True and 1 (False and 0) are different declared values
@@ -89,6 +91,9 @@ class Numeric:
             raise SchemaError(f"attribute {self.name!r}: min ({self.min}) must be below max ({self.max})")
         object.__setattr__(self, "min", float(self.min))
         object.__setattr__(self, "max", float(self.max))
+        if not math.isfinite(self.max - self.min):  # split points are drawn uniformly in the range
+            raise SchemaError(f"attribute {self.name!r}: the range [{self.min:g}, {self.max:g}] is wider than a float "
+                              "can hold (max - min overflows)")
 
     def to_dict(self) -> dict:
         return {"name": self.name, "type": "numeric", "min": self.min, "max": self.max}

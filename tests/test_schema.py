@@ -391,3 +391,17 @@ def test_matrix_path_over_declared_tables_matches_the_column_coder(values):
             slow = s.encode(arr.astype(object), y, on_invalid="drop")
             assert np.array_equal(fast.X, slow.X) and np.array_equal(fast.y, slow.y), (arr, values)
             assert [r for r, _ in fast.dropped] == [r for r, _ in slow.dropped]
+
+
+def test_values_and_ranges_a_model_cannot_store_are_refused_clearly():
+    """A red team's finding: a range whose width overflows a float, or an integer beyond 64 bits, ended model
+    create in a raw OverflowError (the split point draw, msgpack)."""
+    with pytest.raises(SchemaError, match="wider than a float"):
+        Schema.from_dict({"attributes": [{"name": "a", "type": "numeric", "min": -1e308, "max": 1e308}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    with pytest.raises(SchemaError, match="64-bit range"):
+        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 2**64]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    with pytest.raises(SchemaError, match="64-bit range"):
+        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+                          "label": {"name": "y", "values": [-(2**63) - 1, 1]}})

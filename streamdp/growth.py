@@ -74,7 +74,7 @@ def grows_by_default(schema) -> bool:
     Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
     at every stream length measured and keep the floor (river's loop, ``benchmarks/results/river_grow.log``:
     Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
-    ``stream_small.log``: Nursery's first 300-3,000 records 0.33-0.72 -> 0.44-0.81, none below the majority;
+    ``stream_small.log``: Nursery's first 300-3,000 records 0.33-0.75 -> 0.54-0.77, none below the majority;
     ``stream_batch_size.md``: 0.87-0.88 against 0.83-0.87 on the whole stream), and a grown release of a
     large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
     blob against 136-150 MiB of counts per window, ``stream_footprint.py``; up to 1.25x the drawn forest's

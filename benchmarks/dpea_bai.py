@@ -120,7 +120,7 @@ def main() -> None:
     for n in sizes:
         for rep in range(1 if args.quick else 2):
             sub = rng.choice(len(ds.y), n, replace=False)
-            m = DPEA(ds.schema, max_depth=20, embed_depth="whole", epsilon=1.0, min_instances=50, buffer_size=500,
+            m = DPEA(ds.schema, max_depth=20, embed_depth="whole", epsilon=1.0, min_instances=50, buffer_size=500, keep_traces=True,
                      step_limit=3000 if args.quick else 30000, variance_threshold=0.0)  # fixed 30000 steps
             t = time.perf_counter()
             m.fit(ds.X[sub], ds.y[sub])
@@ -134,7 +134,7 @@ def main() -> None:
     fig8_fit = {"seconds_per_1000_rows": slope * 1000, "intercept_s": icpt, "r2": r2}
     goal = []
     for eps in (0.1, 1.0, 10.0):
-        m = DPEA(ds.schema, max_depth=20, embed_depth="whole", epsilon=eps, min_instances=50, buffer_size=500,
+        m = DPEA(ds.schema, max_depth=20, embed_depth="whole", epsilon=eps, min_instances=50, buffer_size=500, keep_traces=True,
                  step_limit=30000, variance_threshold=VAR_THRESHOLD)
         t = time.perf_counter()
         m.fit(ds.X, ds.y)
@@ -147,7 +147,7 @@ def main() -> None:
     for name in ("vote", "mushroom"):
         ds = data[name]
         for eps in (0.1, 1.0, 10.0):
-            m = DPEA(ds.schema, max_depth=10, embed_depth="whole", epsilon=eps, min_instances=MIN_INSTANCES[name],
+            m = DPEA(ds.schema, max_depth=10, embed_depth="whole", epsilon=eps, min_instances=MIN_INSTANCES[name], keep_traces=True,
                      buffer_size=500, step_limit=2000 if args.quick else 5000, variance_threshold=0.0).fit(ds.X, ds.y)
             traces[f"{name} eps={eps:g}"] = m.traces_[0].tolist()
 

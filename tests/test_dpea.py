@@ -345,3 +345,23 @@ def test_fit_on_a_private_dataset_takes_no_ledger(vote):
     with pytest.raises(ValueError, match="no ledger"):
         DPEA(vote.schema, epsilon=1.0).fit(pds, ledger=InMemoryLedger(), source="vote")
     assert pds.spent == 0
+
+
+def test_the_exact_mcmc_scores_are_kept_only_on_request_and_never_pickled():
+    """A red team's finding: traces_ held every MCMC step's EXACT score, the released tree's among them (it tells
+    neighbouring datasets apart), and survived pickling (inside PrivateWindowClassifier too)."""
+    import pickle
+    import warnings
+
+    from streamdp.datasets import load
+    from streamdp.secure_random import NotPrivateWarning
+
+    ds = load("congressional-voting")
+    m = DPEA(ds.schema, max_depth=4, embed_depth="whole", epsilon=1.0).fit(ds.X, ds.y)
+    assert not hasattr(m, "traces_")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        d = DPEA(ds.schema, max_depth=4, embed_depth="whole", epsilon=1.0, keep_traces=True).fit(ds.X, ds.y)
+    assert any(issubclass(x.category, NotPrivateWarning) for x in w) and len(d.traces_) >= 1
+    assert not hasattr(pickle.loads(pickle.dumps(d)), "traces_")
+    assert b"traces_" not in pickle.dumps(d)

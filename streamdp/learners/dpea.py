@@ -56,12 +56,14 @@ released values and bounds the tree size (see :mod:`streamdp.private_subtree`).
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any
 
 import numpy as np
 
 from ..private_data import PrivateDataset
 from ..private_subtree import SubtreeSpace
+from ..secure_random import NotPrivateWarning
 from ..schema import Categorical, Schema
 from ..validation import Interval, check_epsilon, check_integer, check_number
 from ._base import PrivateLearner
@@ -87,6 +89,9 @@ class DPEA(PrivateLearner):
     buffer_size, step_limit, variance_threshold: the MCMC stopping rule (steps with > 2 levels).
     exact_max_levels: steps with at most this many levels are sampled exactly (paper: 2).
     noise_seed: tests only; makes the noise reproducible and the model NOT private.
+    keep_traces: diagnostics only: keep each MCMC run's EXACT score trace in ``traces_`` (data-dependent,
+        not private: a NotPrivateWarning says so; never pickled). Off by default (a red team read the
+        released tree's exact score, which tells neighbouring datasets apart, from ``traces_``).
     """
 
     FORMAT = FORMAT
@@ -103,6 +108,7 @@ class DPEA(PrivateLearner):
         variance_threshold: float = 0.0,
         exact_max_levels: int = 2,
         noise_seed: int | None = None,
+        keep_traces: bool = False,
     ):
         self.schema = schema
         self.max_depth = max_depth
@@ -114,6 +120,10 @@ class DPEA(PrivateLearner):
         self.variance_threshold = variance_threshold
         self.exact_max_levels = exact_max_levels
         self.noise_seed = noise_seed
+        self.keep_traces = keep_traces
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "traces_"}  # exact diagnostics stay in the process
 
     def __repr__(self) -> str:
         return f"DPEA(max_depth={self.max_depth}, embed_depth={self.embed_depth!r}, epsilon={self.epsilon})"
@@ -170,7 +180,13 @@ class DPEA(PrivateLearner):
         counts: list[np.ndarray] = [np.zeros(C)]
         depth: list[int] = [0]
         parent: list[int] = [-1]
-        self.traces_: list[np.ndarray] = []
+        traces: list[np.ndarray] | None = [] if self.keep_traces else None
+        if traces is not None:
+            warnings.warn("DPEA(keep_traces=True): traces_ holds the MCMC runs' EXACT scores (diagnostics, not "
+                          "differentially private): never publish it", NotPrivateWarning, stacklevel=3)
+            self.traces_ = traces
+        else:
+            self.__dict__.pop("traces_", None)
         self.n_mechanism_calls_ = 0
 
         # A branch goes on only if its noisy count clears min_instances AND twice the
@@ -191,7 +207,7 @@ class DPEA(PrivateLearner):
             st = node_pds.subtree_mechanism(
                 space, eps_st, sampler=sampler, buffer_size=int(self.buffer_size),
                 step_limit=int(self.step_limit), variance_threshold=float(self.variance_threshold),
-                trace=self.traces_,
+                trace=traces,
             )
             self.n_mechanism_calls_ += 1
             # attach st below nid

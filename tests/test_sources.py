@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pandas as pd
@@ -115,3 +116,22 @@ def test_read_dataset_drops_and_prefetch_raises(tmp_path):
     assert next(it) == 1
     with pytest.raises(SourceError, match="row 9"):
         next(it)
+
+
+def test_unreadable_files_are_refused_in_words_that_quote_nothing(tmp_path):
+    """A red team's finding: job failure reasons (after the charge) quoted the readers' messages: the bytes and
+    position of a decoding error, the row of an unbalanced quote."""
+    s = load("congressional-voting").schema
+    head = ",".join([*s.names, s.label.name]) + "\n"
+    bad_utf8 = tmp_path / "a.csv"
+    bad_utf8.write_bytes(head.encode() + b"y,n,\xe1\xff" + b",y" * 14 + b",democrat\n")
+    quote = tmp_path / "b.csv"
+    quote.write_text(head + ("y," * 16 + "democrat\n") * 3 + 'y,"n,' + "y," * 14 + "democrat\n")
+    for path, words in ((bad_utf8, "not UTF-8 text"), (quote, "malformed CSV")):
+        with pytest.raises(SourceError, match=words) as e:
+            list(read_csv_chunks(str(path), s))
+        assert not re.search(r"xe1|position|row \\d|line \\d", str(e.value).split(": ", 1)[1])
+    header_bytes = tmp_path / "c.csv"
+    header_bytes.write_bytes(b"\xe1\xff," + head.encode())
+    with pytest.raises(SourceError, match="cannot read its header: not UTF-8 text"):
+        list(read_csv_chunks(str(header_bytes), s))

@@ -289,6 +289,9 @@ class JobWorker(GroupLoop):
                     return read_dataset(path, schema)
                 except SourceError as e:
                     raise JobError(str(e)) from None
+                except Exception as e:  # (after the charge) a reader's own message may quote the data
+                    raise JobError(f"dataset {path!r} could not be read ({type(e).__name__}; no content is "
+                                   "shown)") from None
 
         out = run_job(spec, schema, load, RedisLedger(self.r), source, job_id,
                       progress=lambda stage, f: self._progress(job_id, stage, f))

@@ -505,7 +505,7 @@ class ForestNodes:
                     Y += self.y[col] * at[:, t, None]
                     V += self.var[col] * at[:, t]
             p = shrink(Y, V, p)
-        return p
+        return np.array(p, dtype=np.float64) if h == 0 else p  # (stumps only: a writable array, not the broadcast)
 
 
 def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:

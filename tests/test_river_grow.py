@@ -164,3 +164,27 @@ def test_a_numeric_range_of_float_width_grows_without_a_zero_share():
     for v, c in zip(rng.random(600) * 2e-323, rng.integers(0, 2, 600)):
         m.learn_one({"x": float(v), "c": "ab"[c]}, int(c))
     assert m.forest.n_releases >= 2 and np.all(np.isfinite(m.forest.node_variance))
+
+
+def test_predict_proba_many_with_unknown_values_on_growing_trees_equals_predict_proba_one():
+    """A red team's finding: with growing trees (the default here) predict_proba_many routed a row holding an
+    unknown value with the view's stale routes (KeyError, or a wrong leaf), and with every tree still a single
+    leaf the vectorised vote was a read-only broadcast the row could not be written into."""
+    import warnings
+
+    import pandas as pd
+    from river.datasets import synth
+
+    from streamdp.river.schemas import stagger_schema
+
+    warnings.simplefilter("ignore")
+    recs = list(synth.STAGGER(seed=1).take(400))
+    x = {"size": 0, "color": 7, "shape": 1}  # color 7 is not declared: an unknown value
+    df = pd.DataFrame([x, recs[0][0]])
+    for n, eps in ((400, 1.0), (100, 0.1)):
+        m = PrivateForestClassifier(stagger_schema(), n_trees=3, batch_size=20, first_batch=10, epsilon=eps, seed=3)
+        for a, b in recs[:n]:
+            m.learn_one(a, b)
+        got = m.predict_proba_many(df)
+        for i, row in enumerate((x, recs[0][0])):
+            assert got.iloc[i].to_dict() == pytest.approx(m.predict_proba_one(row))

@@ -201,6 +201,7 @@ class ForestView:
     def leaves_one(self, row: list) -> list:
         """Per tree, the flat leaf index (``tree * max_leaves + leaf``) the encoded record reaches, or,
         below an unknown value (``None``), the tuple of every leaf it could reach."""
+        self._fresh()  # routes of the current trees (a growing forest changes them: a stale route names no leaf)
         if self._route is _LAZY:
             self._route = _compile_routes(self._trees, self._arity)
         if self._route is not None and None not in row:

@@ -48,7 +48,10 @@ def to_float(col: np.ndarray) -> np.ndarray | None:
     # of plain numbers holds a handful of types, each checked once.
     if not all(_is_number_type(t) for t in set(map(type, col))):
         return None
-    return col.astype(np.float64)
+    try:
+        return col.astype(np.float64)
+    except OverflowError:  # an int beyond a float's range: the caller's value-by-value path decides
+        return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -116,7 +119,7 @@ def table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
             return None
         lo, hi = math.floor(lo), math.ceil(hi)
     lo, hi = int(lo), int(hi)
-    if hi - lo >= TABLE_SPAN:
+    if hi - lo >= TABLE_SPAN or lo < -(2**62) or hi >= 2**62:  # (beyond int64 indices: the general path)
         return None
     table = np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
     if col.dtype.kind != "f":

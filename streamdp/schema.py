@@ -438,7 +438,10 @@ class Schema:
                     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
                         self._bad(bad, on_invalid, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
                     else:
-                        vals[i] = float(v)
+                        try:
+                            vals[i] = float(v)
+                        except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
+                            vals[i] = math.inf if v > 0 else -math.inf
             if fill_missing:
                 return np.where(np.isnan(vals), (attr.min + attr.max) / 2.0, np.clip(vals, attr.min, attr.max))
             nan = np.flatnonzero(np.isnan(vals))

@@ -405,3 +405,15 @@ def test_values_and_ranges_a_model_cannot_store_are_refused_clearly():
     with pytest.raises(SchemaError, match="64-bit range"):
         Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
                           "label": {"name": "y", "values": [-(2**63) - 1, 1]}})
+
+
+def test_integers_beyond_a_float_or_int64_are_clamped_or_unknown_never_an_overflow():
+    """A red team's finding: learn_many / predict_proba_many raised OverflowError on 10**400 in a numeric column or
+    2**63 in a categorical one, where the one-record path clamps the first and finds the second undeclared."""
+    s = Schema.from_dict({"attributes": [{"name": "n", "type": "numeric", "min": 0, "max": 10},
+                                         {"name": "c", "type": "categorical", "values": [0, 1, 2]}],
+                          "label": {"name": "y", "values": [0, 1]}})
+    X = np.array([[10**400, 1], [-(10**400), 2], [5, 2**63], [5, 1.0 * 2**63]], dtype=object)
+    enc = s.encode(X, np.array([0, 1, 0, 1]), on_invalid="drop")
+    assert enc.X.tolist() == [[10.0, 1.0], [0.0, 2.0]] and len(enc.dropped) == 2  # clamped; undeclared dropped
+    assert all("'c'" in str(reason) for _, reason in enc.dropped)

@@ -421,6 +421,23 @@ def test_create_refuses_what_no_release_could_draw_or_read(r):
         check_name("m\n")  # ("$" matched before a trailing newline)
 
 
+def test_service_classifier_reads_integer_keys_as_digit_names(r):
+    """A red team's finding: river's SEA, LED and Hyperplane key features by integers; ServiceClassifier pushed
+    them as they were and every record was dead-lettered as missing its attributes."""
+    from river.datasets import synth
+
+    from streamdp.river import ServiceClassifier
+    from streamdp.river.schemas import sea_schema
+
+    create_model(r, "sea", sea_schema(), n_trees=3, height=3, epsilon=math.inf, seed=1, release="batch")
+    clf = ServiceClassifier(r, "sea", batch_size=100, sync_timeout=0)
+    for x, y in synth.SEA(seed=1).take(300):
+        clf.learn_one(x, y)
+    _drain(_worker(r, "sea"))
+    st = collect(r, "sea")
+    assert st["records_merged"] == 300 and st["dead_letters"] == 0
+
+
 def test_consumer_get_old_versions_and_validation(r):
     _model(r)
     p = Producer(r, "m")

@@ -149,7 +149,8 @@ class ServiceClassifier(river.base.Classifier):
         return self._proba.predict_proba_one(x)
 
     def learn_one(self, x: dict, y: Any) -> None:
-        self._buf_x.append(dict(x))
+        # integer keys stand for digit attribute names (river's SEA, LED, Hyperplane), as for the other classifiers
+        self._buf_x.append({str(k) if type(k) is int else k: v for k, v in x.items()})
         self._buf_y.append(y.item() if isinstance(y, np.generic) else y)
         if len(self._buf_x) >= self.batch_size:
             self.flush()

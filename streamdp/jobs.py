@@ -81,6 +81,12 @@ class JobResult:
     delta: float
 
 
+#: The smallest job epsilon: the learners split a job's epsilon over at most about 10**5 queries (trees x depth,
+#: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this was
+#: charged and then failed at its first release (a red team's finding).
+MIN_JOB_EPSILON = 1e-9
+
+
 def check_params(spec: JobSpec, schema: Schema | None = None) -> Algorithm:
     """Validate a job before anything is charged: algorithm, epsilon, parameters against the catalogue's
     rules and (with a schema) the estimator built from them."""
@@ -89,6 +95,10 @@ def check_params(spec: JobSpec, schema: Schema | None = None) -> Algorithm:
         check_epsilon(spec.epsilon)
     except ValueError as e:
         raise JobError(str(e)) from None
+    if spec.epsilon < MIN_JOB_EPSILON:
+        raise JobError(f"epsilon={spec.epsilon:g} is below {MIN_JOB_EPSILON:g}: a learner splits it over its queries "
+                       "and the noise samplers stop at scale 1e15, so its releases could not be drawn; refused "
+                       "before anything is charged")
     a.cls()  # AlgorithmNotAvailable when the build lacks it
     a.check_params(spec.params)
     if schema is not None:

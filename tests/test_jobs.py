@@ -573,3 +573,28 @@ def test_job_entry_with_undecodable_fields_is_acked_and_the_job_worker_goes_on(r
     r.xadd(q, {b"\xff": b"x"})
     assert w.run(until_drained=True, max_seconds=20, handle_signals=False) == 2
     assert r.xlen(q) == 0 and w.drained()
+
+
+def test_jobs_that_could_only_fail_are_refused_at_submit_before_any_charge(r, queue, tmp_path, unique_name):
+    """A red team's findings: a dataset path that did not exist yet was not bound to its content (a file written
+    later, other people, was read and charged to the named source); a bundled dataset under a schema of other
+    columns, and an epsilon no learner can draw noise for, were charged and then failed."""
+    q, _ = queue
+    data, sch = _votes_csv(tmp_path)
+    led = RedisLedger(r)
+    led.set_budget(unique_name, 1.0)
+    jq = JobQueue(r, q)
+    try:
+        with pytest.raises(JobError, match="does not exist"):
+            jq.submit("private-rdt", unique_name, 0.5, {"n_trees": 3, "height": 2}, source_kind="dataset",
+                      dataset=str(tmp_path / "later.csv"), schema=str(sch))
+        with pytest.raises(JobError, match="has the attributes"):
+            jq.submit("private-rdt", unique_name, 0.5, {"n_trees": 3, "height": 2}, source_kind="dataset",
+                      dataset="nursery", schema=str(sch))
+        with pytest.raises(JobError, match="below 1e-09"):
+            jq.submit("private-rdt", unique_name, 1e-14, {"n_trees": 3, "height": 2}, source_kind="dataset",
+                      dataset=str(data), schema=str(sch))
+        assert led.spent(unique_name)[0] == 0.0  # nothing charged
+    finally:
+        r.delete(*ledger_keys(unique_name))
+        r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))

@@ -107,6 +107,8 @@ class JobQueue:
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
         digest = self._bind_file(source, dataset) if source_kind == "dataset" else ""
+        if source_kind == "dataset":
+            _check_named_dataset(dataset, sch)
         if source_kind == "dataset" and os.path.isfile(dataset):  # refuse a file without the schema's columns now
             try:
                 check_header(dataset, sch)
@@ -132,9 +134,17 @@ class JobQueue:
         return job_id
 
     def _bind_file(self, source: str, dataset: str) -> str:
-        """The SHA-256 of a dataset file ('' for a dataset name); checks and records its ledger source."""
+        """The SHA-256 of a dataset file ('' for a bundled dataset's name); checks and records its ledger source.
+
+        A path that does not exist yet is refused: unbound, a file written after the submit (other people)
+        would be read and charged to the source the job names (a red team's finding)."""
+        from ..datasets import DATASETS
+
         if not os.path.isfile(dataset):
-            return ""
+            if dataset in DATASETS:
+                return ""
+            raise JobError(f"dataset file {dataset!r} does not exist: a job is bound to its file's content when "
+                           "it is submitted; write the file first")
         digest = file_sha256(dataset)
         if source.startswith("file-") and source != "file-" + digest[:32]:
             raise JobError(f"source {source!r} names another file's content than {dataset!r} "
@@ -213,6 +223,19 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
     if dataset in DATASETS:
         return load_schema(dataset)
     raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
+
+
+def _check_named_dataset(dataset: str, schema: Schema) -> None:
+    """A bundled dataset read under a schema of other columns failed after the charge (a red team's finding):
+    its attributes and label must be the schema's, by name and in order (the declared values may differ)."""
+    from ..datasets import DATASETS, load_schema
+
+    if os.path.isfile(dataset) or dataset not in DATASETS:
+        return
+    own = load_schema(dataset)
+    if own.names != schema.names or own.label.name != schema.label.name:
+        raise JobError(f"dataset {dataset!r} has the attributes {own.names} and label {own.label.name!r}; the "
+                       f"schema declares {schema.names} and {schema.label.name!r}; nothing was charged")
 
 
 def fetch_model(r: Any, name: str) -> Any:

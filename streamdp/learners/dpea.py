@@ -62,8 +62,8 @@ from typing import Any
 import numpy as np
 
 from ..private_data import PrivateDataset
+from ..privacy import NotPrivateWarning
 from ..private_subtree import SubtreeSpace
-from ..secure_random import NotPrivateWarning
 from ..schema import Categorical, Schema
 from ..validation import Interval, check_epsilon, check_integer, check_number
 from ._base import PrivateLearner

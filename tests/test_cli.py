@@ -93,3 +93,28 @@ def test_redis_error_exits_2_with_the_password_redacted(capsys):
 def test_bad_input_exits_2_with_a_message(capsys):
     assert main(["ledger"]) == 2  # neither NAME nor --list: refused before any connection
     assert capsys.readouterr().err == "streamdp: error: give a source NAME or --list (not both)\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["model", "create", "m", "--schema", "s.json", "--epsilon", "1e400"],  # overflowed to inf: a non-private model
+    ["model", "create", "m", "--schema", "s.json", "--epsilon", "nan"],
+    ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1e999"],
+    ["worker", "m", "--processes", "99999999999999999999"],  # an ever-growing process list
+    ["worker", "m", "--processes", "-1"],  # started nothing and exited 0
+    ["worker", "m", "--block-ms", "0"],  # blocked forever
+    ["worker", "m", "--block-ms", "99999999999999999999"],  # an OverflowError traceback
+    ["job", "worker", "--block-ms", "0"],
+    ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--wait", "--timeout", "nan"],
+    ["job", "list", "--limit", "0"],
+    ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--max-attempts", "99999999999999999999"],
+    ["evaluate", "uci:congressional-voting", "--n", "-1"],
+    ["evaluate", "uci:congressional-voting", "--window-size", "0"],
+])
+def test_out_of_range_arguments_are_one_line_errors(argv, capsys):
+    """A red team's findings: these were accepted and then hung, overflowed, did nothing or made a model
+    non-private; argparse now refuses them (exit 2, one line naming the argument)."""
+    from streamdp.cli import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2 and "error: argument" in capsys.readouterr().err

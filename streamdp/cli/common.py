@@ -11,12 +11,71 @@ refusing), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["redis_url", "redact", "client", "Progress", "run"]
+__all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
+           "MAX_BLOCK_MS"]
+
+#: Most worker processes one command starts (a typo of many digits built an ever-growing process list).
+MAX_PROCESSES = 256
+#: Longest blocking read a worker may ask for (an hour; 0 would block forever, a huge value overflowed).
+MAX_BLOCK_MS = 3_600_000
+
+
+def epsilon_arg(text: str) -> float:
+    """An argparse type for an epsilon: a positive number, or ``inf`` typed as such (no noise).
+
+    A number too large for a float (``1e400``) used to become inf, a non-private model, silently.
+
+    >>> epsilon_arg("0.5"), epsilon_arg("inf")
+    (0.5, inf)
+    >>> epsilon_arg("1e400")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '1e400' is not a finite number (type inf for no noise)
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if math.isinf(v) and text.strip().lower().lstrip("+") not in ("inf", "infinity"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (type inf for no noise)")
+    if math.isnan(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return v
+
+
+def int_in(low: int, high: int):
+    """An argparse type for an integer in ``[low, high]``.
+
+    >>> int_in(1, 8)("3")
+    3
+    """
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= v <= high:
+            raise argparse.ArgumentTypeError(f"{v} is outside {low}..{high}")
+        return v
+    parse.__name__ = f"integer in {low}..{high}"
+    return parse
+
+
+def seconds_arg(text: str) -> float:
+    """An argparse type for a duration: a finite number of seconds, at least 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
+    return v
 
 
 def redis_url(args: argparse.Namespace) -> str:

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from .common import redact
+from .common import MAX_PROCESSES, epsilon_arg, int_in, redact
 
 __all__ = ["add_parser", "demo"]
 
@@ -23,12 +23,12 @@ __all__ = ["add_parser", "demo"]
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp demo`` on an ``argparse`` subparsers object."""
     de = subparsers.add_parser("demo", help="run the service end to end on a bundled dataset")
-    de.add_argument("--epsilon", type=float, default=1.0)
+    de.add_argument("--epsilon", type=epsilon_arg, default=1.0)
     de.add_argument("--trees", type=int, default=5)
     de.add_argument("--height", type=int, default=3)
     de.add_argument("--budget", choices=("split", "disjoint"), default="disjoint")
     de.add_argument("--batch-size", type=int, default=30)
-    de.add_argument("--processes", type=int, default=None)
+    de.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None)
     de.add_argument("--shuffle-seed", type=int, default=0)
     de.add_argument("--keep", action="store_true", help="keep the model (on an external Redis)")
     de.set_defaults(func=demo)

@@ -19,6 +19,8 @@ import math
 import os
 from typing import Any
 
+from .common import int_in
+
 __all__ = ["add_parser", "evaluate"]
 
 
@@ -43,7 +45,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("datasets", nargs="*", default=["agrawal:0"],
                    help="agrawal:F, drift, stagger:F, led, uci:NAME (default agrawal:0)")
-    p.add_argument("--n", type=int, default=None, help="samples per synthetic stream (default 50,000; UCI: all)")
+    p.add_argument("--n", type=int_in(1, 10**9), default=None, help="samples per synthetic stream (default 50,000; UCI: all)")
     p.add_argument("--epsilons", type=_floats, default=[0.5, 1.0, 2.0])
     p.add_argument("--batch-sizes", type=_ints, default=[100, 1000, 10000])
     p.add_argument("--n-trees", type=int, default=10)
@@ -54,12 +56,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--window-learners", default="",
                    help="comma list of batch learners refit per disjoint window (streamdp.river.PrivateWindowClassifier): "
                         "diffp-c45, diffp-id3, sulq-id3, hanisch-forest, dpea")
-    p.add_argument("--window-size", type=int, default=5000, help="records per window fit (default 5,000)")
+    p.add_argument("--window-size", type=int_in(1, 10**9), default=5000, help="records per window fit (default 5,000)")
     p.add_argument("--nominal", action="store_true", help="give river's trees the nominal attributes")
     p.add_argument("--per-record", action="store_true",
                    help="also time the private forest through the one-record loop")
     p.add_argument("--shuffle-seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=1,
+    p.add_argument("--repeats", type=int_in(1, 10**6), default=1,
                    help="fresh private models per setting (accuracy mean and sd; samples/s median)")
     p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from .common import client
+from .common import MAX_BLOCK_MS, client, epsilon_arg, int_in, seconds_arg
 
 __all__ = ["add_parser", "submit", "status", "list_", "result", "algorithms", "worker"]
 
@@ -50,15 +50,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--source-file", default=None, metavar="FILE",
                      help="a CSV dataset bound to its own ledger by content (file-<SHA-256 of its bytes>): the same "
                           "bytes under any path or name share one budget; implies --dataset FILE")
-    s.add_argument("--epsilon", type=float, required=True)
+    s.add_argument("--epsilon", type=epsilon_arg, required=True)
     s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")
     s.add_argument("--dataset", default=None,
                    help="CSV file with a header (or a known dataset name) instead of a model")
     s.add_argument("--schema", default=None, help="schema JSON file of --dataset")
     s.add_argument("--name", default=None, help="publish the model under this name (default ALGORITHM-ID8)")
-    s.add_argument("--max-attempts", type=int, default=3)
+    s.add_argument("--max-attempts", type=int_in(1, 1000), default=3)
     s.add_argument("--wait", action="store_true", help="wait until the job is finished")
-    s.add_argument("--timeout", type=float, default=3600.0, help="seconds to --wait")
+    s.add_argument("--timeout", type=seconds_arg, default=3600.0, help="seconds to --wait")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=submit)
 
@@ -68,7 +68,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     st.set_defaults(func=status)
 
     ls = sub.add_parser("list", parents=[common], help="recent jobs, newest first")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=int_in(1, 10**6), default=50)
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(func=list_)
 
@@ -86,7 +86,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     g.add_argument("--once", action="store_true", help="stop after one job")
     g.add_argument("--until-drained", action="store_true", help="stop when no job is waiting")
     w.add_argument("--claim-idle-ms", type=int, default=60_000, help="reclaim jobs of workers silent this long")
-    w.add_argument("--block-ms", type=int, default=1000)
+    w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
     w.add_argument("-v", "--verbose", action="store_true")
     w.set_defaults(func=worker)
     return p

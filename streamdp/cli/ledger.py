@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from .common import client
+from .common import client, epsilon_arg
 
 __all__ = ["add_parser", "ledger"]
 
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the ledger bound to this file's content (file-<SHA-256>), as job submit --source-file")
     p.add_argument("--list", action="store_true", help="list the sources that have a ledger")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--set-budget", type=float, default=None, metavar="E",
+    p.add_argument("--set-budget", type=epsilon_arg, default=None, metavar="E",
                    help="set or raise the total epsilon (cannot go below what is spent)")
     p.add_argument("--delta", type=float, default=None, metavar="D",
                    help="total delta with --set-budget (default: keep the current one, else 0)")

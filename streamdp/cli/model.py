@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from .common import client, redis_url
+from .common import client, epsilon_arg, int_in, redis_url
 
 __all__ = ["add_parser"]
 
@@ -34,13 +34,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="tree height (default: for grow, the river classifier's default, "
                         "streamdp.structure.ceiling_height; else half the attributes; both lowered where the trees "
                         "could exceed what the server accepts)")
-    c.add_argument("--epsilon", type=float, required=True)
+    c.add_argument("--epsilon", type=epsilon_arg, required=True)
     c.add_argument("--mechanism", choices=("geometric", "laplace", "kanon"), default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
     c.add_argument("--budget", choices=("split", "disjoint"), default="split")
     c.add_argument("--vote", choices=("proba", "majority"), default="proba")
-    c.add_argument("--ledger-budget", type=float, default=None, metavar="E",
+    c.add_argument("--ledger-budget", type=epsilon_arg, default=None, metavar="E",
                    help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
@@ -73,7 +73,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     rt = msub.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
     rt.add_argument("name")
     rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
-    rt.add_argument("--records", type=int, default=None, help="keep at most this many newest stream entries")
+    rt.add_argument("--records", type=int_in(0, 2**62), default=None, help="keep at most this many newest stream entries")
     rt.add_argument("--clear", action="store_true", help="back to the default: keep nothing already merged")
     rt.add_argument("--json", action="store_true")
     rt.set_defaults(func=retention)

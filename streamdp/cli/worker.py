@@ -10,7 +10,7 @@ import argparse
 import logging
 from typing import Any
 
-from .common import client, redis_url
+from .common import MAX_BLOCK_MS, MAX_PROCESSES, client, int_in, redis_url
 
 __all__ = ["add_parser", "worker"]
 
@@ -19,11 +19,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp worker`` on an ``argparse`` subparsers object."""
     w = subparsers.add_parser("worker", help="run stream workers for a model")
     w.add_argument("name")
-    w.add_argument("--processes", type=int, default=None, help="default: one per core")
+    w.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None, help="default: one per core")
     w.add_argument("--batch-entries", type=int, default=16, help="entries merged per commit")
     w.add_argument("--claim-idle-ms", type=int, default=30_000)
     w.add_argument("--max-deliveries", type=int, default=5)
-    w.add_argument("--block-ms", type=int, default=1000)
+    w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
     w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
     w.set_defaults(func=worker)

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -90,13 +91,18 @@ class WorkerConfig:
         ValueError: block_ms must be an integer >= 1, got 0
         """
         check_integer(self.batch_entries, "batch_entries", low=1, high=1000)  # entries per atomic commit
-        check_integer(self.block_ms, "block_ms", low=1)  # 0 is BLOCK forever in Redis: a worker that never ticks
+        check_integer(self.block_ms, "block_ms", low=1, high=3_600_000)  # 0 is BLOCK forever in Redis
         check_integer(self.claim_idle_ms, "claim_idle_ms", low=0)
         check_integer(self.max_deliveries, "max_deliveries", low=1)
         for name in ("keep_versions", "version_ttl_s", "delta_ttl_s", "dead_maxlen"):
             check_integer(getattr(self, name), name, low=0)
         check_integer(self.trim_every, "trim_every", low=1)
         return self
+
+
+#: A dead letter's reason for a batch's invalid records starts with their exact count and first row (kept in the
+#: worker-only dead-letter stream, not in logs).
+_COUNTED = re.compile(r"^\d+ invalid record\(s\) of \d+; first: row \d+: ")
 
 
 def _jlog(level: int, event: str, **kv: Any) -> None:
@@ -405,9 +411,9 @@ class Worker(GroupLoop):
 
     def _after_commit(self, dead: list, *, merged: bool) -> None:
         """After a successful commit or add: log the dead letters, trim every ``trim_every`` merging commits."""
-        if dead:
-            _jlog(logging.WARNING, "worker.dead_letter", model=self.model, n=len(dead),
-                  reasons=[d[1][:200] for d in dead[:5]])
+        if dead:  # the distinct reasons only: how many entries or records were bad is exact (stats --exact)
+            _jlog(logging.WARNING, "worker.dead_letter", model=self.model,
+                  reasons=sorted({_COUNTED.sub("invalid records: ", d[1])[:200] for d in dead})[:5])
         self._commits_since_trim += 1 if merged else 0
         if self._commits_since_trim >= self.config.trim_every:
             self._commits_since_trim = 0

@@ -806,6 +806,30 @@ def test_trim_drops_every_merged_entry_by_default_the_last_one_too(r):
     assert r.xlen(k.records) == 0
 
 
+def test_entries_with_ids_ahead_of_the_clock_do_not_outlive_a_time_retention(r):
+    """A red team's finding: a producer's XADD with an explicit id 23 h ahead kept its records a day past a 1 s
+    retention (MINID trimming goes by id) and the stats alarm (a day ahead) stayed 0. Merged entries ahead of the
+    clock are deleted where retention is bounded in time, and the alarm is at a minute."""
+    import time
+
+    from streamdp.service.retention import set_retention
+
+    _model(r)
+    k = Keys("m")
+    set_retention(r, "m", seconds=1)
+    Producer(r, "m", batch_size=10).push(DS.X[:10], DS.y[:10])
+    ahead = int(time.time() * 1000) + 23 * 3600 * 1000
+    entry = r.xrange(k.records, count=1)[0][1]
+    r.xadd(k.records, {b"d": codec.encode_batch(DS.schema, DS.X[10:20], DS.y[10:20])}, id=f"{ahead}-0")
+    assert collect(r, "m")["stream_ids_blocked"] == 1
+    w = _worker(r, "m")
+    _drain(w)
+    assert collect(r, "m")["records_merged"] == 20  # both batches merged
+    w.trim()
+    assert not r.xrange(k.records, f"{ahead}-0", "+")  # the future entry is gone, not kept 23 h
+    assert entry is not None
+
+
 def test_metrics_keep_full_precision():
     """A Unix time printed with :g lost about 10**4 seconds; metrics print at full precision."""
     from streamdp.service.stats import metric_value

@@ -89,7 +89,7 @@ def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
       or ``MINID`` by a producer): fewer entries follow the group's last delivered id than were added
       after it (``entries-added`` minus the group's ``entries-read``). Workers trim and delete only
       entries already delivered to them, so this stays 0 in normal operation.
-    * ``stream_ids_blocked``: 1 if the stream's last id is more than a day in the future (an ``XADD``
+    * ``stream_ids_blocked``: 1 if the stream's last id is more than a minute in the future (an ``XADD``
       with an explicit huge id: every later push fails until an admin repairs the stream).
     Redis >= 7.0; absent where the server does not report these fields (or after a manual ``SETID``).
     """
@@ -98,7 +98,7 @@ def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
         info = r.xinfo_stream(keys.records)
         last = info.get("last-generated-id")
         if last is not None:
-            out["stream_ids_blocked"] = float(_stream_id(last)[0] > int(time.time() * 1000) + 86_400_000)
+            out["stream_ids_blocked"] = float(_stream_id(last)[0] > int(time.time() * 1000) + 60_000)
         added, read, delivered = info.get("entries-added"), group.get("entries-read"), group.get("last-delivered-id")
         if read is None and delivered is not None and _stream_id(delivered) == (0, 0):
             read = 0  # nothing delivered yet

@@ -54,7 +54,7 @@ from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
 from .published import counts_from_bytes, counts_view, drawn_once, release_record, release_record_around_counts
 from .registry import load_policy, load_spec
-from .retention import policy_minid, trim_minid
+from .retention import get_retention, policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
 from .windows import WindowCloser, joined_cells
 from ..validation import check_integer
@@ -513,6 +513,7 @@ class Worker(GroupLoop):
             if minid == "0-0":
                 return 0
             n = self.redis.xtrim(self.keys.records, minid=minid, approximate=False)
+            n += self._trim_future(minid)
             if n:
                 self.redis.hincrby(self.keys.stats, "trimmed", n)
             self.forget_idle_consumers()
@@ -520,6 +521,30 @@ class Worker(GroupLoop):
         except redis.RedisError as err:
             _jlog(logging.WARNING, "worker.trim_failed", model=self.model, error=str(err))
             return 0
+
+    #: An entry id more than this far ahead of the server's clock was given by its producer (XADD with an id).
+    FUTURE_ID_SLACK_MS = 60_000
+
+    def _trim_future(self, minid: str) -> int:
+        """Delete merged entries whose ids a producer set ahead of the clock: MINID trimming (by time) never
+        reaches them, so they outlived the retention policy by as long as the producer chose (a red team's
+        finding). Only entries the trim would have removed by position (below ``minid``'s delivery point, none
+        pending) go, and only where the model's retention is bounded in time."""
+        if get_retention(self.redis, self.model).seconds is None:
+            return 0  # nothing kept (MINID already passed them) or the newest N kept (they are among them)
+        sec, usec = self.redis.time()
+        ahead = int(sec) * 1000 + int(usec) // 1000 + self.FUTURE_ID_SLACK_MS
+        future = self.redis.xrange(self.keys.records, f"{ahead}-0", "+", count=1000)
+        if not future:
+            return 0
+        g = next((g for g in self.redis.xinfo_groups(self.keys.records) if as_str(g["name"]) == GROUP), None)
+        last = tuple(int(x) for x in as_str(g["last-delivered-id"]).split("-")) if g else (0, 0)
+        pend = self.redis.xpending(self.keys.records, GROUP)
+        low = tuple(int(x) for x in as_str(pend["min"]).split("-")) if pend and pend.get("pending") else None
+        ids = [as_str(i) for i, _ in future
+               if tuple(int(x) for x in as_str(i).split("-")) <= last
+               and (low is None or tuple(int(x) for x in as_str(i).split("-")) < low)]
+        return int(self.redis.xdel(self.keys.records, *ids)) if ids else 0
 
     def forget_idle_consumers(self) -> list[str]:
         """Remove consumers (e.g. of SIGKILLed workers) idle for ``forget_consumers_s`` with an empty PEL.

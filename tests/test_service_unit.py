@@ -830,6 +830,38 @@ def test_entries_with_ids_ahead_of_the_clock_do_not_outlive_a_time_retention(r):
     assert entry is not None
 
 
+def test_a_producer_without_the_victims_key_cannot_test_whether_a_record_was_pushed(r, tmp_path, monkeypatch):
+    """A red team's membership test (release='batch'): batch ids were content hashes salted with a public value,
+    so anyone allowed to push and read could re-push a guessed record and see from the release count whether it
+    had been merged before. Ids are now keyed by the producer's secret key: another key's push of the same record
+    is merged (the count moves either way), while the victim's own retry still counts once."""
+    import os
+    import stat
+
+    from streamdp.service.producer import ENV_PRODUCER_KEY, producer_id_key
+
+    _model(r, epsilon=math.inf)
+    victim_key, attacker_key = tmp_path / "victim.key", tmp_path / "attacker.key"
+    monkeypatch.setenv(ENV_PRODUCER_KEY, str(victim_key))
+    victim = Producer(r, "m")  # the key file is made on first use, owner-only
+    assert stat.S_IMODE(os.stat(victim_key).st_mode) == 0o600 and producer_id_key() == victim._id_key
+    victim.push(DS.X[:1], DS.y[:1])
+    w = _worker(r, "m")
+    _drain(w)
+    assert show_model(r, "m")["releases"] == 1
+    attacker = Producer(r, "m", id_key=producer_id_key(attacker_key))
+    attacker.push(DS.X[:1], DS.y[:1])  # the victim's record, guessed: merged, not recognised
+    _drain(w)
+    assert show_model(r, "m")["releases"] == 2
+    Producer(r, "m").push(DS.X[:1], DS.y[:1])  # the victim's retry (its key): counted once
+    _drain(w)
+    assert show_model(r, "m")["releases"] == 2 and collect(r, "m")["records_merged"] == 2
+    short = tmp_path / "short.key"
+    short.write_bytes(b"abc")
+    with pytest.raises(ValueError, match="at least 16 random bytes"):
+        producer_id_key(short)
+
+
 def test_metrics_keep_full_precision():
     """A Unix time printed with :g lost about 10**4 seconds; metrics print at full precision."""
     from streamdp.service.stats import metric_value

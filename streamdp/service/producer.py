@@ -4,8 +4,15 @@ Records are coded chunk by chunk (:mod:`streamdp.sources`) and each chunk's
 batches are sent (one pipelined round trip) while the next chunk is coded.
 
 **Batch ids and the rule for producers.** By default a batch's id is derived
-from what it holds: ``sha256(model spec, source label, the batch's first row
-in the input, its rows, its codes and labels)``. The stream workers merge a
+from what it holds, keyed by the producer's secret id key: ``HMAC-SHA256(key, model
+spec, source label, the batch's first row in the input, its rows, its codes and
+labels)``. The key (:func:`producer_id_key`: ``$STREAMDP_PRODUCER_KEY_FILE``, else
+``~/.config/streamdp/producer.key``, 32 random bytes made on first use, mode 0600)
+stays with the producer: without it, anyone allowed to push and read the published
+model could push a guessed record and see from the release count whether it was
+merged before (a red team's membership test, under ``release="batch"``). Pushes
+share a deduplication only when they share the key (one user, or a key file given
+to every producer of the same data). The stream workers merge a
 batch id once for the model's lifetime (``priv:merged`` keeps every merged
 id), so pushing the same records again, in the same order, with the same
 ``batch_size`` and ``source``, merges nothing new, and a push interrupted
@@ -28,7 +35,9 @@ The example needs a running Redis holding model ``votes`` (see
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -41,7 +50,7 @@ from .connection import connect
 from .keys import REGISTRY, Keys
 from .registry import ModelNotFound, batch_id_salt
 
-__all__ = ["Producer", "PushResult"]
+__all__ = ["Producer", "PushResult", "producer_id_key", "ENV_PRODUCER_KEY"]
 
 #: Batches in flight (sent, reply not read) while the next chunk is coded.
 _IN_FLIGHT = 2
@@ -57,6 +66,34 @@ class PushResult(list):
     batch_ids: list
 
 
+#: Where a producer keeps its secret batch-id key by default (``$STREAMDP_PRODUCER_KEY_FILE`` overrides).
+ENV_PRODUCER_KEY = "STREAMDP_PRODUCER_KEY_FILE"
+
+
+def producer_id_key(path: str | os.PathLike | None = None) -> bytes:
+    """The producer's secret batch-id key: the file ``path``, ``$STREAMDP_PRODUCER_KEY_FILE`` or
+    ``$XDG_CONFIG_HOME/streamdp/producer.key`` (``~/.config``), made with 32 bytes from the OS CSPRNG
+    (mode 0600) when it does not exist; a file of fewer than 16 bytes is refused."""
+    if path is None:
+        path = os.environ.get(ENV_PRODUCER_KEY) or os.path.join(
+            os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+            "streamdp", "producer.key")
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(os.urandom(32))
+        except FileExistsError:
+            pass  # another producer made it first: read theirs
+    with open(path, "rb") as f:
+        key = f.read()
+    if len(key) < 16:
+        raise ValueError(f"producer key file {path!r} holds {len(key)} bytes; at least 16 random bytes are needed")
+    return key
+
+
 class Producer:
     """Code records against the model's schema and XADD them in batches.
 
@@ -69,7 +106,8 @@ class Producer:
     """
 
     def __init__(self, redis_url: Any = None, model: str = "", *, batch_size: int = 10_000,
-                 on_invalid: str = "raise", maxlen: int | None = None, dedup: bool = True):
+                 on_invalid: str = "raise", maxlen: int | None = None, dedup: bool = True,
+                 id_key: bytes | None = None):
         if not model:
             raise ValueError("Producer needs a model name")
         if batch_size < 1 or batch_size > codec.MAX_RECORDS:
@@ -97,12 +135,13 @@ class Producer:
         self.batch_size = batch_size
         self.on_invalid = on_invalid
         self.dedup = dedup
+        self._id_key = (id_key if id_key is not None else producer_id_key()) if dedup else b""
         self.last_batch_ids: list[str] = []
 
     def batch_id(self, source: str, offset: int, n_in: int, invalid: Iterable[int]) -> Callable:
         """The content id of a batch: a function of its packed codes (see :func:`codec.encode_codes`)."""
         def make(xb: np.ndarray, yb: np.ndarray) -> str:
-            h = hashlib.sha256(self._salt)
+            h = hmac.new(self._id_key, self._salt, hashlib.sha256)
             src = source.encode()
             h.update(len(src).to_bytes(8, "little") + src)
             h.update(np.array([offset, n_in, *xb.shape], dtype="<i8").tobytes())

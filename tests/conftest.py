@@ -21,6 +21,23 @@ from streamdp.service.embedded import resolve_redis
 from streamdp.service.local_cluster import LocalCluster
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _producer_key_file(tmp_path_factory):
+    """Producers key their batch ids by a key file (streamdp.service.producer.producer_id_key): the tests use
+    one of their own, never the user's ~/.config/streamdp/producer.key."""
+    import os
+
+    from streamdp.service.producer import ENV_PRODUCER_KEY
+
+    old = os.environ.get(ENV_PRODUCER_KEY)
+    os.environ[ENV_PRODUCER_KEY] = str(tmp_path_factory.mktemp("producer") / "producer.key")
+    yield
+    if old is None:
+        os.environ.pop(ENV_PRODUCER_KEY, None)
+    else:
+        os.environ[ENV_PRODUCER_KEY] = old
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark ``redis`` every test that uses a real Redis through ``redis_url`` (directly or via a fixture)."""
     for item in items:

@@ -843,9 +843,9 @@ def test_a_producer_without_the_victims_key_cannot_test_whether_a_record_was_pus
     _model(r, epsilon=math.inf)
     victim_key, attacker_key = tmp_path / "victim.key", tmp_path / "attacker.key"
     monkeypatch.setenv(ENV_PRODUCER_KEY, str(victim_key))
-    victim = Producer(r, "m")  # the key file is made on first use, owner-only
-    assert stat.S_IMODE(os.stat(victim_key).st_mode) == 0o600 and producer_id_key() == victim._id_key
-    victim.push(DS.X[:1], DS.y[:1])
+    victim = Producer(r, "m")
+    victim.push(DS.X[:1], DS.y[:1])  # the key file is made on first use, owner-only
+    assert stat.S_IMODE(os.stat(victim_key).st_mode) == 0o600 and producer_id_key() == victim.id_key
     w = _worker(r, "m")
     _drain(w)
     assert show_model(r, "m")["releases"] == 1
@@ -860,6 +860,25 @@ def test_a_producer_without_the_victims_key_cannot_test_whether_a_record_was_pus
     short.write_bytes(b"abc")
     with pytest.raises(ValueError, match="at least 16 random bytes"):
         producer_id_key(short)
+    # no writable place for the key (a container without a home): a key for this process, with a warning
+    monkeypatch.setenv(ENV_PRODUCER_KEY, "/proc/no-such-dir/producer.key")
+    p = Producer(r, "m")
+    with pytest.warns(RuntimeWarning, match="for this process only"):
+        p.push(DS.X[1:2], DS.y[1:2])
+    assert len(p.id_key) == 32
+
+
+def test_producer_key_file_is_made_once_under_concurrent_first_use(tmp_path):
+    """A review's race: between creating and writing the key file another producer read it empty (18 of 200)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from streamdp.service.producer import producer_id_key
+
+    for trial in range(5):
+        path = tmp_path / f"k{trial}" / "producer.key"
+        with ProcessPoolExecutor(4) as ex:
+            keys = list(ex.map(producer_id_key, [path] * 8))
+        assert len(set(keys)) == 1 and len(keys[0]) == 32
 
 
 def test_metrics_keep_full_precision():

@@ -159,6 +159,11 @@ def test_a_worker_never_writes_into_a_model_re_created_under_its_name(r, release
     if release == "window":
         new.closer.tick(_at(r, "m", 1))
     assert show_model(r, "m")["releases"] == 1
+    # nor through the noise it stored before it was refused (a review's finding): stored noise is named by the
+    # model's id, so the new model's worker drew its own
+    from streamdp.service.stats import collect
+
+    assert collect(r, "m")["delta_reused"] == 0
 
 
 def test_entries_committed_while_a_window_closes_land_in_the_next(r):

@@ -48,9 +48,13 @@ class Keys:
     registry = REGISTRY
     group = GROUP
 
-    def __init__(self, name: str, *, job: bool = False):
+    def __init__(self, name: str, *, job: bool = False, model_id: str = ""):
         self.name = check_name(name)
         self.job = job
+        # Stored noise (delta, wdelta, node) is named by the model's id where its state has one: a worker still
+        # holding a deleted model never stores noise a worker of the model re-created under the name would reuse.
+        self.model_id = model_id
+        self._noise = f":{model_id}" if model_id else ""
         self.prefix = f"sdp:{{job:{name}}}" if job else f"sdp:{{{name}}}"
         self.spec = f"{self.prefix}:spec"
         self.pub_model = f"{self.prefix}:pub:model"
@@ -67,7 +71,7 @@ class Keys:
         return f"{self.prefix}:pub:v:{int(version)}"
 
     def delta(self, batch_id: str) -> str:
-        return f"{self.prefix}:priv:delta:{batch_id}"
+        return f"{self.prefix}:priv:delta{self._noise}:{batch_id}"
 
     def acc(self, window: int) -> str:
         """The SECRET exact accumulator of a window (hash: one field per add, :mod:`.windows`); workers only."""
@@ -79,11 +83,11 @@ class Keys:
 
     def window_delta(self, window: int) -> str:
         """A closed window's noised delta, stored (SET NX) before it is merged."""
-        return f"{self.prefix}:priv:wdelta:{int(window)}"
+        return f"{self.prefix}:priv:wdelta{self._noise}:{int(window)}"
 
     def node(self, node_key: str) -> str:
         """A tree node's noised sum (``epoch:level:index``), stored (SET NX) before it is used."""
-        return f"{self.prefix}:priv:node:{node_key}"
+        return f"{self.prefix}:priv:node{self._noise}:{node_key}"
 
     def __repr__(self) -> str:
         return f"Keys({self.name!r}, job=True)" if self.job else f"Keys({self.name!r})"

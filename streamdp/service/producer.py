@@ -38,6 +38,8 @@ import hashlib
 import hmac
 import json
 import os
+import secrets
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable
 
@@ -81,12 +83,19 @@ def producer_id_key(path: str | os.PathLike | None = None) -> bytes:
     path = os.fspath(path)
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        # written whole to a private temporary file, then linked into place: a producer racing this one
+        # never reads a half-written key (os.link fails if the key exists: that one is read instead)
+        tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(os.urandom(32))
-        except FileExistsError:
-            pass  # another producer made it first: read theirs
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+        finally:
+            os.unlink(tmp)
     with open(path, "rb") as f:
         key = f.read()
     if len(key) < 16:
@@ -135,13 +144,34 @@ class Producer:
         self.batch_size = batch_size
         self.on_invalid = on_invalid
         self.dedup = dedup
-        self._id_key = (id_key if id_key is not None else producer_id_key()) if dedup else b""
+        self._given_key = id_key
+        self._id_key: bytes | None = None  # read (or made) on the first content id
         self.last_batch_ids: list[str] = []
+
+    @property
+    def id_key(self) -> bytes:
+        """The secret key of this producer's content ids (:func:`producer_id_key`, read on first use). Where no
+        key file can be read or made (no writable home: a container), a key for this process, with a warning:
+        its retries still count once, a later process's do not."""
+        if self._id_key is None:
+            if self._given_key is not None:
+                self._id_key = bytes(self._given_key)
+            else:
+                try:
+                    self._id_key = producer_id_key()
+                except OSError as e:
+                    warnings.warn(f"no producer key file ({type(e).__name__}: set {ENV_PRODUCER_KEY} to a writable "
+                                  "path): batch ids are keyed for this process only, so a push repeated by another "
+                                  "process counts again", RuntimeWarning, stacklevel=3)
+                    self._id_key = os.urandom(32)
+        return self._id_key
 
     def batch_id(self, source: str, offset: int, n_in: int, invalid: Iterable[int]) -> Callable:
         """The content id of a batch: a function of its packed codes (see :func:`codec.encode_codes`)."""
+        key = self.id_key
+
         def make(xb: np.ndarray, yb: np.ndarray) -> str:
-            h = hmac.new(self._id_key, self._salt, hashlib.sha256)
+            h = hmac.new(key, self._salt, hashlib.sha256)
             src = source.encode()
             h.update(len(src).to_bytes(8, "little") + src)
             h.update(np.array([offset, n_in, *xb.shape], dtype="<i8").tobytes())

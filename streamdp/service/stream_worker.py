@@ -174,9 +174,11 @@ class Worker(GroupLoop):
         self.reader.create()
         self.policy, start = load_policy(self.redis, model)
         # the model's identity: a worker never writes into another model re-created under the same name
-        model_id = as_str(self.redis.hget(self.keys.state, "model_id") or self.redis.hget(self.keys.pub_model, "model_id")
-                          or b"")
+        state_id = as_str(self.redis.hget(self.keys.state, "model_id") or b"")
+        model_id = state_id or as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
         self.model_id = model_id
+        if state_id:  # stored noise named by the model (Keys); a model from before the field keeps its names
+            self.keys = Keys(model, model_id=state_id)
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
         self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
@@ -534,17 +536,21 @@ class Worker(GroupLoop):
             return 0  # nothing kept (MINID already passed them) or the newest N kept (they are among them)
         sec, usec = self.redis.time()
         ahead = int(sec) * 1000 + int(usec) // 1000 + self.FUTURE_ID_SLACK_MS
-        future = self.redis.xrange(self.keys.records, f"{ahead}-0", "+", count=1000)
-        if not future:
-            return 0
         g = next((g for g in self.redis.xinfo_groups(self.keys.records) if as_str(g["name"]) == GROUP), None)
         last = tuple(int(x) for x in as_str(g["last-delivered-id"]).split("-")) if g else (0, 0)
         pend = self.redis.xpending(self.keys.records, GROUP)
         low = tuple(int(x) for x in as_str(pend["min"]).split("-")) if pend and pend.get("pending") else None
-        ids = [as_str(i) for i, _ in future
-               if tuple(int(x) for x in as_str(i).split("-")) <= last
-               and (low is None or tuple(int(x) for x in as_str(i).split("-")) < low)]
-        return int(self.redis.xdel(self.keys.records, *ids)) if ids else 0
+        n, start = 0, f"{ahead}-0"
+        for _ in range(100):  # pages of 1,000 (a backlog drains over trims)
+            future = self.redis.xrange(self.keys.records, start, "+", count=1000)
+            ids = [as_str(i) for i, _ in future
+                   if tuple(int(x) for x in as_str(i).split("-")) <= last
+                   and (low is None or tuple(int(x) for x in as_str(i).split("-")) < low)]
+            n += int(self.redis.xdel(self.keys.records, *ids)) if ids else 0
+            if len(future) < 1000 or len(ids) < len(future):
+                break  # the end, or entries not merged yet (they stay until they are)
+            start = "(" + as_str(future[-1][0])
+        return n
 
     def forget_idle_consumers(self) -> list[str]:
         """Remove consumers (e.g. of SIGKILLed workers) idle for ``forget_consumers_s`` with an empty PEL.

@@ -48,7 +48,7 @@ from ..estimation import cell_variance
 from ..forest import PrivateForest
 from .commit import SEAL_LUA
 from .group import jlog
-from .keys import Keys
+from .keys import Keys, as_str
 from .published import counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
 from .rollback import NoiseSource, RollbackGuard
 
@@ -335,7 +335,7 @@ class WindowCloser:
                 v, rel, open_, mid = p.hmget(self.keys.state, "version", "releases", "open", "model_id")
                 if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
                     return False
-                if mid is not None and mid.decode() != self.model_id:
+                if mid is not None and as_str(mid) != self.model_id:
                     return False  # deleted and re-created under this name: not the model this closer holds
                 pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
                 if grown is None:  # the structure is the spec's: counts only (published.published_fields)

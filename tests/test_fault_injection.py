@@ -253,7 +253,7 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
     else:
         from streamdp.service.published import noise_from_bytes
 
-        stored = r.mget([keys.delta(b) for b in batches])
+        stored = r.mget([Keys.of(r, keys.name).delta(b) for b in batches])
         assert all(s is not None for s in stored), "a merged batch has no stored delta"
         deltas = [noise_from_bytes(s, spec) for s in stored]
         np.testing.assert_array_equal(forest.counts, np.sum(deltas, axis=0))
@@ -434,7 +434,7 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     all_idx = np.concatenate(list(batches.values()))
     exact = PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx], DS.y[all_idx])
     if release == "grow":  # the published forest is the last stored release; each grew the one before it
-        stored = r.mget([keys.window_delta(w) for w in range(1, releases + 1)])
+        stored = r.mget([Keys.of(r, keys.name).window_delta(w) for w in range(1, releases + 1)])
         assert all(s is not None for s in stored), "a released window has no stored release"
         chain = [PrivateForest.from_bytes(s) for s in stored]
         assert [f.n_releases for f in chain] == list(range(1, releases + 1))
@@ -454,7 +454,7 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     else:  # the published counts are the sum of exactly one stored noised delta per window
         from streamdp.service.published import noise_from_bytes
 
-        stored = r.mget([keys.window_delta(w) for w in range(1, releases + 1)])
+        stored = r.mget([Keys.of(r, keys.name).window_delta(w) for w in range(1, releases + 1)])
         assert all(s is not None for s in stored), "a released window has no stored noise"
         deltas = [noise_from_bytes(s, spec) for s in stored]
         np.testing.assert_array_equal(forest.counts, np.sum(deltas, axis=0))

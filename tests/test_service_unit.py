@@ -46,7 +46,7 @@ def _state_counts(r, name, forest):
 def _stored_delta(r, name, batch_id):
     from streamdp.service.registry import load_spec
 
-    return noise_from_bytes(r.get(Keys(name).delta(batch_id)), load_spec(r, name))
+    return noise_from_bytes(r.get(Keys.of(r, name).delta(batch_id)), load_spec(r, name))
 
 
 def _worker(r, name, **kw):
@@ -236,7 +236,7 @@ def test_released_counts_are_the_sum_of_stored_deltas(r):
     f = Consumer(r, "m").latest()
     total = sum(_stored_delta(r, "m", b) for b in bids)
     assert np.array_equal(f.counts, total) and f.private
-    assert all(0 < r.ttl(Keys("m").delta(b)) <= 7 * 86400 for b in bids)
+    assert all(0 < r.ttl(Keys.of(r, "m").delta(b)) <= 7 * 86400 for b in bids)
 
 
 def test_redelivered_batch_reuses_its_stored_delta(r):

@@ -219,7 +219,7 @@ def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, po
     noise = {key.decode().rsplit(":", 1 if release == "window" else 3)[-1 if release == "window" else 0]
              for key in r.keys("sdp:{m}:priv:wdelta:*") + r.keys("sdp:{m}:priv:node:*")}
     if release == "window":  # published = the two stored window draws, each once
-        d = [noise_from_bytes(r.get(k.window_delta(i)), spec) for i in (1, 2)]
+        d = [noise_from_bytes(r.get(Keys.of(r, "m").window_delta(i)), spec) for i in (1, 2)]
         np.testing.assert_array_equal(_published(r, "m", spec), d[0] + d[1])
         assert noise == {"1", "2"}
     else:  # published = the tree state's estimate from the stored nodes
@@ -467,7 +467,7 @@ def test_a_grown_model_deepens_its_published_trees_window_by_window(r):
 def _stored_release(r, w):
     from streamdp.forest import PrivateForest
 
-    return PrivateForest.from_bytes(r.get(Keys("m").window_delta(w)))
+    return PrivateForest.from_bytes(r.get(Keys.of(r, "m").window_delta(w)))
 
 
 @pytest.mark.parametrize("point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit",
@@ -486,8 +486,8 @@ def test_a_grown_release_killed_at_any_point_is_taken_over_without_a_second_nois
     assert show_model(r, "m")["releases"] == 2 and int(r.hget(k.state, "open")) == 3
     for key, val in stored_before.items():  # a release stored before the death is the one published
         assert r.get(key) == val
-    assert r.hget(k.pub_model, "blob") == r.get(k.window_delta(2))
-    assert r.hget(k.state, "blob") == r.get(k.window_delta(2))
+    assert r.hget(k.pub_model, "blob") == r.get(Keys.of(r, "m").window_delta(2))
+    assert r.hget(k.state, "blob") == r.get(Keys.of(r, "m").window_delta(2))
 
 
 def test_a_grow_consumer_reads_the_published_blob_not_the_spec(r):

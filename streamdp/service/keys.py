@@ -67,6 +67,12 @@ class Keys:
         self.tree = f"{self.prefix}:priv:tree"  # release="tree": TreeState bytes (holds SECRET exact node sums)
         self.pattern = f"{self.prefix}:*"
 
+    @classmethod
+    def of(cls, r: Any, name: str) -> "Keys":
+        """The keys of stream model ``name`` as its workers name them (with its state's model id, if any)."""
+        mid = r.hget(cls(name).state, "model_id")
+        return cls(name, model_id=as_str(mid) if mid else "")
+
     def pub_version(self, version: int) -> str:
         return f"{self.prefix}:pub:v:{int(version)}"
 

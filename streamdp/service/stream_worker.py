@@ -177,8 +177,7 @@ class Worker(GroupLoop):
         state_id = as_str(self.redis.hget(self.keys.state, "model_id") or b"")
         model_id = state_id or as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
         self.model_id = model_id
-        if state_id:  # stored noise named by the model (Keys); a model from before the field keeps its names
-            self.keys = Keys(model, model_id=state_id)
+        self.keys = Keys.of(self.redis, model)  # stored noise named by the model's id (a model from before: none)
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
         self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)

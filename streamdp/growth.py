@@ -72,14 +72,16 @@ def grows_by_default(schema) -> bool:
     """Whether a stream model over ``schema`` grows its trees by default (a public fact: the schema alone).
 
     Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
-    at every stream length measured and keep the floor (river's loop, ``benchmarks/results/river_grow.log``:
+    on short streams and keep the floor, and match them on whole ones (river's loop, ``benchmarks/results/river_grow.log``:
     Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
     ``stream_small.log``: Nursery's first 300-3,000 records 0.33-0.75 -> 0.54-0.77, none below the majority;
-    ``stream_batch_size.md``: 0.87-0.88 against 0.83-0.87 on the whole stream), and a grown release of a
+    ``stream_batch_size.md``: on the whole 12 k-record stream 0.88-0.89 at height 4 against window's 0.87-0.89,
+    0.85-0.87 at the growing default's 5), and a grown release of a
     large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
-    blob against 136-150 MiB of counts per window, ``stream_footprint.py``; up to 1.25x the drawn forest's
-    blob (itself 2.7x the counts at height 10) once the data fill every level: the service's default is ``window`` where
-    that would not fit the server, :func:`streamdp.service.registry.grown_blob_bound`). With numeric
+    blob against 136-150 MiB of counts per window, ``stream_footprint.py``; once the data fill every level,
+    up to the drawn structure, its counts and a noise variance per node, about 3.4x the counts at height
+    10: the service's default is ``window`` where that would not fit the server,
+    :func:`streamdp.service.registry.grown_blob_bound`). With numeric
     attributes the tall drawn trees do as well or better (Bananas 0.70 against 0.64), since the expected
     share below a random threshold is a guess.
 

@@ -38,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from .blob import FILL_MIN_BYTES
 from .draw import ragged_arange, draw_forest, max_possible_leaves
 from .schema import Schema
 from .validation import check_integer
@@ -65,8 +66,10 @@ def fitting_height(schema: Schema, height: int, n_trees: int, max_cells: int = D
     ``n_trees`` trees within ``max_cells`` (every node splitting on the widest attribute left).
 
     Where a default height's draw is refused, the default becomes this, so that a default never fails;
-    an explicit height is the user's and is refused, not lowered. The bound is the worst case, 15-50x
-    what draws reach (Adult at height 7: 423,401 leaves in the largest of 10 drawn trees, 19 M possible).
+    an explicit height is the user's and is refused, not lowered. The bound is the worst case, 7-45x
+    what draws reach (``benchmarks/results/default_height.log``: Adult at height 7, 419,210 leaves in the
+    largest of 10 drawn trees against 19.1 M possible; capping Adult's default at 5 would cost its fit
+    0.003-0.027).
 
     >>> from streamdp.datasets import load_schema
     >>> fitting_height(load_schema("mushroom"), 11, 10), fitting_height(load_schema("nursery"), 4, 10)
@@ -124,7 +127,7 @@ class ForestStructure:
         # An all-categorical forest's thresholds are all +inf: one read-only broadcast value instead of 8 bytes
         # a node (40% of a height-10 structure), also in its blob (blob.pack_array fill_ok).
         thr = self.threshold
-        if thr.size >= 8192 and 0 not in thr.strides and bool(np.isposinf(thr).all()):
+        if thr.nbytes >= FILL_MIN_BYTES and 0 not in thr.strides and bool(np.isposinf(thr).all()):
             self.threshold = np.broadcast_to(np.float64(np.inf), thr.shape)
         # Frozen: routing caches derived arrays on the structure (keyed by these very arrays), so an
         # in-place edit would route with stale tables; build a new structure instead.
@@ -181,9 +184,10 @@ class ForestStructure:
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
-        if isinstance(drawn, int) and defaulted and fitting_height(schema, height, n_trees, max_cells) < height:
-            height = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
-            drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
+        if isinstance(drawn, int) and defaulted:
+            lower = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
+            if lower < height:
+                height, drawn = lower, draw_forest(schema, int(n_trees), lower, rng, max_leaves_allowed)
         if isinstance(drawn, int):
             raise TooLargeError(
                 f"too many leaves requested: tree {drawn} of height {height} has more than {max_leaves_allowed:,} "

@@ -37,7 +37,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Interval", "Options", "Flag", "AnyOf", "check_epsilon", "check_delta", "check_probability",
+__all__ = ["MAX_BLOCK_MS", "Interval", "Options", "Flag", "AnyOf", "check_epsilon", "check_delta", "check_probability",
            "check_integer", "check_number", "check_choice", "check_flag"]
 
 
@@ -209,6 +209,11 @@ def check_probability(value: Any, name: str, *, closed: str = "both") -> float:
     0.25
     """
     return Interval(float, 0, 1, closed=closed).check(value, name)
+
+
+#: Longest blocking read a stream or job worker may ask for (an hour; 0 would block forever in Redis, a huge
+#: value overflowed the client's timeout).
+MAX_BLOCK_MS = 3_600_000
 
 
 def check_integer(value: Any, name: str, *, low: int | None = 1, high: int | None = None) -> int:

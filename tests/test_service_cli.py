@@ -70,6 +70,9 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert main(u + ["model", "list"]) == 0 and name in capsys.readouterr().out
     assert main(u + ["model", "delete", name]) == 0
     assert main(u + ["model", "show", name]) == 2
+    capsys.readouterr()
+    assert main(u + ["stats", name]) == 2  # a deleted (or mistyped) model: an error, not all-zero counters
+    assert f"no model named {name!r}" in capsys.readouterr().err
 
 
 @pytest.mark.slow

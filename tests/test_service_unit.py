@@ -868,17 +868,35 @@ def test_a_producer_without_the_victims_key_cannot_test_whether_a_record_was_pus
     assert len(p.id_key) == 32
 
 
-def test_producer_key_file_is_made_once_under_concurrent_first_use(tmp_path):
-    """A review's race: between creating and writing the key file another producer read it empty (18 of 200)."""
-    from concurrent.futures import ProcessPoolExecutor
+def test_producer_key_file_never_appears_half_written(tmp_path, monkeypatch):
+    """A review's race: the key file was created at its path, then written, so a producer racing its first use
+    read it empty (18 of 200 trials). Now the key is written whole elsewhere and linked into place: when its
+    bytes are drawn, the path does not exist yet; a racing creator's key is kept and read."""
+    import os
 
-    from streamdp.service.producer import producer_id_key
+    from streamdp.service import producer as producer_mod
 
-    for trial in range(5):
-        path = tmp_path / f"k{trial}" / "producer.key"
-        with ProcessPoolExecutor(4) as ex:
-            keys = list(ex.map(producer_id_key, [path] * 8))
-        assert len(set(keys)) == 1 and len(keys[0]) == 32
+    path = tmp_path / "k" / "producer.key"
+    urandom = os.urandom
+    seen = []
+
+    def watch(n):
+        seen.append(path.exists())
+        return urandom(n)
+
+    monkeypatch.setattr(producer_mod.os, "urandom", watch)
+    key = producer_mod.producer_id_key(path)
+    assert seen == [False] and len(key) == 32 and path.read_bytes() == key
+    assert producer_mod.producer_id_key(path) == key and seen == [False]  # read, not made again
+    other = tmp_path / "o" / "producer.key"
+
+    def racing(n):  # another producer links its key in between
+        other.write_bytes(b"r" * 32)
+        return urandom(n)
+
+    other.parent.mkdir()
+    monkeypatch.setattr(producer_mod.os, "urandom", racing)
+    assert producer_mod.producer_id_key(other) == b"r" * 32 and sorted(os.listdir(other.parent)) == ["producer.key"]
 
 
 def test_metrics_keep_full_precision():

@@ -17,13 +17,13 @@ import sys
 import time
 from typing import Any, TextIO
 
+from ..validation import MAX_BLOCK_MS
+
 __all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
            "MAX_BLOCK_MS"]
 
 #: Most worker processes one command starts (a typo of many digits built an ever-growing process list).
 MAX_PROCESSES = 256
-#: Longest blocking read a worker may ask for (an hour; 0 would block forever, a huge value overflowed).
-MAX_BLOCK_MS = 3_600_000
 
 
 def epsilon_arg(text: str) -> float:

@@ -32,9 +32,10 @@ def stats(args: argparse.Namespace) -> int:
     from ..service.stats import EXACT_WARNING, collect, metric_value, prometheus_text, public
 
     r = client(args)
-    names = [args.name] if args.name else list(list_models(r))
-    if args.name and args.name not in list_models(r):  # (all-zero counters of a typo looked like an idle model)
+    models = list(list_models(r))
+    if args.name and args.name not in models:  # (all-zero counters of a typo looked like an idle model)
         raise ModelNotFound(f"no model named {args.name!r} (streamdp model list shows the models)")
+    names = [args.name] if args.name else models
     counters = {n: collect(r, n) for n in names}
     if args.exact:
         print(f"streamdp: warning: --exact: {EXACT_WARNING}", file=sys.stderr)

@@ -144,8 +144,7 @@ class Producer:
         self.batch_size = batch_size
         self.on_invalid = on_invalid
         self.dedup = dedup
-        self._given_key = id_key
-        self._id_key: bytes | None = None  # read (or made) on the first content id
+        self._id_key = None if id_key is None else bytes(id_key)  # else read (or made) on the first content id
         self.last_batch_ids: list[str] = []
 
     @property
@@ -154,16 +153,13 @@ class Producer:
         key file can be read or made (no writable home: a container), a key for this process, with a warning:
         its retries still count once, a later process's do not."""
         if self._id_key is None:
-            if self._given_key is not None:
-                self._id_key = bytes(self._given_key)
-            else:
-                try:
-                    self._id_key = producer_id_key()
-                except OSError as e:
-                    warnings.warn(f"no producer key file ({type(e).__name__}: set {ENV_PRODUCER_KEY} to a writable "
-                                  "path): batch ids are keyed for this process only, so a push repeated by another "
-                                  "process counts again", RuntimeWarning, stacklevel=3)
-                    self._id_key = os.urandom(32)
+            try:
+                self._id_key = producer_id_key()
+            except OSError as e:
+                warnings.warn(f"no producer key file ({type(e).__name__}: set {ENV_PRODUCER_KEY} to a writable "
+                              "path): batch ids are keyed for this process only, so a push repeated by another "
+                              "process counts again", RuntimeWarning, stacklevel=3)
+                self._id_key = os.urandom(32)
         return self._id_key
 
     def batch_id(self, source: str, offset: int, n_in: int, invalid: Iterable[int]) -> Callable:

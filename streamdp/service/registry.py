@@ -140,8 +140,8 @@ def grown_blob_bound(forest: PrivateForest, spec_bytes: int) -> int:
     structure takes at most the drawn blob's bytes, and its counts at most the drawn counts' (which
     the drawn blob, all zeros, holds as their shape alone: ``blob.pack_array(fill_ok=True)``); it
     adds a noise variance per node (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)``
-    float64), one per tree (a msgpack list: 9 bytes a float) and version numbers. Measured
-    (categorical schemas, heights 3-10, every level grown): within a few hundred bytes of this.
+    float64), one per tree (a msgpack list: 9 bytes a float) and version numbers, with 4 KiB of
+    slack for the rest; ``tests/test_service_unit.py`` grows forests fully (every level) and checks it.
     """
     s = forest.structure
     return spec_bytes + forest.counts.nbytes + _GROWN_NODE_BYTES * s.feature.size + 9 * s.n_trees + (4 << 10)
@@ -199,8 +199,10 @@ def create_model(
     r = connect(r)
     keys = Keys(name)
 
+    levels = DEFAULT_LEVELS if levels is None else levels
+
     def policy_of(kind: str) -> ReleasePolicy:
-        pol = ReleasePolicy(kind, release_every, DEFAULT_LEVELS if levels is None else levels, estimator)
+        pol = ReleasePolicy(kind, release_every, levels, estimator)
         pol.check_mechanism(mechanism)
         return pol
 
@@ -217,7 +219,7 @@ def create_model(
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
     valid_trees = isinstance(n_trees, int) and n_trees >= 1  # else PrivateForest.create says what is wrong
-    copies = 2 * (DEFAULT_LEVELS if levels is None else levels) if release == "tree" else 1  # (tree: its state)
+    copies = 2 * levels if release == "tree" else 1  # (tree: its state holds 2 x levels counts-sized arrays)
     cells = (blob_max_cells(schema, n_trees, limit, grows=release == "grow", count_copies=copies) if valid_trees
              else DEFAULT_MAX_CELLS)
     too_big = (f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "

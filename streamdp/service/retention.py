@@ -97,7 +97,8 @@ def get_retention(r: Any, name: str) -> Retention:
     return Retention(seconds if seconds and seconds > 0 else None, records if records and records > 0 else None)
 
 
-def _parse(i: str) -> tuple[int, int]:
+def parse_id(i: str) -> tuple[int, int]:
+    """A stream id ``ms-seq`` as a pair of integers (comparable)."""
     ms, _, seq = i.partition("-")
     return int(ms), int(seq or 0)
 
@@ -115,19 +116,20 @@ def retention_floor(ret: Retention, *, now_ms: int, nth_newest: str | None) -> s
         floors.append(f"{max(int(now_ms - ret.seconds * 1000), 0)}-0")
     if ret.records is not None:
         floors.append(nth_newest or "0-0")
-    return max(floors, key=_parse)
+    return max(floors, key=parse_id)
 
 
 def trim_minid(pending_floor: str, policy_floor: str | None) -> str:
     """``min(pending floor, policy floor)``: the MINID that keeps both the unacked entries and the window."""
     if policy_floor is None:
         return pending_floor
-    return min(pending_floor, policy_floor, key=_parse)
+    return min(pending_floor, policy_floor, key=parse_id)
 
 
-def policy_minid(r: Any, name: str, stream: str) -> str | None:
-    """The policy floor of model ``name`` read from Redis (server clock, ``XREVRANGE`` for the N-th newest)."""
-    ret = get_retention(r, name)
+def policy_minid(r: Any, name: str, stream: str, ret: Retention | None = None) -> str | None:
+    """The policy floor of model ``name`` read from Redis (server clock, ``XREVRANGE`` for the N-th newest);
+    ``ret``: its retention, when the caller read it already."""
+    ret = get_retention(r, name) if ret is None else ret
     if ret.keeps_nothing:
         return None
     sec, usec = r.time()

@@ -25,6 +25,7 @@ entry, entries read is the number of records): ``collect`` marks such a model wi
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -54,7 +55,7 @@ def collect(r: Any, model: str) -> dict[str, float]:
     out: dict[str, float] = {c: float(raw.get(c, 0)) for c in COUNTERS}
     out["last_commit_seconds"] = float(raw.get("last_commit_ms", 0)) / 1000
     release = r.hget(keys.pub_model, "release")  # the public policy (absent: a model from before policies, batch)
-    out["windowed"] = float(release is not None and b'"batch"' not in release)
+    out["windowed"] = float(release is not None and json.loads(release).get("kind") != "batch")
     out["version"] = float(r.hget(keys.pub_model, "version") or 0)
     out["stream_length"] = float(r.xlen(keys.records))
     out["dead_letter_length"] = float(r.xlen(keys.dead))

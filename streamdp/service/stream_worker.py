@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 import time
 from dataclasses import asdict, dataclass
@@ -54,10 +53,10 @@ from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
 from .published import counts_from_bytes, counts_view, drawn_once, release_record, release_record_around_counts
 from .registry import load_policy, load_spec
-from .retention import get_retention, policy_minid, trim_minid
+from .retention import get_retention, parse_id, policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
 from .windows import WindowCloser, joined_cells
-from ..validation import check_integer
+from ..validation import MAX_BLOCK_MS, check_integer
 
 __all__ = ["Worker", "WorkerConfig"]
 
@@ -91,18 +90,13 @@ class WorkerConfig:
         ValueError: block_ms must be an integer in [1, 3.6e+06], got 0
         """
         check_integer(self.batch_entries, "batch_entries", low=1, high=1000)  # entries per atomic commit
-        check_integer(self.block_ms, "block_ms", low=1, high=3_600_000)  # 0 is BLOCK forever in Redis
+        check_integer(self.block_ms, "block_ms", low=1, high=MAX_BLOCK_MS)  # 0 is BLOCK forever in Redis
         check_integer(self.claim_idle_ms, "claim_idle_ms", low=0)
         check_integer(self.max_deliveries, "max_deliveries", low=1)
         for name in ("keep_versions", "version_ttl_s", "delta_ttl_s", "dead_maxlen"):
             check_integer(getattr(self, name), name, low=0)
         check_integer(self.trim_every, "trim_every", low=1)
         return self
-
-
-#: A dead letter's reason for a batch's invalid records starts with their exact count and first row (kept in the
-#: worker-only dead-letter stream, not in logs).
-_COUNTED = re.compile(r"^\d+ invalid record\(s\) of \d+; first: row \d+: ")
 
 
 def _jlog(level: int, event: str, **kv: Any) -> None:
@@ -173,11 +167,10 @@ class Worker(GroupLoop):
         self._dtype = self.spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
         self.reader.create()
         self.policy, start = load_policy(self.redis, model)
-        # the model's identity: a worker never writes into another model re-created under the same name
-        state_id = as_str(self.redis.hget(self.keys.state, "model_id") or b"")
-        model_id = state_id or as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
-        self.model_id = model_id
-        self.keys = Keys.of(self.redis, model)  # stored noise named by the model's id (a model from before: none)
+        # The model's identity (its state's model_id: the scripts refuse a worker of another model re-created under
+        # the name; stored noise is named by it). A model from before the field: pub:model's id, for the noise key.
+        self.keys = Keys.of(self.redis, model)
+        model_id = self.keys.model_id or as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
         self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
@@ -188,7 +181,7 @@ class Worker(GroupLoop):
         self.closer = None if self.policy.kind == "batch" else WindowCloser(
             self.redis, self.keys, self.spec, self.policy, start, noise=self.noise, guard=self.guard,
             fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=cfg.keep_versions,
-            noise_ttl_s=cfg.delta_ttl_s, model_id=model_id)
+            noise_ttl_s=cfg.delta_ttl_s)
 
     # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
     def _log_context(self) -> dict:
@@ -372,7 +365,7 @@ class Worker(GroupLoop):
             args: list[Any] = [GROUP, self.name, new_version - 1, counts_b, *record, releases, n_records,
                                int(time.time() * 1000), cfg.version_ttl_s, 1 if drop else 0, cfg.delta_ttl_s,
                                self.keys.pub_events, cfg.dead_maxlen, m, len(ack_only), len(dead)]
-            args += [*_entry_args(m_entries, ack_only, dead), self.model_id]
+            args += [*_entry_args(m_entries, ack_only, dead), self.keys.model_id]
             self._fault("before_commit")
             res = self._commit(keys=keys, args=args)
             del args, counts_b, record
@@ -384,7 +377,7 @@ class Worker(GroupLoop):
                     self.guard.record(new_version)
                     _jlog(logging.DEBUG, "worker.commit", model=self.model, version=new_version, batches=m,
                           acked=len(ack_only), dead=len(dead), retries=retries)
-                self._after_commit(dead, merged=m > 0)
+                self._after_commit(ids_all, merged=m > 0)
                 return
             if status == "replaced":
                 return self._replaced()
@@ -410,11 +403,14 @@ class Worker(GroupLoop):
               hint="the model was deleted and re-created: start a new worker for it")
         self.stop()
 
-    def _after_commit(self, dead: list, *, merged: bool) -> None:
+    def _after_commit(self, entries: list[_Entry], *, merged: bool) -> None:
         """After a successful commit or add: log the dead letters, trim every ``trim_every`` merging commits."""
-        if dead:  # the distinct reasons only: how many entries or records were bad is exact (stats --exact)
-            _jlog(logging.WARNING, "worker.dead_letter", model=self.model,
-                  reasons=sorted({_COUNTED.sub("invalid records: ", d[1])[:200] for d in dead})[:5])
+        # the distinct reasons only (how many entries or records were bad is exact: stats --exact; the counts
+        # and rows stay in the worker-only dead-letter stream)
+        reasons = {e.dead[0] if e.dead is not None else f"invalid records: {e.batch.dropped[0][1]}"
+                   for e in entries if e.dead is not None or (e.batch is not None and e.batch.dropped)}
+        if reasons:
+            _jlog(logging.WARNING, "worker.dead_letter", model=self.model, reasons=sorted(r[:200] for r in reasons)[:5])
         self._commits_since_trim += 1 if merged else 0
         if self._commits_since_trim >= self.config.trim_every:
             self._commits_since_trim = 0
@@ -468,7 +464,7 @@ class Worker(GroupLoop):
                 self._open = int(self.redis.hget(self.keys.state, "open") or 1)
             args: list[Any] = [GROUP, self.name, self._open, sum(len(e.batch.y) for e in m_entries),
                                int(time.time() * 1000), cfg.dead_maxlen, m, len(ack_only), len(dead), cells]
-            args += [*_entry_args(m_entries, ack_only, dead), self.model_id]
+            args += [*_entry_args(m_entries, ack_only, dead), self.keys.model_id]
             keys = [self.keys.records, self.keys.state, self.keys.merged, self.keys.stats, self.keys.dead,
                     self.keys.acc(self._open)]
             self._fault("before_commit")
@@ -477,7 +473,7 @@ class Worker(GroupLoop):
             status = as_str(res[0])
             if status == "ok":
                 self._open = int(res[1])
-                self._after_commit(dead, merged=m > 0)
+                self._after_commit(ids_all, merged=m > 0)
                 return
             if status == "replaced":
                 return self._replaced()
@@ -510,11 +506,13 @@ class Worker(GroupLoop):
             minid = as_str(pend["min"]) if pend and pend.get("pending") else _next_id(last)
             if minid in ("0-0", "None"):
                 return 0
-            minid = trim_minid(minid, policy_minid(self.redis, self.model, self.keys.records))
+            ret = get_retention(self.redis, self.model)
+            minid = trim_minid(minid, policy_minid(self.redis, self.model, self.keys.records, ret))
             if minid == "0-0":
                 return 0
             n = self.redis.xtrim(self.keys.records, minid=minid, approximate=False)
-            n += self._trim_future(minid)
+            if ret.seconds is not None:  # (nothing kept: MINID passed them; the newest N kept: they are among them)
+                n += self._trim_future(last, as_str(pend["min"]) if pend and pend.get("pending") else None)
             if n:
                 self.redis.hincrby(self.keys.stats, "trimmed", n)
             self.forget_idle_consumers()
@@ -526,29 +524,21 @@ class Worker(GroupLoop):
     #: An entry id more than this far ahead of the server's clock was given by its producer (XADD with an id).
     FUTURE_ID_SLACK_MS = 60_000
 
-    def _trim_future(self, minid: str) -> int:
-        """Delete merged entries whose ids a producer set ahead of the clock: MINID trimming (by time) never
-        reaches them, so they outlived the retention policy by as long as the producer chose (a red team's
-        finding). Only entries the trim would have removed by position (below ``minid``'s delivery point, none
-        pending) go, and only where the model's retention is bounded in time."""
-        if get_retention(self.redis, self.model).seconds is None:
-            return 0  # nothing kept (MINID already passed them) or the newest N kept (they are among them)
+    def _trim_future(self, last: str, pending_min: str | None) -> int:
+        """Delete merged entries whose ids a producer set ahead of the clock (where retention is bounded in
+        time): MINID trimming goes by id, so they outlived the policy by as long as the producer chose (a red
+        team's finding). Only entries delivered (at most ``last``) and acked (below ``pending_min``) go."""
         sec, usec = self.redis.time()
-        ahead = int(sec) * 1000 + int(usec) // 1000 + self.FUTURE_ID_SLACK_MS
-        g = next((g for g in self.redis.xinfo_groups(self.keys.records) if as_str(g["name"]) == GROUP), None)
-        last = tuple(int(x) for x in as_str(g["last-delivered-id"]).split("-")) if g else (0, 0)
-        pend = self.redis.xpending(self.keys.records, GROUP)
-        low = tuple(int(x) for x in as_str(pend["min"]).split("-")) if pend and pend.get("pending") else None
-        n, start = 0, f"{ahead}-0"
+        start = f"{int(sec) * 1000 + int(usec) // 1000 + self.FUTURE_ID_SLACK_MS}-0"
+        last_id, low = parse_id(last), parse_id(pending_min) if pending_min else None
+        n = 0
         for _ in range(100):  # pages of 1,000 (a backlog drains over trims)
-            future = self.redis.xrange(self.keys.records, start, "+", count=1000)
-            ids = [as_str(i) for i, _ in future
-                   if tuple(int(x) for x in as_str(i).split("-")) <= last
-                   and (low is None or tuple(int(x) for x in as_str(i).split("-")) < low)]
+            future = [as_str(i) for i, _ in self.redis.xrange(self.keys.records, start, "+", count=1000)]
+            ids = [i for i in future if parse_id(i) <= last_id and (low is None or parse_id(i) < low)]
             n += int(self.redis.xdel(self.keys.records, *ids)) if ids else 0
             if len(future) < 1000 or len(ids) < len(future):
                 break  # the end, or entries not merged yet (they stay until they are)
-            start = "(" + as_str(future[-1][0])
+            start = "(" + future[-1]
         return n
 
     def forget_idle_consumers(self) -> list[str]:

@@ -132,11 +132,10 @@ class WindowCloser:
 
     def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, policy: ReleasePolicy, start: float, *,
                  noise: NoiseSource, guard: RollbackGuard, fault: Callable[[str], None], version_ttl_s: int = 0,
-                 keep_versions: int = 20, noise_ttl_s: int = 7 * 86400, model_id: str = ""):
+                 keep_versions: int = 20, noise_ttl_s: int = 7 * 86400):
         if policy.kind == "batch":
             raise ValueError("release='batch' has no windows")
         self.r, self.keys, self.spec, self.policy, self.start = r, keys, spec, policy, start
-        self.model_id = model_id  # the state's (commit.SEAL_LUA and _release refuse another model of the name)
         self.noise, self.guard, self.fault = noise, guard, fault
         self.version_ttl_s, self.keep_versions, self.noise_ttl_s = version_ttl_s, keep_versions, noise_ttl_s
         self.dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
@@ -174,7 +173,7 @@ class WindowCloser:
             return 0
         n = 0
         for _ in range(MAX_CLOSES_PER_TICK):
-            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.model_id]))
+            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.keys.model_id]))
             if rel < 0:
                 break  # the model was deleted (its workers stop on NOGROUP)
             self._released = rel
@@ -335,7 +334,7 @@ class WindowCloser:
                 v, rel, open_, mid = p.hmget(self.keys.state, "version", "releases", "open", "model_id")
                 if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
                     return False
-                if mid is not None and as_str(mid) != self.model_id:
+                if mid is not None and as_str(mid) != self.keys.model_id:  # (keys: the state's id, Keys.of)
                     return False  # deleted and re-created under this name: not the model this closer holds
                 pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
                 if grown is None:  # the structure is the spec's: counts only (published.published_fields)

@@ -25,6 +25,16 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock; a sh
    write counts (``grow``: the grown blob; and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
    accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
 
+**Catching up** (``window`` only): a worker behind the clock (workers down, or a model created long
+before its first push) would release each empty window as a whole counts-sized release (four counts-sized
+writes: 0.47 s a window at Adult's default height). Instead one seal folds up to :data:`FOLD_MAX` due windows:
+``open`` moves from ``w`` past every due window (at most ``w + FOLD_MAX - 1``), so the windows after ``w``
+were never open and hold nothing; their close draws each window's own noise (the draw a close of that
+window alone makes) into one delta, stored as ``priv:wdelta:<w>-<last>``, and publishes one version with
+``releases = last``. Which windows fold depends on the clock and on when workers ran (a timing fact, like
+a release's ``updated`` time: docs/security.md), never on the records' values; the published counts carry
+the same noise as ``last`` single releases (one draw per window).
+
 A closer killed after any step leaves state another worker's next tick resumes from:
 nothing sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice
 (step 2's SET NX), nothing merged twice (step 3's CAS). Windows are released in
@@ -43,7 +53,7 @@ from typing import Any, Callable
 import numpy as np
 import redis
 
-from ..continual import ReleasePolicy, TreeState, noisy_node, published_variance, window_delta
+from ..continual import ReleasePolicy, TreeState, add_noise, noisy_node, published_variance, window_delta
 from ..estimation import cell_variance
 from ..forest import PrivateForest
 from .commit import SEAL_LUA
@@ -56,6 +66,8 @@ __all__ = ["WindowCloser", "sparse_cells", "joined_cells", "acc_counts"]
 
 log = logging.getLogger("streamdp.worker")
 MAX_CLOSES_PER_TICK = 1000
+#: The most windows one seal folds into one release (``window`` only) when a worker is behind the clock.
+FOLD_MAX = 64
 
 
 #: Field prefix of one add's tally in a window accumulator (the rest of the name: the add's first batch id).
@@ -150,6 +162,10 @@ class WindowCloser:
         # killed mid-close delays the window by that much.
         self.lease_ms = 250 + int(np.prod(spec.shape)) // 1000
         self.token = secrets.token_hex(8)
+        # Behind the clock (workers down, a model created long before its first push), a ``window`` model's
+        # due windows are sealed and released FOLD_MAX at a time (see the module docstring); the other
+        # policies need each window's own release (the tree's nodes, each grown structure).
+        self.fold = FOLD_MAX if policy.kind == "window" else 1
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -166,14 +182,14 @@ class WindowCloser:
         return max(0.0, nxt - now)
 
     def tick(self, now: float | None = None) -> int:
-        """Seal and release every window due by ``now``; returns the number this worker released."""
+        """Seal and release every window due by ``now``; returns the number of windows this worker released."""
         now = self.now() if now is None else now
         due = self.due(now)
         if due <= self._released:
             return 0
         n = 0
         for _ in range(MAX_CLOSES_PER_TICK):
-            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.keys.model_id]))
+            open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.keys.model_id, self.fold]))
             if rel < 0:
                 break  # the model was deleted (its workers stop on NOGROUP)
             self._released = rel
@@ -181,11 +197,12 @@ class WindowCloser:
                 break  # nothing sealed: no window due
             self.fault("close_after_seal")
             lease = self.keys.closing(rel + 1)
-            if not self.r.set(lease, self.token, nx=True, px=self.lease_ms):
+            # a fold draws one noise array per window: ~10 ns a cell each, measured; the lease allows 20
+            lease_ms = self.lease_ms + int(np.prod(self.spec.shape)) * (open_ - rel - 2) // 50_000
+            if not self.r.set(lease, self.token, nx=True, px=lease_ms):
                 break  # another worker is closing it: a later tick resumes if that one died (the lease expires)
             try:
-                if self.close(rel + 1):
-                    n += 1
+                n += self.close(rel + 1)
             finally:
                 self.r.delete(lease)
         return n
@@ -197,8 +214,9 @@ class WindowCloser:
         open_, rel = (int(x or 0) for x in self.r.hmget(self.keys.state, "open", "releases"))
         return open_ > rel and bool(self.r.exists(*(self.keys.acc(w) for w in range(rel + 1, open_ + 1))))
 
-    def close(self, w: int) -> bool:
-        """Noise and release sealed window ``w`` (False: another worker released it first)."""
+    def close(self, w: int) -> int:
+        """Noise and release sealed window ``w`` (``window``: with the empty windows sealed with it, up to the
+        open one); returns the number of windows released (0: another worker released them first)."""
         p = self.r.pipeline(transaction=True)
         # The counts only change with the version: those of the version this closer released last are not read again.
         # (``tree`` publishes its state's estimate and needs no counts.)
@@ -210,7 +228,8 @@ class WindowCloser:
         (version, rel, open_), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
-            return False
+            return 0
+        last = open_ - 1 if window else w  # the seal's windows (more than one only under ``window``)
         self.guard.check(version)
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw)
@@ -221,17 +240,14 @@ class WindowCloser:
         elif window:
             now_version, counts_b = self.r.hmget(self.keys.state, "version", "counts")
             if int(now_version or 0) != version:
-                return False  # released meanwhile (the caller seals and looks again)
+                return 0  # released meanwhile (the caller seals and looks again)
             old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
             del counts_b
         exact = acc_counts(acc_raw, self.spec.shape)
         del acc_raw
         if window:
-            key = self.keys.window_delta(w)
-            # in place: the accumulator's counts become the delta (its noise key is hashed before)
-            delta = self._stored(key, lambda: window_delta(
-                exact, self.spec.shape, self.eps_node, self.spec.mechanism,
-                self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k, in_place=True))
+            key = self.keys.window_delta(w, last)
+            delta = self._stored(key, lambda: self._folded_delta(w, last, exact))
             del exact
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.
@@ -252,18 +268,37 @@ class WindowCloser:
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
         # the published counts' noise variance: w windows' under `window`, the decomposition's under `tree`
-        variance = published_variance(self.policy, w, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
-        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w, noise_variance=variance)
+        variance = published_variance(self.policy, last, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=last, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, forest, state_b, noise_keys, variance)
+        ok = self._release(w, version, forest, state_b, noise_keys, variance, last=last)
         self.fault("close_in_commit")
         if not ok:
-            return False
+            return 0
         self.guard.record(version + 1)
-        self._released = w
+        self._released = last
         self._last = (version + 1, new_counts) if window else None
-        jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
-        return True
+        jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, windows=last - w + 1,
+             version=version + 1)
+        return last - w + 1
+
+    def _folded_delta(self, w: int, last: int, exact: np.ndarray | None) -> np.ndarray:
+        """Windows ``w`` to ``last``'s noisy delta: each window's own draw (keyed by its index and exact counts,
+        the draw a close of that window alone makes), summed in one array. The windows after ``w`` were never
+        open (the seal folds only windows the clock passed while ``w`` was open), so they hold no entries: each
+        adds its noise in place. ``exact`` (window ``w``'s accumulator) becomes the delta."""
+        spec, mech = self.spec, self.spec.mechanism
+        # in place: the accumulator's counts become the delta (its noise key is hashed before)
+        delta = window_delta(exact, spec.shape, self.eps_node, mech, self.noise.rng("window", str(w), self._exact_bytes(exact)),
+                             self.real, spec.k, in_place=True)
+        for j in range(w + 1, last + 1):
+            ex = acc_counts(self.r.hgetall(self.keys.acc(j)), spec.shape)  # None: never open (see above)
+            rng = self.noise.rng("window", str(j), self._exact_bytes(ex))
+            if ex is None and mech != "kanon":
+                add_noise(delta, self.eps_node, mech, rng, self.real)
+            elif ex is not None:  # (k-anonymity releases nothing for an empty window)
+                delta += window_delta(ex, spec.shape, self.eps_node, mech, rng, self.real, spec.k, in_place=True)
+        return delta
 
     def _close_grown(self, w: int, version: int, acc_raw: dict) -> bool:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
@@ -274,7 +309,7 @@ class WindowCloser:
         else:
             now_version, blob_b = self.r.hmget(self.keys.state, "version", "blob")
             if int(now_version or 0) != version:
-                return False  # released meanwhile (the caller seals and looks again)
+                return 0  # released meanwhile (the caller seals and looks again)
             old = self.spec.holding(PrivateForest.from_bytes(blob_b)) if blob_b else self.spec.holding(self.spec)
         exact = acc_counts(acc_raw, self.spec.shape)
         key = self.keys.window_delta(w)
@@ -301,18 +336,19 @@ class WindowCloser:
         ok = self._release(w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b)
         self.fault("close_in_commit")
         if not ok:
-            return False
+            return 0
         self.guard.record(version + 1)
         self._released = w
         self._last = (version + 1, forest)
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1,
              height=forest.height)
-        return True
+        return 1
 
     def _release(self, w: int, version: int, forest: PrivateForest, state_b: bytes, noise_keys: list[str],
-                 variance: float, grown: bytes | None = None) -> bool:
-        """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
-        the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
+                 variance: float, grown: bytes | None = None, last: int | None = None) -> bool:
+        """Step 3: publish the release of windows ``w`` to ``last`` (default ``w``) in one MULTI/EXEC, on
+        condition (WATCH of the state) that the state is still at ``version`` with ``w - 1`` released and
+        ``last`` sealed; False otherwise.
 
         Plain commands, not a script: a script copies its arguments (tens of MB at height 6) into Lua
         strings before writing them, which made a release about twice as slow. The state hash holds
@@ -327,23 +363,23 @@ class WindowCloser:
         so the state holds the blob (not the counts), ``pub:model`` holds the blob and no counts field (the
         consumers' counts-only fast path assumes one structure) and the retained version is the blob."""
         nv, now = version + 1, int(time.time() * 1000)
-        keep = self.keep_versions
+        keep, last = self.keep_versions, w if last is None else last
         with self.r.pipeline(transaction=True) as p:
             try:
                 p.watch(self.keys.state)
                 v, rel, open_, mid = p.hmget(self.keys.state, "version", "releases", "open", "model_id")
-                if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= w:
+                if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= last:
                     return False
                 if mid is not None and as_str(mid) != self.keys.model_id:  # (keys: the state's id, Keys.of)
                     return False  # deleted and re-created under this name: not the model this closer holds
-                pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
+                pub = {"version": nv, "updated": now, "releases": last, "noise_variance": repr(float(variance))}
                 if grown is None:  # the structure is the spec's: counts only (published.published_fields)
                     counts_b, record = counts_view(forest.counts), release_record_parts(forest)
                     state, pub["counts"], gone = {"counts": counts_b}, counts_b, "blob"
                 else:
                     record, state, pub["blob"], gone = [grown], {"blob": grown}, grown, "counts"
                 p.multi()
-                p.hset(self.keys.state, mapping={"version": nv, "releases": w, **state})
+                p.hset(self.keys.state, mapping={"version": nv, "releases": last, **state})
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is the spec's), written in its
@@ -354,12 +390,12 @@ class WindowCloser:
                         p.append(self.keys.pub_version(nv), part)
                 if keep > 0 and nv - keep >= 0:
                     p.delete(self.keys.pub_version(nv - keep))
-                p.delete(self.keys.acc(w))
+                p.delete(*(self.keys.acc(j) for j in range(w, last + 1)))
                 if state_b:
                     p.set(self.keys.tree, state_b)
                 for k in noise_keys:
                     p.expire(k, self.noise_ttl_s)
-                p.hincrby(self.keys.stats, "windows_released", 1)
+                p.hincrby(self.keys.stats, "windows_released", last - w + 1)
                 p.hset(self.keys.stats, "last_release_ms", now)
                 p.execute()
             except redis.WatchError:

@@ -79,7 +79,7 @@ from .validation import Interval, check_epsilon, check_integer
 
 __all__ = [
     "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
-    "prefix_nodes", "node_windows", "published_variance", "noisy_node", "add_noise", "window_delta",
+    "prefix_nodes", "node_windows", "published_variance", "noisy_node", "window_delta",
     "TreeState", "Counter",
 ]
 
@@ -321,32 +321,11 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     out = exact.astype(np.int64 if mechanism == "geometric" else np.float64, copy=not in_place)
     if not out.flags.c_contiguous:  # the cells are noised through a flat view
         out = np.ascontiguousarray(out)
-    return add_noise(out, epsilon, mechanism, rng, real)
-
-
-def add_noise(out: np.ndarray, epsilon: float, mechanism: str, rng: SecureRandom,
-              real: np.ndarray | None = None) -> np.ndarray:
-    """Add one draw of ``mechanism``'s noise into ``out`` in place (C-contiguous, int64 for geometric noise,
-    float64 for Laplace) and return it: the draw :func:`noisy_node` adds for ``rng``, whatever ``out`` holds
-    (a window's exact counts, or the noisy deltas of earlier windows a fold sums, :mod:`streamdp.service.windows`).
-
-    >>> a = add_noise(np.full(4, 10, np.int64), 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"doc"))
-    >>> b = noisy_node(np.full(4, 10, np.int64), 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"doc"))
-    >>> bool((a == b).all())
-    True
-    """
-    if mechanism not in ("geometric", "laplace"):
-        raise ValueError(f"mechanism must be 'geometric' or 'laplace', got {mechanism!r}")
-    if out.dtype != (np.int64 if mechanism == "geometric" else np.float64) or not out.flags.c_contiguous:
-        raise ValueError(f"{mechanism} noise is added into a C-contiguous "
-                         f"{'int64' if mechanism == 'geometric' else 'float64'} array, got {out.dtype}")
-    if real is not None and np.shape(real) != out.shape:
-        raise ValueError(f"real mask of shape {np.shape(real)} does not match counts of shape {out.shape}")
     draw = geometric_noise if mechanism == "geometric" else laplace_noise
     stream = rng.layout == "stream"
     if stream and out.size <= STREAM_CHUNK:
         if real is None:
-            out += draw(out.shape, epsilon, rng)
+            out += draw(exact.shape, epsilon, rng)
         else:
             mask = np.asarray(real, dtype=bool)
             out[mask] += draw(int(mask.sum()), epsilon, rng)

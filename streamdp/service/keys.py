@@ -87,11 +87,9 @@ class Keys:
         """A short lease of the worker closing a window (saves the others a duplicate close; not a lock)."""
         return f"{self.prefix}:priv:closing:{int(window)}"
 
-    def window_delta(self, window: int, last: int | None = None) -> str:
-        """A closed window's noised delta (or windows ``window`` to ``last``'s, folded), stored (SET NX) before it
-        is merged."""
-        fold = "" if last is None or int(last) == int(window) else f"-{int(last)}"
-        return f"{self.prefix}:priv:wdelta{self._noise}:{int(window)}{fold}"
+    def window_delta(self, window: int) -> str:
+        """A closed window's noised delta, stored (SET NX) before it is merged."""
+        return f"{self.prefix}:priv:wdelta{self._noise}:{int(window)}"
 
     def node(self, node_key: str) -> str:
         """A tree node's noised sum (``epoch:level:index``), stored (SET NX) before it is used."""

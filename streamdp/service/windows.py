@@ -26,14 +26,14 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock; a sh
    accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
 
 **Catching up** (``window`` only): a worker behind the clock (workers down, or a model created long
-before its first push) would release each empty window as a whole counts-sized release (four counts-sized
-writes: 0.47 s a window at Adult's default height). Instead one seal folds up to :data:`FOLD_MAX` due windows:
-``open`` moves from ``w`` past every due window (at most ``w + FOLD_MAX - 1``), so the windows after ``w``
-were never open and hold nothing; their close draws each window's own noise (the draw a close of that
-window alone makes) into one delta, stored as ``priv:wdelta:<w>-<last>``, and publishes one version with
-``releases = last``. Which windows fold depends on the clock and on when workers ran (a timing fact, like
-a release's ``updated`` time: docs/security.md), never on the records' values; the published counts carry
-the same noise as ``last`` single releases (one draw per window).
+before its first push) would seal and release each due window alone: four counts-sized writes each
+(stored noise, state, ``pub:model``, retained version; 0.54 s a window at Adult's default height). Instead
+one seal takes up to :data:`FOLD_MAX` due windows (``open`` moves from ``w`` past them: the windows after
+``w`` were never open and hold nothing) and one close walks them: per window its draw (the one a close of
+that window alone makes) stored under ``priv:wdelta:<j>`` and, where the retention keeps it, its version
+``pub:v:<N>`` (:meth:`WindowCloser._retain`); state and ``pub:model`` once, at the end, with
+``version == releases``. What is published is what closing them one at a time publishes (the same
+versions, releases and draws), so how far behind a worker was shows in no published number.
 
 A closer killed after any step leaves state another worker's next tick resumes from:
 nothing sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice
@@ -53,7 +53,7 @@ from typing import Any, Callable
 import numpy as np
 import redis
 
-from ..continual import ReleasePolicy, TreeState, add_noise, noisy_node, published_variance, window_delta
+from ..continual import ReleasePolicy, TreeState, noisy_node, published_variance, window_delta
 from ..estimation import cell_variance
 from ..forest import PrivateForest
 from .commit import SEAL_LUA
@@ -65,8 +65,9 @@ from .rollback import NoiseSource, RollbackGuard
 __all__ = ["WindowCloser", "sparse_cells", "joined_cells", "acc_counts"]
 
 log = logging.getLogger("streamdp.worker")
-MAX_CLOSES_PER_TICK = 1000
-#: The most windows one seal folds into one release (``window`` only) when a worker is behind the clock.
+#: The most windows one tick releases (then the worker reads its entries, and ticks again).
+MAX_WINDOWS_PER_TICK = 1000
+#: The most due windows one seal takes, closed in one pass (``window`` only), when a worker is behind the clock.
 FOLD_MAX = 64
 
 
@@ -188,7 +189,9 @@ class WindowCloser:
         if due <= self._released:
             return 0
         n = 0
-        for _ in range(MAX_CLOSES_PER_TICK):
+        for _ in range(MAX_WINDOWS_PER_TICK):
+            if n >= MAX_WINDOWS_PER_TICK:
+                break
             open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.keys.model_id, self.fold]))
             if rel < 0:
                 break  # the model was deleted (its workers stop on NOGROUP)
@@ -197,8 +200,8 @@ class WindowCloser:
                 break  # nothing sealed: no window due
             self.fault("close_after_seal")
             lease = self.keys.closing(rel + 1)
-            # a fold draws one noise array per window: ~10 ns a cell each, measured; the lease allows 20
-            lease_ms = self.lease_ms + int(np.prod(self.spec.shape)) * (open_ - rel - 2) // 50_000
+            # each further window sealed with it: a draw and its stored noise, ~30 ns a cell measured; 50 allowed
+            lease_ms = self.lease_ms + int(np.prod(self.spec.shape)) * (open_ - rel - 2) // 20_000
             if not self.r.set(lease, self.token, nx=True, px=lease_ms):
                 break  # another worker is closing it: a later tick resumes if that one died (the lease expires)
             try:
@@ -246,15 +249,20 @@ class WindowCloser:
         exact = acc_counts(acc_raw, self.spec.shape)
         del acc_raw
         if window:
-            key = self.keys.window_delta(w, last)
-            delta = self._stored(key, lambda: self._folded_delta(w, last, exact))
-            del exact
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.
             self._last = None
-            old += delta
-            del delta
-            new_counts, noise_keys, state_b = old, [key], b""
+            noise_keys, state_b = [], b""
+            for j in range(w, last + 1):
+                key = self.keys.window_delta(j)
+                delta = self._stored(key, lambda j=j, ex=exact: self._window_draw(j, ex))
+                exact = None  # (window w's accumulator became its delta, in place)
+                old += delta
+                del delta
+                noise_keys.append(key)
+                if j < last and not self._retain(w, last, version, j, old):
+                    return 0  # released meanwhile, or no longer this closer's model
+            new_counts = old
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
             if state.t != w - 1:
@@ -269,36 +277,69 @@ class WindowCloser:
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
         # the published counts' noise variance: w windows' under `window`, the decomposition's under `tree`
         variance = published_variance(self.policy, last, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
-        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=last, noise_variance=variance)
+        nv = version + last - w + 1  # one version per window: version == releases, however the windows were sealed
+        forest = self.spec.with_counts(new_counts, version=nv, n_releases=last, noise_variance=variance)
         self.fault("close_before_commit")
         ok = self._release(w, version, forest, state_b, noise_keys, variance, last=last)
         self.fault("close_in_commit")
         if not ok:
             return 0
-        self.guard.record(version + 1)
+        self.guard.record(nv)
         self._released = last
-        self._last = (version + 1, new_counts) if window else None
+        self._last = (nv, new_counts) if window else None
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, windows=last - w + 1,
-             version=version + 1)
+             version=nv)
         return last - w + 1
 
-    def _folded_delta(self, w: int, last: int, exact: np.ndarray | None) -> np.ndarray:
-        """Windows ``w`` to ``last``'s noisy delta: each window's own draw (keyed by its index and exact counts,
-        the draw a close of that window alone makes), summed in one array. The windows after ``w`` were never
-        open (the seal folds only windows the clock passed while ``w`` was open), so they hold no entries: each
-        adds its noise in place. ``exact`` (window ``w``'s accumulator) becomes the delta."""
-        spec, mech = self.spec, self.spec.mechanism
+    def _window_draw(self, j: int, exact: np.ndarray | None) -> np.ndarray:
+        """Window ``j``'s noisy delta (the draw its close makes whatever it is sealed with); ``exact`` (its
+        accumulator, read here for the windows a seal folded after the first: never open, so None) becomes it."""
+        if exact is None:
+            exact = acc_counts(self.r.hgetall(self.keys.acc(j)), self.spec.shape)
         # in place: the accumulator's counts become the delta (its noise key is hashed before)
-        delta = window_delta(exact, spec.shape, self.eps_node, mech, self.noise.rng("window", str(w), self._exact_bytes(exact)),
-                             self.real, spec.k, in_place=True)
-        for j in range(w + 1, last + 1):
-            ex = acc_counts(self.r.hgetall(self.keys.acc(j)), spec.shape)  # None: never open (see above)
-            rng = self.noise.rng("window", str(j), self._exact_bytes(ex))
-            if ex is None and mech != "kanon":
-                add_noise(delta, self.eps_node, mech, rng, self.real)
-            elif ex is not None:  # (k-anonymity releases nothing for an empty window)
-                delta += window_delta(ex, spec.shape, self.eps_node, mech, rng, self.real, spec.k, in_place=True)
-        return delta
+        return window_delta(exact, self.spec.shape, self.eps_node, self.spec.mechanism,
+                            self.noise.rng("window", str(j), self._exact_bytes(exact)), self.real, self.spec.k,
+                            in_place=True)
+
+    def _retain(self, w: int, last: int, version: int, j: int, counts: np.ndarray) -> bool:
+        """A fold's version of window ``j < last`` (``counts``: the published counts after window ``j``), kept as
+        ``pub:v:<N>`` when the retention keeps it, so the retained versions are those one release per window
+        leaves (the fold shows in no published number; its ``updated`` time is a timing fact). Written before
+        the fold's release, on condition (WATCH) that the state is still at ``version`` with ``w`` to ``last``
+        sealed and this closer's model: every closer of the fold writes the same bytes (the stored draws, the
+        same base). False: released meanwhile or replaced (the caller gives up the close)."""
+        nv = version + j - w + 1
+        if self.keep_versions > 0 and last - j >= self.keep_versions:
+            return True  # a version one release per window would have deleted by now
+        variance = published_variance(self.policy, j, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+        record = release_record_parts(self.spec.with_counts(counts, version=nv, n_releases=j, noise_variance=variance))
+        with self.r.pipeline(transaction=True) as p:
+            try:
+                p.watch(self.keys.state)
+                if not self._at(p, version, w, last):
+                    return False
+                p.multi()
+                self._write_record(p, nv, record)
+                p.execute()
+            except redis.WatchError:
+                return False
+        return True
+
+    def _at(self, p: Any, version: int, w: int, last: int) -> bool:
+        """Whether the state (read in the WATCHing pipeline ``p``) is at ``version``, with ``w - 1`` released,
+        ``w`` to ``last`` sealed, and this closer's model."""
+        v, rel, open_, mid = p.hmget(self.keys.state, "version", "releases", "open", "model_id")
+        if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= last:
+            return False
+        return mid is None or as_str(mid) == self.keys.model_id  # (keys: the state's id, Keys.of)
+
+    def _write_record(self, p: Any, nv: int, record: list) -> None:
+        """Version ``nv``'s retained release in ``p``'s transaction: SET, then APPEND of its pieces (no copy of
+        the counts)."""
+        p.set(self.keys.pub_version(nv), record[0], ex=self.version_ttl_s or None)
+        for part in record[1:]:
+            if len(part):
+                p.append(self.keys.pub_version(nv), part)
 
     def _close_grown(self, w: int, version: int, acc_raw: dict) -> bool:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
@@ -346,9 +387,9 @@ class WindowCloser:
 
     def _release(self, w: int, version: int, forest: PrivateForest, state_b: bytes, noise_keys: list[str],
                  variance: float, grown: bytes | None = None, last: int | None = None) -> bool:
-        """Step 3: publish the release of windows ``w`` to ``last`` (default ``w``) in one MULTI/EXEC, on
-        condition (WATCH of the state) that the state is still at ``version`` with ``w - 1`` released and
-        ``last`` sealed; False otherwise.
+        """Step 3: publish the release of windows ``w`` to ``last`` (default ``w``; ``forest.version``, one
+        version per window) in one MULTI/EXEC, on condition (WATCH of the state) that the state is still at
+        ``version`` with ``w - 1`` released and ``last`` sealed; False otherwise.
 
         Plain commands, not a script: a script copies its arguments (tens of MB at height 6) into Lua
         strings before writing them, which made a release about twice as slow. The state hash holds
@@ -362,16 +403,13 @@ class WindowCloser:
         ``grown`` (``release="grow"``): the stored release's blob. The structure changes with the releases,
         so the state holds the blob (not the counts), ``pub:model`` holds the blob and no counts field (the
         consumers' counts-only fast path assumes one structure) and the retained version is the blob."""
-        nv, now = version + 1, int(time.time() * 1000)
+        nv, now = forest.version, int(time.time() * 1000)
         keep, last = self.keep_versions, w if last is None else last
         with self.r.pipeline(transaction=True) as p:
             try:
                 p.watch(self.keys.state)
-                v, rel, open_, mid = p.hmget(self.keys.state, "version", "releases", "open", "model_id")
-                if int(v or 0) != version or int(rel or 0) != w - 1 or int(open_ or 1) <= last:
-                    return False
-                if mid is not None and as_str(mid) != self.keys.model_id:  # (keys: the state's id, Keys.of)
-                    return False  # deleted and re-created under this name: not the model this closer holds
+                if not self._at(p, version, w, last):
+                    return False  # released meanwhile, or deleted and re-created under this name
                 pub = {"version": nv, "updated": now, "releases": last, "noise_variance": repr(float(variance))}
                 if grown is None:  # the structure is the spec's: counts only (published.published_fields)
                     counts_b, record = counts_view(forest.counts), release_record_parts(forest)
@@ -382,14 +420,11 @@ class WindowCloser:
                 p.hset(self.keys.state, mapping={"version": nv, "releases": last, **state})
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
-                # a retained version holds the release alone (the structure is the spec's), written in its
-                # pieces (SET, then APPEND, in this transaction): no copy of the counts
-                p.set(self.keys.pub_version(nv), record[0], ex=self.version_ttl_s or None)
-                for part in record[1:]:
-                    if len(part):
-                        p.append(self.keys.pub_version(nv), part)
+                # a retained version holds the release alone (the structure is the spec's); the versions the
+                # retention drops, one per window (a fold's earlier versions were written by _retain)
+                self._write_record(p, nv, record)
                 if keep > 0 and nv - keep >= 0:
-                    p.delete(self.keys.pub_version(nv - keep))
+                    p.delete(*(self.keys.pub_version(v) for v in range(max(0, version + 1 - keep), nv - keep + 1)))
                 p.delete(*(self.keys.acc(j) for j in range(w, last + 1)))
                 if state_b:
                     p.set(self.keys.tree, state_b)

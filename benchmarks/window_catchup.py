@@ -1,13 +1,12 @@
-"""A worker behind the clock: seconds per due window, each window sealed alone against the due ones at once (issue 14).
+"""A worker behind the clock: seconds per due window, and what its stored noise leaves in Redis (issue 14).
 
-A ``window`` model over Adult at the default height (7, 10 trees) is created on a real Redis, its schedule
-start moved ``--windows`` windows into the past (a model created long before its first push, or workers
-down meanwhile), and one worker's closer releases every due window: once with ``fold=1`` (each window
-sealed and released alone: its noise stored, then state, ``pub:model`` and the retained version written,
-four counts-sized writes) and once with the default (up to :data:`streamdp.service.windows.FOLD_MAX`
-windows a seal, closed in one pass: per window its stored noise and, where the retention keeps it
-(the last 20), its version; state and ``pub:model`` once). Both publish the same versions. ``--reps``
-models each, fresh structures.
+A ``window`` model over Adult is created on a real Redis, its schedule start moved ``--windows`` windows
+into the past (a model created long before its first push, or workers down meanwhile), and one worker's
+closer releases every due window (each alone, in order). Measured per setting: seconds per window, and
+Redis's ``used_memory`` growth once every window is released, with the released noise kept 7 days
+(``delta_ttl_s`` before round 2's ninth session: a new user's late Adult worker filled Redis until the
+kernel killed it) against dropped at the release (the default now). The kept-noise run uses height 5
+(smaller counts), so the script cannot exhaust a shared Redis; ``--reps`` models each.
 
     python benchmarks/window_catchup.py > benchmarks/results/window_catchup.log
 """
@@ -28,26 +27,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streamdp.datasets import load  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
-from streamdp.service.registry import create_model, delete_model, show_model  # noqa: E402
+from streamdp.service.registry import create_model, delete_model  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
-from streamdp.service.windows import FOLD_MAX  # noqa: E402
 
 
-def catch_up(r: redis.Redis, url: str, windows: int, fold: int) -> tuple[float, int, float]:
-    """Seconds per window, versions published, and the counts' MiB for one model ``windows`` behind."""
+def catch_up(r: redis.Redis, url: str, windows: int, height: int | None, ttl_s: int) -> tuple[float, float, float]:
+    """Seconds per window, Redis memory growth (MiB) and the counts' MiB for one model ``windows`` behind."""
     name = f"bench-catchup-{uuid.uuid4().hex[:8]}"
-    create_model(r, name, load("adult").schema, epsilon=1.0, release="window", release_every=1.0)
+    create_model(r, name, load("adult").schema, epsilon=1.0, height=height, release="window", release_every=1.0)
     try:
-        w = Worker(url, name)
-        w.closer.fold = fold
+        w = Worker(url, name, delta_ttl_s=ttl_s)
         start = time.time() - windows - 0.5
         r.hset(Keys(name).state, "release_start", repr(start))
         w.closer.start = start
+        before = int(r.info("memory")["used_memory"])
         t = time.perf_counter()
         released = w.closer.tick(start + windows + 0.25)
         dt = time.perf_counter() - t
         assert released == windows, released
-        return dt / windows, int(show_model(r, name)["version"]), w.spec.counts.nbytes / 2**20
+        grown = (int(r.info("memory")["used_memory"]) - before) / 2**20
+        return dt / windows, grown, w.spec.counts.nbytes / 2**20
     finally:
         delete_model(r, name)
 
@@ -55,24 +54,22 @@ def catch_up(r: redis.Redis, url: str, windows: int, fold: int) -> tuple[float, 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--redis", default="redis://127.0.0.1:6379")
-    ap.add_argument("--windows", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--windows", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
     r = redis.Redis.from_url(a.redis)
     print(f"# python benchmarks/window_catchup.py --windows {a.windows} --reps {a.reps}; git "
           f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}")
-    print(f"# Adult, window, default height, epsilon 1; {a.windows} windows due; FOLD_MAX {FOLD_MAX}")
-    print("| windows a seal | counts (MiB) | seconds per window: mean (max) over reps | versions published |", "|---|---|---|---|",
-          sep="\n")
-    results = {}
-    for fold in (1, FOLD_MAX):
-        runs = [catch_up(r, a.redis, a.windows, fold) for _ in range(a.reps)]
+    print(f"# Adult, window, epsilon 1, {a.windows} windows due, keep_versions 20")
+    print("| height | released noise | counts (MiB) | seconds per window: mean (max) | Redis memory growth (MiB): mean |",
+          "|---|---|---|---|---|", sep="\n")
+    for height, ttl_s, label in ((5, 7 * 86400, "kept 7 days (before)"), (5, 0, "dropped (now)"),
+                                 (None, 0, "dropped (now)")):
+        runs = [catch_up(r, a.redis, a.windows, height, ttl_s) for _ in range(a.reps)]
         per = [x[0] for x in runs]
-        results[fold] = float(np.mean(per))
-        print(f"| {fold} | {np.mean([x[2] for x in runs]):.0f} | {np.mean(per):.3f} ({max(per):.3f}) | "
-              f"{runs[0][1]} |", flush=True)
-    print(f"\n# at once / alone: {results[FOLD_MAX] / results[1]:.2f} (speed-up {results[1] / results[FOLD_MAX]:.1f}x); "
-          f"load at end: {subprocess.getoutput('uptime')}")
+        print(f"| {height or 'default (7)'} | {label} | {np.mean([x[2] for x in runs]):.1f} | {np.mean(per):.3f} "
+              f"({max(per):.3f}) | {np.mean([x[1] for x in runs]):.0f} |", flush=True)
+    print(f"\n# load at end: {subprocess.getoutput('uptime')}")
     return 0
 
 

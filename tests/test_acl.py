@@ -433,6 +433,32 @@ def test_full_pipeline_under_acl_users(acl, model, votes):
     consumer.close()
 
 
+def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_name):
+    """A worker behind the clock releases every due window under the shipped worker user (its noise stored,
+    then dropped at the release; the lease dropped by its token); consumers read every retained version."""
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.keys import Keys
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import create_model, load_policy
+    from streamdp.service.stream_worker import Worker
+
+    create_model(acl.url("admin"), unique_name, votes.schema, n_trees=3, height=3, epsilon=math.inf, seed=1,
+                 release="window", release_every=10.0)
+    Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
+    w = Worker(acl.url("worker"), unique_name, block_ms=50)
+    assert w.step(block_ms=50) > 0  # added into window 1
+    start = load_policy(acl.client("admin"), unique_name)[1]
+    assert w.closer.tick(start + 5 * 10.0 + 0.001) == 5
+    consumer = Consumer(acl.url("consumer"), unique_name)
+    assert consumer.latest().version == consumer.latest().n_releases == 5
+    spec = PrivateForest.from_bytes(acl.client("consumer").get(Keys(unique_name).spec))
+    for v in range(1, 6):  # every window's version, each holding the records (window 1) and no noise (eps inf)
+        np.testing.assert_array_equal(consumer.get(v).counts, spec.noisy_delta(votes.X[:60], votes.y[:60]))
+    admin = acl.client("admin")
+    assert not admin.keys(f"sdp:{{{unique_name}}}:priv:wdelta*") and not admin.keys(f"sdp:{{{unique_name}}}:priv:closing*")
+    consumer.close()
+
+
 # -- CLI under the ACL users ---------------------------------------------------------
 def _cli(url: str, *argv: str, capsys) -> tuple[int, str, str]:
     from streamdp.cli import main

@@ -88,8 +88,9 @@ def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: 
         os.environ["STREAMDP_FAULT_LOG"] = log_path
     else:
         os.environ.pop("STREAMDP_FAULT_POINTS", None)
+    # delta_ttl_s: the stored noise outlives its release, for the checks below (dropped at the release by default)
     w = Worker(url, model, consumer=consumer, block_ms=50, claim_idle_ms=CLAIM_IDLE_MS, claim_every_s=0.05,
-               batch_entries=3, max_deliveries=10_000, trim_every=5)
+               batch_entries=3, max_deliveries=10_000, trim_every=5, delta_ttl_s=3600)
     w.run(until_drained=until_drained, max_seconds=150, handle_signals=True)
     os._exit(0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 
 import msgpack
@@ -232,11 +233,22 @@ def test_released_counts_are_the_sum_of_stored_deltas(r):
     p = Producer(r, "m", batch_size=50)
     p.push(DS.X[:200], DS.y[:200])
     bids = p.last_batch_ids
-    _drain(_worker(r, "m", batch_entries=2))
+    _drain(_worker(r, "m", batch_entries=2, delta_ttl_s=3600))  # kept an hour after the merge, for this check
     f = Consumer(r, "m").latest()
     total = sum(_stored_delta(r, "m", b) for b in bids)
     assert np.array_equal(f.counts, total) and f.private
-    assert all(0 < r.ttl(Keys.of(r, "m").delta(b)) <= 7 * 86400 for b in bids)
+    assert all(0 < r.ttl(Keys.of(r, "m").delta(b)) <= 3600 for b in bids)
+
+
+def test_stored_deltas_are_dropped_at_their_merge_by_default(r):
+    """Nothing reads a merged batch's delta again (merged ids are only acked), and each is counts-sized: kept
+    7 days before, they filled Redis at high batch rates."""
+    _model(r)
+    p = Producer(r, "m", batch_size=50)
+    p.push(DS.X[:200], DS.y[:200])
+    _drain(_worker(r, "m", batch_entries=2))
+    assert Consumer(r, "m").latest().n_releases == 4
+    assert not r.keys("sdp:{m}:priv:delta*")
 
 
 def test_redelivered_batch_reuses_its_stored_delta(r):
@@ -505,6 +517,30 @@ def test_worker_survives_a_lost_connection(r):
     w.step = flaky_step
     w.run(until_drained=True, handle_signals=False, max_seconds=30)
     assert len(calls) >= 2 and Consumer(r, "m").version() == 1
+
+
+@pytest.mark.parametrize("refusal", ["OutOfMemoryError", "ReadOnlyError"])
+def test_worker_waits_out_a_redis_that_refuses_writes(r, refusal, caplog):
+    """A new user's worker died with a traceback when Redis reached maxmemory: it logs, waits and goes on."""
+    import redis as _redis
+
+    _model(r)
+    Producer(r, "m").push(DS.X[:10], DS.y[:10])
+    w = _worker(r, "m")
+    real_step, calls = w.step, []
+
+    def refusing_step(*a, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise getattr(_redis.exceptions, refusal)("command not allowed when used memory > 'maxmemory'")
+        return real_step(*a, **kw)
+
+    w.step = refusing_step
+    w._stop.wait = lambda s: calls.append(("waited", s))  # the backoff, without a real wait
+    with caplog.at_level(logging.ERROR, logger="streamdp.worker"):
+        w.run(until_drained=True, handle_signals=False, max_seconds=30)
+    assert ("waited", 1.0) in calls and Consumer(r, "m").version() == 1
+    assert "worker.redis_refused" in caplog.text
 
 
 def test_cli_redacts_passwords():

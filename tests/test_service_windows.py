@@ -54,6 +54,9 @@ def _model(r, name="m", release="window", epsilon=math.inf, **kw):
 
 
 def _worker(r, name="m", **kw):
+    # released noise kept for the checks that read it (dropped at the release by default: see
+    # test_released_window_noise_is_dropped_and_unreleased_noise_expires)
+    kw.setdefault("delta_ttl_s", 3600)
     return Worker(r, name, block_ms=1, **kw)
 
 
@@ -516,97 +519,36 @@ def test_grow_is_refused_without_noise_or_with_k_anonymity(r):
     assert not r.hexists("sdp:registry", "a") and not r.hexists("sdp:registry", "b")
 
 
-@pytest.mark.parametrize("mechanism", ["geometric", "laplace"])
-def test_a_worker_behind_the_clock_seals_the_due_windows_at_once_and_publishes_what_one_at_a_time_would(
-        r, tmp_path, mechanism):
-    """Catching up (issue 14: 0.47 s a window at Adult's default height): the windows due while one was open are
-    sealed with it (the later ones were never open: empty) and closed in one pass, one stored draw and one
-    version per window, the retained versions written as they go; what is published (every version's
-    release, the versions kept, version == releases) is byte for byte what closing them one at a time
-    publishes (keyed noise: the same draws), so how far behind the clock a worker was shows in no
-    published number (a review found the first version of this, one version per fold, leaked it)."""
-    key = tmp_path / "noise.key"
-    key.write_bytes(bytes(range(32)))
-    spec = _model(r, epsilon=1.0, mechanism=mechanism)
-    k = Keys("m")
-    Producer(r, "m").push(DS.X[:40], DS.y[:40], batch_id="a")
-    _add_all(_worker(r, noise_key_file=str(key)))  # into window 1, the open one
-    snap = _snapshot(r, "m")
+def test_released_window_noise_is_dropped_and_unreleased_noise_expires(r):
+    """A new user's trial: a late worker of a default Adult model filled Redis (23.8 GB, killed) with each
+    window's stored noise, counts-sized and kept 7 days after its release. Released noise is dropped now; noise
+    stored for a release that never comes (a closer that died, a deleted model) expires (PENDING_TTL_S)."""
+    from streamdp.service.windows import PENDING_TTL_S
 
-    def published(ticks, keep):
-        _restore(r, "m", snap)
-        w = _worker(r, noise_key_file=str(key), keep_versions=keep)
-        assert sum(w.closer.tick(_at(r, "m", t)) for t in ticks) == 9
-        assert show_model(r, "m")["version"] == show_model(r, "m")["releases"] == 9 and not r.keys(
-            "sdp:{m}:priv:acc:*")
-        versions = {v: r.get(k.pub_version(v)) for v in range(0, 12)}
-        return versions, r.hget(k.pub_model, "counts"), r.hget(k.pub_model, "noise_variance"), {
-            x: r.get(x) for x in r.keys("sdp:{m}:priv:wdelta*")}
-
-    for keep in (20, 4):
-        one_by_one = published(range(1, 10), keep)
-        at_once = published([9], keep)
-        assert int(r.hget(k.state, "open")) == 10
-        assert at_once == one_by_one
-        kept = [v for v, b in at_once[0].items() if b is not None]
-        assert kept == (list(range(0, 10)) if keep == 20 else [6, 7, 8, 9]), kept
-    assert len(at_once[3]) == 9  # one stored draw per window
-    assert float(at_once[2]) == pytest.approx(9 * cell_variance(mechanism, _worker(r).closer.eps_node))
-
-
-def test_far_behind_the_clock_a_seal_takes_at_most_fold_max_windows(r):
-    from streamdp.service.windows import FOLD_MAX
-
-    spec = _model(r)
-    w = _worker(r)
-    Producer(r, "m").push(DS.X[:20], DS.y[:20], batch_id="a")
-    _add_all(w)
-    seals = []
-    seal = w.closer._seal
-
-    def counting_seal(**kw):
-        open_, rel = seal(**kw)
-        seals.append(int(open_) - int(rel) - 1)  # windows sealed and not released
-        return open_, rel
-
-    w.closer._seal = counting_seal
-    assert w.closer.tick(_at(r, "m", 2 * FOLD_MAX + 5)) == 2 * FOLD_MAX + 5
-    assert [n for n in seals if n] == [FOLD_MAX, FOLD_MAX, 5]
-    assert r.hget(Keys("m").stats, "windows_released") == str(2 * FOLD_MAX + 5).encode()
-    assert show_model(r, "m")["version"] == 2 * FOLD_MAX + 5
-    np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.arange(20)))
-
-
-@pytest.mark.parametrize("point", ["close_after_draw", "close_after_store", "close_before_commit"])
-def test_a_fold_killed_midway_is_taken_over_with_the_same_draws_and_versions(r, tmp_path, point):
-    """A closer killed inside a fold (after some windows' draws are stored and versions retained) is taken over
-    by a worker further behind the clock: the sealed range does not change (the seal fixed it), every
-    stored draw is reused and the result is what closing the windows one at a time publishes."""
-    key = tmp_path / "noise.key"
-    key.write_bytes(bytes(range(32)))
     _model(r, epsilon=1.0)
-    snap = _snapshot(r, "m")
-    calls = {"n": 0}
-
-    def third(p):
-        if p == point:
-            calls["n"] += 1
-            if calls["n"] == 3 or p == "close_before_commit":
-                raise Died(p)
-
-    w = _worker(r, noise_key_file=str(key))
-    w.closer.fault = third
+    w = _worker(r, delta_ttl_s=0)  # the default
+    Producer(r, "m").push(DS.X[:40], DS.y[:40])
+    _add_all(w)
+    for k in (1, 2, 3):
+        assert w.closer.tick(_at(r, "m", k)) == 1
+    assert not r.keys("sdp:{m}:priv:wdelta*") and show_model(r, "m")["releases"] == 3
+    w.closer.fault = _faults("close_before_commit")
     with pytest.raises(Died):
-        w.closer.tick(_at(r, "m", 5))
-    assert int(r.hget(Keys("m").state, "open")) == 6 and show_model(r, "m")["releases"] == 0
-    stored = {x: r.get(x) for x in r.keys("sdp:{m}:priv:wdelta*")}
-    assert stored
-    w2 = _worker(r, noise_key_file=str(key))
-    assert w2.closer.tick(_at(r, "m", 7)) == 7  # the fold 1-5, then 6 and 7
-    assert all(r.get(x) == v for x, v in stored.items())
-    got = [r.get(Keys("m").pub_version(v)) for v in range(1, 8)]
-    _restore(r, "m", snap)
-    w3 = _worker(r, noise_key_file=str(key))
-    for t in range(1, 8):
-        w3.closer.tick(_at(r, "m", t))
-    assert [r.get(Keys("m").pub_version(v)) for v in range(1, 8)] == got
+        w.closer.tick(_at(r, "m", 4))
+    (stored,) = r.keys("sdp:{m}:priv:wdelta*")
+    assert 0 < r.ttl(stored) <= PENDING_TTL_S
+    audit = _worker(r, delta_ttl_s=600)  # kept for an audit when asked
+    assert audit.closer.tick(_at(r, "m", 4)) == 1
+    assert 0 < r.ttl(stored) <= 600
+
+
+def test_a_closer_drops_only_its_own_lease(r):
+    _model(r)
+    w = _worker(r)
+    lease = Keys("m").closing(1)
+    r.set(lease, "another closer's token")
+    w.closer._unlease(keys=[lease], args=[w.closer.token])
+    assert r.get(lease) == b"another closer's token"
+    r.set(lease, w.closer.token)
+    w.closer._unlease(keys=[lease], args=[w.closer.token])
+    assert not r.exists(lease)

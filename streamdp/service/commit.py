@@ -33,7 +33,7 @@ window's release itself is a MULTI/EXEC under WATCH (see :mod:`.windows`).
 
 from __future__ import annotations
 
-__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA"]
+__all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "UNLEASE_LUA"]
 
 # Shared head: the model this worker loaded must be the one the state belongs to. A model deleted and
 # re-created under the same name has a new id (registry.create_model): a worker still holding the old spec
@@ -168,19 +168,24 @@ return {'ok', open}
 
 SEAL_LUA = r"""
 -- Seal the open window once the clock says it is over: later adds go to the next one.
--- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule), 2 the caller's model id,
--- 3 the most windows one seal may fold (default 1): a worker behind the clock seals windows releases+1 up to
--- min(ARGV[1], releases + ARGV[3]) at once and closes them as one release (only the first was ever open: the
--- others are empty). Only one seal is unreleased at a time; returns {open, releases} ({0, -1}: no such model,
--- or another model of the name): windows releases+1 .. open-1 are sealed (ready to close) iff open > releases + 1.
+-- KEYS: 1 state. ARGV: 1 number of windows whose end has passed (public clock rule), 2 the caller's model id.
+-- Only one window is sealed and unreleased at a time; returns {open, releases} ({0, -1}: no such model, or
+-- another model of the name): window releases+1 is sealed (ready to close) iff open > releases + 1.
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, -1} end  -- the model was deleted: never recreate it
 local state_mid = redis.call('HGET', KEYS[1], 'model_id')
 if state_mid and state_mid ~= ARGV[2] then return {0, -1} end  -- deleted and re-created: not this worker's
 local open = tonumber(redis.call('HGET', KEYS[1], 'open') or '1')
 local rel = tonumber(redis.call('HGET', KEYS[1], 'releases') or '0')
 if open == rel + 1 and open <= tonumber(ARGV[1]) then
-  open = math.min(tonumber(ARGV[1]), rel + tonumber(ARGV[3] or '1')) + 1
+  open = open + 1
   redis.call('HSET', KEYS[1], 'open', open)
 end
 return {open, rel}
+"""
+
+UNLEASE_LUA = r"""
+-- Drop a closer's lease only if it is still the caller's (a close that outlived its lease must not drop the
+-- lease of the closer that took over). KEYS: 1 lease. ARGV: 1 the caller's token.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 """

@@ -234,6 +234,16 @@ class GroupLoop:
                     self._stop.wait(backoff)
                     self._on_disconnect()
                     continue
+                except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as err:
+                    # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
+                    # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
+                    # wait for an operator or the failover rather than die (a new user's worker died here).
+                    backoff = min(30.0, max(1.0, backoff * 2))
+                    jlog(self.log, logging.ERROR, f"{self.event_prefix}.redis_refused", **self._log_context(),
+                         error=str(err)[:200], retry_s=backoff)
+                    self._stop.wait(backoff)
+                    self._on_disconnect()
+                    continue
                 except redis.ResponseError as err:
                     # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)
                     if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):

@@ -107,7 +107,7 @@ def published_fields(forest: PrivateForest) -> dict[str, Any]:
 
 def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateForest, *, stats_key: str,
                reused: str, after_draw: Callable[[], None] = lambda: None,
-               after_store: Callable[[], None] = lambda: None) -> np.ndarray:
+               after_store: Callable[[], None] = lambda: None, ttl_s: int = 0) -> np.ndarray:
     """A release's noised counts, drawn at most once: the array stored under ``key``, else ``draw()`` stored
     with ``SET NX`` before anyone uses it (when two workers race, both use the first stored one).
 
@@ -122,7 +122,7 @@ def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateFo
         return counts_view(drawn[0])  # stored as the array's own bytes: no counts-sized copy to send it
 
     stored, fresh = stored_once(r, key, draw_bytes, stats_key=stats_key, reused=reused, after_draw=after_draw,
-                                after_store=after_store)
+                                after_store=after_store, ttl_s=ttl_s)
     if fresh:
         return drawn[0]  # the array itself: no second decode of what was just stored
     try:
@@ -154,15 +154,17 @@ def noise_from_bytes(data: bytes, spec: PrivateForest) -> np.ndarray:
 
 def stored_once(r: Any, key: str, draw: Callable[[], bytes], *, stats_key: str, reused: str,
                 after_draw: Callable[[], None] = lambda: None,
-                after_store: Callable[[], None] = lambda: None) -> tuple[bytes, bool]:
+                after_store: Callable[[], None] = lambda: None, ttl_s: int = 0) -> tuple[bytes, bool]:
     """The bytes stored under ``key``, else ``draw()``'s, stored with ``SET NX`` before anyone uses them (of two
     racing workers both use the first stored), and whether they are this call's draw; a reuse bumps counter
-    ``reused`` in ``stats_key``. A grown window's whole release (structure and counts) is stored this way."""
+    ``reused`` in ``stats_key``. A grown window's whole release (structure and counts) is stored this way.
+    ``ttl_s`` (0: none): the stored bytes expire (a release's noise that expires unpublished is only redrawn:
+    nothing was released from it)."""
     stored = r.get(key)
     if stored is None:
         data = draw()
         after_draw()
-        if r.set(key, data, nx=True):
+        if r.set(key, data, nx=True, ex=ttl_s or None):
             after_store()
             return data, True
         stored = r.get(key)  # another worker stored it first: use that one

@@ -70,7 +70,7 @@ class WorkerConfig:
     claim_idle_ms: int = 30_000    # reclaim entries of workers idle this long
     claim_every_s: float = 1.0     # how often to run XAUTOCLAIM
     max_deliveries: int = 5        # poison threshold
-    delta_ttl_s: int = 7 * 86400   # stored deltas kept this long after their merge
+    delta_ttl_s: int = 0           # stored deltas and window noise kept this long after their merge (0: dropped)
     keep_versions: int = 20        # pub:v:<N> retained (0: keep all, rely on version_ttl_s)
     version_ttl_s: int = 0         # TTL of pub:v:<N> (0: none)
     dead_maxlen: int = 100_000     # dead-letter stream approximate cap

@@ -500,23 +500,30 @@ def test_idle_consumers_without_pending_entries_are_forgotten(r):
     assert "holder" in names and "ghost" not in names
 
 
-def test_worker_survives_a_lost_connection(r):
-    import redis as _redis
-
+def _worker_failing_once(r, error: Exception):
+    """A worker of model "m" (10 records pushed) whose first step raises ``error``; and its step/wait log."""
     _model(r)
     Producer(r, "m").push(DS.X[:10], DS.y[:10])
     w = _worker(r, "m")
     real_step, calls = w.step, []
 
-    def flaky_step(*a, **kw):
+    def step(*a, **kw):
         calls.append(1)
         if len(calls) == 1:
-            raise _redis.ConnectionError("Redis went away")
+            raise error
         return real_step(*a, **kw)
 
-    w.step = flaky_step
+    w.step = step
+    w._stop.wait = lambda s: calls.append(("waited", s))  # the backoff, without a real wait
+    return w, calls
+
+
+def test_worker_survives_a_lost_connection(r):
+    import redis as _redis
+
+    w, calls = _worker_failing_once(r, _redis.ConnectionError("Redis went away"))
     w.run(until_drained=True, handle_signals=False, max_seconds=30)
-    assert len(calls) >= 2 and Consumer(r, "m").version() == 1
+    assert ("waited", 0.1) in calls and Consumer(r, "m").version() == 1
 
 
 @pytest.mark.parametrize("refusal", ["OutOfMemoryError", "ReadOnlyError"])
@@ -524,19 +531,7 @@ def test_worker_waits_out_a_redis_that_refuses_writes(r, refusal, caplog):
     """A new user's worker died with a traceback when Redis reached maxmemory: it logs, waits and goes on."""
     import redis as _redis
 
-    _model(r)
-    Producer(r, "m").push(DS.X[:10], DS.y[:10])
-    w = _worker(r, "m")
-    real_step, calls = w.step, []
-
-    def refusing_step(*a, **kw):
-        calls.append(1)
-        if len(calls) == 1:
-            raise getattr(_redis.exceptions, refusal)("command not allowed when used memory > 'maxmemory'")
-        return real_step(*a, **kw)
-
-    w.step = refusing_step
-    w._stop.wait = lambda s: calls.append(("waited", s))  # the backoff, without a real wait
+    w, calls = _worker_failing_once(r, getattr(_redis.exceptions, refusal)("used memory > 'maxmemory'"))
     with caplog.at_level(logging.ERROR, logger="streamdp.worker"):
         w.run(until_drained=True, handle_signals=False, max_seconds=30)
     assert ("waited", 1.0) in calls and Consumer(r, "m").version() == 1

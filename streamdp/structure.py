@@ -92,15 +92,20 @@ def ceiling_height(schema: Schema) -> int:
     The tallest height, up to ``CEILING_MAX_HEIGHT``, at which a tree over ``schema`` has at most
     ``CEILING_MAX_LEAVES`` leaves; from the schema alone (public). Numeric attributes may split again
     below themselves, so numeric schemas get 8 (256 leaves); categorical attributes of many values
-    stop earlier. Used by the river classifier and by the service's growing models
-    (``benchmarks/results/grow_ceiling.log``).
+    stop earlier, and never past the depth their paths can reach (each categorical attribute once: a new
+    user's 6-attribute model showed height 8). Used by the river classifier and by the service's growing
+    models (``benchmarks/results/grow_ceiling.log``).
 
     >>> from streamdp.datasets import load_schema
     >>> [ceiling_height(load_schema(n)) for n in ("nursery", "mushroom", "congressional-voting", "adult")]
     [5, 3, 6, 2]
+    >>> from streamdp.river.schemas import stagger_schema  # 3 categorical attributes
+    >>> ceiling_height(stagger_schema())
+    3
     """
     h = 1
-    while h < CEILING_MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES:
+    while (h < CEILING_MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES
+           and max_possible_leaves(schema, h + 1) > max_possible_leaves(schema, h)):
         h += 1
     return h
 
@@ -182,6 +187,8 @@ class ForestStructure:
         if defaulted:
             height = default_height(schema.n_attributes)
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
+        if np.all(schema.is_categorical):  # a path tests each categorical attribute once: no deeper tree exists
+            height = min(int(height), schema.n_attributes)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int) and defaulted:

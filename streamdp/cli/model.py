@@ -129,10 +129,13 @@ def show(args: argparse.Namespace) -> int:
               f"  epsilon, delta  {info.get('epsilon')}, {info.get('delta', 0):.3g}\n"
               f"  published       {last}")
         return 0
+    # a growing model's drawn height is its ceiling: its published trees (model get) are as deep as the data allow
+    height = f"height {info['height']}" + (" (a ceiling: the published trees grow toward it)"
+                                           if (info.get("release") or {}).get("kind") == "grow" else "")
     print(f"model {info['name']}\n"
           f"  version         {info['version']}\n"
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
-          f"  forest          {info['n_trees']} trees + {info.get('prior_trees', 0)} prior stumps, height {info['height']}, {info['max_leaves']} leaves max, "
+          f"  forest          {info['n_trees']} trees + {info.get('prior_trees', 0)} prior stumps, {height}, {info['max_leaves']} leaves max, "
           f"{info['n_classes']} classes\n"
           f"  release         {policy}\n"
           f"  releases        {info['releases']}\n"

@@ -10,8 +10,10 @@ A CSV cell spells a declared value as ``str(value)`` (booleans in any case);
 surrounding spaces are ignored.
 
 Bad values raise (or, with ``on_invalid="drop"``, drop the row and list it)
-with a reason naming the attribute and the row, never the value: reasons
-reach logs and dead letters.
+with a reason naming the attribute and where the row is, never the value:
+reasons reach logs and dead letters. A CSV row is named by its line in the
+file (``line 4``: 1-based, the header being line 1, see :func:`read_csv_chunks`),
+an in-memory record by its 0-based position (``record 2 (0-based)``).
 
 >>> import io
 >>> from streamdp import Schema
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterable, Iterator, Mapping
@@ -46,7 +49,11 @@ CHUNK_ROWS = 65_536
 
 
 class SourceError(ValueError):
-    """A data source that cannot be read against its schema (the message names the file and what is wrong)."""
+    """A data source that cannot be read against its schema (the message names the file and what is wrong).
+
+    ``n_pushed``: when it stopped a push part way, the records pushed before it (None otherwise)."""
+
+    n_pushed: int | None = None
 
 
 @dataclass
@@ -54,7 +61,9 @@ class Chunk:
     """Consecutive records of a source, coded: rows ``offset .. offset + n_in - 1`` of its data rows.
 
     ``X``/``y`` hold the valid rows' codes (as :class:`~streamdp.schema.Encoded`);
-    ``dropped`` lists ``(row within the chunk, reason)`` of rows left out.
+    ``dropped`` lists ``(row within the chunk, reason)`` of rows left out. ``line0``: the file
+    line of the chunk's first row, for CSV input (numbered as :func:`read_csv_chunks` says);
+    :meth:`where` names a row for a message.
     """
 
     offset: int
@@ -63,6 +72,21 @@ class Chunk:
     n_in: int
     kept: np.ndarray  # positions (within the chunk) of the rows in X
     dropped: list[tuple[int, str]] = field(default_factory=list)
+    line0: int | None = None
+
+    def where(self, row: int) -> str:
+        """Row ``row`` of the chunk in words: ``"line 4"`` (CSV) or ``"record 2 (0-based)"``.
+
+        >>> c = Chunk(10, np.empty((0, 1)), np.empty(0), 5, np.empty(0, np.int64))
+        >>> c.where(2), Chunk(10, c.X, c.y, 5, c.kept, line0=12).where(2)
+        ('record 12 (0-based)', 'line 14')
+        """
+        return _row_words(row, self.offset, self.line0)
+
+
+def _row_words(i: int, row0: int, line0: int | None) -> str:
+    """Row ``i`` of a frame whose first row is record ``row0`` (0-based), or file line ``line0``."""
+    return f"record {row0 + i} (0-based)" if line0 is None else f"line {line0 + i}"
 
 
 def _text_values(values: tuple) -> dict:
@@ -111,13 +135,15 @@ def _factorizable(col: pd.Series) -> bool:
 
 
 def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bool = False,
-                 on_invalid: str = "raise", row0: int = 0) -> Encoded:
+                 on_invalid: str = "raise", row0: int = 0, line0: int | None = None) -> Encoded:
     """Code a DataFrame holding the schema's attributes by name (and labels ``y``) against ``schema``.
 
     ``text=True``: cells are CSV text (``"2"`` spells the declared value 2). String columns are
     factorised; other columns go through :meth:`Schema.encode`'s coder. ``on_invalid="raise"``
-    raises :class:`SourceError` naming the attribute and row (``row0`` + position) of the first
-    bad row; ``"drop"`` leaves bad rows out and lists them (positions within the frame).
+    raises :class:`SourceError` naming the attribute and the first bad row: ``record N (0-based)``
+    (N = ``row0`` + position), or ``line N`` (N = ``line0`` + position) when ``line0``, the file line
+    of the frame's first row, is given; ``"drop"`` leaves bad rows out and lists them (positions
+    within the frame).
 
     >>> from streamdp.datasets import load
     >>> ds = load("congressional-voting")
@@ -141,7 +167,7 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
             return
         new = np.flatnonzero(~ok & ~bad)
         if len(new) and on_invalid == "raise":
-            raise SourceError(f"row {row0 + int(new[0])}: {what}")
+            raise SourceError(f"{_row_words(int(new[0]), row0, line0)}: {what}")
         for i in new[:10_000]:
             reasons[int(i)] = what
         bad[new] = True
@@ -191,7 +217,13 @@ def _column_codes(values: tuple, lookup: dict, col: pd.Series, text: bool) -> tu
         codes = np.array([i for i, _ in strs] + [-1], dtype=np.int64)[pos]
         return codes, _missing_where(col, codes)
     arr = col.to_numpy()  # numbers, booleans, mixed objects: Schema.encode's table and dict paths
-    return lookup_codes(lookup, arr), col.isna().to_numpy() if arr.dtype == object else np.zeros(len(arr), bool)
+    if arr.dtype == object:
+        miss = col.isna().to_numpy()
+    elif arr.dtype.kind in "fc":  # NaN: a missing cell (a key absent from every dict record makes a float column)
+        miss = np.isnan(arr)
+    else:
+        miss = np.zeros(len(arr), bool)
+    return lookup_codes(lookup, arr), miss
 
 
 def _missing_where(col: pd.Series, codes: np.ndarray) -> np.ndarray:
@@ -269,8 +301,25 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
 
     With ``header`` the columns are found by name (the label column is ``label`` or the
     schema's label name); without, the label is column ``label`` (default 0) and the
-    attributes follow in schema order. Blank lines are skipped; rows are numbered from 0
-    (the first data row). ``progress(done_fraction)`` is called after each chunk when given.
+    attributes follow in schema order. ``progress(done_fraction)`` is called after each chunk
+    when given. Chunk offsets and ``dropped`` positions count data rows from 0.
+
+    **Where errors point.** A bad value is named by its line in the file, 1-based, the header
+    being line 1 (``line 4``: the third record). Blank lines are skipped and *not* counted
+    there, nor are the extra lines of a quoted value spanning several lines: after such lines
+    the real line is that many further down. A malformed line (an unbalanced quote, a row of
+    another width) is named by the CSV reader's own count, which does count blank lines (but
+    also counts a quoted value spanning lines as one). Errors never show the file's content.
+
+    **Rows of another width.** A row with more fields than the header (or, without a header,
+    than the schema's attributes and label) is an error, with ``on_invalid="drop"`` too (the
+    reader cannot resume after it); a row with fewer fields has its last columns missing (an
+    invalid row). Exception: when the header holds columns the schema does not use, only the
+    used columns are parsed and a row with *more* fields than the header passes silently, its
+    extra fields ignored.
+
+    A :class:`SourceError` raised while reading (a malformed line, a bad value with
+    ``on_invalid="raise"``) comes after the chunks of the records before it were yielded.
     """
     name = getattr(source, "name", source)
     try:
@@ -280,7 +329,12 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
     lab_name = schema.label.name
     if header:
         head, lab_name = check_header(source, schema, label)
+        used = [*schema.names, lab_name]
         kw: dict = {"header": 0, "names": head}
+        if len(head) != len(used) or set(head) != set(used):
+            # columns the schema does not use: parse only the used ones (rows wider than the header then pass)
+            kw["usecols"] = used
+        line0 = 2
     else:
         width = schema.n_attributes + 1
         li = int(label) if label is not None else 0
@@ -294,31 +348,69 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
             names[c] = a
         names[li] = lab_name
         kw = {"header": None, "names": names}
+        line0 = 1
     cat = {a.name for a in schema.attributes if isinstance(a, Categorical)} | {lab_name}
+    # (without usecols the C reader refuses a row wider than the names: "Expected N fields in line L, saw M")
     try:
-        reader = pd.read_csv(source, usecols=[*schema.names, lab_name], dtype={c: "category" for c in cat},
-                             skipinitialspace=True, chunksize=chunk_rows, engine="c", **kw)
+        reader = pd.read_csv(source, dtype={c: "category" for c in cat}, skipinitialspace=True,
+                             chunksize=chunk_rows, engine="c", **kw)
         fh = getattr(getattr(reader, "handles", None), "handle", None)
         offset = 0
         with reader:
             for df in reader:
-                enc = encode_frame(schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset)
-                yield Chunk(offset, enc.X, enc.y, len(df), enc.kept, enc.dropped)
+                if offset == 0 and not isinstance(df.index, pd.RangeIndex):
+                    # the first record has one field more than the header: pandas takes the first column
+                    # as the index and shifts every other column left (silently)
+                    raise SourceError(f"line {line0}: malformed CSV: {len(kw['names']) + 1} fields where "
+                                      f"{len(kw['names'])} are expected (no content is shown)")
+                enc = encode_frame(schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset,
+                                   line0=line0 + offset)
+                yield Chunk(offset, enc.X, enc.y, len(df), enc.kept, enc.dropped, line0=line0 + offset)
                 offset += len(df)
                 if progress is not None and size and fh is not None and hasattr(fh, "tell"):
                     progress(min(1.0, fh.tell() / size))
     except SourceError as e:
         raise SourceError(f"{name}: {e}") from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        line = _bad_line(e)
+        if line is not None:
+            raise SourceError(f"{name}: line {line}: {_unreadable(e)}") from None
         raise SourceError(f"{name}: not a CSV file of the schema's columns: {_unreadable(e)}") from None
+
+
+def _bad_line(e: Exception) -> int | None:
+    """The file line (1-based, as the C reader counts) that a ParserError names, else None."""
+    if isinstance(e, pd.errors.ParserError):
+        msg = str(e)
+        m = _EOF_IN_QUOTE.search(msg)
+        if m:
+            return int(m.group(1)) + 1  # the reader's rows count from 0
+        m = _WIDTH.search(msg) or _LINE.search(msg)
+        if m:
+            return int(m.group("line"))
+    return None
+
+
+_WIDTH = re.compile(r"Expected (?P<want>\d+) fields in line (?P<line>\d+), saw (?P<saw>\d+)")
+_EOF_IN_QUOTE = re.compile(r"EOF inside string starting at row (\d+)")
+_LINE = re.compile(r"\bline (?P<line>\d+)")
 
 
 def _unreadable(e: Exception) -> str:
     """What is wrong with an unreadable file, in fixed words: the readers' own messages quote bytes, positions
-    and rows of the data (a red team found them in job failure reasons, after the charge)."""
+    and rows of the data (a red team found them in job failure reasons, after the charge). Only numbers are
+    taken from them (a line, a count of fields), never text."""
     if isinstance(e, UnicodeDecodeError):
         return "not UTF-8 text (no content is shown)"
     if isinstance(e, pd.errors.ParserError):
+        msg = str(e)
+        m = _WIDTH.search(msg)
+        if m:
+            return (f"malformed CSV: {int(m.group('saw'))} fields where {int(m.group('want'))} are expected "
+                    "(no content is shown)")
+        if _EOF_IN_QUOTE.search(msg):
+            return ("malformed CSV: an unbalanced quote (the quoted value runs to the end of the file; "
+                    "no content is shown)")
         return "malformed CSV: unbalanced quotes or a row of another width (no content is shown)"
     return f"values the CSV reader could not read ({type(e).__name__}; no content is shown)"
 

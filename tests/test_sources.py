@@ -48,7 +48,8 @@ def test_errors_name_attribute_and_row_never_the_value():
     text = "n,b,s,x,y\n1,true,red,1,no\n2,true,SECRET-VALUE,1,no\n"
     with pytest.raises(SourceError) as e:
         list(read_csv_chunks(io.StringIO(text), MIXED, chunk_rows=1))
-    assert "row 1" in str(e.value) and "attribute 's'" in str(e.value) and "SECRET" not in str(e.value)
+    # the second record is the file's line 3 (the header is line 1)
+    assert "line 3: attribute 's'" in str(e.value) and "SECRET" not in str(e.value)
     bad = "n,b,s,x,y\n1,true,red,1,no\n3,true,red,1,no\n1,yes,red,1,no\n1,true,red,abc,no\n1,true,red,,no\n" \
           "1,true,red,1,maybe\n,true,red,1,no\n1,true,red,2,yes\n"
     chunks = list(read_csv_chunks(io.StringIO(bad), MIXED, on_invalid="drop", chunk_rows=3))
@@ -95,7 +96,7 @@ def test_frames_and_arrays_code_like_schema_encode():
     enc = encode_frame(MIXED, pd.DataFrame({"n": [True, 1], "b": [1, True], "s": ["red"] * 2, "x": [1, 1]},
                                            dtype=object), ["no", "no"], on_invalid="drop")
     assert [r for r, _ in enc.dropped] == [0] and enc.X.tolist() == [[0, 0, 0, 1.0]]
-    with pytest.raises(SourceError, match="row 1: attribute 'x' is not a number"):
+    with pytest.raises(SourceError, match=r"record 1 \(0-based\): attribute 'x' is not a number"):
         encode_frame(MIXED, pd.DataFrame({"n": [1, 1], "b": [True] * 2, "s": ["red"] * 2, "x": [1.0, True]}),
                      ["no", "no"])
 
@@ -127,11 +128,90 @@ def test_unreadable_files_are_refused_in_words_that_quote_nothing(tmp_path):
     bad_utf8.write_bytes(head.encode() + b"y,n,\xe1\xff" + b",y" * 14 + b",democrat\n")
     quote = tmp_path / "b.csv"
     quote.write_text(head + ("y," * 16 + "democrat\n") * 3 + 'y,"n,' + "y," * 14 + "democrat\n")
-    for path, words in ((bad_utf8, "not UTF-8 text"), (quote, "malformed CSV")):
+    for path, words in ((bad_utf8, "not UTF-8 text"), (quote, "line 5: malformed CSV")):
         with pytest.raises(SourceError, match=words) as e:
             list(read_csv_chunks(str(path), s))
-        assert not re.search(r"xe1|position|row \\d|line \\d", str(e.value).split(": ", 1)[1])
+        # the line number is ours (taken as a number); nothing of the reader's message (bytes, positions, rows)
+        assert not re.search(r"xe1|position|row \d|C error|tokeniz|democrat", str(e.value).split(": ", 1)[1])
     header_bytes = tmp_path / "c.csv"
     header_bytes.write_bytes(b"\xe1\xff," + head.encode())
     with pytest.raises(SourceError, match="cannot read its header: not UTF-8 text"):
         list(read_csv_chunks(str(header_bytes), s))
+
+
+def _mixed_csv(n, header=True):
+    rows = [f"{[1, 2, 10][i % 3]},{'true' if i % 2 else 'false'},{'red' if i % 5 else 'blue'},{i % 6},"
+            f"{'yes' if i % 7 else 'no'}\n" for i in range(n)]
+    return ("n,b,s,x,y\n" if header else "") + "".join(rows), rows
+
+
+@pytest.mark.parametrize("on_invalid", ["raise", "drop"])
+def test_rows_wider_than_the_header_are_refused_with_their_line(on_invalid):
+    """A row with one field too many was read with the extra field dropped (``usecols``), or, as the first
+    record, shifted every column (pandas took its first field as the index)."""
+    text, rows = _mixed_csv(10)
+    lines = text.splitlines(keepends=True)
+    cases = [("".join(lines[:4] + [lines[4].rstrip("\n") + ",7\n"] + lines[5:]), True, 5),  # the 4th record
+             ("".join(lines[:1] + [lines[1].rstrip("\n") + ",7\n"] + lines[2:]), True, 2),  # the first record
+             ("".join(rows[:2] + [rows[2].rstrip("\n") + ",7\n"] + rows[3:]), False, 3)]  # no header: line 3
+    for t, header, line in cases:
+        with pytest.raises(SourceError, match=f"line {line}: malformed CSV: 6 fields where 5 are expected") as e:
+            list(read_csv_chunks(io.StringIO(t), MIXED, header=header, label=None if header else -1,
+                                 on_invalid=on_invalid, chunk_rows=3))
+        assert "red" not in str(e.value) and "true" not in str(e.value)
+    # documented exception: a header with columns the schema does not use (only the used ones are parsed)
+    t = "n,b,s,x,y,note\n1,true,red,1,no,a\n2,false,blue,2,yes,b,extra\n"
+    assert [c.n_in for c in read_csv_chunks(io.StringIO(t), MIXED, on_invalid=on_invalid)] == [2]
+
+
+def test_csv_value_errors_name_the_file_line():
+    text, _ = _mixed_csv(10)
+    lines = text.splitlines(keepends=True)
+    lines[7] = lines[7].replace("red", "SECRET", 1).replace("blue", "SECRET", 1)  # the 7th record: line 8
+    bad = "".join(lines)
+    for chunk_rows in (1, 3, 100):
+        with pytest.raises(SourceError, match="line 8: attribute 's' has a value not declared") as e:
+            list(read_csv_chunks(io.StringIO(bad), MIXED, chunk_rows=chunk_rows))
+        assert "SECRET" not in str(e.value) and "row" not in str(e.value)
+        chunks = list(read_csv_chunks(io.StringIO(bad), MIXED, chunk_rows=chunk_rows, on_invalid="drop"))
+        assert [c.where(r) for c in chunks for r, _ in c.dropped] == ["line 8"]
+    with pytest.raises(SourceError, match="line 7: attribute 's'"):  # without a header: no header line
+        list(read_csv_chunks(io.StringIO("".join(lines[1:])), MIXED, header=False, label=-1, chunk_rows=4))
+    # blank lines are skipped and not counted (as documented)
+    with pytest.raises(SourceError, match="line 8: attribute 's'"):
+        list(read_csv_chunks(io.StringIO("".join(lines[:3] + ["\n"] + lines[3:])), MIXED, chunk_rows=4))
+
+
+def test_a_malformed_line_mid_file_is_named_after_the_chunks_before_it(tmp_path):
+    """An unbalanced quote or a wide row after many records: the error names the line (a number only, the
+    reader's count, blank lines included) after the chunks before it were yielded."""
+    text, _ = _mixed_csv(1000)
+    lines = text.splitlines(keepends=True)
+    quote = lines[:601] + ['1,"true,red,1,no\n'] + lines[602:]  # line 602: the 601st record
+    wide = lines[:700] + ["\n", lines[700].rstrip("\n") + ",x,y\n"] + lines[701:]  # a blank line, then line 702
+    for body, words in ((quote, "line 602: malformed CSV: an unbalanced quote"),
+                        (wide, "line 702: malformed CSV: 7 fields where 5 are expected")):
+        path = tmp_path / "f.csv"
+        path.write_text("".join(body))
+        got = []
+        with pytest.raises(SourceError, match=words) as e:
+            for c in read_csv_chunks(str(path), MIXED, chunk_rows=200, on_invalid="drop"):
+                got.append(c.offset)
+        assert got == [0, 200, 400] and str(e.value).startswith(f"{path}: line ")
+        assert not re.search(r"C error|row \d|tokeniz|red|true", str(e.value).split(": ", 1)[1])
+
+
+def test_a_key_missing_from_dict_records_is_reported_missing():
+    s = Schema.from_dict({"attributes": [{"name": "x0", "type": "categorical", "values": ["a", "b"]},
+                                         {"name": "x1", "type": "categorical", "values": ["a", "b"]}],
+                          "label": {"name": "y", "values": ["neg", "pos"]}})
+    for recs, pos in (([{"x0": "a"}], 0),  # x1 absent from every record: a float column of NaN
+                      ([{"x0": "a", "x1": "b"}, {"x0": "b", "x1": "a"}, {"x0": "a"}], 2)):
+        with pytest.raises(SourceError, match=rf"^record {pos} \(0-based\): attribute 'x1' is missing$"):
+            list(frame_chunks(recs, ["neg"] * len(recs), s))
+    (c,) = frame_chunks([{"x0": "a"}, {"x0": "b", "x1": "b"}], ["neg", "pos"], s, on_invalid="drop")
+    assert c.dropped == [(0, "attribute 'x1' is missing")] and [c.where(r) for r, _ in c.dropped] == [
+        "record 0 (0-based)"]
+    df = pd.DataFrame({"x0": ["a", "b"], "x1": [np.nan, np.nan]})  # a DataFrame's NaN: missing too
+    with pytest.raises(SourceError, match="attribute 'x1' is missing"):
+        encode_frame(s, df, ["neg", "pos"])

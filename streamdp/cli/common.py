@@ -142,11 +142,12 @@ class Progress:
         self.stream.write(("\r" + line) if self.tty else line + "\n")
         self.stream.flush()
 
-    def update_fraction(self, frac: float, done: int) -> None:
+    def update_fraction(self, frac: float, done: int, *, now_: bool = False) -> None:
         """Draw ``frac`` of the work done and ``done`` items (when the total is known only as a fraction,
-        e.g. of a file's bytes)."""
+        e.g. of a file's bytes); ``now_``: draw it now, not throttled (the state before an error)."""
         now = time.monotonic()
-        if (frac < 1.0 and now - self._last < (0.1 if self.tty else 2.0)) or (frac, done) == self._drawn:
+        throttled = not now_ and frac < 1.0 and now - self._last < (0.1 if self.tty else 2.0)
+        if throttled or (frac, done) == self._drawn:
             return  # (the same state twice: the last chunk's report and the final one were both printed)
         self._last, self._drawn = now, (frac, done)
         rate = done / max(now - self.t0, 1e-9)

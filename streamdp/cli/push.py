@@ -10,6 +10,12 @@ batch's position in the file and its content (:mod:`streamdp.service.producer`),
 so pushing the same file again (same ``--batch-size``) merges nothing new. Give
 genuinely new records that repeat an earlier file's content their own
 ``--source`` label (e.g. the date), or ``--no-dedup``.
+
+A file that turns out malformed part way (an unbalanced quote, a row wider than
+the header) stops the push with the line named and the number of records already
+pushed; pushing the corrected file again (same ``--batch-size`` and ``--source``)
+merges only the rest. A bad value is named by its line (1-based, the header being
+line 1; see :func:`streamdp.sources.read_csv_chunks`).
 """
 
 from __future__ import annotations
@@ -61,7 +67,15 @@ def push(args: argparse.Namespace) -> int:
             if bar:
                 bar.update_fraction(read[0], done)
 
-        res = p.push_chunks(prefetch(chunks), source=args.source, progress=progress)
+        try:
+            res = p.push_chunks(prefetch(chunks), source=args.source, progress=progress)
+        except BaseException as e:
+            if bar:  # the bar shows what was pushed, then ends its line before the error is printed
+                done = getattr(e, "n_pushed", None)
+                if done is not None:
+                    bar.update_fraction(min(read[0], 0.999), done, now_=True)
+                bar.close()
+            raise
         if bar:
             bar.update_fraction(1.0, res.n_records)
             bar.close()

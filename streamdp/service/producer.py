@@ -107,9 +107,11 @@ class Producer:
     """Code records against the model's schema and XADD them in batches.
 
     ``on_invalid="raise"`` (default) raises :class:`~streamdp.sources.SourceError` (a
-    ``ValueError``) naming the attribute and row of the first bad record; batches of
-    earlier chunks may already be sent (pushing again after the fix does not count them
-    twice). ``"dead-letter"`` sends the valid rows and lists the bad ones so they land in the
+    ``ValueError``) naming the attribute and row of the first bad record (``record N
+    (0-based)``; a CSV file's ``line N``); batches of earlier chunks may already be sent:
+    the error says how many records were, and (content ids) that pushing the corrected data
+    again with the same ``batch_size`` and ``source`` does not count them twice.
+    ``"dead-letter"`` sends the valid rows and lists the bad ones so they land in the
     model's dead-letter stream. ``dedup`` (default) derives batch ids from the content (see
     the module docstring); ``False`` draws random ones. Credentials and TLS come from the URL.
     """
@@ -145,6 +147,7 @@ class Producer:
         self.on_invalid = on_invalid
         self.dedup = dedup
         self._id_key = None if id_key is None else bytes(id_key)  # else read (or made) on the first content id
+        self._key_of_process = False  # the id key is this process's own (no key file): a re-push elsewhere counts
         self.last_batch_ids: list[str] = []
 
     @property
@@ -160,6 +163,7 @@ class Producer:
                               "path): batch ids are keyed for this process only, so a push repeated by another "
                               "process counts again", RuntimeWarning, stacklevel=3)
                 self._id_key = os.urandom(32)
+                self._key_of_process = True
         return self._id_key
 
     def batch_id(self, source: str, offset: int, n_in: int, invalid: Iterable[int]) -> Callable:
@@ -218,11 +222,18 @@ class Producer:
         """Send coded chunks (:func:`streamdp.sources.read_csv_chunks` or :func:`~streamdp.sources.frame_chunks`).
 
         Each chunk's batches go out in one pipelined round trip on a sender thread while
-        the next chunk is read and coded. ``progress(records done)`` after each chunk.
+        the next chunk is read and coded. ``progress(records done)`` after each chunk: the
+        records whose batches Redis has taken.
+
+        A :class:`~streamdp.sources.SourceError` from ``chunks`` (a malformed line, a bad value)
+        comes after the batches of the chunks before it are sent; its message adds how many
+        records were pushed and what pushing again does, and its ``n_pushed`` holds that count.
         """
         res = PushResult()
         res.batch_ids = []
-        pending: list[Future] = []
+        pending: list[tuple[Future, int]] = []
+        sent = 0
+        failed: sources.SourceError | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamdp-send") as pool:
             try:
                 for chunk in chunks:
@@ -232,17 +243,41 @@ class Producer:
                     res.n_invalid += len(chunk.dropped)
                     if chunk.dropped and not res.first_invalid:
                         row, why = chunk.dropped[0]
-                        res.first_invalid = f"row {chunk.offset + row}: {why}"
-                    pending.append(pool.submit(self._send, envs))
+                        res.first_invalid = f"{chunk.where(row)}: {why}"
+                    pending.append((pool.submit(self._send, envs), chunk.n_in))
                     while len(pending) > _IN_FLIGHT:
-                        res += pending.pop(0).result()
+                        fut, n = pending.pop(0)
+                        res += fut.result()
+                        sent += n
                     if progress is not None:
-                        progress(res.n_records)
+                        progress(sent)
+            except sources.SourceError as e:  # raised below, once what is in flight is sent
+                failed = e
             finally:
                 while pending:  # wait for what is in flight (and raise its error) before returning
-                    res += pending.pop(0).result()
+                    fut, n = pending.pop(0)
+                    res += fut.result()
+                    sent += n
         self.last_batch_ids = res.batch_ids
+        if failed is not None:
+            err = sources.SourceError(f"{failed}; {self._pushed_before(res.n_records, batch_id)}")
+            err.n_pushed = res.n_records
+            raise err from None
         return res
+
+    def _pushed_before(self, n: int, batch_id: str | None) -> str:
+        """What a push that failed part way has sent, and what pushing again does (value-free words)."""
+        if n == 0:
+            return "no record was pushed"
+        done = f"the first {n:,} records were pushed before the error"
+        if batch_id is not None or not self.dedup:
+            return f"{done}; pushing them again counts them again (no content ids): push only the rest"
+        again = ("pushing the corrected data again (same records before the error, same batch size and source) "
+                 "merges only the rest: batch ids derive from each batch's content and position, and workers "
+                 "merge an id once")
+        if self._key_of_process:
+            again += " (in this process only: without a producer key file another process's ids differ)"
+        return f"{done}; {again}"
 
     def push(self, X: Any, y: Any, *, batch_id: str | None = None, source: str = "") -> str | list[str]:
         """Send ``X`` (DataFrame with the attributes by name, 2-D array-like or list of dicts) with labels ``y``.

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 import time
 from typing import Any
 
@@ -274,8 +275,15 @@ class PrivateForest:
         the first release of :func:`streamdp.growth.grown_release` with a probe. The structure, its height and the counts' shape become
         the pruned ones; :meth:`update` adds to them. A refit starts again from
         the structure the forest was built with (a forest loaded from a blob:
-        the structure the blob holds, so a pruned blob cannot grow back).
+        the structure the blob holds, so a pruned blob cannot grow back). A forest that holds a release
+        already warns: fitting again releases its records again (``epsilon`` more, sequential composition),
+        which :attr:`epsilon` does not count.
         """
+        if self.n_releases and not math.isinf(self.epsilon):
+            warnings.warn(f"this forest holds a release already: fitting again spends epsilon={self.epsilon:g} more on "
+                          "any records it was fitted on before (sequential composition), which its epsilon does not "
+                          "count; create a new forest per fit, or charge each fit to a ledger (streamdp.ledger)",
+                          UserWarning, stacklevel=3)
         rng = rng or self._rng
         if self.structure is not self._drawn:  # a refit starts from the drawn trees, not an earlier fit's pruning
             self.structure = self._drawn

@@ -464,3 +464,12 @@ def test_empirical_epsilon_audit_of_the_tree_mechanism(estimator):
     wrong_a = _run_tiny_stream(policy, eps, n, 0, node_eps=eps)
     wrong_b = _run_tiny_stream(policy, eps, n, 1, node_eps=eps)
     assert _max_ratio_lower_bound(wrong_a, wrong_b) > math.exp(eps)
+
+
+def test_release_windows_shorter_than_the_minimum_are_refused():
+    """A new user's 1 ms windows: 20,008 releases in 20 s, each a noise draw on every count (below the majority)."""
+    from streamdp.continual import MIN_RELEASE_EVERY
+
+    with pytest.raises(ValueError, match=r"release_every \(seconds\) must be a number in \[0.01, inf\), got 0.001"):
+        ReleasePolicy("window", 0.001)
+    assert ReleasePolicy("window", MIN_RELEASE_EVERY).release_every == MIN_RELEASE_EVERY

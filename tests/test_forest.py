@@ -665,3 +665,18 @@ def test_sparse_tally_encoded_is_tally_encoded_without_the_dense_array(budget):
     assert idx.tolist() == np.flatnonzero(dense).tolist() and counts.tolist() == dense[idx].tolist()
     with pytest.raises(ValueError, match="encoded labels"):
         f.sparse_tally_encoded(X, y + 2)
+
+
+def test_a_second_fit_warns_that_it_spends_epsilon_again():
+    """A new user's trial: fit twice on the same forest, nothing said that the records were released twice."""
+    import warnings as _w
+
+    from streamdp.datasets import load
+
+    ds = load("congressional-voting")
+    f = PrivateForest.create(ds.schema, n_trees=2, height=3, epsilon=1.0)
+    with _w.catch_warnings():
+        _w.simplefilter("error")
+        f.fit(ds.X, ds.y)  # the first fit: no warning
+    with pytest.warns(UserWarning, match="fitting again spends epsilon=1 more"):
+        f.fit(ds.X, ds.y)

@@ -955,3 +955,16 @@ def test_the_default_release_grows_on_categorical_schemas_only(r):
     assert show_model(r, "g")["release"]["kind"] == "grow"
     args = build_parser().parse_args(["model", "create", "m2", "--schema", "s.json", "--epsilon", "1"])
     assert args.release is None
+
+
+def test_recreating_a_deleted_models_name_says_the_ledger_was_spent_before(r):
+    """A new user's trial: the refusal named the budget only; the ledger of a deleted model is kept by design."""
+    from streamdp.ledger import BudgetExceeded
+
+    create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=1.0)
+    delete_model(r, "m")
+    with pytest.raises(BudgetExceeded, match="was spent before .*ledgers are kept.*--ledger-budget"):
+        create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=1.0)
+    with pytest.raises(ValueError, match="can only raise it, not set 0.5"):
+        create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=0.5, ledger_budget=0.5)
+    create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=2.0)  # raised: fits

@@ -44,7 +44,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
-    c.add_argument("--seed", type=int, default=None, help="structure seed (public; noise stays secure)")
+    c.add_argument("--seed", type=int_in(0, 2**63 - 1), default=None,
+                   help="structure seed (public; noise stays secure)")
     c.add_argument("--release", choices=("batch", "window", "grow", "tree"), default=None,
                    help="release policy: window (exact tallies of --release-every seconds noised once), "
                         "grow (the same windows on trees that deepen as the released counts allow: --height is "

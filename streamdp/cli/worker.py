@@ -21,7 +21,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     w.add_argument("name")
     w.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None, help="default: one per core")
     w.add_argument("--batch-entries", type=int, default=16, help="entries merged per commit")
-    w.add_argument("--claim-idle-ms", type=int, default=30_000)
+    w.add_argument("--claim-idle-ms", type=int, default=30_000,
+                   help="take over entries another worker has held this long without committing (a crashed "
+                        "worker's; default 30,000)")
     w.add_argument("--max-deliveries", type=int, default=5)
     w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")

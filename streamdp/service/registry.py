@@ -312,8 +312,19 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
         ledger.set_budget(name, forest.epsilon if ledger_budget is None else ledger_budget, forest.delta)
     elif ledger_budget is not None and ledger_budget > current[0]:
         ledger.set_budget(name, ledger_budget, max(current[1], forest.delta))
-    ledger.charge(name, forest.epsilon, delta=forest.delta, who="stream", what="PrivateForest (stream model)",
-                  key=f"model:{model_id}")
+    elif ledger_budget is not None and ledger_budget < current[0]:
+        raise ValueError(f"source {name!r} already has a budget of {current[0]:g}: --ledger-budget can only raise "
+                         f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})")
+    try:
+        ledger.charge(name, forest.epsilon, delta=forest.delta, who="stream", what="PrivateForest (stream model)",
+                      key=f"model:{model_id}")
+    except BudgetExceeded as e:
+        if current is None:
+            raise
+        # a new user re-creating a deleted model's name: the ledger is kept (spends are history)
+        raise BudgetExceeded(f"{e}. The ledger of {name!r} was spent before (a model or job of this name, perhaps "
+                             f"deleted since: ledgers are kept): raise its budget with --ledger-budget, or use "
+                             f"another name (streamdp ledger {name} lists its spends)") from None
 
 
 #: A spec larger than this is read in parts of this size (GETRANGE) into one buffer.

@@ -66,8 +66,10 @@ def demo(args: argparse.Namespace) -> int:
                               budget=args.budget)
         print(f"model {name}: {forest!r}")
         pool = WorkerPool(name, args.processes, url, log_level=logging.WARNING, block_ms=200).start()
+        majority = max(float(np.mean(ds.y[test] == c)) for c in ds.schema.label.values)
         print(f"{pool.n} worker process(es); streaming {len(train)} records in batches of {args.batch_size}, "
-              f"testing on {len(test)} held-out records")
+              f"testing on {len(test)} held-out records (predicting their majority class scores {majority:.3f}; "
+              f"the first versions know only the first batches, whose majority may differ)")
         with Producer(url, name, batch_size=args.batch_size) as prod, Consumer(url, name) as cons:
             version = cons.version()
             for start in range(0, len(train), args.batch_size):

@@ -221,10 +221,10 @@ def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, po
         assert r.get(key) == val
     noise = {key.decode().rsplit(":", 1 if release == "window" else 3)[-1 if release == "window" else 0]
              for key in r.keys("sdp:{m}:priv:wdelta:*") + r.keys("sdp:{m}:priv:node:*")}
-    if release == "window":  # published = the two stored window draws, each once
-        d = [noise_from_bytes(r.get(Keys.of(r, "m").window_delta(i)), spec) for i in (1, 2)]
-        np.testing.assert_array_equal(_published(r, "m", spec), d[0] + d[1])
-        assert noise == {"1", "2"}
+    if release == "window":  # published = window 1's stored draw, once, plus window 2's noise (empty: not stored)
+        d1 = noise_from_bytes(r.get(Keys.of(r, "m").window_delta(1)), spec)
+        pure = _published(r, "m", spec) - d1
+        assert noise == {"1"} and np.any(pure[spec.real_cells] != 0) and not np.any(pure[~spec.real_cells])
     else:  # published = the tree state's estimate from the stored nodes
         st = TreeState.from_bytes(r.get(k.tree))
         assert st.t == 2
@@ -490,7 +490,7 @@ def test_a_grown_release_killed_at_any_point_is_taken_over_without_a_second_nois
     for key, val in stored_before.items():  # a release stored before the death is the one published
         assert r.get(key) == val
     assert r.hget(k.pub_model, "blob") == r.get(Keys.of(r, "m").window_delta(2))
-    assert r.hget(k.state, "blob") == r.get(Keys.of(r, "m").window_delta(2))
+    assert not r.hexists(k.state, "blob")  # the closers read the published blob (no private copy)
 
 
 def test_a_grow_consumer_reads_the_published_blob_not_the_spec(r):
@@ -532,6 +532,8 @@ def test_released_window_noise_is_dropped_and_unreleased_noise_expires(r):
     for k in (1, 2, 3):
         assert w.closer.tick(_at(r, "m", k)) == 1
     assert not r.keys("sdp:{m}:priv:wdelta*") and show_model(r, "m")["releases"] == 3
+    Producer(r, "m").push(DS.X[40:60], DS.y[40:60])
+    _add_all(w)  # window 4 holds records: its noise is stored before its release
     w.closer.fault = _faults("close_before_commit")
     with pytest.raises(Died):
         w.closer.tick(_at(r, "m", 4))
@@ -552,3 +554,25 @@ def test_a_closer_drops_only_its_own_lease(r):
     r.set(lease, w.closer.token)
     w.closer._unlease(keys=[lease], args=[w.closer.token])
     assert not r.exists(lease)
+
+
+def test_an_empty_windows_noise_is_not_stored_and_the_state_keeps_no_counts(r):
+    """An idle window's release is pure noise (no record in it): a closer that takes over may draw it again
+    without revealing anything, so it is not stored; and the state keeps no copy of the published counts (closers
+    read pub:model's). An idle model of 1 s windows wrote four counts-sized values a window, two now."""
+    spec = _model(r, epsilon=1.0)
+    w = _worker(r, delta_ttl_s=3600)  # (kept: a stored draw would show)
+    writes = []
+    real_store = w.closer._stored
+    w.closer._stored = lambda key, draw: writes.append(key) or real_store(key, draw)
+    assert w.closer.tick(_at(r, "m", 3)) == 3
+    assert writes == [] and not r.keys("sdp:{m}:priv:wdelta*")
+    assert not r.hexists(Keys("m").state, "counts")
+    pub = _published(r, "m", spec)
+    assert np.any(pub[spec.real_cells] != 0)  # three windows of noise
+    w2 = _worker(r)  # a closer without the cache reads the published counts
+    Producer(r, "m").push(DS.X[:30], DS.y[:30])
+    _add_all(w2)
+    assert w2.closer.tick(_at(r, "m", 4)) == 1
+    d4 = noise_from_bytes(r.get(Keys.of(r, "m").window_delta(4)), spec)
+    np.testing.assert_array_equal(_published(r, "m", spec), pub + d4)

@@ -223,8 +223,8 @@ class WindowCloser:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
             old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
-        elif window:
-            now_version, counts_b = self.r.hmget(self.keys.state, "version", "counts")
+        elif window:  # the published counts (the state holds none: one counts-sized write less per release)
+            now_version, counts_b = self.r.hmget(self.keys.pub_model, "version", "counts")
             if int(now_version or 0) != version:
                 return False  # released meanwhile (the caller seals and looks again)
             old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
@@ -233,17 +233,22 @@ class WindowCloser:
         del acc_raw
         if window:
             key = self.keys.window_delta(w)
-            # in place: the accumulator's counts become the delta (its noise key is hashed before)
-            delta = self._stored(key, lambda: window_delta(
-                exact, self.spec.shape, self.eps_node, self.spec.mechanism,
-                self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k, in_place=True))
+
+            def draw() -> np.ndarray:  # in place: the accumulator's counts become the delta (its key hashed before)
+                return window_delta(exact, self.spec.shape, self.eps_node, self.spec.mechanism,
+                                    self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k,
+                                    in_place=True)
+
+            # An empty window's release is pure noise: drawn again by a closer that takes over, it says nothing
+            # about any record, so it is not stored (a counts-sized write less for each idle window).
+            delta, noise_keys = (draw(), []) if exact is None else (self._stored(key, draw), [key])
             del exact
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.
             self._last = None
             old += delta
             del delta
-            new_counts, noise_keys, state_b = old, [key], b""
+            new_counts, state_b = old, b""
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
             if state.t != w - 1:
@@ -277,7 +282,7 @@ class WindowCloser:
         if self._last is not None and self._last[0] == version:
             old = self._last[1]
         else:
-            now_version, blob_b = self.r.hmget(self.keys.state, "version", "blob")
+            now_version, blob_b = self.r.hmget(self.keys.pub_model, "version", "blob")  # the published release
             if int(now_version or 0) != version:
                 return False  # released meanwhile (the caller seals and looks again)
             old = self.spec.holding(PrivateForest.from_bytes(blob_b)) if blob_b else self.spec.holding(self.spec)
@@ -329,7 +334,7 @@ class WindowCloser:
         (``pub:model`` holds the counts; the structure is the spec's, :func:`.published.published_fields`).
 
         ``grown`` (``release="grow"``): the stored release's blob. The structure changes with the releases,
-        so the state holds the blob (not the counts), ``pub:model`` holds the blob and no counts field (the
+        so ``pub:model`` holds the blob and no counts field (the
         consumers' counts-only fast path assumes one structure) and the retained version is the blob."""
         nv, now = version + 1, int(time.time() * 1000)
         keep = self.keep_versions
@@ -344,11 +349,14 @@ class WindowCloser:
                 pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
                 if grown is None:  # the structure is the spec's: counts only (published.published_fields)
                     counts_b, record = counts_view(forest.counts), release_record_parts(forest)
-                    state, pub["counts"], gone = {"counts": counts_b}, counts_b, "blob"
+                    pub["counts"], gone = counts_b, "blob"
                 else:
-                    record, state, pub["blob"], gone = [grown], {"blob": grown}, grown, "counts"
+                    record, pub["blob"], gone = [grown], grown, "counts"
                 p.multi()
-                p.hset(self.keys.state, mapping={"version": nv, "releases": w, **state})
+                # The state holds no copy of the counts (or the grown blob): closers read the published ones,
+                # written in this transaction (a counts-sized write, and the counts' memory in Redis, less).
+                p.hdel(self.keys.state, "counts", "blob")
+                p.hset(self.keys.state, mapping={"version": nv, "releases": w})
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is the spec's), written in its

@@ -2,11 +2,10 @@
 
 A ``window`` model over Adult is created on a real Redis, its schedule start moved ``--windows`` windows
 into the past (a model created long before its first push, or workers down meanwhile), and one worker's
-closer releases every due window (each alone, in order). Measured per setting: seconds per window, and
-Redis's ``used_memory`` growth once every window is released, with the released noise kept 7 days
-(``delta_ttl_s`` before round 2's ninth session: a new user's late Adult worker filled Redis until the
-kernel killed it) against dropped at the release (the default now). The kept-noise run uses height 5
-(smaller counts), so the script cannot exhaust a shared Redis; ``--reps`` models each.
+closer releases every due window (each alone, in order; they are empty). Measured per height: seconds per
+window, and Redis's ``used_memory`` growth once every window is released (against the counts' size: the
+retained versions, ``keep_versions`` 20, and ``pub:model``; before round 2's ninth session also each
+window's stored noise, kept 7 days, and the state's copy of the counts). ``--reps`` models each.
 
     python benchmarks/window_catchup.py > benchmarks/results/window_catchup.log
 """
@@ -31,12 +30,12 @@ from streamdp.service.registry import create_model, delete_model  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 
 
-def catch_up(r: redis.Redis, url: str, windows: int, height: int | None, ttl_s: int) -> tuple[float, float, float]:
+def catch_up(r: redis.Redis, url: str, windows: int, height: int | None) -> tuple[float, float, float]:
     """Seconds per window, Redis memory growth (MiB) and the counts' MiB for one model ``windows`` behind."""
     name = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     create_model(r, name, load("adult").schema, epsilon=1.0, height=height, release="window", release_every=1.0)
     try:
-        w = Worker(url, name, delta_ttl_s=ttl_s)
+        w = Worker(url, name)
         start = time.time() - windows - 0.5
         r.hset(Keys(name).state, "release_start", repr(start))
         w.closer.start = start
@@ -61,14 +60,13 @@ def main() -> int:
     print(f"# python benchmarks/window_catchup.py --windows {a.windows} --reps {a.reps}; git "
           f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}")
     print(f"# Adult, window, epsilon 1, {a.windows} windows due, keep_versions 20")
-    print("| height | released noise | counts (MiB) | seconds per window: mean (max) | Redis memory growth (MiB): mean |",
+    print("| height | counts (MiB) | seconds per window: mean (max) | Redis memory growth (MiB): mean | growth / counts |",
           "|---|---|---|---|---|", sep="\n")
-    for height, ttl_s, label in ((5, 7 * 86400, "kept 7 days (before)"), (5, 0, "dropped (now)"),
-                                 (None, 0, "dropped (now)")):
-        runs = [catch_up(r, a.redis, a.windows, height, ttl_s) for _ in range(a.reps)]
-        per = [x[0] for x in runs]
-        print(f"| {height or 'default (7)'} | {label} | {np.mean([x[2] for x in runs]):.1f} | {np.mean(per):.3f} "
-              f"({max(per):.3f}) | {np.mean([x[1] for x in runs]):.0f} |", flush=True)
+    for height in (5, None):
+        runs = [catch_up(r, a.redis, a.windows, height) for _ in range(a.reps)]
+        per, grown, counts = [x[0] for x in runs], np.mean([x[1] for x in runs]), np.mean([x[2] for x in runs])
+        print(f"| {height or 'default (7)'} | {counts:.1f} | {np.mean(per):.3f} ({max(per):.3f}) | {grown:.0f} | "
+              f"{grown / counts:.1f} |", flush=True)
     print(f"\n# load at end: {subprocess.getoutput('uptime')}")
     return 0
 

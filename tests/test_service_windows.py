@@ -26,6 +26,7 @@ from streamdp.service.published import counts_from_bytes, noise_from_bytes  # no
 from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
 from streamdp.service.rollback import RollbackDetected  # noqa: E402
 from streamdp.service.stream_worker import Worker, _Entry  # noqa: E402
+from streamdp.service.windows import COUNTS_IN_PUB_MODEL  # noqa: E402
 
 DS = load("congressional-voting")
 EVERY = 10.0  # seconds; ticks pass explicit times, nothing waits for it
@@ -490,7 +491,7 @@ def test_a_grown_release_killed_at_any_point_is_taken_over_without_a_second_nois
     for key, val in stored_before.items():  # a release stored before the death is the one published
         assert r.get(key) == val
     assert r.hget(k.pub_model, "blob") == r.get(Keys.of(r, "m").window_delta(2))
-    assert not r.hexists(k.state, "blob")  # the closers read the published blob (no private copy)
+    assert r.hget(k.state, "blob") == COUNTS_IN_PUB_MODEL  # closers read the published blob
 
 
 def test_a_grow_consumer_reads_the_published_blob_not_the_spec(r):
@@ -559,7 +560,9 @@ def test_a_closer_drops_only_its_own_lease(r):
 def test_an_empty_windows_noise_is_not_stored_and_the_state_keeps_no_counts(r):
     """An idle window's release is pure noise (no record in it): a closer that takes over may draw it again
     without revealing anything, so it is not stored; and the state keeps no copy of the published counts (closers
-    read pub:model's). An idle model of 1 s windows wrote four counts-sized values a window, two now."""
+    read pub:model's). An idle model of 1 s windows wrote four counts-sized values a window, two now. A worker of
+    an earlier version reading the state's copy gets bytes that fit no forest: an error, not zero counts."""
+    from streamdp.service.published import counts_from_bytes
     spec = _model(r, epsilon=1.0)
     w = _worker(r, delta_ttl_s=3600)  # (kept: a stored draw would show)
     writes = []
@@ -567,7 +570,9 @@ def test_an_empty_windows_noise_is_not_stored_and_the_state_keeps_no_counts(r):
     w.closer._stored = lambda key, draw: writes.append(key) or real_store(key, draw)
     assert w.closer.tick(_at(r, "m", 3)) == 3
     assert writes == [] and not r.keys("sdp:{m}:priv:wdelta*")
-    assert not r.hexists(Keys("m").state, "counts")
+    assert r.hget(Keys("m").state, "counts") == COUNTS_IN_PUB_MODEL
+    with pytest.raises(ValueError, match="stored counts have 29 bytes"):  # what an earlier version's closer reads
+        counts_from_bytes(r.hget(Keys("m").state, "counts"), spec)
     pub = _published(r, "m", spec)
     assert np.any(pub[spec.real_cells] != 0)  # three windows of noise
     w2 = _worker(r)  # a closer without the cache reads the published counts

@@ -55,6 +55,10 @@ from .rollback import NoiseSource, RollbackGuard
 __all__ = ["WindowCloser", "sparse_cells", "joined_cells", "acc_counts"]
 
 log = logging.getLogger("streamdp.worker")
+#: What a windowed model's state holds where it held a copy of the published counts (or grown blob): closers read
+#: ``pub:model``'s. A worker of an earlier version, in a rolling upgrade, reads only the state's copy: these bytes
+#: fit no forest, so it stops with an error instead of taking a missing copy for zero counts.
+COUNTS_IN_PUB_MODEL = b"streamdp: counts in pub:model"
 MAX_CLOSES_PER_TICK = 1000
 #: What a close stores before its release (its noise, a grown release) expires after if the release never comes
 #: (a closer that died, a model deleted meanwhile): far beyond any close; a noise that expires unreleased is
@@ -223,7 +227,7 @@ class WindowCloser:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
             old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
-        elif window:  # the published counts (the state holds none: one counts-sized write less per release)
+        elif window:  # the published counts (the state keeps no copy: a counts-sized write less per release)
             now_version, counts_b = self.r.hmget(self.keys.pub_model, "version", "counts")
             if int(now_version or 0) != version:
                 return False  # released meanwhile (the caller seals and looks again)
@@ -353,10 +357,11 @@ class WindowCloser:
                 else:
                     record, pub["blob"], gone = [grown], grown, "counts"
                 p.multi()
-                # The state holds no copy of the counts (or the grown blob): closers read the published ones,
-                # written in this transaction (a counts-sized write, and the counts' memory in Redis, less).
-                p.hdel(self.keys.state, "counts", "blob")
-                p.hset(self.keys.state, mapping={"version": nv, "releases": w})
+                # The state keeps no copy of the counts (or grown blob): closers read pub:model's, written in this
+                # transaction (a counts-sized write and the counts' memory in Redis less); its fields say so
+                # in bytes that fit no forest, for the workers of earlier versions (COUNTS_IN_PUB_MODEL).
+                p.hset(self.keys.state, mapping={"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL,
+                                                 "blob": COUNTS_IN_PUB_MODEL})
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is the spec's), written in its

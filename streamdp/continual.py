@@ -85,8 +85,9 @@ __all__ = [
 
 RELEASES = ("batch", "window", "tree", "grow")
 ESTIMATORS = ("honaker", "decomposition")
-#: The shortest window (seconds): each release writes the model's counts and adds a noise draw to every count,
-#: so shorter windows only add noise (a new user's 1 ms windows: 20,008 versions in 20 s, below the majority).
+#: The shortest window (seconds) a new model may have: each release writes the model's counts and adds a noise
+#: draw to every count, so shorter windows only add noise (a new user's 1 ms windows: 20,008 versions in 20 s,
+#: below the majority). Models stored before the rule still load (a review).
 MIN_RELEASE_EVERY = 0.01
 DEFAULT_LEVELS = 20  # T_max = 2**20 - 1 windows: 12.1 days at one window per second
 MAX_LEVELS = 48
@@ -119,8 +120,9 @@ class ReleasePolicy:
     def __post_init__(self) -> None:
         if self.kind not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, got {self.kind!r}")
-        object.__setattr__(self, "release_every", Interval(float, MIN_RELEASE_EVERY, math.inf, closed="left").check(
-            self.release_every, "release_every (seconds)"))
+        # (the minimum, MIN_RELEASE_EVERY, is a rule for new models: registry.create_model; a stored policy loads)
+        object.__setattr__(self, "release_every",
+                           Interval(float, 0, math.inf, closed="neither").check(self.release_every, "release_every"))
         object.__setattr__(self, "levels", check_integer(self.levels, "levels", high=MAX_LEVELS))
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")

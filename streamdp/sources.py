@@ -311,12 +311,10 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
     another width) is named by the CSV reader's own count, which does count blank lines (but
     also counts a quoted value spanning lines as one). Errors never show the file's content.
 
-    **Rows of another width.** A row with more fields than the header (or, without a header,
-    than the schema's attributes and label) is an error, with ``on_invalid="drop"`` too (the
-    reader cannot resume after it); a row with fewer fields has its last columns missing (an
-    invalid row). Exception: when the header holds columns the schema does not use, only the
-    used columns are parsed and a row with *more* fields than the header passes silently, its
-    extra fields ignored.
+    **Rows of another width.** Only the schema's columns are parsed: fields past the header's are
+    ignored (a trailing comma is common in exported files; a review found that refusing every wider
+    row refused those files, which read correctly before, and pandas' C reader can only refuse them
+    all or drop them all). A row with fewer fields has its last columns missing (an invalid row).
 
     A :class:`SourceError` raised while reading (a malformed line, a bad value with
     ``on_invalid="raise"``) comes after the chunks of the records before it were yielded.
@@ -329,11 +327,7 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
     lab_name = schema.label.name
     if header:
         head, lab_name = check_header(source, schema, label)
-        used = [*schema.names, lab_name]
         kw: dict = {"header": 0, "names": head}
-        if len(head) != len(used) or set(head) != set(used):
-            # columns the schema does not use: parse only the used ones (rows wider than the header then pass)
-            kw["usecols"] = used
         line0 = 2
     else:
         width = schema.n_attributes + 1
@@ -350,19 +344,13 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         kw = {"header": None, "names": names}
         line0 = 1
     cat = {a.name for a in schema.attributes if isinstance(a, Categorical)} | {lab_name}
-    # (without usecols the C reader refuses a row wider than the names: "Expected N fields in line L, saw M")
     try:
-        reader = pd.read_csv(source, dtype={c: "category" for c in cat}, skipinitialspace=True,
-                             chunksize=chunk_rows, engine="c", **kw)
+        reader = pd.read_csv(source, usecols=[*schema.names, lab_name], dtype={c: "category" for c in cat},
+                             skipinitialspace=True, chunksize=chunk_rows, engine="c", **kw)
         fh = getattr(getattr(reader, "handles", None), "handle", None)
         offset = 0
         with reader:
             for df in reader:
-                if offset == 0 and not isinstance(df.index, pd.RangeIndex):
-                    # the first record has one field more than the header: pandas takes the first column
-                    # as the index and shifts every other column left (silently)
-                    raise SourceError(f"line {line0}: malformed CSV: {len(kw['names']) + 1} fields where "
-                                      f"{len(kw['names'])} are expected (no content is shown)")
                 enc = encode_frame(schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset,
                                    line0=line0 + offset)
                 yield Chunk(offset, enc.X, enc.y, len(df), enc.kept, enc.dropped, line0=line0 + offset)

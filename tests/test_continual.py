@@ -466,10 +466,19 @@ def test_empirical_epsilon_audit_of_the_tree_mechanism(estimator):
     assert _max_ratio_lower_bound(wrong_a, wrong_b) > math.exp(eps)
 
 
-def test_release_windows_shorter_than_the_minimum_are_refused():
-    """A new user's 1 ms windows: 20,008 releases in 20 s, each a noise draw on every count (below the majority)."""
-    from streamdp.continual import MIN_RELEASE_EVERY
+def test_release_windows_shorter_than_the_minimum_are_refused_at_create_but_stored_ones_load():
+    """A new user's 1 ms windows: 20,008 releases in 20 s, each a noise draw on every count (below the majority).
+    New models are refused; a policy stored before the rule still loads (a review: its model could not run)."""
+    import fakeredis
 
-    with pytest.raises(ValueError, match=r"release_every \(seconds\) must be a number in \[0.01, inf\), got 0.001"):
-        ReleasePolicy("window", 0.001)
-    assert ReleasePolicy("window", MIN_RELEASE_EVERY).release_every == MIN_RELEASE_EVERY
+    from streamdp.continual import MIN_RELEASE_EVERY
+    from streamdp.datasets import load
+    from streamdp.service.registry import create_model
+
+    r = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
+    schema = load("congressional-voting").schema
+    with pytest.raises(ValueError, match=r"release_every \(seconds\) must be at least 0.01, got 0.001"):
+        create_model(r, "m", schema, n_trees=2, height=2, epsilon=1.0, release="window", release_every=0.001)
+    assert not r.keys("*")
+    create_model(r, "m", schema, n_trees=2, height=2, epsilon=1.0, release="window", release_every=MIN_RELEASE_EVERY)
+    assert ReleasePolicy.from_dict(ReleasePolicy("window", 0.001).to_dict()).release_every == 0.001

@@ -234,7 +234,15 @@ class GroupLoop:
                     self._stop.wait(backoff)
                     self._on_disconnect()
                     continue
-                except (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError) as err:
+                except redis.ResponseError as err:
+                    if not _refused(err):
+                        if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
+                            raise
+                        # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on
+                        # it (7.0)
+                        jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
+                        self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
+                        break
                     # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
                     # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
                     # wait for an operator or the failover rather than die (a new user's worker died here).
@@ -244,13 +252,6 @@ class GroupLoop:
                     self._stop.wait(backoff)
                     self._on_disconnect()
                     continue
-                except redis.ResponseError as err:
-                    # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)
-                    if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
-                        raise
-                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
-                    self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
-                    break
                 n += did
                 if once and n:
                     break
@@ -259,3 +260,12 @@ class GroupLoop:
         finally:
             self._on_stop()
         return n
+
+
+def _refused(err: redis.ResponseError) -> bool:
+    """Whether Redis refused a write it may accept later: out of memory, or a read-only replica (redis-py's
+    OutOfMemoryError / ReadOnlyError, or, from a script on Redis 6.2, an error whose text carries -OOM/-READONLY)."""
+    if isinstance(err, (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)):
+        return True
+    text = str(err)
+    return "OOM command not allowed" in text or "READONLY You can't write" in text

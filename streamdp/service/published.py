@@ -105,6 +105,13 @@ def published_fields(forest: PrivateForest) -> dict[str, Any]:
     return {"version": forest.version, "releases": forest.n_releases, "counts": counts_to_bytes(forest.counts)}
 
 
+#: What is stored before a release (a batch's or window's noise, a grown release) expires after if the release
+#: never comes (a closer that died, a model deleted meanwhile, a duplicate batch whose twin merged first): far
+#: beyond any close or commit; a draw that expires unreleased is only drawn again (nothing was released from
+#: it). Released noise is dropped at its merge (``WorkerConfig.delta_ttl_s``).
+PENDING_TTL_S = 3600
+
+
 def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateForest, *, stats_key: str,
                reused: str, after_draw: Callable[[], None] = lambda: None,
                after_store: Callable[[], None] = lambda: None, ttl_s: int = 0) -> np.ndarray:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from ..continual import DEFAULT_LEVELS, ReleasePolicy, noisy_node
+from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, noisy_node
 from ..growth import grows_by_default
 from ..pruning import PRUNE_PROBE
 from ..secure_random import SecureRandom
@@ -204,6 +204,9 @@ def create_model(
     def policy_of(kind: str) -> ReleasePolicy:
         pol = ReleasePolicy(kind, release_every, levels, estimator)
         pol.check_mechanism(mechanism)
+        if kind != "batch" and pol.release_every < MIN_RELEASE_EVERY:
+            raise ValueError(f"release_every (seconds) must be at least {MIN_RELEASE_EVERY:g}, got {release_every!r}: "
+                             "each release adds a noise draw to every count and writes the model's counts")
         return pol
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn

@@ -51,7 +51,8 @@ from .connection import connect
 from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
-from .published import counts_from_bytes, counts_view, drawn_once, release_record, release_record_around_counts
+from .published import (PENDING_TTL_S, counts_from_bytes, counts_view, drawn_once, release_record,
+                        release_record_around_counts)
 from .registry import load_policy, load_spec
 from .retention import get_retention, parse_id, policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
@@ -256,7 +257,7 @@ class Worker(GroupLoop):
             return self.spec.noisy_delta_encoded(batch.X, batch.y, rng)
 
         return drawn_once(self.redis, self.keys.delta(batch.batch_id), draw, self.spec, stats_key=self.keys.stats,
-                          reused="delta_reused", after_draw=lambda: self._fault("after_draw"))
+                          reused="delta_reused", after_draw=lambda: self._fault("after_draw"), ttl_s=PENDING_TTL_S)
 
     def _handle(self, entries: list[_Entry]) -> None:
         for e in entries:

@@ -49,7 +49,7 @@ from ..forest import PrivateForest
 from .commit import SEAL_LUA, UNLEASE_LUA
 from .group import jlog
 from .keys import Keys, as_str
-from .published import counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
+from .published import PENDING_TTL_S, counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
 from .rollback import NoiseSource, RollbackGuard
 
 __all__ = ["WindowCloser", "sparse_cells", "joined_cells", "acc_counts"]
@@ -60,10 +60,6 @@ log = logging.getLogger("streamdp.worker")
 #: fit no forest, so it stops with an error instead of taking a missing copy for zero counts.
 COUNTS_IN_PUB_MODEL = b"streamdp: counts in pub:model"
 MAX_CLOSES_PER_TICK = 1000
-#: What a close stores before its release (its noise, a grown release) expires after if the release never comes
-#: (a closer that died, a model deleted meanwhile): far beyond any close; a noise that expires unreleased is
-#: only drawn again (nothing was released from it). Released noise is dropped at the release (``noise_ttl_s``).
-PENDING_TTL_S = 3600
 
 
 #: Field prefix of one add's tally in a window accumulator (the rest of the name: the add's first batch id).
@@ -243,9 +239,10 @@ class WindowCloser:
                                     self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k,
                                     in_place=True)
 
-            # An empty window's release is pure noise: drawn again by a closer that takes over, it says nothing
-            # about any record, so it is not stored (a counts-sized write less for each idle window).
-            delta, noise_keys = (draw(), []) if exact is None else (self._stored(key, draw), [key])
+            # Stored for an empty window too, though its release is pure noise: skipping the write made empty
+            # windows' releases measurably earlier (a review: 69 against 85 ms, told apart 88% of the time),
+            # so their timing said which windows received records.
+            delta, noise_keys = self._stored(key, draw), [key]
             del exact
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.

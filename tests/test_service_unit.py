@@ -311,11 +311,11 @@ def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
     assert np.array_equal(f.counts, w.spec.noisy_delta(DS.X[good], DS.y[good]))
     dead = r.xrange(k.dead)
     reasons = [d[b"reason"].decode() for _, d in dead]
-    assert any("2 invalid record(s)" in x and "row 3" in x for x in reasons)
+    assert any("2 invalid record(s)" in x and "record 3 (0-based) of the batch" in x for x in reasons)
     assert any("not msgpack" in x for x in reasons)
     assert any("no 'd' field" in x for x in reasons)
     assert any("1 invalid record(s) of 1" in x for x in reasons)
-    rows = msgpack.unpackb([d for _, d in dead if b"row 3" in d[b"reason"]][0][b"detail"])["rows"]
+    rows = msgpack.unpackb([d for _, d in dead if b"record 3 " in d[b"reason"]][0][b"detail"])["rows"]
     assert [row for row, _ in rows] == [3, 5] and rows[1][1] == "producer: label 'party' has a class not declared in the schema"
     assert collect(r, "m")["pending"] == 0
 

@@ -310,8 +310,8 @@ class Worker(GroupLoop):
                 rows = e.batch.dropped
                 detail = msgpack.packb({"batch_id": e.batch.batch_id, "rows": [[r, why] for r, why in rows[:10_000]]},
                                        use_bin_type=True)
-                out.append((e.id, f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: row {rows[0][0]}: "
-                                  f"{rows[0][1]}"[:1000], detail))
+                out.append((e.id, f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
+                                  f"(0-based) of the batch: {rows[0][1]}"[:1000], detail))
         return out
 
     def _commit_entries(self, merge: dict[str, _Entry], total: np.ndarray | None, ack_only: list[_Entry]) -> None:

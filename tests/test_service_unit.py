@@ -640,8 +640,8 @@ def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, capl
         assert "record(s) of" not in rec.getMessage() and '"n":' not in rec.getMessage(), rec.getMessage()
     reasons = [f[b"reason"].decode() for _, f in r.xrange(k.dead)]
     assert len(reasons) == 2 and not any(secret in x for x in reasons), reasons
-    assert "row 1: producer: attribute 'crime' has a value not declared in the schema" in reasons[0]
-    assert "row 1: attribute 'crime' has a value not declared in the schema" in reasons[1]
+    assert "record 1 (0-based) of the batch: producer: attribute 'crime' has a value not declared in the schema" in reasons[0]
+    assert "record 1 (0-based) of the batch: attribute 'crime' has a value not declared in the schema" in reasons[1]
     details = [msgpack.unpackb(f[b"detail"]) for _, f in r.xrange(k.dead)[:2]]
     assert [row[0] for row in details[1]["rows"]] == [1, 2]
     assert details[1]["rows"][1][1] == "label 'party' has a class not declared in the schema"

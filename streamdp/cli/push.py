@@ -21,6 +21,7 @@ line 1; see :func:`streamdp.sources.read_csv_chunks`).
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from .common import Progress, redis_url
@@ -83,4 +84,12 @@ def push(args: argparse.Namespace) -> int:
     print(f"pushed {sent:,} records in {len(res)} batches "
           f"to {args.name!r}" + (f"; {bad} invalid records go to the dead-letter stream (first: {res.first_invalid})"
                                  if bad else ""))
+    if bad and bad >= sent:
+        print(f"streamdp: error: every record of {args.file} was invalid: check --label and --no-header against the "
+              f"file (the schema's label is {p.schema.label.name!r})", file=sys.stderr)
+        return 2
+    if bad:  # a new user fixed the bad lines and pushed the file again: its other records counted twice
+        print("streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "
+              "whole file would count them again (a batch's id follows its content): push only the corrected "
+              "records, as a file of their own", file=sys.stderr)
     return 0

@@ -120,7 +120,8 @@ class PrivateForest:
         self.k, self.beta = k, beta
         if mechanism == "kanon":
             if k is None or beta is None:
-                raise ValueError("mechanism='kanon' needs k (threshold) and beta (sampling rate)")
+                missing = " and ".join(n for n, v in (("k (threshold)", k), ("beta (sampling rate)", beta)) if v is None)
+                raise ValueError(f"mechanism='kanon' needs {missing} (CLI: --k, --beta)")
             if math.isinf(epsilon):
                 raise ValueError("mechanism='kanon' needs a finite epsilon (the forest's total)")
             kanon_check(k, beta, self.epsilon_per_tree)

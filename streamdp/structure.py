@@ -44,7 +44,7 @@ from .schema import Schema
 from .validation import check_integer
 
 __all__ = ["ForestStructure", "TooLargeError", "default_height", "fitting_height", "ceiling_height",
-           "max_possible_leaves", "DEFAULT_MAX_CELLS"]
+           "deepest_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]
 
 #: The tallest structure drawn or read (routing is ``height`` steps; a blob claiming more is refused).
 MAX_HEIGHT = 64
@@ -103,11 +103,21 @@ def ceiling_height(schema: Schema) -> int:
     >>> ceiling_height(stagger_schema())
     3
     """
-    h = 1
-    while (h < CEILING_MAX_HEIGHT and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES
-           and max_possible_leaves(schema, h + 1) > max_possible_leaves(schema, h)):
+    h, top = 1, min(CEILING_MAX_HEIGHT, deepest_height(schema))
+    while h < top and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES:
         h += 1
     return h
+
+
+def deepest_height(schema: Schema) -> int:
+    """The deepest a tree over ``schema`` can be: a path tests each categorical attribute once, a numeric one
+    may split again below itself (then only :data:`MAX_HEIGHT` bounds it).
+
+    >>> from streamdp.datasets import load_schema
+    >>> deepest_height(load_schema("congressional-voting")), deepest_height(load_schema("adult"))
+    (16, 64)
+    """
+    return schema.n_attributes if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
 
 
 @dataclass
@@ -187,8 +197,7 @@ class ForestStructure:
         if defaulted:
             height = default_height(schema.n_attributes)
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
-        if np.all(schema.is_categorical):  # a path tests each categorical attribute once: no deeper tree exists
-            height = min(int(height), schema.n_attributes)
+        height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int) and defaulted:

@@ -11,9 +11,8 @@ so pushing the same file again (same ``--batch-size``) merges nothing new. Give
 genuinely new records that repeat an earlier file's content their own
 ``--source`` label (e.g. the date), or ``--no-dedup``.
 
-A file that turns out malformed part way (an unbalanced quote, a row wider than
-the header) stops the push with the line named and the number of records already
-pushed; pushing the corrected file again (same ``--batch-size`` and ``--source``)
+A file that turns out malformed part way (an unbalanced quote) stops the push
+with the line named and the number of records already pushed; pushing the corrected file again (same ``--batch-size`` and ``--source``)
 merges only the rest. A bad value is named by its line (1-based, the header being
 line 1; see :func:`streamdp.sources.read_csv_chunks`).
 """

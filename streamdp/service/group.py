@@ -209,6 +209,16 @@ class GroupLoop:
     def _on_stop(self) -> None:
         pass
 
+    def _wait_out(self, err: Exception, event: str, level: int, backoff: float, low: float, high: float) -> float:
+        """Log ``event``, wait the doubled ``backoff`` (within ``[low, high]`` seconds) and forget the connection's
+        state; returns the new backoff."""
+        backoff = min(high, max(low, backoff * 2))
+        jlog(self.log, level, f"{self.event_prefix}.{event}", **self._log_context(), error=str(err)[:200],
+             retry_s=backoff)
+        self._stop.wait(backoff)
+        self._on_disconnect()
+        return backoff
+
     def run(self, *, once: bool = False, until_drained: bool = False, max_seconds: float | None = None,
             handle_signals: bool = True) -> int:
         """Loop until :meth:`stop` (or a signal), ``max_seconds``, the stream drained (``until_drained``),
@@ -228,30 +238,21 @@ class GroupLoop:
                     backoff = 0.0
                 except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as err:
                     # Redis restarting / failing over: entries in hand stay pending (re-read or reclaimed later).
-                    backoff = min(5.0, max(0.1, backoff * 2))
-                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.disconnected", **self._log_context(),
-                         error=str(err), retry_s=backoff)
-                    self._stop.wait(backoff)
-                    self._on_disconnect()
+                    backoff = self._wait_out(err, "disconnected", logging.WARNING, backoff, 0.1, 5.0)
                     continue
                 except redis.ResponseError as err:
-                    if not _refused(err):
-                        if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
-                            raise
-                        # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on
-                        # it (7.0)
-                        jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
-                        self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
-                        break
-                    # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
-                    # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
-                    # wait for an operator or the failover rather than die (a new user's worker died here).
-                    backoff = min(30.0, max(1.0, backoff * 2))
-                    jlog(self.log, logging.ERROR, f"{self.event_prefix}.redis_refused", **self._log_context(),
-                         error=str(err)[:200], retry_s=backoff)
-                    self._stop.wait(backoff)
-                    self._on_disconnect()
-                    continue
+                    if _refused(err):
+                        # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
+                        # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
+                        # wait for an operator or the failover rather than die (a new user's worker died here).
+                        backoff = self._wait_out(err, "redis_refused", logging.ERROR, backoff, 1.0, 30.0)
+                        continue
+                    # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)
+                    if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
+                        raise
+                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
+                    self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
+                    break
                 n += did
                 if once and n:
                     break

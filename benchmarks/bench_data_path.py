@@ -254,7 +254,7 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
     def ours() -> float:
         model = f"bench-e2e-{uuid.uuid4().hex[:8]}"
         create_model(url, model, schema, n_trees=10, height=height, epsilon=1.0, release=release,
-                     release_every=release_every)
+                     release_every=None if release == "batch" else release_every)
         keys = Keys(model)
         w = subprocess.Popen(py + ["-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes",
                                    str(processes)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -74,7 +74,7 @@ def run(url: str, height: int, release: str, batches: int, release_every: float 
     r = redis.Redis.from_url(url, socket_timeout=120)
     model = f"bench-wmem-{uuid.uuid4().hex[:8]}"
     forest = create_model(url, model, cat16(), n_trees=10, height=height, epsilon=1.0, release=release,
-                          release_every=release_every)
+                          release_every=None if release == "batch" else release_every)
     keys = Keys(model)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     w = subprocess.Popen([sys.executable, "-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes", "1"],

@@ -63,8 +63,8 @@ def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config
 
     policy, every, levels, height = config
     name = f"bench-bs-{uuid.uuid4().hex[:8]}"
-    create_model(url, name, ds.schema, n_trees=10, height=height, epsilon=1.0, release=policy, release_every=every,
-                 levels=levels)
+    create_model(url, name, ds.schema, n_trees=10, height=height, epsilon=1.0, release=policy,
+                 release_every=None if policy == "batch" else every, levels=levels if policy == "tree" else None)
     r = redis.Redis.from_url(url)
     keys = Keys(name)
     pool = WorkerPool(name, 2, url, block_ms=100, log_level=logging.ERROR).start()

@@ -74,12 +74,13 @@ from typing import Any, Mapping, NamedTuple
 import numpy as np
 
 from . import blob
+from .estimation import cell_variance
 from .privacy import SecureRandom, geometric_noise, laplace_noise
 from .validation import Interval, check_epsilon, check_integer
 
 __all__ = [
     "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
-    "prefix_nodes", "node_windows", "published_variance", "noisy_node", "window_delta",
+    "prefix_nodes", "node_windows", "published_variance", "class_total_sd", "noisy_node", "window_delta",
     "TreeState", "Counter",
 ]
 
@@ -267,6 +268,32 @@ def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
         return sum(_honaker_factor(lv) for lv in range(policy.levels) if u >> lv & 1) * variance
 
     return epoch * one(policy.max_windows) + one(u)
+
+
+def class_total_sd(policy: ReleasePolicy, releases: int, epsilon: float, mechanism: str, budget: str,
+                   n_trees: int, prior_trees: int) -> float | None:
+    """Standard deviation of the noise on a stream model's estimate of one class's record count, from its
+    prior stumps (public: the model's parameters and its release count; None for k-anonymity or without a stump).
+
+    What the vote's prior rests on (:func:`streamdp.estimation.forest_prior`; the random trees' roots add
+    little, each about its number of leaves times noisier, so this is an upper bound). The model can tell
+    its majority class only once that class leads the next by several times ``sqrt(2)`` times this (at 3x
+    it names the wrong one in about 0.1% of models); below, no estimate can keep the majority
+    class's accuracy, the floor of issue 13 (``benchmarks/stream_floor_identifiable.py``). Under the
+    disjoint budget a stump counts ``1 / (n_trees + prior_trees)`` of the records, so its counts are scaled up
+    (sampling error not included).
+
+    >>> round(class_total_sd(ReleasePolicy("window"), 47, 1.0, "geometric", "split", 10, 1), 1)  # Votes, 47 windows
+    106.6
+    """
+    if mechanism == "kanon" or prior_trees < 1:
+        return None
+    if math.isinf(epsilon) or releases < 1:
+        return 0.0
+    trees = n_trees + prior_trees
+    per_tree = epsilon / trees if budget == "split" else epsilon
+    v = published_variance(policy, releases, cell_variance(mechanism, policy.node_epsilon(per_tree))) / prior_trees
+    return math.sqrt(v) * (trees if budget == "disjoint" else 1.0)
 
 
 # -- releases -------------------------------------------------------------------------

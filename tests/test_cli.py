@@ -109,6 +109,9 @@ def test_bad_input_exits_2_with_a_message(capsys):
     ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--max-attempts", "99999999999999999999"],
     ["evaluate", "uci:congressional-voting", "--n", "-1"],
     ["evaluate", "uci:congressional-voting", "--window-size", "0"],
+    ["demo", "--batch-size", "0"],  # (a trial: the demo created a model and started workers first)
+    ["demo", "--height", "0"],
+    ["demo", "--trees", "0"],
 ])
 def test_out_of_range_arguments_are_one_line_errors(argv, capsys):
     """A red team's findings: these were accepted and then hung, overflowed, did nothing or made a model

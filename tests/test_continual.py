@@ -28,6 +28,7 @@ from streamdp.continual import (
     node_windows,
     noisy_node,
     prefix_nodes,
+    class_total_sd,
     published_variance,
     window_delta,
     window_end,
@@ -482,3 +483,27 @@ def test_release_windows_shorter_than_the_minimum_are_refused_at_create_but_stor
     assert not r.keys("*")
     create_model(r, "m", schema, n_trees=2, height=2, epsilon=1.0, release="window", release_every=MIN_RELEASE_EVERY)
     assert ReleasePolicy.from_dict(ReleasePolicy("window", 0.001).to_dict()).release_every == 0.001
+
+
+@pytest.mark.parametrize("budget", ["split", "disjoint"])
+def test_class_total_sd_is_the_stumps_published_noise(budget):
+    """``model show``'s noise line: the stumps' variance as the forest itself tracks it, window and grow."""
+    from streamdp import PrivateForest
+    from streamdp.datasets import load
+
+    ds = load("congressional-voting")
+    for kind in ("window", "grow"):
+        f = PrivateForest.create(ds.schema, n_trees=4, height=3, epsilon=1.0, budget=budget, prior_trees=2, seed=0)
+        for lo in range(0, 300, 100):
+            (f.grow if kind == "grow" else f.update)(ds.X[lo:lo + 100], ds.y[lo:lo + 100])
+        T = f.n_trees
+        stump = f.node_variance[T:, 0] if kind == "grow" else f.noise_variance[T:]
+        expected = math.sqrt(1.0 / np.sum(1.0 / stump)) * (f.n_released_trees if budget == "disjoint" else 1.0)
+        got = class_total_sd(ReleasePolicy(kind), f.n_releases, 1.0, "geometric", budget, T, 2)
+        assert got == pytest.approx(expected, rel=1e-9), kind
+    assert class_total_sd(ReleasePolicy("window"), 5, 1.0, "kanon", "split", 4, 1) is None
+    assert class_total_sd(ReleasePolicy("tree"), 0, 1.0, "geometric", "split", 4, 1) == 0.0  # nothing released yet
+    assert class_total_sd(ReleasePolicy("window"), 5, math.inf, "geometric", "split", 4, 1) == 0.0
+    # the binary tree mechanism: fewer draws on a count than windows
+    assert class_total_sd(ReleasePolicy("tree", levels=20), 10_000, 1.0, "geometric", "split", 10, 1) < \
+        class_total_sd(ReleasePolicy("window"), 10_000, 1.0, "geometric", "split", 10, 1)

@@ -362,7 +362,7 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     model = unique_name
     every = 0.1
     create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release=release,
-                 release_every=every, levels=12)
+                 release_every=every, levels=12 if release == "tree" else None)
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     log_path = str(tmp_path / "kills.log")

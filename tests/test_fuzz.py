@@ -217,7 +217,7 @@ def _child(url: str, model: str) -> None:
 def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name, release):
     model = unique_name
     create_model(redis_url, model, SCHEMA, n_trees=3, height=4, epsilon=math.inf, seed=3, release=release,
-                 release_every=0.2)
+                 release_every=None if release == "batch" else 0.2)
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     seed = int.from_bytes(os.urandom(4), "little")

@@ -112,6 +112,33 @@ def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name,
     assert "every record of" in capsys.readouterr().err
 
 
+def test_cli_push_of_a_header_alone_fails_and_sends_nothing(redis_url, name, tmp_path, capsys):
+    """A trial's finding: a file of a header line alone pushed an empty batch and exited 0."""
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    path = tmp_path / "v.csv"
+    _write(path, [])
+    capsys.readouterr()
+    assert main(u + ["push", name, str(path), "-q"]) == 2
+    assert "holds no record" in capsys.readouterr().err
+    assert redis_py.Redis.from_url(redis_url).xlen(Keys(name).records) == 0
+
+
+def test_release_options_of_another_policy_are_refused(redis_url, name, capsys):
+    """A trial's finding: --release batch --release-every 5 was accepted and meant nothing."""
+    u = ["--redis-url", redis_url]
+    base = u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
+    assert main(base + ["--release", "batch", "--release-every", "5"]) == 2
+    assert "release_every is the schedule of release='window', 'grow' or 'tree'" in capsys.readouterr().err
+    assert main(base + ["--release", "window", "--levels", "5"]) == 2
+    assert "levels is the binary tree mechanism's" in capsys.readouterr().err
+    assert main(base + ["--levels", "5"]) == 2  # the default policy is never the tree's
+    assert main(base + ["--release", "tree", "--levels", "5", "--release-every", "2"]) == 0  # nothing charged before
+    assert main(["--redis-url", redis_url, "model", "show", name, "--json"]) == 0
+    assert '"levels": 5' in capsys.readouterr().out
+
+
 def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name, monkeypatch):
     import streamdp.sources
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import subprocess
 import sys
 from importlib import resources
@@ -12,6 +13,7 @@ import pytest
 from streamdp import PrivateForest
 from streamdp.cli import main
 from streamdp.datasets import load
+from streamdp.estimation import cell_variance
 
 pytestmark = pytest.mark.redis
 DS = load("congressional-voting")
@@ -46,6 +48,8 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert main(u + ["model", "show", name]) == 0
     out = capsys.readouterr().out
     assert "releases        4" in out and "release         batch" in out and "version" in out
+    sd = math.sqrt(4 * cell_variance("geometric", 2 / 5))  # 4 releases at epsilon 2 over 4 trees and a stump
+    assert f"noise now       sd {sd:,.0f} on each class's record count" in out
     blob = tmp_path / "m.sdp"
     assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
     f = PrivateForest.from_bytes(blob.read_bytes())

@@ -133,6 +133,7 @@ def test_registry_create_list_show_delete(r):
     assert list(list_models(r)) == ["a"]
     info = show_model(r, "a")
     assert info["version"] == 0 and info["batches_merged"] == 0 and info["epsilon"] == 1.0
+    assert info["class_total_sd"] == 0.0  # no release yet: no noise on anything
     c = Consumer(r, "a").latest()
     assert c.version == 0 and not c.counts.any()
     assert np.array_equal(c.structure.feature, f.structure.feature)

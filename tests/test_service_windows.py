@@ -51,7 +51,11 @@ def _faults(point=None):
 def _model(r, name="m", release="window", epsilon=math.inf, **kw):
     kw.setdefault("n_trees", 3)
     kw.setdefault("height", 3)
-    return create_model(r, name, DS.schema, epsilon=epsilon, seed=1, release=release, release_every=EVERY, **kw)
+    if release != "tree":
+        kw.pop("levels", None)  # (levels and release_every belong to the policies that have them)
+    every = None if release == "batch" else EVERY
+    kw.setdefault("seed", 1)
+    return create_model(r, name, DS.schema, epsilon=epsilon, release=release, release_every=every, **kw)
 
 
 def _worker(r, name="m", **kw):
@@ -145,11 +149,10 @@ def test_a_worker_never_writes_into_a_model_re_created_under_its_name(r, release
     id, and the commit, add, seal and release steps refuse a worker holding another."""
     from streamdp.service.registry import delete_model
 
-    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=500.0, seed=1, release=release, release_every=EVERY)
+    _model(r, release=release, epsilon=500.0)
     old = _worker(r)
     delete_model(r, "m")
-    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=0.05, seed=2, release=release, release_every=EVERY,
-                 ledger_budget=501)
+    _model(r, release=release, epsilon=0.05, seed=2, ledger_budget=501)
     Producer(r, "m").push(DS.X[:40], DS.y[:40])
     old.step()
     assert old.stopping  # it saw the state belongs to another model and stopped

@@ -24,10 +24,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp demo`` on an ``argparse`` subparsers object."""
     de = subparsers.add_parser("demo", help="run the service end to end on a bundled dataset")
     de.add_argument("--epsilon", type=epsilon_arg, default=1.0)
-    de.add_argument("--trees", type=int, default=5)
-    de.add_argument("--height", type=int, default=3)
+    # checked as they are parsed: nothing is created or started for a value that cannot work
+    de.add_argument("--trees", type=int_in(1, 1000), default=5)
+    de.add_argument("--height", type=int_in(1, 16), default=3)
     de.add_argument("--budget", choices=("split", "disjoint"), default="disjoint")
-    de.add_argument("--batch-size", type=int, default=30)
+    de.add_argument("--batch-size", type=int_in(1, 300), default=30, help="records per batch (of the 300 streamed)")
     de.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None)
     de.add_argument("--shuffle-seed", type=int, default=0)
     de.add_argument("--keep", action="store_true", help="keep the model (on an external Redis)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -52,7 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
                         "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
                         "categorical, else window")
-    c.add_argument("--release-every", type=float, default=1.0, metavar="SECONDS",
+    c.add_argument("--release-every", type=float, default=None, metavar="SECONDS",
                    help="public release schedule of window/grow/tree (default 1 s)")
     c.add_argument("--levels", type=int, default=None, metavar="L",
                    help="tree: levels L (2**L - 1 windows per epoch; default 20)")
@@ -141,6 +142,10 @@ def show(args: argparse.Namespace) -> int:
           f"  release         {policy}\n"
           f"  releases        {info['releases']}\n"
           f"  last update     {last}")
+    sd = info.get("class_total_sd")
+    if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
+        print(f"  noise now       sd {sd:,.0f} on each class's record count: the model can tell its majority class "
+              f"once that class leads the next by well over {3 * math.sqrt(2) * sd:,.0f} records")
     return 0
 
 

@@ -68,7 +68,8 @@ def push(args: argparse.Namespace) -> int:
                 bar.update_fraction(read[0], done)
 
         try:
-            res = p.push_chunks(prefetch(chunks), source=args.source, progress=progress)
+            # a file of a header alone reads as one chunk of no row: nothing to send (not an empty batch)
+            res = p.push_chunks(prefetch(c for c in chunks if c.n_in), source=args.source, progress=progress)
         except BaseException as e:
             if bar:  # the bar shows what was pushed, then ends its line before the error is printed
                 done = getattr(e, "n_pushed", None)
@@ -80,6 +81,10 @@ def push(args: argparse.Namespace) -> int:
             bar.update_fraction(1.0, res.n_records)
             bar.close()
     sent, bad = res.n_records, res.n_invalid
+    if not sent:
+        print(f"streamdp: error: {args.file} holds no record (a header line alone?); nothing was pushed",
+              file=sys.stderr)
+        return 2
     print(f"pushed {sent:,} records in {len(res)} batches "
           f"to {args.name!r}" + (f"; {bad} invalid records go to the dead-letter stream (first: {res.first_invalid})"
                                  if bad else ""))

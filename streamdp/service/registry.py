@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, noisy_node
+from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd, noisy_node
 from ..growth import grows_by_default
 from ..pruning import PRUNE_PROBE
 from ..secure_random import SecureRandom
@@ -164,7 +164,7 @@ def create_model(
     exist_ok: bool = False,
     ledger_budget: float | None = None,
     release: str | None = None,
-    release_every: float = 1.0,
+    release_every: float | None = None,
     levels: int | None = None,
     estimator: str = "honaker",
 ) -> PrivateForest:
@@ -184,8 +184,8 @@ def create_model(
     model's creation time), ``"grow"`` (the same windows on trees that start from
     their roots and deepen as the released counts allow, never past ``height``:
     height is a ceiling, :mod:`streamdp.growth`), ``"tree"`` (the same windows through the binary tree
-    mechanism, ``levels`` levels) or ``"batch"`` (each pushed batch noised once,
-    Jagannathan et al.). ``None`` (default): ``"grow"`` where
+    mechanism, ``levels`` levels, refused with another policy) or ``"batch"`` (each pushed batch noised once,
+    Jagannathan et al.; ``release_every`` is then refused: each batch is a release). ``None`` (default): ``"grow"`` where
     :func:`streamdp.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
     ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
@@ -199,6 +199,13 @@ def create_model(
     r = connect(r)
     keys = Keys(name)
 
+    if release == "batch" and release_every is not None:
+        raise ValueError("release_every is the schedule of release='window', 'grow' or 'tree': with release='batch' "
+                         "each pushed batch is its own release")
+    if levels is not None and release != "tree":
+        raise ValueError("levels is the binary tree mechanism's (release='tree'), not "
+                         + ("the default policy's" if release is None else f"release={release!r}'s"))
+    release_every = 1.0 if release_every is None else release_every
     levels = DEFAULT_LEVELS if levels is None else levels
 
     def policy_of(kind: str) -> ReleasePolicy:
@@ -426,6 +433,10 @@ def show_model(r: Any, name: str) -> dict:
     info["releases"] = int(releases or 0)
     info["last_update"] = int(updated) / 1000 if updated else None
     info.setdefault("release", ReleasePolicy("batch").to_dict())
+    if info.get("kind") != "job":
+        info["class_total_sd"] = class_total_sd(
+            ReleasePolicy.from_dict(info["release"]), info["releases"], float(info["epsilon"]), info["mechanism"],
+            info["budget"], info["n_trees"], info.get("prior_trees", 0))
     return info
 
 

@@ -417,9 +417,9 @@ class Schema:
             return [np.empty(0, dtype=object) for _ in self.attributes], 0
         for i, r in enumerate(rows):
             if isinstance(r, Mapping) or isinstance(r, (str, bytes)) or not hasattr(r, "__len__"):
-                raise ValueError(f"row {i}: expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}")
+                raise ValueError(f"record {i} (0-based): expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}")
             if len(r) != self.n_attributes:
-                raise ValueError(f"row {i}: has {len(r)} values but the schema has {self.n_attributes} attributes {self.names}")
+                raise ValueError(f"record {i} (0-based): has {len(r)} values but the schema has {self.n_attributes} attributes {self.names}")
         arr = np.empty((n, self.n_attributes), dtype=object)
         arr[:] = rows
         return [arr[:, j] for j in range(self.n_attributes)], n
@@ -477,7 +477,7 @@ class Schema:
     @staticmethod
     def _bad(bad: dict, on_invalid: str, row: int, reason: str) -> None:
         if on_invalid == "raise":
-            raise ValueError(f"row {row}: {reason}")
+            raise ValueError(f"record {row} (0-based): {reason}")
         bad.setdefault(row, reason)
 
     def decode_labels(self, codes: np.ndarray) -> np.ndarray:

@@ -123,13 +123,13 @@ def test_bool_and_int_values_not_confused(schema):
                        rec(flag=np.int64(1)), rec(flag=1.0)])
     assert e.X[:, 2].tolist() == [0, 3, 1, 2, 0, 3, 3]
     # a bool is not a number for a numeric attribute
-    with pytest.raises(ValueError, match="row 1: attribute 'size': expected a number, got True"):
+    with pytest.raises(ValueError, match=r"record 1 \(0-based\): attribute 'size': expected a number, got True"):
         schema.encode([rec(), rec(size=True)])
     s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
                           "label": {"name": "y", "values": [0, 1]}})
-    with pytest.raises(ValueError, match=r"row 1: attribute 'a' unknown value True"):
+    with pytest.raises(ValueError, match=r"record 1 \(0-based\): attribute 'a' unknown value True"):
         s.encode([[1], [True]])
-    with pytest.raises(ValueError, match=r"row 0: label 'y': unknown class False"):
+    with pytest.raises(ValueError, match=r"record 0 \(0-based\): label 'y': unknown class False"):
         s.encode([[1], [0]], [False, 0])
     s2 = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
                            "label": {"name": "y", "values": [True, 1]}})
@@ -139,16 +139,16 @@ def test_bool_and_int_values_not_confused(schema):
 @pytest.mark.parametrize(
     "row,match",
     [
-        (rec(colour="purple"), r"row 2: attribute 'colour' unknown value 'purple'"),
-        ({"size": 1.0, "flag": "x"}, r"row 2: attribute 'colour' is missing"),
-        (rec(colour=None), r"row 2: attribute 'colour' is missing"),
-        (rec(size=None), r"row 2: attribute 'size' is missing"),
-        ({"colour": "red", "flag": "x"}, r"row 2: attribute 'size' is missing"),
-        (rec(size="3"), r"row 2: attribute 'size': expected a number, got '3'"),
-        (rec(size=float("nan")), r"row 2: attribute 'size' is NaN"),
-        (rec(colour=float("nan")), r"row 2: attribute 'colour' is missing"),
-        (rec(flag=[1]), r"row 2: attribute 'flag' unknown value \[1\]"),
-        (rec(flag=2), r"row 2: attribute 'flag' unknown value 2"),
+        (rec(colour="purple"), r"record 2 \(0-based\): attribute 'colour' unknown value 'purple'"),
+        ({"size": 1.0, "flag": "x"}, r"record 2 \(0-based\): attribute 'colour' is missing"),
+        (rec(colour=None), r"record 2 \(0-based\): attribute 'colour' is missing"),
+        (rec(size=None), r"record 2 \(0-based\): attribute 'size' is missing"),
+        ({"colour": "red", "flag": "x"}, r"record 2 \(0-based\): attribute 'size' is missing"),
+        (rec(size="3"), r"record 2 \(0-based\): attribute 'size': expected a number, got '3'"),
+        (rec(size=float("nan")), r"record 2 \(0-based\): attribute 'size' is NaN"),
+        (rec(colour=float("nan")), r"record 2 \(0-based\): attribute 'colour' is missing"),
+        (rec(flag=[1]), r"record 2 \(0-based\): attribute 'flag' unknown value \[1\]"),
+        (rec(flag=2), r"record 2 \(0-based\): attribute 'flag' unknown value 2"),
     ],
 )
 def test_bad_values_name_attribute_and_row(schema, row, match):
@@ -158,14 +158,14 @@ def test_bad_values_name_attribute_and_row(schema, row, match):
 
 
 def test_unknown_label_names_label_and_row(schema):
-    with pytest.raises(ValueError, match=r"row 1: label 'ok': unknown class 'perhaps'"):
+    with pytest.raises(ValueError, match=r"record 1 \(0-based\): label 'ok': unknown class 'perhaps'"):
         schema.encode([rec(), rec()], ["no", "perhaps"])
     with pytest.raises(ValueError, match="y has 1 labels but X has 2 records"):
         schema.encode([rec(), rec()], ["no"])
 
 
 def test_wrong_number_of_columns(schema):
-    with pytest.raises(ValueError, match=r"row 1: has 2 values but the schema has 3 attributes"):
+    with pytest.raises(ValueError, match=r"record 1 \(0-based\): has 2 values but the schema has 3 attributes"):
         schema.encode([["red", 1, "x"], ["red", 1]])
     with pytest.raises(ValueError, match="X has 4 columns but the schema has 3 attributes"):
         schema.encode(np.zeros((2, 4)))
@@ -271,9 +271,9 @@ def test_numeric_arrays_coded_through_a_table_like_their_values():
     assert s.encode(X.astype(np.int16)).X.tolist() == enc.X.tolist()
     for bad, row in (([[0.0, 7.0], [2.5, 7.0]], 1), ([[0.0, 7.0], [np.nan, 7.0]], 1), ([[3.0, 7.0]], 0),
                      ([[0.0, 7.0], [1.0, 1e300]], 1), ([[0.0, np.inf]], 0)):
-        with pytest.raises(ValueError, match=f"row {row}: attribute"):
+        with pytest.raises(ValueError, match=f"record {row} \(0-based\): attribute"):
             s.encode(np.array(bad))
-    with pytest.raises(ValueError, match="row 1: label 'y'"):
+    with pytest.raises(ValueError, match="record 1 \(0-based\): label 'y'"):
         s.encode(X, np.array([1.0, 0.5, 1.0]))
     dropped = s.encode(np.array([[0.0, 7.0], [2.5, 7.0], [1.0, -1.0]]), on_invalid="drop")
     assert dropped.kept.tolist() == [0, 2] and dropped.dropped[0][0] == 1
@@ -301,7 +301,7 @@ def test_float_and_bool_declared_values_encode_exactly(container):
         pd = pytest.importorskip("pandas")
         X = pd.DataFrame(rows, columns=s.names)
     if container == "float array":  # a float column cannot hold booleans: 1.0 is not True
-        with pytest.raises(ValueError, match=r"row 0: attribute 'b' unknown value 1.0"):
+        with pytest.raises(ValueError, match=r"record 0 \(0-based\): attribute 'b' unknown value 1.0"):
             s.encode(X, y)
         return
     e = s.encode(X, y)
@@ -317,7 +317,7 @@ def test_float_and_bool_declared_values_encode_exactly(container):
 def test_float_declared_values_never_coerce_unknown_values(bad, why):
     s = _num_schema()
     rec = {"f": bad, "b": True, "n": 1.0}
-    with pytest.raises(ValueError, match=f"row 0: attribute 'f' {why}"):
+    with pytest.raises(ValueError, match=f"record 0 \(0-based\): attribute 'f' {why}"):
         s.encode([rec])
     assert s.encode([rec, {"f": 0.5, "b": True, "n": 1.0}], on_invalid="drop").kept.tolist() == [1]
     col = np.array([bad, 0.5], dtype=object)
@@ -326,7 +326,7 @@ def test_float_declared_values_never_coerce_unknown_values(bad, why):
 
 def test_bool_declared_values_refuse_integers_and_labels_stay_exact():
     s = _num_schema()
-    with pytest.raises(ValueError, match=r"row 0: attribute 'b' unknown value 1"):
+    with pytest.raises(ValueError, match=r"record 0 \(0-based\): attribute 'b' unknown value 1"):
         s.encode([{"f": 0, "b": 1, "n": 1.0}])
     with pytest.raises(ValueError, match=r"label 'y': unknown class 1"):
         s.encode([{"f": 0, "b": True, "n": 1.0}], [1])

@@ -60,6 +60,7 @@ def cv_accuracy(make, ds, k: int, rng) -> tuple[float, float]:
 
 def dpea(ds, name, method, depth, eps, **kw):
     b, sl = MCMC.get((name, method), (50, 1000))
+    kw.setdefault("top_up", False)  # the paper's budget: a stopped branch leaves its remainder unspent
     return DPEA(ds.schema, max_depth=depth, embed_depth=METHODS[method], epsilon=eps,
                 min_instances=MIN_INSTANCES[name], buffer_size=b, step_limit=sl,
                 variance_threshold=VAR_THRESHOLD, **kw)

@@ -170,6 +170,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
         # Bai et al. sample 2 levels exactly; the exact sampler's work grows like (attributes x arity)^levels,
         # 3 levels of a 22-attribute schema is already millions of node scores
         Param("exact_max_levels", Interval(int, 1, 3), 2, "steps this shallow are sampled exactly"),
+        Param("top_up", Options((True, False)), True,
+              "a branch that stops early spends what it has left on its leaf's counts (false: Bai et al.'s budget)"),
     )),
     Algorithm("sulq-id3", "Friedman & Schuster's SuLQ-based ID3", "SuLQID3", "streamdp.learners.id3",
               "streamdp.sulq_id3", (_depth(5),)),

@@ -74,7 +74,7 @@ __all__ = [
     "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS",
     "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "release_prior", "prior_phase_first",
     "prior_phase_size", "forest_topology", "ForestNodes",
-    "leaf_rule_proba", "tree_node_proba", "reachable_leaves", "shrink_one", "path_proba_one",
+    "leaf_rule_proba", "tree_node_proba", "released_node_counts", "reachable", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
 #: A node is used when its total stands this many noise standard deviations above zero.
@@ -519,12 +519,16 @@ def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:
 
 def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, counts: np.ndarray,
                     cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None,
-                    roots_are_prior: bool = False) -> np.ndarray:
+                    roots_are_prior: bool = False, own_var: np.ndarray | None = None) -> np.ndarray:
     """Per node of a learner's :class:`~streamdp.learners.tree.Tree`: the estimated class distribution.
 
     Only the counts of reachable leaves (``feature < 0``, no leaf above) are
     read: an inner node's counts are recomputed as the sum of its leaves'
-    (``Var = L(u) C cell_var`` for its total), whatever the tree stored there.
+    (``Var = L(u) C cell_var`` for its total), whatever the tree stored there;
+    except where ``own_var`` gives inner nodes whose stored counts are a release of
+    their own (Bai et al.'s DPEA releases every step's leaves, so each later step's
+    root carries its own class counts): :func:`released_node_counts` combines
+    both. The default ``prior`` is the root's (combined) counts.
     ``roots_are_prior``: the root's distribution is ``prior`` itself, as in a
     forest; for a prior measured from more released numbers than the root's
     own counts (:class:`streamdp.river.PrivateWindowClassifier`'s prior pooled
@@ -536,20 +540,63 @@ def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, 
     (``benchmarks/results/learner_roots.log``: 288 cells, mean -0.0003), so it
     is off there.
     """
-    n, C = counts.shape
-    is_leaf = reachable_leaves(feature, parent, depth)
-    y = _subtree_sums(np.where(is_leaf[:, None], counts, 0.0), parent, depth)
-    n_below = _subtree_sums(is_leaf.astype(np.float64), parent, depth)
+    y, var = released_node_counts(feature, parent, depth, counts, cell_var, own_var)
     if prior is None:
-        prior = prior_from(counts[is_leaf])
-    return node_distributions(y, n_below * C * cell_var, parent, depth, prior, snr_min, roots_are_prior)
+        prior = prior_from(y[:1])
+    return node_distributions(y, var, parent, depth, prior, snr_min, roots_are_prior)
 
 
-def reachable_leaves(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Leaves (``feature < 0``) with no leaf above them: pruning leaves unreachable nodes in a tree's arrays."""
+def released_node_counts(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, counts: np.ndarray,
+                         cell_var: float, own_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every node's class counts from a tree's releases and the noise variance of its total, ``(n, C)``, ``(n,)``.
+
+    A reachable leaf's counts are its release (total variance ``C cell_var``, or ``C own_var`` where given:
+    the noise variance of one cell of each node's own release, 0 for none). An inner node's are the sum of
+    its children's, unless ``own_var`` says it was released too: then the two independent measurements of the
+    same records are averaged by inverse variance (Hay, Rastogi, Miklau & Suciu 2010's bottom-up step;
+    unbiased, variance ``v_own v_sum / (v_own + v_sum)``), and its parent sums that. Post-processing of
+    released numbers (and of public variances).
+
+    >>> feature, parent, depth = np.array([0, 1, -1, -1, -1]), np.array([-1, 0, 0, 1, 1]), np.array([0, 1, 1, 2, 2])
+    >>> counts = np.array([[0., 0.], [30., 10.], [5., 5.], [20., 0.], [14., 6.]])
+    >>> y, var = released_node_counts(feature, parent, depth, counts, 1.0)
+    >>> y[1].tolist(), var.tolist()  # node 1: its leaves' sum
+    ([34.0, 6.0], [6.0, 4.0, 2.0, 2.0, 2.0])
+    >>> y, var = released_node_counts(feature, parent, depth, counts, 1.0, own_var=np.array([0, 1, 1, 1, 1.]))
+    >>> y[1].round(2).tolist(), round(float(var[1]), 3)  # its own release (variance 2) and its leaves' (4), 2:1
+    ([31.33, 8.67], 1.333)
+    """
+    n, C = counts.shape
+    reach = reachable(feature, parent, depth)
+    leaf = reach & (feature < 0)
+    y = np.where(leaf[:, None], counts, 0.0).astype(np.float64)
+    own = None if own_var is None else np.asarray(own_var, dtype=np.float64)
+    var = np.where(leaf, C * (float(cell_var) if own is None else np.where(own > 0, own, cell_var)), 0.0)
+    mine = None if own is None else reach & ~leaf & (own > 0)
+    for d in range(int(depth.max(initial=0)), -1, -1):  # deepest level first: children before parents
+        nodes = np.flatnonzero(depth == d)
+        if mine is not None:
+            at = nodes[mine[nodes]]
+            v_own, v_sum = C * own[at], var[at]
+            w = np.divide(v_sum, v_own + v_sum, out=np.ones_like(v_sum), where=(v_own + v_sum) > 0)
+            y[at] = w[:, None] * counts[at] + (1.0 - w[:, None]) * y[at]
+            var[at] = np.divide(v_own * v_sum, v_own + v_sum, out=np.zeros_like(v_sum), where=(v_own + v_sum) > 0)
+        if d > 0:
+            np.add.at(y, parent[nodes], y[nodes])
+            np.add.at(var, parent[nodes], var[nodes])
+    return y, var
+
+
+def reachable(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Nodes with no leaf above them (pruning leaves unreachable nodes in a tree's arrays)."""
     leafy = feature < 0
     reach = np.ones(feature.shape[0], dtype=bool)
     for d in range(1, int(depth.max(initial=0)) + 1):
         nodes = np.flatnonzero(depth == d)
         reach[nodes] = reach[parent[nodes]] & ~leafy[parent[nodes]]
-    return leafy & reach
+    return reach
+
+
+def reachable_leaves(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray) -> np.ndarray:
+    """Leaves (``feature < 0``) with no leaf above them: pruning leaves unreachable nodes in a tree's arrays."""
+    return (feature < 0) & reachable(feature, parent, depth)

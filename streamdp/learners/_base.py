@@ -131,11 +131,13 @@ class PrivateLearner:
         """The prior every tree's root is shrunk toward: ``prior_`` where a caller set one (a class prior measured
         from more released numbers, as :class:`streamdp.river.PrivateWindowClassifier` does over its windows:
         post-processing; every root's distribution is then that prior), else the unclipped sum of all trees'
-        reachable leaf counts."""
+        root counts (a root's: its reachable leaves' sum, or with DPEA's step releases, those combined:
+        :meth:`Tree.released_counts`)."""
         self._check_fitted()
         if self.__dict__.get("prior_") is not None:
             return np.asarray(self.prior_, dtype=np.float64)
-        return prior_from(np.concatenate([t.counts[t.reachable_leaves()] for t in self.trees_]))
+        cell_var = self.cell_variance()
+        return prior_from(np.stack([t.released_counts(cell_var)[0] for t in self.trees_]))
 
     def released_totals(self) -> tuple[np.ndarray, float]:
         """The fit's noisy class totals (each tree's reachable leaf counts summed, averaged over the trees) and

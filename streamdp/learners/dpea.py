@@ -33,10 +33,18 @@ disjoint, parallel composition). With ``n = ceil(D / d)`` steps at most:
   the leaves that stop). These ``n + 1`` releases share the remaining
   ``eps / (n + 1)``: ``eps / (n + 1)**2`` each.
 
-So a branch spends at most ``n * eps/(n+1) + (n+1) * eps/(n+1)**2 = eps``;
-the ledger shows exactly ``eps`` when some branch runs all ``n`` steps. For
-the whole-tree algorithm (n = 1): structure eps/2, root count eps/4, leaf
-class counts eps/4.
+So a branch that runs all ``n`` steps spends ``n * eps/(n+1) + (n+1) * eps/(n+1)**2 = eps``.
+A branch that stops after ``k < n`` steps (its noisy count below the bar) has
+spent ``eps/(n+1)**2 + k (eps/(n+1) + eps/(n+1)**2)``; its leaf's class counts
+are released once more with the rest (our addition: before, that budget was
+charged and never used, and a leaf of one-step DPEA at depth 6 carried the noise
+of ``eps/49``), the two releases averaged by inverse variance. So every branch
+spends exactly ``eps`` (branches are disjoint: the fit costs ``eps``; the choice
+to stop reads released counts only). Estimation reads every release: a step
+root's own class counts and its leaves' sum are combined
+(:func:`streamdp.estimation.released_node_counts`, ``Tree.own_var``). Measured in
+``benchmarks/results/dpea_stopped_branches.log``. For the whole-tree algorithm
+(n = 1): structure eps/2, root count eps/4, leaf class counts eps/4.
 
 Stopping between steps: a leaf of a step becomes the root of the next step
 only if its noisy count is at least ``min_instances`` *and* at least twice
@@ -61,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from ..estimation import cell_variance
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..private_subtree import SubtreeSpace
@@ -88,6 +97,8 @@ class DPEA(PrivateLearner):
     min_instances: a node whose noisy count is below this stops (paper: 20 vote, 50 mushroom).
     buffer_size, step_limit, variance_threshold: the MCMC stopping rule (steps with > 2 levels).
     exact_max_levels: steps with at most this many levels are sampled exactly (paper: 2).
+    top_up: a branch that stops before its last step releases its leaf's class counts again with the budget it
+        has left (module docstring); False keeps Bai et al.'s budget, the remainder unspent (``dpea_bai.py``).
     noise_seed: tests only; makes the noise reproducible and the model NOT private.
     keep_traces: diagnostics only: keep each MCMC run's EXACT score trace in ``traces_`` (data-dependent,
         not private: a NotPrivateWarning says so; never pickled). Off by default (a red team read the
@@ -109,6 +120,7 @@ class DPEA(PrivateLearner):
         exact_max_levels: int = 2,
         noise_seed: int | None = None,
         keep_traces: bool = False,
+        top_up: bool = True,
     ):
         self.schema = schema
         self.max_depth = max_depth
@@ -121,6 +133,7 @@ class DPEA(PrivateLearner):
         self.exact_max_levels = exact_max_levels
         self.noise_seed = noise_seed
         self.keep_traces = keep_traces
+        self.top_up = top_up
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "traces_"}  # exact diagnostics stay in the process
@@ -166,6 +179,8 @@ class DPEA(PrivateLearner):
         for name in ("buffer_size", "step_limit", "exact_max_levels"):
             check_integer(getattr(self, name), name)
         check_number(self.variance_threshold, "variance_threshold", low=0)
+        if not isinstance(self.top_up, bool):
+            raise ValueError(f"top_up must be True or False, got {self.top_up!r}")
         self._levels()
 
     def _fit(self, pds: PrivateDataset) -> None:
@@ -174,10 +189,12 @@ class DPEA(PrivateLearner):
         arities = tuple(int(a.arity) if isinstance(a, Categorical) else 0 for a in schema.attributes)
         C = schema.n_classes
         eps_st, eps_c = self.epsilon_structure, self.epsilon_count
+        v_c = cell_variance("geometric", eps_c)
 
         feature: list[int] = [-1]
         child_start: list[int] = [-1]
         counts: list[np.ndarray] = [np.zeros(C)]
+        own_var: list[float] = [0.0]  # the root's total is released, not its class counts
         depth: list[int] = [0]
         parent: list[int] = [-1]
         traces: list[np.ndarray] | None = [] if self.keep_traces else None
@@ -227,6 +244,7 @@ class DPEA(PrivateLearner):
                     feature.append(-1)
                     child_start.append(-1)
                     counts.append(np.zeros(C))
+                    own_var.append(0.0)
                     depth.append(depth[node_id] + 1)
                     parent.append(node_id)
                 for cid, ch, kd in zip(ids, children, kids):
@@ -235,17 +253,23 @@ class DPEA(PrivateLearner):
             attach(nid, st, node_pds, used)
             for lid, ds, used_here in leaves:
                 c = np.asarray(ds.noisy_class_counts(eps_c), dtype=np.float64)
-                counts[lid] = c
                 total = float(c.sum())
+                _release(counts, own_var, lid, c, v_c)  # where a later step splits it, estimation uses both
                 allowed = [a for a in range(len(arities)) if arities[a] > 0 and a not in used_here]
                 # a branch never runs more than n = ceil(D/d) steps (its budget); a step
                 # cut short by the nominal-share rule still counts as a step
                 if total >= threshold and depth[lid] < D and allowed and lid != nid and step < n_steps:
                     queue.append((ds, lid, used_here, total, step + 1))
+                    continue
+                # the branch stops: what it has not spent (root count, then `step` steps) tops up its leaf
+                left = self.epsilon - eps_c - step * (eps_st + eps_c)
+                if self.top_up and left > 1e-9 * self.epsilon:
+                    top = np.asarray(ds.noisy_class_counts(left), dtype=np.float64)
+                    _release(counts, own_var, lid, top, cell_variance("geometric", left))
         f = np.asarray(feature, dtype=np.int64)
         tree = Tree(f, np.full(f.size, np.inf), np.asarray(child_start, dtype=np.int64),
                     np.vstack(counts).astype(np.float64), np.asarray(depth, dtype=np.int64),
-                    np.asarray(parent, dtype=np.int64))
+                    np.asarray(parent, dtype=np.int64), np.asarray(own_var, dtype=np.float64))
         tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
         self.trees_ = [tree]
 
@@ -278,3 +302,14 @@ class DPEA(PrivateLearner):
         if isinstance(X, PrivateDataset):
             raise TypeError("predict takes query records (dicts or a 2-D array), not a PrivateDataset")
         return self.schema.encode(X).X
+
+
+def _release(counts: list, own_var: list, node: int, c: np.ndarray, v: float) -> None:
+    """Node ``node``'s class counts ``c`` (cell noise variance ``v``), averaged by inverse variance with a release
+    it already has (a step root drawn as a leaf, a stopped leaf's top-up): post-processing of two releases."""
+    if own_var[node] > 0:
+        w = own_var[node] / (own_var[node] + v)  # the new release's weight
+        counts[node] = w * c + (1.0 - w) * counts[node]
+        own_var[node] = own_var[node] * v / (own_var[node] + v)
+    else:
+        counts[node], own_var[node] = c, v

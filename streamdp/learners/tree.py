@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import blob
-from ..estimation import reachable_leaves, tree_node_proba
+from ..estimation import reachable_leaves, released_node_counts, tree_node_proba
 from ..routing import route, routing_error
 from ..schema import Categorical, Schema
 
@@ -49,6 +49,10 @@ class Tree:
     counts: np.ndarray  # float64 (n_nodes, n_classes), noisy
     depth: np.ndarray  # int64
     parent: np.ndarray  # int64, -1 for the root
+    #: per node, the noise variance of one cell of its own released counts (0: none, an inner node whose counts
+    #: are its leaves' sum); None: every leaf at the learner's cell variance, no inner node released (DPEA
+    #: releases its step roots and tops up stopped leaves: :func:`streamdp.estimation.released_node_counts`)
+    own_var: np.ndarray | None = None
 
     @property
     def n_nodes(self) -> int:
@@ -79,13 +83,15 @@ class Tree:
         return dist
 
     def fill_inner_counts(self) -> None:
-        """Post-processing: every inner node gets the sum of its leaves' clipped noisy counts."""
+        """Post-processing: every inner node without counts of its own (:attr:`own_var`) gets the sum of its
+        leaves' clipped noisy counts."""
         leaf = self.feature < 0
         agg = np.where(leaf[:, None], np.clip(self.counts, 0, None), 0.0)
         for d in range(self.max_depth, 0, -1):  # deepest level first: children before parents
             nodes = np.flatnonzero(self.depth == d)
             np.add.at(agg, self.parent[nodes], agg[nodes])
-        self.counts = np.where(leaf[:, None], self.counts, agg)
+        keep = leaf if self.own_var is None else leaf | (self.own_var > 0)
+        self.counts = np.where(keep[:, None], self.counts, agg)
 
     def node_proba(self, cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None,
                    roots_are_prior: bool = False) -> np.ndarray:
@@ -96,7 +102,11 @@ class Tree:
         distribution itself with ``roots_are_prior``.
         """
         return tree_node_proba(self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min,
-                               roots_are_prior)
+                               roots_are_prior, self.own_var)
+
+    def released_counts(self, cell_var: float) -> np.ndarray:
+        """Every node's class counts from the releases (:func:`streamdp.estimation.released_node_counts`)."""
+        return released_node_counts(self.feature, self.parent, self.depth, self.counts, cell_var, self.own_var)[0]
 
     def predict_proba(self, X: np.ndarray, cell_var: float | None = None, prior: np.ndarray | None = None,
                       snr_min: float | None = None) -> np.ndarray:
@@ -111,7 +121,7 @@ class Tree:
 
     # -- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        d = {
             "feature": blob.pack_array(self.feature.astype("<i8")),
             "threshold": blob.pack_array(self.threshold.astype("<f8")),
             "child_start": blob.pack_array(self.child_start.astype("<i8")),
@@ -119,6 +129,9 @@ class Tree:
             "depth": blob.pack_array(self.depth.astype("<i8")),
             "parent": blob.pack_array(self.parent.astype("<i8")),
         }
+        if self.own_var is not None:
+            d["own_var"] = blob.pack_array(self.own_var.astype("<f8"))
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, schema: Schema, fmt: str = "tree") -> "Tree":
@@ -131,6 +144,7 @@ class Tree:
             blob.unpack_array(d.get("counts"), "counts", "<f8", 2),
             blob.unpack_array(d.get("depth"), "depth", "<i8", 1),
             blob.unpack_array(d.get("parent"), "parent", "<i8", 1),
+            None if d.get("own_var") is None else blob.unpack_array(d["own_var"], "own_var", "<f8", 1),  # (older: none)
         )
         t.validate(schema, fmt)
         return t
@@ -141,6 +155,10 @@ class Tree:
         if n == 0:
             raise blob.BlobError(f"{fmt}: a tree needs at least one node")
         shapes = (self.threshold.shape, self.child_start.shape, self.depth.shape, self.parent.shape)
+        if self.own_var is not None:
+            shapes += (self.own_var.shape,)
+            if np.any(self.own_var < 0):
+                raise blob.BlobError(f"{fmt}: own_var must be >= 0")
         if any(s != (n,) for s in shapes) or self.counts.shape != (n, schema.n_classes):
             raise blob.BlobError(f"{fmt}: node arrays disagree in length or class count")
         if self.parent[0] != -1 or np.any(self.parent[1:] < 0) or np.any(self.parent[1:] >= np.arange(1, n)):

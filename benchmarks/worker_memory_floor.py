@@ -1,11 +1,12 @@
 """The lowest whole-process peak a stream worker of this design can have, beside worker_memory.md's measured one
 (issue 14's "a worker's peak at most about 2x the counts it holds").
 
-A worker routes records (it needs the structure's ``feature``, ``child`` and ``leaf`` arrays) and makes
-releases (a release holds the counts it publishes and the tally it noises: two counts-sized arrays, since
-the noised tally is stored whole before it is merged). So no worker process of this design peaks below
-the interpreter with numpy, redis-py and streamdp imported, plus the structure routing needs, plus 2x the
-counts. This script measures each term for bench_worker_memory.py's model (16 categorical attributes of 3-5
+A worker routes records (it needs the structure's ``feature``, ``child`` and ``leaf`` arrays), knows which
+cells are real (``PrivateForest.real_cells``, one byte a cell, kept by the window closer) and makes releases
+(a release holds the counts it publishes and the tally it noises: two counts-sized arrays, since the noised
+tally is stored whole before it is merged). So no worker process of this design peaks below the interpreter
+with numpy, redis-py and streamdp imported, plus the structure routing needs, plus the real-cell mask, plus 2x
+the counts. This script measures each term for bench_worker_memory.py's model (16 categorical attributes of 3-5
 values, 10 trees and a prior stump, two classes) at ``--heights`` and prints the floor as a multiple of the
 counts, in a fresh interpreter per height (RSS from /proc).
 
@@ -35,7 +36,7 @@ from streamdp.structure import ForestStructure
 s = ForestStructure.draw(cat16(), n_trees=11, height={h}, seed=1)  # 10 trees and the stump's row
 routing = s.feature.nbytes + s.child.nbytes + s.leaf.nbytes
 counts = s.n_trees * s.max_leaves * 2 * 8  # int64, two classes
-print(base, routing, counts)
+print(base, routing + counts // 8, counts)  # the real-cell mask: a bool per cell
 """
 
 
@@ -46,8 +47,8 @@ def main() -> int:
     mib = 2**20
     print(f"# python benchmarks/worker_memory_floor.py --heights {' '.join(map(str, a.heights))}; load "
           f"{subprocess.getoutput('uptime')}")
-    print("| height | counts | interpreter and imports | structure routing needs | floor: interpreter + structure + 2x counts "
-          "| floor / counts |")
+    print("| height | counts | interpreter and imports | structure routing needs and the real-cell mask "
+          "| floor: interpreter + structure + 2x counts | floor / counts |")
     print("|---|---|---|---|---|---|")
     for h in a.heights:
         out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), h=h)], capture_output=True, text=True,

@@ -35,12 +35,13 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "plot"]
+__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "check_dataset", "plot"]
 
 
 @dataclass
@@ -68,10 +69,14 @@ class EvalResult:
     window: int
     rows: list
     load: str = ""
+    #: the most frequent label's share of the stream (in hindsight: the accuracy of always naming it)
+    majority: float | None = None
 
     def table(self) -> str:
         lines = [
             f"dataset {self.dataset}: {self.n:,} samples" + (f"  (load average at start: {self.load})" if self.load else ""),
+            *([f"majority class share {self.majority:.4f} (the accuracy of always naming the most frequent label)"]
+              if self.majority is not None else []),
             f"{'model':<34} {'accuracy':>8} {'± sd':>7} {'samples/s':>11} {'seconds':>8} {'releases':>8}",
         ]
         for r in self.rows:
@@ -82,7 +87,7 @@ class EvalResult:
 
     def to_json(self) -> dict:
         return {"dataset": self.dataset, "n": self.n, "steps": self.steps, "window": self.window, "load": self.load,
-                "rows": [asdict(r) for r in self.rows]}
+                "majority": self.majority, "rows": [asdict(r) for r in self.rows]}
 
 
 # -- datasets -------------------------------------------------------------------
@@ -120,6 +125,31 @@ def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
         nominal = [a.name for a in schema.attributes if hasattr(a, "values")]
         return schema, data, nominal
     raise ValueError(f"unknown dataset {name!r}: agrawal:F, drift, stagger:F, led, uci:NAME")
+
+
+def check_dataset(name: str) -> None:
+    """Refuse a dataset spec :func:`load_stream` would refuse, without loading anything (a command given several
+    checks them all before running the first).
+
+    >>> check_dataset("uci:votes")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown dataset 'uci:votes': uci:NAME takes one of ['adult', 'congressional-voting', 'mushroom', 'nursery', 'tic-tac-toe']
+    """
+    from streamdp.datasets import DATASETS
+
+    kind, _, arg = name.partition(":")
+    if kind == "uci":
+        if arg not in DATASETS:
+            raise ValueError(f"unknown dataset {name!r}: uci:NAME takes one of {sorted(DATASETS)}")
+        return
+    if kind not in ("agrawal", "drift", "stagger", "led"):
+        raise ValueError(f"unknown dataset {name!r}: agrawal:F, drift, stagger:F, led, uci:NAME")
+    if arg and kind in ("agrawal", "stagger"):
+        try:
+            int(arg)
+        except ValueError:
+            raise ValueError(f"unknown dataset {name!r}: {kind}:F takes a classification function number") from None
 
 
 # -- runners --------------------------------------------------------------------
@@ -261,7 +291,9 @@ def evaluate(
             raise ValueError(f"unknown reference model {ref!r} (ht, arf)")
         correct, secs = run_river(model, data)
         add(Row(label + " (not private)", float(correct.mean()), n / secs, secs, n), correct)
-    return EvalResult(dataset, n, steps, window, rows, load)
+    labels = Counter(y for _, y in data)
+    majority = max(labels.values()) / n if n else None
+    return EvalResult(dataset, n, steps, window, rows, load, majority)
 
 
 # -- plotting -------------------------------------------------------------------

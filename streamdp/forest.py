@@ -252,10 +252,19 @@ class PrivateForest:
         return v
 
     def estimated_records(self) -> float:
-        """Noisy estimate of the number of records absorbed (post-processing of the counts only)."""
-        per_tree = self._counts.sum(axis=(1, 2))  # unclamped: the noise has mean zero
-        est = float(per_tree.sum()) if self.budget == "disjoint" else float(per_tree.mean())
-        return est / self.beta if self.mechanism == "kanon" else est
+        """Noisy estimate of the number of records absorbed, at least 0 (post-processing of the counts only).
+
+        Split budget: every tree counts every record, so each tree's total estimates it, with the noise of
+        all its leaves; the totals are averaged by inverse noise variance (:attr:`node_variance` of the roots),
+        so a prior stump's total (one cell per class) outweighs a tall tree's (a trial read 24,309 for 32,561
+        Adult records from the plain mean of 11 totals, one of them 6,076). Disjoint: the totals' sum."""
+        per_tree = self._counts.sum(axis=(1, 2)).astype(np.float64)  # unclamped: the noise has mean zero
+        if self.budget == "disjoint":
+            est = float(per_tree.sum())
+        else:
+            var = self.node_variance[:, 0] if self.mechanism != "kanon" else np.zeros(per_tree.size)
+            est = float(np.average(per_tree, weights=1.0 / var)) if np.all(var > 0) else float(per_tree.mean())
+        return max(0.0, est / self.beta if self.mechanism == "kanon" else est)
 
     # -- learning ----------------------------------------------------------------
     def fit(self, X: Any, y: Any, *, prune: bool = True) -> "PrivateForest":

@@ -154,6 +154,9 @@ class PrivateDataset:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
             ledger.charge(source, epsilon, who=who, what=what, key=key)
+        elif source is not None:  # (a trial: source= alone fitted with no charge and no word)
+            raise ValueError(f"source={source!r} names a ledger's source, but no ledger= was given: nothing would be "
+                             "charged; pass the ledger too (or neither)")
         rng = SecureRandom(noise_seed) if noise_seed is not None else SecureRandom()
         enc = schema.encode(X, y, on_invalid=on_invalid)
         if enc.y is None:

@@ -477,8 +477,10 @@ def prefetch(chunks: Iterable, depth: int = 2) -> Iterator:
                 t.join(0.1)
 
 
-def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded ``(X, y)`` of a CSV file with a header (attribute and label names), or a known dataset by name.
+def read_dataset(path: str, schema: Schema, *, header: bool = True,
+                 label: str | int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``), or a
+    known dataset by name.
 
     Rows with values outside the declared schema are dropped; a file without the
     schema's columns raises :class:`SourceError`.
@@ -488,7 +490,7 @@ def read_dataset(path: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
         enc = schema.encode(ds.X, ds.y, on_invalid="drop")
         return enc.X, enc.y
     Xs, ys = [], []
-    for c in read_csv_chunks(path, schema, on_invalid="drop"):
+    for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop"):
         Xs.append(c.X)
         ys.append(c.y)
     if not Xs:

@@ -316,6 +316,9 @@ def test_worker_is_confined_to_model_keys(acl, model):
 # -- job worker ------------------------------------------------------------------------
 def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes):
     """Admin submits; the jobworker user reads the model's retained records, charges, publishes."""
+    from streamdp.service.retention import set_retention
+
+    set_retention(acl.client("admin"), model, records=10**6)  # (a job over a model that keeps nothing is refused)
     import uuid
 
     from streamdp.service import JobQueue, JobWorker, fetch_model
@@ -351,6 +354,9 @@ def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes)
 
 def test_job_worker_cannot_overwrite_a_stream_model(acl, model, votes):
     """Issue 12 item 12: job outputs have their own key space; jobworker writes no stream model's keys."""
+    from streamdp.service.retention import set_retention
+
+    set_retention(acl.client("admin"), model, records=10**6)  # (a job over a model that keeps nothing is refused)
     import json
     import uuid
 

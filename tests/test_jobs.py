@@ -52,10 +52,16 @@ def r(redis_url):
     return connect(redis_url)
 
 
+def connect_url(r) -> str:
+    kw = r.connection_pool.connection_kwargs
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
 @pytest.fixture
 def model(r, unique_name):
     """A vote model with all 435 records still in its stream (no stream worker ran), ledger budget 10."""
     create_model(r, unique_name, VOTES.schema, n_trees=3, height=3, epsilon=1.0, ledger_budget=10.0, release="batch")
+    set_retention(r, unique_name, records=10**6)  # (a job over a model that keeps nothing merged is refused)
     with Producer(r, unique_name, batch_size=100) as p:
         p.push(VOTES.X, VOTES.y)
     yield unique_name
@@ -300,6 +306,55 @@ def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
         assert jq.status(jid)["status"] == "done"
         assert (jq.result(jid).predict(VOTES.X) == VOTES.y).mean() > 0.6  # measured min 0.82 over 300 fits
         assert led.spent(unique_name)[0] == 1.0
+    finally:
+        r.delete(*ledger_keys(unique_name))
+        r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
+
+
+def test_a_job_over_a_model_that_keeps_nothing_is_refused_before_any_charge(r, queue, unique_name):
+    """A trial's finding: a job over a model with no retention set was charged and fit on no record."""
+    q, _ = queue
+    create_model(r, unique_name, VOTES.schema, n_trees=3, height=3, epsilon=1.0, ledger_budget=3.0, release="batch")
+    try:
+        with pytest.raises(JobError, match="keeps no merged records .* nothing was charged"):
+            JobQueue(r, q).submit("diffp-id3", unique_name, 0.5, {})
+        assert RedisLedger(r).spent(unique_name)[0] == 1.0  # the model's epsilon only
+        set_retention(r, unique_name, seconds=60)
+        JobQueue(r, q).submit("diffp-id3", unique_name, 0.5, {})  # accepted once it keeps records
+    finally:
+        delete_model(r, unique_name)
+        r.delete(*ledger_keys(unique_name))
+
+
+def test_a_dataset_file_without_a_header_and_a_relative_path(r, queue, tmp_path, unique_name, monkeypatch):
+    """A trial's findings: job submit had no --no-header (the shipped UCI files have none), and a relative path
+    was opened in the job worker's directory ('changed or vanished')."""
+    from streamdp.cli import main
+
+    q, _ = queue
+    data = tmp_path / "votes.data"
+    data.write_text("".join(f"{y},{','.join(map(str, x))}\n" for x, y in zip(VOTES.X, VOTES.y)))  # label first
+    sch = tmp_path / "schema.json"
+    sch.write_text(json.dumps(VOTES.schema.to_dict()))
+    RedisLedger(r).set_budget(unique_name, 1.0)
+    monkeypatch.chdir(tmp_path)
+    u = ["--redis-url", connect_url(r)]
+    try:
+        assert main(u + ["job", "submit", "private-rdt", "--source", unique_name, "--dataset", "votes.data",
+                         "--schema", "schema.json", "--epsilon", "0.5", "--queue", q, "--param", "height=3"]) == 2
+        assert RedisLedger(r).spent(unique_name)[0] == 0.0  # the header check refused it: nothing charged
+        jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"height": 3}, source_kind="dataset",
+                                    dataset="votes.data", schema=str(sch), header=False)
+        assert JobQueue(r, q).status(jid)["dataset"] == str(data)  # absolute: any worker's directory reads it
+        monkeypatch.chdir("/")
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        assert JobQueue(r, q).status(jid)["status"] == "done"
+        assert (JobQueue(r, q).result(jid).predict(VOTES.X) == VOTES.y).mean() > 0.6
+        # a trial: deleting a job's model named a ledger of the result's name, which does not exist
+        buf = io.StringIO()
+        with redirect_stdout(buf):
+            assert main(u + ["model", "delete", JobQueue(r, q).status(jid)["result"]]) == 0
+        assert f"stays on the ledger of source '{unique_name}'" in buf.getvalue()
     finally:
         r.delete(*ledger_keys(unique_name))
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))

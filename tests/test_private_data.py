@@ -133,6 +133,8 @@ def test_a_ledger_needs_a_source():
     X, y = records(5)
     with pytest.raises(ValueError, match="source"):
         PrivateDataset.from_records(SCHEMA, X, y, epsilon=1.0, ledger=InMemoryLedger())
+    with pytest.raises(ValueError, match="no ledger= was given: nothing would be charged"):  # and a source needs one
+        PrivateDataset.from_records(SCHEMA, X, y, epsilon=1.0, source="votes")
 
 
 def test_operations_validate_before_charging():

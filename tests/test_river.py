@@ -20,6 +20,8 @@ from river import checks, datasets, evaluate, metrics  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
+from streamdp.service.connection import connect  # noqa: E402
+from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.evaluate import run_private, run_river  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
@@ -523,3 +525,21 @@ def test_guard_keeps_the_running_accuracy_near_the_majority_where_the_forest_los
             out.append(evaluate.progressive_val_score(data, m, metrics.Accuracy()).get() - majority)
     assert np.mean(guarded) > np.mean(without) + 0.005
     assert np.mean(guarded) > -0.01
+
+
+def test_service_classifier_reads_redis_url_from_the_environment(redis_url, unique_name, monkeypatch):
+    """A trial's finding: its default was a hard-coded localhost URL, so a user relying on $REDIS_URL (as the CLI,
+    Producer and Consumer read it) pushed to another server."""
+    registry = pytest.importorskip("streamdp.service.registry")
+    registry.create_model(redis_url, unique_name, rs.agrawal_schema(), n_trees=2, height=2, epsilon=1.0,
+                          release="batch")
+    try:
+        monkeypatch.setenv("REDIS_URL", redis_url)
+        clf = ServiceClassifier(model=unique_name, batch_size=2)
+        assert clf.redis_url is None and clf.clone().redis_url is None  # (river's clone keeps the parameter)
+        for x, y in _agrawal(2, fn=2):
+            clf.learn_one(x, y)
+        assert clf.n_pushed == 2
+        assert connect(redis_url).xlen(Keys(unique_name).records) == 1  # the batch went to $REDIS_URL's server
+    finally:
+        registry.delete_model(redis_url, unique_name)

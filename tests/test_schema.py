@@ -271,9 +271,9 @@ def test_numeric_arrays_coded_through_a_table_like_their_values():
     assert s.encode(X.astype(np.int16)).X.tolist() == enc.X.tolist()
     for bad, row in (([[0.0, 7.0], [2.5, 7.0]], 1), ([[0.0, 7.0], [np.nan, 7.0]], 1), ([[3.0, 7.0]], 0),
                      ([[0.0, 7.0], [1.0, 1e300]], 1), ([[0.0, np.inf]], 0)):
-        with pytest.raises(ValueError, match=f"record {row} \(0-based\): attribute"):
+        with pytest.raises(ValueError, match=rf"record {row} \(0-based\): attribute"):
             s.encode(np.array(bad))
-    with pytest.raises(ValueError, match="record 1 \(0-based\): label 'y'"):
+    with pytest.raises(ValueError, match=r"record 1 \(0-based\): label 'y'"):
         s.encode(X, np.array([1.0, 0.5, 1.0]))
     dropped = s.encode(np.array([[0.0, 7.0], [2.5, 7.0], [1.0, -1.0]]), on_invalid="drop")
     assert dropped.kept.tolist() == [0, 2] and dropped.dropped[0][0] == 1
@@ -317,7 +317,7 @@ def test_float_and_bool_declared_values_encode_exactly(container):
 def test_float_declared_values_never_coerce_unknown_values(bad, why):
     s = _num_schema()
     rec = {"f": bad, "b": True, "n": 1.0}
-    with pytest.raises(ValueError, match=f"record 0 \(0-based\): attribute 'f' {why}"):
+    with pytest.raises(ValueError, match=rf"record 0 \(0-based\): attribute 'f' {why}"):
         s.encode([rec])
     assert s.encode([rec, {"f": 0.5, "b": True, "n": 1.0}], on_invalid="drop").kept.tolist() == [1]
     col = np.array([bad, 0.5], dtype=object)

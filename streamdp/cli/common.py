@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from ..validation import MAX_BLOCK_MS
 
-__all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
+__all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "finite_epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
            "MAX_BLOCK_MS"]
 
 #: Most worker processes one command starts (a typo of many digits built an ever-growing process list).
@@ -46,6 +46,23 @@ def epsilon_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (type inf for no noise)")
     if math.isnan(v):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return v
+
+
+def finite_epsilon_arg(text: str) -> float:
+    """An argparse type for an epsilon that must be finite (a batch job's, a ledger's budget).
+
+    >>> finite_epsilon_arg("1e400")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '1e400' is not a finite number > 0
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(v) and v > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
     return v
 
 
@@ -167,6 +184,12 @@ def run(args: argparse.Namespace) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`... | head`): not an error of this command
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        except OSError:
+            pass
+        return 0
     except (KeyError, ValueError, LookupError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
         print(f"streamdp: error: {msg}", file=sys.stderr)

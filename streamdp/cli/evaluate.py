@@ -73,6 +73,10 @@ def evaluate(args: argparse.Namespace) -> int:
     from ..evaluate import evaluate as run_evaluation
     from ..evaluate import plot
 
+    from ..evaluate import check_dataset
+
+    for ds in args.datasets:  # every name before the first run (a trial waited 8 s to learn of a typo)
+        check_dataset(ds)
     results = []
     refs = tuple(r for r in args.references.split(",") if r.strip())
     for ds in args.datasets:

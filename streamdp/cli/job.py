@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any
 
-from .common import MAX_BLOCK_MS, client, epsilon_arg, int_in, seconds_arg
+from .common import MAX_BLOCK_MS, client, finite_epsilon_arg, int_in, seconds_arg
 
 __all__ = ["add_parser", "submit", "status", "list_", "result", "algorithms", "worker"]
 
@@ -50,11 +50,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     src.add_argument("--source-file", default=None, metavar="FILE",
                      help="a CSV dataset bound to its own ledger by content (file-<SHA-256 of its bytes>): the same "
                           "bytes under any path or name share one budget; implies --dataset FILE")
-    s.add_argument("--epsilon", type=epsilon_arg, required=True)
+    s.add_argument("--epsilon", type=finite_epsilon_arg, required=True, help="the job's spend (finite: jobs always add noise)")
     s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")
     s.add_argument("--dataset", default=None,
-                   help="CSV file with a header (or a known dataset name) instead of a model")
+                   help="CSV file (with a header, or see --no-header) or a known dataset name, instead of a model")
     s.add_argument("--schema", default=None, help="schema JSON file of --dataset")
+    s.add_argument("--no-header", action="store_true",
+                   help="the file has no header: columns are the label then the attributes in schema order (or the "
+                        "label at --label INDEX), as `streamdp push --no-header` reads them")
+    s.add_argument("--label", default=None, help="label column of the file (name; index with --no-header)")
     s.add_argument("--name", default=None, help="publish the model under this name (default ALGORITHM-ID8)")
     s.add_argument("--max-attempts", type=int_in(1, 1000), default=3)
     s.add_argument("--wait", action="store_true", help="wait until the job is finished")
@@ -115,8 +119,12 @@ def submit(args: argparse.Namespace) -> int:
     kind = "dataset" if args.dataset else "model"
     if args.schema and not args.dataset:
         raise ValueError("--schema goes with --dataset")
+    if (args.no_header or args.label is not None) and not args.dataset:
+        raise ValueError("--no-header and --label describe a --dataset or --source-file file")
+    label = int(args.label) if args.no_header and args.label is not None else args.label
     job_id = q.submit(args.algorithm, args.source, args.epsilon, params, source_kind=kind, dataset=args.dataset,
-                      schema=args.schema, result_name=args.name, max_attempts=args.max_attempts)
+                      schema=args.schema, result_name=args.name, max_attempts=args.max_attempts,
+                      header=not args.no_header, label=label)
     if not args.wait:
         print(json.dumps({"id": job_id}) if args.json else job_id)
         return 0

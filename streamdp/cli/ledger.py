@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from .common import client, epsilon_arg
+from .common import client, finite_epsilon_arg
 
 __all__ = ["add_parser", "ledger"]
 
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the ledger bound to this file's content (file-<SHA-256>), as job submit --source-file")
     p.add_argument("--list", action="store_true", help="list the sources that have a ledger")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--set-budget", type=epsilon_arg, default=None, metavar="E",
+    p.add_argument("--set-budget", type=finite_epsilon_arg, default=None, metavar="E",
                    help="set or raise the total epsilon (cannot go below what is spent)")
     p.add_argument("--delta", type=float, default=None, metavar="D",
                    help="total delta with --set-budget (default: keep the current one, else 0)")
@@ -80,13 +80,13 @@ def ledger(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"source": name, "budget_epsilon": budget[0], "budget_delta": budget[1],
                           "spent_epsilon": spent[0], "spent_delta": spent[1],
-                          "remaining_epsilon": max(budget[0] - spent[0], 0.0),
+                          "remaining_epsilon": _left(budget[0], spent[0]),
                           "spends": [s.to_dict() for s in spends]}, indent=1))
         return 0
     print(f"source {name}\n"
           f"  budget     epsilon {budget[0]:g}, delta {budget[1]:.3g}\n"
           f"  spent      epsilon {spent[0]:g}, delta {spent[1]:.3g}\n"
-          f"  remaining  epsilon {max(budget[0] - spent[0], 0.0):g}\n"
+          f"  remaining  epsilon {_left(budget[0], spent[0]):g}\n"
           f"  spends     {len(spends)}")
     if spends:
         rows = [(_when(s.when), s.who, s.what, f"{s.epsilon:g}", f"{s.delta:.3g}", s.key) for s in spends]
@@ -95,3 +95,11 @@ def ledger(args: argparse.Namespace) -> int:
         for r in (head, *rows):
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return 0
+
+
+def _left(budget: float, spent: float) -> float:
+    """What is left of a budget, 0 within the ledger's tolerance (ten spends of 0.1 of 1 left 1.1e-16)."""
+    from ..ledger import TOLERANCE
+
+    left = budget - spent
+    return left if left > TOLERANCE else 0.0

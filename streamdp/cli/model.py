@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any
 
-from .common import client, epsilon_arg, int_in, redis_url
+from .common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
 
 __all__ = ["add_parser"]
 
@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
     c.add_argument("--budget", choices=("split", "disjoint"), default="split")
     c.add_argument("--vote", choices=("proba", "majority"), default="proba")
-    c.add_argument("--ledger-budget", type=epsilon_arg, default=None, metavar="E",
+    c.add_argument("--ledger-budget", type=finite_epsilon_arg, default=None, metavar="E",
                    help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
@@ -176,7 +176,16 @@ def get(args: argparse.Namespace) -> int:
 def delete(args: argparse.Namespace) -> int:
     from ..service.registry import delete_model
 
-    n = delete_model(client(args), args.name)
+    from ..service.registry import show_model
+
+    r = client(args)
+    info = show_model(r, args.name)  # (ModelNotFound names a missing model before anything is deleted)
+    n = delete_model(r, args.name)
+    if info.get("kind") == "job":  # a batch job's model: its spend is on its source's ledger
+        source = info.get("source")
+        print(f"deleted job result {args.name!r} ({n} keys; the job's spend stays on the ledger of source "
+              f"{source!r}: spends are history, see `streamdp ledger {source}`)")
+        return 0
     print(f"deleted model {args.name!r} ({n} keys; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
           f"spends are history, see `streamdp ledger {args.name}`)")
     return 0

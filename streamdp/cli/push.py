@@ -82,8 +82,8 @@ def push(args: argparse.Namespace) -> int:
             bar.close()
     sent, bad = res.n_records, res.n_invalid
     if not sent:
-        print(f"streamdp: error: {args.file} holds no record (a header line alone?); nothing was pushed",
-              file=sys.stderr)
+        print(f"streamdp: error: {args.file} holds no record" + ("" if args.no_header else " (a header line alone?)")
+              + "; nothing was pushed", file=sys.stderr)
         return 2
     print(f"pushed {sent:,} records in {len(res)} batches "
           f"to {args.name!r}" + (f"; {bad} invalid records go to the dead-letter stream (first: {res.first_invalid})"

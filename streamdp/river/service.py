@@ -30,7 +30,8 @@ class ServiceClassifier(river.base.Classifier):
     Parameters
     ----------
     redis_url
-        URL of the service's Redis (with the producer's and consumer's rights).
+        URL of the service's Redis (with the producer's and consumer's rights); ``None`` (the default):
+        ``$REDIS_URL``, else ``redis://localhost:6379/0``, as the CLI, ``Producer`` and ``Consumer`` read it.
     model
         Name of the model in the service registry.
     batch_size
@@ -60,7 +61,7 @@ class ServiceClassifier(river.base.Classifier):
 
     def __init__(
         self,
-        redis_url: str = "redis://127.0.0.1:6379/0",
+        redis_url: str | None = None,
         model: str = "default",
         batch_size: int = 100,
         refresh_every: float = 0.5,

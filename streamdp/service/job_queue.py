@@ -29,6 +29,8 @@ import uuid
 import warnings
 from typing import Any
 
+import redis
+
 from ..jobs import JobError, JobSpec, check_params
 from ..ledger import file_sha256
 from ..schema import Schema
@@ -37,6 +39,7 @@ from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
 from .registry import ModelNotFound, load_spec, published_keys
+from .retention import get_retention
 
 __all__ = ["JobQueue", "fetch_model", "SourceLabelWarning", "FILE_SOURCES", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
            "DEFAULT_MAX_ATTEMPTS", "now_s"]
@@ -87,8 +90,13 @@ class JobQueue:
         schema: Schema | str | dict | None = None,
         result_name: str | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        header: bool = True,
+        label: str | int | None = None,
     ) -> str:
-        """Queue a job; returns its id. Everything checkable is checked here (nothing is charged yet)."""
+        """Queue a job; returns its id. Everything checkable is checked here (nothing is charged yet).
+
+        A dataset file is read as :func:`streamdp.sources.read_csv_chunks` reads it (``header``, ``label``);
+        a relative path is made absolute here (a job worker may run in another directory)."""
         check_name(source)
         if source_kind not in ("model", "dataset"):
             raise JobError(f"source_kind must be 'model' or 'dataset', got {source_kind!r}")
@@ -97,23 +105,26 @@ class JobQueue:
         except ValueError as e:
             raise JobError(str(e)) from None
         if source_kind == "model":
-            if dataset is not None or schema is not None:
-                raise JobError("a job over a model's records takes no dataset or schema (the model's schema is used)")
+            if dataset is not None or schema is not None or not header or label is not None:
+                raise JobError("a job over a model's records takes no dataset, schema, header or label (the "
+                               "model's schema is used)")
             sch = load_spec(self.r, source).schema
+            if _keeps_nothing(self.r, source):  # configuration, public: refused before any charge
+                raise JobError(f"model {source!r} keeps no merged records (no retention set), so a job over it "
+                               "would charge epsilon for the few records not merged yet; set `streamdp model "
+                               f"retention {source} --records N` (or --seconds S) before the data is pushed; "
+                               "nothing was charged")
         else:
             if not dataset:
                 raise JobError("a dataset job needs a dataset (a CSV file path or a known dataset name)")
             sch = _schema_of(schema, dataset)
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
-        digest = self._bind_file(source, dataset) if source_kind == "dataset" else ""
+        if source_kind == "dataset" and os.path.isfile(dataset):
+            dataset = os.path.abspath(dataset)
         if source_kind == "dataset":
             _check_named_dataset(dataset, sch)
-        if source_kind == "dataset" and os.path.isfile(dataset):  # refuse a file without the schema's columns now
-            try:
-                check_header(dataset, sch)
-            except SourceError as e:
-                raise JobError(str(e)) from None
+        digest = self._bind_file(source, dataset, sch, header, label) if source_kind == "dataset" else ""
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
@@ -125,6 +136,7 @@ class JobQueue:
             "dataset": dataset or "", "dataset_sha256": digest, "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
             "result": result, "status": "queued", "progress": "queued", "fraction": "0", "attempts": 0,
             "max_attempts": max_attempts, "error": "", "reason": "", "created": now,
+            "header": int(bool(header)), "label": json.dumps(label),
         }
         p = self.r.pipeline(transaction=False)
         p.hset(job_key(job_id), mapping=doc)
@@ -133,8 +145,10 @@ class JobQueue:
         self.r.xadd(self.stream, {"job": job_id})
         return job_id
 
-    def _bind_file(self, source: str, dataset: str) -> str:
-        """The SHA-256 of a dataset file ('' for a bundled dataset's name); checks and records its ledger source.
+    def _bind_file(self, source: str, dataset: str, schema: Schema, header: bool, label: str | int | None) -> str:
+        """The SHA-256 of a dataset file ('' for a bundled dataset's name); checks it (its source label, then its
+        header: a file without the schema's columns is refused before anything is recorded or charged) and
+        records its ledger source.
 
         A path that does not exist yet is refused: unbound, a file written after the submit (other people)
         would be read and charged to the source the job names (a red team's finding)."""
@@ -149,6 +163,11 @@ class JobQueue:
         if source.startswith("file-") and source != "file-" + digest[:32]:
             raise JobError(f"source {source!r} names another file's content than {dataset!r} "
                            f"(its source is file-{digest[:32]}); use --source-file")
+        if header:
+            try:
+                check_header(dataset, schema, label)
+            except SourceError as e:
+                raise JobError(f"{e}; nothing was charged") from None
         if not self.r.hsetnx(FILE_SOURCES, digest, source):
             first = as_str(self.r.hget(FILE_SOURCES, digest) or b"")
             if first and first != source:
@@ -223,6 +242,15 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
     if dataset in DATASETS:
         return load_schema(dataset)
     raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
+
+
+def _keeps_nothing(r: Any, name: str) -> bool:
+    """Whether model ``name`` is set to keep no merged record (False where this client may not read the setting:
+    the check only spares a submitter a job over nothing)."""
+    try:
+        return get_retention(r, name).keeps_nothing
+    except redis.exceptions.NoPermissionError:
+        return False
 
 
 def _check_named_dataset(dataset: str, schema: Schema) -> None:

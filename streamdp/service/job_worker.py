@@ -278,15 +278,17 @@ class JobWorker(GroupLoop):
             if digest and (not os.path.isfile(path) or file_sha256(path) != digest):
                 raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                                f"(sha256 {digest[:16]}... expected); nothing was charged or read")
-            if os.path.isfile(path):  # a file without the schema's columns is refused before charging
+            header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
+            label = json.loads(doc.get("label") or "null")
+            if os.path.isfile(path) and header:  # a file without the schema's columns is refused before charging
                 try:
-                    check_header(path, schema)
+                    check_header(path, schema, label)
                 except SourceError as e:
                     raise JobError(f"{e}; nothing was charged") from None
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:
-                    return read_dataset(path, schema)
+                    return read_dataset(path, schema, header=header, label=label)
                 except SourceError as e:
                     raise JobError(str(e)) from None
                 except Exception as e:  # (after the charge) a reader's own message may quote the data

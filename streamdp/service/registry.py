@@ -200,11 +200,11 @@ def create_model(
     keys = Keys(name)
 
     if release == "batch" and release_every is not None:
-        raise ValueError("release_every is the schedule of release='window', 'grow' or 'tree': with release='batch' "
-                         "each pushed batch is its own release")
+        raise ValueError("release_every (CLI --release-every) is the schedule of release='window', 'grow' or "
+                         "'tree': with release='batch' each pushed batch is its own release")
     if levels is not None and release != "tree":
-        raise ValueError("levels is the binary tree mechanism's (release='tree'), not "
-                         + ("the default policy's" if release is None else f"release={release!r}'s"))
+        raise ValueError("levels (CLI --levels) belongs to release='tree', the binary tree mechanism; this model's "
+                         "release is " + ("the default (window or grow)" if release is None else repr(release)))
     release_every = 1.0 if release_every is None else release_every
     levels = DEFAULT_LEVELS if levels is None else levels
 

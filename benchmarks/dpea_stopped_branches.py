@@ -9,7 +9,7 @@ first release by inverse variance) and estimation combines every step root's own
 (:func:`streamdp.estimation.released_node_counts`). 10-fold CV per setting (one run), accuracy and the folds
 below the majority share - 0.01.
 
-    git worktree add /tmp/dpea-before 3f89e09   # the code before
+    git worktree add /tmp/dpea-before 3f89e09   # the code before (has streamdp.datasets.skewed too)
     python benchmarks/dpea_stopped_branches.py --root /tmp/dpea-before > benchmarks/results/dpea_stopped_branches.log
     python benchmarks/dpea_stopped_branches.py >> benchmarks/results/dpea_stopped_branches.log
 """
@@ -28,7 +28,7 @@ import numpy as np
 GRID = [  # (embed_depth, epsilon)
     (1, 1.0), (1, 0.1), (2, 1.0), ("whole", 1.0),
 ]
-DATASETS = ("congressional-voting", "mushroom", "tic-tac-toe", "nursery")
+DATASETS = ("congressional-voting", "mushroom", "tic-tac-toe", "nursery", "skewed")  # skewed: issue 13's 4 classes
 DEPTHS = (2, 4, 6, 8)
 
 
@@ -41,7 +41,7 @@ def main() -> int:
     from sklearn.model_selection import StratifiedKFold
 
     import streamdp
-    from streamdp.datasets import load
+    from streamdp.datasets import load, skewed
     from streamdp.learners import DPEA
 
     warnings.simplefilter("ignore")
@@ -52,7 +52,7 @@ def main() -> int:
     print("|---|---|---|" + "---|" * len(DEPTHS))
     t0 = time.time()
     for name in DATASETS:
-        ds = load(name)
+        ds = skewed(6000, seed=7) if name == "skewed" else load(name)
         y = np.asarray(ds.y)
         maj = max(float(np.mean(y == c)) for c in set(y))
         for ed, eps in GRID:

@@ -94,7 +94,7 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
     capsys.readouterr()
     assert main(u + ["push", name, str(path), "--batch-size", "10", "-q"]) == 0
     got = capsys.readouterr()
-    assert "1 invalid records go to the dead-letter stream (first: line 4: attribute 'handicapped-infants'" in got.out
+    assert "1 invalid record goes to the dead-letter stream (first: line 4: attribute 'handicapped-infants'" in got.out
     assert "perhaps" not in got.out + got.err
     # a new user fixed the line and pushed the whole file again: that batch's 9 valid records counted twice
     assert "pushing a corrected copy of the whole file would count them again" in got.err

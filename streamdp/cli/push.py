@@ -85,9 +85,9 @@ def push(args: argparse.Namespace) -> int:
         print(f"streamdp: error: {args.file} holds no record" + ("" if args.no_header else " (a header line alone?)")
               + "; nothing was pushed", file=sys.stderr)
         return 2
-    print(f"pushed {sent:,} records in {len(res)} batches "
-          f"to {args.name!r}" + (f"; {bad} invalid records go to the dead-letter stream (first: {res.first_invalid})"
-                                 if bad else ""))
+    print(f"pushed {sent:,} record{'s' * (sent != 1)} in {len(res)} batch{'es' * (len(res) != 1)} to {args.name!r}"
+          + (f"; {bad} invalid record{'s go' if bad != 1 else ' goes'} to the dead-letter stream (first: "
+             f"{res.first_invalid})" if bad else ""))
     if bad and bad >= sent:
         print(f"streamdp: error: every record of {args.file} was invalid: check --label and --no-header against the "
               f"file (the schema's label is {p.schema.label.name!r})", file=sys.stderr)

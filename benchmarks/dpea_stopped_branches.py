@@ -1,4 +1,4 @@
-"""DPEA's stopped branches: what their unspent budget and the step roots' releases are worth (a trial's finding).
+"""Stopped branches: what their unspent budget (and DPEA's step roots' releases) are worth (a trial's finding).
 
 Bai et al.'s budget (``streamdp/learners/dpea.py``) gives each of a branch's ``n = ceil(D / d)`` steps
 ``eps / (n + 1)`` and each count release ``eps / (n + 1)**2``; a branch that stops after one or two steps (its
@@ -6,12 +6,16 @@ noisy count below the bar) left the rest unspent, its leaf counted at ``eps / 49
 estimation read only the leaves. One-step DPEA at depth 6 on Votes then named a single class (the minority in
 some fits). Now a stopped branch releases its leaf's class counts again with what it has left (averaged with the
 first release by inverse variance) and estimation combines every step root's own release with its leaves' sum
-(:func:`streamdp.estimation.released_node_counts`). 10-fold CV per setting (one run), accuracy and the folds
-below the majority share - 0.01.
+(:func:`streamdp.estimation.released_node_counts`). ``--learner id3``: Friedman & Schuster's SuLQ-ID3 and
+DiffPID3 (max scorer), whose branches stop the same way (a level's ``2 B / (2 (d + 1))`` each, the leaf counted at
+``B / (2 (d + 1))``) and whose stopped leaves are topped up the same way. 10-fold CV per setting (one run), accuracy
+and the folds below the majority share - 0.01.
 
     git worktree add /tmp/dpea-before 3f89e09   # the code before (has streamdp.datasets.skewed too)
     python benchmarks/dpea_stopped_branches.py --root /tmp/dpea-before > benchmarks/results/dpea_stopped_branches.log
     python benchmarks/dpea_stopped_branches.py >> benchmarks/results/dpea_stopped_branches.log
+    python benchmarks/dpea_stopped_branches.py --learner id3 --root /tmp/id3-before > benchmarks/results/id3_stopped_branches.log
+    python benchmarks/dpea_stopped_branches.py --learner id3 >> benchmarks/results/id3_stopped_branches.log
 """
 
 from __future__ import annotations
@@ -36,37 +40,48 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the checkout to measure")
     ap.add_argument("--runs", type=int, default=1, help="10-fold CV runs per setting")
+    ap.add_argument("--learner", choices=("dpea", "id3"), default="dpea")
     a = ap.parse_args()
     sys.path.insert(0, a.root)
     from sklearn.model_selection import StratifiedKFold
 
     import streamdp
     from streamdp.datasets import load, skewed
-    from streamdp.learners import DPEA
+    from streamdp.learners import DPEA, DiffPID3, SuLQID3
+
+    if a.learner == "dpea":
+        grid = [(f"{ed}", eps, lambda sc, D, ed=ed, eps=eps: DPEA(sc, max_depth=D, embed_depth=ed, epsilon=eps))
+                for ed, eps in GRID]
+        depths, head = DEPTHS, "embed_depth"
+    else:
+        grid = [(lab, eps, make) for eps in (0.5, 1.0) for lab, make in (
+            ("SuLQ-ID3", lambda sc, D, eps=eps: SuLQID3(sc, epsilon=eps, max_depth=D)),
+            ("DiffPID3 max", lambda sc, D, eps=eps: DiffPID3(sc, epsilon=eps, max_depth=D, scorer="max")))]
+        depths, head = (2, 4, 6, 10), "learner"
 
     warnings.simplefilter("ignore")
     rev = subprocess.getoutput(f"git -C {a.root} rev-parse --short HEAD")
-    print(f"# python benchmarks/dpea_stopped_branches.py --root {a.root} --runs {a.runs}; streamdp from "
+    print(f"# python benchmarks/dpea_stopped_branches.py --learner {a.learner} --root {a.root} --runs {a.runs}; streamdp from "
           f"{Path(streamdp.__file__).parent} at git {rev}; load {subprocess.getoutput('uptime')}")
-    print("| dataset (majority) | embed_depth | epsilon | " + " | ".join(f"D={d}" for d in DEPTHS) + " |")
-    print("|---|---|---|" + "---|" * len(DEPTHS))
+    print(f"| dataset (majority) | {head} | epsilon | " + " | ".join(f"D={d}" for d in depths) + " |")
+    print("|---|---|---|" + "---|" * len(depths))
     t0 = time.time()
     for name in DATASETS:
         ds = skewed(6000, seed=7) if name == "skewed" else load(name)
         y = np.asarray(ds.y)
         maj = max(float(np.mean(y == c)) for c in set(y))
-        for ed, eps in GRID:
+        for lab, eps, make in grid:
             cells = []
-            for D in DEPTHS:
+            for D in depths:
                 acc = []
                 for r in range(a.runs):
                     for tr, te in StratifiedKFold(10, shuffle=True, random_state=r).split(ds.X, y):
-                        m = DPEA(ds.schema, max_depth=D, embed_depth=ed, epsilon=eps).fit(ds.X[tr], y[tr])
+                        m = make(ds.schema, D).fit(ds.X[tr], y[tr])
                         acc.append(float(np.mean(m.predict(ds.X[te]) == y[te])))
                 acc = np.array(acc)
                 low = int(np.sum(acc < maj - 0.01))
                 cells.append(f"{acc.mean():.3f}" + (f" ({low}/{acc.size} low)" if low else ""))
-            print(f"| {name} ({maj:.3f}) | {ed} | {eps:g} | " + " | ".join(cells) + " |", flush=True)
+            print(f"| {name} ({maj:.3f}) | {lab} | {eps:g} | " + " | ".join(cells) + " |", flush=True)
     print(f"\n# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
     return 0
 

@@ -44,9 +44,9 @@ SCORERS = ("infogain", "gini", "max", "gainratio")
 
 
 def learners(schema, eps, depth, n_bound):
-    yield "SuLQ", SuLQID3(schema, epsilon=eps, max_depth=depth)
+    yield "SuLQ", SuLQID3(schema, top_up=False, epsilon=eps, max_depth=depth)
     for s in SCORERS:
-        yield s, DiffPID3(schema, epsilon=eps, max_depth=depth, scorer=s, n_bound=n_bound)
+        yield s, DiffPID3(schema, top_up=False, epsilon=eps, max_depth=depth, scorer=s, n_bound=n_bound)
 
 
 def cv(make, X, y, k, rng, score=None) -> list[float]:
@@ -122,7 +122,7 @@ def table1(repeats=3, k=10) -> dict:
         rng = np.random.default_rng(2)
         ours, paper = [], []
         for _ in range(repeats):  # both conventions on the same fitted models
-            both = cv(lambda: SuLQID3(ds.schema, epsilon=1.0, max_depth=5), ds.X, ds.y, k, rng,
+            both = cv(lambda: SuLQID3(ds.schema, top_up=False, epsilon=1.0, max_depth=5), ds.X, ds.y, k, rng,
                       lambda m, X, y: (m.score(X, y), classified_accuracy(m, X, y)))
             ours += [b[0] for b in both]
             paper += [b[1] for b in both]
@@ -219,8 +219,8 @@ def runtimes() -> list[dict]:
     m = load("mushroom")
     sets["mushroom"] = (m.schema, m.X, m.y)
     for dname, (schema, X, y) in sets.items():
-        cases = [("SuLQID3", lambda: SuLQID3(schema, epsilon=1.0, max_depth=5))]
-        cases += [(f"DiffPID3 {s}", lambda s=s: DiffPID3(schema, epsilon=1.0, max_depth=5, scorer=s, n_bound=50_000))
+        cases = [("SuLQID3", lambda: SuLQID3(schema, top_up=False, epsilon=1.0, max_depth=5))]
+        cases += [(f"DiffPID3 {s}", lambda s=s: DiffPID3(schema, top_up=False, epsilon=1.0, max_depth=5, scorer=s, n_bound=50_000))
                   for s in SCORERS]
         cases += [("HanischForest 10 trees depth 3", lambda: HanischForest(schema, epsilon=1.0, max_depth=3, n_trees=10))]
         if dname == "adult (binned)":

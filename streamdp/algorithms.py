@@ -17,7 +17,7 @@ for (:meth:`Algorithm.cls`), so reading the catalogue costs no learner import.
 
 >>> a = algorithm("diffp-id3")
 >>> a.learner, a.format, a.param_names()
-('DiffPID3', 'streamdp.diffp_id3', ['max_depth', 'scorer', 'n_bound'])
+('DiffPID3', 'streamdp.diffp_id3', ['max_depth', 'scorer', 'n_bound', 'top_up'])
 >>> a.check_params({"max_depth": 4})
 {'max_depth': 4}
 >>> a.check_params({"max_depth": 99})
@@ -137,6 +137,8 @@ _N_BOUND = Param("n_bound", AnyOf((Interval(int, 1, 10**12), Options((None,)))),
                  "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
                  "(None: the root's noisy count plus a margin)")
 _SCORERS = ("infogain", "gini", "max", "gainratio")
+_TOP_UP = Param("top_up", Flag(), True,
+                "a branch that stops early spends what it has left on its leaf's counts (false: the paper's budget)")
 
 
 def _depth(default: int, low: int = 0) -> Param:
@@ -170,14 +172,13 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
         # Bai et al. sample 2 levels exactly; the exact sampler's work grows like (attributes x arity)^levels,
         # 3 levels of a 22-attribute schema is already millions of node scores
         Param("exact_max_levels", Interval(int, 1, 3), 2, "steps this shallow are sampled exactly"),
-        Param("top_up", Options((True, False)), True,
-              "a branch that stops early spends what it has left on its leaf's counts (false: Bai et al.'s budget)"),
+        _TOP_UP,
     )),
     Algorithm("sulq-id3", "Friedman & Schuster's SuLQ-based ID3", "SuLQID3", "streamdp.learners.id3",
-              "streamdp.sulq_id3", (_depth(5),)),
+              "streamdp.sulq_id3", (_depth(5), _TOP_UP)),
     Algorithm("diffp-id3", "Friedman & Schuster's DiffPID3", "DiffPID3", "streamdp.learners.id3",
               "streamdp.diffp_id3", (_depth(5), Param("scorer", Options(_SCORERS), "infogain", "split quality"),
-                                     _N_BOUND)),
+                                     _N_BOUND, _TOP_UP)),
     Algorithm("diffp-c45", "Friedman & Schuster's DiffPC4.5", "DiffPC45", "streamdp.learners.c45",
               "streamdp.diffp_c45", (
                   _depth(5), Param("scorer", Options(_SCORERS), "gini", "split quality"), _N_BOUND,

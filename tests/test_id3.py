@@ -65,6 +65,31 @@ def test_ledger_charged_once_and_refusal_before_reading(make):
     assert len(led.spends("votes")) == 1
 
 
+@pytest.mark.parametrize("make", LEARNERS, ids=IDS)
+def test_every_branch_spends_its_budget_a_stopped_one_on_its_leaf(make):
+    """top_up (the default): a branch that stops at depth k < d releases its leaf's class counts with the
+    2 (d - k) levels it did not use as well, so every root-to-leaf path spends exactly B (sequential composition
+    along it; paths are disjoint); top_up=False keeps Friedman & Schuster's budget (leaves at one query's eps)."""
+    from streamdp.estimation import cell_variance
+
+    for eps, depth in ((1.0, 6), (0.3, 10), (20.0, 3)):
+        pds = PrivateDataset.from_records(VOTES.schema, VOTES.X, VOTES.y, epsilon=eps)
+        m = make(epsilon=eps, max_depth=depth).fit(pds)
+        assert pds.spent == pytest.approx(eps, rel=1e-9)  # (the data layer's composition: at most eps)
+        if not isinstance(m, SuLQID3):  # (SuLQ also charges every candidate attribute's partitions: other paths)
+            paths = {path for path, _, _ in pds.log}
+            leaves = [p for p in paths if not any(len(q) > len(p) and q[:len(p)] == p for q in paths)]
+            for leaf in leaves:
+                assert sum(e for path, _, e in pds.log if leaf[:len(path)] == path) == pytest.approx(eps, rel=1e-9)
+        t = m.trees_[0]
+        at = t.reachable_leaves()
+        e = m.epsilon_per_query()
+        expected = [cell_variance("geometric", e * (1 + 2 * (depth - d))) for d in t.depth[at]]
+        assert np.allclose(t.own_var[at], expected) and np.all(t.own_var[~at & (t.feature >= 0)] == 0)
+        plain = make(epsilon=eps, max_depth=depth, top_up=False).fit(VOTES.X, VOTES.y).trees_[0]
+        assert np.allclose(plain.own_var[plain.reachable_leaves()], cell_variance("geometric", e))
+
+
 def test_stopping_rule_makes_a_leaf_when_counts_would_be_noise():
     # eps per query = B / (2 (d + 1)); at B = 0.01, d = 5: sqrt(2)/eps = 1697 > 435 / (3 * 2)
     m = DiffPID3(VOTES.schema, epsilon=0.01, max_depth=5, scorer="max").fit(VOTES.X, VOTES.y)

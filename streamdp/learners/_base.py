@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import blob
-from ..estimation import SNR_MIN_GROWN, cell_variance, prior_from
+from ..estimation import SNR_MIN_GROWN, cell_variance, prior_from, released_node_counts
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
@@ -140,12 +140,13 @@ class PrivateLearner:
         return prior_from(np.stack([t.released_counts(cell_var)[0] for t in self.trees_]))
 
     def released_totals(self) -> tuple[np.ndarray, float]:
-        """The fit's noisy class totals (each tree's reachable leaf counts summed, averaged over the trees) and
-        their noise variance per class (public: the leaves' count and the cell variance)."""
+        """The fit's noisy class totals (each tree's root counts from its releases, averaged over the trees) and
+        their noise variance per class (public: the leaves' count and their cell variances)."""
         self._check_fitted()
-        leaves = [t.reachable_leaves() for t in self.trees_]
-        totals = np.mean([t.counts[r].sum(axis=0) for t, r in zip(self.trees_, leaves)], axis=0)
-        return totals, sum(int(r.sum()) for r in leaves) * self.cell_variance() / len(self.trees_) ** 2
+        cell_var, C, T = self.cell_variance(), self.schema.n_classes, len(self.trees_)
+        roots = [released_node_counts(t.feature, t.parent, t.depth, t.counts, cell_var, t.own_var) for t in self.trees_]
+        totals = np.mean([y[0] for y, _ in roots], axis=0)
+        return totals, float(sum(var[0] for _, var in roots)) / C / T**2
 
     def _encode(self, X: Any) -> np.ndarray:
         return self.schema.encode(X).X

@@ -11,7 +11,13 @@ budget: for ``d = max_depth`` every level gets ``eps = B / (2 (d + 1))``,
 half for the node's noisy count and half for the split choice (or, at a
 leaf, its noisy class counts). A branch that reaches depth ``d`` spends
 ``d`` levels of ``2 eps`` plus the leaf's ``2 eps``: exactly ``B``; branches
-are disjoint (parallel composition).
+are disjoint (parallel composition). A branch that stops at depth ``k < d``
+has ``2 (d - k) eps`` left: with ``top_up`` (the default; our addition, as
+for :class:`~streamdp.learners.DPEA`) its leaf's class counts get
+``(1 + 2 (d - k)) eps`` instead of ``eps``, so every branch spends exactly
+``B`` (the choice to stop reads released counts only); ``top_up=False`` keeps
+Friedman & Schuster's budget, the remainder unspent. Estimation weighs each
+leaf by its own noise (``Tree.own_var``).
 
 A node becomes a leaf when no attribute is left, the depth is exhausted, or
 ``N_T / (t |C|) < sqrt(2) / eps`` (``t`` the largest arity left, ``N_T`` the
@@ -44,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from ..estimation import cell_variance
 from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
@@ -70,13 +77,21 @@ class _ID3(PrivateLearner):
         self._prepare()
         b = TreeBuilder(self.schema)
         cats = frozenset(j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical))
-        leaves: dict[int, np.ndarray] = {}
+        leaves: dict[int, tuple[np.ndarray, float]] = {}
         self._grow(pds, b, b.add(depth=0), cats, int(self.max_depth), leaves)
-        for node, c in leaves.items():
+        for node, (c, _) in leaves.items():
             b.set_counts(node, c)
         tree = b.build()
+        tree.own_var = np.zeros(tree.n_nodes)
+        for node, (_, v) in leaves.items():
+            tree.own_var[node] = v
         tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
         self.trees_ = [tree]
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if not isinstance(getattr(self, "top_up", True), bool):
+            raise ValueError(f"top_up must be True or False, got {self.top_up!r}")
 
     def _prepare(self) -> None:
         pass
@@ -93,7 +108,10 @@ class _ID3(PrivateLearner):
             self._root_count(n_t, eps)
         t = max((self.schema.attributes[j].arity for j in cats), default=0)
         if not cats or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
-            leaves[node] = np.asarray(pds.noisy_class_counts(eps), dtype=np.float64)
+            # the branch stops: its unused levels (2 eps each) go to the leaf's counts (top_up)
+            e_leaf = eps * (1 + 2 * max(depth_left, 0)) if getattr(self, "top_up", True) else eps
+            leaves[node] = (np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64),
+                            cell_variance("geometric", e_leaf))
             return
         j = self._choose(pds, sorted(cats), eps)
         kids = b.split(node, j)
@@ -112,11 +130,13 @@ class SuLQID3(_ID3):
 
     FORMAT = "streamdp.sulq_id3"
 
-    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, noise_seed: int | None = None):
+    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, noise_seed: int | None = None,
+                 top_up: bool = True):
         self.schema = schema
         self.epsilon = epsilon
         self.max_depth = max_depth
         self.noise_seed = noise_seed
+        self.top_up = top_up
 
     def _prepare(self) -> None:
         self._ties = SecureRandom(self.noise_seed) if self.noise_seed is not None else SecureRandom()
@@ -156,13 +176,14 @@ class DiffPID3(_ID3):
     FORMAT = "streamdp.diffp_id3"
 
     def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, scorer: str = "infogain",
-                 n_bound: int | None = None, noise_seed: int | None = None):
+                 n_bound: int | None = None, noise_seed: int | None = None, top_up: bool = True):
         self.schema = schema
         self.epsilon = epsilon
         self.max_depth = max_depth
         self.scorer = scorer
         self.n_bound = n_bound
         self.noise_seed = noise_seed
+        self.top_up = top_up
 
     def _check_params(self) -> None:
         super()._check_params()

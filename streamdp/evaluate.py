@@ -146,10 +146,9 @@ def check_dataset(name: str) -> None:
     if kind not in ("agrawal", "drift", "stagger", "led"):
         raise ValueError(f"unknown dataset {name!r}: agrawal:F, drift, stagger:F, led, uci:NAME")
     if arg and kind in ("agrawal", "stagger"):
-        try:
-            int(arg)
-        except ValueError:
-            raise ValueError(f"unknown dataset {name!r}: {kind}:F takes a classification function number") from None
+        top = 9 if kind == "agrawal" else 2  # river's generators: Agrawal 0-9, STAGGER 0-2
+        if not (arg.isdigit() and int(arg) <= top):
+            raise ValueError(f"unknown dataset {name!r}: {kind}:F takes a classification function 0..{top}")
 
 
 # -- runners --------------------------------------------------------------------

@@ -27,6 +27,7 @@ an in-memory record by its 0-based position (``record 2 (0-based)``).
 
 from __future__ import annotations
 
+import csv
 import os
 import queue
 import re
@@ -41,7 +42,7 @@ from .datasets import DATASETS, load
 from .coding import lookup_codes
 from .schema import Categorical, Encoded, Schema
 
-__all__ = ["SourceError", "Chunk", "encode_frame", "check_header", "read_csv_chunks", "frame_chunks", "prefetch",
+__all__ = ["check_columns", "label_index", "SourceError", "Chunk", "encode_frame", "check_header", "read_csv_chunks", "read_bundled", "frame_chunks", "prefetch",
            "read_dataset", "as_frame", "CHUNK_ROWS"]
 
 #: Rows per chunk read from a CSV file (about 10 MB of Adult-like text).
@@ -286,12 +287,55 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
         source.seek(0)
     head = [str(h).strip() for h in head]
     lab_name = label if isinstance(label, str) else schema.label.name
+    if lab_name in schema.names:  # (a red team: every row then dropped, after a job's charge)
+        raise SourceError(f"{name}: the label column {lab_name!r} is an attribute of the schema")
     missing = [c for c in [*schema.names, lab_name] if c not in head]
     if missing:
         hint = ("; if its first line is a record, the file has no header row: read it with header=False "
                 "(CLI: --no-header)") if len(missing) == len(schema.names) + 1 else ""
         raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns){hint}")
     return head, lab_name
+
+
+def label_index(label: str | int | None, schema: Schema, name: str = "the file") -> int:
+    """The label's column (0-based) in a file without a header: ``label`` (default 0, negative from the end) among
+    the schema's ``n_attributes + 1`` columns; :class:`SourceError` outside them.
+
+    >>> from streamdp.datasets import load
+    >>> s = load("congressional-voting").schema
+    >>> label_index(None, s), label_index(-1, s)
+    (0, 16)
+    """
+    width = schema.n_attributes + 1
+    try:
+        li = 0 if label is None else int(label)
+    except (TypeError, ValueError):
+        raise SourceError(f"{name}: without a header the label column is an index, got {label!r}") from None
+    if isinstance(label, bool) or not -width <= li < width:  # (a wrapped index would shift every column)
+        raise SourceError(f"{name}: label column {label!r} is outside the {width} columns "
+                          f"({schema.n_attributes} attributes and the label): use -{width}..{width - 1}")
+    return li % width
+
+
+def check_columns(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None) -> None:
+    """Refuse, reading the first line only, a file whose columns cannot be the schema's (a job checks this before
+    it is charged): with a header, :func:`check_header`; without, the label index and the first line's field
+    count (the label and the attributes: a wider line, an id column first say, would shift every column)."""
+    if header:
+        check_header(path, schema, label)
+        return
+    label_index(label, schema, path)
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+            first = next(csv.reader(fh), None)
+    except OSError:
+        raise SourceError(f"{path}: cannot read the file") from None
+    if first is None:
+        raise SourceError(f"{path}: empty file")
+    width = schema.n_attributes + 1
+    if len(first) != width:
+        raise SourceError(f"{path}: its first line has {len(first)} fields; without a header a record is the "
+                          f"label and {schema.n_attributes} attributes ({width} fields)")
 
 
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,
@@ -331,11 +375,7 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         line0 = 2
     else:
         width = schema.n_attributes + 1
-        li = int(label) if label is not None else 0
-        if isinstance(label, bool) or not -width <= li < width:  # (a wrapped index would shift every column)
-            raise SourceError(f"{name}: label column {label!r} is outside the {width} columns "
-                              f"({schema.n_attributes} attributes and the label): use -{width}..{width - 1}")
-        li %= width
+        li = label_index(label, schema, name)
         cols = [c for c in range(width) if c != li]
         names = [""] * width
         for c, a in zip(cols, schema.names):
@@ -477,6 +517,13 @@ def prefetch(chunks: Iterable, depth: int = 2) -> Iterator:
                 t.join(0.1)
 
 
+def read_bundled(name: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded ``(X, y)`` of a bundled (or shared UCI) dataset by name, never a file of that name."""
+    ds = load(name)
+    enc = schema.encode(ds.X, ds.y, on_invalid="drop")
+    return enc.X, enc.y
+
+
 def read_dataset(path: str, schema: Schema, *, header: bool = True,
                  label: str | int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``), or a
@@ -486,9 +533,7 @@ def read_dataset(path: str, schema: Schema, *, header: bool = True,
     schema's columns raises :class:`SourceError`.
     """
     if not os.path.exists(path) and path in DATASETS:
-        ds = load(path)
-        enc = schema.encode(ds.X, ds.y, on_invalid="drop")
-        return enc.X, enc.y
+        return read_bundled(path, schema)
     Xs, ys = [], []
     for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop"):
         Xs.append(c.X)

@@ -121,3 +121,14 @@ def test_out_of_range_arguments_are_one_line_errors(argv, capsys):
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(argv)
     assert e.value.code == 2 and "error: argument" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("bad, why", [("uci:votes", "uci:NAME takes one of"), ("agrawal:99", "0..9"),
+                                      ("stagger:3", "0..2"), ("nope", "unknown dataset")])
+def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys):
+    """Trials: a bad name after a good one failed only once the good one had run (8 s, or a whole UCI run)."""
+    import time
+
+    t = time.monotonic()
+    assert main(["evaluate", "uci:congressional-voting", bad]) == 2
+    assert why in capsys.readouterr().err and time.monotonic() - t < 2.0

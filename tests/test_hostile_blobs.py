@@ -88,3 +88,47 @@ def test_format_of_the_wrong_type_is_a_value_error(forest_doc, fmt):
             decode(data)
     with pytest.raises(blob.BlobError):
         blob.loads(data, "streamdp.forest", 1)
+
+
+@pytest.mark.parametrize("bad", [1e308, -1.0, float("nan")])
+def test_a_learner_blob_with_an_absurd_own_var_is_refused(bad):
+    """A red team's blob: own_var 1e308 passed (finite), overflowed in estimation and made every prediction the
+    uniform distribution, silently."""
+    import warnings
+
+    import msgpack
+
+    from streamdp import blob
+    from streamdp.datasets import load
+    from streamdp.learners import DPEA, load_model
+    from streamdp.privacy import NotPrivateWarning
+
+    ds = load("congressional-voting")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        m = DPEA(ds.schema, max_depth=3, epsilon=1.0, noise_seed=1).fit(ds.X, ds.y)
+    good = m.to_bytes()
+    assert (load_model(good).predict(ds.X[:5]) == m.predict(ds.X[:5])).all()
+    doc = msgpack.unpackb(good, raw=False)
+
+    def own_var_of(d):  # the one tree's own_var record, wherever the learner's format keeps it
+        if isinstance(d, dict):
+            if "own_var" in d:
+                return d
+            for v in d.values():
+                found = own_var_of(v)
+                if found is not None:
+                    return found
+        if isinstance(d, list):
+            for v in d:
+                found = own_var_of(v)
+                if found is not None:
+                    return found
+        return None
+
+    tree = own_var_of(doc)
+    arr = blob.unpack_array(tree["own_var"], "own_var", "<f8", 1).copy()
+    arr[-1] = bad
+    tree["own_var"] = {"dtype": "<f8", "shape": [arr.size], "data": arr.tobytes()}
+    with pytest.raises(ValueError, match="own_var"):
+        load_model(msgpack.packb(doc, use_bin_type=True))

@@ -360,6 +360,54 @@ def test_a_dataset_file_without_a_header_and_a_relative_path(r, queue, tmp_path,
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
 
 
+def test_files_whose_columns_cannot_be_the_schemas_are_refused_before_any_charge(r, queue, tmp_path, unique_name):
+    """A red team's findings: without a header, a label index out of range failed after the charge, and a line
+    with an id column first was read to no record (charged, 'done'); with a header, a label naming an attribute
+    did the same."""
+    q, _ = queue
+    rows = [f"{y},{','.join(map(str, x))}" for x, y in zip(VOTES.X, VOTES.y)]
+    plain, idfirst = tmp_path / "plain.data", tmp_path / "idfirst.data"
+    plain.write_text("\n".join(rows) + "\n")
+    idfirst.write_text("".join(f"{i},{row}\n" for i, row in enumerate(rows)))
+    data, sch = _votes_csv(tmp_path)
+    RedisLedger(r).set_budget(unique_name, 1.0)
+    jq = JobQueue(r, q)
+    try:
+        for path, kw, why in ((plain, {"header": False, "label": 99}, "outside the 17 columns"),
+                              (plain, {"header": False, "label": "party"}, "the label column is an index"),
+                              (idfirst, {"header": False}, "its first line has 18 fields"),
+                              (data, {"label": "crime"}, "the label column 'crime' is an attribute")):
+            with pytest.raises(JobError, match=why):
+                jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset=str(path),
+                          schema=str(sch), **kw)
+        assert RedisLedger(r).spent(unique_name)[0] == 0.0
+    finally:
+        r.delete(*ledger_keys(unique_name))
+        for path in (plain, idfirst, data):
+            r.hdel(job_queue.FILE_SOURCES, file_sha256(str(path)))
+
+
+def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(r, queue, tmp_path, unique_name,
+                                                                             monkeypatch):
+    """A red team's finding: a file named like a bundled dataset in the job worker's directory was read (and
+    charged) instead of the dataset the job named."""
+    q, _ = queue
+    (tmp_path / "congressional-voting").write_text(",".join([*VOTES.schema.names, "party"]) + "\n"
+                                                   + "".join(",".join([*map(str, VOTES.X[0]), "democrat"]) + "\n"
+                                                             for _ in range(40)))
+    RedisLedger(r).set_budget(unique_name, 1.0)
+    try:
+        jid = JobQueue(r, q).submit("private-rdt", unique_name, 1.0, {"n_trees": 2, "height": 2, "seed": 1},
+                                    source_kind="dataset", dataset="congressional-voting",
+                                    schema=VOTES.schema)
+        monkeypatch.chdir(tmp_path)
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        assert JobQueue(r, q).status(jid)["status"] == "done"
+        assert JobQueue(r, q).result(jid).estimated_records() > 200  # the 435 bundled records, not the 40
+    finally:
+        r.delete(*ledger_keys(unique_name))
+
+
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):
     """A CSV lacking a schema column failed only after the ledger was charged; now the header is checked first
     (at submit, and again by the worker before charging), reading the header line only."""

@@ -121,7 +121,7 @@ def submit(args: argparse.Namespace) -> int:
         raise ValueError("--schema goes with --dataset")
     if (args.no_header or args.label is not None) and not args.dataset:
         raise ValueError("--no-header and --label describe a --dataset or --source-file file")
-    label = int(args.label) if args.no_header and args.label is not None else args.label
+    label = args.label  # (without a header an index: sources.label_index reads and checks it at submit)
     job_id = q.submit(args.algorithm, args.source, args.epsilon, params, source_kind=kind, dataset=args.dataset,
                       schema=args.schema, result_name=args.name, max_attempts=args.max_attempts,
                       header=not args.no_header, label=label)

@@ -192,7 +192,7 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def retention(args: argparse.Namespace) -> int:
-    from ..service.registry import load_spec
+    from ..service.registry import load_spec, show_model
     from ..service.retention import get_retention, set_retention
 
     r = client(args)
@@ -204,6 +204,11 @@ def retention(args: argparse.Namespace) -> int:
         seconds = None if args.clear else (args.seconds if args.seconds is not None else cur.seconds)
         records = None if args.clear else (args.records if args.records is not None else cur.records)
         ret = set_retention(r, args.name, seconds=seconds, records=records)
+        if cur.keeps_nothing and not ret.keeps_nothing and show_model(r, args.name)["releases"]:
+            # (public: the release count) a red team set retention after the merge and ran a job on no record;
+            # refusing a job over an empty stream would tell whether any record is retained, so it runs
+            print(f"note: records merged before now were not kept; jobs over {args.name!r} read only what is "
+                  "pushed from now on (a job over no record is still charged: it fits noise)", file=sys.stderr)
     else:
         ret = get_retention(r, args.name)
     if args.json:

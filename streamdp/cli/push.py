@@ -52,11 +52,13 @@ def push(args: argparse.Namespace) -> int:
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
-    label: str | int | None = args.label
-    if args.no_header and label is not None:
-        label = int(label)
+    label: str | int | None = args.label  # (without a header an index: sources.label_index reads and checks it)
     with Producer(redis_url(args), args.name, batch_size=args.batch_size, on_invalid="dead-letter",
                   dedup=not args.no_dedup) as p:
+        if args.no_header:  # a line of another width (an id column first) would shift every column
+            from ..sources import check_columns
+
+            check_columns(args.file, p.schema, header=False, label=label)
         bar = Progress(1) if not args.quiet else None
         read = [0.0]
         chunk_rows = args.batch_size * max(1, CHUNK_ROWS // args.batch_size)  # batches never straddle chunks

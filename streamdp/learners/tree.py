@@ -41,6 +41,10 @@ from ..schema import Categorical, Schema
 __all__ = ["Tree", "TreeBuilder"]
 
 
+#: Bound on a tree's summed release variances (own_var x classes x nodes): every sum estimation forms stays finite.
+OWN_VAR_SUM_MAX = 1e300
+
+
 @dataclass
 class Tree:
     feature: np.ndarray  # int64, -1 = leaf
@@ -157,8 +161,10 @@ class Tree:
         shapes = (self.threshold.shape, self.child_start.shape, self.depth.shape, self.parent.shape)
         if self.own_var is not None:
             shapes += (self.own_var.shape,)
-            if np.any(self.own_var < 0):
-                raise blob.BlobError(f"{fmt}: own_var must be >= 0")
+            # bounded so that every sum of variances estimation forms stays finite (a red team's 1e308 made NaN)
+            top = OWN_VAR_SUM_MAX / (schema.n_classes * n)
+            if np.any(self.own_var < 0) or np.any(self.own_var > top):
+                raise blob.BlobError(f"{fmt}: own_var must be in [0, {top:g}]")
         if any(s != (n,) for s in shapes) or self.counts.shape != (n, schema.n_classes):
             raise blob.BlobError(f"{fmt}: node arrays disagree in length or class count")
         if self.parent[0] != -1 or np.any(self.parent[1:] < 0) or np.any(self.parent[1:] >= np.arange(1, n)):

@@ -34,7 +34,7 @@ import redis
 from ..jobs import JobError, JobSpec, check_params
 from ..ledger import file_sha256
 from ..schema import Schema
-from ..sources import SourceError, check_header
+from ..sources import SourceError, check_columns
 from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
@@ -163,11 +163,10 @@ class JobQueue:
         if source.startswith("file-") and source != "file-" + digest[:32]:
             raise JobError(f"source {source!r} names another file's content than {dataset!r} "
                            f"(its source is file-{digest[:32]}); use --source-file")
-        if header:
-            try:
-                check_header(dataset, schema, label)
-            except SourceError as e:
-                raise JobError(f"{e}; nothing was charged") from None
+        try:
+            check_columns(dataset, schema, header=header, label=label)
+        except SourceError as e:
+            raise JobError(f"{e}; nothing was charged") from None
         if not self.r.hsetnx(FILE_SOURCES, digest, source):
             first = as_str(self.r.hget(FILE_SOURCES, digest) or b"")
             if first and first != source:

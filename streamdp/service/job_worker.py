@@ -43,11 +43,12 @@ from typing import Any
 import numpy as np
 import redis
 
+from ..datasets import DATASETS
 from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, file_sha256
 from ..schema import Schema
-from ..sources import SourceError, check_header, read_dataset
+from ..sources import SourceError, check_columns, read_bundled, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -278,16 +279,22 @@ class JobWorker(GroupLoop):
             if digest and (not os.path.isfile(path) or file_sha256(path) != digest):
                 raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                                f"(sha256 {digest[:16]}... expected); nothing was charged or read")
+            # A job without a digest names a bundled dataset (a file always gets one at submit): it is loaded by
+            # name, never looked up in this worker's directory (a red team's file of that name was read instead).
+            if not digest and path not in DATASETS:
+                raise JobError(f"dataset {path!r} is neither a bound file nor a bundled dataset; nothing was charged")
             header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
             label = json.loads(doc.get("label") or "null")
-            if os.path.isfile(path) and header:  # a file without the schema's columns is refused before charging
+            if digest:  # a file whose columns cannot be the schema's is refused before charging
                 try:
-                    check_header(path, schema, label)
+                    check_columns(path, schema, header=header, label=label)
                 except SourceError as e:
                     raise JobError(f"{e}; nothing was charged") from None
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:
+                    if not digest:
+                        return read_bundled(path, schema)
                     return read_dataset(path, schema, header=header, label=label)
                 except SourceError as e:
                     raise JobError(str(e)) from None

@@ -701,3 +701,23 @@ def test_jobs_that_could_only_fail_are_refused_at_submit_before_any_charge(r, qu
     finally:
         r.delete(*ledger_keys(unique_name))
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
+
+
+def test_setting_retention_after_merges_says_what_was_not_kept(r, redis_url, unique_name, capsys):
+    """A red team set retention after the data was merged and ran a job on no record (charged): the command now
+    says so (the release count is public; whether records are retained is not, so the job is not refused)."""
+    from streamdp.cli import main
+
+    create_model(r, unique_name, VOTES.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
+    try:
+        u = ["--redis-url", redis_url]
+        assert main(u + ["model", "retention", unique_name, "--records", "5"]) == 0  # before any release: no note
+        assert "were not kept" not in capsys.readouterr().err
+        assert main(u + ["model", "retention", unique_name, "--clear"]) == 0
+        Producer(r, unique_name, batch_size=100).push(VOTES.X[:100], VOTES.y[:100])
+        Worker(r, unique_name, block_ms=10).run(until_drained=True, handle_signals=False)
+        assert main(u + ["model", "retention", unique_name, "--seconds", "60"]) == 0
+        assert "records merged before now were not kept" in capsys.readouterr().err
+    finally:
+        delete_model(r, unique_name)
+        r.delete(*ledger_keys(unique_name))

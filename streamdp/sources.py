@@ -309,6 +309,8 @@ def label_index(label: str | int | None, schema: Schema, name: str = "the file")
     width = schema.n_attributes + 1
     try:
         li = 0 if label is None else int(label)
+        if label is not None and not isinstance(label, str) and li != label:  # (3.7 is no column)
+            raise ValueError
     except (TypeError, ValueError):
         raise SourceError(f"{name}: without a header the label column is an index, got {label!r}") from None
     if isinstance(label, bool) or not -width <= li < width:  # (a wrapped index would shift every column)
@@ -317,25 +319,32 @@ def label_index(label: str | int | None, schema: Schema, name: str = "the file")
     return li % width
 
 
-def check_columns(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None) -> None:
+def check_columns(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None,
+                  first_label: bool = True) -> None:
     """Refuse, reading the first line only, a file whose columns cannot be the schema's (a job checks this before
-    it is charged): with a header, :func:`check_header`; without, the label index and the first line's field
-    count (the label and the attributes: a wider line, an id column first say, would shift every column)."""
+    it is charged): with a header, :func:`check_header`; without, the label index, the first record's field
+    count (the label and the attributes: a wider line, an id column first say, would shift every column) and,
+    with ``first_label``, that its label field is a declared class. That last check reads a value: only where
+    the file's owner submits it (``job submit``, ``push``), never in a job worker before its charge."""
     if header:
         check_header(path, schema, label)
         return
-    label_index(label, schema, path)
+    li = label_index(label, schema, path)
     try:
         with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-            first = next(csv.reader(fh), None)
+            first = next((row for row in csv.reader(fh, skipinitialspace=True) if row), None)  # blank lines skipped
     except OSError:
         raise SourceError(f"{path}: cannot read the file") from None
     if first is None:
         raise SourceError(f"{path}: empty file")
     width = schema.n_attributes + 1
-    if len(first) != width:
-        raise SourceError(f"{path}: its first line has {len(first)} fields; without a header a record is the "
+    if len(first) < width or any(f.strip() for f in first[width:]):  # (empty fields past the last: trailing commas)
+        raise SourceError(f"{path}: its first record has {len(first)} fields; without a header a record is the "
                           f"label and {schema.n_attributes} attributes ({width} fields)")
+    if first_label and first[li].strip() not in {str(v) for v in schema.label.values}:
+        # (the submitter's own file, read where it is submitted: a label column on an attribute fit no record)
+        raise SourceError(f"{path}: column {li} of its first record is not one of the classes "
+                          f"{list(schema.label.values)}: is the label column --label INDEX?")
 
 
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,

@@ -375,7 +375,7 @@ def test_files_whose_columns_cannot_be_the_schemas_are_refused_before_any_charge
     try:
         for path, kw, why in ((plain, {"header": False, "label": 99}, "outside the 17 columns"),
                               (plain, {"header": False, "label": "party"}, "the label column is an index"),
-                              (idfirst, {"header": False}, "its first line has 18 fields"),
+                              (idfirst, {"header": False}, "its first record has 18 fields"),
                               (data, {"label": "crime"}, "the label column 'crime' is an attribute")):
             with pytest.raises(JobError, match=why):
                 jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset=str(path),
@@ -406,6 +406,61 @@ def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(r, q
         assert JobQueue(r, q).result(jid).estimated_records() > 200  # the 435 bundled records, not the 40
     finally:
         r.delete(*ledger_keys(unique_name))
+
+
+def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path, unique_name, monkeypatch):
+    """A reviewer's findings: a second job of the same result name was charged and then refused at publishing; a
+    decoy of a shared dataset where the worker looks (../shared/datasets) was read; a model whose retention was
+    cleared after the submit was charged; a file without a header but with trailing commas was refused."""
+    from streamdp.service.retention import set_retention
+
+    q, _ = queue
+    jq = JobQueue(r, q)
+    RedisLedger(r).set_budget(unique_name, 5.0)
+    name = f"res-{uuid.uuid4().hex[:8]}"
+    try:
+        jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="congressional-voting",
+                  result_name=name)
+        with pytest.raises(JobError, match=f"result name '{name}' is held by job"):
+            jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset",
+                      dataset="congressional-voting", result_name=name)
+        # a pinned bundled dataset: the worker finds other bytes under that name (a decoy) and refuses uncharged
+        jid = jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="nursery")
+        decoy = tmp_path / "shared" / "datasets"
+        (decoy / "nursery").mkdir(parents=True)
+        (decoy / "nursery" / "nursery.data").write_text("usual,proper,complete,1,convenient,convenient,nonprob,"
+                                                        "recommended,recommend\n" * 40)
+        monkeypatch.setenv("STREAMDP_DATASETS", str(decoy))
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        st = jq.status(jid)
+        assert st["status"] == "failed" and "not the one submitted" in st.get("reason", "") + st.get("error", ""), {k: st.get(k) for k in ("reason", "error", "progress")}
+        spent_before = RedisLedger(r).spent(unique_name)[0]
+        monkeypatch.delenv("STREAMDP_DATASETS")
+        # retention cleared after the submit: the worker refuses before charging
+        create_model(r, f"{unique_name}-m", VOTES.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=3.0,
+                     release="batch")
+        set_retention(r, f"{unique_name}-m", records=100)
+        jid = jq.submit("diffp-id3", f"{unique_name}-m", 0.5, {})
+        set_retention(r, f"{unique_name}-m")
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        assert "keeps no merged records" in jq.status(jid).get("reason", "")
+        assert RedisLedger(r).spent(f"{unique_name}-m")[0] == 1.0  # the model's epsilon only
+        assert RedisLedger(r).spent(unique_name)[0] == spent_before
+        # trailing commas and a blank first line, without a header: read as the reader reads them
+        data = tmp_path / "votes.data"
+        data.write_text("\n" + "".join(f"{y},{','.join(map(str, x))},\n" for x, y in zip(VOTES.X, VOTES.y)))
+        jid = jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset=str(data),
+                        schema=VOTES.schema, header=False)
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        assert jq.status(jid)["status"] == "done"
+    finally:
+        r.delete(*ledger_keys(unique_name))
+        try:
+            delete_model(r, f"{unique_name}-m")
+        except Exception:
+            pass
+        r.delete(*ledger_keys(f"{unique_name}-m"))
+        r.hdel(job_queue.RESULT_NAMES, name)
 
 
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):

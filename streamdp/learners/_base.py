@@ -200,6 +200,8 @@ class PrivateLearner:
         unknown = set(params) - set(cls._param_names())
         if unknown:
             raise blob.BlobError(f"{fmt}: unknown parameters {sorted(unknown)}")
+        if "top_up" in cls._param_names() and "top_up" not in params:
+            params = {**params, "top_up": False}  # fitted before top_up existed: the papers' budget
         m = cls(schema=schema, **params)
         trees = blob.field(doc, "trees", list, fmt)
         if not trees:

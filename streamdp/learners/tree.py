@@ -41,8 +41,9 @@ from ..schema import Categorical, Schema
 __all__ = ["Tree", "TreeBuilder"]
 
 
-#: Bound on a tree's summed release variances (own_var x classes x nodes): every sum estimation forms stays finite.
-OWN_VAR_SUM_MAX = 1e300
+#: Bound on a tree's summed release variances (own_var x classes x nodes): every sum estimation forms stays finite
+#: (a cell's variance at epsilon 1e-90 is about 2e180).
+OWN_VAR_SUM_MAX = 1e200
 
 
 @dataclass

@@ -32,6 +32,7 @@ from typing import Any
 import redis
 
 from ..jobs import JobError, JobSpec, check_params
+from ..datasets import dataset_digest
 from ..ledger import file_sha256
 from ..schema import Schema
 from ..sources import SourceError, check_columns
@@ -51,6 +52,8 @@ STATUSES = ("queued", "running", "done", "failed", "refused")
 FINAL = ("done", "failed", "refused")
 DEFAULT_MAX_ATTEMPTS = 3
 FILE_SOURCES = "sdp:ledger:files"
+#: result name -> the job holding it (a job name is reserved at submit)
+RESULT_NAMES = "sdp:job-names"
 
 
 class SourceLabelWarning(UserWarning):
@@ -109,7 +112,7 @@ class JobQueue:
                 raise JobError("a job over a model's records takes no dataset, schema, header or label (the "
                                "model's schema is used)")
             sch = load_spec(self.r, source).schema
-            if _keeps_nothing(self.r, source):  # configuration, public: refused before any charge
+            if keeps_nothing(self.r, source):  # configuration, public: refused before any charge
                 raise JobError(f"model {source!r} keeps no merged records (no retention set), so a job over it "
                                "would charge epsilon for the few records not merged yet; set `streamdp model "
                                f"retention {source} --records N` (or --seconds S) before the data is pushed; "
@@ -122,13 +125,22 @@ class JobQueue:
         check_params(spec, sch)
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
+        bundled = source_kind == "dataset" and not os.path.isfile(dataset)
+        if bundled and (not header or label is not None):
+            raise JobError(f"--no-header and --label describe a file; {dataset!r} is a known dataset's name")
         if source_kind == "dataset":
             _check_named_dataset(dataset, sch)
         digest = self._bind_file(source, dataset, sch, header, label) if source_kind == "dataset" else ""
+        if bundled:  # pinned: the job worker reads the dataset only where it finds these bytes
+            try:
+                digest = dataset_digest(dataset)
+            except FileNotFoundError as e:
+                raise JobError(f"{e}; nothing was charged") from None
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
             raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
+        self._reserve(result, job_id)
         now = now_s()
         doc = {
             "id": job_id, "algorithm": algorithm, "epsilon": repr(float(epsilon)),
@@ -136,7 +148,7 @@ class JobQueue:
             "dataset": dataset or "", "dataset_sha256": digest, "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
             "result": result, "status": "queued", "progress": "queued", "fraction": "0", "attempts": 0,
             "max_attempts": max_attempts, "error": "", "reason": "", "created": now,
-            "header": int(bool(header)), "label": json.dumps(label),
+            "header": int(bool(header)), "label": json.dumps(label), "bundled": int(bundled),
         }
         p = self.r.pipeline(transaction=False)
         p.hset(job_key(job_id), mapping=doc)
@@ -144,6 +156,19 @@ class JobQueue:
         p.execute()
         self.r.xadd(self.stream, {"job": job_id})
         return job_id
+
+    def _reserve(self, result: str, job_id: str) -> None:
+        """Hold ``result`` for this job (a second job of the same name was charged, fitted, then refused at
+        publishing: a reviewer's finding); a name held by a job that has ended (its result, if any, deleted since:
+        the caller checked) is taken over."""
+        if self.r.hsetnx(RESULT_NAMES, result, job_id):
+            return
+        holder = as_str(self.r.hget(RESULT_NAMES, result) or b"")
+        status = as_str(self.r.hget(job_key(holder), "status") or b"") if holder else ""
+        if status not in ("queued", "running"):
+            self.r.hset(RESULT_NAMES, result, job_id)
+            return
+        raise JobError(f"result name {result!r} is held by job {holder} ({status}); choose another --name")
 
     def _bind_file(self, source: str, dataset: str, schema: Schema, header: bool, label: str | int | None) -> str:
         """The SHA-256 of a dataset file ('' for a bundled dataset's name); checks it (its source label, then its
@@ -243,7 +268,7 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
     raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
 
 
-def _keeps_nothing(r: Any, name: str) -> bool:
+def keeps_nothing(r: Any, name: str) -> bool:
     """Whether model ``name`` is set to keep no merged record (False where this client may not read the setting:
     the check only spares a submitter a job over nothing)."""
     try:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import redis
 
-from ..datasets import DATASETS
+from ..datasets import DATASETS, dataset_digest
 from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, file_sha256
@@ -52,7 +52,7 @@ from ..sources import SourceError, check_columns, read_bundled, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
-from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
+from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, keeps_nothing, job_key, now_s
 from .keys import JOB_RESULTS, Keys, as_str
 from .ledger_store import RedisLedger
 from .published import counts_to_bytes
@@ -268,6 +268,9 @@ class JobWorker(GroupLoop):
         source, kind = doc["source"], doc["source_kind"]
         if kind == "model":
             schema = load_spec(self.r, source).schema
+            if keeps_nothing(self.r, source):  # (retention cleared since the submit: a reviewer's finding)
+                raise JobError(f"model {source!r} keeps no merged records (its retention was cleared); nothing "
+                               "was charged")
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 return read_model_records(self.r, source, schema)
@@ -275,25 +278,33 @@ class JobWorker(GroupLoop):
             schema = Schema.from_dict(json.loads(doc["schema"]))
             path = doc["dataset"]
             digest = doc.get("dataset_sha256") or ""
-            # The file must be the one submitted (and bound to its ledger source): checked before charging.
-            if digest and (not os.path.isfile(path) or file_sha256(path) != digest):
+            # A bundled dataset is loaded by name, never looked up in this worker's directory (a red team's file of
+            # that name was read instead), and only if the bytes found are those pinned at submit (a reviewer's
+            # decoy under ../shared/datasets). (Jobs queued before the pin: no digest, a bundled name.)
+            bundled = doc.get("bundled") == "1" or (not digest and path in DATASETS)
+            if bundled:
+                try:
+                    found = dataset_digest(path)
+                except (KeyError, FileNotFoundError) as e:
+                    raise JobError(f"{e}; nothing was charged") from None
+                if digest and found != digest:
+                    raise JobError(f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
+                                   "expected); nothing was charged or read")
+            elif not digest or not os.path.isfile(path) or file_sha256(path) != digest:
+                # The file must be the one submitted (and bound to its ledger source): checked before charging.
                 raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                                f"(sha256 {digest[:16]}... expected); nothing was charged or read")
-            # A job without a digest names a bundled dataset (a file always gets one at submit): it is loaded by
-            # name, never looked up in this worker's directory (a red team's file of that name was read instead).
-            if not digest and path not in DATASETS:
-                raise JobError(f"dataset {path!r} is neither a bound file nor a bundled dataset; nothing was charged")
             header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
             label = json.loads(doc.get("label") or "null")
-            if digest:  # a file whose columns cannot be the schema's is refused before charging
+            if not bundled:  # a file whose columns cannot be the schema's is refused before charging (no value read)
                 try:
-                    check_columns(path, schema, header=header, label=label)
+                    check_columns(path, schema, header=header, label=label, first_label=False)
                 except SourceError as e:
                     raise JobError(f"{e}; nothing was charged") from None
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:
-                    if not digest:
+                    if bundled:
                         return read_bundled(path, schema)
                     return read_dataset(path, schema, header=header, label=label)
                 except SourceError as e:

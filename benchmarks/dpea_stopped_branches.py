@@ -16,6 +16,7 @@ and the folds below the majority share - 0.01.
     python benchmarks/dpea_stopped_branches.py >> benchmarks/results/dpea_stopped_branches.log
     python benchmarks/dpea_stopped_branches.py --learner id3 --root /tmp/id3-before > benchmarks/results/id3_stopped_branches.log
     python benchmarks/dpea_stopped_branches.py --learner id3 >> benchmarks/results/id3_stopped_branches.log
+    python benchmarks/dpea_stopped_branches.py --learner c45 ...   # the same for DiffPC4.5 (c45_stopped_branches.log)
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]), help="the checkout to measure")
     ap.add_argument("--runs", type=int, default=1, help="10-fold CV runs per setting")
-    ap.add_argument("--learner", choices=("dpea", "id3"), default="dpea")
+    ap.add_argument("--learner", choices=("dpea", "id3", "c45"), default="dpea")
     a = ap.parse_args()
     sys.path.insert(0, a.root)
     from sklearn.model_selection import StratifiedKFold
@@ -53,11 +54,18 @@ def main() -> int:
         grid = [(f"{ed}", eps, lambda sc, D, ed=ed, eps=eps: DPEA(sc, max_depth=D, embed_depth=ed, epsilon=eps))
                 for ed, eps in GRID]
         depths, head = DEPTHS, "embed_depth"
-    else:
+    elif a.learner == "id3":
         grid = [(lab, eps, make) for eps in (0.5, 1.0) for lab, make in (
             ("SuLQ-ID3", lambda sc, D, eps=eps: SuLQID3(sc, epsilon=eps, max_depth=D)),
             ("DiffPID3 max", lambda sc, D, eps=eps: DiffPID3(sc, epsilon=eps, max_depth=D, scorer="max")))]
         depths, head = (2, 4, 6, 10), "learner"
+    else:
+        from streamdp.learners import DiffPC45
+
+        grid = [("DiffPC4.5 gini", eps, lambda sc, D, eps=eps: DiffPC45(sc, epsilon=eps, max_depth=D))
+                for eps in (0.5, 1.0)]
+        depths, head = (2, 4, 6, 10), "learner"
+    datasets = DATASETS if a.learner != "c45" else ("congressional-voting", "nursery", "adult", "skewed")
 
     warnings.simplefilter("ignore")
     rev = subprocess.getoutput(f"git -C {a.root} rev-parse --short HEAD")
@@ -66,7 +74,7 @@ def main() -> int:
     print(f"| dataset (majority) | {head} | epsilon | " + " | ".join(f"D={d}" for d in depths) + " |")
     print("|---|---|---|" + "---|" * len(depths))
     t0 = time.time()
-    for name in DATASETS:
+    for name in datasets:
         ds = skewed(6000, seed=7) if name == "skewed" else load(name)
         y = np.asarray(ds.y)
         maj = max(float(np.mean(y == c)) for c in set(y))

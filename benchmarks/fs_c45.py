@@ -75,7 +75,7 @@ def diffpid3(schema: Schema, epsilon: float, scorer: str, n_bound: int):
         from streamdp.learners import DiffPID3
 
         return DiffPID3(schema, epsilon=epsilon, max_depth=1, scorer=scorer, n_bound=n_bound)
-    return DiffPC45(schema, epsilon=epsilon, max_depth=1, scorer=scorer, n_bound=n_bound, prune=False)
+    return DiffPC45(schema, epsilon=epsilon, max_depth=1, scorer=scorer, n_bound=n_bound, prune=False, top_up=False)
 
 
 def experiment_numeric(sizes, runs: int, scorers, B: float = 0.2) -> dict:
@@ -91,7 +91,7 @@ def experiment_numeric(sizes, runs: int, scorers, B: float = 0.2) -> dict:
             for _ in range(runs):
                 X, y = sample35(n, rng)
                 for prune in (True, False):
-                    m = DiffPC45(sn, epsilon=B, max_depth=1, scorer=scorer, n_bound=nb, prune=prune).fit(X, y)
+                    m = DiffPC45(sn, epsilon=B, max_depth=1, scorer=scorer, n_bound=nb, prune=prune, top_up=False).fit(X, y)
                     acc[f"DiffPC4.5 ({'pruned' if prune else 'unpruned'})"].append(m.score(Xte, yte))
                 m = diffpid3(sb, B, scorer, nb).fit(binned(X), y)
                 acc["10 bins + DiffPID3"].append(m.score(Xte_b, yte))
@@ -129,7 +129,7 @@ def experiment_adult(budgets, scorers, repeats: int, k: int = 10) -> dict:
                     for i in range(k):
                         te = fold[i]
                         tr = np.concatenate([fold[j] for j in range(k) if j != i])
-                        m = DiffPC45(ds.schema, epsilon=B, max_depth=5, scorer=scorer, n_bound=50000,
+                        m = DiffPC45(ds.schema, epsilon=B, max_depth=5, scorer=scorer, n_bound=50000, top_up=False,
                                      prune=prune).fit(ds.X[tr], ds.y[tr])
                         accs.append(m.score(ds.X[te], ds.y[te]))
                         sizes.append(reachable(m.trees_[0]))
@@ -151,7 +151,7 @@ def runtime(reps: int) -> list[dict]:
             times, nodes = [], []
             for _ in range(reps):
                 t = time.perf_counter()
-                m = DiffPC45(ds.schema, epsilon=B, max_depth=5, scorer="gini").fit(ds.X, ds.y)
+                m = DiffPC45(ds.schema, epsilon=B, max_depth=5, scorer="gini", top_up=False).fit(ds.X, ds.y)
                 times.append(time.perf_counter() - t)
                 nodes.append(m.trees_[0].n_nodes)
             rows.append({"dataset": name, "rows": len(ds.y), "epsilon": B, "median_s": float(np.median(times)),

@@ -184,6 +184,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
                   _depth(5), Param("scorer", Options(_SCORERS), "gini", "split quality"), _N_BOUND,
                   Param("prune", Flag(), True, "C4.5 error-based pruning"),
                   Param("cf", Interval(float, 0, 1, closed="neither"), 0.25, "C4.5 certainty factor"),
+                  _TOP_UP,
               )),
     Algorithm("hanisch-forest", "Hanisch's private random forest", "HanischForest", "streamdp.learners.hanisch",
               "streamdp.hanisch_forest", (

@@ -67,6 +67,28 @@ def test_every_query_gets_B_over_2_plus_n_d_plus_2_and_a_full_branch_spends_B():
     assert clf.epsilon_spent_ == pytest.approx(B)
 
 
+@pytest.mark.parametrize("B, d", [(0.3, 6), (1.0, 8), (4.0, 3)])
+def test_every_branch_spends_its_budget_a_stopped_one_on_its_leaf(B, d):
+    """top_up: a branch that stops early (or skips a collapsed numeric attribute's query) gives its leaf's class
+    counts what it has left, so every root-to-leaf path spends exactly B (paths are disjoint); top_up=False
+    keeps the paper's split (leaves at one query's epsilon, a stopped path below B)."""
+    schema = mixed_schema(n_cat=3, n_num=2)
+    X, y = split35(2000, np.random.default_rng(4))
+    for top_up in (True, False):
+        pds = PrivateDataset.from_records(schema, X, y, epsilon=B, noise_seed=5)
+        clf = DiffPC45(schema, epsilon=B, max_depth=d, noise_seed=5, top_up=top_up).fit(pds)
+        paths = {path for path, _, _ in pds.log}
+        leaves = [p for p in paths if not any(len(q) > len(p) and q[:len(p)] == p for q in paths)]
+        sums = [sum(e for path, _, e in pds.log if leaf[:len(path)] == path) for leaf in leaves]
+        assert max(sums) <= B * (1 + 1e-9)
+        if top_up:
+            assert sums == pytest.approx([B] * len(sums), rel=1e-9)
+            t = clf.trees_[0]
+            assert np.all(t.own_var[t.feature >= 0] == 0) and np.any(t.own_var > 0)
+        else:
+            assert min(sums) < B * 0.999 or all(len(p) == d for p in leaves)
+
+
 @pytest.mark.parametrize("B", [0.01, 0.3, 2.0])
 def test_never_overspends(B):
     schema = mixed_schema()

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from ..estimation import cell_variance
 from ..private_data import PrivateDataset
 from ..schema import Categorical, Numeric
 from ..validation import check_flag, check_probability
@@ -129,6 +130,7 @@ class _Grown:
     def __init__(self) -> None:
         self.noisy_n: dict[int, float] = {}
         self.leaf_counts: dict[int, np.ndarray] = {}
+        self.leaf_epsilon: dict[int, float] = {}
         self.children: dict[int, list[int]] = {}
 
     def add(self, node: int, noisy_n: float) -> None:
@@ -205,6 +207,8 @@ class DiffPC45(PrivateLearner):
     count plus a margin (:func:`~streamdp.learners.scorers.record_bound`).
     ``prune``: Algorithm 3 with certainty factor ``cf`` (0 < cf < 1).
     ``noise_seed``: reproducible noise, NOT private (tests only).
+    ``top_up``: a branch that stops before spending its budget (early, or with numeric queries skipped) gives
+    its leaf's class counts what it has left (False: the paper's budget, the leaf at one query's epsilon).
     """
 
     FORMAT = FORMAT
@@ -219,6 +223,7 @@ class DiffPC45(PrivateLearner):
         prune: bool = True,
         cf: float = 0.25,
         noise_seed: int | None = None,
+        top_up: bool = True,
     ):
         self.schema = schema
         self.epsilon = epsilon
@@ -228,12 +233,14 @@ class DiffPC45(PrivateLearner):
         self.prune = prune
         self.cf = cf
         self.noise_seed = noise_seed
+        self.top_up = top_up
 
     # -- parameters -------------------------------------------------------------------------
     def _check_params(self) -> None:
         super()._check_params()
         checked_scorer(self.scorer, self.n_bound, self.schema)
         check_flag(self.prune, "prune")
+        check_flag(self.top_up, "top_up")
         check_probability(self.cf, "cf (C4.5 certainty factor)", closed="neither")
 
     def epsilon_per_query(self) -> float:
@@ -245,6 +252,15 @@ class DiffPC45(PrivateLearner):
         """A leaf's class counts use one query's epsilon (calibration rescales them: post-processing)."""
         return self.epsilon_per_query()
 
+    def released_totals(self) -> tuple[np.ndarray, float]:
+        """The fit's class totals and a per-class noise variance: the reachable leaves' sum, with one query's cell
+        variance per leaf (the formula before top_up: calibration rescales the leaves to shares of the root's
+        noisy count, so their own, smaller, variances would understate it)."""
+        self._check_fitted()
+        t = self.trees_[0]
+        leaves = t.reachable_leaves()
+        return t.counts[leaves].sum(axis=0), float(leaves.sum()) * self.cell_variance()
+
     # -- growth (Algorithm 2 + numeric split points) --------------------------------------
     def _fit(self, pds: PrivateDataset) -> None:
         self.scorer_: Scorer = get_scorer(self.scorer, self.schema)
@@ -255,7 +271,7 @@ class DiffPC45(PrivateLearner):
         grown = _Grown()
         categorical = [j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical)]
         root = builder.add(depth=0)
-        self._grow(pds, builder, grown, root, frozenset(categorical), int(self.max_depth))
+        self._grow(pds, builder, grown, root, frozenset(categorical), int(self.max_depth), 0.0)
         self.n_queries_ = len(pds.log)
         # Algorithm 3: post-processing only, pds is not used below.
         _, counts, informative = calibrate(grown, self.schema.n_classes)
@@ -266,10 +282,15 @@ class DiffPC45(PrivateLearner):
         for node in range(counts.shape[0]):
             builder.set_counts(node, stored[node])
         self.n_pruned_ = len(pruned)
-        self.trees_ = [builder.build()]
+        tree = builder.build()
+        tree.own_var = np.zeros(tree.n_nodes)  # each grown leaf's release (calibration rescales it: approximate)
+        for node, e in grown.leaf_epsilon.items():
+            tree.own_var[node] = cell_variance("geometric", e)
+        self.trees_ = [tree]
 
     def _grow(self, pds: PrivateDataset, builder: TreeBuilder, grown: _Grown, node: int,
-              cats: frozenset, depth_left: int) -> None:
+              cats: frozenset, depth_left: int, spent: float) -> None:
+        """``spent``: what the branch spent above this node (its budget is ``epsilon``)."""
         eps = self.epsilon_per_query_
         schema = self.schema
         C = schema.n_classes
@@ -283,8 +304,12 @@ class DiffPC45(PrivateLearner):
                 self.sensitivity_ = 2 * self.scorer_.sensitivity(b)
         arities = [schema.attributes[j].arity for j in cats] + [2] * len(numeric)
         t = max(arities) if arities else 0
+        spent += eps
         if not arities or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
-            grown.leaf_counts[node] = np.asarray(pds.noisy_class_counts(eps), dtype=np.float64)
+            # the rest of the branch's budget (at least one query's: the paper's split), less a rounding margin
+            e_leaf = max(eps, (float(self.epsilon) - spent) * (1 - 1e-12)) if self.top_up else eps
+            grown.leaf_counts[node] = np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64)
+            grown.leaf_epsilon[node] = e_leaf
             return
         q, b = self.scorer_, self.record_bound_
         candidates: list[Any] = sorted(cats)
@@ -292,6 +317,7 @@ class DiffPC45(PrivateLearner):
             thr = pds.exponential_threshold(j, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
             candidates.append((j, thr))
         choice = pds.exponential(candidates, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
+        spent += eps * (len(numeric) + 1)
         if isinstance(choice, tuple):
             j, thr = choice
             parts = pds.partition(j, thr)
@@ -304,4 +330,4 @@ class DiffPC45(PrivateLearner):
             rest = cats - {j}
         grown.children[node] = kids
         for part, kid in zip(parts, kids):
-            self._grow(part, builder, grown, kid, rest, depth_left - 1)
+            self._grow(part, builder, grown, kid, rest, depth_left - 1, spent)

@@ -17,7 +17,7 @@ __all__ = ["add_parser", "stats"]
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp stats`` on an ``argparse`` subparsers object."""
-    st = subparsers.add_parser("stats", help="worker counters (records, batches, dead letters, pending, lag, retries)")
+    st = subparsers.add_parser("stats", help="a model's health and noisy figures (exact worker counters with --exact)")
     st.add_argument("name", nargs="?")
     st.add_argument("--prometheus", action="store_true")
     st.add_argument("--exact", action="store_true",

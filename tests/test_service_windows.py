@@ -584,3 +584,23 @@ def test_the_state_keeps_no_copy_of_the_counts_and_every_window_stores_its_noise
     assert w2.closer.tick(_at(r, "m", 4)) == 1
     d4 = noise_from_bytes(r.get(Keys.of(r, "m").window_delta(4)), spec)
     np.testing.assert_array_equal(_published(r, "m", spec), pub + d4)
+
+
+def test_a_worker_started_late_warns_of_the_windows_it_will_release(r, caplog):
+    """A worker started 46 windows late releases them all (their noise swamped 300 records in late_worker.log):
+    it says so at start (public: the clock and the published release count)."""
+    import logging
+
+    from streamdp.service.registry import load_policy
+
+    _model(r, release="window", epsilon=1.0)
+    start = load_policy(r, "m")[1]
+    for late, warned in ((0.5, False), (50.5, True)):
+        w = _worker(r)
+        w.closer.now = lambda late=late: start + late * EVERY
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="streamdp.worker"):
+            w._on_start()
+        assert ("worker.behind_schedule" in caplog.text) is warned
+        if warned:
+            assert '"windows": 50' in caplog.text

@@ -100,6 +100,11 @@ class WorkerConfig:
         return self
 
 
+#: Windows due and not released at a worker's start from which it warns (``worker.behind_schedule``): a worker
+#: started late releases every missed window, and on a small stream their noise can swamp the records.
+BEHIND_WARN = 10
+
+
 def _jlog(level: int, event: str, **kv: Any) -> None:
     jlog(log, level, event, **kv)
 
@@ -194,6 +199,12 @@ class Worker(GroupLoop):
         if not self.noise.keyed:
             _jlog(logging.WARNING, "worker.unkeyed_noise", model=self.model,
                   hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)")
+        if self.closer is not None:  # (public: the clock and the published release count)
+            behind = self.closer.due(self.closer.now()) - int(self.redis.hget(self.keys.pub_model, "releases") or 0)
+            if behind >= BEHIND_WARN:
+                _jlog(logging.WARNING, "worker.behind_schedule", model=self.model, windows=behind,
+                      hint="every window due is released, empty or not, each adding a noise draw to every count: "
+                           "start workers with the model (README, the late worker)")
 
     def _on_disconnect(self) -> None:
         self.reader.reset()

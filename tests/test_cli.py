@@ -132,3 +132,13 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys):
     t = time.monotonic()
     assert main(["evaluate", "uci:congressional-voting", bad]) == 2
     assert why in capsys.readouterr().err and time.monotonic() - t < 2.0
+
+
+def test_a_job_line_shows_a_result_only_where_there_is_one():
+    """A walkthrough: `job list` showed a refused job's result name, which `job result` then said does not exist."""
+    from streamdp.cli.job import _line
+
+    st = {"id": "j1", "status": "refused", "progress": "refused", "algorithm": "dpea", "epsilon": 0.5,
+          "source": "votes", "result": "dpea-j1", "attempts": 1, "max_attempts": 3, "reason": "no budget"}
+    assert "(no result)" in _line(st) and "dpea-j1" not in _line(st)
+    assert "result=dpea-j1" in _line({**st, "status": "done", "reason": ""})

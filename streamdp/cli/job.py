@@ -99,8 +99,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def _line(st: dict) -> str:
     why = st.get("reason") or ""
     extra = f"  {why}" if why else ""
+    result = f"result={st['result']}" if st["status"] not in ("failed", "refused") else "(no result)"
     return (f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
-            f"eps={st['epsilon']:g} source={st['source']} result={st['result']} "
+            f"eps={st['epsilon']:g} source={st['source']} {result} "
             f"attempts={st['attempts']}/{st['max_attempts']}{extra}")
 
 

@@ -38,7 +38,7 @@ from typing import IO, Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from .datasets import DATASETS, load
+from .datasets import load
 from .coding import lookup_codes
 from .schema import Categorical, Encoded, Schema
 
@@ -535,14 +535,12 @@ def read_bundled(name: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
 
 def read_dataset(path: str, schema: Schema, *, header: bool = True,
                  label: str | int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``), or a
-    known dataset by name.
+    """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``); a known
+    dataset's name is :func:`read_bundled`'s (a name here is never looked up as a file, or the other way round).
 
     Rows with values outside the declared schema are dropped; a file without the
     schema's columns raises :class:`SourceError`.
     """
-    if not os.path.exists(path) and path in DATASETS:
-        return read_bundled(path, schema)
     Xs, ys = [], []
     for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop"):
         Xs.append(c.X)

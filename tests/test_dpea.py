@@ -397,3 +397,11 @@ def test_the_exact_mcmc_scores_are_kept_only_on_request_and_never_pickled():
     assert any(issubclass(x.category, NotPrivateWarning) for x in w) and len(d.traces_) >= 1
     assert not hasattr(pickle.loads(pickle.dumps(d)), "traces_")
     assert b"traces_" not in pickle.dumps(d)
+
+
+@pytest.mark.parametrize("name", ["DPEA", "SuLQID3", "DiffPID3", "DiffPC45"])
+def test_top_up_is_a_flag_checked_once_for_every_learner_that_has_it(vote, name):
+    import streamdp.learners as L
+
+    with pytest.raises(ValueError, match="top_up"):
+        getattr(L, name)(vote.schema, top_up="yes").fit(vote.X[:50], vote.y[:50])

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from .. import blob
-from ..estimation import SNR_MIN_GROWN, cell_variance, prior_from, released_node_counts
+from ..estimation import SNR_MIN_GROWN, cell_variance, prior_from
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..schema import Schema
-from ..validation import check_epsilon, check_integer
+from ..validation import check_epsilon, check_flag, check_integer
 from .tree import Tree
 
 FORMAT_VERSION = 1
@@ -97,6 +97,8 @@ class PrivateLearner:
             raise TypeError(f"schema must be a streamdp.Schema, got {type(self.schema).__name__}")
         check_epsilon(self.epsilon, allow_inf=True)
         check_integer(getattr(self, "max_depth", 1), "max_depth", low=0)
+        if "top_up" in self._param_names():  # (the learners that stop branches early: DPEA, the ID3 family, C4.5)
+            check_flag(self.top_up, "top_up")
 
     def _fit(self, pds: PrivateDataset) -> None:
         raise NotImplementedError
@@ -137,14 +139,14 @@ class PrivateLearner:
         if self.__dict__.get("prior_") is not None:
             return np.asarray(self.prior_, dtype=np.float64)
         cell_var = self.cell_variance()
-        return prior_from(np.stack([t.released_counts(cell_var)[0] for t in self.trees_]))
+        return prior_from(np.stack([t.released_counts(cell_var)[0][0] for t in self.trees_]))
 
     def released_totals(self) -> tuple[np.ndarray, float]:
         """The fit's noisy class totals (each tree's root counts from its releases, averaged over the trees) and
         their noise variance per class (public: the leaves' count and their cell variances)."""
         self._check_fitted()
         cell_var, C, T = self.cell_variance(), self.schema.n_classes, len(self.trees_)
-        roots = [released_node_counts(t.feature, t.parent, t.depth, t.counts, cell_var, t.own_var) for t in self.trees_]
+        roots = [t.released_counts(cell_var) for t in self.trees_]
         totals = np.mean([y[0] for y, _ in roots], axis=0)
         return totals, float(sum(var[0] for _, var in roots)) / C / T**2
 

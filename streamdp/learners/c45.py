@@ -240,7 +240,6 @@ class DiffPC45(PrivateLearner):
         super()._check_params()
         checked_scorer(self.scorer, self.n_bound, self.schema)
         check_flag(self.prune, "prune")
-        check_flag(self.top_up, "top_up")
         check_probability(self.cf, "cf (C4.5 certainty factor)", closed="neither")
 
     def epsilon_per_query(self) -> float:
@@ -280,13 +279,11 @@ class DiffPC45(PrivateLearner):
             builder.unsplit(node)
         stored = np.where(informative[:, None], counts, 0.0)
         for node in range(counts.shape[0]):
-            builder.set_counts(node, stored[node])
+            # a grown leaf's release variance (approximate: calibration rescaled its counts)
+            e = grown.leaf_epsilon.get(node)
+            builder.set_counts(node, stored[node], None if e is None else cell_variance("geometric", e))
         self.n_pruned_ = len(pruned)
-        tree = builder.build()
-        tree.own_var = np.zeros(tree.n_nodes)  # each grown leaf's release (calibration rescales it: approximate)
-        for node, e in grown.leaf_epsilon.items():
-            tree.own_var[node] = cell_variance("geometric", e)
-        self.trees_ = [tree]
+        self.trees_ = [builder.build()]
 
     def _grow(self, pds: PrivateDataset, builder: TreeBuilder, grown: _Grown, node: int,
               cats: frozenset, depth_left: int, spent: float) -> None:

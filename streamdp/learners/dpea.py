@@ -179,8 +179,6 @@ class DPEA(PrivateLearner):
         for name in ("buffer_size", "step_limit", "exact_max_levels"):
             check_integer(getattr(self, name), name)
         check_number(self.variance_threshold, "variance_threshold", low=0)
-        if not isinstance(self.top_up, bool):
-            raise ValueError(f"top_up must be True or False, got {self.top_up!r}")
         self._levels()
 
     def _fit(self, pds: PrivateDataset) -> None:

@@ -79,19 +79,12 @@ class _ID3(PrivateLearner):
         cats = frozenset(j for j, a in enumerate(self.schema.attributes) if isinstance(a, Categorical))
         leaves: dict[int, tuple[np.ndarray, float]] = {}
         self._grow(pds, b, b.add(depth=0), cats, int(self.max_depth), leaves)
-        for node, (c, _) in leaves.items():
-            b.set_counts(node, c)
+        for node, (c, v) in leaves.items():
+            b.set_counts(node, c, v)
         tree = b.build()
-        tree.own_var = np.zeros(tree.n_nodes)
-        for node, (_, v) in leaves.items():
-            tree.own_var[node] = v
         tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
         self.trees_ = [tree]
 
-    def _check_params(self) -> None:
-        super()._check_params()
-        if not isinstance(getattr(self, "top_up", True), bool):
-            raise ValueError(f"top_up must be True or False, got {self.top_up!r}")
 
     def _prepare(self) -> None:
         pass
@@ -109,7 +102,7 @@ class _ID3(PrivateLearner):
         t = max((self.schema.attributes[j].arity for j in cats), default=0)
         if not cats or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
             # the branch stops: its unused levels (2 eps each) go to the leaf's counts (top_up)
-            e_leaf = eps * (1 + 2 * max(depth_left, 0)) if getattr(self, "top_up", True) else eps
+            e_leaf = eps * (1 + 2 * max(depth_left, 0)) if self.top_up else eps
             leaves[node] = (np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64),
                             cell_variance("geometric", e_leaf))
             return

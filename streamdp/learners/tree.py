@@ -109,9 +109,10 @@ class Tree:
         return tree_node_proba(self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min,
                                roots_are_prior, self.own_var)
 
-    def released_counts(self, cell_var: float) -> np.ndarray:
-        """Every node's class counts from the releases (:func:`streamdp.estimation.released_node_counts`)."""
-        return released_node_counts(self.feature, self.parent, self.depth, self.counts, cell_var, self.own_var)[0]
+    def released_counts(self, cell_var: float) -> tuple[np.ndarray, np.ndarray]:
+        """Every node's class counts from the releases and its total's noise variance
+        (:func:`streamdp.estimation.released_node_counts`)."""
+        return released_node_counts(self.feature, self.parent, self.depth, self.counts, cell_var, self.own_var)
 
     def predict_proba(self, X: np.ndarray, cell_var: float | None = None, prior: np.ndarray | None = None,
                       snr_min: float | None = None) -> np.ndarray:
@@ -186,6 +187,7 @@ class TreeBuilder:
         self._threshold: list[float] = []
         self._child_start: list[int] = []
         self._counts: dict[int, np.ndarray] = {}
+        self._own_var: dict[int, float] = {}
         self._depth: list[int] = []
         self._parent: list[int] = []
 
@@ -216,8 +218,11 @@ class TreeBuilder:
     def depth(self, node: int) -> int:
         return self._depth[node]
 
-    def set_counts(self, node: int, counts) -> None:
+    def set_counts(self, node: int, counts, own_var: float | None = None) -> None:
+        """``node``'s counts; ``own_var``: the noise variance of one cell of its own release (:attr:`Tree.own_var`)."""
         self._counts[node] = np.asarray(counts, dtype=np.float64)
+        if own_var is not None:
+            self._own_var[node] = float(own_var)
 
     def unsplit(self, node: int) -> None:
         """Turn an inner node back into a leaf (pruning); its subtree stays in the arrays, unreachable."""
@@ -232,6 +237,10 @@ class TreeBuilder:
         return m
 
     def build(self) -> Tree:
+        own_var = None
+        if self._own_var:
+            own_var = np.zeros(len(self._feature))
+            own_var[list(self._own_var)] = list(self._own_var.values())
         return Tree(
             np.array(self._feature, dtype=np.int64),
             np.array(self._threshold, dtype=np.float64),
@@ -239,4 +248,5 @@ class TreeBuilder:
             self._count_matrix(),
             np.array(self._depth, dtype=np.int64),
             np.array(self._parent, dtype=np.int64),
+            own_var,
         )

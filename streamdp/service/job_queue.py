@@ -32,7 +32,7 @@ from typing import Any
 import redis
 
 from ..jobs import JobError, JobSpec, check_params
-from ..datasets import dataset_digest
+from ..datasets import DATASETS, dataset_digest, load_schema
 from ..ledger import file_sha256
 from ..schema import Schema
 from ..sources import SourceError, check_columns
@@ -125,7 +125,7 @@ class JobQueue:
         check_params(spec, sch)
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
-        bundled = source_kind == "dataset" and not os.path.isfile(dataset)
+        bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS
         if bundled and (not header or label is not None):
             raise JobError(f"--no-header and --label describe a file; {dataset!r} is a known dataset's name")
         if source_kind == "dataset":
@@ -177,8 +177,6 @@ class JobQueue:
 
         A path that does not exist yet is refused: unbound, a file written after the submit (other people)
         would be read and charged to the source the job names (a red team's finding)."""
-        from ..datasets import DATASETS
-
         if not os.path.isfile(dataset):
             if dataset in DATASETS:
                 return ""
@@ -261,8 +259,6 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
         return Schema.from_dict(schema)
     if isinstance(schema, str):
         return Schema.from_json(schema)
-    from ..datasets import DATASETS, load_schema
-
     if dataset in DATASETS:
         return load_schema(dataset)
     raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
@@ -280,8 +276,6 @@ def keeps_nothing(r: Any, name: str) -> bool:
 def _check_named_dataset(dataset: str, schema: Schema) -> None:
     """A bundled dataset read under a schema of other columns failed after the charge (a red team's finding):
     its attributes and label must be the schema's, by name and in order (the declared values may differ)."""
-    from ..datasets import DATASETS, load_schema
-
     if os.path.isfile(dataset) or dataset not in DATASETS:
         return
     own = load_schema(dataset)

@@ -436,7 +436,8 @@ class ForestNodes:
 
         ``flat_leaves``: ``tree * max_leaves + leaf`` numbers (default: all).
         Row layout ``[y(depth 0), var(depth 0), y(depth 1), var(depth 1), ...]``,
-        zeros below a shallower leaf and for padding. The sum of a record's rows
+        the leaf's own numbers again below a shallower leaf (:meth:`path_proba`), zeros
+        for padding. The sum of a record's rows
         over the trees is what :meth:`path_proba` pools depth by depth
         (:func:`path_proba_one` finishes it). ``path``: :meth:`path_nodes` of the
         same leaves, when the caller keeps it (it depends on the structure only,
@@ -452,8 +453,15 @@ class ForestNodes:
         return yv[path].reshape(k, h1 * (C + 1))
 
     def path_nodes(self, flat_leaves: np.ndarray | None = None) -> np.ndarray:
-        """Per leaf, the node at each depth of its path, ``(k, h + 1)``; ``n_nodes`` (a zero row of
-        :meth:`path_rows`) below a shallower leaf and for padding. Depends on the structure only."""
+        """Per leaf, the node at each depth of its path, ``(k, h + 1)``: below a shallower leaf, the leaf
+        itself (:meth:`path_proba`); ``n_nodes`` (a zero row of :meth:`path_rows`) for padding. Depends on
+        the structure only.
+
+        >>> nodes = ForestNodes.build(np.array([[0, -1, -1, -1]]), np.array([[1, 0, 0, 0]]),
+        ...                           np.array([[-1, 0, 1, -1]]), np.ones((1, 2, 2)), 1.0)
+        >>> nodes.path_nodes().tolist()  # a root with two leaves: each leaf's path is (root, leaf)
+        [[0, 1], [0, 2]]
+        """
         T, L = self.leaf_node.shape
         n = self.y.shape[0]
         h = int(self.depth.max(initial=0))
@@ -463,12 +471,14 @@ class ForestNodes:
         depth, parent = np.append(self.depth, -1), np.append(self.parent, -1)
         path = np.full((flat.size, h + 1), n, dtype=np.int64)
         rows = np.arange(flat.size)
+        leaf_depth = depth[cur]
         for _ in range(h + 1):
             ok = cur < n
             path[rows[ok], depth[cur[ok]]] = cur[ok]
             up = parent[cur]
             cur = np.where(ok & (up >= 0), up, n)
-        return path
+        below = (node >= 0)[:, None] & (np.arange(h + 1)[None, :] > leaf_depth[:, None])
+        return np.where(below, np.where(node >= 0, node, n)[:, None], path)
 
     def path_proba(self, leaves: np.ndarray) -> np.ndarray:
         """The rule along each record's paths in all trees at once (the probability vote), ``(n, C)``.
@@ -476,7 +486,13 @@ class ForestNodes:
         At depth ``d >= 1`` the record's nodes in the trees are pooled (their noises
         are independent, so the pooled total's variance is the sum): the pooled
         counts are shrunk toward the pooled estimate one level up; at the roots
-        it is the prior. ``leaves`` (n, n_trees): leaf numbers from
+        it is the prior. A tree whose path ends above ``d`` (a pruned or grown tree's
+        shallower leaf) pools its leaf there: the most specific estimate it holds.
+        Leaving such trees out (the rule before) left the deep levels of unbalanced
+        trees to the few trees that reach them: on the pruned one-shot fit at the
+        tallest height, paired on the same forests, as accurate or better on every
+        shared dataset and the skewed data (``benchmarks/results/estimation_shallow_leaves.log``).
+        Trees of one height (drawn, not pruned) are unchanged. ``leaves`` (n, n_trees): leaf numbers from
         :meth:`ForestStructure.apply` (the random trees' columns; stumps' dropped here).
         """
         leaves = leaves[:, :self.leaf_node.shape[0]]
@@ -485,7 +501,7 @@ class ForestNodes:
         node = self.leaf_node[np.arange(T)[None, :], leaves]  # (n, T) flat leaf nodes
         h = int(self.depth.max(initial=0))
         leaf_depth = self.depth[self.leaf_node[self.leaf_node >= 0]]
-        full = bool(np.all(leaf_depth == h))  # the common case: every leaf at the full height, no masks needed
+        full = bool(np.all(leaf_depth == h))  # the common case: every leaf at the full height, its parent at each step
         path = [node]
         for d in range(h - 1, -1, -1):  # path[k]: the record's node at depth h - k (or its leaf, when shallower)
             up = path[-1]
@@ -494,16 +510,11 @@ class ForestNodes:
         for d in range(1, h + 1):  # depth 0: the roots take the prior (module docstring)
             nd = path[h - d]
             # tree by tree: T contiguous (n, C) gathers are several times faster than one (n, T, C) gather and sum
-            at = None if full else self.depth[nd] == d  # trees whose path reaches depth d (a shallower leaf adds nothing new)
             Y, V = np.zeros((n, C)), np.zeros(n)
             for t in range(T):
                 col = nd[:, t]
-                if at is None:
-                    Y += self.y[col]
-                    V += self.var[col]
-                else:
-                    Y += self.y[col] * at[:, t, None]
-                    V += self.var[col] * at[:, t]
+                Y += self.y[col]
+                V += self.var[col]
             p = shrink(Y, V, p)
         return np.array(p, dtype=np.float64) if h == 0 else p  # (stumps only: a writable array, not the broadcast)
 

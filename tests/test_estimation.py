@@ -70,6 +70,25 @@ def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():
     assert np.allclose(nodes.var[leaves], C * var[0])
 
 
+def test_a_shallower_leaf_is_pooled_at_every_deeper_depth():
+    """Tree 0 splits twice on the record's path, tree 1 once: at depth 2 the pool holds tree 0's depth-2 leaf
+    and tree 1's depth-1 leaf again (its most specific estimate), not tree 0's leaf alone."""
+    feature = np.array([[0, 1, -1, -1, -1], [0, -1, -1, -1, -1]])
+    child = np.array([[1, 3, 0, 0, 0], [1, 0, 0, 0, 0]])
+    leaf = np.array([[-1, -1, 0, 1, 2], [-1, 0, 1, -1, -1]])
+    counts = np.array([[[9.0, 1.0], [2.0, 8.0], [5.0, 5.0]], [[40.0, 60.0], [30.0, 10.0], [0.0, 0.0]]])
+    nodes = ForestNodes.build(feature, child, leaf, counts, cell_var=1.0)
+    var = 2.0  # one leaf's total: C cells of variance 1
+    path = nodes.path_nodes(np.array([1, 3]))  # tree 0's leaf 1 (depth 2), tree 1's leaf 0 (depth 1)
+    assert path[1, 2] == path[1, 1] == nodes.leaf_node[1, 0]  # the shallow leaf repeated below itself
+    want = nodes.prior[None, :]
+    want = estimation.shrink(np.array([[7.0, 13.0]]) + np.array([[40.0, 60.0]]), np.array([2 * var + var]), want)
+    want = estimation.shrink(np.array([[2.0, 8.0]]) + np.array([[40.0, 60.0]]), np.array([var + var]), want)
+    np.testing.assert_array_equal(nodes.path_proba(np.array([[1, 0]])), want)
+    rows = nodes.path_rows(np.array([1, 3])).sum(axis=0)  # the river path's pooled rows give the same floats
+    assert estimation.path_proba_one(rows[3:].tolist(), nodes.prior.tolist()) == want[0].tolist()
+
+
 def test_swamped_nodes_fall_back_to_the_parent_and_clear_ones_shrink_toward_it():
     parent, depth = np.array([-1, 0, 0]), np.array([0, 1, 1])
     y = np.array([[700.0, 300.0], [690.0, 10.0], [10.0, 290.0]])

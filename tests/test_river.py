@@ -232,6 +232,25 @@ def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema,
     assert m.n_releases >= 5 and checked > 250
 
 
+def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly():
+    """Grown trees (all-categorical Nursery) are unbalanced: a shallower leaf is pooled again at the deeper
+    depths (ForestNodes.path_proba), by the one-record path as by the vectorised rule, to the float."""
+    schema, data = rs.uci_stream("nursery", shuffle_seed=3)
+    data = data[:3000]
+    m = PrivateForestClassifier(schema, batch_size=500, seed=6)
+    assert m.grows
+    for x, y in data[:2500]:
+        m.learn_one(x, y)
+    nodes = m.forest.estimation_nodes()
+    leaf_depths = set(nodes.depth[nodes.leaf_node[nodes.leaf_node >= 0]].tolist())
+    assert len(leaf_depths) > 1  # leaves at several depths: the case under test
+    xs = [x for x, _ in data[2500:]]
+    enc, _ = m.encoder.encode_many(xs)
+    want = m.forest.proba_from_leaves(m.forest.structure.apply(enc, m.forest.schema.is_categorical))
+    got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
+    np.testing.assert_array_equal(got, want)
+
+
 def test_path_table_too_large_falls_back_to_rows_per_record(monkeypatch):
     from streamdp.river import forest_view
 

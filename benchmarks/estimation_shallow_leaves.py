@@ -1,0 +1,95 @@
+"""Pooling a shallower leaf at the deeper depths (ForestNodes.path_proba), against leaving its tree out.
+
+Pruned and grown trees are unbalanced: a record's path ends at depth 3 in one tree and at depth 6 in another.
+The rule before pooled, at depth ``d``, only the trees whose path reaches ``d``; the rule now pools a
+shallower tree's leaf again at every deeper depth. Same fits, two estimates (post-processing of the same
+released counts), so the difference is paired: the default one-shot fit (``PrivateForest.fit``: pruned,
+10 trees and one prior stump, split budget, probability vote, geometric noise) on every shared dataset and
+the skewed data, at epsilon 0.5, 1 and 2 and every height up to the tallest (``fit_height_ceiling.py``'s size
+guard), ``--reps`` hold-out thirds each (a new split, structure and noise per rep).
+
+    python benchmarks/estimation_shallow_leaves.py > benchmarks/results/estimation_shallow_leaves.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from accuracy_height import data, split  # noqa: E402
+from fit_height_ceiling import DATASETS, EPS, MAX_LEAVES  # noqa: E402
+
+from streamdp.estimation import ForestNodes, shrink  # noqa: E402
+from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.structure import max_possible_leaves  # noqa: E402
+
+
+def before(nodes: ForestNodes, leaves: np.ndarray) -> np.ndarray:
+    """The rule before: at depth ``d`` only the trees whose path reaches ``d`` are pooled."""
+    T = nodes.leaf_node.shape[0]
+    path = nodes.path_nodes((leaves[:, :T] + np.arange(T) * nodes.leaf_node.shape[1]).ravel())
+    n, C = leaves.shape[0], nodes.y.shape[1]
+    path = path.reshape(n, T, -1)
+    depth = np.append(nodes.depth, -1)
+    y = np.vstack([nodes.y, np.zeros((1, C))])
+    var = np.append(nodes.var, 0.0)
+    p = np.broadcast_to(nodes.prior, (n, C))
+    for d in range(1, path.shape[2]):
+        nd = path[:, :, d]
+        at = depth[nd] == d
+        p = shrink((y[nd] * at[:, :, None]).sum(axis=1), (var[nd] * at).sum(axis=1), p)
+    return p
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--datasets", default=",".join(DATASETS))
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    t0 = time.time()
+    print(f"# python benchmarks/estimation_shallow_leaves.py --reps {args.reps}; git "
+          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+    print("| dataset | epsilon | heights | majority | before: tallest | now: tallest | before: mean over heights | "
+          "now: mean over heights | paired difference, all heights (se) | settings now worse by > 0.01 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.datasets.split(","):
+        schema, X, y = data(name)
+        heights = [h for h in range(1, schema.n_attributes + 1) if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+        for eps in EPS:
+            acc = {"before": {}, "now": {}}
+            majority = []
+            for h in heights:
+                for rep in range(args.reps):
+                    tr, te = split(len(y), np.random.default_rng(rep))
+                    majority.append(np.bincount(y[te]).max() / len(te))
+                    f = PrivateForest.create(schema, n_trees=10, height=h, epsilon=eps)
+                    f.fit_encoded(X[tr], y[tr])
+                    leaves = f.structure.apply(X[te], schema.is_categorical)
+                    now = f.proba_from_leaves(leaves)
+                    old = before(f.estimation_nodes(), leaves)
+                    acc["now"].setdefault(h, []).append(float((now.argmax(axis=1) == y[te]).mean()))
+                    acc["before"].setdefault(h, []).append(float((old.argmax(axis=1) == y[te]).mean()))
+            diff = np.array([a - b for h in heights for a, b in zip(acc["now"][h], acc["before"][h])])
+            per = [np.mean(acc["now"][h]) - np.mean(acc["before"][h]) for h in heights]
+            tall = heights[-1]
+            print(f"| {name} | {eps:g} | 1-{tall} | {np.mean(majority):.3f} | {np.mean(acc['before'][tall]):.3f} | "
+                  f"{np.mean(acc['now'][tall]):.3f} | {np.mean([np.mean(v) for v in acc['before'].values()]):.3f} | "
+                  f"{np.mean([np.mean(v) for v in acc['now'].values()]):.3f} | {diff.mean():+.4f} "
+                  f"({diff.std(ddof=1) / np.sqrt(diff.size):.4f}) | {sum(d < -0.01 for d in per)} of {len(heights)} |",
+                  flush=True)
+    print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,79 @@
+"""Choosing the pruning bar (pruning.PRUNE_SNR) and the probe's share (pruning.PRUNE_PROBE) by measurement.
+
+For each candidate ``SNR:PROBE``: the default one-shot fit (``PrivateForest.fit``: pruned, 10 trees and one
+prior stump, split budget, probability vote, geometric noise) on every shared dataset and the skewed data,
+at epsilon 0.5, 1 and 2 and every height up to the tallest (``fit_height_ceiling.py``'s size guard),
+``--reps`` hold-out thirds each (the same splits for every candidate; new structure and noise per fit).
+Reported per dataset and epsilon: the tallest height's accuracy, the mean over heights, and the settings
+whose worst rep falls below the majority share minus 0.01.
+
+    python benchmarks/prune_snr.py --candidates 4:0.1,6:0.05 > benchmarks/results/prune_snr.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from accuracy_height import data, split  # noqa: E402
+from fit_height_ceiling import DATASETS, EPS, MAX_LEAVES  # noqa: E402
+
+from streamdp import pruning  # noqa: E402
+from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.structure import max_possible_leaves  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--candidates", default=f"{pruning.PRUNE_SNR:g}:{pruning.PRUNE_PROBE:g}")
+    ap.add_argument("--reps", type=int, default=4)
+    ap.add_argument("--datasets", default=",".join(DATASETS))
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    cands = [tuple(map(float, c.split(":"))) for c in args.candidates.split(",")]
+    t0 = time.time()
+    print(f"# python benchmarks/prune_snr.py --candidates {args.candidates} --reps {args.reps}; git "
+          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+    print("# per candidate SNR:PROBE: tallest height / mean over heights / settings with a rep below the floor")
+    print("| dataset | epsilon | majority | " + " | ".join(f"{s:g}:{p:g}" for s, p in cands) + " |")
+    print("|---|---|---|" + "---|" * len(cands))
+    totals = {c: [] for c in cands}
+    for name in args.datasets.split(","):
+        schema, X, y = data(name)
+        heights = [h for h in range(1, schema.n_attributes + 1) if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+        splits = [split(len(y), np.random.default_rng(rep)) for rep in range(args.reps)]
+        majority = float(np.mean([np.bincount(y[te]).max() / len(te) for _, te in splits]))
+        for eps in EPS:
+            cells = []
+            for c in cands:
+                pruning.PRUNE_SNR, pruning.PRUNE_PROBE = c
+                acc = {}
+                for h in heights:
+                    for tr, te in splits:
+                        f = PrivateForest.create(schema, n_trees=10, height=h, epsilon=eps)
+                        f.fit_encoded(X[tr], y[tr])
+                        leaves = f.structure.apply(X[te], schema.is_categorical)
+                        hit = float((f.proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean())
+                        acc.setdefault(h, []).append(hit - np.bincount(y[te]).max() / len(te))  # over the majority
+                means = [np.mean(v) for v in acc.values()]
+                below = sum(min(v) < -0.01 for v in acc.values())
+                totals[c].append(np.mean(means))
+                cells.append(f"{majority + np.mean(acc[heights[-1]]):.3f} / {majority + np.mean(means):.3f} / {below}")
+            print(f"| {name} | {eps:g} | {majority:.3f} | " + " | ".join(cells) + " |", flush=True)
+    print("# mean over datasets and epsilons of (accuracy - majority), averaged over heights: "
+          + ", ".join(f"{s:g}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items()))
+    print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

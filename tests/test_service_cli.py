@@ -38,6 +38,8 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
                      "--epsilon", "2", "--release", "batch"]) == 0
     assert main(u + ["model", "create", name, "--schema", SCHEMA, "--epsilon", "2"]) == 2  # exists: clear error
     assert "already exists" in capsys.readouterr().err
+    assert main(u + ["model", "show", name]) == 0
+    assert "last update     none yet (created " in capsys.readouterr().out  # not the creation time as an update
     data = tmp_path / "votes.csv"
     _csv(data, DS.X[:200], DS.y[:200], bad={7})
     assert main(u + ["push", name, str(data), "--batch-size", "50"]) == 0

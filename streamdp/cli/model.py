@@ -124,6 +124,8 @@ def show(args: argparse.Namespace) -> int:
 
     policy = ReleasePolicy.from_dict(info["release"])
     last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
+    if not info["releases"] and info.get("kind") != "job":  # version 0 is published at creation: no release yet
+        last = f"none yet (created {last})"
     if info.get("kind") == "job":
         print(f"batch job model {info['name']}\n"
               f"  job             {info.get('job')} ({info.get('algorithm')}, format {info.get('format')})\n"

@@ -62,7 +62,8 @@ def eb_tau2(nodes: E.ForestNodes, cap: float = 1 / 16) -> dict[int, float]:
 
 
 def proba(nodes: E.ForestNodes, leaves: np.ndarray, weight) -> np.ndarray:
-    """ForestNodes.path_proba with the weight ``weight(depth)`` in place of PRIOR_WEIGHT at each depth."""
+    """ForestNodes.path_proba with the weight ``weight(depth)`` in place of PRIOR_WEIGHT at each depth (the rule
+    before shallower leaves were pooled at deeper depths: the same on this script's drawn trees of one height)."""
     leaves = leaves[:, :nodes.leaf_node.shape[0]]
     n, T = leaves.shape
     C = nodes.y.shape[1]

@@ -89,6 +89,38 @@ def test_a_shallower_leaf_is_pooled_at_every_deeper_depth():
     assert estimation.path_proba_one(rows[3:].tolist(), nodes.prior.tolist()) == want[0].tolist()
 
 
+def test_a_pool_no_tree_deepens_is_not_weighed_twice():
+    """A record whose every path ended above depth d gets no second shrink there: its estimate does not depend on
+    how deep an unrelated branch of the forest goes (a reviewer's case: 0.7208 against 0.7491)."""
+    counts = np.array([[[70.0, 30.0], [20.0, 20.0], [5.0, 15.0]]])
+    prior = np.array([0.5, 0.5])
+    # root splits: leaf A (leaf 0) and B; B is a leaf, or splits into two leaves at depth 2
+    flat = ForestNodes.build(np.array([[0, -1, -1]]), np.array([[1, 0, 0]]), np.array([[-1, 0, 1]]),
+                             counts[:, :2] + np.array([[[0, 0], [5, 15]]]), 1.0, prior=prior)
+    deep = ForestNodes.build(np.array([[0, -1, 1, -1, -1]]), np.array([[1, 0, 3, 0, 0]]),
+                             np.array([[-1, 0, -1, 1, 2]]), counts, 1.0, prior=prior)
+    a_flat, a_deep = flat.path_proba(np.array([[0]])), deep.path_proba(np.array([[0]]))
+    np.testing.assert_array_equal(a_flat, a_deep)
+    rows = deep.path_rows(np.array([0]))[0, 3:].tolist()  # depths 1 and 2: leaf A twice
+    assert rows[:3] == rows[3:] and estimation.path_proba_one(rows, prior.tolist()) == a_deep[0].tolist()
+
+
+def test_a_root_that_is_a_leaf_adds_nothing_below_the_roots():
+    """A random tree of one leaf is the prior's business (the roots take the prior): changing its counts changes no
+    record's estimate once the prior is given."""
+    feature = np.array([[0, -1, -1], [-1, -1, -1]])
+    child = np.array([[1, 0, 0], [0, 0, 0]])
+    leaf = np.array([[-1, 0, 1], [0, -1, -1]])
+    prior = np.array([0.5, 0.5])
+    counts = np.array([[[60.0, 10.0], [5.0, 40.0]], [[50.0, 50.0], [0.0, 0.0]]])
+    a = ForestNodes.build(feature, child, leaf, counts, 1.0, prior=prior)
+    counts[1, 0] = [0.0, 900.0]
+    b = ForestNodes.build(feature, child, leaf, counts, 1.0, prior=prior)
+    leaves = np.array([[0, 0], [1, 0]])
+    np.testing.assert_array_equal(a.path_proba(leaves), b.path_proba(leaves))
+    assert a.path_nodes(np.array([2])).tolist() == [[a.leaf_node[1, 0], len(a.y)]]  # its row below the root: zeros
+
+
 def test_swamped_nodes_fall_back_to_the_parent_and_clear_ones_shrink_toward_it():
     parent, depth = np.array([-1, 0, 0]), np.array([0, 1, 1])
     y = np.array([[700.0, 300.0], [690.0, 10.0], [10.0, 290.0]])

@@ -232,9 +232,13 @@ def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema,
     assert m.n_releases >= 5 and checked > 250
 
 
-def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly():
+@pytest.mark.parametrize("kernel", [True, False])
+def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly(kernel, monkeypatch):
     """Grown trees (all-categorical Nursery) are unbalanced: a shallower leaf is pooled again at the deeper
-    depths (ForestNodes.path_proba), by the one-record path as by the vectorised rule, to the float."""
+    depths, and a pool no tree deepens is not weighed twice (ForestNodes.path_proba), by the one-record path
+    (compiled or plain Python) as by the vectorised rule, to the float."""
+    if not kernel:
+        monkeypatch.setenv("STREAMDP_NO_KERNEL", "1")
     schema, data = rs.uci_stream("nursery", shuffle_seed=3)
     data = data[:3000]
     m = PrivateForestClassifier(schema, batch_size=500, seed=6)

@@ -103,6 +103,8 @@ chain(const double *pooled, Py_ssize_t W, Py_ssize_t C, double snr, double pw, d
         double p0 = p[0], p1 = p[1];
         for (Py_ssize_t d = 0; d + 3 <= W; d += 3) {
             double y0 = pooled[d], y1 = pooled[d + 1], v = pooled[d + 2];
+            if (d >= 3 && y0 == pooled[d - 3] && y1 == pooled[d - 2] && v == pooled[d - 1])
+                continue;  /* the same pool as one level up: nothing new to weigh */
             double tot = y0 + y1;
             if (!(v > 0))
                 v = 0.0;
@@ -130,6 +132,13 @@ chain(const double *pooled, Py_ssize_t W, Py_ssize_t C, double snr, double pw, d
         const double *y = pooled + d;
         if (d + C >= W)
             break;  /* a short last slice: cannot happen with whole rows */
+        if (d > 0) {  /* the same pool as one level up: nothing new to weigh */
+            Py_ssize_t c = 0;
+            while (c <= C && y[c] == y[c - C - 1])
+                c++;
+            if (c > C)
+                continue;
+        }
         double var = y[C];
         double tot = py_sum(y, C, 1);
         double v = var > 0 ? var : 0.0;

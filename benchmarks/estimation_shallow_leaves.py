@@ -9,6 +9,9 @@ the skewed data, at epsilon 0.5, 1 and 2 and every height up to the tallest (``f
 guard), ``--reps`` hold-out thirds each (a new split, structure and noise per rep).
 
     python benchmarks/estimation_shallow_leaves.py > benchmarks/results/estimation_shallow_leaves.log
+
+``--grown N``: the same paired comparison on trees grown release by release (``grow_ceiling.py``'s streams
+and ceilings: N records in 10 releases, epsilon 1, 5,000 held-out records), ``--reps`` draws each.
 """
 
 from __future__ import annotations
@@ -51,13 +54,46 @@ def before(nodes: ForestNodes, leaves: np.ndarray) -> np.ndarray:
     return p
 
 
+def grown(n: int, reps: int) -> None:
+    """The paired comparison on grown trees (``--grown``)."""
+    import itertools
+
+    from grow_ceiling import ceilings, encode, synthetic
+
+    print(f"| stream ({n:,} records, grown in 10 releases) | ceiling | height | before | now | paired difference (se) |")
+    print("|---|---|---|---|---|---|")
+    for name in ("RandomTree cat8 d5", "RandomTree cat10 d7", "LED irrelevant, 10% noise"):
+        gen, schema = synthetic(name, 1)
+        X, y = encode(schema, list(itertools.islice(gen, n)))
+        Xt, yt = encode(schema, list(itertools.islice(synthetic(name, 99)[0], 5000)))
+        for label, h in ceilings(schema).items():
+            now, old = [], []
+            for _ in range(reps):
+                f = PrivateForest.create(schema, n_trees=10, height=h, epsilon=1.0)
+                for part in np.array_split(np.arange(len(y)), 10):
+                    f = f.grow_encoded(X[part], y[part])
+                leaves = f.structure.apply(Xt, schema.is_categorical)
+                now.append(float((f.proba_from_leaves(leaves).argmax(axis=1) == yt).mean()))
+                old.append(float((before(f.estimation_nodes(), leaves).argmax(axis=1) == yt).mean()))
+            d = np.array(now) - np.array(old)
+            print(f"| {name} | {label} | {h} | {np.mean(old):.3f} | {np.mean(now):.3f} | {d.mean():+.4f} "
+                  f"({d.std(ddof=1) / np.sqrt(d.size):.4f}) |", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--grown", type=int, default=0, help="records of the grown streams instead (0: the fits)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.time()
+    if args.grown:
+        print(f"# python benchmarks/estimation_shallow_leaves.py --grown {args.grown} --reps {args.reps}; git "
+              f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+        grown(args.grown, args.reps)
+        print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
+        return 0
     print(f"# python benchmarks/estimation_shallow_leaves.py --reps {args.reps}; git "
           f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
     print("| dataset | epsilon | heights | majority | before: tallest | now: tallest | before: mean over heights | "

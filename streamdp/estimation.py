@@ -167,9 +167,10 @@ def shrink_one(y: list, var_total: float, parent_p: list, snr_min: float | None 
 def path_proba_one(pooled: list, prior: list) -> list:
     """:meth:`ForestNodes.path_proba` for one record, from the sum of its leaves' :meth:`ForestNodes.path_rows`.
 
-    ``pooled`` holds, depth by depth from the root (or from any depth, with
-    ``prior`` the estimate one level up), the record's pooled class counts then
-    their pooled total variance (``C + 1`` numbers per depth).
+    ``pooled`` holds, depth by depth from depth 1 (the river path; or from the
+    root, with ``prior`` the estimate above it), the record's pooled class counts
+    then their pooled total variance (``C + 1`` numbers per depth). A depth whose
+    numbers equal the depth above's is skipped; the first given is always weighed.
     """
     C = len(prior)
     if C == 2:
@@ -177,7 +178,7 @@ def path_proba_one(pooled: list, prior: list) -> list:
     p = prior
     for d in range(0, len(pooled), C + 1):
         if d and pooled[d:d + C + 1] == pooled[d - C - 1:d]:
-            continue  # the same pool as one level up (no tree has a node this deep): nothing new to weigh
+            continue  # the same counts and variance as one level up: nothing new to weigh
         p = shrink_one(pooled[d:d + C], pooled[d + C], p)
     return p
 
@@ -443,7 +444,7 @@ class ForestNodes:
         ``flat_leaves``: ``tree * max_leaves + leaf`` numbers (default: all).
         Row layout ``[y(depth 0), var(depth 0), y(depth 1), var(depth 1), ...]``,
         the leaf's own numbers again below a shallower leaf (:meth:`path_proba`), zeros
-        for padding. The sum of a record's rows
+        below a root that is a leaf and for padding. The sum of a record's rows
         over the trees is what :meth:`path_proba` pools depth by depth
         (:func:`path_proba_one` finishes it). ``path``: :meth:`path_nodes` of the
         same leaves, when the caller keeps it (it depends on the structure only,
@@ -460,13 +461,17 @@ class ForestNodes:
 
     def path_nodes(self, flat_leaves: np.ndarray | None = None) -> np.ndarray:
         """Per leaf, the node at each depth of its path, ``(k, h + 1)``: below a shallower leaf, the leaf
-        itself (:meth:`path_proba`); ``n_nodes`` (a zero row of :meth:`path_rows`) for padding. Depends on
-        the structure only.
+        itself (:meth:`path_proba`); ``n_nodes`` (a zero row of :meth:`path_rows`) below a root that is a
+        leaf and for padding. Depends on the structure only.
 
         >>> nodes = ForestNodes.build(np.array([[0, -1, -1, -1]]), np.array([[1, 0, 0, 0]]),
         ...                           np.array([[-1, 0, 1, -1]]), np.ones((1, 2, 2)), 1.0)
         >>> nodes.path_nodes().tolist()  # a root with two leaves: each leaf's path is (root, leaf)
         [[0, 1], [0, 2]]
+        >>> deep = ForestNodes.build(np.array([[0, -1, 1, -1, -1]]), np.array([[1, 0, 3, 0, 0]]),
+        ...                          np.array([[-1, 0, -1, 1, 2]]), np.ones((1, 3, 2)), 1.0)
+        >>> deep.path_nodes().tolist()  # leaf 0 (node 1) ends at depth 1: repeated at depth 2
+        [[0, 1, 1], [0, 2, 3], [0, 2, 4]]
         """
         T, L = self.leaf_node.shape
         n = self.y.shape[0]
@@ -500,9 +505,10 @@ class ForestNodes:
         Leaving shallower trees out (the rule before) left the deep levels of unbalanced
         trees to the few trees that reach them: on the default (pruned) fit, paired on
         the same forests over every shared dataset, the skewed data, every height and
-        epsilon 0.5, 1 and 2, never worse by more than 0.01 in a setting and up to 0.03
-        better at the tallest heights (``benchmarks/results/estimation_shallow_leaves.log``).
-        Trees of one height (drawn, not pruned) are unchanged. ``leaves`` (n, n_trees): leaf numbers from
+        epsilon 0.5, 1 and 2, never worse by more than 0.01 in a setting and up to 0.04
+        better at the tallest heights; on grown streams up to 0.07 (``benchmarks/results/estimation_shallow_leaves.log``).
+        Noisy trees of one height (drawn, not pruned) are unchanged; with exact counts a depth
+        at which every tree's node holds all its parent's records is skipped too (nothing new). ``leaves`` (n, n_trees): leaf numbers from
         :meth:`ForestStructure.apply` (the random trees' columns; stumps' dropped here).
         """
         leaves = leaves[:, :self.leaf_node.shape[0]]
@@ -531,7 +537,7 @@ class ForestNodes:
                 Y += y[col]
                 V += var[col]
             q = shrink(Y, V, p)
-            if last is not None:  # the same pool as one level up (no tree has a node this deep): not weighed twice
+            if last is not None:  # the same counts and variance as one level up: not weighed twice
                 q = np.where(((Y == last[0]).all(axis=1) & (V == last[1]))[:, None], p, q)
             p, last = q, (Y, V)
         return np.array(p, dtype=np.float64) if h == 0 else p  # (stumps only: a writable array, not the broadcast)

@@ -72,7 +72,8 @@ def grows_by_default(schema) -> bool:
     """Whether a stream model over ``schema`` grows its trees by default (a public fact: the schema alone).
 
     Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
-    on short streams and keep the floor, and match them on whole ones (river's loop, ``benchmarks/results/river_grow.log``:
+    on short streams (in the latest service run at 300-1,200 records; at 3,000 the two overlap) and keep
+    the floor, and match them on whole ones (river's loop, ``benchmarks/results/river_grow.log``:
     Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
     ``stream_small.log``: Nursery's first 300-3,000 records 0.32-0.82 -> 0.55-0.78, none below the majority;
     ``stream_batch_size.md``: on the whole 12 k-record stream 0.86-0.88 at height 4 and at the growing

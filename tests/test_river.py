@@ -233,24 +233,34 @@ def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema,
 
 
 @pytest.mark.parametrize("kernel", [True, False])
-def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly(kernel, monkeypatch):
-    """Grown trees (all-categorical Nursery) are unbalanced: a shallower leaf is pooled again at the deeper
+@pytest.mark.parametrize("name", ["nursery", "tic-tac-toe"])  # 5 classes (the general chain), 2 (the unrolled one)
+def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly(name, kernel, monkeypatch):
+    """Grown trees (all-categorical data) are unbalanced: a shallower leaf is pooled again at the deeper
     depths, and a pool no tree deepens is not weighed twice (ForestNodes.path_proba), by the one-record path
     (compiled or plain Python) as by the vectorised rule, to the float."""
+    from streamdp.river import kernel as kernel_mod
+
     if not kernel:
         monkeypatch.setenv("STREAMDP_NO_KERNEL", "1")
-    schema, data = rs.uci_stream("nursery", shuffle_seed=3)
+    schema, data = rs.uci_stream(name, shuffle_seed=3)
     data = data[:3000]
-    m = PrivateForestClassifier(schema, batch_size=500, seed=6)
+    cut = len(data) * 5 // 6
+    m = PrivateForestClassifier(schema, batch_size=min(500, cut // 4), seed=6)
     assert m.grows
-    for x, y in data[:2500]:
+    for x, y in data[:cut]:
         m.learn_one(x, y)
-    nodes = m.forest.estimation_nodes()
-    leaf_depths = set(nodes.depth[nodes.leaf_node[nodes.leaf_node >= 0]].tolist())
-    assert len(leaf_depths) > 1  # leaves at several depths: the case under test
-    xs = [x for x, _ in data[2500:]]
+    assert (m._view._k is not None) == (kernel and kernel_mod.available())
+    xs = [x for x, _ in data[cut:]]
     enc, _ = m.encoder.encode_many(xs)
-    want = m.forest.proba_from_leaves(m.forest.structure.apply(enc, m.forest.schema.is_categorical))
+    leaves = m.forest.structure.apply(enc, m.forest.schema.is_categorical)
+    nodes = m.forest.estimation_nodes()
+    T, L = nodes.leaf_node.shape
+    rows = nodes.path_rows((leaves[:, :T] + np.arange(T) * L).ravel()).reshape(len(xs), T, -1).sum(axis=1)
+    C = schema.n_classes
+    repeated = [any(r[d:d + C + 1].tolist() == r[d - C - 1:d].tolist() for d in range(2 * (C + 1), r.size, C + 1))
+                for r in rows]
+    assert sum(repeated) > len(xs) // 10  # records whose pool stops deepening: the case under test
+    want = m.forest.proba_from_leaves(leaves)
     got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
     np.testing.assert_array_equal(got, want)
 

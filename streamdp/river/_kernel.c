@@ -543,7 +543,8 @@ Kernel_set_rows(Kernel *k, PyObject *args)
 }
 
 /* set_paths(n_rows, H, paths int64[n_rows * H]): per flat leaf, the nodes of its path at depths 1..H
- * (ForestNodes.path_nodes without the root; the leaf again past a shallower leaf); per structure. */
+ * (ForestNodes.path_nodes without the root; the leaf again past a shallower leaf, the zero row below a root
+ * that is a leaf); per structure. */
 static PyObject *
 Kernel_set_paths(Kernel *k, PyObject *args)
 {

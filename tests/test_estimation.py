@@ -54,6 +54,17 @@ def test_one_record_chain_equals_shrink_step_by_step():
             assert list(p) == got
 
 
+def test_seq_sum_adds_left_to_right_as_numpy_does_on_every_python():
+    """The one-record paths' sums (estimation.seq_sum) are numpy's: Python 3.12's sum() compensates, and would
+    give 1.0 here where numpy, adding rows one by one, gives 0.0."""
+    xs = [1e16, 1.0, -1e16]
+    want = np.zeros(1)
+    for x in xs:
+        want += x
+    assert estimation.seq_sum(xs) == want[0] == 0.0
+    assert estimation.seq_sum([0.1, 0.2, 0.3]) == np.array([0.1, 0.2, 0.3]).sum() == (0.1 + 0.2) + 0.3
+
+
 def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():
     ds = skewed(500, seed=3)
     f = PrivateForest.create(ds.schema, n_trees=2, height=2, epsilon=1.0, seed=1).fit(ds.X, ds.y)

@@ -5,9 +5,9 @@
  *              not handle inline (a type other than exact int/str/float, a dict subclass, ...) is passed
  *              to the Python encoder given at construction, which answers for the whole record;
  *   proba(x)   ForestView.proba_list's fast path (streamdp/river/forest_view.py): encode, route the record
- *              through every random tree, sum the trees' rows column by column in tree order with the
- *              arithmetic of Python's builtin sum() (plain left to right before 3.12, Neumaier's
- *              compensated sum from 3.12), then streamdp.estimation.path_proba_one's chain (two classes:
+ *              through every random tree, sum the trees' rows column by column in tree order, left to
+ *              right (streamdp.estimation.seq_sum: numpy's order; not Python 3.12's compensated sum()),
+ *              then streamdp.estimation.path_proba_one's chain (two classes:
  *              _path_proba_two's unrolled steps; otherwise shrink_one depth by depth), or the leaf rule's
  *              normalised sums. None when the record is not for this path (an unknown value, a value type
  *              handled by Python only, no rows set): the caller then runs the Python path;
@@ -59,28 +59,14 @@ typedef struct {
 static inline void
 py_sum_add(double *f, double *comp, double xi)
 {
-#if PY_VERSION_HEX >= 0x030C0000  /* 3.12+: compensated (Neumaier) summation */
-    double t = *f + xi;
-    if (fabs(*f) >= fabs(xi))
-        *comp += (*f - t) + xi;
-    else
-        *comp += (xi - t) + *f;
-    *f = t;
-#else
-    (void)comp;
+    (void)comp;  /* left to right, as streamdp.estimation.seq_sum and numpy (no compensation on any version) */
     *f += xi;
-#endif
 }
 
 static inline double
 py_sum_end(double f, double comp)
 {
-#if PY_VERSION_HEX >= 0x030C0000
-    if (comp != 0.0 && isfinite(comp))
-        f += comp;
-#else
     (void)comp;
-#endif
     return f;
 }
 
@@ -860,7 +846,7 @@ mod_chain(PyObject *self, PyObject *args)
     return out;
 }
 
-/* py_sum(xs): Python's sum() of a list of floats, as mirrored here (tests) */
+/* py_sum(xs): streamdp.estimation.seq_sum of a list of floats, as mirrored here (tests) */
 static PyObject *
 mod_py_sum(PyObject *self, PyObject *arg)
 {
@@ -902,7 +888,7 @@ static PyTypeObject KernelType = {
 
 static PyMethodDef module_methods[] = {
     {"chain", mod_chain, METH_VARARGS, "chain(pooled, prior, snr_min, prior_weight, min_weight)"},
-    {"py_sum", mod_py_sum, METH_O, "py_sum(floats): sum() as mirrored by the kernel"},
+    {"py_sum", mod_py_sum, METH_O, "py_sum(floats): estimation.seq_sum as mirrored by the kernel"},
     {NULL, NULL, 0, NULL},
 };
 

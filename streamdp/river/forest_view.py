@@ -15,8 +15,8 @@ encoder's generated code (:meth:`RecordEncoder.source`), so a river record is
 encoded and routed by one function call. At each release the real leaves' rows
 (:meth:`ForestNodes.path_rows`: the path's counts and variances from depth 1;
 the leaf paths themselves are computed once per structure) become Python lists;
-a record sums its trees' rows with ``map(sum, zip(...))``, in tree order, so the
-floats are those of the vectorised path's sums, and the noise-aware chain
+a record sums its trees' rows with ``map(seq_sum, zip(...))``, left to right in tree order,
+so the floats are those of the vectorised path's sums, and the noise-aware chain
 (:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
 the pooled numbers. No numpy call per record; the predictions equal
 :meth:`ForestNodes.path_proba`'s (tests/test_river.py).
@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.estimation import path_proba_one
+from streamdp.estimation import path_proba_one, seq_sum
 from streamdp.forest import PrivateForest
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.kernel import constants as kernel_constants
@@ -280,16 +280,16 @@ class ForestView:
         if self._mode == "path":
             # The rows summed tree by tree in order: the floats of the vectorised path's sums.
             def vote(leaves: list) -> list[float]:
-                return path_proba_one(list(map(sum, zip(*map(get, leaves)))), prior)
+                return path_proba_one(list(map(seq_sum, zip(*map(get, leaves)))), prior)
         else:
             def vote(leaves: list) -> list[float]:
-                return finish(list(map(sum, zip(*map(get, leaves)))))
+                return finish(list(map(seq_sum, zip(*map(get, leaves)))))
         return vote
 
     def _from_sums(self, s: list) -> list[float]:
         if self._mode == "path":
             return path_proba_one(s, self._prior)
-        tot = sum(s)
+        tot = seq_sum(s)
         return [v / tot for v in s] if tot > 0 else list(self._prior)
 
     def proba_list(self, x: dict) -> list[float]:

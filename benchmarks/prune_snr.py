@@ -8,6 +8,14 @@ Reported per dataset and epsilon: the tallest height's accuracy, the mean over h
 whose worst rep falls below the majority share minus 0.01.
 
     python benchmarks/prune_snr.py --candidates 4:0.1,6:0.05 > benchmarks/results/prune_snr.log
+
+A candidate ``4c:0.1`` scales the bar with the classes, ``4 sqrt(C / 2)`` (estimation tests a node's total,
+whose noise sums C cells; two-class data keep 4): a rule measured, not adopted (its log's reading). ``--datasets`` also takes river's multi-class data as
+``river:LED`` (10 classes, 17 irrelevant attributes, 10% noise, 5,000 records), ``river:ImageSegments``
+(7 classes, numeric) and ``river:Waveform`` (3 classes, numeric, 5,000 records).
+
+    python benchmarks/prune_snr.py --candidates 4:0.1,4c:0.1 --reps 8 \
+        --datasets nursery,skewed,river:LED,river:ImageSegments,river:Waveform > benchmarks/results/prune_snr_classes.log
 """
 
 from __future__ import annotations
@@ -31,6 +39,32 @@ from streamdp import pruning  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
 from streamdp.structure import max_possible_leaves  # noqa: E402
 
+PRUNE_DEFAULTS = (pruning.PRUNE_SNR, pruning.PRUNE_PROBE)
+
+
+def river_data(name: str):
+    """(schema, encoded X, y) of one of river's multi-class datasets (``--datasets river:NAME``)."""
+    from river import datasets
+
+    from grow_ceiling import encode
+    from streamdp.river import schemas as rs
+
+    if name == "LED":
+        schema, pairs = rs.led_schema(True), list(datasets.synth.LED(seed=1, noise_percentage=0.1,
+                                                                     irrelevant_features=True).take(5000))
+    elif name == "ImageSegments":
+        schema, pairs = rs.image_segments_schema(), list(datasets.ImageSegments())
+    elif name == "Waveform":
+        schema, pairs = rs.waveform_schema(), list(datasets.synth.Waveform(seed=1).take(5000))
+    else:
+        raise KeyError(name)
+    return (schema, *encode(schema, pairs))
+
+
+def bar(spec: str, n_classes: int) -> float:
+    """A candidate's bar: ``4`` as given, ``4c`` scaled by ``sqrt(C / 2)``."""
+    return float(spec[:-1]) * (n_classes / 2) ** 0.5 if spec.endswith("c") else float(spec)
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -39,23 +73,23 @@ def main(argv=None) -> int:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
-    cands = [tuple(map(float, c.split(":"))) for c in args.candidates.split(",")]
+    cands = [(c.split(":")[0], float(c.split(":")[1])) for c in args.candidates.split(",")]
     t0 = time.time()
     print(f"# python benchmarks/prune_snr.py --candidates {args.candidates} --reps {args.reps}; git "
           f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
     print("# per candidate SNR:PROBE: tallest height / mean over heights / settings with a rep below the floor")
-    print("| dataset | epsilon | majority | " + " | ".join(f"{s:g}:{p:g}" for s, p in cands) + " |")
+    print("| dataset | epsilon | majority | " + " | ".join(f"{s}:{p:g}" for s, p in cands) + " |")
     print("|---|---|---|" + "---|" * len(cands))
     totals = {c: [] for c in cands}
     for name in args.datasets.split(","):
-        schema, X, y = data(name)
+        schema, X, y = river_data(name[6:]) if name.startswith("river:") else data(name)
         heights = [h for h in range(1, schema.n_attributes + 1) if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
         splits = [split(len(y), np.random.default_rng(rep)) for rep in range(args.reps)]
         majority = float(np.mean([np.bincount(y[te]).max() / len(te) for _, te in splits]))
         for eps in EPS:
             cells = []
             for c in cands:
-                pruning.PRUNE_SNR, pruning.PRUNE_PROBE = c
+                pruning.PRUNE_SNR, pruning.PRUNE_PROBE = bar(c[0], schema.n_classes), c[1]
                 acc = {}
                 for h in heights:
                     for tr, te in splits:
@@ -70,8 +104,9 @@ def main(argv=None) -> int:
                 cells.append(f"{majority + np.mean(acc[heights[-1]]):.3f} / {majority + np.mean(means):.3f} / {below}")
             print(f"| {name} | {eps:g} | {majority:.3f} | " + " | ".join(cells) + " |", flush=True)
     print("# mean over datasets and epsilons of (accuracy - majority), averaged over heights: "
-          + ", ".join(f"{s:g}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items()))
+          + ", ".join(f"{s}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items()))
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
+    pruning.PRUNE_SNR, pruning.PRUNE_PROBE = PRUNE_DEFAULTS
     return 0
 
 

@@ -47,7 +47,6 @@ typedef struct {
     double *yv;                         /* mode 3, per release: per node, its counts then its total's variance */
     Py_ssize_t n_yv;               /* prior: the release's prior (mode 2: its list(prior) when no total) */
     PyObject *prior_list;               /* mode 2 with no positive total: list(prior) */
-    int int_sums;                       /* mode 2: integer counts (Python sums ints exactly) */
     double snr, pw, mw;
     /* scratch */
     double *a, *pooled, *p, *q;
@@ -55,30 +54,16 @@ typedef struct {
     int busy;
 } Kernel;
 
-/* ---- Python's sum() of floats, as the running interpreter computes it (start: the int 0) ---- */
-static inline void
-py_sum_add(double *f, double *comp, double xi)
-{
-    (void)comp;  /* left to right, as streamdp.estimation.seq_sum and numpy (no compensation on any version) */
-    *f += xi;
-}
-
-static inline double
-py_sum_end(double f, double comp)
-{
-    (void)comp;
-    return f;
-}
-
+/* ---- streamdp.estimation.seq_sum: left to right from 0 + the first item (numpy's order; no compensation) ---- */
 static inline double
 py_sum(const double *x, Py_ssize_t n, Py_ssize_t stride)
 {
     if (n <= 0)
         return 0.0;
-    double f = 0.0 + x[0], comp = 0.0;  /* 0 + first item: int + float */
+    double f = 0.0 + x[0];
     for (Py_ssize_t i = 1; i < n; i++)
-        py_sum_add(&f, &comp, x[i * stride]);
-    return py_sum_end(f, comp);
+        f += x[i * stride];
+    return f;
 }
 
 /* ---- streamdp.estimation.path_proba_one (p: in the prior, out the estimate; q: scratch of C) ---- */
@@ -455,15 +440,15 @@ bad:
     return NULL;
 }
 
-/* set_rows(mode, n_rows, W, rows float64[n_rows * W], prior float64[C], snr, pw, mw, int_sums) */
+/* set_rows(mode, n_rows, W, rows float64[n_rows * W], prior float64[C], snr, pw, mw) */
 static PyObject *
 Kernel_set_rows(Kernel *k, PyObject *args)
 {
-    int mode, int_sums;
+    int mode;
     Py_ssize_t n_rows, W;
     PyObject *orows, *oprior;
     double snr, pw, mw;
-    if (!PyArg_ParseTuple(args, "innOOdddp:set_rows", &mode, &n_rows, &W, &orows, &oprior, &snr, &pw, &mw, &int_sums))
+    if (!PyArg_ParseTuple(args, "innOOddd:set_rows", &mode, &n_rows, &W, &orows, &oprior, &snr, &pw, &mw))
         return NULL;
     if (k->T < 1)
         return PyErr_Format(PyExc_ValueError, "set_rows before set_trees");
@@ -523,7 +508,6 @@ Kernel_set_rows(Kernel *k, PyObject *args)
     k->snr = snr;
     k->pw = pw;
     k->mw = mw;
-    k->int_sums = int_sums;
     k->mode = mode;
     Py_RETURN_NONE;
 }
@@ -621,7 +605,6 @@ Kernel_set_nodes(Kernel *k, PyObject *args)
     k->snr = snr;
     k->pw = pw;
     k->mw = mw;
-    k->int_sums = 0;
     k->mode = 3;
     Py_RETURN_NONE;
 }
@@ -723,18 +706,18 @@ compute(Kernel *k, PyObject *x, const double **out)
         const double *yv = k->yv;
         for (Py_ssize_t d = 0; d < H; d++) {
             for (Py_ssize_t c = 0; c < C1; c++) {
-                double f = 0.0 + yv[k->paths[k->leaf[0] * H + d] * C1 + c], comp = 0.0;
+                double f = 0.0 + yv[k->paths[k->leaf[0] * H + d] * C1 + c];
                 for (Py_ssize_t t = 1; t < T; t++)
-                    py_sum_add(&f, &comp, yv[k->paths[k->leaf[t] * H + d] * C1 + c]);
-                pooled[d * C1 + c] = py_sum_end(f, comp);
+                    f += yv[k->paths[k->leaf[t] * H + d] * C1 + c];
+                pooled[d * C1 + c] = f;
             }
         }
     }
     else for (Py_ssize_t c = 0; c < W; c++) {
-        double f = 0.0 + rows[k->leaf[0] * W + c], comp = 0.0;
+        double f = 0.0 + rows[k->leaf[0] * W + c];
         for (Py_ssize_t t = 1; t < T; t++)
-            py_sum_add(&f, &comp, rows[k->leaf[t] * W + c]);
-        pooled[c] = k->int_sums ? f : py_sum_end(f, comp);
+            f += rows[k->leaf[t] * W + c];
+        pooled[c] = f;
     }
     if (k->mode == 1 || k->mode == 3) {
         memcpy(k->p, k->prior, 8 * C);
@@ -743,10 +726,7 @@ compute(Kernel *k, PyObject *x, const double **out)
         return 0;
     }
     /* mode 2 (ForestView._from_sums, leaf rule): s / sum(s), or the prior when the total is not positive */
-    double tot = k->int_sums ? 0.0 : py_sum(pooled, C, 1);
-    if (k->int_sums)
-        for (Py_ssize_t c = 0; c < C; c++)
-            tot += pooled[c];
+    double tot = py_sum(pooled, C, 1);
     if (!(tot > 0)) {
         *out = NULL;
         return 0;
@@ -862,7 +842,7 @@ mod_py_sum(PyObject *self, PyObject *arg)
 static PyMethodDef Kernel_methods[] = {
     {"set_trees", (PyCFunction)Kernel_set_trees, METH_VARARGS, "set_trees(n, T, feat, thr, nxt, root, arity)"},
     {"set_rows", (PyCFunction)Kernel_set_rows, METH_VARARGS,
-     "set_rows(mode, n_rows, W, rows, prior, snr_min, prior_weight, min_weight, int_sums)"},
+     "set_rows(mode, n_rows, W, rows, prior, snr_min, prior_weight, min_weight)"},
     {"set_paths", (PyCFunction)Kernel_set_paths, METH_VARARGS, "set_paths(n_rows, H, paths)"},
     {"set_nodes", (PyCFunction)Kernel_set_nodes, METH_VARARGS, "set_nodes(n_nodes, yv, prior, snr_min, prior_weight, min_weight)"},
     {"clear_rows", (PyCFunction)Kernel_clear_rows, METH_NOARGS, "no rows: proba returns None"},

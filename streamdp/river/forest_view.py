@@ -189,7 +189,7 @@ class ForestView:
         if ints and float(np.abs(table).max(initial=0)) * table.shape[0] * table.shape[1] >= 2.0**53:
             k.clear_rows()  # sums not exact as doubles (never in practice): the Python path
             return
-        k.set_rows(2, T * L, table.shape[1], np.ascontiguousarray(table, dtype=np.float64), prior, snr, pw, mw, ints)
+        k.set_rows(2, T * L, table.shape[1], np.ascontiguousarray(table, dtype=np.float64), prior, snr, pw, mw)
 
     def _real_leaves(self) -> np.ndarray:
         """Flat numbers (``tree * max_leaves + leaf``) of the random trees' real leaves, in order."""

@@ -38,10 +38,21 @@ from dataclasses import asdict, dataclass
 
 from .validation import check_delta, check_epsilon
 
-__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "file_source"]
+__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "file_source",
+           "left_of"]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
 TOLERANCE = 1e-9
+
+
+def left_of(budget: float, spent: float) -> float:
+    """What is left of a budget, 0 within :data:`TOLERANCE` (ten spends of 0.1 of 1 leave 1.1e-16).
+
+    >>> left_of(1.0, sum([0.1] * 10)), left_of(1.0, 0.25)
+    (0.0, 0.75)
+    """
+    left = budget - spent
+    return left if left > TOLERANCE else 0.0
 
 
 def file_sha256(path: str) -> str:
@@ -112,7 +123,7 @@ def refusal(source: str, epsilon: float, spent: float, budget: float | None, del
         )
     return BudgetExceeded(
         f"source {source!r}: charging epsilon={epsilon:g} would spend {spent + epsilon:g} of a budget of {budget:g} "
-        f"({max(budget - spent, 0.0):g} left); refused before reading any data"
+        f"({left_of(budget, spent):g} left); refused before reading any data"
     )
 
 
@@ -148,7 +159,7 @@ class Ledger(ABC):
         b = self.budget(source)
         if b is None:
             return 0.0
-        return max(b[0] - self.spent(source)[0], 0.0)
+        return left_of(b[0], self.spent(source)[0])
 
 
 class InMemoryLedger(Ledger):

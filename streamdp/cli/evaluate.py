@@ -70,10 +70,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def evaluate(args: argparse.Namespace) -> int:
+    from ..evaluate import check_dataset, plot
     from ..evaluate import evaluate as run_evaluation
-    from ..evaluate import plot
-
-    from ..evaluate import check_dataset
 
     for ds in args.datasets:  # every name before the first run (a trial waited 8 s to learn of a typo)
         check_dataset(ds)

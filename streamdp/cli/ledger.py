@@ -19,6 +19,7 @@ import json
 import time
 from typing import Any
 
+from ..ledger import left_of
 from .common import client, finite_epsilon_arg
 
 __all__ = ["add_parser", "ledger"]
@@ -80,13 +81,13 @@ def ledger(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"source": name, "budget_epsilon": budget[0], "budget_delta": budget[1],
                           "spent_epsilon": spent[0], "spent_delta": spent[1],
-                          "remaining_epsilon": _left(budget[0], spent[0]),
+                          "remaining_epsilon": left_of(budget[0], spent[0]),
                           "spends": [s.to_dict() for s in spends]}, indent=1))
         return 0
     print(f"source {name}\n"
           f"  budget     epsilon {budget[0]:g}, delta {budget[1]:.3g}\n"
           f"  spent      epsilon {spent[0]:g}, delta {spent[1]:.3g}\n"
-          f"  remaining  epsilon {_left(budget[0], spent[0]):g}\n"
+          f"  remaining  epsilon {left_of(budget[0], spent[0]):g}\n"
           f"  spends     {len(spends)}")
     if spends:
         rows = [(_when(s.when), s.who, s.what, f"{s.epsilon:g}", f"{s.delta:.3g}", s.key) for s in spends]
@@ -96,10 +97,3 @@ def ledger(args: argparse.Namespace) -> int:
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return 0
 
-
-def _left(budget: float, spent: float) -> float:
-    """What is left of a budget, 0 within the ledger's tolerance (ten spends of 0.1 of 1 left 1.1e-16)."""
-    from ..ledger import TOLERANCE
-
-    left = budget - spent
-    return left if left > TOLERANCE else 0.0

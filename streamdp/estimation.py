@@ -95,7 +95,8 @@ ESTIMATORS = ("shrink", "leaf")
 #: A float sum left to right (numpy's order for a few numbers and for the trees' rows added one by one), so the
 #: one-record paths give numpy's floats: the builtin ``sum`` before Python 3.12, whose ``sum`` compensates
 #: (Neumaier), which gives other last bits. ``seq_sum([1e16, 1.0, -1e16]) == 0.0`` on every version.
-seq_sum = sum if sys.version_info < (3, 12) else partial(reduce, add)
+_left_to_right = partial(reduce, add)  # the 3.12+ branch, tested on every version (never given an empty list)
+seq_sum = sum if sys.version_info < (3, 12) else _left_to_right
 
 
 def cell_variance(mechanism: str, epsilon: float, k: int | None = None) -> float:
@@ -112,9 +113,8 @@ def cell_variance(mechanism: str, epsilon: float, k: int | None = None) -> float
         return float(k) ** 2 / 4.0
     if math.isinf(epsilon):
         return 0.0
-    if mechanism == "geometric":
-        a = math.exp(-epsilon)
-        return 2.0 * a / (1.0 - a) ** 2
+    if mechanism == "geometric":  # 1 - a as -expm1(-epsilon): finite for any epsilon > 0 (exp rounds to 1 below 1e-16)
+        return 2.0 * math.exp(-epsilon) / math.expm1(-epsilon) ** 2
     if mechanism == "laplace":
         return 2.0 / epsilon**2
     raise ValueError(f"unknown mechanism {mechanism!r}")

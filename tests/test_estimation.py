@@ -54,6 +54,19 @@ def test_one_record_chain_equals_shrink_step_by_step():
             assert list(p) == got
 
 
+def test_cell_variance_is_finite_for_any_positive_epsilon():
+    """exp(-1e-17) rounds to 1: the variance used to divide by zero (DPEA(epsilon=1e-17).fit raised
+    ZeroDivisionError before the data layer's clear refusal, a reviewer's find)."""
+    assert estimation.cell_variance("geometric", 1e-17) == pytest.approx(2e34, rel=1e-9)
+    assert estimation.cell_variance("geometric", 1.0) == pytest.approx(2 * math.exp(-1) / (1 - math.exp(-1)) ** 2)
+
+
+def test_dpea_with_a_vanishing_epsilon_is_refused_with_the_noise_limit():
+    ds = load("congressional-voting")
+    with pytest.raises(ValueError, match="noise scale"):
+        DPEA(ds.schema, epsilon=1e-17).fit(ds.X, ds.y)
+
+
 def test_seq_sum_adds_left_to_right_as_numpy_does_on_every_python():
     """The one-record paths' sums (estimation.seq_sum) are numpy's: Python 3.12's sum() compensates, and would
     give 1.0 here where numpy, adding rows one by one, gives 0.0."""
@@ -61,8 +74,9 @@ def test_seq_sum_adds_left_to_right_as_numpy_does_on_every_python():
     want = np.zeros(1)
     for x in xs:
         want += x
-    assert estimation.seq_sum(xs) == want[0] == 0.0
-    assert estimation.seq_sum([0.1, 0.2, 0.3]) == np.array([0.1, 0.2, 0.3]).sum() == (0.1 + 0.2) + 0.3
+    for f in (estimation.seq_sum, estimation._left_to_right):  # the running interpreter's, and the 3.12+ branch
+        assert f(xs) == want[0] == 0.0
+        assert f([0.1, 0.2, 0.3]) == np.array([0.1, 0.2, 0.3]).sum() == (0.1 + 0.2) + 0.3
 
 
 def test_inner_nodes_sum_their_leaves_and_variance_grows_with_leaves_below():

@@ -97,11 +97,8 @@ def test_a_learner_blob_with_an_absurd_own_var_is_refused(bad):
     uniform distribution, silently."""
     import warnings
 
-    import msgpack
-
-    from streamdp import blob
     from streamdp.datasets import load
-    from streamdp.learners import DPEA, load_model
+    from streamdp.learners import DPEA
     from streamdp.privacy import NotPrivateWarning
 
     ds = load("congressional-voting")

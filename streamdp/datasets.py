@@ -25,7 +25,8 @@ import numpy as np
 
 from .schema import Schema
 
-__all__ = ["Dataset", "load", "load_schema", "DATASETS", "datasets_dir", "dataset_digest"]
+__all__ = ["Dataset", "load", "parse", "load_schema", "DATASETS", "datasets_dir", "dataset_digest", "pinned_lines",
+           "DatasetChanged"]
 
 # name -> (files relative to the datasets folder, label column, separator)
 DATASETS: dict[str, tuple[tuple[str, ...], int, str]] = {
@@ -73,13 +74,15 @@ def load(name: str, *, drop_missing: bool = False, path: str | os.PathLike | Non
     ``drop_missing`` removes rows holding ``?`` (Adult: 45,222 rows remain,
     as in Friedman & Schuster). Elsewhere ``?`` is a declared value.
     """
+    return parse(name, _file_lines(name, path), drop_missing=drop_missing)
+
+
+def parse(name: str, file_lines: list[list[str]], *, drop_missing: bool = False) -> Dataset:
+    """:func:`load` of lines already read (:func:`pinned_lines`: the bytes checked are the bytes parsed)."""
     schema = load_schema(name)
-    files, label_col, sep = DATASETS[name]
-    lines: list[str] = []
-    for f in files:
-        lines += _read_lines(name, f, path)
+    _, label_col, sep = DATASETS[name]
     rows = []
-    for line in lines:
+    for line in (ln for lines in file_lines for ln in lines):
         line = line.strip()
         if not line or line.startswith("|"):
             continue
@@ -99,15 +102,36 @@ def load(name: str, *, drop_missing: bool = False, path: str | os.PathLike | Non
     return Dataset(name, schema, X, y)
 
 
+class DatasetChanged(ValueError):
+    """A known dataset's content here is not the one pinned (:func:`pinned_lines`)."""
+
+
 def dataset_digest(name: str) -> str:
     """SHA-256 of a known dataset's content as :func:`load` would read it here (``FileNotFoundError`` where it
     cannot): a batch job pins it at submit, and its worker reads the dataset only if it finds the same bytes."""
+    return _digest(_file_lines(name, None))
+
+
+def pinned_lines(name: str, digest: str) -> list[list[str]]:
+    """A known dataset's lines, read once, if their :func:`dataset_digest` is ``digest`` (else
+    :class:`DatasetChanged`); :func:`parse` reads these very lines, so nothing swapped in after the check is read."""
+    lines = _file_lines(name, None)
+    if _digest(lines) != digest:
+        raise DatasetChanged(f"dataset {name!r} here is not the one pinned (sha256 {digest[:16]}... expected)")
+    return lines
+
+
+def _digest(file_lines: list[list[str]]) -> str:
     h = hashlib.sha256()
-    files, _, _ = DATASETS[name]
-    for f in files:
-        h.update("\n".join(_read_lines(name, f, None)).encode())
+    for lines in file_lines:
+        h.update("\n".join(lines).encode())
         h.update(b"\0")
     return h.hexdigest()
+
+
+def _file_lines(name: str, path) -> list[list[str]]:
+    files, _, _ = DATASETS[name]
+    return [_read_lines(name, f, path) for f in files]
 
 
 def _read_lines(name: str, rel: str, path) -> list[str]:

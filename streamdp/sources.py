@@ -38,7 +38,7 @@ from typing import IO, Any, Iterable, Iterator, Mapping
 import numpy as np
 import pandas as pd
 
-from .datasets import load
+from .datasets import parse
 from .coding import lookup_codes
 from .schema import Categorical, Encoded, Schema
 
@@ -526,9 +526,10 @@ def prefetch(chunks: Iterable, depth: int = 2) -> Iterator:
                 t.join(0.1)
 
 
-def read_bundled(name: str, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded ``(X, y)`` of a bundled (or shared UCI) dataset by name, never a file of that name."""
-    ds = load(name)
+def read_bundled(name: str, schema: Schema, lines: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:
+    """Encoded ``(X, y)`` of a bundled (or shared UCI) dataset by name, never a file of that name, from the lines
+    :func:`streamdp.datasets.pinned_lines` read and checked."""
+    ds = parse(name, lines)
     enc = schema.encode(ds.X, ds.y, on_invalid="drop")
     return enc.X, enc.y
 

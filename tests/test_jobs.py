@@ -396,9 +396,16 @@ def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(r, q
                                     source_kind="dataset", dataset="congressional-voting",
                                     schema=VOTES.schema)
         monkeypatch.chdir(tmp_path)
+        import streamdp.datasets
+
+        reads = []
+        real = streamdp.datasets._read_lines
+        monkeypatch.setattr(streamdp.datasets, "_read_lines", lambda *a: reads.append(a[0]) or real(*a))
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         assert JobQueue(r, q).status(jid)["status"] == "done"
         assert JobQueue(r, q).result(jid).estimated_records() > 200  # the 435 bundled records, not the 40
+        # read once: the lines checked against the pinned SHA-256 are the lines parsed (nothing swapped in later)
+        assert reads == ["congressional-voting"]
     finally:
         r.delete(*ledger_keys(unique_name))
 

@@ -128,14 +128,15 @@ class JobQueue:
         bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS
         if bundled and (not header or label is not None):
             raise JobError(f"--no-header and --label describe a file; {dataset!r} is a known dataset's name")
-        if source_kind == "dataset":
-            _check_named_dataset(dataset, sch)
-        digest = self._bind_file(source, dataset, sch, header, label) if source_kind == "dataset" else ""
+        digest = ""
         if bundled:  # pinned: the job worker reads the dataset only where it finds these bytes
+            _check_named_dataset(dataset, sch)
             try:
                 digest = dataset_digest(dataset)
             except FileNotFoundError as e:
                 raise JobError(f"{e}; nothing was charged") from None
+        elif source_kind == "dataset":
+            digest = self._bind_file(source, dataset, sch, header, label)
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
@@ -171,15 +172,13 @@ class JobQueue:
         raise JobError(f"result name {result!r} is held by job {holder} ({status}); choose another --name")
 
     def _bind_file(self, source: str, dataset: str, schema: Schema, header: bool, label: str | int | None) -> str:
-        """The SHA-256 of a dataset file ('' for a bundled dataset's name); checks it (its source label, then its
-        header: a file without the schema's columns is refused before anything is recorded or charged) and
+        """The SHA-256 of a dataset file; checks it (its source label, then its columns: a file without the
+        schema's is refused before anything is recorded or charged; the job worker reads only these bytes) and
         records its ledger source.
 
         A path that does not exist yet is refused: unbound, a file written after the submit (other people)
         would be read and charged to the source the job names (a red team's finding)."""
         if not os.path.isfile(dataset):
-            if dataset in DATASETS:
-                return ""
             raise JobError(f"dataset file {dataset!r} does not exist: a job is bound to its file's content when "
                            "it is submitted; write the file first")
         digest = file_sha256(dataset)
@@ -276,8 +275,6 @@ def keeps_nothing(r: Any, name: str) -> bool:
 def _check_named_dataset(dataset: str, schema: Schema) -> None:
     """A bundled dataset read under a schema of other columns failed after the charge (a red team's finding):
     its attributes and label must be the schema's, by name and in order (the declared values may differ)."""
-    if os.path.isfile(dataset) or dataset not in DATASETS:
-        return
     own = load_schema(dataset)
     if own.names != schema.names or own.label.name != schema.label.name:
         raise JobError(f"dataset {dataset!r} has the attributes {own.names} and label {own.label.name!r}; the "

@@ -43,12 +43,12 @@ from typing import Any
 import numpy as np
 import redis
 
-from ..datasets import DATASETS, dataset_digest
+from ..datasets import DatasetChanged, pinned_lines
 from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, file_sha256
 from ..schema import Schema
-from ..sources import SourceError, check_columns, read_bundled, read_dataset
+from ..sources import SourceError, read_bundled, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -279,33 +279,28 @@ class JobWorker(GroupLoop):
             path = doc["dataset"]
             digest = doc.get("dataset_sha256") or ""
             # A bundled dataset is loaded by name, never looked up in this worker's directory (a red team's file of
-            # that name was read instead), and only if the bytes found are those pinned at submit (a reviewer's
-            # decoy under ../shared/datasets). (Jobs queued before the pin: no digest, a bundled name.)
-            bundled = doc.get("bundled") == "1" or (not digest and path in DATASETS)
+            # that name was read instead), from lines read once and found to be the bytes pinned at submit (a
+            # reviewer's decoy under ../shared/datasets; parsing the same lines, nothing swapped in later is read).
+            bundled = doc.get("bundled") == "1"
             if bundled:
                 try:
-                    found = dataset_digest(path)
+                    lines = pinned_lines(path, digest)
+                except DatasetChanged:
+                    raise JobError(f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
+                                   "expected); nothing was charged or read") from None
                 except (KeyError, FileNotFoundError) as e:
                     raise JobError(f"{e}; nothing was charged") from None
-                if digest and found != digest:
-                    raise JobError(f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
-                                   "expected); nothing was charged or read")
             elif not digest or not os.path.isfile(path) or file_sha256(path) != digest:
                 # The file must be the one submitted (and bound to its ledger source): checked before charging.
                 raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                                f"(sha256 {digest[:16]}... expected); nothing was charged or read")
             header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
             label = json.loads(doc.get("label") or "null")
-            if not bundled:  # a file whose columns cannot be the schema's is refused before charging (no value read)
-                try:
-                    check_columns(path, schema, header=header, label=label, first_label=False)
-                except SourceError as e:
-                    raise JobError(f"{e}; nothing was charged") from None
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 try:
                     if bundled:
-                        return read_bundled(path, schema)
+                        return read_bundled(path, schema, lines)
                     return read_dataset(path, schema, header=header, label=label)
                 except SourceError as e:
                     raise JobError(str(e)) from None

@@ -35,7 +35,7 @@ from streamdp.service.connection import connect
 from streamdp.service.consumer import Consumer
 from streamdp.service.job_queue import JobQueue, fetch_model
 from streamdp.service.job_worker import JobWorker, read_model_records
-from streamdp.service.keys import JOB_RESULTS, REGISTRY, GROUP, Keys
+from streamdp.service.keys import JOB_RESULTS, REGISTRY, GROUP, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model
@@ -423,9 +423,20 @@ def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path
     try:
         jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="congressional-voting",
                   result_name=name)
+        n_docs = len(list(r.scan_iter(match="sdp:job:*", count=1000)))
         with pytest.raises(JobError, match=f"result name '{name}' is held by job"):
             jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset",
                       dataset="congressional-voting", result_name=name)
+        assert len(list(r.scan_iter(match="sdp:job:*", count=1000))) == n_docs  # the refused job left nothing
+        # a name whose holder has ended is taken over once: two submitters who saw that holder cannot both take it
+        holder = as_str(r.hget(job_queue.RESULT_NAMES, name))
+        r.hset(job_queue.job_key(holder), "status", "failed")
+        take = r.register_script(job_queue._TAKE_OVER)
+        assert take(keys=[job_queue.RESULT_NAMES], args=[name, holder, "a"]) == 1
+        assert take(keys=[job_queue.RESULT_NAMES], args=[name, holder, "b"]) == 0
+        r.hset(job_queue.RESULT_NAMES, name, holder)
+        assert jq.status(jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset",
+                                   dataset="congressional-voting", result_name=name))["result"] == name
         # a pinned bundled dataset: the worker finds other bytes under that name (a decoy) and refuses uncharged
         jid = jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="nursery")
         decoy = tmp_path / "shared" / "datasets"

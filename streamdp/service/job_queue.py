@@ -54,6 +54,13 @@ DEFAULT_MAX_ATTEMPTS = 3
 FILE_SOURCES = "sdp:ledger:files"
 #: result name -> the job holding it (a job name is reserved at submit)
 RESULT_NAMES = "sdp:job-names"
+# KEYS: RESULT_NAMES. ARGV: result, the holder seen, the new job. Takes the name over only from that holder (one key:
+# cluster-safe); two submitters who saw the same finished holder cannot both take it.
+_TAKE_OVER = """
+if (redis.call('HGET', KEYS[1], ARGV[1]) or '') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+return 1
+"""
 
 
 class SourceLabelWarning(UserWarning):
@@ -141,7 +148,6 @@ class JobQueue:
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
             raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
-        self._reserve(result, job_id)
         now = now_s()
         doc = {
             "id": job_id, "algorithm": algorithm, "epsilon": repr(float(epsilon)),
@@ -151,10 +157,13 @@ class JobQueue:
             "max_attempts": max_attempts, "error": "", "reason": "", "created": now,
             "header": int(bool(header)), "label": json.dumps(label), "bundled": int(bundled),
         }
-        p = self.r.pipeline(transaction=False)
-        p.hset(job_key(job_id), mapping=doc)
-        p.zadd(self.index, {job_id: float(now)})
-        p.execute()
+        self.r.hset(job_key(job_id), mapping=doc)  # first: a holder of the name always has a status
+        try:
+            self._reserve(result, job_id)
+        except JobError:
+            self.r.delete(job_key(job_id))
+            raise
+        self.r.zadd(self.index, {job_id: float(now)})
         self.r.xadd(self.stream, {"job": job_id})
         return job_id
 
@@ -162,14 +171,17 @@ class JobQueue:
         """Hold ``result`` for this job (a second job of the same name was charged, fitted, then refused at
         publishing: a reviewer's finding); a name held by a job that has ended (its result, if any, deleted since:
         the caller checked) is taken over."""
-        if self.r.hsetnx(RESULT_NAMES, result, job_id):
-            return
-        holder = as_str(self.r.hget(RESULT_NAMES, result) or b"")
-        status = as_str(self.r.hget(job_key(holder), "status") or b"") if holder else ""
-        if status not in ("queued", "running"):
-            self.r.hset(RESULT_NAMES, result, job_id)
-            return
-        raise JobError(f"result name {result!r} is held by job {holder} ({status}); choose another --name")
+        take_over = self.r.register_script(_TAKE_OVER)
+        for _ in range(8):  # each round loses only to a submitter that took the name meanwhile
+            if self.r.hsetnx(RESULT_NAMES, result, job_id):
+                return
+            holder = as_str(self.r.hget(RESULT_NAMES, result) or b"")
+            status = as_str(self.r.hget(job_key(holder), "status") or b"") if holder else ""
+            if status in ("queued", "running"):  # (a job never goes back from done, failed or refused)
+                raise JobError(f"result name {result!r} is held by job {holder} ({status}); choose another --name")
+            if take_over(keys=[RESULT_NAMES], args=[result, holder, job_id]):
+                return
+        raise JobError(f"result name {result!r} is being taken by other submits; choose another --name")
 
     def _bind_file(self, source: str, dataset: str, schema: Schema, header: bool, label: str | int | None) -> str:
         """The SHA-256 of a dataset file; checks it (its source label, then its columns: a file without the

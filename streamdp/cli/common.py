@@ -55,15 +55,18 @@ def finite_epsilon_arg(text: str) -> float:
     >>> finite_epsilon_arg("1e400")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: '1e400' is not a finite number > 0
+    argparse.ArgumentTypeError: '1e400': epsilon must be a finite number > 0, got inf
     """
+    from ..validation import check_epsilon
+
     try:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (math.isfinite(v) and v > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0")
-    return v
+    try:
+        return check_epsilon(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def int_in(low: int, high: int):

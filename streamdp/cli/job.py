@@ -120,12 +120,10 @@ def submit(args: argparse.Namespace) -> int:
     kind = "dataset" if args.dataset else "model"
     if args.schema and not args.dataset:
         raise ValueError("--schema goes with --dataset")
-    if (args.no_header or args.label is not None) and not args.dataset:
-        raise ValueError("--no-header and --label describe a --dataset or --source-file file")
-    label = args.label  # (without a header an index: sources.label_index reads and checks it at submit)
+    # (--no-header or --label without a dataset: JobQueue.submit refuses them for a model's records)
     job_id = q.submit(args.algorithm, args.source, args.epsilon, params, source_kind=kind, dataset=args.dataset,
                       schema=args.schema, result_name=args.name, max_attempts=args.max_attempts,
-                      header=not args.no_header, label=label)
+                      header=not args.no_header, label=args.label)
     if not args.wait:
         print(json.dumps({"id": job_id}) if args.json else job_id)
         return 0

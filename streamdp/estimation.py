@@ -457,14 +457,20 @@ class ForestNodes:
         same leaves, when the caller keeps it (it depends on the structure only,
         so it holds across releases).
         """
-        n, C = self.y.shape
         if path is None:
             path = self.path_nodes(flat_leaves)
         k, h1 = path.shape
-        yv = np.zeros((n + 1, C + 1))  # the node's counts then its total's variance; row n: zeros
+        yv = self.node_table()
+        return yv[path].reshape(k, h1 * yv.shape[1])
+
+    def node_table(self) -> np.ndarray:
+        """Every node's counts then its total's variance, ``(n_nodes + 1, C + 1)``; the last row zeros (what
+        :meth:`path_nodes` points at below a root that is a leaf and for padding)."""
+        n, C = self.y.shape
+        yv = np.zeros((n + 1, C + 1))
         yv[:n, :C] = self.y
         yv[:n, C] = self.var
-        return yv[path].reshape(k, h1 * (C + 1))
+        return yv
 
     def path_nodes(self, flat_leaves: np.ndarray | None = None) -> np.ndarray:
         """Per leaf, the node at each depth of its path, ``(k, h + 1)``: below a shallower leaf, the leaf
@@ -529,9 +535,12 @@ class ForestNodes:
         for d in range(h - 1, -1, -1):  # path[k]: the record's node at depth h - k (or its leaf, when shallower)
             up = path[-1]
             path.append(self.parent[up] if full else np.where(self.depth[up] > d, self.parent[up], up))
+        # (path_nodes holds the same rule per leaf, for the river paths; walking up here is 1.5-5x faster than
+        # gathering path_nodes of the leaves reached: measured in the review of round 2's eleventh session)
         y, var = self.y, self.var
         if not full:  # a root that is a leaf adds nothing below the roots (the prior stands for it)
-            y, var = np.vstack([y, np.zeros((1, C))]), np.append(var, 0.0)
+            yv = self.node_table()
+            y, var = yv[:, :C], yv[:, C]
             path = [np.where(self.depth[nd] >= 1, nd, len(var) - 1) for nd in path]
         p = np.broadcast_to(self.prior, (n, C))
         last = None

@@ -179,10 +179,7 @@ class ForestView:
                 flat[real] = self._paths[:, 1:]
                 k.set_paths(T * L, H, flat)
                 self._kernel_paths_of = self._paths
-            yv = np.zeros((n + 1, C + 1))  # as ForestNodes.path_rows: the counts, then the total's variance; row n zeros
-            yv[:n, :C] = nodes.y
-            yv[:n, C] = nodes.var
-            k.set_nodes(n + 1, yv, prior, snr, pw, mw)
+            k.set_nodes(n + 1, nodes.node_table(), prior, snr, pw, mw)
             return
         table = self._table
         ints = table.dtype.kind in "iu"

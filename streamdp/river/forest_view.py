@@ -171,7 +171,7 @@ class ForestView:
             k.clear_rows()  # the Python path (a forest of single leaves has no path below the roots either)
             return
         if self._mode == "path":
-            nodes, C = self._nodes, len(prior)
+            nodes = self._nodes
             n = nodes.y.shape[0]
             if self._kernel_paths_of is not self._paths:  # per structure (the paths are kept across releases)
                 real = self._rows_src[0]

@@ -77,7 +77,7 @@ __all__ = [
     "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS", "seq_sum",
     "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "release_prior", "prior_phase_first",
     "prior_phase_size", "forest_topology", "ForestNodes",
-    "leaf_rule_proba", "tree_node_proba", "released_node_counts", "reachable", "reachable_leaves", "shrink_one", "path_proba_one",
+    "leaf_rule_proba", "tree_node_proba", "released_node_counts", "inverse_variance_mean", "reachable", "reachable_leaves", "shrink_one", "path_proba_one",
 ]
 
 #: A node is used when its total stands this many noise standard deviations above zero.
@@ -218,6 +218,19 @@ def _path_proba_two(pooled: list, prior: list) -> list:
         if s > 0:
             p0, p1 = q0 / s, q1 / s
     return [p0, p1]
+
+
+def inverse_variance_mean(a, var_a, b, var_b):
+    """Two independent measurements of the same quantity averaged by inverse variance, and the result's variance
+    ``var_a var_b / (var_a + var_b)`` (written without the product: no overflow). Hay, Rastogi, Miklau & Suciu's
+    bottom-up step; post-processing.
+
+    >>> [round(float(x), 4) for x in inverse_variance_mean(10.0, 1.0, 16.0, 2.0)]
+    [12.0, 0.6667]
+    """
+    total = np.asarray(var_a + var_b, dtype=np.float64)
+    w = np.divide(var_b, total, out=np.ones_like(total), where=total > 0)  # a's weight (all of it: no noise at all)
+    return w * a + (1.0 - w) * b, var_a * w
 
 
 def prior_from(counts: np.ndarray) -> np.ndarray:
@@ -631,10 +644,8 @@ def released_node_counts(feature: np.ndarray, parent: np.ndarray, depth: np.ndar
         nodes = np.flatnonzero(depth == d)
         if mine is not None:
             at = nodes[mine[nodes]]
-            v_own, v_sum = C * own[at], var[at]
-            w = np.divide(v_sum, v_own + v_sum, out=np.ones_like(v_sum), where=(v_own + v_sum) > 0)
-            y[at] = w[:, None] * counts[at] + (1.0 - w[:, None]) * y[at]
-            var[at] = v_own * w  # = v_own v_sum / (v_own + v_sum), without the product (no overflow)
+            both, v = inverse_variance_mean(counts[at], (C * own[at])[:, None], y[at], var[at][:, None])
+            y[at], var[at] = both, v[:, 0]
         if d > 0:
             np.add.at(y, parent[nodes], y[nodes])
             np.add.at(var, parent[nodes], var[nodes])

@@ -69,7 +69,7 @@ from typing import Any
 
 import numpy as np
 
-from ..estimation import cell_variance
+from ..estimation import cell_variance, inverse_variance_mean
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..private_subtree import SubtreeSpace
@@ -306,8 +306,7 @@ def _release(counts: list, own_var: list, node: int, c: np.ndarray, v: float) ->
     """Node ``node``'s class counts ``c`` (cell noise variance ``v``), averaged by inverse variance with a release
     it already has (a step root drawn as a leaf, a stopped leaf's top-up): post-processing of two releases."""
     if own_var[node] > 0:
-        w = own_var[node] / (own_var[node] + v)  # the new release's weight
-        counts[node] = w * c + (1.0 - w) * counts[node]
-        own_var[node] = own_var[node] * v / (own_var[node] + v)
+        counts[node], own_var[node] = inverse_variance_mean(c, v, counts[node], own_var[node])
+        own_var[node] = float(own_var[node])
     else:
         counts[node], own_var[node] = c, v

@@ -262,7 +262,11 @@ class PrivateForest:
         if self.budget == "disjoint":
             est = float(per_tree.sum())
         else:
-            var = self.node_variance[:, 0] if self.mechanism != "kanon" else np.zeros(per_tree.size)
+            if self.mechanism == "kanon":
+                var = np.zeros(per_tree.size)
+            else:  # the roots' variance: leaves times one cell's, unless grown (their own, tracked)
+                var = (self.structure.n_leaves * self.noise_variance if self._node_variance is None
+                       else self._node_variance[:, 0])
             est = float(np.average(per_tree, weights=1.0 / var)) if np.all(var > 0) else float(per_tree.mean())
         return max(0.0, est / self.beta if self.mechanism == "kanon" else est)
 

@@ -129,7 +129,7 @@ def _estimated_records(r: Any, keys: Keys) -> float | None:
             forest = PrivateForest.from_bytes(blob_b)
         else:
             forest = forest_from_counts(PrivateForest.from_bytes(spec), counts, version or 0, releases or 0)
-        return max(0.0, forest.estimated_records())  # a count is never negative (clamping is post-processing)
+        return forest.estimated_records()  # (at least 0: clamped there, post-processing)
     except ValueError:
         return None
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import blob
-from ..estimation import SNR_MIN_GROWN, cell_variance, prior_from
+from ..estimation import SNR_MIN_GROWN, cell_variance, node_distributions, prior_from
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
@@ -117,9 +117,12 @@ class PrivateLearner:
         self._check_fitted()
         if self.estimator == "leaf":
             return [t.leaf_distributions() for t in self.trees_]
-        cell_var, prior, snr = self.cell_variance(), self.class_prior(), self.estimation_snr()
+        cell_var, snr = self.cell_variance(), self.estimation_snr()
+        released = [t.released_counts(cell_var) for t in self.trees_]  # once per tree: the prior reads their roots
+        prior = self.class_prior(released)
         pooled = self.__dict__.get("prior_") is not None  # measured from more releases than the roots: it IS the root
-        return [t.node_proba(cell_var, prior, snr, roots_are_prior=pooled) for t in self.trees_]
+        return [node_distributions(y, var, t.parent, t.depth, prior, snr, roots_are_prior=pooled)
+                for t, (y, var) in zip(self.trees_, released)]
 
     def estimation_snr(self) -> float:
         """The signal-to-noise bar of :mod:`streamdp.estimation` for this learner's trees (public constants)."""
@@ -129,17 +132,18 @@ class PrivateLearner:
         """Public noise variance of one released leaf cell (two-sided geometric at :meth:`epsilon_leaf_counts`)."""
         return cell_variance("geometric", float(self.epsilon_leaf_counts()))
 
-    def class_prior(self) -> np.ndarray:
+    def class_prior(self, released: list | None = None) -> np.ndarray:
         """The prior every tree's root is shrunk toward: ``prior_`` where a caller set one (a class prior measured
         from more released numbers, as :class:`streamdp.river.PrivateWindowClassifier` does over its windows:
         post-processing; every root's distribution is then that prior), else the unclipped sum of all trees'
         root counts (a root's: its reachable leaves' sum, or with DPEA's step releases, those combined:
-        :meth:`Tree.released_counts`)."""
+        :meth:`Tree.released_counts`; ``released``: those, where the caller has them)."""
         self._check_fitted()
         if self.__dict__.get("prior_") is not None:
             return np.asarray(self.prior_, dtype=np.float64)
-        cell_var = self.cell_variance()
-        return prior_from(np.stack([t.released_counts(cell_var)[0][0] for t in self.trees_]))
+        if released is None:
+            released = [t.released_counts(self.cell_variance()) for t in self.trees_]
+        return prior_from(np.stack([y[0] for y, _ in released]))
 
     def released_totals(self) -> tuple[np.ndarray, float]:
         """The fit's noisy class totals (each tree's root counts from its releases, averaged over the trees) and

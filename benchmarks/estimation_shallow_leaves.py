@@ -29,36 +29,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import data, split  # noqa: E402
-from fit_height_ceiling import DATASETS, EPS, MAX_LEAVES  # noqa: E402
+from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 
-from streamdp.estimation import ForestNodes, shrink  # noqa: E402
+import estimation_variants  # noqa: E402
+from streamdp.estimation import PRIOR_WEIGHT, ForestNodes  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.structure import max_possible_leaves  # noqa: E402
 
 
 def before(nodes: ForestNodes, leaves: np.ndarray) -> np.ndarray:
-    """The rule before: at depth ``d`` only the trees whose path reaches ``d`` are pooled (the same floats as the
-    code before, up to the order of a sum: 3e-16, a reviewer's check; no prediction differs)."""
-    T = nodes.leaf_node.shape[0]
-    path = nodes.path_nodes((leaves[:, :T] + np.arange(T) * nodes.leaf_node.shape[1]).ravel())
-    n, C = leaves.shape[0], nodes.y.shape[1]
-    path = path.reshape(n, T, -1)
-    depth = np.append(nodes.depth, -1)
-    y = np.vstack([nodes.y, np.zeros((1, C))])
-    var = np.append(nodes.var, 0.0)
-    p = np.broadcast_to(nodes.prior, (n, C))
-    for d in range(1, path.shape[2]):
-        nd = path[:, :, d]
-        at = depth[nd] == d
-        p = shrink((y[nd] * at[:, :, None]).sum(axis=1), (var[nd] * at).sum(axis=1), p)
-    return p
+    """The rule before: at depth ``d`` only the trees whose path reaches ``d`` are pooled (estimation_variants.py's
+    rule at the library's weight; the same floats as the code before, up to the order of a sum: 3e-16, a reviewer's
+    check; no prediction differs)."""
+    return estimation_variants.proba(nodes, leaves, lambda d: PRIOR_WEIGHT)
 
 
 def grown(n: int, reps: int) -> None:
     """The paired comparison on grown trees (``--grown``)."""
     import itertools
 
-    from grow_ceiling import ceilings, encode, synthetic
+    from grow_ceiling import ceilings, encode, grown_forest, synthetic
 
     print(f"| stream ({n:,} records, grown in 10 releases) | ceiling | height | before | now | paired difference (se) |")
     print("|---|---|---|---|---|---|")
@@ -69,9 +58,7 @@ def grown(n: int, reps: int) -> None:
         for label, h in ceilings(schema).items():
             now, old = [], []
             for _ in range(reps):
-                f = PrivateForest.create(schema, n_trees=10, height=h, epsilon=1.0)
-                for part in np.array_split(np.arange(len(y)), 10):
-                    f = f.grow_encoded(X[part], y[part])
+                f = grown_forest(schema, X, y, h)
                 leaves = f.structure.apply(Xt, schema.is_categorical)
                 now.append(float((f.proba_from_leaves(leaves).argmax(axis=1) == yt).mean()))
                 old.append(float((before(f.estimation_nodes(), leaves).argmax(axis=1) == yt).mean()))
@@ -101,7 +88,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.datasets.split(","):
         schema, X, y = data(name)
-        heights = [h for h in range(1, schema.n_attributes + 1) if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+        heights = heights_for(schema)
         for eps in EPS:
             acc = {"before": {}, "now": {}}
             majority = []

@@ -39,12 +39,18 @@ DATASETS = ("nursery", "mushroom", "congressional-voting", "tic-tac-toe", "adult
 MAX_LEAVES = 250_000  # per tree: heights whose trees could exceed it are left out (run time)
 
 
+def heights_for(schema, max_height: int = 64) -> list[int]:
+    """Heights 1 to the number of attributes (at most ``max_height``) whose trees stay within :data:`MAX_LEAVES`
+    (heights up to 4 always)."""
+    return [h for h in range(1, min(schema.n_attributes, max_height) + 1)
+            if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+
+
 def rows_for(name: str, reps: int, max_height: int) -> list[dict]:
     schema, X, y = data(name)
     tr, te = split(len(y), np.random.default_rng(0))
     majority = float(np.bincount(y[te]).max() / len(te))
-    heights = [h for h in range(1, min(schema.n_attributes, max_height) + 1)
-               if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+    heights = heights_for(schema, max_height)
     rows = []
     for eps in EPS:
         for h in heights:

@@ -84,10 +84,16 @@ def ceilings(schema) -> dict:
             "tall": tall}
 
 
-def run(schema, X, y, Xt, yt, height: int) -> tuple[float, int]:
+def grown_forest(schema, X, y, height: int) -> PrivateForest:
+    """The stream of ``(X, y)`` grown in 10 equal releases (10 trees, one prior stump, epsilon 1)."""
     f = PrivateForest.create(schema, n_trees=10, height=height, epsilon=1.0)
     for part in np.array_split(np.arange(len(y)), 10):
         f = f.grow_encoded(X[part], y[part])
+    return f
+
+
+def run(schema, X, y, Xt, yt, height: int) -> tuple[float, int]:
+    f = grown_forest(schema, X, y, height)
     pred = f.proba_from_leaves(f.structure.apply(Xt, schema.is_categorical)).argmax(axis=1)
     return float(np.mean(pred == yt)), f.structure.height
 

@@ -33,11 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import data, split  # noqa: E402
-from fit_height_ceiling import DATASETS, EPS, MAX_LEAVES  # noqa: E402
+from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 
 from streamdp import pruning  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.structure import max_possible_leaves  # noqa: E402
 
 PRUNE_DEFAULTS = (pruning.PRUNE_SNR, pruning.PRUNE_PROBE)
 
@@ -83,7 +82,7 @@ def main(argv=None) -> int:
     totals = {c: [] for c in cands}
     for name in args.datasets.split(","):
         schema, X, y = river_data(name[6:]) if name.startswith("river:") else data(name)
-        heights = [h for h in range(1, schema.n_attributes + 1) if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+        heights = heights_for(schema)
         splits = [split(len(y), np.random.default_rng(rep)) for rep in range(args.reps)]
         majority = float(np.mean([np.bincount(y[te]).max() / len(te) for _, te in splits]))
         for eps in EPS:

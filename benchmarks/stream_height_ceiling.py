@@ -35,11 +35,11 @@ from accuracy_height import data, split  # noqa: E402
 from common import machine, sh, write_results  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
-from streamdp.structure import TooLargeError, max_possible_leaves  # noqa: E402
+from fit_height_ceiling import heights_for  # noqa: E402
+from streamdp.structure import TooLargeError  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 DATASETS = ("nursery", "mushroom", "congressional-voting", "tic-tac-toe", "skewed")
-MAX_LEAVES = 250_000  # per drawn tree: taller heights are left out (run time), as fit_height_ceiling.py
 
 
 def accuracy(f: PrivateForest, X: np.ndarray, y: np.ndarray) -> float:
@@ -60,7 +60,7 @@ def rows_for(name: str, reps: int, windows: list[int], eps_list: list[float]) ->
     schema, X, y = data(name)
     tr, te = split(len(y), np.random.default_rng(0))
     majority = float(np.bincount(y[te]).max() / len(te))
-    heights = [h for h in range(1, schema.n_attributes + 1) if max_possible_leaves(schema, h) <= MAX_LEAVES or h <= 4]
+    heights = heights_for(schema)
     rows = []
     for eps in eps_list:
         for W in windows:

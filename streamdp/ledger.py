@@ -35,6 +35,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
+from typing import IO
 
 from .validation import check_delta, check_epsilon
 
@@ -55,12 +56,15 @@ def left_of(budget: float, spent: float) -> float:
     return left if left > TOLERANCE else 0.0
 
 
-def file_sha256(path: str) -> str:
-    """The SHA-256 (hex) of a file's bytes."""
+def file_sha256(path: str, copy_to: IO[bytes] | None = None) -> str:
+    """The SHA-256 (hex) of a file's bytes; with ``copy_to``, the very bytes hashed are also written there (one
+    read: a job parses the copy, so what it checked is what it reads, whatever happens to ``path`` after)."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
+            if copy_to is not None:
+                copy_to.write(chunk)
     return h.hexdigest()
 
 

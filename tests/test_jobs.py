@@ -474,6 +474,46 @@ def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path
         r.hdel(job_queue.RESULT_NAMES, name)
 
 
+def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue, tmp_path, unique_name, monkeypatch):
+    """A reviewer's finding: the worker hashed a user's file, then (after the charge) read it again by its path, so
+    a file replaced in between was read and charged as the one submitted. The bytes hashed are copied aside and
+    the copy is parsed: the job sees the 435 records submitted, not the 40 swapped in; the copy is removed."""
+    q, _ = queue
+    data, sch = _votes_csv(tmp_path)
+    decoy = tmp_path / "decoy.csv"
+    decoy.write_text(data.read_text().splitlines()[0] + "\n" + "".join(
+        ",".join([*map(str, VOTES.X[0]), "democrat"]) + "\n" for _ in range(40)))
+    RedisLedger(r).set_budget(unique_name, 1.0)
+    read = []
+    real_read, real_run = job_worker.read_dataset, job_worker.run_job
+
+    def swap_then_run(*a, **kw):  # after the worker's check, before the charge and the read
+        os.replace(decoy, data)
+        return real_run(*a, **kw)
+
+    monkeypatch.setattr(job_worker, "run_job", swap_then_run)
+    monkeypatch.setattr(job_worker, "read_dataset", lambda p, *a, **kw: read.append(p) or real_read(p, *a, **kw))
+    try:
+        jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2, "height": 2, "seed": 1},
+                                    source_kind="dataset", dataset=str(data), schema=str(sch))
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        assert JobQueue(r, q).status(jid)["status"] == "done"
+        assert data.read_text().count("\n") == 41  # the swap happened
+        assert len(read) == 1 and read[0] != str(data) and not os.path.exists(read[0])
+        assert JobQueue(r, q).result(jid).estimated_records() > 200  # the 435 records submitted, not the 40
+        # a reader's error (after the charge) names the file submitted, not the private copy
+        monkeypatch.setattr(job_worker, "run_job", real_run)
+        bad = tmp_path / "bad.csv"
+        bad.write_text(data.read_text() + '"y,n\n')  # (the 41 lines swapped in, then line 42)
+        jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.1, {"n_trees": 2, "height": 2},
+                                    source_kind="dataset", dataset=str(bad), schema=str(sch), max_attempts=1)
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+        st = JobQueue(r, q).status(jid)
+        assert st["status"] == "failed" and f"{bad}: line 42" in st["reason"] and "streamdp-job-" not in st["reason"], st
+    finally:
+        r.delete(*ledger_keys(unique_name))
+
+
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):
     """A CSV lacking a schema column failed only after the ledger was charged; now the header is checked first
     (at submit, and again by the worker before charging), reading the header line only."""

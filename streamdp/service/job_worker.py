@@ -26,19 +26,23 @@ its stream (those within its retention window, :mod:`.retention`, plus the
 unacked ones; each batch id once, undecodable entries skipped, see
 :func:`read_model_records`); ``source_kind="dataset"``
 reads a CSV file with a header (or a bundled/shared UCI dataset by name)
-against a declared schema (:func:`streamdp.sources.read_dataset`). The ledger source is the model's name, or the
+against a declared schema (:func:`streamdp.sources.read_dataset`), from the very bytes checked against the
+SHA-256 pinned at submit (a private copy; see ``JobWorker._dataset_loader``). The ledger source is the model's name, or the
 ``source`` given for a dataset.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
+import tempfile
 import threading
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import redis
@@ -258,6 +262,10 @@ class JobWorker(GroupLoop):
             self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [entry], justid=True)
 
     def _run(self, job_id: str, doc: dict) -> str:
+        with contextlib.ExitStack() as stack:  # (a user file's private copy lives until the job is done)
+            return self._run_in(job_id, doc, stack)
+
+    def _run_in(self, job_id: str, doc: dict, stack: contextlib.ExitStack) -> str:
         result = doc["result"]
         keys = Keys(result, job=True)
         if as_str(self.r.hget(keys.pub_model, "job") or b"") == job_id:
@@ -276,38 +284,7 @@ class JobWorker(GroupLoop):
                 return read_model_records(self.r, source, schema)
         else:
             schema = Schema.from_dict(json.loads(doc["schema"]))
-            path = doc["dataset"]
-            digest = doc.get("dataset_sha256") or ""
-            # A bundled dataset is loaded by name, never looked up in this worker's directory (a red team's file of
-            # that name was read instead), from lines read once and found to be the bytes pinned at submit (a
-            # reviewer's decoy under ../shared/datasets; parsing the same lines, nothing swapped in later is read).
-            bundled = doc.get("bundled") == "1"
-            if bundled:
-                try:
-                    lines = pinned_lines(path, digest)
-                except DatasetChanged:
-                    raise JobError(f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
-                                   "expected); nothing was charged or read") from None
-                except (KeyError, FileNotFoundError) as e:
-                    raise JobError(f"{e}; nothing was charged") from None
-            elif not digest or not os.path.isfile(path) or file_sha256(path) != digest:
-                # The file must be the one submitted (and bound to its ledger source): checked before charging.
-                raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
-                               f"(sha256 {digest[:16]}... expected); nothing was charged or read")
-            header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
-            label = json.loads(doc.get("label") or "null")
-
-            def load() -> tuple[np.ndarray, np.ndarray]:
-                try:
-                    if bundled:
-                        return read_bundled(path, schema, lines)
-                    return read_dataset(path, schema, header=header, label=label)
-                except SourceError as e:
-                    raise JobError(str(e)) from None
-                except Exception as e:  # (after the charge) a reader's own message may quote the data
-                    raise JobError(f"dataset {path!r} could not be read ({type(e).__name__}; no content is "
-                                   "shown)") from None
-
+            load = self._dataset_loader(doc, schema, stack)
         out = run_job(spec, schema, load, RedisLedger(self.r), source, job_id,
                       progress=lambda stage, f: self._progress(job_id, stage, f))
         self._progress(job_id, "publishing", 0.95)
@@ -316,6 +293,60 @@ class JobWorker(GroupLoop):
             raise JobError(f"result name {result!r} is taken by another model; this job's model was not released")
         self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
         return "done"
+
+    @staticmethod
+    def _dataset_loader(doc: dict, schema: Schema, stack: contextlib.ExitStack) -> Callable[[], tuple]:
+        """The job's dataset, checked against the SHA-256 pinned at submit BEFORE the charge, and read once.
+
+        A bundled dataset is loaded by name, never looked up in this worker's directory (a red team's file of
+        that name was read instead), from lines read once and found to be the bytes pinned (a reviewer's decoy
+        under ../shared/datasets; parsing the same lines, nothing swapped in later is read). A user's file is
+        copied aside while it is hashed (one read) and the copy is parsed: a file replaced or rewritten between
+        the check and the read (after the charge) was read as it then was (a reviewer's finding). The copy (in
+        the temporary directory, readable by this user only) takes the file's size on disk until the job ends."""
+        path = doc["dataset"]
+        digest = doc.get("dataset_sha256") or ""
+        header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
+        label = json.loads(doc.get("label") or "null")
+        if doc.get("bundled") == "1":
+            try:
+                lines = pinned_lines(path, digest)
+            except DatasetChanged:
+                raise JobError(f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
+                               "expected); nothing was charged or read") from None
+            except (KeyError, FileNotFoundError) as e:
+                raise JobError(f"{e}; nothing was charged") from None
+
+            read_name = path
+
+            def read() -> tuple[np.ndarray, np.ndarray]:
+                return read_bundled(path, schema, lines)
+        else:
+            # (the suffix kept: pandas infers a compression from it, as it did reading the path)
+            copy = stack.enter_context(tempfile.NamedTemporaryFile(prefix="streamdp-job-", suffix=Path(path).suffix))
+            try:
+                same = bool(digest) and os.path.isfile(path) and file_sha256(path, copy) == digest
+            except OSError:
+                same = False
+            if not same:
+                # The file must be the one submitted (and bound to its ledger source): checked before charging.
+                raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
+                               f"(sha256 {digest[:16]}... expected); nothing was charged or read")
+            copy.flush()
+            read_name = copy.name
+
+            def read() -> tuple[np.ndarray, np.ndarray]:
+                return read_dataset(copy.name, schema, header=header, label=label)
+
+        def load() -> tuple[np.ndarray, np.ndarray]:
+            try:
+                return read()
+            except SourceError as e:
+                raise JobError(str(e).replace(read_name, path)) from None  # (the file named, not its copy)
+            except Exception as e:  # (after the charge) a reader's own message may quote the data
+                raise JobError(f"dataset {path!r} could not be read ({type(e).__name__}; no content is "
+                               "shown)") from None
+        return load
 
     def _publish(self, job_id: str, doc: dict, out: Any) -> str:
         """Register ``result`` (kind job, in ``sdp:job-results``) and write its job ``pub:model`` once per job.

@@ -27,7 +27,6 @@ an in-memory record by its 0-based position (``record 2 (0-based)``).
 
 from __future__ import annotations
 
-import csv
 import os
 import queue
 import re
@@ -330,12 +329,16 @@ def check_columns(path: str, schema: Schema, *, header: bool = True, label: str 
         check_header(path, schema, label)
         return
     li = label_index(label, schema, path)
-    try:
-        with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-            first = next((row for row in csv.reader(fh, skipinitialspace=True) if row), None)  # blank lines skipped
+    try:  # read as read_csv_chunks reads (pandas: blank lines skipped, a compressed file by its suffix)
+        head = pd.read_csv(path, header=None, nrows=1, skipinitialspace=True, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise SourceError(f"{path}: empty file") from None
     except OSError:
         raise SourceError(f"{path}: cannot read the file") from None
-    if first is None:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise SourceError(f"{path}: cannot read its first record: {_unreadable(e)}") from None
+    first = [str(v) for v in head.iloc[0]] if len(head) else []
+    if not first:
         raise SourceError(f"{path}: empty file")
     width = schema.n_attributes + 1
     if len(first) < width or any(f.strip() for f in first[width:]):  # (empty fields past the last: trailing commas)

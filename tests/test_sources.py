@@ -61,6 +61,32 @@ def test_errors_name_attribute_and_row_never_the_value():
     assert sum(len(c.y) for c in chunks) == 2 and [c.n_in for c in chunks] == [3, 3, 2]
 
 
+def test_check_columns_reads_the_first_record_as_the_reader_does(tmp_path):
+    """check_columns (a job's pre-charge check) reads the first record with pandas, as read_csv_chunks reads the
+    file: a gzip file is read, not refused as garbage (the csv module read its compressed bytes); blank lines
+    are skipped; trailing commas pass; a wider or narrower record and a label that is not a class are refused."""
+    import gzip
+
+    from streamdp.sources import check_columns
+
+    rows = "\n\nyes,1,true,red,2\nno,10,false,blue,1\n"
+    gz = tmp_path / "plain.csv.gz"
+    gz.write_bytes(gzip.compress(rows.encode()))
+    check_columns(str(gz), MIXED, header=False)
+    assert sum(len(c.y) for c in read_csv_chunks(str(gz), MIXED, header=False)) == 2
+    cases = {"yes,1,true,red,2,,\n": None, "id7,yes,1,true,red,2\n": "its first record has 6 fields",
+             "yes,1,true,red\n": "its first record has 4 fields", "maybe,1,true,red,2\n": "is not one of the classes",
+             "\n\n": "empty file", "": "empty file"}
+    for text, error in cases.items():
+        p = tmp_path / "f.csv"
+        p.write_text(text)
+        if error is None:
+            check_columns(str(p), MIXED, header=False)
+        else:
+            with pytest.raises(SourceError, match=error):
+                check_columns(str(p), MIXED, header=False)
+
+
 def test_csv_header_and_no_header_errors():
     with pytest.raises(SourceError, match="lacks the columns") as e:
         list(read_csv_chunks(io.StringIO("n,b\n1,true\n"), MIXED))

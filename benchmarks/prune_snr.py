@@ -9,13 +9,15 @@ whose worst rep falls below the majority share minus 0.01.
 
     python benchmarks/prune_snr.py --candidates 4:0.1,6:0.05 > benchmarks/results/prune_snr.log
 
-A candidate ``4c:0.1`` scales the bar with the classes, ``4 sqrt(C / 2)`` (estimation tests a node's total,
-whose noise sums C cells; two-class data keep 4): a rule measured, not adopted (its log's reading). ``--datasets`` also takes river's multi-class data as
+A candidate ``4c:0.1`` scales the bar with the classes, ``4 sqrt(C / 2)`` at every node (estimation tests a
+node's total, whose noise sums C cells; two-class data keep 4), ``4k:0.1`` at categorical splits only (the
+library's rule since round 2's twelfth session, ``pruning.CLASS_SCALED``); ``4`` alone is the bar unscaled. ``--datasets`` also takes river's multi-class data as
 ``river:LED`` (10 classes, 17 irrelevant attributes, 10% noise, 5,000 records), ``river:ImageSegments``
-(7 classes, numeric) and ``river:Waveform`` (3 classes, numeric, 5,000 records).
+(7 classes, numeric) and ``river:Waveform`` (3 classes, numeric, 5,000 records), and two concepts nobody tuned on: ``river:RandomTreeCat5`` (5
+classes, 8 categorical attributes) and ``river:RandomTreeMixed4`` (4 classes, 4 numeric and 6 categorical).
 
-    python benchmarks/prune_snr.py --candidates 4:0.1,4c:0.1 --reps 8 \
-        --datasets nursery,skewed,river:LED,river:ImageSegments,river:Waveform > benchmarks/results/prune_snr_classes.log
+    python benchmarks/prune_snr.py --candidates 4:0.1,4c:0.1,4k:0.1 --reps 16 --datasets nursery,skewed,river:LED,\
+river:ImageSegments,river:Waveform,river:RandomTreeCat5,river:RandomTreeMixed4 >> benchmarks/results/prune_snr_classes.log
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 from streamdp import pruning  # noqa: E402
 from streamdp.forest import PrivateForest  # noqa: E402
 
-PRUNE_DEFAULTS = (pruning.PRUNE_SNR, pruning.PRUNE_PROBE)
+PRUNE_DEFAULTS = (pruning.PRUNE_SNR, pruning.PRUNE_PROBE, pruning.CLASS_SCALED)
 
 
 def river_data(name: str):
@@ -55,19 +57,34 @@ def river_data(name: str):
         schema, pairs = rs.image_segments_schema(), list(datasets.ImageSegments())
     elif name == "Waveform":
         schema, pairs = rs.waveform_schema(), list(datasets.synth.Waveform(seed=1).take(5000))
+    elif name == "RandomTreeCat5":  # 5 classes, 8 categorical attributes of 4 values
+        schema = rs.random_tree_schema(5, 0, 8, 4)
+        pairs = list(datasets.synth.RandomTree(seed_tree=23, seed_sample=1, n_classes=5, n_num_features=0,
+                                               n_cat_features=8, n_categories_per_feature=4, max_tree_depth=6,
+                                               first_leaf_level=2).take(5000))
+    elif name == "RandomTreeMixed4":  # 4 classes, 4 numeric and 6 categorical attributes of 3 values
+        schema = rs.random_tree_schema(4, 4, 6, 3)
+        pairs = list(datasets.synth.RandomTree(seed_tree=29, seed_sample=1, n_classes=4, n_num_features=4,
+                                               n_cat_features=6, n_categories_per_feature=3, max_tree_depth=6,
+                                               first_leaf_level=2).take(5000))
     else:
         raise KeyError(name)
     return (schema, *encode(schema, pairs))
 
 
-def bar(spec: str, n_classes: int) -> float:
-    """A candidate's bar: ``4`` as given, ``4c`` scaled by ``sqrt(C / 2)``."""
-    return float(spec[:-1]) * (n_classes / 2) ** 0.5 if spec.endswith("c") else float(spec)
+SCALED = {"c": "all", "k": "categorical"}
+
+
+def set_bar(spec: str) -> None:
+    """A candidate's bar: ``4`` as given, ``4c`` scaled by ``sqrt(C / 2)`` at every node, ``4k`` at nodes
+    splitting on a categorical attribute (:func:`streamdp.pruning.node_bars`)."""
+    pruning.CLASS_SCALED = SCALED.get(spec[-1], "none")
+    pruning.PRUNE_SNR = float(spec.rstrip("ck"))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--candidates", default=f"{pruning.PRUNE_SNR:g}:{pruning.PRUNE_PROBE:g}")
+    ap.add_argument("--candidates", default=f"{pruning.PRUNE_SNR:g}k:{pruning.PRUNE_PROBE:g}")  # the library's rule
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--datasets", default=",".join(DATASETS))
     args = ap.parse_args(argv)
@@ -88,7 +105,8 @@ def main(argv=None) -> int:
         for eps in EPS:
             cells = []
             for c in cands:
-                pruning.PRUNE_SNR, pruning.PRUNE_PROBE = bar(c[0], schema.n_classes), c[1]
+                set_bar(c[0])
+                pruning.PRUNE_PROBE = c[1]
                 acc = {}
                 for h in heights:
                     for tr, te in splits:
@@ -105,7 +123,7 @@ def main(argv=None) -> int:
     print("# mean over datasets and epsilons of (accuracy - majority), averaged over heights: "
           + ", ".join(f"{s}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items()))
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
-    pruning.PRUNE_SNR, pruning.PRUNE_PROBE = PRUNE_DEFAULTS
+    pruning.PRUNE_SNR, pruning.PRUNE_PROBE, pruning.CLASS_SCALED = PRUNE_DEFAULTS
     return 0
 
 

@@ -7,8 +7,9 @@ call is one release of a batch (a window of the stream) in three steps:
 1. the prior stumps' class totals of the batch are released; with the
    published stumps they give ``n``, the noisy number of records seen so far;
 2. the trees are cut from the drawn ones by :mod:`streamdp.pruning`'s rule, at
-   the cumulative scale: a node keeps its split where it expects ``PRUNE_SNR``
-   standard deviations of the noise a published cell carries after this
+   the cumulative scale: a node keeps its split where it expects its bar
+   (:func:`~streamdp.pruning.node_bars`: ``PRUNE_SNR``, scaled with the classes
+   at categorical splits) in standard deviations of the noise a published cell carries after this
    release (``sqrt(r s^2)`` after ``r`` releases), the records it expects being
    ``n`` times its uniform share, or, below a published leaf whose total stands
    clear of its noise, that total grown by the same factor as ``n``. Every split
@@ -151,9 +152,10 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
 
     prev = drawn_nodes(now, drawn, schema.arities, schema.is_categorical) if started else None
     keep, anchors = np.empty(0, dtype=np.int64), None
+    flat_feature = drawn.feature.ravel()
     if not started and probe > 0 and mech != "kanon":  # (k-anonymity: one release per tree)
         probe_bar = pruning.PRUNE_SNR * math.sqrt(cell_variance(mech, probe * eps))
-        shape, probe_drawn = drawn.pruned(schema, _rule(probe_bar, None, T * M), n)
+        shape, probe_drawn = drawn.pruned(schema, _rule(pruning.node_bars(probe_bar, schema, flat_feature), None, T * M), n)
         if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
             # each probe leaf's total alone: one cell, C times less noise than a sum of C cells
             exact = tally(shape)[:T].sum(axis=2)
@@ -178,7 +180,7 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
         # a published leaf's total grown by as much as the noisy number of records
         anchors = _sorted(t[clear] * M + prev[t[clear], node[clear]], total[clear] * (n / seen if seen > 0 else 0.0))
     visited: list[tuple[np.ndarray, np.ndarray]] = []  # (flat drawn node, uniform share) of every node kept
-    cut = _rule(bar, anchors, T * M, keep)
+    cut = _rule(pruning.node_bars(bar, schema, flat_feature), anchors, T * M, keep)
 
     def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
         visited.append((nodes, share))
@@ -209,15 +211,16 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
     return structure, counts, node_var
 
 
-def _rule(bar: float, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int,
+def _rule(bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int,
           keep: np.ndarray | None = None):
-    """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where it expects ``bar`` records
+    """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where it expects its bar of records
+    (``bars``, by flat drawn node)
     (``rate * share``; below an anchor, the anchor's total) or kept it before; stumps stay stumps."""
     def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
         if anchors is not None and anchors[0].size:
             at = np.minimum(np.searchsorted(anchors[0], nodes), anchors[0].size - 1)
             rate = np.where(anchors[0][at] == nodes, anchors[1][at] / share, rate)
-        grow = rate * share >= bar
+        grow = rate * share >= bars[nodes]
         if keep is not None and keep.size:
             grow |= np.isin(nodes, keep, assume_unique=True)
         return grow & (nodes < n_random), rate

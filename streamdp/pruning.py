@@ -11,8 +11,10 @@ each tree's budget) releases the leaf totals of the trees pruned by that
 expectation; where a probe total stands clear of its noise, the nodes below
 it expect that total instead (records concentrate on few values: Mushroom).
 Finally a node keeps its split only where it expects ``PRUNE_SNR`` noise
-standard deviations of one cell, and the pruned trees (each record tallied
-into its pruned leaf) are released with the rest of each tree's budget.
+standard deviations of one cell, ``sqrt(C / 2)`` times that where it splits on a
+categorical attribute (:data:`CLASS_SCALED`, :func:`node_bars`; ``C`` classes), and
+the pruned trees (each record tallied into its pruned leaf) are released with the
+rest of each tree's budget.
 
 Privacy (proof sketch). Each tree spends ``PRUNE_PROBE * e`` on the probe and
 ``(1 - PRUNE_PROBE) * e`` on its leaves, ``e`` its share of epsilon; one
@@ -27,12 +29,18 @@ same for any data giving the same releases, and an empirical epsilon audit.
 k-anonymity (its delta is for one release per tree) skips the probe.
 
 Measured (``benchmarks/fit_height_ceiling.py``): at height ``n_attributes``
-within 0-3 points of the best height, where the drawn trees fall to the
+within a few points of the best height, where the drawn trees fall to the
 majority class (Nursery, Votes). The rule (per node, ``PRUNE_SNR = 4``) was
 chosen among four by measurement (the table in ``fit_height_ceiling.md``) and
 rechecked against bars of 5 and 6 on every shared dataset, height and epsilon
 (``benchmarks/prune_snr.py``: a higher bar lifts Nursery and loses Votes,
-Mushroom and Tic-Tac-Toe; 4 is best on average).
+Mushroom and Tic-Tac-Toe; 4 is best on average). The class scaling, by
+measurement too (``prune_snr_classes.log``): estimation tests a node's total,
+whose noise sums ``C`` cells, so a multi-class node needs more records to be
+read; scaled at every node it gained on the categorical multi-class data (LED,
+Nursery, a 5-class random concept) and lost on numeric ImageSegments, where a
+child's uniform share of a random threshold's range is only a guess, so it is
+scaled at categorical splits only. Two-class data are unchanged.
 
 >>> from streamdp import PrivateForest
 >>> from streamdp.datasets import load
@@ -44,9 +52,34 @@ True
 
 from __future__ import annotations
 
-__all__ = ["PRUNE_SNR", "PRUNE_PROBE"]
+import math
+
+import numpy as np
+
+__all__ = ["PRUNE_SNR", "PRUNE_PROBE", "CLASS_SCALED", "node_bars"]
 
 #: A node keeps its split when it expects this many noise standard deviations of one cell of records.
 PRUNE_SNR = 4.0
 #: Share of each tree's budget spent probing where the records are (0: no probe).
 PRUNE_PROBE = 0.1
+#: Where the bar is scaled by ``sqrt(n_classes / 2)``: at nodes splitting on a categorical attribute
+#: (``"categorical"``, the rule), at every node (``"all"``) or nowhere (``"none"``): the two others are kept
+#: for ``benchmarks/prune_snr.py``'s comparison.
+CLASS_SCALED = "categorical"
+
+
+def node_bars(bar: float, schema, feature: np.ndarray) -> np.ndarray:
+    """The bar of each drawn node whose split attribute is ``feature`` (flat, -1 at leaves): ``bar`` scaled
+    where :data:`CLASS_SCALED` says.
+
+    >>> from streamdp.datasets import load
+    >>> [round(b, 2) for b in node_bars(4.0, load("nursery").schema, np.array([0, -1])).tolist()]  # 5 classes
+    [6.32, 4.0]
+    """
+    scale = math.sqrt(schema.n_classes / 2)
+    if CLASS_SCALED == "all":
+        return np.full(feature.shape, bar * scale)
+    if CLASS_SCALED == "categorical":
+        is_cat = np.append(schema.is_categorical, False)
+        return np.where(is_cat[feature], bar * scale, bar)
+    return np.full(feature.shape, bar)

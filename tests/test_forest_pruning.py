@@ -118,6 +118,39 @@ def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, shar
     assert len(calls) == 6  # per fit: the stumps, the probe, the pruned trees (the probe path ran)
 
 
+def test_the_bar_is_scaled_by_the_classes_at_categorical_splits_only(shared_datasets, monkeypatch):
+    """pruning.CLASS_SCALED = "categorical": a node splitting on a categorical attribute needs sqrt(C / 2) times
+    the bar; a numeric split keeps the bar. With the same (fake) releases, the 5-class Nursery forest is a
+    strict pruning of the unscaled one, and a numeric 4-class forest is the same under either rule."""
+    import streamdp.growth as growth_module
+    from streamdp import pruning
+    from streamdp.river.schemas import random_tree_schema
+
+    def release(exact, epsilon, mechanism, rng, real=None, k=None):
+        fake = np.full(np.shape(exact), 60, dtype=np.int64)
+        return fake * np.asarray(real) if real is not None else fake
+
+    monkeypatch.setattr(growth_module, "noisy_node", release)
+    numeric = random_tree_schema(4, 5, 0)
+    rng = np.random.default_rng(3)
+    nursery = load("nursery")
+    data = {"nursery": (nursery.schema, nursery.X, nursery.y),
+            "numeric": (numeric, rng.uniform(size=(2000, 5)), rng.integers(0, 4, size=2000))}
+    bars = pruning.node_bars(4.0, nursery.schema, np.array([0, 7, -1]))
+    assert np.allclose(bars, [4.0 * math.sqrt(2.5), 4.0 * math.sqrt(2.5), 4.0])  # two attributes, a leaf
+    assert np.allclose(pruning.node_bars(4.0, numeric, np.array([0, 4, -1])), 4.0)
+    leaves = {}
+    for rule in ("none", "categorical"):
+        monkeypatch.setattr(pruning, "CLASS_SCALED", rule)
+        for name, (schema, X, y) in data.items():
+            f = _forest(schema, n_trees=5, height=6, epsilon=1.0, seed=11)
+            leaves[name, rule] = f.fit(X, y).structure.n_leaves[:5]
+    assert np.all(leaves["nursery", "categorical"] <= leaves["nursery", "none"])
+    assert leaves["nursery", "categorical"].sum() < leaves["nursery", "none"].sum()
+    assert np.array_equal(leaves["numeric", "categorical"], leaves["numeric", "none"])
+    assert leaves["numeric", "none"].max() > 2  # the numeric trees did split
+
+
 @pytest.mark.slow
 def test_empirical_epsilon_audit_of_the_pruned_fit():
     """Neighbouring datasets (11 and 12 records): the pruning decision and the released counts together.

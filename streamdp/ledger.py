@@ -39,7 +39,7 @@ from typing import IO
 
 from .validation import check_delta, check_epsilon
 
-__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "file_source",
+__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "stream_sha256", "file_source",
            "left_of"]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
@@ -56,15 +56,26 @@ def left_of(budget: float, spent: float) -> float:
     return left if left > TOLERANCE else 0.0
 
 
-def file_sha256(path: str, copy_to: IO[bytes] | None = None) -> str:
-    """The SHA-256 (hex) of a file's bytes; with ``copy_to``, the very bytes hashed are also written there (one
-    read: a job parses the copy, so what it checked is what it reads, whatever happens to ``path`` after)."""
-    h = hashlib.sha256()
+def file_sha256(path: str) -> str:
+    """The SHA-256 (hex) of a file's bytes."""
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-            if copy_to is not None:
-                copy_to.write(chunk)
+        return stream_sha256(fh)
+
+
+def stream_sha256(fh: IO[bytes], copy_to: IO[bytes] | None = None, limit: int | None = None) -> str:
+    """The SHA-256 (hex) of what ``fh`` reads (at most ``limit`` bytes); with ``copy_to``, the very bytes hashed
+    are also written there (one read: a job parses the copy, so what it checked is what it reads, whatever
+    happens to the file after)."""
+    h = hashlib.sha256()
+    left = -1 if limit is None else limit
+    while left:
+        chunk = fh.read(1 << 20 if left < 0 else min(1 << 20, left))
+        if not chunk:
+            break
+        h.update(chunk)
+        left = left - len(chunk) if left > 0 else left
+        if copy_to is not None:
+            copy_to.write(chunk)
     return h.hexdigest()
 
 

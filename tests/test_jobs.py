@@ -514,6 +514,56 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
         r.delete(*ledger_keys(unique_name))
 
 
+def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch):
+    """A reviewer's findings on the copy aside: a ``.tar.gz`` file (read as a tar archive at submit) was copied under
+    a ``.gz`` name and read as plain gzip after the charge (a header refused, or a headerless file's first record
+    lost); a FIFO or a directory swapped in must not hang or be read; a full disk while copying is an error of
+    the attempt (retried), not "changed"; the copy goes as soon as it is parsed."""
+    import contextlib
+    import hashlib
+    import tarfile
+    import tempfile
+
+    from test_sources import MIXED
+
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))  # (this test's copies only, whatever runs beside it)
+    rows = "yes,1,true,red,2\nno,10,false,blue,1\n" * 500
+    for header in (True, False):
+        body = (("y,n,b,s,x\n" if header else "") + rows).encode()
+        path = tmp_path / f"h{int(header)}.tar.gz"
+        info = tarfile.TarInfo("d.csv")
+        info.size = len(body)
+        with tarfile.open(path, "w:gz") as t:
+            t.addfile(info, io.BytesIO(body))
+        doc = {"dataset": str(path), "dataset_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+               "header": "1" if header else "0", "label": "null"}
+        with contextlib.ExitStack() as stack:
+            load = JobWorker._dataset_loader(doc, MIXED, stack)
+            copies = list(private.glob("streamdp-job-*/*"))
+            X, y = load()
+            assert len(y) == 1000, (header, len(y))
+            assert copies and not any(p.exists() for p in copies)  # removed once parsed, before the fit
+        assert not list(private.iterdir())  # and its folder with the job
+    fifo, folder = tmp_path / "fifo.csv", tmp_path / "folder.csv"
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for odd in (fifo, folder, tmp_path / "gone.csv"):
+        with contextlib.ExitStack() as stack, pytest.raises(JobError, match="changed or vanished"):
+            JobWorker._dataset_loader({"dataset": str(odd), "dataset_sha256": "0" * 64}, MIXED, stack)
+    plain = tmp_path / "plain.csv"
+    plain.write_text(rows)
+    doc = {"dataset": str(plain), "dataset_sha256": hashlib.sha256(plain.read_bytes()).hexdigest(), "header": "0"}
+
+    def disk_full(src, dst, limit=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(job_worker, "stream_sha256", disk_full)
+    with contextlib.ExitStack() as stack, pytest.raises(OSError, match="No space left"):
+        JobWorker._dataset_loader(doc, MIXED, stack)
+
+
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):
     """A CSV lacking a schema column failed only after the ledger was charged; now the header is checked first
     (at submit, and again by the worker before charging), reading the header line only."""

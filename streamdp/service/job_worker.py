@@ -38,10 +38,10 @@ import json
 import logging
 import os
 import signal
+import stat
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -50,7 +50,7 @@ import redis
 from ..datasets import DatasetChanged, pinned_lines
 from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
-from ..ledger import BudgetExceeded, file_sha256
+from ..ledger import BudgetExceeded, stream_sha256
 from ..schema import Schema
 from ..sources import SourceError, read_bundled, read_dataset
 from . import codec
@@ -301,9 +301,9 @@ class JobWorker(GroupLoop):
         A bundled dataset is loaded by name, never looked up in this worker's directory (a red team's file of
         that name was read instead), from lines read once and found to be the bytes pinned (a reviewer's decoy
         under ../shared/datasets; parsing the same lines, nothing swapped in later is read). A user's file is
-        copied aside while it is hashed (one read) and the copy is parsed: a file replaced or rewritten between
-        the check and the read (after the charge) was read as it then was (a reviewer's finding). The copy (in
-        the temporary directory, readable by this user only) takes the file's size on disk until the job ends."""
+        copied aside while it is hashed (one read, :func:`_pinned_copy`) and the copy is parsed: a file replaced or
+        rewritten between the check and the read (after the charge) was read as it then was (a reviewer's finding).
+        The copy takes the file's size on disk until it is parsed."""
         path = doc["dataset"]
         digest = doc.get("dataset_sha256") or ""
         header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
@@ -322,21 +322,14 @@ class JobWorker(GroupLoop):
             def read() -> tuple[np.ndarray, np.ndarray]:
                 return read_bundled(path, schema, lines)
         else:
-            # (the suffix kept: pandas infers a compression from it, as it did reading the path)
-            copy = stack.enter_context(tempfile.NamedTemporaryFile(prefix="streamdp-job-", suffix=Path(path).suffix))
-            try:
-                same = bool(digest) and os.path.isfile(path) and file_sha256(path, copy) == digest
-            except OSError:
-                same = False
-            if not same:
-                # The file must be the one submitted (and bound to its ledger source): checked before charging.
-                raise JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
-                               f"(sha256 {digest[:16]}... expected); nothing was charged or read")
-            copy.flush()
-            read_name = copy.name
+            copy = _pinned_copy(path, digest, stack)
+            read_name = copy
 
             def read() -> tuple[np.ndarray, np.ndarray]:
-                return read_dataset(copy.name, schema, header=header, label=label)
+                try:
+                    return read_dataset(copy, schema, header=header, label=label)
+                finally:  # parsed: the copy of the user's data goes now, not after the fit (a killed worker's copy)
+                    os.unlink(copy)
 
         def load() -> tuple[np.ndarray, np.ndarray]:
             try:
@@ -380,3 +373,30 @@ def run_job_worker(r: Any = None, *, once: bool = False, until_drained: bool = F
     """Run one job worker in this process until stopped (SIGTERM), drained, or one job is done."""
     return JobWorker(r, **kw).run(once=once, until_drained=until_drained)
 
+
+def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
+    """A private copy of the user's file ``path`` (in a temporary directory only this user can read, under the
+    file's own name, so pandas infers a compression from it exactly as from ``path``: ``.tar.gz`` included),
+    written while its bytes are hashed; :class:`JobError` unless they are the ``digest`` pinned at submit.
+
+    ``path`` is opened without blocking and must be a regular file (a FIFO or a device swapped in hung the worker
+    or filled the disk), and no more than its size is read. An error mid-copy (a full disk) is raised as it is:
+    the attempt fails and is retried; only a file that is gone, not a file, or not the bytes pinned "changed"."""
+    changed = JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
+                       f"(sha256 {digest[:16]}... expected); nothing was charged or read")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        raise changed from None
+    st = os.fstat(fd)
+    if not digest or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise changed
+    with os.fdopen(fd, "rb") as src:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamdp-job-"))
+        copy = os.path.join(folder, os.path.basename(path))
+        with open(copy, "wb") as dst:  # (an error reading or writing mid-copy: the attempt fails and is retried)
+            got = stream_sha256(src, dst, limit=st.st_size)
+    if got != digest:
+        raise changed
+    return copy

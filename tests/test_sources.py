@@ -87,6 +87,37 @@ def test_check_columns_reads_the_first_record_as_the_reader_does(tmp_path):
                 check_columns(str(p), MIXED, header=False)
 
 
+def test_values_named_like_missing_are_values_and_broken_archives_are_refused_in_words(tmp_path):
+    """Reviewers' findings: pandas' default read "NA", "null", "None", "nan" as missing, so a class of that name
+    passed check_columns and its rows were dropped after a job's charge; a truncated or corrupt compressed file,
+    or one whose library is missing, escaped as a traceback from the checks and the reader."""
+    import gzip
+
+    from streamdp.sources import check_columns, check_header
+
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["None", "x"]}],
+                          "label": {"name": "y", "values": ["NA", "null", "nan", "ok"]}})
+    p = tmp_path / "na.csv"
+    p.write_text("y,a\nNA,None\nnull,x\nnan,None\nok,x\n,x\n")  # the last row's label is missing
+    check_columns(str(p), s)
+    X, y = read_dataset(str(p), s)
+    assert y.tolist() == [0, 1, 2, 3] and X[:, 0].tolist() == [0, 1, 0, 1]
+    good = gzip.compress(b"y,a\n" + b"ok,x\n" * 5000)
+    cases = {"cut.csv.gz": good[: len(good) // 2], "bad.csv.gz": b"\x1f\x8b" + b"\x00" * 40,
+             "odd.csv.zst": b"(\xb5/\xfd" + b"\x00" * 20}
+    for fname, data in cases.items():
+        f = tmp_path / fname
+        f.write_bytes(data)
+        for i, read in enumerate((lambda: list(read_csv_chunks(str(f), s)), lambda: check_header(str(f), s),
+                                  lambda: check_columns(str(f), s, header=False))):
+            try:
+                read()
+            except SourceError as e:
+                assert "compressed" in str(e) and "ok" not in str(e), str(e)
+            else:  # the checks read the first line only: the cut file's is intact; the whole read must fail
+                assert i > 0 and fname == "cut.csv.gz", (fname, i)
+
+
 def test_csv_header_and_no_header_errors():
     with pytest.raises(SourceError, match="lacks the columns") as e:
         list(read_csv_chunks(io.StringIO("n,b\n1,true\n"), MIXED))

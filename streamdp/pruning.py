@@ -69,7 +69,8 @@ CLASS_SCALED = "categorical"
 
 
 def node_bars(bar: float, schema, feature: np.ndarray) -> np.ndarray:
-    """The bar of each drawn node whose split attribute is ``feature`` (flat, -1 at leaves): ``bar`` scaled
+    """The bar of each drawn node whose split attribute is ``feature`` (flat; a leaf's, a stump's or padding's
+    number past the attributes gets ``bar``): ``bar`` scaled
     where :data:`CLASS_SCALED` says.
 
     >>> from streamdp.datasets import load

@@ -151,6 +151,50 @@ def test_the_bar_is_scaled_by_the_classes_at_categorical_splits_only(shared_data
     assert leaves["numeric", "none"].max() > 2  # the numeric trees did split
 
 
+def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
+    """On a mixed schema (4 numeric, 6 categorical attributes, 4 classes) with 2 prior stumps, in the fit (its
+    probe and its cut) and in later grown releases: every node the rule visits gets the scaled bar exactly where
+    its own drawn attribute is categorical (a reviewer's mutants indexed the bars by node number within a tree,
+    or by tree 0's attributes, or left the probe's bar unscaled, and the test above passed them)."""
+    import streamdp.growth as growth_module
+    from streamdp.river.schemas import random_tree_schema
+
+    schema = random_tree_schema(4, 4, 6, 3)
+    rng = np.random.default_rng(4)
+    X = np.column_stack([rng.uniform(size=(3000, 4)), rng.integers(0, 3, size=(3000, 6))]).astype(float)
+    y = rng.integers(0, 4, size=3000)
+    f = _forest(schema, n_trees=8, height=6, epsilon=2.0, seed=5, prior_trees=2)
+    real, rules, calls = growth_module._rule, [], []
+
+    def spy(bars, *a, **kw):
+        rules.append(bars)
+        inner = real(bars, *a, **kw)
+
+        def split(nodes, share, rate):
+            calls.append((nodes.copy(), bars[nodes].copy()))
+            return inner(nodes, share, rate)
+        return split
+
+    monkeypatch.setattr(growth_module, "_rule", spy)
+    f.fit_encoded(X[:1000], y[:1000])
+    assert len(rules) == 2  # the probe's rule and the cut's
+    for lo in (1000, 2000):
+        f.grow_encoded(X[lo:lo + 1000], y[lo:lo + 1000])
+    assert len(rules) == 4
+    is_cat = np.append(schema.is_categorical, False)
+    feature = f._drawn.feature.ravel()
+    scale = math.sqrt(4 / 2)
+    visited = scaled = 0
+    for nodes, bars in calls:
+        cat = is_cat[feature[nodes]]
+        base = bars[~cat] if (~cat).any() else bars[cat] / scale
+        assert np.allclose(base, base[0])  # one unscaled bar per rule
+        assert np.allclose(bars[cat], base[0] * scale)
+        visited, scaled = visited + nodes.size, scaled + int(cat.sum())
+    assert 0 < scaled < visited
+    assert any((nodes >= 8 * f._drawn.feature.shape[1]).any() for nodes, _ in calls)  # the stumps' rows visited
+
+
 @pytest.mark.slow
 def test_empirical_epsilon_audit_of_the_pruned_fit():
     """Neighbouring datasets (11 and 12 records): the pruning decision and the released counts together.

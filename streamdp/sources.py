@@ -285,8 +285,8 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
         raise SourceError(f"{name}: empty file") from None
     except _UNREADABLE as e:
         raise SourceError(f"{name}: cannot read its header: {_unreadable(e)}") from None
-    except OSError:
-        raise SourceError(f"{name}: cannot read the file") from None
+    except OSError as e:
+        raise _cannot_read(name, e) from None
     if hasattr(source, "seek"):
         source.seek(0)
     head = [str(h).strip() for h in head]
@@ -340,8 +340,8 @@ def check_columns(path: str, schema: Schema, *, header: bool = True, label: str 
         raise SourceError(f"{path}: empty file") from None
     except _UNREADABLE as e:
         raise SourceError(f"{path}: cannot read its first record: {_unreadable(e)}") from None
-    except OSError:
-        raise SourceError(f"{path}: cannot read the file") from None
+    except OSError as e:
+        raise _cannot_read(path, e) from None
     first = [str(v) for v in head.iloc[0]] if len(head) else []
     if not first:
         raise SourceError(f"{path}: empty file")
@@ -383,8 +383,8 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
     name = getattr(source, "name", source)
     try:
         size = os.path.getsize(source) if isinstance(source, (str, os.PathLike)) else 0
-    except OSError:
-        raise SourceError(f"{name}: cannot read the file") from None
+    except OSError as e:
+        raise _cannot_read(name, e) from None
     lab_name = schema.label.name
     if header:
         head, lab_name = check_header(source, schema, label)
@@ -424,6 +424,8 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         if line is not None:
             raise SourceError(f"{name}: line {line}: {_unreadable(e)}") from None
         raise SourceError(f"{name}: not a CSV file of the schema's columns: {_unreadable(e)}") from None
+    except OSError as e:
+        raise _cannot_read(name, e) from None
 
 
 def _bad_line(e: Exception) -> int | None:
@@ -454,6 +456,12 @@ try:  # (pandas reads .zst with it when it is installed)
 except ImportError:
     pass
 _UNREADABLE = (pd.errors.ParserError, UnicodeDecodeError, ValueError, *_DECOMPRESSION)
+
+
+def _cannot_read(name: Any, e: OSError) -> SourceError:
+    """A file that cannot be opened or read, in fixed words (bz2 says a corrupt stream with a plain OSError)."""
+    return SourceError(f"{name}: cannot read the file ({type(e).__name__}: missing, unreadable, or a corrupt "
+                       "compressed file; no content is shown)")
 
 
 def _unreadable(e: Exception) -> str:

@@ -520,6 +520,7 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
     lost); a FIFO or a directory swapped in must not hang or be read; a full disk while copying is an error of
     the attempt (retried), not "changed"; the copy goes as soon as it is parsed."""
     import contextlib
+    import errno
     import hashlib
     import tarfile
     import tempfile
@@ -561,6 +562,33 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
 
     monkeypatch.setattr(job_worker, "stream_sha256", disk_full)
     with contextlib.ExitStack() as stack, pytest.raises(OSError, match="No space left"):
+        JobWorker._dataset_loader(doc, MIXED, stack)
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    # a file larger than the room left (a sparse terabyte filled the disk at every attempt): refused, nothing copied
+    monkeypatch.setattr(job_worker, "_SPARE_BYTES", 1 << 62)
+    with contextlib.ExitStack() as stack, pytest.raises(JobError, match="does not fit this worker's temporary"):
+        JobWorker._dataset_loader(doc, MIXED, stack)
+    assert not list(private.iterdir())
+    monkeypatch.setattr(job_worker, "_SPARE_BYTES", 0)
+    # the worker out of file descriptors is the attempt's error (retried), not a changed file
+    real_open = os.open
+
+    def no_fds(p, *a, **kw):
+        if p == str(plain):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(p, *a, **kw)
+
+    monkeypatch.setattr(job_worker.os, "open", no_fds)
+    with contextlib.ExitStack() as stack, pytest.raises(OSError, match="Too many open files"):
+        JobWorker._dataset_loader(doc, MIXED, stack)
+    monkeypatch.setattr(job_worker.os, "open", real_open)
+    # the pinned bytes' columns are checked by the worker before the charge (submit read the file on its own)
+    nocol = tmp_path / "nocol.csv"
+    nocol.write_text("n,b,s,x\n1,true,red,2\n")
+    doc = {"dataset": str(nocol), "dataset_sha256": hashlib.sha256(nocol.read_bytes()).hexdigest(), "header": "1"}
+    with contextlib.ExitStack() as stack, pytest.raises(JobError, match=r"nocol.csv: the header lacks the columns "
+                                                                      r"\['y'\].*; nothing was charged"):
         JobWorker._dataset_loader(doc, MIXED, stack)
 
 

@@ -104,7 +104,7 @@ def test_values_named_like_missing_are_values_and_broken_archives_are_refused_in
     assert y.tolist() == [0, 1, 2, 3] and X[:, 0].tolist() == [0, 1, 0, 1]
     good = gzip.compress(b"y,a\n" + b"ok,x\n" * 5000)
     cases = {"cut.csv.gz": good[: len(good) // 2], "bad.csv.gz": b"\x1f\x8b" + b"\x00" * 40,
-             "odd.csv.zst": b"(\xb5/\xfd" + b"\x00" * 20}
+             "odd.csv.zst": b"(\xb5/\xfd" + b"\x00" * 20, "bad.csv.bz2": b"BZh9" + b"\x00" * 40}
     for fname, data in cases.items():
         f = tmp_path / fname
         f.write_bytes(data)
@@ -113,7 +113,7 @@ def test_values_named_like_missing_are_values_and_broken_archives_are_refused_in
             try:
                 read()
             except SourceError as e:
-                assert "compressed" in str(e) and "ok" not in str(e), str(e)
+                assert "compressed" in str(e) and "ok" not in str(e) and str(f) in str(e), str(e)  # (fixed words)
             else:  # the checks read the first line only: the cut file's is intact; the whole read must fail
                 assert i > 0 and fname == "cut.csv.gz", (fname, i)
 

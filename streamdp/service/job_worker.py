@@ -34,9 +34,11 @@ SHA-256 pinned at submit (a private copy; see ``JobWorker._dataset_loader``). Th
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import stat
 import tempfile
@@ -52,7 +54,7 @@ from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, stream_sha256
 from ..schema import Schema
-from ..sources import SourceError, read_bundled, read_dataset
+from ..sources import SourceError, check_columns, read_bundled, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -324,6 +326,10 @@ class JobWorker(GroupLoop):
         else:
             copy = _pinned_copy(path, digest, stack)
             read_name = copy
+            try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
+                check_columns(copy, schema, header=header, label=label, first_label=False)
+            except SourceError as e:
+                raise JobError(f"{str(e).replace(copy, path)}; nothing was charged") from None
 
             def read() -> tuple[np.ndarray, np.ndarray]:
                 try:
@@ -379,20 +385,32 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
     file's own name, so pandas infers a compression from it exactly as from ``path``: ``.tar.gz`` included),
     written while its bytes are hashed; :class:`JobError` unless they are the ``digest`` pinned at submit.
 
-    ``path`` is opened without blocking and must be a regular file (a FIFO or a device swapped in hung the worker
-    or filled the disk), and no more than its size is read. An error mid-copy (a full disk) is raised as it is:
-    the attempt fails and is retried; only a file that is gone, not a file, or not the bytes pinned "changed"."""
+    ``path`` is opened without blocking (nor as a terminal) and must be a regular file (a FIFO or a device swapped
+    in hung the worker or filled the disk), no more than its size is read, and a file that does not fit the
+    temporary folder is refused before any byte is copied (a sparse file of a terabyte filled the disk at every
+    attempt). An error mid-copy, or opening it for a reason other than its absence or permissions (the worker
+    out of file descriptors), is raised as it is: the attempt fails and is retried."""
     changed = JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                        f"(sha256 {digest[:16]}... expected); nothing was charged or read")
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        raise changed from None
-    st = os.fstat(fd)
-    if not digest or not stat.S_ISREG(st.st_mode):
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except OSError as e:
+        if e.errno in _GONE:
+            raise changed from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not digest or not stat.S_ISREG(st.st_mode):
+            raise changed
+        room = shutil.disk_usage(tempfile.gettempdir()).free - _SPARE_BYTES
+        if st.st_size > room:
+            raise JobError(f"dataset file {path!r} does not fit this worker's temporary folder, where it is copied to "
+                           "be read as it was checked; nothing was charged or read")
+        src = os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
-        raise changed
-    with os.fdopen(fd, "rb") as src:
+        raise
+    with src:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamdp-job-"))
         copy = os.path.join(folder, os.path.basename(path))
         with open(copy, "wb") as dst:  # (an error reading or writing mid-copy: the attempt fails and is retried)
@@ -400,3 +418,9 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
     if got != digest:
         raise changed
     return copy
+
+
+#: Why opening a user's file says it "changed or vanished": it is gone, no longer reachable, or no longer ours.
+_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENXIO)
+#: Room left in the temporary folder after a copy (the rest of the worker's writes).
+_SPARE_BYTES = 64 << 20

@@ -76,9 +76,9 @@ def grows_by_default(schema) -> bool:
     on short streams (in the latest service run at 300-1,200 records; at 3,000 the two overlap) and keep
     the floor, and match them on whole ones (river's loop, ``benchmarks/results/river_grow.log``:
     Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
-    ``stream_small.log``: Nursery's first 300-3,000 records 0.32-0.82 -> 0.55-0.78, none below the majority;
-    ``stream_batch_size.md``: on the whole 12 k-record stream 0.86-0.88 at height 4 and at the growing
-    default's 5, against window's 0.87-0.89), and a grown release of a
+    ``stream_small.log``: Nursery's first 300-3,000 records 0.32-0.71 -> 0.57-0.83, none below the majority;
+    ``stream_batch_size.md``: on the whole 12 k-record stream 0.87-0.89 at height 4 and at the growing
+    default's 5, against window's 0.86-0.89), and a grown release of a
     large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
     blob against 136-150 MiB of counts per window, ``stream_footprint.py``; once the data fill every level,
     up to the drawn structure, its counts and a noise variance per node, about 3.4x the counts at height

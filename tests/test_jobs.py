@@ -592,6 +592,24 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
         JobWorker._dataset_loader(doc, MIXED, stack)
 
 
+def test_a_dead_workers_copy_is_swept_and_a_live_ones_kept(tmp_path, monkeypatch):
+    """A worker killed while reading a user's file left its private copy in the temporary folder; the next job
+    worker removes the copies of dead processes (and only those) when it starts."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    folders = {pid: tmp_path / f"streamdp-job-{pid}-abc" for pid in (dead_pid, os.getpid(), os.getppid())}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "data.csv").write_text("secret,1\n")
+    (tmp_path / "streamdp-job-notapid-x").mkdir()
+    assert job_worker._sweep_copies() == 1
+    assert not folders[dead_pid].exists() and folders[os.getpid()].exists() and folders[os.getppid()].exists()
+    assert (tmp_path / "streamdp-job-notapid-x").exists()
+
+
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):
     """A CSV lacking a schema column failed only after the ledger was charged; now the header is checked first
     (at submit, and again by the worker before charging), reading the header line only."""

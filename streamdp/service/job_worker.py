@@ -44,6 +44,7 @@ import stat
 import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -165,6 +166,7 @@ class JobWorker(GroupLoop):
         self._publish_script = self.r.register_script(_PUBLISH)
         self._entry: str | None = None
         self.reader.create()
+        _sweep_copies()
 
     def _on_disconnect(self) -> None:
         self.reader.reset()
@@ -411,7 +413,7 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
         os.close(fd)
         raise
     with src:
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="streamdp-job-"))
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{_COPY_PREFIX}{os.getpid()}-"))
         copy = os.path.join(folder, os.path.basename(path))
         with open(copy, "wb") as dst:  # (an error reading or writing mid-copy: the attempt fails and is retried)
             got = stream_sha256(src, dst, limit=st.st_size)
@@ -424,3 +426,29 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
 _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENXIO)
 #: Room left in the temporary folder after a copy (the rest of the worker's writes).
 _SPARE_BYTES = 64 << 20
+#: A pinned copy's folder: this prefix, the worker's process id, a random part.
+_COPY_PREFIX = "streamdp-job-"
+
+
+def _sweep_copies() -> int:
+    """Remove the pinned-copy folders of job workers that died (SIGKILL, out of memory) while reading a user's
+    file: a copy of the user's data must not outlive the read. A folder is left while its process lives (another
+    worker's read in progress). Returns how many were removed."""
+    removed = 0
+    for folder in Path(tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*-*"):
+        try:
+            pid = int(folder.name[len(_COPY_PREFIX):].split("-", 1)[0])
+        except ValueError:
+            continue
+        if pid == os.getpid() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or not ours to signal): its read may be in progress
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed += 1
+    return removed

@@ -308,7 +308,9 @@ FLOOR_MIN_CHECKED = {"skewed": 90, "nursery": 40, "congressional-voting": 40, "t
            "0.652 against 0.665 - 0.01 (an earlier run of this check, round 2: 7 of 80): a pooled node passing "
            "SNR_MIN=3 carries class-share errors ~0.1 (data weight ~0.5 at the bar), flipping nodes near one half "
            "(accuracy_height.md, 'Prior stumps'); no shrinkage weight tried keeps it without costing Votes or "
-           "Nursery (estimation_variants.log)",
+           "Nursery (estimation_variants.log). Over 40 draws per setting (floor_draws.md, two runs) these drawn "
+           "trees' mean is below the floor at 3 and 7 of 27 settings (by at most 0.012), up to 47% of draws below; "
+           "the default pruned fit's mean is above it everywhere (0-15% of draws below at epsilon 0.5-1)",
     strict=True))])
 def test_floor_at_the_prior_every_height(name, shared_datasets):
     schema = _data(name)[0]

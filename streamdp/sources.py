@@ -27,6 +27,7 @@ an in-memory record by its 0-based position (``record 2 (0-based)``).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import lzma
 import os
@@ -458,10 +459,18 @@ except ImportError:
 _UNREADABLE = (pd.errors.ParserError, UnicodeDecodeError, ValueError, *_DECOMPRESSION)
 
 
-def _cannot_read(name: Any, e: OSError) -> SourceError:
-    """A file that cannot be opened or read, in fixed words (bz2 says a corrupt stream with a plain OSError)."""
+def _cannot_read(name: Any, e: OSError) -> Exception:
+    """A file that cannot be opened or read, in fixed words (bz2 says a corrupt stream with a plain OSError, no
+    errno); the system's own troubles (out of file descriptors, a failing disk) are returned as they are, so a
+    job's attempt is retried rather than failed for its data (a reviewer's finding)."""
+    if e.errno is not None and e.errno not in _FILE_ERRNOS:
+        return e
     return SourceError(f"{name}: cannot read the file ({type(e).__name__}: missing, unreadable, or a corrupt "
                        "compressed file; no content is shown)")
+
+
+#: Errors of the file itself (as opposed to the reading process's).
+_FILE_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ELOOP, errno.ENXIO)
 
 
 def _unreadable(e: Exception) -> str:

@@ -565,9 +565,10 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
         JobWorker._dataset_loader(doc, MIXED, stack)
     monkeypatch.undo()
     monkeypatch.setattr(tempfile, "tempdir", str(private))
-    # a file larger than the room left (a sparse terabyte filled the disk at every attempt): refused, nothing copied
+    # a file larger than the room left (a sparse terabyte filled the disk at every attempt): nothing copied; the
+    # worker's trouble, not the data's: the attempt fails and is retried (another worker may have room)
     monkeypatch.setattr(job_worker, "_SPARE_BYTES", 1 << 62)
-    with contextlib.ExitStack() as stack, pytest.raises(JobError, match="does not fit this worker's temporary"):
+    with contextlib.ExitStack() as stack, pytest.raises(OSError, match="does not fit this worker's temporary"):
         JobWorker._dataset_loader(doc, MIXED, stack)
     assert not list(private.iterdir())
     monkeypatch.setattr(job_worker, "_SPARE_BYTES", 0)
@@ -582,7 +583,35 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
     monkeypatch.setattr(job_worker.os, "open", no_fds)
     with contextlib.ExitStack() as stack, pytest.raises(OSError, match="Too many open files"):
         JobWorker._dataset_loader(doc, MIXED, stack)
+
+    def denied(p, *a, **kw):
+        if p == str(plain):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real_open(p, *a, **kw)
+
+    monkeypatch.setattr(job_worker.os, "open", denied)  # (root reads anything: the refusal is simulated)
+    with contextlib.ExitStack() as stack, pytest.raises(JobError, match="cannot be read by the job worker"):
+        JobWorker._dataset_loader(doc, MIXED, stack)
     monkeypatch.setattr(job_worker.os, "open", real_open)
+    # an attempt's error names no file (a worker's temporary path gave its process id away)
+    err = job_worker._error_text(OSError(errno.EMFILE, "Too many open files", "/tmp/streamdp-job-x/votes.csv"))
+    assert err == "OSError: [Errno 24] Too many open files"
+    # the reader's system troubles are raised as they are (retried), a file's own as SourceError
+    import pandas as pd
+
+    from streamdp.sources import SourceError, check_columns
+
+    def no_fds_read(*a, **kw):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(pd, "read_csv", no_fds_read)
+    with pytest.raises(OSError, match="Too many open files") as e:
+        check_columns(str(plain), MIXED, header=False)
+    assert not isinstance(e.value, SourceError)
+    monkeypatch.undo()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    with pytest.raises(SourceError, match="cannot read the file"):
+        check_columns(str(tmp_path / "absent.csv"), MIXED, header=False)
     # the pinned bytes' columns are checked by the worker before the charge (submit read the file on its own)
     nocol = tmp_path / "nocol.csv"
     nocol.write_text("n,b,s,x\n1,true,red,2\n")
@@ -593,21 +622,47 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
 
 
 def test_a_dead_workers_copy_is_swept_and_a_live_ones_kept(tmp_path, monkeypatch):
-    """A worker killed while reading a user's file left its private copy in the temporary folder; the next job
-    worker removes the copies of dead processes (and only those) when it starts."""
+    """A worker killed while reading a user's file left its private copy in the temporary folder; a starting job
+    worker removes the copies nobody holds the lock of (a dead process's lock is dropped by the kernel, in any PID
+    namespace: a process id said "dead" for a live worker in another container, a reviewer's finding). Links,
+    files, other names and folders younger than a minute are left; nothing there can stop a worker starting."""
+    import contextlib
+    import fcntl
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    dead_pid = int(dead.stdout)
-    folders = {pid: tmp_path / f"streamdp-job-{pid}-abc" for pid in (dead_pid, os.getpid(), os.getppid())}
-    for folder in folders.values():
+    old = time.time() - 3600
+    dead, live, young = (tmp_path / f"streamdp-job-{n}" for n in ("dead", "live", "young"))
+    for folder in (dead, live, young):
         folder.mkdir()
         (folder / "data.csv").write_text("secret,1\n")
-    (tmp_path / "streamdp-job-notapid-x").mkdir()
-    assert job_worker._sweep_copies() == 1
-    assert not folders[dead_pid].exists() and folders[os.getpid()].exists() and folders[os.getppid()].exists()
-    assert (tmp_path / "streamdp-job-notapid-x").exists()
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "streamdp-job-link").symlink_to(target)
+    (tmp_path / "streamdp-job-file").write_text("x")
+    for p in (dead, live, tmp_path / "streamdp-job-link", tmp_path / "streamdp-job-file"):
+        os.utime(p, (old, old), follow_symlinks=False)
+    held = os.open(live, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a worker reading (another open file description than the sweep's)
+        assert job_worker._sweep_copies() == 1
+    finally:
+        os.close(held)
+    assert not dead.exists() and live.exists() and young.exists() and target.exists()
+    assert (tmp_path / "streamdp-job-link").is_symlink() and (tmp_path / "streamdp-job-file").exists()
+    # the copy's folder is locked while the job holds it, and swept once its holder is gone
+    plain = tmp_path / "plain.csv"
+    plain.write_text("yes,1,true,red,2\n")
+    from test_sources import MIXED
+    import hashlib
+    doc = {"dataset": str(plain), "dataset_sha256": hashlib.sha256(plain.read_bytes()).hexdigest(), "header": "0"}
+    monkeypatch.setattr(job_worker, "_SWEEP_AFTER_S", -1.0)
+    with contextlib.ExitStack() as stack:
+        JobWorker._dataset_loader(doc, MIXED, stack)
+        assert job_worker._sweep_copies() == 2  # the two unlocked folders above (no age bar now), not this job's
+        left = sorted(p.name for p in tmp_path.glob("streamdp-job-*"))
+        assert len(left) == 3 and "streamdp-job-link" in left and "streamdp-job-file" in left  # and the job's copy
+    assert sorted(p.name for p in tmp_path.glob("streamdp-job-*")) == ["streamdp-job-file", "streamdp-job-link"]
 
 
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
@@ -44,7 +45,6 @@ import stat
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -166,7 +166,10 @@ class JobWorker(GroupLoop):
         self._publish_script = self.r.register_script(_PUBLISH)
         self._entry: str | None = None
         self.reader.create()
-        _sweep_copies()
+        try:
+            _sweep_copies()
+        except Exception as e:  # (housekeeping: never a reason not to start)
+            log.warning(json.dumps({"event": "job.sweep_failed", "error": _error_text(e)}))
 
     def _on_disconnect(self) -> None:
         self.reader.reset()
@@ -222,7 +225,7 @@ class JobWorker(GroupLoop):
             self._set(job_id, status="failed", reason=str(e), progress="failed", finished=now_s())
             status = "failed"
         except Exception as e:  # a transient failure: retry while attempts last
-            err = f"{type(e).__name__}: {e}"[:1000]
+            err = _error_text(e)
             log.warning(json.dumps({"event": "job.error", "job": job_id, "attempt": attempt, "error": err}))
             if attempt >= int(doc.get("max_attempts") or DEFAULT_MAX_ATTEMPTS):
                 self._set(job_id, status="failed", error=err, progress="failed", finished=now_s(),
@@ -337,7 +340,8 @@ class JobWorker(GroupLoop):
                 try:
                     return read_dataset(copy, schema, header=header, label=label)
                 finally:  # parsed: the copy of the user's data goes now, not after the fit (a killed worker's copy)
-                    os.unlink(copy)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(copy)
 
         def load() -> tuple[np.ndarray, np.ndarray]:
             try:
@@ -388,15 +392,19 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
     written while its bytes are hashed; :class:`JobError` unless they are the ``digest`` pinned at submit.
 
     ``path`` is opened without blocking (nor as a terminal) and must be a regular file (a FIFO or a device swapped
-    in hung the worker or filled the disk), no more than its size is read, and a file that does not fit the
-    temporary folder is refused before any byte is copied (a sparse file of a terabyte filled the disk at every
-    attempt). An error mid-copy, or opening it for a reason other than its absence or permissions (the worker
-    out of file descriptors), is raised as it is: the attempt fails and is retried."""
+    in hung the worker or filled the disk), and no more than its size is read. A file gone or no longer reachable
+    "changed"; one this worker may not read says so. The worker's own troubles are raised as they are, so the
+    attempt fails and is retried: out of file descriptors, an error mid-copy, a file that does not fit the
+    temporary folder's room (checked before any byte is copied: a sparse terabyte filled the disk at every attempt).
+    The folder is locked (``flock``) while it exists: :func:`_sweep_copies` removes only unlocked ones."""
     changed = JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                        f"(sha256 {digest[:16]}... expected); nothing was charged or read")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM):
+            raise JobError(f"dataset file {path!r} cannot be read by the job worker (permission denied: it runs as "
+                           "another user than the submitter?); nothing was charged or read") from None
         if e.errno in _GONE:
             raise changed from None
         raise
@@ -404,16 +412,18 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
         st = os.fstat(fd)
         if not digest or not stat.S_ISREG(st.st_mode):
             raise changed
-        room = shutil.disk_usage(tempfile.gettempdir()).free - _SPARE_BYTES
-        if st.st_size > room:
-            raise JobError(f"dataset file {path!r} does not fit this worker's temporary folder, where it is copied to "
-                           "be read as it was checked; nothing was charged or read")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # (a FUSE file's EAGAIN)
+        if st.st_size > shutil.disk_usage(tempfile.gettempdir()).free - _SPARE_BYTES:
+            raise OSError(errno.ENOSPC, "the dataset file does not fit this worker's temporary folder")
         src = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
     with src:
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=f"{_COPY_PREFIX}{os.getpid()}-"))
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=_COPY_PREFIX))
+        lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        stack.callback(os.close, lock)  # (closed before the folder goes: the stack unwinds in reverse)
+        fcntl.flock(lock, fcntl.LOCK_EX)
         copy = os.path.join(folder, os.path.basename(path))
         with open(copy, "wb") as dst:  # (an error reading or writing mid-copy: the attempt fails and is retried)
             got = stream_sha256(src, dst, limit=st.st_size)
@@ -422,33 +432,50 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
     return copy
 
 
-#: Why opening a user's file says it "changed or vanished": it is gone, no longer reachable, or no longer ours.
-_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENXIO)
+#: Why opening a user's file says it "changed or vanished": it is gone or no longer reachable.
+_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENXIO)
 #: Room left in the temporary folder after a copy (the rest of the worker's writes).
 _SPARE_BYTES = 64 << 20
-#: A pinned copy's folder: this prefix, the worker's process id, a random part.
+#: A pinned copy's folder in the temporary directory: this prefix and a random part.
 _COPY_PREFIX = "streamdp-job-"
+#: A folder younger than this is left alone by the sweep (created, its lock not yet taken).
+_SWEEP_AFTER_S = 60.0
 
 
 def _sweep_copies() -> int:
     """Remove the pinned-copy folders of job workers that died (SIGKILL, out of memory) while reading a user's
-    file: a copy of the user's data must not outlive the read. A folder is left while its process lives (another
-    worker's read in progress). Returns how many were removed."""
+    file: a copy of the user's data must not outlive the read. A folder is removed only when it is a real
+    directory of this user (not a link), older than a minute, and nobody holds its lock: the kernel drops a dead
+    process's locks, in any PID namespace sharing the folder (a process id said "dead" for a live worker in
+    another container, a reviewer's finding). Returns how many were removed."""
     removed = 0
-    for folder in Path(tempfile.gettempdir()).glob(f"{_COPY_PREFIX}*-*"):
-        try:
-            pid = int(folder.name[len(_COPY_PREFIX):].split("-", 1)[0])
-        except ValueError:
-            continue
-        if pid == os.getpid() or not folder.is_dir() or folder.stat().st_uid != os.getuid():
-            continue
-        try:
-            os.kill(pid, 0)
-            continue  # alive (or not ours to signal): its read may be in progress
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            continue
-        shutil.rmtree(folder, ignore_errors=True)
-        removed += 1
+    now = time.time()
+    with os.scandir(tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if not entry.name.startswith(_COPY_PREFIX):
+                continue
+            try:
+                st = os.lstat(entry.path)
+                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < _SWEEP_AFTER_S:
+                    continue
+                lock = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its worker is reading
+                else:
+                    shutil.rmtree(entry.path)
+                    removed += 1
+                finally:
+                    os.close(lock)
+            except (OSError, ValueError):
+                continue
     return removed
+
+
+def _error_text(e: BaseException) -> str:
+    """An attempt's error for the job's ``error`` and ``reason``: an OSError without its file names (a worker's
+    temporary path), others as they say themselves."""
+    if isinstance(e, OSError) and e.errno is not None:
+        return f"{type(e).__name__}: [Errno {e.errno}] {e.strerror}"[:1000]
+    return f"{type(e).__name__}: {e}"[:1000]

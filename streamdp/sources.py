@@ -280,14 +280,7 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
     column the schema needs. Reads the header line only (no record), so a job can be refused before it is charged.
     """
     name = getattr(source, "name", source)
-    try:
-        head = pd.read_csv(source, nrows=0, skipinitialspace=True).columns
-    except pd.errors.EmptyDataError:
-        raise SourceError(f"{name}: empty file") from None
-    except _UNREADABLE as e:
-        raise SourceError(f"{name}: cannot read its header: {_unreadable(e)}") from None
-    except OSError as e:
-        raise _cannot_read(name, e) from None
+    head = _read_head(source, name, "header", nrows=0).columns
     if hasattr(source, "seek"):
         source.seek(0)
     head = [str(h).strip() for h in head]
@@ -300,6 +293,19 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
                 "(CLI: --no-header)") if len(missing) == len(schema.names) + 1 else ""
         raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns){hint}")
     return head, lab_name
+
+
+def _read_head(source: Any, name: Any, what: str, **kw: Any) -> pd.DataFrame:
+    """The checks' read of a file's first line(s) (``pd.read_csv(source, skipinitialspace=True, **kw)``), refused in
+    fixed words: empty, unreadable (``what`` names the part read), or a file that cannot be opened."""
+    try:
+        return pd.read_csv(source, skipinitialspace=True, **kw)
+    except pd.errors.EmptyDataError:
+        raise SourceError(f"{name}: empty file") from None
+    except _UNREADABLE as e:
+        raise SourceError(f"{name}: cannot read its {what}: {_unreadable(e)}") from None
+    except OSError as e:
+        raise _cannot_read(name, e) from None
 
 
 def label_index(label: str | int | None, schema: Schema, name: str = "the file") -> int:
@@ -335,14 +341,8 @@ def check_columns(path: str, schema: Schema, *, header: bool = True, label: str 
         check_header(path, schema, label)
         return
     li = label_index(label, schema, path)
-    try:  # read as read_csv_chunks reads (pandas: blank lines skipped, a compressed file by its suffix)
-        head = pd.read_csv(path, header=None, nrows=1, skipinitialspace=True, dtype=str, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise SourceError(f"{path}: empty file") from None
-    except _UNREADABLE as e:
-        raise SourceError(f"{path}: cannot read its first record: {_unreadable(e)}") from None
-    except OSError as e:
-        raise _cannot_read(path, e) from None
+    # read as read_csv_chunks reads (pandas: blank lines skipped, a compressed file by its suffix)
+    head = _read_head(path, path, "first record", header=None, nrows=1, dtype=str, keep_default_na=False)
     first = [str(v) for v in head.iloc[0]] if len(head) else []
     if not first:
         raise SourceError(f"{path}: empty file")

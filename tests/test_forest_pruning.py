@@ -166,13 +166,24 @@ def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
     f = _forest(schema, n_trees=8, height=6, epsilon=2.0, seed=5, prior_trees=2)
     real, rules, calls = growth_module._rule, [], []
 
+    is_cat = np.append(schema.is_categorical, False)
+    feature = f._drawn.feature.ravel()
+    n_random = 8 * f._drawn.feature.shape[1]
+    decided = []
+
     def spy(bars, *a, **kw):
         rules.append(bars)
         inner = real(bars, *a, **kw)
+        probe = len(rules) == 1  # (no anchors, nothing kept before: its decisions are the bar's alone)
 
         def split(nodes, share, rate):
             calls.append((nodes.copy(), bars[nodes].copy()))
-            return inner(nodes, share, rate)
+            grow, out = inner(nodes, share, rate)
+            if probe:  # each node decided against its own attribute's bar
+                own = np.where(is_cat[feature[nodes]], rules[0].max(), rules[0].min())
+                assert np.array_equal(grow, (rate * share >= own) & (nodes < n_random))
+                decided.append(int(np.sum(grow)))
+            return grow, out
         return split
 
     monkeypatch.setattr(growth_module, "_rule", spy)
@@ -181,8 +192,7 @@ def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
     for lo in (1000, 2000):
         f.grow_encoded(X[lo:lo + 1000], y[lo:lo + 1000])
     assert len(rules) == 4
-    is_cat = np.append(schema.is_categorical, False)
-    feature = f._drawn.feature.ravel()
+    assert sum(decided) > 0  # the probe split something
     scale = math.sqrt(4 / 2)
     visited = scaled = 0
     for nodes, bars in calls:

@@ -31,16 +31,17 @@ from streamdp.forest import PrivateForest  # noqa: E402
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--draws", type=int, default=20)
+    ap.add_argument("--trees", type=int, default=10)
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     ds, tr, te = nursery_split()
     enc = ds.schema.encode(ds.X, ds.y)
     X, y = enc.X, enc.y
     t0 = time.time()
-    print(f"# python benchmarks/stream_batch_size_ceiling.py --draws {args.draws}; git "
+    print(f"# python benchmarks/stream_batch_size_ceiling.py --draws {args.draws} --trees {args.trees}; git "
           f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
     print(f"# Nursery, 5 classes, {len(tr)} training records, {len(te)} held out (majority {np.bincount(y[te]).max() / len(te):.3f}); "
-          "10 trees and one prior stump, geometric noise, split budget, probability vote")
+          f"{args.trees} trees and one prior stump, geometric noise, split budget, probability vote")
     print("| height | epsilon 1, drawn: mean (min-max) | epsilon 1, pruned (the default fit) | exact counts, drawn (not private, 3 draws) |")
     print("|---|---|---|---|")
     for h in range(1, ds.schema.n_attributes + 1):
@@ -48,7 +49,7 @@ def main(argv=None) -> int:
         for eps, prune, draws in ((1.0, False, args.draws), (1.0, True, args.draws), (np.inf, False, 3)):
             acc = []
             for _ in range(draws):
-                f = PrivateForest.create(ds.schema, n_trees=10, height=h, epsilon=eps)
+                f = PrivateForest.create(ds.schema, n_trees=args.trees, height=h, epsilon=eps)
                 f.fit_encoded(X[tr], y[tr], prune=prune)
                 acc.append(float((f.proba_from_leaves(f.structure.apply(X[te], ds.schema.is_categorical)).argmax(axis=1)
                                   == y[te]).mean()))

@@ -155,7 +155,8 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
     flat_feature = drawn.feature.ravel()
     if not started and probe > 0 and mech != "kanon":  # (k-anonymity: one release per tree)
         probe_bar = pruning.PRUNE_SNR * math.sqrt(cell_variance(mech, probe * eps))
-        shape, probe_drawn = drawn.pruned(schema, _rule(pruning.node_bars(probe_bar, schema, flat_feature), None, T * M), n)
+        probe_rule = _rule(pruning.node_bars(probe_bar, schema, flat_feature), None, T * M)
+        shape, probe_drawn = drawn.pruned(schema, probe_rule, n)
         if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
             # each probe leaf's total alone: one cell, C times less noise than a sum of C cells
             exact = tally(shape)[:T].sum(axis=2)
@@ -213,9 +214,9 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
 
 def _rule(bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int,
           keep: np.ndarray | None = None):
-    """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where it expects its bar of records
-    (``bars``, by flat drawn node)
-    (``rate * share``; below an anchor, the anchor's total) or kept it before; stumps stay stumps."""
+    """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where the records it expects (``rate *
+    share``; below an anchor, the anchor's total) reach its bar (``bars``, by flat drawn node:
+    :func:`streamdp.pruning.node_bars`) or kept it before; stumps stay stumps."""
     def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
         if anchors is not None and anchors[0].size:
             at = np.minimum(np.searchsorted(anchors[0], nodes), anchors[0].size - 1)

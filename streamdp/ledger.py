@@ -39,8 +39,8 @@ from typing import IO
 
 from .validation import check_delta, check_epsilon
 
-__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "stream_sha256", "file_source",
-           "left_of"]
+__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "stream_sha256",
+           "file_source", "left_of"]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
 TOLERANCE = 1e-9
@@ -67,13 +67,13 @@ def stream_sha256(fh: IO[bytes], copy_to: IO[bytes] | None = None, limit: int | 
     are also written there (one read: a job parses the copy, so what it checked is what it reads, whatever
     happens to the file after)."""
     h = hashlib.sha256()
-    left = -1 if limit is None else limit
-    while left:
-        chunk = fh.read(1 << 20 if left < 0 else min(1 << 20, left))
+    left = math.inf if limit is None else limit
+    while left > 0:
+        chunk = fh.read(int(min(1 << 20, left)))
         if not chunk:
             break
+        left -= len(chunk)
         h.update(chunk)
-        left = left - len(chunk) if left > 0 else left
         if copy_to is not None:
             copy_to.write(chunk)
     return h.hexdigest()

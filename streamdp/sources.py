@@ -463,14 +463,14 @@ def _cannot_read(name: Any, e: OSError) -> Exception:
     """A file that cannot be opened or read, in fixed words (bz2 says a corrupt stream with a plain OSError, no
     errno); the system's own troubles (out of file descriptors, a failing disk) are returned as they are, so a
     job's attempt is retried rather than failed for its data (a reviewer's finding)."""
-    if e.errno is not None and e.errno not in _FILE_ERRNOS:
+    if e.errno is not None and e.errno not in FILE_ERRNOS:
         return e
     return SourceError(f"{name}: cannot read the file ({type(e).__name__}: missing, unreadable, or a corrupt "
                        "compressed file; no content is shown)")
 
 
-#: Errors of the file itself (as opposed to the reading process's).
-_FILE_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ELOOP, errno.ENXIO)
+#: Errors of the file itself (gone, unreachable, not ours to read), as opposed to the reading process's own.
+FILE_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.EPERM, errno.EISDIR, errno.ELOOP, errno.ENXIO)
 
 
 def _unreadable(e: Exception) -> str:

@@ -27,8 +27,8 @@ unacked ones; each batch id once, undecodable entries skipped, see
 :func:`read_model_records`); ``source_kind="dataset"``
 reads a CSV file with a header (or a bundled/shared UCI dataset by name)
 against a declared schema (:func:`streamdp.sources.read_dataset`), from the very bytes checked against the
-SHA-256 pinned at submit (a private copy; see ``JobWorker._dataset_loader``). The ledger source is the model's name, or the
-``source`` given for a dataset.
+SHA-256 pinned at submit (a private copy; see ``JobWorker._dataset_loader``). The ledger source is the model's
+name, or the ``source`` given for a dataset.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, stream_sha256
 from ..schema import Schema
-from ..sources import SourceError, check_columns, read_bundled, read_dataset
+from ..sources import FILE_ERRNOS, SourceError, check_columns, read_bundled, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -269,7 +269,7 @@ class JobWorker(GroupLoop):
             self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [entry], justid=True)
 
     def _run(self, job_id: str, doc: dict) -> str:
-        with contextlib.ExitStack() as stack:  # (a user file's private copy lives until the job is done)
+        with contextlib.ExitStack() as stack:  # (a user file's copy folder, locked, until the job is done)
             return self._run_in(job_id, doc, stack)
 
     def _run_in(self, job_id: str, doc: dict, stack: contextlib.ExitStack) -> str:
@@ -334,7 +334,7 @@ class JobWorker(GroupLoop):
             try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
                 check_columns(copy, schema, header=header, label=label, first_label=False)
             except SourceError as e:
-                raise JobError(f"{str(e).replace(copy, path)}; nothing was charged") from None
+                raise JobError(f"{str(e).replace(read_name, path)}; nothing was charged") from None
 
             def read() -> tuple[np.ndarray, np.ndarray]:
                 try:
@@ -405,7 +405,7 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
         if e.errno in (errno.EACCES, errno.EPERM):
             raise JobError(f"dataset file {path!r} cannot be read by the job worker (permission denied: it runs as "
                            "another user than the submitter?); nothing was charged or read") from None
-        if e.errno in _GONE:
+        if e.errno in FILE_ERRNOS:
             raise changed from None
         raise
     try:
@@ -432,8 +432,6 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
     return copy
 
 
-#: Why opening a user's file says it "changed or vanished": it is gone or no longer reachable.
-_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENXIO)
 #: Room left in the temporary folder after a copy (the rest of the worker's writes).
 _SPARE_BYTES = 64 << 20
 #: A pinned copy's folder in the temporary directory: this prefix and a random part.

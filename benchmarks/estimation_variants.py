@@ -7,7 +7,12 @@ a Dirichlet prior whose class shares spread by ``tau^2 = 1 / (C * PRIOR_WEIGHT)`
 * ``eb``: empirical Bayes, ``tau^2`` per depth estimated from the random trees' own nodes against their
   parents (method of moments, noise and sampling variance subtracted, inverse-variance weights,
   capped at the library's 1/16);
-* ``depth``: ``PRIOR_WEIGHT * depth`` (deeper steps assumed to move the shares less).
+* ``depth``: ``PRIOR_WEIGHT * depth`` (deeper steps assumed to move the shares less);
+* ``sure``: one weight per forest, from 1 to 512, the one minimising Stein's unbiased risk estimate of the
+  random trees' node class shares against their parents' (from the released counts: post-processing);
+* ``slab``: the library's step, then a spike-and-slab gate: the step's move from the parent is kept with the
+  posterior probability (prior one half) that the node's shares differ from its parent's by a spread of 0.25
+  rather than not at all, given its counts' noise and sampling variance.
 
 The update path (one release of the training part, no pruning), 10 trees, split budget, the probability
 vote; the hold-out split of tests/test_estimation.py's floor check; ``--draws`` new structures and noise
@@ -61,7 +66,45 @@ def eb_tau2(nodes: E.ForestNodes, cap: float = 1 / 16) -> dict[int, float]:
     return out
 
 
-def proba(nodes: E.ForestNodes, leaves: np.ndarray, weight) -> np.ndarray:
+SURE_GRID = np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512], dtype=float)
+
+
+def sure_weight(nodes: E.ForestNodes) -> float:
+    """The ``sure`` rule's weight: over every informative node with a parent, each class share's risk
+    ``(1 - lam)^2 (r - p_parent)^2 + 2 s^2 lam - s^2`` (``r`` the node's share, ``s^2`` its noise variance,
+    ``lam`` the data's weight at that PRIOR_WEIGHT), weighted by the node's total."""
+    y, var, parent, depth = nodes.y, nodes.var, nodes.parent, nodes.depth
+    C = y.shape[1]
+    t = y.sum(1)
+    i = np.flatnonzero((depth >= 1) & (parent >= 0) & (t > 0) & (t >= 3 * np.sqrt(np.maximum(var, 0))))
+    i = i[y[parent[i]].sum(1) > 0]
+    if not i.size:
+        return BASE
+    ti = t[i][:, None]
+    pp = np.clip(y[parent[i]], 0, None)
+    pp = pp / np.maximum(pp.sum(1, keepdims=True), 1e-9)
+    s2 = (var[i] / C)[:, None] / ti**2
+    dev2 = (y[i] / ti - pp) ** 2
+    risks = [(((1 - lam) ** 2 * dev2 + 2 * s2 * lam - s2) * ti).sum()
+             for lam in (ti / (ti + w * var[i][:, None] / ti + 1) for w in SURE_GRID)]
+    return float(SURE_GRID[int(np.argmin(risks))])
+
+
+def slab_step(Y: np.ndarray, V: np.ndarray, p: np.ndarray, spread2: float = 0.0625) -> np.ndarray:
+    """The ``slab`` rule's step (see the module docstring)."""
+    q = E.shrink(Y, V, p)
+    C = Y.shape[1]
+    t = np.maximum(Y.sum(1), 1.0)[:, None]
+    pc = np.clip(p, 1e-6, 1)
+    s2 = np.maximum(V, 0)[:, None] / C + t * pc * (1 - pc)
+    slab = t**2 * spread2
+    llr = ((0.5 * np.log(s2 / (s2 + slab)) + 0.5 * (Y - t * pc) ** 2 * (1 / s2 - 1 / (s2 + slab))).sum(1)
+           * (C - 1) / C)
+    w = 1 / (1 + np.exp(-np.clip(llr, -50, 50)))
+    return w[:, None] * q + (1 - w[:, None]) * p
+
+
+def proba(nodes: E.ForestNodes, leaves: np.ndarray, weight, step=None) -> np.ndarray:
     """ForestNodes.path_proba with the weight ``weight(depth)`` in place of PRIOR_WEIGHT at each depth (the rule
     before shallower leaves were pooled at deeper depths: the same on this script's drawn trees of one height)."""
     leaves = leaves[:, :nodes.leaf_node.shape[0]]
@@ -81,7 +124,7 @@ def proba(nodes: E.ForestNodes, leaves: np.ndarray, weight) -> np.ndarray:
             Y = sum(nodes.y[nd[:, t]] * at[:, t, None] for t in range(T))
             V = sum(nodes.var[nd[:, t]] * at[:, t] for t in range(T))
             E.PRIOR_WEIGHT = weight(d)
-            p = E.shrink(Y, V, p)
+            p = (step or E.shrink)(Y, V, p)
     finally:
         E.PRIOR_WEIGHT = BASE
     return p
@@ -102,7 +145,7 @@ def main() -> None:
     majority = np.bincount(y[te]).max() / len(te)
     lines = [f"## {a.dataset}: majority {majority:.3f}, {a.draws} draws per cell; load "
              + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
-    names = ["pw8", "pw16", "pw32", "pw64", "eb", "depth"]
+    names = ["pw8", "pw16", "pw32", "pw64", "eb", "depth", "sure", "slab"]
     lines += ["| height | eps | " + " | ".join(f"{k} mean (min)" for k in names) + " |",
               "|---" * (len(names) + 2) + "|"]
     print(lines[0], flush=True)
@@ -116,10 +159,13 @@ def main() -> None:
                 nodes = f.estimation_nodes()
                 C = schema.n_classes
                 tau = eb_tau2(nodes)
+                w_sure = sure_weight(nodes)
                 rules = {"pw8": lambda _: 8.0, "pw16": lambda _: 16.0, "pw32": lambda _: 32.0,
-                         "pw64": lambda _: 64.0, "eb": lambda d: 1.0 / (C * tau[d]), "depth": lambda d: BASE * d}
+                         "pw64": lambda _: 64.0, "eb": lambda d: 1.0 / (C * tau[d]), "depth": lambda d: BASE * d,
+                         "sure": lambda _: w_sure, "slab": lambda _: BASE}
                 for k in names:
-                    acc[k].append(float((proba(nodes, leaves, rules[k]).argmax(1) == y[te]).mean()))
+                    step = slab_step if k == "slab" else None
+                    acc[k].append(float((proba(nodes, leaves, rules[k], step).argmax(1) == y[te]).mean()))
             row = f"| {h} | {eps:g} | " + " | ".join(f"{np.mean(v):.3f} ({min(v):.3f})" for v in acc.values()) + " |"
             lines.append(row)
             print(row, flush=True)

@@ -18,6 +18,8 @@ classes, 8 categorical attributes) and ``river:RandomTreeMixed4`` (4 classes, 4 
 
     python benchmarks/prune_snr.py --candidates 4:0.1,4c:0.1,4k:0.1 --reps 16 --datasets nursery,skewed,river:LED,\
 river:ImageSegments,river:Waveform,river:RandomTreeCat5,river:RandomTreeMixed4 >> benchmarks/results/prune_snr_classes.log
+    python benchmarks/prune_snr.py --candidates 4:0.1,4k:0.1 --reps 16 --datasets nursery --per-height \
+        >> benchmarks/results/prune_snr_classes.log
 """
 
 from __future__ import annotations
@@ -87,6 +89,9 @@ def main(argv=None) -> int:
     ap.add_argument("--candidates", default=f"{pruning.PRUNE_SNR:g}k:{pruning.PRUNE_PROBE:g}")  # the library's rule
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--datasets", default=",".join(DATASETS))
+    ap.add_argument("--per-height", action="store_true",
+                    help="also each height's accuracy per candidate, and the last candidate's difference from the "
+                         "first paired on the splits (+- its standard error)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     cands = [(c.split(":")[0], float(c.split(":")[1])) for c in args.candidates.split(",")]
@@ -103,7 +108,7 @@ def main(argv=None) -> int:
         splits = [split(len(y), np.random.default_rng(rep)) for rep in range(args.reps)]
         majority = float(np.mean([np.bincount(y[te]).max() / len(te) for _, te in splits]))
         for eps in EPS:
-            cells = []
+            cells, per_cand = [], []
             for c in cands:
                 set_bar(c[0])
                 pruning.PRUNE_PROBE = c[1]
@@ -115,11 +120,17 @@ def main(argv=None) -> int:
                         leaves = f.structure.apply(X[te], schema.is_categorical)
                         hit = float((f.proba_from_leaves(leaves).argmax(axis=1) == y[te]).mean())
                         acc.setdefault(h, []).append(hit - np.bincount(y[te]).max() / len(te))  # over the majority
+                per_cand.append(acc)
                 means = [np.mean(v) for v in acc.values()]
                 below = sum(min(v) < -0.01 for v in acc.values())
                 totals[c].append(np.mean(means))
                 cells.append(f"{majority + np.mean(acc[heights[-1]]):.3f} / {majority + np.mean(means):.3f} / {below}")
             print(f"| {name} | {eps:g} | {majority:.3f} | " + " | ".join(cells) + " |", flush=True)
+            if args.per_height:
+                for h in heights:
+                    d = np.array(per_cand[-1][h]) - np.array(per_cand[0][h])
+                    print(f"|   height {h} | {eps:g} | | " + " | ".join(f"{majority + np.mean(a[h]):.3f}" for a in per_cand)
+                          + f" | {d.mean():+.3f} +- {d.std(ddof=1) / np.sqrt(d.size):.3f} |", flush=True)
     print("# mean over datasets and epsilons of (accuracy - majority), averaged over heights: "
           + ", ".join(f"{s}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items()))
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")

@@ -10,6 +10,12 @@ itself (prior phase included) on five categorical streams in river's own loop, g
 beside river's HoeffdingTree, with samples/s. Prints tables; append them to ``results/river_grow.log`` by hand.
 
     python benchmarks/river_grow.py --draws 6
+
+``--class-scaling`` instead pairs the pruning bar's class scaling (``pruning.CLASS_SCALED``: ``"none"`` against
+the library's ``"categorical"``) on the multi-class streams (LED, Nursery): the grow rows, then the classifier on
+LED, ``--draws`` draws per rule, the difference with its standard error.
+
+    python benchmarks/river_grow.py --class-scaling --draws 12    # >> results/river_grow.log
 """
 
 from __future__ import annotations
@@ -107,12 +113,53 @@ def classifier_rows(draws: int, only: set | None) -> list[str]:
     return out
 
 
+def class_scaling_rows(draws: int) -> list[str]:
+    """``--class-scaling``: the scaled bar against the unscaled one on the multi-class streams."""
+    from river import evaluate, metrics
+
+    from streamdp import pruning
+    from streamdp.river import PrivateForestClassifier
+
+    def paired(label: str, run) -> str:
+        got = {}
+        for rule in ("none", "categorical"):
+            pruning.CLASS_SCALED = rule
+            got[rule] = np.array([run() for _ in range(draws)])
+        pruning.CLASS_SCALED = "categorical"
+        d = got["categorical"].mean() - got["none"].mean()
+        se = np.sqrt((got["categorical"].var(ddof=1) + got["none"].var(ddof=1)) / draws)
+        return (f"| {label} | {got['none'].mean():.3f} | {got['categorical'].mean():.3f} | {d:+.3f} +- {se:.3f} |")
+
+    out = [f"# class scaling of the pruning bar, {draws} draws per rule",
+           "| stream | unscaled | scaled at categorical splits | difference +- se |", "|---|---|---|---|"]
+    for name in ("LED", "UCI nursery"):
+        data, schema = STREAMS[name]()
+        X = pd.DataFrame([x for x, _ in data])
+        X.columns = [str(c) for c in X.columns]
+        enc = schema.encode(X[[at.name for at in schema.attributes]], pd.Series([t for _, t in data]))
+        for h in sorted({default_height(schema), 4}, reverse=True):
+            out.append(paired(f"{name}, grow, height {h}", lambda: progressive(schema, enc.X, enc.y, h, "grow")[0]))
+            print(out[-1], flush=True)
+    data, schema = STREAMS["LED"]()
+    out.append(paired("LED, PrivateForestClassifier, progressive_val_score", lambda: evaluate.progressive_val_score(
+        data, PrivateForestClassifier(schema), metrics.Accuracy()).get()))
+    print(out[-1], flush=True)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=6)
     ap.add_argument("--only", default=None, help="comma-separated stream names (default: all)")
+    ap.add_argument("--class-scaling", action="store_true", help="pair the pruning bar's class scaling instead")
     a = ap.parse_args()
     warnings.simplefilter("ignore")
+    if a.class_scaling:
+        print(f"# benchmarks/river_grow.py --class-scaling --draws {a.draws}; git "
+              f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+        class_scaling_rows(a.draws)
+        print(f"# load at end {subprocess.getoutput('uptime')}")
+        return 0
     print(f"# benchmarks/river_grow.py --draws {a.draws}; load {subprocess.getoutput('uptime')}")
     print("| stream | records | majority | height | update: mean (min) | grow: mean (min), final height |")
     print("|---|---|---|---|---|---|")

@@ -152,11 +152,10 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
 
     prev = drawn_nodes(now, drawn, schema.arities, schema.is_categorical) if started else None
     keep, anchors = np.empty(0, dtype=np.int64), None
-    flat_feature = drawn.feature.ravel()
+    scale = _class_scale(drawn, schema)  # each drawn node's bar per unit (pruning.node_bars)
     if not started and probe > 0 and mech != "kanon":  # (k-anonymity: one release per tree)
         probe_bar = pruning.PRUNE_SNR * math.sqrt(cell_variance(mech, probe * eps))
-        probe_rule = _rule(pruning.node_bars(probe_bar, schema, flat_feature), None, T * M)
-        shape, probe_drawn = drawn.pruned(schema, probe_rule, n)
+        shape, probe_drawn = drawn.pruned(schema, _rule(probe_bar * scale, None, T * M), n)
         if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
             # each probe leaf's total alone: one cell, C times less noise than a sum of C cells
             exact = tally(shape)[:T].sum(axis=2)
@@ -181,7 +180,7 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
         # a published leaf's total grown by as much as the noisy number of records
         anchors = _sorted(t[clear] * M + prev[t[clear], node[clear]], total[clear] * (n / seen if seen > 0 else 0.0))
     visited: list[tuple[np.ndarray, np.ndarray]] = []  # (flat drawn node, uniform share) of every node kept
-    cut = _rule(pruning.node_bars(bar, schema, flat_feature), anchors, T * M, keep)
+    cut = _rule(bar * scale, anchors, T * M, keep)
 
     def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
         visited.append((nodes, share))
@@ -236,6 +235,16 @@ def _sorted(flat: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def _lookup(keys: np.ndarray, values: np.ndarray):
     """``f(k)``: the value of each (present) sorted key."""
     return lambda k: values[np.searchsorted(keys, k)]
+
+
+def _class_scale(drawn: ForestStructure, schema) -> np.ndarray:
+    """:func:`streamdp.pruning.node_bars` at a bar of 1 for every drawn node (flat), once per drawn structure and rule
+    (a stream's releases cut the same drawn trees)."""
+    cache = drawn._cache()
+    key = ("class_scale", pruning.CLASS_SCALED, schema.n_classes)
+    if key not in cache:
+        cache[key] = pruning.node_bars(1.0, schema, drawn.feature.ravel())
+    return cache[key]
 
 
 def _topology(s: ForestStructure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

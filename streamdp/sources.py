@@ -42,6 +42,7 @@ from typing import IO, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
+from pandas.io.common import infer_compression
 
 from .datasets import parse
 from .coding import lookup_codes
@@ -275,12 +276,14 @@ def _series(y: Any) -> pd.Series:
     return pd.Series(arr, dtype=object, copy=False)
 
 
-def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | int | None = None) -> tuple[list, str]:
+def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | int | None = None, *,
+                 compression: str | None = "infer") -> tuple[list, str]:
     """The header's column names and the label column's name; :class:`SourceError` when the header lacks a
     column the schema needs. Reads the header line only (no record), so a job can be refused before it is charged.
+    A file object is read from where it stands and rewound; ``compression`` as pandas' (by a path's suffix).
     """
     name = getattr(source, "name", source)
-    head = _read_head(source, name, "header", nrows=0).columns
+    head = _read_head(source, name, "header", nrows=0, compression=compression).columns
     if hasattr(source, "seek"):
         source.seek(0)
     head = [str(h).strip() for h in head]
@@ -330,36 +333,43 @@ def label_index(label: str | int | None, schema: Schema, name: str = "the file")
     return li % width
 
 
-def check_columns(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None,
-                  first_label: bool = True) -> None:
+def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label: str | int | None = None,
+                  first_label: bool = True, compression: str | None = "infer") -> None:
     """Refuse, reading the first line only, a file whose columns cannot be the schema's (a job checks this before
     it is charged): with a header, :func:`check_header`; without, the label index, the first record's field
     count (the label and the attributes: a wider line, an id column first say, would shift every column) and,
     with ``first_label``, that its label field is a declared class. That last check reads a value: only where
-    the file's owner submits it (``job submit``, ``push``), never in a job worker before its charge."""
+    the file's owner submits it (``job submit``, ``push``), never in a job worker before its charge. ``path``
+    may be a binary file object (with ``compression`` given: pandas infers it from a path's suffix only), read from
+    where it stands and rewound."""
     if header:
-        check_header(path, schema, label)
+        check_header(path, schema, label, compression=compression)
         return
-    li = label_index(label, schema, path)
+    name = getattr(path, "name", path)
+    li = label_index(label, schema, name)
     # read as read_csv_chunks reads (pandas: blank lines skipped, a compressed file by its suffix)
-    head = _read_head(path, path, "first record", header=None, nrows=1, dtype=str, keep_default_na=False)
+    head = _read_head(path, name, "first record", header=None, nrows=1, dtype=str, keep_default_na=False,
+                      compression=compression)
+    if hasattr(path, "seek"):
+        path.seek(0)
     first = [str(v) for v in head.iloc[0]] if len(head) else []
     if not first:
-        raise SourceError(f"{path}: empty file")
+        raise SourceError(f"{name}: empty file")
     width = schema.n_attributes + 1
     if len(first) < width or any(f.strip() for f in first[width:]):  # (empty fields past the last: trailing commas)
-        raise SourceError(f"{path}: its first record has {len(first)} fields; without a header a record is the "
+        raise SourceError(f"{name}: its first record has {len(first)} fields; without a header a record is the "
                           f"label and {schema.n_attributes} attributes ({width} fields)")
     if first_label and first[li].strip() not in {str(v) for v in schema.label.values}:
         # (the submitter's own file, read where it is submitted: a label column on an attribute fit no record)
-        raise SourceError(f"{path}: column {li} of its first record is not one of the classes "
+        raise SourceError(f"{name}: column {li} of its first record is not one of the classes "
                           f"{list(schema.label.values)}: is the label column --label INDEX?")
 
 
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,
                     header: bool = True, chunk_rows: int = CHUNK_ROWS, on_invalid: str = "raise",
-                    progress: Any = None) -> Iterator[Chunk]:
-    """Coded chunks of a CSV file (path or text stream).
+                    progress: Any = None, compression: str | None = "infer") -> Iterator[Chunk]:
+    """Coded chunks of a CSV file (path, or a text or binary stream; ``compression`` as pandas' takes it, inferred
+    from a path's suffix by default, never from a stream's name).
 
     With ``header`` the columns are found by name (the label column is ``label`` or the
     schema's label name); without, the label is column ``label`` (default 0) and the
@@ -388,7 +398,7 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         raise _cannot_read(name, e) from None
     lab_name = schema.label.name
     if header:
-        head, lab_name = check_header(source, schema, label)
+        head, lab_name = check_header(source, schema, label, compression=compression)
         kw: dict = {"header": 0, "names": head}
         line0 = 2
     else:
@@ -407,7 +417,7 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
         # so a class or value of that name was dropped after a job's charge, where check_columns had read it)
         reader = pd.read_csv(source, usecols=[*schema.names, lab_name], dtype={c: "category" for c in cat},
                              skipinitialspace=True, chunksize=chunk_rows, engine="c", keep_default_na=False,
-                             na_values=[""], **kw)
+                             na_values=[""], compression=compression, **kw)
         fh = getattr(getattr(reader, "handles", None), "handle", None)
         offset = 0
         with reader:
@@ -578,16 +588,27 @@ def read_bundled(name: str, schema: Schema, lines: list[list[str]]) -> tuple[np.
     return enc.X, enc.y
 
 
-def read_dataset(path: str, schema: Schema, *, header: bool = True,
-                 label: str | int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``); a known
+def compression_of(path: str | os.PathLike) -> str | None:
+    """The compression pandas infers from ``path``'s suffix (None: none), to read a copy of that file from a stream
+    as the file itself is read (pandas infers nothing from a stream).
+
+    >>> compression_of("votes.csv.gz"), compression_of("votes.tar.gz"), compression_of("votes.csv")
+    ('gzip', 'tar', None)
+    """
+    return infer_compression(os.fspath(path), "infer")
+
+
+def read_dataset(path: str | IO, schema: Schema, *, header: bool = True, label: str | int | None = None,
+                 compression: str | None = "infer") -> tuple[np.ndarray, np.ndarray]:
+    """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``,
+    ``compression``); a known
     dataset's name is :func:`read_bundled`'s (a name here is never looked up as a file, or the other way round).
 
     Rows with values outside the declared schema are dropped; a file without the
     schema's columns raises :class:`SourceError`.
     """
     Xs, ys = [], []
-    for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop"):
+    for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop", compression=compression):
         Xs.append(c.X)
         ys.append(c.y)
     if not Xs:

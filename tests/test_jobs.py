@@ -499,7 +499,7 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         assert JobQueue(r, q).status(jid)["status"] == "done"
         assert data.read_text().count("\n") == 41  # the swap happened
-        assert len(read) == 1 and read[0] != str(data) and not os.path.exists(read[0])
+        assert len(read) == 1 and read[0].name == str(data) and read[0].closed  # the copy, closed once parsed
         assert JobQueue(r, q).result(jid).estimated_records() > 200  # the 435 records submitted, not the 40
         # a reader's error (after the charge) names the file submitted, not the private copy
         monkeypatch.setattr(job_worker, "run_job", real_run)
@@ -509,7 +509,7 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
                                     source_kind="dataset", dataset=str(bad), schema=str(sch), max_attempts=1)
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         st = JobQueue(r, q).status(jid)
-        assert st["status"] == "failed" and f"{bad}: line 42" in st["reason"] and "streamdp-job-" not in st["reason"], st
+        assert st["status"] == "failed" and st["reason"].startswith(f"{bad}: line 42"), st
     finally:
         r.delete(*ledger_keys(unique_name))
 
@@ -518,7 +518,8 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
     """A reviewer's findings on the copy aside: a ``.tar.gz`` file (read as a tar archive at submit) was copied under
     a ``.gz`` name and read as plain gzip after the charge (a header refused, or a headerless file's first record
     lost); a FIFO or a directory swapped in must not hang or be read; a full disk while copying is an error of
-    the attempt (retried), not "changed"; the copy goes as soon as it is parsed."""
+    the attempt (retried), not "changed"; the copy goes as soon as it is parsed and never has a name (a worker
+    killed mid-read left its named copy behind)."""
     import contextlib
     import errno
     import hashlib
@@ -540,13 +541,17 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
             t.addfile(info, io.BytesIO(body))
         doc = {"dataset": str(path), "dataset_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
                "header": "1" if header else "0", "label": "null"}
+        opened = []
+        real_tf = tempfile.TemporaryFile
+        monkeypatch.setattr(tempfile, "TemporaryFile", lambda *a, **kw: opened.append(real_tf(*a, **kw)) or opened[-1])
         with contextlib.ExitStack() as stack:
             load = JobWorker._dataset_loader(doc, MIXED, stack)
-            copies = list(private.glob("streamdp-job-*/*"))
+            assert len(opened) == 1 and not opened[0].closed and opened[0].seek(0, 2) == path.stat().st_size
+            assert not list(private.iterdir())  # a copy, under no name: nothing a kill could leave behind
             X, y = load()
             assert len(y) == 1000, (header, len(y))
-            assert copies and not any(p.exists() for p in copies)  # removed once parsed, before the fit
-        assert not list(private.iterdir())  # and its folder with the job
+            assert opened[0].closed  # closed once parsed, before the fit
+        monkeypatch.setattr(tempfile, "TemporaryFile", real_tf)
     fifo, folder = tmp_path / "fifo.csv", tmp_path / "folder.csv"
     os.mkfifo(fifo)
     folder.mkdir()
@@ -619,50 +624,6 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
     with contextlib.ExitStack() as stack, pytest.raises(JobError, match=r"nocol.csv: the header lacks the columns "
                                                                       r"\['y'\].*; nothing was charged"):
         JobWorker._dataset_loader(doc, MIXED, stack)
-
-
-def test_a_dead_workers_copy_is_swept_and_a_live_ones_kept(tmp_path, monkeypatch):
-    """A worker killed while reading a user's file left its private copy in the temporary folder; a starting job
-    worker removes the copies nobody holds the lock of (a dead process's lock is dropped by the kernel, in any PID
-    namespace: a process id said "dead" for a live worker in another container, a reviewer's finding). Links,
-    files, other names and folders younger than a minute are left; nothing there can stop a worker starting."""
-    import contextlib
-    import fcntl
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    old = time.time() - 3600
-    dead, live, young = (tmp_path / f"streamdp-job-{n}" for n in ("dead", "live", "young"))
-    for folder in (dead, live, young):
-        folder.mkdir()
-        (folder / "data.csv").write_text("secret,1\n")
-    target = tmp_path / "elsewhere"
-    target.mkdir()
-    (tmp_path / "streamdp-job-link").symlink_to(target)
-    (tmp_path / "streamdp-job-file").write_text("x")
-    for p in (dead, live, tmp_path / "streamdp-job-link", tmp_path / "streamdp-job-file"):
-        os.utime(p, (old, old), follow_symlinks=False)
-    held = os.open(live, os.O_RDONLY)
-    try:
-        fcntl.flock(held, fcntl.LOCK_EX)  # a worker reading (another open file description than the sweep's)
-        assert job_worker._sweep_copies() == 1
-    finally:
-        os.close(held)
-    assert not dead.exists() and live.exists() and young.exists() and target.exists()
-    assert (tmp_path / "streamdp-job-link").is_symlink() and (tmp_path / "streamdp-job-file").exists()
-    # the copy's folder is locked while the job holds it, and swept once its holder is gone
-    plain = tmp_path / "plain.csv"
-    plain.write_text("yes,1,true,red,2\n")
-    from test_sources import MIXED
-    import hashlib
-    doc = {"dataset": str(plain), "dataset_sha256": hashlib.sha256(plain.read_bytes()).hexdigest(), "header": "0"}
-    monkeypatch.setattr(job_worker, "_SWEEP_AFTER_S", -1.0)
-    with contextlib.ExitStack() as stack:
-        JobWorker._dataset_loader(doc, MIXED, stack)
-        assert job_worker._sweep_copies() == 2  # the two unlocked folders above (no age bar now), not this job's
-        left = sorted(p.name for p in tmp_path.glob("streamdp-job-*"))
-        assert len(left) == 3 and "streamdp-job-link" in left and "streamdp-job-file" in left  # and the job's copy
-    assert sorted(p.name for p in tmp_path.glob("streamdp-job-*")) == ["streamdp-job-file", "streamdp-job-link"]
 
 
 def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, queue, tmp_path, unique_name):

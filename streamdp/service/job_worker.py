@@ -45,7 +45,7 @@ import stat
 import tempfile
 import threading
 import time
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 import numpy as np
 import redis
@@ -55,7 +55,7 @@ from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, stream_sha256
 from ..schema import Schema
-from ..sources import FILE_ERRNOS, SourceError, check_columns, read_bundled, read_dataset
+from ..sources import FILE_ERRNOS, SourceError, check_columns, compression_of, read_bundled, read_dataset
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -166,10 +166,6 @@ class JobWorker(GroupLoop):
         self._publish_script = self.r.register_script(_PUBLISH)
         self._entry: str | None = None
         self.reader.create()
-        try:
-            _sweep_copies()
-        except Exception as e:  # (housekeeping: never a reason not to start)
-            log.warning(json.dumps({"event": "job.sweep_failed", "error": _error_text(e)}))
 
     def _on_disconnect(self) -> None:
         self.reader.reset()
@@ -269,7 +265,7 @@ class JobWorker(GroupLoop):
             self.r.xclaim(self.stream, JOB_GROUP, self.name, 0, [entry], justid=True)
 
     def _run(self, job_id: str, doc: dict) -> str:
-        with contextlib.ExitStack() as stack:  # (a user file's copy folder, locked, until the job is done)
+        with contextlib.ExitStack() as stack:  # (a user file's copy, closed by the end of the job at the latest)
             return self._run_in(job_id, doc, stack)
 
     def _run_in(self, job_id: str, doc: dict, stack: contextlib.ExitStack) -> str:
@@ -310,7 +306,7 @@ class JobWorker(GroupLoop):
         under ../shared/datasets; parsing the same lines, nothing swapped in later is read). A user's file is
         copied aside while it is hashed (one read, :func:`_pinned_copy`) and the copy is parsed: a file replaced or
         rewritten between the check and the read (after the charge) was read as it then was (a reviewer's finding).
-        The copy takes the file's size on disk until it is parsed."""
+        The copy takes the file's size in the temporary folder until it is parsed, under no name."""
         path = doc["dataset"]
         digest = doc.get("dataset_sha256") or ""
         header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
@@ -324,30 +320,26 @@ class JobWorker(GroupLoop):
             except (KeyError, FileNotFoundError) as e:
                 raise JobError(f"{e}; nothing was charged") from None
 
-            read_name = path
-
             def read() -> tuple[np.ndarray, np.ndarray]:
                 return read_bundled(path, schema, lines)
         else:
             copy = _pinned_copy(path, digest, stack)
-            read_name = copy
+            compression = compression_of(path)  # (the copy has no name to infer it from: ``.tar.gz`` included)
             try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
-                check_columns(copy, schema, header=header, label=label, first_label=False)
+                check_columns(copy, schema, header=header, label=label, first_label=False, compression=compression)
             except SourceError as e:
-                raise JobError(f"{str(e).replace(read_name, path)}; nothing was charged") from None
+                raise JobError(f"{e}; nothing was charged") from None
 
             def read() -> tuple[np.ndarray, np.ndarray]:
-                try:
-                    return read_dataset(copy, schema, header=header, label=label)
-                finally:  # parsed: the copy of the user's data goes now, not after the fit (a killed worker's copy)
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(copy)
+                with copy:  # parsed: the copy of the user's data goes now, not after the fit
+                    copy.seek(0)
+                    return read_dataset(copy, schema, header=header, label=label, compression=compression)
 
         def load() -> tuple[np.ndarray, np.ndarray]:
             try:
                 return read()
             except SourceError as e:
-                raise JobError(str(e).replace(read_name, path)) from None  # (the file named, not its copy)
+                raise JobError(str(e)) from None
             except Exception as e:  # (after the charge) a reader's own message may quote the data
                 raise JobError(f"dataset {path!r} could not be read ({type(e).__name__}; no content is "
                                "shown)") from None
@@ -386,17 +378,26 @@ def run_job_worker(r: Any = None, *, once: bool = False, until_drained: bool = F
     return JobWorker(r, **kw).run(once=once, until_drained=until_drained)
 
 
-def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
-    """A private copy of the user's file ``path`` (in a temporary directory only this user can read, under the
-    file's own name, so pandas infers a compression from it exactly as from ``path``: ``.tar.gz`` included),
-    written while its bytes are hashed; :class:`JobError` unless they are the ``digest`` pinned at submit.
+def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> IO[bytes]:
+    """A private copy of the user's file ``path``, written while its bytes are hashed, rewound; :class:`JobError`
+    unless they are the ``digest`` pinned at submit. It answers to ``path``'s name (the readers' messages name the
+    file submitted) and is closed with ``stack`` if not before.
 
+    The copy is an anonymous temporary file: it has no name in any folder, so nobody else can open it and it is
+    gone with its last descriptor, a worker killed mid-read included (a named copy outlived such a kill).
     ``path`` is opened without blocking (nor as a terminal) and must be a regular file (a FIFO or a device swapped
     in hung the worker or filled the disk), and no more than its size is read. A file gone or no longer reachable
     "changed"; one this worker may not read says so. The worker's own troubles are raised as they are, so the
     attempt fails and is retried: out of file descriptors, an error mid-copy, a file that does not fit the
     temporary folder's room (checked before any byte is copied: a sparse terabyte filled the disk at every attempt).
-    The folder is locked (``flock``) while it exists: :func:`_sweep_copies` removes only unlocked ones."""
+
+    >>> import hashlib
+    >>> with tempfile.NamedTemporaryFile(suffix=".csv") as f, contextlib.ExitStack() as stack:
+    ...     _ = f.write(b"a,b"); f.flush()
+    ...     copy = _pinned_copy(f.name, hashlib.sha256(b"a,b").hexdigest(), stack)
+    ...     copy.read(), copy.name == f.name
+    (b'a,b', True)
+    """
     changed = JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
                        f"(sha256 {digest[:16]}... expected); nothing was charged or read")
     try:
@@ -420,55 +421,17 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> str:
         os.close(fd)
         raise
     with src:
-        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=_COPY_PREFIX))
-        lock = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        stack.callback(os.close, lock)  # (closed before the folder goes: the stack unwinds in reverse)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        copy = os.path.join(folder, os.path.basename(path))
-        with open(copy, "wb") as dst:  # (an error reading or writing mid-copy: the attempt fails and is retried)
-            got = stream_sha256(src, dst, limit=st.st_size)
+        copy = stack.enter_context(tempfile.TemporaryFile())  # (an error mid-copy: the attempt fails, is retried)
+        got = stream_sha256(src, copy, limit=st.st_size)
     if got != digest:
         raise changed
+    copy.seek(0)
+    copy.raw.name = path  # (its own name is a descriptor number)
     return copy
 
 
 #: Room left in the temporary folder after a copy (the rest of the worker's writes).
 _SPARE_BYTES = 64 << 20
-#: A pinned copy's folder in the temporary directory: this prefix and a random part.
-_COPY_PREFIX = "streamdp-job-"
-#: A folder younger than this is left alone by the sweep (created, its lock not yet taken).
-_SWEEP_AFTER_S = 60.0
-
-
-def _sweep_copies() -> int:
-    """Remove the pinned-copy folders of job workers that died (SIGKILL, out of memory) while reading a user's
-    file: a copy of the user's data must not outlive the read. A folder is removed only when it is a real
-    directory of this user (not a link), older than a minute, and nobody holds its lock: the kernel drops a dead
-    process's locks, in any PID namespace sharing the folder (a process id said "dead" for a live worker in
-    another container, a reviewer's finding). Returns how many were removed."""
-    removed = 0
-    now = time.time()
-    with os.scandir(tempfile.gettempdir()) as entries:
-        for entry in entries:
-            if not entry.name.startswith(_COPY_PREFIX):
-                continue
-            try:
-                st = os.lstat(entry.path)
-                if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or now - st.st_mtime < _SWEEP_AFTER_S:
-                    continue
-                lock = os.open(entry.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # its worker is reading
-                else:
-                    shutil.rmtree(entry.path)
-                    removed += 1
-                finally:
-                    os.close(lock)
-            except (OSError, ValueError):
-                continue
-    return removed
 
 
 def _error_text(e: BaseException) -> str:

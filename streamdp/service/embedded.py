@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import redis
 
@@ -37,25 +38,24 @@ DEFAULT_URL = "redis://localhost:6379/0"
 
 
 def reachable(url: str, timeout: float = 0.5) -> bool:
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except (redis.RedisError, OSError, ValueError):
-        return False
+    """True when a server at ``url`` answers us (PING), False when none answers or it refuses us."""
+    return _ask(url, lambda c: bool(c.ping()), refused=False, timeout=timeout)
 
 
 def _answers(url: str, timeout: float = 0.2) -> bool:
     """True when a server answers at ``url``, even if it refuses us (ACL: auth required)."""
+    return _ask(url, lambda c: bool(c.ping()), refused=True, timeout=timeout)
+
+
+def _ask(url: str, question: Callable[[redis.Redis], bool], *, refused: bool, timeout: float) -> bool:
+    """``question`` put to the server at ``url`` on a short-lived client: ``refused`` when the server answers
+    but refuses us (ACL), False when none answers (or ``url`` is not a Redis URL)."""
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
         try:
-            client.ping()
-            return True
+            return question(client)
         except (redis.AuthenticationError, redis.exceptions.NoPermissionError, redis.ResponseError):
-            return True
+            return refused
         finally:
             client.close()
     except (redis.RedisError, OSError, ValueError):
@@ -105,16 +105,7 @@ def _serves(url: str, pid: int, timeout: float = 0.2) -> bool:
 
     When ACLs refuse us INFO, answering at all is taken as ready; the caller also checks the process is alive.
     """
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout)
-        try:
-            return int(client.info("server").get("process_id", pid)) == pid
-        except (redis.AuthenticationError, redis.exceptions.NoPermissionError, redis.ResponseError):
-            return True
-        finally:
-            client.close()
-    except (redis.RedisError, OSError, ValueError):
-        return False
+    return _ask(url, lambda c: int(c.info("server").get("process_id", pid)) == pid, refused=True, timeout=timeout)
 
 
 def _start_watchdog(pid: int, directory: str | None) -> subprocess.Popen | None:

@@ -45,6 +45,7 @@ import stat
 import tempfile
 import threading
 import time
+import traceback
 from typing import IO, Any, Callable
 
 import numpy as np
@@ -435,8 +436,19 @@ _SPARE_BYTES = 64 << 20
 
 
 def _error_text(e: BaseException) -> str:
-    """An attempt's error for the job's ``error`` and ``reason``: an OSError without its file names (a worker's
-    temporary path), others as they say themselves."""
+    """An attempt's error for the job's ``error``, its ``reason`` and the log, value-free: an OSError by its number
+    and the system's words (no file names: a worker's temporary path), a Redis error as it says itself (the
+    connection's trouble), anything else by its type and where it was raised, never its message: an attempt may
+    fail after the charge, inside the fit, and a message there may hold exact figures of the data (a record
+    count in a shape error: a reviewer's finding), where the job's submitter need not be the data's owner.
+
+    >>> _error_text(ValueError("y must have shape (435,)")).startswith("ValueError (its message is not shown")
+    True
+    """
     if isinstance(e, OSError) and e.errno is not None:
         return f"{type(e).__name__}: [Errno {e.errno}] {e.strerror}"[:1000]
-    return f"{type(e).__name__}: {e}"[:1000]
+    if isinstance(e, redis.RedisError):
+        return f"{type(e).__name__}: {e}"[:1000]
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
+    return f"{type(e).__name__} (its message is not shown: it may quote the data){where}"

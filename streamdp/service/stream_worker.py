@@ -387,8 +387,8 @@ class Worker(GroupLoop):
                 if m:
                     self._state_version, self._counts, self._releases = new_version, new_counts, releases
                     self.guard.record(new_version)
-                    _jlog(logging.DEBUG, "worker.commit", model=self.model, version=new_version, batches=m,
-                          acked=len(ack_only), dead=len(dead), retries=retries)
+                    # (no figures of entries: how many were merged, acked or dead is exact, stats --exact)
+                    _jlog(logging.DEBUG, "worker.commit", model=self.model, version=new_version, retries=retries)
                 self._after_commit(ids_all, merged=m > 0)
                 return
             if status == "replaced":

@@ -98,6 +98,8 @@ def test_bad_input_exits_2_with_a_message(capsys):
 @pytest.mark.parametrize("argv", [
     ["model", "create", "m", "--schema", "s.json", "--epsilon", "1e400"],  # overflowed to inf: a non-private model
     ["model", "create", "m", "--schema", "s.json", "--epsilon", "nan"],
+    ["model", "create", "m", "--schema", "s.json", "--epsilon", "-1"],  # refused only once the model was built
+    ["demo", "--epsilon", "0"],
     ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1e999"],
     ["worker", "m", "--processes", "99999999999999999999"],  # an ever-growing process list
     ["worker", "m", "--processes", "-1"],  # started nothing and exited 0

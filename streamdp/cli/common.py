@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ..validation import MAX_BLOCK_MS
+from ..validation import MAX_BLOCK_MS, check_epsilon
 
 __all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "finite_epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
            "MAX_BLOCK_MS"]
@@ -27,7 +27,8 @@ MAX_PROCESSES = 256
 
 
 def epsilon_arg(text: str) -> float:
-    """An argparse type for an epsilon: a positive number, or ``inf`` typed as such (no noise).
+    """An argparse type for an epsilon: a number > 0, or ``inf`` typed as such (no noise); :func:`check_epsilon`'s
+    rule, refused where it is typed.
 
     A number too large for a float (``1e400``) used to become inf, a non-private model, silently.
 
@@ -37,16 +38,15 @@ def epsilon_arg(text: str) -> float:
     Traceback (most recent call last):
     ...
     argparse.ArgumentTypeError: '1e400' is not a finite number (type inf for no noise)
+    >>> epsilon_arg("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '-1': epsilon must be a number > 0 (math.inf for no noise), got -1.0
     """
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    v = _number(text)
     if math.isinf(v) and text.strip().lower().lstrip("+") not in ("inf", "infinity"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (type inf for no noise)")
-    if math.isnan(v):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    return v
+    return _checked_epsilon(text, v, allow_inf=True)
 
 
 def finite_epsilon_arg(text: str) -> float:
@@ -57,14 +57,19 @@ def finite_epsilon_arg(text: str) -> float:
     ...
     argparse.ArgumentTypeError: '1e400': epsilon must be a finite number > 0, got inf
     """
-    from ..validation import check_epsilon
+    return _checked_epsilon(text, _number(text), allow_inf=False)
 
+
+def _number(text: str) -> float:
     try:
-        v = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _checked_epsilon(text: str, v: float, *, allow_inf: bool) -> float:
     try:
-        return check_epsilon(v)
+        return check_epsilon(v, allow_inf=allow_inf)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 

@@ -94,8 +94,8 @@ def add_errors(n: float, e: float, cf: float = 0.25) -> float:
     normal approximation with continuity correction above. Works on the
     fractional counts that calibration produces.
 
-    >>> round(upper_error_rate(0, 6), 3)
-    0.206
+    >>> round(add_errors(6, 0), 3)  # N (1 - CF^(1/N)): the upper bound 0.206 of 0 errors in 6, times 6
+    1.238
     """
     if n <= 0:
         return 0.0
@@ -248,7 +248,8 @@ class DiffPC45(PrivateLearner):
         return float(self.epsilon) / ((2 + n) * int(self.max_depth) + 2)
 
     def epsilon_leaf_counts(self) -> float:
-        """A leaf's class counts use one query's epsilon (calibration rescales them: post-processing)."""
+        """One query's epsilon: the least a leaf's class counts get (with ``top_up`` a branch stopped early gives its
+        leaf the rest of its budget; calibration rescales the counts: post-processing)."""
         return self.epsilon_per_query()
 
     def released_totals(self) -> tuple[np.ndarray, float]:

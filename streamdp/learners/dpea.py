@@ -168,7 +168,8 @@ class DPEA(PrivateLearner):
         return self.epsilon / (self.n_steps + 1) ** 2
 
     def epsilon_leaf_counts(self) -> float:
-        """Each step's leaf histogram is one count release: :attr:`epsilon_count`."""
+        """Each step's leaf histogram is one count release: :attr:`epsilon_count` (with ``top_up`` a branch stopped
+        early releases its leaf again with what it has left, averaged in by inverse variance, ``Tree.own_var``)."""
         return self.epsilon_count
 
     # -- fit -------------------------------------------------------------------------

@@ -69,7 +69,8 @@ class _ID3(PrivateLearner):
         return float(self.epsilon) / (2 * (int(self.max_depth) + 1))
 
     def epsilon_leaf_counts(self) -> float:
-        """A leaf's class counts use one query's epsilon."""
+        """One query's epsilon: the least a leaf's class counts get (with ``top_up`` a branch stopped early gives its
+        leaf more, and the leaf keeps its own noise variance, ``Tree.own_var``)."""
         return self.epsilon_per_query()
 
     def _fit(self, pds: PrivateDataset) -> None:

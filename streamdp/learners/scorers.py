@@ -9,8 +9,6 @@ exponential mechanism divides by it. tests/test_scorers.py brute-forces
 neighbouring tables and checks every bound.
 
 >>> import numpy as np
-
-from ..validation import check_integer
 >>> t = np.array([[8.0, 2.0], [1.0, 9.0]])
 >>> round(float(MaxScorer()(t)), 6), round(float(GiniScorer()(t)), 6)
 (17.0, -5.0)

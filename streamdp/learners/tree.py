@@ -4,8 +4,10 @@ Nodes are numbered in creation order. Node ``i`` splits on ``feature[i]``
 (-1 for a leaf): a categorical split has one child per declared value at
 ``child_start[i] + code``; a numeric split has two children, ``x <= threshold[i]``
 at ``child_start[i]`` and ``x > threshold[i]`` at ``child_start[i] + 1``.
-``counts[i]`` are the *noisy* class counts released for the node (zeros
-where none was released), so nothing here is exact about the data.
+``counts[i]`` are *noisy* class counts released for the node or post-processing
+of released ones (C4.5's calibrated to the root's noisy count; an inner node
+without a release of its own, the sum of its leaves': :meth:`Tree.fill_inner_counts`),
+so nothing here is exact about the data.
 
 Prediction routes all records level by level with numpy. With the public
 noise variance of a leaf cell (each learner knows it from its budget split),

@@ -16,7 +16,7 @@ from streamdp.continual import noisy_node
 from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
-from streamdp.schema import Schema
+from streamdp.schema import Numeric, Schema
 from streamdp.validation import check_integer
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
@@ -311,21 +311,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         C = self._schema.n_classes
         if not self._models:
             return [1.0 / C] * C if self._prior is None else self._prior.tolist()
-        missing = [j for j, v in enumerate(row) if v is None]
-        if not missing:  # the common case: walk the trees in Python (no numpy call per record)
-            p = [0.0] * C
-            for t, w in zip(self._tables, self.vote_weights):
-                for k, v in enumerate(t.proba(row)):
-                    p[k] += w * v
-            return p
-        arities = [self._schema.attributes[j].arity if self.encoder.is_cat[j] else 0 for j in missing]
-        if 0 in arities or math.prod(arities) > 256:  # a malformed number, or too many combinations
-            return [1.0 / C] * C
-        grid = np.array(np.meshgrid(*[np.arange(a) for a in arities], indexing="ij")).reshape(len(missing), -1).T
-        Xe = np.tile(np.array([0.0 if v is None else v for v in row]), (len(grid), 1))
-        Xe[:, missing] = grid
-        return np.average([m.predict_proba_encoded(Xe).mean(axis=0) for m in self._models], axis=0,
-                          weights=self.vote_weights).tolist()
+        p = [0.0] * C
+        for t, w in zip(self._tables, self.vote_weights):
+            for k, v in enumerate(t.proba(row)):
+                p[k] += w * v
+        return p
 
     def predict_proba_many(self, X: Any):
         """Probabilities of a mini-batch (a DataFrame), one column per label: ``predict_proba_one`` row by row."""
@@ -358,18 +348,25 @@ class _TreeTables:
         self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table.tolist())
                       for t, table in zip(model.trees_, model.node_tables())]
         self.C = model.schema.n_classes
+        self.width = [2 if isinstance(a, Numeric) else a.arity for a in model.schema.attributes]  # children per split
 
     def proba(self, row: list) -> list[float]:
-        """Same as ``model.predict_proba_encoded`` for one complete encoded row."""
+        """Same as ``model.predict_proba_encoded`` for one encoded row. Below a split on an unknown value (None)
+        the record descends every branch and the tree averages the leaves it reaches (one branch each)."""
         out = [0.0] * self.C
+        complete = None not in row
         for feature, threshold, child_start, dist in self.trees:
-            node = 0
-            f = feature[0]
-            while f >= 0:
-                v, thr = row[f], threshold[node]
-                node = child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v))
-                f = feature[node]
-            d = dist[node]
+            if complete:  # the common case: one leaf, no list per record
+                node = 0
+                f = feature[0]
+                while f >= 0:
+                    v, thr = row[f], threshold[node]
+                    node = child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v))
+                    f = feature[node]
+                d = dist[node]
+            else:
+                leaves = self._reached(row, feature, threshold, child_start)
+                d = [sum(dist[leaf][k] for leaf in leaves) / len(leaves) for k in range(self.C)]
             if self.majority:
                 out[max(range(self.C), key=d.__getitem__)] += 1.0
             else:
@@ -377,3 +374,18 @@ class _TreeTables:
                     out[k] += d[k]
         n = len(self.trees)
         return [v / n for v in out]
+
+    def _reached(self, row: list, feature: list, threshold: list, child_start: list) -> list[int]:
+        """Every leaf a record with unknown values (None) can reach: each unknown split's every branch."""
+        leaves, stack = [], [0]
+        while stack:
+            node = stack.pop()
+            f = feature[node]
+            if f < 0:
+                leaves.append(node)
+            elif row[f] is None:
+                stack.extend(child_start[node] + b for b in range(self.width[f]))
+            else:
+                v, thr = row[f], threshold[node]
+                stack.append(child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v)))
+        return leaves

@@ -62,7 +62,7 @@ from . import blob
 from .continual import noisy_node
 from .growth import aggregate, drawn_nodes, grown_release, leaves_below
 from . import pruning
-from .privacy import SecureRandom, kanon_check, kanon_delta
+from .privacy import SecureRandom, bernoulli_sample, kanon_check, kanon_delta
 from .estimation import ESTIMATORS, SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
 from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
@@ -534,7 +534,7 @@ class PrivateForest:
             T = self.n_released_trees  # a stump is one of the trees a record may be sent to
             mask = rng.integers(T, n)[:, None] == np.arange(T)[None, :]
         if self.mechanism == "kanon":
-            keep = rng.uniform((n, self.n_released_trees)) <= self.beta
+            keep = bernoulli_sample(self.beta, (n, self.n_released_trees), rng)
             mask = keep if mask is None else mask & keep
         return mask
 

@@ -141,15 +141,6 @@ class Encoded:
         return len(self.X)
 
 
-
-
-class _Invalid(Exception):
-    def __init__(self, row: int, reason: str):
-        super().__init__(reason)
-        self.row = row
-        self.reason = reason
-
-
 class Schema:
     """Attributes (categorical or numeric) and a label, all with declared domains."""
 

@@ -2,7 +2,7 @@
 
 For ``release="window"``, ``"grow"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
 entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one
-field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`sparse_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
+field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`joined_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
 which records the batch id and XACKs in the same step. The open window is the
 state field ``open``: a public rule (the first window not yet sealed), read inside
 the script, so an entry lands in exactly one window.
@@ -52,7 +52,7 @@ from .keys import Keys, as_str
 from .published import PENDING_TTL_S, counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
 from .rollback import NoiseSource, RollbackGuard
 
-__all__ = ["WindowCloser", "sparse_cells", "joined_cells", "acc_counts"]
+__all__ = ["WindowCloser", "joined_cells", "acc_counts"]
 
 log = logging.getLogger("streamdp.worker")
 #: What a windowed model's state holds where it held a copy of the published counts (or grown blob): closers read
@@ -66,25 +66,12 @@ MAX_CLOSES_PER_TICK = 1000
 ADD_FIELD = b"b:"
 
 
-def sparse_cells(counts: np.ndarray) -> bytes:
-    """Nonzero cells of an exact tally as one bytes value: the flat indices, then their counts
-    (little-endian int64 each). The add script stores it whole as one field of the window's
-    accumulator (one HSET per add, not one HINCRBY per cell).
-
-    >>> np.frombuffer(sparse_cells(np.array([[0, 2], [0, 1]])), dtype="<i8").tolist()
-    [1, 3, 2, 1]
-    """
-    flat = np.asarray(counts).ravel()
-    nz = np.flatnonzero(flat)
-    out = np.empty(2 * len(nz), dtype="<i8")
-    out[:len(nz)], out[len(nz):] = nz, flat[nz]
-    return out.tobytes()
-
-
 def joined_cells(parts: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
     """Several tallies' nonzero cells (``(flat indices, counts)`` pairs,
-    :meth:`streamdp.forest.PrivateForest.sparse_tally_encoded`) as one :func:`sparse_cells` value of their
-    sum (a cell may repeat: the accumulator adds every pair, :func:`acc_counts`); no counts-sized array is built.
+    :meth:`streamdp.forest.PrivateForest.sparse_tally_encoded`) as one bytes value of their sum: the flat
+    indices, then their counts, little-endian int64 each (a cell may repeat: the accumulator adds every pair,
+    :func:`acc_counts`); no counts-sized array is built. The add script stores it whole as one field of the
+    window's accumulator (one HSET per add, not one HINCRBY per cell).
 
     >>> a, b = (np.array([1, 2]), np.array([2, 1])), (np.array([0, 1]), np.array([1, 2]))
     >>> acc_counts({b"b:x": joined_cells([a, b])}, (3,)).tolist()
@@ -102,10 +89,10 @@ def joined_cells(parts: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
 def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
     """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived.
 
-    Fields ``b:<batch id>`` hold one add's :func:`sparse_cells`; a field that is a bare cell
+    Fields ``b:<batch id>`` hold one add's :func:`joined_cells`; a field that is a bare cell
     index holding a count (what earlier workers added with HINCRBY) is read too.
 
-    >>> acc_counts({b"b:x": sparse_cells(np.array([0, 2, 1])), b"1": b"5"}, (3,)).tolist()
+    >>> acc_counts({b"b:x": joined_cells([(np.array([1, 2]), np.array([2, 1]))]), b"1": b"5"}, (3,)).tolist()
     [0, 7, 1]
     """
     if not raw:

@@ -252,7 +252,7 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
         exact = spec.noisy_delta(DS.X[all_idx], DS.y[all_idx])
         np.testing.assert_array_equal(forest.counts, exact)
     else:
-        from streamdp.service.published import noise_from_bytes
+        from streamdp.service.draw_once import noise_from_bytes
 
         stored = r.mget([Keys.of(r, keys.name).delta(b) for b in batches])
         assert all(s is not None for s in stored), "a merged batch has no stored delta"
@@ -453,7 +453,7 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     elif math.isinf(epsilon):
         np.testing.assert_array_equal(forest.counts, exact)  # nothing lost, nothing counted twice
     else:  # the published counts are the sum of exactly one stored noised delta per window
-        from streamdp.service.published import noise_from_bytes
+        from streamdp.service.draw_once import noise_from_bytes
 
         stored = r.mget([Keys.of(r, keys.name).window_delta(w) for w in range(1, releases + 1)])
         assert all(s is not None for s in stored), "a released window has no stored noise"

@@ -19,7 +19,8 @@ from streamdp.service import codec  # noqa: E402
 from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
 from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
-from streamdp.service.published import counts_from_bytes, forest_from_record, noise_from_bytes  # noqa: E402
+from streamdp.service.draw_once import noise_from_bytes  # noqa: E402
+from streamdp.service.published import counts_from_bytes, forest_from_record  # noqa: E402
 from streamdp.service.registry import (  # noqa: E402
     ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model)
 from streamdp.service.stats import collect, prometheus_text  # noqa: E402
@@ -980,7 +981,7 @@ def test_a_duplicate_batch_whose_twin_merged_first_leaves_no_stored_delta_foreve
     """A review: with deltas dropped at their merge, a worker that passed the 'already merged?' check just before
     its twin merged drew a new delta and stored it without a TTL (never published: the commit refuses it as a
     duplicate). Every stored delta now expires if its merge never comes."""
-    from streamdp.service.published import PENDING_TTL_S
+    from streamdp.service.draw_once import PENDING_TTL_S
 
     _model(r)
     Producer(r, "m").push(DS.X[:20], DS.y[:20], batch_id="twin")

@@ -22,7 +22,8 @@ from streamdp.estimation import cell_variance  # noqa: E402
 from streamdp.datasets import load  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
-from streamdp.service.published import counts_from_bytes, noise_from_bytes  # noqa: E402
+from streamdp.service.draw_once import noise_from_bytes  # noqa: E402
+from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
 from streamdp.service.rollback import RollbackDetected  # noqa: E402
 from streamdp.service.stream_worker import Worker, _Entry  # noqa: E402

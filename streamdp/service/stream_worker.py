@@ -51,8 +51,8 @@ from .connection import connect
 from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
-from .published import (PENDING_TTL_S, counts_from_bytes, counts_view, drawn_once, release_record,
-                        release_record_around_counts)
+from .draw_once import PENDING_TTL_S, drawn_once
+from .published import counts_from_bytes, counts_view, release_record, release_record_around_counts
 from .registry import load_policy, load_spec
 from .retention import get_retention, parse_id, policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key

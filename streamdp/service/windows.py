@@ -49,7 +49,8 @@ from ..forest import PrivateForest
 from .commit import SEAL_LUA, UNLEASE_LUA
 from .group import jlog
 from .keys import Keys, as_str
-from .published import PENDING_TTL_S, counts_from_bytes, counts_view, drawn_once, release_record_parts, stored_once
+from .draw_once import PENDING_TTL_S, drawn_once, stored_once
+from .published import counts_from_bytes, counts_view, release_record_parts
 from .rollback import NoiseSource, RollbackGuard
 
 __all__ = ["WindowCloser", "joined_cells", "acc_counts"]

@@ -136,7 +136,15 @@ _SEED = Param("seed", AnyOf((Interval(int, 0, 2**128, closed="left"), Options((N
 _N_BOUND = Param("n_bound", AnyOf((Interval(int, 1, 10**12), Options((None,)))), None,
                  "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
                  "(None: the root's noisy count plus a margin)")
-_SCORERS = ("infogain", "gini", "max", "gainratio")
+#: The options of a model as users type them, the one list of each: :class:`streamdp.PrivateForest` checks its
+#: arguments against these, the CLI offers them (this module is light to import: no numpy), a stream model's
+#: release policy (:mod:`streamdp.continual`) is one of ``RELEASES``, a learner's scorer one of ``SCORERS``
+#: (:data:`streamdp.learners.scorers.SCORERS`, tested equal).
+MECHANISMS = ("geometric", "laplace", "kanon")
+VOTES = ("proba", "majority")
+BUDGETS = ("split", "disjoint")
+RELEASES = ("batch", "window", "tree", "grow")
+SCORERS = ("infogain", "gini", "max", "gainratio")
 _TOP_UP = Param("top_up", Flag(), True,
                 "a branch that stops early spends what it has left on its leaf's counts (false: the paper's budget)")
 
@@ -151,8 +159,8 @@ def _forest_params(kanon: bool) -> tuple[Param, ...]:
         Param("height", AnyOf((Interval(int, 1, 30), Options((None,)))), None,
               "levels per tree (None: from the schema)"),
         _SEED,
-        Param("vote", Options(("proba", "majority")), "proba", "how trees combine"),
-        Param("budget", Options(("split", "disjoint")), "split", "how epsilon is shared among trees"),
+        Param("vote", Options(VOTES), "proba", "how trees combine"),
+        Param("budget", Options(BUDGETS), "split", "how epsilon is shared among trees"),
     )
     if not kanon:
         return base
@@ -177,11 +185,11 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
     Algorithm("sulq-id3", "Friedman & Schuster's SuLQ-based ID3", "SuLQID3", "streamdp.learners.id3",
               "streamdp.sulq_id3", (_depth(5), _TOP_UP)),
     Algorithm("diffp-id3", "Friedman & Schuster's DiffPID3", "DiffPID3", "streamdp.learners.id3",
-              "streamdp.diffp_id3", (_depth(5), Param("scorer", Options(_SCORERS), "infogain", "split quality"),
+              "streamdp.diffp_id3", (_depth(5), Param("scorer", Options(SCORERS), "infogain", "split quality"),
                                      _N_BOUND, _TOP_UP)),
     Algorithm("diffp-c45", "Friedman & Schuster's DiffPC4.5", "DiffPC45", "streamdp.learners.c45",
               "streamdp.diffp_c45", (
-                  _depth(5), Param("scorer", Options(_SCORERS), "gini", "split quality"), _N_BOUND,
+                  _depth(5), Param("scorer", Options(SCORERS), "gini", "split quality"), _N_BOUND,
                   Param("prune", Flag(), True, "C4.5 error-based pruning"),
                   Param("cf", Interval(float, 0, 1, closed="neither"), 0.25, "C4.5 certainty factor"),
                   _TOP_UP,

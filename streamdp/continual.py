@@ -76,6 +76,7 @@ import numpy as np
 from . import blob
 from .estimation import cell_variance
 from .privacy import SecureRandom, geometric_noise, laplace_noise
+from .algorithms import RELEASES
 from .validation import Interval, check_epsilon, check_integer
 
 __all__ = [
@@ -84,7 +85,6 @@ __all__ = [
     "TreeState", "Counter",
 ]
 
-RELEASES = ("batch", "window", "tree", "grow")
 ESTIMATORS = ("honaker", "decomposition")
 #: The shortest window (seconds) a new model may have: each release writes the model's counts and adds a noise
 #: draw to every count, so shorter windows only add noise (a new user's 1 ms windows: 20,008 versions in 20 s,

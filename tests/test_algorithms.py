@@ -30,6 +30,13 @@ def test_catalogue_defaults_are_the_class_defaults(name):
         assert cls.FORMAT == a.format
 
 
+def test_the_scorer_names_are_the_scorers():
+    from streamdp import algorithms
+    from streamdp.learners.scorers import SCORERS
+
+    assert algorithms.SCORERS == tuple(SCORERS)
+
+
 def test_formats_decode_every_model_including_the_forest():
     from streamdp import PrivateForest
 

@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+from ..algorithms import BUDGETS
 from .common import MAX_PROCESSES, epsilon_arg, int_in, redact
 
 __all__ = ["add_parser", "demo"]
@@ -27,7 +28,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     # checked as they are parsed: nothing is created or started for a value that cannot work
     de.add_argument("--trees", type=int_in(1, 1000), default=5)
     de.add_argument("--height", type=int_in(1, 16), default=3)
-    de.add_argument("--budget", choices=("split", "disjoint"), default="disjoint")
+    de.add_argument("--budget", choices=BUDGETS, default="disjoint")
     de.add_argument("--batch-size", type=int_in(1, 300), default=30, help="records per batch (of the 300 streamed)")
     de.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None)
     de.add_argument("--shuffle-seed", type=int, default=0)

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from ..algorithms import BUDGETS, MECHANISMS, RELEASES, VOTES
 from .common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
 
 __all__ = ["add_parser"]
@@ -36,18 +37,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "streamdp.structure.ceiling_height; else half the attributes; both lowered where the trees "
                         "could exceed what the server accepts)")
     c.add_argument("--epsilon", type=epsilon_arg, required=True)
-    c.add_argument("--mechanism", choices=("geometric", "laplace", "kanon"), default="geometric")
+    c.add_argument("--mechanism", choices=MECHANISMS, default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
-    c.add_argument("--budget", choices=("split", "disjoint"), default="split")
-    c.add_argument("--vote", choices=("proba", "majority"), default="proba")
+    c.add_argument("--budget", choices=BUDGETS, default="split")
+    c.add_argument("--vote", choices=VOTES, default="proba")
     c.add_argument("--ledger-budget", type=finite_epsilon_arg, default=None, metavar="E",
                    help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
                         "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
                         "to the name: pushing the same people to two models spends two budgets")
     c.add_argument("--seed", type=int_in(0, 2**63 - 1), default=None,
                    help="structure seed (public; noise stays secure)")
-    c.add_argument("--release", choices=("batch", "window", "grow", "tree"), default=None,
+    c.add_argument("--release", choices=RELEASES, default=None,
                    help="release policy: window (exact tallies of --release-every seconds noised once), "
                         "grow (the same windows on trees that deepen as the released counts allow: --height is "
                         "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import blob
 from .algorithms import ALGORITHMS, Algorithm, AlgorithmError, AlgorithmNotAvailable, algorithm
 from .ledger import Ledger
 from .private_data import PrivateDataset
@@ -159,14 +160,7 @@ def run_job(
         est.fit(pds)
     say("serializing", 0.9)
     data = est.to_bytes()
-    return JobResult(data, _format_of(data), spec.epsilon, delta)
-
-
-def _format_of(data: bytes) -> str:
-    import msgpack
-
-    doc = msgpack.unpackb(data, raw=False, strict_map_key=False)
-    return str(doc.get("format", "")) if isinstance(doc, dict) else ""
+    return JobResult(data, blob.format_of(data), spec.epsilon, delta)
 
 
 def describe() -> list[dict]:

@@ -18,7 +18,7 @@ from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.schema import Schema
 from streamdp.structure import ceiling_height
-from streamdp.validation import check_choice, check_integer
+from streamdp.validation import check_choice, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
 
@@ -200,7 +200,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self.seed = seed
         self.prior_trees = prior_trees
         self.prior_records = prior_records
-        self.guard = guard
+        self.guard = check_probability(guard, "guard (a share of epsilon)", closed="left")
         if isinstance(grow, np.bool_):
             grow = bool(grow)
         self.grow = grow
@@ -209,8 +209,6 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if grow and window is not None:
             raise ValueError("grow=True cannot slide a window: a grown release changes the trees, so an old "
                              "release cannot be subtracted from a later one (use grow=False with window)")
-        if not (isinstance(guard, (int, float)) and not isinstance(guard, bool) and 0.0 <= guard < 1.0):
-            raise ValueError(f"guard must be a share of epsilon in [0, 1), got {guard!r}")
         if window is not None:
             check_integer(window, "window (releases kept)")
         for name, v in (("batch_size", batch_size), ("first_batch", first_batch)):

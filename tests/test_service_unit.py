@@ -419,6 +419,23 @@ def test_service_classifier_repeated_records_are_new_records(r):
     assert collect(r, "m")["records_merged"] == 21 and clf.n_pushed == 21
 
 
+def test_service_classifier_works_once_its_model_exists(r):
+    """A new user's finding: a ServiceClassifier used before its model was created kept its consumer without a
+    producer, and every push after the model's creation failed (AttributeError); before the model exists it
+    predicts nothing ({}), as documented."""
+    from streamdp.river import ServiceClassifier
+
+    clf = ServiceClassifier(r, "late", batch_size=2, sync_timeout=0)
+    x = dict(zip(DS.schema.names, DS.X[0].tolist()))
+    assert clf.predict_proba_one(x) == {}
+    _model(r, name="late", epsilon=math.inf)
+    clf.refresh(force=True)
+    for i in range(4):
+        clf.learn_one(x, DS.y[i])
+    _drain(_worker(r, "late"))
+    assert collect(r, "late")["records_merged"] == 4 and clf.n_pushed == 4
+
+
 def test_create_refuses_what_no_release_could_draw_or_read(r):
     """A red team's findings: an epsilon whose noise the samplers cannot draw, and a height no reader accepts, were
     created and charged, then every release (or read) failed."""

@@ -487,6 +487,20 @@ def test_consumer_get_old_versions_and_validation(r):
         Consumer(r, "m").latest()  # a new consumer validates the whole blob
 
 
+def test_retained_versions_are_bounded_in_bytes(r):
+    """A new user's finding: a default Adult model (84 MB a version) kept 20 versions, 1.7 GB of Redis within
+    seconds; now no more are kept than fit in ``keep_bytes`` (here two versions' worth), at least one."""
+    spec = _model(r)
+    p = Producer(r, "m")
+    w = _worker(r, "m", keep_versions=20, keep_bytes=2 * spec.counts.nbytes + 1)
+    for i in range(5):
+        p.push(DS.X[i * 10:(i + 1) * 10], DS.y[i * 10:(i + 1) * 10])
+        w.step(block_ms=10)
+    assert [v for v in range(1, 6) if r.exists(Keys("m").pub_version(v))] == [4, 5]
+    assert Consumer(r, "m").get(5).version == 5
+    assert _worker(r, "m", keep_versions=20, keep_bytes=1).keep_versions == 1  # never none
+
+
 def test_worker_survives_garbage_fuzz(r):
     _model(r, epsilon=math.inf)
     k = Keys("m")

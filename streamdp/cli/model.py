@@ -92,7 +92,8 @@ def create(args: argparse.Namespace) -> int:
                           epsilon=args.epsilon, mechanism=args.mechanism, k=args.k, beta=args.beta, seed=args.seed,
                           budget=args.budget, vote=args.vote, ledger_budget=args.ledger_budget,
                           release=args.release, release_every=args.release_every, levels=args.levels)
-    print(f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree")
+    print(f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree, "
+          f"{forest.counts.nbytes / 2**20:.1f} MiB of counts per release")
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0

@@ -26,6 +26,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "worker's; default 30,000)")
     w.add_argument("--max-deliveries", type=int, default=5)
     w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
+    w.add_argument("--keep-versions", type=int_in(0, 10**6), default=20,
+                   help="published versions retained (pub:v:N) for consumers' get(version) (0: all; default 20)")
+    w.add_argument("--keep-mib", type=int_in(0, 10**7), default=256,
+                   help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
+                        "default 256: a default Adult model's version is 84 MB)")
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
     w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
     w.set_defaults(func=worker)
@@ -41,7 +46,8 @@ def worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,
-           "max_deliveries": args.max_deliveries, "block_ms": args.block_ms}
+           "max_deliveries": args.max_deliveries, "block_ms": args.block_ms, "keep_versions": args.keep_versions,
+           "keep_bytes": args.keep_mib << 20}
     WorkerConfig(**cfg).check()  # a bad setting: one error line here, not a traceback in every child
     codes = run_workers(args.name, args.processes, redis_url(args), until_drained=args.until_drained,
                         log_level=logging.INFO if args.verbose else logging.WARNING, **cfg)

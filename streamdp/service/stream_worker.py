@@ -52,8 +52,9 @@ from .faults import FaultPoints
 from .group import Entry, GroupLoop, GroupReader, consumer_name, jlog
 from .keys import GROUP, Keys, as_str
 from .draw_once import PENDING_TTL_S, drawn_once
-from .published import counts_from_bytes, counts_view, release_record, release_record_around_counts
-from .registry import load_policy, load_spec
+from .published import (KEEP_BYTES, counts_from_bytes, counts_view, release_record, release_record_around_counts,
+                        versions_kept)
+from .registry import grown_blob_bound, load_policy, load_spec
 from .retention import get_retention, parse_id, policy_minid, trim_minid
 from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
 from .windows import WindowCloser, joined_cells
@@ -73,6 +74,7 @@ class WorkerConfig:
     max_deliveries: int = 5        # poison threshold
     delta_ttl_s: int = 0           # stored deltas and window noise kept this long after their merge (0: dropped)
     keep_versions: int = 20        # pub:v:<N> retained (0: keep all, rely on version_ttl_s)
+    keep_bytes: int = KEEP_BYTES   # ... and no more of them than fit in these bytes (0: no bound; at least one)
     version_ttl_s: int = 0         # TTL of pub:v:<N> (0: none)
     dead_maxlen: int = 100_000     # dead-letter stream approximate cap
     trim_every: int = 20           # commits between MINID trims
@@ -94,7 +96,7 @@ class WorkerConfig:
         check_integer(self.block_ms, "block_ms", low=1, high=MAX_BLOCK_MS)  # 0 is BLOCK forever in Redis
         check_integer(self.claim_idle_ms, "claim_idle_ms", low=0)
         check_integer(self.max_deliveries, "max_deliveries", low=1)
-        for name in ("keep_versions", "version_ttl_s", "delta_ttl_s", "dead_maxlen"):
+        for name in ("keep_versions", "keep_bytes", "version_ttl_s", "delta_ttl_s", "dead_maxlen"):
             check_integer(getattr(self, name), name, low=0)
         check_integer(self.trim_every, "trim_every", low=1)
         return self
@@ -184,9 +186,13 @@ class Worker(GroupLoop):
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
         self._open: int | None = None
         self._add = self.redis.register_script(WINDOW_ADD_LUA)
+        # a retained version: the counts, or a grown release's whole blob (at most its bound)
+        version_bytes = (grown_blob_bound(self.spec, int(self.redis.strlen(self.keys.spec)))
+                         if self.policy.kind == "grow" else self.spec.counts.nbytes)
+        self.keep_versions = versions_kept(cfg.keep_versions, version_bytes, cfg.keep_bytes)
         self.closer = None if self.policy.kind == "batch" else WindowCloser(
             self.redis, self.keys, self.spec, self.policy, start, noise=self.noise, guard=self.guard,
-            fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=cfg.keep_versions,
+            fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=self.keep_versions,
             noise_ttl_s=cfg.delta_ttl_s)
 
     # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
@@ -368,7 +374,7 @@ class Worker(GroupLoop):
                 counts_b = counts_view(new_counts)
                 del forest, around
                 n_records = sum(len(e.batch.y) for e in m_entries)
-            keep = cfg.keep_versions
+            keep = self.keep_versions
             drop = m > 0 and keep > 0 and new_version - keep >= 0
             keys = [self.keys.records, self.keys.state, self.keys.pub_model, self.keys.merged, self.keys.stats,
                     self.keys.dead, self.keys.pub_version(new_version),

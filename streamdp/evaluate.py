@@ -41,7 +41,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "check_dataset", "plot"]
+__all__ = ["evaluate", "EvalResult", "Row", "load_stream", "check_dataset", "plot", "REFERENCES"]
+
+#: The non-private reference models (river's): HoeffdingTree, and an adaptive random forest of 10 trees.
+REFERENCES = ("ht", "arf")
 
 
 @dataclass
@@ -227,6 +230,15 @@ def evaluate(
     from river import tree
 
     from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier
+    from streamdp.river.window import WINDOW_LEARNERS
+
+    # every name before the first run (a new user's typo was refused after minutes of runs)
+    for ref in references:
+        if ref not in REFERENCES:
+            raise ValueError(f"unknown reference model {ref!r} ({', '.join(REFERENCES)})")
+    for name in window_learners:
+        if name not in WINDOW_LEARNERS:
+            raise ValueError(f"unknown window learner {name!r} ({', '.join(sorted(WINDOW_LEARNERS))})")
 
     schema, data, nominal_names = load_stream(dataset, n, shuffle_seed)
     n = len(data)
@@ -285,10 +297,8 @@ def evaluate(
     for ref in references:
         if ref == "ht":
             model, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
-        elif ref == "arf":
+        else:  # "arf"
             model, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
-        else:
-            raise ValueError(f"unknown reference model {ref!r} (ht, arf)")
         correct, secs = run_river(model, data)
         add(Row(label + " (not private)", float(correct.mean()), n / secs, secs, n), correct)
     labels = Counter(y for _, y in data)

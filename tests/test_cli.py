@@ -137,6 +137,18 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monk
     assert why in capsys.readouterr().err and ran == []  # nothing ran, not even the good name first
 
 
+@pytest.mark.parametrize("opt, why", [("--references=ht,xyz", "unknown reference model 'xyz'"),
+                                      ("--window-learners=foo", "unknown window learner 'foo'")])
+def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, monkeypatch):
+    """A new user's finding: a mistyped reference or window learner was refused after the whole grid had run."""
+    import streamdp.evaluate
+
+    ran = []
+    monkeypatch.setattr(streamdp.evaluate, "load_stream", lambda *a, **k: ran.append(a) or (None, [], []))
+    assert main(["evaluate", "agrawal:0", "--n", "100", opt]) == 2
+    assert why in capsys.readouterr().err and ran == []
+
+
 def test_a_job_line_shows_a_result_only_where_there_is_one():
     """A walkthrough: `job list` showed a refused job's result name, which `job result` then said does not exist."""
     from streamdp.cli.job import _line

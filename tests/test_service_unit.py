@@ -23,6 +23,7 @@ from streamdp.service.draw_once import noise_from_bytes  # noqa: E402
 from streamdp.service.published import counts_from_bytes, forest_from_record  # noqa: E402
 from streamdp.service.registry import (  # noqa: E402
     ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model)
+from streamdp.service.ledger_store import RedisLedger  # noqa: E402
 from streamdp.service.stats import collect, prometheus_text  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 
@@ -499,6 +500,23 @@ def test_retained_versions_are_bounded_in_bytes(r):
     assert [v for v in range(1, 6) if r.exists(Keys("m").pub_version(v))] == [4, 5]
     assert Consumer(r, "m").get(5).version == 5
     assert _worker(r, "m", keep_versions=20, keep_bytes=1).keep_versions == 1  # never none
+
+
+def test_a_refused_create_leaves_the_ledger_as_it_was(r):
+    """A new user's finding: a create refused by its own --ledger-budget (epsilon 3, budget 2) left the budget of 2
+    behind; a raise too small for the model is not written either."""
+    from streamdp.ledger import BudgetExceeded
+
+    with pytest.raises(BudgetExceeded, match="would spend 3 of a budget of 2"):
+        create_model(r, "bud", DS.schema, n_trees=2, height=2, epsilon=3.0, ledger_budget=2.0)
+    assert RedisLedger(r).budget("bud") is None and not r.hexists("sdp:registry", "bud")
+    create_model(r, "bud2", DS.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=1.5)
+    delete_model(r, "bud2")
+    with pytest.raises(BudgetExceeded, match="would spend 2 of a budget of 1.8"):
+        create_model(r, "bud2", DS.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=1.8)
+    assert RedisLedger(r).budget("bud2") == (1.5, 0.0)
+    create_model(r, "bud2", DS.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=2.0)  # a raise that fits
+    assert RedisLedger(r).budget("bud2") == (2.0, 0.0)
 
 
 def test_worker_survives_garbage_fuzz(r):

@@ -308,8 +308,12 @@ def _check_noise_drawable(forest: PrivateForest, policy: ReleasePolicy) -> None:
 
 def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None,
                   model_id: str) -> None:
-    """Charge the model's epsilon/delta to the ledger of source ``name`` (setting or raising its budget)."""
-    from ..ledger import BudgetExceeded
+    """Charge the model's epsilon/delta to the ledger of source ``name`` (setting or raising its budget).
+
+    A charge the budget set here could not take is refused before the budget is written: a refused create
+    leaves the ledger as it was (a new user's ``--epsilon 3 --ledger-budget 2`` was refused, and left a budget
+    of 2 behind)."""
+    from ..ledger import TOLERANCE, BudgetExceeded, refusal
 
     ledger = RedisLedger(r)
     current = ledger.budget(name)
@@ -318,13 +322,20 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
             raise BudgetExceeded(f"source {name!r}: a non-private model (epsilon=inf) cannot be charged to a privacy "
                                  "budget; refused before reading any data")
         return
+    new = None
     if current is None:
-        ledger.set_budget(name, forest.epsilon if ledger_budget is None else ledger_budget, forest.delta)
+        new = (forest.epsilon if ledger_budget is None else ledger_budget, forest.delta)
     elif ledger_budget is not None and ledger_budget > current[0]:
-        ledger.set_budget(name, ledger_budget, max(current[1], forest.delta))
+        new = (ledger_budget, max(current[1], forest.delta))
     elif ledger_budget is not None and ledger_budget < current[0]:
         raise ValueError(f"source {name!r} already has a budget of {current[0]:g}: --ledger-budget can only raise "
                          f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})")
+    if new is not None:
+        spent = ledger.spent(name) if current is not None else (0.0, 0.0)
+        if (spent[0] + forest.epsilon > new[0] + TOLERANCE
+                or (forest.delta > 0 and spent[1] + forest.delta > new[1] + TOLERANCE)):
+            raise refusal(name, forest.epsilon, spent[0], new[0], forest.delta, spent[1], new[1])
+        ledger.set_budget(name, *new)
     try:
         ledger.charge(name, forest.epsilon, delta=forest.delta, who="stream", what="PrivateForest (stream model)",
                       key=f"model:{model_id}")

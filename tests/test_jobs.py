@@ -679,6 +679,10 @@ def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, qu
         assert st2["status"] == "refused" and st2["source"] == source, st2  # the copy hits the same ledger
         assert RedisLedger(r).spent(source)[0] == pytest.approx(0.6)
         # the same bytes under a free-text label: allowed (another ledger), but flagged
+        with pytest.raises(JobError, match=f"source '{label}' has no budget.*nothing was charged"):
+            jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b),
+                      schema=str(sch))  # (refused at submit: a new user's job without a budget was accepted)
+        RedisLedger(r).set_budget(label, 1.0)
         with pytest.warns(SourceLabelWarning, match=f"submitted under source '{source}' before"):
             jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b),
                       schema=str(sch))

@@ -33,12 +33,13 @@ import redis
 
 from ..jobs import JobError, JobSpec, check_params
 from ..datasets import DATASETS, dataset_digest, load_schema
-from ..ledger import file_sha256
+from ..ledger import file_sha256, refusal
 from ..schema import Schema
 from ..sources import SourceError, check_columns
 from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
+from .ledger_store import RedisLedger
 from .registry import ModelNotFound, load_spec, published_keys
 from .retention import get_retention
 
@@ -130,6 +131,9 @@ class JobQueue:
             sch = _schema_of(schema, dataset)
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
+        if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
+            raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged (a new user's job "
+                           "without a budget was accepted, then refused by the worker)")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
         bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS

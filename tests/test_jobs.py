@@ -153,7 +153,9 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
     assert [j["id"] for j in jq.list()] == [kan, rdt]
 
 
-def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queue, monkeypatch):
+def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queue, monkeypatch, caplog):
+    import logging
+
     q, _ = queue
     reads = []
     monkeypatch.setattr(job_worker, "read_model_records", lambda *a, **k: reads.append(a) or (_ for _ in ()).throw(
@@ -161,7 +163,10 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
     before = RedisLedger(r).spent(model)
     jq = JobQueue(r, q)
     jid = jq.submit("private-rdt", model, 9.5, {"n_trees": 2})  # 1 of 10 is spent by the stream model
-    JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+    with caplog.at_level(logging.INFO, logger="streamdp.jobs"):
+        JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+    # every ended job is logged with -v (only errors were: a new user's finding)
+    assert any(f'"event": "job.refused", "job": "{jid}"' in rec.getMessage() for rec in caplog.records)
     st = jq.status(jid)
     assert st["status"] == "refused" and "refused before reading any data" in st["reason"], st
     assert "would spend 10.5 of a budget of 10" in st["reason"]

@@ -242,6 +242,10 @@ class JobWorker(GroupLoop):
             beat.join()
         self._ack(eid)
         self._entry = None
+        # every ended job, not only errors (a new user's -v showed nothing for jobs that succeeded); its status
+        # and attempt, no figure of the data
+        log.info(json.dumps({"event": f"job.{status}", "job": job_id, "algorithm": doc.get("algorithm"),
+                             "attempt": attempt}))
         return status
 
     def _beat_loop(self, stop: threading.Event) -> None:

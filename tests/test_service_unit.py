@@ -519,6 +519,20 @@ def test_a_refused_create_leaves_the_ledger_as_it_was(r):
     assert RedisLedger(r).budget("bud2") == (2.0, 0.0)
 
 
+def test_pushing_to_a_job_result_says_what_it_is(r):
+    """A new user pushed to a job's result (listed beside the models) and was told no model of that name existed;
+    the message is its own, without a KeyError's doubled quotes."""
+    from streamdp.service.keys import JOB_RESULTS
+
+    r.hset(JOB_RESULTS, "nurs-rdt", "{}")
+    with pytest.raises(ModelNotFound) as e:
+        Producer(r, "nurs-rdt")
+    assert str(e.value).startswith("'nurs-rdt' is a batch job's model, not a stream model")
+    with pytest.raises(ModelNotFound) as e:
+        Producer(r, "nothing")
+    assert str(e.value).startswith("no model named 'nothing'")
+
+
 def test_worker_survives_garbage_fuzz(r):
     _model(r, epsilon=math.inf)
     k = Keys("m")

@@ -28,13 +28,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from ..service.registry import ModelNotFound, list_models
+    from ..service.registry import list_models, no_stream_model
     from ..service.stats import EXACT_WARNING, collect, metric_value, prometheus_text, public
 
     r = client(args)
     models = list(list_models(r))
     if args.name and args.name not in models:  # (all-zero counters of a typo looked like an idle model)
-        raise ModelNotFound(f"no model named {args.name!r} (streamdp model list shows the models)")
+        raise no_stream_model(r, args.name)
     names = [args.name] if args.name else models
     counters = {n: collect(r, n) for n in names}
     if args.exact:

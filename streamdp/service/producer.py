@@ -50,7 +50,7 @@ from ..schema import Schema
 from . import codec
 from .connection import connect
 from .keys import REGISTRY, Keys
-from .registry import ModelNotFound, batch_id_salt
+from .registry import ModelNotFound, batch_id_salt, no_stream_model
 
 __all__ = ["Producer", "PushResult", "producer_id_key", "ENV_PRODUCER_KEY"]
 
@@ -139,7 +139,7 @@ class Producer:
         else:
             spec = self.redis.get(self.keys.spec)
             if spec is None:
-                raise ModelNotFound(f"no model named {model!r} (streamdp model list shows the models)")
+                raise no_stream_model(self.redis, model)
             self.schema = Schema.from_dict(blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema",
                                                       dict))
             self._salt = batch_id_salt(spec)

@@ -386,23 +386,23 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     r = connect(r)
     data = _read_spec(r, Keys(name).spec)
     if data is None:
-        raise ModelNotFound(_not_a_stream_model(r, name))
+        raise no_stream_model(r, name)
     doc = blob.loads(data, FORMAT, FORMAT_VERSION)
     del data
     return PrivateForest.from_doc(doc)
 
 
-def _not_a_stream_model(r: Any, name: str) -> str:
-    """Why ``name`` has no stream model: a batch job's result of that name (listed beside the models, a new user
-    pushed to one and was told no model existed), or nothing at all."""
+def no_stream_model(r: Any, name: str) -> ModelNotFound:
+    """The error for ``name`` having no stream model, saying why: a batch job's result of that name (listed beside
+    the models, a new user pushed to one and was told no model existed), or nothing at all."""
     try:
         job = bool(r.hexists(JOB_RESULTS, name))
     except redis.exceptions.NoPermissionError:  # (a producer may not read the job results)
         job = False
     if job:
-        return (f"{name!r} is a batch job's model, not a stream model: it takes no records and has no workers "
-                "(records go to a stream model: streamdp model create)")
-    return f"no model named {name!r} (streamdp model list shows the models)"
+        return ModelNotFound(f"{name!r} is a batch job's model, not a stream model: it takes no records and has no "
+                             "workers (records go to a stream model: streamdp model create)")
+    return ModelNotFound(f"no model named {name!r} (streamdp model list shows the models)")
 
 
 def published_keys(r: Any, name: str) -> Keys:

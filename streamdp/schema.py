@@ -209,18 +209,31 @@ class Schema:
         return cls(attrs, Label(lab["name"], lab["values"]))
 
     @classmethod
-    def from_json(cls, path: str | PathLike) -> "Schema":
-        with open(path, encoding="utf-8") as f:
-            try:
-                d = json.load(f)
-            except json.JSONDecodeError as e:
-                raise SchemaError(f"{path}: not valid JSON ({e})") from None
+    def from_json(cls, source: str | PathLike) -> "Schema":
+        """A schema from a JSON file's path, or from JSON text (what :meth:`to_json` gives: a new user's
+        ``Schema.from_json(s.to_json())`` was taken for a file name).
+
+        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "numeric", "min": 0, "max": 1}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> Schema.from_json(s.to_json()) == s
+        True
+        """
+        if isinstance(source, str) and source.lstrip().startswith("{"):
+            text, where = source, "the JSON text"
+        else:
+            with open(source, encoding="utf-8") as f:
+                text, where = f.read(), str(source)
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"{where}: not valid JSON ({e})") from None
         return cls.from_dict(d)
 
     def to_dict(self) -> dict:
         return {"attributes": [a.to_dict() for a in self.attributes], "label": self.label.to_dict()}
 
     def to_json(self) -> str:
+        """The schema as JSON text (:meth:`from_json` reads it back, or a file holding it)."""
         return json.dumps(self.to_dict())
 
     def __eq__(self, other: object) -> bool:

@@ -267,6 +267,9 @@ def _numbers(col: pd.Series, text: bool) -> np.ndarray:
 
 
 def _series(y: Any) -> pd.Series:
+    if y is None:  # (a new user's push(X, None): "object of type 'NoneType' has no len()")
+        raise ValueError("y (the labels) is required: every record needs its class; a DataFrame's label column "
+                         "goes in y, e.g. push(df.drop(columns=LABEL), df[LABEL])")
     if isinstance(y, pd.Series):
         return y
     if isinstance(y, np.ndarray):

@@ -269,3 +269,14 @@ def test_records_without_labels_are_refused_by_name():
     """A new user's ``Producer.push(X, None)`` failed with "object of type 'NoneType' has no len()"."""
     with pytest.raises(ValueError, match=r"y \(the labels\) is required"):
         list(frame_chunks([[1, "true", "red", 2]], None, MIXED))
+
+
+def test_a_header_read_as_a_record_is_named(tmp_path):
+    """A new user's ``push --no-header`` of a file with a header was told its label field is not a class."""
+    from streamdp.sources import check_columns
+
+    p = tmp_path / "h.csv"
+    p.write_text("y,n,b,s,x\nyes,1,true,red,2\n")
+    with pytest.raises(SourceError, match="the file has a header row.*drop --no-header"):
+        check_columns(str(p), MIXED, header=False)
+    check_columns(str(p), MIXED, header=True)

@@ -41,7 +41,7 @@ def epsilon_arg(text: str) -> float:
     >>> epsilon_arg("-1")
     Traceback (most recent call last):
     ...
-    argparse.ArgumentTypeError: '-1': epsilon must be a number > 0 (math.inf for no noise), got -1.0
+    argparse.ArgumentTypeError: '-1': epsilon must be a number > 0 (inf for no noise), got -1.0
     """
     v = _number(text)
     if math.isinf(v) and text.strip().lower().lstrip("+") not in ("inf", "infinity"):
@@ -71,7 +71,7 @@ def _checked_epsilon(text: str, v: float, *, allow_inf: bool) -> float:
     try:
         return check_epsilon(v, allow_inf=allow_inf)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {str(e).replace('math.inf', 'inf')}") from None
 
 
 def int_in(low: int, high: int):

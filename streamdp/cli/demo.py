@@ -24,14 +24,16 @@ __all__ = ["add_parser", "demo"]
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp demo`` on an ``argparse`` subparsers object."""
     de = subparsers.add_parser("demo", help="run the service end to end on a bundled dataset")
-    de.add_argument("--epsilon", type=epsilon_arg, default=1.0)
+    de.add_argument("--epsilon", type=epsilon_arg, default=1.0, help="the model's privacy budget (default 1)")
     # checked as they are parsed: nothing is created or started for a value that cannot work
-    de.add_argument("--trees", type=int_in(1, 1000), default=5)
-    de.add_argument("--height", type=int_in(1, 16), default=3)
-    de.add_argument("--budget", choices=BUDGETS, default="disjoint")
+    de.add_argument("--trees", type=int_in(1, 1000), default=5, help="random trees (default 5)")
+    de.add_argument("--height", type=int_in(1, 16), default=3, help="levels per tree (default 3)")
+    de.add_argument("--budget", choices=BUDGETS, default="disjoint",
+                    help="how epsilon is shared among the trees (default disjoint: each record feeds one tree)")
     de.add_argument("--batch-size", type=int_in(1, 300), default=30, help="records per batch (of the 300 streamed)")
-    de.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None)
-    de.add_argument("--shuffle-seed", type=int, default=0)
+    de.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None,
+                    help="worker processes (default: one per core)")
+    de.add_argument("--shuffle-seed", type=int, default=0, help="order of the records streamed (public)")
     de.add_argument("--keep", action="store_true", help="keep the model (on an external Redis)")
     de.set_defaults(func=demo)
     return de

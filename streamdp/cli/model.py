@@ -141,7 +141,7 @@ def show(args: argparse.Namespace) -> int:
     print(f"model {info['name']}\n"
           f"  version         {info['version']}\n"
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
-          f"  forest          {info['n_trees']} trees + {info.get('prior_trees', 0)} prior stumps, {height}, {info['max_leaves']} leaves max, "
+          f"  forest          {info['n_trees']} trees + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
           f"{info['n_classes']} classes\n"
           f"  release         {policy}\n"
           f"  releases        {info['releases']}\n"
@@ -187,10 +187,10 @@ def delete(args: argparse.Namespace) -> int:
     n = delete_model(r, args.name)
     if info.get("kind") == "job":  # a batch job's model: its spend is on its source's ledger
         source = info.get("source")
-        print(f"deleted job result {args.name!r} ({n} keys; the job's spend stays on the ledger of source "
+        print(f"deleted job result {args.name!r} ({_n(n, 'key')}; the job's spend stays on the ledger of source "
               f"{source!r}: spends are history, see `streamdp ledger {source}`)")
         return 0
-    print(f"deleted model {args.name!r} ({n} keys; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
+    print(f"deleted model {args.name!r} ({_n(n, 'key')}; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
           f"spends are history, see `streamdp ledger {args.name}`)")
     return 0
 
@@ -224,3 +224,12 @@ def retention(args: argparse.Namespace) -> int:
                 ([f"at most {ret.records} newest entries"] if ret.records is not None else [])
         print(f"{args.name}: keeps raw records " + " and ".join(parts) + " (plus any unacked)")
     return 0
+
+
+def _n(k: int, noun: str) -> str:
+    """``k noun`` in the singular or plural (a new user read "1 prior stumps").
+
+    >>> _n(1, "key"), _n(3, "key")
+    ('1 key', '3 keys')
+    """
+    return f"{k} {noun}" + ("" if k == 1 else "s")

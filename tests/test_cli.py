@@ -157,3 +157,15 @@ def test_a_job_line_shows_a_result_only_where_there_is_one():
           "source": "votes", "result": "dpea-j1", "attempts": 1, "max_attempts": 3, "reason": "no budget"}
     assert "(no result)" in _line(st) and "dpea-j1" not in _line(st)
     assert "result=dpea-j1" in _line({**st, "status": "done", "reason": ""})
+
+
+def test_redis_url_is_taken_before_or_after_the_command():
+    """A new user's ``streamdp worker votes --redis-url URL`` was refused, and ``workers/*.py`` (which put their
+    command first) could not take a URL at all."""
+    from streamdp.cli import build_parser
+
+    p = build_parser()
+    assert p.parse_args(["worker", "votes", "--redis-url", "redis://a:1/0"]).redis_url == "redis://a:1/0"
+    assert p.parse_args(["--redis-url", "redis://b:1/0", "job", "worker"]).redis_url == "redis://b:1/0"
+    assert p.parse_args(["model", "list"]).redis_url is None
+

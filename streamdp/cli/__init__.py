@@ -45,11 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``streamdp`` command (each subcommand sets ``func``, its handler)."""
     p = argparse.ArgumentParser(prog="streamdp", description=f"The ``streamdp`` command line.\n\n{DESCRIPTION}",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--redis-url", default=None, help="Redis URL (default: $REDIS_URL or redis://localhost:6379/0)")
+    url_help = "Redis URL (default: $REDIS_URL or redis://localhost:6379/0)"
+    p.add_argument("--redis-url", default=None, help=url_help)
     sub = p.add_subparsers(dest="command", required=True)
     for group in (model, push, worker, stats, demo, evaluate, ledger, job):
         group.add_parser(sub)
+    # ... and after the command too (a new user's `streamdp worker votes --redis-url URL` was refused, and
+    # workers/*.py, which prepend their command, could not take one at all)
+    for leaf in _leaves(p):
+        leaf.add_argument("--redis-url", default=argparse.SUPPRESS, help=url_help)
     return p
+
+
+def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers of the commands themselves (those without subcommands) below ``p``."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [p]
+    return [leaf for a in subs for child in dict.fromkeys(a.choices.values()) for leaf in _leaves(child)]
 
 
 def main(argv: list[str] | None = None) -> int:

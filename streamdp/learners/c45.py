@@ -67,6 +67,7 @@ from ..schema import Categorical, Numeric
 from ..validation import check_flag, check_probability
 from .scorers import Scorer, checked_scorer, get_scorer, record_bound
 from ._base import PrivateLearner
+from .branch import rest_of_branch, stops
 from .tree import TreeBuilder
 
 __all__ = ["DiffPC45", "add_errors", "upper_error_rate", "FORMAT"]
@@ -303,9 +304,9 @@ class DiffPC45(PrivateLearner):
         arities = [schema.attributes[j].arity for j in cats] + [2] * len(numeric)
         t = max(arities) if arities else 0
         spent += eps
-        if not arities or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
-            # the rest of the branch's budget (at least one query's: the paper's split), less a rounding margin
-            e_leaf = max(eps, (float(self.epsilon) - spent) * (1 - 1e-12)) if self.top_up else eps
+        if not arities or depth_left <= 0 or stops(n_t, t, C, eps):
+            # the rest of the branch's budget (at least one query's: the paper's split)
+            e_leaf = max(eps, rest_of_branch(self.epsilon, spent)) if self.top_up else eps
             grown.leaf_counts[node] = np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64)
             grown.leaf_epsilon[node] = e_leaf
             return

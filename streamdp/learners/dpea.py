@@ -76,6 +76,7 @@ from ..private_subtree import SubtreeSpace
 from ..schema import Categorical, Schema
 from ..validation import Interval, check_epsilon, check_integer, check_number
 from ._base import PrivateLearner
+from .branch import rest_of_branch
 from .tree import Tree
 
 __all__ = ["DPEA", "FORMAT"]
@@ -261,7 +262,7 @@ class DPEA(PrivateLearner):
                     queue.append((ds, lid, used_here, total, step + 1))
                     continue
                 # the branch stops: what it has not spent (root count, then `step` steps) tops up its leaf
-                left = self.epsilon - eps_c - step * (eps_st + eps_c)
+                left = rest_of_branch(self.epsilon, eps_c + step * (eps_st + eps_c))
                 if self.top_up and left > 1e-9 * self.epsilon:
                     top = np.asarray(ds.noisy_class_counts(left), dtype=np.float64)
                     _release(counts, own_var, lid, top, cell_variance("geometric", left))

@@ -20,7 +20,8 @@ Friedman & Schuster's budget, the remainder unspent. Estimation weighs each
 leaf by its own noise (``Tree.own_var``).
 
 A node becomes a leaf when no attribute is left, the depth is exhausted, or
-``N_T / (t |C|) < sqrt(2) / eps`` (``t`` the largest arity left, ``N_T`` the
+``N_T / (t |C|) < sqrt(2) / eps`` (:func:`~streamdp.learners.branch.stops`, with the rest of a branch's
+budget: :mod:`streamdp.learners.branch`) (``t`` the largest arity left, ``N_T`` the
 noisy count): below that the counts would be mostly noise.
 
 * :class:`SuLQID3` scores each attribute from noisy counts, each with
@@ -55,6 +56,7 @@ from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
 from ._base import PrivateLearner
+from .branch import rest_of_branch, stops
 from .scorers import Scorer, checked_scorer, get_scorer, record_bound
 from .tree import TreeBuilder
 
@@ -101,9 +103,11 @@ class _ID3(PrivateLearner):
         if node == 0:  # the root: its released count sizes the record bound of the split scores
             self._root_count(n_t, eps)
         t = max((self.schema.attributes[j].arity for j in cats), default=0)
-        if not cats or depth_left <= 0 or n_t / (t * C) < math.sqrt(2) / eps:
-            # the branch stops: its unused levels (2 eps each) go to the leaf's counts (top_up)
-            e_leaf = eps * (1 + 2 * max(depth_left, 0)) if self.top_up else eps
+        if not cats or depth_left <= 0 or stops(n_t, t, C, eps):
+            # the branch stops: its unused levels (2 eps each) go to the leaf's counts (top_up); above this
+            # node each level spent 2 eps, and this node its count
+            spent = eps * (2 * (int(self.max_depth) - depth_left) + 1)
+            e_leaf = max(eps, rest_of_branch(self.epsilon, spent)) if self.top_up else eps
             leaves[node] = (np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64),
                             cell_variance("geometric", e_leaf))
             return

@@ -20,9 +20,9 @@ Friedman & Schuster's budget, the remainder unspent. Estimation weighs each
 leaf by its own noise (``Tree.own_var``).
 
 A node becomes a leaf when no attribute is left, the depth is exhausted, or
-``N_T / (t |C|) < sqrt(2) / eps`` (:func:`~streamdp.learners.branch.stops`, with the rest of a branch's
-budget: :mod:`streamdp.learners.branch`) (``t`` the largest arity left, ``N_T`` the
-noisy count): below that the counts would be mostly noise.
+``N_T / (t |C|) < sqrt(2) / eps`` (``t`` the largest arity left, ``N_T`` the
+noisy count): below that the counts would be mostly noise (:mod:`streamdp.learners.branch`
+holds the rule and the rest of a branch's budget).
 
 * :class:`SuLQID3` scores each attribute from noisy counts, each with
   ``eps / (2 |A|)``: ``N_j`` (records per value) and ``N_jc`` (per value and

@@ -81,7 +81,7 @@ from .validation import Interval, check_epsilon, check_integer
 
 __all__ = [
     "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
-    "prefix_nodes", "node_windows", "published_variance", "class_total_sd", "noisy_node", "window_delta",
+    "prefix_nodes", "node_windows", "windows_closed", "published_variance", "class_total_sd", "noisy_node", "window_delta",
     "TreeState", "Counter",
 ]
 
@@ -195,8 +195,16 @@ def windows_due(now: float, start: float, release_every: float, released: int) -
     >>> list(windows_due(13.2, 10.0, 1.0, released=1))
     [2, 3]
     """
-    closed = max(0, math.floor((now - start) / release_every))
-    return range(released + 1, closed + 1)
+    return range(released + 1, windows_closed(now, start, release_every) + 1)
+
+
+def windows_closed(now: float, start: float, release_every: float) -> int:
+    """How many windows have closed by ``now`` (public: the clock only).
+
+    >>> windows_closed(13.2, 10.0, 1.0), windows_closed(9.0, 10.0, 1.0)
+    (3, 0)
+    """
+    return max(0, math.floor((now - start) / release_every))
 
 
 class Node(NamedTuple):

@@ -35,7 +35,6 @@ is a function of the clock alone.
 from __future__ import annotations
 
 import logging
-import math
 import secrets
 import time
 from typing import Any, Callable
@@ -43,7 +42,8 @@ from typing import Any, Callable
 import numpy as np
 import redis
 
-from ..continual import ReleasePolicy, TreeState, noisy_node, published_variance, window_delta
+from ..continual import (ReleasePolicy, TreeState, noisy_node, published_variance, window_delta, window_end,
+                         windows_closed)
 from ..estimation import cell_variance
 from ..forest import PrivateForest
 from .commit import SEAL_LUA, UNLEASE_LUA
@@ -151,12 +151,11 @@ class WindowCloser:
 
     def due(self, now: float) -> int:
         """How many windows have ended by ``now`` (public: the clock only)."""
-        return max(0, math.floor((now - self.start) / self.policy.release_every))
+        return windows_closed(now, self.start, self.policy.release_every)
 
     def seconds_to_next(self, now: float) -> float:
         """Seconds until the next window ends (the worker bounds its blocking read by it)."""
-        nxt = self.start + (self.due(now) + 1) * self.policy.release_every
-        return max(0.0, nxt - now)
+        return max(0.0, window_end(self.due(now) + 1, self.start, self.policy.release_every) - now)
 
     def tick(self, now: float | None = None) -> int:
         """Seal and release every window due by ``now``; returns the number this worker released."""

@@ -79,7 +79,7 @@ from .routing import route, routing_error
 from .schema import Categorical, Numeric, Schema
 from .validation import check_epsilon, check_integer
 
-__all__ = ["PrivateDataset", "Candidate", "BudgetExceeded"]
+__all__ = ["PrivateDataset", "Candidate", "BudgetExceeded", "enforced_sensitivity"]
 
 # A split candidate: a categorical attribute index, or (numeric attribute index, threshold).
 Candidate = int | tuple[int, float]
@@ -351,7 +351,7 @@ class PrivateDataset:
             raise ValueError("the exponential mechanism needs at least one candidate")
         for c in cands:
             self._candidate_table(c)  # validates before charging
-        s = _enforced_sensitivity(sensitivity, max_records)
+        s = enforced_sensitivity(sensitivity, max_records)
         self._charge(epsilon, "exponential")
         rows = self._kept(max_records)
         scores = np.array([float(quality(self._candidate_table(c, rows).astype(np.float64))) for c in cands])
@@ -380,7 +380,7 @@ class PrivateDataset:
         if not isinstance(self.schema.attributes[j], Numeric):
             raise ValueError(f"attribute {self.schema.attributes[j].name!r} is categorical: use exponential()")
         lo, hi = self.bounds(j)
-        s = _enforced_sensitivity(sensitivity, max_records)
+        s = enforced_sensitivity(sensitivity, max_records)
         self._charge(epsilon, f"exponential_threshold({self.schema.attributes[j].name})")
         rows = self._kept(max_records)
         col = self.__X[:, j] if rows is None else self.__X[rows, j]
@@ -492,8 +492,13 @@ class PrivateDataset:
         raise TypeError("a PrivateDataset cannot be pickled or copied out of its process")
 
 
-def _enforced_sensitivity(sensitivity: float | Callable[[float], float], max_records: int | None) -> float:
-    """The sensitivity an exponential mechanism uses: ``S`` without a record bound, ``2 S(max_records)`` with one."""
+def enforced_sensitivity(sensitivity: float | Callable[[float], float], max_records: int | None) -> float:
+    """The sensitivity an exponential mechanism uses: ``S`` without a record bound, ``2 S(max_records)`` with one
+    (the one rule: a learner reports what this gives as its ``sensitivity_``).
+
+    >>> enforced_sensitivity(2.0, None), enforced_sensitivity(lambda n: 1.0 + 1.0 / n, 4)
+    (2.0, 2.5)
+    """
     if max_records is not None:
         check_integer(max_records, "max_records")
     s = sensitivity(math.inf if max_records is None else max_records) if callable(sensitivity) else sensitivity

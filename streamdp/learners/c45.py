@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from ..estimation import cell_variance
-from ..private_data import PrivateDataset
+from ..private_data import PrivateDataset, enforced_sensitivity
 from ..schema import Categorical, Numeric
 from ..validation import check_flag, check_probability
 from .scorers import Scorer, checked_scorer, get_scorer, record_bound
@@ -300,7 +300,7 @@ class DiffPC45(PrivateLearner):
         if node == 0:  # the root's released count sizes the record bound of the split scores
             b = self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps)
             if b is not None:
-                self.sensitivity_ = 2 * self.scorer_.sensitivity(b)
+                self.sensitivity_ = enforced_sensitivity(self.scorer_.sensitivity, b)
         arities = [schema.attributes[j].arity for j in cats] + [2] * len(numeric)
         t = max(arities) if arities else 0
         spent += eps

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..estimation import cell_variance
-from ..private_data import PrivateDataset
+from ..private_data import PrivateDataset, enforced_sensitivity
 from ..privacy import SecureRandom
 from ..schema import Categorical
 from ._base import PrivateLearner
@@ -193,7 +193,8 @@ class DiffPID3(_ID3):
     def _root_count(self, n_t: float, eps: float) -> None:
         self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps)
         b = self.record_bound_
-        self.sensitivity_ = float(self.scorer_.sensitivity(math.inf)) if b is None else 2 * self.scorer_.sensitivity(b)
+        self.sensitivity_ = (float(self.scorer_.sensitivity(math.inf)) if b is None
+                             else enforced_sensitivity(self.scorer_.sensitivity, b))
 
     def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
         return int(pds.exponential(cats, self.scorer_, sensitivity=self.scorer_.sensitivity, epsilon=eps,

@@ -63,7 +63,7 @@ from .group import GroupLoop, GroupReader, consumer_name
 from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, keeps_nothing, job_key, now_s
 from .keys import JOB_RESULTS, Keys, as_str
 from .ledger_store import RedisLedger
-from .published import counts_to_bytes
+from .published import published_fields
 from .registry import ModelNotFound, load_spec
 
 __all__ = ["JobWorker", "run_job_worker", "read_model_records"]
@@ -370,8 +370,7 @@ class JobWorker(GroupLoop):
         fields = {"version": 1, "blob": out.blob, "updated": int(time.time() * 1000), "releases": 1,
                   "model_id": job_id, "format": out.format, "kind": "job"}
         if out.format == FOREST_FORMAT:  # consumers fetch forests by their counts (see .consumer)
-            f = PrivateForest.from_bytes(out.blob)
-            fields.update(version=f.version, releases=f.n_releases, counts=counts_to_bytes(f.counts))
+            fields.update(published_fields(PrivateForest.from_bytes(out.blob)))
         flat: list[Any] = []
         for k, v in fields.items():
             flat += [k, v]

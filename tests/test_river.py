@@ -277,8 +277,32 @@ def test_path_table_too_large_falls_back_to_rows_per_record(monkeypatch):
     want = m.forest.predict_proba(xs)
     got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
     np.testing.assert_array_equal(got, want)
-    unknown = dict(xs[0], car=None)  # below an unknown value: the mean of the reachable leaves' rows
+    unknown = dict(xs[0], car=None)  # below an unknown value: the reachable leaves' rows by their shares
     assert math.isclose(sum(m.predict_proba_one(unknown).values()), 1.0)
+
+
+def test_unknown_values_weigh_each_leaf_by_its_share_of_their_combinations():
+    """A reviewer's finding: below unknown values each tree took the plain mean of the leaves it could reach, which
+    is not the average over the unknown values where one unknown split lies below some branches of another; now
+    each tree's row is the mean of its rows over every combination of the unknown values."""
+    import itertools
+
+    s, stream = rs.uci_stream("nursery")
+    m = PrivateForestClassifier(s, n_trees=4, height=5, batch_size=500, seed=2, grow=False)
+    for x, y in stream[:2000]:
+        m.learn_one(x, y)
+    view, enc = m._view, m.encoder
+    m.predict_proba_one(stream[0][0])
+    view._fresh()
+    view._python_rows()  # (the view's rows of this release as Python lists, built on a prediction's demand)
+    x0 = dict(stream[0][0])
+    names = ["parents", "has_nurs", "form"]
+    partial = {k: v for k, v in x0.items() if k not in names}
+    got = view._cells(view.leaves_one(enc.encode_one(partial)))
+    combos = itertools.product(*[s.attributes[s.names.index(n)].values for n in names])
+    want = np.mean([view._cells(view.leaves_one(enc.encode_one({**partial, **dict(zip(names, c))})))
+                    for c in combos], axis=0)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
 def test_compiled_encoder_equals_the_attribute_loop():

@@ -31,7 +31,8 @@ Privacy notes
   public constant), in learning and prediction alike. A record whose
   categorical value is missing or undeclared is dropped by ``learn_one`` (the
   decision depends on that record only) and, in prediction, descends every
-  branch of that split (each tree averages the leaves it reaches). A value that
+  branch of that split (each tree averages the leaves it reaches, each by its
+  share of the combinations of the unknown values). A value that
   is present but undeclared (``1`` where ``True`` is declared, a misspelt
   category) or not a number is warned about (:class:`UndeclaredValueWarning`,
   naming the attribute and the value's type, never the value); the warning

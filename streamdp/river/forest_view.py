@@ -197,7 +197,8 @@ class ForestView:
     # -- routing --------------------------------------------------------------------
     def leaves_one(self, row: list) -> list:
         """Per tree, the flat leaf index (``tree * max_leaves + leaf``) the encoded record reaches, or,
-        below an unknown value (``None``), the tuple of every leaf it could reach."""
+        below an unknown value (``None``), the tuple of every leaf it could reach with its share of the combinations
+        of the unknown values (``(leaf, share)`` pairs: :meth:`_below`)."""
         self._fresh()  # routes of the current trees (a growing forest changes them: a stale route names no leaf)
         if self._route is _LAZY:
             self._route = _compile_routes(self._trees, self._arity)
@@ -216,25 +217,32 @@ class ForestView:
                 out.append(ch)
         return out
 
-    def _below(self, nodes: list, ch: int, f: int, row: list) -> list:
-        """Every leaf below a split on an unknown value (and below any further unknown one)."""
+    def _below(self, nodes: list, ch: int, f: int, row: list) -> list[tuple[int, float]]:
+        """Every leaf below a split on an unknown value (and below any further unknown one), with the share of the
+        combinations of the unknown values that reach it: each unknown split's branches share their node's
+        equally (leaves reached alike were not the average over the values where one unknown split lies below
+        some branches of another: a reviewer's finding)."""
         leaves = []
-        stack = [ch + b for b in range(self._arity[f])]
+        k = self._arity[f]
+        stack = [(ch + b, 1.0 / k) for b in range(k)]
         while stack:
-            f, th, ch, cat = nodes[stack.pop()]
+            node, w = stack.pop()
+            f, th, ch, cat = nodes[node]
             if f < 0:
-                leaves.append(ch)
+                leaves.append((ch, w))
                 continue
             v = row[f]
             if v is None:
-                stack.extend(ch + b for b in range(self._arity[f]))
+                k = self._arity[f]
+                stack.extend((ch + b, w / k) for b in range(k))
             else:
-                stack.append(ch + (v if cat else v > th))
+                stack.append((ch + (v if cat else v > th), w))
         return leaves
 
     # -- the vote (same numbers as PrivateForest.proba_from_leaves) ------------------
     def _cells(self, leaves: list) -> np.ndarray:
-        """The rows of a record's leaves, one per tree (below an unknown value, the mean of the reachable leaves' rows)."""
+        """The rows of a record's leaves, one per tree (below an unknown value, the reachable leaves' rows averaged by
+        their shares of the unknown values' combinations)."""
         if self._rows is not None:
             rows = self._rows
 
@@ -248,7 +256,9 @@ class ForestView:
         else:
             get = self._table.__getitem__
         if tuple in map(type, leaves):
-            return np.stack([get([k])[0] if type(k) is int else get(list(k)).mean(axis=0) for k in leaves])
+            return np.stack([get([k])[0] if type(k) is int else
+                             np.average(get([leaf for leaf, _ in k]), axis=0, weights=[w for _, w in k])
+                             for k in leaves])
         return get(leaves)
 
     def _fresh(self) -> None:

@@ -102,7 +102,9 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
 
     Records that miss a categorical value (or carry an undeclared one) are
     not learned from; in prediction such an attribute is averaged over its
-    declared values (up to 256 combinations, else the prediction is uniform).
+    declared values (each tree weighs a branch below an unknown value by one over
+    the split's width: the average over every combination of the unknown values,
+    however many).
     The records of the open window (or the labels of the open prior-phase
     release) are raw data held in memory (and in a pickle of the model).
 
@@ -352,7 +354,9 @@ class _TreeTables:
 
     def proba(self, row: list) -> list[float]:
         """Same as ``model.predict_proba_encoded`` for one encoded row. Below a split on an unknown value (None)
-        the record descends every branch and the tree averages the leaves it reaches (one branch each)."""
+        the record descends every branch, each weighed by one over the split's width (a number's two sides
+        alike): each tree's average over every combination of the unknown values, with no cap (a grid of the
+        combinations, capped at 256, predicted 1/C past it: a reviewer's finding)."""
         out = [0.0] * self.C
         complete = None not in row
         for feature, threshold, child_start, dist in self.trees:
@@ -365,8 +369,8 @@ class _TreeTables:
                     f = feature[node]
                 d = dist[node]
             else:
-                leaves = self._reached(row, feature, threshold, child_start)
-                d = [sum(dist[leaf][k] for leaf in leaves) / len(leaves) for k in range(self.C)]
+                reached = self._reached(row, feature, threshold, child_start)
+                d = [sum(w * dist[leaf][k] for leaf, w in reached) for k in range(self.C)]
             if self.majority:
                 out[max(range(self.C), key=d.__getitem__)] += 1.0
             else:
@@ -375,17 +379,19 @@ class _TreeTables:
         n = len(self.trees)
         return [v / n for v in out]
 
-    def _reached(self, row: list, feature: list, threshold: list, child_start: list) -> list[int]:
-        """Every leaf a record with unknown values (None) can reach: each unknown split's every branch."""
-        leaves, stack = [], [0]
+    def _reached(self, row: list, feature: list, threshold: list, child_start: list) -> list[tuple[int, float]]:
+        """Every leaf a record with unknown values (None) can reach, with the share of the combinations of those
+        values that reach it (each unknown split's branches share their node's equally; the shares sum to 1)."""
+        reached, stack = [], [(0, 1.0)]
         while stack:
-            node = stack.pop()
+            node, w = stack.pop()
             f = feature[node]
             if f < 0:
-                leaves.append(node)
+                reached.append((node, w))
             elif row[f] is None:
-                stack.extend(child_start[node] + b for b in range(self.width[f]))
+                k = self.width[f]
+                stack.extend((child_start[node] + b, w / k) for b in range(k))
             else:
                 v, thr = row[f], threshold[node]
-                stack.append(child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v)))
-        return leaves
+                stack.append((child_start[node] + ((1 if v > thr else 0) if thr != math.inf else int(v)), w))
+        return reached

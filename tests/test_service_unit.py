@@ -499,7 +499,14 @@ def test_retained_versions_are_bounded_in_bytes(r):
         w.step(block_ms=10)
     assert [v for v in range(1, 6) if r.exists(Keys("m").pub_version(v))] == [4, 5]
     assert Consumer(r, "m").get(5).version == 5
+    # workers that kept more (an upgrade, a lower bound): a starting worker removes what it would not keep
+    w = _worker(r, "m", keep_versions=20, keep_bytes=0)
+    for i in range(5, 10):
+        p.push(DS.X[i * 10:(i + 1) * 10], DS.y[i * 10:(i + 1) * 10])
+        w.step(block_ms=10)
+    assert [v for v in range(11) if r.exists(Keys("m").pub_version(v))] == [4, 5, 6, 7, 8, 9, 10]
     assert _worker(r, "m", keep_versions=20, keep_bytes=1).keep_versions == 1  # never none
+    assert [v for v in range(11) if r.exists(Keys("m").pub_version(v))] == [10]
 
 
 def test_a_refused_create_leaves_the_ledger_as_it_was(r):

@@ -141,7 +141,7 @@ def show(args: argparse.Namespace) -> int:
     print(f"model {info['name']}\n"
           f"  version         {info['version']}\n"
           f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
-          f"  forest          {info['n_trees']} trees + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
+          f"  forest          {_n(info['n_trees'], 'tree')} + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
           f"{info['n_classes']} classes\n"
           f"  release         {policy}\n"
           f"  releases        {info['releases']}\n"

@@ -27,10 +27,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     w.add_argument("--max-deliveries", type=int, default=5)
     w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
     w.add_argument("--keep-versions", type=int_in(0, 10**6), default=20,
-                   help="published versions retained (pub:v:N) for consumers' get(version) (0: all; default 20)")
+                   help="published versions retained (pub:v:N) for consumers' get(version) (0: no bound in number; "
+                        "default 20)")
     w.add_argument("--keep-mib", type=int_in(0, 10**7), default=256,
                    help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
-                        "default 256: a default Adult model's version is 84 MB)")
+                        "default 256: a default Adult model's version is 84 MB); older ones are removed when a "
+                        "worker starts")
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
     w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
     w.set_defaults(func=worker)

@@ -73,7 +73,7 @@ class WorkerConfig:
     claim_every_s: float = 1.0     # how often to run XAUTOCLAIM
     max_deliveries: int = 5        # poison threshold
     delta_ttl_s: int = 0           # stored deltas and window noise kept this long after their merge (0: dropped)
-    keep_versions: int = 20        # pub:v:<N> retained (0: keep all, rely on version_ttl_s)
+    keep_versions: int = 20        # pub:v:<N> retained (0: no bound in number; keep_bytes still bounds them)
     keep_bytes: int = KEEP_BYTES   # ... and no more of them than fit in these bytes (0: no bound; at least one)
     version_ttl_s: int = 0         # TTL of pub:v:<N> (0: none)
     dead_maxlen: int = 100_000     # dead-letter stream approximate cap
@@ -190,10 +190,24 @@ class Worker(GroupLoop):
         version_bytes = (grown_blob_bound(self.spec, int(self.redis.strlen(self.keys.spec)))
                          if self.policy.kind == "grow" else self.spec.counts.nbytes)
         self.keep_versions = versions_kept(cfg.keep_versions, version_bytes, cfg.keep_bytes)
+        self._drop_stale_versions()
         self.closer = None if self.policy.kind == "batch" else WindowCloser(
             self.redis, self.keys, self.spec, self.policy, start, noise=self.noise, guard=self.guard,
             fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=self.keep_versions,
             noise_ttl_s=cfg.delta_ttl_s)
+
+    def _drop_stale_versions(self) -> int:
+        """Remove the retained versions older than the ones this worker keeps, left by workers that kept more (an
+        upgrade to the byte bound, a lower --keep-mib or --keep-versions): each release drops only the one version
+        that falls out of the window, so they would stay for good (a reviewer's finding). Walks down from the newest
+        one to drop until a version is missing; returns how many were removed."""
+        if self.keep_versions <= 0:
+            return 0
+        n = int(self.redis.hget(self.keys.state, "version") or 0) - self.keep_versions
+        dropped = 0
+        while n >= 0 and self.redis.delete(self.keys.pub_version(n)):
+            n, dropped = n - 1, dropped + 1
+        return dropped
 
     # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
     def _log_context(self) -> dict:

@@ -359,7 +359,9 @@ def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label:
     if not first:
         raise SourceError(f"{name}: empty file")
     width = schema.n_attributes + 1
-    if set(schema.names) <= {f.strip() for f in first}:  # (a new user's --no-header on a file with a header)
+    if first_label and {*schema.names, schema.label.name} <= {f.strip() for f in first}:
+        # (a new user's --no-header on a file with a header; values read: only where the owner submits the file,
+        # and all the columns' names, the label's too: a schema whose names are digits has records of digits)
         raise SourceError(f"{name}: its first line holds the schema's column names: the file has a header row, "
                           "so read it without header=False (CLI: drop --no-header)")
     if len(first) < width or any(f.strip() for f in first[width:]):  # (empty fields past the last: trailing commas)

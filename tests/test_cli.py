@@ -168,4 +168,5 @@ def test_redis_url_is_taken_before_or_after_the_command():
     assert p.parse_args(["worker", "votes", "--redis-url", "redis://a:1/0"]).redis_url == "redis://a:1/0"
     assert p.parse_args(["--redis-url", "redis://b:1/0", "job", "worker"]).redis_url == "redis://b:1/0"
     assert p.parse_args(["model", "list"]).redis_url is None
+    assert p.parse_args(["model", "--redis-url", "redis://c:1/0", "list"]).redis_url == "redis://c:1/0"
 

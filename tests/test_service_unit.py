@@ -435,6 +435,10 @@ def test_service_classifier_works_once_its_model_exists(r):
         clf.learn_one(x, DS.y[i])
     _drain(_worker(r, "late"))
     assert collect(r, "late")["records_merged"] == 4 and clf.n_pushed == 4
+    for bad, why in [({"batch_size": 0}, "batch_size"), ({"refresh_every": -1}, "refresh_every"),
+                     ({"on_invalid": "bogus"}, "on_invalid")]:  # refused when made, not at the first push
+        with pytest.raises(ValueError, match=why):
+            ServiceClassifier(r, "late", **bad)
 
 
 def test_create_refuses_what_no_release_could_draw_or_read(r):

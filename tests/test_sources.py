@@ -280,3 +280,10 @@ def test_a_header_read_as_a_record_is_named(tmp_path):
     with pytest.raises(SourceError, match="the file has a header row.*drop --no-header"):
         check_columns(str(p), MIXED, header=False)
     check_columns(str(p), MIXED, header=True)
+    check_columns(str(p), MIXED, header=False, first_label=False)  # (a job worker before its charge reads no value)
+    # a schema whose names are digits (river's SEA convention) has headerless records of digits: not a header
+    digits = Schema.from_dict({"attributes": [{"name": str(i), "type": "numeric", "min": 0, "max": 10}
+                                              for i in range(3)], "label": {"name": "y", "values": [0, 1]}})
+    q = tmp_path / "d.csv"
+    q.write_text("1,2,0,1\n")
+    check_columns(str(q), digits, header=False)

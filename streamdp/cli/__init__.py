@@ -52,17 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_parser(sub)
     # ... and after the command too (a new user's `streamdp worker votes --redis-url URL` was refused, and
     # workers/*.py, which prepend their command, could not take one at all)
-    for leaf in _leaves(p):
-        leaf.add_argument("--redis-url", default=argparse.SUPPRESS, help=url_help)
+    for command in _below(p):
+        command.add_argument("--redis-url", default=argparse.SUPPRESS, help=url_help)
     return p
 
 
-def _leaves(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
-    """The parsers of the commands themselves (those without subcommands) below ``p``."""
+def _below(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command's parser below ``p``, groups (``model``, ``job``) and their commands alike."""
     subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        return [p]
-    return [leaf for a in subs for child in dict.fromkeys(a.choices.values()) for leaf in _leaves(child)]
+    children = [c for a in subs for c in dict.fromkeys(a.choices.values())]
+    return [q for c in children for q in (c, *_below(c))]
 
 
 def main(argv: list[str] | None = None) -> int:

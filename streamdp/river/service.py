@@ -10,6 +10,7 @@ import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
 from streamdp.river.forest_view import ForestView
+from streamdp.validation import check_choice, check_integer, check_number
 
 __all__ = ["ServiceClassifier"]
 
@@ -68,13 +69,17 @@ class ServiceClassifier(river.base.Classifier):
         on_invalid: str = "dead-letter",
         sync_timeout: float = 0.0,
     ):
+        from streamdp.service.codec import MAX_RECORDS
+        from streamdp.service.producer import ON_INVALID
+
+        # checked here, not at the first push (a new user's batch_size=0 and on_invalid="bogus" were taken)
         self.redis_url = redis_url
         self.model = model
-        self.batch_size = batch_size
-        self.refresh_every = refresh_every
-        self.wait_first = wait_first
-        self.on_invalid = on_invalid
-        self.sync_timeout = sync_timeout
+        self.batch_size = check_integer(batch_size, "batch_size", high=MAX_RECORDS)
+        self.refresh_every = check_number(refresh_every, "refresh_every (seconds)", low=0)
+        self.wait_first = check_number(wait_first, "wait_first (seconds)", low=0)
+        self.on_invalid = check_choice(on_invalid, "on_invalid", ON_INVALID)
+        self.sync_timeout = check_number(sync_timeout, "sync_timeout (seconds)", low=0)
         self._producer = None
         self._consumer = None
         self._forest = None
@@ -105,10 +110,9 @@ class ServiceClassifier(river.base.Classifier):
             from streamdp.service.consumer import Consumer
             from streamdp.service.producer import Producer
 
-            consumer = Consumer(self.redis_url, self.model)
-            producer = Producer(self.redis_url, self.model, batch_size=max(1, self.batch_size),
-                                on_invalid=self.on_invalid)
-            self._consumer, self._producer = consumer, producer
+            # the producer first: it refuses a missing model before any consumer client is opened
+            producer = Producer(self.redis_url, self.model, batch_size=self.batch_size, on_invalid=self.on_invalid)
+            self._consumer, self._producer = Consumer(self.redis_url, self.model), producer
         return self._producer, self._consumer
 
     @property
@@ -124,7 +128,8 @@ class ServiceClassifier(river.base.Classifier):
         a grown release's blob) is fetched and validated only when it moved.
         """
         now = time.monotonic()
-        if not force and self._forest is not None and now - self._checked < self.refresh_every:
+        # (throttled while the model does not exist yet too: each prediction opened clients to learn so)
+        if not force and (self._forest is not None or self._producer is None) and now - self._checked < self.refresh_every:
             return
         self._checked = now
         from streamdp.service.registry import ModelNotFound

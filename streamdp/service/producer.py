@@ -47,6 +47,7 @@ import numpy as np
 
 from .. import blob, forest, sources
 from ..schema import Schema
+from ..validation import check_choice
 from . import codec
 from .connection import connect
 from .keys import REGISTRY, Keys
@@ -103,6 +104,9 @@ def producer_id_key(path: str | os.PathLike | None = None) -> bytes:
     return key
 
 
+#: What a producer does with a record the schema refuses: raise, or send the valid ones and dead-letter the rest.
+ON_INVALID = ("raise", "dead-letter")
+
 class Producer:
     """Code records against the model's schema and XADD them in batches.
 
@@ -123,8 +127,7 @@ class Producer:
             raise ValueError("Producer needs a model name")
         if batch_size < 1 or batch_size > codec.MAX_RECORDS:
             raise ValueError(f"batch_size must be in 1..{codec.MAX_RECORDS}")
-        if on_invalid not in ("raise", "dead-letter"):
-            raise ValueError(f"on_invalid must be 'raise' or 'dead-letter', got {on_invalid!r}")
+        check_choice(on_invalid, "on_invalid", ON_INVALID)
         self.redis = connect(redis_url)
         self._owns_client = self.redis is not redis_url  # a caller's client stays open (a closed RedisCluster is dead)
         self.keys = Keys(model)

@@ -107,6 +107,19 @@ def _bool_text(values: tuple) -> dict:
     return {str(v).lower(): v for v in values if isinstance(v, bool)}
 
 
+def _number_text(values: tuple) -> dict:
+    """Declared numbers by value, for text spelling them otherwise (``1.0`` for a declared ``1``: a file pandas wrote
+    from river's data had every record refused, where the river encoder takes ``1.0`` for ``1``)."""
+    return {float(v): v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 # Reasons name the attribute (or label) and what is wrong in fixed words, never the value
 # (the wording of streamdp.service.codec's value-free reasons).
 _MISSING_WORDS = "is missing"
@@ -116,11 +129,13 @@ _UNDECLARED_WORDS = "has a value not declared in the schema"
 def _codes_of_text(values: tuple, lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Codes of a column of CSV text (-1: not declared) and its missing cells; distinct values looked up once."""
     codes, uniq = _factorize(col)
-    text, btext = _text_values(values), _bool_text(values)
+    text, btext, ntext = _text_values(values), _bool_text(values), _number_text(values)
     decl = np.empty(len(uniq) + 1, dtype=object)
     for i, u in enumerate(uniq):
         u = str(u).strip()
         decl[i] = text.get(u, btext.get(u.lower(), _UNDECLARED))
+        if decl[i] is _UNDECLARED and ntext:
+            decl[i] = ntext.get(_as_number(u), _UNDECLARED)
     decl[-1] = None  # NaN cells: factorize's -1 indexes the last slot
     return lookup_codes(lookup, decl)[codes], codes < 0
 

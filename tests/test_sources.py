@@ -287,3 +287,14 @@ def test_a_header_read_as_a_record_is_named(tmp_path):
     q = tmp_path / "d.csv"
     q.write_text("1,2,0,1\n")
     check_columns(str(q), digits, header=False)
+
+
+def test_declared_numbers_match_their_other_spellings_in_a_csv(tmp_path):
+    """A new user's file, written by pandas from river's Phishing data, spelled the declared category 1 as "1.0":
+    every record was refused, where river's encoder takes 1.0 for 1."""
+    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 0.5, 1]}],
+                          "label": {"name": "y", "values": [False, True]}})
+    p = tmp_path / "p.csv"
+    p.write_text("a,y\n1.0,True\n0.50,False\n0,True\n2.0,True\n")
+    X, y = read_dataset(str(p), s)
+    assert X[:, 0].tolist() == [2, 1, 0] and y.tolist() == [1, 0, 1]  # (2.0 is not declared: dropped)

@@ -388,6 +388,21 @@ def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label:
                           f"{list(schema.label.values)}: is the label column --label INDEX?")
 
 
+def check_first_record(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None) -> None:
+    """Refuse a file whose first record is not one of the schema's (read as the job reader reads it): a
+    misspelt value or label in the first record is, as a rule, in every record, and a job over such a file was
+    charged, then fit on none (a new user's finding). Reads values: only where the file's owner submits it.
+    :class:`SourceError` in the reader's value-free words, with what to check."""
+    chunks = read_csv_chunks(path, schema, header=header, label=label, chunk_rows=1, on_invalid="raise")
+    try:
+        next(chunks, None)
+    except SourceError as e:
+        raise SourceError(f"{e} (the first record: its values are spelt as the schema declares them? is it the "
+                          "label column and the header the file has?)") from None
+    finally:
+        chunks.close()
+
+
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,
                     header: bool = True, chunk_rows: int = CHUNK_ROWS, on_invalid: str = "raise",
                     progress: Any = None, compression: str | None = "infer") -> Iterator[Chunk]:

@@ -950,3 +950,21 @@ def test_setting_retention_after_merges_says_what_was_not_kept(r, redis_url, uni
     finally:
         delete_model(r, unique_name)
         r.delete(*ledger_keys(unique_name))
+
+
+def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, queue, tmp_path, unique_name):
+    """A new user's file (values spelt "yes"/"no" where the schema declares y/n) was accepted, charged, and fit on
+    no record; its first record is now read at submit (the owner's own file) and the job refused, uncharged."""
+    q, _ = queue
+    data, sch = _votes_csv(tmp_path)
+    bad = tmp_path / "spelt.csv"
+    bad.write_text(data.read_text().replace(",y,", ",yes,").replace(",n,", ",no,"))
+    RedisLedger(r).set_budget(unique_name, 1.0)
+    try:
+        with pytest.raises(JobError, match=r"line 2: attribute '[a-z-]+' has a value not declared.*the first record"):
+            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
+                                  dataset=str(bad), schema=str(sch))
+        assert RedisLedger(r).spent(unique_name) == (0.0, 0.0)
+    finally:
+        r.delete(*ledger_keys(unique_name))
+

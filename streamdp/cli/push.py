@@ -87,13 +87,14 @@ def push(args: argparse.Namespace) -> int:
         print(f"streamdp: error: {args.file} holds no record" + ("" if args.no_header else " (a header line alone?)")
               + "; nothing was pushed", file=sys.stderr)
         return 2
+    if bad and bad >= sent:  # (it said "pushed 1,250 records" first: a new user's finding)
+        print(f"streamdp: error: every record of {args.file} was invalid, none will be merged (first: "
+              f"{res.first_invalid}): check the values' spelling against the schema, --label and --no-header (the "
+              f"schema's label is {p.schema.label.name!r})", file=sys.stderr)
+        return 2
     print(f"pushed {sent:,} record{'s' * (sent != 1)} in {len(res)} batch{'es' * (len(res) != 1)} to {args.name!r}"
           + (f"; {bad} invalid record{'s go' if bad != 1 else ' goes'} to the dead-letter stream (first: "
              f"{res.first_invalid})" if bad else ""))
-    if bad and bad >= sent:
-        print(f"streamdp: error: every record of {args.file} was invalid: check --label and --no-header against the "
-              f"file (the schema's label is {p.schema.label.name!r})", file=sys.stderr)
-        return 2
     if bad:  # a new user fixed the bad lines and pushed the file again: its other records counted twice
         print("streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "
               "whole file would count them again (a batch's id follows its content): push only the corrected "

@@ -35,7 +35,7 @@ from ..jobs import JobError, JobSpec, check_params
 from ..datasets import DATASETS, dataset_digest, load_schema
 from ..ledger import file_sha256, refusal
 from ..schema import Schema
-from ..sources import SourceError, check_columns
+from ..sources import SourceError, check_columns, check_first_record
 from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
@@ -203,6 +203,7 @@ class JobQueue:
                            f"(its source is file-{digest[:32]}); use --source-file")
         try:
             check_columns(dataset, schema, header=header, label=label)
+            check_first_record(dataset, schema, header=header, label=label)
         except SourceError as e:
             raise JobError(f"{e}; nothing was charged") from None
         if not self.r.hsetnx(FILE_SOURCES, digest, source):

@@ -42,7 +42,7 @@ from typing import IO, Any, Iterable, Iterator, Mapping
 
 import numpy as np
 import pandas as pd
-from pandas.io.common import infer_compression
+from pandas.io.common import get_handle, infer_compression
 
 from .datasets import parse
 from .coding import lookup_codes
@@ -388,6 +388,24 @@ def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label:
                           f"{list(schema.label.values)}: is the label column --label INDEX?")
 
 
+def check_decompresses(source: IO[bytes], compression: str | None, name: str) -> None:
+    """Read a compressed file to its end (``source``, rewound after; nothing when ``compression`` is None):
+    :class:`SourceError` in fixed words when it is cut short or corrupt. A job worker checks this before its charge
+    (a truncated ``.csv.gz`` was charged, then failed: a new user's finding); it reads bytes, not records."""
+    if compression is None:
+        return
+    try:
+        with get_handle(source, "rb", compression=compression, is_text=False) as h:
+            while h.handle.read(1 << 20):
+                pass
+    except _UNREADABLE as e:
+        raise SourceError(f"{name}: cannot read it: {_unreadable(e)}") from None
+    except OSError as e:
+        raise _cannot_read(name, e) from None
+    finally:
+        source.seek(0)
+
+
 def check_first_record(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None) -> None:
     """Refuse a file whose first record is not one of the schema's (read as the job reader reads it): a
     misspelt value or label in the first record is, as a rule, in every record, and a job over such a file was
@@ -531,6 +549,8 @@ def _unreadable(e: Exception) -> str:
         return f"compressed in a format whose library is not installed ({getattr(e, 'name', None) or 'unknown'})"
     if isinstance(e, _DECOMPRESSION):
         return f"a compressed file that is cut short or corrupt ({type(e).__name__}; no content is shown)"
+    if isinstance(e, ValueError) and str(e).startswith("Multiple files found in"):  # (pandas' words)
+        return "an archive of several files: a CSV file is read from an archive holding it alone"
     if isinstance(e, pd.errors.ParserError):
         msg = str(e)
         m = _WIDTH.search(msg)

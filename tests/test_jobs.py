@@ -968,3 +968,36 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
     finally:
         r.delete(*ledger_keys(unique_name))
 
+
+def test_a_truncated_compressed_file_is_refused_before_the_charge(tmp_path):
+    """A new user's truncated .csv.gz was charged, then failed when parsed; the job worker now reads the pinned
+    copy through its decompression before the charge (bytes, not records). An archive of several files is named
+    so (it was "values the CSV reader could not read")."""
+    import contextlib
+    import gzip
+    import hashlib
+    import zipfile
+
+    from test_sources import MIXED
+
+    rng = np.random.default_rng(0)
+    body = "".join(f"yes,{rng.integers(0, 10)},true,red,{rng.integers(0, 3)}\n" for _ in range(20000)).encode()
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(body)[:-5000])
+    two = tmp_path / "two.zip"
+    with zipfile.ZipFile(two, "w") as z:
+        z.writestr("a.csv", body[:100])
+        z.writestr("b.csv", body[:100])
+    for path, why in [(cut, "cut short or corrupt"), (two, "an archive of several files")]:
+        doc = {"dataset": str(path), "dataset_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "header": "0"}
+        with contextlib.ExitStack() as stack, pytest.raises(JobError, match=f"{why}.*nothing was charged"):
+            JobWorker._dataset_loader(doc, MIXED, stack)
+    whole = tmp_path / "whole.csv.gz"
+    whole.write_bytes(gzip.compress(body))
+    doc = {"dataset": str(whole), "dataset_sha256": hashlib.sha256(whole.read_bytes()).hexdigest(), "header": "0"}
+    plain = tmp_path / "plain.csv"
+    plain.write_bytes(body)
+    want = len(job_worker.read_dataset(str(plain), MIXED, header=False)[1])
+    with contextlib.ExitStack() as stack:
+        assert want > 1000 and len(JobWorker._dataset_loader(doc, MIXED, stack)()[1]) == want  # (rewound after)
+

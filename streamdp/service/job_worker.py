@@ -56,7 +56,8 @@ from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
 from ..jobs import JobError, JobSpec, run_job
 from ..ledger import BudgetExceeded, stream_sha256
 from ..schema import Schema
-from ..sources import FILE_ERRNOS, SourceError, check_columns, compression_of, read_bundled, read_dataset
+from ..sources import (FILE_ERRNOS, SourceError, check_columns, check_decompresses, compression_of, read_bundled,
+                       read_dataset)
 from . import codec
 from .connection import connect
 from .group import GroupLoop, GroupReader, consumer_name
@@ -332,6 +333,7 @@ class JobWorker(GroupLoop):
             compression = compression_of(path)  # (the copy has no name to infer it from: ``.tar.gz`` included)
             try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
                 check_columns(copy, schema, header=header, label=label, first_label=False, compression=compression)
+                check_decompresses(copy, compression, path)
             except SourceError as e:
                 raise JobError(f"{e}; nothing was charged") from None
 

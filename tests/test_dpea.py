@@ -323,8 +323,11 @@ def test_bad_input_is_named(vote):
 
 
 def test_numeric_attributes_are_ignored():
-    """A mixed schema fits: DPEA splits on the categorical attribute, never on the numeric one."""
+    """A mixed schema fits: DPEA splits on the categorical attribute, never on the numeric one, and says so (a new
+    user's DPEA on SEA's three numbers fit one leaf without a word); its rules are stated where they are checked:
+    max_depth at least 1, epsilon finite."""
     from streamdp import Schema
+    from streamdp.learners import IgnoredAttributesWarning
 
     mixed = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
                                              {"name": "x", "type": "numeric", "min": 0, "max": 1}],
@@ -332,8 +335,13 @@ def test_numeric_attributes_are_ignored():
     rng = np.random.default_rng(0)
     a = rng.integers(0, 2, 400)
     X = np.column_stack([a, rng.uniform(0, 1, 400)])
-    m = DPEA(mixed, max_depth=2, embed_depth=2, epsilon=50.0, min_instances=5, noise_seed=1).fit(X, a)
+    with pytest.warns(IgnoredAttributesWarning, match=r"numeric \['x'\] are not used"):
+        m = DPEA(mixed, max_depth=2, embed_depth=2, epsilon=50.0, min_instances=5, noise_seed=1).fit(X, a)
     assert set(m.feature_[m.feature_ >= 0].tolist()) == {0}
+    for bad, why in [({"max_depth": 0}, r"max_depth must be an integer >= 1"),
+                     ({"epsilon": 0}, r"epsilon must be a finite number > 0")]:
+        with pytest.raises(ValueError, match=why):
+            DPEA(mixed, **bad).fit(X, a)
     assert (m.predict(X) == a).mean() > 0.95
 
 

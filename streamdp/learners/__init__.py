@@ -26,7 +26,8 @@ from typing import Any
 from ..algorithms import AlgorithmError, by_format, learners
 from ..blob import BlobError, format_of
 
-__all__ = ["SuLQID3", "DiffPID3", "DiffPC45", "HanischForest", "DPEA", "load_model", "LEARNERS"]
+__all__ = ["SuLQID3", "DiffPID3", "DiffPC45", "HanischForest", "DPEA", "load_model", "LEARNERS",
+           "IgnoredAttributesWarning"]
 
 # class name -> module, from the catalogue (imported lazily: one learner's import cost is paid only when used)
 LEARNERS = {a.learner: a.module for a in learners().values()}
@@ -35,6 +36,10 @@ LEARNERS = {a.learner: a.module for a in learners().values()}
 def __getattr__(name: str) -> Any:
     if name in LEARNERS:
         return getattr(__import__(LEARNERS[name], fromlist=[name]), name)
+    if name == "IgnoredAttributesWarning":  # (a learner given numeric attributes it does not split on)
+        from ._base import IgnoredAttributesWarning
+
+        return IgnoredAttributesWarning
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -20,16 +20,26 @@ from ..estimation import SNR_MIN_GROWN, cell_variance, node_distributions, prior
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
-from ..schema import Schema
+from ..schema import Categorical, Schema
 from ..validation import check_epsilon, check_flag, check_integer
 from .tree import Tree
 
 FORMAT_VERSION = 1
 
 
+class IgnoredAttributesWarning(UserWarning):
+    """A learner that splits on categorical attributes only was given numeric ones: they are not used."""
+
+
 class PrivateLearner:
     FORMAT = "streamdp.learner"
     vote = "proba"  # how trees combine: "proba" (mean distribution) or "majority"
+    #: Whether the learner splits on numeric attributes (else they are ignored, with a warning at fit).
+    SPLITS_NUMBERS = True
+    #: Whether an infinite epsilon (no noise, not private) is a setting of the learner.
+    ALLOWS_INF = True
+    #: The least ``max_depth``.
+    MIN_DEPTH = 0
     _estimator_type = "classifier"  # scikit-learn < 1.6
 
     def __sklearn_tags__(self):  # scikit-learn >= 1.6 (imported lazily: sklearn is not a dependency)
@@ -86,6 +96,11 @@ class PrivateLearner:
                 who=type(self).__name__, what=repr(self), noise_seed=getattr(self, "noise_seed", None),
             )
         self.classes_ = np.array(list(self.schema.classes), dtype=object)
+        numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
+        if numeric and not self.SPLITS_NUMBERS:  # (a new user's DPEA on SEA fit one leaf, with no word of why)
+            warnings.warn(f"{type(self).__name__} splits on categorical attributes only: the numeric {numeric} are "
+                          "not used (bin them into categories, or use diffp-c45 or private-rdt)",
+                          IgnoredAttributesWarning, stacklevel=2)
         before = pds.spent
         self._fit(pds)
         self.private_ = pds.private
@@ -95,8 +110,8 @@ class PrivateLearner:
     def _check_params(self) -> None:
         if not isinstance(self.schema, Schema):
             raise TypeError(f"schema must be a streamdp.Schema, got {type(self.schema).__name__}")
-        check_epsilon(self.epsilon, allow_inf=True)
-        check_integer(getattr(self, "max_depth", 1), "max_depth", low=0)
+        check_epsilon(self.epsilon, allow_inf=self.ALLOWS_INF)
+        check_integer(getattr(self, "max_depth", 1), "max_depth", low=self.MIN_DEPTH)
         if "top_up" in self._param_names():  # (the learners that stop branches early: DPEA, the ID3 family, C4.5)
             check_flag(self.top_up, "top_up")
 

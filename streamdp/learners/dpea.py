@@ -74,7 +74,7 @@ from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..private_subtree import SubtreeSpace
 from ..schema import Categorical, Schema
-from ..validation import Interval, check_epsilon, check_integer, check_number
+from ..validation import Interval, check_integer, check_number
 from ._base import PrivateLearner
 from .branch import rest_of_branch
 from .tree import Tree
@@ -105,6 +105,10 @@ class DPEA(PrivateLearner):
         not private: a NotPrivateWarning says so; never pickled). Off by default (a red team read the
         released tree's exact score, which tells neighbouring datasets apart, from ``traces_``).
     """
+
+    SPLITS_NUMBERS = False  # (numeric attributes are ignored: Bai et al. select among categorical subtrees)
+    ALLOWS_INF = False  # the MCMC stopping rule and the budget split need a finite epsilon
+    MIN_DEPTH = 1
 
     FORMAT = FORMAT
 
@@ -176,7 +180,6 @@ class DPEA(PrivateLearner):
     # -- fit -------------------------------------------------------------------------
     def _check_params(self) -> None:
         super()._check_params()
-        check_epsilon(self.epsilon)  # finite: the MCMC stopping rule and the budget split need a number
         check_number(self.min_instances, "min_instances", low=0)
         for name in ("buffer_size", "step_limit", "exact_max_levels"):
             check_integer(getattr(self, name), name)

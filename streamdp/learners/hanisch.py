@@ -54,6 +54,8 @@ class HanischForest(PrivateLearner):
     ``noise_seed``: reproducible noise, NOT private (tests only).
     """
 
+    SPLITS_NUMBERS = False  # (random trees over the categorical attributes)
+
     FORMAT = "streamdp.hanisch_forest"
     vote = "majority"
 

@@ -66,6 +66,8 @@ __all__ = ["SuLQID3", "DiffPID3"]
 class _ID3(PrivateLearner):
     """Growth shared by both learners; subclasses choose the split attribute."""
 
+    SPLITS_NUMBERS = False  # (Friedman & Schuster's ID3: categorical attributes; DiffPC45 splits numbers)
+
     def epsilon_per_query(self) -> float:
         """``B / (2 (d + 1))``."""
         return float(self.epsilon) / (2 * (int(self.max_depth) + 1))

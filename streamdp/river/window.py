@@ -16,7 +16,8 @@ from streamdp.continual import noisy_node
 from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
-from streamdp.schema import Numeric, Schema
+from streamdp.learners import IgnoredAttributesWarning
+from streamdp.schema import Categorical, Numeric, Schema
 from streamdp.validation import check_integer
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
@@ -147,9 +148,15 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
                           "the model is NOT private", NotPrivateWarning, stacklevel=2)
         self.n_fits = 0
         try:  # bad learner parameters fail now, not at the first window
-            self._make()._check_params()
+            made = self._make()
+            made._check_params()
         except TypeError as e:
             raise ValueError(f"learner_params for {learner!r}: {e}") from None
+        numeric = [a.name for a in self._schema.attributes if not isinstance(a, Categorical)]
+        if numeric and not made.SPLITS_NUMBERS:  # said once here, not at every window's fit
+            warnings.warn(f"learner {learner!r} splits on categorical attributes only: the numeric {numeric} are "
+                          "not used (bin them into categories, or use diffp-c45)", IgnoredAttributesWarning,
+                          stacklevel=2)
         self.encoder = RecordEncoder(self._schema)
         self._X: list[list] = []
         self._y: list[int] = []
@@ -273,7 +280,9 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self._X, self._y = [], []  # the window's raw records are dropped once fitted
         model = self._make()  # n_bound: this window's size, before n_fits moves on
         pds = PrivateDataset(self._schema, X, y, epsilon=float(self.epsilon), rng=self._rng(self.n_fits))
-        self._models.append(model.fit(pds))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", IgnoredAttributesWarning)  # said once, at construction
+            self._models.append(model.fit(pds))
         self.n_fits += 1
         # The voting models' roots shrink toward one class prior pooled over their windows' released class totals
         # (weighed by size and noise, estimation.release_prior), not each toward its own: a first window of 100

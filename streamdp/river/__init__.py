@@ -34,8 +34,9 @@ Privacy notes
   branch of that split (each tree averages the leaves it reaches, each by its
   share of the combinations of the unknown values). A value that
   is present but undeclared (``1`` where ``True`` is declared, a misspelt
-  category) or not a number is warned about (:class:`UndeclaredValueWarning`,
-  naming the attribute and the value's type, never the value); the warning
+  category) or not a number is warned about when learned (:class:`UndeclaredValueWarning`
+  from ``learn_one``/``learn_many``, naming the attribute and the value's type, never
+  the value; prediction treats it as unknown, without a warning); the warning
   comes from raw data and is outside the privacy guarantee (keep it out of
   anything released).
 * Growing trees: on a schema whose attributes are all categorical the forest's

@@ -40,7 +40,7 @@ from typing import IO
 from .validation import check_delta, check_epsilon
 
 __all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "stream_sha256",
-           "file_source", "left_of"]
+           "file_source", "left_of", "exceeds", "refusal"]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
 TOLERANCE = 1e-9
@@ -128,6 +128,17 @@ def check_charge(source: str, epsilon: float, delta: float) -> None:
     check_delta(delta)
 
 
+def exceeds(spent: tuple[float, float], charge: tuple[float, float], budget: tuple[float, float] | None) -> bool:
+    """Whether a charge of ``(epsilon, delta)`` on top of ``spent`` passes ``budget`` (None: no budget), within
+    :data:`TOLERANCE`: the ledgers' rule (the Redis ledger's charge script states it in Lua, alike).
+
+    >>> exceeds((0.9, 0.0), (0.1, 0.0), (1.0, 0.0)), exceeds((0.9, 0.0), (0.2, 0.0), (1.0, 0.0))
+    (False, True)
+    """
+    return (budget is None or spent[0] + charge[0] > budget[0] + TOLERANCE
+            or spent[1] + charge[1] > budget[1] + TOLERANCE)
+
+
 def refusal(source: str, epsilon: float, spent: float, budget: float | None, delta: float = 0.0,
             spent_delta: float = 0.0, budget_delta: float = 0.0) -> BudgetExceeded:
     if budget is None:
@@ -209,7 +220,7 @@ class InMemoryLedger(Ledger):
                         return s
             b = self._budgets.get(source)
             eps_spent, d_spent = self._spent_unlocked(source)
-            if b is None or eps_spent + epsilon > b[0] + TOLERANCE or d_spent + delta > b[1] + TOLERANCE:
+            if exceeds((eps_spent, d_spent), (epsilon, delta), b):
                 raise refusal(source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1])
             spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time(), str(key))
             self._spends.setdefault(source, []).append(spend)

@@ -320,7 +320,7 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
     A charge the budget set here could not take is refused before the budget is written: a refused create
     leaves the ledger as it was (a new user's ``--epsilon 3 --ledger-budget 2`` was refused, and left a budget
     of 2 behind)."""
-    from ..ledger import TOLERANCE, BudgetExceeded, refusal
+    from ..ledger import BudgetExceeded, exceeds, refusal
 
     ledger = RedisLedger(r)
     current = ledger.budget(name)
@@ -339,8 +339,7 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
                          f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})")
     if new is not None:
         spent = ledger.spent(name) if current is not None else (0.0, 0.0)
-        if (spent[0] + forest.epsilon > new[0] + TOLERANCE
-                or (forest.delta > 0 and spent[1] + forest.delta > new[1] + TOLERANCE)):
+        if exceeds(spent, (forest.epsilon, forest.delta), new):  # (the charge below would refuse it, too late)
             raise refusal(name, forest.epsilon, spent[0], new[0], forest.delta, spent[1], new[1])
         ledger.set_budget(name, *new)
     try:

@@ -201,6 +201,9 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
                         "refuse trees that could have more leaves (at most a million: n_trees x leaves x classes "
                         "counts are held in memory)"),
                   _SEED,
+                  Param("prior_trees", Interval(int, 0, 16), 1,
+                        "prior stumps: class totals released at one tree's share, so the class prior is measured "
+                        "(our addition)"),
               )),
     Algorithm("private-rdt", "Jagannathan et al.'s one-shot Private-RDT (random trees, geometric noise)",
               "PrivateForest", "streamdp.forest", "streamdp.forest", _forest_params(False), mechanism="geometric"),

@@ -348,7 +348,7 @@ def test_learners_leaf_estimator_is_the_rule_before():
     assert np.allclose(before, votes / 3)
     m.estimator = "shrink"
     assert m.predict_proba(ds.X[:20]).shape == (20, 4)
-    assert m.cell_variance() == pytest.approx(estimation.cell_variance("geometric", 1.0 / 3))
+    assert m.cell_variance() == pytest.approx(estimation.cell_variance("geometric", 1.0 / 4))  # 3 trees, 1 stump
 
 
 # -- release_prior and silent trees (the river classifier's prior phase) ------------------------------------------

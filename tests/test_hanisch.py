@@ -7,9 +7,10 @@ import warnings
 import numpy as np
 import pytest
 
-from streamdp import Schema
+from streamdp import Schema, estimation
 from streamdp.blob import BlobError
 from streamdp.datasets import load
+from streamdp.estimation import cell_variance
 from streamdp.learners import HanischForest, load_model
 from streamdp.ledger import BudgetExceeded, InMemoryLedger
 from streamdp.privacy import NotPrivateWarning
@@ -27,11 +28,15 @@ def _quiet():
 
 def test_spends_exactly_epsilon_split_over_trees():
     pds = PrivateDataset.from_records(VOTES.schema, VOTES.X, VOTES.y, epsilon=0.7)
-    m = HanischForest(VOTES.schema, epsilon=0.7, max_depth=3, n_trees=7).fit(pds)
+    m = HanischForest(VOTES.schema, epsilon=0.7, max_depth=3, n_trees=6).fit(pds)
     assert pds.spent == pytest.approx(0.7)
     tree_charges = [(what, e) for path, what, e in pds.log]
-    assert [round(e, 12) for _, e in tree_charges] == [0.1] * 7  # one leaf histogram per tree
-    assert [w for w, _ in tree_charges] == [f"noisy_leaf_class_counts({t.n_leaves} leaves)" for t in m.trees_]
+    assert [round(e, 12) for _, e in tree_charges] == [0.1] * 7  # one leaf histogram per tree, and the stump's
+    assert [w for w, _ in tree_charges] == [f"noisy_leaf_class_counts({t.n_leaves} leaves)" for t in m.trees_] + [
+        "noisy_class_counts"]
+    assert m.stumps_.shape == (1, 2) and m.cell_variance() == pytest.approx(cell_variance("geometric", 0.1))
+    plain = HanischForest(VOTES.schema, epsilon=0.7, max_depth=3, n_trees=7, prior_trees=0).fit(VOTES.X, VOTES.y)
+    assert plain.stumps_.shape == (0, 2) and plain.cell_variance() == pytest.approx(cell_variance("geometric", 0.1))
 
 
 def test_ledger_charged_once_and_refusal_before_reading():
@@ -110,6 +115,29 @@ def test_blob_round_trip():
     assert np.array_equal(back.predict_proba(VOTES.X), m.predict_proba(VOTES.X))
     with pytest.raises(BlobError):
         HanischForest.from_bytes(b[: len(b) // 2])
+    assert np.array_equal(back.stumps_, m.stumps_) and back.stumps_.shape == (1, 2)
+    import msgpack
+
+    doc = msgpack.unpackb(b, raw=False)
+    old = {**doc, "params": {k: v for k, v in doc["params"].items() if k != "prior_trees"}}
+    del old["stumps"]  # a blob of a fit before prior stumps existed: loads with none
+    before = HanischForest.from_bytes(msgpack.packb(old, use_bin_type=True))
+    assert before.prior_trees == 0 and before.stumps_.shape == (0, 2)
+    with pytest.raises(BlobError, match="prior stumps"):  # a stump missing from what the parameters say
+        HanischForest.from_bytes(msgpack.packb({**doc, "stumps": []}, use_bin_type=True))
+
+
+def test_the_prior_stump_measures_the_class_prior():
+    """The class prior a swamped leaf falls back to: the roots and the stump by inverse variance, the stump's one
+    cell of noise outweighing a depth-3 root's 27 (Votes); without a stump, the roots' sum as before."""
+    m = HanischForest(VOTES.schema, epsilon=1.0, max_depth=3, n_trees=4).fit(VOTES.X, VOTES.y)
+    m.stumps_ = np.array([[10_000.0, 0.0]])
+    assert m.class_prior()[0] > 0.9
+    m.stumps_ = np.array([[0.0, 10_000.0]])
+    assert m.class_prior()[1] > 0.9
+    released = [t.released_counts(m.cell_variance()) for t in m.trees_]
+    m.stumps_ = np.empty((0, 2))
+    assert np.allclose(m.class_prior(), estimation.prior_from(np.stack([y[0] for y, _ in released])))
 
 
 def test_bad_parameters_are_named():

@@ -158,7 +158,22 @@ class PrivateLearner:
             return np.asarray(self.prior_, dtype=np.float64)
         if released is None:
             released = [t.released_counts(self.cell_variance()) for t in self.trees_]
+        if self._stumps().size:  # the roots and the prior stumps by inverse variance (estimation.forest_prior's rule)
+            return prior_from(self._pooled_totals(released)[0][None, :])
         return prior_from(np.stack([y[0] for y, _ in released]))
+
+    def _stumps(self) -> np.ndarray:
+        """The prior stumps' released class counts, ``(prior_trees, C)`` (none for the learners without them)."""
+        return np.asarray(self.__dict__.get("stumps_", np.empty((0, self.schema.n_classes))), dtype=np.float64)
+
+    def _pooled_totals(self, released: list) -> tuple[np.ndarray, float]:
+        """The class totals measured by every root and prior stump, averaged by inverse variance, and their
+        variance per class: a stump's cell has one cell's variance where a root sums its leaves'."""
+        C = self.schema.n_classes
+        ys = [y[0] for y, _ in released] + list(self._stumps())
+        vs = np.array([var[0] / C for _, var in released] + [self.cell_variance()] * len(self._stumps()))
+        w = 1.0 / np.maximum(vs, 1e-12)
+        return np.sum([wi * y for wi, y in zip(w, ys)], axis=0) / w.sum(), float(1.0 / w.sum())
 
     def released_totals(self) -> tuple[np.ndarray, float]:
         """The fit's noisy class totals (each tree's root counts from its releases, averaged over the trees) and
@@ -166,6 +181,8 @@ class PrivateLearner:
         self._check_fitted()
         cell_var, C, T = self.cell_variance(), self.schema.n_classes, len(self.trees_)
         roots = [t.released_counts(cell_var) for t in self.trees_]
+        if self._stumps().size:
+            return self._pooled_totals(roots)
         totals = np.mean([y[0] for y, _ in roots], axis=0)
         return totals, float(sum(var[0] for _, var in roots)) / C / T**2
 
@@ -207,6 +224,7 @@ class PrivateLearner:
             "private": bool(self.private_),
             "epsilon_spent": float(self.epsilon_spent_),
             "trees": [t.to_dict() for t in self.trees_],
+            **({"stumps": self._stumps().tolist()} if self._stumps().size else {}),
         })
 
     @classmethod
@@ -223,11 +241,20 @@ class PrivateLearner:
             raise blob.BlobError(f"{fmt}: unknown parameters {sorted(unknown)}")
         if "top_up" in cls._param_names() and "top_up" not in params:
             params = {**params, "top_up": False}  # fitted before top_up existed: the papers' budget
+        if "prior_trees" in cls._param_names() and "prior_trees" not in params:
+            params = {**params, "prior_trees": 0}  # fitted before prior stumps existed: none
         m = cls(schema=schema, **params)
         trees = blob.field(doc, "trees", list, fmt)
         if not trees:
             raise blob.BlobError(f"{fmt}: no trees")
         m.trees_ = [Tree.from_dict(t, schema, fmt) for t in trees]
+        if "prior_trees" in cls._param_names():
+            stumps = blob.field(doc, "stumps", list, fmt) if "stumps" in doc else []
+            arr = np.asarray(stumps, dtype=np.float64).reshape(-1, schema.n_classes) if stumps else np.empty(
+                (0, schema.n_classes))
+            if len(arr) != int(m.prior_trees) or not np.all(np.isfinite(arr)):
+                raise blob.BlobError(f"{fmt}: {len(arr)} prior stumps where prior_trees is {m.prior_trees}")
+            m.stumps_ = arr
         m.private_ = bool(blob.field(doc, "private", bool, fmt))
         m.epsilon_spent_ = float(blob.field(doc, "epsilon_spent", (int, float), fmt))
         m.classes_ = np.array(list(schema.classes), dtype=object)

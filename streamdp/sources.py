@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import gzip
 import lzma
+import math
 import os
 import queue
 import re
@@ -38,6 +39,7 @@ import threading
 import zipfile
 import zlib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import IO, Any, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -108,16 +110,23 @@ def _bool_text(values: tuple) -> dict:
 
 
 def _number_text(values: tuple) -> dict:
-    """Declared numbers by value, for text spelling them otherwise (``1.0`` for a declared ``1``: a file pandas wrote
-    from river's data had every record refused, where the river encoder takes ``1.0`` for ``1``)."""
-    return {float(v): v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    """Declared numbers by exact value, for text spelling them otherwise (``1.0`` for a declared ``1``: a file
+    pandas wrote from river's data had every record refused, where the river encoder takes ``1.0`` for ``1``)."""
+    return {Decimal(repr(v) if isinstance(v, float) else v): v for v in values
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-def _as_number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
+#: A number as CSV writers spell one (ASCII digits, a sign, a point, an exponent): not ``1_0``, not other digits.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def _as_number(text: str) -> Decimal | None:
+    """The exact value of a plain number's text, else None.
+
+    >>> _as_number("1.0") == 1, _as_number("1_0"), _as_number("nan")
+    (True, None, None)
+    """
+    return Decimal(text) if _NUMBER.fullmatch(text) else None
 
 
 # Reasons name the attribute (or label) and what is wrong in fixed words, never the value
@@ -406,19 +415,26 @@ def check_decompresses(source: IO[bytes], compression: str | None, name: str) ->
         source.seek(0)
 
 
-def check_first_record(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None) -> None:
-    """Refuse a file whose first record is not one of the schema's (read as the job reader reads it): a
-    misspelt value or label in the first record is, as a rule, in every record, and a job over such a file was
-    charged, then fit on none (a new user's finding). Reads values: only where the file's owner submits it.
-    :class:`SourceError` in the reader's value-free words, with what to check."""
-    chunks = read_csv_chunks(path, schema, header=header, label=label, chunk_rows=1, on_invalid="raise")
+def check_first_record(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None,
+                       rows: int = 100) -> None:
+    """Refuse a file of which the job reader would keep none of the first ``rows`` records, or that holds no
+    record: a misspelt value or label in the first records is, as a rule, in every record, and a job over such a
+    file was charged, then fit on none (a new user's finding). Read as the job reads (invalid rows dropped: a stray
+    bad first row is not a reason). Reads values: only where the file's owner submits it. :class:`SourceError` in
+    the reader's value-free words, with what to check."""
+    chunks = read_csv_chunks(path, schema, header=header, label=label, chunk_rows=rows, on_invalid="drop")
     try:
-        next(chunks, None)
-    except SourceError as e:
-        raise SourceError(f"{e} (the first record: its values are spelt as the schema declares them? is it the "
-                          "label column and the header the file has?)") from None
+        first = next((c for c in chunks if c.n_in), None)
     finally:
         chunks.close()
+    name = getattr(path, "name", path)
+    if first is None:
+        raise SourceError(f"{name}: holds no record" + ("" if not header else " (a header line alone?)"))
+    if not len(first.y):
+        row, why = first.dropped[0]
+        raise SourceError(f"{name}: none of its first {first.n_in} records is one of the schema's (first: "
+                          f"{first.where(row)}: {why}): are its values spelt as the schema declares them? is it "
+                          "the label column and the header the file has?")
 
 
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,

@@ -123,8 +123,20 @@ def test_blob_round_trip():
     del old["stumps"]  # a blob of a fit before prior stumps existed: loads with none
     before = HanischForest.from_bytes(msgpack.packb(old, use_bin_type=True))
     assert before.prior_trees == 0 and before.stumps_.shape == (0, 2)
-    with pytest.raises(BlobError, match="prior stumps"):  # a stump missing from what the parameters say
-        HanischForest.from_bytes(msgpack.packb({**doc, "stumps": []}, use_bin_type=True))
+    for bad in ([], [1.0, 2.0], [[[1.0, 2.0]]], [[1.0, "x"]], [[True, 2.0]], [[1.0, float("inf")]], [[1.0]]):
+        with pytest.raises(BlobError, match="prior stumps"):  # (a hostile blob's shapes were reshaped to fit)
+            HanischForest.from_bytes(msgpack.packb({**doc, "stumps": bad}, use_bin_type=True))
+    for bad in ("x", None, 1.7, -1):
+        with pytest.raises(BlobError, match="prior_trees"):
+            HanischForest.from_bytes(msgpack.packb({**doc, "params": {**doc["params"], "prior_trees": bad}},
+                                                   use_bin_type=True))
+    # a model pickled before prior stumps existed (no prior_trees, no stumps_) still predicts, with none
+    import pickle
+
+    old_model = pickle.loads(pickle.dumps(m))
+    del old_model.__dict__["prior_trees"], old_model.__dict__["stumps_"]
+    assert old_model.cell_variance() == pytest.approx(cell_variance("geometric", 0.5))  # 2 / 4 trees
+    assert old_model.predict_proba(VOTES.X[:5]).shape == (5, 2)
 
 
 def test_the_prior_stump_measures_the_class_prior():

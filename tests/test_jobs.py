@@ -511,12 +511,14 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
         # a reader's error (after the charge) names the file submitted, not the private copy
         monkeypatch.setattr(job_worker, "run_job", real_run)
         bad = tmp_path / "bad.csv"
-        bad.write_text(data.read_text() + '"y,n\n')  # (the 41 lines swapped in, then line 42)
+        head, *rows = data.read_text().splitlines(keepends=True)  # (the 41 lines swapped in)
+        # past the 100 records submit reads (a malformed line among them is refused there, uncharged)
+        bad.write_text(head + "".join(rows * 3) + '"y,n\n')  # the header, 120 records, then line 122
         jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.1, {"n_trees": 2, "height": 2},
                                     source_kind="dataset", dataset=str(bad), schema=str(sch), max_attempts=1)
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         st = JobQueue(r, q).status(jid)
-        assert st["status"] == "failed" and st["reason"].startswith(f"{bad}: line 42"), st
+        assert st["status"] == "failed" and st["reason"].startswith(f"{bad}: line 122"), st
     finally:
         r.delete(*ledger_keys(unique_name))
 
@@ -954,17 +956,29 @@ def test_setting_retention_after_merges_says_what_was_not_kept(r, redis_url, uni
 
 def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, queue, tmp_path, unique_name):
     """A new user's file (values spelt "yes"/"no" where the schema declares y/n) was accepted, charged, and fit on
-    no record; its first record is now read at submit (the owner's own file) and the job refused, uncharged."""
+    no record; its first records are now read at submit (the owner's own file) as the job reads them, and a file of
+    which none would be kept, or that holds no record, is refused uncharged; a stray bad first row is not."""
     q, _ = queue
     data, sch = _votes_csv(tmp_path)
     bad = tmp_path / "spelt.csv"
     bad.write_text(data.read_text().replace(",y,", ",yes,").replace(",n,", ",no,"))
     RedisLedger(r).set_budget(unique_name, 1.0)
     try:
-        with pytest.raises(JobError, match=r"line 2: attribute '[a-z-]+' has a value not declared.*the first record"):
+        with pytest.raises(JobError, match=r"none of its first 100 records is one of the schema's \(first: line 2: "
+                                           r"attribute '[a-z-]+' has a value not declared.*nothing was charged"):
             JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
                                   dataset=str(bad), schema=str(sch))
+        head = tmp_path / "head.csv"
+        head.write_text(data.read_text().splitlines()[0] + "\n")
+        with pytest.raises(JobError, match=r"holds no record \(a header line alone\?\); nothing was charged"):
+            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
+                                  dataset=str(head), schema=str(sch))
         assert RedisLedger(r).spent(unique_name) == (0.0, 0.0)
+        lines = data.read_text().splitlines()
+        stray = tmp_path / "stray.csv"  # its first record bad, the rest fine: the job reads the rest
+        stray.write_text("\n".join([lines[0], lines[1].replace(",y,", ",yes,", 1), *lines[2:]]) + "\n")
+        JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
+                              dataset=str(stray), schema=str(sch))
     finally:
         r.delete(*ledger_keys(unique_name))
 

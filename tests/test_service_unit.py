@@ -435,6 +435,11 @@ def test_service_classifier_works_once_its_model_exists(r):
         clf.learn_one(x, DS.y[i])
     _drain(_worker(r, "late"))
     assert collect(r, "late")["records_merged"] == 4 and clf.n_pushed == 4
+    # refreshes seldom: its first prediction still fetches the model (a reviewer's finding: never, before)
+    slow = ServiceClassifier(r, "late", refresh_every=math.inf, sync_timeout=0)
+    _drain(_worker(r, "late"))
+    assert slow.predict_proba_one(x) != {}
+    assert slow.__getstate__()["_checked"] == -math.inf  # (a pickle's: another process's clock is not ours)
     for bad, why in [({"batch_size": 0}, "batch_size"), ({"refresh_every": -1}, "refresh_every"),
                      ({"on_invalid": "bogus"}, "on_invalid")]:  # refused when made, not at the first push
         with pytest.raises(ValueError, match=why):

@@ -32,7 +32,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     w.add_argument("--keep-mib", type=int_in(0, 10**7), default=256,
                    help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
                         "default 256: a default Adult model's version is 84 MB); older ones are removed when a "
-                        "worker starts")
+                        "worker starts: give every worker of a model the same settings (each removes what it "
+                        "would not keep)")
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
     w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
     w.set_defaults(func=worker)

@@ -10,6 +10,7 @@ scikit-learn requires.
 from __future__ import annotations
 
 import inspect
+import math
 import warnings
 from typing import Any
 
@@ -249,12 +250,7 @@ class PrivateLearner:
             raise blob.BlobError(f"{fmt}: no trees")
         m.trees_ = [Tree.from_dict(t, schema, fmt) for t in trees]
         if "prior_trees" in cls._param_names():
-            stumps = blob.field(doc, "stumps", list, fmt) if "stumps" in doc else []
-            arr = np.asarray(stumps, dtype=np.float64).reshape(-1, schema.n_classes) if stumps else np.empty(
-                (0, schema.n_classes))
-            if len(arr) != int(m.prior_trees) or not np.all(np.isfinite(arr)):
-                raise blob.BlobError(f"{fmt}: {len(arr)} prior stumps where prior_trees is {m.prior_trees}")
-            m.stumps_ = arr
+            m.stumps_ = _stumps_of(doc, m.prior_trees, schema.n_classes, fmt)
         m.private_ = bool(blob.field(doc, "private", bool, fmt))
         m.epsilon_spent_ = float(blob.field(doc, "epsilon_spent", (int, float), fmt))
         m.classes_ = np.array(list(schema.classes), dtype=object)
@@ -262,3 +258,21 @@ class PrivateLearner:
             warnings.warn(f"this {cls.__name__} was fitted with a test noise seed: NOT private", NotPrivateWarning,
                           stacklevel=2)
         return m
+
+
+def _stumps_of(doc: dict, prior_trees: Any, n_classes: int, fmt: str) -> np.ndarray:
+    """A blob's prior stumps, ``(prior_trees, n_classes)``: a list of ``prior_trees`` lists of ``n_classes``
+    finite numbers, else :class:`~streamdp.blob.BlobError` (a hostile blob's shapes were reshaped to fit)."""
+    try:
+        p = check_integer(prior_trees, "prior_trees", low=0, high=16)
+    except ValueError as e:
+        raise blob.BlobError(f"{fmt}: {e}") from None
+    stumps = blob.field(doc, "stumps", list, fmt) if "stumps" in doc else []
+    ok = len(stumps) == p and all(
+        isinstance(row, list) and len(row) == n_classes
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in row)
+        for row in stumps)
+    if not ok:
+        raise blob.BlobError(f"{fmt}: the prior stumps are not {p} lists of {n_classes} finite counts")
+    return np.array(stumps, dtype=np.float64).reshape(p, n_classes)
+

@@ -65,6 +65,7 @@ class HanischForest(PrivateLearner):
     """
 
     SPLITS_NUMBERS = False  # (random trees over the categorical attributes)
+    prior_trees = 0  # (a model pickled before prior stumps existed has none: __init__ sets the parameter)
 
     FORMAT = "streamdp.hanisch_forest"
     vote = "majority"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from typing import Any
@@ -84,7 +85,7 @@ class ServiceClassifier(river.base.Classifier):
         self._consumer = None
         self._forest = None
         self._version = -1
-        self._checked = 0.0
+        self._checked = -math.inf  # (the first refresh always runs, whatever refresh_every)
         self._buf_x: list[dict] = []
         self._buf_y: list = []
         self.n_pushed = 0
@@ -100,6 +101,7 @@ class ServiceClassifier(river.base.Classifier):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_producer"] = state["_consumer"] = None
+        state["_checked"] = -math.inf  # (another process's clock)
         return state
 
     def _clients(self):

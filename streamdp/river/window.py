@@ -102,10 +102,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         The :class:`~streamdp.river.encoding.RecordEncoder` of the schema.
 
     Records that miss a categorical value (or carry an undeclared one) are
-    not learned from; in prediction such an attribute is averaged over its
-    declared values (each tree weighs a branch below an unknown value by one over
-    the split's width: the average over every combination of the unknown values,
-    however many).
+    not learned from; in prediction each tree weighs a branch below an unknown
+    value by one over the split's width (a malformed number: each side of its
+    splits alike), so under the probability vote a record's prediction is the
+    average over every combination of its unknown categorical values, however
+    many (the majority vote counts each tree's averaged leaf distribution).
     The records of the open window (or the labels of the open prior-phase
     release) are raw data held in memory (and in a pickle of the model).
 
@@ -364,8 +365,9 @@ class _TreeTables:
     def proba(self, row: list) -> list[float]:
         """Same as ``model.predict_proba_encoded`` for one encoded row. Below a split on an unknown value (None)
         the record descends every branch, each weighed by one over the split's width (a number's two sides
-        alike): each tree's average over every combination of the unknown values, with no cap (a grid of the
-        combinations, capped at 256, predicted 1/C past it: a reviewer's finding)."""
+        alike): each tree's leaf distribution averaged over every combination of the unknown categorical values,
+        with no cap (a grid of the combinations, capped at 256, predicted 1/C past it: a reviewer's finding); the
+        majority vote then counts that average's top class."""
         out = [0.0] * self.C
         complete = None not in row
         for feature, threshold, child_start, dist in self.trees:

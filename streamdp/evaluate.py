@@ -80,12 +80,13 @@ class EvalResult:
             f"dataset {self.dataset}: {self.n:,} samples" + (f"  (load average at start: {self.load})" if self.load else ""),
             *([f"majority class share {self.majority:.4f} (the accuracy of always naming the most frequent label)"]
               if self.majority is not None else []),
-            f"{'model':<34} {'accuracy':>8} {'± sd':>7} {'samples/s':>11} {'seconds':>8} {'releases':>8}",
         ]
+        w = max([34, *(len(r.model) for r in self.rows)])  # (long window-learner names broke the columns)
+        lines.append(f"{'model':<{w}} {'accuracy':>8} {'± sd':>7} {'samples/s':>11} {'seconds':>8} {'releases':>8}")
         for r in self.rows:
             rel = "" if r.releases is None else str(r.releases)
             sd = "" if r.accuracy_sd is None else f"{r.accuracy_sd:.4f}"
-            lines.append(f"{r.model:<34} {r.accuracy:8.4f} {sd:>7} {r.samples_per_s:11,.0f} {r.seconds:8.2f} {rel:>8}")
+            lines.append(f"{r.model:<{w}} {r.accuracy:8.4f} {sd:>7} {r.samples_per_s:11,.0f} {r.seconds:8.2f} {rel:>8}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:

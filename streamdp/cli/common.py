@@ -172,6 +172,8 @@ class Progress:
         e.g. of a file's bytes); ``now_``: draw it now, not throttled (the state before an error)."""
         now = time.monotonic()
         throttled = not now_ and frac < 1.0 and now - self._last < (0.1 if self.tty else 2.0)
+        if not now_ and not done:  # (nothing done yet: a small file's read ended first, "100.0% 0 records")
+            return
         if throttled or (frac, done) == self._drawn:
             return  # (the same state twice: the last chunk's report and the final one were both printed)
         self._last, self._drawn = now, (frac, done)

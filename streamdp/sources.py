@@ -314,6 +314,7 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
     if hasattr(source, "seek"):
         source.seek(0)
     head = [str(h).strip() for h in head]
+    _refuse_binary(name, head)
     lab_name = label if isinstance(label, str) else schema.label.name
     if lab_name in schema.names:  # (a red team: every row then dropped, after a job's charge)
         raise SourceError(f"{name}: the label column {lab_name!r} is an attribute of the schema")
@@ -336,6 +337,14 @@ def _read_head(source: Any, name: Any, what: str, **kw: Any) -> pd.DataFrame:
         raise SourceError(f"{name}: cannot read its {what}: {_unreadable(e)}") from None
     except OSError as e:
         raise _cannot_read(name, e) from None
+
+
+def _refuse_binary(name: Any, fields: list[str]) -> None:
+    """A first line holding NUL bytes is no CSV text: a tar archive under a ``.gz`` name read as plain gzip (its
+    header block became a record: a new user's finding). :class:`SourceError`, no content shown."""
+    if any("\x00" in f for f in fields):
+        raise SourceError(f"{name}: its first line holds binary bytes (NUL), not CSV text: an archive under another "
+                          "name? (a gzipped tar archive must be named .tar.gz; no content is shown)")
 
 
 def label_index(label: str | int | None, schema: Schema, name: str = "the file") -> int:
@@ -382,6 +391,7 @@ def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label:
     first = [str(v) for v in head.iloc[0]] if len(head) else []
     if not first:
         raise SourceError(f"{name}: empty file")
+    _refuse_binary(name, first)
     width = schema.n_attributes + 1
     if first_label and {*schema.names, schema.label.name} <= {f.strip() for f in first}:
         # (a new user's --no-header on a file with a header; values read: only where the owner submits the file,

@@ -299,3 +299,20 @@ def test_declared_numbers_match_their_other_spellings_in_a_csv(tmp_path):
     X, y = read_dataset(str(p), s)
     # (2.0 is not declared, and 1_0 is no CSV writer's number, though Python's float reads it: both dropped)
     assert X[:, 0].tolist() == [2, 1, 0, 1] and y.tolist() == [1, 0, 1, 0]
+
+
+def test_a_tar_archive_named_gz_is_refused_not_read_as_a_record(tmp_path):
+    """A new user's .tar.gz renamed .gz was read as plain gzip: the archive's header block became a record."""
+    import tarfile
+
+    from streamdp.sources import check_columns
+
+    body = b"y,n,b,s,x\nyes,1,true,red,2\n"
+    p = tmp_path / "d.csv.gz"
+    with tarfile.open(p, "w:gz") as t:
+        info = tarfile.TarInfo("d.csv")
+        info.size = len(body)
+        t.addfile(info, io.BytesIO(body))
+    for header in (True, False):
+        with pytest.raises(SourceError, match="binary bytes.*named .tar.gz"):
+            check_columns(str(p), MIXED, header=header)

@@ -36,6 +36,7 @@ import queue
 import re
 import tarfile
 import threading
+import warnings
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -425,26 +426,33 @@ def check_decompresses(source: IO[bytes], compression: str | None, name: str) ->
         source.seek(0)
 
 
-def check_first_record(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None,
-                       rows: int = 100) -> None:
-    """Refuse a file of which the job reader would keep none of the first ``rows`` records, or that holds no
-    record: a misspelt value or label in the first records is, as a rule, in every record, and a job over such a
-    file was charged, then fit on none (a new user's finding). Read as the job reads (invalid rows dropped: a stray
-    bad first row is not a reason). Reads values: only where the file's owner submits it. :class:`SourceError` in
-    the reader's value-free words, with what to check."""
-    chunks = read_csv_chunks(path, schema, header=header, label=label, chunk_rows=rows, on_invalid="drop")
-    try:
-        first = next((c for c in chunks if c.n_in), None)
-    finally:
-        chunks.close()
+class InvalidRecordsWarning(UserWarning):
+    """Records of a file the schema refuses: a job reading the file drops them."""
+
+
+def check_records(path: str, schema: Schema, *, header: bool = True, label: str | int | None = None) -> None:
+    """Read a job's file as the job will (invalid rows dropped) where its owner submits it: refuse a file of which
+    no record would be kept (misspelt values or labels are, as a rule, in every record: such a job was charged,
+    then fit on none; a header alone too), and warn of the records the job will drop, how many and the first
+    (a new user's file with one class misspelt was charged and fit without it, in silence). Reads values and
+    counts them: only in the owner's process, for the owner. :class:`SourceError` in the reader's value-free words."""
     name = getattr(path, "name", path)
-    if first is None:
+    n_in = n_kept = 0
+    first_bad = None
+    for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop"):
+        n_in, n_kept = n_in + c.n_in, n_kept + len(c.y)
+        if first_bad is None and c.dropped:
+            row, why = c.dropped[0]
+            first_bad = f"{c.where(row)}: {why}"
+    hint = ("are its values spelt as the schema declares them? is it the label column and the header the file "
+            "has?")
+    if not n_in:
         raise SourceError(f"{name}: holds no record" + ("" if not header else " (a header line alone?)"))
-    if not len(first.y):
-        row, why = first.dropped[0]
-        raise SourceError(f"{name}: none of its first {first.n_in} records is one of the schema's (first: "
-                          f"{first.where(row)}: {why}): are its values spelt as the schema declares them? is it "
-                          "the label column and the header the file has?")
+    if not n_kept:
+        raise SourceError(f"{name}: none of its {n_in:,} records is one of the schema's (first: {first_bad}): {hint}")
+    if first_bad is not None:
+        warnings.warn(f"{name}: {n_in - n_kept:,} of its {n_in:,} records are not the schema's and a job drops them "
+                      f"(first: {first_bad}): {hint}", InvalidRecordsWarning, stacklevel=2)
 
 
 def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,

@@ -512,8 +512,9 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
         monkeypatch.setattr(job_worker, "run_job", real_run)
         bad = tmp_path / "bad.csv"
         head, *rows = data.read_text().splitlines(keepends=True)  # (the 41 lines swapped in)
-        # past the 100 records submit reads (a malformed line among them is refused there, uncharged)
         bad.write_text(head + "".join(rows * 3) + '"y,n\n')  # the header, 120 records, then line 122
+        # (submit reads the whole file and would refuse it, uncharged: a job queued by a version that did not)
+        monkeypatch.setattr(job_queue, "check_records", lambda *a, **kw: None)
         jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.1, {"n_trees": 2, "height": 2},
                                     source_kind="dataset", dataset=str(bad), schema=str(sch), max_attempts=1)
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
@@ -961,11 +962,12 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
     q, _ = queue
     data, sch = _votes_csv(tmp_path)
     bad = tmp_path / "spelt.csv"
-    bad.write_text(data.read_text().replace(",y,", ",yes,").replace(",n,", ",no,"))
+    head, *rows = data.read_text().splitlines()  # every record's label spelt otherwise
+    bad.write_text("\n".join([head, *(r.replace(",democrat", ",dem").replace(",republican", ",rep") for r in rows)]) + "\n")
     RedisLedger(r).set_budget(unique_name, 1.0)
     try:
-        with pytest.raises(JobError, match=r"none of its first 100 records is one of the schema's \(first: line 2: "
-                                           r"attribute '[a-z-]+' has a value not declared.*nothing was charged"):
+        with pytest.raises(JobError, match=r"none of its 435 records is one of the schema's \(first: line 2: "
+                                           r"label 'party' has a class not declared.*nothing was charged"):
             JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
                                   dataset=str(bad), schema=str(sch))
         head = tmp_path / "head.csv"
@@ -977,8 +979,17 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
         lines = data.read_text().splitlines()
         stray = tmp_path / "stray.csv"  # its first record bad, the rest fine: the job reads the rest
         stray.write_text("\n".join([lines[0], lines[1].replace(",y,", ",yes,", 1), *lines[2:]]) + "\n")
-        JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
-                              dataset=str(stray), schema=str(sch))
+        from streamdp.sources import InvalidRecordsWarning
+
+        with pytest.warns(InvalidRecordsWarning, match=r"1 of its 435 records are not the schema's and a job drops "
+                                                       r"them \(first: line 2: attribute"):
+            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
+                                  dataset=str(stray), schema=str(sch))
+        late = tmp_path / "late.csv"  # misspelt past the first 100 records (a new user's): said, not silent
+        late.write_text("\n".join([lines[0], *lines[1:200], *(x.replace(",y,", ",yes,") for x in lines[200:])]) + "\n")
+        with pytest.warns(InvalidRecordsWarning, match=r"of its 435 records are not the schema's.*first: line 20[0-9]"):
+            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
+                                  dataset=str(late), schema=str(sch))
     finally:
         r.delete(*ledger_keys(unique_name))
 

@@ -189,7 +189,14 @@ class Progress:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Call the command's handler (``args.func``); expected errors become a message on stderr and exit code 2."""
+    """Call the command's handler (``args.func``); expected errors become a message on stderr and exit code 2,
+    warnings a line each (``streamdp: warning: ...``, not Python's file and line)."""
+    import warnings
+
+    def show(message, category, *_a, **_k) -> None:
+        print(f"streamdp: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
     try:
         return args.func(args)
     except KeyboardInterrupt:

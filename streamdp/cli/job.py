@@ -12,7 +12,7 @@ record; a job over budget ends ``refused`` with the reason.
 The ledger is tied to the source *label*: the same data submitted under two
 labels is charged to two ledgers, so its people lose twice the epsilon the
 ledgers show. ``--source-file FILE`` binds a file to one ledger by its content
-(``file-`` + SHA-256 of its bytes): the same bytes under any path or name are
+(``file-`` + the first 128 bits of the SHA-256 of its bytes): the same bytes under any path or name are
 one ledger. A file submitted under a label it was not submitted under before
 draws a warning; a file changed after submit is refused before any charge.
 """
@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                      help="model name (its retained records), or the ledger source of --dataset: a free-text label; "
                           "the same data under two labels is charged to two ledgers (prefer --source-file)")
     src.add_argument("--source-file", default=None, metavar="FILE",
-                     help="a CSV dataset bound to its own ledger by content (file-<SHA-256 of its bytes>): the same "
+                     help="a CSV dataset bound to its own ledger by content (file- and the first 128 bits of the SHA-256 of its bytes): the same "
                           "bytes under any path or name share one budget; implies --dataset FILE")
     s.add_argument("--epsilon", type=finite_epsilon_arg, required=True, help="the job's spend (finite: jobs always add noise)")
     s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")

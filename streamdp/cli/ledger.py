@@ -32,7 +32,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?",
                    help="source label (a model's name is its source); the same data under two labels has two ledgers")
     p.add_argument("--source-file", default=None, metavar="FILE",
-                   help="the ledger bound to this file's content (file-<SHA-256>), as job submit --source-file")
+                   help="the ledger bound to this file's content (file- and the first 128 bits of its SHA-256), "
+                        "as job submit --source-file")
     p.add_argument("--list", action="store_true", help="list the sources that have a ledger")
     p.add_argument("--json", action="store_true")
     p.add_argument("--set-budget", type=finite_epsilon_arg, default=None, metavar="E",

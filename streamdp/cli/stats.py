@@ -47,5 +47,6 @@ def stats(args: argparse.Namespace) -> int:
         for n, s in counters.items():
             print(n)
             for k, v in s.items():
-                print(f"  {k:22s} {metric_value(v)}")
+                # (a noisy estimate to one decimal for people; Prometheus gets full precision)
+                print(f"  {k:22s} {metric_value(v) if float(v).is_integer() else f'{float(v):.1f}'}")
     return 0

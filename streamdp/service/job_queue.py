@@ -35,7 +35,7 @@ from ..jobs import JobError, JobSpec, check_params
 from ..datasets import DATASETS, dataset_digest, load_schema
 from ..ledger import file_sha256, refusal
 from ..schema import Schema
-from ..sources import SourceError, check_columns, check_first_record
+from ..sources import SourceError, check_columns, check_records
 from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
@@ -132,8 +132,8 @@ class JobQueue:
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
         if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
-            raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged (a new user's job "
-                           "without a budget was accepted, then refused by the worker)")
+            # (a new user's job without a budget was accepted, then refused by the worker)
+            raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
         bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS
@@ -203,7 +203,7 @@ class JobQueue:
                            f"(its source is file-{digest[:32]}); use --source-file")
         try:
             check_columns(dataset, schema, header=header, label=label)
-            check_first_record(dataset, schema, header=header, label=label)
+            check_records(dataset, schema, header=header, label=label)
         except SourceError as e:
             raise JobError(f"{e}; nothing was charged") from None
         if not self.r.hsetnx(FILE_SOURCES, digest, source):

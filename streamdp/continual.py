@@ -142,6 +142,27 @@ class ReleasePolicy:
         check_epsilon(epsilon_per_tree, "epsilon_per_tree", allow_inf=True)
         return epsilon_per_tree / self.levels if self.kind == "tree" else float(epsilon_per_tree)
 
+    def check_drawable(self, epsilon_per_tree: float, mechanism: str) -> None:
+        """Refuse a per-tree epsilon whose smallest release (a node; a grown release's probe, ``PRUNE_PROBE`` of it)
+        has noise the samplers cannot draw (a model so created was charged, then every release failed: a red
+        team's finding). Draws one cell of noise on nothing: no data is read.
+
+        >>> ReleasePolicy("window").check_drawable(1e-300, "geometric")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: its smallest release would be noised at epsilon 1e-300 per tree and node (...)
+        """
+        from .pruning import PRUNE_PROBE  # (the grown policy's first release probes with that share)
+
+        if math.isinf(epsilon_per_tree) or mechanism == "kanon":
+            return
+        smallest = self.node_epsilon(epsilon_per_tree) * (PRUNE_PROBE if self.kind == "grow" else 1.0)
+        try:
+            noisy_node(np.zeros((1, 1, 1), dtype=np.int64), smallest, mechanism, SecureRandom())
+        except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as e:
+            raise ValueError(f"its smallest release would be noised at epsilon {smallest:g} per tree and node "
+                             f"({e})") from None
+
     def check_mechanism(self, mechanism: str) -> None:
         """Refuse a mechanism this policy has no privacy analysis for."""
         if self.kind in ("tree", "grow") and mechanism not in ("geometric", "laplace"):

@@ -27,10 +27,8 @@ from typing import Any
 import numpy as np
 import redis
 
-from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd, noisy_node
+from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from ..growth import grows_by_default
-from ..pruning import PRUNE_PROBE
-from ..secure_random import SecureRandom
 from .. import blob
 from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
 from ..schema import Schema
@@ -258,7 +256,10 @@ def create_model(
     grown_bytes = grown_blob_bound(forest, len(spec))
     if policy is None:  # the default: grow where the rule above says so and the grown blob fits the server
         policy = policy_of("grow" if may_grow and grown_bytes <= limit else "window")
-    _check_noise_drawable(forest, policy)  # before anything is stored or charged
+    try:  # before anything is stored or charged
+        policy.check_drawable(forest.epsilon_per_tree, forest.mechanism)
+    except ValueError as e:
+        raise ValueError(f"epsilon={forest.epsilon:g} is too small for this model: {e}") from None
     pub = published_fields(forest)
     if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
@@ -298,19 +299,6 @@ def create_model(
         if "BUSYGROUP" not in str(e):
             raise
     return forest
-
-
-def _check_noise_drawable(forest: PrivateForest, policy: ReleasePolicy) -> None:
-    """Refuse an epsilon whose smallest release (a tree node, a grown release's probe) has noise the samplers
-    cannot draw: such a model was created and charged, then every release failed (a red team's finding)."""
-    if math.isinf(forest.epsilon) or forest.mechanism == "kanon":
-        return
-    smallest = policy.node_epsilon(forest.epsilon_per_tree) * (PRUNE_PROBE if policy.kind == "grow" else 1.0)
-    try:  # the samplers' own check, on one cell of nothing (no data is read)
-        noisy_node(np.zeros((1, 1, 1), dtype=np.int64), smallest, forest.mechanism, SecureRandom())
-    except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as e:
-        raise ValueError(f"epsilon={forest.epsilon:g} is too small for this model: its smallest release would be "
-                         f"noised at epsilon {smallest:g} per tree and node ({e})") from None
 
 
 def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None,

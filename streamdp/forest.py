@@ -483,6 +483,36 @@ class PrivateForest:
         """
         return self._noise(self.tally_encoded(X, y, rng), rng)
 
+    def prior_delta_encoded(self, y: np.ndarray, rng: SecureRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """A prior-phase release: the batch's class totals in the prior stumps alone, the whole ``epsilon`` shared
+        by the stumps only (a record is counted once in each stump and in no random tree: ``epsilon / prior_trees``
+        each, sequential composition over the stumps). Returns the noised delta and the noise variance it adds
+        per tree (0 for the random trees). The river classifier's prior phase releases its first records so.
+
+        >>> from streamdp.datasets import load
+        >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, epsilon=1.0, seed=1)
+        >>> delta, var = f.prior_delta_encoded(np.array([0, 1, 1]))
+        >>> bool(np.all(delta[:2] == 0)), var.tolist()[:2], bool(var[2] > 0)
+        (True, [0.0, 0.0], True)
+        """
+        T, P = self.n_trees, self.prior_trees
+        if not P:
+            raise ValueError("a prior-phase release needs prior stumps (prior_trees >= 1)")
+        exact = np.zeros(self.shape, dtype=np.int64)
+        exact[T:, 0, :] = np.bincount(np.asarray(y, dtype=np.int64), minlength=self.shape[2])[None, :]
+        real = np.zeros(self.shape, dtype=bool)
+        real[T:, 0, :] = True
+        eps = self.epsilon / P
+        delta = noisy_node(exact, eps, self.mechanism, rng or self._rng, real)
+        var = np.zeros(self.n_released_trees)
+        var[T:] = cell_variance(self.mechanism, eps)
+        return delta.astype(self.counts.dtype, copy=False), var
+
+    def noisy_statistic(self, value: int, epsilon: float, rng: SecureRandom | None = None) -> float:
+        """One integer statistic of sensitivity 1 released once with this forest's mechanism and noise source at
+        ``epsilon`` (the river classifier's guard: a batch's advantage of the forest over the prior)."""
+        return float(noisy_node(np.array([int(value)]), epsilon, self.mechanism, rng or self._rng)[0])
+
     def tally_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         """The EXACT (secret) counts of an encoded batch: never publish them, noise them once.
 

@@ -457,7 +457,7 @@ def test_prior_phase_releases_the_stumps_alone_at_the_whole_epsilon():
     y = np.array([0, 0, 1, 0])
     noise = []
     for _ in range(2000):
-        delta, var = m._prior_delta(y)
+        delta, var = m.forest.prior_delta_encoded(y)
         assert not delta[:10].any()  # the random trees release nothing
         noise.append(delta[10, 0] - [3, 1])
         assert np.allclose(var, [0.0] * 10 + [estimation_cell_variance("geometric", 1.0)])

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.continual import noisy_node
 from streamdp.growth import grows_by_default
 from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
 from streamdp.forest import PrivateForest
@@ -424,7 +423,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         size = n if n == self.current_batch_size else None  # a full batch's size is the public schedule's
         T = self.forest.n_trees
         if self.in_prior_phase:
-            delta, var = self._prior_delta(y)
+            delta, var = self.forest.prior_delta_encoded(y)
             self._n_prior_releases += 1
             self._log_prior(delta[T:, 0, :], float(var[T:].mean()), size)
             if not self.grows:  # a growing model keeps the phase in the prior's log: its trees start fresh
@@ -470,8 +469,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             return
         right = int((self._view.predict_proba_encoded(X).argmax(axis=1) == y).sum())
         prior_right = int((y == int(np.argmax(self.forest.prior()))).sum())
-        noisy = noisy_node(np.array([right - prior_right]), self.epsilon * self.guard, self.mechanism, self.forest._rng)
-        self._guard_log.append(float(noisy[0]))
+        self._guard_log.append(self.forest.noisy_statistic(right - prior_right, self.epsilon * self.guard))
         if self.window is not None and len(self._guard_log) > self.window:
             self._guard_log.popleft()
 
@@ -497,24 +495,6 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             log.popleft()
         t, sz, v = (np.array(c) for c in zip(*log))
         f.class_prior = release_prior(t, sz, v)
-
-    def _prior_delta(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """A prior-phase release: the batch's class totals in the prior stumps alone, the whole ``epsilon``
-        shared by the stumps only (a record is counted once in each stump and in no random tree).
-
-        Returns the noised delta and the noise variance it adds per tree (0 for the random trees).
-        """
-        f = self.forest
-        T, P = f.n_trees, f.prior_trees
-        exact = np.zeros(f.shape, dtype=np.int64)
-        exact[T:, 0, :] = np.bincount(y, minlength=f.shape[2])[None, :]
-        real = np.zeros(f.shape, dtype=bool)
-        real[T:, 0, :] = True
-        eps = self.epsilon / P
-        delta = noisy_node(exact, eps, f.mechanism, f._rng, real)
-        var = np.zeros(f.n_released_trees)
-        var[T:] = cell_variance(f.mechanism, eps)
-        return delta.astype(f.counts.dtype, copy=False), var
 
     def _prior_vote(self) -> tuple[dict, Any]:
         """The class prior as river's probabilities and its most probable label (first on ties), per release."""

@@ -483,11 +483,13 @@ class PrivateForest:
         """
         return self._noise(self.tally_encoded(X, y, rng), rng)
 
-    def prior_delta_encoded(self, y: np.ndarray, rng: SecureRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """A prior-phase release: the batch's class totals in the prior stumps alone, the whole ``epsilon`` shared
-        by the stumps only (a record is counted once in each stump and in no random tree: ``epsilon / prior_trees``
-        each, sequential composition over the stumps). Returns the noised delta and the noise variance it adds
-        per tree (0 for the random trees). The river classifier's prior phase releases its first records so.
+    def prior_delta_encoded(self, y: np.ndarray, rng: SecureRandom | None = None,
+                            epsilon: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """A prior-phase release: the batch's class totals in the prior stumps alone, ``epsilon`` (default the
+        forest's) shared by the stumps only (a record is counted once in each stump and in no random tree:
+        ``epsilon / prior_trees`` each, sequential composition over the stumps). Returns the noised delta and the
+        noise variance it adds per tree (0 for the random trees). The river classifier's prior phase releases its
+        first records so, at the classifier's whole epsilon (its forest has what the guard leaves).
 
         >>> from streamdp.datasets import load
         >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, epsilon=1.0, seed=1)
@@ -502,7 +504,7 @@ class PrivateForest:
         exact[T:, 0, :] = np.bincount(np.asarray(y, dtype=np.int64), minlength=self.shape[2])[None, :]
         real = np.zeros(self.shape, dtype=bool)
         real[T:, 0, :] = True
-        eps = self.epsilon / P
+        eps = (self.epsilon if epsilon is None else check_epsilon(epsilon)) / P
         delta = noisy_node(exact, eps, self.mechanism, rng or self._rng, real)
         var = np.zeros(self.n_released_trees)
         var[T:] = cell_variance(self.mechanism, eps)

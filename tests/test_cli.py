@@ -170,3 +170,25 @@ def test_redis_url_is_taken_before_or_after_the_command():
     assert p.parse_args(["model", "list"]).redis_url is None
     assert p.parse_args(["model", "--redis-url", "redis://c:1/0", "list"]).redis_url == "redis://c:1/0"
 
+
+
+def test_a_commands_warnings_are_one_line_and_its_own(capsys):
+    """CLI warnings print as one 'streamdp: warning:' line; the command's display is its own (a reviewer's finding:
+    it replaced the process's warnings.showwarning for good, so later warnings were printed, not recorded)."""
+    import warnings
+
+    from streamdp.cli import common
+
+    before = warnings.showwarning
+
+    def warn(args):
+        warnings.warn("a library warning", UserWarning)
+        return 0
+
+    import argparse
+
+    assert common.run(argparse.Namespace(func=warn)) == 0
+    assert "streamdp: warning: UserWarning: a library warning" in capsys.readouterr().err
+    assert warnings.showwarning is before
+    with pytest.warns(RuntimeWarning):
+        warnings.warn("recorded, not printed", RuntimeWarning)

@@ -462,6 +462,13 @@ def test_prior_phase_releases_the_stumps_alone_at_the_whole_epsilon():
         noise.append(delta[10, 0] - [3, 1])
         assert np.allclose(var, [0.0] * 10 + [estimation_cell_variance("geometric", 1.0)])
     assert 1.4 < np.var(np.array(noise)) < 2.3
+    # with a guard the classifier's forest holds (1 - guard) of epsilon, its prior phase still the whole of it
+    # (a reviewer's finding: the release moved into the core took the forest's share, variance 7.84, not 1.84)
+    g = PrivateForestClassifier(rs.stagger_schema(), n_trees=10, epsilon=1.0, guard=0.5)
+    for x, label in datasets.synth.STAGGER(seed=1).take(g.prior_first):
+        g.learn_one(x, label)
+    assert g._n_prior_releases == 1
+    assert g._prior_log[-1][2] == pytest.approx(estimation_cell_variance("geometric", 1.0))
 
 
 def estimation_cell_variance(mechanism, epsilon):

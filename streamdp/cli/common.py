@@ -183,7 +183,7 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
-        if self.tty:
+        if self.tty and self._last >= 0:  # (a bar never drawn ends no line)
             self.stream.write("\n")
             self.stream.flush()
 
@@ -194,9 +194,16 @@ def run(args: argparse.Namespace) -> int:
     import warnings
 
     def show(message, category, *_a, **_k) -> None:
-        print(f"streamdp: warning: {message}", file=sys.stderr)
+        own = category.__module__.startswith("streamdp")
+        print(f"streamdp: warning: {message}" if own else f"streamdp: warning: {category.__name__}: {message}",
+              file=sys.stderr)
 
-    warnings.showwarning = show
+    with warnings.catch_warnings():  # (the command's own: a caller's showwarning is back when it returns)
+        warnings.showwarning = show
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:

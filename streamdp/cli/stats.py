@@ -47,6 +47,6 @@ def stats(args: argparse.Namespace) -> int:
         for n, s in counters.items():
             print(n)
             for k, v in s.items():
-                # (a noisy estimate to one decimal for people; Prometheus gets full precision)
-                print(f"  {k:22s} {metric_value(v) if float(v).is_integer() else f'{float(v):.1f}'}")
+                # (a noisy estimate to one decimal for people; times and Prometheus at full precision)
+                print(f"  {k:22s} {f'{float(v):.1f}' if k.startswith('estimated_') else metric_value(v)}")
     return 0

@@ -423,7 +423,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         size = n if n == self.current_batch_size else None  # a full batch's size is the public schedule's
         T = self.forest.n_trees
         if self.in_prior_phase:
-            delta, var = self.forest.prior_delta_encoded(y)
+            delta, var = self.forest.prior_delta_encoded(y, epsilon=self.epsilon)  # (the whole epsilon: no guard)
             self._n_prior_releases += 1
             self._log_prior(delta[T:, 0, :], float(var[T:].mean()), size)
             if not self.grows:  # a growing model keeps the phase in the prior's log: its trees start fresh

@@ -24,7 +24,6 @@ import time
 import uuid
 from typing import Any
 
-import numpy as np
 import redis
 
 from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd

@@ -145,6 +145,9 @@ VOTES = ("proba", "majority")
 BUDGETS = ("split", "disjoint")
 RELEASES = ("batch", "window", "tree", "grow")
 SCORERS = ("infogain", "gini", "max", "gainratio")
+#: Upper bound on prior stumps, a forest's or HanischForest's (each takes a share of the budget; more than a few
+#: only add noise).
+MAX_PRIOR_TREES = 16
 _TOP_UP = Param("top_up", Flag(), True,
                 "a branch that stops early spends what it has left on its leaf's counts (false: the paper's budget)")
 
@@ -201,7 +204,7 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
                         "refuse trees that could have more leaves (at most a million: n_trees x leaves x classes "
                         "counts are held in memory)"),
                   _SEED,
-                  Param("prior_trees", Interval(int, 0, 16), 1,
+                  Param("prior_trees", Interval(int, 0, MAX_PRIOR_TREES), 1,
                         "prior stumps: class totals released at one tree's share, so the class prior is measured "
                         "(our addition)"),
               )),

@@ -68,14 +68,12 @@ from .schema import Schema
 from .structure import DEFAULT_MAX_CELLS, ForestStructure
 from .tally import sparse_tally, tally
 from .validation import check_choice, check_epsilon, check_integer
-from .algorithms import BUDGETS, MECHANISMS, VOTES
+from .algorithms import BUDGETS, MAX_PRIOR_TREES, MECHANISMS, VOTES
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
 
 FORMAT = "streamdp.forest"
 FORMAT_VERSION = 1
-#: Upper bound on prior stumps (each takes a share of a split budget; more than a few only add noise).
-MAX_PRIOR_TREES = 16
 
 
 class PrivateForest:

@@ -178,7 +178,7 @@ def check_epsilon(value: Any, name: str = "epsilon", *, allow_inf: bool = False,
     ValueError: epsilon must be a finite number > 0, got nan
     """
     if allow_inf:
-        what = f"a number {'>=' if allow_zero else '>'} 0 (math.inf for no noise)"
+        what = f"a number {'>=' if allow_zero else '>'} 0 (inf for no noise)"
     else:
         what = f"a finite number {'>=' if allow_zero else '>'} 0"
     ok = _is_real(value) and not math.isnan(value) and (value >= 0 if allow_zero else value > 0)

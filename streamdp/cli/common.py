@@ -71,7 +71,7 @@ def _checked_epsilon(text: str, v: float, *, allow_inf: bool) -> float:
     try:
         return check_epsilon(v, allow_inf=allow_inf)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {str(e).replace('math.inf', 'inf')}") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def int_in(low: int, high: int):

@@ -26,10 +26,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "worker's; default 30,000)")
     w.add_argument("--max-deliveries", type=int, default=5)
     w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
-    w.add_argument("--keep-versions", type=int_in(0, 10**6), default=20,
+    w.add_argument("--keep-versions", type=int_in(0, 10**6), default=None,
                    help="published versions retained (pub:v:N) for consumers' get(version) (0: no bound in number; "
                         "default 20)")
-    w.add_argument("--keep-mib", type=int_in(0, 10**7), default=256,
+    w.add_argument("--keep-mib", type=int_in(0, 10**7), default=None,
                    help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
                         "default 256: a default Adult model's version is 84 MB); older ones are removed when a "
                         "worker starts: give every worker of a model the same settings (each removes what it "
@@ -49,8 +49,11 @@ def worker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,
-           "max_deliveries": args.max_deliveries, "block_ms": args.block_ms, "keep_versions": args.keep_versions,
-           "keep_bytes": args.keep_mib << 20}
+           "max_deliveries": args.max_deliveries, "block_ms": args.block_ms}
+    if args.keep_versions is not None:  # (else WorkerConfig's defaults, stated once there)
+        cfg["keep_versions"] = args.keep_versions
+    if args.keep_mib is not None:
+        cfg["keep_bytes"] = args.keep_mib << 20
     WorkerConfig(**cfg).check()  # a bad setting: one error line here, not a traceback in every child
     codes = run_workers(args.name, args.processes, redis_url(args), until_drained=args.until_drained,
                         log_level=logging.INFO if args.verbose else logging.WARNING, **cfg)

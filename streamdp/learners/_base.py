@@ -12,12 +12,14 @@ from __future__ import annotations
 import inspect
 import math
 import warnings
+from functools import reduce
 from typing import Any
 
 import numpy as np
 
 from .. import blob
-from ..estimation import SNR_MIN_GROWN, cell_variance, node_distributions, prior_from
+from ..algorithms import MAX_PRIOR_TREES
+from ..estimation import SNR_MIN_GROWN, cell_variance, inverse_variance_mean, node_distributions, prior_from
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
@@ -97,16 +99,21 @@ class PrivateLearner:
                 who=type(self).__name__, what=repr(self), noise_seed=getattr(self, "noise_seed", None),
             )
         self.classes_ = np.array(list(self.schema.classes), dtype=object)
-        numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
-        if numeric and not self.SPLITS_NUMBERS:  # (a new user's DPEA on SEA fit one leaf, with no word of why)
-            warnings.warn(f"{type(self).__name__} splits on categorical attributes only: the numeric {numeric} are "
-                          "not used (bin them into categories, or use diffp-c45 or private-rdt)",
-                          IgnoredAttributesWarning, stacklevel=2)
+        self.warn_ignored(stacklevel=3)
         before = pds.spent
         self._fit(pds)
         self.private_ = pds.private
         self.epsilon_spent_ = pds.spent - before
         return self
+
+    def warn_ignored(self, stacklevel: int = 2) -> None:
+        """:class:`IgnoredAttributesWarning` when the schema has numeric attributes this learner does not split on
+        (a new user's DPEA on SEA fit one leaf, with no word of why)."""
+        numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
+        if numeric and not self.SPLITS_NUMBERS:
+            warnings.warn(f"{type(self).__name__} splits on categorical attributes only: the numeric {numeric} are "
+                          "not used (bin them into categories, or use diffp-c45 or private-rdt)",
+                          IgnoredAttributesWarning, stacklevel=stacklevel + 1)
 
     def _check_params(self) -> None:
         if not isinstance(self.schema, Schema):
@@ -171,10 +178,9 @@ class PrivateLearner:
         """The class totals measured by every root and prior stump, averaged by inverse variance, and their
         variance per class: a stump's cell has one cell's variance where a root sums its leaves'."""
         C = self.schema.n_classes
-        ys = [y[0] for y, _ in released] + list(self._stumps())
-        vs = np.array([var[0] / C for _, var in released] + [self.cell_variance()] * len(self._stumps()))
-        w = 1.0 / np.maximum(vs, 1e-12)
-        return np.sum([wi * y for wi, y in zip(w, ys)], axis=0) / w.sum(), float(1.0 / w.sum())
+        measured = [(y[0], var[0] / C) for y, var in released] + [(s, self.cell_variance()) for s in self._stumps()]
+        totals, var = reduce(lambda a, b: inverse_variance_mean(*a, *b), measured)
+        return np.asarray(totals, dtype=np.float64), float(var)
 
     def released_totals(self) -> tuple[np.ndarray, float]:
         """The fit's noisy class totals (each tree's root counts from its releases, averaged over the trees) and
@@ -264,7 +270,7 @@ def _stumps_of(doc: dict, prior_trees: Any, n_classes: int, fmt: str) -> np.ndar
     """A blob's prior stumps, ``(prior_trees, n_classes)``: a list of ``prior_trees`` lists of ``n_classes``
     finite numbers, else :class:`~streamdp.blob.BlobError` (a hostile blob's shapes were reshaped to fit)."""
     try:
-        p = check_integer(prior_trees, "prior_trees", low=0, high=16)
+        p = check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)
     except ValueError as e:
         raise blob.BlobError(f"{fmt}: {e}") from None
     stumps = blob.field(doc, "stumps", list, fmt) if "stumps" in doc else []

@@ -47,7 +47,7 @@ from ..estimation import SNR_MIN
 from ..private_data import PrivateDataset
 from ..privacy import SecureRandom
 from ..schema import Categorical
-from ..forest import MAX_PRIOR_TREES
+from ..algorithms import MAX_PRIOR_TREES
 from ..validation import check_integer
 from ._base import PrivateLearner
 from .tree import Tree

@@ -17,7 +17,7 @@ from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_si
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.learners import IgnoredAttributesWarning
-from streamdp.schema import Categorical, Numeric, Schema
+from streamdp.schema import Numeric, Schema
 from streamdp.validation import check_integer
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
@@ -153,11 +153,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
             made._check_params()
         except TypeError as e:
             raise ValueError(f"learner_params for {learner!r}: {e}") from None
-        numeric = [a.name for a in self._schema.attributes if not isinstance(a, Categorical)]
-        if numeric and not made.SPLITS_NUMBERS:  # said once here, not at every window's fit
-            warnings.warn(f"learner {learner!r} splits on categorical attributes only: the numeric {numeric} are "
-                          "not used (bin them into categories, or use diffp-c45)", IgnoredAttributesWarning,
-                          stacklevel=2)
+        made.warn_ignored(stacklevel=2)  # said once here, not at every window's fit
         self.encoder = RecordEncoder(self._schema)
         self._X: list[list] = []
         self._y: list[int] = []

@@ -333,6 +333,8 @@ class JobWorker(GroupLoop):
             compression = compression_of(path)  # (the copy has no name to infer it from: ``.tar.gz`` included)
             try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
                 check_columns(copy, schema, header=header, label=label, first_label=False, compression=compression)
+                # (submit read these bytes whole; this worker may lack a library submit had, a .zst's, or run a job
+                # queued before submits did: a failure after the charge is a charge for nothing)
                 check_decompresses(copy, compression, path)
             except SourceError as e:
                 raise JobError(f"{e}; nothing was charged") from None

@@ -6,7 +6,8 @@ can exceed the guard, every node splitting on the widest attribute left). This s
 worst case is not applied everywhere: the largest drawn tree against the worst case on Mushroom and Adult,
 and Adult's pruned fit at the worst-case height (5) against the drawn default (7), epsilon 0.5 / 1 / 2, 10
 trees, one fixed hold-out third, ``--draws`` fits each; and Adult's drawn trees (what a ``window`` stream model
-releases: Adult has numeric attributes, so its stream default does not grow) at heights 3-7.
+releases: Adult has numeric attributes, so its stream default does not grow) at heights 3-7; and the default Adult
+model's counts per release (what a retained version holds).
 
     python benchmarks/default_height.py --draws 5 > benchmarks/results/default_height.log
 """
@@ -48,6 +49,11 @@ def main() -> int:
                         for _ in range(3))
             print(f"| {name} | {default} | {fitting_height(s, s.n_attributes // 2, 10)} | {h} | {drawn:,} | "
                   f"{max_possible_leaves(s, h):,} | {guard:,} |", flush=True)
+    # what a default Adult stream model writes a release (its counts: a retained version, pub:v:N, holds them)
+    sizes = [PrivateForest.create(load("adult").schema, epsilon=1.0).counts.nbytes / 2**20 for _ in range(a.draws)]
+    print(f"\n# Adult, default model (height {PrivateForest.create(load('adult').schema, epsilon=1.0).height}, 10 trees "
+          f"and a stump): counts per release {min(sizes):.1f}-{max(sizes):.1f} MiB over {a.draws} draws; 20 retained "
+          f"versions {20 * min(sizes) / 1024:.2f}-{20 * max(sizes) / 1024:.2f} GiB")
     ds = load("adult")
     n = len(ds.y)
     p = np.random.default_rng(0).permutation(n)

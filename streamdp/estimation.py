@@ -548,8 +548,8 @@ class ForestNodes:
         for d in range(h - 1, -1, -1):  # path[k]: the record's node at depth h - k (or its leaf, when shallower)
             up = path[-1]
             path.append(self.parent[up] if full else np.where(self.depth[up] > d, self.parent[up], up))
-        # (path_nodes holds the same rule per leaf, for the river paths; walking up here is 1.5-5x faster than
-        # gathering path_nodes of the leaves reached: measured in the review of round 2's eleventh session)
+        # (path_nodes holds the same rule per leaf, for the river paths; walking up here was 1.5-5x faster than
+        # gathering path_nodes of the leaves reached, timed ad hoc in the review of round 2's eleventh session)
         y, var = self.y, self.var
         if not full:  # a root that is a leaf adds nothing below the roots (the prior stands for it)
             yv = self.node_table()

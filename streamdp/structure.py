@@ -66,10 +66,10 @@ def fitting_height(schema: Schema, height: int, n_trees: int, max_cells: int = D
     ``n_trees`` trees within ``max_cells`` (every node splitting on the widest attribute left).
 
     Where a default height's draw is refused, the default becomes this, so that a default never fails;
-    an explicit height is the user's and is refused, not lowered. The bound is the worst case, 7-45x
-    what draws reach (``benchmarks/results/default_height.log``: Adult at height 7, 419,210 leaves in the
+    an explicit height is the user's and is refused, not lowered. The bound is the worst case, 7-46x
+    what draws reach (``benchmarks/results/default_height.log``: Adult at height 7, 410,688 leaves in the
     largest of 10 drawn trees against 19.1 M possible; capping Adult's default at 5 would cost its fit
-    0.003-0.027).
+    0.017-0.024, 0.003-0.027 in an earlier run).
 
     >>> from streamdp.datasets import load_schema
     >>> fitting_height(load_schema("mushroom"), 11, 10), fitting_height(load_schema("nursery"), 4, 10)

@@ -498,8 +498,8 @@ def test_consumer_get_old_versions_and_validation(r):
 
 
 def test_retained_versions_are_bounded_in_bytes(r):
-    """A new user's finding: a default Adult model (84 MB a version) kept 20 versions, 1.7 GB of Redis within
-    seconds; now no more are kept than fit in ``keep_bytes`` (here two versions' worth), at least one."""
+    """A new user's finding: a default Adult model (54-75 MiB of counts a version) kept 20 versions, filling Redis
+    within seconds; now no more are kept than fit in ``keep_bytes`` (here two versions' worth), at least one."""
     spec = _model(r)
     p = Producer(r, "m")
     w = _worker(r, "m", keep_versions=20, keep_bytes=2 * spec.counts.nbytes + 1)

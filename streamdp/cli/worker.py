@@ -31,7 +31,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "default 20)")
     w.add_argument("--keep-mib", type=int_in(0, 10**7), default=None,
                    help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
-                        "default 256: a default Adult model's version is 84 MB); older ones are removed when a "
+                        "default 256: a default Adult model's version is 54-75 MiB); older ones are removed when a "
                         "worker starts: give every worker of a model the same settings (each removes what it "
                         "would not keep)")
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")

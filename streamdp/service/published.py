@@ -35,8 +35,9 @@ RELEASE_FORMAT = "streamdp.release"
 
 
 #: Bytes the retained versions of one model (``pub:v:<N>``) may take together, by default
-#: (``WorkerConfig.keep_bytes``): a default Adult model (84 MB a version, 1 s windows) kept 20 of them, 1.7 GB of
-#: Redis within 20 s (a new user's finding).
+#: (``WorkerConfig.keep_bytes``): a default Adult model's counts are 54-75 MiB a release
+#: (``benchmarks/results/default_height.log``), so the 20 versions kept before took 1-1.5 GiB (a new user's Redis
+#: filled within seconds).
 KEEP_BYTES = 256 << 20
 
 

@@ -202,7 +202,8 @@ class JobQueue:
             raise JobError(f"source {source!r} names another file's content than {dataset!r} "
                            f"(its source is file-{digest[:32]}); use --source-file")
         try:
-            check_columns(dataset, schema, header=header, label=label)
+            if not header:  # (a header is checked by check_records' reader; a headerless file's width and label here)
+                check_columns(dataset, schema, header=False, label=label)
             check_records(dataset, schema, header=header, label=label)
         except SourceError as e:
             raise JobError(f"{e}; nothing was charged") from None

@@ -264,7 +264,7 @@ def test_redelivered_batch_reuses_its_stored_delta(r):
     resp = r.xreadgroup(GROUP, "A", {Keys("m").records: ">"}, count=1)
     (e,) = a._entries(a.reader.parse(resp))
     a._decode(e)
-    drawn = a._delta(e.batch)
+    drawn = a.merger.delta(e.batch)
     assert np.array_equal(_stored_delta(r, "m", bid), drawn)
     # worker B reclaims it after the idle time (0 here) and merges the STORED delta
     b = _worker(r, "m", consumer="B", claim_idle_ms=0, claim_every_s=0)
@@ -274,7 +274,7 @@ def test_redelivered_batch_reuses_its_stored_delta(r):
     assert st["claimed"] >= 1 and st["delta_reused"] >= 1 and st["batches_merged"] == 1
     # the stale worker's commit is refused and writes nothing
     version = Consumer(r, "m").version()
-    a._commit_entries({bid: e}, drawn.copy(), [])
+    a.merger.commit({bid: e}, drawn.copy(), [])
     assert Consumer(r, "m").version() == version
     assert collect(r, "m")["commit_rejections"] >= 1
 
@@ -661,7 +661,7 @@ def test_decode_boundary_turns_any_field_map_into_a_batch_or_a_dead_letter():
     decoded batch or a dead letter with a reason; the decode step never raises."""
     from hypothesis import HealthCheck, given, settings
 
-    from streamdp.service.stream_worker import _Entry
+    from streamdp.service.merging import WorkerEntry
 
     client = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
     _model(client)
@@ -670,7 +670,7 @@ def test_decode_boundary_turns_any_field_map_into_a_batch_or_a_dead_letter():
     @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(fields=st.one_of(st.none(), _FIELD_MAPS), deliveries=st.integers(1, 5))
     def check(fields, deliveries):
-        e = _Entry("1-0", fields, deliveries)
+        e = WorkerEntry("1-0", fields, deliveries)
         w._decode(e)
         assert (e.batch is None) != (e.dead is None)
         if e.dead is not None:
@@ -1066,8 +1066,8 @@ def test_a_duplicate_batch_whose_twin_merged_first_leaves_no_stored_delta_foreve
     Producer(r, "m").push(DS.X[:20], DS.y[:20], batch_id="twin")
     Producer(r, "m").push(DS.X[:20], DS.y[:20], batch_id="twin")  # a retried XADD: the same batch id twice
     a, b = _worker(r, "m", batch_entries=1), _worker(r, "m", batch_entries=1)
-    real = b._sum_deltas
-    b._sum_deltas = lambda *x, **kw: (a.step(block_ms=1), real(*x, **kw))[1]  # A merges the twin meanwhile
+    real = b.merger.sum_deltas
+    b.merger.sum_deltas = lambda *x, **kw: (a.step(block_ms=1), real(*x, **kw))[1]  # A merges the twin meanwhile
     b.step(block_ms=1)
     a.step(block_ms=1)
     key = Keys.of(r, "m").delta("twin")

@@ -26,7 +26,8 @@ from streamdp.service.draw_once import noise_from_bytes  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
 from streamdp.service.rollback import RollbackDetected  # noqa: E402
-from streamdp.service.stream_worker import Worker, _Entry  # noqa: E402
+from streamdp.service.merging import WorkerEntry  # noqa: E402
+from streamdp.service.stream_worker import Worker  # noqa: E402
 from streamdp.service.windows import COUNTS_IN_PUB_MODEL  # noqa: E402
 
 DS = load("congressional-voting")
@@ -72,11 +73,11 @@ def _add_all(w, limit=1000):
         entries = w.reader.read(w.config.batch_entries, 1)
         if not entries:
             return
-        es = [_Entry(e.id, e.fields, e.deliveries) for e in entries]
+        es = [WorkerEntry(e.id, e.fields, e.deliveries) for e in entries]
         for e in es:
             w._decode(e)
         merge = {e.batch.batch_id: e for e in es if e.batch is not None and len(e.batch.y)}
-        w._add_entries(merge, [e for e in es if e.batch is None or not len(e.batch.y)])
+        w.merger.merge(merge, [e for e in es if e.batch is None or not len(e.batch.y)])
 
 
 def _at(r, name, k):
@@ -198,11 +199,11 @@ def test_entries_committed_while_a_window_closes_land_in_the_next(r):
 def test_a_stale_add_targeting_a_sealed_window_moves_to_the_open_one(r):
     spec = _model(r)
     w = _worker(r)
-    w._open = 1  # this worker believes window 1 is open
+    w.merger.open_window = 1  # this worker believes window 1 is open
     _worker(r).closer.tick(_at(r, "m", 1))  # another worker sealed and released it
     Producer(r, "m").push(DS.X[:10], DS.y[:10], batch_id="a")
     _add_all(w)
-    assert r.zscore(Keys("m").merged, "a") == 2 and w._open == 2
+    assert r.zscore(Keys("m").merged, "a") == 2 and w.merger.open_window == 2
     w.closer.tick(_at(r, "m", 2))
     np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.arange(10)))
 

@@ -1,0 +1,325 @@
+"""How a stream worker's entries reach the model: one atomic script per group of entries, exactly once.
+
+By the model's release policy (:class:`.registry.ReleasePolicy`):
+
+* :class:`BatchMerge` (``release="batch"``, Jagannathan et al.'s update): each batch's noised delta is
+  drawn **once** (stored with ``SET NX`` under ``priv:delta:<batch_id>`` before the commit; a redelivered
+  batch reuses it), the deltas are summed in numpy and committed with the new counts by one script
+  (:data:`.commit.COMMIT_LUA`: ownership, dedup, version CAS, counts, release record, XACK, announce).
+* :class:`WindowAdd` (``"window"`` and ``"tree"``): no noise here; the entries' EXACT tallies are added
+  into the open window's worker-only accumulator by one script that also records the batch ids and
+  XACKs (:data:`.commit.WINDOW_ADD_LUA`); the window is noised once when it closes (:mod:`.windows`).
+
+Both write the entries' dead letters in the same script, ack batches merged before without merging
+them, and retry what a conflict or a rejection leaves (:meth:`_Merge._rejected`).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import msgpack
+import numpy as np
+import redis
+
+from . import codec
+from .commit import COMMIT_LUA, WINDOW_ADD_LUA
+from .draw_once import PENDING_TTL_S, drawn_once
+from .group import Entry, jlog
+from .keys import GROUP, Keys, as_str
+from .published import counts_from_bytes, counts_view, release_record, release_record_around_counts
+from .rollback import NoiseSource, RollbackGuard
+from .windows import joined_cells
+from ..forest import PrivateForest
+
+__all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
+
+log = logging.getLogger("streamdp.worker")
+
+
+class WorkerEntry(Entry):
+    """A stream entry with what the worker made of it: a decoded batch, or a dead-letter reason and detail."""
+
+    def __init__(self, id: str, fields: Any, deliveries: int = 1):
+        super().__init__(id, fields, deliveries)
+        self.batch: codec.Batch | None = None
+        self.dead: tuple[str, bytes] | None = None
+
+
+@dataclass
+class Outcome:
+    """What a merge did: ``"ok"`` (``entries`` committed, ``merged`` if any added to the model), ``"replaced"``
+    (the model was re-created under its name: nothing written), ``"gave_up"`` (retries exhausted: the entries
+    stay pending and are reclaimed) or ``"nothing"``."""
+
+    status: str
+    entries: list[WorkerEntry] = field(default_factory=list)
+    merged: bool = False
+
+
+def entry_args(merging: list[WorkerEntry], ack_only: list[WorkerEntry], dead: list[tuple[str, str, bytes]]) -> list:
+    """The commit scripts' entry arguments: (entry id, batch id) pairs, ack-only ids, dead-letter triples."""
+    args: list[Any] = []
+    for e in merging:
+        args += [e.id, e.batch.batch_id]
+    args += [e.id for e in ack_only]
+    for d in dead:
+        args += list(d)
+    return args
+
+
+def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes]]:
+    """The dead letters of ``es``: (entry id, reason, detail) for undecodable entries and batches with invalid rows."""
+    out = []
+    for e in es:
+        if e.dead is not None:
+            out.append((e.id, e.dead[0], e.dead[1]))
+        elif e.batch is not None and e.batch.dropped:
+            rows = e.batch.dropped
+            detail = msgpack.packb({"batch_id": e.batch.batch_id, "rows": [[r, why] for r, why in rows[:10_000]]},
+                                   use_bin_type=True)
+            out.append((e.id, f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
+                              f"(0-based) of the batch: {rows[0][1]}"[:1000], detail))
+    return out
+
+
+class _Merge:
+    """What both ways share: the model's keys, the worker's name and settings, and rejection handling."""
+
+    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, dead_maxlen: int,
+                 max_commit_retries: int, fault: Callable[[str], None]):
+        self.redis, self.keys, self.spec, self.consumer = r, keys, spec, consumer
+        self.dead_maxlen, self.max_commit_retries, self.fault = dead_maxlen, max_commit_retries, fault
+
+    def reset(self) -> None:
+        """Forget what was cached of the model's state (after a lost connection)."""
+
+    def _rejected(self, res: Any, ids_all: list[WorkerEntry], m: int, merge: dict[str, WorkerEntry],
+                  ack_only: list[WorkerEntry]) -> None:
+        """Apply a ``rejected`` reply: duplicates become ack-only, entries no longer ours are dropped."""
+        self.redis.hincrby(self.keys.stats, "commit_rejections", 1)
+        flat = res[1:]
+        for i in range(0, len(flat), 2):
+            idx, reason = int(flat[i]) - 1, as_str(flat[i + 1])
+            e = ids_all[idx]
+            if reason == "dup-batch" and idx < m:
+                merge.pop(e.batch.batch_id, None)
+                ack_only.append(e)
+            else:  # not ours any more (reclaimed by another worker, or acked): forget it
+                if idx < m:
+                    merge.pop(e.batch.batch_id, None)
+                elif e in ack_only:
+                    ack_only.remove(e)
+            jlog(log, logging.INFO, "worker.rejected", model=self.keys.name, entry=e.id, reason=reason)
+
+    def _gave_up(self) -> Outcome:
+        jlog(log, logging.ERROR, "worker.give_up", model=self.keys.name, retries=self.max_commit_retries + 1)
+        return Outcome("gave_up")  # entries stay pending and are reclaimed later
+
+
+class BatchMerge(_Merge):
+    """``release="batch"``: noise each batch once and merge the noised deltas into the published counts.
+
+    ``keep_versions``: retained versions (``pub:v:<N>``; 0: no bound), each commit dropping the one that
+    falls out; ``version_ttl_s``, ``delta_ttl_s``: their TTLs (0: none; stored deltas dropped at the merge).
+    """
+
+    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, noise: NoiseSource,
+                 guard: RollbackGuard, keep_versions: int, version_ttl_s: int = 0, delta_ttl_s: int = 0,
+                 **common: Any):
+        super().__init__(r, keys, spec, consumer, **common)
+        self.noise, self.guard = noise, guard
+        self.keep_versions, self.version_ttl_s, self.delta_ttl_s = keep_versions, version_ttl_s, delta_ttl_s
+        self._script = r.register_script(COMMIT_LUA)
+        self._dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
+        self._state_version: int | None = None
+        self._counts: np.ndarray | None = None
+        self._releases = 0
+
+    def reset(self) -> None:
+        self._state_version = None
+
+    def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
+        """Noise ``merge``'s batches (each once) and commit them, with ``ack_only``'s acks and dead letters."""
+        return self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+
+    def delta(self, batch: codec.Batch) -> np.ndarray:
+        """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""
+        def draw() -> np.ndarray:
+            rng = self.noise.rng("batch", batch.batch_id, batch.X, batch.y)
+            return self.spec.noisy_delta_encoded(batch.X, batch.y, rng)
+
+        return drawn_once(self.redis, self.keys.delta(batch.batch_id), draw, self.spec, stats_key=self.keys.stats,
+                          reused="delta_reused", after_draw=lambda: self.fault("after_draw"), ttl_s=PENDING_TTL_S)
+
+    def sum_deltas(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> np.ndarray | None:
+        """The sum of the entries' noised deltas, each drawn once (stored, :meth:`delta`) and added as it comes:
+        one counts-sized sum and one delta in memory, not one per entry. An entry whose stored delta is
+        unusable moves to ``ack_only`` as a dead letter (never redrawn). None when nothing is left to merge."""
+        total = None
+        for bid, e in list(merge.items()):
+            try:
+                d = self.delta(e.batch)
+                self.fault("after_store")
+            except (ValueError, TypeError) as err:  # a corrupted stored delta: dead-letter, never redraw
+                e.dead = (f"stored delta unusable: {err}"[:1000], b"")
+                ack_only.append(merge.pop(bid))
+                continue
+            if total is None:  # the first delta is the sum (a stored one read back is read-only: copied)
+                total = d if d.flags.writeable and d.dtype == self._dtype else d.astype(self._dtype)
+            else:
+                total += d
+            del d
+        return total
+
+    def commit(self, merge: dict[str, WorkerEntry], total: np.ndarray | None,
+               ack_only: list[WorkerEntry]) -> Outcome:
+        """Merge ``total`` (the sum of ``merge``'s noised deltas) in one atomic commit, retrying on conflicts.
+
+        Memory: the new counts are the cached counts with ``total`` added in place (the cache is dropped
+        meanwhile: a failed commit reads the counts again), sent as a view, once (the script writes the
+        retained release record around them); no model blob is built."""
+        keys = self.keys
+        retries = 0
+        while True:
+            m_entries = list(merge.values())
+            ids_all = m_entries + ack_only
+            if not ids_all:
+                return Outcome("nothing")
+            dead = dead_items(ids_all)
+            m = len(m_entries)
+            new_version, counts_b, record, releases, n_records = 0, b"", (b"", b"", 0), 0, 0
+            new_counts = None
+            if m:
+                v = int(self.redis.hget(keys.state, "version") or 0)
+                if v != self._state_version or self._counts is None:
+                    self.guard.check(v)
+                    self._counts = None  # the old counts go before the new ones are read
+                    rel = self.redis.hget(keys.state, "releases")
+                    # version 0 holds the spec's zero counts: not read (a counts-sized read costs redis-py 2x briefly)
+                    c = self.redis.hget(keys.state, "counts") if v else None
+                    self._counts = counts_from_bytes(c, self.spec) if c else np.zeros(self.spec.shape, self._dtype)
+                    del c
+                    self._releases = int(rel or 0)
+                    self._state_version = v
+                if total is None:  # entries were rejected: the sum of those left, from their stored deltas
+                    total = self.sum_deltas(merge, ack_only)
+                    continue
+                new_counts, self._counts, self._state_version = self._counts, None, None
+                new_counts += total
+                releases = self._releases + m
+                new_version = v + 1
+                forest = self.spec.with_counts(new_counts, version=new_version, n_releases=releases)
+                around = release_record_around_counts(forest)  # the script writes head, counts, tail
+                record = (*around, 1) if around else (release_record(forest), b"", 0)
+                counts_b = counts_view(new_counts)
+                del forest, around
+                n_records = sum(len(e.batch.y) for e in m_entries)
+            keep = self.keep_versions
+            drop = m > 0 and keep > 0 and new_version - keep >= 0
+            script_keys = [keys.records, keys.state, keys.pub_model, keys.merged, keys.stats, keys.dead,
+                           keys.pub_version(new_version), keys.pub_version(new_version - keep if drop else new_version)]
+            script_keys += [keys.delta(e.batch.batch_id) for e in m_entries]
+            args: list[Any] = [GROUP, self.consumer, new_version - 1, counts_b, *record, releases, n_records,
+                               int(time.time() * 1000), self.version_ttl_s, 1 if drop else 0, self.delta_ttl_s,
+                               keys.pub_events, self.dead_maxlen, m, len(ack_only), len(dead)]
+            args += [*entry_args(m_entries, ack_only, dead), keys.model_id]
+            self.fault("before_commit")
+            res = self._script(keys=script_keys, args=args)
+            del args, counts_b, record
+            self.fault("in_commit")
+            status = as_str(res[0])
+            if status == "ok":
+                if m:
+                    self._state_version, self._counts, self._releases = new_version, new_counts, releases
+                    self.guard.record(new_version)
+                    # (no figures of entries: how many were merged, acked or dead is exact, stats --exact)
+                    jlog(log, logging.DEBUG, "worker.commit", model=keys.name, version=new_version, retries=retries)
+                return Outcome("ok", ids_all, merged=m > 0)
+            if status == "replaced":
+                return Outcome("replaced")
+            retries += 1
+            if status == "conflict":
+                self._state_version = None
+                self.redis.hincrby(keys.stats, "commit_retries", 1)
+            elif status == "rejected":
+                self._rejected(res, ids_all, m, merge, ack_only)
+                total = None  # summed again over the entries left
+            else:
+                raise RuntimeError(f"unexpected commit reply {res!r}")
+            if retries > self.max_commit_retries:
+                return self._gave_up()
+            if status == "conflict" and retries > 3:
+                time.sleep(min(0.05, 0.001 * retries) * (0.5 + secrets.randbelow(1000) / 1000))
+
+
+class WindowAdd(_Merge):
+    """``release="window"``/``"tree"``: add the entries' EXACT tallies into the open window's accumulator.
+
+    ``noise``: keys the mechanism's per-batch sampling (disjoint budget, k-anonymity); no noise is added here.
+    """
+
+    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, noise: NoiseSource,
+                 **common: Any):
+        super().__init__(r, keys, spec, consumer, **common)
+        self.noise = noise
+        self._script = r.register_script(WINDOW_ADD_LUA)
+        self.open_window: int | None = None  # the window this worker believes open (the script corrects it)
+
+    def reset(self) -> None:
+        self.open_window = None
+
+    def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
+        """Add ``merge``'s tallies into the open window, exactly once, with ``ack_only``'s acks and dead letters.
+
+        One atomic script checks ownership and dedup, adds, records the batch ids and XACKs
+        (:data:`.commit.WINDOW_ADD_LUA`); ``moved`` (a closer sealed the window meanwhile) retries
+        into the new open window. Noise comes when the window closes (:mod:`.windows`).
+        """
+        # Each batch's tally as its nonzero cells only, never a dense (counts-sized) array.
+        tallies: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        for bid, e in list(merge.items()):
+            try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
+                tallies[bid] = self.spec.sparse_tally_encoded(
+                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y))
+            except (ValueError, TypeError) as err:
+                e.dead = (f"batch not tallied: {err}"[:1000], b"")
+                ack_only.append(merge.pop(bid))
+        keys = self.keys
+        retries = 0
+        while True:
+            m_entries = list(merge.values())
+            ids_all = m_entries + ack_only
+            if not ids_all:
+                return Outcome("nothing")
+            dead = dead_items(ids_all)
+            m = len(m_entries)
+            cells = joined_cells([tallies[e.batch.batch_id] for e in m_entries]) if m else b""
+            if self.open_window is None:
+                self.open_window = int(self.redis.hget(keys.state, "open") or 1)
+            args: list[Any] = [GROUP, self.consumer, self.open_window, sum(len(e.batch.y) for e in m_entries),
+                               int(time.time() * 1000), self.dead_maxlen, m, len(ack_only), len(dead), cells]
+            args += [*entry_args(m_entries, ack_only, dead), keys.model_id]
+            script_keys = [keys.records, keys.state, keys.merged, keys.stats, keys.dead, keys.acc(self.open_window)]
+            self.fault("before_commit")
+            res = self._script(keys=script_keys, args=args)
+            self.fault("in_commit")
+            status = as_str(res[0])
+            if status == "ok":
+                self.open_window = int(res[1])
+                return Outcome("ok", ids_all, merged=m > 0)
+            if status == "replaced":
+                return Outcome("replaced")
+            retries += 1
+            if status == "moved":
+                self.open_window = int(res[1])
+            elif status == "rejected":
+                self._rejected(res, ids_all, m, merge, ack_only)
+            else:
+                raise RuntimeError(f"unexpected add reply {res!r}")
+            if retries > self.max_commit_retries:
+                return self._gave_up()

@@ -37,6 +37,7 @@ from river.datasets import synth  # noqa: E402
 
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
+from streamdp.river import uci  # noqa: E402
 from streamdp.structure import ceiling_height, max_possible_leaves  # noqa: E402
 
 LENGTHS = (1_000, 10_000, 100_000, 1_000_000)
@@ -70,7 +71,7 @@ def streams(max_n: int):
         Xt, yt = encode(schema, list(itertools.islice(synthetic(name, 99)[0], 5000)))
         yield name, schema, X, y, Xt, yt, [n for n in LENGTHS if n <= max_n]
     for name in ("nursery", "mushroom"):
-        schema, pairs = rs.uci_stream(name)
+        schema, pairs = uci.uci_stream(name)
         X, y = encode(schema, pairs)
         cut = len(y) // 10
         yield f"UCI {name}", schema, X[cut:], y[cut:], X[:cut], y[:cut], [len(y) - cut]

@@ -32,6 +32,7 @@ from river.datasets import synth
 
 from streamdp import PrivateForest
 from streamdp.river import schemas as rs
+from streamdp.river import uci
 from streamdp.river.forest import default_height
 
 STREAMS = {
@@ -45,7 +46,7 @@ STREAMS = {
     # categorical streams nobody tuned on (added after the five above were measured)
     "STAGGER": lambda: (list(itertools.islice(synth.STAGGER(seed=42), 10_000)), rs.stagger_schema()),
     "LED": lambda: (list(itertools.islice(synth.LED(seed=42), 10_000)), rs.led_schema()),
-    **{f"UCI {n}": (lambda n=n: tuple(reversed(rs.uci_stream(n)))) for n in
+    **{f"UCI {n}": (lambda n=n: tuple(reversed(uci.uci_stream(n)))) for n in
        ("nursery", "mushroom", "congressional-voting", "tic-tac-toe")},
     # known answers: river's RandomTree concept over categorical attributes only (added last)
     **{f"RandomTree cat{c} d{d}": (lambda c=c, d=d: (list(itertools.islice(synth.RandomTree(

@@ -99,7 +99,7 @@ def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
     """``(schema, [(x, y), ...], nominal_attribute_names)`` for a dataset spec (see the module docstring)."""
     from river.datasets import synth
 
-    from streamdp.river import schemas as rs
+    from streamdp.river import schemas as rs, uci
 
     check_dataset(name)
     kind, _, arg = name.partition(":")
@@ -124,7 +124,7 @@ def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
         n = n or 20_000
         return rs.led_schema(), list(synth.LED(seed=42, noise_percentage=0.1).take(n)), list(range(7))
     if kind == "uci":
-        schema, data = rs.uci_stream(arg, shuffle_seed=shuffle_seed)
+        schema, data = uci.uci_stream(arg, shuffle_seed=shuffle_seed)
         if n:
             data = data[:n]
         nominal = [a.name for a in schema.attributes if hasattr(a, "values")]

@@ -19,6 +19,7 @@ from river import checks, datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier  # noqa: E402
+from streamdp.river import inference, uci  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
@@ -242,7 +243,7 @@ def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly(name, ke
 
     if not kernel:
         monkeypatch.setenv("STREAMDP_NO_KERNEL", "1")
-    schema, data = rs.uci_stream(name, shuffle_seed=3)
+    schema, data = uci.uci_stream(name, shuffle_seed=3)
     data = data[:3000]
     cut = len(data) * 5 // 6
     m = PrivateForestClassifier(schema, batch_size=min(500, cut // 4), seed=6)
@@ -287,7 +288,7 @@ def test_unknown_values_weigh_each_leaf_by_its_share_of_their_combinations():
     each tree's row is the mean of its rows over every combination of the unknown values."""
     import itertools
 
-    s, stream = rs.uci_stream("nursery")
+    s, stream = uci.uci_stream("nursery")
     m = PrivateForestClassifier(s, n_trees=4, height=5, batch_size=500, seed=2, grow=False)
     for x, y in stream[:2000]:
         m.learn_one(x, y)
@@ -390,8 +391,8 @@ def test_generator_schemas_cover_every_generated_record(schema, stream):
 
 
 def test_uci_schema_and_stream(shared_datasets):
-    schema, data = rs.uci_stream("nursery", shuffle_seed=1)
-    assert schema == rs.uci_schema("nursery") and len(data) == 12960
+    schema, data = uci.uci_stream("nursery", shuffle_seed=1)
+    assert schema == uci.uci_schema("nursery") and len(data) == 12960
     m = PrivateForestClassifier(schema, batch_size=1000)
     correct, _ = run_private(m, data)
     # the prior phase's 4, 8, 16, 32, 40 records; then batches of 100, 200, 400, 800, then 1000
@@ -400,7 +401,7 @@ def test_uci_schema_and_stream(shared_datasets):
 
 def test_infer_schema_warns_loudly():
     with pytest.warns(PrivacyLeakWarning, match="NOT differentially private"):
-        s = rs.infer_schema(datasets.synth.Agrawal(seed=1).take(500))
+        s = inference.infer_schema(datasets.synth.Agrawal(seed=1).take(500))
     assert s.names[:3] == ["salary", "commission", "age"]
     assert type(s.attributes[s.index("elevel")]).__name__ == "Categorical"
     assert s.label.values == (0, 1)

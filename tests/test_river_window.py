@@ -14,6 +14,7 @@ from river import checks, datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.learners._base import PrivateLearner  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
+from streamdp.river import uci  # noqa: E402
 from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.private_data import PrivateDataset  # noqa: E402
 from streamdp.river import PrivateWindowClassifier  # noqa: E402
@@ -156,7 +157,7 @@ def test_unknown_values_average_every_combination_of_them(unknown):
     of the unknown values (12,960 for a Nursery record with all 8 unknown), checked against that grid."""
     import itertools
 
-    s, stream = rs.uci_stream("nursery")
+    s, stream = uci.uci_stream("nursery")
     model = PrivateWindowClassifier(s, learner="diffp-id3", window=2000, epsilon=5.0, seed=1)
     for x, y in stream[:2000]:
         model.learn_one(x, y)

@@ -66,8 +66,9 @@ Layout (one classifier per module, as in river's ``river/tree/``):
 (:class:`PrivateWindowClassifier`), ``service`` (:class:`ServiceClassifier`),
 ``forest_view`` (predictions from a forest's released counts, shared by the
 forest and the service classifiers), ``encoding`` (the record encoder, on
-:class:`~streamdp.schema.Schema`'s rules) and ``schemas`` (declared schemas
-for river's datasets, :class:`PrivacyLeakWarning`).
+:class:`~streamdp.schema.Schema`'s rules), ``schemas`` (declared schemas
+for river's datasets), ``uci`` (the shared UCI datasets as river streams) and
+``inference`` (a schema learned from data, which leaks: :class:`PrivacyLeakWarning`).
 
 Package name: this package is ``streamdp.river`` and imports the library with
 absolute imports (``import river.base``), which is unambiguous as long as the
@@ -92,7 +93,7 @@ from __future__ import annotations
 
 from streamdp.river.encoding import UndeclaredValueWarning
 from streamdp.river.forest import PrivateForestClassifier
-from streamdp.river.schemas import PrivacyLeakWarning
+from streamdp.river.inference import PrivacyLeakWarning
 from streamdp.river.service import ServiceClassifier
 from streamdp.river.window import PrivateWindowClassifier
 

@@ -44,7 +44,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     schema
         A :class:`streamdp.schema.Schema` (or its dict form) declaring every
         attribute's domain and the labels. Domains must be public knowledge,
-        never read from the data (see :func:`streamdp.river.schemas.infer_schema`).
+        never read from the data (see :func:`streamdp.river.inference.infer_schema`).
     n_trees
         Number of random trees.
     height

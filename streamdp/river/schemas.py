@@ -4,11 +4,12 @@ Differential privacy needs public attribute domains. For river's synthetic
 generators the domains are fixed by the generator's code (read from river
 0.26.1's source, ``river/datasets/synth/*.py``); for the datasets bundled with
 river (no download) they come from each dataset's documentation or definition;
-for the UCI datasets from the declared schemas in ``streamdp/data/schemas``.
+for the UCI datasets from the declared schemas in ``streamdp/data/schemas`` (as river
+streams: :mod:`streamdp.river.uci`).
 Where neither bounds a value (a Gaussian term, an undocumented sensor) a range
 had to be *chosen*: each such docstring says so and why; values outside are
-clamped. :func:`infer_schema` learns domains from a stream and says loudly that
-doing so leaks (a :class:`PrivacyLeakWarning`).
+clamped. :func:`streamdp.river.inference.infer_schema` learns domains from a stream and
+says loudly that doing so leaks.
 
 :func:`schema_for` maps a river dataset object to its schema (``RIVER_SCHEMAS``
 lists them). Features river keys by integers (SEA, Hyperplane, LED, ...) are
@@ -28,10 +29,7 @@ named ``"0"``, ``"1"``, ...; the river classifiers read the integer keys.
 from __future__ import annotations
 
 import math
-import warnings
-from typing import Any, Iterable
-
-import numpy as np
+from typing import Any
 
 from streamdp.schema import Categorical, Label, Numeric, Schema
 
@@ -52,16 +50,8 @@ __all__ = [
     "stagger_schema",
     "led_schema",
     "random_tree_schema",
-    "uci_schema",
-    "uci_stream",
     "river_check_schema",
-    "infer_schema",
-    "PrivacyLeakWarning",
 ]
-
-
-class PrivacyLeakWarning(UserWarning):
-    """Something was learned from the private data outside the privacy mechanism (e.g. attribute domains)."""
 
 
 def agrawal_schema() -> Schema:
@@ -117,33 +107,6 @@ def random_tree_schema(
     attrs: list = [Numeric(f"x_num_{i}", 0.0, 1.0) for i in range(n_num_features)]
     attrs += [Categorical(f"x_cat_{i}", tuple(range(n_categories_per_feature))) for i in range(n_cat_features)]
     return Schema(attrs, Label("class", tuple(range(n_classes))))
-
-
-def uci_schema(name: str) -> Schema:
-    """Declared schema of a UCI dataset (``nursery``, ``mushroom``, ``congressional-voting``, ``tic-tac-toe``, ``adult``)."""
-    from streamdp.datasets import load_schema
-
-    return load_schema(name)
-
-
-def uci_stream(name: str, *, shuffle_seed: int | None = 0, drop_missing: bool = False):
-    """A UCI dataset as a river stream of ``(x, y)`` in random order (``shuffle_seed`` picks the order).
-
-    The order is not a privacy matter (it only reorders the records), so a fixed
-    seed is fine here. Returns ``(schema, list_of_pairs)``.
-    """
-    from streamdp.datasets import load
-
-    ds = load(name, drop_missing=drop_missing)
-    idx = np.arange(len(ds.y))
-    if shuffle_seed is not None:
-        idx = np.random.default_rng(shuffle_seed).permutation(len(ds.y))
-    names = ds.schema.names
-    pairs = []
-    for i in idx:
-        row = ds.X[i]
-        pairs.append(({n: (v.item() if isinstance(v, np.generic) else v) for n, v in zip(names, row)}, ds.y[i]))
-    return ds.schema, pairs
 
 
 def _digits(n: int, lo: float, hi: float) -> list:
@@ -294,76 +257,3 @@ def schema_for(dataset: Any) -> Schema:
     if name not in RIVER_SCHEMAS:
         raise ValueError(f"no declared schema for river dataset {name!r}; known: {sorted(RIVER_SCHEMAS)}")
     return RIVER_SCHEMAS[name](dataset)
-
-
-def infer_schema(
-    stream: Iterable[tuple[dict, Any]],
-    *,
-    max_categories: int = 32,
-    label_name: str = "class",
-) -> Schema:
-    """Learn a schema from data: numeric ranges from min/max, categorical values and labels as seen.
-
-    THIS LEAKS: the min and max of a numeric attribute are individual records'
-    values, and a rare category reveals that some record has it. The resulting
-    model is not differentially private with respect to the records used here.
-    A :class:`PrivacyLeakWarning` is always issued. Use it only on public data
-    or data you may disclose; otherwise declare the domains.
-
-    Numbers (not bool) become :class:`Numeric` unless they take at most
-    ``max_categories`` integer values; everything else becomes :class:`Categorical`.
-    """
-    warnings.warn(
-        "infer_schema() reads attribute domains from the data: numeric min/max and the set of "
-        "categories are disclosed by the schema and by every model built on it, so the model is NOT "
-        "differentially private with respect to these records. Declare the domains instead.",
-        PrivacyLeakWarning,
-        stacklevel=2,
-    )
-    seen: dict[Any, set] = {}
-    lo: dict[Any, float] = {}
-    hi: dict[Any, float] = {}
-    numeric: dict[Any, bool] = {}
-    labels: list = []
-    label_set: set = set()
-    order: list = []
-    for x, y in stream:
-        if isinstance(y, np.generic):
-            y = y.item()
-        if y not in label_set:
-            label_set.add(y)
-            labels.append(y)
-        for k, v in x.items():
-            if isinstance(v, np.generic):
-                v = v.item()
-            if k not in numeric:
-                numeric[k] = True
-                seen[k] = set()
-                order.append(k)
-            if numeric[k] and isinstance(v, (int, float)) and not isinstance(v, bool):
-                if isinstance(v, float) and math.isnan(v):
-                    continue
-                lo[k] = min(lo.get(k, v), v)
-                hi[k] = max(hi.get(k, v), v)
-            else:
-                numeric[k] = False
-            if len(seen[k]) <= max_categories:
-                seen[k].add(v)
-    attrs: list = []
-    for k in order:
-        name = str(k)
-        vals = seen[k]
-        ints = all(isinstance(v, int) or (isinstance(v, float) and v.is_integer()) for v in vals)
-        if numeric[k] and not (ints and len(vals) <= max_categories):
-            a, b = float(lo[k]), float(hi[k])
-            attrs.append(Numeric(name, a, b if b > a else a + 1.0))
-        else:
-            if len(vals) > max_categories:
-                raise ValueError(f"attribute {k!r} has more than {max_categories} categories")
-            vs = sorted({int(v) if isinstance(v, float) else v for v in vals}, key=lambda v: (type(v).__name__, v))
-            attrs.append(Categorical(name, tuple(vs)))
-    try:
-        labels = sorted(labels)
-    except TypeError:
-        pass
-    return Schema(attrs, Label(label_name, tuple(labels)))

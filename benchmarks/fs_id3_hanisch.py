@@ -180,7 +180,8 @@ def hanisch_grid(depths, trees, epsilons, k=5, repeats=2) -> dict:
     for T in trees:
         for d in depths:
             for eps in epsilons:
-                make = lambda: HanischForest(schema, epsilon=eps, max_depth=d, n_trees=T, prior_trees=0)  # noqa: E731  (the paper's forest)
+                make = lambda: HanischForest(schema, epsilon=eps, max_depth=d, n_trees=T, prior_trees=0,
+                                             vote="majority")  # noqa: E731  (the paper's forest)
                 acc = [a for _ in range(repeats) for a in cv(make, X, y, k, rng)]
                 res[f"{T}|{d}|{eps}"] = float(np.mean(acc))
             print("[hanisch]", T, d, {e: round(res[f"{T}|{d}|{e}"], 3) for e in epsilons}, flush=True)
@@ -226,7 +227,8 @@ def runtimes() -> list[dict]:
         if dname == "adult (binned)":
             hs, hX, hy = as_codes(*hanisch_adult())
             cases += [("HanischForest 100 trees depth 7 (Hanisch's Adult, codes)",
-                       lambda: HanischForest(hs, epsilon=1.0, max_depth=7, n_trees=100, prior_trees=0))]
+                       lambda: HanischForest(hs, epsilon=1.0, max_depth=7, n_trees=100, prior_trees=0,
+                                                     vote="majority"))]
         for name, make in cases:
             Xf, yf = (hX, hy) if "Hanisch's Adult" in name else (X, y)
             ts = []

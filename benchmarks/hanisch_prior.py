@@ -77,7 +77,8 @@ def _fit(schema, X, y, eps: float, depth: int, prior_trees: int) -> HanischFores
     """A fit on encoded records, through the private data layer as ``fit`` does."""
     from streamdp.private_data import PrivateDataset
 
-    m = HanischForest(schema, epsilon=eps, max_depth=depth, prior_trees=prior_trees)
+    # (measured with Hanisch's majority vote, the default until hanisch_pooled.py: kept so the log reproduces)
+    m = HanischForest(schema, epsilon=eps, max_depth=depth, prior_trees=prior_trees, vote="majority")
     return m.fit(PrivateDataset(schema, X, y, epsilon=eps))
 
 

@@ -64,7 +64,8 @@ def main(argv=None) -> int:
         n_cat = sum(isinstance(a, Categorical) for a in schema.attributes)
         makers = {"DiffPC45": lambda d, e: DiffPC45(schema, epsilon=e, max_depth=d, scorer="gini")}
         if n_cat == schema.n_attributes:
-            makers["HanischForest"] = lambda d, e: HanischForest(schema, epsilon=e, max_depth=d, n_trees=10)
+            makers["HanischForest"] = lambda d, e: HanischForest(schema, epsilon=e, max_depth=d, n_trees=10,
+                                                                 vote="majority")  # (as measured; pooled: no roots)
             makers["DPEA"] = lambda d, e: DPEA(schema, max_depth=d, embed_depth=1, epsilon=e)
         for model, make in makers.items():
             for d in range(1, min(6, schema.n_attributes) + 1):

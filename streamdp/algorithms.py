@@ -207,6 +207,8 @@ ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
                   Param("prior_trees", Interval(int, 0, MAX_PRIOR_TREES), 1,
                         "prior stumps: class totals released at one tree's share, so the class prior is measured "
                         "(our addition)"),
+                  Param("vote", Options(VOTES), "proba",
+                        "proba: the trees' evidence pooled depth by depth (our addition); majority: Hanisch's vote"),
               )),
     Algorithm("private-rdt", "Jagannathan et al.'s one-shot Private-RDT (random trees, geometric noise)",
               "PrivateForest", "streamdp.forest", "streamdp.forest", _forest_params(False), mechanism="geometric"),

@@ -427,6 +427,31 @@ class ForestNodes:
             var = n_below * counts.shape[2] * per_tree[g_tree]
         return cls(y, var, g_parent, g_depth, g_leaf, prior)
 
+    @classmethod
+    def of_trees(cls, released: list[tuple[np.ndarray, np.ndarray]], parents: list[np.ndarray],
+                 depths: list[np.ndarray], leaves: list[np.ndarray], prior: np.ndarray) -> "ForestNodes":
+        """A learner's trees as one forest of nodes, each tree numbering its own nodes: its leaf number is the
+        node number (what :meth:`streamdp.learners.tree.Tree.apply` gives), so :meth:`path_proba` takes the
+        trees' ``apply`` results as they are. ``released``: per tree, every node's counts and its total's
+        variance (:func:`released_node_counts`); ``leaves``: per tree, the node numbers of its reachable leaves;
+        ``prior``: the class prior the roots take.
+
+        >>> parent, depth = np.array([-1, 0, 0]), np.array([0, 1, 1])
+        >>> y = np.array([[12., 8.], [10., 0.], [2., 8.]]); var = np.array([4., 2., 2.])
+        >>> nodes = ForestNodes.of_trees([(y, var)] * 2, [parent] * 2, [depth] * 2, [np.array([1, 2])] * 2,
+        ...                              np.array([0.6, 0.4]))
+        >>> nodes.path_proba(np.array([[1, 1], [2, 2]])).round(2).tolist()  # two trees' evidence pooled per depth
+        [[0.95, 0.05], [0.25, 0.75]]
+        """
+        sizes = [len(d) for d in depths]
+        offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        leaf_node = np.full((len(sizes), max(sizes)), -1, dtype=np.int64)
+        for t, (off, lv) in enumerate(zip(offs, leaves)):
+            leaf_node[t, lv] = off + lv
+        parent = np.concatenate([np.where(p >= 0, p + off, -1) for p, off in zip(parents, offs)])
+        return cls(np.concatenate([y for y, _ in released]), np.concatenate([v for _, v in released]), parent,
+                   np.concatenate(depths), leaf_node, np.asarray(prior, dtype=np.float64))
+
     @staticmethod
     def layout(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, n_prior: int = 0) -> tuple[np.ndarray, ...]:
         """What :meth:`build` needs of the structure alone: flat parent, depth, leaf node, leaves below and tree

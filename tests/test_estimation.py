@@ -340,7 +340,7 @@ def test_hanisch_and_dpea_stay_above_the_prior_on_skewed_data():
 
 def test_learners_leaf_estimator_is_the_rule_before():
     ds = skewed(1500, seed=8)
-    m = HanischForest(ds.schema, epsilon=1.0, max_depth=2, n_trees=3, seed=1).fit(ds.X, ds.y)
+    m = HanischForest(ds.schema, epsilon=1.0, max_depth=2, n_trees=3, seed=1, vote="majority").fit(ds.X, ds.y)
     m.estimator = "leaf"
     before = m.predict_proba(ds.X[:20])
     Xe = ds.schema.encode(ds.X[:20]).X

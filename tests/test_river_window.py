@@ -175,6 +175,37 @@ def test_unknown_values_average_every_combination_of_them(unknown):
     assert np.abs(got - 1 / s.n_classes).max() > 0.05
 
 
+def test_pooled_hanisch_one_record_path_gives_the_pooled_rule_on_the_expected_counts():
+    """HanischForest's probability vote pools the trees (ForestNodes.path_proba). One record: the same floats as
+    the vectorised path; with unknown values, each tree's path rows are averaged over the combinations of the
+    unknown values (the record's expected counts at each depth) before they are summed over the trees, checked
+    here against the rows of every combination's leaves."""
+    import itertools
+
+    from streamdp.estimation import path_proba_one
+
+    s, stream = uci.uci_stream("nursery")
+    model = PrivateWindowClassifier(s, learner="hanisch-forest", window=3000, first_window=3000, prior_records=0,
+                                    epsilon=2.0, learner_params={"max_depth": 3}, seed=1)
+    for x, y in stream[:3000]:
+        model.learn_one(x, y)
+    (m,) = model._models
+    assert m.vote == "proba" and m.pooled_nodes() is not None
+    for x, _ in stream[3000:3050]:
+        row = np.array([model.encoder.encode_one(x)], dtype=np.float64)
+        assert list(model.predict_proba_one(x).values()) == m.predict_proba_encoded(row)[0].tolist()
+    x0, _ = stream[3000]
+    names = ["health", "finance", "form"]
+    got = list(model.predict_proba_one({k: v for k, v in x0.items() if k not in names}).values())
+    X = s.encode([{**x0, **dict(zip(names, c))} for c in itertools.product(
+        *[s.attributes[s.names.index(n)].values for n in names])]).X
+    nodes, C = m.pooled_nodes(), s.n_classes
+    M = nodes.leaf_node.shape[1]
+    rows = sum(nodes.path_rows(t * M + tree.apply(X))[:, C + 1:].mean(axis=0) for t, tree in enumerate(m.trees_))
+    assert got == pytest.approx(path_proba_one(rows.tolist(), nodes.prior.tolist()), abs=1e-9)
+    assert abs(got[0] - got[1]) > 0.05 or max(got) > 0.5  # the model, not a uniform guess
+
+
 def test_bad_parameters_are_named():
     s = rs.stagger_schema()
     with pytest.raises(ValueError, match="learner must be one of"):

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 
 from .. import blob
-from ..algorithms import MAX_PRIOR_TREES
-from ..estimation import SNR_MIN_GROWN, cell_variance, inverse_variance_mean, node_distributions, prior_from
+from ..algorithms import MAX_PRIOR_TREES, VOTES
+from ..estimation import (SNR_MIN_GROWN, ForestNodes, cell_variance, inverse_variance_mean, node_distributions,
+                          prior_from)
 from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
@@ -122,6 +123,8 @@ class PrivateLearner:
         check_integer(getattr(self, "max_depth", 1), "max_depth", low=self.MIN_DEPTH)
         if "top_up" in self._param_names():  # (the learners that stop branches early: DPEA, the ID3 family, C4.5)
             check_flag(self.top_up, "top_up")
+        if "vote" in self._param_names() and self.vote not in VOTES:  # (the learners of several trees: HanischForest)
+            raise ValueError(f"vote must be one of {list(VOTES)}, got {self.vote!r}")
 
     def _fit(self, pds: PrivateDataset) -> None:
         raise NotImplementedError
@@ -204,9 +207,24 @@ class PrivateLearner:
         """Class probabilities, columns in the schema's label order."""
         return self.predict_proba_encoded(self._encode(X))
 
+    def pooled_nodes(self) -> ForestNodes | None:
+        """The trees' nodes, when the prediction pools the trees' evidence depth by depth
+        (:meth:`streamdp.estimation.ForestNodes.path_proba`, PrivateForest's probability vote): the noise-aware
+        estimate under the probability vote of a learner of several trees. None where each tree predicts alone
+        (:meth:`node_tables`)."""
+        self._check_fitted()
+        if self.vote != "proba" or self.estimator != "shrink" or len(self.trees_) < 2:
+            return None
+        released = [t.released_counts(self.cell_variance()) for t in self.trees_]
+        return ForestNodes.of_trees(released, [t.parent for t in self.trees_], [t.depth for t in self.trees_],
+                                    [np.flatnonzero(t.reachable_leaves()) for t in self.trees_], self.class_prior(released))
+
     def predict_proba_encoded(self, Xe: np.ndarray) -> np.ndarray:
         """Class probabilities of already-encoded query records (float64 codes in schema order)."""
         self._check_fitted()
+        nodes = self.pooled_nodes()
+        if nodes is not None:
+            return nodes.path_proba(np.stack([t.apply(Xe) for t in self.trees_], axis=1))
         probas = [table[t.apply(Xe)] for t, table in zip(self.trees_, self.node_tables())]
         if self.vote == "majority":
             C = self.schema.n_classes
@@ -250,6 +268,10 @@ class PrivateLearner:
             params = {**params, "top_up": False}  # fitted before top_up existed: the papers' budget
         if "prior_trees" in cls._param_names() and "prior_trees" not in params:
             params = {**params, "prior_trees": 0}  # fitted before prior stumps existed: none
+        if "vote" in cls._param_names():
+            params = {"vote": "majority", **params}  # fitted before the vote was a parameter: the majority vote
+            if params["vote"] not in VOTES:
+                raise blob.BlobError(f"{fmt}: vote must be one of {list(VOTES)}, got {params['vote']!r}")
         m = cls(schema=schema, **params)
         trees = blob.field(doc, "trees", list, fmt)
         if not trees:

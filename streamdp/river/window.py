@@ -13,7 +13,7 @@ import river.base  # absolute import: this package is streamdp.river, the librar
 
 from streamdp.algorithms import learners as _catalogue_learners  # the one import of the catalogue in streamdp.river
 from streamdp.continual import noisy_node
-from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
+from streamdp.estimation import cell_variance, path_proba_one, prior_phase_first, prior_phase_size, release_prior
 from streamdp.privacy import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.learners import IgnoredAttributesWarning
@@ -348,14 +348,33 @@ class _TreeTables:
     """A fitted learner's trees as Python lists, for one-record prediction without numpy overhead.
 
     The distributions are the learner's ``node_tables()`` (the noise-aware estimate, or the
-    leaf rule under ``estimator="leaf"``): the same numbers as ``predict_proba_encoded``.
+    leaf rule under ``estimator="leaf"``): the same numbers as ``predict_proba_encoded``. Where the learner
+    pools its trees' evidence (:meth:`~streamdp.learners.HanischForest.pooled_nodes`), each leaf holds its
+    path's counts and variances from depth 1 instead (:meth:`streamdp.estimation.ForestNodes.path_rows`): a
+    record sums its trees' rows and :func:`~streamdp.estimation.path_proba_one` finishes, the same floats as
+    :meth:`~streamdp.estimation.ForestNodes.path_proba`.
     """
 
     def __init__(self, model: Any):
         self.majority = model.vote == "majority"
-        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table.tolist())
-                      for t, table in zip(model.trees_, model.node_tables())]
-        self.C = model.schema.n_classes
+        nodes = model.pooled_nodes()
+        self.C = C = model.schema.n_classes
+        if nodes is None:
+            self.prior = None
+            tables = [table.tolist() for table in model.node_tables()]
+        else:  # per tree, a leaf's row: its path's counts and variances from depth 1 (the roots take the prior)
+            self.prior = nodes.prior.tolist()
+            M = nodes.leaf_node.shape[1]
+            tables = []
+            for t, tree in enumerate(model.trees_):
+                leaves = np.flatnonzero(nodes.leaf_node[t] >= 0)
+                rows = nodes.path_rows(t * M + leaves)[:, C + 1:].tolist()
+                table: list = [None] * M
+                for leaf, r in zip(leaves.tolist(), rows):
+                    table[leaf] = r
+                tables.append(table)
+        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table)
+                      for t, table in zip(model.trees_, tables)]
         self.width = [2 if isinstance(a, Numeric) else a.arity for a in model.schema.attributes]  # children per split
 
     def proba(self, row: list) -> list[float]:
@@ -363,9 +382,11 @@ class _TreeTables:
         the record descends every branch, each weighed by one over the split's width (a number's two sides
         alike): each tree's leaf distribution averaged over every combination of the unknown categorical values,
         with no cap (a grid of the combinations, capped at 256, predicted 1/C past it: a reviewer's finding); the
-        majority vote then counts that average's top class."""
+        majority vote then counts that average's top class. Pooled trees average their leaves' rows the same way
+        (the record's expected counts at each depth) before they are summed over the trees."""
         out = [0.0] * self.C
         complete = None not in row
+        pooled = None
         for feature, threshold, child_start, dist in self.trees:
             if complete:  # the common case: one leaf, no list per record
                 node = 0
@@ -377,12 +398,16 @@ class _TreeTables:
                 d = dist[node]
             else:
                 reached = self._reached(row, feature, threshold, child_start)
-                d = [sum(w * dist[leaf][k] for leaf, w in reached) for k in range(self.C)]
-            if self.majority:
+                d = [sum(w * dist[leaf][k] for leaf, w in reached) for k in range(len(dist[reached[0][0]]))]
+            if self.prior is not None:  # left to right over the trees, as path_proba's sums
+                pooled = d if pooled is None else [a + b for a, b in zip(pooled, d)]
+            elif self.majority:
                 out[max(range(self.C), key=d.__getitem__)] += 1.0
             else:
                 for k in range(self.C):
                     out[k] += d[k]
+        if self.prior is not None:
+            return path_proba_one(pooled, self.prior)
         n = len(self.trees)
         return [v / n for v in out]
 

@@ -40,7 +40,7 @@ from ..validation import check_integer
 from .connection import connect
 from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
 from .ledger_store import RedisLedger
-from .registry import ModelNotFound, load_spec, published_keys
+from .registry import load_spec, published_keys
 from .retention import get_retention
 
 __all__ = ["JobQueue", "fetch_model", "SourceLabelWarning", "FILE_SOURCES", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",

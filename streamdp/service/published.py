@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from .. import blob
@@ -114,16 +113,32 @@ def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases:
                             n_releases=int(releases), noise_variance=variance)
 
 
-def published_fields(forest: PrivateForest) -> dict[str, Any]:
+def published_fields(forest: PrivateForest, *, grown: bytes | None = None, noise_variance: float | None = None,
+                     view: bool = False) -> dict[str, Any]:
     """The ``pub:model`` fields of a stream model's release: version, releases and counts bytes.
 
     No model blob: a stream model's structure is its spec's (``spec`` key, written once at creation),
     so a consumer rebuilds the forest from the spec and these counts (:func:`forest_from_counts`).
     Re-sending the structure with every release cost a worker 1.7x the counts in memory and the
     release's time; a ``grow`` release, whose structure changes, publishes its blob instead
-    (``pub:model`` field ``blob``), as batch jobs do.
+    (``grown``: field ``blob``, no ``counts``), as batch jobs do. ``noise_variance``: a window release's
+    (field ``noise_variance``); ``view``: the counts as a view of the forest's array, no copy
+    (:func:`counts_view`: send it right away). The batch commit script writes the same fields
+    (:data:`.commit.COMMIT_LUA`, the counts once for the state and ``pub:model``).
+
+    >>> from streamdp.datasets import load
+    >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+    >>> sorted(published_fields(f)), sorted(published_fields(f, grown=b"...", noise_variance=2.0))
+    (['counts', 'releases', 'version'], ['blob', 'noise_variance', 'releases', 'version'])
     """
-    return {"version": forest.version, "releases": forest.n_releases, "counts": counts_to_bytes(forest.counts)}
+    fields: dict[str, Any] = {"version": forest.version, "releases": forest.n_releases}
+    if grown is not None:
+        fields["blob"] = grown
+    else:
+        fields["counts"] = counts_view(forest.counts) if view else counts_to_bytes(forest.counts)
+    if noise_variance is not None:
+        fields["noise_variance"] = repr(float(noise_variance))
+    return fields
 
 
 def release_record(forest: PrivateForest) -> bytes:

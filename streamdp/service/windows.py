@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import redis
@@ -50,7 +50,7 @@ from .commit import SEAL_LUA, UNLEASE_LUA
 from .group import jlog
 from .keys import Keys, as_str
 from .draw_once import PENDING_TTL_S, drawn_once, stored_once
-from .published import counts_from_bytes, counts_view, release_record_parts
+from .published import counts_from_bytes, published_fields, release_record_parts
 from .rollback import NoiseSource, RollbackGuard
 
 __all__ = ["WindowCloser", "joined_cells", "acc_counts"]
@@ -334,12 +334,10 @@ class WindowCloser:
                     return False
                 if mid is not None and as_str(mid) != self.keys.model_id:  # (keys: the state's id, Keys.of)
                     return False  # deleted and re-created under this name: not the model this closer holds
-                pub = {"version": nv, "updated": now, "releases": w, "noise_variance": repr(float(variance))}
-                if grown is None:  # the structure is the spec's: counts only (published.published_fields)
-                    counts_b, record = counts_view(forest.counts), release_record_parts(forest)
-                    pub["counts"], gone = counts_b, "blob"
-                else:
-                    record, pub["blob"], gone = [grown], grown, "counts"
+                # the structure is the spec's: counts only, as views; a grown release's blob instead of counts
+                pub = {**published_fields(forest, grown=grown, noise_variance=variance, view=True), "updated": now}
+                record = release_record_parts(forest) if grown is None else [grown]
+                gone = "blob" if grown is None else "counts"
                 p.multi()
                 # The state keeps no copy of the counts (or grown blob): closers read pub:model's, written in this
                 # transaction (a counts-sized write and the counts' memory in Redis less); its fields say so

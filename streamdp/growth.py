@@ -140,7 +140,7 @@ def grown_release(forest: "PrivateForest", tally: Callable[[ForestStructure], np
     stands clear of its noise, the nodes below it expect that total (records concentrate on few values).
     """
     drawn, now = forest._drawn, forest.structure
-    schema, T, P, mech = forest.schema, forest.n_trees, forest.prior_trees, forest.mechanism
+    schema, T, mech = forest.schema, forest.n_trees, forest.mechanism
     C, M = schema.n_classes, drawn.feature.shape[1]
     eps = forest.epsilon_per_tree
     started = forest.n_releases > 0

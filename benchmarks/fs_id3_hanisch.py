@@ -223,7 +223,8 @@ def runtimes() -> list[dict]:
         cases = [("SuLQID3", lambda: SuLQID3(schema, top_up=False, epsilon=1.0, max_depth=5))]
         cases += [(f"DiffPID3 {s}", lambda s=s: DiffPID3(schema, top_up=False, epsilon=1.0, max_depth=5, scorer=s, n_bound=50_000))
                   for s in SCORERS]
-        cases += [("HanischForest 10 trees depth 3", lambda: HanischForest(schema, epsilon=1.0, max_depth=3, n_trees=10))]
+        cases += [("HanischForest 10 trees depth 3", lambda: HanischForest(schema, epsilon=1.0, max_depth=3, n_trees=10,
+                                                                          prior_trees=0, vote="majority"))]
         if dname == "adult (binned)":
             hs, hX, hy = as_codes(*hanisch_adult())
             cases += [("HanischForest 100 trees depth 7 (Hanisch's Adult, codes)",

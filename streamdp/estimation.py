@@ -143,13 +143,28 @@ def node_distributions(y: np.ndarray, var_total: np.ndarray, parent: np.ndarray,
 
 def shrink(y: np.ndarray, var_total: np.ndarray, parent_p: np.ndarray, snr_min: float | None = None) -> np.ndarray:
     """One step of the rule, row-wise: ``(y + a p_parent) / (t + a)`` where ``t >= SNR_MIN sd``, else ``p_parent``."""
-    tot = y.sum(axis=1)
+    tot = _row_sums(y)
     sd = np.sqrt(np.maximum(var_total, 0.0))
     a = (PRIOR_WEIGHT * np.maximum(var_total, 0.0) / np.maximum(tot, 1.0) + MIN_WEIGHT)[:, None]
     q = np.clip((y + a * parent_p) / (tot[:, None] + a), 0.0, None)
-    s = q.sum(axis=1, keepdims=True)
+    s = _row_sums(q)[:, None]
     ok = (tot > 0) & (tot >= (SNR_MIN if snr_min is None else snr_min) * sd) & (s[:, 0] > 0)
     return np.where(ok[:, None], q / np.where(s > 0, s, 1.0), parent_p)
+
+
+def _row_sums(a: np.ndarray) -> np.ndarray:
+    """Each row's sum left to right, the one-record path's order (:data:`seq_sum`): numpy's sum over a row of 8
+    or more regroups it (pairwise, unrolled by 8), which gave the river path other last bits on LED's 10
+    classes (a reviewer's finding).
+
+    >>> row = np.array([[1e16, 1.0, -1e16, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]])
+    >>> float(_row_sums(row)[0]) == seq_sum(row[0].tolist())
+    True
+    """
+    out = a[:, 0].astype(np.float64)
+    for c in range(1, a.shape[1]):
+        out += a[:, c]
+    return out
 
 
 def shrink_one(y: list, var_total: float, parent_p: list, snr_min: float | None = None) -> list:

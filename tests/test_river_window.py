@@ -206,6 +206,39 @@ def test_pooled_hanisch_one_record_path_gives_the_pooled_rule_on_the_expected_co
     assert abs(got[0] - got[1]) > 0.05 or max(got) > 0.5  # the model, not a uniform guess
 
 
+def test_one_record_path_gives_the_same_floats_with_ten_classes():
+    """A reviewer's finding: numpy's row sum regroups rows of 8 or more numbers, so with LED's 10 classes the
+    pooled rule's one-record path (sums left to right) and the vectorised path differed in the last bits; both
+    now sum left to right."""
+    s = rs.led_schema()
+    stream = list(datasets.synth.LED(seed=3, noise_percentage=0.1).take(2400))
+    model = PrivateWindowClassifier(s, learner="hanisch-forest", window=2000, first_window=2000, prior_records=0,
+                                    epsilon=5.0, learner_params={"max_depth": 4})
+    for x, y in stream[:2000]:
+        model.learn_one(x, y)
+    (m,) = model._models
+    assert s.n_classes == 10 and m.pooled_nodes() is not None
+    for x, _ in stream[2000:]:
+        row = np.array([model.encoder.encode_one(x)], dtype=np.float64)
+        assert list(model.predict_proba_one(x).values()) == m.predict_proba_encoded(row)[0].tolist()
+
+
+def test_a_hanisch_window_classifier_pickled_before_the_vote_parameter_keeps_the_majority_vote():
+    """A reviewer's finding: its old models vote by majority (the class default), and the windows fitted after the
+    load would have pooled, one ensemble mixing vote shares with pooled probabilities."""
+    import pickle
+
+    model = PrivateWindowClassifier(rs.stagger_schema(), learner="hanisch-forest", window=200, first_window=200,
+                                    prior_records=0, epsilon=5.0)
+    for x, y in datasets.synth.STAGGER(seed=1).take(200):
+        model.learn_one(x, y)
+    for m in model._models:
+        del m.__dict__["vote"]  # as a model pickled before the parameter
+    old = pickle.loads(pickle.dumps(model))
+    assert all(m.vote == "majority" for m in old._models) and old._make().vote == "majority"
+    assert PrivateWindowClassifier(rs.stagger_schema(), learner="hanisch-forest")._make().vote == "proba"
+
+
 def test_bad_parameters_are_named():
     s = rs.stagger_schema()
     with pytest.raises(ValueError, match="learner must be one of"):

@@ -25,7 +25,7 @@ from ..ledger import TOLERANCE, BudgetExceeded
 from ..private_data import PrivateDataset
 from ..privacy import NotPrivateWarning
 from ..schema import Categorical, Schema
-from ..validation import check_epsilon, check_flag, check_integer
+from ..validation import check_choice, check_epsilon, check_flag, check_integer
 from .tree import Tree
 
 FORMAT_VERSION = 1
@@ -37,7 +37,7 @@ class IgnoredAttributesWarning(UserWarning):
 
 class PrivateLearner:
     FORMAT = "streamdp.learner"
-    vote = "proba"  # how trees combine: "proba" (mean distribution) or "majority"
+    vote = "proba"  # how trees combine: "proba" (pooled where the learner has several trees: pooled_nodes) or "majority"
     #: Whether the learner splits on numeric attributes (else they are ignored, with a warning at fit).
     SPLITS_NUMBERS = True
     #: Whether an infinite epsilon (no noise, not private) is a setting of the learner.
@@ -123,8 +123,8 @@ class PrivateLearner:
         check_integer(getattr(self, "max_depth", 1), "max_depth", low=self.MIN_DEPTH)
         if "top_up" in self._param_names():  # (the learners that stop branches early: DPEA, the ID3 family, C4.5)
             check_flag(self.top_up, "top_up")
-        if "vote" in self._param_names() and self.vote not in VOTES:  # (the learners of several trees: HanischForest)
-            raise ValueError(f"vote must be one of {list(VOTES)}, got {self.vote!r}")
+        if "vote" in self._param_names():  # (the learners of several trees: HanischForest)
+            check_choice(self.vote, "vote", VOTES)
 
     def _fit(self, pds: PrivateDataset) -> None:
         raise NotImplementedError
@@ -139,7 +139,8 @@ class PrivateLearner:
 
     def node_tables(self) -> list[np.ndarray]:
         """Per tree, the class distribution of every node (``(n_nodes, n_classes)``): a record's
-        prediction from tree ``i`` is ``node_tables()[i][leaf]``; the one-record (river) path reads these."""
+        prediction from tree ``i`` is ``node_tables()[i][leaf]`` where each tree predicts alone (the one-record
+        river path reads these); a learner that pools its trees predicts from :meth:`pooled_nodes` instead."""
         self._check_fitted()
         if self.estimator == "leaf":
             return [t.leaf_distributions() for t in self.trees_]
@@ -213,6 +214,7 @@ class PrivateLearner:
         estimate under the probability vote of a learner of several trees. None where each tree predicts alone
         (:meth:`node_tables`)."""
         self._check_fitted()
+        check_choice(self.vote, "vote", VOTES)  # (set_params on a fitted model is checked here, not at fit)
         if self.vote != "proba" or self.estimator != "shrink" or len(self.trees_) < 2:
             return None
         released = [t.released_counts(self.cell_variance()) for t in self.trees_]
@@ -270,8 +272,10 @@ class PrivateLearner:
             params = {**params, "prior_trees": 0}  # fitted before prior stumps existed: none
         if "vote" in cls._param_names():
             params = {"vote": "majority", **params}  # fitted before the vote was a parameter: the majority vote
-            if params["vote"] not in VOTES:
-                raise blob.BlobError(f"{fmt}: vote must be one of {list(VOTES)}, got {params['vote']!r}")
+            try:
+                check_choice(params["vote"], "vote", VOTES)
+            except ValueError as e:
+                raise blob.BlobError(f"{fmt}: {e}") from None
         m = cls(schema=schema, **params)
         trees = blob.field(doc, "trees", list, fmt)
         if not trees:

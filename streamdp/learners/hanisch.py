@@ -24,8 +24,11 @@ addition) pools the trees' evidence as PrivateForest's probability vote does
 (:meth:`streamdp.estimation.ForestNodes.path_proba`): at each depth the
 record's nodes in all trees are summed (their noises are independent) and
 shrunk toward the pooled estimate one level up, from the class prior at the
-roots. Post-processing of the same release, so a fitted forest can be read
-either way (``set_params(vote=...)``). Measured
+roots (a forest of one tree: that tree's estimate, its root shrunk toward
+the prior). Post-processing of the same release, so a fitted forest can be
+read either way (``set_params(vote=...)``). Under ``estimator="leaf"`` (the
+rule before, for comparison) the probability vote is the mean of the trees'
+leaf-rule distributions. Measured
 (``benchmarks/results/hanisch_pooled.log``: every shared dataset but Adult,
 and the skewed one, every depth to 8, epsilon 0.5/1/2, 10 hold-outs, 108
 settings): mean accuracy over the majority share +0.172 by majority (each

@@ -106,7 +106,10 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     value by one over the split's width (a malformed number: each side of its
     splits alike), so under the probability vote a record's prediction is the
     average over every combination of its unknown categorical values, however
-    many (the majority vote counts each tree's averaged leaf distribution).
+    many (the majority vote counts each tree's averaged leaf distribution). A
+    learner that pools its trees (``hanisch-forest``'s default vote) averages
+    each tree's path counts that way, then pools them: the noise-aware rule on
+    the record's expected counts, which is not an average of predictions.
     The records of the open window (or the labels of the open prior-phase
     release) are raw data held in memory (and in a pickle of the model).
 
@@ -310,6 +313,9 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self.__dict__.update(state)
         if "prior_records" not in state:  # pickled before the prior phase: none
             self.prior_records, self._prior_y, self._prior_log, self._prior = 0, [], [], None
+        if any("vote" not in m.__dict__ for m in self._models if "vote" in m._param_names()):
+            # pickled before HanischForest's vote was a parameter: its models vote by majority, and so do the next
+            self.learner_params = {"vote": "majority", **(self.learner_params or {})}
         self._tables = [_TreeTables(m) for m in self._models]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
@@ -364,15 +370,12 @@ class _TreeTables:
             tables = [table.tolist() for table in model.node_tables()]
         else:  # per tree, a leaf's row: its path's counts and variances from depth 1 (the roots take the prior)
             self.prior = nodes.prior.tolist()
-            M = nodes.leaf_node.shape[1]
-            tables = []
-            for t, tree in enumerate(model.trees_):
-                leaves = np.flatnonzero(nodes.leaf_node[t] >= 0)
-                rows = nodes.path_rows(t * M + leaves)[:, C + 1:].tolist()
-                table: list = [None] * M
-                for leaf, r in zip(leaves.tolist(), rows):
-                    table[leaf] = r
-                tables.append(table)
+            T, M = nodes.leaf_node.shape
+            tree_of, leaf_of = np.nonzero(nodes.leaf_node >= 0)  # every tree's leaves, in one path_rows call
+            rows = nodes.path_rows(tree_of * M + leaf_of)[:, C + 1:].tolist()
+            tables = [[None] * M for _ in range(T)]
+            for t, leaf, r in zip(tree_of.tolist(), leaf_of.tolist(), rows):
+                tables[t][leaf] = r
         self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table)
                       for t, table in zip(model.trees_, tables)]
         self.width = [2 if isinstance(a, Numeric) else a.arity for a in model.schema.attributes]  # children per split

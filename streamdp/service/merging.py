@@ -87,8 +87,17 @@ def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes]]:
     return out
 
 
+def _attempt(merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> tuple[list, list, list] | None:
+    """One attempt's entries: those to merge, all of them (the merging ones first, as the scripts number them)
+    and their dead letters; None when none is left."""
+    m_entries = list(merge.values())
+    ids_all = m_entries + ack_only
+    return (m_entries, ids_all, dead_items(ids_all)) if ids_all else None
+
+
 class _Merge:
-    """What both ways share: the model's keys, the worker's name and settings, and rejection handling."""
+    """What both ways share: the model's keys, the worker's name and settings (read once, when the worker is
+    built), and rejection handling."""
 
     def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, dead_maxlen: int,
                  max_commit_retries: int, fault: Callable[[str], None]):
@@ -186,11 +195,10 @@ class BatchMerge(_Merge):
         keys = self.keys
         retries = 0
         while True:
-            m_entries = list(merge.values())
-            ids_all = m_entries + ack_only
-            if not ids_all:
+            attempt = _attempt(merge, ack_only)
+            if attempt is None:
                 return Outcome("nothing")
-            dead = dead_items(ids_all)
+            m_entries, ids_all, dead = attempt
             m = len(m_entries)
             new_version, counts_b, record, releases, n_records = 0, b"", (b"", b"", 0), 0, 0
             new_counts = None
@@ -292,11 +300,10 @@ class WindowAdd(_Merge):
         keys = self.keys
         retries = 0
         while True:
-            m_entries = list(merge.values())
-            ids_all = m_entries + ack_only
-            if not ids_all:
+            attempt = _attempt(merge, ack_only)
+            if attempt is None:
                 return Outcome("nothing")
-            dead = dead_items(ids_all)
+            m_entries, ids_all, dead = attempt
             m = len(m_entries)
             cells = joined_cells([tallies[e.batch.batch_id] for e in m_entries]) if m else b""
             if self.open_window is None:

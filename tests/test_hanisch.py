@@ -134,6 +134,9 @@ def test_blob_round_trip():
     assert back.vote == "proba"
     unvoted = {**doc, "params": {k: v for k, v in doc["params"].items() if k != "vote"}}
     assert HanischForest.from_bytes(msgpack.packb(unvoted, use_bin_type=True)).vote == "majority"
+    with pytest.raises(ValueError, match="vote must be one of"):  # what could not be loaded is not written
+        m.set_params(vote="x").to_bytes()
+    m.set_params(vote="proba")
     for bad in ("pooled", None, 1):
         with pytest.raises(BlobError, match="vote must be one of"):
             HanischForest.from_bytes(msgpack.packb({**doc, "params": {**doc["params"], "vote": bad}},

@@ -150,6 +150,10 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
     assert r.hget(REGISTRY, f"{model}-kanon") is None  # job models have their own registry and key space
     assert r.exists(Keys(f"{model}-kanon", job=True).pub_model) and not r.exists(Keys(f"{model}-kanon").pub_model)
     assert isinstance(jq.result(kan), PrivateForest)
+    # by the result's name too (the docs said so; a new user's `job result NAME` found no job)
+    assert jq.result_bytes(f"{model}-kanon") == jq.result_bytes(kan)
+    with pytest.raises(LookupError, match="no job 'no-such-result'"):
+        jq.result("no-such-result")
     assert [j["id"] for j in jq.list()] == [kan, rdt]
 
 

@@ -99,3 +99,16 @@ def test_learn_many_warns_even_when_its_first_dropped_row_only_misses_a_value():
         w.simplefilter("always")
         m.learn_many(frame, pd.Series(["no", "yes", "no"]))
     assert [str(x.message)[:38] for x in got if x.category is UndeclaredValueWarning] == ["attribute 'windy': a value of type int"]
+
+
+def test_names_moved_out_of_the_module_are_found_with_a_warning_naming_their_module():
+    from streamdp.river import inference, uci
+
+    with pytest.warns(DeprecationWarning, match="moved to streamdp.river.uci.uci_stream"):
+        from streamdp.river.schemas import uci_stream
+    assert uci_stream is uci.uci_stream
+    with pytest.warns(DeprecationWarning, match="moved to streamdp.river.inference.PrivacyLeakWarning"):
+        from streamdp.river.schemas import PrivacyLeakWarning
+    assert PrivacyLeakWarning is inference.PrivacyLeakWarning
+    with pytest.raises(ImportError):
+        from streamdp.river.schemas import no_such_name  # noqa: F401

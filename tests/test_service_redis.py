@@ -87,6 +87,57 @@ def test_sigterm_stops_a_worker_gracefully(redis_url, model):
     assert r.xinfo_groups(Keys(model).records)[0]["consumers"] == 0  # left the group cleanly
 
 
+@pytest.mark.slow
+def test_a_worker_stops_when_its_pool_is_killed(redis_url, model):
+    """A new user's finding: SIGKILL to `streamdp worker` left its worker process running, orphaned, until it was
+    killed by hand. Now the worker sees its parent gone, finishes its step and leaves the group."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    code = (f"from streamdp.service.pool import run_workers; run_workers({model!r}, 1, {redis_url!r}, block_ms=100, "
+            "log_level=40)")
+    pool = subprocess.Popen([sys.executable, "-c", code])
+    r = connect(redis_url)
+    records = Keys(model).records
+    consumers = []
+    try:
+        _wait(lambda: consumers.extend(r.xinfo_consumers(records, "workers")) or consumers, timeout=60,
+              what="the pool's worker to join the group")
+        pool.kill()
+        pool.wait(10)
+        _wait(lambda: r.xinfo_groups(records)[0]["consumers"] == 0, timeout=20,
+              what="the orphaned worker to stop and leave the group")
+    finally:
+        pool.kill()
+        for c in consumers:  # (the consumer's name holds its pid: an orphan left by a failure is not kept)
+            try:
+                os.kill(int(c["name"].decode().split("-")[-2]), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def test_a_killed_worker_process_is_logged_by_its_pool(redis_url, model, caplog):
+    """A new user's finding: a worker process killed under `streamdp worker` ended the pool with no word of it."""
+    import logging
+    import os
+    import signal
+
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    pool = WorkerPool(model, 1, redis_url, block_ms=100, log_level=40).start()
+    try:
+        os.kill(pool.procs[0].pid, signal.SIGKILL)
+        pool.procs[0].join(20)
+        with caplog.at_level(logging.ERROR, logger="streamdp.worker"):
+            assert pool.report_deaths(set()) == {0} and pool.report_deaths({0}) == set()
+        (rec,) = [r for r in caplog.records if "worker.process_died" in r.getMessage()]
+        assert '"exitcode": -9' in rec.getMessage()
+    finally:
+        pool.stop()
+
+
 def test_deleting_a_model_stops_its_blocked_worker_cleanly(redis_url, model):
     """A worker blocked in XREADGROUP when its stream is deleted gets UNBLOCKED (Redis 7) or NOGROUP: it stops, it
     does not die with a traceback."""

@@ -78,7 +78,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     ls.set_defaults(func=list_)
 
     rs = sub.add_parser("result", parents=[common], help="a done job's model (write the blob with -o)")
-    rs.add_argument("id")
+    rs.add_argument("id", help="the job's id, or its result's name (submit --name)")
     rs.add_argument("-o", "--output", default=None)
     rs.set_defaults(func=result)
 

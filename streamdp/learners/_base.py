@@ -244,6 +244,8 @@ class PrivateLearner:
     # -- blobs ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
         self._check_fitted()
+        if "vote" in self._param_names():  # (what from_bytes refuses is not written: set_params is not checked)
+            check_choice(self.vote, "vote", VOTES)
         params = {k: v for k, v in self.get_params().items() if k not in ("schema", "noise_seed")}
         return blob.dumps(self.FORMAT, FORMAT_VERSION, {
             "schema": self.schema.to_dict(),

@@ -28,7 +28,9 @@ named ``"0"``, ``"1"``, ...; the river classifiers read the integer keys.
 
 from __future__ import annotations
 
+import importlib
 import math
+import warnings
 from typing import Any
 
 from streamdp.schema import Categorical, Label, Numeric, Schema
@@ -257,3 +259,18 @@ def schema_for(dataset: Any) -> Schema:
     if name not in RIVER_SCHEMAS:
         raise ValueError(f"no declared schema for river dataset {name!r}; known: {sorted(RIVER_SCHEMAS)}")
     return RIVER_SCHEMAS[name](dataset)
+
+
+#: Names that moved out of this module (round 2, fourteenth session) and where they are now.
+_MOVED = {"uci_schema": "streamdp.river.uci", "uci_stream": "streamdp.river.uci",
+          "infer_schema": "streamdp.river.inference", "PrivacyLeakWarning": "streamdp.river.inference"}
+
+
+def __getattr__(name: str) -> Any:
+    """A moved name is still found here, with a DeprecationWarning naming its module (a new user's old import
+    failed with a bare ImportError)."""
+    if name in _MOVED:
+        warnings.warn(f"streamdp.river.schemas.{name} moved to {_MOVED[name]}.{name}", DeprecationWarning,
+                      stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

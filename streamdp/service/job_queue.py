@@ -243,7 +243,8 @@ class JobQueue:
         return out
 
     def result_bytes(self, job_id: str) -> bytes:
-        """The published model blob of a done job."""
+        """The published model blob of a done job, named by the job's id or by its result's name (``--name``)."""
+        job_id = self._job_of(job_id)
         st = self.status(job_id)
         if st["status"] != "done":
             why = st.get("reason") or st.get("error") or st.get("progress")
@@ -253,8 +254,19 @@ class JobQueue:
             raise LookupError(f"job {job_id}'s result {st['result']!r} is no longer published")
         return bytes(blob_)
 
+    def _job_of(self, job_or_result: str) -> str:
+        """The id of the job: ``job_or_result`` itself, or the job that published the result of that name."""
+        if self.r.exists(job_key(job_or_result)):
+            return job_or_result
+        try:
+            owner = self.r.hget(Keys(job_or_result, job=True).pub_model, "job")
+        except ValueError:  # not a model name either: the job lookup says what is missing
+            owner = None
+        return as_str(owner) if owner else job_or_result
+
     def result(self, job_id: str) -> Any:
-        """The trained estimator of a done job (decoded by :func:`streamdp.learners.load_model`)."""
+        """The trained estimator of a done job, by its id or its result's name (decoded by
+        :func:`streamdp.learners.load_model`)."""
         from ..learners import load_model
 
         return load_model(self.result_bytes(job_id))

@@ -12,14 +12,36 @@ from typing import Any
 
 import redis
 
+from .group import jlog
 from .stream_worker import Worker, WorkerConfig
 
 __all__ = ["WorkerPool", "run_workers"]
 
+log = logging.getLogger("streamdp.worker")
+
+#: How often a worker process checks that the pool that started it is still there.
+PARENT_POLL_S = 0.5
+
 
 def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(message)s")
-    Worker(redis_url, model, **kw).run(until_drained=until_drained)
+    worker = Worker(redis_url, model, **kw)
+    threading.Thread(target=_stop_with_parent, args=(worker, os.getppid()), daemon=True,
+                     name="streamdp-parent-watch").start()
+    worker.run(until_drained=until_drained)
+
+
+def _stop_with_parent(worker: Worker, parent: int) -> None:
+    """Stop ``worker`` gracefully (after its step in hand) once the process that started it is gone: a pool
+    killed with SIGKILL left its workers running, orphaned, until each was killed by hand (a new user's finding).
+    An orphan is adopted by another process, so its parent's pid changes."""
+    while not worker.stopping:
+        if os.getppid() != parent:
+            jlog(log, logging.WARNING, "worker.pool_gone", model=worker.model, consumer=worker.name,
+                 hint="the worker pool that started this worker is gone: stopping")
+            worker.stop()
+            return
+        time.sleep(PARENT_POLL_S)
 
 
 class WorkerPool:
@@ -51,6 +73,18 @@ class WorkerPool:
         for p in self.procs:
             p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         return not self.alive()
+
+    def report_deaths(self, reported: set[int]) -> set[int]:
+        """Log each process that ended with an error and is not in ``reported`` (by index); returns their indices.
+        A worker killed (SIGKILL, out of memory) leaves its entries pending: the other workers reclaim them after
+        ``claim_idle_ms``, or a worker started later does."""
+        dead = {i for i, p in enumerate(self.procs) if i not in reported and p.exitcode not in (None, 0)}
+        for i in sorted(dead):
+            p = self.procs[i]
+            jlog(log, logging.ERROR, "worker.process_died", process=p.name, pid=p.pid, exitcode=p.exitcode,
+                 hint="a negative exit code is the signal that ended it; its pending entries are reclaimed by "
+                      "the other workers, or by the next worker started")
+        return dead
 
     def stop(self, timeout: float = 10.0) -> list[int | None]:
         """SIGTERM every worker (each finishes its step), then kill any left after ``timeout``."""
@@ -86,9 +120,13 @@ def run_workers(model: str, processes: int | None = None, redis_url: Any = None,
         for s in (signal.SIGTERM, signal.SIGINT):
             old[s] = signal.signal(s, lambda *_: stopping.set())
     pool.start()
+    reported: set[int] = set()
     try:
         while pool.alive() and not stopping.is_set():
             stopping.wait(0.2)  # signals interrupt this wait; process exits are checked each 0.2 s
+            reported |= pool.report_deaths(reported)
+        if not stopping.is_set():
+            pool.report_deaths(reported)
     finally:
         codes = pool.stop()
         for s, h in old.items():

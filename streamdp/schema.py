@@ -35,6 +35,13 @@ from .coding import (BLOCK, MISSING, declared_table, is_frame, lookup_codes, loo
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
 
 
+
+def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
+    """Under ``on_invalid="raise"``, a :class:`ValueError` naming the first bad record (by row) and its reason."""
+    if bad and on_invalid == "raise":
+        row = min(bad)
+        raise ValueError(f"record {row} (0-based): {bad[row]}")
+
 class SchemaError(ValueError):
     """A schema definition is malformed."""
 
@@ -298,19 +305,21 @@ class Schema:
         fast = self._encode_matrix(X)
         if fast is not None:  # every value valid: the labels decide
             bad_y: dict[int, str] = {}
-            y_codes = None if y is None else self._encode_labels(y, len(fast), bad_y, on_invalid)
+            y_codes = None if y is None else self._encode_labels(y, len(fast), bad_y)
             if not bad_y:
                 return Encoded(fast, y_codes, np.arange(len(fast)))
+            _raise_first(bad_y, on_invalid)
         columns, n = self.columns(X)
-        bad: dict[int, str] = {}
+        bad: dict[int, str] = {}  # row -> the reason of its first bad value in schema order (the label last)
         out = np.empty((n, self.n_attributes), dtype=np.float64)
         for j, (attr, col) in enumerate(zip(self.attributes, columns)):
-            out[:, j] = self._encode_column(j, attr, col, bad, on_invalid, fill_missing)
+            out[:, j] = self._encode_column(j, attr, col, bad, fill_missing)
         y_codes = None
         if y is not None:
-            y_codes = self._encode_labels(y, n, bad, on_invalid)
+            y_codes = self._encode_labels(y, n, bad)
         if not bad:
             return Encoded(out, y_codes, np.arange(n))
+        _raise_first(bad, on_invalid)  # (the first bad record, not the first bad column's: a new user's finding)
         keep = np.ones(n, dtype=bool)
         keep[list(bad)] = False
         return Encoded(
@@ -386,7 +395,10 @@ class Schema:
 
     def encode_labels(self, y: Iterable) -> np.ndarray:
         ys = list(y) if not isinstance(y, np.ndarray) else y
-        return self._encode_labels(ys, len(ys), {}, "raise")
+        bad: dict[int, str] = {}
+        codes = self._encode_labels(ys, len(ys), bad)
+        _raise_first(bad, "raise")
+        return codes
 
     def columns(self, X: Any) -> tuple[list[np.ndarray], int]:
         """The records as one array per attribute (object or numeric) and their number; raises naming a bad row."""
@@ -428,7 +440,7 @@ class Schema:
         arr[:] = rows
         return [arr[:, j] for j in range(self.n_attributes)], n
 
-    def _encode_column(self, j: int, attr: Attribute, col: np.ndarray, bad: dict, on_invalid: str,
+    def _encode_column(self, j: int, attr: Attribute, col: np.ndarray, bad: dict,
                        fill_missing: bool = False) -> np.ndarray:
         n = len(col)
         if isinstance(attr, Numeric):
@@ -438,9 +450,9 @@ class Schema:
                 for i, v in enumerate(col):
                     if v is MISSING or v is None:
                         if not fill_missing:
-                            self._bad(bad, on_invalid, i, f"attribute {attr.name!r} is missing")
+                            self._bad(bad, i, f"attribute {attr.name!r} is missing")
                     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-                        self._bad(bad, on_invalid, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
+                        self._bad(bad, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
                     else:
                         try:
                             vals[i] = float(v)
@@ -451,7 +463,7 @@ class Schema:
             nan = np.flatnonzero(np.isnan(vals))
             for i in nan:
                 if int(i) not in bad:
-                    self._bad(bad, on_invalid, int(i), f"attribute {attr.name!r} is NaN or missing")
+                    self._bad(bad, int(i), f"attribute {attr.name!r} is NaN or missing")
             with np.errstate(invalid="ignore"):
                 vals = np.clip(vals, attr.min, attr.max)
             return np.where(np.isnan(vals), attr.min, vals)
@@ -461,10 +473,10 @@ class Schema:
             what = "is missing" if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
                 f"unknown value {v!r} (declared: {list(attr.values)})"
             )
-            self._bad(bad, on_invalid, int(i), f"attribute {attr.name!r} {what}")
+            self._bad(bad, int(i), f"attribute {attr.name!r} {what}")
         return np.maximum(codes, 0).astype(np.float64)
 
-    def _encode_labels(self, y: Iterable, n: int, bad: dict, on_invalid: str) -> np.ndarray:
+    def _encode_labels(self, y: Iterable, n: int, bad: dict) -> np.ndarray:
         ylist = list(y) if not isinstance(y, np.ndarray) else y
         if len(ylist) != n:
             raise ValueError(f"y has {len(ylist)} labels but X has {n} records")
@@ -475,13 +487,11 @@ class Schema:
             ys[:] = list(ylist)
         codes = lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
-            self._bad(bad, on_invalid, int(i), f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})")
+            self._bad(bad, int(i), f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})")
         return np.maximum(codes, 0)
 
     @staticmethod
-    def _bad(bad: dict, on_invalid: str, row: int, reason: str) -> None:
-        if on_invalid == "raise":
-            raise ValueError(f"record {row} (0-based): {reason}")
+    def _bad(bad: dict, row: int, reason: str) -> None:
         bad.setdefault(row, reason)
 
     def decode_labels(self, codes: np.ndarray) -> np.ndarray:

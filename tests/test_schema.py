@@ -417,3 +417,22 @@ def test_integers_beyond_a_float_or_int64_are_clamped_or_unknown_never_an_overfl
     enc = s.encode(X, np.array([0, 1, 0, 1]), on_invalid="drop")
     assert enc.X.tolist() == [[10.0, 1.0], [0.0, 2.0]] and len(enc.dropped) == 2  # clamped; undeclared dropped
     assert all("'c'" in str(reason) for _, reason in enc.dropped)
+
+
+def test_raise_names_the_first_bad_record_not_the_first_bad_column():
+    """A new user's finding: a missing value in record 1 was named before an undeclared value in record 0 (the
+    columns were checked one after another). The error names the first bad record, and its first bad value."""
+    from streamdp.datasets import load
+
+    ds = load("congressional-voting")
+    s = ds.schema
+    rows = [dict(zip(s.names, r)) for r in ds.X[:3].tolist()]
+    rows[0][s.names[3]] = "maybe"  # record 0: an undeclared value in the fourth attribute
+    rows[0][s.names[5]] = "perhaps"  # ... and another after it
+    del rows[1][s.names[0]]  # record 1: the first attribute missing
+    with pytest.raises(ValueError, match=rf"record 0 \(0-based\): attribute '{s.names[3]}' unknown value 'maybe'"):
+        s.encode(rows)
+    with pytest.raises(ValueError, match=r"record 1 \(0-based\): label"):
+        s.encode(ds.X[:3], ["democrat", "nobody", "x"])
+    enc = s.encode(rows, on_invalid="drop")
+    assert [r for r, _ in enc.dropped] == [0, 1] and len(enc.X) == 1

@@ -291,7 +291,8 @@ def report(rows: list[dict], info: dict) -> list[str]:
          f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
          f"- total {info['seconds']:.0f} s (last run); per dataset: " + ", ".join(f"{k} {v:.0f} s" for k, v in info["timing"].items()),
          *[f"- earlier run: load at start `{e.get('uptime_start')}`, at end `{e.get('uptime_end')}`" for e in info.get("earlier_runs", [])],
-         "- heights capped per dataset: " + ", ".join(f"{k} {v}" for k, v in info.get("max_height", {}).items() if v < 64),
+         *(["- heights capped per dataset: " + ", ".join(capped)] if (capped := [
+             f"{k} {v}" for k, v in info.get("max_height", {}).items() if v < 64]) else []),
          f"- one hold-out split (2/3 train, 1/3 test), {info['reps']} repetitions per cell (new structure and noise "
          f"each), mean shown; fewer folds than the 10x10 CV of accuracy_rdt.md to fit the time. "
          f"{info['n_trees']} trees, split budget, probability vote for PrivateForest; forests above "

@@ -193,15 +193,18 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
     out = np.empty((n, schema.n_attributes), dtype=np.float64)
     bad = np.zeros(n, dtype=bool)
     reasons: dict[int, str] = {}
+    first: list = [n, ""]  # under "raise": the first bad record and its first bad value (schema order)
 
     def flag(ok: np.ndarray, what: str) -> None:
         if ok.all():
             return
         new = np.flatnonzero(~ok & ~bad)
-        if len(new) and on_invalid == "raise":
-            raise SourceError(f"{_row_words(int(new[0]), row0, line0)}: {what}")
-        for i in new[:10_000]:
-            reasons[int(i)] = what
+        if on_invalid == "raise":  # every column is checked before the error names the first bad record
+            if len(new) and new[0] < first[0]:
+                first[:] = [int(new[0]), what]
+        else:
+            for i in new[:10_000]:
+                reasons[int(i)] = what
         bad[new] = True
 
     for j, a in enumerate(schema.attributes):
@@ -232,6 +235,8 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
         yc = np.maximum(yc, 0)
     if not bad.any():
         return Encoded(out, yc, np.arange(n))
+    if on_invalid == "raise":
+        raise SourceError(f"{_row_words(first[0], row0, line0)}: {first[1]}")
     keep = ~bad
     dropped = sorted(reasons.items()) if len(reasons) == int(bad.sum()) else [
         (int(i), reasons.get(int(i), "invalid record")) for i in np.flatnonzero(bad)]

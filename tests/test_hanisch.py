@@ -136,7 +136,9 @@ def test_blob_round_trip():
     assert HanischForest.from_bytes(msgpack.packb(unvoted, use_bin_type=True)).vote == "majority"
     with pytest.raises(ValueError, match="vote must be one of"):  # what could not be loaded is not written
         m.set_params(vote="x").to_bytes()
-    m.set_params(vote="proba")
+    with pytest.raises(ValueError, match="prior_trees is 2 but the fit released 1 prior stumps"):
+        m.set_params(vote="proba", prior_trees=2).to_bytes()
+    m.set_params(prior_trees=1)
     for bad in ("pooled", None, 1):
         with pytest.raises(BlobError, match="vote must be one of"):
             HanischForest.from_bytes(msgpack.packb({**doc, "params": {**doc["params"], "vote": bad}},

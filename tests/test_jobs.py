@@ -157,6 +157,16 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
     assert [j["id"] for j in jq.list()] == [kan, rdt]
 
 
+def test_job_result_by_name_says_what_the_named_job_is_doing(r, model, queue):
+    """A reviewer's finding: by name, a job not yet done answered 'no job NAME' (only a published result knew its
+    job); the name is held by its job from the submit on."""
+    q, _ = queue
+    jq = JobQueue(r, q)
+    jid = jq.submit("private-rdt", model, 1.0, {"n_trees": 2}, result_name=f"{model}-named")
+    with pytest.raises(LookupError, match=f"job {jid} is queued"):
+        jq.result(f"{model}-named")
+
+
 def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queue, monkeypatch, caplog):
     import logging
 

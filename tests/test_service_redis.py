@@ -119,6 +119,54 @@ def test_a_worker_stops_when_its_pool_is_killed(redis_url, model):
                 pass
 
 
+def _children(pid):
+    """The spawned worker processes of ``pid`` (Linux /proc), not multiprocessing's resource tracker."""
+    import pathlib
+
+    out = []
+    for task in pathlib.Path(f"/proc/{pid}/task").glob("*"):
+        for c in (task / "children").read_text().split():
+            cmd = pathlib.Path(f"/proc/{c}/cmdline").read_bytes() if pathlib.Path(f"/proc/{c}").exists() else b""
+            if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+                out.append(int(c))
+    return out
+
+
+def _gone(pid):
+    import pathlib
+
+    status = pathlib.Path(f"/proc/{pid}/status")
+    return not status.exists() or "\nState:\tZ" in status.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_worker_whose_pool_died_while_it_started_does_not_run(redis_url, model):
+    """A reviewer's finding: a pool killed while its worker was still importing left that worker running for
+    good (the parent pid it read was already the adopter's). The worker now waits on its parent's sentinel."""
+    import subprocess
+    import sys
+
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    code = (f"from streamdp.service.pool import run_workers; run_workers({model!r}, 1, {redis_url!r}, block_ms=100, "
+            "log_level=40)")
+    pool = subprocess.Popen([sys.executable, "-c", code])
+    kids = []
+    try:
+        _wait(lambda: kids.extend(_children(pool.pid)) or kids, timeout=60, what="the pool to spawn its worker")
+        pool.kill()  # the worker is still starting (imports, the model's spec)
+        pool.wait(10)
+        _wait(lambda: _gone(kids[0]), timeout=60, what="the orphaned worker to stop")
+        assert connect(redis_url).xinfo_groups(Keys(model).records)[0]["consumers"] == 0
+    finally:
+        pool.kill()
+        for k in kids:
+            try:
+                __import__("os").kill(k, 9)
+            except ProcessLookupError:
+                pass
+
+
 def test_a_killed_worker_process_is_logged_by_its_pool(redis_url, model, caplog):
     """A new user's finding: a worker process killed under `streamdp worker` ended the pool with no word of it."""
     import logging

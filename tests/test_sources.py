@@ -316,3 +316,17 @@ def test_a_tar_archive_named_gz_is_refused_not_read_as_a_record(tmp_path):
     for header in (True, False):
         with pytest.raises(SourceError, match="binary bytes.*named .tar.gz"):
             check_columns(str(p), MIXED, header=header)
+
+
+def test_a_frame_error_names_the_first_bad_record_not_the_first_bad_column():
+    """A reviewer's finding: a CSV push (and Producer.push of a DataFrame) named a missing value in record 1 before
+    an undeclared value in record 0, the columns checked one after another; Schema.encode had been mended alone."""
+    ds = load("congressional-voting")
+    s = ds.schema
+    frame = pd.DataFrame(ds.X[:3].tolist(), columns=s.names)
+    frame.iloc[0, 3] = "maybe"
+    frame.iloc[1, 0] = None
+    with pytest.raises(SourceError, match=rf"record 0 \(0-based\): attribute '{s.names[3]}'"):
+        encode_frame(s, frame)
+    enc = encode_frame(s, frame, on_invalid="drop")
+    assert [r for r, _ in enc.dropped] == [0, 1] and len(enc.X) == 1

@@ -246,6 +246,9 @@ class PrivateLearner:
         self._check_fitted()
         if "vote" in self._param_names():  # (what from_bytes refuses is not written: set_params is not checked)
             check_choice(self.vote, "vote", VOTES)
+        if "prior_trees" in self._param_names() and len(self._stumps()) != self.prior_trees:
+            raise ValueError(f"prior_trees is {self.prior_trees!r} but the fit released {len(self._stumps())} prior "
+                             "stumps: set it back or fit again")
         params = {k: v for k, v in self.get_params().items() if k not in ("schema", "noise_seed")}
         return blob.dumps(self.FORMAT, FORMAT_VERSION, {
             "schema": self.schema.to_dict(),

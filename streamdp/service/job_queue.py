@@ -255,14 +255,25 @@ class JobQueue:
         return bytes(blob_)
 
     def _job_of(self, job_or_result: str) -> str:
-        """The id of the job: ``job_or_result`` itself, or the job that published the result of that name."""
+        """The id of the job: ``job_or_result`` itself (a job id comes first), else the job that holds or published
+        the result of that name; a name no job holds is returned as it is (the job lookup then says so)."""
         if self.r.exists(job_key(job_or_result)):
             return job_or_result
         try:
-            owner = self.r.hget(Keys(job_or_result, job=True).pub_model, "job")
-        except ValueError:  # not a model name either: the job lookup says what is missing
-            owner = None
-        return as_str(owner) if owner else job_or_result
+            Keys(job_or_result, job=True)
+        except ValueError:  # not a result name either
+            return job_or_result
+        try:  # the job holding the name since its submit (queued, running or ended)
+            holder = self.r.hget(RESULT_NAMES, job_or_result)
+        except redis.exceptions.NoPermissionError:  # (an ACL user without the names hash: the published owner)
+            holder = None
+        holder = holder or self.r.hget(Keys(job_or_result, job=True).pub_model, "job")
+        if not holder:
+            return job_or_result
+        if not self.r.exists(job_key(as_str(holder))):
+            raise LookupError(f"result {job_or_result!r} was published by job {as_str(holder)}, which is no longer "
+                              f"listed (streamdp model get {job_or_result} -o FILE reads the published model)")
+        return as_str(holder)
 
     def result(self, job_id: str) -> Any:
         """The trained estimator of a done job, by its id or its result's name (decoded by

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import multiprocessing.connection as mp_connection
 import os
 import signal
 import threading
@@ -19,29 +20,27 @@ __all__ = ["WorkerPool", "run_workers"]
 
 log = logging.getLogger("streamdp.worker")
 
-#: How often a worker process checks that the pool that started it is still there.
-PARENT_POLL_S = 0.5
-
-
 def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(message)s")
+    parent = mp.parent_process()  # (its sentinel was made with this process: a pool gone since still shows)
     worker = Worker(redis_url, model, **kw)
-    threading.Thread(target=_stop_with_parent, args=(worker, os.getppid()), daemon=True,
-                     name="streamdp-parent-watch").start()
+    if parent is not None:
+        threading.Thread(target=_stop_with_parent, args=(worker, parent), daemon=True,
+                         name="streamdp-parent-watch").start()
     worker.run(until_drained=until_drained)
 
 
-def _stop_with_parent(worker: Worker, parent: int) -> None:
-    """Stop ``worker`` gracefully (after its step in hand) once the process that started it is gone: a pool
+def _stop_with_parent(worker: Worker, parent: Any) -> None:
+    """Stop ``worker`` gracefully (after its step in hand) once the pool process that started it is gone: a pool
     killed with SIGKILL left its workers running, orphaned, until each was killed by hand (a new user's finding).
-    An orphan is adopted by another process, so its parent's pid changes."""
-    while not worker.stopping:
-        if os.getppid() != parent:
-            jlog(log, logging.WARNING, "worker.pool_gone", model=worker.model, consumer=worker.name,
-                 hint="the worker pool that started this worker is gone: stopping")
-            worker.stop()
-            return
-        time.sleep(PARENT_POLL_S)
+    Waits on the parent's sentinel, which ``multiprocessing`` opened when the pool started this process, so a
+    pool that died while this one was still starting is seen too (a reviewer's finding: a parent pid read at
+    start was then already the adopter's)."""
+    mp_connection.wait([parent.sentinel])
+    if not worker.stopping:
+        jlog(log, logging.WARNING, "worker.pool_gone", model=worker.model, consumer=worker.name,
+             hint="the worker pool that started this worker is gone: stopping")
+        worker.stop()
 
 
 class WorkerPool:
@@ -78,7 +77,8 @@ class WorkerPool:
         """Log each process that ended with an error and is not in ``reported`` (by index); returns their indices.
         A worker killed (SIGKILL, out of memory) leaves its entries pending: the other workers reclaim them after
         ``claim_idle_ms``, or a worker started later does."""
-        dead = {i for i, p in enumerate(self.procs) if i not in reported and p.exitcode not in (None, 0)}
+        dead = {i for i, p in enumerate(self.procs)
+                if i not in reported and p.exitcode not in (None, 0, -signal.SIGTERM)}  # (SIGTERM: stopped)
         for i in sorted(dead):
             p = self.procs[i]
             jlog(log, logging.ERROR, "worker.process_died", process=p.name, pid=p.pid, exitcode=p.exitcode,
@@ -97,6 +97,8 @@ class WorkerPool:
             if p.is_alive():
                 p.kill()
                 p.join()
+                jlog(log, logging.ERROR, "worker.killed_at_stop", process=p.name, pid=p.pid, timeout_s=timeout,
+                     hint="it did not finish its step in time; its pending entries are reclaimed by the next worker")
         return [p.exitcode for p in self.procs]
 
     def __enter__(self) -> "WorkerPool":
@@ -124,8 +126,9 @@ def run_workers(model: str, processes: int | None = None, redis_url: Any = None,
     try:
         while pool.alive() and not stopping.is_set():
             stopping.wait(0.2)  # signals interrupt this wait; process exits are checked each 0.2 s
-            reported |= pool.report_deaths(reported)
-        if not stopping.is_set():
+            if not stopping.is_set():  # (a SIGTERM or Ctrl-C reaches the workers too: their exits are no news)
+                reported |= pool.report_deaths(reported)
+        if not stopping.is_set():  # the last ones, ended since the last check
             pool.report_deaths(reported)
     finally:
         codes = pool.stop()

@@ -152,7 +152,8 @@ def public(stats: dict[str, float]) -> dict[str, float]:
 
 _HELP = {
     "entries_read": "stream entries read by workers (a throughput count, not an account: a read cut short by a "
-                    "crash is not counted, its entries count as claimed when another worker takes them)",
+                    "crash is not counted, and a worker's pending entries re-read after a lost connection count "
+                    "again)",
     "batches_merged": "batches merged into the model",
     "records_merged": "valid records merged",
     "estimated_records": "noisy estimate of the records merged, from the published counts (differentially private)",

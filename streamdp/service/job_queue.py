@@ -271,8 +271,8 @@ class JobQueue:
         if not holder:
             return job_or_result
         if not self.r.exists(job_key(as_str(holder))):
-            raise LookupError(f"result {job_or_result!r} was published by job {as_str(holder)}, which is no longer "
-                              f"listed (streamdp model get {job_or_result} -o FILE reads the published model)")
+            raise LookupError(f"result {job_or_result!r} is held by job {as_str(holder)}, which is no longer listed "
+                              f"(streamdp model get {job_or_result} -o FILE reads a published model)")
         return as_str(holder)
 
     def result(self, job_id: str) -> Any:

@@ -77,11 +77,12 @@ class WorkerPool:
         """Log each process that ended with an error and is not in ``reported`` (by index); returns their indices.
         A worker killed (SIGKILL, out of memory) leaves its entries pending: the other workers reclaim them after
         ``claim_idle_ms``, or a worker started later does."""
-        dead = {i for i, p in enumerate(self.procs)
-                if i not in reported and p.exitcode not in (None, 0, -signal.SIGTERM)}  # (SIGTERM: stopped)
+        dead = {i for i, p in enumerate(self.procs) if i not in reported and p.exitcode not in (None, 0)}
         for i in sorted(dead):
-            p = self.procs[i]
-            jlog(log, logging.ERROR, "worker.process_died", process=p.name, pid=p.pid, exitcode=p.exitcode,
+            p = self.procs[i]  # (SIGTERM: stopped from outside while it started, a warning; a signal to the pool
+            #                    itself is not reported: run_workers stops reporting once it is stopping)
+            level = logging.WARNING if p.exitcode == -signal.SIGTERM else logging.ERROR
+            jlog(log, level, "worker.process_died", process=p.name, pid=p.pid, exitcode=p.exitcode,
                  hint="a negative exit code is the signal that ended it; its pending entries are reclaimed by "
                       "the other workers, or by the next worker started")
         return dead

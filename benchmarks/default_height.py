@@ -68,7 +68,7 @@ def main() -> int:
                                   .fit(ds.X[tr], ds.y[tr]).predict(ds.X[te]) == ds.y[te])) for _ in range(a.draws)]
             cells.append(f"{np.mean(accs):.3f} ({min(accs):.3f})")
         print(f"| {eps:g} | " + " | ".join(cells) + " |", flush=True)
-    print(f"\n# Adult, drawn trees (one release of the training records, two thirds, not pruned: a window model)")
+    print("\n# Adult, drawn trees (one release of the training records, two thirds, not pruned: a window model)")
     print("| epsilon | " + " | ".join(f"height {h}: mean (min)" for h in DRAWN_HEIGHTS) + " |",
           "|---|" + "---|" * len(DRAWN_HEIGHTS), sep="\n")
     for eps in (0.5, 1.0, 2.0):

@@ -6,16 +6,15 @@ Statistical tests state their failure probability (for a correct implementation)
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
 
 from streamdp import Schema
 from streamdp.private_data import PrivateDataset
-from streamdp.privacy import NotPrivateWarning, exponential_mechanism_probabilities
+from streamdp.privacy import exponential_mechanism_probabilities
 from streamdp.learners.c45 import DiffPC45, add_errors, calibrate, upper_error_rate
-from streamdp.learners.scorers import GiniScorer, MaxScorer
+from streamdp.learners.scorers import MaxScorer
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
 

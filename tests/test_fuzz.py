@@ -18,7 +18,6 @@ import multiprocessing as mp
 import os
 import random
 import re
-import struct
 import time
 import uuid
 from collections import Counter

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import redis
 
 from streamdp.datasets import load
 from streamdp.forest import PrivateForest

@@ -45,13 +45,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_rdt import prepare  # noqa: E402
 from common import machine, sh, write_keeping_reading  # noqa: E402
-from streamdp.datasets import load, skewed  # noqa: E402
+from streamdp.records.datasets import load, skewed  # noqa: E402
 from streamdp.estimation import ForestNodes, prior_from  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.learners import DPEA, HanischForest  # noqa: E402
-from streamdp.privacy import NotPrivateWarning, SecureRandom, geometric_noise  # noqa: E402
-from streamdp.schema import Categorical  # noqa: E402
-from streamdp.structure import ForestStructure, TooLargeError  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, geometric_noise  # noqa: E402
+from streamdp.records.schema import Categorical  # noqa: E402
+from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"

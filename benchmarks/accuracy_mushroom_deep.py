@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from accuracy_rdt import EPSILONS, accuracy, prepare, release, stratified_folds  # noqa: E402
-from streamdp.structure import ForestStructure, TooLargeError  # noqa: E402
+from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
 
 
 def main():

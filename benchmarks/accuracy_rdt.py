@@ -47,11 +47,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamdp.datasets import load  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.privacy import kanon_delta  # noqa: E402
-from streamdp.schema import Schema  # noqa: E402
-from streamdp.structure import ForestStructure  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.privacy.mechanisms import kanon_delta  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
+from streamdp.forest.structure import ForestStructure  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 EPSILONS = [0.5, 0.75, 1.0, math.inf]

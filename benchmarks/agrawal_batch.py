@@ -29,7 +29,7 @@ from common import machine, sh  # noqa: E402
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.learners import DiffPC45  # noqa: E402
 from streamdp.river import PrivateWindowClassifier  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
 from streamdp.river.schemas import agrawal_schema  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)

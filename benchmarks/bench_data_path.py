@@ -47,14 +47,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from streamdp import blob  # noqa: E402
-from streamdp.datasets import datasets_dir, load_schema  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.schema import Categorical, Schema  # noqa: E402
+from streamdp.records.datasets import datasets_dir, load_schema  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.records.schema import Categorical, Schema  # noqa: E402
 from streamdp.service import codec  # noqa: E402
 from streamdp.service.keys import GROUP, Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model, load_policy  # noqa: E402
-from streamdp.tally import tally  # noqa: E402
+from streamdp.forest.tally import tally  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 BATCH = 10_000

@@ -32,11 +32,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamdp.datasets import load, load_schema  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.schema import Schema  # noqa: E402
-from streamdp.structure import ForestStructure, TooLargeError  # noqa: E402
-from streamdp.tally import tally  # noqa: E402
+from streamdp.records.datasets import load, load_schema  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
+from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
+from streamdp.forest.tally import tally  # noqa: E402
 
 ARITIES = [3, 4, 5] * 5 + [3]
 

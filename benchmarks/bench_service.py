@@ -38,7 +38,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streamdp.schema import Schema  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
 from streamdp.service import codec  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
@@ -308,7 +308,7 @@ def main(argv=None) -> int:
             cons.latest()
             hits.append((time.perf_counter() - t) * 1000)
         full = []
-        from streamdp.forest import PrivateForest
+        from streamdp.forest.model import PrivateForest
         from streamdp.service.published import forest_from_record
         spec_bytes = r.get(keys.spec)
         for i in range(200):  # a cold read: the spec validated in full, then a retained version's release record

@@ -38,10 +38,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.schema import Schema  # noqa: E402
-from streamdp.structure import ForestStructure  # noqa: E402
-from streamdp.tally import tally  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
+from streamdp.forest.structure import ForestStructure  # noqa: E402
+from streamdp.forest.tally import tally  # noqa: E402
 
 N_TREES, HEIGHT, N_ATTR = 10, 8, 16
 

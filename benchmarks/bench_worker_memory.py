@@ -31,7 +31,7 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from streamdp.schema import Schema  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model  # noqa: E402

@@ -1,6 +1,6 @@
 """Noise of one published cell against the number of windows: release="window" vs release="tree".
 
-Runs the real code of :mod:`streamdp.continual` (no Redis), geometric noise from the
+Runs the real code of :mod:`streamdp.release.continual` (no Redis), geometric noise from the
 secure source, at epsilon 1 per tree, on an empty stream (the noise does not depend on
 the data), with R independent cells as replicates: the measured sd at window T is
 sqrt(mean(published(T)^2)) over the R cells. Configurations:
@@ -30,8 +30,8 @@ import numpy as np
 
 from benchmarks.common import machine, sh, write_keeping_reading
 from streamdp.estimation import cell_variance  # noqa: E402
-from streamdp.continual import Counter, ReleasePolicy, TreeState, noisy_node, published_variance
-from streamdp.privacy import SecureRandom
+from streamdp.release.continual import Counter, ReleasePolicy, TreeState, noisy_node, published_variance
+from streamdp.privacy.mechanisms import SecureRandom
 
 OUT = Path(__file__).parent / "results"
 EPS = 1.0
@@ -167,7 +167,7 @@ def plot(rows: list[dict], sized: list[dict]) -> None:
 def write_md(info: dict, rows: list[dict], sized: list[dict]) -> None:
     f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
     lines = ["# Continual counting: sd of one published cell vs windows (benchmarks/continual_counting.py)", "",
-             f"Real code of streamdp.continual, epsilon {info['epsilon_per_tree']:g} per tree, geometric noise from the "
+             f"Real code of streamdp.release.continual, epsilon {info['epsilon_per_tree']:g} per tree, geometric noise from the "
              f"secure source, {info['cells']} independent cells per point (sd precision about "
              f"+-{100 / math.sqrt(2 * info['cells']):.0f}%). {info['seconds']} s; "
              f"{info['machine']['nproc']} x {info['machine']['cpu']}.", "",

@@ -24,8 +24,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from streamdp import PrivateForest  # noqa: E402
-from streamdp.datasets import load  # noqa: E402
-from streamdp.structure import DEFAULT_MAX_CELLS, ForestStructure, fitting_height, max_possible_leaves  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
+from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure, fitting_height, max_possible_leaves  # noqa: E402
 
 
 DRAWN_HEIGHTS = (3, 4, 5, 6, 7)

@@ -24,9 +24,9 @@ import numpy as np
 
 from common import folds, machine, sh  # noqa: E402
 from streamdp import PrivateForest
-from streamdp.datasets import load
+from streamdp.records.datasets import load
 from streamdp.learners.dpea import DPEA
-from streamdp.privacy import NotPrivateWarning
+from streamdp.privacy.mechanisms import NotPrivateWarning
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sklearn.model_selection import StratifiedKFold  # noqa: E402
 
-from streamdp.datasets import load, skewed  # noqa: E402
+from streamdp.records.datasets import load, skewed  # noqa: E402
 from streamdp.learners import DPEA  # noqa: E402
 
 

@@ -11,7 +11,7 @@ DiffPID3 (max scorer), whose branches stop the same way (a level's ``2 B / (2 (d
 ``B / (2 (d + 1))``) and whose stopped leaves are topped up the same way. 10-fold CV per setting (one run), accuracy
 and the folds below the majority share - 0.01.
 
-    git worktree add /tmp/dpea-before 3f89e09   # the code before (has streamdp.datasets.skewed too)
+    git worktree add /tmp/dpea-before 3f89e09   # the code before (has streamdp.records.datasets.skewed too)
     python benchmarks/dpea_stopped_branches.py --root /tmp/dpea-before > benchmarks/results/dpea_stopped_branches.log
     python benchmarks/dpea_stopped_branches.py >> benchmarks/results/dpea_stopped_branches.log
     python benchmarks/dpea_stopped_branches.py --learner id3 --root /tmp/id3-before > benchmarks/results/id3_stopped_branches.log
@@ -47,7 +47,7 @@ def main() -> int:
     from sklearn.model_selection import StratifiedKFold
 
     import streamdp
-    from streamdp.datasets import load, skewed
+    from streamdp.records.datasets import load, skewed
     from streamdp.learners import DPEA, DiffPID3, SuLQID3
 
     if a.learner == "dpea":

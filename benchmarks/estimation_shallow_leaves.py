@@ -33,7 +33,7 @@ from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 
 import estimation_variants  # noqa: E402
 from streamdp.estimation import PRIOR_WEIGHT, ForestNodes  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
 
 
 def before(nodes: ForestNodes, leaves: np.ndarray) -> np.ndarray:

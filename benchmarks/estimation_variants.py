@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import streamdp.estimation as E  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
 from test_estimation import _data  # noqa: E402
 
 BASE = E.PRIOR_WEIGHT

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import data, split  # noqa: E402
 from common import machine, sh, write_results  # noqa: E402
-from streamdp import pruning  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
-from streamdp.structure import TooLargeError, max_possible_leaves  # noqa: E402
+from streamdp.forest import pruning
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
+from streamdp.forest.structure import TooLargeError, max_possible_leaves  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 EPS = (0.5, 1.0, 2.0)

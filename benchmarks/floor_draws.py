@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from accuracy_height import data  # noqa: E402
 from fit_height_ceiling import heights_for  # noqa: E402
 
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
 
 DATASETS = ("tic-tac-toe", "congressional-voting", "skewed", "mushroom", "nursery")
 EPS = (0.5, 1.0, 2.0)

@@ -34,9 +34,9 @@ import numpy as np
 
 from common import write_keeping_reading, append_runtime, machine, sh  # noqa: E402
 from streamdp import Schema
-from streamdp.datasets import load
+from streamdp.records.datasets import load
 from streamdp.learners.c45 import DiffPC45
-from streamdp.privacy import NotPrivateWarning
+from streamdp.privacy.mechanisms import NotPrivateWarning
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"

@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import write_keeping_reading, append_runtime, folds, machine, sh  # noqa: E402
 from streamdp import Schema  # noqa: E402
-from streamdp.datasets import load  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
 from streamdp.learners import DiffPID3, HanischForest, SuLQID3  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
-from streamdp.schema import Categorical  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
+from streamdp.records.schema import Categorical  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"

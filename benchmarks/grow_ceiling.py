@@ -10,7 +10,7 @@ and noise) per cell, mean (min).
 
 Ceilings: ``half`` = ``PrivateForest.create``'s default (half the attributes, Fan et al.'s default,
 lowered where a tree that tall could exceed the leaf guard); ``ceiling`` =
-:func:`streamdp.structure.ceiling_height` (the river classifier's default: tallest up to 8 with at most
+:func:`streamdp.forest.structure.ceiling_height` (the river classifier's default: tallest up to 8 with at most
 2,048 leaves per tree); ``tall`` = tallest up to the number of attributes with at most 2**14 leaves per
 tree. Streams with a known answer (river's RandomTree concept over
 categorical attributes; LED with 17 irrelevant attributes and 10% noise) and UCI Nursery and
@@ -38,7 +38,7 @@ from river.datasets import synth  # noqa: E402
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.river import uci  # noqa: E402
-from streamdp.structure import ceiling_height, max_possible_leaves  # noqa: E402
+from streamdp.forest.structure import ceiling_height, max_possible_leaves  # noqa: E402
 
 LENGTHS = (1_000, 10_000, 100_000, 1_000_000)
 

@@ -75,7 +75,7 @@ def main(argv=None) -> int:
 
 def _fit(schema, X, y, eps: float, depth: int, prior_trees: int) -> HanischForest:
     """A fit on encoded records, through the private data layer as ``fit`` does."""
-    from streamdp.private_data import PrivateDataset
+    from streamdp.learners.private_data import PrivateDataset
 
     # (measured with Hanisch's majority vote, the default until hanisch_pooled.py: kept so the log reproduces)
     m = HanischForest(schema, epsilon=eps, max_depth=depth, prior_trees=prior_trees, vote="majority")

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from streamdp import PrivateForest
-from streamdp.datasets import load
+from streamdp.records.datasets import load
 
 OUT = os.path.join(os.path.dirname(__file__), "results")
 

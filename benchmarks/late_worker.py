@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fakeredis  # noqa: E402
 
-from streamdp.datasets import load  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, load_policy  # noqa: E402

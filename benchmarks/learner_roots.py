@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from accuracy_height import DATASETS, EPS, data, raw_of, split  # noqa: E402
 import streamdp.estimation as estimation  # noqa: E402
 from streamdp.learners import DPEA, DiffPC45, HanischForest  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
-from streamdp.schema import Categorical  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
+from streamdp.records.schema import Categorical  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 ROOTS_PRIOR = estimation.node_distributions

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from accuracy_height import data, split  # noqa: E402
 from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
 
 TREES = (5, 10, 20)
 

@@ -1,6 +1,6 @@
 """One window release's noise at height 10: the "blocks" layout beside the older "stream" layout, same run.
 
-A window close noises the window's exact tally in place (:func:`streamdp.continual.noisy_node`, keyed as
+A window close noises the window's exact tally in place (:func:`streamdp.release.continual.noisy_node`, keyed as
 the service draws it). "stream" (models created before the layout existed) draws one keyed stream in chunks
 of 2^20 cells; "blocks" draws each 2^16-cell block from its own child generator, so no chunk size is part of
 the draw. Times (median of ``--repeat``, the layouts interleaved) and the traced peak above the tally, in
@@ -29,8 +29,8 @@ from bench_worker_memory import cat16  # noqa: E402
 from common import machine, sh, write_results  # noqa: E402
 
 from streamdp import PrivateForest  # noqa: E402
-from streamdp.continual import noisy_node  # noqa: E402
-from streamdp.secure_random import LAYOUTS, SecureRandom  # noqa: E402
+from streamdp.release.continual import noisy_node  # noqa: E402
+from streamdp.privacy.secure_random import LAYOUTS, SecureRandom  # noqa: E402
 
 
 def release(tally: np.ndarray, real: np.ndarray, layout: str, key: bytes, w: int) -> np.ndarray:

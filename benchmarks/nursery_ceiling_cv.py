@@ -35,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from accuracy_rdt import prepare, stratified_folds  # noqa: E402
 from common import machine, sh, write_keeping_reading  # noqa: E402
 
-from streamdp import pruning  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
+from streamdp.forest import pruning
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SETTINGS = [("h4 drawn", 4, False), ("h4 pruned", 4, True), ("h8 drawn", 8, False), ("h8 pruned", 8, True)]

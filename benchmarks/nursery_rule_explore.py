@@ -1,6 +1,6 @@
 """Exploration (issue 13): does a per-tree *balanced* pruning depth close Nursery's tallest-height gap?
 
-The one-shot fit prunes node by node (``streamdp.growth._rule``: a node splits where it expects
+The one-shot fit prunes node by node (``streamdp.forest.growth._rule``: a node splits where it expects
 ``PRUNE_SNR`` noise sd of records), which leaves paths of uneven depth; the drawn height-4 forest that
 reaches 0.915 on Nursery is even. ``bal`` replaces the rule, for this run only, by one depth per tree and
 level: every node of a tree's level splits when the geometric mean of the level's expected counts clears
@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accuracy_rdt import prepare, stratified_folds  # noqa: E402
 
-from streamdp import growth, pruning  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest import growth, pruning
+from streamdp.forest.model import PrivateForest  # noqa: E402
 
 
 def balanced_rule(max_nodes: int):

@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import EPS, N_TREES, OUT, data, split  # noqa: E402  (also silences NotPrivateWarning)
 from common import sh  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.structure import max_possible_leaves  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.forest.structure import max_possible_leaves  # noqa: E402
 
 FLOOR_DATA = ("skewed", "congressional-voting", "tic-tac-toe", "nursery")
 DEFAULT_HEIGHT_NOTE = (

@@ -39,8 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from accuracy_height import data, split  # noqa: E402
 from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 
-from streamdp import pruning  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
+from streamdp.forest import pruning
+from streamdp.forest.model import PrivateForest  # noqa: E402
 
 PRUNE_DEFAULTS = (pruning.PRUNE_SNR, pruning.PRUNE_PROBE, pruning.CLASS_SCALED)
 
@@ -79,7 +79,7 @@ SCALED = {"c": "all", "k": "categorical"}
 
 def set_bar(spec: str) -> None:
     """A candidate's bar: ``4`` as given, ``4c`` scaled by ``sqrt(C / 2)`` at every node, ``4k`` at nodes
-    splitting on a categorical attribute (:func:`streamdp.pruning.node_bars`)."""
+    splitting on a categorical attribute (:func:`streamdp.forest.pruning.node_bars`)."""
     pruning.CLASS_SCALED = SCALED.get(spec[-1], "none")
     pruning.PRUNE_SNR = float(spec.rstrip("ck"))
 

@@ -3,7 +3,7 @@
 An in-process model of ``PrivateForestClassifier``'s schedule without its prior phase: batches of
 100, 200, 400, 800, then 1,000 records; each batch is scored by the forest as it stands, then released
 (``update``: one noisy delta merged into the drawn trees; ``grow``: one release that may deepen trees
-that start from their roots, :mod:`streamdp.growth`); the first batch scores a fixed guess. 10 trees,
+that start from their roots, :mod:`streamdp.forest.growth`); the first batch scores a fixed guess. 10 trees,
 one prior stump, epsilon 1, ``--draws`` draws (structure and noise) per setting; heights: the river
 classifier's default (:func:`streamdp.river.forest.default_height`) and 4. Then the classifier
 itself (prior phase included) on five categorical streams in river's own loop, growing and not,
@@ -118,7 +118,7 @@ def class_scaling_rows(draws: int) -> list[str]:
     """``--class-scaling``: the scaled bar against the unscaled one on the multi-class streams."""
     from river import evaluate, metrics
 
-    from streamdp import pruning
+    from streamdp.forest import pruning
     from streamdp.river import PrivateForestClassifier
 
     def paired(label: str, run) -> str:

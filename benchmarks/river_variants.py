@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from river import dummy, evaluate, metrics  # noqa: E402
 from river_eval import streams  # noqa: E402
 
-import streamdp.forest as forest_module  # noqa: E402
+import streamdp.forest.model as forest_module  # noqa: E402
 from streamdp.river import PrivateForestClassifier  # noqa: E402
 from streamdp.river.schemas import schema_for  # noqa: E402
 

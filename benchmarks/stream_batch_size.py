@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import machine, sh, write_keeping_reading  # noqa: E402
-from streamdp.datasets import load  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.pool import WorkerPool  # noqa: E402

@@ -9,7 +9,7 @@ stream, on the same windows:
   today), at every height from 1 to the number of attributes: the best height
   and the tallest;
 * ``grow``: :meth:`PrivateForest.grow` with trees drawn at the tallest height
-  (the trees deepen as the published counts allow, :mod:`streamdp.growth`).
+  (the trees deepen as the published counts allow, :mod:`streamdp.forest.growth`).
 
 10 trees, one prior stump, split budget, probability vote, geometric noise;
 mean (min) over ``--reps`` draws (new structure and noise each).
@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import data, split  # noqa: E402
 from common import machine, sh, write_results  # noqa: E402
-from streamdp.forest import PrivateForest  # noqa: E402
-from streamdp.privacy import NotPrivateWarning  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
 from fit_height_ceiling import heights_for  # noqa: E402
-from streamdp.structure import TooLargeError  # noqa: E402
+from streamdp.forest.structure import TooLargeError  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 DATASETS = ("nursery", "mushroom", "congressional-voting", "tic-tac-toe", "skewed")

@@ -24,7 +24,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from streamdp.datasets import load  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.registry import create_model, delete_model  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402

@@ -32,7 +32,7 @@ def rss():
 import numpy, redis, streamdp, streamdp.service.stream_worker  # what a worker imports
 base = rss()
 from bench_worker_memory import cat16
-from streamdp.structure import ForestStructure
+from streamdp.forest.structure import ForestStructure
 s = ForestStructure.draw(cat16(), n_trees=11, height={h}, seed=1)  # 10 trees and the stump's row
 routing = s.feature.nbytes + s.child.nbytes + s.leaf.nbytes
 counts = s.n_trees * s.max_leaves * 2 * 8  # int64, two classes

@@ -5,10 +5,10 @@
 ['PrivateForest', 'Schema']
 """
 
-from .forest import PrivateForest
-from .privacy import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
-from .schema import Schema, SchemaError
-from .structure import ForestStructure, TooLargeError
+from streamdp.forest.model import PrivateForest
+from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
+from streamdp.records.schema import Schema, SchemaError
+from streamdp.forest.structure import ForestStructure, TooLargeError
 
 __version__ = "0.1.0"
 
@@ -28,7 +28,7 @@ __all__ = [
 def __getattr__(name):
     # The service parts pull in redis; import them only when asked for.
     if name in ("Producer", "Consumer"):
-        from . import service
+        from streamdp import service
 
         return getattr(service, name)
     raise AttributeError(f"module 'streamdp' has no attribute {name!r}")

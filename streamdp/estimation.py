@@ -24,7 +24,7 @@ The forest-wide prior (:func:`forest_prior`) and the roots. Every tree's
 root totals ``y(root_t, .)`` estimate the same class totals, with per-cell
 variance ``L_t s^2``; the prior is their inverse-variance weighted mean
 (weights ``1 / L_t``). A prior stump (a single-leaf tree,
-:meth:`streamdp.structure.ForestStructure.with_stumps`) is a tree with
+:meth:`streamdp.forest.structure.ForestStructure.with_stumps`) is a tree with
 ``L = 1``: its cells have variance ``s^2`` where a random tree's root has
 ``L s^2``, so with stumps the prior is about ``L``-fold less noisy and the
 stumps dominate it. In a forest (:class:`ForestNodes`) the roots of the random
@@ -342,7 +342,7 @@ def release_prior(totals: np.ndarray, sizes: np.ndarray, cell_var: np.ndarray) -
 
 
 def forest_topology(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray):
-    """Parent, depth and leaf position of every node of padded BFS forest arrays (:mod:`streamdp.structure`).
+    """Parent, depth and leaf position of every node of padded BFS forest arrays (:mod:`streamdp.forest.structure`).
 
     Returns ``parent`` and ``depth`` of shape ``(n_trees, max_nodes)`` (-1 at
     roots and padding) and ``leaf_node`` ``(n_trees, max_leaves)``: the node
@@ -417,7 +417,7 @@ class ForestNodes:
         one cell, a number or one per tree (stumps included); ``layout``: :meth:`layout`, cached by a caller
         whose structure does not change between releases; ``node_var`` (stumps included, the structure's
         ``(n_trees, max_nodes)``): the noise variance of each node's count of one class, where it is not
-        ``cell_var`` times the leaves below (trees grown release by release, :mod:`streamdp.growth`);
+        ``cell_var`` times the leaves below (trees grown release by release, :mod:`streamdp.forest.growth`);
         ``prior``: a class prior measured otherwise from released numbers (:func:`release_prior`), in place
         of :func:`forest_prior`."""
         n_leaves = (leaf >= 0).sum(axis=1)

@@ -8,7 +8,7 @@ NaN is never in range.
 
 The constraint objects (:class:`Interval`, :class:`Options`, :class:`Flag`,
 :class:`AnyOf`) describe a parameter for the catalogue of algorithms
-(:mod:`streamdp.algorithms`); the functions are the shorthands code calls.
+(:mod:`streamdp.learners.catalogue`); the functions are the shorthands code calls.
 
 >>> check_epsilon(0.5)
 0.5

@@ -16,7 +16,6 @@ import uuid
 
 import pytest
 
-from streamdp.datasets import datasets_dir
 from streamdp.service.embedded import resolve_redis
 from streamdp.service.local_cluster import LocalCluster
 
@@ -70,9 +69,3 @@ def unique_name():
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
-@pytest.fixture(scope="session")
-def shared_datasets():
-    d = datasets_dir()
-    if d is None:
-        pytest.skip("shared/datasets not found beside the repository (set STREAMDP_DATASETS)")
-    return d

@@ -130,7 +130,7 @@ def test_a_fresh_models_zero_counts_travel_as_their_shape_alone():
 def test_an_all_categorical_forests_thresholds_are_one_value_in_memory_and_in_its_blob():
     """All +inf in an all-categorical forest (40% of a height-10 structure's bytes): a read-only broadcast of one
     value on the structure, a fill record in the blob; routing, pruning, growth and the round trip unchanged."""
-    from streamdp.datasets import load
+    from streamdp.records.datasets import load
 
     ds = load("nursery")
     f = PrivateForest.create(ds.schema, n_trees=10, height=6, epsilon=1.0, seed=2)

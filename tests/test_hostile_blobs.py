@@ -11,9 +11,9 @@ import pytest
 import scipy.stats  # noqa: F401  (kanon_delta imports it lazily; a one-time 1-5 s import is not the blob's cost)
 
 from streamdp import blob
-from streamdp.forest import PrivateForest
+from streamdp.forest.model import PrivateForest
 from streamdp.learners import load_model
-from streamdp.schema import Schema, SchemaError
+from streamdp.records.schema import Schema, SchemaError
 
 LIMIT = 1.0  # seconds; generous: these took 5-65 s before
 
@@ -97,9 +97,9 @@ def test_a_learner_blob_with_an_absurd_own_var_is_refused(bad):
     uniform distribution, silently."""
     import warnings
 
-    from streamdp.datasets import load
+    from streamdp.records.datasets import load
     from streamdp.learners import DPEA
-    from streamdp.privacy import NotPrivateWarning
+    from streamdp.privacy.mechanisms import NotPrivateWarning
 
     ds = load("congressional-voting")
     with warnings.catch_warnings():

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import demo, evaluate, job, ledger, model, push, stats, worker
-from .common import run
+from streamdp.cli import demo, evaluate, job, ledger, model, push, stats, worker
+from streamdp.cli.common import run
 
 __all__ = ["main", "build_parser"]
 

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from ..validation import MAX_BLOCK_MS, check_epsilon
+from streamdp.validation import MAX_BLOCK_MS, check_epsilon
 
 __all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "finite_epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
            "MAX_BLOCK_MS"]
@@ -105,7 +105,7 @@ def seconds_arg(text: str) -> float:
 
 def redis_url(args: argparse.Namespace) -> str:
     """The Redis URL: ``--redis-url``, else ``$REDIS_URL``, else ``redis://localhost:6379/0``."""
-    from ..service.embedded import DEFAULT_URL
+    from streamdp.service.embedded import DEFAULT_URL
 
     return args.redis_url or os.environ.get("REDIS_URL") or DEFAULT_URL
 
@@ -131,7 +131,7 @@ def redact(url: str) -> str:
 
 def client(args: argparse.Namespace) -> Any:
     """A ``redis.Redis`` client for :func:`redis_url`, with the service's explicit socket timeouts."""
-    from ..service.connection import connect
+    from streamdp.service.connection import connect
 
     return connect(redis_url(args))
 

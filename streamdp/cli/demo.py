@@ -15,8 +15,8 @@ import sys
 import threading
 from typing import Any
 
-from ..algorithms import BUDGETS
-from .common import MAX_PROCESSES, epsilon_arg, int_in, redact
+from streamdp.options import BUDGETS
+from streamdp.cli.common import MAX_PROCESSES, epsilon_arg, int_in, redact
 
 __all__ = ["add_parser", "demo"]
 
@@ -45,14 +45,14 @@ def demo(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from ..datasets import load
-    from ..service.consumer import Consumer
-    from ..service.embedded import resolve_redis
-    from ..service.producer import Producer
-    from ..service.connection import connect
-    from ..service.ledger_store import ledger_keys
-    from ..service.registry import create_model, delete_model
-    from ..service.pool import WorkerPool
+    from streamdp.records.datasets import load
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.embedded import resolve_redis
+    from streamdp.service.producer import Producer
+    from streamdp.service.connection import connect
+    from streamdp.service.ledger_store import ledger_keys
+    from streamdp.service.registry import create_model, delete_model
+    from streamdp.service.pool import WorkerPool
 
     ds = load("congressional-voting")
     rng = np.random.default_rng(args.shuffle_seed)

@@ -19,7 +19,7 @@ import math
 import os
 from typing import Any
 
-from .common import int_in
+from streamdp.cli.common import int_in
 
 __all__ = ["add_parser", "evaluate"]
 
@@ -70,8 +70,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from ..evaluate import check_dataset, plot
-    from ..evaluate import evaluate as run_evaluation
+    from streamdp.river.evaluate import check_dataset, plot
+    from streamdp.river.evaluate import evaluate as run_evaluation
 
     for ds in args.datasets:  # every name before the first run (a trial waited 8 s to learn of a typo)
         check_dataset(ds)

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any
 
-from .common import MAX_BLOCK_MS, client, finite_epsilon_arg, int_in, seconds_arg
+from streamdp.cli.common import MAX_BLOCK_MS, client, finite_epsilon_arg, int_in, seconds_arg
 
 __all__ = ["add_parser", "submit", "status", "list_", "result", "algorithms", "worker"]
 
@@ -111,11 +111,11 @@ LARGE_FILE = 64 << 20
 
 
 def submit(args: argparse.Namespace) -> int:
-    from ..jobs import parse_param
-    from ..service.job_queue import FINAL, JobQueue
+    from streamdp.jobs.runner import parse_param
+    from streamdp.service.job_queue import FINAL, JobQueue
 
     params = dict(parse_param(p) for p in args.param)
-    from ..ledger import file_source
+    from streamdp.privacy.ledger import file_source
 
     q = JobQueue(client(args), args.queue)
     if args.source_file:
@@ -145,7 +145,7 @@ def submit(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    from ..service.job_queue import JobQueue
+    from streamdp.service.job_queue import JobQueue
 
     st = JobQueue(client(args), args.queue).status(args.id)
     if args.json:
@@ -162,7 +162,7 @@ def status(args: argparse.Namespace) -> int:
 
 
 def list_(args: argparse.Namespace) -> int:
-    from ..service.job_queue import JobQueue
+    from streamdp.service.job_queue import JobQueue
 
     jobs = JobQueue(client(args), args.queue).list(args.limit)
     if args.json:
@@ -173,8 +173,8 @@ def list_(args: argparse.Namespace) -> int:
 
 
 def result(args: argparse.Namespace) -> int:
-    from ..learners import load_model
-    from ..service.job_queue import JobQueue
+    from streamdp.learners import load_model
+    from streamdp.service.job_queue import JobQueue
 
     data = JobQueue(client(args), args.queue).result_bytes(args.id)
     model = load_model(data)
@@ -188,7 +188,7 @@ def result(args: argparse.Namespace) -> int:
 
 
 def algorithms(args: argparse.Namespace) -> int:
-    from ..jobs import describe
+    from streamdp.jobs.runner import describe
 
     d = describe()
     if args.json:
@@ -201,7 +201,7 @@ def algorithms(args: argparse.Namespace) -> int:
 
 
 def worker(args: argparse.Namespace) -> int:
-    from ..service.job_worker import JobWorker
+    from streamdp.service.job_worker import JobWorker
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     w = JobWorker(client(args), queue=args.queue, claim_idle_ms=args.claim_idle_ms, block_ms=args.block_ms)

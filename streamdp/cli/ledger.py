@@ -19,8 +19,8 @@ import json
 import time
 from typing import Any
 
-from ..ledger import left_of
-from .common import client, finite_epsilon_arg
+from streamdp.privacy.ledger import left_of
+from streamdp.cli.common import client, finite_epsilon_arg
 
 __all__ = ["add_parser", "ledger"]
 
@@ -49,10 +49,10 @@ def _when(t: float) -> str:
 
 
 def ledger(args: argparse.Namespace) -> int:
-    from ..service.ledger_store import RedisLedger
+    from streamdp.service.ledger_store import RedisLedger
 
     if args.source_file:
-        from ..ledger import file_source
+        from streamdp.privacy.ledger import file_source
 
         if args.name:
             raise ValueError("give a source NAME or --source-file (not both)")

@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from ..algorithms import BUDGETS, MECHANISMS, RELEASES, VOTES
-from .common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
+from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
+from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
 
 __all__ = ["add_parser"]
 
@@ -34,7 +34,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     c.add_argument("--trees", type=int, default=10)
     c.add_argument("--height", type=int, default=None,
                    help="tree height (default: for grow, the river classifier's default, "
-                        "streamdp.structure.ceiling_height; else half the attributes; both lowered where the trees "
+                        "streamdp.forest.structure.ceiling_height; else half the attributes; both lowered where the trees "
                         "could exceed what the server accepts)")
     c.add_argument("--epsilon", type=epsilon_arg, required=True)
     c.add_argument("--mechanism", choices=MECHANISMS, default="geometric")
@@ -84,8 +84,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def create(args: argparse.Namespace) -> int:
-    from ..schema import Schema
-    from ..service.registry import create_model
+    from streamdp.records.schema import Schema
+    from streamdp.service.registry import create_model
 
     schema = Schema.from_json(args.schema)
     forest = create_model(client(args), args.name, schema, n_trees=args.trees, height=args.height,
@@ -100,7 +100,7 @@ def create(args: argparse.Namespace) -> int:
 
 
 def list_(args: argparse.Namespace) -> int:
-    from ..service.registry import list_job_results, list_models
+    from streamdp.service.registry import list_job_results, list_models
 
     r = client(args)
     models, jobs = list_models(r), list_job_results(r)
@@ -116,13 +116,13 @@ def list_(args: argparse.Namespace) -> int:
 
 
 def show(args: argparse.Namespace) -> int:
-    from ..service.registry import show_model
+    from streamdp.service.registry import show_model
 
     info = show_model(client(args), args.name)
     if args.json:
         print(json.dumps(info, indent=1))
         return 0
-    from ..continual import ReleasePolicy
+    from streamdp.release.continual import ReleasePolicy
 
     policy = ReleasePolicy.from_dict(info["release"])
     last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
@@ -154,16 +154,16 @@ def show(args: argparse.Namespace) -> int:
 
 
 def get(args: argparse.Namespace) -> int:
-    from ..service.consumer import Consumer
+    from streamdp.service.consumer import Consumer
 
-    from ..service.registry import published_keys
+    from streamdp.service.registry import published_keys
 
     r = client(args)
     fmt = r.hget(published_keys(r, args.name).pub_model, "format")
     if fmt is not None and fmt != b"streamdp.forest":  # a batch job's model: one version, any learner
         if args.version not in (None, 1):
             raise SystemExit(f"{args.name!r} is a batch job's model: it has version 1 only")
-        from ..service.job_queue import fetch_model
+        from streamdp.service.job_queue import fetch_model
 
         f = fetch_model(r, args.name)
         data = f.to_bytes()
@@ -178,9 +178,9 @@ def get(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    from ..service.registry import delete_model
+    from streamdp.service.registry import delete_model
 
-    from ..service.registry import show_model
+    from streamdp.service.registry import show_model
 
     r = client(args)
     info = show_model(r, args.name)  # (ModelNotFound names a missing model before anything is deleted)
@@ -196,8 +196,8 @@ def delete(args: argparse.Namespace) -> int:
 
 
 def retention(args: argparse.Namespace) -> int:
-    from ..service.registry import load_spec, show_model
-    from ..service.retention import get_retention, set_retention
+    from streamdp.service.registry import load_spec, show_model
+    from streamdp.service.retention import get_retention, set_retention
 
     r = client(args)
     load_spec(r, args.name)  # the model must exist

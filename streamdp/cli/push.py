@@ -14,7 +14,7 @@ genuinely new records that repeat an earlier file's content their own
 A file that turns out malformed part way (an unbalanced quote) stops the push
 with the line named and the number of records already pushed; pushing the corrected file again (same ``--batch-size`` and ``--source``)
 merges only the rest. A bad value is named by its line (1-based, the header being
-line 1; see :func:`streamdp.sources.read_csv_chunks`).
+line 1; see :func:`streamdp.records.sources.read_csv_chunks`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import Progress, redis_url
+from streamdp.cli.common import Progress, redis_url
 
 __all__ = ["add_parser", "push"]
 
@@ -47,8 +47,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def push(args: argparse.Namespace) -> int:
-    from ..service.producer import Producer
-    from ..sources import CHUNK_ROWS, prefetch, read_csv_chunks
+    from streamdp.service.producer import Producer
+    from streamdp.records.sources import CHUNK_ROWS, prefetch, read_csv_chunks
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -56,7 +56,7 @@ def push(args: argparse.Namespace) -> int:
     with Producer(redis_url(args), args.name, batch_size=args.batch_size, on_invalid="dead-letter",
                   dedup=not args.no_dedup) as p:
         if args.no_header:  # a line of another width (an id column first) would shift every column
-            from ..sources import check_columns
+            from streamdp.records.sources import check_columns
 
             check_columns(args.file, p.schema, header=False, label=label)
         bar = Progress(1) if not args.quiet else None

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from .common import client
+from streamdp.cli.common import client
 
 __all__ = ["add_parser", "stats"]
 
@@ -28,8 +28,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from ..service.registry import list_models, no_stream_model
-    from ..service.stats import EXACT_WARNING, collect, metric_value, prometheus_text, public
+    from streamdp.service.registry import list_models, no_stream_model
+    from streamdp.service.stats import EXACT_WARNING, collect, metric_value, prometheus_text, public
 
     r = client(args)
     models = list(list_models(r))

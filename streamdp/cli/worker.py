@@ -10,7 +10,7 @@ import argparse
 import logging
 from typing import Any
 
-from .common import MAX_BLOCK_MS, MAX_PROCESSES, client, int_in, redis_url
+from streamdp.cli.common import MAX_BLOCK_MS, MAX_PROCESSES, client, int_in, redis_url
 
 __all__ = ["add_parser", "worker"]
 
@@ -41,9 +41,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def worker(args: argparse.Namespace) -> int:
-    from ..service.pool import run_workers
-    from ..service.registry import load_spec
-    from ..service.stream_worker import WorkerConfig
+    from streamdp.service.pool import run_workers
+    from streamdp.service.registry import load_spec
+    from streamdp.service.stream_worker import WorkerConfig
 
     load_spec(client(args), args.name)  # a missing model or an unreachable server: one error line, no child started
 

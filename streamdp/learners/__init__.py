@@ -1,17 +1,17 @@
 """Private decision-tree learners of the literature, as scikit-learn style estimators.
 
-Every learner reaches data only through :class:`streamdp.private_data.PrivateDataset`
+Every learner reaches data only through :class:`streamdp.learners.private_data.PrivateDataset`
 (the privacy boundary is the import list: no learner module imports the
 schema's encoder, the tally or the subtree samplers, and a test checks it).
 The learners, their parameters and blob formats are listed in
-:mod:`streamdp.algorithms` (``SuLQID3``, ``DiffPID3``, ``DiffPC45``,
+:mod:`streamdp.learners.catalogue` (``SuLQID3``, ``DiffPID3``, ``DiffPC45``,
 ``HanischForest``, ``DPEA``); each class is imported when first used.
 
 Fitted models serialize with ``to_bytes()`` (msgpack, no pickle);
 :func:`load_model` decodes any of them, and the stream's
 :class:`~streamdp.PrivateForest`, by the blob's format tag.
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> ds = load("congressional-voting")
 >>> from streamdp.learners import SuLQID3
 >>> m = load_model(SuLQID3(ds.schema, epsilon=5.0, max_depth=2).fit(ds.X, ds.y).to_bytes())
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..algorithms import AlgorithmError, by_format, learners
-from ..blob import BlobError, format_of
+from streamdp.learners.catalogue import AlgorithmError, by_format, learners
+from streamdp.blob import BlobError, format_of
 
 __all__ = ["SuLQID3", "DiffPID3", "DiffPC45", "HanischForest", "DPEA", "load_model", "LEARNERS",
            "IgnoredAttributesWarning"]
@@ -37,7 +37,7 @@ def __getattr__(name: str) -> Any:
     if name in LEARNERS:
         return getattr(__import__(LEARNERS[name], fromlist=[name]), name)
     if name == "IgnoredAttributesWarning":  # (a learner given numeric attributes it does not split on)
-        from ._base import IgnoredAttributesWarning
+        from streamdp.learners._base import IgnoredAttributesWarning
 
         return IgnoredAttributesWarning
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 A subclass sets ``FORMAT`` and implements ``_fit(pds)`` (build ``self.trees_``,
 a list of :class:`~streamdp.learners.tree.Tree`, from a
-:class:`~streamdp.private_data.PrivateDataset` only). Its ``__init__`` takes
+:class:`~streamdp.learners.private_data.PrivateDataset` only). Its ``__init__`` takes
 ``schema`` and keyword parameters stored under the same names, as
 scikit-learn requires.
 """
@@ -17,16 +17,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import blob
-from ..algorithms import MAX_PRIOR_TREES, VOTES
-from ..estimation import (SNR_MIN_GROWN, ForestNodes, cell_variance, inverse_variance_mean, node_distributions,
+from streamdp import blob
+from streamdp.options import MAX_PRIOR_TREES, VOTES
+from streamdp.estimation import (SNR_MIN_GROWN, ForestNodes, cell_variance, inverse_variance_mean, node_distributions,
                           prior_from)
-from ..ledger import TOLERANCE, BudgetExceeded
-from ..private_data import PrivateDataset
-from ..privacy import NotPrivateWarning
-from ..schema import Categorical, Schema
-from ..validation import check_choice, check_epsilon, check_flag, check_integer
-from .tree import Tree
+from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
+from streamdp.learners.private_data import PrivateDataset
+from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.records.schema import Categorical, Schema
+from streamdp.validation import check_choice, check_epsilon, check_flag, check_integer
+from streamdp.learners.tree import Tree
 
 FORMAT_VERSION = 1
 

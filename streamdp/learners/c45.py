@@ -1,6 +1,6 @@
 """DiffPC4.5: Friedman & Schuster's private C4.5 (numeric split points, pruning with noisy counts).
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> ds = load("congressional-voting")
 >>> clf = DiffPC45(ds.schema, epsilon=10.0, max_depth=3).fit(ds.X, ds.y)
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
@@ -61,14 +61,14 @@ from typing import Any
 
 import numpy as np
 
-from ..estimation import cell_variance
-from ..private_data import PrivateDataset, enforced_sensitivity
-from ..schema import Categorical, Numeric
-from ..validation import check_flag, check_probability
-from .scorers import Scorer, checked_scorer, get_scorer, record_bound
-from ._base import PrivateLearner
-from .branch import rest_of_branch, stops
-from .tree import TreeBuilder
+from streamdp.estimation import cell_variance
+from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
+from streamdp.records.schema import Categorical, Numeric
+from streamdp.validation import check_flag, check_probability
+from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
+from streamdp.learners._base import PrivateLearner
+from streamdp.learners.branch import rest_of_branch, stops
+from streamdp.learners.tree import TreeBuilder
 
 __all__ = ["DiffPC45", "add_errors", "upper_error_rate", "FORMAT"]
 

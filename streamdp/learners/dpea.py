@@ -1,6 +1,6 @@
 """DPEA: embedding differential privacy in decision trees with different depths (Bai et al. 2017).
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> ds = load("congressional-voting")
 >>> clf = DPEA(ds.schema, max_depth=4, embed_depth=2, epsilon=10.0, min_instances=20).fit(ds.X, ds.y)
 >>> bool((clf.predict(ds.X) == ds.y).mean() > 0.8)
@@ -12,8 +12,8 @@ q' = minus the weighted Gini of the subtree's leaves, eq. 2, sensitivity 2),
 exactly when the step has at most 2 levels and by Metropolis–Hastings
 otherwise; ``embed_depth >= max_depth`` (``"whole"``) is the whole-tree
 algorithm, one step for the whole tree. It reaches the data only through the
-private data layer (:mod:`streamdp.private_data`): noisy counts, partitions
-and the subtree mechanism of :mod:`streamdp.private_subtree`. It never sees a
+private data layer (:mod:`streamdp.learners.private_data`): noisy counts, partitions
+and the subtree mechanism of :mod:`streamdp.learners.private_subtree`. It never sees a
 record.
 
 Depth convention: ``max_depth`` = D counts split levels (a leaf is at depth
@@ -58,7 +58,7 @@ Inside a step no noisy count is available, so a node of the candidate
 subtree is split only when its *nominal share* (the step root's noisy count
 divided by the product of the arities on its path) is at least
 ``min_instances``; this keeps the candidate set independent of the data given
-released values and bounds the tree size (see :mod:`streamdp.private_subtree`).
+released values and bounds the tree size (see :mod:`streamdp.learners.private_subtree`).
 """
 
 from __future__ import annotations
@@ -69,15 +69,15 @@ from typing import Any
 
 import numpy as np
 
-from ..estimation import cell_variance, inverse_variance_mean
-from ..private_data import PrivateDataset
-from ..privacy import NotPrivateWarning
-from ..private_subtree import SubtreeSpace
-from ..schema import Categorical, Schema
-from ..validation import Interval, check_integer, check_number
-from ._base import PrivateLearner
-from .branch import rest_of_branch
-from .tree import Tree
+from streamdp.estimation import cell_variance, inverse_variance_mean
+from streamdp.learners.private_data import PrivateDataset
+from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.learners.private_subtree import SubtreeSpace
+from streamdp.records.schema import Categorical, Schema
+from streamdp.validation import Interval, check_integer, check_number
+from streamdp.learners._base import PrivateLearner
+from streamdp.learners.branch import rest_of_branch
+from streamdp.learners.tree import Tree
 
 __all__ = ["DPEA", "FORMAT"]
 

@@ -1,6 +1,6 @@
 """Hanisch's private random forest (Hanisch), generalised to any number of classes.
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> ds = load("congressional-voting")
 >>> clf = HanischForest(ds.schema, epsilon=5.0, max_depth=3, n_trees=5).fit(ds.X, ds.y)
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
@@ -65,14 +65,14 @@ from typing import Any
 
 import numpy as np
 
-from ..estimation import SNR_MIN
-from ..private_data import PrivateDataset
-from ..privacy import SecureRandom
-from ..schema import Categorical
-from ..algorithms import MAX_PRIOR_TREES
-from ..validation import check_integer
-from ._base import PrivateLearner
-from .tree import Tree
+from streamdp.estimation import SNR_MIN
+from streamdp.learners.private_data import PrivateDataset
+from streamdp.privacy.mechanisms import SecureRandom
+from streamdp.records.schema import Categorical
+from streamdp.options import MAX_PRIOR_TREES
+from streamdp.validation import check_integer
+from streamdp.learners._base import PrivateLearner
+from streamdp.learners.tree import Tree
 
 __all__ = ["HanischForest"]
 

@@ -1,6 +1,6 @@
 """Friedman & Schuster's private ID3 learners: SuLQ-based ID3 (Alg. 1) and DiffPID3 (Alg. 2).
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> ds = load("congressional-voting")
 >>> clf = DiffPID3(ds.schema, epsilon=10.0, max_depth=3, scorer="max").fit(ds.X, ds.y)
 >>> bool(clf.score(ds.X, ds.y) > 0.8)
@@ -51,14 +51,14 @@ from typing import Any
 
 import numpy as np
 
-from ..estimation import cell_variance
-from ..private_data import PrivateDataset, enforced_sensitivity
-from ..privacy import SecureRandom
-from ..schema import Categorical
-from ._base import PrivateLearner
-from .branch import rest_of_branch, stops
-from .scorers import Scorer, checked_scorer, get_scorer, record_bound
-from .tree import TreeBuilder
+from streamdp.estimation import cell_variance
+from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
+from streamdp.privacy.mechanisms import SecureRandom
+from streamdp.records.schema import Categorical
+from streamdp.learners._base import PrivateLearner
+from streamdp.learners.branch import rest_of_branch, stops
+from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
+from streamdp.learners.tree import TreeBuilder
 
 __all__ = ["SuLQID3", "DiffPID3"]
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..validation import check_integer
+from streamdp.validation import check_integer
 
 __all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "GainRatioScorer", "get_scorer", "checked_scorer", "record_bound",
            "SCORERS"]

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import blob
-from ..estimation import reachable_leaves, released_node_counts, tree_node_proba
-from ..routing import route, routing_error
-from ..schema import Categorical, Schema
+from streamdp import blob
+from streamdp.estimation import reachable_leaves, released_node_counts, tree_node_proba
+from streamdp.forest.routing import route, routing_error
+from streamdp.records.schema import Categorical, Schema
 
 __all__ = ["Tree", "TreeBuilder"]
 

@@ -66,7 +66,7 @@ Layout (one classifier per module, as in river's ``river/tree/``):
 (:class:`PrivateWindowClassifier`), ``service`` (:class:`ServiceClassifier`),
 ``forest_view`` (predictions from a forest's released counts, shared by the
 forest and the service classifiers), ``encoding`` (the record encoder, on
-:class:`~streamdp.schema.Schema`'s rules), ``schemas`` (declared schemas
+:class:`~streamdp.records.schema.Schema`'s rules), ``schemas`` (declared schemas
 for river's datasets), ``uci`` (the shared UCI datasets as river streams) and
 ``inference`` (a schema learned from data, which leaks: :class:`PrivacyLeakWarning`).
 

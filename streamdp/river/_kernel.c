@@ -30,7 +30,7 @@ typedef struct {
     double *lo, *hi, *mid;              /* ... and as doubles (exact: checked by the caller) */
     char *is_cat;
     PyObject *fallback;                 /* the Python encoder: encode() of a record this code does not handle */
-    PyObject *false_key, *true_key;     /* streamdp.coding.lookup_key(False), lookup_key(True) */
+    PyObject *false_key, *true_key;     /* streamdp.records.coding.lookup_key(False), lookup_key(True) */
     /* trees (set_trees) */
     Py_ssize_t T, n_nodes;
     int *feat;                          /* attribute tested at a node, -1 at a leaf */
@@ -291,7 +291,7 @@ Kernel_dealloc(Kernel *k)
 
 /* Kernel(spec, fallback, false_key, true_key): spec a list of (name, alt, lookup, lo, hi, mid) as
  * RecordEncoder._spec, with numeric bounds that are floats or ints exact as doubles (the caller checks);
- * fallback(x) the Python encoder; the booleans' lookup keys (streamdp.coding.lookup_key). */
+ * fallback(x) the Python encoder; the booleans' lookup keys (streamdp.records.coding.lookup_key). */
 static int
 Kernel_init(Kernel *k, PyObject *args, PyObject *kwds)
 {

@@ -1,6 +1,6 @@
 """The record encoder of the river classifiers: river's dict records to the schema's codes.
 
-The rules are :class:`~streamdp.schema.Schema`'s (:func:`~streamdp.schema.value_code`,
+The rules are :class:`~streamdp.records.schema.Schema`'s (:func:`~streamdp.records.schema.value_code`,
 its lookup tables, :meth:`Schema.encode` for frames); this module adds only
 river's policy for missing values and a fast path for one dict record, with
 no numpy call per record, so that ``learn_one`` / ``predict_proba_one`` stay fast.
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.coding import value_code
+from streamdp.records.coding import value_code
 from streamdp.river.kernel import new_kernel
-from streamdp.schema import Categorical, Schema
+from streamdp.records.schema import Categorical, Schema
 
 __all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning"]
 

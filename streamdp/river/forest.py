@@ -9,19 +9,19 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.growth import grows_by_default
+from streamdp.forest.growth import grows_by_default
 from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
-from streamdp.forest import PrivateForest
-from streamdp.privacy import NotPrivateWarning
+from streamdp.forest.model import PrivateForest
+from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
-from streamdp.schema import Schema
-from streamdp.structure import ceiling_height
+from streamdp.records.schema import Schema
+from streamdp.forest.structure import ceiling_height
 from streamdp.validation import check_choice, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
 
-#: The default height (the rule is :func:`streamdp.structure.ceiling_height`, shared with the service's
+#: The default height (the rule is :func:`streamdp.forest.structure.ceiling_height`, shared with the service's
 #: growing models).
 default_height = ceiling_height
 
@@ -42,7 +42,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     Parameters
     ----------
     schema
-        A :class:`streamdp.schema.Schema` (or its dict form) declaring every
+        A :class:`streamdp.records.schema.Schema` (or its dict form) declaring every
         attribute's domain and the labels. Domains must be public knowledge,
         never read from the data (see :func:`streamdp.river.inference.infer_schema`).
     n_trees
@@ -132,7 +132,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
 
     grow
         Whether the trees grow release by release (:meth:`streamdp.PrivateForest.grow`,
-        :mod:`streamdp.growth`): they start from their roots at the trees' first release (a
+        :mod:`streamdp.forest.growth`): they start from their roots at the trees' first release (a
         pruned fit: its stumps, a probe, then the pruned trees) and each later batch may split
         a leaf further where the records seen so far stand clear of the noise, never past
         ``height``. Otherwise (``False``) every batch is added to the drawn trees. ``None``
@@ -151,7 +151,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         40 k samples/s growing, 73 k on the drawn trees, same run).
         Privacy: each batch is one release, as without growing; a release
         may spend a share of its trees' budget on the probe (the first) and decide where to
-        split from released numbers only (:mod:`streamdp.growth`'s proof sketch).
+        split from released numbers only (:mod:`streamdp.forest.growth`'s proof sketch).
 
     Attributes
     ----------
@@ -429,7 +429,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             if not self.grows:  # a growing model keeps the phase in the prior's log: its trees start fresh
                 self._merge(delta, var)
         elif self.grows:
-            # One grown release (streamdp.growth): the trees start from their roots at the first one (a pruned
+            # One grown release (streamdp.forest.growth): the trees start from their roots at the first one (a pruned
             # fit with its probe) and deepen where the records stand clear of the noise.
             self._guard_release(X, y)  # scored by the model before it learns the batch
             before = self.forest.counts[T:, 0, :].astype(np.float64) if self.forest.n_releases else 0.0

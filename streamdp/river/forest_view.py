@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from streamdp.estimation import path_proba_one, seq_sum
-from streamdp.forest import PrivateForest
+from streamdp.forest.model import PrivateForest
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.kernel import constants as kernel_constants
 from streamdp.river.kernel import new_kernel

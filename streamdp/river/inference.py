@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from streamdp.schema import Categorical, Label, Numeric, Schema
+from streamdp.records.schema import Categorical, Label, Numeric, Schema
 
 __all__ = ["PrivacyLeakWarning", "infer_schema"]
 

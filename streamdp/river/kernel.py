@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from streamdp import estimation
-from streamdp.coding import lookup_key
+from streamdp.records.coding import lookup_key
 
 try:
     from streamdp.river import _kernel

@@ -33,7 +33,7 @@ import math
 import warnings
 from typing import Any
 
-from streamdp.schema import Categorical, Label, Numeric, Schema
+from streamdp.records.schema import Categorical, Label, Numeric, Schema
 
 __all__ = [
     "schema_for",

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.schema import Schema
+from streamdp.records.schema import Schema
 
 __all__ = ["uci_schema", "uci_stream"]
 
 
 def uci_schema(name: str) -> Schema:
     """Declared schema of a UCI dataset (``nursery``, ``mushroom``, ``congressional-voting``, ``tic-tac-toe``, ``adult``)."""
-    from streamdp.datasets import load_schema
+    from streamdp.records.datasets import load_schema
 
     return load_schema(name)
 
@@ -27,7 +27,7 @@ def uci_stream(name: str, *, shuffle_seed: int | None = 0, drop_missing: bool = 
     The order is not a privacy matter (it only reorders the records), so a fixed
     seed is fine here. Returns ``(schema, list_of_pairs)``.
     """
-    from streamdp.datasets import load
+    from streamdp.records.datasets import load
 
     ds = load(name, drop_missing=drop_missing)
     idx = np.arange(len(ds.y))

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.algorithms import learners as _catalogue_learners  # the one import of the catalogue in streamdp.river
-from streamdp.continual import noisy_node
+from streamdp.learners.catalogue import learners as _catalogue_learners
+from streamdp.release.continual import noisy_node
 from streamdp.estimation import cell_variance, path_proba_one, prior_phase_first, prior_phase_size, release_prior
-from streamdp.privacy import NotPrivateWarning
+from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.learners import IgnoredAttributesWarning
-from streamdp.schema import Numeric, Schema
+from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import check_integer
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
@@ -62,7 +62,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     Parameters
     ----------
     schema
-        A :class:`streamdp.schema.Schema` (or its dict form) with public domains.
+        A :class:`streamdp.records.schema.Schema` (or its dict form) with public domains.
     learner
         ``"diffp-c45"`` (default; numeric split points by the exponential
         mechanism over ranges), ``"diffp-id3"``, ``"sulq-id3"``,
@@ -255,7 +255,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
                 self._fit_window()
 
     def _rng(self, stream: int):
-        from streamdp.privacy import SecureRandom
+        from streamdp.privacy.mechanisms import SecureRandom
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)  # said once, at construction
@@ -274,7 +274,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self._prior = release_prior(t, n, v)
 
     def _fit_window(self) -> None:
-        from streamdp.private_data import PrivateDataset
+        from streamdp.learners.private_data import PrivateDataset
 
         X, y = np.array(self._X, dtype=np.float64), np.array(self._y, dtype=np.int64)
         self._X, self._y = [], []  # the window's raw records are dropped once fitted

@@ -10,15 +10,15 @@ points), :mod:`.pool` (worker processes), :mod:`.job_queue` and
 :mod:`.stats`, :mod:`.embedded` (find or start a Redis).
 """
 
-from .connection import connect
-from .consumer import Consumer, VersionNotAvailable
-from .job_queue import JobQueue, fetch_model
-from .job_worker import JobWorker, run_job_worker
-from .keys import Keys
-from .pool import WorkerPool, run_workers
-from .producer import Producer
-from .registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model
-from .stream_worker import Worker, WorkerConfig
+from streamdp.service.connection import connect
+from streamdp.service.consumer import Consumer, VersionNotAvailable
+from streamdp.service.job_queue import JobQueue, fetch_model
+from streamdp.service.job_worker import JobWorker, run_job_worker
+from streamdp.service.keys import Keys
+from streamdp.service.pool import WorkerPool, run_workers
+from streamdp.service.producer import Producer
+from streamdp.service.registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model
+from streamdp.service.stream_worker import Worker, WorkerConfig
 
 __all__ = ["Producer", "Consumer", "Worker", "WorkerConfig", "WorkerPool", "run_workers", "Keys", "create_model",
            "delete_model", "list_models", "show_model", "ModelExists", "ModelNotFound", "VersionNotAvailable",

@@ -19,7 +19,7 @@ code against the schema and raises :class:`EnvelopeError` (a reason for the
 dead-letter stream) for an undecodable entry; bad rows of a decodable entry
 are dropped and listed in :attr:`Batch.dropped`.
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> ds = load("congressional-voting")
 >>> env = encode_batch(ds.schema, ds.X[:3], ds.y[:3], batch_id="b1")
 >>> b = decode(ds.schema, env)
@@ -39,8 +39,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from .. import blob
-from ..schema import Categorical, Schema
+from streamdp import blob
+from streamdp.records.schema import Categorical, Schema
 
 __all__ = ["Batch", "EnvelopeError", "encode_batch", "encode_records", "decode", "decode_entry", "entry_detail",
            "value_free", "FORMAT", "MAX_RECORDS"]
@@ -128,11 +128,11 @@ def encode_records(records: list, labels: list, *, batch_id: str | None = None) 
 
 
 def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = ()) -> bytes:
-    """A ``codes`` envelope of already coded records (:mod:`streamdp.sources` chunks).
+    """A ``codes`` envelope of already coded records (:mod:`streamdp.records.sources` chunks).
 
     ``batch_id`` is a string, or a function of the packed ``X`` and ``y`` arrays returning one
     (content-derived ids). ``invalid`` lists ``(row, reason)`` of rows left out; the reasons
-    must name no value (:mod:`streamdp.sources` words them so).
+    must name no value (:mod:`streamdp.records.sources` words them so).
     """
     xb = np.ascontiguousarray(X.astype(_code_dtype(schema), copy=False))
     yb = np.ascontiguousarray(y.astype(_label_dtype(schema), copy=False))
@@ -225,7 +225,7 @@ def decode_entry(schema: Schema, fields: Any) -> tuple[Batch | None, tuple[str, 
 
     Total: any map of arbitrary bytes (or anything else) gives one of the two; nothing raises.
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> decode_entry(load("congressional-voting").schema, {b"\\xff": b"x"})[1][0]
     "entry has no 'd' field"
     """
@@ -255,7 +255,7 @@ def value_free(schema: Schema, reason: str) -> str:
 
     Reasons reach dead letters and worker logs: only fixed wording and the schema's own names pass.
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> s = load("congressional-voting").schema
     >>> value_free(s, "attribute 'crime' unknown value 'alice-ssn-123' (declared: ['n', 'y', '?'])")
     "attribute 'crime' has a value not declared in the schema"

@@ -56,7 +56,7 @@ def connect(r: "redis.Redis | RedisCluster | str | None" = None, *, block_s: flo
     else a copy with a longer timeout (:func:`for_blocking`).
     """
     if isinstance(r, (str, type(None))):
-        from .embedded import DEFAULT_URL
+        from streamdp.service.embedded import DEFAULT_URL
 
         url, cluster = cluster_option(r or os.environ.get("REDIS_URL") or DEFAULT_URL)
         kw = dict(socket_timeout=blocking_timeout(block_s), socket_connect_timeout=CONNECT_TIMEOUT)

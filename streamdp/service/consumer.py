@@ -13,12 +13,12 @@ from typing import Any
 import msgpack
 import redis
 
-from .. import blob
-from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
-from .connection import connect
-from .keys import Keys
-from .published import forest_from_counts, forest_from_doc, forest_from_record, is_release_record
-from .registry import ModelNotFound, published_keys
+from streamdp import blob
+from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
+from streamdp.service.connection import connect
+from streamdp.service.keys import Keys
+from streamdp.service.published import forest_from_counts, forest_from_doc, forest_from_record, is_release_record
+from streamdp.service.registry import ModelNotFound, published_keys
 
 __all__ = ["Consumer", "VersionNotAvailable"]
 

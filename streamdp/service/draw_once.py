@@ -22,9 +22,9 @@ from typing import Any, Callable
 import msgpack
 import numpy as np
 
-from .. import blob
-from ..forest import PrivateForest
-from .published import _raw_counts, counts_dtype, counts_view
+from streamdp import blob
+from streamdp.forest.model import PrivateForest
+from streamdp.service.published import _raw_counts, counts_dtype, counts_view
 
 __all__ = ["PENDING_TTL_S", "drawn_once", "stored_once", "noise_from_bytes"]
 
@@ -67,7 +67,7 @@ def noise_from_bytes(data: bytes, spec: PrivateForest) -> np.ndarray:
     document stored before round 2's fifth session) as ``spec``'s counts; read-only where it views ``data``
     (callers add it, never change it). :class:`ValueError` if it does not fit.
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
     >>> noise_from_bytes(bytes(counts_view(f.counts + 3)), f)[0, 0].tolist()
     [3, 3]

@@ -34,8 +34,8 @@ from typing import Any
 
 import redis
 
-from .connection import connect
-from .keys import as_str
+from streamdp.service.connection import connect
+from streamdp.service.keys import as_str
 
 __all__ = ["Entry", "GroupReader", "GroupLoop", "jlog", "consumer_name"]
 

@@ -9,7 +9,7 @@ Keys (jobs are not a model's keys; each job hash carries its id as hash tag)::
 
 A dataset job over a file records the SHA-256 of its bytes at submit; the job
 worker refuses (before charging) a file that changed since. A source of the
-form ``file-<hash>`` (:func:`streamdp.ledger.file_source`, ``job submit
+form ``file-<hash>`` (:func:`streamdp.privacy.ledger.file_source`, ``job submit
 --source-file``) must match the file; the same file submitted under another
 label than before draws a :class:`SourceLabelWarning` (two labels, two ledgers,
 the same people).
@@ -31,17 +31,17 @@ from typing import Any
 
 import redis
 
-from ..jobs import JobError, JobSpec, check_params
-from ..datasets import DATASETS, dataset_digest, load_schema
-from ..ledger import file_sha256, refusal
-from ..schema import Schema
-from ..sources import SourceError, check_columns, check_records
-from ..validation import check_integer
-from .connection import connect
-from .keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
-from .ledger_store import RedisLedger
-from .registry import load_spec, published_keys
-from .retention import get_retention
+from streamdp.jobs.runner import JobError, JobSpec, check_params
+from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
+from streamdp.privacy.ledger import file_sha256, refusal
+from streamdp.records.schema import Schema
+from streamdp.records.sources import SourceError, check_columns, check_records
+from streamdp.validation import check_integer
+from streamdp.service.connection import connect
+from streamdp.service.keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
+from streamdp.service.ledger_store import RedisLedger
+from streamdp.service.registry import load_spec, published_keys
+from streamdp.service.retention import get_retention
 
 __all__ = ["JobQueue", "fetch_model", "SourceLabelWarning", "FILE_SOURCES", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
            "DEFAULT_MAX_ATTEMPTS", "now_s"]
@@ -106,7 +106,7 @@ class JobQueue:
     ) -> str:
         """Queue a job; returns its id. Everything checkable is checked here (nothing is charged yet).
 
-        A dataset file is read as :func:`streamdp.sources.read_csv_chunks` reads it (``header``, ``label``);
+        A dataset file is read as :func:`streamdp.records.sources.read_csv_chunks` reads it (``header``, ``label``);
         a relative path is made absolute here (a job worker may run in another directory)."""
         check_name(source)
         if source_kind not in ("model", "dataset"):
@@ -278,7 +278,7 @@ class JobQueue:
     def result(self, job_id: str) -> Any:
         """The trained estimator of a done job, by its id or its result's name (decoded by
         :func:`streamdp.learners.load_model`)."""
-        from ..learners import load_model
+        from streamdp.learners import load_model
 
         return load_model(self.result_bytes(job_id))
 
@@ -324,12 +324,12 @@ def _check_named_dataset(dataset: str, schema: Schema) -> None:
 
 def fetch_model(r: Any, name: str) -> Any:
     """The model published under ``name`` (a stream forest or a job result), as an estimator."""
-    from ..learners import load_model
+    from streamdp.learners import load_model
 
     r = connect(r)
     data = r.hget(published_keys(r, name).pub_model, "blob")
     if data is None:  # a stream model publishes counts on its spec (published.published_fields)
-        from .consumer import Consumer
+        from streamdp.service.consumer import Consumer
 
         return Consumer(r, name).latest()
     return load_model(bytes(data))

@@ -26,7 +26,7 @@ its stream (those within its retention window, :mod:`.retention`, plus the
 unacked ones; each batch id once, undecodable entries skipped, see
 :func:`read_model_records`); ``source_kind="dataset"``
 reads a CSV file with a header (or a bundled/shared UCI dataset by name)
-against a declared schema (:func:`streamdp.sources.read_dataset`), from the very bytes checked against the
+against a declared schema (:func:`streamdp.records.sources.read_dataset`), from the very bytes checked against the
 SHA-256 pinned at submit (a private copy; see ``JobWorker._dataset_loader``). The ledger source is the model's
 name, or the ``source`` given for a dataset.
 """
@@ -51,21 +51,21 @@ from typing import IO, Any, Callable
 import numpy as np
 import redis
 
-from ..datasets import DatasetChanged, pinned_lines
-from ..forest import FORMAT as FOREST_FORMAT, PrivateForest
-from ..jobs import JobError, JobSpec, run_job
-from ..ledger import BudgetExceeded, stream_sha256
-from ..schema import Schema
-from ..sources import (FILE_ERRNOS, SourceError, check_columns, check_decompresses, compression_of, read_bundled,
+from streamdp.records.datasets import DatasetChanged, pinned_lines
+from streamdp.forest.model import FORMAT as FOREST_FORMAT, PrivateForest
+from streamdp.jobs.runner import JobError, JobSpec, run_job
+from streamdp.privacy.ledger import BudgetExceeded, stream_sha256
+from streamdp.records.schema import Schema
+from streamdp.records.sources import (FILE_ERRNOS, SourceError, check_columns, check_decompresses, compression_of, read_bundled,
                        read_dataset)
-from . import codec
-from .connection import connect
-from .group import GroupLoop, GroupReader, consumer_name
-from .job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, keeps_nothing, job_key, now_s
-from .keys import JOB_RESULTS, Keys, as_str
-from .ledger_store import RedisLedger
-from .published import published_fields
-from .registry import ModelNotFound, load_spec
+from streamdp.service import codec
+from streamdp.service.connection import connect
+from streamdp.service.group import GroupLoop, GroupReader, consumer_name
+from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, keeps_nothing, job_key, now_s
+from streamdp.service.keys import JOB_RESULTS, Keys, as_str
+from streamdp.service.ledger_store import RedisLedger
+from streamdp.service.published import published_fields
+from streamdp.service.registry import ModelNotFound, load_spec
 
 __all__ = ["JobWorker", "run_job_worker", "read_model_records"]
 

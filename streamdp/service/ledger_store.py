@@ -27,9 +27,9 @@ from typing import Any
 
 import msgpack
 
-from ..ledger import TOLERANCE, Ledger, Spend, check_charge, refusal
-from .connection import connect
-from .keys import check_name
+from streamdp.privacy.ledger import TOLERANCE, Ledger, Spend, check_charge, refusal
+from streamdp.service.connection import connect
+from streamdp.service.keys import check_name
 
 __all__ = ["RedisLedger", "ledger_keys"]
 
@@ -94,7 +94,7 @@ def _f(v: Any) -> float:
 
 
 class RedisLedger(Ledger):
-    """A :class:`~streamdp.ledger.Ledger` shared by every process through Redis."""
+    """A :class:`~streamdp.privacy.ledger.Ledger` shared by every process through Redis."""
 
     def __init__(self, r: Any = None):
         self.r = connect(r)

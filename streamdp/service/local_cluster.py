@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-from .embedded import _start_watchdog
+from streamdp.service.embedded import _start_watchdog
 
 __all__ = ["LocalCluster"]
 

@@ -26,15 +26,15 @@ import msgpack
 import numpy as np
 import redis
 
-from . import codec
-from .commit import COMMIT_LUA, WINDOW_ADD_LUA
-from .draw_once import PENDING_TTL_S, drawn_once
-from .group import Entry, jlog
-from .keys import GROUP, Keys, as_str
-from .published import counts_from_bytes, counts_view, release_record, release_record_around_counts
-from .rollback import NoiseSource, RollbackGuard
-from .windows import joined_cells
-from ..forest import PrivateForest
+from streamdp.service import codec
+from streamdp.service.commit import COMMIT_LUA, WINDOW_ADD_LUA
+from streamdp.service.draw_once import PENDING_TTL_S, drawn_once
+from streamdp.service.group import Entry, jlog
+from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
+from streamdp.service.rollback import NoiseSource, RollbackGuard
+from streamdp.service.windows import joined_cells
+from streamdp.forest.model import PrivateForest
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import redis
 
-from .group import jlog
-from .stream_worker import Worker, WorkerConfig
+from streamdp.service.group import jlog
+from streamdp.service.stream_worker import Worker, WorkerConfig
 
 __all__ = ["WorkerPool", "run_workers"]
 

@@ -1,6 +1,6 @@
 """Producers push labelled records onto a model's record stream, idempotently.
 
-Records are coded chunk by chunk (:mod:`streamdp.sources`) and each chunk's
+Records are coded chunk by chunk (:mod:`streamdp.records.sources`) and each chunk's
 batches are sent (one pipelined round trip) while the next chunk is coded.
 
 **Batch ids and the rule for producers.** By default a batch's id is derived
@@ -25,7 +25,7 @@ The example needs a running Redis holding model ``votes`` (see
 :func:`streamdp.service.registry.create_model`), so the doctest run skips it;
 ``tests/test_service_redis.py`` exercises the producer against a real server.
 
->>> from streamdp.datasets import load
+>>> from streamdp.records.datasets import load
 >>> votes = load("congressional-voting")
 >>> p = Producer("redis://localhost:6379/0", "votes")  # doctest: +SKIP
 >>> p.push(votes.X[:100], votes.y[:100])  # doctest: +SKIP
@@ -45,13 +45,15 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .. import blob, forest, sources
-from ..schema import Schema
-from ..validation import check_choice
-from . import codec
-from .connection import connect
-from .keys import REGISTRY, Keys
-from .registry import ModelNotFound, batch_id_salt, no_stream_model
+from streamdp import blob
+from streamdp.forest import model as forest
+from streamdp.records import sources
+from streamdp.records.schema import Schema
+from streamdp.validation import check_choice
+from streamdp.service import codec
+from streamdp.service.connection import connect
+from streamdp.service.keys import REGISTRY, Keys
+from streamdp.service.registry import ModelNotFound, batch_id_salt, no_stream_model
 
 __all__ = ["Producer", "PushResult", "producer_id_key", "ENV_PRODUCER_KEY"]
 
@@ -110,7 +112,7 @@ ON_INVALID = ("raise", "dead-letter")
 class Producer:
     """Code records against the model's schema and XADD them in batches.
 
-    ``on_invalid="raise"`` (default) raises :class:`~streamdp.sources.SourceError` (a
+    ``on_invalid="raise"`` (default) raises :class:`~streamdp.records.sources.SourceError` (a
     ``ValueError``) naming the attribute and row of the first bad record (``record N
     (0-based)``; a CSV file's ``line N``); batches of earlier chunks may already be sent:
     the error says how many records were, and (content ids) that pushing the corrected data
@@ -222,13 +224,13 @@ class Producer:
 
     def push_chunks(self, chunks: Iterable[sources.Chunk], *, source: str = "", batch_id: str | None = None,
                     progress: Callable[[int], None] | None = None) -> PushResult:
-        """Send coded chunks (:func:`streamdp.sources.read_csv_chunks` or :func:`~streamdp.sources.frame_chunks`).
+        """Send coded chunks (:func:`streamdp.records.sources.read_csv_chunks` or :func:`~streamdp.records.sources.frame_chunks`).
 
         Each chunk's batches go out in one pipelined round trip on a sender thread while
         the next chunk is read and coded. ``progress(records done)`` after each chunk: the
         records whose batches Redis has taken.
 
-        A :class:`~streamdp.sources.SourceError` from ``chunks`` (a malformed line, a bad value)
+        A :class:`~streamdp.records.sources.SourceError` from ``chunks`` (a malformed line, a bad value)
         comes after the batches of the chunks before it are sent; its message adds how many
         records were pushed and what pushing again does, and its ``n_pushed`` holds that count.
         """

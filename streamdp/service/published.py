@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import blob
+from streamdp import blob
 
-from ..forest import PrivateForest
+from streamdp.forest.model import PrivateForest
 
 __all__ = ["KEEP_BYTES", "versions_kept", "counts_dtype", "counts_to_bytes", "counts_view", "counts_from_bytes",
            "forest_from_counts", "published_fields", "RELEASE_FORMAT", "release_record", "release_record_parts",
@@ -126,7 +126,7 @@ def published_fields(forest: PrivateForest, *, grown: bytes | None = None, noise
     (:func:`counts_view`: send it right away). The batch commit script writes the same fields
     (:data:`.commit.COMMIT_LUA`, the counts once for the state and ``pub:model``).
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
     >>> sorted(published_fields(f)), sorted(published_fields(f, grown=b"...", noise_variance=2.0))
     (['counts', 'releases', 'version'], ['blob', 'noise_variance', 'releases', 'version'])
@@ -144,7 +144,7 @@ def published_fields(forest: PrivateForest, *, grown: bytes | None = None, noise
 def release_record(forest: PrivateForest) -> bytes:
     """A retained version's bytes: version, releases, noise variance and counts (no schema, no structure).
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
     >>> g = forest_from_record(f, release_record(f.with_counts(f.counts + f.real_cells, version=3, n_releases=2)))
     >>> (g.version, g.n_releases, int(g.counts[0, 0, 0]))
@@ -157,7 +157,7 @@ def release_record_parts(forest: PrivateForest) -> list:
     """:func:`release_record`'s bytes in pieces (:func:`.blob.packb_parts`): the counts' piece views the
     forest's array, so a writer that stores them one after the other (SET, then APPEND) copies no counts.
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
     >>> b"".join(release_record_parts(f)) == release_record(f)
     True
@@ -173,7 +173,7 @@ def release_record_around_counts(forest: PrivateForest) -> tuple[bytes, bytes] |
     ``head + counts + tail`` is the record, so a writer holding the counts already (the batch commit's
     script) stores it without a second copy of them. None for counts too small to be a piece of their own.
 
-    >>> from streamdp.datasets import load
+    >>> from streamdp.records.datasets import load
     >>> f = PrivateForest.create(load("adult").schema, n_trees=10, height=4, seed=1)
     >>> head, tail = release_record_around_counts(f)
     >>> head + bytes(counts_view(f.counts)) + tail == release_record(f)
@@ -194,7 +194,7 @@ def forest_from_doc(spec: PrivateForest, doc: dict, fmt: str) -> PrivateForest:
     """The forest of ``spec`` holding a decoded document's counts, version, releases and noise variance
     (a model blob of the same structure, or a :func:`release_record`); :class:`ValueError` if they do not fit."""
     counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
-    node_var = doc.get("node_variance")  # a grown model's blob (streamdp.growth)
+    node_var = doc.get("node_variance")  # a grown model's blob (streamdp.forest.growth)
     return spec.with_counts(counts.copy(), version=blob.field(doc, "version", int, fmt),
                             n_releases=blob.field(doc, "n_releases", int, fmt),
                             noise_variance=doc.get("noise_variance"),

@@ -26,17 +26,17 @@ from typing import Any
 
 import redis
 
-from ..continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
-from ..growth import grows_by_default
-from .. import blob
-from ..forest import FORMAT, FORMAT_VERSION, PrivateForest
-from ..schema import Schema
-from ..structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
-from ..validation import check_epsilon
-from .connection import connect
-from .keys import GROUP, JOB_RESULTS, REGISTRY, Keys
-from .ledger_store import RedisLedger
-from .published import published_fields
+from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
+from streamdp.forest.growth import grows_by_default
+from streamdp import blob
+from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
+from streamdp.records.schema import Schema
+from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
+from streamdp.validation import check_epsilon
+from streamdp.service.connection import connect
+from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
+from streamdp.service.ledger_store import RedisLedger
+from streamdp.service.published import published_fields
 
 __all__ = ["create_model", "load_policy", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
            "published_keys", "ModelNotFound", "ModelExists", "server_value_limit", "blob_max_cells", "grown_blob_bound"]
@@ -125,7 +125,7 @@ def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False
     level by level, a tree with more leaves than ``max_cells / (n_trees * classes)`` before building
     that level.
 
-    >>> from streamdp.datasets import load_schema
+    >>> from streamdp.records.datasets import load_schema
     >>> adult = load_schema("adult")
     >>> blob_max_cells(adult, 10, 512 << 20), blob_max_cells(adult, 10, 512 << 20, grows=True)
     (24400120, 13555620)
@@ -178,24 +178,24 @@ def create_model(
     ``name``. ``ledger_budget`` is that source's total epsilon: set when the
     source has no budget yet (default: the model's epsilon), raised when it
     is larger than the current one (never lowered here). A budget too small
-    for the model raises :class:`~streamdp.ledger.BudgetExceeded` and leaves
+    for the model raises :class:`~streamdp.privacy.ledger.BudgetExceeded` and leaves
     no model behind. A non-private model (``epsilon=inf``) is not charged,
     but it is refused over a source that has a budget.
 
-    ``release`` is the release policy (:class:`~streamdp.continual.ReleasePolicy`):
+    ``release`` is the release policy (:class:`~streamdp.release.continual.ReleasePolicy`):
     ``"window"`` (the exact tallies of ``release_every`` seconds are noised
     once and released together, empty windows too, on a public schedule from the
     model's creation time), ``"grow"`` (the same windows on trees that start from
     their roots and deepen as the released counts allow, never past ``height``:
-    height is a ceiling, :mod:`streamdp.growth`), ``"tree"`` (the same windows through the binary tree
+    height is a ceiling, :mod:`streamdp.forest.growth`), ``"tree"`` (the same windows through the binary tree
     mechanism, ``levels`` levels, refused with another policy) or ``"batch"`` (each pushed batch noised once,
     Jagannathan et al.; ``release_every`` is then refused: each batch is a release). ``None`` (default): ``"grow"`` where
-    :func:`streamdp.growth.grows_by_default` says so (every attribute categorical) and the forest
+    :func:`streamdp.forest.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
     ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
-    :func:`streamdp.structure.ceiling_height` (the river classifier's default), any other model
+    :func:`streamdp.forest.structure.ceiling_height` (the river classifier's default), any other model
     :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.); both lowered by
-    :func:`streamdp.structure.fitting_height` where the trees could exceed what the server accepts.
+    :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
@@ -307,7 +307,7 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
     A charge the budget set here could not take is refused before the budget is written: a refused create
     leaves the ledger as it was (a new user's ``--epsilon 3 --ledger-budget 2`` was refused, and left a budget
     of 2 behind)."""
-    from ..ledger import BudgetExceeded, exceeds, refusal
+    from streamdp.privacy.ledger import BudgetExceeded, exceeds, refusal
 
     ledger = RedisLedger(r)
     current = ledger.budget(name)

@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..validation import Interval, check_integer
-from .keys import Keys, as_str
+from streamdp.validation import Interval, check_integer
+from streamdp.service.keys import Keys, as_str
 
 __all__ = ["Retention", "retention_key", "get_retention", "set_retention", "retention_floor", "trim_minid",
            "policy_minid"]

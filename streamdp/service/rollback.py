@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..secure_random import LAYOUTS, SecureRandom
+from streamdp.privacy.secure_random import LAYOUTS, SecureRandom
 
 __all__ = ["NoiseSource", "RollbackGuard", "RollbackDetected", "load_noise_key", "ENV_KEY", "ENV_STATE"]
 
@@ -74,7 +74,7 @@ def load_noise_key(path: str | os.PathLike | None = None) -> bytes | None:
 class NoiseSource:
     """The noise generator of each release: keyed (deterministic per release) when a master key is given.
 
-    ``layout`` is the model's noise layout (:data:`~streamdp.secure_random.LAYOUTS`), fixed at
+    ``layout`` is the model's noise layout (:data:`~streamdp.privacy.secure_random.LAYOUTS`), fixed at
     ``model create`` and kept in its state: "blocks" for models created since it existed, "stream"
     for older ones, whose keyed redraws must stay byte for byte what their first draw was. It has no
     default: a caller reads it from the model's state.

@@ -31,8 +31,8 @@ from typing import Any
 
 import redis
 
-from .connection import connect
-from .keys import GROUP, Keys, as_str
+from streamdp.service.connection import connect
+from streamdp.service.keys import GROUP, Keys, as_str
 
 __all__ = ["collect", "prometheus_text", "public", "exact_names", "metric_value", "EXACT", "BATCH_LEVEL"]
 
@@ -114,8 +114,8 @@ def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
 
 def _estimated_records(r: Any, keys: Keys) -> float | None:
     """The noisy record estimate of the published counts (None without a published stream forest)."""
-    from ..forest import PrivateForest
-    from .published import forest_from_counts
+    from streamdp.forest.model import PrivateForest
+    from streamdp.service.published import forest_from_counts
 
     spec = r.get(keys.spec)
     version, counts, releases = r.hmget(keys.pub_model, "version", "counts", "releases")

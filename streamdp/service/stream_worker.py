@@ -35,18 +35,18 @@ from typing import Any, Callable
 
 import redis
 
-from . import codec
-from .connection import connect
-from .faults import FaultPoints
-from .group import GroupLoop, GroupReader, consumer_name, jlog
-from .keys import GROUP, Keys, as_str
-from .merging import BatchMerge, WindowAdd, WorkerEntry
-from .published import KEEP_BYTES, versions_kept
-from .registry import grown_blob_bound, load_policy, load_spec
-from .rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
-from .trimming import StreamTrimmer
-from .windows import WindowCloser
-from ..validation import MAX_BLOCK_MS, check_integer
+from streamdp.service import codec
+from streamdp.service.connection import connect
+from streamdp.service.faults import FaultPoints
+from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
+from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
+from streamdp.service.published import KEEP_BYTES, versions_kept
+from streamdp.service.registry import grown_blob_bound, load_policy, load_spec
+from streamdp.service.rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
+from streamdp.service.trimming import StreamTrimmer
+from streamdp.service.windows import WindowCloser
+from streamdp.validation import MAX_BLOCK_MS, check_integer
 
 __all__ = ["Worker", "WorkerConfig"]
 

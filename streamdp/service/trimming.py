@@ -12,9 +12,9 @@ import logging
 
 import redis
 
-from .group import jlog
-from .keys import GROUP, Keys, as_str
-from .retention import get_retention, parse_id, policy_minid, trim_minid
+from streamdp.service.group import jlog
+from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.retention import get_retention, parse_id, policy_minid, trim_minid
 
 __all__ = ["StreamTrimmer"]
 

@@ -1,6 +1,6 @@
 """Release windows in the service: seal, noise once, merge and publish on the public schedule.
 
-For ``release="window"``, ``"grow"`` and ``"tree"`` (:mod:`streamdp.continual`) workers add each
+For ``release="window"``, ``"grow"`` and ``"tree"`` (:mod:`streamdp.release.continual`) workers add each
 entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one
 field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`joined_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
 which records the batch id and XACKs in the same step. The open window is the
@@ -11,7 +11,7 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock; a sh
 ``priv:closing:<w>`` only keeps the other workers from duplicating a close, never decides anything):
 
 1. **seal** (:data:`.commit.SEAL_LUA`): once the clock passed ``w``'s end
-   (:func:`~streamdp.continual.windows_due`, ``release_every`` seconds from the
+   (:func:`~streamdp.release.continual.windows_due`, ``release_every`` seconds from the
    model's creation), ``open`` moves from ``w`` to ``w+1`` if nothing is sealed yet;
    from then on adds go to ``w+1`` and ``priv:acc:<w>`` is frozen;
 2. **noise**: read the state, the frozen accumulator (and the tree state) in one
@@ -42,16 +42,16 @@ from typing import Callable
 import numpy as np
 import redis
 
-from ..continual import (ReleasePolicy, TreeState, noisy_node, published_variance, window_delta, window_end,
+from streamdp.release.continual import (ReleasePolicy, TreeState, noisy_node, published_variance, window_delta, window_end,
                          windows_closed)
-from ..estimation import cell_variance
-from ..forest import PrivateForest
-from .commit import SEAL_LUA, UNLEASE_LUA
-from .group import jlog
-from .keys import Keys, as_str
-from .draw_once import PENDING_TTL_S, drawn_once, stored_once
-from .published import counts_from_bytes, published_fields, release_record_parts
-from .rollback import NoiseSource, RollbackGuard
+from streamdp.estimation import cell_variance
+from streamdp.forest.model import PrivateForest
+from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
+from streamdp.service.group import jlog
+from streamdp.service.keys import Keys, as_str
+from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
+from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
+from streamdp.service.rollback import NoiseSource, RollbackGuard
 
 __all__ = ["WindowCloser", "joined_cells", "acc_counts"]
 

@@ -1,0 +1,346 @@
+"""Height as a ceiling for a stream: each release may deepen the trees, never past the drawn height.
+
+:meth:`streamdp.PrivateForest.grow` is :meth:`~streamdp.PrivateForest.update`
+for a forest whose drawn trees are taller than its data can fill yet. Each
+call is one release of a batch (a window of the stream) in three steps:
+
+1. the prior stumps' class totals of the batch are released; with the
+   published stumps they give ``n``, the noisy number of records seen so far;
+2. the trees are cut from the drawn ones by :mod:`streamdp.forest.pruning`'s rule, at
+   the cumulative scale: a node keeps its split where it expects its bar
+   (:func:`~streamdp.forest.pruning.node_bars`: ``PRUNE_SNR``, scaled with the classes
+   at categorical splits) in standard deviations of the noise a published cell carries after this
+   release (``sqrt(r s^2)`` after ``r`` releases), the records it expects being
+   ``n`` times its uniform share, or, below a published leaf whose total stands
+   clear of its noise, that total grown by the same factor as ``n``. Every split
+   kept before stays (the trees only grow);
+3. where a leaf was split, its published counts are spread over the new leaves
+   below it by their uniform shares (post-processing: a prior at the parent's
+   distribution that new records then outweigh), and the batch, tallied into the
+   new leaves, is released with each tree's whole budget and added.
+
+Privacy (proof sketch): the stumps' and the trees' releases are each noised
+once with the budget an :meth:`update` gives them; the cut depends on the
+public drawn structure and on released numbers only (the published counts and
+this batch's stumps), so by adaptive sequential composition the release costs
+what an update costs, and batches of disjoint records compose in parallel. The
+spreading in step 3 reads published counts only. ``tests/test_growth.py``:
+the structure is the same for any data giving the same releases, and an
+empirical epsilon audit.
+
+Where it runs: in-process streams (a loop of :meth:`~streamdp.PrivateForest.grow` over
+windows; ``benchmarks/stream_height_ceiling.py`` measures it) and the stream service's
+``release="grow"``, whose closer grows the published forest from each window's exact tally on
+the drawn trees (:func:`aggregate`, :meth:`~streamdp.PrivateForest.grow_exact`) and stores the
+whole grown release once before publishing it (docs/service.md).
+
+Noise variance (what estimation weighs the counts by): tracked per node
+(:attr:`PrivateForest.node_variance`): each release adds one cell's variance times the leaves
+below a node; a spread cell carries its share squared of its old leaf's. A fresh forest's first
+release gives its trees the budget its probe left (``1 - PRUNE_PROBE``), so their cells carry
+more than one full-budget release's variance.
+
+>>> from streamdp import PrivateForest
+>>> from streamdp.records.datasets import load
+>>> ds = load("congressional-voting")
+>>> f = PrivateForest.create(ds.schema, n_trees=5, height=12, epsilon=1.0, seed=1)
+>>> f.grow(ds.X[:200], ds.y[:200]).height < 12  # 200 records cannot fill trees of 3**12 leaves
+True
+>>> f.grow(ds.X[200:], ds.y[200:]).n_releases
+2
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Protocol
+
+import numpy as np
+
+from streamdp.release.continual import noisy_node
+from streamdp.estimation import cell_variance, forest_topology
+from streamdp.forest import pruning
+from streamdp.privacy.secure_random import SecureRandom
+from streamdp.forest.structure import ForestStructure
+from streamdp.records.schema import Schema
+
+
+
+class Growable(Protocol):
+    """What :func:`grown_release` reads of a forest (a :class:`~streamdp.PrivateForest` has it all)."""
+
+    drawn: ForestStructure
+    structure: ForestStructure
+    schema: Schema
+    n_trees: int
+    mechanism: str
+    epsilon_per_tree: float
+    n_releases: int
+    k: int
+    counts: np.ndarray
+    node_variance: np.ndarray
+
+__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "grows_by_default"]
+
+
+def grows_by_default(schema) -> bool:
+    """Whether a stream model over ``schema`` grows its trees by default (a public fact: the schema alone).
+
+    Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
+    on short streams (in the latest service run at 300-1,200 records; at 3,000 the two overlap) and keep
+    the floor, and match them on whole ones (river's loop, ``benchmarks/results/river_grow.log``:
+    Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
+    ``stream_small.log``: Nursery's first 300-3,000 records 0.32-0.71 -> 0.57-0.83, grown none below the majority - 0.01 (windowed: 2 of 20 runs);
+    ``stream_batch_size.md``: on the whole 12 k-record stream 0.87-0.89 at height 4 and at the growing
+    default's 5, against window's 0.86-0.89), and a grown release of a
+    large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
+    blob against 136-150 MiB of counts per window, ``stream_footprint.py``; once the data fill every level,
+    up to the drawn structure, its counts and a noise variance per node, about 3.4x the counts at height
+    10: the service's default is ``window`` where that would not fit the server,
+    :func:`streamdp.service.registry.grown_blob_bound`). With numeric
+    attributes the tall drawn trees do as well or better (Bananas 0.70 against 0.64), since the expected
+    share below a random threshold is a guess.
+
+    >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
+    >>> grows_by_default(stagger_schema()), grows_by_default(agrawal_schema())
+    (True, False)
+    """
+    return bool(np.all(schema.is_categorical))
+
+
+def drawn_nodes(pruned: ForestStructure, drawn: ForestStructure, arities: np.ndarray,
+                is_categorical: np.ndarray) -> np.ndarray:
+    """Each node of ``pruned`` (a pruning of ``drawn``) as its node number in ``drawn``, ``(n_trees, max_nodes)``
+    (-1 for padding): both trees are walked from the roots together, children in order.
+
+    >>> from streamdp.records.datasets import load
+    >>> s = load("congressional-voting").schema
+    >>> d = ForestStructure.draw(s, n_trees=2, height=3, seed=0)
+    >>> small, old = d.pruned(s, lambda nodes, share, rate: (share > 0.2, rate))
+    >>> bool(np.array_equal(drawn_nodes(small, d, s.arities, s.is_categorical), old))
+    True
+    """
+    m = len(arities)
+    arity = np.append(np.asarray(arities, dtype=np.int64), 0)
+    is_cat = np.append(np.asarray(is_categorical, dtype=bool), False)
+    out = np.full(pruned.feature.shape, -1, dtype=np.int64)
+    t = np.arange(pruned.n_trees)
+    p = np.zeros(t.size, dtype=np.int64)  # node in the pruned tree
+    d = np.zeros(t.size, dtype=np.int64)  # the same node in the drawn tree
+    while t.size:
+        out[t, p] = d
+        inner = pruned.leaf[t, p] < 0
+        t, p, d = t[inner], p[inner], d[inner]
+        f = pruned.feature[t, p]
+        w = np.where(is_cat[f], arity[f], np.where(f < m, 2, 0))
+        step = np.arange(int(w.sum())) - np.repeat(np.cumsum(w) - w, w)
+        p = np.repeat(pruned.child[t, p].astype(np.int64), w) + step
+        d = np.repeat(drawn.child[t, d].astype(np.int64), w) + step
+        t = np.repeat(t, w)
+    return out
+
+
+def grown_release(forest: Growable, tally: Callable[[ForestStructure], np.ndarray], stump_exact: np.ndarray,
+                  rng: SecureRandom, probe: float = 0.0) -> tuple[ForestStructure, np.ndarray, np.ndarray]:
+    """One release of a batch on trees grown as the module docstring says: the new structure, the published
+    counts on it (old spread plus new) and each node's noise variance (:attr:`PrivateForest.node_variance`).
+
+    ``tally(structure)``: the batch's EXACT counts on a pruning of the drawn trees (of records, or summed
+    from a tally on the drawn trees, :func:`aggregate`); ``stump_exact`` ``(prior_trees, 1, C)``: the
+    stumps' exact counts.
+
+    ``probe`` (the first release only: the one-shot fit, :mod:`streamdp.forest.pruning`): that share of each
+    tree's budget first releases the leaf totals of the trees cut by uniform shares; where a total
+    stands clear of its noise, the nodes below it expect that total (records concentrate on few values).
+    """
+    drawn, now = forest.drawn, forest.structure
+    schema, T, mech = forest.schema, forest.n_trees, forest.mechanism
+    C, M = schema.n_classes, drawn.feature.shape[1]
+    eps = forest.epsilon_per_tree
+    started = forest.n_releases > 0
+
+    stumps = noisy_node(stump_exact, eps, mech, rng, None, forest.k)
+    old = forest.counts
+    seen = float(old[T:, 0].sum(axis=1).mean()) if started else 0.0
+    n = max(0.0, seen + float(stumps.sum(axis=(1, 2)).mean()))  # noisy records so far, per tree
+
+    prev = drawn_nodes(now, drawn, schema.arities, schema.is_categorical) if started else None
+    keep, anchors = np.empty(0, dtype=np.int64), None
+    scale = _class_scale(drawn, schema)  # each drawn node's bar per unit (pruning.node_bars)
+    if not started and probe > 0 and mech != "kanon":  # (k-anonymity: one release per tree)
+        probe_bar = pruning.PRUNE_SNR * math.sqrt(cell_variance(mech, probe * eps))
+        shape, probe_drawn = drawn.pruned(schema, _rule(probe_bar * scale, None, T * M), n)
+        if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
+            # each probe leaf's total alone: one cell, C times less noise than a sum of C cells
+            exact = tally(shape)[:T].sum(axis=2)
+            real = np.arange(shape.max_leaves)[None, :] < shape.n_leaves[:T, None]
+            total = noisy_node(exact, probe * eps, mech, rng, real)
+            t, node = np.nonzero(shape.leaf[:T] >= 0)
+            total = total[t, shape.leaf[t, node]].astype(np.float64)
+            clear = total >= probe_bar
+            anchors = _sorted(t[clear] * M + probe_drawn[t[clear], node[clear]], total[clear])
+            eps -= probe * eps
+    s2 = cell_variance(mech, eps, forest.k)
+    old_var = forest.node_variance if started else None
+    # the noise a new leaf's cell carries after this release, at most
+    bar = pruning.PRUNE_SNR * math.sqrt(s2 + (float(np.max(old_var[:T][now.leaf[:T] >= 0])) if started else 0.0))
+    if prev is not None:
+        t_all = np.broadcast_to(np.arange(now.n_trees)[:, None], prev.shape)
+        inner = (now.leaf < 0) & (prev >= 0)
+        keep = np.sort(t_all[inner] * M + prev[inner])
+        t, node = np.nonzero(now.leaf[:T] >= 0)
+        total = old[t, now.leaf[t, node]].sum(axis=1).astype(np.float64)
+        clear = (total >= pruning.PRUNE_SNR * np.sqrt(C * old_var[t, node])) & (seen >= bar)
+        # a published leaf's total grown by as much as the noisy number of records
+        anchors = _sorted(t[clear] * M + prev[t[clear], node[clear]], total[clear] * (n / seen if seen > 0 else 0.0))
+    visited: list[tuple[np.ndarray, np.ndarray]] = []  # (flat drawn node, uniform share) of every node kept
+    cut = _rule(bar * scale, anchors, T * M, keep)
+
+    def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
+        visited.append((nodes, share))
+        return cut(nodes, share, rate)
+
+    structure, new_drawn = drawn.pruned(schema, split, n)
+    counts = np.zeros((structure.n_trees, structure.max_leaves, C), dtype=old.dtype)
+    n_below = leaves_below(structure)
+    node_var = n_below * s2  # this release's noise on each node's total, per class
+    node_var[T:, 0] = cell_variance(mech, forest.epsilon_per_tree, forest.k)  # the stumps: one cell, no probe
+    if prev is not None:
+        s_nodes = np.concatenate([v[0] for v in visited])
+        order = np.argsort(s_nodes)
+        share_of = _lookup(s_nodes[order], np.concatenate([v[1] for v in visited])[order])
+        anchor, ratio = _anchors(now, prev, structure, new_drawn, share_of, M)
+        has = anchor >= 0
+        t_all = np.broadcast_to(np.arange(structure.n_trees)[:, None], anchor.shape)
+        node_var[has] += old_var[t_all[has], anchor[has]] * ratio[has] ** 2
+        leaf = (structure.leaf >= 0) & has
+        leaf[T:] = False
+        spread = old[t_all[leaf], now.leaf[t_all[leaf], anchor[leaf]]] * ratio[leaf][:, None]
+        counts[t_all[leaf], structure.leaf[leaf]] = np.rint(spread) if old.dtype.kind in "iu" else spread
+        counts[T:, :1] = old[T:, :1]
+    exact = tally(structure)
+    real = np.arange(structure.max_leaves)[None, :, None] < structure.n_leaves[:T, None, None]
+    counts[:T] += noisy_node(exact[:T], eps, mech, rng, np.broadcast_to(real, exact[:T].shape), forest.k)
+    counts[T:, :1] += stumps
+    return structure, counts, node_var
+
+
+def _rule(bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int,
+          keep: np.ndarray | None = None):
+    """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where the records it expects (``rate *
+    share``; below an anchor, the anchor's total) reach its bar (``bars``, by flat drawn node:
+    :func:`streamdp.forest.pruning.node_bars`) or kept it before; stumps stay stumps."""
+    def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
+        if anchors is not None and anchors[0].size:
+            at = np.minimum(np.searchsorted(anchors[0], nodes), anchors[0].size - 1)
+            rate = np.where(anchors[0][at] == nodes, anchors[1][at] / share, rate)
+        grow = rate * share >= bars[nodes]
+        if keep is not None and keep.size:
+            grow |= np.isin(nodes, keep, assume_unique=True)
+        return grow & (nodes < n_random), rate
+    return split
+
+
+def _sorted(flat: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(flat)
+    return flat[order], total[order]
+
+
+def _lookup(keys: np.ndarray, values: np.ndarray):
+    """``f(k)``: the value of each (present) sorted key."""
+    return lambda k: values[np.searchsorted(keys, k)]
+
+
+def _class_scale(drawn: ForestStructure, schema) -> np.ndarray:
+    """:func:`streamdp.forest.pruning.node_bars` at a bar of 1 for every drawn node (flat), once per drawn structure and rule
+    (a stream's releases cut the same drawn trees)."""
+    cache = drawn._cache()
+    key = ("class_scale", pruning.CLASS_SCALED, schema.n_classes)
+    if key not in cache:
+        cache[key] = pruning.node_bars(1.0, schema, drawn.feature.ravel())
+    return cache[key]
+
+
+def _topology(s: ForestStructure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~streamdp.estimation.forest_topology` of ``s``, once per structure (a stream's closer walks the
+    same drawn trees every window)."""
+    cache = s._cache()
+    if "topology" not in cache:
+        cache["topology"] = forest_topology(s.feature, s.child, s.leaf)
+    return cache["topology"]
+
+
+def leaves_below(s: ForestStructure) -> np.ndarray:
+    """Leaves in the subtree of every node (0 for padding), ``(n_trees, max_nodes)``."""
+    parent, depth, _ = _topology(s)
+    out = (s.leaf >= 0).astype(np.float64)
+    for d in range(int(depth.max(initial=0)), 0, -1):
+        t, i = np.nonzero(depth == d)
+        np.add.at(out, (t, parent[t, i]), out[t, i])
+    return out
+
+
+def _anchors(now: ForestStructure, prev: np.ndarray, new: ForestStructure, new_drawn: np.ndarray, share_of,
+             M: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every node of the new random trees: the node of the old trees at or above it (its number in ``now``,
+    -1 for padding) and the new node's uniform share of that old node's records."""
+    anchor = np.full(new.feature.shape, -1, dtype=np.int64)
+    ratio = np.zeros(new.feature.shape)
+    t_o, n_o = np.nonzero(prev >= 0)
+    old_flat = t_o * M + prev[t_o, n_o]
+    o = np.argsort(old_flat)
+    old_flat, old_node = old_flat[o], n_o[o]
+    t_n, n_n = np.nonzero(new_drawn >= 0)
+    found = _first_above(new, t_n, n_n, old_flat, lambda t, n: t * M + new_drawn[t, n])
+    ok = found >= 0  # every new node lies at or below an old node (old splits are kept)
+    anchor[t_n[ok], n_n[ok]] = old_node[found[ok]]
+    ratio[t_n[ok], n_n[ok]] = share_of(t_n[ok] * M + new_drawn[t_n[ok], n_n[ok]]) / share_of(old_flat[found[ok]])
+    return anchor, ratio
+
+
+def aggregate(exact: np.ndarray, drawn: ForestStructure, grown: ForestStructure, arities: np.ndarray,
+              is_categorical: np.ndarray) -> np.ndarray:
+    """Counts on the drawn trees' leaves summed into the leaves of ``grown`` (a pruning of ``drawn``):
+    each drawn leaf into the grown leaf at or above it, ``(n_trees, grown max_leaves, C)``.
+
+    >>> from streamdp.records.datasets import load
+    >>> s = load("congressional-voting").schema
+    >>> d = ForestStructure.draw(s, n_trees=2, height=3, seed=0)
+    >>> small, _ = d.pruned(s, lambda nodes, share, rate: (share > 0.2, rate))
+    >>> X = np.random.default_rng(0).integers(0, 3, (50, s.n_attributes))
+    >>> on_drawn = np.zeros((2, d.max_leaves, 1), dtype=np.int64)
+    >>> np.add.at(on_drawn, (np.arange(2)[None, :], d.apply(X, s.is_categorical), 0), 1)
+    >>> on_small = np.zeros((2, small.max_leaves, 1), dtype=np.int64)
+    >>> np.add.at(on_small, (np.arange(2)[None, :], small.apply(X, s.is_categorical), 0), 1)
+    >>> bool(np.array_equal(aggregate(on_drawn, d, small, s.arities, s.is_categorical), on_small))
+    True
+    """
+    T, M = drawn.feature.shape
+    g = drawn_nodes(grown, drawn, arities, is_categorical)
+    t_g, n_g = np.nonzero(grown.leaf >= 0)
+    flat = t_g * M + g[t_g, n_g]
+    order = np.argsort(flat)
+    flat, leaf_num = flat[order], grown.leaf[t_g, n_g][order]
+    out = np.zeros((grown.n_trees, grown.max_leaves) + exact.shape[2:], dtype=exact.dtype)
+    t_d, l_d = np.nonzero(exact.reshape(exact.shape[0], exact.shape[1], -1).any(axis=2))  # leaves holding counts
+    if t_d.size:
+        n_d = _topology(drawn)[2][t_d, l_d]  # their nodes
+        found = _first_above(drawn, t_d, n_d, flat, lambda t, n: t * M + n)
+        np.add.at(out, (t_d, leaf_num[found]), exact[t_d, l_d])
+    return out
+
+
+def _first_above(s: ForestStructure, t: np.ndarray, node: np.ndarray, keys: np.ndarray, key_of) -> np.ndarray:
+    """For each node ``(t, node)`` of ``s``: the index in the sorted ``keys`` of the first ``key_of(t, n)``
+    found walking from the node up to its root (-1 where none is)."""
+    parent = _topology(s)[0]
+    cur = node.copy()
+    found = np.full(cur.size, -1, dtype=np.int64)
+    for _ in range(s.height + 1):
+        key = key_of(t, cur)
+        at = np.minimum(np.searchsorted(keys, key), keys.size - 1)
+        hit = (found < 0) & (keys[at] == key)
+        found[hit] = at[hit]
+        up = parent[t, cur]
+        cur = np.where((found < 0) & (up >= 0), up, cur)
+    return found

@@ -1,0 +1,643 @@
+"""Random decision-tree structures drawn from a schema alone (Fan et al.).
+
+The structure never depends on data: it is drawn before any record is seen,
+from a generator seeded with 128 bits from the OS CSPRNG (or an explicit
+``seed`` for reproducible tests). The seed is not kept.
+
+* Categorical attribute: multiway split, one child per declared value; not
+  reused below on that path.
+* Numeric attribute: binary split ``x > t`` with ``t`` uniform in the declared
+  range narrowed by the splits above; may be reused on a path.
+* A path stops at depth ``height`` or when no attribute is left. Leaves are
+  never pruned.
+
+Trees are drawn level by level with a few numpy calls per level, not node by
+node (``tests/test_structure_distribution.py`` checks the distribution against
+the node-by-node definition), and the leaf guard ``max_cells`` is checked as
+each level is counted, before that level is built.
+
+Each tree is stored as flat arrays in breadth-first order, padded to the
+largest tree, so routing a batch is ``height`` vectorized steps per tree:
+``node = child[node] + branch(x[feature[node]])``. A leaf points to itself and
+tests a virtual all-zero column (index ``n_attributes``), so it always takes
+branch 0 and routing needs no per-node type check.
+
+>>> from streamdp.records.schema import Schema
+>>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]}],
+...                       "label": {"name": "y", "values": [0, 1]}})
+>>> fs = ForestStructure.draw(s, n_trees=2, height=1, seed=0)
+>>> fs.n_leaves.tolist()
+[3, 3]
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from streamdp.blob import FILL_MIN_BYTES
+from streamdp.forest.draw import ragged_arange, draw_forest, max_possible_leaves
+from streamdp.records.schema import Schema
+from streamdp.validation import check_integer
+
+__all__ = ["ForestStructure", "TooLargeError", "default_height", "fitting_height", "ceiling_height",
+           "deepest_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]
+
+#: The tallest structure drawn or read (routing is ``height`` steps; a blob claiming more is refused).
+MAX_HEIGHT = 64
+#: Default guard on n_trees * max_leaves * n_classes (int64 cells: 2**26 cells = 512 MiB).
+DEFAULT_MAX_CELLS = 2**26
+
+
+class TooLargeError(ValueError):
+    """The requested forest would need more leaf cells than allowed."""
+
+
+def default_height(n_attributes: int) -> int:
+    """Fan et al.'s default: half the number of attributes, at least 1."""
+    return max(1, n_attributes // 2)
+
+
+def fitting_height(schema: Schema, height: int, n_trees: int, max_cells: int = DEFAULT_MAX_CELLS) -> int:
+    """``height`` lowered to the tallest at which no tree over ``schema`` can exceed the leaf guard of
+    ``n_trees`` trees within ``max_cells`` (every node splitting on the widest attribute left).
+
+    Where a default height's draw is refused, the default becomes this, so that a default never fails;
+    an explicit height is the user's and is refused, not lowered. The bound is the worst case, 7-46x
+    what draws reach (``benchmarks/results/default_height.log``: Adult at height 7, 410,688 leaves in the
+    largest of 10 drawn trees against 19.1 M possible; capping Adult's default at 5 would cost its fit
+    0.017-0.024, 0.003-0.027 in an earlier run).
+
+    >>> from streamdp.records.datasets import load_schema
+    >>> fitting_height(load_schema("mushroom"), 11, 10), fitting_height(load_schema("nursery"), 4, 10)
+    (6, 4)
+    """
+    limit = max_cells // (schema.n_classes * n_trees)
+    while height > 1 and max_possible_leaves(schema, height) > limit:
+        height -= 1
+    return height
+
+
+#: :func:`ceiling_height`: at most this tall, and trees of at most ``CEILING_MAX_LEAVES`` leaves.
+CEILING_MAX_HEIGHT = 8
+CEILING_MAX_LEAVES = 2048
+
+
+def ceiling_height(schema: Schema) -> int:
+    """The default height of a forest whose height is a ceiling (it grows, or estimates fall back toward the root).
+
+    The tallest height, up to ``CEILING_MAX_HEIGHT``, at which a tree over ``schema`` has at most
+    ``CEILING_MAX_LEAVES`` leaves; from the schema alone (public). Numeric attributes may split again
+    below themselves, so numeric schemas get 8 (256 leaves); categorical attributes of many values
+    stop earlier, and never past the depth their paths can reach (each categorical attribute once: a new
+    user's 6-attribute model showed height 8). Used by the river classifier and by the service's growing
+    models (``benchmarks/results/grow_ceiling.log``).
+
+    >>> from streamdp.records.datasets import load_schema
+    >>> [ceiling_height(load_schema(n)) for n in ("nursery", "mushroom", "congressional-voting", "adult")]
+    [5, 3, 6, 2]
+    >>> from streamdp.river.schemas import stagger_schema  # 3 categorical attributes
+    >>> ceiling_height(stagger_schema())
+    3
+    """
+    h, top = 1, min(CEILING_MAX_HEIGHT, deepest_height(schema))
+    while h < top and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES:
+        h += 1
+    return h
+
+
+def deepest_height(schema: Schema) -> int:
+    """The deepest a tree over ``schema`` can be: a path tests each categorical attribute once, a numeric one
+    may split again below itself (then only :data:`MAX_HEIGHT` bounds it).
+
+    >>> from streamdp.records.datasets import load_schema
+    >>> deepest_height(load_schema("congressional-voting")), deepest_height(load_schema("adult"))
+    (16, 64)
+    """
+    return schema.n_attributes if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
+
+
+@dataclass
+class ForestStructure:
+    """Padded per-tree node arrays (shape ``(n_trees, max_nodes)``).
+
+    ``feature``: attribute tested at the node (``n_attributes``, the zero column, at leaves);
+    ``threshold``: numeric split point (``+inf`` at leaves and categorical nodes);
+    ``child``: index of the first child (the node itself at leaves);
+    ``leaf``: leaf number, or -1 for inner nodes and padding;
+    ``n_leaves``: leaves per tree; ``height``: the routing depth.
+    """
+
+    feature: np.ndarray
+    threshold: np.ndarray
+    child: np.ndarray
+    leaf: np.ndarray
+    n_leaves: np.ndarray
+    height: int
+
+    def __post_init__(self) -> None:
+        # An all-categorical forest's thresholds are all +inf: one read-only broadcast value instead of 8 bytes
+        # a node (40% of a height-10 structure), also in its blob (blob.pack_array fill_ok).
+        thr = self.threshold
+        if thr.nbytes >= FILL_MIN_BYTES and 0 not in thr.strides and bool(np.isposinf(thr).all()):
+            self.threshold = np.broadcast_to(np.float64(np.inf), thr.shape)
+        # Frozen: routing caches derived arrays on the structure (keyed by these very arrays), so an
+        # in-place edit would route with stale tables; build a new structure instead.
+        for a in (self.feature, self.threshold, self.child, self.leaf, self.n_leaves):
+            if a.flags.writeable:
+                a.flags.writeable = False
+
+    def __getstate__(self) -> dict:
+        # Routing caches are not part of a structure (and count records routed): never pickled.
+        return {k: v for k, v in self.__dict__.items() if k not in ("_tables", "_tables_of")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.__post_init__()  # frozen again
+
+    def _cache(self) -> dict:
+        """Per-structure cache of derived routing tables, reset when a node array is replaced."""
+        arrays = (self.feature, self.threshold, self.child, self.leaf)
+        held = self.__dict__.get("_tables_of")
+        if held is None or any(a is not b for a, b in zip(arrays, held)):
+            self.__dict__["_tables"], self.__dict__["_tables_of"] = {}, arrays
+        return self.__dict__["_tables"]
+
+    @property
+    def n_trees(self) -> int:
+        return self.feature.shape[0]
+
+    @property
+    def max_leaves(self) -> int:
+        return int(self.n_leaves.max())
+
+    # -- drawing --------------------------------------------------------------
+    @classmethod
+    def draw(
+        cls,
+        schema: Schema,
+        n_trees: int,
+        height: int | None = None,
+        seed: int | None = None,
+        max_cells: int = DEFAULT_MAX_CELLS,
+    ) -> "ForestStructure":
+        """Draw ``n_trees`` random trees of the given height from the schema alone.
+
+        ``height=None``: :func:`default_height`; where trees that tall exceed the leaf guard,
+        :func:`fitting_height` of it instead, at which no tree can: a default never fails (Mushroom,
+        22 attributes of up to 12 values, 10 trees: 6, where 11 was refused; Adult keeps 7, whose
+        draws fit with room to spare though its worst case would not).
+        """
+        check_integer(n_trees, "n_trees")
+        max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
+        defaulted = height is None
+        if defaulted:
+            height = default_height(schema.n_attributes)
+        check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
+        height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
+        rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
+        drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
+        if isinstance(drawn, int) and defaulted:
+            lower = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
+            if lower < height:
+                height, drawn = lower, draw_forest(schema, int(n_trees), lower, rng, max_leaves_allowed)
+        if isinstance(drawn, int):
+            raise TooLargeError(
+                f"too many leaves requested: tree {drawn} of height {height} has more than {max_leaves_allowed:,} "
+                f"leaves (a tree of this height over this schema may have up to "
+                f"{max_possible_leaves(schema, int(height)):,}); {n_trees} trees x {max_leaves_allowed:,} leaves x "
+                f"{schema.n_classes} classes is the limit of max_cells={max_cells:,}. "
+                f"Lower the height ({height}) or the number of trees, or raise max_cells."
+            )
+        feature, threshold, child, leaf, n_leaves = drawn
+        return cls(feature, threshold, child, leaf, n_leaves, int(height))
+
+    def with_stumps(self, k: int, n_attributes: int) -> "ForestStructure":
+        """This structure with ``k`` single-leaf trees ("prior stumps") appended after its trees.
+
+        A stump's root is its only leaf (tests the zero column, points to
+        itself, leaf number 0), so it counts every record in one cell per class:
+        it releases the class totals. Data-independent like every structure.
+
+        >>> from streamdp.records.schema import Schema
+        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> fs = ForestStructure.draw(s, n_trees=2, height=1, seed=0).with_stumps(1, s.n_attributes)
+        >>> fs.n_leaves.tolist(), fs.leaf[2].tolist()
+        ([2, 2, 1], [0, -1, -1])
+        """
+        check_integer(k, "prior_trees", low=0)
+        M = self.feature.shape[1]
+        feature = np.full((k, M), n_attributes, dtype=self.feature.dtype)
+        child = np.broadcast_to(np.arange(M, dtype=self.child.dtype), (k, M)).copy()
+        leaf = np.full((k, M), -1, dtype=self.leaf.dtype)
+        leaf[:, 0] = 0
+        return ForestStructure(
+            np.concatenate([self.feature, feature]),
+            np.concatenate([self.threshold, np.full((k, M), np.inf)]),
+            np.concatenate([self.child, child]),
+            np.concatenate([self.leaf, leaf]),
+            np.concatenate([self.n_leaves, np.ones(k, dtype=self.n_leaves.dtype)]),
+            self.height,
+        )
+
+    # -- pruning ----------------------------------------------------------------
+    def pruned(self, schema: Schema, split: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+               rate: float | np.ndarray = 1.0) -> tuple["ForestStructure", np.ndarray]:
+        """This structure cut from the roots down by ``split``; only the nodes kept are ever visited.
+
+        Level by level, ``split(nodes, share, rate)`` gets the kept nodes of
+        the level (flat numbers ``tree * max_nodes + node``), their share of the
+        records if every attribute were uniform (a categorical child gets
+        ``1 / arity`` of its parent, a numeric one its part of the parent's
+        range of the attribute: ``(t - lo) / (hi - lo)`` below a threshold ``t``, the declared
+        range narrowed by the splits above) and the ``rate``
+        their parent passed down (``rate`` at the roots: a number or one per
+        tree), and returns whether each node keeps its split and the rate its
+        children inherit. A node that does not keep its split (or is a leaf)
+        becomes a leaf. Reads the structure and what ``split`` says: with a
+        rule computed from released numbers, pruning is post-processing.
+
+        Returns the pruned structure (BFS order kept, leaves renumbered in BFS
+        order, height the deepest path left, at least 1) and ``old_node``
+        ``(n_trees, new max_nodes)``: each new node's number in the old tree
+        (-1 for padding). A record reaches a new leaf exactly when it reached
+        one of the old leaves below that node.
+
+        >>> from streamdp.records.schema import Schema
+        >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
+        ...                                      {"name": "b", "type": "categorical", "values": [0, 1, 2]}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> fs = ForestStructure.draw(s, n_trees=1, height=2, seed=0)
+        >>> small, old = fs.pruned(s, lambda nodes, share, rate: (share > 0.9, rate))  # the root's split only
+        >>> int(small.n_leaves[0]) in (2, 3), small.height, old[0].tolist() == list(range(small.feature.shape[1]))
+        (True, 1, True)
+        """
+        T, M = self.feature.shape
+        m = schema.n_attributes
+        arity = np.append(schema.arities, 0).astype(np.int64)
+        is_cat = np.append(schema.is_categorical, False)
+        feature, child, leaf = self.feature.ravel(), self.child.ravel().astype(np.int64), self.leaf.ravel()
+        base = np.arange(T, dtype=np.int64) * M
+        nodes, share = base, np.ones(T)
+        rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,)).copy()
+        # each visited node's narrowed range of every numeric attribute (the declared one at the roots)
+        num = np.flatnonzero(~schema.is_categorical)
+        col = np.full(m + 1, -1, dtype=np.int64)
+        col[num] = np.arange(num.size)
+        lo = np.tile([schema.attributes[j].min for j in num], (T, 1)).astype(np.float64)
+        hi = np.tile([schema.attributes[j].max for j in num], (T, 1)).astype(np.float64)
+        thr_all = self.threshold.ravel()
+        kept, inner, depth = [], [], 0
+        height = 0
+        while nodes.size:
+            f = feature[nodes]
+            w = np.where(leaf[nodes] >= 0, 0, np.where(is_cat[f], arity[f], np.where(f < m, 2, 0)))
+            grow, rate = split(nodes, share, rate)
+            grow = np.asarray(grow, dtype=bool) & (w > 0)
+            kept.append(nodes)
+            inner.append(grow)
+            if grow.any():
+                height = depth + 1
+            w = w[grow]
+            parents = nodes[grow]
+            step = ragged_arange(w) if w.size else np.zeros(0, dtype=np.int64)
+            nodes = np.repeat(child[parents] + (parents // M) * M, w) + step if w.size else parents
+            # a categorical child gets 1/arity of its parent; a numeric one its part of the parent's range
+            frac = np.repeat(1.0 / np.maximum(w, 1), w)
+            lo, hi = np.repeat(lo[grow], w, axis=0), np.repeat(hi[grow], w, axis=0)
+            c = np.repeat(col[f[grow]], w)
+            r = np.flatnonzero(c >= 0)
+            if r.size:
+                t = np.repeat(thr_all[parents], w)[r]
+                a, b = lo[r, c[r]], hi[r, c[r]]
+                t = np.clip(t, a, b)
+                left = np.where(b > a, (t - a) / np.where(b > a, b - a, 1.0), 0.5)
+                right_side = step[r] == 1
+                frac[r] = np.where(right_side, 1.0 - left, left)
+                hi[r[~right_side], c[r[~right_side]]] = t[~right_side]
+                lo[r[right_side], c[r[right_side]]] = t[right_side]
+            # floored: a threshold at its range's end (or a range of float width) must not make a share 0, which
+            # the growth rule divides by; 1e-9 of a parent expects no record either way
+            share = np.repeat(share[grow], w) * np.maximum(frac, 1e-9)
+            rate = np.repeat(np.broadcast_to(rate, grow.shape)[grow], w)
+            depth += 1
+        order = np.argsort(np.concatenate(kept), kind="stable")  # flat order = tree, then BFS position
+        old = np.concatenate(kept)[order]
+        is_inner = np.concatenate(inner)[order]
+        tree = old // M
+        first = np.searchsorted(tree, np.arange(T))
+        new_index = np.arange(old.size) - first[tree]
+        n_nodes = np.bincount(tree, minlength=T)
+        M2 = int(n_nodes.max())
+        out_feature = np.full((T, M2), m, dtype=self.feature.dtype)
+        out_threshold = np.full((T, M2), np.inf)
+        out_child = np.tile(np.arange(M2, dtype=self.child.dtype), (T, 1))
+        out_leaf = np.full((T, M2), -1, dtype=self.leaf.dtype)
+        old_node = np.full((T, M2), -1, dtype=np.int64)
+        old_node[tree, new_index] = old - tree * M
+        t, i, o = tree[is_inner], new_index[is_inner], old[is_inner]
+        out_feature[t, i] = feature[o]
+        out_threshold[t, i] = self.threshold.ravel()[o]
+        out_child[t, i] = new_index[np.searchsorted(old, child[o] + t * M)]
+        is_leaf = ~is_inner
+        t_leaf = tree[is_leaf]
+        out_leaf[t_leaf, new_index[is_leaf]] = np.arange(t_leaf.size) - np.searchsorted(t_leaf, np.arange(T))[t_leaf]
+        n_leaves = np.bincount(t_leaf, minlength=T).astype(np.int64)
+        return ForestStructure(out_feature, out_threshold, out_child, out_leaf, n_leaves, max(1, height)), old_node
+
+    # -- routing ----------------------------------------------------------------
+    #: Records routed per chunk: the chunk's transposed columns and node buffers stay in L2 cache.
+    CHUNK = 16384
+
+    def apply(self, X: np.ndarray, is_categorical: np.ndarray) -> np.ndarray:
+        """Leaf number of each encoded record in each tree, shape ``(n, n_trees)``.
+
+        ``X`` is the float64 matrix from :meth:`Schema.encode`.
+
+        Implementation notes (the hot path of every worker): records are routed
+        in cache-sized chunks; each chunk is transposed once so a node's test
+        reads ``XT[feature[node]*c + i]`` with a per-node column offset table
+        (categorical codes as uint8/int16, numeric values as float64); node
+        indices are intp so ``np.take`` needs no index conversion, and every
+        step writes into preallocated buffers. The root level is computed
+        directly (all records start there).
+        """
+        X = np.asarray(X)
+        n, m = X.shape
+        T = self.n_trees
+        if n == 0:
+            return np.empty((n, T), dtype=np.int64)
+        is_cat = np.asarray(is_categorical, dtype=bool)
+        # A tree has at most as many leaves as its attributes have code combinations, so a
+        # forest with more leaves than the key-table limit cannot use key tables.
+        if bool(np.all(is_cat)) and int(self.n_leaves.sum()) <= self.KEY_CELLS_MAX:
+            out = self._apply_by_key(X, is_cat)
+            if out is not None:
+                return out
+        return self._apply_route(X, is_cat)
+
+    #: Largest n_trees * joint domain of the tested categorical attributes for which
+    #: per-tree lookup tables (key -> leaf, int64: 16 MiB at most) replace routing.
+    KEY_CELLS_MAX = 2**21
+
+    def _key_plan(self, m: int):
+        """Attributes tested anywhere in the forest, their arities (from the structure) and the domain size."""
+        cache = self._cache()
+        if ("plan", m) not in cache:
+            radix = np.ones(m, dtype=np.int64)
+            for t in range(self.n_trees):
+                real = int(np.flatnonzero(self.leaf[t] >= 0).max()) + 1  # nodes before the padding
+                inner = np.flatnonzero((self.leaf[t, :real] < 0) & (self.feature[t, :real] < m))
+                if inner.size == 0:
+                    continue
+                first = self.child[t, inner].astype(np.int64)
+                ar = np.diff(np.append(first, real))  # BFS: children of consecutive inner nodes are contiguous
+                np.maximum.at(radix, self.feature[t, inner], ar)
+            used = np.flatnonzero(radix > 1)
+            domain = int(np.prod(radix[used].astype(float))) if used.size else 1
+            cache[("plan", m)] = (used, radix[used], domain)
+        return cache[("plan", m)]
+
+    def _apply_by_key(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray | None:
+        """All-categorical fast path: one table lookup per tree when the joint domain is small.
+
+        A record's leaf depends only on the codes of the attributes the trees
+        test, so every possible code combination is routed once (cached on the
+        structure) and a batch then needs one mixed-radix key per record and one
+        gather per tree. Returns None when the domain is too large, the table is
+        not worth building yet (fewer than domain/4 records routed so far), or a
+        code lies outside its arity (then the general router decides, exactly as before).
+        """
+        n, m = X.shape
+        used, radix, domain = self._key_plan(m)
+        cache = self._cache()
+        key_t = ("table", m)
+        if domain * self.n_trees > self.KEY_CELLS_MAX:
+            return None
+        if key_t not in cache:
+            # Build the table only once this structure has routed a quarter of the domain's size in
+            # records: building costs about as much as routing `domain` records, so a worker's steady
+            # stream of small batches pays it once while a one-off small predict never does.
+            cache["routed"] = cache.get("routed", 0) + n
+            if cache["routed"] < domain // 4:
+                return None
+        # Same truncation to integers as the router applies to categorical codes.
+        codes = X.astype(np.intp)
+        bound = np.full(m, np.iinfo(np.intp).max, dtype=np.int64)
+        bound[used] = radix
+        if codes.min() < 0 or np.any(codes.max(axis=0) >= bound):
+            return None
+        strides = np.zeros(m, dtype=np.intp)
+        if used.size:
+            strides[used] = np.append(np.cumprod(radix[::-1])[::-1][1:], 1)
+        if key_t not in cache:
+            grid = np.zeros((domain, m), dtype=np.float64)
+            if used.size:
+                grid[:, used] = np.stack(np.unravel_index(np.arange(domain), tuple(radix)), axis=1)
+            cache[key_t] = self._apply_route(grid, is_cat)  # (domain, n_trees): row = leaves of one key
+        key = codes @ strides
+        return np.take(cache[key_t], key, axis=0, mode="clip")
+
+    #: Largest routing tables (intp copies of the node arrays, all trees) kept on the structure; a larger
+    #: forest routes over its own int32 arrays instead (at height 10 the copies were about 3x the counts).
+    ROUTE_CACHE_BYTES = 64 << 20
+    #: Records per block when routing over the int32 arrays (each block's chunks go tree by tree).
+    ROUTE_BLOCK = 1 << 17
+
+    def _route_tables(self, is_cat: np.ndarray, chunk: int):
+        """Per-tree routing tables ``t -> (feature, child, leaf, cat_int, feature * chunk)`` and their index type.
+
+        A small forest (:attr:`ROUTE_CACHE_BYTES`) caches intp copies for the whole forest (``np.take``
+        needs no index conversion). A larger one routes with int32 node numbers over the structure's own
+        int32 arrays (no copies; a gather converts its chunk of indices, about 40% slower per step than
+        intp, where converting the tables took 3x the routing's time at height 10).
+        """
+        cat_flags = np.append(is_cat, False)
+        m1 = cat_flags.size
+        if self.feature.size * np.dtype(np.intp).itemsize * 5 > self.ROUTE_CACHE_BYTES and m1 * chunk < 2**31:
+            mixed = bool(np.any(is_cat)) and not bool(np.all(is_cat))
+
+            def one(t: int):
+                f = self.feature[t]
+                cat = cat_flags[f].astype(np.int32) if mixed else None  # only mixed schemas read it
+                return f, self.child[t], self.leaf[t], cat, f * np.int32(chunk)
+            return one, False, np.int32
+        cache = self._cache()
+        key = ("route", is_cat.tobytes(), chunk)
+        if key not in cache:  # once per structure: these touch every node of every tree
+            f = self.feature.astype(np.intp)
+            cache[key] = (f, self.child.astype(np.intp), self.leaf.astype(np.int64), cat_flags[f].astype(np.intp),
+                          f * chunk)
+        tabs = cache[key]
+        return (lambda t: tuple(a[t] for a in tabs)), True, np.intp
+
+    def _apply_route(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray:
+        """General router: ``height`` vectorized steps per tree over cache-sized chunks."""
+        n, m = X.shape
+        T = self.n_trees
+        out = np.empty((n, T), dtype=np.int64)
+        all_cat = bool(np.all(is_cat))
+        all_num = not bool(np.any(is_cat))
+        if all_cat:
+            top = float(X.max()) if X.size else 0.0
+            xdtype = np.uint8 if top < 256 else (np.int16 if top < 32768 else np.int64)
+        else:
+            xdtype = np.float64
+        thr = self.threshold
+        chunk = self.CHUNK if all_cat else self.CHUNK // 2
+        tables, cached, itype = self._route_tables(is_cat, chunk)
+        c_max = min(n, chunk)
+        idx_b = np.empty(c_max, dtype=itype)
+        nxt_b = np.empty(c_max, dtype=itype)
+        v_b = np.empty(c_max, dtype=xdtype)
+        ar_full = np.arange(c_max, dtype=itype)
+        tv_b = np.empty(c_max, dtype=np.float64)
+        br_b = np.empty(c_max, dtype=bool)
+        cv_b = np.empty(c_max, dtype=itype)
+        # Cached tables: every record's chunks in one block (as before); int32 tables: blocks of ROUTE_BLOCK
+        # records (their transposed chunks are kept while the block goes tree by tree).
+        block = n if cached else max(chunk, self.ROUTE_BLOCK // chunk * chunk)
+        for b0 in range(0, n, block):
+            spans = [(s, min(n, s + chunk)) for s in range(b0, min(n, b0 + block), chunk)]
+            # the chunks' transposed columns (row m is the zero column tested by leaves)
+            XTs = []
+            for s, e in spans:
+                XT = np.zeros((m + 1, e - s), dtype=xdtype)
+                XT[:m] = X[s:e].T
+                XTs.append(XT)
+            for t in range(T):
+                f_t, ch_t, leaf_t, cat_t, off_full = tables(t)
+                thr_t = thr[t]
+                for (s, e), XT in zip(spans, XTs):
+                    c = e - s
+                    idx, nxt, v, tv, br, cv = idx_b[:c], nxt_b[:c], v_b[:c], tv_b[:c], br_b[:c], cv_b[:c]
+                    XTf = XT.ravel()
+                    ar = ar_full[:c]
+                    # column start of each node's attribute in XTf (a shorter chunk's offsets are not kept:
+                    # its length would keep a batch size, an exact count of someone's data, on the structure)
+                    off_t = off_full if c == chunk else f_t * c
+                    # Root level: every record is at node 0.
+                    col = XT[f_t[0]]
+                    if all_cat or (not all_num and cat_t[0]):
+                        node = col.astype(itype) + ch_t[0]
+                    else:
+                        node = (col > thr_t[0]).astype(itype) + ch_t[0]
+                    for _ in range(self.height - 1):
+                        np.take(off_t, node, out=idx, mode="clip")
+                        idx += ar
+                        np.take(XTf, idx, out=v, mode="clip")
+                        np.take(ch_t, node, out=nxt, mode="clip")
+                        if all_cat:
+                            nxt += v
+                        elif all_num:
+                            np.take(thr_t, node, out=tv, mode="clip")
+                            np.greater(v, tv, out=br)
+                            nxt += br
+                        else:
+                            # categorical node: branch = code (threshold is +inf, so v > thr is 0);
+                            # numeric node: branch = v > thr (cat flag is 0).
+                            np.take(thr_t, node, out=tv, mode="clip")
+                            np.greater(v, tv, out=br)
+                            nxt += br
+                            np.take(cat_t, node, out=cv, mode="clip")
+                            np.multiply(cv, v, out=cv, casting="unsafe")
+                            nxt += cv
+                        node, nxt = nxt, node
+                    out[s:e, t] = leaf_t.take(node)
+        return out
+
+    # -- serialization --------------------------------------------------------
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {
+            "feature": self.feature,
+            "threshold": self.threshold,
+            "child": self.child,
+            "leaf": self.leaf,
+            "n_leaves": self.n_leaves,
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray], height: int, schema: Schema) -> "ForestStructure":
+        """Rebuild from stored arrays, checking every index so a malformed blob cannot misroute or crash."""
+        raw = {name: np.asarray(arrays[name]) for name in ("feature", "threshold", "child", "leaf", "n_leaves")}
+        for name in ("feature", "child", "leaf", "n_leaves"):
+            a = raw[name]
+            if a.dtype.kind not in "iu":
+                raise ValueError(f"structure: '{name}' must hold integers, got dtype {a.dtype}")
+            # Casting must not wrap around: every index fits int32 (n_leaves int64).
+            if a.size and (int(a.min()) < -(2**31) or int(a.max()) >= 2**31):
+                raise ValueError(f"structure: '{name}' holds values outside the int32 range")
+        if raw["threshold"].dtype.kind != "f":
+            raise ValueError(f"structure: 'threshold' must hold floats, got dtype {raw['threshold'].dtype}")
+        # A read-only array of the structure's dtype (a view of a decoded blob's bytes) is used as it is,
+        # not copied: a structure is read-only too, and the blob's bytes stay alive as the array's base.
+        def own(a: np.ndarray, dtype: type) -> np.ndarray:
+            return a if a.dtype == dtype and not a.flags.writeable else a.astype(dtype)
+
+        fs = cls(own(raw["feature"], np.int32), own(raw["threshold"], np.float64), own(raw["child"], np.int32),
+                 own(raw["leaf"], np.int32), raw["n_leaves"].astype(np.int64), int(height))
+        fs.validate(schema)
+        return fs
+
+    def validate(self, schema: Schema) -> None:
+        shape = self.feature.shape
+        if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+            raise ValueError(f"structure: node arrays must be 2-D and non-empty, got {shape}")
+        for name in ("threshold", "child", "leaf"):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"structure: '{name}' has shape {getattr(self, name).shape}, expected {shape}")
+        if self.n_leaves.shape != (shape[0],):
+            raise ValueError("structure: 'n_leaves' must have one entry per tree")
+        if not 1 <= self.height <= MAX_HEIGHT:
+            raise ValueError(f"structure: height {self.height} out of range")
+        m = schema.n_attributes
+        if self.feature.min() < 0 or self.feature.max() > m:
+            raise ValueError("structure: a node tests an attribute outside the schema")
+        if self.child.min() < 0 or self.child.max() >= shape[1]:
+            raise ValueError("structure: a child index points outside the tree")
+        arity = np.append(schema.arities, 0)
+        is_cat = np.append(schema.is_categorical, False)
+        is_leaf = self.leaf >= 0
+        if np.any(is_leaf & (self.feature != m)):
+            raise ValueError("structure: a leaf must test the zero column")
+        if np.any(is_leaf & (self.child != np.arange(shape[1])[None, :])):
+            raise ValueError("structure: a leaf must point to itself")
+        for t in range(shape[0]):
+            # Largest branch each node can take: arity-1 (categorical), 1 (numeric), 0 (leaf); one tree at a
+            # time (for the whole forest these int64 temporaries were several times a large forest's counts).
+            f_t = self.feature[t]
+            width_t = np.where(is_cat[f_t], arity[f_t] - 1, np.where(f_t < m, 1, 0))
+            lf = self.leaf[t][is_leaf[t]]
+            if len(lf) != self.n_leaves[t] or not np.array_equal(np.sort(lf), np.arange(len(lf))):
+                raise ValueError(f"structure: tree {t} leaf numbers are not 0..n_leaves-1")
+            # Walk the tree level by level: every path must end at a leaf within `height` steps,
+            # and no node may be reached twice (a shared child would make the walk, and the
+            # meaning of a leaf, exponential: it must be a tree, not a DAG).
+            frontier = np.zeros(1, dtype=np.int64)
+            seen = np.zeros(shape[1], dtype=bool)
+            seen[0] = True
+            for _ in range(self.height + 1):
+                frontier = frontier[~is_leaf[t][frontier]]
+                if frontier.size == 0:
+                    break
+                w = width_t[frontier]
+                first = self.child[t][frontier].astype(np.int64)
+                # An inner node must test a real attribute (an arity-1 categorical has one child: w == 0).
+                if np.any(self.feature[t][frontier] >= m) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
+                    raise ValueError(f"structure: tree {t} has a split whose children fall outside the tree")
+                frontier = np.repeat(first, w + 1) + ragged_arange(w + 1)
+                if np.any(seen[frontier]) or np.unique(frontier).size != frontier.size:
+                    raise ValueError(f"structure: tree {t} reaches a node twice (not a tree)")
+                seen[frontier] = True
+            if frontier.size:
+                raise ValueError(f"structure: tree {t} is deeper than its height {self.height}")
+            reached_leaves = np.flatnonzero(seen & is_leaf[t])
+            if reached_leaves.size != self.n_leaves[t]:
+                raise ValueError(f"structure: tree {t} has leaves no path reaches")
+            num = seen & ~is_leaf[t] & (self.feature[t] < m) & ~is_cat[self.feature[t]]
+            if not np.all(np.isfinite(self.threshold[t][num])):
+                raise ValueError(f"structure: tree {t} has a numeric split without a finite threshold")

@@ -1,0 +1,168 @@
+"""On-demand batch jobs: which algorithms exist, their parameters, and how one job runs (pure; no Redis).
+
+A job is ``(algorithm, epsilon, params)`` over one data source; the
+algorithms and their parameters are those of :mod:`streamdp.learners.catalogue`.
+:func:`run_job` checks every parameter against the catalogue, then charges
+the ledger **first** (one spend, idempotency key = the job id, so a retried
+job is charged once), only then loads the data, fits, and returns the model
+blob (decodable by :func:`streamdp.learners.load_model`).
+
+>>> from streamdp.records.datasets import load
+>>> from streamdp.privacy.ledger import InMemoryLedger
+>>> ds = load("congressional-voting")
+>>> enc = ds.schema.encode(ds.X, ds.y)
+>>> led = InMemoryLedger(); led.set_budget("votes", 1.0)
+>>> spec = JobSpec("private-rdt", 0.5, {"n_trees": 3, "height": 2})
+>>> res = run_job(spec, ds.schema, lambda: (enc.X, enc.y), led, "votes", "job-1")
+>>> run_job(spec, ds.schema, lambda: (enc.X, enc.y), led, "votes", "job-1").format  # a retry: charged once
+'streamdp.forest'
+>>> led.spent("votes")
+(0.5, 0.0)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from streamdp import blob
+from streamdp.learners.catalogue import ALGORITHMS, Algorithm, AlgorithmError, AlgorithmNotAvailable, algorithm
+from streamdp.privacy.ledger import Ledger
+from streamdp.learners.private_data import PrivateDataset
+from streamdp.records.schema import Schema
+from streamdp.validation import check_epsilon
+
+__all__ = ["ALGORITHMS", "Algorithm", "JobSpec", "JobResult", "JobError", "AlgorithmNotAvailable",
+           "algorithm", "check_params", "describe", "parse_param", "run_job"]
+
+# A job that cannot run as specified (unknown algorithm or parameter, bad value); retrying will not help.
+JobError = AlgorithmError
+
+
+def parse_param(text: str) -> tuple[str, Any]:
+    """``"k=v"`` from the command line: ``v`` as JSON when it parses (numbers, true, null), else a string.
+
+    >>> parse_param("max_depth=5"), parse_param("embed_depth=whole"), parse_param("beta=0.5")
+    (('max_depth', 5), ('embed_depth', 'whole'), ('beta', 0.5))
+    """
+    k, sep, v = text.partition("=")
+    k = k.strip()
+    if not sep or not k:
+        raise JobError(f"parameter {text!r} must look like name=value")
+    try:
+        return k, json.loads(v)
+    except ValueError:
+        return k, v
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a job computes: algorithm, total epsilon, the algorithm's own parameters."""
+
+    algorithm: str
+    epsilon: float
+    params: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "epsilon": self.epsilon, "params": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobSpec":
+        return cls(str(d["algorithm"]), float(d["epsilon"]), dict(d.get("params") or {}))
+
+
+@dataclass(frozen=True)
+class JobResult:
+    blob: bytes
+    format: str
+    epsilon: float
+    delta: float
+
+
+#: The smallest job epsilon: the learners split a job's epsilon over at most about 10**5 queries (trees x depth,
+#: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this was
+#: charged and then failed at its first release (a red team's finding).
+MIN_JOB_EPSILON = 1e-9
+
+
+def check_params(spec: JobSpec, schema: Schema | None = None) -> Algorithm:
+    """Validate a job before anything is charged: algorithm, epsilon, parameters against the catalogue's
+    rules and (with a schema) the estimator built from them."""
+    a = algorithm(spec.algorithm)
+    try:
+        check_epsilon(spec.epsilon)
+    except ValueError as e:
+        raise JobError(str(e)) from None
+    if spec.epsilon < MIN_JOB_EPSILON:
+        raise JobError(f"epsilon={spec.epsilon:g} is below {MIN_JOB_EPSILON:g}: a learner splits it over its queries "
+                       "and the noise samplers stop at scale 1e15, so its releases could not be drawn; refused "
+                       "before anything is charged")
+    a.cls()  # AlgorithmNotAvailable when the build lacks it
+    a.check_params(spec.params)
+    if schema is not None:
+        _build(a, spec, schema)
+    return a
+
+
+def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
+    """The unfitted estimator, with its parameters checked (raises :class:`JobError`)."""
+    try:
+        if a.is_forest:
+            p = {**a.defaults(), **spec.params}
+            return a.cls().create(schema, n_trees=p.pop("n_trees"), height=p.pop("height"), epsilon=spec.epsilon,
+                                  mechanism=a.mechanism, seed=p.pop("seed"), **p)
+        m = a.cls()(schema=schema, epsilon=spec.epsilon, **spec.params)
+        m._check_params()
+        return m
+    except JobError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise JobError(f"{a.name}: {e}") from None
+
+
+def run_job(
+    spec: JobSpec,
+    schema: Schema,
+    load: Callable[[], tuple[np.ndarray, np.ndarray]],
+    ledger: Ledger,
+    source: str,
+    job_id: str,
+    progress: Callable[[str, float], None] | None = None,
+) -> JobResult:
+    """Charge ``ledger`` (key ``job_id``), then ``load()`` the encoded records, fit, and return the blob.
+
+    ``load`` returns ``(X, y)`` encoded against ``schema`` (float64 codes, label
+    codes); it is called only after the charge succeeded, so a refused job
+    (:class:`~streamdp.privacy.ledger.BudgetExceeded`) reads no data. A retry with the
+    same ``job_id`` is not charged again.
+    """
+    if not job_id:
+        raise ValueError("run_job needs a job id (the ledger's idempotency key)")
+    say = progress or (lambda stage, fraction: None)
+    a = check_params(spec, schema)
+    est = _build(a, spec, schema)
+    delta = float(est.delta) if a.is_forest else 0.0
+    say("charging", 0.0)
+    what = f"{a.name} {json.dumps(spec.params, sort_keys=True)}"
+    ledger.charge(source, spec.epsilon, delta=delta, who=f"job:{job_id}", what=what, key=job_id)
+    say("reading", 0.1)
+    X, y = load()
+    X = np.asarray(X, dtype=np.float64).reshape(-1, schema.n_attributes)
+    y = np.asarray(y, dtype=np.int64)
+    say("fitting", 0.4)
+    if a.is_forest:
+        est.fit_encoded(X, y)  # Private-RDT's one-shot fit, height a ceiling (pruned by the stumps' release)
+    else:
+        pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon)
+        est.fit(pds)
+    say("serializing", 0.9)
+    data = est.to_bytes()
+    return JobResult(data, blob.format_of(data), spec.epsilon, delta)
+
+
+def describe() -> list[dict]:
+    """Every algorithm with its availability, parameters and their rules (for ``streamdp job algorithms``)."""
+    return [a.describe() for a in ALGORITHMS.values()]

@@ -1,0 +1,24 @@
+"""The options of a model as users type them: the one list of each.
+
+:class:`streamdp.PrivateForest` checks its arguments against these, the CLI
+offers them, a stream model's release policy is one of ``RELEASES`` and a
+learner's scorer one of ``SCORERS``. This module is light to import (no numpy)
+and imports nothing of streamdp, so every layer may read it.
+
+>>> "geometric" in MECHANISMS and "window" in RELEASES
+True
+"""
+
+__all__ = ["MECHANISMS", "VOTES", "BUDGETS", "RELEASES", "SCORERS", "MAX_PRIOR_TREES", "PRUNE_PROBE"]
+
+MECHANISMS = ("geometric", "laplace", "kanon")
+VOTES = ("proba", "majority")
+BUDGETS = ("split", "disjoint")
+RELEASES = ("batch", "window", "tree", "grow")
+SCORERS = ("infogain", "gini", "max", "gainratio")
+#: Upper bound on prior stumps, a forest's or HanischForest's (each takes a share of the budget; more than a few
+#: only add noise).
+MAX_PRIOR_TREES = 16
+#: Share of each tree's budget a grown release's first release spends probing where the records are (0: no
+#: probe); :mod:`streamdp.forest.pruning` explains the probe.
+PRUNE_PROBE = 0.1

@@ -1,0 +1,231 @@
+"""The privacy budget ledger: per data source, a total budget and every spend.
+
+Every release computed from a data source (a stream's model, a dataset
+name) is one *spend*. Spends over the same records compose sequentially, so
+a source's spent epsilon is the sum of its spends, and a charge that would
+push it past the total is refused *before* any data is read.
+
+>>> led = InMemoryLedger()
+>>> led.set_budget("adult", 1.0)
+>>> led.charge("adult", 0.75, who="alice", what="DiffPID3").epsilon
+0.75
+>>> led.charge("adult", 0.5, who="bob", what="SuLQID3")
+Traceback (most recent call last):
+...
+streamdp.privacy.ledger.BudgetExceeded: source 'adult': charging epsilon=0.5 would spend 1.25 of a budget of 1 (0.25 left); refused before reading any data
+>>> round(led.remaining("adult"), 9)
+0.25
+
+The Redis store for the service is :class:`streamdp.service.ledger_store.RedisLedger`,
+which makes the check-and-charge one atomic script.
+
+A source is a free-text label: the same records released under two labels
+are charged to two ledgers. :func:`file_source` binds a file to one ledger by
+its content (the SHA-256 of its bytes), whatever its path or label; it
+cannot see that two *different* files share people (a reordered or extended
+copy is another file), so labels of overlapping data remain the data
+owner's responsibility.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import IO
+
+from streamdp.validation import check_delta, check_epsilon
+
+__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "stream_sha256",
+           "file_source", "left_of", "exceeds", "refusal"]
+
+# Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
+TOLERANCE = 1e-9
+
+
+def left_of(budget: float, spent: float) -> float:
+    """What is left of a budget, 0 within :data:`TOLERANCE` (ten spends of 0.1 of 1 leave 1.1e-16).
+
+    >>> left_of(1.0, sum([0.1] * 10)), left_of(1.0, 0.25)
+    (0.0, 0.75)
+    """
+    left = budget - spent
+    return left if left > TOLERANCE else 0.0
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 (hex) of a file's bytes."""
+    with open(path, "rb") as fh:
+        return stream_sha256(fh)
+
+
+def stream_sha256(fh: IO[bytes], copy_to: IO[bytes] | None = None, limit: int | None = None) -> str:
+    """The SHA-256 (hex) of what ``fh`` reads (at most ``limit`` bytes); with ``copy_to``, the very bytes hashed
+    are also written there (one read: a job parses the copy, so what it checked is what it reads, whatever
+    happens to the file after)."""
+    h = hashlib.sha256()
+    left = math.inf if limit is None else limit
+    while left > 0:
+        chunk = fh.read(int(min(1 << 20, left)))
+        if not chunk:
+            break
+        left -= len(chunk)
+        h.update(chunk)
+        if copy_to is not None:
+            copy_to.write(chunk)
+    return h.hexdigest()
+
+
+def file_source(path: str) -> str:
+    """The ledger source bound to a file's content: ``file-`` and the first 128 bits of its SHA-256.
+
+    The same bytes give the same source under any path or name.
+
+    >>> import os, tempfile
+    >>> d = tempfile.mkdtemp(); a, b = os.path.join(d, "a.csv"), os.path.join(d, "b.csv")
+    >>> for p in (a, b): _ = open(p, "w").write("x,y\\n1,2\\n")
+    >>> file_source(a) == file_source(b), file_source(a)[:5], len(file_source(a))
+    (True, 'file-', 37)
+    """
+    return "file-" + file_sha256(path)[:32]
+
+
+class BudgetExceeded(ValueError):
+    """A charge would exceed the source's total budget; nothing was charged or read."""
+
+
+@dataclass(frozen=True)
+class Spend:
+    """One release charged to a source."""
+
+    source: str
+    epsilon: float
+    delta: float
+    who: str
+    what: str
+    when: float  # unix time
+    key: str = ""  # idempotency key (e.g. a job id): charging the same key twice charges once
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Spend":
+        return cls(
+            str(d["source"]), float(d["epsilon"]), float(d["delta"]), str(d["who"]), str(d["what"]), float(d["when"]),
+            str(d.get("key", "")),
+        )
+
+
+def check_charge(source: str, epsilon: float, delta: float) -> None:
+    """Validate a charge's arguments (shared by every store)."""
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source must be a non-empty string, got {source!r}")
+    check_epsilon(epsilon, allow_zero=True)
+    check_delta(delta)
+
+
+def exceeds(spent: tuple[float, float], charge: tuple[float, float], budget: tuple[float, float] | None) -> bool:
+    """Whether a charge of ``(epsilon, delta)`` on top of ``spent`` passes ``budget`` (None: no budget), within
+    :data:`TOLERANCE`: the ledgers' rule (the Redis ledger's charge script states it in Lua, alike).
+
+    >>> exceeds((0.9, 0.0), (0.1, 0.0), (1.0, 0.0)), exceeds((0.9, 0.0), (0.2, 0.0), (1.0, 0.0))
+    (False, True)
+    """
+    return (budget is None or spent[0] + charge[0] > budget[0] + TOLERANCE
+            or spent[1] + charge[1] > budget[1] + TOLERANCE)
+
+
+def refusal(source: str, epsilon: float, spent: float, budget: float | None, delta: float = 0.0,
+            spent_delta: float = 0.0, budget_delta: float = 0.0) -> BudgetExceeded:
+    if budget is None:
+        return BudgetExceeded(f"source {source!r} has no budget; set one first (ledger.set_budget or 'streamdp ledger {source} --set-budget E')")
+    if spent_delta + delta > budget_delta + TOLERANCE and delta > 0:
+        return BudgetExceeded(
+            f"source {source!r}: charging delta={delta:g} would spend {spent_delta + delta:g} of a delta budget of {budget_delta:g}; refused before reading any data"
+        )
+    return BudgetExceeded(
+        f"source {source!r}: charging epsilon={epsilon:g} would spend {spent + epsilon:g} of a budget of {budget:g} "
+        f"({left_of(budget, spent):g} left); refused before reading any data"
+    )
+
+
+class Ledger(ABC):
+    """A budget per source and the list of its spends."""
+
+    @abstractmethod
+    def set_budget(self, source: str, epsilon: float, delta: float = 0.0) -> None:
+        """Set (or raise) the total budget. Lowering it below what is spent is refused."""
+
+    @abstractmethod
+    def budget(self, source: str) -> tuple[float, float] | None:
+        """``(epsilon, delta)`` total, or None when no budget was set."""
+
+    @abstractmethod
+    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0, key: str = "") -> Spend:
+        """Record a spend, or raise :class:`BudgetExceeded` without recording anything.
+
+        With a non-empty ``key``, a second charge with the same key returns the
+        first spend and charges nothing (a retried job is charged once).
+        """
+
+    @abstractmethod
+    def spends(self, source: str) -> list[Spend]:
+        """Every spend, oldest first."""
+
+    def spent(self, source: str) -> tuple[float, float]:
+        """``(epsilon, delta)`` spent so far (sequential composition: sums)."""
+        s = self.spends(source)
+        return (math.fsum(x.epsilon for x in s), math.fsum(x.delta for x in s))
+
+    def remaining(self, source: str) -> float:
+        b = self.budget(source)
+        if b is None:
+            return 0.0
+        return left_of(b[0], self.spent(source)[0])
+
+
+class InMemoryLedger(Ledger):
+    """Ledger for library use, in one process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._budgets: dict[str, tuple[float, float]] = {}
+        self._spends: dict[str, list[Spend]] = {}
+        self._lock = threading.Lock()
+
+    def set_budget(self, source: str, epsilon: float, delta: float = 0.0) -> None:
+        check_charge(source, epsilon, delta)
+        with self._lock:
+            eps_spent, d_spent = self._spent_unlocked(source)
+            if epsilon + TOLERANCE < eps_spent or delta + TOLERANCE < d_spent:
+                raise ValueError(f"source {source!r} has already spent epsilon={eps_spent:g}, delta={d_spent:g}; the budget cannot go below that")
+            self._budgets[source] = (float(epsilon), float(delta))
+
+    def budget(self, source: str) -> tuple[float, float] | None:
+        return self._budgets.get(source)
+
+    def _spent_unlocked(self, source: str) -> tuple[float, float]:
+        s = self._spends.get(source, [])
+        return (math.fsum(x.epsilon for x in s), math.fsum(x.delta for x in s))
+
+    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0, key: str = "") -> Spend:
+        check_charge(source, epsilon, delta)
+        with self._lock:
+            if key:
+                for s in self._spends.get(source, []):
+                    if s.key == key:
+                        return s
+            b = self._budgets.get(source)
+            eps_spent, d_spent = self._spent_unlocked(source)
+            if exceeds((eps_spent, d_spent), (epsilon, delta), b):
+                raise refusal(source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1])
+            spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time(), str(key))
+            self._spends.setdefault(source, []).append(spend)
+            return spend
+
+    def spends(self, source: str) -> list[Spend]:
+        with self._lock:
+            return list(self._spends.get(source, []))

@@ -1,0 +1,180 @@
+"""Coding declared values: lookup tables from a declared value to its code, vectorised over columns.
+
+One rule (:func:`value_code`): a value's code is its index among the attribute's declared
+values, matched exactly (``True`` is not ``1``, ``0.5`` is not ``"0.5"``); anything else is -1
+(not declared). :func:`lookup_codes` applies it to a whole column, through one table over the
+column's range for integer-valued arrays and through dict probes otherwise. Used by
+:class:`streamdp.records.schema.Schema`, :mod:`streamdp.records.sources` and the river encoder.
+
+>>> lookup = {lookup_key(v): i for i, v in enumerate(("n", "y", True))}
+>>> lookup_codes(lookup, np.array(["y", "n", "maybe"], dtype=object)).tolist()
+[1, 0, -1]
+>>> value_code(lookup, True), value_code(lookup, 1)
+(2, -1)
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any
+
+import numpy as np
+
+__all__ = ["MISSING", "is_frame", "to_float", "plain", "lookup_key", "lookup_codes", "table_codes", "has_fractions",
+           "value_code", "declared_table", "TABLE_SPAN", "BLOCK"]
+
+#: A cell with no value (a record without the attribute).
+MISSING = object()
+
+
+def is_frame(X: Any) -> bool:
+    return hasattr(X, "columns") and hasattr(X, "iloc")
+
+
+def to_float(col: np.ndarray) -> np.ndarray | None:
+    """Fast conversion of a column to float64; None if any element is not a plain number.
+
+    >>> col = np.array([1, 2.5, np.int8(3)], dtype=object)
+    >>> to_float(col).tolist(), to_float(np.array([1, True], dtype=object)), to_float(np.array([1, None], dtype=object))
+    ([1.0, 2.5, 3.0], None, None)
+    """
+    if col.dtype.kind in "iuf":
+        return col.astype(np.float64)
+    if col.dtype.kind != "O":
+        return None
+    # One pass in C over the values' types (not an isinstance call per value): a column
+    # of plain numbers holds a handful of types, each checked once.
+    if not all(_is_number_type(t) for t in set(map(type, col))):
+        return None
+    try:
+        return col.astype(np.float64)
+    except OverflowError:  # an int beyond a float's range: the caller's value-by-value path decides
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _is_number_type(t: type) -> bool:
+    """``t`` is an int or float type (Python or numpy) but not a boolean."""
+    return issubclass(t, (int, float, np.integer, np.floating)) and not issubclass(t, (bool, np.bool_))
+
+
+def plain(v: Any) -> Any:
+    """A numpy scalar as the Python value it holds (for error messages)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def lookup_key(v: Any) -> Any:
+    """Lookup key of a declared value: booleans never collide with 0/1."""
+    return ("bool", v) if isinstance(v, bool) else v
+
+
+#: Integer-valued columns whose values span fewer than this many integers are coded by one table lookup.
+TABLE_SPAN = 4096
+#: Rows coded at a time by the whole-matrix path.
+BLOCK = 16384
+
+
+def lookup_codes(lookup: dict, col: np.ndarray) -> np.ndarray:
+    """Code of every value of a column (-1 when not declared).
+
+    Integer and float arrays go through a table over their range (floats that
+    are not whole numbers, NaN and infinities are undeclared), object arrays
+    through one dict probe per value, other typed arrays (strings, booleans,
+    numbers spread over a wide range) through ``np.unique``. ``True == 1`` in
+    Python and numpy, so booleans in an object column are looked up as booleans.
+    """
+    col = np.asarray(col)
+    if col.size and (col.dtype.kind in "iu" or (col.dtype.kind == "f" and not has_fractions(lookup))):
+        codes = table_codes(lookup, col)
+        if codes is not None:
+            return codes
+    if col.dtype == object and col.size:
+        # Fast path: one dict probe per value (hashing, no sorting of Python objects). Declared
+        # values are str/int/bool, so a direct hit is the right code for anything but a boolean
+        # (True == 1); booleans and misses (-2) are resolved one by one below.
+        try:
+            codes = np.fromiter(map(lookup.get, col, itertools.repeat(-2)), dtype=np.int64, count=col.size)
+        except TypeError:  # an unhashable value (named as unknown by the caller): value by value
+            return np.array([value_code(lookup, v) for v in col], dtype=np.int64)
+        # A boolean can only hit a declared number (1 or 0); with no number declared it misses anyway.
+        if any(type(k) in (int, float) for k in lookup):
+            kinds = set(map(type, col))
+            if bool in kinds or np.bool_ in kinds:
+                codes[np.fromiter((type(v) in (bool, np.bool_) for v in col), dtype=bool, count=col.size)] = -2
+        for i in np.flatnonzero(codes == -2):
+            codes[i] = value_code(lookup, col[i])
+        return codes
+    uniq, inverse = np.unique(col, return_inverse=True)  # typed arrays (str, bool) sort in C
+    codes_u = np.array([value_code(lookup, u) for u in uniq], dtype=np.int64)
+    return codes_u[inverse.reshape(-1)]
+
+
+def table_codes(lookup: dict, col: np.ndarray) -> np.ndarray | None:
+    """Codes of a numeric column through a table over ``[min, max]``; None if the span is too wide."""
+    lo, hi = col.min(), col.max()  # NaN propagates into both
+    if col.dtype.kind == "f":
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return None
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = int(lo), int(hi)
+    if hi - lo >= TABLE_SPAN or lo < -(2**62) or hi >= 2**62:  # (beyond int64 indices: the general path)
+        return None
+    table = np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
+    if col.dtype.kind != "f":
+        return table[(col - lo).astype(np.intp, copy=False)] if lo else table[col.astype(np.intp, copy=False)]
+    idx = col.astype(np.intp)
+    codes = table[idx - lo] if lo else table[idx]
+    codes[idx != col] = -1  # 2.5 is not the declared value 2
+    return codes
+
+
+def declared_table(lookup: dict) -> tuple[int, np.ndarray] | None:
+    """The lowest declared whole number ``lo`` and the code of every integer in ``[lo, hi]``
+    (-1 where not declared), ``hi`` the highest; None when no whole number is declared or
+    the span reaches :data:`TABLE_SPAN`. A table over the declared values, not the data's.
+
+    >>> lo, table = declared_table({lookup_key(v): i for i, v in enumerate((5, 3, "x", True, 2.5))})
+    >>> lo, table.tolist()
+    (3, [1, -1, 0])
+    """
+    whole = [k for k in lookup if isinstance(k, (int, float)) and float(k).is_integer()]
+    if not whole:
+        return None
+    lo, hi = int(min(whole)), int(max(whole))
+    if hi - lo >= TABLE_SPAN:
+        return None
+    return lo, np.array([value_code(lookup, v) for v in range(lo, hi + 1)], dtype=np.int64)
+
+
+def has_fractions(lookup: dict) -> bool:
+    return any(type(k) is float and not k.is_integer() for k in lookup)
+
+
+def value_code(lookup: dict, v: Any) -> int:
+    """Code of value ``v`` in a lookup table of :attr:`Schema.value_codes` (-1 when it is not declared).
+
+    Exact matching, no coercion: ``1.0`` is the declared ``1`` (equal numbers),
+    ``0.5`` matches only a declared ``0.5``; a string never matches a number
+    (``"1"`` is not ``1``), a boolean never matches ``0``/``1`` and a number
+    never matches ``True``/``False``; NaN and None match nothing. Numpy scalars
+    count as the Python values they hold.
+
+    >>> from streamdp.records.schema import Categorical, Label, Schema
+    >>> s = Schema([Categorical("a", (0, 0.5, 1)), Categorical("b", (False, True))], Label("y", ("n", "p")))
+    >>> [value_code(s.value_codes[0], v) for v in (0.5, 1.0, True, "1", 0.25)]
+    [1, 2, -1, -1, -1]
+    >>> [value_code(s.value_codes[1], v) for v in (True, 1, np.bool_(False))]
+    [1, -1, 0]
+    """
+    if v is MISSING or v is None:
+        return -1
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return -1
+    try:
+        return lookup.get(lookup_key(v), -1)
+    except TypeError:  # unhashable
+        return -1

@@ -1,0 +1,1 @@
+"""Release policies of the stream model and continual counting over its releases."""

@@ -1,0 +1,169 @@
+"""Push errors point at the input (a CSV file's line, a record's 0-based position) and say what was pushed.
+
+Against a real Redis (the ``redis_url`` fixture); the models made here are named ``pe-...`` and deleted.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import uuid
+from importlib import resources
+
+import pytest
+import redis as redis_py
+
+from streamdp import Schema
+from streamdp.cli import main
+from streamdp.records.datasets import load
+from streamdp.service import Producer, create_model, delete_model
+from streamdp.service.keys import Keys
+from streamdp.records.sources import SourceError
+
+pytestmark = pytest.mark.redis
+DS = load("congressional-voting")
+SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
+
+
+@pytest.fixture
+def name(redis_url):
+    n = f"pe-{uuid.uuid4().hex[:12]}"
+    yield n
+    try:
+        delete_model(redis_url, n)
+    except KeyError:
+        pass
+
+
+def _votes_rows(n):
+    return [[*map(str, DS.X[i % len(DS.y)]), str(DS.y[i % len(DS.y)])] for i in range(n)]
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow([*DS.schema.names, "party"])
+        w.writerows(rows)
+
+
+def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed(redis_url, name, tmp_path,
+                                                                                 capsys, monkeypatch):
+    """An unbalanced quote after 500 of 1,000 records (chunks of 200 records, batches of 50): the push stops
+    naming line 502 (no content), says 400 records were pushed (the progress bar's last line too), and the
+    corrected file pushed again merges only the other 600."""
+    import streamdp.records.sources
+
+    monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    rows = _votes_rows(1000)
+    good = tmp_path / "votes.csv"
+    _write(good, rows)
+    text = good.read_text().splitlines(keepends=True)
+    bad = tmp_path / "votes-bad.csv"
+    bad.write_text("".join(text[:501] + ['"' + text[501]] + text[502:]))  # line 502: the 501st record
+    capsys.readouterr()
+    assert main(u + ["push", name, str(bad), "--batch-size", "50"]) == 2
+    err = capsys.readouterr().err
+    msg = err.splitlines()[-1]
+    assert msg.startswith("streamdp: error: ") and f"{bad}: line 502: malformed CSV" in msg
+    assert "the first 400 records were pushed" in msg and "merges only the rest" in msg
+    assert not re.search(r"democrat|republican|C error|row \d", msg)
+    bars = [ln for ln in err.splitlines() if ln.startswith("[")]
+    assert bars and " 400 records" in bars[-1]  # the bar's last line: what was pushed
+    r = redis_py.Redis.from_url(redis_url, socket_timeout=30)
+    assert r.xlen(Keys(name).records) == 8
+    assert main(u + ["push", name, str(good), "--batch-size", "50", "-q"]) == 0  # the corrected file
+    assert "pushed 1,000 records in 20 batches" in capsys.readouterr().out
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    stats = r.hgetall(Keys(name).stats)
+    assert int(stats[b"records_merged"]) == 1000 and int(stats[b"batches_merged"]) == 20
+    assert int(stats[b"acked_without_merge"]) == 8
+
+
+def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path, capsys):
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    rows = _votes_rows(30)
+    rows[2][0] = "perhaps"  # the third record: line 4
+    path = tmp_path / "v.csv"
+    _write(path, rows)
+    capsys.readouterr()
+    assert main(u + ["push", name, str(path), "--batch-size", "10", "-q"]) == 0
+    got = capsys.readouterr()
+    assert "1 invalid record goes to the dead-letter stream (first: line 4: attribute 'handicapped-infants'" in got.out
+    assert "perhaps" not in got.out + got.err
+    # a new user fixed the line and pushed the whole file again: that batch's 9 valid records counted twice
+    assert "pushing a corrected copy of the whole file would count them again" in got.err
+
+
+def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name, tmp_path, capsys):
+    """A new user pushed a file whose label is last without --label -1: every record dead-lettered, exit 0."""
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    path = tmp_path / "v.csv"
+    _write(path, _votes_rows(20))
+    capsys.readouterr()
+    assert main(u + ["push", name, str(path), "--no-header", "-q"]) == 2  # the header line taken for a record
+    assert "the file has a header row" in capsys.readouterr().err  # (it said its label was not a class)
+    bad = tmp_path / "b.csv"  # every label undeclared: every record dead-lettered
+    _write(bad, [[*row[:-1], "independent"] for row in _votes_rows(20)])
+    assert main(u + ["push", name, str(bad), "-q"]) == 2
+    assert "every record of" in capsys.readouterr().err
+
+
+def test_cli_push_of_a_header_alone_fails_and_sends_nothing(redis_url, name, tmp_path, capsys):
+    """A trial's finding: a file of a header line alone pushed an empty batch and exited 0."""
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    path = tmp_path / "v.csv"
+    _write(path, [])
+    capsys.readouterr()
+    assert main(u + ["push", name, str(path), "-q"]) == 2
+    assert "holds no record" in capsys.readouterr().err
+    assert redis_py.Redis.from_url(redis_url).xlen(Keys(name).records) == 0
+
+
+def test_release_options_of_another_policy_are_refused(redis_url, name, capsys):
+    """A trial's finding: --release batch --release-every 5 was accepted and meant nothing."""
+    u = ["--redis-url", redis_url]
+    base = u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
+    assert main(base + ["--release", "batch", "--release-every", "5"]) == 2
+    assert "release_every (CLI --release-every) is the schedule of release='window'" in capsys.readouterr().err
+    assert main(base + ["--release", "window", "--levels", "5"]) == 2
+    assert "levels (CLI --levels) belongs to release='tree'" in capsys.readouterr().err
+    assert main(base + ["--levels", "5"]) == 2  # the default policy is never the tree's
+    assert main(base + ["--release", "tree", "--levels", "5", "--release-every", "2"]) == 0  # nothing charged before
+    assert main(["--redis-url", redis_url, "model", "show", name, "--json"]) == 0
+    assert '"levels": 5' in capsys.readouterr().out
+
+
+def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name, monkeypatch):
+    import streamdp.records.sources
+
+    s = Schema.from_dict({"attributes": [{"name": "x0", "type": "categorical", "values": ["a", "b"]},
+                                         {"name": "x1", "type": "categorical", "values": ["a", "b"]}],
+                          "label": {"name": "y", "values": ["neg", "pos"]}})
+    create_model(redis_url, name, s, n_trees=2, height=2, epsilon=math.inf)
+    p = Producer(redis_url, name, batch_size=50)
+    with pytest.raises(SourceError) as e:
+        p.push([{"x0": "a"}], ["neg"])
+    assert str(e.value).startswith("record 0 (0-based): attribute 'x1' is missing; no record was pushed")
+    monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 100)  # push's chunks: 100 records, 2 batches
+    recs = [{"x0": "a", "x1": "b"} for _ in range(300)]
+    recs[250]["x1"] = "SECRET"
+    with pytest.raises(SourceError) as e:
+        p.push(recs, ["neg"] * 300)
+    msg = str(e.value)
+    assert msg.startswith("record 250 (0-based): attribute 'x1' has a value not declared in the schema; "
+                          "the first 200 records were pushed") and "SECRET" not in msg
+    assert e.value.n_pushed == 200
+    assert redis_py.Redis.from_url(redis_url, socket_timeout=30).xlen(Keys(name).records) == 4
+    nodedup = Producer(redis_url, name, batch_size=50, dedup=False)
+    with pytest.raises(SourceError, match="pushing them again counts them again"):
+        nodedup.push(recs, ["neg"] * 300)

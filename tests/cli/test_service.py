@@ -1,0 +1,134 @@
+"""CLI smoke tests against a real Redis: model create / push / worker until drained / show / get / stats / delete."""
+
+from __future__ import annotations
+
+import csv
+import math
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+from streamdp import PrivateForest
+from streamdp.cli import main
+from streamdp.records.datasets import load
+from streamdp.estimation import cell_variance
+
+pytestmark = pytest.mark.redis
+DS = load("congressional-voting")
+SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
+
+
+def _csv(path, rows, labels, bad=()):
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(DS.schema.names + ["party"])
+        for i, (r, lab) in enumerate(zip(rows, labels)):
+            r = list(r)
+            if i in bad:
+                r[0] = "perhaps"
+            w.writerow(r + [lab])
+
+
+def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
+    u = ["--redis-url", redis_url]
+    name = unique_name
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "4", "--height", "3",
+                     "--epsilon", "2", "--release", "batch"]) == 0
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--epsilon", "2"]) == 2  # exists: clear error
+    assert "already exists" in capsys.readouterr().err
+    assert main(u + ["model", "show", name]) == 0
+    assert "last update     none yet (created " in capsys.readouterr().out  # not the creation time as an update
+    data = tmp_path / "votes.csv"
+    _csv(data, DS.X[:200], DS.y[:200], bad={7})
+    assert main(u + ["push", name, str(data), "--batch-size", "50"]) == 0
+    out = capsys.readouterr()
+    assert "pushed 200 records in 4 batches" in out.out and "1 invalid" in out.out
+    assert "100.0%" in out.err  # progress
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    assert main(u + ["model", "show", name]) == 0
+    out = capsys.readouterr().out
+    assert "releases        4" in out and "release         batch" in out and "version" in out
+    sd = math.sqrt(4 * cell_variance("geometric", 2 / 5))  # 4 releases at epsilon 2 over 4 trees and a stump
+    assert f"noise now       sd {sd:,.0f} on each class's record count" in out
+    blob = tmp_path / "m.sdp"
+    assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
+    f = PrivateForest.from_bytes(blob.read_bytes())
+    assert f.version >= 1 and f.n_releases == 4 and f.n_trees == 4
+    assert main(u + ["model", "get", name, "--version", "0", "-o", str(blob)]) == 0
+    assert PrivateForest.from_bytes(blob.read_bytes()).version == 0
+    assert main(u + ["stats", name, "--prometheus"]) == 0
+    out, err = capsys.readouterr()
+    assert f'streamdp_batches_merged_total{{model="{name}"}} 4' in out
+    assert f'streamdp_estimated_records{{model="{name}"}} ' in out  # noisy, from the published counts
+    # issue 12 item 8: exact record-dependent counts only on request, with a warning
+    assert "records_merged" not in out and "dead_letter" not in out and "warning" not in err
+    assert main(u + ["stats", name]) == 0
+    out = capsys.readouterr().out
+    assert "records_merged" not in out and "dead_letters" not in out and "estimated_records" in out
+    assert main(u + ["stats", name, "--prometheus", "--exact"]) == 0
+    out, err = capsys.readouterr()
+    assert f'streamdp_dead_letters_total{{model="{name}"}} 1' in out
+    assert f'streamdp_records_merged_total{{model="{name}"}} 199' in out
+    assert "warning: --exact" in err and "not differentially private" in err
+    assert "# HELP streamdp_records_merged_total valid records merged (EXACT" in out
+    assert main(u + ["model", "list"]) == 0 and name in capsys.readouterr().out
+    assert main(u + ["model", "delete", name]) == 0
+    assert main(u + ["model", "show", name]) == 2
+    capsys.readouterr()
+    assert main(u + ["stats", name]) == 2  # a deleted (or mistyped) model: an error, not all-zero counters
+    assert f"no model named {name!r}" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_demo_runs_and_cleans_up(redis_url):
+    r = subprocess.run([sys.executable, "-m", "streamdp.cli", "--redis-url", redis_url, "demo", "--processes", "1",
+                        "--batch-size", "100"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
+    assert len(lines) >= 2 and "accuracy" in lines[-1]
+
+
+def test_stream_worker_entry_point_help():
+    r = subprocess.run([sys.executable, "workers/stream_worker.py", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "--processes" in r.stdout
+
+
+def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
+    """Issue 12 item 5: the same CSV pushed twice is merged once; --source labels genuinely new records."""
+    import redis as redis_py
+
+    from streamdp.service.keys import Keys
+
+    u = ["--redis-url", redis_url]
+    name = unique_name
+    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
+                     "--epsilon", "inf"]) == 0
+    data = tmp_path / "votes.csv"
+    _csv(data, DS.X[:300], DS.y[:300])
+    for _ in range(2):
+        assert main(u + ["push", name, str(data), "--batch-size", "100", "-q"]) == 0
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    stats = redis_py.Redis.from_url(redis_url, socket_timeout=30).hgetall(Keys(name).stats)
+    assert int(stats[b"batches_merged"]) == 3 and int(stats[b"records_merged"]) == 300
+    assert int(stats[b"acked_without_merge"]) == 3
+    assert main(u + ["push", name, str(data), "--batch-size", "100", "-q", "--source", "day-2"]) == 0
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    stats = redis_py.Redis.from_url(redis_url, socket_timeout=30).hgetall(Keys(name).stats)
+    assert int(stats[b"records_merged"]) == 600
+    main(u + ["model", "delete", name])
+
+
+def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, capsys):
+    u = ["--redis-url", redis_url]
+    assert main(u + ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "3", "--height", "9",
+                     "--epsilon", "1", "--release", "grow", "--release-every", "5"]) == 0
+    assert main(u + ["model", "show", unique_name]) == 0
+    assert "grow: every 5 s, trees deepened as the released counts allow" in capsys.readouterr().out
+    assert main(u + ["model", "create", unique_name + "x", "--schema", SCHEMA, "--epsilon", "inf",
+                     "--release", "grow"]) == 2
+    assert "needs a finite epsilon" in capsys.readouterr().err
+    assert main(u + ["model", "delete", unique_name]) == 0
+    assert f"see `streamdp ledger {unique_name}`" in capsys.readouterr().out  # (the name, not a placeholder)

@@ -1,0 +1,510 @@
+"""Release policies and the binary tree mechanism (streamdp.release.continual).
+
+Statistical tests draw from the secure source (fresh each run) and use a fixed
+failure probability of about 1e-6: a normal z bound of 5.0 per check (two-sided
+P ~ 5.7e-7) or Clopper-Pearson intervals at a Bonferroni-split 1e-6.
+"""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import msgpack
+import numpy as np
+import pytest
+from scipy import stats
+
+from streamdp import blob
+from streamdp.release import continual
+from streamdp.estimation import cell_variance
+from streamdp.release.continual import (
+    NOISE_BLOCK,
+    STREAM_CHUNK,
+    Counter,
+    Node,
+    ReleasePolicy,
+    TreeState,
+    closing_nodes,
+    node_windows,
+    noisy_node,
+    prefix_nodes,
+    class_total_sd,
+    published_variance,
+    window_delta,
+    window_end,
+    window_index,
+    windows_due,
+)
+from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, geometric_pmf
+
+Z = 5.0
+P_FAIL = 1e-6
+
+
+def test_doctests():
+    assert doctest.testmod(continual).failed == 0
+
+
+# -- the policy -----------------------------------------------------------------------
+
+
+def test_policy_round_trips_through_msgpack_and_prints():
+    for p in (ReleasePolicy(), ReleasePolicy("batch"), ReleasePolicy("tree", 0.5, levels=7, estimator="decomposition")):
+        d = msgpack.unpackb(msgpack.packb(p.to_dict()), raw=False)
+        assert ReleasePolicy.from_dict(d) == p
+    assert ReleasePolicy().kind == "window" and ReleasePolicy().release_every == 1.0
+    assert "T_max=127" in str(ReleasePolicy("tree", levels=7))
+
+
+@pytest.mark.parametrize("kwargs, word", [
+    ({"kind": "stream"}, "release"), ({"release_every": 0}, "release_every"),
+    ({"release_every": math.nan}, "release_every"), ({"release_every": True}, "release_every"),
+    ({"levels": 0}, "levels"), ({"levels": 49}, "levels"), ({"levels": 2.0}, "levels"),
+    ({"estimator": "mean"}, "estimator"),
+])
+def test_policy_refuses_bad_settings_naming_them(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        ReleasePolicy(**kwargs)
+
+
+def test_policy_from_dict_refuses_missing_or_extra_keys():
+    d = ReleasePolicy().to_dict()
+    with pytest.raises(ValueError, match="release policy"):
+        ReleasePolicy.from_dict({**d, "code": "x"})
+    with pytest.raises(ValueError, match="release policy"):
+        ReleasePolicy.from_dict({k: v for k, v in d.items() if k != "levels"})
+    with pytest.raises(ValueError, match="release policy"):
+        ReleasePolicy.from_dict([1, 2])
+
+
+def test_node_epsilon_is_the_per_tree_epsilon_split_over_levels_for_tree_only():
+    assert ReleasePolicy("batch").node_epsilon(2.0) == 2.0
+    assert ReleasePolicy("window").node_epsilon(2.0) == 2.0
+    assert ReleasePolicy("tree", levels=8).node_epsilon(2.0) == 0.25
+    assert ReleasePolicy("tree", levels=8).node_epsilon(math.inf) == math.inf
+    with pytest.raises(ValueError, match="epsilon_per_tree"):
+        ReleasePolicy("tree").node_epsilon(0)
+    with pytest.raises(ValueError, match="geometric"):
+        ReleasePolicy("tree").check_mechanism("kanon")
+    ReleasePolicy("window").check_mechanism("kanon")
+
+
+# -- the schedule -----------------------------------------------------------------------
+
+
+def test_window_index_and_end_agree():
+    start, every = 1000.25, 0.5
+    for w in range(1, 200):
+        assert window_index(window_end(w, start, every) - 1e-6, start, every) == w
+        assert window_index(window_end(w, start, every), start, every) == w + 1
+    with pytest.raises(ValueError, match="before"):
+        window_index(999.0, start, every)
+    assert list(windows_due(start + 3.2, start, every, released=2)) == [3, 4, 5, 6]
+    assert list(windows_due(start - 5, start, every, released=0)) == []
+
+
+@pytest.mark.parametrize("levels", [1, 2, 5, 11])
+def test_every_window_is_in_exactly_L_nodes_and_each_node_closes_once_at_its_last_window(levels):
+    tmax = 2**levels - 1
+    n_windows = 2 * tmax + 3  # into a third epoch
+    members = {w: 0 for w in range(1, n_windows + 1)}
+    seen = set()
+    for t in range(1, n_windows + 1):
+        nodes = closing_nodes(t, levels)
+        assert nodes and nodes[0].level == 0 and [n.level for n in nodes] == list(range(len(nodes)))
+        for n in nodes:
+            assert n not in seen
+            seen.add(n)
+            assert node_windows(n, levels)[-1] == t
+    # All nodes of an epoch, closed or not: every window of the epoch is in exactly L of them.
+    for epoch in range(2):
+        for lv in range(levels):
+            for j in range(2 ** (levels - lv)):
+                for w in node_windows(Node(epoch, lv, j), levels):
+                    if epoch * tmax < w <= (epoch + 1) * tmax:
+                        members[w] += 1
+    assert all(members[w] == levels for w in range(1, 2 * tmax + 1))
+    # The nodes that never close are exactly the last of each level (they end past T_max).
+    assert len([n for n in seen if n.epoch == 0]) == 2 ** (levels + 1) - 2 - levels
+
+
+@pytest.mark.parametrize("levels", [3, 12])
+def test_prefix_decomposition_covers_each_window_once_with_closed_nodes_only(levels):
+    tmax = 2**levels - 1
+    closed = set()
+    for t in range(1, min(3 * tmax, 6000) + 1):
+        closed.update(closing_nodes(t, levels))
+        nodes = prefix_nodes(t, levels)
+        assert set(nodes) <= closed
+        epoch = (t - 1) // tmax
+        # Contiguous, in order, no overlap: together they cover the epoch's windows up to t exactly once.
+        spans = [node_windows(n, levels) for n in nodes]
+        assert [s.start for s in spans] == [epoch * tmax + 1] + [s.stop for s in spans[:-1]], t
+        assert spans[-1].stop == t + 1, t
+        assert len(nodes) == bin(t - epoch * tmax).count("1") <= levels
+
+
+# -- releases -------------------------------------------------------------------------
+
+
+def test_noisy_node_keeps_integers_and_padding_and_refuses_bad_input():
+    rng = SecureRandom()
+    exact = np.arange(12, dtype=np.int64).reshape(3, 4)
+    real = np.ones((3, 4), bool)
+    real[2, 2:] = False
+    exact[2, 2:] = 0
+    y = noisy_node(exact, 0.5, "geometric", rng, real)
+    assert y.dtype == np.int64 and np.all(y[2, 2:] == 0)
+    assert np.any(y[real] != exact[real])  # P(all 10 noises are 0) = ((1-a)/(1+a))**10 < 1e-6
+    assert noisy_node(exact, 1.0, "laplace", rng).dtype == np.float64
+    assert noisy_node(exact, 1.0, "kanon", rng, k=5).tolist() == [[0, 0, 0, 0], [0, 5, 6, 7], [8, 9, 0, 0]]
+    with pytest.raises(ValueError, match="integers"):
+        noisy_node(exact.astype(float), 1.0, "geometric", rng)
+    with pytest.raises(ValueError, match="real mask"):
+        noisy_node(exact, 1.0, "geometric", rng, real[:2])
+    with pytest.raises(ValueError, match="mechanism"):
+        noisy_node(exact, 1.0, "gauss", rng)
+
+
+def test_the_stream_layout_of_older_keyed_models_is_kept_byte_for_byte():
+    """Models created before the "blocks" layout redraw (after a rollback) exactly what they drew first:
+    the digests below were computed with the code of that time (commit b5c38e8)."""
+    import hashlib
+
+    n = STREAM_CHUNK + 4099  # the chunked path and a partial last chunk
+    exact = np.arange(n, dtype=np.int64) % 7
+    real = np.arange(n) % 5 != 3
+    a = noisy_node(exact, 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"pin/old-layout", layout="stream"), real)
+    assert hashlib.sha256(a.tobytes()).hexdigest() == "c72ea8ea57fa3eb42954632c4294f09f47026bc61da37d945728deca3454b25a"
+    b = noisy_node(exact[:1000], 0.5, "laplace", SecureRandom.from_key(b"k" * 32, b"pin/old-layout-small", layout="stream"))
+    assert hashlib.sha256(b.tobytes()).hexdigest() == "31f61f0897102c3a5780c65270397249036c17302d468e024689051540c294df"
+
+
+def test_the_block_layout_is_pinned():
+    """The "blocks" layout is part of every keyed release's definition (a redraw after a rollback must be
+    the same draw): the digests below pin it (derivation of children, NOISE_BLOCK, the samplers)."""
+    import hashlib
+
+    n = 2 * NOISE_BLOCK + 777
+    exact = np.arange(n, dtype=np.int64) % 7
+    real = np.arange(n) % 5 != 3
+    a = noisy_node(exact, 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"pin/blocks"), real)
+    assert hashlib.sha256(a.tobytes()).hexdigest() == "2497c2421c99b1050774cca2a04e22f0e41b673a9b05f5e21e2a184b9e50c04e"
+    b = noisy_node(exact[:1000], 0.5, "laplace", SecureRandom.from_key(b"k" * 32, b"pin/blocks-small"))
+    assert hashlib.sha256(b.tobytes()).hexdigest() == "5358a7f3387705b6f400d9dfe895ae93dccb057f36d00f5c2cd40bb98035d5f9"
+
+
+@pytest.mark.parametrize("layout", ["blocks", "stream"])
+def test_input_that_is_not_c_contiguous_is_noised_everywhere(layout):
+    """Before the "blocks" layout, a Fortran-ordered input of more than one chunk came back with NO noise (the
+    noise went into a flat copy). Every real cell now gets its draw, in both layouts, in place or not."""
+    exact = np.asfortranarray(np.zeros((1100, 1000), np.int64))  # 1.1 M cells: beyond one 2^20 chunk
+    for in_place in (False, True):
+        out = noisy_node(exact, 0.5, "geometric", SecureRandom.from_key(bytes(32), b"f", layout), in_place=in_place)
+        # P(a two-sided geometric at 0.5 is 0) = 0.245: about 830 k nonzero cells of 1.1 M
+        assert np.count_nonzero(out) > 0.7 * out.size
+
+
+def test_block_layout_draws_each_block_from_its_own_child():
+    """Each block of NOISE_BLOCK cells is drawn from its own child generator: a release's first blocks are
+    those of a shorter release under the same key and context (and mask), whatever the counts."""
+    key = bytes(range(32))
+    n = 3 * NOISE_BLOCK + 1000
+    real = np.random.default_rng(0).random(n) < 0.7
+    long = noisy_node(np.zeros(n, np.int64), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/1"), real)
+    short = noisy_node(np.zeros(2 * NOISE_BLOCK, np.int64), 1.0, "geometric",
+                       SecureRandom.from_key(key, b"m/window/1"), real[:2 * NOISE_BLOCK])
+    assert np.array_equal(long[:2 * NOISE_BLOCK], short) and not long[~real].any()
+    # block by block, by hand: child b draws the real cells of block b in C order
+    rng = SecureRandom.from_key(key, b"m/window/1")
+    for b in range(4):
+        m = real[b * NOISE_BLOCK:(b + 1) * NOISE_BLOCK]
+        assert np.array_equal(long[b * NOISE_BLOCK:(b + 1) * NOISE_BLOCK][m],
+                              geometric_noise(int(m.sum()), 1.0, rng.spawn()))
+    other = noisy_node(np.zeros(n, np.int64), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/2"), real)
+    assert np.mean(other[real] == long[real]) < 0.5  # another context: independent noise (P(equal) ~0.46 per cell)
+    # counts shift the result and nothing else (in place or not)
+    exact = np.arange(n, dtype=np.int64) % 3
+    again = noisy_node(exact.copy(), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/1"), real, in_place=True)
+    assert np.array_equal(again[real] - exact[real], long[real])
+
+
+def test_block_layout_draws_are_independent_across_blocks_and_geometric():
+    """Fresh noise over 4 blocks: the two-sided geometric (chi-square) and no correlation between a cell and the
+    same cell of the next block (another child generator); failure probability about 1e-6 each."""
+    n = 4 * NOISE_BLOCK
+    x = noisy_node(np.zeros(n, np.int64), 0.7, "geometric", SecureRandom())
+    ks = np.arange(-40, 41)
+    p = geometric_pmf(ks, 0.7)
+    obs = np.bincount(np.clip(x, -40, 40) + 40, minlength=81).astype(float)
+    p[0] += geometric_pmf(np.arange(-400, -40), 0.7).sum()
+    p[-1] += geometric_pmf(np.arange(41, 400), 0.7).sum()
+    keep = p * n > 5
+    exp_ = np.append(p[keep] * n, p[~keep].sum() * n)
+    got = np.append(obs[keep], obs[~keep].sum())
+    assert stats.chisquare(got, exp_ * got.sum() / exp_.sum()).pvalue > P_FAIL
+    r = np.corrcoef(x[:-NOISE_BLOCK], x[NOISE_BLOCK:])[0, 1]
+    assert abs(r) < 5.3 / math.sqrt(n - NOISE_BLOCK)  # |z| > 5.3: probability ~1e-7
+
+
+def test_an_empty_window_is_released_as_pure_noise():
+    d = window_delta(None, (50_000,), 1.0, "geometric", SecureRandom())
+    assert d.shape == (50_000,) and d.dtype == np.int64
+    a = math.exp(-1.0)
+    assert abs(np.mean(d == 0) - (1 - a) / (1 + a)) < 0.01  # the geometric's mass at 0, within ~5 sd
+    with pytest.raises(ValueError, match="shape"):
+        window_delta(np.zeros(3, np.int64), (4,), 1.0, "geometric", SecureRandom())
+
+
+@pytest.mark.parametrize("kind, estimator, mechanism", [
+    ("window", "honaker", "geometric"), ("tree", "honaker", "geometric"), ("tree", "decomposition", "geometric"),
+    ("tree", "honaker", "laplace"), ("batch", "honaker", "geometric"),
+])
+def test_without_noise_every_policy_publishes_the_exact_running_counts_across_epochs(kind, estimator, mechanism):
+    c = Counter(ReleasePolicy(kind, levels=3, estimator=estimator), (2, 2), math.inf, SecureRandom(), mechanism)
+    gen = np.random.default_rng(3)
+    total = np.zeros((2, 2), np.int64)
+    for t in range(1, 25):  # T_max = 7: four epochs
+        x = gen.integers(0, 9, (2, 2))
+        total += x
+        c.add(x)
+        if kind != "batch":
+            c.close()
+        assert np.array_equal(c.published, total) and c.releases == t
+    assert c.published.dtype == (np.float64 if mechanism == "laplace" else np.int64)
+
+
+def test_kanon_window_thresholds_each_window_and_tree_refuses_kanon():
+    c = Counter(ReleasePolicy("window"), (3,), 1.0, SecureRandom(), "kanon", k=3)
+    c.add(np.array([1, 3, 5]))
+    c.close()
+    c.add(np.array([2, 2, 2]))
+    c.close()
+    assert c.published.tolist() == [0, 3, 5]
+    with pytest.raises(ValueError, match="tree"):
+        Counter(ReleasePolicy("tree"), (3,), 1.0, SecureRandom(), "kanon", k=3)
+
+
+class CountingRandom(SecureRandom):
+    """Records the size of every noise draw."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def bits(self, size=()):  # every variate the samplers use is built from these words
+        self.calls.append(tuple(np.atleast_1d(size)))
+        return super().bits(size)
+
+    def random_bytes(self, n):
+        self.calls.append(("bytes", n))
+        return super().random_bytes(n)
+
+    def spawn(self):  # noisy_node draws each block from a child: its draws are recorded here too
+        self.calls.append(("spawn",))
+        child = CountingRandom()
+        child.calls = self.calls
+        return child
+
+
+@pytest.mark.parametrize("kind", ["window", "tree"])
+def test_releases_and_noise_draws_depend_on_the_clock_only(kind):
+    """Two very different streams (lots of data at random times, none at all) over the same
+    clock: the same number of releases at every instant and the same noise draws."""
+    policy = ReleasePolicy(kind, release_every=0.25, levels=4)
+    gen = np.random.default_rng(1)
+    busy, idle = (Counter(policy, (2, 3), 1.0, CountingRandom(), start=100.0) for _ in range(2))
+    times = np.sort(gen.uniform(100.0, 110.0, 500))
+    for now in times:
+        busy.add(gen.integers(0, 5, (2, 3)), now=now)
+        idle.tick(now)
+        assert busy.releases == idle.releases == math.floor((now - 100.0) / 0.25)
+    busy.tick(112.0)
+    idle.tick(112.0)
+    assert busy.releases == idle.releases == 48  # T_max = 15: into the fourth epoch
+    assert busy.rng.calls == idle.rng.calls and len(busy.rng.calls) > 0
+
+
+def test_tree_state_round_trips_and_refuses_bad_bytes_and_wrong_nodes():
+    policy = ReleasePolicy("tree", levels=4)
+    c = Counter(policy, (2, 3), 1.0, SecureRandom())
+    for _ in range(5):
+        c.add(np.ones((2, 3), np.int64))
+        c.close()
+    s = TreeState.from_bytes(c.state.to_bytes())
+    assert s.t == 5 and np.array_equal(s.sums, c.state.sums) and np.array_equal(s.est, c.state.est)
+    assert np.array_equal(s.published(), c.published)
+    with pytest.raises(blob.BlobError):
+        TreeState.from_bytes(c.state.to_bytes()[:-5])
+    bad = msgpack.unpackb(c.state.to_bytes(), raw=False)
+    bad["policy"]["levels"] = 5
+    with pytest.raises(blob.BlobError, match="levels"):
+        TreeState.from_bytes(msgpack.packb(bad))
+    # Window 6 closes (0, 5) and (1, 2): anything else is refused.
+    with pytest.raises(ValueError, match="closes nodes"):
+        s.advance(None, {Node(0, 0, 5): np.zeros((2, 3))})
+    with pytest.raises(ValueError, match="window tally"):
+        s.closing_sums(np.zeros((3, 2), np.int64))
+
+
+def test_honaker_estimate_is_the_least_squares_estimate_from_every_closed_node():
+    levels = 4
+    policy = ReleasePolicy("tree", levels=levels)
+    gen = np.random.default_rng(7)
+    state = TreeState.empty(policy, (1,))
+    released: dict[Node, float] = {}
+    for t in range(1, 2**levels):
+        noisy = {n: gen.normal(size=1) * 10 for n in closing_nodes(t, levels)}
+        released.update({n: float(v[0]) for n, v in noisy.items()})
+        state = state.advance(None, noisy)
+        # Least squares over the window values x_1..x_t from all closed nodes, then S(t) = sum x.
+        nodes = list(released)
+        A = np.array([[1.0 if w in node_windows(n, levels) else 0.0 for w in range(1, t + 1)] for n in nodes])
+        x, *_ = np.linalg.lstsq(A, np.array([released[n] for n in nodes]), rcond=None)
+        # S(t) is estimable (the decomposition covers 1..t), so its LS estimate is unique.
+        assert state.estimate()[0] == pytest.approx(x.sum(), abs=1e-9), t
+
+
+# -- variance --------------------------------------------------------------------------
+
+
+def _geometric_moments(eps: float) -> tuple[float, float]:
+    k = np.arange(-20000, 20001)
+    p = geometric_pmf(k, eps)
+    return float((p * k**2).sum()), float((p * k.astype(float) ** 4).sum())
+
+
+def _weights_sq_and_4th(policy: ReleasePolicy, t: int) -> tuple[float, float]:
+    """Sum of squared and fourth powers of the node weights in the published estimate at t."""
+    tmax = policy.max_windows
+    epochs, u = divmod(t - 1, tmax)
+    u += 1
+
+    def level(lv: int) -> tuple[float, float]:
+        if policy.estimator == "decomposition" or lv == 0:
+            return 1.0, 1.0
+        w = 2**lv / (2 ** (lv + 1) - 1)
+        q2, q4 = level(lv - 1)
+        return w**2 + 2 * (1 - w) ** 2 * q2, w**4 + 2 * (1 - w) ** 4 * q4
+
+    def prefix(u: int) -> tuple[float, float]:
+        parts = [level(lv) for lv in range(policy.levels) if u >> lv & 1]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+    full, now = prefix(tmax), prefix(u)
+    return epochs * full[0] + now[0], epochs * full[1] + now[1]
+
+
+@pytest.mark.parametrize("kind, estimator", [("window", "honaker"), ("tree", "decomposition"), ("tree", "honaker")])
+def test_published_variance_matches_the_formula(kind, estimator):
+    eps, n = 1.0, 100_000
+    policy = ReleasePolicy(kind, levels=3, estimator=estimator)
+    v, m4 = _geometric_moments(policy.node_epsilon(eps))
+    assert cell_variance("geometric", policy.node_epsilon(eps)) == pytest.approx(v, rel=1e-9)
+    c = Counter(policy, (n,), eps, SecureRandom(), mechanism="geometric")
+    checks = {1, 2, 4, 6, 7, 10, 16}  # 7 = T_max: the worst point; 10 and 16: second and third epochs
+    for t in range(1, max(checks) + 1):
+        c.add(np.full(n, 3, np.int64))
+        c.close()
+        if t not in checks:
+            continue
+        est = c.state.estimate() if kind == "tree" else c.published.astype(float)
+        err = est - 3 * t
+        var = published_variance(policy, t, v)
+        q2, q4 = _weights_sq_and_4th(policy, t) if kind == "tree" else (t, t)
+        assert var == pytest.approx(q2 * v, rel=1e-12)
+        mu4 = q4 * (m4 - 3 * v**2) + 3 * var**2  # fourth moment of a weighted sum of iid noises
+        s2 = float(np.mean(err**2))
+        se = math.sqrt((mu4 - var**2) / n)
+        assert abs(s2 - var) < Z * se, (t, s2, var, se)
+
+
+# -- empirical epsilon audit -----------------------------------------------------------------
+
+
+def _run_tiny_stream(policy: ReleasePolicy, eps: float, n: int, extra: int, node_eps: float | None = None) -> np.ndarray:
+    """n independent runs (one per cell) of a 3-window stream; ``extra`` records added in window 1.
+    Returns the bucketed joint output: for each release t, is S(t) above the base stream's exact S(t)?"""
+    c = Counter(policy, (n,), eps, SecureRandom())
+    if node_eps is not None:
+        c.epsilon_node = node_eps  # a deliberately wrong scale, to show the audit can fail
+    base = [2, 1, 3]
+    exact = np.cumsum(base)
+    out = []
+    for t, x in enumerate(base):
+        c.add(np.full(n, x + (extra if t == 0 else 0), np.int64))
+        c.close()
+        out.append(c.published > exact[t])
+    return np.stack(out, axis=1) @ np.array([4, 2, 1])  # 8 joint outcomes
+
+
+def _max_ratio_lower_bound(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest lower confidence bound on P_a(bin)/P_b(bin) or P_b/P_a over the 8 bins."""
+    alpha = P_FAIL / (8 * 2 * 2)  # Bonferroni: 8 bins, two directions, two intervals each
+    best = 0.0
+    for x, y in ((a, b), (b, a)):
+        for k in range(8):
+            cx, cy = int(np.sum(x == k)), int(np.sum(y == k))
+            lo = stats.binomtest(cx, x.size).proportion_ci(1 - 2 * alpha, "exact").low
+            hi = stats.binomtest(cy, y.size).proportion_ci(1 - 2 * alpha, "exact").high
+            best = max(best, lo / hi)
+    return best
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("estimator", ["decomposition", "honaker"])
+def test_empirical_epsilon_audit_of_the_tree_mechanism(estimator):
+    """Neighbouring streams (one more record in window 1, which lies in both closed nodes of its
+    levels): the joint distribution of all three releases differs by at most e^eps in every bin;
+    the same audit rejects the tree noised with the full epsilon per node (e^(2 eps))."""
+    eps, n = 1.0, 400_000
+    policy = ReleasePolicy("tree", levels=2, estimator=estimator)
+    a = _run_tiny_stream(policy, eps, n, 0)
+    b = _run_tiny_stream(policy, eps, n, 1)
+    assert _max_ratio_lower_bound(a, b) <= math.exp(eps)
+    wrong_a = _run_tiny_stream(policy, eps, n, 0, node_eps=eps)
+    wrong_b = _run_tiny_stream(policy, eps, n, 1, node_eps=eps)
+    assert _max_ratio_lower_bound(wrong_a, wrong_b) > math.exp(eps)
+
+
+def test_release_windows_shorter_than_the_minimum_are_refused_at_create_but_stored_ones_load():
+    """A new user's 1 ms windows: 20,008 releases in 20 s, each a noise draw on every count (below the majority).
+    New models are refused; a policy stored before the rule still loads (a review: its model could not run)."""
+    import fakeredis
+
+    from streamdp.release.continual import MIN_RELEASE_EVERY
+    from streamdp.records.datasets import load
+    from streamdp.service.registry import create_model
+
+    r = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
+    schema = load("congressional-voting").schema
+    with pytest.raises(ValueError, match=r"release_every \(seconds\) must be at least 0.01, got 0.001"):
+        create_model(r, "m", schema, n_trees=2, height=2, epsilon=1.0, release="window", release_every=0.001)
+    assert not r.keys("*")
+    create_model(r, "m", schema, n_trees=2, height=2, epsilon=1.0, release="window", release_every=MIN_RELEASE_EVERY)
+    assert ReleasePolicy.from_dict(ReleasePolicy("window", 0.001).to_dict()).release_every == 0.001
+
+
+@pytest.mark.parametrize("budget", ["split", "disjoint"])
+def test_class_total_sd_is_the_stumps_published_noise(budget):
+    """``model show``'s noise line: the stumps' variance as the forest itself tracks it, window and grow."""
+    from streamdp import PrivateForest
+    from streamdp.records.datasets import load
+
+    ds = load("congressional-voting")
+    for kind in ("window", "grow"):
+        f = PrivateForest.create(ds.schema, n_trees=4, height=3, epsilon=1.0, budget=budget, prior_trees=2, seed=0)
+        for lo in range(0, 300, 100):
+            (f.grow if kind == "grow" else f.update)(ds.X[lo:lo + 100], ds.y[lo:lo + 100])
+        T = f.n_trees
+        stump = f.node_variance[T:, 0] if kind == "grow" else f.noise_variance[T:]
+        expected = math.sqrt(1.0 / np.sum(1.0 / stump)) * (f.n_released_trees if budget == "disjoint" else 1.0)
+        got = class_total_sd(ReleasePolicy(kind), f.n_releases, 1.0, "geometric", budget, T, 2)
+        assert got == pytest.approx(expected, rel=1e-9), kind
+    assert class_total_sd(ReleasePolicy("window"), 5, 1.0, "kanon", "split", 4, 1) is None
+    assert class_total_sd(ReleasePolicy("tree"), 0, 1.0, "geometric", "split", 4, 1) == 0.0  # nothing released yet
+    assert class_total_sd(ReleasePolicy("window"), 5, math.inf, "geometric", "split", 4, 1) == 0.0
+    # the binary tree mechanism: fewer draws on a count than windows
+    assert class_total_sd(ReleasePolicy("tree", levels=20), 10_000, 1.0, "geometric", "split", 10, 1) < \
+        class_total_sd(ReleasePolicy("window"), 10_000, 1.0, "geometric", "split", 10, 1)

@@ -45,13 +45,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_rdt import prepare  # noqa: E402
 from common import machine, sh, write_keeping_reading  # noqa: E402
-from streamdp.records.datasets import load, skewed  # noqa: E402
+
 from streamdp.estimation import ForestNodes, prior_from  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
 from streamdp.learners import DPEA, HanischForest  # noqa: E402
 from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, geometric_noise  # noqa: E402
+from streamdp.records.datasets import load, skewed  # noqa: E402
 from streamdp.records.schema import Categorical  # noqa: E402
-from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"
@@ -72,7 +73,7 @@ def data(name: str):
 
 def split(n: int, rng) -> tuple[np.ndarray, np.ndarray]:
     perm = rng.permutation(n)
-    return perm[n // 3:], perm[: n // 3]
+    return perm[n // 3 :], perm[: n // 3]
 
 
 def levels_nodes(forest: PrivateForest, X: np.ndarray, y: np.ndarray, rng: SecureRandom) -> ForestNodes:
@@ -122,8 +123,14 @@ def variance_table(schema, height: int, seed: int = 0) -> list[dict]:
     rows = []
     for d in range(h + 1):
         idx = nodes.depth == d
-        rows.append({"depth": d, "leaves_below": float(np.median(L[idx])), "a": float(np.median(L[idx])),
-                     "b": float(np.median(vb[idx]))})
+        rows.append(
+            {
+                "depth": d,
+                "leaves_below": float(np.median(L[idx])),
+                "a": float(np.median(L[idx])),
+                "b": float(np.median(vb[idx])),
+            }
+        )
     return rows
 
 
@@ -136,8 +143,9 @@ def forest_rows(name, schema, X, y, tr, te, reps, heights) -> list[dict]:
             refused = False
             for r in range(reps):
                 try:
-                    f = PrivateForest.create(schema, N_TREES, h, eps, seed=1000 * h + r, max_cells=MAX_CELLS,
-                                             prior_trees=0)  # the numbers above: before prior stumps (prior_stumps.py)
+                    f = PrivateForest.create(
+                        schema, N_TREES, h, eps, seed=1000 * h + r, max_cells=MAX_CELLS, prior_trees=0
+                    )  # the numbers above: before prior stumps (prior_stumps.py)
                 except TooLargeError:
                     refused = True
                     break
@@ -151,18 +159,29 @@ def forest_rows(name, schema, X, y, tr, te, reps, heights) -> list[dict]:
             if refused:
                 print(f"  {name} forest h={h}: refused by the size guard", flush=True)
                 return rows
-            rows.append({"dataset": name, "model": "PrivateForest", "height": h, "epsilon": eps,
-                         **{k: float(np.mean(v)) for k, v in acc.items()}})
-            print(f"  {name} forest h={h} eps={eps}: " + " ".join(f"{k} {np.mean(v):.3f}" for k, v in acc.items()),
-                  flush=True)
+            rows.append(
+                {
+                    "dataset": name,
+                    "model": "PrivateForest",
+                    "height": h,
+                    "epsilon": eps,
+                    **{k: float(np.mean(v)) for k, v in acc.items()},
+                }
+            )
+            print(
+                f"  {name} forest h={h} eps={eps}: " + " ".join(f"{k} {np.mean(v):.3f}" for k, v in acc.items()),
+                flush=True,
+            )
     return rows
 
 
 def learner_rows(name, schema, Xraw, yraw, tr, te, reps, depths) -> list[dict]:
     rows = []
     n_cat = sum(isinstance(a, Categorical) for a in schema.attributes)
-    for model, make in (("HanischForest", lambda d, e: HanischForest(schema, epsilon=e, max_depth=d, n_trees=N_TREES)),
-                        ("DPEA", lambda d, e: DPEA(schema, max_depth=d, embed_depth=1, epsilon=e))):
+    for model, make in (
+        ("HanischForest", lambda d, e: HanischForest(schema, epsilon=e, max_depth=d, n_trees=N_TREES)),
+        ("DPEA", lambda d, e: DPEA(schema, max_depth=d, embed_depth=1, epsilon=e)),
+    ):
         for d in depths:
             if d > n_cat:
                 break
@@ -180,10 +199,19 @@ def learner_rows(name, schema, Xraw, yraw, tr, te, reps, depths) -> list[dict]:
                 except ValueError as e:  # Hanisch's leaf guard
                     print(f"  {name} {model} d={d}: {e}", flush=True)
                     break
-                rows.append({"dataset": name, "model": model, "height": d, "epsilon": eps,
-                             **{k: float(np.mean(v)) for k, v in acc.items()}})
-                print(f"  {name} {model} d={d} eps={eps}: " + " ".join(f"{k} {np.mean(v):.3f}" for k, v in acc.items()),
-                      flush=True)
+                rows.append(
+                    {
+                        "dataset": name,
+                        "model": model,
+                        "height": d,
+                        "epsilon": eps,
+                        **{k: float(np.mean(v)) for k, v in acc.items()},
+                    }
+                )
+                print(
+                    f"  {name} {model} d={d} eps={eps}: " + " ".join(f"{k} {np.mean(v):.3f}" for k, v in acc.items()),
+                    flush=True,
+                )
     return rows
 
 
@@ -239,12 +267,20 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="heights up to 4 only")
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--max-height", type=int, default=64, help="cap on the heights / depths swept")
-    ap.add_argument("--append", action="store_true",
-                    help="add to the rows already in results/accuracy_height.json (datasets run again are replaced)")
+    ap.add_argument(
+        "--append",
+        action="store_true",
+        help="add to the rows already in results/accuracy_height.json (datasets run again are replaced)",
+    )
     args = ap.parse_args(argv)
     t0 = time.time()
-    info = {"machine": machine(), "uptime_start": sh("uptime"), "reps": args.reps, "n_trees": N_TREES,
-            "max_cells": MAX_CELLS}
+    info = {
+        "machine": machine(),
+        "uptime_start": sh("uptime"),
+        "reps": args.reps,
+        "n_trees": N_TREES,
+        "max_cells": MAX_CELLS,
+    }
     print(info["uptime_start"], flush=True)
     rows: list[dict] = []
     timing = {}
@@ -259,8 +295,15 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(0)
         tr, te = split(len(y), rng)
         maj = float(np.bincount(y[te], minlength=schema.n_classes).max() / len(te))
-        rows.append({"dataset": name, "majority": maj, "n_attributes": schema.n_attributes, "n_train": len(tr),
-                     "n_test": len(te)})
+        rows.append(
+            {
+                "dataset": name,
+                "majority": maj,
+                "n_attributes": schema.n_attributes,
+                "n_train": len(tr),
+                "n_test": len(te),
+            }
+        )
         top = min(4 if args.quick else schema.n_attributes, args.max_height)
         rows += forest_rows(name, schema, X, y, tr, te, args.reps, range(1, top + 1))
         Xraw, yraw = raw_of(schema, X, y)
@@ -270,8 +313,12 @@ def main(argv=None) -> int:
     info["uptime_end"], info["seconds"], info["timing"] = sh("uptime"), time.time() - t0, timing
     if old is not None:
         info["earlier_runs"] = old["info"].get("earlier_runs", []) + [
-            {k: old["info"][k] for k in ("uptime_start", "uptime_end", "seconds") if k in old["info"]}]
-        info["max_height"] = {**old["info"].get("max_height", {}), **{d: args.max_height for d in args.datasets.split(",")}}
+            {k: old["info"][k] for k in ("uptime_start", "uptime_end", "seconds") if k in old["info"]}
+        ]
+        info["max_height"] = {
+            **old["info"].get("max_height", {}),
+            **{d: args.max_height for d in args.datasets.split(",")},
+        }
     else:
         info["max_height"] = {d: args.max_height for d in args.datasets.split(",")}
     OUT.mkdir(exist_ok=True)
@@ -283,25 +330,41 @@ def main(argv=None) -> int:
 
 
 def report(rows: list[dict], info: dict) -> list[str]:
-    L = ["# Accuracy against height: noise-aware estimation (issue 13)", "",
-         "Generated by `python benchmarks/accuracy_height.py` (see its docstring for the method).", "",
-         "## Machine and run", "",
-         f"- {info['machine']['nproc']} x {info['machine']['cpu']}, Python {info['machine']['python']}; "
-         f"the machine is shared with other helpers' jobs",
-         f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
-         f"- total {info['seconds']:.0f} s (last run); per dataset: " + ", ".join(f"{k} {v:.0f} s" for k, v in info["timing"].items()),
-         *[f"- earlier run: load at start `{e.get('uptime_start')}`, at end `{e.get('uptime_end')}`" for e in info.get("earlier_runs", [])],
-         *(["- heights capped per dataset: " + ", ".join(capped)] if (capped := [
-             f"{k} {v}" for k, v in info.get("max_height", {}).items() if v < 64]) else []),
-         f"- one hold-out split (2/3 train, 1/3 test), {info['reps']} repetitions per cell (new structure and noise "
-         f"each), mean shown; fewer folds than the 10x10 CV of accuracy_rdt.md to fit the time. "
-         f"{info['n_trees']} trees, split budget, probability vote for PrivateForest; forests above "
-         f"max_cells={info['max_cells']:,} are skipped (marked by the table ending early).", "",
-         "## Variance: release (a) leaf counts only vs (b) every level with eps/(h+1), consistent", "",
-         "Nursery, one tree of height 8, median over the nodes of each depth; variance of one class cell in units "
-         "of s^2, the variance of a leaf cell under (a). (a): `L(u)`; (b): leaves `(h+1)^2 = 81`, inner nodes "
-         "`1 / (1/81 + 1/sum of children's)` (Hay et al.'s bottom-up pass).", "",
-         "| depth | leaves below | (a) leaf sums | (b) levels, consistent |", "|---|---|---|---|"]
+    L = [
+        "# Accuracy against height: noise-aware estimation (issue 13)",
+        "",
+        "Generated by `python benchmarks/accuracy_height.py` (see its docstring for the method).",
+        "",
+        "## Machine and run",
+        "",
+        f"- {info['machine']['nproc']} x {info['machine']['cpu']}, Python {info['machine']['python']}; "
+        f"the machine is shared with other helpers' jobs",
+        f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
+        f"- total {info['seconds']:.0f} s (last run); per dataset: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in info["timing"].items()),
+        *[
+            f"- earlier run: load at start `{e.get('uptime_start')}`, at end `{e.get('uptime_end')}`"
+            for e in info.get("earlier_runs", [])
+        ],
+        *(
+            ["- heights capped per dataset: " + ", ".join(capped)]
+            if (capped := [f"{k} {v}" for k, v in info.get("max_height", {}).items() if v < 64])
+            else []
+        ),
+        f"- one hold-out split (2/3 train, 1/3 test), {info['reps']} repetitions per cell (new structure and noise "
+        f"each), mean shown; fewer folds than the 10x10 CV of accuracy_rdt.md to fit the time. "
+        f"{info['n_trees']} trees, split budget, probability vote for PrivateForest; forests above "
+        f"max_cells={info['max_cells']:,} are skipped (marked by the table ending early).",
+        "",
+        "## Variance: release (a) leaf counts only vs (b) every level with eps/(h+1), consistent",
+        "",
+        "Nursery, one tree of height 8, median over the nodes of each depth; variance of one class cell in units "
+        "of s^2, the variance of a leaf cell under (a). (a): `L(u)`; (b): leaves `(h+1)^2 = 81`, inner nodes "
+        "`1 / (1/81 + 1/sum of children's)` (Hay et al.'s bottom-up pass).",
+        "",
+        "| depth | leaves below | (a) leaf sums | (b) levels, consistent |",
+        "|---|---|---|---|",
+    ]
     for v in info["variance_nursery"]:
         L.append(f"| {v['depth']} | {v['leaves_below']:.0f} | {v['a']:.0f} | {v['b']:.1f} |")
     L += ["", "## Results (accuracy on the hold-out set; before -> after)", ""]
@@ -309,15 +372,22 @@ def report(rows: list[dict], info: dict) -> list[str]:
         meta = next((r for r in rows if r["dataset"] == name and "majority" in r), None)
         if meta is None:
             continue
-        L += [f"### {name} (majority class {meta['majority']:.3f}, {meta['n_attributes']} attributes, "
-              f"{meta['n_train']} train / {meta['n_test']} test)", ""]
+        L += [
+            f"### {name} (majority class {meta['majority']:.3f}, {meta['n_attributes']} attributes, "
+            f"{meta['n_train']} train / {meta['n_test']} test)",
+            "",
+        ]
         for model in ("PrivateForest", "HanischForest", "DPEA"):
             rs = [r for r in rows if r["dataset"] == name and r.get("model") == model]
             if not rs:
                 continue
             cols = "leaf -> shrink" + (" (levels, simulated)" if model == "PrivateForest" else "")
-            L += [f"**{model}** ({cols})", "", "| height | " + " | ".join(f"eps {e:g}" for e in EPS) + " |",
-                  "|---|" + "---|" * len(EPS)]
+            L += [
+                f"**{model}** ({cols})",
+                "",
+                "| height | " + " | ".join(f"eps {e:g}" for e in EPS) + " |",
+                "|---|" + "---|" * len(EPS),
+            ]
             for h in sorted({r["height"] for r in rs}):
                 cells = []
                 for e in EPS:
@@ -336,8 +406,12 @@ def report(rows: list[dict], info: dict) -> list[str]:
             best_a = max(r["shrink"] for r in rs)
             worst_b = min(r["leaf"] for r in rs)
             worst_a = min(r["shrink"] for r in rs)
-            L += ["", f"Best over heights: before {best_b:.3f}, after {best_a:.3f}; worst: before {worst_b:.3f}, "
-                      f"after {worst_a:.3f}.", ""]
+            L += [
+                "",
+                f"Best over heights: before {best_b:.3f}, after {best_a:.3f}; worst: before {worst_b:.3f}, "
+                f"after {worst_a:.3f}.",
+                "",
+            ]
     return L
 
 

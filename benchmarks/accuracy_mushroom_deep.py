@@ -22,6 +22,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from accuracy_rdt import EPSILONS, accuracy, prepare, release, stratified_folds  # noqa: E402
+
 from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
 
 
@@ -50,9 +51,19 @@ def main():
     summ = {}
     for e in {r["eps"] for r in rows}:
         a = [r["acc"] for r in rows if r["eps"] == e]
-        summ[e] = {"mean": float(np.mean(a)), "sd_over_folds": float(np.std(a, ddof=1)) if len(a) > 1 else 0.0, "folds": len(a)}
-    out = {"height": args.height, "folds": args.folds, "refused_draws": refused, "max_leaves_per_tree": leaves,
-           "runtime_s": time.time() - t0, "summary": summ}
+        summ[e] = {
+            "mean": float(np.mean(a)),
+            "sd_over_folds": float(np.std(a, ddof=1)) if len(a) > 1 else 0.0,
+            "folds": len(a),
+        }
+    out = {
+        "height": args.height,
+        "folds": args.folds,
+        "refused_draws": refused,
+        "max_leaves_per_tree": leaves,
+        "runtime_s": time.time() - t0,
+        "summary": summ,
+    }
     (HERE / "results" / "accuracy_mushroom_deep.json").write_text(json.dumps(out, indent=1))
     print(json.dumps(out, indent=1))
 

@@ -47,11 +47,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamdp.records.datasets import load  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
-from streamdp.privacy.mechanisms import kanon_delta  # noqa: E402
-from streamdp.records.schema import Schema  # noqa: E402
 from streamdp.forest.structure import ForestStructure  # noqa: E402
+from streamdp.privacy.mechanisms import kanon_delta  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 EPSILONS = [0.5, 0.75, 1.0, math.inf]
@@ -64,14 +64,18 @@ SETTINGS = {
 KANON = {"datasets": ["nursery", "mushroom"], "heights": [2, 3, 4, 5], "betas": [0.01, 0.1, 0.4], "ks": [5, 10, 20]}
 # Waseda, Nojima & Wang, Table 7 (N_t = 10, N_t*eps = 2): (k, beta) -> (N_t*delta, ACC); k = 0 is RDT without pruning.
 PAPER_T7 = {
-    "nursery": {0: {b: (None, 0.971) for b in (0.01, 0.1, 0.4)},
-                5: {0.01: ("5.52e-5", 0.942), 0.1: ("0.352", 0.958), 0.4: ("-", 0.972)},
-                10: {0.01: ("1.08e-9", 0.774), 0.1: ("0.034", 0.969), 0.4: ("-", 0.971)},
-                20: {0.01: ("7.00e-19", 0.383), 0.1: ("0", 0.965), 0.4: ("-", 0.963)}},
-    "mushroom": {0: {b: (None, 0.945) for b in (0.01, 0.1, 0.4)},
-                 5: {0.01: ("5.52e-5", 0.900), 0.1: ("0.352", 0.942), 0.4: ("-", 0.914)},
-                 10: {0.01: ("1.08e-9", 0.833), 0.1: ("0.034", 0.930), 0.4: ("-", 0.933)},
-                 20: {0.01: ("7.00e-19", 0.631), 0.1: ("0", 0.913), 0.4: ("-", 0.932)}},
+    "nursery": {
+        0: {b: (None, 0.971) for b in (0.01, 0.1, 0.4)},
+        5: {0.01: ("5.52e-5", 0.942), 0.1: ("0.352", 0.958), 0.4: ("-", 0.972)},
+        10: {0.01: ("1.08e-9", 0.774), 0.1: ("0.034", 0.969), 0.4: ("-", 0.971)},
+        20: {0.01: ("7.00e-19", 0.383), 0.1: ("0", 0.965), 0.4: ("-", 0.963)},
+    },
+    "mushroom": {
+        0: {b: (None, 0.945) for b in (0.01, 0.1, 0.4)},
+        5: {0.01: ("5.52e-5", 0.900), 0.1: ("0.352", 0.942), 0.4: ("-", 0.914)},
+        10: {0.01: ("1.08e-9", 0.833), 0.1: ("0.034", 0.930), 0.4: ("-", 0.933)},
+        20: {0.01: ("7.00e-19", 0.631), 0.1: ("0", 0.913), 0.4: ("-", 0.932)},
+    },
 }
 
 
@@ -126,7 +130,7 @@ def run_rdt_fold(schema, structure, Xtr, ytr, Xte, yte, rng) -> list[dict]:
     is_cat = schema.is_categorical
     lte = structure.apply(Xte, is_cat)
     half = rng.permutation(len(ytr))
-    d1, d2 = half[: len(half) // 2], half[len(half) // 2:]
+    d1, d2 = half[: len(half) // 2], half[len(half) // 2 :]
     rows = []
     for eps in EPSILONS:
         for mech in ("geometric", "laplace"):
@@ -136,13 +140,17 @@ def run_rdt_fold(schema, structure, Xtr, ytr, Xte, yte, rng) -> list[dict]:
                 f = release(schema, structure, Xtr, ytr, epsilon=eps, mechanism=mech, budget=budget)
                 for vote in ("proba", "majority"):
                     f.vote = vote
-                    rows.append(dict(eps=eps, mech=mech, budget=budget, vote=vote, proc="fit", acc=accuracy(f, lte, yte)))
+                    rows.append(
+                        dict(eps=eps, mech=mech, budget=budget, vote=vote, proc="fit", acc=accuracy(f, lte, yte))
+                    )
             # update procedure: fit D1, update with D2 (same structure, same epsilon)
             f = release(schema, structure, Xtr[d1], ytr[d1], epsilon=eps, mechanism=mech)
             acc_d1 = accuracy(f, lte, yte)
             f.merge(f.noisy_delta_encoded(Xtr[d2], ytr[d2]))  # == update on encoded records
             rows.append(dict(eps=eps, mech=mech, budget="split", vote="proba", proc="D1 only", acc=acc_d1))
-            rows.append(dict(eps=eps, mech=mech, budget="split", vote="proba", proc="update", acc=accuracy(f, lte, yte)))
+            rows.append(
+                dict(eps=eps, mech=mech, budget="split", vote="proba", proc="update", acc=accuracy(f, lte, yte))
+            )
     return rows
 
 
@@ -170,8 +178,16 @@ def summarise(rows: list[dict], keys: list[str]) -> list[dict]:
     out = []
     for g, runs in groups.items():
         per_run = np.array([np.mean(v) for v in runs.values()])
-        out.append({**dict(zip(keys, g)), "mean": float(per_run.mean()), "sd": float(per_run.std(ddof=1)) if len(per_run) > 1 else 0.0,
-                    "max": float(per_run.max()), "runs": len(per_run), "folds": sum(len(v) for v in runs.values())})
+        out.append(
+            {
+                **dict(zip(keys, g)),
+                "mean": float(per_run.mean()),
+                "sd": float(per_run.std(ddof=1)) if len(per_run) > 1 else 0.0,
+                "max": float(per_run.max()),
+                "runs": len(per_run),
+                "folds": sum(len(v) for v in runs.values()),
+            }
+        )
     return out
 
 
@@ -183,10 +199,14 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="1 run x 5 folds everywhere, no diffprivlib, write to /tmp")
     ap.add_argument("--runs", type=int, default=10, help="runs of stratified k-fold CV (paper: 10)")
-    ap.add_argument("--runs-large", type=int, default=2, help="runs for settings with > 200k leaf cells (mushroom height 6)")
+    ap.add_argument(
+        "--runs-large", type=int, default=2, help="runs for settings with > 200k leaf cells (mushroom height 6)"
+    )
     ap.add_argument("--kanon-runs", type=int, default=3)
     ap.add_argument("--folds", type=int, default=10)
-    ap.add_argument("--dpl-python", default="/tmp/dpl/bin/python", help="python of a venv with diffprivlib ('' to skip)")
+    ap.add_argument(
+        "--dpl-python", default="/tmp/dpl/bin/python", help="python of a venv with diffprivlib ('' to skip)"
+    )
     ap.add_argument("--dpl-runs", type=int, default=1)
     ap.add_argument("--datasets", default=",".join(SETTINGS))
     ap.add_argument("--skip-kanon", action="store_true")
@@ -197,12 +217,20 @@ def main(argv=None) -> int:
         args.folds = 5
         args.out = "/tmp/accuracy_rdt_quick"
     t_start = time.time()
-    info = {"python": platform.python_version(), "numpy": np.__version__,
-            "cpu": subprocess.run("lscpu | grep 'Model name' | head -1", shell=True, capture_output=True, text=True).stdout.strip(),
-            "uptime_start": subprocess.run("uptime", shell=True, capture_output=True, text=True).stdout.strip(),
-            "args": vars(args)}
+    info = {
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "cpu": subprocess.run(
+            "lscpu | grep 'Model name' | head -1", shell=True, capture_output=True, text=True
+        ).stdout.strip(),
+        "uptime_start": subprocess.run("uptime", shell=True, capture_output=True, text=True).stdout.strip(),
+        "args": vars(args),
+    }
     print(info["uptime_start"], flush=True)
-    data = {name: prepare(name) for name in set(args.datasets.split(",")) | (set() if args.skip_kanon else set(KANON["datasets"]))}
+    data = {
+        name: prepare(name)
+        for name in set(args.datasets.split(",")) | (set() if args.skip_kanon else set(KANON["datasets"]))
+    }
     rdt_rows, kanon_rows, splits = [], [], {}
     timings = {}
     for name in args.datasets.split(","):
@@ -250,13 +278,29 @@ def main(argv=None) -> int:
             for name in args.datasets.split(","):
                 schema, X, y = data[name]
                 n_trees, heights = SETTINGS[name]
-                np.savez(Path(tmp) / f"{name}.npz", X=X, y=y, arities=schema.arities, n_classes=schema.n_classes,
-                         folds=np.stack([splits[(name, r)] for r in range(min(args.dpl_runs, args.runs_large))]))
-                jobs.append({"dataset": name, "npz": str(Path(tmp) / f"{name}.npz"), "n_trees": n_trees,
-                             "heights": heights, "epsilons": [e if math.isfinite(e) else "inf" for e in EPSILONS]})
+                np.savez(
+                    Path(tmp) / f"{name}.npz",
+                    X=X,
+                    y=y,
+                    arities=schema.arities,
+                    n_classes=schema.n_classes,
+                    folds=np.stack([splits[(name, r)] for r in range(min(args.dpl_runs, args.runs_large))]),
+                )
+                jobs.append(
+                    {
+                        "dataset": name,
+                        "npz": str(Path(tmp) / f"{name}.npz"),
+                        "n_trees": n_trees,
+                        "heights": heights,
+                        "epsilons": [e if math.isfinite(e) else "inf" for e in EPSILONS],
+                    }
+                )
             (Path(tmp) / "jobs.json").write_text(json.dumps(jobs))
-            res = subprocess.run([args.dpl_python, str(HERE / "dpl_rf.py"), str(Path(tmp) / "jobs.json"), str(Path(tmp) / "out.json")],
-                                 capture_output=True, text=True)
+            res = subprocess.run(
+                [args.dpl_python, str(HERE / "dpl_rf.py"), str(Path(tmp) / "jobs.json"), str(Path(tmp) / "out.json")],
+                capture_output=True,
+                text=True,
+            )
             if res.returncode == 0:
                 dpl = json.loads((Path(tmp) / "out.json").read_text())
             else:
@@ -281,8 +325,13 @@ def main(argv=None) -> int:
     info["timings_s"] = timings
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"machine": info, "rdt": rdt, "kanon": kan, "diffprivlib": dpl_sum,
-           "diffprivlib_info": {k: v for k, v in (dpl or {}).items() if k != "rows"}}
+    doc = {
+        "machine": info,
+        "rdt": rdt,
+        "kanon": kan,
+        "diffprivlib": dpl_sum,
+        "diffprivlib_info": {k: v for k, v in (dpl or {}).items() if k != "rows"},
+    }
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
     print(f"wrote {out.with_suffix('.json')} in {info['runtime_s']:.0f}s")
     subprocess.run([sys.executable, str(HERE / "report_accuracy.py"), str(out.with_suffix(".json"))], check=False)

@@ -22,14 +22,14 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from common import machine, sh  # noqa: E402
 from river import evaluate, metrics, tree
 from river.datasets import synth
 
-from common import machine, sh  # noqa: E402
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.learners import DiffPC45  # noqa: E402
-from streamdp.river import PrivateWindowClassifier  # noqa: E402
 from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
+from streamdp.river import PrivateWindowClassifier  # noqa: E402
 from streamdp.river.schemas import agrawal_schema  # noqa: E402
 
 warnings.simplefilter("ignore", NotPrivateWarning)
@@ -55,8 +55,13 @@ def online(schema, runs: int = 2) -> dict:
             sps.append(N / (time.perf_counter() - t))
         t = time.perf_counter()
         ht = evaluate.progressive_val_score(stream, tree.HoeffdingTreeClassifier(), metrics.Accuracy()).get()
-        out[fn] = {"private": float(np.mean(accs)), "private_runs": accs, "private_sps": float(np.median(sps)),
-                   "ht": ht, "ht_sps": N / (time.perf_counter() - t)}
+        out[fn] = {
+            "private": float(np.mean(accs)),
+            "private_runs": accs,
+            "private_sps": float(np.median(sps)),
+            "ht": ht,
+            "ht_sps": N / (time.perf_counter() - t),
+        }
         print("online", fn, out[fn], flush=True)
     return out
 
@@ -90,25 +95,44 @@ def main() -> None:
     (OUT / "agrawal_batch.json").write_text(json.dumps(info, indent=1))
     names = [k for k in info["results"][0] if k != "majority"]
     m = info["machine"]
-    L = ["# Agrawal with data-dependent private splits (benchmarks/agrawal_batch.py)", "",
-         f"{N_TRAIN:,} training / {N - N_TRAIN:,} test records of river's Agrawal (seed 42), epsilon {EPS}, "
-         f"mean ± sd over {FITS} fits. Machine: {m['nproc']} x {m['cpu']}; {info['seconds']:.0f} s; load at start "
-         f"`{info['uptime_start']}`, at end `{info['uptime_end']}`.", "",
-         "| function | majority | " + " | ".join(names) + " |", "|---" * (len(names) + 2) + "|"]
+    L = [
+        "# Agrawal with data-dependent private splits (benchmarks/agrawal_batch.py)",
+        "",
+        f"{N_TRAIN:,} training / {N - N_TRAIN:,} test records of river's Agrawal (seed 42), epsilon {EPS}, "
+        f"mean ± sd over {FITS} fits. Machine: {m['nproc']} x {m['cpu']}; {info['seconds']:.0f} s; load at start "
+        f"`{info['uptime_start']}`, at end `{info['uptime_end']}`.",
+        "",
+        "| function | majority | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 2) + "|",
+    ]
     for fn, row in info["results"].items():
-        L.append(f"| {fn} | {row['majority']:.3f} | "
-                 + " | ".join(f"{row[n]['accuracy']:.3f} ± {row[n]['sd']:.3f}" for n in names) + " |")
-    L += ["", "Median fit seconds (function 0): "
-          + ", ".join(f"{n} {info['results'][0][n]['fit_s']:.2f}" for n in names) + ".", ""]
-    L += ["## Online: progressive validation, 50,000 records, epsilon 1", "",
-          "PrivateWindowClassifier(learner='diffp-c45', scorer gini, max_depth 3, window 5,000, n_models 3), "
-          "mean of two runs (the first 5,000 records are predicted uniformly: no model yet); river's "
-          "HoeffdingTreeClassifier (not private) on the same stream. Samples/s: predict + learn, one record at a time.", "",
-          "| function | private window (DiffPC45) | HoeffdingTree | gap (points) | private samples/s | HT samples/s |",
-          "|---|---|---|---|---|---|"]
+        L.append(
+            f"| {fn} | {row['majority']:.3f} | "
+            + " | ".join(f"{row[n]['accuracy']:.3f} ± {row[n]['sd']:.3f}" for n in names)
+            + " |"
+        )
+    L += [
+        "",
+        "Median fit seconds (function 0): "
+        + ", ".join(f"{n} {info['results'][0][n]['fit_s']:.2f}" for n in names)
+        + ".",
+        "",
+    ]
+    L += [
+        "## Online: progressive validation, 50,000 records, epsilon 1",
+        "",
+        "PrivateWindowClassifier(learner='diffp-c45', scorer gini, max_depth 3, window 5,000, n_models 3), "
+        "mean of two runs (the first 5,000 records are predicted uniformly: no model yet); river's "
+        "HoeffdingTreeClassifier (not private) on the same stream. Samples/s: predict + learn, one record at a time.",
+        "",
+        "| function | private window (DiffPC45) | HoeffdingTree | gap (points) | private samples/s | HT samples/s |",
+        "|---|---|---|---|---|---|",
+    ]
     for fn, r in info["online"].items():
-        L.append(f"| {fn} | {r['private']:.3f} | {r['ht']:.3f} | {100 * (r['ht'] - r['private']):.1f} | "
-                 f"{r['private_sps']:,.0f} | {r['ht_sps']:,.0f} |")
+        L.append(
+            f"| {fn} | {r['private']:.3f} | {r['ht']:.3f} | {100 * (r['ht'] - r['private']):.1f} | "
+            f"{r['private_sps']:,.0f} | {r['ht_sps']:,.0f} |"
+        )
     L.append("")
     (OUT / "agrawal_batch.md").write_text("\n".join(L))
 

@@ -35,9 +35,12 @@ def main() -> int:
     print("| epsilon | height | accuracy per draw |", "|---|---|---|", sep="\n")
     for eps in (float("inf"), 1.0):
         for h in (3, 4, 5, 8):
-            accs = [evaluate.progressive_val_score(data, PrivateForestClassifier(rs.agrawal_schema(), epsilon=eps,
-                                                                                 height=h), metrics.Accuracy()).get()
-                    for _ in range(a.draws)]
+            accs = [
+                evaluate.progressive_val_score(
+                    data, PrivateForestClassifier(rs.agrawal_schema(), epsilon=eps, height=h), metrics.Accuracy()
+                ).get()
+                for _ in range(a.draws)
+            ]
             print(f"| {eps:g} | {h} | {', '.join(f'{x:.3f}' for x in accs)} |", flush=True)
     return 0
 

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_service import SCHEMA, envelopes, machine, uptime  # noqa: E402
-from streamdp.service import codec  # noqa: E402
+
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.embedded import EmbeddedRedis  # noqa: E402
 from streamdp.service.keys import GROUP, Keys  # noqa: E402
@@ -73,7 +73,7 @@ class Target:
         for n in self.nodes:
             for k, v in n.info("commandstats").items():
                 calls += int(v["calls"])
-                per_cmd[k[len("cmdstat_"):]] = per_cmd.get(k[len("cmdstat_"):], 0) + int(v["calls"])
+                per_cmd[k[len("cmdstat_") :]] = per_cmd.get(k[len("cmdstat_") :], 0) + int(v["calls"])
             c = n.info("cpu")
             cpu += float(c["used_cpu_sys"]) + float(c["used_cpu_user"])
         return {"calls": calls, "cpu_s": cpu, "per_cmd": per_cmd}
@@ -84,8 +84,9 @@ def setup(t: Target, n_models: int, per_model: int, batch_entries: int) -> tuple
     pools = []
     for name in names:
         create_model(t.url, name, SCHEMA, n_trees=10, height=8, epsilon=1.0)
-        pools.append(WorkerPool(name, per_model, t.url, batch_entries=batch_entries, block_ms=100,
-                                log_level=40).start())
+        pools.append(
+            WorkerPool(name, per_model, t.url, batch_entries=batch_entries, block_ms=100, log_level=40).start()
+        )
     deadline = time.monotonic() + 300
     for name in names:
         while len(t.r.xinfo_consumers(Keys(name).records, GROUP)) < per_model:
@@ -123,8 +124,14 @@ def run_once(t: Target, names: list[str], pools: list[WorkerPool], envs: list[by
     secs = time.perf_counter() - t0
     s1 = t.node_stats()
     cpu1 = sum(cpu_seconds(p.pid) for p in procs)
-    return {"seconds": secs, "load": load, "redis_calls": s1["calls"] - s0["calls"],
-            "redis_cpu_s": s1["cpu_s"] - s0["cpu_s"], "worker_cpu_s": cpu1 - cpu0, "per_cmd": s1["per_cmd"]}
+    return {
+        "seconds": secs,
+        "load": load,
+        "redis_calls": s1["calls"] - s0["calls"],
+        "redis_cpu_s": s1["cpu_s"] - s0["cpu_s"],
+        "worker_cpu_s": cpu1 - cpu0,
+        "per_cmd": s1["per_cmd"],
+    }
 
 
 def sizes(t: Target, name: str) -> dict:
@@ -132,9 +139,14 @@ def sizes(t: Target, name: str) -> dict:
     v = int(t.r.hget(k.pub_model, "version"))
     delta = next(iter(t.r.scan_iter(match=f"{k.prefix}:priv:delta:*", count=1000)), None)
     mu = t.r.memory_usage
-    return {"pub_model": mu(k.pub_model), "state": mu(k.state), "pub_version": mu(k.pub_version(v)),
-            "delta": mu(delta) if delta else None, "merged_zset": mu(k.merged),
-            "blob_bytes": t.r.strlen(k.pub_version(v))}
+    return {
+        "pub_model": mu(k.pub_model),
+        "state": mu(k.state),
+        "pub_version": mu(k.pub_version(v)),
+        "delta": mu(delta) if delta else None,
+        "merged_zset": mu(k.merged),
+        "blob_bytes": t.r.strlen(k.pub_version(v)),
+    }
 
 
 def main(argv=None) -> int:
@@ -151,8 +163,10 @@ def main(argv=None) -> int:
     single = EmbeddedRedis.start()
     cluster = LocalCluster.start()
     try:
-        targets = [Target("single", single.url, [int(single.url.rsplit(":", 1)[1].split("/")[0])]),
-                   Target("cluster", cluster.url, cluster.ports)]
+        targets = [
+            Target("single", single.url, [int(single.url.rsplit(":", 1)[1].split("/")[0])]),
+            Target("cluster", cluster.url, cluster.ports),
+        ]
         res["redis"] = targets[0].nodes[0].info("server")["redis_version"]
         for n_models, per_model in CONFIGS:
             print(f"{n_models} models x {per_model} workers: starting workers ...", flush=True)
@@ -163,15 +177,26 @@ def main(argv=None) -> int:
                     envs = envelopes(args.batches, args.batch, rng)
                     out = run_once(t, *setups[t.kind], envs)
                     per_cmd = out.pop("per_cmd")
-                    row = {"target": t.kind, "models": n_models, "workers": n_models * per_model, "rep": rep,
-                           "records": args.batches * args.batch, "batches": args.batches, **out,
-                           "records_per_s": args.batches * args.batch / out["seconds"],
-                           "commands_per_batch": out["redis_calls"] / args.batches,
-                           "top_commands_per_batch": {k: round(v / args.batches, 2) for k, v in
-                                                      sorted(per_cmd.items(), key=lambda kv: -kv[1])[:8]}}
+                    row = {
+                        "target": t.kind,
+                        "models": n_models,
+                        "workers": n_models * per_model,
+                        "rep": rep,
+                        "records": args.batches * args.batch,
+                        "batches": args.batches,
+                        **out,
+                        "records_per_s": args.batches * args.batch / out["seconds"],
+                        "commands_per_batch": out["redis_calls"] / args.batches,
+                        "top_commands_per_batch": {
+                            k: round(v / args.batches, 2) for k, v in sorted(per_cmd.items(), key=lambda kv: -kv[1])[:8]
+                        },
+                    }
                     res["runs"].append(row)
-                    print(f"  {t.kind:7s} rep {rep}: {row['records_per_s'] / 1e3:8.0f}k records/s "
-                          f"{row['commands_per_batch']:.1f} cmds/batch  load {out['load']}", flush=True)
+                    print(
+                        f"  {t.kind:7s} rep {rep}: {row['records_per_s'] / 1e3:8.0f}k records/s "
+                        f"{row['commands_per_batch']:.1f} cmds/batch  load {out['load']}",
+                        flush=True,
+                    )
             for t in targets:
                 names, pools = setups[t.kind]
                 if n_models == 1 and per_model == 1:
@@ -195,51 +220,74 @@ def medians(res: dict) -> list[dict]:
     rows = []
     for n_models, per_model in CONFIGS:
         for kind in ("single", "cluster"):
-            rs = [r for r in res["runs"] if r["target"] == kind and r["models"] == n_models
-                  and r["workers"] == n_models * per_model]
+            rs = [
+                r
+                for r in res["runs"]
+                if r["target"] == kind and r["models"] == n_models and r["workers"] == n_models * per_model
+            ]
             if not rs:
                 continue
             med = lambda k: statistics.median(r[k] for r in rs)  # noqa: E731
-            rows.append({"target": kind, "models": n_models, "workers": n_models * per_model, "n": len(rs),
-                         "records_per_s": med("records_per_s"),
-                         "min": min(r["records_per_s"] for r in rs), "max": max(r["records_per_s"] for r in rs),
-                         "commands_per_batch": med("commands_per_batch"),
-                         "redis_cpu_ms_per_batch": 1000 * med("redis_cpu_s") / rs[0]["batches"],
-                         "worker_records_per_cpu_s": statistics.median(r["records"] / r["worker_cpu_s"]
-                                                                       for r in rs if r["worker_cpu_s"] > 0),
-                         "loads": [r["load"].split(",")[0] for r in rs]})
+            rows.append(
+                {
+                    "target": kind,
+                    "models": n_models,
+                    "workers": n_models * per_model,
+                    "n": len(rs),
+                    "records_per_s": med("records_per_s"),
+                    "min": min(r["records_per_s"] for r in rs),
+                    "max": max(r["records_per_s"] for r in rs),
+                    "commands_per_batch": med("commands_per_batch"),
+                    "redis_cpu_ms_per_batch": 1000 * med("redis_cpu_s") / rs[0]["batches"],
+                    "worker_records_per_cpu_s": statistics.median(
+                        r["records"] / r["worker_cpu_s"] for r in rs if r["worker_cpu_s"] > 0
+                    ),
+                    "loads": [r["load"].split(",")[0] for r in rs],
+                }
+            )
     return rows
 
 
 def report(res: dict) -> str:
     m, c = res["machine"], res["config"]
     lines = [
-        "# Scale benchmark: Redis Cluster beside one server (benchmarks/bench_cluster.py)", "",
+        "# Scale benchmark: Redis Cluster beside one server (benchmarks/bench_cluster.py)",
+        "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; Python {m['python']}, redis-py {m['redis-py']}, "
         f"Redis {res['redis']}. Everything (producer, workers, the three cluster masters, the single server) "
         "shares the same 2 cores, **with other engineers' jobs running**: the load averages below are part of "
         "every number.",
-        f"Load at start: `{res['load_start']}`; at end: `{res['load_end']}`.", "",
+        f"Load at start: `{res['load_start']}`; at end: `{res['load_end']}`.",
+        "",
         f"Each run: {c['batches']} batches of {c['batch']:,} records spread evenly over the models, "
         f"{c['batch_entries']} entries coalesced per commit, counts 10 x 256 x 5 per model (geometric noise, "
         f"epsilon 1); records/s from the first XADD until every model released every batch. "
-        f"{c['repeats']} runs per cell, the two targets interleaved; medians (min-max).", "",
+        f"{c['repeats']} runs per cell, the two targets interleaved; medians (min-max).",
+        "",
         "| models | worker processes | target | records/s median (min-max) | Redis commands / batch | "
         "Redis CPU ms / batch | worker records / CPU-s | 1-min load of each run |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in medians(res):
-        lines.append(f"| {row['models']} | {row['workers']} | {row['target']} | "
-                     f"**{row['records_per_s'] / 1e3:,.0f}k** ({row['min'] / 1e3:,.0f}k-{row['max'] / 1e3:,.0f}k) | "
-                     f"{row['commands_per_batch']:.1f} | {row['redis_cpu_ms_per_batch']:.2f} | "
-                     f"{row['worker_records_per_cpu_s'] / 1e6:.2f} M | {', '.join(row['loads'])} |")
+        lines.append(
+            f"| {row['models']} | {row['workers']} | {row['target']} | "
+            f"**{row['records_per_s'] / 1e3:,.0f}k** ({row['min'] / 1e3:,.0f}k-{row['max'] / 1e3:,.0f}k) | "
+            f"{row['commands_per_batch']:.1f} | {row['redis_cpu_ms_per_batch']:.2f} | "
+            f"{row['worker_records_per_cpu_s'] / 1e6:.2f} M | {', '.join(row['loads'])} |"
+        )
     top = next((r["top_commands_per_batch"] for r in res["runs"] if r["target"] == "cluster" and r["models"] == 1), {})
-    lines += ["", f"Commands per batch (1 model, cluster), by command: `{json.dumps(top)}` (script-internal calls "
-              "included; XREADGROUP/XAUTOCLAIM polls of idle workers too).", ""]
+    lines += [
+        "",
+        f"Commands per batch (1 model, cluster), by command: `{json.dumps(top)}` (script-internal calls "
+        "included; XREADGROUP/XAUTOCLAIM polls of idle workers too).",
+        "",
+    ]
     for kind, s in res["sizes"].items():
-        lines.append(f"Bytes ({kind}, `MEMORY USAGE`): published model hash {s['pub_model']:,}, worker state "
-                     f"{s['state']:,}, one retained version {s['pub_version']:,} (blob {s['blob_bytes']:,}), "
-                     f"one stored noised delta {s['delta'] or 0:,}.")
+        lines.append(
+            f"Bytes ({kind}, `MEMORY USAGE`): published model hash {s['pub_model']:,}, worker state "
+            f"{s['state']:,}, one retained version {s['pub_version']:,} (blob {s['blob_bytes']:,}), "
+            f"one stored noised delta {s['delta'] or 0:,}."
+        )
     lines += ["", capacity(res), "", "Raw numbers: `cluster.json` next to this file."]
     return "\n".join(lines) + "\n"
 
@@ -255,8 +303,9 @@ def capacity(res: dict) -> str:
     per_commit = (sz["state"] + sz["pub_model"] + sz["pub_version"]) / 1e6
     batches_per_master = 1000 / rcpu
     by = {(r["models"], r["workers"], r["target"]): r["records_per_s"] for r in rows}
-    ratios = [by[(m, w, "cluster")] / by[(m, w, "single")] for (m, w, t) in by if t == "single"
-              and (m, w, "cluster") in by]
+    ratios = [
+        by[(m, w, "cluster")] / by[(m, w, "single")] for (m, w, t) in by if t == "single" and (m, w, "cluster") in by
+    ]
     loads = [float(r["load"].split(",")[0]) for r in res["runs"]]
     return f"""## Capacity model (on paper, from the numbers above)
 
@@ -265,10 +314,10 @@ Measured inputs (medians over every cell): a worker core handles **{per_core / 1
 **{cmds:.0f} commands per batch** (XADD, the XREADGROUP that delivers it, the SET NX of its noised delta,
 its share of one commit script: XPENDING, ZSCORE, ZADD, EXPIRE per entry and batch, HSET/HINCRBY, the SET
 of the new version, XACK, PUBLISH, plus the idle workers' polls) for **{rcpu:.2f} ms of Redis CPU per batch**
-of {c['batch']:,} records. Bytes per model version: blob {sz['blob_bytes']:,} (counts 10 x 256 x 5 int64 =
+of {c["batch"]:,} records. Bytes per model version: blob {sz["blob_bytes"]:,} (counts 10 x 256 x 5 int64 =
 102,400 plus structure), and a commit rewrites the worker state, the published hash and one retained
 version, **~{per_commit:.2f} MB written per commit**; every batch also leaves a stored noised delta of
-{sz['delta'] or 0:,} bytes for `delta_ttl_s` (7 days by default) and `keep_versions` versions are retained.
+{sz["delta"] or 0:,} bytes for `delta_ttl_s` (7 days by default) and `keep_versions` versions are retained.
 
 *What this machine shows.* The 2 cores run the producer, every worker, the three masters and the
 single server, under 1-minute load averages of {min(loads):.0f}-{max(loads):.0f} from other jobs. Throughput is
@@ -276,11 +325,11 @@ bounded by CPU for the workers, so the cluster cannot be faster than one server 
 processes (2 per model, 16 models) adds contention, not cores. The rows measure the cluster's overhead
 (client-side slot routing, cluster bus, three more server processes): the cluster's median was
 {min(ratios):.2f}-{max(ratios):.2f} x the single server's per cell, with the runs of the two targets
-overlapping. Redis itself used about {rcpu / 1000 * 1e6 / c['batch']:.2f} us of CPU per record.
+overlapping. Redis itself used about {rcpu / 1000 * 1e6 / c["batch"]:.2f} us of CPU per record.
 
 *Where a deployment scales.* records/s ~ (worker cores) x {per_core / 1e6:.1f} M, as long as (a) each
 master's Redis CPU stays under one core: about {batches_per_master:,.0f} batches/s per master, i.e.
-~{batches_per_master * c['batch'] / 1e6:.0f} M records/s per master in {c['batch']:,}-record batches, and (b)
+~{batches_per_master * c["batch"] / 1e6:.0f} M records/s per master in {c["batch"]:,}-record batches, and (b)
 each model's commit rate stays under its slot's ceiling.
 
 *First bottleneck: one model's commits serialise on its slot.* Every commit of a model is a
@@ -288,7 +337,7 @@ compare-and-set on its version in one slot on one master: workers of one model r
 in parallel, but commits go one after another, and a worker whose CAS fails re-applies its delta to
 the new counts before retrying. One model's ceiling is about `batch_entries x batch / (commit round trip
 + re-apply + writing ~{per_commit:.1f} MB)` records/s; coalescing more entries per commit (`batch_entries`,
-{c['batch_entries']} here) or larger batches raises it, more masters do not (a model never spans nodes),
+{c["batch_entries"]} here) or larger batches raises it, more masters do not (a model never spans nodes),
 and more worker processes for one model help only while their CPU, not the commit, is the limit.
 Bigger models (more trees, deeper trees, more classes) move the ceiling down in proportion to their
 counts, since every commit writes them three times.

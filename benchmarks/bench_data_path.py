@@ -47,20 +47,34 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from streamdp import blob  # noqa: E402
-from streamdp.records.datasets import datasets_dir, load_schema  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.forest.tally import tally  # noqa: E402
+from streamdp.records.datasets import datasets_dir, load_schema  # noqa: E402
 from streamdp.records.schema import Categorical, Schema  # noqa: E402
 from streamdp.service import codec  # noqa: E402
 from streamdp.service.keys import GROUP, Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model, load_policy  # noqa: E402
-from streamdp.forest.tally import tally  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 BATCH = 10_000
-ADULT_COLUMNS = ["age", "workclass", "fnlwgt", "education", "education-num", "marital-status", "occupation",
-                 "relationship", "race", "sex", "capital-gain", "capital-loss", "hours-per-week", "native-country",
-                 "income"]
+ADULT_COLUMNS = [
+    "age",
+    "workclass",
+    "fnlwgt",
+    "education",
+    "education-num",
+    "marital-status",
+    "occupation",
+    "relationship",
+    "race",
+    "sex",
+    "capital-gain",
+    "capital-loss",
+    "hours-per-week",
+    "native-country",
+    "income",
+]
 ARITIES = [3, 4, 5] * 5 + [3]
 
 
@@ -80,7 +94,7 @@ def make_csv(path: Path, rows: int, seed: int = 0) -> None:
     with open(path, "w") as fh:
         fh.write(", ".join(ADULT_COLUMNS) + "\n")
         for s in range(0, rows, 100_000):
-            fh.write("\n".join(lines[i] for i in idx[s:s + 100_000]) + "\n")
+            fh.write("\n".join(lines[i] for i in idx[s : s + 100_000]) + "\n")
 
 
 # -- the plain pipelines (also run as subprocesses: --plain-push / --plain-consume) --------------------------
@@ -156,8 +170,16 @@ def median_pair(fn_a, fn_b, repeat: int) -> dict:
         a.append(fn_a())
         b.append(fn_b())
     ma, mb = statistics.median(a), statistics.median(b)
-    return {"streamdp_s": a, "plain_s": b, "streamdp_median_s": ma, "plain_median_s": mb, "ratio": mb / ma,
-            "ratio_of_means": statistics.mean(b) / statistics.mean(a), "load1": loads, "uptime": uptime()}
+    return {
+        "streamdp_s": a,
+        "plain_s": b,
+        "streamdp_median_s": ma,
+        "plain_median_s": mb,
+        "ratio": mb / ma,
+        "ratio_of_means": statistics.mean(b) / statistics.mean(a),
+        "load1": loads,
+        "uptime": uptime(),
+    }
 
 
 # -- rows ---------------------------------------------------------------------------------------------------
@@ -175,8 +197,22 @@ def push_rows(url: str, csv: Path, rows: int, repeat: int, tmp: Path) -> tuple[d
 
         def ours() -> float:
             _reset_stream(r, model)
-            t = _run(py + ["-m", "streamdp.cli", "--redis-url", url, "push", model, str(csv), "--batch-size",
-                           str(BATCH), "-q", "--no-dedup"])
+            t = _run(
+                py
+                + [
+                    "-m",
+                    "streamdp.cli",
+                    "--redis-url",
+                    url,
+                    "push",
+                    model,
+                    str(csv),
+                    "--batch-size",
+                    str(BATCH),
+                    "-q",
+                    "--no-dedup",
+                ]
+            )
             assert r.xlen(keys.records) == math.ceil(rows / BATCH)
             return t
 
@@ -203,11 +239,20 @@ def push_rows(url: str, csv: Path, rows: int, repeat: int, tmp: Path) -> tuple[d
             t = time.perf_counter()
             c = redis.Redis.from_url(url, socket_timeout=60)
             for s in range(0, len(X), BATCH * 6):
-                Xc, yc = plain_code(schema, X.iloc[s:s + BATCH * 6], label.iloc[s:s + BATCH * 6])
+                Xc, yc = plain_code(schema, X.iloc[s : s + BATCH * 6], label.iloc[s : s + BATCH * 6])
                 p = c.pipeline(transaction=False)
                 for b in range(0, len(Xc), BATCH):
-                    p.xadd(keys.records, {"d": msgpack.packb({"X": blob.pack_array(Xc[b:b + BATCH]),
-                                                              "y": blob.pack_array(yc[b:b + BATCH].astype("|u1"))})})
+                    p.xadd(
+                        keys.records,
+                        {
+                            "d": msgpack.packb(
+                                {
+                                    "X": blob.pack_array(Xc[b : b + BATCH]),
+                                    "y": blob.pack_array(yc[b : b + BATCH].astype("|u1")),
+                                }
+                            )
+                        },
+                    )
                 p.execute()
             return time.perf_counter() - t
 
@@ -231,8 +276,17 @@ def holds_every_batch(r: redis.Redis, keys: Keys, n_batches: int) -> bool:
     return int(r.hget(keys.pub_model, "releases") or 0) >= int(last[0][1])
 
 
-def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes: int, height: int,
-               release: str = "window", release_every: float = 1.0) -> dict:
+def end_to_end(
+    url: str,
+    csv: Path,
+    rows: int,
+    repeat: int,
+    tmp: Path,
+    processes: int,
+    height: int,
+    release: str = "window",
+    release_every: float = 1.0,
+) -> dict:
     r = redis.Redis.from_url(url, socket_timeout=60)
     schema = load_schema("adult")
     py = [sys.executable]
@@ -253,18 +307,35 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
 
     def ours() -> float:
         model = f"bench-e2e-{uuid.uuid4().hex[:8]}"
-        create_model(url, model, schema, n_trees=10, height=height, epsilon=1.0, release=release,
-                     release_every=None if release == "batch" else release_every)
+        create_model(
+            url,
+            model,
+            schema,
+            n_trees=10,
+            height=height,
+            epsilon=1.0,
+            release=release,
+            release_every=None if release == "batch" else release_every,
+        )
         keys = Keys(model)
-        w = subprocess.Popen(py + ["-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes",
-                                   str(processes)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        w = subprocess.Popen(
+            py + ["-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes", str(processes)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             time.sleep(1.0)  # workers up (they block on the empty stream)
             if release != "batch":
                 at_a_random_phase(model)
             t = time.perf_counter()
-            subprocess.run(py + ["-m", "streamdp.cli", "--redis-url", url, "push", model, str(csv), "--batch-size",
-                                 str(BATCH), "-q"], env=env, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                py
+                + ["-m", "streamdp.cli", "--redis-url", url, "push", model, str(csv), "--batch-size", str(BATCH), "-q"],
+                env=env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
             while not holds_every_batch(r, keys, n_batches):
                 time.sleep(0.02)  # polling the published model: the measured condition
             return time.perf_counter() - t
@@ -280,13 +351,18 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
         df = pd.read_csv(csv, skipinitialspace=True, nrows=BATCH)
         Xc, yc = plain_code(schema, df[schema.names], df["income"])
         (tmp / "codes.bin").write_bytes(codec.encode_batch(schema, Xc, yc, encoded=True))
-        ws = [subprocess.Popen(py + [__file__, "--plain-consume", url, model, f"c{i}", str(n_batches)], env=env)
-              for i in range(processes)]
+        ws = [
+            subprocess.Popen(py + [__file__, "--plain-consume", url, model, f"c{i}", str(n_batches)], env=env)
+            for i in range(processes)
+        ]
         try:
             time.sleep(1.0)
             t = time.perf_counter()
-            subprocess.run(py + [__file__, "--plain-push", url, str(csv), keys.records, str(tmp / "codes.bin")],
-                           env=env, check=True)
+            subprocess.run(
+                py + [__file__, "--plain-push", url, str(csv), keys.records, str(tmp / "codes.bin")],
+                env=env,
+                check=True,
+            )
             for w in ws:
                 w.wait(600)
             return time.perf_counter() - t
@@ -298,17 +374,30 @@ def end_to_end(url: str, csv: Path, rows: int, repeat: int, tmp: Path, processes
 
     out = median_pair(ours, plain, repeat)
     cells = int(np.prod(PrivateForest.create(schema, 10, height, seed=1).shape))
-    out.update(rows=rows, processes=processes, height=height, push_phases=phases, what=f"end to end: CLI push + {processes} `streamdp "
-               f"worker` processes (Adult, 10 trees, height {height}: {cells:,} padded cells, epsilon 1, "
-               + (f"{release_every:g} s release windows" if release == "window" else f"release={release!r}") + (", the push started at a uniformly drawn phase of the schedule" if release != "batch" else "")
-               + ") until the model holds every batch vs plain push + plain consumers (apply + tally, XACK) until every entry is acked")
+    out.update(
+        rows=rows,
+        processes=processes,
+        height=height,
+        push_phases=phases,
+        what=f"end to end: CLI push + {processes} `streamdp "
+        f"worker` processes (Adult, 10 trees, height {height}: {cells:,} padded cells, epsilon 1, "
+        + (f"{release_every:g} s release windows" if release == "window" else f"release={release!r}")
+        + (", the push started at a uniformly drawn phase of the schedule" if release != "batch" else "")
+        + ") until the model holds every batch vs plain push + plain consumers (apply + tally, XACK) until every entry is acked",
+    )
     print("e2e", out, flush=True)
     return out
 
 
 def update_vs_tally(repeat: int, n: int = 100_000) -> dict:
-    schema = Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "categorical", "values": list(range(a))}
-                                              for j, a in enumerate(ARITIES)], "label": {"name": "y", "values": [0, 1]}})
+    schema = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": f"a{j}", "type": "categorical", "values": list(range(a))} for j, a in enumerate(ARITIES)
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     f = PrivateForest.create(schema, 10, 8, epsilon=1.0, seed=1, max_cells=2**27)
     rng = np.random.default_rng(0)
     X = np.column_stack([rng.integers(a, size=n).astype(np.float64) for a in ARITIES])
@@ -321,14 +410,22 @@ def update_vs_tally(repeat: int, n: int = 100_000) -> dict:
             t = time.process_time()
             fn()
             return time.process_time() - t
+
         return run
 
-    out = median_pair(cpu(lambda: f.update(X, y)),
-                      cpu(lambda: tally(f.structure.apply(enc.X, schema.is_categorical), enc.y, f.shape)), repeat)
+    out = median_pair(
+        cpu(lambda: f.update(X, y)),
+        cpu(lambda: tally(f.structure.apply(enc.X, schema.is_categorical), enc.y, f.shape)),
+        repeat,
+    )
     parts = median_pair(cpu(lambda: schema.encode(X, y)), cpu(lambda: f._noise(np.zeros(f.shape, np.int64))), repeat)
-    out.update(rows=n, cells=int(np.prod(f.shape)), encode_cpu_s=parts["streamdp_median_s"],
-               noise_cpu_s=parts["plain_median_s"], what=f"update from raw values, {n:,} records per update (epsilon "
-               "1, noise included) vs apply + tally; CPU s")
+    out.update(
+        rows=n,
+        cells=int(np.prod(f.shape)),
+        encode_cpu_s=parts["streamdp_median_s"],
+        noise_cpu_s=parts["plain_median_s"],
+        what=f"update from raw values, {n:,} records per update (epsilon 1, noise included) vs apply + tally; CPU s",
+    )
     print("update", out, flush=True)
     return out
 
@@ -350,9 +447,13 @@ def main() -> None:
     ap.add_argument("--release-every", type=float, default=1.0, help="their window length (release='window')")
     args = ap.parse_args()
     only = set(args.only.split(","))
-    res: dict = {"machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-                            f"{platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}",
-                 "uptime_before": uptime(), "rows": args.rows, "repeat": args.repeat}
+    res: dict = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, numpy {np.__version__}, pandas {pd.__version__}",
+        "uptime_before": uptime(),
+        "rows": args.rows,
+        "repeat": args.repeat,
+    }
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         csv = tmp / "adult_like.csv"
@@ -362,8 +463,17 @@ def main() -> None:
             res["push_cli"], res["producer"] = push_rows(args.redis_url, csv, args.rows, args.repeat, tmp)
         if "e2e" in only:
             for h in args.heights:
-                res[f"end_to_end_h{h}"] = end_to_end(args.redis_url, csv, args.rows, args.repeat, tmp, args.processes, h,
-                                                     args.release, args.release_every)
+                res[f"end_to_end_h{h}"] = end_to_end(
+                    args.redis_url,
+                    csv,
+                    args.rows,
+                    args.repeat,
+                    tmp,
+                    args.processes,
+                    h,
+                    args.release,
+                    args.release_every,
+                )
     if "update" in only:
         res["update"] = update_vs_tally(args.repeat, 100_000)
         res["update_1m"] = update_vs_tally(args.repeat, 1_000_000)
@@ -383,32 +493,50 @@ def means(row: dict) -> str:
 def write(res: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "data_path.json").write_text(json.dumps(res, indent=1))
-    goals = {"push_cli": 0.7, "producer": 0.8, **{k: 0.6 for k in sorted(res) if k.startswith("end_to_end")},
-             "update": 0.7, "update_1m": 0.7}
-    lines = ["# The data path beside the plain way (benchmarks/bench_data_path.py)", "",
-             f"Machine: {res['machine']}; shared with other jobs. Before: `{res['uptime_before']}`; "
-             f"after: `{res['uptime_after']}`.", "",
-             f"Each pair run interleaved {res['repeat']} times; medians. Ratio = plain time / streamdp time "
-             "(1.0: as fast as the plain way). A row's load column is from its own run (a partial rerun keeps the "
-             "rows of earlier runs: see `uptime` in `data_path.json`).", "",
-             "| path | records | streamdp | plain | ratio | ratio of means | goal | load (1-min avg at each run; uptime after) |",
-             "|---|---|---|---|---|---|---|---|"]
+    goals = {
+        "push_cli": 0.7,
+        "producer": 0.8,
+        **{k: 0.6 for k in sorted(res) if k.startswith("end_to_end")},
+        "update": 0.7,
+        "update_1m": 0.7,
+    }
+    lines = [
+        "# The data path beside the plain way (benchmarks/bench_data_path.py)",
+        "",
+        f"Machine: {res['machine']}; shared with other jobs. Before: `{res['uptime_before']}`; "
+        f"after: `{res['uptime_after']}`.",
+        "",
+        f"Each pair run interleaved {res['repeat']} times; medians. Ratio = plain time / streamdp time "
+        "(1.0: as fast as the plain way). A row's load column is from its own run (a partial rerun keeps the "
+        "rows of earlier runs: see `uptime` in `data_path.json`).",
+        "",
+        "| path | records | streamdp | plain | ratio | ratio of means | goal | load (1-min avg at each run; uptime after) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for key, g in goals.items():
         if key not in res:
             continue
         row = res[key]
         n = row["rows"]
-        rate = (lambda s: f"{n / s / 1e3:,.0f} k/s ({s:.2f} s)") if not key.startswith("update") else (
-            lambda s: f"{n / s / 1e6:.2f} M/s ({s:.3f} CPU s)")
-        lines.append(f"| {row['what']} | {n:,} | {rate(row['streamdp_median_s'])} | {rate(row['plain_median_s'])} | "
-                     f"**{row['ratio']:.2f}** | {means(row)} | >= {g} {'met' if row['ratio'] >= g else 'missed'} | "
-                     f"{', '.join(f'{x:.1f}' for x in row['load1'])}; `{row['uptime'].split('load average:')[-1].strip()}` |")
+        rate = (
+            (lambda s: f"{n / s / 1e3:,.0f} k/s ({s:.2f} s)")
+            if not key.startswith("update")
+            else (lambda s: f"{n / s / 1e6:.2f} M/s ({s:.3f} CPU s)")
+        )
+        lines.append(
+            f"| {row['what']} | {n:,} | {rate(row['streamdp_median_s'])} | {rate(row['plain_median_s'])} | "
+            f"**{row['ratio']:.2f}** | {means(row)} | >= {g} {'met' if row['ratio'] >= g else 'missed'} | "
+            f"{', '.join(f'{x:.1f}' for x in row['load1'])}; `{row['uptime'].split('load average:')[-1].strip()}` |"
+        )
     for key in ("update", "update_1m"):
         if key in res:
             u = res[key]
-            lines += ["", f"update, {u['rows']:,} records: encode {u['encode_cpu_s'] * 1e3:.0f} ms, one release's noise "
-                          f"({u['cells']:,} padded cells) {u['noise_cpu_s'] * 1e3:.0f} ms, apply + tally "
-                          f"{u['plain_median_s'] * 1e3:.0f} ms (CPU, medians)."]
+            lines += [
+                "",
+                f"update, {u['rows']:,} records: encode {u['encode_cpu_s'] * 1e3:.0f} ms, one release's noise "
+                f"({u['cells']:,} padded cells) {u['noise_cpu_s'] * 1e3:.0f} ms, apply + tally "
+                f"{u['plain_median_s'] * 1e3:.0f} ms (CPU, medians).",
+            ]
     lines += ["", "Raw numbers: `data_path.json` next to this file."]
     (RESULTS / "data_path.md").write_text("\n".join(lines) + "\n")
 

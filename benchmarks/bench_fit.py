@@ -32,18 +32,24 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from streamdp.records.datasets import load, load_schema  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
-from streamdp.records.schema import Schema  # noqa: E402
 from streamdp.forest.structure import ForestStructure, TooLargeError  # noqa: E402
 from streamdp.forest.tally import tally  # noqa: E402
+from streamdp.records.datasets import load, load_schema  # noqa: E402
+from streamdp.records.schema import Schema  # noqa: E402
 
 ARITIES = [3, 4, 5] * 5 + [3]
 
 
 def cat16() -> Schema:
-    return Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "categorical", "values": list(range(a))}
-                                            for j, a in enumerate(ARITIES)], "label": {"name": "y", "values": [0, 1]}})
+    return Schema.from_dict(
+        {
+            "attributes": [
+                {"name": f"a{j}", "type": "categorical", "values": list(range(a))} for j, a in enumerate(ARITIES)
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
 
 
 def best(fn, repeat: int) -> float:
@@ -85,14 +91,17 @@ def fit_adult(repeat: int) -> dict:
     ds = load("adult")
     out: dict = {"n": len(ds.X)}
     out["fit_s"] = best(lambda: PrivateForest.create(ds.schema, 10, epsilon=1.0).fit(ds.X, ds.y), repeat)
-    out["fit_unpruned_s"] = best(lambda: PrivateForest.create(ds.schema, 10, epsilon=1.0).fit(ds.X, ds.y, prune=False),
-                                 repeat)
+    out["fit_unpruned_s"] = best(
+        lambda: PrivateForest.create(ds.schema, 10, epsilon=1.0).fit(ds.X, ds.y, prune=False), repeat
+    )
     f = PrivateForest.create(ds.schema, 10, epsilon=1.0, seed=0)
     out["height"] = f.height
     out["draw_s"] = best(lambda: ForestStructure.draw(ds.schema, 10), repeat)
     out["encode_s"] = best(lambda: ds.schema.encode(ds.X, ds.y), repeat)
     enc = ds.schema.encode(ds.X, ds.y)
-    out["apply_tally_s"] = best(lambda: tally(f.structure.apply(enc.X, ds.schema.is_categorical), enc.y, f.shape), repeat)
+    out["apply_tally_s"] = best(
+        lambda: tally(f.structure.apply(enc.X, ds.schema.is_categorical), enc.y, f.shape), repeat
+    )
     out["noise_s"] = best(lambda: f._noise(np.zeros(f.shape, dtype=np.int64)), repeat)
     out["cells"] = int(np.prod(f.shape))
     try:
@@ -106,8 +115,12 @@ def fit_adult(repeat: int) -> dict:
         num = [a.name for a in ds.schema.attributes if not hasattr(a, "values")]
         Xn = pd.get_dummies(Xd, columns=[c for c in ds.schema.names if c not in num]).astype(float).to_numpy()
         bounds = (Xn.min(axis=0), Xn.max(axis=0))  # for timing only; a private fit must declare them
-        out["diffprivlib_s"] = best(lambda: RandomForestClassifier(n_estimators=10, epsilon=1.0, bounds=bounds,
-                                                                   classes=list(ds.schema.classes)).fit(Xn, ds.y), repeat)
+        out["diffprivlib_s"] = best(
+            lambda: RandomForestClassifier(
+                n_estimators=10, epsilon=1.0, bounds=bounds, classes=list(ds.schema.classes)
+            ).fit(Xn, ds.y),
+            repeat,
+        )
     print(out, flush=True)
     return out
 
@@ -122,8 +135,14 @@ def update_ratio(repeat: int, n: int = 100_000) -> dict:
     f.update(X[:20_000], y[:20_000])  # warm the routing tables
     at = best(lambda: tally(f.structure.apply(enc.X, schema.is_categorical), enc.y, f.shape), repeat)
     up = best(lambda: f.update(X, y), repeat)
-    out = {"n": n, "cells": int(np.prod(f.shape)), "apply_tally_rps": n / at, "update_raw_rps": n / up, "ratio": at / up,
-           "encode_s": best(lambda: schema.encode(X, y), repeat)}
+    out = {
+        "n": n,
+        "cells": int(np.prod(f.shape)),
+        "apply_tally_rps": n / at,
+        "update_raw_rps": n / up,
+        "ratio": at / up,
+        "encode_s": best(lambda: schema.encode(X, y), repeat),
+    }
     print(out, flush=True)
     return out
 
@@ -142,9 +161,17 @@ def memory_height10() -> dict:
     b = f.to_bytes()
     blob_peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    out = {"counts_mib": f.counts.nbytes / 2**20, "structure_mib": sum(a.nbytes if 0 not in a.strides else a.itemsize  # a broadcast value: one element
-                                 for a in f.structure.arrays().values()) / 2**20,
-           "update_peak_mib": upd / 2**20, "to_bytes_peak_mib": blob_peak / 2**20, "blob_mib": len(b) / 2**20}
+    out = {
+        "counts_mib": f.counts.nbytes / 2**20,
+        "structure_mib": sum(
+            a.nbytes if 0 not in a.strides else a.itemsize  # a broadcast value: one element
+            for a in f.structure.arrays().values()
+        )
+        / 2**20,
+        "update_peak_mib": upd / 2**20,
+        "to_bytes_peak_mib": blob_peak / 2**20,
+        "blob_mib": len(b) / 2**20,
+    }
     print(out, flush=True)
     return out
 
@@ -155,8 +182,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     rep = 1 if args.quick else args.repeat
-    res = {"machine": f"{platform.processor() or platform.machine()}, {platform.system()} {platform.release()}, "
-                      f"Python {platform.python_version()}, numpy {np.__version__}", "uptime_before": uptime()}
+    res = {
+        "machine": f"{platform.processor() or platform.machine()}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, numpy {np.__version__}",
+        "uptime_before": uptime(),
+    }
     res["drawing"] = drawing(rep)
     res["fit_adult"] = fit_adult(rep)
     res["update"] = update_ratio(rep)
@@ -167,27 +197,46 @@ def main() -> None:
     d = Path(__file__).resolve().parent / "results"
     (d / "fit.json").write_text(json.dumps(res, indent=1))
     fa, up, mem = res["fit_adult"], res["update"], res["memory_height10"]
-    lines = ["# Drawing, fit and update from raw values (pure core)", "",
-             "Generated by `python benchmarks/bench_fit.py` (raw numbers in `fit.json`). CPU seconds, best of "
-             f"{rep}, on a shared 2-core machine: {res['machine']}.", "",
-             f"Load: before `{res['uptime_before']}`; after `{res['uptime_after']}`.", "",
-             "## Drawing 10 trees", "", "| schema | height | seconds | leaves (10 trees) |", "|---|---|---|---|"]
-    lines += [f"| {r['schema']} | {r['height']} | {r['seconds']:.3f} | {r['leaves'] if r['leaves'] is not None else 'refused (max_cells)'} |"
-              for r in res["drawing"]]
+    lines = [
+        "# Drawing, fit and update from raw values (pure core)",
+        "",
+        "Generated by `python benchmarks/bench_fit.py` (raw numbers in `fit.json`). CPU seconds, best of "
+        f"{rep}, on a shared 2-core machine: {res['machine']}.",
+        "",
+        f"Load: before `{res['uptime_before']}`; after `{res['uptime_after']}`.",
+        "",
+        "## Drawing 10 trees",
+        "",
+        "| schema | height | seconds | leaves (10 trees) |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['schema']} | {r['height']} | {r['seconds']:.3f} | {r['leaves'] if r['leaves'] is not None else 'refused (max_cells)'} |"
+        for r in res["drawing"]
+    ]
     dpl = f"{fa['diffprivlib_s']:.2f} s" if fa["diffprivlib_s"] is not None else "not installed"
-    lines += ["", f"## PrivateForest fit on Adult ({fa['n']} records, 10 trees, height {fa['height']}, {fa['cells']:,} cells)", "",
-              f"- end to end (`create` + `fit`, pruned by default: height a ceiling): {fa['fit_s']:.2f} s; "
-              f"`fit(prune=False)` (the drawn trees): {fa['fit_unpruned_s']:.2f} s; stages of the unpruned fit: "
-              f"draw {fa['draw_s']:.2f} s, encode {fa['encode_s']:.2f} s, "
-              f"apply + tally {fa['apply_tally_s']:.2f} s, geometric noise {fa['noise_s']:.2f} s",
-              f"- diffprivlib RandomForestClassifier (10 trees, one-hot): {dpl}", "",
-              f"## update from raw values, cat16, height 8 ({up['cells']:,} cells, epsilon=inf: noise excluded)", "",
-              f"- apply + tally {up['apply_tally_rps'] / 1e6:.2f} M records/s; update from raw float codes "
-              f"{up['update_raw_rps'] / 1e6:.2f} M/s; ratio **{up['ratio']:.2f}**; encode {up['encode_s'] * 1e3:.0f} ms per {up['n']:,}", "",
-              "## Memory, cat16 at height 10 (tracemalloc peaks)", "",
-              f"- counts {mem['counts_mib']:.0f} MiB, structure {mem['structure_mib']:.0f} MiB; update peak "
-              f"{mem['update_peak_mib']:.0f} MiB (noise included); to_bytes peak {mem['to_bytes_peak_mib']:.0f} MiB "
-              f"for a {mem['blob_mib']:.0f} MiB blob", ""]
+    lines += [
+        "",
+        f"## PrivateForest fit on Adult ({fa['n']} records, 10 trees, height {fa['height']}, {fa['cells']:,} cells)",
+        "",
+        f"- end to end (`create` + `fit`, pruned by default: height a ceiling): {fa['fit_s']:.2f} s; "
+        f"`fit(prune=False)` (the drawn trees): {fa['fit_unpruned_s']:.2f} s; stages of the unpruned fit: "
+        f"draw {fa['draw_s']:.2f} s, encode {fa['encode_s']:.2f} s, "
+        f"apply + tally {fa['apply_tally_s']:.2f} s, geometric noise {fa['noise_s']:.2f} s",
+        f"- diffprivlib RandomForestClassifier (10 trees, one-hot): {dpl}",
+        "",
+        f"## update from raw values, cat16, height 8 ({up['cells']:,} cells, epsilon=inf: noise excluded)",
+        "",
+        f"- apply + tally {up['apply_tally_rps'] / 1e6:.2f} M records/s; update from raw float codes "
+        f"{up['update_raw_rps'] / 1e6:.2f} M/s; ratio **{up['ratio']:.2f}**; encode {up['encode_s'] * 1e3:.0f} ms per {up['n']:,}",
+        "",
+        "## Memory, cat16 at height 10 (tracemalloc peaks)",
+        "",
+        f"- counts {mem['counts_mib']:.0f} MiB, structure {mem['structure_mib']:.0f} MiB; update peak "
+        f"{mem['update_peak_mib']:.0f} MiB (noise included); to_bytes peak {mem['to_bytes_peak_mib']:.0f} MiB "
+        f"for a {mem['blob_mib']:.0f} MiB blob",
+        "",
+    ]
     (d / "fit.md").write_text("\n".join(lines))
 
 

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_worker_memory import cat16, mem, uptime  # noqa: E402
+from bench_worker_memory import cat16, uptime  # noqa: E402
 
 CHILD = """
 import os, sys, time, numpy as np
@@ -42,8 +42,12 @@ print(build, hwm)
 def run_child(url: str, name: str) -> tuple[float, float]:
     from bench_worker_memory import ARITIES
 
-    out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), url=url, name=name, arities=ARITIES)],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(root=str(ROOT), url=url, name=name, arities=ARITIES)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return float(out[0]), float(out[1])
 
 
@@ -55,15 +59,24 @@ def main() -> None:
     a = ap.parse_args()
     import redis
 
-    from streamdp.service.registry import PRODUCER_FIELDS, REGISTRY, create_model, delete_model
     from streamdp.service.keys import Keys
+    from streamdp.service.registry import PRODUCER_FIELDS, REGISTRY, create_model, delete_model
 
     r = redis.Redis.from_url(a.redis_url)
     name = f"bench-pmem-{uuid.uuid4().hex[:8]}"
     before = uptime()
     try:
-        spec = create_model(a.redis_url, name, cat16(), n_trees=10, height=a.height, epsilon=1.0, seed=1,
-                            release="window", release_every=3600.0)
+        spec = create_model(
+            a.redis_url,
+            name,
+            cat16(),
+            n_trees=10,
+            height=a.height,
+            epsilon=1.0,
+            seed=1,
+            release="window",
+            release_every=3600.0,
+        )
         spec_mib = r.strlen(Keys(name).spec) / 2**20
         counts_mib = spec.counts.nbytes / 2**20
         del spec
@@ -75,11 +88,15 @@ def main() -> None:
         delete_model(r, name)
         for k in r.scan_iter(match=f"{Keys(name).prefix}:ledger*"):
             r.delete(k)
-    lines = [f"# Producer memory beside a height-{a.height} model (benchmarks/bench_producer_memory.py)",
-             f"spec {spec_mib:.0f} MiB, counts {counts_mib:.0f} MiB; load before: {before}; after: {uptime()}",
-             "| producer | construction | peak RSS (VmHWM) after 10,000 records pushed |", "|---|---|---|",
-             f"| schema and salt from the registry summary (now) | {now[0] * 1000:.0f} ms | {now[1]:.0f} MiB |",
-             f"| schema decoded from the spec (before) | {old[0] * 1000:.0f} ms | {old[1]:.0f} MiB |", ""]
+    lines = [
+        f"# Producer memory beside a height-{a.height} model (benchmarks/bench_producer_memory.py)",
+        f"spec {spec_mib:.0f} MiB, counts {counts_mib:.0f} MiB; load before: {before}; after: {uptime()}",
+        "| producer | construction | peak RSS (VmHWM) after 10,000 records pushed |",
+        "|---|---|---|",
+        f"| schema and salt from the registry summary (now) | {now[0] * 1000:.0f} ms | {now[1]:.0f} MiB |",
+        f"| schema decoded from the spec (before) | {old[0] * 1000:.0f} ms | {old[1]:.0f} MiB |",
+        "",
+    ]
     print("\n".join(lines))
     if a.log:
         with open(ROOT / "benchmarks" / "results" / "producer_memory.log", "a") as fh:

@@ -87,20 +87,35 @@ def main(argv=None) -> int:
             sps, cps, acc = one_run(make, data[: args.arf_n] if name.startswith("ARF") else data)
             runs[name].append({"samples_per_s": sps, "samples_per_cpu_s": cps, "accuracy": acc, "load1": load})
             loads.append(load)
-            print(f"round {r}: {name:<52} {sps:10,.0f}/s  {cps:10,.0f}/CPU s  acc {acc:.4f}  load {load:.1f}", flush=True)
+            print(
+                f"round {r}: {name:<52} {sps:10,.0f}/s  {cps:10,.0f}/CPU s  acc {acc:.4f}  load {load:.1f}", flush=True
+            )
     med = {name: statistics.median(x["samples_per_s"] for x in rs) for name, rs in runs.items()}
     med_cpu = {name: statistics.median(x["samples_per_cpu_s"] for x in rs) for name, rs in runs.items()}
     forest_sps, forest_cps = med["PrivateForestClassifier()"], med_cpu["PrivateForestClassifier()"]
     rows = []
     for name, rs in runs.items():
-        rows.append({
-            "model": name, "n": args.arf_n if name.startswith("ARF") else args.n,
-            "median_samples_per_s": med[name], "median_samples_per_cpu_s": med_cpu[name], "runs": rs,
-            "accuracy": statistics.median(x["accuracy"] for x in rs),
-            "forest_speedup": forest_sps / med[name], "forest_speedup_cpu": forest_cps / med_cpu[name],
-        })
-    doc = {"n": args.n, "arf_n": args.arf_n, "rounds": args.rounds, "cpus": os.cpu_count(),
-           "load1_min": min(loads), "load1_max": max(loads), "rows": rows}
+        rows.append(
+            {
+                "model": name,
+                "n": args.arf_n if name.startswith("ARF") else args.n,
+                "median_samples_per_s": med[name],
+                "median_samples_per_cpu_s": med_cpu[name],
+                "runs": rs,
+                "accuracy": statistics.median(x["accuracy"] for x in rs),
+                "forest_speedup": forest_sps / med[name],
+                "forest_speedup_cpu": forest_cps / med_cpu[name],
+            }
+        )
+    doc = {
+        "n": args.n,
+        "arf_n": args.arf_n,
+        "rounds": args.rounds,
+        "cpus": os.cpu_count(),
+        "load1_min": min(loads),
+        "load1_max": max(loads),
+        "rows": rows,
+    }
     OUT.mkdir(exist_ok=True)
     (OUT / "river_loop.json").write_text(json.dumps(doc, indent=1))
     lines = [
@@ -117,9 +132,11 @@ def main(argv=None) -> int:
     ]
     for row in rows:
         rr = ", ".join(f"{x['samples_per_s']:,.0f} ({x['load1']:.1f})" for x in row["runs"])
-        lines.append(f"| {row['model']} | {row['n']:,} | {row['median_samples_per_s']:,.0f} | {rr} | "
-                     f"{row['median_samples_per_cpu_s']:,.0f} | {row['accuracy']:.4f} | "
-                     f"{row['forest_speedup']:.1f}x; {row['forest_speedup_cpu']:.1f}x |")
+        lines.append(
+            f"| {row['model']} | {row['n']:,} | {row['median_samples_per_s']:,.0f} | {rr} | "
+            f"{row['median_samples_per_cpu_s']:,.0f} | {row['accuracy']:.4f} | "
+            f"{row['forest_speedup']:.1f}x; {row['forest_speedup_cpu']:.1f}x |"
+        )
     write_keeping_reading(OUT / "river_loop.md", [*lines, ""])
     print("\n".join(lines))
     return 0

@@ -44,15 +44,17 @@ from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.embedded import EmbeddedRedis  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.pool import WorkerPool  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model  # noqa: E402
-from streamdp.service.pool import WorkerPool  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
-SCHEMA = Schema.from_dict({
-    "attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(12)],
-    "label": {"name": "y", "values": [f"c{i}" for i in range(5)]},
-})
+SCHEMA = Schema.from_dict(
+    {
+        "attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(12)],
+        "label": {"name": "y", "values": [f"c{i}" for i in range(5)]},
+    }
+)
 
 
 def pct(xs, q):
@@ -83,8 +85,15 @@ def machine() -> dict:
                 mem = f"{int(ln.split()[1]) / 1e6:.1f} GB"
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory": mem, "python": platform.python_version(),
-            "platform": platform.platform(), "numpy": np.__version__, "redis-py": redis.__version__}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory": mem,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "redis-py": redis.__version__,
+    }
 
 
 def uptime() -> str:
@@ -147,8 +156,13 @@ def freshness_of(r, keys, sent: dict[str, float], ann: Announcements) -> list[fl
 
 
 def report(res: dict, notes: str = "") -> str:
-    m, th, fs, fx, c = res["machine"], res["throughput"], res["freshness_steady_ms"], res["freshness_saturated_ms"], \
-        res["consumer_ms"]
+    m, th, fs, fx, c = (
+        res["machine"],
+        res["throughput"],
+        res["freshness_steady_ms"],
+        res["freshness_saturated_ms"],
+        res["consumer_ms"],
+    )
     nd = c["new_version_fetch_decode"]
     mem = res["worker_memory_MiB"]
     cfg = res["config"]
@@ -160,25 +174,25 @@ def report(res: dict, notes: str = "") -> str:
     hwm = ", ".join(f"{x.get('VmHWM', 0):.0f}" for x in mem)
     return f"""# Service benchmark (benchmarks/bench_service.py)
 
-Machine: {m['cpu']}, {m['cores']} cores, {m['memory']}; Python {m['python']}, numpy {m['numpy']},
-redis-py {m['redis-py']}, Redis {res['redis']} ({cfg['redis_url']} server, same cores).
+Machine: {m["cpu"]}, {m["cores"]} cores, {m["memory"]}; Python {m["python"]}, numpy {m["numpy"]},
+redis-py {m["redis-py"]}, Redis {res["redis"]} ({cfg["redis_url"]} server, same cores).
 The 2 cores are shared with other engineers' jobs, and with the producer, the workers and Redis.
-Load (`uptime`) before: `{res['load_before']}`; after: `{res['load_after']}`.
+Load (`uptime`) before: `{res["load_before"]}`; after: `{res["load_after"]}`.
 
 Model: 10 trees x height 8 x 5 classes = counts 10 x 256 x 5 (12 binary attributes), geometric noise, epsilon 1.
-{cfg['workers']} worker processes, {cfg['batch_entries']} entries coalesced per commit.
+{cfg["workers"]} worker processes, {cfg["batch_entries"]} entries coalesced per commit.
 
 | measure | goal | measured | |
 |---|---|---|---|
-| end-to-end records/s (first XADD -> published model has every batch) | >= 500k | **{th['records_per_s'] / 1e3:,.0f}k** ({th['records']:,} records in {th['batches']} batches of {cfg['batch']:,}, {th['seconds']:.2f} s, {th['commits']} commits, {th['commit_retries']} CAS retries) | {ok(th['records_per_s'] >= 5e5)} |
-| freshness XADD -> announced version containing the batch, steady {fs['records_per_s'] / 1e3:.0f}k records/s ({fs['rate_batches_per_s']:.0f} batches/s of {fs['batch']}) | p50 <= 50 ms | p50 **{fs['p50']:.1f} ms**, p90 {fs['p90']:.1f} ms, p99 **{fs['p99']:.1f} ms**, max {fs['max']:.1f} ms (n={fs['n']}) | {ok(fs['p50'] <= 50)} |
-| consumer fetch + decode of a new version (GET + validated decode, 10x256x5 int64, counts {c['blob_bytes'] / 1024:.0f} KiB) | p99 <= 2 ms | p50 **{nd['p50']:.2f} ms**, p90 {nd['p90']:.2f} ms, p99 **{nd['p99']:.2f} ms**; CPU time p50 {nd['cpu_p50']:.2f} / p99 {nd['cpu_p99']:.2f} ms (n={nd['n']}) | {ok(nd['p99'] <= 2)} |
+| end-to-end records/s (first XADD -> published model has every batch) | >= 500k | **{th["records_per_s"] / 1e3:,.0f}k** ({th["records"]:,} records in {th["batches"]} batches of {cfg["batch"]:,}, {th["seconds"]:.2f} s, {th["commits"]} commits, {th["commit_retries"]} CAS retries) | {ok(th["records_per_s"] >= 5e5)} |
+| freshness XADD -> announced version containing the batch, steady {fs["records_per_s"] / 1e3:.0f}k records/s ({fs["rate_batches_per_s"]:.0f} batches/s of {fs["batch"]}) | p50 <= 50 ms | p50 **{fs["p50"]:.1f} ms**, p90 {fs["p90"]:.1f} ms, p99 **{fs["p99"]:.1f} ms**, max {fs["max"]:.1f} ms (n={fs["n"]}) | {ok(fs["p50"] <= 50)} |
+| consumer fetch + decode of a new version (GET + validated decode, 10x256x5 int64, counts {c["blob_bytes"] / 1024:.0f} KiB) | p99 <= 2 ms | p50 **{nd["p50"]:.2f} ms**, p90 {nd["p90"]:.2f} ms, p99 **{nd["p99"]:.2f} ms**; CPU time p50 {nd["cpu_p50"]:.2f} / p99 {nd["cpu_p99"]:.2f} ms (n={nd["n"]}) | {ok(nd["p99"] <= 2)} |
 | worker memory (VmRSS / peak VmHWM per process) | - | {rss} MiB / {hwm} MiB | |
 
 Other numbers:
-* Producer: generating + encoding a {cfg['batch']:,}-record batch of codes takes {res['producer_encode_ms_per_batch']:.2f} ms; XADD alone ran at {th['push_records_per_s'] / 1e6:.1f} M records/s (pipelined, 4 per round trip).
-* Freshness under saturation (all {th['batches']} batches pushed at once, so each waits behind the backlog): p50 {fx['p50']:.0f} ms, p99 {fx['p99']:.0f} ms. This is queueing, not service time.
-* Consumer: first `latest()` of a fresh Consumer (full validation of schema, settings and structure) {c['first_latest_ms']:.1f} ms; a cold read (the spec's `PrivateForest.from_bytes` and a release record) p50 {c['cold_full_validation']['p50']:.1f} ms / p99 {c['cold_full_validation']['p99']:.1f} ms; `latest()` when nothing changed (one HGET) p50 {c['unchanged_latest']['p50']:.2f} ms / p99 {c['unchanged_latest']['p99']:.2f} ms.
+* Producer: generating + encoding a {cfg["batch"]:,}-record batch of codes takes {res["producer_encode_ms_per_batch"]:.2f} ms; XADD alone ran at {th["push_records_per_s"] / 1e6:.1f} M records/s (pipelined, 4 per round trip).
+* Freshness under saturation (all {th["batches"]} batches pushed at once, so each waits behind the backlog): p50 {fx["p50"]:.0f} ms, p99 {fx["p99"]:.0f} ms. This is queueing, not service time.
+* Consumer: first `latest()` of a fresh Consumer (full validation of schema, settings and structure) {c["first_latest_ms"]:.1f} ms; a cold read (the spec's `PrivateForest.from_bytes` and a release record) p50 {c["cold_full_validation"]["p50"]:.1f} ms / p99 {c["cold_full_validation"]["p99"]:.1f} ms; `latest()` when nothing changed (one HGET) p50 {c["unchanged_latest"]["p50"]:.2f} ms / p99 {c["unchanged_latest"]["p99"]:.2f} ms.
 
 {notes}
 
@@ -213,8 +227,12 @@ def main(argv=None) -> int:
     create_model(url, name, SCHEMA, n_trees=10, height=8, epsilon=1.0, release="batch")  # per-batch commits
     keys = Keys(name)
     rng = np.random.default_rng(0)
-    res: dict = {"machine": machine(), "redis": redis_version, "load_before": load_before,
-                 "config": vars(args) | {"redis_url": "dedicated" if emb else "given"}}
+    res: dict = {
+        "machine": machine(),
+        "redis": redis_version,
+        "load_before": load_before,
+        "config": vars(args) | {"redis_url": "dedicated" if emb else "given"},
+    }
     pool = None
     try:
         # ---------------------------------------------------------------- 1. throughput
@@ -222,8 +240,7 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         envs = envelopes(args.batches, args.batch, rng)
         res["producer_encode_ms_per_batch"] = (time.perf_counter() - t) * 1000 / args.batches
-        pool = WorkerPool(name, args.workers, url, batch_entries=args.batch_entries, block_ms=100,
-                          log_level=40).start()
+        pool = WorkerPool(name, args.workers, url, batch_entries=args.batch_entries, block_ms=100, log_level=40).start()
         wait(lambda: len(r.xinfo_consumers(keys.records, "workers")) >= args.workers, 60, "workers to join")
         ann = Announcements(url, keys)
         ann.start()
@@ -233,7 +250,7 @@ def main(argv=None) -> int:
         print("throughput phase ...", flush=True)
         t0 = time.perf_counter()
         for i in range(0, len(envs), 4):
-            chunk = envs[i:i + 4]
+            chunk = envs[i : i + 4]
             now = time.time()
             p = r.pipeline(transaction=False)
             for e in chunk:
@@ -245,9 +262,14 @@ def main(argv=None) -> int:
         t_all = time.perf_counter() - t0
         stats = {k.decode(): v.decode() for k, v in r.hgetall(keys.stats).items()}
         res["throughput"] = {
-            "records": n_total, "batches": args.batches, "seconds": t_all, "push_seconds": t_push,
-            "records_per_s": n_total / t_all, "push_records_per_s": n_total / t_push,
-            "commits": int(stats.get("commits", 0)), "commit_retries": int(stats.get("commit_retries", 0)),
+            "records": n_total,
+            "batches": args.batches,
+            "seconds": t_all,
+            "push_seconds": t_push,
+            "records_per_s": n_total / t_all,
+            "push_records_per_s": n_total / t_push,
+            "commits": int(stats.get("commits", 0)),
+            "commit_retries": int(stats.get("commit_retries", 0)),
         }
         sat = freshness_of(r, keys, sent, ann)
         res["freshness_saturated_ms"] = {"p50": pct(sat, 50), "p99": pct(sat, 99), "max": max(sat), "n": len(sat)}
@@ -271,10 +293,16 @@ def main(argv=None) -> int:
         wait(lambda: int(r.hget(keys.pub_model, "releases") or 0) >= total_batches, 120, "freshness batches merged")
         wait(lambda: max(ann.seen, default=0) >= int(r.hget(keys.pub_model, "version")), 10, "last announcement")
         fr = freshness_of(r, keys, sent2, ann)
-        res["freshness_steady_ms"] = {"rate_batches_per_s": args.fresh_rate, "batch": args.fresh_batch,
-                                      "records_per_s": args.fresh_rate * args.fresh_batch,
-                                      "p50": pct(fr, 50), "p90": pct(fr, 90), "p99": pct(fr, 99), "max": max(fr),
-                                      "n": len(fr)}
+        res["freshness_steady_ms"] = {
+            "rate_batches_per_s": args.fresh_rate,
+            "batch": args.fresh_batch,
+            "records_per_s": args.fresh_rate * args.fresh_batch,
+            "p50": pct(fr, 50),
+            "p90": pct(fr, 90),
+            "p99": pct(fr, 99),
+            "max": max(fr),
+            "n": len(fr),
+        }
         print(json.dumps(res["freshness_steady_ms"]), flush=True)
         res["worker_memory_MiB"] = [proc_mem(p.pid) for p in pool.procs]
         ann.stop.set()
@@ -310,15 +338,25 @@ def main(argv=None) -> int:
         full = []
         from streamdp.forest.model import PrivateForest
         from streamdp.service.published import forest_from_record
+
         spec_bytes = r.get(keys.spec)
         for i in range(200):  # a cold read: the spec validated in full, then a retained version's release record
             t = time.perf_counter()
-            forest_from_record(PrivateForest.from_bytes(spec_bytes), r.get(keys.pub_version(retained[i % len(retained)])))
+            forest_from_record(
+                PrivateForest.from_bytes(spec_bytes), r.get(keys.pub_version(retained[i % len(retained)]))
+            )
             full.append((time.perf_counter() - t) * 1000)
         res["consumer_ms"] = {
-            "blob_bytes": blob_bytes, "first_latest_ms": first,
-            "new_version_fetch_decode": {"p50": pct(lat, 50), "p90": pct(lat, 90), "p99": pct(lat, 99),
-                                         "n": len(lat), "cpu_p50": pct(cpu, 50), "cpu_p99": pct(cpu, 99)},
+            "blob_bytes": blob_bytes,
+            "first_latest_ms": first,
+            "new_version_fetch_decode": {
+                "p50": pct(lat, 50),
+                "p90": pct(lat, 90),
+                "p99": pct(lat, 99),
+                "n": len(lat),
+                "cpu_p50": pct(cpu, 50),
+                "cpu_p99": pct(cpu, 99),
+            },
             "unchanged_latest": {"p50": pct(hits, 50), "p99": pct(hits, 99)},
             "cold_full_validation": {"p50": pct(full, 50), "p99": pct(full, 99)},
         }

@@ -41,8 +41,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def cat16() -> Schema:
-    return Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "categorical", "values": list(range(a))}
-                                            for j, a in enumerate(ARITIES)], "label": {"name": "y", "values": [0, 1]}})
+    return Schema.from_dict(
+        {
+            "attributes": [
+                {"name": f"a{j}", "type": "categorical", "values": list(range(a))} for j, a in enumerate(ARITIES)
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
 
 
 def uptime() -> str:
@@ -73,12 +79,23 @@ def _child_of(w: subprocess.Popen) -> int:
 def run(url: str, height: int, release: str, batches: int, release_every: float = 20.0) -> dict:
     r = redis.Redis.from_url(url, socket_timeout=120)
     model = f"bench-wmem-{uuid.uuid4().hex[:8]}"
-    forest = create_model(url, model, cat16(), n_trees=10, height=height, epsilon=1.0, release=release,
-                          release_every=None if release == "batch" else release_every)
+    forest = create_model(
+        url,
+        model,
+        cat16(),
+        n_trees=10,
+        height=height,
+        epsilon=1.0,
+        release=release,
+        release_every=None if release == "batch" else release_every,
+    )
     keys = Keys(model)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    w = subprocess.Popen([sys.executable, "-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes", "1"],
-                         env=env, stdout=subprocess.DEVNULL)
+    w = subprocess.Popen(
+        [sys.executable, "-m", "streamdp.cli", "--redis-url", url, "worker", model, "--processes", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     try:
         child = _child_of(w)  # the pool's one worker
         while mem(child)["VmRSS"] < (forest.counts.nbytes + forest.structure.arrays()["feature"].nbytes) / 2**20:
@@ -113,14 +130,24 @@ def run(url: str, height: int, release: str, batches: int, release_every: float 
             r.delete(k)
     counts_mib = forest.counts.nbytes / 2**20
     blob_mib = len(forest.to_bytes()) / 2**20
-    out = {"height": height, "release": release, "batches": batches, "release_every": release_every,
-           "counts_mib": counts_mib, "blob_mib": blob_mib,
-           "rss_start_mib": start.get("VmRSS"), "load_peak_mib": start.get("VmHWM"), "peak_mib": end.get("VmHWM"),
-           "rss_end_mib": end.get("VmRSS"), "rss_settled_mib": settled.get("VmRSS"),
-           "peak_over_counts": end.get("VmHWM", 0) / counts_mib,
-           "peak_above_start_over_counts": (end.get("VmHWM", 0) - start.get("VmRSS", 0)) / counts_mib,
-           "published_mib": published / 2**20, "redis_used_peak_above_start_mib": (used_peak - used0) / 2**20,
-           "uptime": uptime()}
+    out = {
+        "height": height,
+        "release": release,
+        "batches": batches,
+        "release_every": release_every,
+        "counts_mib": counts_mib,
+        "blob_mib": blob_mib,
+        "rss_start_mib": start.get("VmRSS"),
+        "load_peak_mib": start.get("VmHWM"),
+        "peak_mib": end.get("VmHWM"),
+        "rss_end_mib": end.get("VmRSS"),
+        "rss_settled_mib": settled.get("VmRSS"),
+        "peak_over_counts": end.get("VmHWM", 0) / counts_mib,
+        "peak_above_start_over_counts": (end.get("VmHWM", 0) - start.get("VmRSS", 0)) / counts_mib,
+        "published_mib": published / 2**20,
+        "redis_used_peak_above_start_mib": (used_peak - used0) / 2**20,
+        "uptime": uptime(),
+    }
     print(out, flush=True)
     return out
 
@@ -133,8 +160,12 @@ def main() -> None:
     ap.add_argument("--release-every", type=float, default=20.0, help="window length of the window run (seconds)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    res = {"uptime_before": uptime(), "runs": [run(args.redis_url, args.height, rel, args.batches, args.release_every)
-                                               for rel in ("batch", "window")]}
+    res = {
+        "uptime_before": uptime(),
+        "runs": [
+            run(args.redis_url, args.height, rel, args.batches, args.release_every) for rel in ("batch", "window")
+        ],
+    }
     res["uptime_after"] = uptime()
     if not args.no_write:
         write(res, args.batches)
@@ -142,22 +173,29 @@ def main() -> None:
 
 def write(res: dict, batches: int) -> None:
     (RESULTS / "worker_memory.json").write_text(json.dumps(res, indent=1))
-    lines = ["# Worker peak memory beside its counts (benchmarks/bench_worker_memory.py)", "",
-             "One `streamdp worker --processes 1` (the measured process is the pool's worker child); 16 categorical "
-             "attributes (3-5 values), 10 trees (+1 prior stump), epsilon 1; "
-             f"{batches} batches of 10,000 records; start = VmRSS once the model is loaded, before the first batch "
-             "(interpreter, numpy, the structure); load peak = VmHWM then; peak = VmHWM once the model holds every "
-             "batch (the whole life, load included); end = VmRSS then, settled = VmRSS 5 s later. The window run's windows are "
-             f"{res['runs'][-1].get('release_every', 2.0):g} s.", "",
-             f"Load: before `{res['uptime_before']}`; after `{res['uptime_after']}`.", "",
-             "| height | release | counts | blob | RSS at start | load peak | peak | RSS at end | settled | peak / counts "
-             "| (peak - start) / counts |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Worker peak memory beside its counts (benchmarks/bench_worker_memory.py)",
+        "",
+        "One `streamdp worker --processes 1` (the measured process is the pool's worker child); 16 categorical "
+        "attributes (3-5 values), 10 trees (+1 prior stump), epsilon 1; "
+        f"{batches} batches of 10,000 records; start = VmRSS once the model is loaded, before the first batch "
+        "(interpreter, numpy, the structure); load peak = VmHWM then; peak = VmHWM once the model holds every "
+        "batch (the whole life, load included); end = VmRSS then, settled = VmRSS 5 s later. The window run's windows are "
+        f"{res['runs'][-1].get('release_every', 2.0):g} s.",
+        "",
+        f"Load: before `{res['uptime_before']}`; after `{res['uptime_after']}`.",
+        "",
+        "| height | release | counts | blob | RSS at start | load peak | peak | RSS at end | settled | peak / counts "
+        "| (peak - start) / counts |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for o in res["runs"]:
-        lines.append(f"| {o['height']} | {o['release']} | {o['counts_mib']:.0f} MiB | {o['blob_mib']:.0f} MiB | "
-                     f"{o['rss_start_mib']:.0f} MiB | {o['load_peak_mib']:.0f} MiB | {o['peak_mib']:.0f} MiB | "
-                     f"{o['rss_end_mib']:.0f} MiB | {o.get('rss_settled_mib', 0):.0f} MiB | {o['peak_over_counts']:.1f} | "
-                     f"{o['peak_above_start_over_counts']:.1f} |")
+        lines.append(
+            f"| {o['height']} | {o['release']} | {o['counts_mib']:.0f} MiB | {o['blob_mib']:.0f} MiB | "
+            f"{o['rss_start_mib']:.0f} MiB | {o['load_peak_mib']:.0f} MiB | {o['peak_mib']:.0f} MiB | "
+            f"{o['rss_end_mib']:.0f} MiB | {o.get('rss_settled_mib', 0):.0f} MiB | {o['peak_over_counts']:.1f} | "
+            f"{o['peak_above_start_over_counts']:.1f} |"
+        )
     lines += ["", "## Reading", "", READING, ""]
     (RESULTS / "worker_memory.md").write_text("\n".join(lines) + "\n")
 

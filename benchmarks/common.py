@@ -26,16 +26,20 @@ def folds(n: int, k: int, rng) -> list[np.ndarray]:
 def append_runtime(path: Path, rows: list[dict], info: dict, source: str) -> None:
     """Append fit runtimes (dicts with learner, dataset, rows, params, median_s) to the shared table."""
     if not path.exists():
-        path.write_text("# Runtime of the batch learners\n\n"
-                        "One fit on the whole dataset; median of reps. Machine and load per row.\n\n"
-                        "| learner | dataset | rows | params | median s | machine | load (uptime) | source |\n"
-                        "|---|---|---|---|---|---|---|---|\n")
+        path.write_text(
+            "# Runtime of the batch learners\n\n"
+            "One fit on the whole dataset; median of reps. Machine and load per row.\n\n"
+            "| learner | dataset | rows | params | median s | machine | load (uptime) | source |\n"
+            "|---|---|---|---|---|---|---|---|\n"
+        )
     m = info["machine"]
     load_avg = info["uptime_end"].split("load average:")[-1].strip()
     with path.open("a") as f:
         for r in rows:
-            f.write(f"| {r['learner']} | {r['dataset']} | {r['rows']} | {r['params']} | {r['median_s']:.3f} | "
-                    f"{m['nproc']} x {m['cpu']} | {load_avg} | {source} |\n")
+            f.write(
+                f"| {r['learner']} | {r['dataset']} | {r['rows']} | {r['params']} | {r['median_s']:.3f} | "
+                f"{m['nproc']} x {m['cpu']} | {load_avg} | {source} |\n"
+            )
 
 
 def write_results(stem: str, info: dict, rows: list[dict], lines: list[str]) -> None:
@@ -51,6 +55,5 @@ def write_keeping_reading(path: Path, lines: list[str]) -> None:
     (check it against the new numbers)."""
     old = path.read_text() if path.exists() else ""
     if "## Reading" in old:
-        lines = [*lines, old[old.index("## Reading"):].rstrip("\n"), ""]
+        lines = [*lines, old[old.index("## Reading") :].rstrip("\n"), ""]
     path.write_text("\n".join(lines))
-

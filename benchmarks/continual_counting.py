@@ -30,8 +30,8 @@ import numpy as np
 
 from benchmarks.common import machine, sh, write_keeping_reading
 from streamdp.estimation import cell_variance  # noqa: E402
-from streamdp.release.continual import Counter, ReleasePolicy, TreeState, noisy_node, published_variance
 from streamdp.privacy.mechanisms import SecureRandom
+from streamdp.release.continual import Counter, ReleasePolicy, TreeState, noisy_node, published_variance
 
 OUT = Path(__file__).parent / "results"
 EPS = 1.0
@@ -59,8 +59,10 @@ def run_window(max_t: int, cells: int, marks: set[int]) -> dict[int, float]:
 
 def run_tree(levels: int, max_t: int, cells: int, marks: set[int]) -> dict[str, dict[int, float]]:
     rng = SecureRandom()
-    states = {e: TreeState.empty(ReleasePolicy("tree", levels=levels, estimator=e), (cells,))
-              for e in ("honaker", "decomposition")}
+    states = {
+        e: TreeState.empty(ReleasePolicy("tree", levels=levels, estimator=e), (cells,))
+        for e in ("honaker", "decomposition")
+    }
     eps_node = states["honaker"].policy.node_epsilon(EPS)
     out: dict[str, dict[int, float]] = {e: {} for e in states}
     for t in range(1, max_t + 1):
@@ -100,8 +102,14 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=400)
     args = ap.parse_args()
     max_t, R = args.max_windows, args.cells
-    info = {"machine": machine(), "uptime_start": sh("uptime"), "epsilon_per_tree": EPS, "cells": R,
-            "mechanism": "geometric", "max_windows": max_t}
+    info = {
+        "machine": machine(),
+        "uptime_start": sh("uptime"),
+        "epsilon_per_tree": EPS,
+        "cells": R,
+        "mechanism": "geometric",
+        "max_windows": max_t,
+    }
     t0 = time.time()
     marks = set(checkpoints(max_t))
     res: dict[str, dict[int, float]] = {"window": run_window(max_t, R, marks)}
@@ -114,21 +122,43 @@ def main() -> None:
             for e, d in run_tree(L, 2**L - 1, R, marks).items():
                 res[f"tree L={L} {e}"] = d
     info["uptime_end"], info["seconds"] = sh("uptime"), round(time.time() - t0, 1)
-    info["crossover_formula"] = {f"L=20 {e}": crossover(20, e, min(max_t, 2**20 - 1)) for e in ("honaker", "decomposition")}
+    info["crossover_formula"] = {
+        f"L=20 {e}": crossover(20, e, min(max_t, 2**20 - 1)) for e in ("honaker", "decomposition")
+    }
     rows = []
     for t in sorted(marks):
-        row = {"T": t, "popcount": bin(t).count("1"), "window": res["window"].get(t),
-               "window_formula": formula("window", t), "window_approx": math.sqrt(2 * t) / EPS}
+        row = {
+            "T": t,
+            "popcount": bin(t).count("1"),
+            "window": res["window"].get(t),
+            "window_formula": formula("window", t),
+            "window_approx": math.sqrt(2 * t) / EPS,
+        }
         for e in ("honaker", "decomposition"):
             row[f"tree20_{e}"] = res[f"tree L=20 {e}"].get(t)
             row[f"tree20_{e}_formula"] = formula("tree", t, 20, e)
         row["tree20_worst_approx"] = math.sqrt(2 * 20) * 20 / EPS
         rows.append(row)
-    sized = [{"L": int(k.split()[1][2:]), "estimator": k.split()[2], "T": t, "sd": v,
-              "formula": formula("tree", t, int(k.split()[1][2:]), k.split()[2])}
-             for k, d in res.items() if k.startswith("tree L=") and not k.startswith("tree L=20") for t, v in d.items()]
-    measured_cross = next((r["T"] for r in rows if r["tree20_honaker"] is not None and r["window"] is not None
-                           and r["tree20_honaker"] < r["window"]), None)
+    sized = [
+        {
+            "L": int(k.split()[1][2:]),
+            "estimator": k.split()[2],
+            "T": t,
+            "sd": v,
+            "formula": formula("tree", t, int(k.split()[1][2:]), k.split()[2]),
+        }
+        for k, d in res.items()
+        if k.startswith("tree L=") and not k.startswith("tree L=20")
+        for t, v in d.items()
+    ]
+    measured_cross = next(
+        (
+            r["T"]
+            for r in rows
+            if r["tree20_honaker"] is not None and r["window"] is not None and r["tree20_honaker"] < r["window"]
+        ),
+        None,
+    )
     info["crossover_measured_first_checkpoint_L20_honaker"] = measured_cross
     (OUT / "continual_counting.json").write_text(json.dumps({**info, "rows": rows, "sized": sized}, indent=1))
     plot(rows, sized)
@@ -146,15 +176,25 @@ def plot(rows: list[dict], sized: list[dict]) -> None:
     ax.loglog(T, [r["window"] for r in rows], "o", color="C0", label="window (measured)")
     ax.loglog(T, [r["window_formula"] for r in rows], "-", color="C0", alpha=0.6, label="window: sqrt(T v(eps))")
     for e, c in (("honaker", "C3"), ("decomposition", "C1")):
-        ax.loglog(T, [r[f"tree20_{e}"] for r in rows], "s" if e == "honaker" else "^", color=c,
-                  label=f"tree L=20, {e} (measured)")
+        ax.loglog(
+            T,
+            [r[f"tree20_{e}"] for r in rows],
+            "s" if e == "honaker" else "^",
+            color=c,
+            label=f"tree L=20, {e} (measured)",
+        )
         ax.loglog(T, [r[f"tree20_{e}_formula"] for r in rows], "-", color=c, alpha=0.4, label=f"tree L=20, {e} formula")
     ax.axhline(rows[0]["tree20_worst_approx"], color="grey", ls=":", label="sqrt(2L) L/eps, L=20 (worst)")
     for L in sorted({s["L"] for s in sized}):
         pts = [s for s in sized if s["L"] == L and s["estimator"] == "honaker"]
         if pts:
-            ax.loglog([p["T"] for p in pts], [p["sd"] for p in pts], "x", color="C2",
-                      label="tree sized to its horizon (L=4,7,10,14), honaker" if L == 4 else None)
+            ax.loglog(
+                [p["T"] for p in pts],
+                [p["sd"] for p in pts],
+                "x",
+                color="C2",
+                label="tree sized to its horizon (L=4,7,10,14), honaker" if L == 4 else None,
+            )
     ax.set_xlabel("windows T")
     ax.set_ylabel("sd of one published cell")
     ax.set_title(f"Continual counting at epsilon {EPS:g} per tree (geometric noise)")
@@ -166,36 +206,59 @@ def plot(rows: list[dict], sized: list[dict]) -> None:
 
 def write_md(info: dict, rows: list[dict], sized: list[dict]) -> None:
     f = lambda v: "-" if v is None else f"{v:.1f}"  # noqa: E731
-    lines = ["# Continual counting: sd of one published cell vs windows (benchmarks/continual_counting.py)", "",
-             f"Real code of streamdp.release.continual, epsilon {info['epsilon_per_tree']:g} per tree, geometric noise from the "
-             f"secure source, {info['cells']} independent cells per point (sd precision about "
-             f"+-{100 / math.sqrt(2 * info['cells']):.0f}%). {info['seconds']} s; "
-             f"{info['machine']['nproc']} x {info['machine']['cpu']}.", "",
-             f"Load at start `{info['uptime_start']}`, at end `{info['uptime_end']}`.", "",
-             "| T | popcount | window | formula | sqrt(2T)/eps | tree L=20 Honaker | formula | "
-             "tree L=20 decomposition | formula |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Continual counting: sd of one published cell vs windows (benchmarks/continual_counting.py)",
+        "",
+        f"Real code of streamdp.release.continual, epsilon {info['epsilon_per_tree']:g} per tree, geometric noise from the "
+        f"secure source, {info['cells']} independent cells per point (sd precision about "
+        f"+-{100 / math.sqrt(2 * info['cells']):.0f}%). {info['seconds']} s; "
+        f"{info['machine']['nproc']} x {info['machine']['cpu']}.",
+        "",
+        f"Load at start `{info['uptime_start']}`, at end `{info['uptime_end']}`.",
+        "",
+        "| T | popcount | window | formula | sqrt(2T)/eps | tree L=20 Honaker | formula | "
+        "tree L=20 decomposition | formula |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['T']:,} | {r['popcount']} | {f(r['window'])} | {f(r['window_formula'])} | "
-                     f"{f(r['window_approx'])} | {f(r['tree20_honaker'])} | {f(r['tree20_honaker_formula'])} | "
-                     f"{f(r['tree20_decomposition'])} | {f(r['tree20_decomposition_formula'])} |")
-    lines += ["", f"The usual worst-case tree approximation sqrt(2L) L/eps at L=20: "
-              f"{rows[0]['tree20_worst_approx']:.1f}.", "", "## Crossover (L=20)", ""]
+        lines.append(
+            f"| {r['T']:,} | {r['popcount']} | {f(r['window'])} | {f(r['window_formula'])} | "
+            f"{f(r['window_approx'])} | {f(r['tree20_honaker'])} | {f(r['tree20_honaker_formula'])} | "
+            f"{f(r['tree20_decomposition'])} | {f(r['tree20_decomposition_formula'])} |"
+        )
+    lines += [
+        "",
+        f"The usual worst-case tree approximation sqrt(2L) L/eps at L=20: {rows[0]['tree20_worst_approx']:.1f}.",
+        "",
+        "## Crossover (L=20)",
+        "",
+    ]
     for k, v in info["crossover_formula"].items():
-        lines.append(f"- {k}, exact formulas: tree first below window at T = {v['first_tree_better']:,}; "
-                     f"always below from T = {v['tree_always_better_from']:,}.")
-    lines.append(f"- Measured (first checkpoint where tree L=20 Honaker < window): "
-                 f"T = {info['crossover_measured_first_checkpoint_L20_honaker']}.")
+        lines.append(
+            f"- {k}, exact formulas: tree first below window at T = {v['first_tree_better']:,}; "
+            f"always below from T = {v['tree_always_better_from']:,}."
+        )
+    lines.append(
+        f"- Measured (first checkpoint where tree L=20 Honaker < window): "
+        f"T = {info['crossover_measured_first_checkpoint_L20_honaker']}."
+    )
     lines.append("- The usual rule of thumb: near L^3 = 8,000 windows.")
-    lines += ["", "## Trees sized to the horizon (measured sd at T = T_max, the worst point; formula)", "",
-              "| L | T_max | Honaker | formula | decomposition | formula | window at T_max (formula) |",
-              "|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Trees sized to the horizon (measured sd at T = T_max, the worst point; formula)",
+        "",
+        "| L | T_max | Honaker | formula | decomposition | formula | window at T_max (formula) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for L in sorted({s["L"] for s in sized}):
         tm = 2**L - 1
         h = next((s for s in sized if s["L"] == L and s["estimator"] == "honaker" and s["T"] == tm), None)
         d = next((s for s in sized if s["L"] == L and s["estimator"] == "decomposition" and s["T"] == tm), None)
         if h and d:
-            lines.append(f"| {L} | {tm:,} | {h['sd']:.1f} | {h['formula']:.1f} | {d['sd']:.1f} | {d['formula']:.1f} | "
-                         f"{formula('window', tm):.1f} |")
+            lines.append(
+                f"| {L} | {tm:,} | {h['sd']:.1f} | {h['formula']:.1f} | {d['sd']:.1f} | {d['formula']:.1f} | "
+                f"{formula('window', tm):.1f} |"
+            )
     lines.append("")
     write_keeping_reading(OUT / "continual_counting.md", lines)
 

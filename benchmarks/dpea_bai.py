@@ -21,12 +21,12 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-
 from common import folds, machine, sh  # noqa: E402
+
 from streamdp import PrivateForest
-from streamdp.records.datasets import load
 from streamdp.learners.dpea import DPEA
 from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.records.datasets import load
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"
@@ -35,9 +35,12 @@ MIN_INSTANCES = {"vote": 20, "mushroom": 50, "tic-tac-toe": 20}
 METHODS = {"one-step": 1, "two-step": 2, "three-step": 3, "whole-tree": "whole"}
 # (buffer, step_limit) per the paper; mushroom whole tree reduced in the grid (see docstring)
 MCMC = {
-    ("vote", "three-step"): (50, 1000), ("vote", "whole-tree"): (500, 2000),
-    ("tic-tac-toe", "three-step"): (50, 1000), ("tic-tac-toe", "whole-tree"): (500, 2000),
-    ("mushroom", "three-step"): (50, 500), ("mushroom", "whole-tree"): (500, 2000),
+    ("vote", "three-step"): (50, 1000),
+    ("vote", "whole-tree"): (500, 2000),
+    ("tic-tac-toe", "three-step"): (50, 1000),
+    ("tic-tac-toe", "whole-tree"): (500, 2000),
+    ("mushroom", "three-step"): (50, 500),
+    ("mushroom", "whole-tree"): (500, 2000),
 }
 VAR_THRESHOLD = 0.5  # stop a chain when the last `buffer` scores vary by less than ~a record's worth
 
@@ -61,9 +64,17 @@ def cv_accuracy(make, ds, k: int, rng) -> tuple[float, float]:
 def dpea(ds, name, method, depth, eps, **kw):
     b, sl = MCMC.get((name, method), (50, 1000))
     kw.setdefault("top_up", False)  # the paper's budget: a stopped branch leaves its remainder unspent
-    return DPEA(ds.schema, max_depth=depth, embed_depth=METHODS[method], epsilon=eps,
-                min_instances=MIN_INSTANCES[name], buffer_size=b, step_limit=sl,
-                variance_threshold=VAR_THRESHOLD, **kw)
+    return DPEA(
+        ds.schema,
+        max_depth=depth,
+        embed_depth=METHODS[method],
+        epsilon=eps,
+        min_instances=MIN_INSTANCES[name],
+        buffer_size=b,
+        step_limit=sl,
+        variance_threshold=VAR_THRESHOLD,
+        **kw,
+    )
 
 
 def main() -> None:
@@ -93,8 +104,16 @@ def main() -> None:
             for eps in epsilons:
                 for D in depths:
                     acc, secs = cv_accuracy(lambda: dpea(ds, name, method, D, eps), ds, k, rng)
-                    grid.append({"dataset": name, "method": method, "epsilon": eps, "max_depth": D,
-                                 "accuracy": acc, "fit_seconds": secs})
+                    grid.append(
+                        {
+                            "dataset": name,
+                            "method": method,
+                            "epsilon": eps,
+                            "max_depth": D,
+                            "accuracy": acc,
+                            "fit_seconds": secs,
+                        }
+                    )
                     print(name, method, eps, D, round(acc, 3), round(secs, 3), flush=True)
     info["grid_seconds"] = time.time() - t_start
 
@@ -108,7 +127,8 @@ def main() -> None:
         for eps in (0.5, 0.75, 1.0):
             row = {"dataset": name, "epsilon": eps, "rdt_trees": n_trees, "rdt_height": height}
             row["private_rdt"], _ = cv_accuracy(
-                lambda: PrivateForest.create(ds.schema, n_trees=n_trees, height=height, epsilon=eps), ds, k, rng)
+                lambda: PrivateForest.create(ds.schema, n_trees=n_trees, height=height, epsilon=eps), ds, k, rng
+            )
             for method, D in (("two-step", 4), ("whole-tree", 6)):
                 row[f"dpea_{method}_D{D}"], _ = cv_accuracy(lambda: dpea(ds, name, method, D, eps), ds, k, rng)
             fig7.append(row)
@@ -121,12 +141,22 @@ def main() -> None:
     for n in sizes:
         for rep in range(1 if args.quick else 2):
             sub = rng.choice(len(ds.y), n, replace=False)
-            m = DPEA(ds.schema, max_depth=20, embed_depth="whole", epsilon=1.0, min_instances=50, buffer_size=500, keep_traces=True,
-                     step_limit=3000 if args.quick else 30000, variance_threshold=0.0)  # fixed 30000 steps
+            m = DPEA(
+                ds.schema,
+                max_depth=20,
+                embed_depth="whole",
+                epsilon=1.0,
+                min_instances=50,
+                buffer_size=500,
+                keep_traces=True,
+                step_limit=3000 if args.quick else 30000,
+                variance_threshold=0.0,
+            )  # fixed 30000 steps
             t = time.perf_counter()
             m.fit(ds.X[sub], ds.y[sub])
-            fig8.append({"rows": n, "seconds": time.perf_counter() - t, "steps": int(len(m.traces_[0])),
-                         "leaves": m.n_leaves_})
+            fig8.append(
+                {"rows": n, "seconds": time.perf_counter() - t, "steps": int(len(m.traces_[0])), "leaves": m.n_leaves_}
+            )
             print(fig8[-1], flush=True)
     xs = np.array([r["rows"] for r in fig8], float)
     ts = np.array([r["seconds"] for r in fig8])
@@ -135,12 +165,28 @@ def main() -> None:
     fig8_fit = {"seconds_per_1000_rows": slope * 1000, "intercept_s": icpt, "r2": r2}
     goal = []
     for eps in (0.1, 1.0, 10.0):
-        m = DPEA(ds.schema, max_depth=20, embed_depth="whole", epsilon=eps, min_instances=50, buffer_size=500, keep_traces=True,
-                 step_limit=30000, variance_threshold=VAR_THRESHOLD)
+        m = DPEA(
+            ds.schema,
+            max_depth=20,
+            embed_depth="whole",
+            epsilon=eps,
+            min_instances=50,
+            buffer_size=500,
+            keep_traces=True,
+            step_limit=30000,
+            variance_threshold=VAR_THRESHOLD,
+        )
         t = time.perf_counter()
         m.fit(ds.X, ds.y)
-        goal.append({"epsilon": eps, "seconds": time.perf_counter() - t, "steps": int(len(m.traces_[0])),
-                     "leaves": m.n_leaves_, "depth": m.depth_})
+        goal.append(
+            {
+                "epsilon": eps,
+                "seconds": time.perf_counter() - t,
+                "steps": int(len(m.traces_[0])),
+                "leaves": m.n_leaves_,
+                "depth": m.depth_,
+            }
+        )
         print(goal[-1], flush=True)
 
     # MCMC traces --------------------------------------------------------------------------------------
@@ -148,19 +194,42 @@ def main() -> None:
     for name in ("vote", "mushroom"):
         ds = data[name]
         for eps in (0.1, 1.0, 10.0):
-            m = DPEA(ds.schema, max_depth=10, embed_depth="whole", epsilon=eps, min_instances=MIN_INSTANCES[name], keep_traces=True,
-                     buffer_size=500, step_limit=2000 if args.quick else 5000, variance_threshold=0.0).fit(ds.X, ds.y)
+            m = DPEA(
+                ds.schema,
+                max_depth=10,
+                embed_depth="whole",
+                epsilon=eps,
+                min_instances=MIN_INSTANCES[name],
+                keep_traces=True,
+                buffer_size=500,
+                step_limit=2000 if args.quick else 5000,
+                variance_threshold=0.0,
+            ).fit(ds.X, ds.y)
             traces[f"{name} eps={eps:g}"] = m.traces_[0].tolist()
 
     info["uptime_end"] = sh("uptime")
     info["total_seconds"] = time.time() - t_start
-    res = {"info": info, "grid": grid, "fig7": fig7, "fig8": fig8, "fig8_fit": fig8_fit, "goal_depth20": goal,
-           "settings": {"depths": depths, "epsilons": epsilons, "folds": k, "repeats": REPEATS, "mcmc": {
-               f"{a}/{b}": v for (a, b), v in MCMC.items()}, "variance_threshold": VAR_THRESHOLD,
-               "min_instances": MIN_INSTANCES}}
+    res = {
+        "info": info,
+        "grid": grid,
+        "fig7": fig7,
+        "fig8": fig8,
+        "fig8_fit": fig8_fit,
+        "goal_depth20": goal,
+        "settings": {
+            "depths": depths,
+            "epsilons": epsilons,
+            "folds": k,
+            "repeats": REPEATS,
+            "mcmc": {f"{a}/{b}": v for (a, b), v in MCMC.items()},
+            "variance_threshold": VAR_THRESHOLD,
+            "min_instances": MIN_INSTANCES,
+        },
+    }
     suffix = "_quick" if args.quick else ""
-    (OUT / f"dpea{suffix}.json").write_text(json.dumps({**res, "traces": {k_: v[::10] for k_, v in traces.items()}},
-                                                       indent=1))
+    (OUT / f"dpea{suffix}.json").write_text(
+        json.dumps({**res, "traces": {k_: v[::10] for k_, v in traces.items()}}, indent=1)
+    )
     plots(res, traces, suffix)
     print("total", info["total_seconds"])
 
@@ -206,8 +275,7 @@ def plots(res, traces, suffix):
     ax.plot([r["rows"] for r in res["fig8"]], [r["seconds"] for r in res["fig8"]], "o")
     f = res["fig8_fit"]
     xs = np.array([0, 8000])
-    ax.plot(xs, f["intercept_s"] + f["seconds_per_1000_rows"] * xs / 1000, "-",
-            label=f"linear fit, R^2={f['r2']:.3f}")
+    ax.plot(xs, f["intercept_s"] + f["seconds_per_1000_rows"] * xs / 1000, "-", label=f"linear fit, R^2={f['r2']:.3f}")
     ax.set_xlabel("rows of mushroom")
     ax.set_ylabel("seconds (whole tree, D=20, 30000 MCMC steps)")
     ax.legend()
@@ -250,33 +318,64 @@ def report(path: Path = OUT / "dpea.json") -> str:
         "",
     ]
     for name in DATASETS:
-        out += [f"### {name}", "", "| eps | method | " + " | ".join(f"D={d}" for d in st["depths"]) + " | mean |",
-                "|---|---|" + "---|" * (len(st["depths"]) + 1)]
+        out += [
+            f"### {name}",
+            "",
+            "| eps | method | " + " | ".join(f"D={d}" for d in st["depths"]) + " | mean |",
+            "|---|---|" + "---|" * (len(st["depths"]) + 1),
+        ]
         for eps in st["epsilons"]:
             for method in METHODS:
                 rows = [r for r in grid if r["dataset"] == name and r["method"] == method and r["epsilon"] == eps]
                 accs = [r["accuracy"] for r in rows]
-                out.append(f"| {eps:g} | {method} | " + " | ".join(f"{a:.3f}" for a in accs)
-                           + f" | **{np.mean(accs):.3f}** |")
+                out.append(
+                    f"| {eps:g} | {method} | " + " | ".join(f"{a:.3f}" for a in accs) + f" | **{np.mean(accs):.3f}** |"
+                )
         out.append("")
-    out += ["## Figure 7: DPEA vs Private-RDT (10-fold CV)", "",
-            "| dataset | eps | Private-RDT (trees, height) | DPEA two-step D=4 | DPEA whole-tree D=6 |", "|---|---|---|---|---|"]
+    out += [
+        "## Figure 7: DPEA vs Private-RDT (10-fold CV)",
+        "",
+        "| dataset | eps | Private-RDT (trees, height) | DPEA two-step D=4 | DPEA whole-tree D=6 |",
+        "|---|---|---|---|---|",
+    ]
     for r in res["fig7"]:
-        out.append(f"| {r['dataset']} | {r['epsilon']:g} | {r['private_rdt']:.3f} ({r['rdt_trees']}, {r['rdt_height']}) | "
-                   f"{r['dpea_two-step_D4']:.3f} | {r['dpea_whole-tree_D6']:.3f} |")
+        out.append(
+            f"| {r['dataset']} | {r['epsilon']:g} | {r['private_rdt']:.3f} ({r['rdt_trees']}, {r['rdt_height']}) | "
+            f"{r['dpea_two-step_D4']:.3f} | {r['dpea_whole-tree_D6']:.3f} |"
+        )
     f = res["fig8_fit"]
-    out += ["", "## Figure 8: running time, whole tree, mushroom, max depth 20, eps = 1, 30000 MCMC steps (fixed)", "",
-            "| rows | seconds | leaves |", "|---|---|---|"]
+    out += [
+        "",
+        "## Figure 8: running time, whole tree, mushroom, max depth 20, eps = 1, 30000 MCMC steps (fixed)",
+        "",
+        "| rows | seconds | leaves |",
+        "|---|---|---|",
+    ]
     out += [f"| {r['rows']} | {r['seconds']:.2f} | {r['leaves']} |" for r in res["fig8"]]
-    out += ["", f"Linear fit: {f['seconds_per_1000_rows']:.3f} s per 1000 rows + {f['intercept_s']:.2f} s, "
-            f"R^2 = {f['r2']:.3f}.", "",
-            "## Goal: whole tree on all of mushroom (8124 rows), max depth 20, chain 500 / 30000 with the stopping rule", "",
-            "| eps | seconds | MCMC steps | leaves | depth |", "|---|---|---|---|---|"]
-    out += [f"| {g['epsilon']:g} | {g['seconds']:.2f} | {g['steps']} | {g['leaves']} | {g['depth']} |"
-            for g in res["goal_depth20"]]
-    out += ["", "## MCMC traces", "", "![traces](dpea_traces.png) (whole-tree chain, max depth 10, no early stop)", "",
-            "Final / max of q' per chain: " + "; ".join(
-                f"{k}: {v[-1]:.0f} / {max(v):.0f}" for k, v in res["traces"].items()), ""]
+    out += [
+        "",
+        f"Linear fit: {f['seconds_per_1000_rows']:.3f} s per 1000 rows + {f['intercept_s']:.2f} s, "
+        f"R^2 = {f['r2']:.3f}.",
+        "",
+        "## Goal: whole tree on all of mushroom (8124 rows), max depth 20, chain 500 / 30000 with the stopping rule",
+        "",
+        "| eps | seconds | MCMC steps | leaves | depth |",
+        "|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {g['epsilon']:g} | {g['seconds']:.2f} | {g['steps']} | {g['leaves']} | {g['depth']} |"
+        for g in res["goal_depth20"]
+    ]
+    out += [
+        "",
+        "## MCMC traces",
+        "",
+        "![traces](dpea_traces.png) (whole-tree chain, max depth 10, no early stop)",
+        "",
+        "Final / max of q' per chain: "
+        + "; ".join(f"{k}: {v[-1]:.0f} / {max(v):.0f}" for k, v in res["traces"].items()),
+        "",
+    ]
     return "\n".join(out)
 
 

@@ -21,14 +21,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sklearn.model_selection import StratifiedKFold  # noqa: E402
 
-from streamdp.records.datasets import load, skewed  # noqa: E402
 from streamdp.learners import DPEA  # noqa: E402
+from streamdp.records.datasets import load, skewed  # noqa: E402
 
 
 def main() -> int:
     warnings.simplefilter("ignore")
-    print(f"# python benchmarks/dpea_inner_releases.py; git {subprocess.getoutput('git rev-parse --short HEAD')}; "
-          f"load {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/dpea_inner_releases.py; git {subprocess.getoutput('git rev-parse --short HEAD')}; "
+        f"load {subprocess.getoutput('uptime')}"
+    )
     print("| dataset | embed_depth | epsilon | max_depth | combined | leaves only | difference (se) |")
     print("|---|---|---|---|---|---|---|")
     for name in ("congressional-voting", "nursery", "mushroom", "skewed", "tic-tac-toe"):
@@ -45,8 +47,11 @@ def main() -> int:
                         t.own_var = np.where(t.feature >= 0, 0.0, t.own_var)
                         b.append(np.mean(m.predict(ds.X[te]) == y[te]))
                 d = np.array(a) - np.array(b)
-                print(f"| {name} | {ed} | {eps:g} | {D} | {np.mean(a):.3f} | {np.mean(b):.3f} | "
-                      f"{d.mean():+.4f} ({d.std() / np.sqrt(d.size):.4f}) |", flush=True)
+                print(
+                    f"| {name} | {ed} | {eps:g} | {D} | {np.mean(a):.3f} | {np.mean(b):.3f} | "
+                    f"{d.mean():+.4f} ({d.std() / np.sqrt(d.size):.4f}) |",
+                    flush=True,
+                )
     print(f"\n# load at end {subprocess.getoutput('uptime')}")
     return 0
 

@@ -31,7 +31,10 @@ from pathlib import Path
 import numpy as np
 
 GRID = [  # (embed_depth, epsilon)
-    (1, 1.0), (1, 0.1), (2, 1.0), ("whole", 1.0),
+    (1, 1.0),
+    (1, 0.1),
+    (2, 1.0),
+    ("whole", 1.0),
 ]
 DATASETS = ("congressional-voting", "mushroom", "tic-tac-toe", "nursery", "skewed")  # skewed: issue 13's 4 classes
 DEPTHS = (2, 4, 6, 8)
@@ -47,30 +50,40 @@ def main() -> int:
     from sklearn.model_selection import StratifiedKFold
 
     import streamdp
-    from streamdp.records.datasets import load, skewed
     from streamdp.learners import DPEA, DiffPID3, SuLQID3
+    from streamdp.records.datasets import load, skewed
 
     if a.learner == "dpea":
-        grid = [(f"{ed}", eps, lambda sc, D, ed=ed, eps=eps: DPEA(sc, max_depth=D, embed_depth=ed, epsilon=eps))
-                for ed, eps in GRID]
+        grid = [
+            (f"{ed}", eps, lambda sc, D, ed=ed, eps=eps: DPEA(sc, max_depth=D, embed_depth=ed, epsilon=eps))
+            for ed, eps in GRID
+        ]
         depths, head = DEPTHS, "embed_depth"
     elif a.learner == "id3":
-        grid = [(lab, eps, make) for eps in (0.5, 1.0) for lab, make in (
-            ("SuLQ-ID3", lambda sc, D, eps=eps: SuLQID3(sc, epsilon=eps, max_depth=D)),
-            ("DiffPID3 max", lambda sc, D, eps=eps: DiffPID3(sc, epsilon=eps, max_depth=D, scorer="max")))]
+        grid = [
+            (lab, eps, make)
+            for eps in (0.5, 1.0)
+            for lab, make in (
+                ("SuLQ-ID3", lambda sc, D, eps=eps: SuLQID3(sc, epsilon=eps, max_depth=D)),
+                ("DiffPID3 max", lambda sc, D, eps=eps: DiffPID3(sc, epsilon=eps, max_depth=D, scorer="max")),
+            )
+        ]
         depths, head = (2, 4, 6, 10), "learner"
     else:
         from streamdp.learners import DiffPC45
 
-        grid = [("DiffPC4.5 gini", eps, lambda sc, D, eps=eps: DiffPC45(sc, epsilon=eps, max_depth=D))
-                for eps in (0.5, 1.0)]
+        grid = [
+            ("DiffPC4.5 gini", eps, lambda sc, D, eps=eps: DiffPC45(sc, epsilon=eps, max_depth=D)) for eps in (0.5, 1.0)
+        ]
         depths, head = (2, 4, 6, 10), "learner"
     datasets = DATASETS if a.learner != "c45" else ("congressional-voting", "nursery", "adult", "skewed")
 
     warnings.simplefilter("ignore")
     rev = subprocess.getoutput(f"git -C {a.root} rev-parse --short HEAD")
-    print(f"# python benchmarks/dpea_stopped_branches.py --learner {a.learner} --root {a.root} --runs {a.runs}; streamdp from "
-          f"{Path(streamdp.__file__).parent} at git {rev}; load {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/dpea_stopped_branches.py --learner {a.learner} --root {a.root} --runs {a.runs}; streamdp from "
+        f"{Path(streamdp.__file__).parent} at git {rev}; load {subprocess.getoutput('uptime')}"
+    )
     print(f"| dataset (majority) | {head} | epsilon | " + " | ".join(f"D={d}" for d in depths) + " |")
     print("|---|---|---|" + "---|" * len(depths))
     t0 = time.time()

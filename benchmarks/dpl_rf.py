@@ -26,9 +26,11 @@ try:
     from diffprivlib.models import RandomForestClassifier
     from diffprivlib.utils import PrivacyLeakWarning
 except ImportError as e:  # absent, or a scikit-learn it does not support
-    sys.exit(f"dpl_rf.py needs diffprivlib 0.6.6 with scikit-learn < 1.9 (this python has scikit-learn "
-             f"{sklearn.__version__}): {e}\n  python -m venv /tmp/dpl && /tmp/dpl/bin/pip install "
-             "'diffprivlib==0.6.6' 'scikit-learn>=1.3,<1.9' numpy")
+    sys.exit(
+        f"dpl_rf.py needs diffprivlib 0.6.6 with scikit-learn < 1.9 (this python has scikit-learn "
+        f"{sklearn.__version__}): {e}\n  python -m venv /tmp/dpl && /tmp/dpl/bin/pip install "
+        "'diffprivlib==0.6.6' 'scikit-learn>=1.3,<1.9' numpy"
+    )
 
 
 def main(jobs_path, out_path):
@@ -47,13 +49,28 @@ def main(jobs_path, out_path):
                 for run, fold in enumerate(folds):
                     for k in np.unique(fold):
                         tr, te = fold != k, fold == k
-                        clf = RandomForestClassifier(n_estimators=job["n_trees"], epsilon=e, bounds=bounds, classes=classes,
-                                                     max_depth=h, accountant=BudgetAccountant())
+                        clf = RandomForestClassifier(
+                            n_estimators=job["n_trees"],
+                            epsilon=e,
+                            bounds=bounds,
+                            classes=classes,
+                            max_depth=h,
+                            accountant=BudgetAccountant(),
+                        )
                         clf.fit(X[tr], y[tr])
                         acc = float((clf.predict(X[te]) == y[te]).mean())
-                        rows.append({"dataset": job["dataset"], "height": h, "eps": e, "run": run, "fold": int(k), "acc": acc})
-    json.dump({"rows": rows, "diffprivlib": diffprivlib.__version__, "sklearn": sklearn.__version__,
-               "runtime_s": time.time() - t0}, open(out_path, "w"))
+                        rows.append(
+                            {"dataset": job["dataset"], "height": h, "eps": e, "run": run, "fold": int(k), "acc": acc}
+                        )
+    json.dump(
+        {
+            "rows": rows,
+            "diffprivlib": diffprivlib.__version__,
+            "sklearn": sklearn.__version__,
+            "runtime_s": time.time() - t0,
+        },
+        open(out_path, "w"),
+    )
 
 
 if __name__ == "__main__":

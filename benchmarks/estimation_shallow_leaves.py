@@ -28,10 +28,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import estimation_variants  # noqa: E402
 from accuracy_height import data, split  # noqa: E402
 from fit_height_ceiling import DATASETS, EPS, heights_for  # noqa: E402
 
-import estimation_variants  # noqa: E402
 from streamdp.estimation import PRIOR_WEIGHT, ForestNodes  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
 
@@ -49,7 +49,9 @@ def grown(n: int, reps: int) -> None:
 
     from grow_ceiling import ceilings, encode, grown_forest, synthetic
 
-    print(f"| stream ({n:,} records, grown in 10 releases) | ceiling | height | before | now | paired difference (se) |")
+    print(
+        f"| stream ({n:,} records, grown in 10 releases) | ceiling | height | before | now | paired difference (se) |"
+    )
     print("|---|---|---|---|---|---|")
     for name in ("RandomTree cat8 d5", "RandomTree cat10 d7", "LED irrelevant, 10% noise"):
         gen, schema = synthetic(name, 1)
@@ -63,8 +65,11 @@ def grown(n: int, reps: int) -> None:
                 now.append(float((f.proba_from_leaves(leaves).argmax(axis=1) == yt).mean()))
                 old.append(float((before(f.estimation_nodes(), leaves).argmax(axis=1) == yt).mean()))
             d = np.array(now) - np.array(old)
-            print(f"| {name} | {label} | {h} | {np.mean(old):.3f} | {np.mean(now):.3f} | {d.mean():+.4f} "
-                  f"({d.std(ddof=1) / np.sqrt(d.size):.4f}) |", flush=True)
+            print(
+                f"| {name} | {label} | {h} | {np.mean(old):.3f} | {np.mean(now):.3f} | {d.mean():+.4f} "
+                f"({d.std(ddof=1) / np.sqrt(d.size):.4f}) |",
+                flush=True,
+            )
 
 
 def main(argv=None) -> int:
@@ -76,15 +81,21 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     t0 = time.time()
     if args.grown:
-        print(f"# python benchmarks/estimation_shallow_leaves.py --grown {args.grown} --reps {args.reps}; git "
-              f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+        print(
+            f"# python benchmarks/estimation_shallow_leaves.py --grown {args.grown} --reps {args.reps}; git "
+            f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}"
+        )
         grown(args.grown, args.reps)
         print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
         return 0
-    print(f"# python benchmarks/estimation_shallow_leaves.py --reps {args.reps}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
-    print("| dataset | epsilon | heights | majority | before: tallest | now: tallest | before: mean over heights | "
-          "now: mean over heights | paired difference, all heights (se) | settings now worse by > 0.01 |")
+    print(
+        f"# python benchmarks/estimation_shallow_leaves.py --reps {args.reps}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}"
+    )
+    print(
+        "| dataset | epsilon | heights | majority | before: tallest | now: tallest | before: mean over heights | "
+        "now: mean over heights | paired difference, all heights (se) | settings now worse by > 0.01 |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name in args.datasets.split(","):
         schema, X, y = data(name)
@@ -106,11 +117,13 @@ def main(argv=None) -> int:
             diff = np.array([a - b for h in heights for a, b in zip(acc["now"][h], acc["before"][h])])
             per = [np.mean(acc["now"][h]) - np.mean(acc["before"][h]) for h in heights]
             tall = heights[-1]
-            print(f"| {name} | {eps:g} | 1-{tall} | {np.mean(majority):.3f} | {np.mean(acc['before'][tall]):.3f} | "
-                  f"{np.mean(acc['now'][tall]):.3f} | {np.mean([np.mean(v) for v in acc['before'].values()]):.3f} | "
-                  f"{np.mean([np.mean(v) for v in acc['now'].values()]):.3f} | {diff.mean():+.4f} "
-                  f"({diff.std(ddof=1) / np.sqrt(diff.size):.4f}) | {sum(d < -0.01 for d in per)} of {len(heights)} |",
-                  flush=True)
+            print(
+                f"| {name} | {eps:g} | 1-{tall} | {np.mean(majority):.3f} | {np.mean(acc['before'][tall]):.3f} | "
+                f"{np.mean(acc['now'][tall]):.3f} | {np.mean([np.mean(v) for v in acc['before'].values()]):.3f} | "
+                f"{np.mean([np.mean(v) for v in acc['now'].values()]):.3f} | {diff.mean():+.4f} "
+                f"({diff.std(ddof=1) / np.sqrt(diff.size):.4f}) | {sum(d < -0.01 for d in per)} of {len(heights)} |",
+                flush=True,
+            )
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
     return 0
 

@@ -35,9 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from test_estimation import _data  # noqa: E402
+
 import streamdp.estimation as E  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
-from test_estimation import _data  # noqa: E402
 
 BASE = E.PRIOR_WEIGHT
 
@@ -85,8 +86,10 @@ def sure_weight(nodes: E.ForestNodes) -> float:
     pp = pp / np.maximum(pp.sum(1, keepdims=True), 1e-9)
     s2 = (var[i] / C)[:, None] / ti**2
     dev2 = (y[i] / ti - pp) ** 2
-    risks = [(((1 - lam) ** 2 * dev2 + 2 * s2 * lam - s2) * ti).sum()
-             for lam in (ti / (ti + w * var[i][:, None] / ti + 1) for w in SURE_GRID)]
+    risks = [
+        (((1 - lam) ** 2 * dev2 + 2 * s2 * lam - s2) * ti).sum()
+        for lam in (ti / (ti + w * var[i][:, None] / ti + 1) for w in SURE_GRID)
+    ]
     return float(SURE_GRID[int(np.argmin(risks))])
 
 
@@ -98,8 +101,7 @@ def slab_step(Y: np.ndarray, V: np.ndarray, p: np.ndarray, spread2: float = 0.06
     pc = np.clip(p, 1e-6, 1)
     s2 = np.maximum(V, 0)[:, None] / C + t * pc * (1 - pc)
     slab = t**2 * spread2
-    llr = ((0.5 * np.log(s2 / (s2 + slab)) + 0.5 * (Y - t * pc) ** 2 * (1 / s2 - 1 / (s2 + slab))).sum(1)
-           * (C - 1) / C)
+    llr = (0.5 * np.log(s2 / (s2 + slab)) + 0.5 * (Y - t * pc) ** 2 * (1 / s2 - 1 / (s2 + slab))).sum(1) * (C - 1) / C
     w = 1 / (1 + np.exp(-np.clip(llr, -50, 50)))
     return w[:, None] * q + (1 - w[:, None]) * p
 
@@ -107,7 +109,7 @@ def slab_step(Y: np.ndarray, V: np.ndarray, p: np.ndarray, spread2: float = 0.06
 def proba(nodes: E.ForestNodes, leaves: np.ndarray, weight, step=None) -> np.ndarray:
     """ForestNodes.path_proba with the weight ``weight(depth)`` in place of PRIOR_WEIGHT at each depth (the rule
     before shallower leaves were pooled at deeper depths: the same on this script's drawn trees of one height)."""
-    leaves = leaves[:, :nodes.leaf_node.shape[0]]
+    leaves = leaves[:, : nodes.leaf_node.shape[0]]
     n, T = leaves.shape
     C = nodes.y.shape[1]
     node = nodes.leaf_node[np.arange(T)[None, :], leaves]
@@ -141,13 +143,17 @@ def main() -> None:
     warnings.simplefilter("ignore")
     schema, X, y = _data(a.dataset)
     perm = np.random.default_rng(0).permutation(len(y))
-    te, tr = perm[: len(y) // 3], perm[len(y) // 3:]
+    te, tr = perm[: len(y) // 3], perm[len(y) // 3 :]
     majority = np.bincount(y[te]).max() / len(te)
-    lines = [f"## {a.dataset}: majority {majority:.3f}, {a.draws} draws per cell; load "
-             + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    lines = [
+        f"## {a.dataset}: majority {majority:.3f}, {a.draws} draws per cell; load "
+        + subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    ]
     names = ["pw8", "pw16", "pw32", "pw64", "eb", "depth", "sure", "slab"]
-    lines += ["| height | eps | " + " | ".join(f"{k} mean (min)" for k in names) + " |",
-              "|---" * (len(names) + 2) + "|"]
+    lines += [
+        "| height | eps | " + " | ".join(f"{k} mean (min)" for k in names) + " |",
+        "|---" * (len(names) + 2) + "|",
+    ]
     print(lines[0], flush=True)
     for h in a.heights:
         for eps in a.eps:
@@ -160,9 +166,16 @@ def main() -> None:
                 C = schema.n_classes
                 tau = eb_tau2(nodes)
                 w_sure = sure_weight(nodes)
-                rules = {"pw8": lambda _: 8.0, "pw16": lambda _: 16.0, "pw32": lambda _: 32.0,
-                         "pw64": lambda _: 64.0, "eb": lambda d: 1.0 / (C * tau[d]), "depth": lambda d: BASE * d,
-                         "sure": lambda _: w_sure, "slab": lambda _: BASE}
+                rules = {
+                    "pw8": lambda _: 8.0,
+                    "pw16": lambda _: 16.0,
+                    "pw32": lambda _: 32.0,
+                    "pw64": lambda _: 64.0,
+                    "eb": lambda d: 1.0 / (C * tau[d]),
+                    "depth": lambda d: BASE * d,
+                    "sure": lambda _: w_sure,
+                    "slab": lambda _: BASE,
+                }
                 for k in names:
                     step = slab_step if k == "slab" else None
                     acc[k].append(float((proba(nodes, leaves, rules[k], step).argmax(1) == y[te]).mean()))

@@ -55,15 +55,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.time()
-    print(f"# python benchmarks/floor_draws.py --reps {args.reps} --datasets {args.datasets} --max-height "
-          f"{args.max_height}; git {subprocess.getoutput('git rev-parse --short HEAD')}; load "
-          f"{subprocess.getoutput('uptime')}")
-    print("# per height: mean accuracy - floor (+- its standard error), share of draws below the floor; "
-          "floor = majority share of the hold-out third - 0.01")
+    print(
+        f"# python benchmarks/floor_draws.py --reps {args.reps} --datasets {args.datasets} --max-height "
+        f"{args.max_height}; git {subprocess.getoutput('git rev-parse --short HEAD')}; load "
+        f"{subprocess.getoutput('uptime')}"
+    )
+    print(
+        "# per height: mean accuracy - floor (+- its standard error), share of draws below the floor; "
+        "floor = majority share of the hold-out third - 0.01"
+    )
     for name in args.datasets.split(","):
         schema, X, y = data(name)
         perm = np.random.default_rng(0).permutation(len(y))
-        te, tr = perm[: len(y) // 3], perm[len(y) // 3:]
+        te, tr = perm[: len(y) // 3], perm[len(y) // 3 :]
         floor = np.bincount(y[te]).max() / len(te) - 0.01
         heights = heights_for(schema, args.max_height)
         print(f"\n## {name} (floor {floor:.3f}, {len(tr)} training records)\n")

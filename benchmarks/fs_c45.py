@@ -31,12 +31,12 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from common import append_runtime, machine, sh, write_keeping_reading  # noqa: E402
 
-from common import write_keeping_reading, append_runtime, machine, sh  # noqa: E402
 from streamdp import Schema
-from streamdp.records.datasets import load
 from streamdp.learners.c45 import DiffPC45
 from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.records.datasets import load
 
 warnings.simplefilter("ignore", NotPrivateWarning)
 OUT = Path(__file__).parent / "results"
@@ -91,14 +91,17 @@ def experiment_numeric(sizes, runs: int, scorers, B: float = 0.2) -> dict:
             for _ in range(runs):
                 X, y = sample35(n, rng)
                 for prune in (True, False):
-                    m = DiffPC45(sn, epsilon=B, max_depth=1, scorer=scorer, n_bound=nb, prune=prune, top_up=False).fit(X, y)
+                    m = DiffPC45(sn, epsilon=B, max_depth=1, scorer=scorer, n_bound=nb, prune=prune, top_up=False).fit(
+                        X, y
+                    )
                     acc[f"DiffPC4.5 ({'pruned' if prune else 'unpruned'})"].append(m.score(Xte, yte))
                 m = diffpid3(sb, B, scorer, nb).fit(binned(X), y)
                 acc["10 bins + DiffPID3"].append(m.score(Xte_b, yte))
             for k, v in acc.items():
                 res.setdefault(scorer, {}).setdefault(k, {})[str(n)] = (float(np.mean(v)), float(np.std(v)))
-            print(f"[numeric] {scorer} n={n}: " + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in acc.items()),
-                  flush=True)
+            print(
+                f"[numeric] {scorer} n={n}: " + ", ".join(f"{k} {np.mean(v):.3f}" for k, v in acc.items()), flush=True
+            )
     return res
 
 
@@ -129,16 +132,23 @@ def experiment_adult(budgets, scorers, repeats: int, k: int = 10) -> dict:
                     for i in range(k):
                         te = fold[i]
                         tr = np.concatenate([fold[j] for j in range(k) if j != i])
-                        m = DiffPC45(ds.schema, epsilon=B, max_depth=5, scorer=scorer, n_bound=50000, top_up=False,
-                                     prune=prune).fit(ds.X[tr], ds.y[tr])
+                        m = DiffPC45(
+                            ds.schema, epsilon=B, max_depth=5, scorer=scorer, n_bound=50000, top_up=False, prune=prune
+                        ).fit(ds.X[tr], ds.y[tr])
                         accs.append(m.score(ds.X[te], ds.y[te]))
                         sizes.append(reachable(m.trees_[0]))
-                    cell = res.setdefault(scorer, {}).setdefault(str(prune), {}).setdefault(
-                        str(B), {"folds": [], "nodes": []})
+                    cell = (
+                        res.setdefault(scorer, {})
+                        .setdefault(str(prune), {})
+                        .setdefault(str(B), {"folds": [], "nodes": []})
+                    )
                     cell["folds"] += [float(a) for a in accs]
                     cell["nodes"] += sizes
-                    print(f"[adult] rep {r} {scorer} B={B} prune={prune}: {np.mean(accs):.4f} "
-                          f"(fold std {np.std(accs):.4f}, {np.mean(sizes):.0f} nodes)", flush=True)
+                    print(
+                        f"[adult] rep {r} {scorer} B={B} prune={prune}: {np.mean(accs):.4f} "
+                        f"(fold std {np.std(accs):.4f}, {np.mean(sizes):.0f} nodes)",
+                        flush=True,
+                    )
     return res
 
 
@@ -154,8 +164,17 @@ def runtime(reps: int) -> list[dict]:
                 m = DiffPC45(ds.schema, epsilon=B, max_depth=5, scorer="gini", top_up=False).fit(ds.X, ds.y)
                 times.append(time.perf_counter() - t)
                 nodes.append(m.trees_[0].n_nodes)
-            rows.append({"dataset": name, "rows": len(ds.y), "epsilon": B, "median_s": float(np.median(times)),
-                         "min_s": float(np.min(times)), "nodes_grown": int(np.median(nodes)), "reps": reps})
+            rows.append(
+                {
+                    "dataset": name,
+                    "rows": len(ds.y),
+                    "epsilon": B,
+                    "median_s": float(np.median(times)),
+                    "min_s": float(np.min(times)),
+                    "nodes_grown": int(np.median(nodes)),
+                    "reps": reps,
+                }
+            )
             print(f"[runtime] {name} B={B}: {np.median(times):.3f} s", flush=True)
     return rows
 
@@ -172,8 +191,14 @@ def plot(info: dict, path: Path) -> None:
     for ax, (scorer, methods) in zip(axes, num.items()):
         for meth, by_n in methods.items():
             ns = sorted(int(n) for n in by_n)
-            ax.errorbar(ns, [by_n[str(n)][0] for n in ns], yerr=[by_n[str(n)][1] / np.sqrt(info["runs"]) for n in ns],
-                        marker="o", capsize=2, label=meth)
+            ax.errorbar(
+                ns,
+                [by_n[str(n)][0] for n in ns],
+                yerr=[by_n[str(n)][1] / np.sqrt(info["runs"]) for n in ns],
+                marker="o",
+                capsize=2,
+                label=meth,
+            )
         ax.set_xscale("log")
         ax.set_xlabel("training records")
         ax.set_ylabel("test accuracy")
@@ -183,8 +208,13 @@ def plot(info: dict, path: Path) -> None:
     for scorer, by_p in adult.items():
         for prune, by_b in by_p.items():
             bs = [float(b) for b in by_b]
-            ax.plot(bs, [np.mean(v["folds"]) for v in by_b.values()], marker="o", ls="-" if prune == "True" else "--",
-                    label=f"{scorer} {'pruned' if prune == 'True' else 'unpruned'}")
+            ax.plot(
+                bs,
+                [np.mean(v["folds"]) for v in by_b.values()],
+                marker="o",
+                ls="-" if prune == "True" else "--",
+                label=f"{scorer} {'pruned' if prune == 'True' else 'unpruned'}",
+            )
     ax.set_xscale("log")
     ax.set_xlabel("B")
     ax.set_ylabel("10-fold CV accuracy")
@@ -195,52 +225,90 @@ def plot(info: dict, path: Path) -> None:
 
 
 def write_md(info: dict, path: Path) -> None:
-    L = ["# DiffPC4.5 (Friedman & Schuster): evidence", "",
-         "Produced by `python benchmarks/fs_c45.py`" + (" --quick" if info["quick"] else "") + ".", "",
-         "## Machine", "",
-         f"- `uname -a`: `{info['machine']['uname']}`",
-         f"- nproc: {info['machine']['nproc']}; CPU: {info['machine']['cpu']}; Python {info['machine']['python']}",
-         f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
-         f"- wall time of the script: {info['wall_s']:.0f} s", "",
-         "## 1. Numeric split at 35 on [0, 100] vs 10-bin discretisation (Friedman & Schuster Figure 5)", "",
-         f"B = 0.2, learners of depth 1, p_noise = 0, noiseless test set of 10,000 records; {info['runs']} runs "
-         "per size (paper: 200; cut for time). Mean accuracy ± std over runs. "
-         + ("DiffPID3 is streamdp.learners.DiffPID3." if info["have_id3"] else
-            "DiffPID3 = DiffPC45(prune=False) on the all-categorical (binned) schema, the same algorithm "
-            "(streamdp.learners.id3 had not landed)."), ""]
+    L = [
+        "# DiffPC4.5 (Friedman & Schuster): evidence",
+        "",
+        "Produced by `python benchmarks/fs_c45.py`" + (" --quick" if info["quick"] else "") + ".",
+        "",
+        "## Machine",
+        "",
+        f"- `uname -a`: `{info['machine']['uname']}`",
+        f"- nproc: {info['machine']['nproc']}; CPU: {info['machine']['cpu']}; Python {info['machine']['python']}",
+        f"- load at start: `{info['uptime_start']}`; at end: `{info['uptime_end']}`",
+        f"- wall time of the script: {info['wall_s']:.0f} s",
+        "",
+        "## 1. Numeric split at 35 on [0, 100] vs 10-bin discretisation (Friedman & Schuster Figure 5)",
+        "",
+        f"B = 0.2, learners of depth 1, p_noise = 0, noiseless test set of 10,000 records; {info['runs']} runs "
+        "per size (paper: 200; cut for time). Mean accuracy ± std over runs. "
+        + (
+            "DiffPID3 is streamdp.learners.DiffPID3."
+            if info["have_id3"]
+            else "DiffPID3 = DiffPC45(prune=False) on the all-categorical (binned) schema, the same algorithm "
+            "(streamdp.learners.id3 had not landed)."
+        ),
+        "",
+    ]
     for scorer, methods in info["numeric"].items():
         ns = sorted({int(n) for by_n in methods.values() for n in by_n})
-        L += [f"Scorer **{scorer}**:", "", "| method | " + " | ".join(str(n) for n in ns) + " |",
-              "|---|" + "---|" * len(ns)]
+        L += [
+            f"Scorer **{scorer}**:",
+            "",
+            "| method | " + " | ".join(str(n) for n in ns) + " |",
+            "|---|" + "---|" * len(ns),
+        ]
         for meth, by_n in methods.items():
             L.append(f"| {meth} | " + " | ".join(f"{by_n[str(n)][0]:.3f} ± {by_n[str(n)][1]:.3f}" for n in ns) + " |")
         L.append("")
-    L += ["Paper (text of Friedman & Schuster): for smaller training sets the budget saved by discretising gives better "
-          "accuracy; for larger sets the exponential mechanism over ranges finds split points better than "
-          "the discrete case (whose best tree caps at 95% here: the bin [30, 40) straddles 35).", "",
-          "## 2. Adult, depth <= 5", "",
-          f"45,222 rows (missing dropped), 10-fold CV x {info['repeats']} (paper: 10 x 10-fold)"
-          + (f" (this section rerun alone in {info['adult_run']['seconds']:.0f} s; load at start "
-             f"`{info['adult_run']['uptime_start']}`, at end `{info['adult_run']['uptime_end']}`)" if "adult_run" in info
-             else "") + ", "
-          "n_bound = 50,000 for InfoGain. Mean CV accuracy ± std over folds; in brackets the mean number of "
-          "nodes reachable in the fitted tree.", ""]
+    L += [
+        "Paper (text of Friedman & Schuster): for smaller training sets the budget saved by discretising gives better "
+        "accuracy; for larger sets the exponential mechanism over ranges finds split points better than "
+        "the discrete case (whose best tree caps at 95% here: the bin [30, 40) straddles 35).",
+        "",
+        "## 2. Adult, depth <= 5",
+        "",
+        f"45,222 rows (missing dropped), 10-fold CV x {info['repeats']} (paper: 10 x 10-fold)"
+        + (
+            f" (this section rerun alone in {info['adult_run']['seconds']:.0f} s; load at start "
+            f"`{info['adult_run']['uptime_start']}`, at end `{info['adult_run']['uptime_end']}`)"
+            if "adult_run" in info
+            else ""
+        )
+        + ", "
+        "n_bound = 50,000 for InfoGain. Mean CV accuracy ± std over folds; in brackets the mean number of "
+        "nodes reachable in the fitted tree.",
+        "",
+    ]
     adult = info["adult"]
     budgets = list(next(iter(next(iter(adult.values())).values())).keys())
     L += ["| scorer | pruning | " + " | ".join(f"B={b}" for b in budgets) + " |", "|---|---|" + "---|" * len(budgets)]
     for scorer, by_p in adult.items():
         for prune, by_b in by_p.items():
-            L.append(f"| {scorer} | {'yes' if prune == 'True' else 'no'} | "
-                     + " | ".join(f"{np.mean(by_b[b]['folds']):.4f} ± {np.std(by_b[b]['folds']):.4f} "
-                                  f"[{np.mean(by_b[b]['nodes']):.0f}]" for b in budgets) + " |")
-    L += ["", "Paper (Friedman & Schuster, Figure 8; numbers are only in the figure, the text says): Max significantly "
-          "better than Gini, both significantly better than InfoGain in most runs; every scorer improves "
-          "significantly as B grows; typical std of accuracy ±0.5%. Majority class: 75.2%.", "",
-          "## 3. Runtime of one DiffPC45 fit (depth 5, gini, whole dataset)", "",
-          "| dataset | rows | B | median s | min s | nodes grown | reps |", "|---|---|---|---|---|---|---|"]
+            L.append(
+                f"| {scorer} | {'yes' if prune == 'True' else 'no'} | "
+                + " | ".join(
+                    f"{np.mean(by_b[b]['folds']):.4f} ± {np.std(by_b[b]['folds']):.4f} "
+                    f"[{np.mean(by_b[b]['nodes']):.0f}]"
+                    for b in budgets
+                )
+                + " |"
+            )
+    L += [
+        "",
+        "Paper (Friedman & Schuster, Figure 8; numbers are only in the figure, the text says): Max significantly "
+        "better than Gini, both significantly better than InfoGain in most runs; every scorer improves "
+        "significantly as B grows; typical std of accuracy ±0.5%. Majority class: 75.2%.",
+        "",
+        "## 3. Runtime of one DiffPC45 fit (depth 5, gini, whole dataset)",
+        "",
+        "| dataset | rows | B | median s | min s | nodes grown | reps |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in info["runtime"]:
-        L.append(f"| {r['dataset']} | {r['rows']} | {r['epsilon']} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
-                 f"{r['nodes_grown']} | {r['reps']} |")
+        L.append(
+            f"| {r['dataset']} | {r['rows']} | {r['epsilon']} | {r['median_s']:.3f} | {r['min_s']:.3f} | "
+            f"{r['nodes_grown']} | {r['reps']} |"
+        )
     L += ["", "![plots](fs_c45.png)", ""]
     write_keeping_reading(path, L)
 
@@ -248,16 +316,21 @@ def write_md(info: dict, path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--adult-only", type=int, metavar="REPEATS",
-                    help="rerun only the Adult CV with this many 10-fold repeats; keep the other results")
+    ap.add_argument(
+        "--adult-only",
+        type=int,
+        metavar="REPEATS",
+        help="rerun only the Adult CV with this many 10-fold repeats; keep the other results",
+    )
     args = ap.parse_args()
     t0 = time.time()
     if args.adult_only:
         info = json.loads((OUT / "fs_c45.json").read_text())
         info["repeats"] = args.adult_only
         info["adult_run"] = {"uptime_start": sh("uptime")}
-        info["adult"] = experiment_adult([float(b) for b in next(iter(info["adult"].values()))["True"]],
-                                         list(info["adult"]), args.adult_only)
+        info["adult"] = experiment_adult(
+            [float(b) for b in next(iter(info["adult"].values()))["True"]], list(info["adult"]), args.adult_only
+        )
         info["adult_run"].update(uptime_end=sh("uptime"), seconds=time.time() - t0)
         (OUT / "fs_c45.json").write_text(json.dumps(info, indent=1, default=str))
         write_md(info, OUT / "fs_c45.md")
@@ -282,9 +355,21 @@ def main() -> None:
     write_md(info, OUT / f"fs_c45{suffix}.md")
     plot(info, OUT / f"fs_c45{suffix}.png")
     if not args.quick:
-        append_runtime(OUT / "learners_runtime.md", [
-            {"learner": "DiffPC45", "dataset": r["dataset"], "rows": r["rows"], "median_s": r["median_s"],
-             "params": f"eps={r['epsilon']}, depth 5, gini, prune"} for r in info["runtime"]], info, "benchmarks/fs_c45.py")
+        append_runtime(
+            OUT / "learners_runtime.md",
+            [
+                {
+                    "learner": "DiffPC45",
+                    "dataset": r["dataset"],
+                    "rows": r["rows"],
+                    "median_s": r["median_s"],
+                    "params": f"eps={r['epsilon']}, depth 5, gini, prune",
+                }
+                for r in info["runtime"]
+            ],
+            info,
+            "benchmarks/fs_c45.py",
+        )
     print(f"done in {time.time() - t0:.0f} s")
 
 

@@ -36,22 +36,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from river.datasets import synth  # noqa: E402
 
 from streamdp import PrivateForest  # noqa: E402
+from streamdp.forest.structure import ceiling_height, max_possible_leaves  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.river import uci  # noqa: E402
-from streamdp.forest.structure import ceiling_height, max_possible_leaves  # noqa: E402
 
 LENGTHS = (1_000, 10_000, 100_000, 1_000_000)
 
 
 def synthetic(name: str, seed: int):
     if name == "RandomTree cat8 d5":
-        return synth.RandomTree(seed_tree=7, seed_sample=seed, n_classes=2, n_num_features=0, n_cat_features=8,
-                                n_categories_per_feature=3, max_tree_depth=5, first_leaf_level=2), \
-            rs.random_tree_schema(2, 0, 8, 3)
+        return synth.RandomTree(
+            seed_tree=7,
+            seed_sample=seed,
+            n_classes=2,
+            n_num_features=0,
+            n_cat_features=8,
+            n_categories_per_feature=3,
+            max_tree_depth=5,
+            first_leaf_level=2,
+        ), rs.random_tree_schema(2, 0, 8, 3)
     if name == "RandomTree cat10 d7":
-        return synth.RandomTree(seed_tree=11, seed_sample=seed, n_classes=3, n_num_features=0, n_cat_features=10,
-                                n_categories_per_feature=3, max_tree_depth=7, first_leaf_level=3), \
-            rs.random_tree_schema(3, 0, 10, 3)
+        return synth.RandomTree(
+            seed_tree=11,
+            seed_sample=seed,
+            n_classes=3,
+            n_num_features=0,
+            n_cat_features=10,
+            n_categories_per_feature=3,
+            max_tree_depth=7,
+            first_leaf_level=3,
+        ), rs.random_tree_schema(3, 0, 10, 3)
     if name == "LED irrelevant, 10% noise":
         return synth.LED(seed=seed, noise_percentage=0.1, irrelevant_features=True), rs.led_schema(True)
     raise KeyError(name)
@@ -81,8 +95,11 @@ def ceilings(schema) -> dict:
     tall = 1
     while tall < schema.n_attributes and max_possible_leaves(schema, tall + 1) <= 2**14:
         tall += 1
-    return {"half": PrivateForest.create(schema, n_trees=10, epsilon=1.0).height, "ceiling": ceiling_height(schema),
-            "tall": tall}
+    return {
+        "half": PrivateForest.create(schema, n_trees=10, epsilon=1.0).height,
+        "ceiling": ceiling_height(schema),
+        "tall": tall,
+    }
 
 
 def grown_forest(schema, X, y, height: int) -> PrivateForest:
@@ -106,8 +123,10 @@ def main() -> int:
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     t0 = time.time()
-    print(f"# python benchmarks/grow_ceiling.py --draws {a.draws} --max-n {a.max_n}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/grow_ceiling.py --draws {a.draws} --max-n {a.max_n}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}"
+    )
     print("| stream | records | majority | half: accuracy mean (min), depth | ceiling | tall |")
     print("|---|---|---|---|---|---|", flush=True)
     for name, schema, X, y, Xt, yt, lengths in streams(a.max_n):

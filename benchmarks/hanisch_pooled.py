@@ -42,8 +42,10 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")
     t0 = time.time()
     print(f"# {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
-    print(f"# {args.reps} hold-out thirds per setting (split seeds 0..reps-1), 10 trees, prior_trees=1; "
-          "mean accuracy (standard error); the floor is the majority share of the test third - 0.01")
+    print(
+        f"# {args.reps} hold-out thirds per setting (split seeds 0..reps-1), 10 trees, prior_trees=1; "
+        "mean accuracy (standard error); the floor is the majority share of the test third - 0.01"
+    )
     summary = {"leaf": [], "shrink": [], "pooled": []}
     for name in args.datasets.split(","):
         schema, X, y = data(name)
@@ -61,24 +63,38 @@ def main(argv=None) -> int:
                     tr, te = split(len(y), np.random.default_rng(rep))
                     maj = np.bincount(y[te], minlength=schema.n_classes).max() / len(te)
                     m = HanischForest(schema, epsilon=eps, max_depth=d, n_trees=10).fit(Xr[tr], yr[tr])
-                    for column, vote, estimator in (("leaf", "majority", "leaf"), ("shrink", "majority", "shrink"),
-                                                    ("pooled", "proba", "shrink")):
+                    for column, vote, estimator in (
+                        ("leaf", "majority", "leaf"),
+                        ("shrink", "majority", "shrink"),
+                        ("pooled", "proba", "shrink"),
+                    ):
                         m.set_params(vote=vote)
                         m.estimator = estimator
                         acc[column].append(float(m.score(Xr[te], yr[te])) - maj)
                 for k, v in acc.items():
                     summary[k].append(np.mean(v))
                     below[k] = int(np.mean(v) < -0.01)
-                print(f"{name} depth {d} eps {eps:g}: " + "  ".join(
-                    f"{k} {np.mean(v):+.3f} ({np.std(v) / np.sqrt(len(v)):.3f}){' BELOW' if below[k] else ''}"
-                    for k, v in acc.items()), flush=True)
-    print("# accuracy minus the majority share, mean over settings: " + ", ".join(
-        f"{k} {np.mean(v):+.4f}" for k, v in summary.items()))
-    print("# settings whose mean is below the floor: " + ", ".join(
-        f"{k} {sum(x < -0.01 for x in v)} of {len(v)}" for k, v in summary.items()))
-    print("# settings where pooled beats shrink by more than 0.01: "
-          f"{sum(a - b > 0.01 for a, b in zip(summary['pooled'], summary['shrink']))}, loses by more than 0.01: "
-          f"{sum(b - a > 0.01 for a, b in zip(summary['pooled'], summary['shrink']))}")
+                print(
+                    f"{name} depth {d} eps {eps:g}: "
+                    + "  ".join(
+                        f"{k} {np.mean(v):+.3f} ({np.std(v) / np.sqrt(len(v)):.3f}){' BELOW' if below[k] else ''}"
+                        for k, v in acc.items()
+                    ),
+                    flush=True,
+                )
+    print(
+        "# accuracy minus the majority share, mean over settings: "
+        + ", ".join(f"{k} {np.mean(v):+.4f}" for k, v in summary.items())
+    )
+    print(
+        "# settings whose mean is below the floor: "
+        + ", ".join(f"{k} {sum(x < -0.01 for x in v)} of {len(v)}" for k, v in summary.items())
+    )
+    print(
+        "# settings where pooled beats shrink by more than 0.01: "
+        f"{sum(a - b > 0.01 for a, b in zip(summary['pooled'], summary['shrink']))}, loses by more than 0.01: "
+        f"{sum(b - a > 0.01 for a, b in zip(summary['pooled'], summary['shrink']))}"
+    )
     print(f"# {time.time() - t0:.0f} s; {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
     return 0
 

@@ -41,8 +41,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.time()
-    print(f"# python benchmarks/hanisch_prior.py --reps {args.reps} --datasets {args.datasets}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/hanisch_prior.py --reps {args.reps} --datasets {args.datasets}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}"
+    )
     print("# per cell: mean(accuracy - majority) (standard error) share of fits below majority - 0.01")
     print("| dataset | depth | epsilon | " + " | ".join(f"prior_trees={p}" for p in STUMPS) + " | paired difference |")
     print("|---|---|---|" + "---|" * (len(STUMPS) + 1))
@@ -57,8 +59,9 @@ def main(argv=None) -> int:
                     majority = np.bincount(y[te]).max() / len(te)
                     for p in STUMPS:
                         m = _fit(schema, X[tr], y[tr], eps, depth, p)
-                        gaps[p].append(float((m.predict_proba_encoded(X[te]).argmax(axis=1) == y[te]).mean())
-                                       - majority)
+                        gaps[p].append(
+                            float((m.predict_proba_encoded(X[te]).argmax(axis=1) == y[te]).mean()) - majority
+                        )
                 cells = []
                 for p in STUMPS:
                     g = np.array(gaps[p])
@@ -67,8 +70,10 @@ def main(argv=None) -> int:
                 d = np.array(gaps[1]) - np.array(gaps[0])
                 cells.append(f"{d.mean():+.3f} ({d.std() / np.sqrt(len(d)):.3f})")
                 print(f"| {name} | {depth} | {eps:g} | " + " | ".join(cells) + " |", flush=True)
-    print("# mean over settings of (accuracy - majority): "
-          + ", ".join(f"prior_trees={p} {np.mean(v):+.4f}" for p, v in over.items()))
+    print(
+        "# mean over settings of (accuracy - majority): "
+        + ", ".join(f"prior_trees={p} {np.mean(v):+.4f}" for p, v in over.items())
+    )
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
     return 0
 

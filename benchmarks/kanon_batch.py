@@ -37,22 +37,34 @@ def main() -> None:
         for rep in range(3):
             f = PrivateForest.create(ds.schema, n_trees=T, height=h, epsilon=eps, mechanism="kanon", k=k, beta=beta)
             for s in range(0, len(y), B):
-                f.update(X[s:s + B], y[s:s + B])
+                f.update(X[s : s + B], y[s : s + B])
             kept.append(float(f.counts.sum()) / (beta * len(y) * T))
             acc.append(float(np.mean(f.predict(X) == y)))
         rows.append({"batch_size": B, "kept_fraction": float(np.mean(kept)), "accuracy": float(np.mean(acc))})
         print(rows[-1], flush=True)
-    machine = {"uname": " ".join(platform.uname()), "nproc": os.cpu_count(),
-               "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    machine = {
+        "uname": " ".join(platform.uname()),
+        "nproc": os.cpu_count(),
+        "uptime": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
+        "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     with open(os.path.join(OUT, "kanon_batch.json"), "w") as fh:
-        json.dump({"machine": machine, "k": k, "beta": beta, "epsilon": eps, "n_trees": T, "height": h,
-                   "rows": rows}, fh, indent=1)
-    lines = ["# k-anonymity mode: what the threshold keeps, by batch size (benchmarks/kanon_batch.py)", "",
-             f"Nursery, {T} trees, height {h}, k={k}, beta={beta}, epsilon={eps}; 3 repeats; {machine['when']}; "
-             f"`{machine['uptime']}`.", "",
-             "kept = released mass / expected sampled mass (beta x records x trees).", "",
-             "| batch size | kept fraction | training accuracy |", "|---|---|---|"]
+        json.dump(
+            {"machine": machine, "k": k, "beta": beta, "epsilon": eps, "n_trees": T, "height": h, "rows": rows},
+            fh,
+            indent=1,
+        )
+    lines = [
+        "# k-anonymity mode: what the threshold keeps, by batch size (benchmarks/kanon_batch.py)",
+        "",
+        f"Nursery, {T} trees, height {h}, k={k}, beta={beta}, epsilon={eps}; 3 repeats; {machine['when']}; "
+        f"`{machine['uptime']}`.",
+        "",
+        "kept = released mass / expected sampled mass (beta x records x trees).",
+        "",
+        "| batch size | kept fraction | training accuracy |",
+        "|---|---|---|",
+    ]
     lines += [f"| {r['batch_size']:,} | {r['kept_fraction']:.3f} | {r['accuracy']:.3f} |" for r in rows]
     with open(os.path.join(OUT, "kanon_batch.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")

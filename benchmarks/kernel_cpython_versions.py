@@ -9,16 +9,27 @@ is compensated).
 Reads shrink_one / path_proba_one / _path_proba_two and the constants from estimation.py's source
 (no import: it needs numpy) and compares 20,000 random sums and 20,000 random chains (2, 3, 7, 10 classes).
 """
-import ast, math, random, sys
+
+import ast
+import math
+import random
+import sys
+
 src = open(sys.argv[1]).read()
 tree = ast.parse(src)
 ns = {"math": math, "SNR_MIN": 3.0, "PRIOR_WEIGHT": 8.0, "MIN_WEIGHT": 1.0}
 for node in tree.body:
-    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id in ("SNR_MIN", "PRIOR_WEIGHT", "MIN_WEIGHT"):
+    if (
+        isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in ("SNR_MIN", "PRIOR_WEIGHT", "MIN_WEIGHT")
+    ):
         exec(compile(ast.Module([node], []), "est", "exec"), ns)
     if isinstance(node, ast.FunctionDef) and node.name in ("shrink_one", "path_proba_one", "_path_proba_two"):
         exec(compile(ast.Module([node], []), "est", "exec"), ns)
-sys.path.insert(0, "."); import _kernel
+sys.path.insert(0, ".")
+import _kernel
+
 rng = random.Random(0)
 bad = 0
 for _ in range(20000):
@@ -36,7 +47,7 @@ for C in (2, 3, 7, 10):
         rows = []
         for _d in range(rng.randint(1, 8)):
             rows += [rng.gauss(0, 1) * scale + rng.uniform(-1, 3) * scale for _c in range(C)]
-            rows.append(rng.choice([0.0, -1.0, rng.uniform(0, 4) * scale ** 2]))
+            rows.append(rng.choice([0.0, -1.0, rng.uniform(0, 4) * scale**2]))
         w = [rng.random() for _ in range(C)]
         prior = [x / sum(w) for x in w]
         bad += _kernel.chain(rows, prior, *consts) != ns["path_proba_one"](rows, prior)

@@ -11,18 +11,27 @@ path, the C kernel (streamdp/river/_kernel.c: encode + route + vote + chain)
 and the plain-Python path, best of 5 passes over 15,000 Agrawal records, with
 the load average before and after.
 """
-import os, sys, time, warnings
+
+import os
+import sys
+import time
+import warnings
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 print(f"load average at start: {os.getloadavg()[0]:.2f}")
 warnings.simplefilter("ignore")
 import numpy as np
+
 t0 = time.perf_counter()
 import numba
+
 t_import = time.perf_counter() - t0
 from river import datasets
+
 from streamdp.river import PrivateForestClassifier
 from streamdp.river.schemas import agrawal_schema
+
 
 @numba.njit(cache=False)
 def proba(a, feat, thr, nxt, root, iscat, rows, W, prior, snr, pw, mw):
@@ -59,6 +68,7 @@ def proba(a, feat, thr, nxt, root, iscat, rows, W, prior, snr, pw, mw):
             p0, p1 = q0 / s, q1 / s
     return p0, p1
 
+
 data = list(datasets.synth.Agrawal(seed=42).take(20000))
 m = PrivateForestClassifier(agrawal_schema(), seed=1)
 for x, y in data[:5000]:
@@ -68,15 +78,18 @@ v._fresh()
 # the same arrays the C kernel gets
 feat, thr, nxt, root = [], [], [], []
 for nodes in v._trees:
-    off = len(feat); root.append(off)
+    off = len(feat)
+    root.append(off)
     for f, th, ch, cat in nodes:
         split = 0 <= f < len(v._arity)
-        feat.append(f if split else -1); thr.append(float(th) if split and not cat else 0.0)
+        feat.append(f if split else -1)
+        thr.append(float(th) if split and not cat else 0.0)
         nxt.append(off + ch if split else ch if f < 0 else 0)
 feat, thr, nxt, root = (np.array(feat, np.int64), np.array(thr), np.array(nxt, np.int64), np.array(root, np.int64))
 iscat = np.array(m.encoder.is_cat)
 real, rows = v._rows_src
-table = np.zeros((v.forest.n_trees * v._L, rows.shape[1])); table[real] = rows
+table = np.zeros((v.forest.n_trees * v._L, rows.shape[1]))
+table[real] = rows
 prior = np.array(v._prior)
 W = table.shape[1]
 xs = [x for x, _ in data[5000:]]
@@ -86,7 +99,13 @@ t0 = time.perf_counter()
 proba(np.array(enc(xs[0]), dtype=np.float64), feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0)
 t_jit = time.perf_counter() - t0
 v._python_rows()
-ok = all(list(proba(np.array(enc(x), dtype=np.float64), feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0)) == v._vote(v._route(enc(x))) for x in xs[:2000])
+ok = all(
+    list(proba(np.array(enc(x), dtype=np.float64), feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0))
+    == v._vote(v._route(enc(x)))
+    for x in xs[:2000]
+)
+
+
 def bench(fn):
     best = 1e9
     for _ in range(5):
@@ -95,10 +114,18 @@ def bench(fn):
             fn(x)
         best = min(best, (time.perf_counter() - t0) / len(xs))
     return best * 1e6
+
+
 a0 = np.array(enc(xs[0]), dtype=np.float64)
-print(f"numba {numba.__version__}: import {t_import:.2f} s, first call (JIT) {t_jit:.2f} s, equal to the Python vote: {ok}")
-print(f"numba dispatch alone (fixed array)          {bench(lambda x: proba(a0, feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0)):.2f} us/record")
-print(f"Python encode + np.array + numba            {bench(lambda x: proba(np.array(enc(x), dtype=np.float64), feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0)):.2f} us/record")
+print(
+    f"numba {numba.__version__}: import {t_import:.2f} s, first call (JIT) {t_jit:.2f} s, equal to the Python vote: {ok}"
+)
+print(
+    f"numba dispatch alone (fixed array)          {bench(lambda x: proba(a0, feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0)):.2f} us/record"
+)
+print(
+    f"Python encode + np.array + numba            {bench(lambda x: proba(np.array(enc(x), dtype=np.float64), feat, thr, nxt, root, iscat, table, W, prior, 3.0, 8.0, 1.0)):.2f} us/record"
+)
 print(f"C kernel (encode + route + vote + chain)    {bench(v._k.proba):.2f} us/record")
 print(f"Python path (generated encode, route, vote + chain) {bench(lambda x: v._vote(v._route(enc(x)))):.2f} us/record")
 print(f"load average at end: {os.getloadavg()[0]:.2f}")

@@ -70,11 +70,16 @@ def main() -> int:
     ap.add_argument("--draws", type=int, default=100)
     a = ap.parse_args()
     warnings.simplefilter("ignore")
-    print(f"# python benchmarks/late_worker.py --missed {a.missed} --draws {a.draws}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}")
-    print("| case | releases | z of the released prior | accuracy per draw | mean | draws at or below the majority + 0.01 "
-          "| below the majority - 0.01 | wrong priors | expected wrong priors, sum of Phi(-z) |",
-          "|---|---|---|---|---|---|---|---|---|", sep="\n")
+    print(
+        f"# python benchmarks/late_worker.py --missed {a.missed} --draws {a.draws}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}"
+    )
+    print(
+        "| case | releases | z of the released prior | accuracy per draw | mean | draws at or below the majority + 0.01 "
+        "| below the majority - 0.01 | wrong priors | expected wrong priors, sum of Phi(-z) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        sep="\n",
+    )
     for case in CASES:
         runs = [run(case, a.missed, s) for s in range(a.draws)]
         accs = [x[0] for x in runs]
@@ -82,12 +87,17 @@ def main() -> int:
         below = sum(acc < maj - 0.01 for acc, maj, *_ in runs)
         wrong = sum(x[4] for x in runs)
         zs = [x[3] for x in runs]
-        print(f"| {case} | {runs[0][2]} | {min(zs):.1f}-{max(zs):.1f} | {' '.join(f'{x:.3f}' for x in accs)} | "
-              f"{np.mean(accs):.3f} | {low} of {a.draws} | {below} of {a.draws} | {wrong} of {a.draws} | "
-              f"{sum(0.5 * math.erfc(z / math.sqrt(2)) for z in zs):.1f} |", flush=True)
+        print(
+            f"| {case} | {runs[0][2]} | {min(zs):.1f}-{max(zs):.1f} | {' '.join(f'{x:.3f}' for x in accs)} | "
+            f"{np.mean(accs):.3f} | {low} of {a.draws} | {below} of {a.draws} | {wrong} of {a.draws} | "
+            f"{sum(0.5 * math.erfc(z / math.sqrt(2)) for z in zs):.1f} |",
+            flush=True,
+        )
     maj = [run("on time", 1, s)[1] for s in range(a.draws)]
-    print(f"\n# held-out majority per draw: {' '.join(f'{m:.3f}' for m in maj)}; load at end: "
-          f"{subprocess.getoutput('uptime')}")
+    print(
+        f"\n# held-out majority per draw: {' '.join(f'{m:.3f}' for m in maj)}; load at end: "
+        f"{subprocess.getoutput('uptime')}"
+    )
     return 0
 
 

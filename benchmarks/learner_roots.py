@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from accuracy_height import DATASETS, EPS, data, raw_of, split  # noqa: E402
+
 import streamdp.estimation as estimation  # noqa: E402
 from streamdp.learners import DPEA, DiffPC45, HanischForest  # noqa: E402
 from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
@@ -55,7 +56,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args(argv)
-    print(f"# load {os.getloadavg()[0]:.1f} at start; paired: the same fit scored with the root shrunk toward the prior and the root = the prior", flush=True)
+    print(
+        f"# load {os.getloadavg()[0]:.1f} at start; paired: the same fit scored with the root shrunk toward the prior and the root = the prior",
+        flush=True,
+    )
     diffs = []
     for name in DATASETS:
         schema, X, y = data(name)
@@ -64,8 +68,9 @@ def main(argv=None) -> int:
         n_cat = sum(isinstance(a, Categorical) for a in schema.attributes)
         makers = {"DiffPC45": lambda d, e: DiffPC45(schema, epsilon=e, max_depth=d, scorer="gini")}
         if n_cat == schema.n_attributes:
-            makers["HanischForest"] = lambda d, e: HanischForest(schema, epsilon=e, max_depth=d, n_trees=10,
-                                                                 vote="majority")  # (as measured; pooled: no roots)
+            makers["HanischForest"] = lambda d, e: HanischForest(
+                schema, epsilon=e, max_depth=d, n_trees=10, vote="majority"
+            )  # (as measured; pooled: no roots)
             makers["DPEA"] = lambda d, e: DPEA(schema, max_depth=d, embed_depth=1, epsilon=e)
         for model, make in makers.items():
             for d in range(1, min(6, schema.n_attributes) + 1):
@@ -81,11 +86,16 @@ def main(argv=None) -> int:
                         break
                     diff = float(np.mean(now) - np.mean(before))
                     diffs.append((diff, name, model, d, eps))
-                    print(f"{name} | {model} | d={d} | eps={eps} | shrunk {np.mean(before):.3f} | prior {np.mean(now):.3f} | "
-                          f"{diff:+.3f}", flush=True)
+                    print(
+                        f"{name} | {model} | d={d} | eps={eps} | shrunk {np.mean(before):.3f} | prior {np.mean(now):.3f} | "
+                        f"{diff:+.3f}",
+                        flush=True,
+                    )
     d = np.array([x[0] for x in diffs])
-    print(f"# {len(d)} cells: mean {d.mean():+.4f}, better {int((d > 0.0005).sum())}, worse {int((d < -0.0005).sum())}, "
-          f"largest loss {d.min():+.3f} {min(diffs)[1:]}, largest gain {d.max():+.3f} {max(diffs)[1:]}")
+    print(
+        f"# {len(d)} cells: mean {d.mean():+.4f}, better {int((d > 0.0005).sum())}, worse {int((d < -0.0005).sum())}, "
+        f"largest loss {d.min():+.3f} {min(diffs)[1:]}, largest gain {d.max():+.3f} {max(diffs)[1:]}"
+    )
     print(f"# load {os.getloadavg()[0]:.1f} at end", flush=True)
     return 0
 

@@ -37,8 +37,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.time()
-    print(f"# python benchmarks/n_trees.py --reps {args.reps}; git {subprocess.getoutput('git rev-parse --short HEAD')}; "
-          f"load {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/n_trees.py --reps {args.reps}; git {subprocess.getoutput('git rev-parse --short HEAD')}; "
+        f"load {subprocess.getoutput('uptime')}"
+    )
     print("| dataset | epsilon | heights | " + " | ".join(f"{t} trees" for t in TREES) + " |")
     print("|---|---|---|" + "---|" * len(TREES))
     over = {t: [] for t in TREES}
@@ -63,8 +65,10 @@ def main(argv=None) -> int:
                 over[n_trees].append(np.mean(accs) - majority)
                 cells.append(" / ".join(f"{a:.3f}" for a in accs))
             print(f"| {name} | {eps:g} | {', '.join(map(str, hs))} | " + " | ".join(cells) + " |", flush=True)
-    print("# mean over datasets, epsilons and heights of (accuracy - majority): "
-          + ", ".join(f"{t} trees {np.mean(v):+.4f}" for t, v in over.items()))
+    print(
+        "# mean over datasets, epsilons and heights of (accuracy - majority): "
+        + ", ".join(f"{t} trees {np.mean(v):+.4f}" for t, v in over.items())
+    )
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
     return 0
 

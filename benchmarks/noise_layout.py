@@ -29,14 +29,15 @@ from bench_worker_memory import cat16  # noqa: E402
 from common import machine, sh, write_results  # noqa: E402
 
 from streamdp import PrivateForest  # noqa: E402
-from streamdp.release.continual import noisy_node  # noqa: E402
 from streamdp.privacy.secure_random import LAYOUTS, SecureRandom  # noqa: E402
+from streamdp.release.continual import noisy_node  # noqa: E402
 
 
 def release(tally: np.ndarray, real: np.ndarray, layout: str, key: bytes, w: int) -> np.ndarray:
     """What the closer does with the window's exact tally: noise it in place."""
-    return noisy_node(tally, 1.0, "geometric", SecureRandom.from_key(key, b"bench/window/%d" % w, layout), real,
-                      in_place=True)
+    return noisy_node(
+        tally, 1.0, "geometric", SecureRandom.from_key(key, b"bench/window/%d" % w, layout), real, in_place=True
+    )
 
 
 def tally(shape: tuple) -> np.ndarray:
@@ -74,18 +75,36 @@ def main() -> int:
         del x
     up1 = sh("uptime")
     cells = int(np.prod(shape))
-    rows = [{"layout": lay, "height": a.height, "cells": cells, "real_cells": int(real.sum()),
-             "median_s": statistics.median(times[lay]), "times_s": times[lay], "peak_above_tally": peaks[lay]}
-            for lay in LAYOUTS]
+    rows = [
+        {
+            "layout": lay,
+            "height": a.height,
+            "cells": cells,
+            "real_cells": int(real.sum()),
+            "median_s": statistics.median(times[lay]),
+            "times_s": times[lay],
+            "peak_above_tally": peaks[lay],
+        }
+        for lay in LAYOUTS
+    ]
     ratio = rows[1]["median_s"] / rows[0]["median_s"]
-    lines = ["# One window release's noise: layout 'blocks' beside 'stream' (benchmarks/noise_layout.py)", "",
-             f"Height {a.height}, 10 trees, 16 categorical attributes: {cells:,} cells ({int(real.sum()):,} real), "
-             f"counts {counts / 2**20:.0f} MiB; keyed noise drawn into the window's tally in place, as the closer "
-             f"does; median of {a.repeat}, layouts interleaved. Peak: tracemalloc's peak above the tally, in counts.",
-             "", f"Machine: {machine()['nproc']} x {machine()['cpu']}. Load: before `{up0}`; after `{up1}`.", "",
-             "| layout | median s | M real cells/s | peak above the tally / counts |", "|---|---|---|---|"]
-    lines += [f"| {r['layout']} | {r['median_s']:.2f} | {r['real_cells'] / r['median_s'] / 1e6:.1f} | "
-              f"{r['peak_above_tally']:.3f} |" for r in rows]
+    lines = [
+        "# One window release's noise: layout 'blocks' beside 'stream' (benchmarks/noise_layout.py)",
+        "",
+        f"Height {a.height}, 10 trees, 16 categorical attributes: {cells:,} cells ({int(real.sum()):,} real), "
+        f"counts {counts / 2**20:.0f} MiB; keyed noise drawn into the window's tally in place, as the closer "
+        f"does; median of {a.repeat}, layouts interleaved. Peak: tracemalloc's peak above the tally, in counts.",
+        "",
+        f"Machine: {machine()['nproc']} x {machine()['cpu']}. Load: before `{up0}`; after `{up1}`.",
+        "",
+        "| layout | median s | M real cells/s | peak above the tally / counts |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['layout']} | {r['median_s']:.2f} | {r['real_cells'] / r['median_s'] / 1e6:.1f} | "
+        f"{r['peak_above_tally']:.3f} |"
+        for r in rows
+    ]
     lines += ["", f"'stream' / 'blocks' time: {ratio:.2f}.", ""]
     write_results("noise_layout", {"machine": machine(), "uptime_start": up0, "uptime_end": up1}, rows, lines)
     print("\n".join(lines))

@@ -39,7 +39,9 @@ def balanced_rule(max_nodes: int):
             if keep is not None and keep.size:
                 grow |= np.isin(nodes, keep, assume_unique=True)
             return grow & (nodes < n_random), rate
+
         return split
+
     return rule
 
 

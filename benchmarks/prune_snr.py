@@ -47,28 +47,48 @@ PRUNE_DEFAULTS = (pruning.PRUNE_SNR, pruning.PRUNE_PROBE, pruning.CLASS_SCALED)
 
 def river_data(name: str):
     """(schema, encoded X, y) of one of river's multi-class datasets (``--datasets river:NAME``)."""
+    from grow_ceiling import encode
     from river import datasets
 
-    from grow_ceiling import encode
     from streamdp.river import schemas as rs
 
     if name == "LED":
-        schema, pairs = rs.led_schema(True), list(datasets.synth.LED(seed=1, noise_percentage=0.1,
-                                                                     irrelevant_features=True).take(5000))
+        schema, pairs = (
+            rs.led_schema(True),
+            list(datasets.synth.LED(seed=1, noise_percentage=0.1, irrelevant_features=True).take(5000)),
+        )
     elif name == "ImageSegments":
         schema, pairs = rs.image_segments_schema(), list(datasets.ImageSegments())
     elif name == "Waveform":
         schema, pairs = rs.waveform_schema(), list(datasets.synth.Waveform(seed=1).take(5000))
     elif name == "RandomTreeCat5":  # 5 classes, 8 categorical attributes of 4 values
         schema = rs.random_tree_schema(5, 0, 8, 4)
-        pairs = list(datasets.synth.RandomTree(seed_tree=23, seed_sample=1, n_classes=5, n_num_features=0,
-                                               n_cat_features=8, n_categories_per_feature=4, max_tree_depth=6,
-                                               first_leaf_level=2).take(5000))
+        pairs = list(
+            datasets.synth.RandomTree(
+                seed_tree=23,
+                seed_sample=1,
+                n_classes=5,
+                n_num_features=0,
+                n_cat_features=8,
+                n_categories_per_feature=4,
+                max_tree_depth=6,
+                first_leaf_level=2,
+            ).take(5000)
+        )
     elif name == "RandomTreeMixed4":  # 4 classes, 4 numeric and 6 categorical attributes of 3 values
         schema = rs.random_tree_schema(4, 4, 6, 3)
-        pairs = list(datasets.synth.RandomTree(seed_tree=29, seed_sample=1, n_classes=4, n_num_features=4,
-                                               n_cat_features=6, n_categories_per_feature=3, max_tree_depth=6,
-                                               first_leaf_level=2).take(5000))
+        pairs = list(
+            datasets.synth.RandomTree(
+                seed_tree=29,
+                seed_sample=1,
+                n_classes=4,
+                n_num_features=4,
+                n_cat_features=6,
+                n_categories_per_feature=3,
+                max_tree_depth=6,
+                first_leaf_level=2,
+            ).take(5000)
+        )
     else:
         raise KeyError(name)
     return (schema, *encode(schema, pairs))
@@ -89,15 +109,20 @@ def main(argv=None) -> int:
     ap.add_argument("--candidates", default=f"{pruning.PRUNE_SNR:g}k:{pruning.PRUNE_PROBE:g}")  # the library's rule
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--per-height", action="store_true",
-                    help="also each height's accuracy per candidate, and the last candidate's difference from the "
-                         "first paired on the splits (+- its standard error)")
+    ap.add_argument(
+        "--per-height",
+        action="store_true",
+        help="also each height's accuracy per candidate, and the last candidate's difference from the "
+        "first paired on the splits (+- its standard error)",
+    )
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     cands = [(c.split(":")[0], float(c.split(":")[1])) for c in args.candidates.split(",")]
     t0 = time.time()
-    print(f"# python benchmarks/prune_snr.py --candidates {args.candidates} --reps {args.reps}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/prune_snr.py --candidates {args.candidates} --reps {args.reps}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}"
+    )
     print("# per candidate SNR:PROBE: tallest height / mean over heights / settings with a rep below the floor")
     print("| dataset | epsilon | majority | " + " | ".join(f"{s}:{p:g}" for s, p in cands) + " |")
     print("|---|---|---|" + "---|" * len(cands))
@@ -129,10 +154,16 @@ def main(argv=None) -> int:
             if args.per_height:
                 for h in heights:
                     d = np.array(per_cand[-1][h]) - np.array(per_cand[0][h])
-                    print(f"|   height {h} | {eps:g} | | " + " | ".join(f"{majority + np.mean(a[h]):.3f}" for a in per_cand)
-                          + f" | {d.mean():+.3f} +- {d.std(ddof=1) / np.sqrt(d.size):.3f} |", flush=True)
-    print("# mean over datasets and epsilons of (accuracy - majority), averaged over heights: "
-          + ", ".join(f"{s}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items()))
+                    print(
+                        f"|   height {h} | {eps:g} | | "
+                        + " | ".join(f"{majority + np.mean(a[h]):.3f}" for a in per_cand)
+                        + f" | {d.mean():+.3f} +- {d.std(ddof=1) / np.sqrt(d.size):.3f} |",
+                        flush=True,
+                    )
+    print(
+        "# mean over datasets and epsilons of (accuracy - majority), averaged over heights: "
+        + ", ".join(f"{s}:{p:g} {np.mean(v):+.4f}" for (s, p), v in totals.items())
+    )
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")
     pruning.PRUNE_SNR, pruning.PRUNE_PROBE, pruning.CLASS_SCALED = PRUNE_DEFAULTS
     return 0

@@ -51,7 +51,11 @@ def streams(n: int) -> dict:
         "Hyperplane drift": synth.Hyperplane(seed=42, n_features=10, n_drift_features=2, mag_change=0.001),
         "Agrawal f0->f2 drift": synth.ConceptDriftStream(
             stream=synth.Agrawal(classification_function=0, seed=42),
-            drift_stream=synth.Agrawal(classification_function=2, seed=42), position=n // 2, width=n // 20, seed=42),
+            drift_stream=synth.Agrawal(classification_function=2, seed=42),
+            position=n // 2,
+            width=n // 20,
+            seed=42,
+        ),
     }
 
 
@@ -88,8 +92,13 @@ def main(argv=None) -> int:
             row["models"][mname] = {"accuracy": acc, "samples_per_s": len(data) / secs, "load1": load}
             print(f"{name:<22} {mname:<14} acc {acc:.4f}  {len(data) / secs:9,.0f}/s  load {load:.1f}", flush=True)
         results.append(row)
-    doc = {"n": args.n, "load_start": load_start, "load_end": os.getloadavg(), "seconds": time.time() - t_start,
-           "rows": results}
+    doc = {
+        "n": args.n,
+        "load_start": load_start,
+        "load_end": os.getloadavg(),
+        "seconds": time.time() - t_start,
+        "rows": results,
+    }
     OUT.mkdir(exist_ok=True)
     (OUT / "river_eval.json").write_text(json.dumps(doc, indent=1))
     names = list(models(None))
@@ -108,8 +117,11 @@ def main(argv=None) -> int:
         m = r["models"]
         cells = [f"{m[k]['accuracy']:.3f} ({m[k]['samples_per_s']:,.0f}/s)" for k in names]
         f, ht, maj = m["PrivateForest"]["accuracy"], m["HoeffdingTree"]["accuracy"], m["Majority"]["accuracy"]
-        lines.append(f"| {r['dataset']} | {r['n']:,} | " + " | ".join(cells) +
-                     f" | {'yes' if f >= maj else 'NO'} | {'yes' if f >= ht - 0.10 else 'no'} |")
+        lines.append(
+            f"| {r['dataset']} | {r['n']:,} | "
+            + " | ".join(cells)
+            + f" | {'yes' if f >= maj else 'NO'} | {'yes' if f >= ht - 0.10 else 'no'} |"
+        )
     write_keeping_reading(OUT / "river_eval.md", [*lines, ""])
     print("\n".join(lines))
     return 0

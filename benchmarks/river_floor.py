@@ -64,8 +64,10 @@ def main(argv=None) -> int:
         data = list(itertools.islice(ds, 10_000))
         res = run(data, schema_for(ds), args.draws)
         acc = [r[0].mean() for r in res]
-        print(f"== {name}: forest mean {np.mean(acc):.3f} min {min(acc):.3f} | its prior alone "
-              f"{np.mean([r[2].mean() for r in res]):.3f} | running majority {res[0][1].mean():.3f}")
+        print(
+            f"== {name}: forest mean {np.mean(acc):.3f} min {min(acc):.3f} | its prior alone "
+            f"{np.mean([r[2].mean() for r in res]):.3f} | running majority {res[0][1].mean():.3f}"
+        )
         rel = res[0][3]
         for k in range(rel.max() + 1):
             sel = rel == k
@@ -73,8 +75,10 @@ def main(argv=None) -> int:
                 f = np.mean([r[0][sel].sum() for r in res])
                 p = np.mean([r[2][sel].sum() for r in res])
                 mj = res[0][1][sel].sum()
-                print(f"  releases {k:2d} | records {sel.sum():5d} | forest - majority {f - mj:+6.1f} | "
-                      f"prior - majority {p - mj:+6.1f} | forest - prior {f - p:+6.1f}")
+                print(
+                    f"  releases {k:2d} | records {sel.sum():5d} | forest - majority {f - mj:+6.1f} | "
+                    f"prior - majority {p - mj:+6.1f} | forest - prior {f - p:+6.1f}"
+                )
     print(f"# load {os.getloadavg()[0]:.1f} at end", flush=True)
     return 0
 

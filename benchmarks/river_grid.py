@@ -43,18 +43,27 @@ def main(argv=None) -> int:
     for name, ds in streams(10_000).items():
         if not only or name in only:
             data[name] = (list(itertools.islice(ds, 10_000)), schema_for(ds))
-    majority = {n: evaluate.progressive_val_score(d, dummy.PriorClassifier(), metrics.Accuracy()).get()
-                for n, (d, _) in data.items()}
+    majority = {
+        n: evaluate.progressive_val_score(d, dummy.PriorClassifier(), metrics.Accuracy()).get()
+        for n, (d, _) in data.items()
+    }
     for label, cfg in grid.items():
         saved = {k: getattr(E, k) for k in cfg.get("E", {})}
         for k, v in cfg.get("E", {}).items():
             setattr(E, k, v)
         try:
             for name, (d, schema) in data.items():
-                accs = [evaluate.progressive_val_score(d, PrivateForestClassifier(schema, epsilon=1.0, **cfg.get("kw", {})),
-                                                       metrics.Accuracy()).get() for _ in range(draws)]
-                print(f"{label} | {name} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | majority {majority[name]:.3f}"
-                      f"{' | min below majority' if min(accs) < majority[name] else ''}", flush=True)
+                accs = [
+                    evaluate.progressive_val_score(
+                        d, PrivateForestClassifier(schema, epsilon=1.0, **cfg.get("kw", {})), metrics.Accuracy()
+                    ).get()
+                    for _ in range(draws)
+                ]
+                print(
+                    f"{label} | {name} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | majority {majority[name]:.3f}"
+                    f"{' | min below majority' if min(accs) < majority[name] else ''}",
+                    flush=True,
+                )
         finally:
             for k, v in saved.items():
                 setattr(E, k, v)

@@ -39,19 +39,45 @@ STREAMS = {
     "Phishing": lambda: (list(datasets.Phishing()), rs.phishing_schema()),
     "Bananas": lambda: (list(datasets.Bananas()), rs.bananas_schema()),
     "SEA": lambda: (list(itertools.islice(synth.SEA(seed=42), 10_000)), rs.sea_schema()),
-    "Hyperplane": lambda: (list(itertools.islice(synth.Hyperplane(seed=42, n_features=10), 10_000)),
-                           rs.hyperplane_schema()),
-    "Agrawal f0": lambda: (list(itertools.islice(synth.Agrawal(classification_function=0, seed=42), 10_000)),
-                           rs.agrawal_schema()),
+    "Hyperplane": lambda: (
+        list(itertools.islice(synth.Hyperplane(seed=42, n_features=10), 10_000)),
+        rs.hyperplane_schema(),
+    ),
+    "Agrawal f0": lambda: (
+        list(itertools.islice(synth.Agrawal(classification_function=0, seed=42), 10_000)),
+        rs.agrawal_schema(),
+    ),
     # categorical streams nobody tuned on (added after the five above were measured)
     "STAGGER": lambda: (list(itertools.islice(synth.STAGGER(seed=42), 10_000)), rs.stagger_schema()),
     "LED": lambda: (list(itertools.islice(synth.LED(seed=42), 10_000)), rs.led_schema()),
-    **{f"UCI {n}": (lambda n=n: tuple(reversed(uci.uci_stream(n)))) for n in
-       ("nursery", "mushroom", "congressional-voting", "tic-tac-toe")},
+    **{
+        f"UCI {n}": (lambda n=n: tuple(reversed(uci.uci_stream(n))))
+        for n in ("nursery", "mushroom", "congressional-voting", "tic-tac-toe")
+    },
     # known answers: river's RandomTree concept over categorical attributes only (added last)
-    **{f"RandomTree cat{c} d{d}": (lambda c=c, d=d: (list(itertools.islice(synth.RandomTree(
-        seed_tree=7, seed_sample=8, n_classes=2, n_num_features=0, n_cat_features=c, n_categories_per_feature=3,
-        max_tree_depth=d, first_leaf_level=2), 10_000)), rs.random_tree_schema(2, 0, c, 3))) for c, d in ((6, 4), (8, 5))},
+    **{
+        f"RandomTree cat{c} d{d}": (
+            lambda c=c, d=d: (
+                list(
+                    itertools.islice(
+                        synth.RandomTree(
+                            seed_tree=7,
+                            seed_sample=8,
+                            n_classes=2,
+                            n_num_features=0,
+                            n_cat_features=c,
+                            n_categories_per_feature=3,
+                            max_tree_depth=d,
+                            first_leaf_level=2,
+                        ),
+                        10_000,
+                    )
+                ),
+                rs.random_tree_schema(2, 0, c, 3),
+            )
+        )
+        for c, d in ((6, 4), (8, 5))
+    },
 }
 
 
@@ -95,9 +121,13 @@ def classifier_rows(draws: int, only: set | None) -> list[str]:
         acc = evaluate.progressive_val_score(data, make(), metrics.Accuracy()).get()
         return acc, len(data) / (time.perf_counter() - t)
 
-    out = ["", f"# PrivateForestClassifier, defaults, progressive_val_score, {draws} draws each",
-           "| stream | records | grow=None (grows): mean (min, max), samples/s | grow=False: mean (min, max), "
-           "samples/s | HoeffdingTree, samples/s |", "|---|---|---|---|---|"]
+    out = [
+        "",
+        f"# PrivateForestClassifier, defaults, progressive_val_score, {draws} draws each",
+        "| stream | records | grow=None (grows): mean (min, max), samples/s | grow=False: mean (min, max), "
+        "samples/s | HoeffdingTree, samples/s |",
+        "|---|---|---|---|---|",
+    ]
     for name in CLASSIFIER_STREAMS:
         if only and name not in only:
             continue
@@ -107,8 +137,11 @@ def classifier_rows(draws: int, only: set | None) -> list[str]:
             got = [run(data, lambda: PrivateForestClassifier(schema, grow=grow)) for _ in range(draws)]
             accs, rate = [g[0] for g in got], [g[1] for g in got]
             cells.append(f"{np.mean(accs):.3f} ({min(accs):.3f}, {max(accs):.3f}), {np.median(rate) / 1e3:.0f} k/s")
-        nominal = [a.name for a in schema.attributes if a.name in schema.names and schema.is_categorical[
-            schema.names.index(a.name)]]
+        nominal = [
+            a.name
+            for a in schema.attributes
+            if a.name in schema.names and schema.is_categorical[schema.names.index(a.name)]
+        ]
         ht, ht_rate = run(data, lambda: tree.HoeffdingTreeClassifier(nominal_attributes=nominal))
         out.append(f"| {name} | {len(data):,} | {cells[0]} | {cells[1]} | {ht:.3f}, {ht_rate / 1e3:.0f} k/s |")
     return out
@@ -129,10 +162,13 @@ def class_scaling_rows(draws: int) -> list[str]:
         pruning.CLASS_SCALED = "categorical"
         d = got["categorical"].mean() - got["none"].mean()
         se = np.sqrt((got["categorical"].var(ddof=1) + got["none"].var(ddof=1)) / draws)
-        return (f"| {label} | {got['none'].mean():.3f} | {got['categorical'].mean():.3f} | {d:+.3f} +- {se:.3f} |")
+        return f"| {label} | {got['none'].mean():.3f} | {got['categorical'].mean():.3f} | {d:+.3f} +- {se:.3f} |"
 
-    out = [f"# class scaling of the pruning bar, {draws} draws per rule",
-           "| stream | unscaled | scaled at categorical splits | difference +- se |", "|---|---|---|---|"]
+    out = [
+        f"# class scaling of the pruning bar, {draws} draws per rule",
+        "| stream | unscaled | scaled at categorical splits | difference +- se |",
+        "|---|---|---|---|",
+    ]
     for name in ("LED", "UCI nursery"):
         data, schema = STREAMS[name]()
         X = pd.DataFrame([x for x, _ in data])
@@ -142,8 +178,12 @@ def class_scaling_rows(draws: int) -> list[str]:
             out.append(paired(f"{name}, grow, height {h}", lambda: progressive(schema, enc.X, enc.y, h, "grow")[0]))
             print(out[-1], flush=True)
     data, schema = STREAMS["LED"]()
-    out.append(paired("LED, PrivateForestClassifier, progressive_val_score", lambda: evaluate.progressive_val_score(
-        data, PrivateForestClassifier(schema), metrics.Accuracy()).get()))
+    out.append(
+        paired(
+            "LED, PrivateForestClassifier, progressive_val_score",
+            lambda: evaluate.progressive_val_score(data, PrivateForestClassifier(schema), metrics.Accuracy()).get(),
+        )
+    )
     print(out[-1], flush=True)
     return out
 
@@ -156,8 +196,10 @@ def main() -> int:
     a = ap.parse_args()
     warnings.simplefilter("ignore")
     if a.class_scaling:
-        print(f"# benchmarks/river_grow.py --class-scaling --draws {a.draws}; git "
-              f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
+        print(
+            f"# benchmarks/river_grow.py --class-scaling --draws {a.draws}; git "
+            f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}"
+        )
         class_scaling_rows(a.draws)
         print(f"# load at end {subprocess.getoutput('uptime')}")
         return 0
@@ -176,8 +218,11 @@ def main() -> int:
             got = {m: [progressive(schema, enc.X, enc.y, h, m) for _ in range(a.draws)] for m in ("update", "grow")}
             u = [r[0] for r in got["update"]]
             g = [r[0] for r in got["grow"]]
-            print(f"| {name} | {len(enc.y):,} | {maj:.3f} | {h} | {np.mean(u):.3f} ({min(u):.3f}) | "
-                  f"{np.mean(g):.3f} ({min(g):.3f}), {max(r[1] for r in got['grow'])} |", flush=True)
+            print(
+                f"| {name} | {len(enc.y):,} | {maj:.3f} | {h} | {np.mean(u):.3f} ({min(u):.3f}) | "
+                f"{np.mean(g):.3f} ({min(g):.3f}), {max(r[1] for r in got['grow'])} |",
+                flush=True,
+            )
     print("\n".join(classifier_rows(a.draws, set(a.only.split(",")) if a.only else None)), flush=True)
     print(f"# load at end {subprocess.getoutput('uptime')}")
     return 0

@@ -49,8 +49,10 @@ def main() -> None:
             tl += time.perf_counter() - t1
             tp += t1 - t0
         n = len(data)
-        print(f"predict_one {tp / n * 1e6:.2f} us (with the refresh after each release), learn_one "
-              f"{(tl - rel[0]) / n * 1e6:.2f} us, releases {rel[0] / n * 1e6:.2f} us per record ({m.n_releases} releases)")
+        print(
+            f"predict_one {tp / n * 1e6:.2f} us (with the refresh after each release), learn_one "
+            f"{(tl - rel[0]) / n * 1e6:.2f} us, releases {rel[0] / n * 1e6:.2f} us per record ({m.n_releases} releases)"
+        )
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
 
 

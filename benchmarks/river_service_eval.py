@@ -37,8 +37,11 @@ def run(url: str, n: int, bs: int, sync: float) -> None:
         m = evaluate.progressive_val_score(data, clf, metrics.Accuracy())
         secs = time.perf_counter() - t
         clf.flush()
-        print(f"sync_timeout={sync:<4} n={n} batch={bs}: {m}  {n / secs:,.0f} samples/s  "
-              f"model version used at the end {clf.version}, records pushed {clf.n_pushed}", flush=True)
+        print(
+            f"sync_timeout={sync:<4} n={n} batch={bs}: {m}  {n / secs:,.0f} samples/s  "
+            f"model version used at the end {clf.version}, records pushed {clf.n_pushed}",
+            flush=True,
+        )
     finally:
         w.stop()
         th.join(10)

@@ -62,8 +62,7 @@ def _own_prior(learner):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard", "window_prior",
-                                            "window_phase"))
+    ap.add_argument("compare", choices=("stump", "variance", "prior", "guard", "window_prior", "window_phase"))
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--n", type=int, default=10_000)
     ap.add_argument("--only", nargs="*")
@@ -79,17 +78,23 @@ def main(argv=None) -> int:
         data = list(itertools.islice(ds, args.n))
         schema = schema_for(ds)
         majority[name] = evaluate.progressive_val_score(data, dummy.PriorClassifier(), metrics.Accuracy()).get()
+
         def measure(label: str, make) -> None:
             """One variant: ``make()`` a fresh classifier per draw, progressive accuracy, one line."""
             accs = [evaluate.progressive_val_score(data, make(), metrics.Accuracy()).get() for _ in range(args.draws)]
             below = sum(a < majority[name] - 0.01 for a in accs)
-            print(f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
-                  f"majority {majority[name]:.3f} | below {below}/{len(accs)}", flush=True)
+            print(
+                f"{name} | {label} | mean {np.mean(accs):.3f} | min {min(accs):.3f} | "
+                f"majority {majority[name]:.3f} | below {below}/{len(accs)}",
+                flush=True,
+            )
 
         if args.compare == "prior":
-            for label, kw, log in (("before: no phase, summed prior", {"prior_records": 0}, False),
-                                   ("release prior, no phase", {"prior_records": 0}, True),
-                                   ("phase + release prior (default)", {}, True)):
+            for label, kw, log in (
+                ("before: no phase, summed prior", {"prior_records": 0}, False),
+                ("release prior, no phase", {"prior_records": 0}, True),
+                ("phase + release prior (default)", {}, True),
+            ):
                 PrivateForestClassifier._log_prior = log_prior if log else (lambda self, *a: None)
                 measure(label, lambda kw=kw: PrivateForestClassifier(schema, epsilon=1.0, **kw))
             PrivateForestClassifier._log_prior = log_prior
@@ -105,9 +110,8 @@ def main(argv=None) -> int:
             PrivateLearner.class_prior = pooled
             continue
         if args.compare == "window_phase":
-            from streamdp.river import PrivateWindowClassifier
-
             import streamdp.estimation as estimation_module
+            from streamdp.river import PrivateWindowClassifier
 
             weighted = PrivateWindowClassifier.vote_weights
             alike = property(lambda self: [1.0 / len(self._models)] * len(self._models))
@@ -117,12 +121,17 @@ def main(argv=None) -> int:
                 return roots_prior(*a, **kw)  # a learner's root shrunk toward the prior (the rule before)
 
             for label, kw, weights, nodes in (
-                    ("before: no phase, first 100, votes alike", {"prior_records": 0, "first_window": 100}, alike,
-                     roots_shrunk),
-                    ("+ prior phase 100", {"first_window": 100}, alike, roots_shrunk),
-                    ("+ votes by window size", {"first_window": 100}, weighted, roots_shrunk),
-                    ("+ first window 200", {}, weighted, roots_shrunk),
-                    ("+ roots are the pooled prior (now)", {}, weighted, roots_prior)):
+                (
+                    "before: no phase, first 100, votes alike",
+                    {"prior_records": 0, "first_window": 100},
+                    alike,
+                    roots_shrunk,
+                ),
+                ("+ prior phase 100", {"first_window": 100}, alike, roots_shrunk),
+                ("+ votes by window size", {"first_window": 100}, weighted, roots_shrunk),
+                ("+ first window 200", {}, weighted, roots_shrunk),
+                ("+ roots are the pooled prior (now)", {}, weighted, roots_prior),
+            ):
                 PrivateWindowClassifier.vote_weights = weights
                 estimation_module.node_distributions = nodes
                 measure(label, lambda kw=kw: PrivateWindowClassifier(schema, epsilon=1.0, **kw))

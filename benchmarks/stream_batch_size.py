@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 import time
@@ -45,8 +44,16 @@ SIZES = (10, 100, 1000, 10_000)
 # and at 5 s (fewer windows over the same stream, so fewer noise draws), tree with L=10 (T_max = 1,023
 # windows per epoch), grow (its default height is structure.ceiling_height: 5 on Nursery) and grow at 4 (the
 # drawn default, half the attributes, which grow used before); window and grow again at height 8.
-POLICIES = (("batch", 1.0, 10, None), ("window", 1.0, 10, None), ("window", 5.0, 10, None), ("tree", 1.0, 10, None),
-            ("grow", 1.0, 10, None), ("grow", 1.0, 10, 4), ("window", 1.0, 10, 8), ("grow", 1.0, 10, 8))
+POLICIES = (
+    ("batch", 1.0, 10, None),
+    ("window", 1.0, 10, None),
+    ("window", 5.0, 10, None),
+    ("tree", 1.0, 10, None),
+    ("grow", 1.0, 10, None),
+    ("grow", 1.0, 10, 4),
+    ("window", 1.0, 10, 8),
+    ("grow", 1.0, 10, 8),
+)
 HOLDOUT = 648
 
 
@@ -63,8 +70,17 @@ def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config
 
     policy, every, levels, height = config
     name = f"bench-bs-{uuid.uuid4().hex[:8]}"
-    create_model(url, name, ds.schema, n_trees=10, height=height, epsilon=1.0, release=policy,
-                 release_every=None if policy == "batch" else every, levels=levels if policy == "tree" else None)
+    create_model(
+        url,
+        name,
+        ds.schema,
+        n_trees=10,
+        height=height,
+        epsilon=1.0,
+        release=policy,
+        release_every=None if policy == "batch" else every,
+        levels=levels if policy == "tree" else None,
+    )
     r = redis.Redis.from_url(url)
     keys = Keys(name)
     pool = WorkerPool(name, 2, url, block_ms=100, log_level=logging.ERROR).start()
@@ -85,8 +101,14 @@ def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config
         forest = Consumer(url, name).latest()
         acc = float(np.mean(forest.predict(ds.X[test]) == ds.y[test]))
         label = (policy if policy == "batch" else f"{policy} {every:g} s") + (f", height {height}" if height else "")
-        return {"policy": label, "batch_size": size, "accuracy": acc, "releases": forest.n_releases,
-                "height_published": forest.height, "seconds": round(elapsed, 2)}
+        return {
+            "policy": label,
+            "batch_size": size,
+            "accuracy": acc,
+            "releases": forest.n_releases,
+            "height_published": forest.height,
+            "seconds": round(elapsed, 2),
+        }
     finally:
         pool.stop()
         delete_model(url, name)
@@ -121,30 +143,39 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
     info["uptime_end"] = sh("uptime")
     majority = max(np.mean(ds.y[test] == c) for c in set(ds.y[test]))
-    (RESULTS / "stream_batch_size.json").write_text(json.dumps({"info": info, "rows": rows,
-                                                                 "majority": majority}, indent=1))
-    lines = ["# Accuracy against the producers' batch size, per release policy (Nursery, epsilon 1)", "",
-             f"Real service: Producer -> Redis stream -> 2 worker processes -> Consumer; 10 trees, default height "
-             "(4; `grow`'s default is its ceiling rule, 5 here) unless the policy says a height, "
-             f"geometric noise, {len(train):,} training records pushed at full speed, accuracy on {HOLDOUT} "
-             f"held-out records (majority class {majority:.3f}); mean (min-max) over {args.repeats} repeats. "
-             "`window 1 s`/`window 5 s`: release_every 1 or 5 s; `tree 1 s`: the same 1 s windows, L=10 levels "
-             "(epsilon/10 per node), honaker estimator; `grow 1 s`: the same windows on trees that deepen as the "
-             "released counts allow, never past the height (published height: the deepest path at the end). Releases are what consumers saw; every window after the "
-             "model's creation is released, so the stream's duration (push + processing, under this machine's "
-             "load) sets the number of windows. Prediction: the noise-aware estimation with one prior stump "
-             "(PrivateForest defaults).", "",
-             f"Machine: {info['machine']['nproc']} x {info['machine']['cpu']}; git {info['git']}; "
-             f"load at start `{info['uptime_start'].split('load average:')[-1].strip()}`, "
-             f"at end `{info['uptime_end'].split('load average:')[-1].strip()}` (shared machine).", "",
-             "| policy | batch size | accuracy | releases | published height | seconds |", "|---|---|---|---|---|---|"]
+    (RESULTS / "stream_batch_size.json").write_text(
+        json.dumps({"info": info, "rows": rows, "majority": majority}, indent=1)
+    )
+    lines = [
+        "# Accuracy against the producers' batch size, per release policy (Nursery, epsilon 1)",
+        "",
+        f"Real service: Producer -> Redis stream -> 2 worker processes -> Consumer; 10 trees, default height "
+        "(4; `grow`'s default is its ceiling rule, 5 here) unless the policy says a height, "
+        f"geometric noise, {len(train):,} training records pushed at full speed, accuracy on {HOLDOUT} "
+        f"held-out records (majority class {majority:.3f}); mean (min-max) over {args.repeats} repeats. "
+        "`window 1 s`/`window 5 s`: release_every 1 or 5 s; `tree 1 s`: the same 1 s windows, L=10 levels "
+        "(epsilon/10 per node), honaker estimator; `grow 1 s`: the same windows on trees that deepen as the "
+        "released counts allow, never past the height (published height: the deepest path at the end). Releases are what consumers saw; every window after the "
+        "model's creation is released, so the stream's duration (push + processing, under this machine's "
+        "load) sets the number of windows. Prediction: the noise-aware estimation with one prior stump "
+        "(PrivateForest defaults).",
+        "",
+        f"Machine: {info['machine']['nproc']} x {info['machine']['cpu']}; git {info['git']}; "
+        f"load at start `{info['uptime_start'].split('load average:')[-1].strip()}`, "
+        f"at end `{info['uptime_end'].split('load average:')[-1].strip()}` (shared machine).",
+        "",
+        "| policy | batch size | accuracy | releases | published height | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
     for policy in dict.fromkeys(r["policy"] for r in rows):
         for size in SIZES:
             sel = [r for r in rows if r["policy"] == policy and r["batch_size"] == size]
             a = [r["accuracy"] for r in sel]
-            lines.append(f"| {policy} | {size:,} | {np.mean(a):.3f} ({min(a):.3f}-{max(a):.3f}) | "
-                         f"{np.mean([r['releases'] for r in sel]):.0f} | {np.mean([r['height_published'] for r in sel]):.1f} | "
-                         f"{np.mean([r['seconds'] for r in sel]):.1f} |")
+            lines.append(
+                f"| {policy} | {size:,} | {np.mean(a):.3f} ({min(a):.3f}-{max(a):.3f}) | "
+                f"{np.mean([r['releases'] for r in sel]):.0f} | {np.mean([r['height_published'] for r in sel]):.1f} | "
+                f"{np.mean([r['seconds'] for r in sel]):.1f} |"
+            )
     write_keeping_reading(RESULTS / "stream_batch_size.md", [*lines, ""])
     print("\n".join(lines))
 

@@ -38,11 +38,17 @@ def main(argv=None) -> int:
     enc = ds.schema.encode(ds.X, ds.y)
     X, y = enc.X, enc.y
     t0 = time.time()
-    print(f"# python benchmarks/stream_batch_size_ceiling.py --draws {args.draws} --trees {args.trees}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}")
-    print(f"# Nursery, 5 classes, {len(tr)} training records, {len(te)} held out (majority {np.bincount(y[te]).max() / len(te):.3f}); "
-          f"{args.trees} trees and one prior stump, geometric noise, split budget, probability vote")
-    print("| height | epsilon 1, drawn: mean (min-max) | epsilon 1, pruned (the default fit) | exact counts, drawn (not private, 3 draws) |")
+    print(
+        f"# python benchmarks/stream_batch_size_ceiling.py --draws {args.draws} --trees {args.trees}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load {subprocess.getoutput('uptime')}"
+    )
+    print(
+        f"# Nursery, 5 classes, {len(tr)} training records, {len(te)} held out (majority {np.bincount(y[te]).max() / len(te):.3f}); "
+        f"{args.trees} trees and one prior stump, geometric noise, split budget, probability vote"
+    )
+    print(
+        "| height | epsilon 1, drawn: mean (min-max) | epsilon 1, pruned (the default fit) | exact counts, drawn (not private, 3 draws) |"
+    )
     print("|---|---|---|---|")
     for h in range(1, ds.schema.n_attributes + 1):
         cells = []
@@ -51,8 +57,14 @@ def main(argv=None) -> int:
             for _ in range(draws):
                 f = PrivateForest.create(ds.schema, n_trees=args.trees, height=h, epsilon=eps)
                 f.fit_encoded(X[tr], y[tr], prune=prune)
-                acc.append(float((f.proba_from_leaves(f.structure.apply(X[te], ds.schema.is_categorical)).argmax(axis=1)
-                                  == y[te]).mean()))
+                acc.append(
+                    float(
+                        (
+                            f.proba_from_leaves(f.structure.apply(X[te], ds.schema.is_categorical)).argmax(axis=1)
+                            == y[te]
+                        ).mean()
+                    )
+                )
             cells.append(f"{np.mean(acc):.3f} ({np.min(acc):.3f}-{np.max(acc):.3f})")
         print(f"| {h} | " + " | ".join(cells) + " |", flush=True)
     print(f"# {time.time() - t0:.0f} s; load at end {subprocess.getoutput('uptime')}")

@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from accuracy_height import data  # noqa: E402
+
 from streamdp.estimation import cell_variance  # noqa: E402
 
 
@@ -47,8 +48,10 @@ def main() -> None:
         misses += miss
         hidden += miss and z < 3
         if miss or z < 3:
-            print(f"| {name} | {r['eps']:g} | {r['windows']} | {z:.1f} | {r['acc']:.3f} | {r['min']:.3f} | "
-                  f"{'MISSED' if miss else 'kept'} |")
+            print(
+                f"| {name} | {r['eps']:g} | {r['windows']} | {z:.1f} | {r['acc']:.3f} | {r['min']:.3f} | "
+                f"{'MISSED' if miss else 'kept'} |"
+            )
     print(f"\n{misses} floor misses of {sum(r['how'] == 'grow' for r in rows)} settings; {hidden} of them where z < 3.")
 
 

@@ -40,8 +40,11 @@ def main() -> int:
             rows = [run_one(args.redis_url, ds, train[:n], test, 100, config) for _ in range(args.repeats)]
             acc = [r["accuracy"] for r in rows]
             below = sum(a < majority - 0.01 for a in acc)
-            print(f"| {n:,} | {rows[0]['policy']} | {np.mean(acc):.3f} ({min(acc):.3f}-{max(acc):.3f}) | "
-                  f"{below} of {len(acc)} | {np.mean([r['releases'] for r in rows]):.0f} |", flush=True)
+            print(
+                f"| {n:,} | {rows[0]['policy']} | {np.mean(acc):.3f} ({min(acc):.3f}-{max(acc):.3f}) | "
+                f"{below} of {len(acc)} | {np.mean([r['releases'] for r in rows]):.0f} |",
+                flush=True,
+            )
     print(f"# load at end {sh('uptime')}")
     return 0
 

@@ -57,16 +57,24 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
     r = redis.Redis.from_url(a.redis)
-    print(f"# python benchmarks/window_catchup.py --windows {a.windows} --reps {a.reps}; git "
-          f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}")
+    print(
+        f"# python benchmarks/window_catchup.py --windows {a.windows} --reps {a.reps}; git "
+        f"{subprocess.getoutput('git rev-parse --short HEAD')}; load at start: {subprocess.getoutput('uptime')}"
+    )
     print(f"# Adult, window, epsilon 1, {a.windows} windows due, keep_versions 20")
-    print("| height | counts (MiB) | seconds per window: mean (max) | Redis memory growth (MiB): mean | growth / counts |",
-          "|---|---|---|---|---|", sep="\n")
+    print(
+        "| height | counts (MiB) | seconds per window: mean (max) | Redis memory growth (MiB): mean | growth / counts |",
+        "|---|---|---|---|---|",
+        sep="\n",
+    )
     for height in (5, None):
         runs = [catch_up(r, a.redis, a.windows, height) for _ in range(a.reps)]
         per, grown, counts = [x[0] for x in runs], np.mean([x[1] for x in runs]), np.mean([x[2] for x in runs])
-        print(f"| {height or 'default (7)'} | {counts:.1f} | {np.mean(per):.3f} ({max(per):.3f}) | {grown:.0f} | "
-              f"{grown / counts:.1f} |", flush=True)
+        print(
+            f"| {height or 'default (7)'} | {counts:.1f} | {np.mean(per):.3f} ({max(per):.3f}) | {grown:.0f} | "
+            f"{grown / counts:.1f} |",
+            flush=True,
+        )
     print(f"\n# load at end: {subprocess.getoutput('uptime')}")
     return 0
 

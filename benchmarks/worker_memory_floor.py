@@ -45,18 +45,26 @@ def main() -> int:
     ap.add_argument("--heights", type=int, nargs="+", default=[8, 9, 10])
     a = ap.parse_args()
     mib = 2**20
-    print(f"# python benchmarks/worker_memory_floor.py --heights {' '.join(map(str, a.heights))}; load "
-          f"{subprocess.getoutput('uptime')}")
-    print("| height | counts | interpreter and imports | structure routing needs and the real-cell mask "
-          "| floor: interpreter + structure + 2x counts | floor / counts |")
+    print(
+        f"# python benchmarks/worker_memory_floor.py --heights {' '.join(map(str, a.heights))}; load "
+        f"{subprocess.getoutput('uptime')}"
+    )
+    print(
+        "| height | counts | interpreter and imports | structure routing needs and the real-cell mask "
+        "| floor: interpreter + structure + 2x counts | floor / counts |"
+    )
     print("|---|---|---|---|---|---|")
     for h in a.heights:
-        out = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), h=h)], capture_output=True, text=True,
-                             check=True).stdout.split()
+        out = subprocess.run(
+            [sys.executable, "-c", CHILD.format(root=str(ROOT), h=h)], capture_output=True, text=True, check=True
+        ).stdout.split()
         base, routing, counts = map(int, out)
         floor = base + routing + 2 * counts
-        print(f"| {h} | {counts / mib:.0f} MiB | {base / mib:.0f} MiB ({base / counts:.2f}x) | {routing / mib:.0f} MiB "
-              f"({routing / counts:.2f}x) | {floor / mib:.0f} MiB | {floor / counts:.2f} |", flush=True)
+        print(
+            f"| {h} | {counts / mib:.0f} MiB | {base / mib:.0f} MiB ({base / counts:.2f}x) | {routing / mib:.0f} MiB "
+            f"({routing / counts:.2f}x) | {floor / mib:.0f} MiB | {floor / counts:.2f} |",
+            flush=True,
+        )
     return 0
 
 

@@ -7,29 +7,58 @@ kept, in units of the counts. Appends nothing: copy its output into a log.
 
     python benchmarks/worker_memory_phases.py 10
 """
-import sys, tracemalloc, uuid, warnings
-sys.path.insert(0, "/work/main/benchmarks"); sys.path.insert(0, "/work/main")
+
+import sys
+import tracemalloc
+import uuid
+import warnings
+
+sys.path.insert(0, "/work/main/benchmarks")
+sys.path.insert(0, "/work/main")
 warnings.simplefilter("ignore")
-import numpy as np, redis
-from bench_worker_memory import cat16, ARITIES
+import numpy as np
+import redis
+from bench_worker_memory import ARITIES, cat16
+
+from streamdp.service.keys import Keys
+from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model, load_policy
 from streamdp.service.stream_worker import Worker
-from streamdp.service.producer import Producer
-from streamdp.service.keys import Keys
-url = "redis://127.0.0.1:6379/0"; name = "m10-" + uuid.uuid4().hex[:6]
+
+url = "redis://127.0.0.1:6379/0"
+name = "m10-" + uuid.uuid4().hex[:6]
 r = redis.Redis.from_url(url)
 try:
-    spec = create_model(url, name, cat16(), n_trees=10, height=int(sys.argv[1]) if len(sys.argv) > 1 else 10, epsilon=1.0, seed=1, release="window", release_every=3600.0)
-    counts = spec.counts.nbytes; del spec
+    spec = create_model(
+        url,
+        name,
+        cat16(),
+        n_trees=10,
+        height=int(sys.argv[1]) if len(sys.argv) > 1 else 10,
+        epsilon=1.0,
+        seed=1,
+        release="window",
+        release_every=3600.0,
+    )
+    counts = spec.counts.nbytes
+    del spec
     w = Worker(url, name, block_ms=1, batch_entries=1)
-    rng = np.random.default_rng(0); p = Producer(url, name)
+    rng = np.random.default_rng(0)
+    p = Producer(url, name)
+
     def push(k):
         for _ in range(k):
             p.push(np.column_stack([rng.integers(a, size=10000) for a in ARITIES]), rng.integers(2, size=10000))
+
     def peak_of(fn, what):
-        tracemalloc.start(); b, _ = tracemalloc.get_traced_memory(); tracemalloc.reset_peak()
-        fn(); cur, pk = tracemalloc.get_traced_memory(); tracemalloc.stop()
+        tracemalloc.start()
+        b, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        fn()
+        cur, pk = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
         print(what, "peak above", round((pk - b) / counts, 2), "kept", round((cur - b) / counts, 2), flush=True)
+
     push(3)
     peak_of(lambda: w.step(block_ms=1), "add 1st entry")
     peak_of(lambda: w.step(block_ms=1), "add 2nd entry")
@@ -39,4 +68,5 @@ try:
     peak_of(lambda: w.closer.tick(load_policy(r, name)[1] + 7200.0 + 0.001), "close 2")
 finally:
     delete_model(r, name)
-    for k in r.scan_iter(match=f"{Keys(name).prefix}:ledger*"): r.delete(k)
+    for k in r.scan_iter(match=f"{Keys(name).prefix}:ledger*"):
+        r.delete(k)

@@ -60,8 +60,9 @@ def pack_array(a: np.ndarray, fill_ok: bool = False) -> dict:
     return {"dtype": a.dtype.str, "shape": list(a.shape), "data": data}
 
 
-def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None,
-                 fill_shape: tuple | None = None) -> np.ndarray:
+def unpack_array(
+    d: Any, name: str = "array", dtype: str | None = None, ndim: int | None = None, fill_shape: tuple | None = None
+) -> np.ndarray:
     """The array of a :func:`pack_array` record, checked (dtype, shape, size, finite values).
 
     A fill record is accepted only where the caller expects one, of exactly ``fill_shape`` (known
@@ -73,8 +74,11 @@ def unpack_array(d: Any, name: str = "array", dtype: str | None = None, ndim: in
     if fill and (isinstance(d["fill"], bool) or not isinstance(d["fill"], (int, float))):
         raise BlobError(f"{name}: 'fill' must be a number, got {d['fill']!r}")
     if fill and (fill_shape is None or d["shape"] != list(fill_shape)):
-        raise BlobError(f"{name}: a constant record is not accepted here" if fill_shape is None else
-                        f"{name}: a constant record of shape {d['shape']!r} where {list(fill_shape)} was expected")
+        raise BlobError(
+            f"{name}: a constant record is not accepted here"
+            if fill_shape is None
+            else f"{name}: a constant record of shape {d['shape']!r} where {list(fill_shape)} was expected"
+        )
     dt, shape, data = d["dtype"], d["shape"], None if fill else d["data"]
     if not isinstance(dt, str) or dt not in _ALLOWED_DTYPES:
         raise BlobError(f"{name}: dtype {dt!r} is not allowed")
@@ -214,7 +218,9 @@ def loads(blob: Any, fmt: str, version: int) -> dict:
     if doc["format"] != fmt:
         raise BlobError(f"not a {fmt} blob (format: {doc['format']!r})")
     if doc.get("format_version") != version:
-        raise BlobError(f"{fmt} format version {doc.get('format_version')!r} is not supported (this build reads {version})")
+        raise BlobError(
+            f"{fmt} format version {doc.get('format_version')!r} is not supported (this build reads {version})"
+        )
     return doc
 
 

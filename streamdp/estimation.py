@@ -74,10 +74,30 @@ from operator import add
 import numpy as np
 
 __all__ = [
-    "SNR_MIN", "SNR_MIN_GROWN", "PRIOR_WEIGHT", "MIN_WEIGHT", "ESTIMATORS", "seq_sum",
-    "cell_variance", "node_distributions", "shrink", "prior_from", "forest_prior", "release_prior", "prior_phase_first",
-    "prior_phase_size", "forest_topology", "ForestNodes",
-    "leaf_rule_proba", "tree_node_proba", "released_node_counts", "inverse_variance_mean", "reachable", "reachable_leaves", "shrink_one", "path_proba_one",
+    "SNR_MIN",
+    "SNR_MIN_GROWN",
+    "PRIOR_WEIGHT",
+    "MIN_WEIGHT",
+    "ESTIMATORS",
+    "seq_sum",
+    "cell_variance",
+    "node_distributions",
+    "shrink",
+    "prior_from",
+    "forest_prior",
+    "release_prior",
+    "prior_phase_first",
+    "prior_phase_size",
+    "forest_topology",
+    "ForestNodes",
+    "leaf_rule_proba",
+    "tree_node_proba",
+    "released_node_counts",
+    "inverse_variance_mean",
+    "reachable",
+    "reachable_leaves",
+    "shrink_one",
+    "path_proba_one",
 ]
 
 #: A node is used when its total stands this many noise standard deviations above zero.
@@ -120,8 +140,15 @@ def cell_variance(mechanism: str, epsilon: float, k: int | None = None) -> float
     raise ValueError(f"unknown mechanism {mechanism!r}")
 
 
-def node_distributions(y: np.ndarray, var_total: np.ndarray, parent: np.ndarray, depth: np.ndarray,
-                       prior: np.ndarray, snr_min: float | None = None, roots_are_prior: bool = False) -> np.ndarray:
+def node_distributions(
+    y: np.ndarray,
+    var_total: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    prior: np.ndarray,
+    snr_min: float | None = None,
+    roots_are_prior: bool = False,
+) -> np.ndarray:
     """The rule of the module docstring for every node at once, level by level (root level first).
 
     ``y`` (n, C): noisy class counts per node; ``var_total`` (n,): variance of
@@ -134,7 +161,7 @@ def node_distributions(y: np.ndarray, var_total: np.ndarray, parent: np.ndarray,
     order = np.argsort(depth, kind="stable")
     bounds = np.searchsorted(depth[order], np.arange(int(depth.max(initial=0)) + 2))
     for d in range(len(bounds) - 1):
-        nodes = order[bounds[d]:bounds[d + 1]]
+        nodes = order[bounds[d] : bounds[d + 1]]
         if nodes.size:
             par = np.broadcast_to(prior, (nodes.size, C)) if d == 0 else p[parent[nodes]]
             p[nodes] = par if d == 0 and roots_are_prior else shrink(y[nodes], var_total[nodes], par, snr_min)
@@ -199,9 +226,9 @@ def path_proba_one(pooled: list, prior: list) -> list:
         return _path_proba_two(pooled, prior)
     p = prior
     for d in range(0, len(pooled), C + 1):
-        if d and pooled[d:d + C + 1] == pooled[d - C - 1:d]:
+        if d and pooled[d : d + C + 1] == pooled[d - C - 1 : d]:
             continue  # the same counts and variance as one level up: nothing new to weigh
-        p = shrink_one(pooled[d:d + C], pooled[d + C], p)
+        p = shrink_one(pooled[d : d + C], pooled[d + C], p)
     return p
 
 
@@ -409,10 +436,19 @@ class ForestNodes:
     prior: np.ndarray
 
     @classmethod
-    def build(cls, feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, counts: np.ndarray,
-              cell_var: float, n_prior: int = 0, share: float = 1.0,
-              layout: tuple[np.ndarray, ...] | None = None, node_var: np.ndarray | None = None,
-              prior: np.ndarray | None = None) -> "ForestNodes":
+    def build(
+        cls,
+        feature: np.ndarray,
+        child: np.ndarray,
+        leaf: np.ndarray,
+        counts: np.ndarray,
+        cell_var: float,
+        n_prior: int = 0,
+        share: float = 1.0,
+        layout: tuple[np.ndarray, ...] | None = None,
+        node_var: np.ndarray | None = None,
+        prior: np.ndarray | None = None,
+    ) -> ForestNodes:
         """Every node's counts and variance from the released leaf counts; ``cell_var``: the noise variance of
         one cell, a number or one per tree (stumps included); ``layout``: :meth:`layout`, cached by a caller
         whose structure does not change between releases; ``node_var`` (stumps included, the structure's
@@ -425,8 +461,9 @@ class ForestNodes:
             prior = forest_prior(counts, np.ones_like(n_leaves), node_var[:, 0], share)
         elif prior is None:
             prior = forest_prior(counts, n_leaves, cell_var, share)
-        g_parent, g_depth, g_leaf, n_below, g_tree = (layout if layout is not None
-                                                      else cls.layout(feature, child, leaf, n_prior))
+        g_parent, g_depth, g_leaf, n_below, g_tree = (
+            layout if layout is not None else cls.layout(feature, child, leaf, n_prior)
+        )
         T, L = g_leaf.shape
         counts = counts[:T, :L]
         has = g_leaf >= 0
@@ -443,8 +480,14 @@ class ForestNodes:
         return cls(y, var, g_parent, g_depth, g_leaf, prior)
 
     @classmethod
-    def of_trees(cls, released: list[tuple[np.ndarray, np.ndarray]], parents: list[np.ndarray],
-                 depths: list[np.ndarray], leaves: list[np.ndarray], prior: np.ndarray) -> "ForestNodes":
+    def of_trees(
+        cls,
+        released: list[tuple[np.ndarray, np.ndarray]],
+        parents: list[np.ndarray],
+        depths: list[np.ndarray],
+        leaves: list[np.ndarray],
+        prior: np.ndarray,
+    ) -> ForestNodes:
         """A learner's trees as one forest of nodes, each tree numbering its own nodes: its leaf number is the
         node number (what :meth:`streamdp.learners.tree.Tree.apply` gives), so :meth:`path_proba` takes the
         trees' ``apply`` results as they are. ``released``: per tree, every node's counts and its total's
@@ -464,8 +507,14 @@ class ForestNodes:
         for t, (off, lv) in enumerate(zip(offs, leaves)):
             leaf_node[t, lv] = off + lv
         parent = np.concatenate([np.where(p >= 0, p + off, -1) for p, off in zip(parents, offs)])
-        return cls(np.concatenate([y for y, _ in released]), np.concatenate([v for _, v in released]), parent,
-                   np.concatenate(depths), leaf_node, np.asarray(prior, dtype=np.float64))
+        return cls(
+            np.concatenate([y for y, _ in released]),
+            np.concatenate([v for _, v in released]),
+            parent,
+            np.concatenate(depths),
+            leaf_node,
+            np.asarray(prior, dtype=np.float64),
+        )
 
     @staticmethod
     def layout(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray, n_prior: int = 0) -> tuple[np.ndarray, ...]:
@@ -577,7 +626,7 @@ class ForestNodes:
         at which every tree's node holds all its parent's records is skipped too (nothing new). ``leaves`` (n, n_trees): leaf numbers from
         :meth:`ForestStructure.apply` (the random trees' columns; stumps' dropped here).
         """
-        leaves = leaves[:, :self.leaf_node.shape[0]]
+        leaves = leaves[:, : self.leaf_node.shape[0]]
         n, T = leaves.shape
         C = self.y.shape[1]
         node = self.leaf_node[np.arange(T)[None, :], leaves]  # (n, T) flat leaf nodes
@@ -621,9 +670,17 @@ def leaf_rule_proba(counts: np.ndarray) -> np.ndarray:
     return np.where(tot > 0, pos / np.where(tot > 0, tot, 1.0), prior)
 
 
-def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, counts: np.ndarray,
-                    cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None,
-                    roots_are_prior: bool = False, own_var: np.ndarray | None = None) -> np.ndarray:
+def tree_node_proba(
+    feature: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    counts: np.ndarray,
+    cell_var: float,
+    prior: np.ndarray | None = None,
+    snr_min: float | None = None,
+    roots_are_prior: bool = False,
+    own_var: np.ndarray | None = None,
+) -> np.ndarray:
     """Per node of a learner's :class:`~streamdp.learners.tree.Tree`: the estimated class distribution.
 
     Only the counts of reachable leaves (``feature < 0``, no leaf above) are
@@ -650,8 +707,14 @@ def tree_node_proba(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, 
     return node_distributions(y, var, parent, depth, prior, snr_min, roots_are_prior)
 
 
-def released_node_counts(feature: np.ndarray, parent: np.ndarray, depth: np.ndarray, counts: np.ndarray,
-                         cell_var: float, own_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def released_node_counts(
+    feature: np.ndarray,
+    parent: np.ndarray,
+    depth: np.ndarray,
+    counts: np.ndarray,
+    cell_var: float,
+    own_var: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Every node's class counts from a tree's releases and the noise variance of its total, ``(n, C)``, ``(n,)``.
 
     A reachable leaf's counts are its release (total variance ``C cell_var``, or ``C own_var`` where given:

@@ -37,8 +37,20 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MAX_BLOCK_MS", "Interval", "Options", "Flag", "AnyOf", "check_epsilon", "check_delta", "check_probability",
-           "check_integer", "check_number", "check_choice", "check_flag"]
+__all__ = [
+    "MAX_BLOCK_MS",
+    "Interval",
+    "Options",
+    "Flag",
+    "AnyOf",
+    "check_epsilon",
+    "check_delta",
+    "check_probability",
+    "check_integer",
+    "check_number",
+    "check_choice",
+    "check_flag",
+]
 
 
 def _shown(value: Any) -> str:

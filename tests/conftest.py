@@ -67,5 +67,3 @@ def cluster_url():
 @pytest.fixture
 def unique_name():
     return f"t-{uuid.uuid4().hex[:12]}"
-
-

@@ -14,14 +14,16 @@ from streamdp import PrivateForest, Schema
 from streamdp import blob as blobmod
 from streamdp.blob import BlobError, pack_array, unpack_array
 
-SCHEMA = Schema.from_dict({
-    "attributes": [
-        {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
-        {"name": "b", "type": "numeric", "min": 0, "max": 100},
-        {"name": "c", "type": "categorical", "values": [True, False, 0]},
-    ],
-    "label": {"name": "y", "values": ["no", "yes"]},
-})
+SCHEMA = Schema.from_dict(
+    {
+        "attributes": [
+            {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
+            {"name": "b", "type": "numeric", "min": 0, "max": 100},
+            {"name": "c", "type": "categorical", "values": [True, False, 0]},
+        ],
+        "label": {"name": "y", "values": ["no", "yes"]},
+    }
+)
 
 
 def data(n, seed=0):
@@ -76,7 +78,13 @@ def test_round_trip(mechanism, vote, budget):
     assert np.array_equal(g.counts, f.counts) and g.counts.dtype == f.counts.dtype
     assert (g.epsilon, g.delta, g.version, g.n_releases) == (f.epsilon, f.delta, f.version, f.n_releases)
     assert (g.mechanism, g.vote, g.budget, g.k, g.beta, g.private) == (
-        f.mechanism, f.vote, f.budget, f.k, f.beta, f.private)
+        f.mechanism,
+        f.vote,
+        f.budget,
+        f.k,
+        f.beta,
+        f.private,
+    )
     assert np.array_equal(g.predict_proba(X), f.predict_proba(X))
     assert np.array_equal(g.apply(X), f.apply(X))
     # a loaded forest keeps learning
@@ -99,8 +107,13 @@ def test_blob_is_self_describing(good):
 
 
 def test_pack_unpack_array():
-    for a in (np.arange(6, dtype=np.int32).reshape(2, 3), np.array([1.5, np.inf]), np.zeros((0, 4)),
-              np.array([True, False]), np.arange(3, dtype=">i8")):
+    for a in (
+        np.arange(6, dtype=np.int32).reshape(2, 3),
+        np.array([1.5, np.inf]),
+        np.zeros((0, 4)),
+        np.array([True, False]),
+        np.arange(3, dtype=">i8"),
+    ):
         r = unpack_array(pack_array(a), "threshold")
         assert np.array_equal(r, a) and r.shape == a.shape
     with pytest.raises(TypeError):
@@ -146,19 +159,22 @@ def test_an_all_categorical_forests_thresholds_are_one_value_in_memory_and_in_it
     assert "data" in doc_of(mixed.to_bytes())["structure"]["threshold"] and mixed.structure.threshold.strides != (0, 0)
 
 
-@pytest.mark.parametrize("record", [
-    {"dtype": "<i8", "shape": [2, 3], "fill": "yes"},
-    {"dtype": "<i8", "shape": [2, 3], "fill": False},
-    {"dtype": "<i8", "shape": [2, 3], "fill": None},
-    {"dtype": "<i8", "shape": [2, 3], "fill": 0.5},
-    {"dtype": "<i8", "shape": [2, 3], "fill": 2**70},
-    {"dtype": "<f8", "shape": [2, 3], "fill": float("nan")},
-    {"dtype": "<f8", "shape": [2, 3], "fill": float("inf")},  # (only thresholds may be infinite)
-    {"dtype": "<i8", "shape": [2, 3], "fill": 0, "data": b""},
-    {"dtype": "|O", "shape": [2], "fill": 0},
-    {"dtype": "<i8", "shape": [1 << 20, 1 << 20], "fill": 0},
-    {"dtype": "<i8", "shape": [-1], "fill": 0},
-])
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"dtype": "<i8", "shape": [2, 3], "fill": "yes"},
+        {"dtype": "<i8", "shape": [2, 3], "fill": False},
+        {"dtype": "<i8", "shape": [2, 3], "fill": None},
+        {"dtype": "<i8", "shape": [2, 3], "fill": 0.5},
+        {"dtype": "<i8", "shape": [2, 3], "fill": 2**70},
+        {"dtype": "<f8", "shape": [2, 3], "fill": float("nan")},
+        {"dtype": "<f8", "shape": [2, 3], "fill": float("inf")},  # (only thresholds may be infinite)
+        {"dtype": "<i8", "shape": [2, 3], "fill": 0, "data": b""},
+        {"dtype": "|O", "shape": [2], "fill": 0},
+        {"dtype": "<i8", "shape": [1 << 20, 1 << 20], "fill": 0},
+        {"dtype": "<i8", "shape": [-1], "fill": 0},
+    ],
+)
 def test_a_malformed_zeros_record_is_refused(record):
     with pytest.raises(BlobError):
         unpack_array(record, "counts", fill_shape=(2, 3))
@@ -175,8 +191,10 @@ def test_a_zeros_record_is_accepted_only_where_expected_and_of_the_expected_shap
     assert unpack_array(z, "counts", fill_shape=(2, 3)).shape == (2, 3)
     with pytest.raises(BlobError, match="not accepted here"):
         unpack_array(z, "feature")
-    assert unpack_array({"dtype": "<f8", "shape": [2, 3], "fill": float("inf")}, "threshold",
-                        fill_shape=(2, 3)).tolist() == [[math.inf] * 3] * 2
+    assert (
+        unpack_array({"dtype": "<f8", "shape": [2, 3], "fill": float("inf")}, "threshold", fill_shape=(2, 3)).tolist()
+        == [[math.inf] * 3] * 2
+    )
     with pytest.raises(BlobError, match="where \\[3, 2\\] was expected"):
         unpack_array(z, "counts", fill_shape=(3, 2))
     doc = doc_of(PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1).to_bytes())
@@ -261,7 +279,7 @@ def test_flips_in_header_region(good):
         b"\xdd\xff\xff\xff\xff",  # array announcing 2**32-1 entries
         b"\x91" * 100_000,  # deeply nested arrays
         msgpack.packb(msgpack.ExtType(5, b"xyz")),
-        '{"format": "streamdp.forest"}'.encode(),
+        b'{"format": "streamdp.forest"}',
     ],
 )
 def test_foreign_or_garbage_blobs(payload):
@@ -308,6 +326,7 @@ def _mutations():
             for p in path[:-1]:
                 d = d[p]
             d[path[-1]] = value
+
         return f
 
     def delp(*path):
@@ -315,6 +334,7 @@ def _mutations():
             for p in path[:-1]:
                 d = d[p]
             del d[path[-1]]
+
         return f
 
     def arr(name, fn, where="structure"):
@@ -322,12 +342,14 @@ def _mutations():
             rec = d[where][name] if where else d[name]
             a = unpack_array(rec, "threshold").copy()
             rec.update(pack_array(fn(a)))
+
         return f
 
     def idx(name, value, where="structure", pos=(0, 0)):
         def fn(a):
             a[pos] = value
             return a
+
         return arr(name, fn, where)
 
     yield "format tag", setp("format", value="streamdp.other")
@@ -352,8 +374,10 @@ def _mutations():
     yield "prior_trees negative", setp("params", "prior_trees", value=-1)
     yield "prior_trees mismatch", setp("params", "prior_trees", value=3)
     # one stump more, one random tree fewer: the row claimed as a stump is a random tree
-    yield "prior_trees on a random tree", lambda d: (d["params"].update(prior_trees=d["params"]["prior_trees"] + 1,
-                                                                       n_trees=d["params"]["n_trees"] - 1))
+    yield (
+        "prior_trees on a random tree",
+        lambda d: d["params"].update(prior_trees=d["params"]["prior_trees"] + 1, n_trees=d["params"]["n_trees"] - 1),
+    )
     yield "k without kanon", setp("params", "k", value=5)
     yield "epsilon negative", setp("privacy", "epsilon", value=-1.0)
     yield "epsilon string", setp("privacy", "epsilon", value="1")
@@ -461,8 +485,9 @@ def test_forged_dag_structure_refused_quickly():
     """Splits sharing children (a DAG of 2**60 paths) must be refused, not walked."""
     import time
 
-    schema = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}],
-                               "label": {"name": "y", "values": [0, 1]}})
+    schema = Schema.from_dict(
+        {"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}], "label": {"name": "y", "values": [0, 1]}}
+    )
     h = 60
     nodes = 2 * h + 1
     feature = np.zeros((1, nodes), dtype=np.int32)
@@ -477,8 +502,13 @@ def test_forged_dag_structure_refused_quickly():
     leaf[0, nodes - 2], leaf[0, nodes - 1] = 0, 1
     d = doc_of(PrivateForest.create(schema, n_trees=1, height=1, epsilon=1.0, seed=0).to_bytes())
     d["params"]["height"] = h
-    d["structure"] = {"feature": pack_array(feature), "threshold": pack_array(threshold), "child": pack_array(child),
-                      "leaf": pack_array(leaf), "n_leaves": pack_array(np.array([2]))}
+    d["structure"] = {
+        "feature": pack_array(feature),
+        "threshold": pack_array(threshold),
+        "child": pack_array(child),
+        "leaf": pack_array(leaf),
+        "n_leaves": pack_array(np.array([2])),
+    }
     d["counts"] = pack_array(np.zeros((1, 2, 2), dtype=np.int64))
     t0 = time.perf_counter()
     with pytest.raises(ValueError):
@@ -508,12 +538,19 @@ def _schemas(draw):
 
 
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(schema=_schemas(), n_trees=st.integers(1, 4), height=st.integers(1, 4),
-       mechanism=st.sampled_from(["geometric", "laplace"]), vote=st.sampled_from(["proba", "majority"]),
-       budget=st.sampled_from(["split", "disjoint"]), seed=st.integers(0, 2**31))
+@given(
+    schema=_schemas(),
+    n_trees=st.integers(1, 4),
+    height=st.integers(1, 4),
+    mechanism=st.sampled_from(["geometric", "laplace"]),
+    vote=st.sampled_from(["proba", "majority"]),
+    budget=st.sampled_from(["split", "disjoint"]),
+    seed=st.integers(0, 2**31),
+)
 def test_round_trip_random_schemas(schema, n_trees, height, mechanism, vote, budget, seed):
-    f = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=1.0, mechanism=mechanism, seed=seed,
-                             vote=vote, budget=budget)
+    f = PrivateForest.create(
+        schema, n_trees=n_trees, height=height, epsilon=1.0, mechanism=mechanism, seed=seed, vote=vote, budget=budget
+    )
     g = PrivateForest.from_bytes(f.to_bytes())
     assert g.schema == schema
     assert [type(v) for v in g.schema.label.values] == [type(v) for v in schema.label.values]
@@ -534,8 +571,15 @@ def test_packb_is_msgpack_with_one_copy_of_each_large_value():
 
     rng = np.random.default_rng(0)
     big = rng.integers(0, 9, 300_000)
-    doc = {"format": "t", "format_version": 1, "x": [1, (2, b"ab"), {"a": B.pack_array(big)}],
-           "y": B.pack_array(np.arange(3.0)), "z": bytes(70_000), "w": bytearray(b"q" * 66_000), "n": None}
+    doc = {
+        "format": "t",
+        "format_version": 1,
+        "x": [1, (2, b"ab"), {"a": B.pack_array(big)}],
+        "y": B.pack_array(np.arange(3.0)),
+        "z": bytes(70_000),
+        "w": bytearray(b"q" * 66_000),
+        "n": None,
+    }
     assert B.packb(doc) == msgpack.packb(doc, use_bin_type=True)
     assert B.unpack_array(B.loads(B.dumps("t", 1, {"a": B.pack_array(big)}), "t", 1)["a"]).tolist() == big.tolist()
     arrays = {f"a{i}": B.pack_array(rng.integers(0, 9, 2_000_000)) for i in range(4)}  # 4 x 16 MB

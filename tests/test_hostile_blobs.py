@@ -20,11 +20,15 @@ LIMIT = 1.0  # seconds; generous: these took 5-65 s before
 
 @pytest.fixture(scope="module")
 def forest_doc() -> dict:
-    schema = Schema.from_dict({
-        "attributes": [{"name": "a", "type": "categorical", "values": ["x", "y"]}],
-        "label": {"name": "c", "values": ["no", "yes"]},
-    })
-    return msgpack.unpackb(PrivateForest.create(schema, n_trees=2, height=1, epsilon=1.0, prior_trees=0).to_bytes(), raw=False)
+    schema = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": ["x", "y"]}],
+            "label": {"name": "c", "values": ["no", "yes"]},
+        }
+    )
+    return msgpack.unpackb(
+        PrivateForest.create(schema, n_trees=2, height=1, epsilon=1.0, prior_trees=0).to_bytes(), raw=False
+    )
 
 
 def _timed_refusal(data: bytes, match: str) -> None:
@@ -38,7 +42,10 @@ def test_many_declared_values_with_a_late_duplicate_decode_fast(forest_doc):
     """A 200 KB blob: 30,000 values, the last one repeated (quadratic duplicate check: 53 s)."""
     doc = dict(forest_doc)
     values = [f"v{i}" for i in range(30_000)] + ["v29999"]
-    doc["schema"] = {"attributes": [{"name": "a", "type": "categorical", "values": values}], "label": doc["schema"]["label"]}
+    doc["schema"] = {
+        "attributes": [{"name": "a", "type": "categorical", "values": values}],
+        "label": doc["schema"]["label"],
+    }
     data = msgpack.packb(doc, use_bin_type=True)
     assert len(data) > 150_000
     _timed_refusal(data, "declared twice")
@@ -54,8 +61,12 @@ def test_many_attributes_with_a_late_duplicate_name_decode_fast(forest_doc):
 def test_schema_duplicate_check_is_linear():
     t = time.perf_counter()
     with pytest.raises(SchemaError, match="declared twice"):
-        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": list(range(200_000)) + [199_999]}],
-                          "label": {"name": "c", "values": [0, 1]}})
+        Schema.from_dict(
+            {
+                "attributes": [{"name": "a", "type": "categorical", "values": list(range(200_000)) + [199_999]}],
+                "label": {"name": "c", "values": [0, 1]},
+            }
+        )
     assert time.perf_counter() - t < LIMIT
 
 
@@ -97,9 +108,9 @@ def test_a_learner_blob_with_an_absurd_own_var_is_refused(bad):
     uniform distribution, silently."""
     import warnings
 
-    from streamdp.records.datasets import load
     from streamdp.learners import DPEA
     from streamdp.privacy.mechanisms import NotPrivateWarning
+    from streamdp.records.datasets import load
 
     ds = load("congressional-voting")
     with warnings.catch_warnings():

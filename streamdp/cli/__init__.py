@@ -43,8 +43,11 @@ the URL (``rediss://user:password@host:port/0``).
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``streamdp`` command (each subcommand sets ``func``, its handler)."""
-    p = argparse.ArgumentParser(prog="streamdp", description=f"The ``streamdp`` command line.\n\n{DESCRIPTION}",
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="streamdp",
+        description=f"The ``streamdp`` command line.\n\n{DESCRIPTION}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     url_help = "Redis URL (default: $REDIS_URL or redis://localhost:6379/0)"
     p.add_argument("--redis-url", default=None, help=url_help)
     sub = p.add_subparsers(dest="command", required=True)
@@ -67,4 +70,3 @@ def _below(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
 def main(argv: list[str] | None = None) -> int:
     """Run ``streamdp ARGV``; returns the exit code (see :mod:`streamdp.cli.common`)."""
     return run(build_parser().parse_args(argv))
-

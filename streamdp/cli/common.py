@@ -19,8 +19,19 @@ from typing import Any, TextIO
 
 from streamdp.validation import MAX_BLOCK_MS, check_epsilon
 
-__all__ = ["redis_url", "redact", "client", "Progress", "run", "epsilon_arg", "finite_epsilon_arg", "int_in", "seconds_arg", "MAX_PROCESSES",
-           "MAX_BLOCK_MS"]
+__all__ = [
+    "redis_url",
+    "redact",
+    "client",
+    "Progress",
+    "run",
+    "epsilon_arg",
+    "finite_epsilon_arg",
+    "int_in",
+    "seconds_arg",
+    "MAX_PROCESSES",
+    "MAX_BLOCK_MS",
+]
 
 #: Most worker processes one command starts (a typo of many digits built an ever-growing process list).
 MAX_PROCESSES = 256
@@ -80,6 +91,7 @@ def int_in(low: int, high: int):
     >>> int_in(1, 8)("3")
     3
     """
+
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -88,6 +100,7 @@ def int_in(low: int, high: int):
         if not low <= v <= high:
             raise argparse.ArgumentTypeError(f"{v} is outside {low}..{high}")
         return v
+
     parse.__name__ = f"integer in {low}..{high}"
     return parse
 
@@ -195,8 +208,10 @@ def run(args: argparse.Namespace) -> int:
 
     def show(message, category, *_a, **_k) -> None:
         own = category.__module__.startswith("streamdp")
-        print(f"streamdp: warning: {message}" if own else f"streamdp: warning: {category.__name__}: {message}",
-              file=sys.stderr)
+        print(
+            f"streamdp: warning: {message}" if own else f"streamdp: warning: {category.__name__}: {message}",
+            file=sys.stderr,
+        )
 
     with warnings.catch_warnings():  # (the command's own: a caller's showwarning is back when it returns)
         warnings.showwarning = show

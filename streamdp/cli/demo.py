@@ -15,8 +15,8 @@ import sys
 import threading
 from typing import Any
 
-from streamdp.options import BUDGETS
 from streamdp.cli.common import MAX_PROCESSES, epsilon_arg, int_in, redact
+from streamdp.options import BUDGETS
 
 __all__ = ["add_parser", "demo"]
 
@@ -28,11 +28,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     # checked as they are parsed: nothing is created or started for a value that cannot work
     de.add_argument("--trees", type=int_in(1, 1000), default=5, help="random trees (default 5)")
     de.add_argument("--height", type=int_in(1, 16), default=3, help="levels per tree (default 3)")
-    de.add_argument("--budget", choices=BUDGETS, default="disjoint",
-                    help="how epsilon is shared among the trees (default disjoint: each record feeds one tree)")
+    de.add_argument(
+        "--budget",
+        choices=BUDGETS,
+        default="disjoint",
+        help="how epsilon is shared among the trees (default disjoint: each record feeds one tree)",
+    )
     de.add_argument("--batch-size", type=int_in(1, 300), default=30, help="records per batch (of the 300 streamed)")
-    de.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None,
-                    help="worker processes (default: one per core)")
+    de.add_argument(
+        "--processes", type=int_in(1, MAX_PROCESSES), default=None, help="worker processes (default: one per core)"
+    )
     de.add_argument("--shuffle-seed", type=int, default=0, help="order of the records streamed (public)")
     de.add_argument("--keep", action="store_true", help="keep the model (on an external Redis)")
     de.set_defaults(func=demo)
@@ -46,13 +51,13 @@ def demo(args: argparse.Namespace) -> int:
     import numpy as np
 
     from streamdp.records.datasets import load
+    from streamdp.service.connection import connect
     from streamdp.service.consumer import Consumer
     from streamdp.service.embedded import resolve_redis
-    from streamdp.service.producer import Producer
-    from streamdp.service.connection import connect
     from streamdp.service.ledger_store import ledger_keys
-    from streamdp.service.registry import create_model, delete_model
     from streamdp.service.pool import WorkerPool
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import create_model, delete_model
 
     ds = load("congressional-voting")
     rng = np.random.default_rng(args.shuffle_seed)
@@ -66,18 +71,21 @@ def demo(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
-        forest = create_model(url, name, ds.schema, n_trees=args.trees, height=args.height, epsilon=args.epsilon,
-                              budget=args.budget)
+        forest = create_model(
+            url, name, ds.schema, n_trees=args.trees, height=args.height, epsilon=args.epsilon, budget=args.budget
+        )
         print(f"model {name}: {forest!r}")
         pool = WorkerPool(name, args.processes, url, log_level=logging.WARNING, block_ms=200).start()
         majority = max(float(np.mean(ds.y[test] == c)) for c in ds.schema.label.values)
-        print(f"{pool.n} worker process(es); streaming {len(train)} records in batches of {args.batch_size}, "
-              f"testing on {len(test)} held-out records (predicting their majority class scores {majority:.3f}; "
-              f"the first versions know only the first batches, whose majority may differ)")
+        print(
+            f"{pool.n} worker process(es); streaming {len(train)} records in batches of {args.batch_size}, "
+            f"testing on {len(test)} held-out records (predicting their majority class scores {majority:.3f}; "
+            f"the first versions know only the first batches, whose majority may differ)"
+        )
         with Producer(url, name, batch_size=args.batch_size) as prod, Consumer(url, name) as cons:
             version = cons.version()
             for start in range(0, len(train), args.batch_size):
-                b = train[start:start + args.batch_size]
+                b = train[start : start + args.batch_size]
                 prod.push(ds.X[b], ds.y[b])
                 f = cons.wait_newer(version, timeout=60)
                 if f is None:
@@ -85,8 +93,10 @@ def demo(args: argparse.Namespace) -> int:
                     return 1
                 version = f.version
                 acc = float((f.predict(ds.X[test]) == ds.y[test]).mean())
-                print(f"version {f.version:3d}  batches {f.n_releases:3d}  records ~{f.estimated_records():6.0f} "
-                      f"(noisy)  accuracy {acc:.3f}")
+                print(
+                    f"version {f.version:3d}  batches {f.n_releases:3d}  records ~{f.estimated_records():6.0f} "
+                    f"(noisy)  accuracy {acc:.3f}"
+                )
         return 0
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)

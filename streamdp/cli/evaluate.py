@@ -43,26 +43,42 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="progressive validation of the private forest beside river's HoeffdingTree and ARF",
         description=__doc__.split("\n\n")[0],
     )
-    p.add_argument("datasets", nargs="*", default=["agrawal:0"],
-                   help="agrawal:F, drift, stagger:F, led, uci:NAME (default agrawal:0)")
-    p.add_argument("--n", type=int_in(1, 10**9), default=None, help="samples per synthetic stream (default 50,000; UCI: all)")
+    p.add_argument(
+        "datasets",
+        nargs="*",
+        default=["agrawal:0"],
+        help="agrawal:F, drift, stagger:F, led, uci:NAME (default agrawal:0)",
+    )
+    p.add_argument(
+        "--n", type=int_in(1, 10**9), default=None, help="samples per synthetic stream (default 50,000; UCI: all)"
+    )
     p.add_argument("--epsilons", type=_floats, default=[0.5, 1.0, 2.0])
     p.add_argument("--batch-sizes", type=_ints, default=[100, 1000, 10000])
     p.add_argument("--n-trees", type=int, default=10)
-    p.add_argument("--windows", type=_windows, default=[None],
-                   help="sliding windows in releases for the private forest, e.g. none,10")
+    p.add_argument(
+        "--windows",
+        type=_windows,
+        default=[None],
+        help="sliding windows in releases for the private forest, e.g. none,10",
+    )
     p.add_argument("--height", type=int, default=None)
     p.add_argument("--references", default="ht,arf", help="comma list of ht, arf (empty: none)")
-    p.add_argument("--window-learners", default="",
-                   help="comma list of batch learners refit per disjoint window (streamdp.river.PrivateWindowClassifier): "
-                        "diffp-c45, diffp-id3, sulq-id3, hanisch-forest, dpea")
+    p.add_argument(
+        "--window-learners",
+        default="",
+        help="comma list of batch learners refit per disjoint window (streamdp.river.PrivateWindowClassifier): "
+        "diffp-c45, diffp-id3, sulq-id3, hanisch-forest, dpea",
+    )
     p.add_argument("--window-size", type=int_in(1, 10**9), default=5000, help="records per window fit (default 5,000)")
     p.add_argument("--nominal", action="store_true", help="give river's trees the nominal attributes")
-    p.add_argument("--per-record", action="store_true",
-                   help="also time the private forest through the one-record loop")
+    p.add_argument("--per-record", action="store_true", help="also time the private forest through the one-record loop")
     p.add_argument("--shuffle-seed", type=int, default=0)
-    p.add_argument("--repeats", type=int_in(1, 10**6), default=1,
-                   help="fresh private models per setting (accuracy mean and sd; samples/s median)")
+    p.add_argument(
+        "--repeats",
+        type=int_in(1, 10**6),
+        default=1,
+        help="fresh private models per setting (accuracy mean and sd; samples/s median)",
+    )
     p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")
     p.set_defaults(func=evaluate)
@@ -78,12 +94,22 @@ def evaluate(args: argparse.Namespace) -> int:
     results = []
     refs = tuple(r for r in args.references.split(",") if r.strip())
     for ds in args.datasets:
-        res = run_evaluation(ds, n=args.n, epsilons=args.epsilons, batch_sizes=args.batch_sizes,
-                             n_trees=args.n_trees, height=args.height, references=refs, nominal=args.nominal,
-                             shuffle_seed=args.shuffle_seed, per_record=args.per_record, repeats=args.repeats,
-                             windows=args.windows,
-                             window_learners=tuple(w.strip() for w in args.window_learners.split(",") if w.strip()),
-                             window_size=args.window_size)
+        res = run_evaluation(
+            ds,
+            n=args.n,
+            epsilons=args.epsilons,
+            batch_sizes=args.batch_sizes,
+            n_trees=args.n_trees,
+            height=args.height,
+            references=refs,
+            nominal=args.nominal,
+            shuffle_seed=args.shuffle_seed,
+            per_record=args.per_record,
+            repeats=args.repeats,
+            windows=args.windows,
+            window_learners=tuple(w.strip() for w in args.window_learners.split(",") if w.strip()),
+            window_size=args.window_size,
+        )
         print(res.table())
         print()
         if args.plot_dir:

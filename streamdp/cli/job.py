@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import logging
+import os
 import sys
 import time
 from typing import Any
@@ -34,31 +34,50 @@ __all__ = ["add_parser", "submit", "status", "list_", "result", "algorithms", "w
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp job`` and its subcommands on an ``argparse`` subparsers object."""
-    p = subparsers.add_parser("job", help="on-demand batch learners: submit, status, list, result, worker",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "job",
+        help="on-demand batch learners: submit, status, list, result, worker",
+        description=__doc__.split("\n\n")[0],
+    )
     sub = p.add_subparsers(dest="job_command", required=True)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--queue", default="sdp:jobs",
-                        help="job stream (default sdp:jobs; a separate queue per tenant/test)")
+    common.add_argument(
+        "--queue", default="sdp:jobs", help="job stream (default sdp:jobs; a separate queue per tenant/test)"
+    )
 
-    s = sub.add_parser("submit", parents=[common],
-                       help="queue a job (charged to the source's ledger when a worker runs it)")
+    s = sub.add_parser(
+        "submit", parents=[common], help="queue a job (charged to the source's ledger when a worker runs it)"
+    )
     s.add_argument("algorithm", help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest")
     src = s.add_mutually_exclusive_group(required=True)
-    src.add_argument("--source",
-                     help="model name (its retained records), or the ledger source of --dataset: a free-text label; "
-                          "the same data under two labels is charged to two ledgers (prefer --source-file)")
-    src.add_argument("--source-file", default=None, metavar="FILE",
-                     help="a CSV dataset bound to its own ledger by content (file- and the first 128 bits of the SHA-256 of its bytes): the same "
-                          "bytes under any path or name share one budget; implies --dataset FILE")
-    s.add_argument("--epsilon", type=finite_epsilon_arg, required=True, help="the job's spend (finite: jobs always add noise)")
+    src.add_argument(
+        "--source",
+        help="model name (its retained records), or the ledger source of --dataset: a free-text label; "
+        "the same data under two labels is charged to two ledgers (prefer --source-file)",
+    )
+    src.add_argument(
+        "--source-file",
+        default=None,
+        metavar="FILE",
+        help="a CSV dataset bound to its own ledger by content (file- and the first 128 bits of the SHA-256 of its bytes): the same "
+        "bytes under any path or name share one budget; implies --dataset FILE",
+    )
+    s.add_argument(
+        "--epsilon", type=finite_epsilon_arg, required=True, help="the job's spend (finite: jobs always add noise)"
+    )
     s.add_argument("--param", action="append", default=[], metavar="K=V", help="algorithm parameter (repeatable)")
-    s.add_argument("--dataset", default=None,
-                   help="CSV file (with a header, or see --no-header) or a known dataset name, instead of a model")
+    s.add_argument(
+        "--dataset",
+        default=None,
+        help="CSV file (with a header, or see --no-header) or a known dataset name, instead of a model",
+    )
     s.add_argument("--schema", default=None, help="schema JSON file of --dataset")
-    s.add_argument("--no-header", action="store_true",
-                   help="the file has no header: columns are the label then the attributes in schema order (or the "
-                        "label at --label INDEX), as `streamdp push --no-header` reads them")
+    s.add_argument(
+        "--no-header",
+        action="store_true",
+        help="the file has no header: columns are the label then the attributes in schema order (or the "
+        "label at --label INDEX), as `streamdp push --no-header` reads them",
+    )
     s.add_argument("--label", default=None, help="label column of the file (name; index with --no-header)")
     s.add_argument("--name", default=None, help="publish the model under this name (default ALGORITHM-ID8)")
     s.add_argument("--max-attempts", type=int_in(1, 1000), default=3)
@@ -101,9 +120,11 @@ def _line(st: dict) -> str:
     why = st.get("reason") or ""
     extra = f"  {why}" if why else ""
     result = f"result={st['result']}" if st["status"] not in ("failed", "refused") else "(no result)"
-    return (f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
-            f"eps={st['epsilon']:g} source={st['source']} {result} "
-            f"attempts={st['attempts']}/{st['max_attempts']}{extra}")
+    return (
+        f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
+        f"eps={st['epsilon']:g} source={st['source']} {result} "
+        f"attempts={st['attempts']}/{st['max_attempts']}{extra}"
+    )
 
 
 #: A dataset file above this many bytes: submit says it is reading it (a reviewer's 2 GB file: 25-30 s).
@@ -128,19 +149,35 @@ def submit(args: argparse.Namespace) -> int:
     # (--no-header or --label without a dataset: JobQueue.submit refuses them for a model's records)
     if args.dataset and os.path.isfile(args.dataset) and os.path.getsize(args.dataset) > LARGE_FILE:
         # submit reads the whole file as the job will (sources.check_records): about 13 ms a MB
-        print(f"streamdp: reading {args.dataset} ({os.path.getsize(args.dataset) >> 20:,} MiB) as the job "
-              "will, before anything is queued or charged ...", file=sys.stderr, flush=True)
-    job_id = q.submit(args.algorithm, args.source, args.epsilon, params, source_kind=kind, dataset=args.dataset,
-                      schema=args.schema, result_name=args.name, max_attempts=args.max_attempts,
-                      header=not args.no_header, label=args.label)
+        print(
+            f"streamdp: reading {args.dataset} ({os.path.getsize(args.dataset) >> 20:,} MiB) as the job "
+            "will, before anything is queued or charged ...",
+            file=sys.stderr,
+            flush=True,
+        )
+    job_id = q.submit(
+        args.algorithm,
+        args.source,
+        args.epsilon,
+        params,
+        source_kind=kind,
+        dataset=args.dataset,
+        schema=args.schema,
+        result_name=args.name,
+        max_attempts=args.max_attempts,
+        header=not args.no_header,
+        label=args.label,
+    )
     if not args.wait:
         print(json.dumps({"id": job_id}) if args.json else job_id)
         return 0
     st = q.wait(job_id, timeout=args.timeout, poll_s=0.2)
     print(json.dumps(st) if args.json else _line(st))
     if st["status"] not in FINAL:
-        print(f"streamdp: job {job_id} still {st['status']} after {args.timeout:g} s (is a job worker running?)",
-              file=sys.stderr)
+        print(
+            f"streamdp: job {job_id} still {st['status']} after {args.timeout:g} s (is a job worker running?)",
+            file=sys.stderr,
+        )
     return 0 if st["status"] == "done" else 1
 
 
@@ -151,8 +188,24 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(st))
         return 0
-    for k in ("id", "status", "progress", "fraction", "algorithm", "epsilon", "params", "source", "source_kind",
-              "dataset", "result", "attempts", "max_attempts", "worker", "error", "reason"):
+    for k in (
+        "id",
+        "status",
+        "progress",
+        "fraction",
+        "algorithm",
+        "epsilon",
+        "params",
+        "source",
+        "source_kind",
+        "dataset",
+        "result",
+        "attempts",
+        "max_attempts",
+        "worker",
+        "error",
+        "reason",
+    ):
         if st.get(k) not in (None, ""):
             print(f"{k:13s} {st[k]}")
     for k in ("created", "started", "finished"):

@@ -19,27 +19,47 @@ import json
 import time
 from typing import Any
 
-from streamdp.privacy.ledger import left_of
 from streamdp.cli.common import client, finite_epsilon_arg
+from streamdp.privacy.ledger import left_of
 
 __all__ = ["add_parser", "ledger"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp ledger`` on an ``argparse`` subparsers object."""
-    p = subparsers.add_parser("ledger", help="privacy budget of a source: budget, spent, remaining, spends",
-                              description=__doc__.split("\n\n")[0])
-    p.add_argument("name", nargs="?",
-                   help="source label (a model's name is its source); the same data under two labels has two ledgers")
-    p.add_argument("--source-file", default=None, metavar="FILE",
-                   help="the ledger bound to this file's content (file- and the first 128 bits of its SHA-256), "
-                        "as job submit --source-file")
+    p = subparsers.add_parser(
+        "ledger",
+        help="privacy budget of a source: budget, spent, remaining, spends",
+        description=__doc__.split("\n\n")[0],
+    )
+    p.add_argument(
+        "name",
+        nargs="?",
+        help="source label (a model's name is its source); the same data under two labels has two ledgers",
+    )
+    p.add_argument(
+        "--source-file",
+        default=None,
+        metavar="FILE",
+        help="the ledger bound to this file's content (file- and the first 128 bits of its SHA-256), "
+        "as job submit --source-file",
+    )
     p.add_argument("--list", action="store_true", help="list the sources that have a ledger")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--set-budget", type=finite_epsilon_arg, default=None, metavar="E",
-                   help="set or raise the total epsilon (cannot go below what is spent)")
-    p.add_argument("--delta", type=float, default=None, metavar="D",
-                   help="total delta with --set-budget (default: keep the current one, else 0)")
+    p.add_argument(
+        "--set-budget",
+        type=finite_epsilon_arg,
+        default=None,
+        metavar="E",
+        help="set or raise the total epsilon (cannot go below what is spent)",
+    )
+    p.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        metavar="D",
+        help="total delta with --set-budget (default: keep the current one, else 0)",
+    )
     p.set_defaults(func=ledger)
     return p
 
@@ -80,16 +100,28 @@ def ledger(args: argparse.Namespace) -> int:
     spent = led.spent(name)
     spends = led.spends(name)
     if args.json:
-        print(json.dumps({"source": name, "budget_epsilon": budget[0], "budget_delta": budget[1],
-                          "spent_epsilon": spent[0], "spent_delta": spent[1],
-                          "remaining_epsilon": left_of(budget[0], spent[0]),
-                          "spends": [s.to_dict() for s in spends]}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "source": name,
+                    "budget_epsilon": budget[0],
+                    "budget_delta": budget[1],
+                    "spent_epsilon": spent[0],
+                    "spent_delta": spent[1],
+                    "remaining_epsilon": left_of(budget[0], spent[0]),
+                    "spends": [s.to_dict() for s in spends],
+                },
+                indent=1,
+            )
+        )
         return 0
-    print(f"source {name}\n"
-          f"  budget     epsilon {budget[0]:g}, delta {budget[1]:.3g}\n"
-          f"  spent      epsilon {spent[0]:g}, delta {spent[1]:.3g}\n"
-          f"  remaining  epsilon {left_of(budget[0], spent[0]):g}\n"
-          f"  spends     {len(spends)}")
+    print(
+        f"source {name}\n"
+        f"  budget     epsilon {budget[0]:g}, delta {budget[1]:.3g}\n"
+        f"  spent      epsilon {spent[0]:g}, delta {spent[1]:.3g}\n"
+        f"  remaining  epsilon {left_of(budget[0], spent[0]):g}\n"
+        f"  spends     {len(spends)}"
+    )
     if spends:
         rows = [(_when(s.when), s.who, s.what, f"{s.epsilon:g}", f"{s.delta:.3g}", s.key) for s in spends]
         head = ("when", "who", "what", "epsilon", "delta", "key")
@@ -97,4 +129,3 @@ def ledger(args: argparse.Namespace) -> int:
         for r in (head, *rows):
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
     return 0
-

@@ -1,9 +1,9 @@
 """``streamdp model``: create, list, show, fetch or delete private models, and set what raw records they retain.
 
-    streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
-                          [--release {batch,window,tree}] [--release-every SECONDS] [--levels L]
-    streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
-    streamdp model retention NAME [--seconds S] [--records N] [--clear]
+streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
+                      [--release {batch,window,tree}] [--release-every SECONDS] [--levels L]
+streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
+streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import sys
 import time
 from typing import Any
 
-from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
+from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
 __all__ = ["add_parser"]
 
@@ -25,39 +25,62 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp model`` and its subcommands on an ``argparse`` subparsers object."""
     m = subparsers.add_parser("model", help="create, list, show, fetch or delete private models")
     msub = m.add_subparsers(dest="model_command", required=True)
-    c = msub.add_parser("create", help="create a model: draws its random structure and publishes version 0",
-                        description="Create a model. Its ledger source is its NAME (streamdp ledger NAME): the same "
-                                    "records pushed to two models, or released by a dataset job under another "
-                                    "label, are charged to separate ledgers; keep one source per population.")
+    c = msub.add_parser(
+        "create",
+        help="create a model: draws its random structure and publishes version 0",
+        description="Create a model. Its ledger source is its NAME (streamdp ledger NAME): the same "
+        "records pushed to two models, or released by a dataset job under another "
+        "label, are charged to separate ledgers; keep one source per population.",
+    )
     c.add_argument("name")
     c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
     c.add_argument("--trees", type=int, default=10)
-    c.add_argument("--height", type=int, default=None,
-                   help="tree height (default: for grow, the river classifier's default, "
-                        "streamdp.forest.structure.ceiling_height; else half the attributes; both lowered where the trees "
-                        "could exceed what the server accepts)")
+    c.add_argument(
+        "--height",
+        type=int,
+        default=None,
+        help="tree height (default: for grow, the river classifier's default, "
+        "streamdp.forest.structure.ceiling_height; else half the attributes; both lowered where the trees "
+        "could exceed what the server accepts)",
+    )
     c.add_argument("--epsilon", type=epsilon_arg, required=True)
     c.add_argument("--mechanism", choices=MECHANISMS, default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
     c.add_argument("--budget", choices=BUDGETS, default="split")
     c.add_argument("--vote", choices=VOTES, default="proba")
-    c.add_argument("--ledger-budget", type=finite_epsilon_arg, default=None, metavar="E",
-                   help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
-                        "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
-                        "to the name: pushing the same people to two models spends two budgets")
-    c.add_argument("--seed", type=int_in(0, 2**63 - 1), default=None,
-                   help="structure seed (public; noise stays secure)")
-    c.add_argument("--release", choices=RELEASES, default=None,
-                   help="release policy: window (exact tallies of --release-every seconds noised once), "
-                        "grow (the same windows on trees that deepen as the released counts allow: --height is "
-                        "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
-                        "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
-                        "categorical, else window")
-    c.add_argument("--release-every", type=float, default=None, metavar="SECONDS",
-                   help="public release schedule of window/grow/tree (default 1 s)")
-    c.add_argument("--levels", type=int, default=None, metavar="L",
-                   help="tree: levels L (2**L - 1 windows per epoch; default 20)")
+    c.add_argument(
+        "--ledger-budget",
+        type=finite_epsilon_arg,
+        default=None,
+        metavar="E",
+        help="total privacy budget (epsilon) of the source NAME; the model's epsilon is one spend "
+        "(default: set to the model's epsilon when the source has no budget). The ledger is tied "
+        "to the name: pushing the same people to two models spends two budgets",
+    )
+    c.add_argument(
+        "--seed", type=int_in(0, 2**63 - 1), default=None, help="structure seed (public; noise stays secure)"
+    )
+    c.add_argument(
+        "--release",
+        choices=RELEASES,
+        default=None,
+        help="release policy: window (exact tallies of --release-every seconds noised once), "
+        "grow (the same windows on trees that deepen as the released counts allow: --height is "
+        "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
+        "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
+        "categorical, else window",
+    )
+    c.add_argument(
+        "--release-every",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="public release schedule of window/grow/tree (default 1 s)",
+    )
+    c.add_argument(
+        "--levels", type=int, default=None, metavar="L", help="tree: levels L (2**L - 1 windows per epoch; default 20)"
+    )
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")
     lst.set_defaults(func=list_)
@@ -76,7 +99,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     rt = msub.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
     rt.add_argument("name")
     rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
-    rt.add_argument("--records", type=int_in(0, 2**62), default=None, help="keep at most this many newest stream entries")
+    rt.add_argument(
+        "--records", type=int_in(0, 2**62), default=None, help="keep at most this many newest stream entries"
+    )
     rt.add_argument("--clear", action="store_true", help="back to the default: keep nothing already merged")
     rt.add_argument("--json", action="store_true")
     rt.set_defaults(func=retention)
@@ -88,12 +113,28 @@ def create(args: argparse.Namespace) -> int:
     from streamdp.service.registry import create_model
 
     schema = Schema.from_json(args.schema)
-    forest = create_model(client(args), args.name, schema, n_trees=args.trees, height=args.height,
-                          epsilon=args.epsilon, mechanism=args.mechanism, k=args.k, beta=args.beta, seed=args.seed,
-                          budget=args.budget, vote=args.vote, ledger_budget=args.ledger_budget,
-                          release=args.release, release_every=args.release_every, levels=args.levels)
-    print(f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree, "
-          f"{forest.counts.nbytes / 2**20:.1f} MiB of counts per release")
+    forest = create_model(
+        client(args),
+        args.name,
+        schema,
+        n_trees=args.trees,
+        height=args.height,
+        epsilon=args.epsilon,
+        mechanism=args.mechanism,
+        k=args.k,
+        beta=args.beta,
+        seed=args.seed,
+        budget=args.budget,
+        vote=args.vote,
+        ledger_budget=args.ledger_budget,
+        release=args.release,
+        release_every=args.release_every,
+        levels=args.levels,
+    )
+    print(
+        f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree, "
+        f"{forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
+    )
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0
@@ -107,11 +148,15 @@ def list_(args: argparse.Namespace) -> int:
     if not models and not jobs:
         print("no models")
     for name, s in models.items():
-        print(f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
-              f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
+        print(
+            f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
+            f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}"
+        )
     for name, s in jobs.items():
-        print(f"{name}\tjob={s.get('job')} algorithm={s.get('algorithm')} source={s.get('source')} "
-              f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}")
+        print(
+            f"{name}\tjob={s.get('job')} algorithm={s.get('algorithm')} source={s.get('source')} "
+            f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}"
+        )
     return 0
 
 
@@ -129,33 +174,39 @@ def show(args: argparse.Namespace) -> int:
     if not info["releases"] and info.get("kind") != "job":  # version 0 is published at creation: no release yet
         last = f"none yet (created {last})"
     if info.get("kind") == "job":
-        print(f"batch job model {info['name']}\n"
-              f"  job             {info.get('job')} ({info.get('algorithm')}, format {info.get('format')})\n"
-              f"  source          {info.get('source')} ({info.get('source_kind')})\n"
-              f"  epsilon, delta  {info.get('epsilon')}, {info.get('delta', 0):.3g}\n"
-              f"  published       {last}")
+        print(
+            f"batch job model {info['name']}\n"
+            f"  job             {info.get('job')} ({info.get('algorithm')}, format {info.get('format')})\n"
+            f"  source          {info.get('source')} ({info.get('source_kind')})\n"
+            f"  epsilon, delta  {info.get('epsilon')}, {info.get('delta', 0):.3g}\n"
+            f"  published       {last}"
+        )
         return 0
     # a growing model's drawn height is its ceiling: its published trees (model get) are as deep as the data allow
-    height = f"height {info['height']}" + (" (a ceiling: the published trees grow toward it)"
-                                           if (info.get("release") or {}).get("kind") == "grow" else "")
-    print(f"model {info['name']}\n"
-          f"  version         {info['version']}\n"
-          f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
-          f"  forest          {_n(info['n_trees'], 'tree')} + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
-          f"{info['n_classes']} classes\n"
-          f"  release         {policy}\n"
-          f"  releases        {info['releases']}\n"
-          f"  last update     {last}")
+    height = f"height {info['height']}" + (
+        " (a ceiling: the published trees grow toward it)" if (info.get("release") or {}).get("kind") == "grow" else ""
+    )
+    print(
+        f"model {info['name']}\n"
+        f"  version         {info['version']}\n"
+        f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
+        f"  forest          {_n(info['n_trees'], 'tree')} + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
+        f"{info['n_classes']} classes\n"
+        f"  release         {policy}\n"
+        f"  releases        {info['releases']}\n"
+        f"  last update     {last}"
+    )
     sd = info.get("class_total_sd")
     if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
-        print(f"  noise now       sd {sd:,.0f} on each class's record count: the model can tell its majority class "
-              f"once that class leads the next by well over {3 * math.sqrt(2) * sd:,.0f} records")
+        print(
+            f"  noise now       sd {sd:,.0f} on each class's record count: the model can tell its majority class "
+            f"once that class leads the next by well over {3 * math.sqrt(2) * sd:,.0f} records"
+        )
     return 0
 
 
 def get(args: argparse.Namespace) -> int:
     from streamdp.service.consumer import Consumer
-
     from streamdp.service.registry import published_keys
 
     r = client(args)
@@ -178,20 +229,22 @@ def get(args: argparse.Namespace) -> int:
 
 
 def delete(args: argparse.Namespace) -> int:
-    from streamdp.service.registry import delete_model
-
-    from streamdp.service.registry import show_model
+    from streamdp.service.registry import delete_model, show_model
 
     r = client(args)
     info = show_model(r, args.name)  # (ModelNotFound names a missing model before anything is deleted)
     n = delete_model(r, args.name)
     if info.get("kind") == "job":  # a batch job's model: its spend is on its source's ledger
         source = info.get("source")
-        print(f"deleted job result {args.name!r} ({_n(n, 'key')}; the job's spend stays on the ledger of source "
-              f"{source!r}: spends are history, see `streamdp ledger {source}`)")
+        print(
+            f"deleted job result {args.name!r} ({_n(n, 'key')}; the job's spend stays on the ledger of source "
+            f"{source!r}: spends are history, see `streamdp ledger {source}`)"
+        )
         return 0
-    print(f"deleted model {args.name!r} ({_n(n, 'key')}; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
-          f"spends are history, see `streamdp ledger {args.name}`)")
+    print(
+        f"deleted model {args.name!r} ({_n(n, 'key')}; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
+        f"spends are history, see `streamdp ledger {args.name}`)"
+    )
     return 0
 
 
@@ -211,8 +264,11 @@ def retention(args: argparse.Namespace) -> int:
         if cur.keeps_nothing and not ret.keeps_nothing and show_model(r, args.name)["releases"]:
             # (public: the release count) a red team set retention after the merge and ran a job on no record;
             # refusing a job over an empty stream would tell whether any record is retained, so it runs
-            print(f"note: records merged before now were not kept; jobs over {args.name!r} read only what is "
-                  "pushed from now on (a job over no record is still charged: it fits noise)", file=sys.stderr)
+            print(
+                f"note: records merged before now were not kept; jobs over {args.name!r} read only what is "
+                "pushed from now on (a job over no record is still charged: it fits noise)",
+                file=sys.stderr,
+            )
     else:
         ret = get_retention(r, args.name)
     if args.json:
@@ -220,8 +276,9 @@ def retention(args: argparse.Namespace) -> int:
     elif ret.keeps_nothing:
         print(f"{args.name}: keeps no merged records (only unacked ones)")
     else:
-        parts = ([f"at most {ret.seconds:g} s old"] if ret.seconds is not None else []) + \
-                ([f"at most {ret.records} newest entries"] if ret.records is not None else [])
+        parts = ([f"at most {ret.seconds:g} s old"] if ret.seconds is not None else []) + (
+            [f"at most {ret.records} newest entries"] if ret.records is not None else []
+        )
         print(f"{args.name}: keeps raw records " + " and ".join(parts) + " (plus any unacked)")
     return 0
 

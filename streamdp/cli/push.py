@@ -35,11 +35,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     pu.add_argument("file")
     pu.add_argument("--label", default=None, help="label column (name; index with --no-header)")
     pu.add_argument("--batch-size", type=int, default=1000)
-    pu.add_argument("--no-header", action="store_true", help="columns are the label then attributes in schema order "
-                    "(or the label at --label INDEX)")
-    pu.add_argument("--source", default="", metavar="LABEL",
-                    help="names this data: records identical to an earlier push at the same position are merged "
-                         "once unless their --source differs (default: none, the content alone decides)")
+    pu.add_argument(
+        "--no-header",
+        action="store_true",
+        help="columns are the label then attributes in schema order (or the label at --label INDEX)",
+    )
+    pu.add_argument(
+        "--source",
+        default="",
+        metavar="LABEL",
+        help="names this data: records identical to an earlier push at the same position are merged "
+        "once unless their --source differs (default: none, the content alone decides)",
+    )
     pu.add_argument("--no-dedup", action="store_true", help="random batch ids: pushing the file again counts it again")
     pu.add_argument("-q", "--quiet", action="store_true")
     pu.set_defaults(func=push)
@@ -47,14 +54,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def push(args: argparse.Namespace) -> int:
-    from streamdp.service.producer import Producer
     from streamdp.records.sources import CHUNK_ROWS, prefetch, read_csv_chunks
+    from streamdp.service.producer import Producer
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
     label: str | int | None = args.label  # (without a header an index: sources.label_index reads and checks it)
-    with Producer(redis_url(args), args.name, batch_size=args.batch_size, on_invalid="dead-letter",
-                  dedup=not args.no_dedup) as p:
+    with Producer(
+        redis_url(args), args.name, batch_size=args.batch_size, on_invalid="dead-letter", dedup=not args.no_dedup
+    ) as p:
         if args.no_header:  # a line of another width (an id column first) would shift every column
             from streamdp.records.sources import check_columns
 
@@ -62,8 +70,15 @@ def push(args: argparse.Namespace) -> int:
         bar = Progress(1) if not args.quiet else None
         read = [0.0]
         chunk_rows = args.batch_size * max(1, CHUNK_ROWS // args.batch_size)  # batches never straddle chunks
-        chunks = read_csv_chunks(args.file, p.schema, label=label, header=not args.no_header, chunk_rows=chunk_rows,
-                                 on_invalid="drop", progress=lambda frac: read.__setitem__(0, frac))
+        chunks = read_csv_chunks(
+            args.file,
+            p.schema,
+            label=label,
+            header=not args.no_header,
+            chunk_rows=chunk_rows,
+            on_invalid="drop",
+            progress=lambda frac: read.__setitem__(0, frac),
+        )
 
         def progress(done: int) -> None:
             if bar:
@@ -84,19 +99,35 @@ def push(args: argparse.Namespace) -> int:
             bar.close()
     sent, bad = res.n_records, res.n_invalid
     if not sent:
-        print(f"streamdp: error: {args.file} holds no record" + ("" if args.no_header else " (a header line alone?)")
-              + "; nothing was pushed", file=sys.stderr)
+        print(
+            f"streamdp: error: {args.file} holds no record"
+            + ("" if args.no_header else " (a header line alone?)")
+            + "; nothing was pushed",
+            file=sys.stderr,
+        )
         return 2
     if bad and bad >= sent:  # (it said "pushed 1,250 records" first: a new user's finding)
-        print(f"streamdp: error: every record of {args.file} was invalid, none will be merged (first: "
-              f"{res.first_invalid}): check the values' spelling against the schema, --label and --no-header (the "
-              f"schema's label is {p.schema.label.name!r})", file=sys.stderr)
+        print(
+            f"streamdp: error: every record of {args.file} was invalid, none will be merged (first: "
+            f"{res.first_invalid}): check the values' spelling against the schema, --label and --no-header (the "
+            f"schema's label is {p.schema.label.name!r})",
+            file=sys.stderr,
+        )
         return 2
-    print(f"pushed {sent:,} record{'s' * (sent != 1)} in {len(res)} batch{'es' * (len(res) != 1)} to {args.name!r}"
-          + (f"; {bad} invalid record{'s go' if bad != 1 else ' goes'} to the dead-letter stream (first: "
-             f"{res.first_invalid})" if bad else ""))
+    print(
+        f"pushed {sent:,} record{'s' * (sent != 1)} in {len(res)} batch{'es' * (len(res) != 1)} to {args.name!r}"
+        + (
+            f"; {bad} invalid record{'s go' if bad != 1 else ' goes'} to the dead-letter stream (first: "
+            f"{res.first_invalid})"
+            if bad
+            else ""
+        )
+    )
     if bad:  # a new user fixed the bad lines and pushed the file again: its other records counted twice
-        print("streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "
-              "whole file would count them again (a batch's id follows its content): push only the corrected "
-              "records, as a file of their own", file=sys.stderr)
+        print(
+            "streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "
+            "whole file would count them again (a batch's id follows its content): push only the corrected "
+            "records, as a file of their own",
+            file=sys.stderr,
+        )
     return 0

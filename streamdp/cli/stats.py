@@ -20,9 +20,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     st = subparsers.add_parser("stats", help="a model's health and noisy figures (exact worker counters with --exact)")
     st.add_argument("name", nargs="?")
     st.add_argument("--prometheus", action="store_true")
-    st.add_argument("--exact", action="store_true",
-                    help="also show the EXACT record-dependent counts (records_merged, dead letters, ...): "
-                         "not differentially private, keep them out of shared metrics systems")
+    st.add_argument(
+        "--exact",
+        action="store_true",
+        help="also show the EXACT record-dependent counts (records_merged, dead letters, ...): "
+        "not differentially private, keep them out of shared metrics systems",
+    )
     st.set_defaults(func=stats)
     return st
 

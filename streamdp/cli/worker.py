@@ -21,19 +21,30 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     w.add_argument("name")
     w.add_argument("--processes", type=int_in(1, MAX_PROCESSES), default=None, help="default: one per core")
     w.add_argument("--batch-entries", type=int, default=16, help="entries merged per commit")
-    w.add_argument("--claim-idle-ms", type=int, default=30_000,
-                   help="take over entries another worker has held this long without committing (a crashed "
-                        "worker's; default 30,000)")
+    w.add_argument(
+        "--claim-idle-ms",
+        type=int,
+        default=30_000,
+        help="take over entries another worker has held this long without committing (a crashed "
+        "worker's; default 30,000)",
+    )
     w.add_argument("--max-deliveries", type=int, default=5)
     w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
-    w.add_argument("--keep-versions", type=int_in(0, 10**6), default=None,
-                   help="published versions retained (pub:v:N) for consumers' get(version) (0: no bound in number; "
-                        "default 20)")
-    w.add_argument("--keep-mib", type=int_in(0, 10**7), default=None,
-                   help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
-                        "default 256: a default Adult model's version is 54-75 MiB); older ones are removed when a "
-                        "worker starts: give every worker of a model the same settings (each removes what it "
-                        "would not keep)")
+    w.add_argument(
+        "--keep-versions",
+        type=int_in(0, 10**6),
+        default=None,
+        help="published versions retained (pub:v:N) for consumers' get(version) (0: no bound in number; default 20)",
+    )
+    w.add_argument(
+        "--keep-mib",
+        type=int_in(0, 10**7),
+        default=None,
+        help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
+        "default 256: a default Adult model's version is 54-75 MiB); older ones are removed when a "
+        "worker starts: give every worker of a model the same settings (each removes what it "
+        "would not keep)",
+    )
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
     w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
     w.set_defaults(func=worker)
@@ -48,14 +59,24 @@ def worker(args: argparse.Namespace) -> int:
     load_spec(client(args), args.name)  # a missing model or an unreachable server: one error line, no child started
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    cfg = {"batch_entries": args.batch_entries, "claim_idle_ms": args.claim_idle_ms,
-           "max_deliveries": args.max_deliveries, "block_ms": args.block_ms}
+    cfg = {
+        "batch_entries": args.batch_entries,
+        "claim_idle_ms": args.claim_idle_ms,
+        "max_deliveries": args.max_deliveries,
+        "block_ms": args.block_ms,
+    }
     if args.keep_versions is not None:  # (else WorkerConfig's defaults, stated once there)
         cfg["keep_versions"] = args.keep_versions
     if args.keep_mib is not None:
         cfg["keep_bytes"] = args.keep_mib << 20
     WorkerConfig(**cfg).check()  # a bad setting: one error line here, not a traceback in every child
-    codes = run_workers(args.name, args.processes, redis_url(args), until_drained=args.until_drained,
-                        log_level=logging.INFO if args.verbose else logging.WARNING, **cfg)
+    codes = run_workers(
+        args.name,
+        args.processes,
+        redis_url(args),
+        until_drained=args.until_drained,
+        log_level=logging.INFO if args.verbose else logging.WARNING,
+        **cfg,
+    )
     bad = [c for c in codes if c not in (0, None, -15)]  # -15: stopped by SIGTERM
     return 1 if bad else 0

@@ -47,7 +47,9 @@ def ragged_arange(counts: np.ndarray) -> np.ndarray:
 
 # Bytes of "used categorical" bits: free values per byte, and where a byte's r-th zero bit is.
 _FREE = np.array([8 - bin(b).count("1") for b in range(256)], dtype=np.int64)
-_SELECT = np.array([[([i for i in range(8) if not b >> i & 1] + [0] * 8)[r] for r in range(8)] for b in range(256)], dtype=np.int64)
+_SELECT = np.array(
+    [[([i for i in range(8) if not b >> i & 1] + [0] * 8)[r] for r in range(8)] for b in range(256)], dtype=np.int64
+)
 
 
 #: Frontier nodes drawn side by side: trees are drawn in groups whose frontiers together stay
@@ -79,12 +81,12 @@ def draw_forest(schema: Schema, n_trees: int, height: int, rng: np.random.Genera
             for t, src, dst, k in runs:
                 t += t0
                 if f is not None:
-                    feature[t, dst:dst + k] = f[src:src + k]
-                    threshold[t, dst:dst + k] = th[src:src + k]
-                    child[t, dst:dst + k] = ch[src:src + k]
-                    leaf[t, dst:dst + k] = lf[src:src + k]
+                    feature[t, dst : dst + k] = f[src : src + k]
+                    threshold[t, dst : dst + k] = th[src : src + k]
+                    child[t, dst : dst + k] = ch[src : src + k]
+                    leaf[t, dst : dst + k] = lf[src : src + k]
                 else:  # the last level: leaves numbered from src
-                    leaf[t, dst:dst + k] = np.arange(src, src + k)
+                    leaf[t, dst : dst + k] = np.arange(src, src + k)
         t0 += len(n_nodes[g])
     return feature, threshold, child, leaf, np.concatenate(n_leaves)
 
@@ -126,8 +128,19 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
     for depth in range(height + 1):
         seg = np.cumsum(per_tree) - per_tree  # where each tree's run starts in the frontier
         if depth == height:  # the last level: all leaves, numbered in order within each tree
-            levels.append(([(t, int(leaves_before[t]), int(level_start[t]), int(per_tree[t])) for t in range(T) if per_tree[t]],
-                           None, None, None, None))
+            levels.append(
+                (
+                    [
+                        (t, int(leaves_before[t]), int(level_start[t]), int(per_tree[t]))
+                        for t in range(T)
+                        if per_tree[t]
+                    ],
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            )
             leaves_before += per_tree
             level_start += per_tree
             break
@@ -184,8 +197,15 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
             cl = np.cumsum(is_leaf) - is_leaf
             leaf = np.where(is_leaf, cl + (leaves_before - cl[np.minimum(seg, n - 1)])[tree], -1)
             leaves_before += n_leaf_level
-        levels.append((runs, feat.astype(np.int32), threshold, child.astype(np.int32),
-                       np.full(n, -1, dtype=np.int32) if leaf is None else leaf.astype(np.int32)))
+        levels.append(
+            (
+                runs,
+                feat.astype(np.int32),
+                threshold,
+                child.astype(np.int32),
+                np.full(n, -1, dtype=np.int32) if leaf is None else leaf.astype(np.int32),
+            )
+        )
         level_start, per_tree = next_start, w_tree
         if depth + 1 == height:
             continue  # the children are leaves: only their number per tree is needed

@@ -53,17 +53,17 @@ True
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
-from streamdp.release.continual import noisy_node
 from streamdp.estimation import cell_variance, forest_topology
 from streamdp.forest import pruning
-from streamdp.privacy.secure_random import SecureRandom
 from streamdp.forest.structure import ForestStructure
+from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
-
+from streamdp.release.continual import noisy_node
 
 
 class Growable(Protocol):
@@ -79,6 +79,7 @@ class Growable(Protocol):
     k: int
     counts: np.ndarray
     node_variance: np.ndarray
+
 
 __all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "grows_by_default"]
 
@@ -108,8 +109,9 @@ def grows_by_default(schema) -> bool:
     return bool(np.all(schema.is_categorical))
 
 
-def drawn_nodes(pruned: ForestStructure, drawn: ForestStructure, arities: np.ndarray,
-                is_categorical: np.ndarray) -> np.ndarray:
+def drawn_nodes(
+    pruned: ForestStructure, drawn: ForestStructure, arities: np.ndarray, is_categorical: np.ndarray
+) -> np.ndarray:
     """Each node of ``pruned`` (a pruning of ``drawn``) as its node number in ``drawn``, ``(n_trees, max_nodes)``
     (-1 for padding): both trees are walked from the roots together, children in order.
 
@@ -140,8 +142,13 @@ def drawn_nodes(pruned: ForestStructure, drawn: ForestStructure, arities: np.nda
     return out
 
 
-def grown_release(forest: Growable, tally: Callable[[ForestStructure], np.ndarray], stump_exact: np.ndarray,
-                  rng: SecureRandom, probe: float = 0.0) -> tuple[ForestStructure, np.ndarray, np.ndarray]:
+def grown_release(
+    forest: Growable,
+    tally: Callable[[ForestStructure], np.ndarray],
+    stump_exact: np.ndarray,
+    rng: SecureRandom,
+    probe: float = 0.0,
+) -> tuple[ForestStructure, np.ndarray, np.ndarray]:
     """One release of a batch on trees grown as the module docstring says: the new structure, the published
     counts on it (old spread plus new) and each node's noise variance (:attr:`PrivateForest.node_variance`).
 
@@ -225,11 +232,13 @@ def grown_release(forest: Growable, tally: Callable[[ForestStructure], np.ndarra
     return structure, counts, node_var
 
 
-def _rule(bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int,
-          keep: np.ndarray | None = None):
+def _rule(
+    bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int, keep: np.ndarray | None = None
+):
     """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where the records it expects (``rate *
     share``; below an anchor, the anchor's total) reach its bar (``bars``, by flat drawn node:
     :func:`streamdp.forest.pruning.node_bars`) or kept it before; stumps stay stumps."""
+
     def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
         if anchors is not None and anchors[0].size:
             at = np.minimum(np.searchsorted(anchors[0], nodes), anchors[0].size - 1)
@@ -238,6 +247,7 @@ def _rule(bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_ran
         if keep is not None and keep.size:
             grow |= np.isin(nodes, keep, assume_unique=True)
         return grow & (nodes < n_random), rate
+
     return split
 
 
@@ -280,8 +290,9 @@ def leaves_below(s: ForestStructure) -> np.ndarray:
     return out
 
 
-def _anchors(now: ForestStructure, prev: np.ndarray, new: ForestStructure, new_drawn: np.ndarray, share_of,
-             M: int) -> tuple[np.ndarray, np.ndarray]:
+def _anchors(
+    now: ForestStructure, prev: np.ndarray, new: ForestStructure, new_drawn: np.ndarray, share_of, M: int
+) -> tuple[np.ndarray, np.ndarray]:
     """For every node of the new random trees: the node of the old trees at or above it (its number in ``now``,
     -1 for padding) and the new node's uniform share of that old node's records."""
     anchor = np.full(new.feature.shape, -1, dtype=np.int64)
@@ -298,8 +309,9 @@ def _anchors(now: ForestStructure, prev: np.ndarray, new: ForestStructure, new_d
     return anchor, ratio
 
 
-def aggregate(exact: np.ndarray, drawn: ForestStructure, grown: ForestStructure, arities: np.ndarray,
-              is_categorical: np.ndarray) -> np.ndarray:
+def aggregate(
+    exact: np.ndarray, drawn: ForestStructure, grown: ForestStructure, arities: np.ndarray, is_categorical: np.ndarray
+) -> np.ndarray:
     """Counts on the drawn trees' leaves summed into the leaves of ``grown`` (a pruning of ``drawn``):
     each drawn leaf into the grown leaf at or above it, ``(n_trees, grown max_leaves, C)``.
 

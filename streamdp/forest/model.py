@@ -52,23 +52,23 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 import time
+import warnings
 from typing import Any
 
 import numpy as np
 
 from streamdp import blob
-from streamdp.release.continual import noisy_node
-from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, leaves_below
-from streamdp.forest import pruning
-from streamdp.privacy.mechanisms import SecureRandom, bernoulli_sample, kanon_check, kanon_delta
 from streamdp.estimation import ESTIMATORS, SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
-from streamdp.records.schema import Schema
+from streamdp.forest import pruning
+from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, leaves_below
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.tally import sparse_tally, tally
-from streamdp.validation import check_choice, check_epsilon, check_integer
 from streamdp.options import BUDGETS, MAX_PRIOR_TREES, MECHANISMS, VOTES
+from streamdp.privacy.mechanisms import SecureRandom, bernoulli_sample, kanon_check, kanon_delta
+from streamdp.records.schema import Schema
+from streamdp.release.continual import noisy_node
+from streamdp.validation import check_choice, check_epsilon, check_integer
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
 
@@ -116,7 +116,9 @@ class PrivateForest:
         self.k, self.beta = k, beta
         if mechanism == "kanon":
             if k is None or beta is None:
-                missing = " and ".join(n for n, v in (("k (threshold)", k), ("beta (sampling rate)", beta)) if v is None)
+                missing = " and ".join(
+                    n for n, v in (("k (threshold)", k), ("beta (sampling rate)", beta)) if v is None
+                )
                 raise ValueError(f"mechanism='kanon' needs {missing} (CLI: --k, --beta)")
             if math.isinf(epsilon):
                 raise ValueError("mechanism='kanon' needs a finite epsilon (the forest's total)")
@@ -132,7 +134,9 @@ class PrivateForest:
         if counts is None:
             counts = np.zeros(self.shape, dtype=dtype)
         elif counts.shape != self.shape or counts.dtype != dtype:
-            raise ValueError(f"counts must be {dtype.__name__} of shape {self.shape}, got {counts.dtype} {counts.shape}")
+            raise ValueError(
+                f"counts must be {dtype.__name__} of shape {self.shape}, got {counts.dtype} {counts.shape}"
+            )
         elif self._padding_nonzero(counts):
             raise ValueError("counts must be zero past each tree's last leaf")
         self._counts = counts
@@ -168,7 +172,7 @@ class PrivateForest:
         noise_seed: int | None = None,
         max_cells: int = DEFAULT_MAX_CELLS,
         prior_trees: int = 1,
-    ) -> "PrivateForest":
+    ) -> PrivateForest:
         """Draw the random structure from ``schema`` and return an empty private forest.
 
         ``seed`` makes the structure reproducible (it is public anyway); the
@@ -180,8 +184,16 @@ class PrivateForest:
         check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)  # before drawing anything
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
         return cls(
-            schema, structure.with_stumps(prior_trees, schema.n_attributes), epsilon=epsilon, mechanism=mechanism,
-            k=k, beta=beta, vote=vote, budget=budget, noise_seed=noise_seed, prior_trees=prior_trees,
+            schema,
+            structure.with_stumps(prior_trees, schema.n_attributes),
+            epsilon=epsilon,
+            mechanism=mechanism,
+            k=k,
+            beta=beta,
+            vote=vote,
+            budget=budget,
+            noise_seed=noise_seed,
+            prior_trees=prior_trees,
         )
 
     @staticmethod
@@ -191,8 +203,9 @@ class PrivateForest:
         if prior_trees:
             tail = slice(structure.n_trees - prior_trees, None)
             if np.any(structure.leaf[tail, 0] != 0) or np.any(structure.feature[tail, 0] != n_attributes):
-                raise ValueError(f"prior_trees={prior_trees}: the last {prior_trees} trees of the structure "
-                                 "must be single leaves")
+                raise ValueError(
+                    f"prior_trees={prior_trees}: the last {prior_trees} trees of the structure must be single leaves"
+                )
         return int(prior_trees)
 
     # -- privacy facts ----------------------------------------------------------
@@ -266,13 +279,16 @@ class PrivateForest:
             if self.mechanism == "kanon":
                 var = np.zeros(per_tree.size)
             else:  # the roots' variance: leaves times one cell's, unless grown (their own, tracked)
-                var = (self.structure.n_leaves * self.noise_variance if self._node_variance is None
-                       else self._node_variance[:, 0])
+                var = (
+                    self.structure.n_leaves * self.noise_variance
+                    if self._node_variance is None
+                    else self._node_variance[:, 0]
+                )
             est = float(np.average(per_tree, weights=1.0 / var)) if np.all(var > 0) else float(per_tree.mean())
         return max(0.0, est / self.beta if self.mechanism == "kanon" else est)
 
     # -- learning ----------------------------------------------------------------
-    def fit(self, X: Any, y: Any, *, prune: bool = True) -> "PrivateForest":
+    def fit(self, X: Any, y: Any, *, prune: bool = True) -> PrivateForest:
         """Private-RDT on one dataset: replaces the counts with one noisy release of ``(X, y)``.
 
         With ``prune`` (and at least one prior stump) the height is a ceiling:
@@ -281,8 +297,9 @@ class PrivateForest:
         enc = self.schema.encode(X, y)
         return self.fit_encoded(enc.X, enc.y, prune=prune)
 
-    def fit_encoded(self, X: np.ndarray, y: np.ndarray, *, prune: bool = True,
-                    rng: SecureRandom | None = None) -> "PrivateForest":
+    def fit_encoded(
+        self, X: np.ndarray, y: np.ndarray, *, prune: bool = True, rng: SecureRandom | None = None
+    ) -> PrivateForest:
         """:meth:`fit` for records already encoded by :meth:`Schema.encode`.
 
         Pruning (``prune=True``, at least one prior stump, finite epsilon):
@@ -295,10 +312,13 @@ class PrivateForest:
         which :attr:`epsilon` does not count.
         """
         if self.n_releases and not math.isinf(self.epsilon):
-            warnings.warn(f"this forest holds a release already: fitting again spends epsilon={self.epsilon:g} more on "
-                          "any records it was fitted on before (sequential composition), which its epsilon does not "
-                          "count; create a new forest per fit, or charge each fit to a ledger (streamdp.privacy.ledger)",
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                f"this forest holds a release already: fitting again spends epsilon={self.epsilon:g} more on "
+                "any records it was fitted on before (sequential composition), which its epsilon does not "
+                "count; create a new forest per fit, or charge each fit to a ledger (streamdp.privacy.ledger)",
+                UserWarning,
+                stacklevel=3,
+            )
         rng = rng or self._rng
         if self.structure is not self.drawn:  # a refit starts from the drawn trees, not an earlier fit's pruning
             self.structure = self.drawn
@@ -328,11 +348,12 @@ class PrivateForest:
         """
         return bool(prior_trees) and not math.isinf(epsilon) and mechanism != "kanon"
 
-    def _released(self, structure: ForestStructure, counts: np.ndarray, node_var: np.ndarray) -> "PrivateForest":
+    def _released(self, structure: ForestStructure, counts: np.ndarray, node_var: np.ndarray) -> PrivateForest:
         """Hold one more release that may change the structure (:mod:`streamdp.forest.growth`)."""
         old = self.structure
         if old.feature.shape == structure.feature.shape and all(
-                np.array_equal(getattr(old, k), getattr(structure, k)) for k in ("feature", "child", "leaf", "threshold")):
+            np.array_equal(getattr(old, k), getattr(structure, k)) for k in ("feature", "child", "leaf", "threshold")
+        ):
             structure = old  # the same trees: keep the object, and what readers derived from it (routes, layouts)
         self.structure = structure
         self.__dict__.pop("real_cells", None)
@@ -344,11 +365,11 @@ class PrivateForest:
         self.n_releases += 1
         return self
 
-    def update(self, X: Any, y: Any) -> "PrivateForest":
+    def update(self, X: Any, y: Any) -> PrivateForest:
         """Jagannathan's update: tally only the new records, noise that delta once, add it."""
         return self.merge(self.noisy_delta(X, y))
 
-    def grow(self, X: Any, y: Any) -> "PrivateForest":
+    def grow(self, X: Any, y: Any) -> PrivateForest:
         """:meth:`update` with the height as a ceiling: one release of the batch that may deepen the trees.
 
         :mod:`streamdp.forest.growth` (the rule, its privacy): a fresh forest starts
@@ -362,7 +383,7 @@ class PrivateForest:
         enc = self.schema.encode(X, y)
         return self.grow_encoded(enc.X, enc.y)
 
-    def grow_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> "PrivateForest":
+    def grow_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> PrivateForest:
         """:meth:`grow` for records already encoded by :meth:`Schema.encode`."""
         if not self.can_grow:
             return self.merge(self.noisy_delta_encoded(X, y, rng))
@@ -370,30 +391,40 @@ class PrivateForest:
         X, y = self._checked(X, y)
         return self._released(*grown_release(self, *self._tallies(X, y, rng), rng, probe=pruning.PRUNE_PROBE))
 
-    def grow_exact(self, exact: np.ndarray, rng: SecureRandom | None = None) -> "PrivateForest":
+    def grow_exact(self, exact: np.ndarray, rng: SecureRandom | None = None) -> PrivateForest:
         """:meth:`grow` from an EXACT tally on the drawn trees (:meth:`tally_encoded` of a forest holding
         them; the stream service's window accumulator), sampling masks already applied."""
         drawn, C = self.drawn, self.schema.n_classes
         exact = np.asarray(exact)
         if exact.shape != (drawn.n_trees, drawn.max_leaves, C) or exact.dtype.kind not in "iu":
-            raise ValueError(f"an exact tally on the drawn trees is integers of shape "
-                             f"{(drawn.n_trees, drawn.max_leaves, C)}, got {exact.dtype} {exact.shape}")
+            raise ValueError(
+                f"an exact tally on the drawn trees is integers of shape "
+                f"{(drawn.n_trees, drawn.max_leaves, C)}, got {exact.dtype} {exact.shape}"
+            )
         if not self.can_grow:
             raise ValueError("growing needs a prior stump and geometric or laplace noise (see grow)")
         arities, is_cat = self.schema.arities, self.schema.is_categorical
-        return self._released(*grown_release(self, lambda s: aggregate(exact, drawn, s, arities, is_cat),
-                                             exact[self.n_trees:, :1], rng or self._rng, probe=pruning.PRUNE_PROBE))
+        return self._released(
+            *grown_release(
+                self,
+                lambda s: aggregate(exact, drawn, s, arities, is_cat),
+                exact[self.n_trees :, :1],
+                rng or self._rng,
+                probe=pruning.PRUNE_PROBE,
+            )
+        )
 
     def _tallies(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom):
         """What :func:`~streamdp.forest.growth.grown_release` reads of checked encoded records: their exact tally
         on any pruning of the drawn trees and the stumps' exact counts, under one sampling mask."""
         T, C = self.n_trees, self.schema.n_classes
         mask = self.sample_mask(len(y), rng)
-        stumps = np.stack([np.bincount(y if mask is None else y[mask[:, T + j]], minlength=C)
-                           for j in range(self.prior_trees)])[:, None, :]
+        stumps = np.stack(
+            [np.bincount(y if mask is None else y[mask[:, T + j]], minlength=C) for j in range(self.prior_trees)]
+        )[:, None, :]
         return (lambda s: self.tally_on(s, X, y, mask)), stumps
 
-    def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> "PrivateForest":
+    def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> PrivateForest:
         """Add an already-noised delta (from :meth:`noisy_delta`, possibly on another worker).
 
         ``variance``: the noise variance the delta adds per cell (a number or one per tree);
@@ -402,7 +433,9 @@ class PrivateForest:
         """
         delta = np.asarray(delta)
         if delta.shape != self.shape or delta.dtype != self._counts.dtype:
-            raise ValueError(f"delta must be {self._counts.dtype} of shape {self.shape}, got {delta.dtype} {delta.shape}")
+            raise ValueError(
+                f"delta must be {self._counts.dtype} of shape {self.shape}, got {delta.dtype} {delta.shape}"
+            )
         if self._padding_nonzero(delta):
             raise ValueError("delta must be zero past each tree's last leaf")
         if delta.dtype.kind == "f" and not np.all(np.isfinite(delta)):
@@ -415,12 +448,22 @@ class PrivateForest:
         if variance is not None or self._noise_variance is not None:
             self.noise_variance = before + added
         if self._node_variance is not None:  # a grown forest: each node adds the noise of the leaves below it
-            self.node_variance = self._node_variance + leaves_below(self.structure) * np.broadcast_to(
-                np.asarray(added, dtype=np.float64), (self.structure.n_trees,))[:, None]
+            self.node_variance = (
+                self._node_variance
+                + leaves_below(self.structure)
+                * np.broadcast_to(np.asarray(added, dtype=np.float64), (self.structure.n_trees,))[:, None]
+            )
         return self
 
-    def with_counts(self, counts: np.ndarray, *, version: int, n_releases: int,
-                    noise_variance: Any = None, node_variance: Any = None) -> "PrivateForest":
+    def with_counts(
+        self,
+        counts: np.ndarray,
+        *,
+        version: int,
+        n_releases: int,
+        noise_variance: Any = None,
+        node_variance: Any = None,
+    ) -> PrivateForest:
         """The same forest (schema, settings, structure) holding other released counts, validated.
 
         >>> from streamdp.records.datasets import load
@@ -429,14 +472,26 @@ class PrivateForest:
         >>> (g.version, g.n_releases, g.structure is f.structure)
         (3, 2, True)
         """
-        forest = PrivateForest(self.schema, self.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
-                               beta=self.beta, vote=self.vote, budget=self.budget, counts=counts, version=version,
-                               n_releases=n_releases, private=self.private, prior_trees=self.prior_trees,
-                               noise_variance=noise_variance)
+        forest = PrivateForest(
+            self.schema,
+            self.structure,
+            epsilon=self.epsilon,
+            mechanism=self.mechanism,
+            k=self.k,
+            beta=self.beta,
+            vote=self.vote,
+            budget=self.budget,
+            counts=counts,
+            version=version,
+            n_releases=n_releases,
+            private=self.private,
+            prior_trees=self.prior_trees,
+            noise_variance=noise_variance,
+        )
         forest.node_variance = node_variance
         return forest
 
-    def holding(self, grown: "PrivateForest") -> "PrivateForest":
+    def holding(self, grown: PrivateForest) -> PrivateForest:
         """This forest's drawn trees and settings holding ``grown``'s release (trees cut from them by
         :meth:`grow`, as a grown model's blob holds them), ready to grow on; :class:`ValueError` unless
         ``grown``'s trees are a pruning of this forest's.
@@ -454,21 +509,36 @@ class PrivateForest:
         mine = (self.epsilon, self.mechanism, self.k, self.beta, self.budget, self.prior_trees, self.private)
         theirs = (grown.epsilon, grown.mechanism, grown.k, grown.beta, grown.budget, grown.prior_trees, grown.private)
         if mine != theirs:
-            raise ValueError(f"the grown forest was released with other settings (epsilon, mechanism, k, beta, "
-                             f"budget, prior_trees, private): {theirs}, this forest {mine}")
+            raise ValueError(
+                f"the grown forest was released with other settings (epsilon, mechanism, k, beta, "
+                f"budget, prior_trees, private): {theirs}, this forest {mine}"
+            )
         try:
             ids = drawn_nodes(grown.structure, drawn, self.schema.arities, self.schema.is_categorical)
             t, i = np.nonzero((grown.structure.leaf < 0) & (ids >= 0))
             same = np.array_equal(grown.structure.feature[t, i], drawn.feature[t, ids[t, i]]) and np.array_equal(
-                grown.structure.threshold[t, i], drawn.threshold[t, ids[t, i]])
+                grown.structure.threshold[t, i], drawn.threshold[t, ids[t, i]]
+            )
         except IndexError:
             same = False
         if not same:
             raise ValueError("the grown forest's trees are not cut from this forest's drawn trees")
-        out = PrivateForest(self.schema, grown.structure, epsilon=self.epsilon, mechanism=self.mechanism, k=self.k,
-                            beta=self.beta, vote=self.vote, budget=self.budget, counts=grown.counts.copy(),
-                            version=grown.version, n_releases=grown.n_releases, private=self.private,
-                            prior_trees=self.prior_trees, noise_variance=grown._noise_variance)
+        out = PrivateForest(
+            self.schema,
+            grown.structure,
+            epsilon=self.epsilon,
+            mechanism=self.mechanism,
+            k=self.k,
+            beta=self.beta,
+            vote=self.vote,
+            budget=self.budget,
+            counts=grown.counts.copy(),
+            version=grown.version,
+            n_releases=grown.n_releases,
+            private=self.private,
+            prior_trees=self.prior_trees,
+            noise_variance=grown._noise_variance,
+        )
         out.node_variance = grown._node_variance
         out.drawn = drawn  # what it grows from (no drawn-sized array is made)
         return out
@@ -486,8 +556,9 @@ class PrivateForest:
         """
         return self._noise(self.tally_encoded(X, y, rng), rng)
 
-    def prior_delta_encoded(self, y: np.ndarray, rng: SecureRandom | None = None,
-                            epsilon: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def prior_delta_encoded(
+        self, y: np.ndarray, rng: SecureRandom | None = None, epsilon: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """A prior-phase release: the batch's class totals in the prior stumps alone, ``epsilon`` (default the
         forest's) shared by the stumps only (a record is counted once in each stump and in no random tree:
         ``epsilon / prior_trees`` each, sequential composition over the stumps). Returns the noised delta and the
@@ -528,8 +599,9 @@ class PrivateForest:
         X, y = self._checked(X, y)
         return self._tally_valid(X, y, rng)
 
-    def sparse_tally_encoded(self, X: np.ndarray, y: np.ndarray,
-                             rng: SecureRandom | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def sparse_tally_encoded(
+        self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`tally_encoded`'s nonzero cells (flat indices ascending, counts; EXACT and secret), with no
         counts-sized array: what a window worker adds to the accumulator per batch (:mod:`streamdp.forest.tally`)."""
         X, y = self._checked(X, y)
@@ -574,8 +646,7 @@ class PrivateForest:
     def _tally_valid(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         return self.tally_on(self.structure, X, y, self.sample_mask(X.shape[0], rng or self._rng))
 
-    def tally_on(self, structure: ForestStructure, X: np.ndarray, y: np.ndarray,
-                 mask: np.ndarray | None) -> np.ndarray:
+    def tally_on(self, structure: ForestStructure, X: np.ndarray, y: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         """EXACT (secret) counts of checked encoded records on ``structure`` (this forest's or a pruned one),
         counting the (record, tree) pairs of ``mask`` (:meth:`sample_mask`; None: all)."""
         leaves = structure.apply(X, self.schema.is_categorical)
@@ -585,8 +656,9 @@ class PrivateForest:
     def _noise(self, counts: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray:
         # One rule for every release (batch, window, tree node): continual.noisy_node, real cells only; the
         # callers pass a fresh tally, noised in place (one counts-sized array, not two).
-        return noisy_node(counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_cells, self.k,
-                          in_place=True)
+        return noisy_node(
+            counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_cells, self.k, in_place=True
+        )
 
     def _padding_nonzero(self, a: np.ndarray) -> bool:
         """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""
@@ -620,7 +692,7 @@ class PrivateForest:
 
     @property
     def estimator(self) -> str:
-        """"shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the rule before); post-processing only."""
+        """ "shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the rule before); post-processing only."""
         return self._estimator
 
     @estimator.setter
@@ -678,14 +750,29 @@ class PrivateForest:
     def estimation_nodes(self) -> ForestNodes:
         """Every node's noisy counts and public noise variance (:class:`streamdp.estimation.ForestNodes`), cached per release."""
         nv, cp = self._node_variance, self.__dict__.get("class_prior")
-        key = (self.version, id(self._counts), self.noise_variance.tobytes(), None if nv is None else nv.tobytes(),
-               None if cp is None else cp.tobytes())
+        key = (
+            self.version,
+            id(self._counts),
+            self.noise_variance.tobytes(),
+            None if nv is None else nv.tobytes(),
+            None if cp is None else cp.tobytes(),
+        )
         if self.__dict__.get("_nodes_key") != key:
             s = self.structure
             if self.__dict__.get("_layout_of") is not s:  # the structure's part, once per structure
                 self._layout, self._layout_of = ForestNodes.layout(s.feature, s.child, s.leaf, self.prior_trees), s
-            self._nodes = ForestNodes.build(s.feature, s.child, s.leaf, self._counts, self.noise_variance,
-                                            self.prior_trees, self.record_share, self._layout, nv, cp)
+            self._nodes = ForestNodes.build(
+                s.feature,
+                s.child,
+                s.leaf,
+                self._counts,
+                self.noise_variance,
+                self.prior_trees,
+                self.record_share,
+                self._layout,
+                nv,
+                cp,
+            )
             self._nodes_key, self._tables = key, {}
         return self._nodes
 
@@ -699,12 +786,13 @@ class PrivateForest:
         the record's paths instead (:meth:`ForestNodes.path_proba`).
         """
         if self.estimator == "leaf":
-            return leaf_rule_proba(self._counts[:self.n_trees])
+            return leaf_rule_proba(self._counts[: self.n_trees])
         nodes = self.estimation_nodes()
         if self.vote not in self._tables:  # cached per release and vote (vote may be changed on a fitted forest)
             # A majority vote pools T independent trees: each tree's bar is lowered by sqrt(T).
-            self._tables[self.vote] = nodes.leaf_proba(SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority"
-                                                       else None)
+            self._tables[self.vote] = nodes.leaf_proba(
+                SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority" else None
+            )
         return self._tables[self.vote]
 
     def prior(self) -> np.ndarray:
@@ -712,7 +800,7 @@ class PrivateForest:
         stumps included, inverse-variance weighted); under ``estimator="leaf"`` (the rule before) the
         random trees' clipped counts summed, normalised."""
         if self.estimator == "leaf":
-            return prior_from(np.maximum(self._counts[:self.n_trees], 0))
+            return prior_from(np.maximum(self._counts[: self.n_trees], 0))
         return self.estimation_nodes().prior
 
     def proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
@@ -748,32 +836,42 @@ class PrivateForest:
     # -- serialization -----------------------------------------------------------
     def to_bytes(self) -> bytes:
         """Self-describing msgpack blob; holds no seed and nothing the noise could be rebuilt from."""
-        return blob.dumps(FORMAT, FORMAT_VERSION, {
-            "schema": self.schema.to_dict(),
-            "params": {
-                "n_trees": self.n_trees, "height": self.height, "mechanism": self.mechanism,
-                "k": self.k, "beta": self.beta, "vote": self.vote, "budget": self.budget,
-                "prior_trees": self.prior_trees,
+        return blob.dumps(
+            FORMAT,
+            FORMAT_VERSION,
+            {
+                "schema": self.schema.to_dict(),
+                "params": {
+                    "n_trees": self.n_trees,
+                    "height": self.height,
+                    "mechanism": self.mechanism,
+                    "k": self.k,
+                    "beta": self.beta,
+                    "vote": self.vote,
+                    "budget": self.budget,
+                    "prior_trees": self.prior_trees,
+                },
+                "privacy": {"epsilon": self.epsilon, "delta": self.delta, "private": self.private},
+                # an all-categorical forest's thresholds (all +inf) and a fresh model's counts: shape and value alone
+                "structure": {
+                    name: blob.pack_array(a, fill_ok=name == "threshold") for name, a in self.structure.arrays().items()
+                },
+                "counts": blob.pack_array(self._counts, fill_ok=True),
+                "version": self.version,
+                "n_releases": self.n_releases,
+                "noise_variance": None if self._noise_variance is None else [float(v) for v in self._noise_variance],
+                "node_variance": None if self._node_variance is None else blob.pack_array(self._node_variance),
+                "created": time.time(),
             },
-            "privacy": {"epsilon": self.epsilon, "delta": self.delta, "private": self.private},
-            # an all-categorical forest's thresholds (all +inf) and a fresh model's counts: shape and value alone
-            "structure": {name: blob.pack_array(a, fill_ok=name == "threshold")
-                          for name, a in self.structure.arrays().items()},
-            "counts": blob.pack_array(self._counts, fill_ok=True),
-            "version": self.version,
-            "n_releases": self.n_releases,
-            "noise_variance": None if self._noise_variance is None else [float(v) for v in self._noise_variance],
-            "node_variance": None if self._node_variance is None else blob.pack_array(self._node_variance),
-            "created": time.time(),
-        })
+        )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "PrivateForest":
+    def from_bytes(cls, data: bytes) -> PrivateForest:
         """Load a blob produced by :meth:`to_bytes`; raises :class:`ValueError` on anything malformed."""
         return cls.from_doc(blob.loads(data, FORMAT, FORMAT_VERSION))
 
     @classmethod
-    def from_doc(cls, doc: dict) -> "PrivateForest":
+    def from_doc(cls, doc: dict) -> PrivateForest:
         """:meth:`from_bytes` of a blob already decoded by ``blob.loads(data, FORMAT, FORMAT_VERSION)``: a caller
         that drops the blob's bytes before this step never holds them and their decoded copy at once.
         The structure's arrays view the document's bytes (no copy)."""
@@ -784,18 +882,27 @@ class PrivateForest:
             params = blob.field(doc, "params", dict, FORMAT)
             privacy = blob.field(doc, "privacy", dict, FORMAT)
             sdoc = blob.field(doc, "structure", dict, FORMAT)
-            arrays = {name: blob.unpack_array(sdoc.get(name), name) for name in ("feature", "child", "leaf", "n_leaves")}
-            arrays["threshold"] = blob.unpack_array(sdoc.get("threshold"), "threshold",
-                                                    fill_shape=np.shape(arrays["feature"]))
+            arrays = {
+                name: blob.unpack_array(sdoc.get(name), name) for name in ("feature", "child", "leaf", "n_leaves")
+            }
+            arrays["threshold"] = blob.unpack_array(
+                sdoc.get("threshold"), "threshold", fill_shape=np.shape(arrays["feature"])
+            )
             height = blob.field(params, "height", int, FORMAT)
             structure = ForestStructure.from_arrays(arrays, height, schema)
-            prior_trees = blob.field(params, "prior_trees", int, FORMAT) if "prior_trees" in params else 0  # older blobs
+            prior_trees = (
+                blob.field(params, "prior_trees", int, FORMAT) if "prior_trees" in params else 0
+            )  # older blobs
             if prior_trees < 0 or blob.field(params, "n_trees", int, FORMAT) + prior_trees != structure.n_trees:
                 raise blob.BlobError(f"{FORMAT}: n_trees + prior_trees does not match the structure")
             mechanism = blob.field(params, "mechanism", str, FORMAT)
             counts = blob.unpack_array(  # a spec's all-zero counts: their shape alone, which must be the structure's
-                doc.get("counts"), "counts", "<f8" if mechanism == "laplace" else "<i8", ndim=3,
-                fill_shape=(structure.n_trees, structure.max_leaves, schema.n_classes))
+                doc.get("counts"),
+                "counts",
+                "<f8" if mechanism == "laplace" else "<i8",
+                ndim=3,
+                fill_shape=(structure.n_trees, structure.max_leaves, schema.n_classes),
+            )
             version = blob.field(doc, "version", int, FORMAT)
             n_releases = blob.field(doc, "n_releases", int, FORMAT)
             if version < 0 or n_releases < 0:

@@ -33,18 +33,26 @@ branch 0 and routing needs no per-node type check.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from streamdp.blob import FILL_MIN_BYTES
-from streamdp.forest.draw import ragged_arange, draw_forest, max_possible_leaves
+from streamdp.forest.draw import draw_forest, max_possible_leaves, ragged_arange
 from streamdp.records.schema import Schema
 from streamdp.validation import check_integer
 
-__all__ = ["ForestStructure", "TooLargeError", "default_height", "fitting_height", "ceiling_height",
-           "deepest_height", "max_possible_leaves", "DEFAULT_MAX_CELLS"]
+__all__ = [
+    "ForestStructure",
+    "TooLargeError",
+    "default_height",
+    "fitting_height",
+    "ceiling_height",
+    "deepest_height",
+    "max_possible_leaves",
+    "DEFAULT_MAX_CELLS",
+]
 
 #: The tallest structure drawn or read (routing is ``height`` steps; a blob claiming more is refused).
 MAX_HEIGHT = 64
@@ -183,7 +191,7 @@ class ForestStructure:
         height: int | None = None,
         seed: int | None = None,
         max_cells: int = DEFAULT_MAX_CELLS,
-    ) -> "ForestStructure":
+    ) -> ForestStructure:
         """Draw ``n_trees`` random trees of the given height from the schema alone.
 
         ``height=None``: :func:`default_height`; where trees that tall exceed the leaf guard,
@@ -215,7 +223,7 @@ class ForestStructure:
         feature, threshold, child, leaf, n_leaves = drawn
         return cls(feature, threshold, child, leaf, n_leaves, int(height))
 
-    def with_stumps(self, k: int, n_attributes: int) -> "ForestStructure":
+    def with_stumps(self, k: int, n_attributes: int) -> ForestStructure:
         """This structure with ``k`` single-leaf trees ("prior stumps") appended after its trees.
 
         A stump's root is its only leaf (tests the zero column, points to
@@ -245,8 +253,12 @@ class ForestStructure:
         )
 
     # -- pruning ----------------------------------------------------------------
-    def pruned(self, schema: Schema, split: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
-               rate: float | np.ndarray = 1.0) -> tuple["ForestStructure", np.ndarray]:
+    def pruned(
+        self,
+        schema: Schema,
+        split: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
+        rate: float | np.ndarray = 1.0,
+    ) -> tuple[ForestStructure, np.ndarray]:
         """This structure cut from the roots down by ``split``; only the nodes kept are ever visited.
 
         Level by level, ``split(nodes, share, rate)`` gets the kept nodes of
@@ -465,13 +477,19 @@ class ForestStructure:
                 f = self.feature[t]
                 cat = cat_flags[f].astype(np.int32) if mixed else None  # only mixed schemas read it
                 return f, self.child[t], self.leaf[t], cat, f * np.int32(chunk)
+
             return one, False, np.int32
         cache = self._cache()
         key = ("route", is_cat.tobytes(), chunk)
         if key not in cache:  # once per structure: these touch every node of every tree
             f = self.feature.astype(np.intp)
-            cache[key] = (f, self.child.astype(np.intp), self.leaf.astype(np.int64), cat_flags[f].astype(np.intp),
-                          f * chunk)
+            cache[key] = (
+                f,
+                self.child.astype(np.intp),
+                self.leaf.astype(np.int64),
+                cat_flags[f].astype(np.intp),
+                f * chunk,
+            )
         tabs = cache[key]
         return (lambda t: tuple(a[t] for a in tabs)), True, np.intp
 
@@ -561,7 +579,7 @@ class ForestStructure:
         }
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray], height: int, schema: Schema) -> "ForestStructure":
+    def from_arrays(cls, arrays: dict[str, np.ndarray], height: int, schema: Schema) -> ForestStructure:
         """Rebuild from stored arrays, checking every index so a malformed blob cannot misroute or crash."""
         raw = {name: np.asarray(arrays[name]) for name in ("feature", "threshold", "child", "leaf", "n_leaves")}
         for name in ("feature", "child", "leaf", "n_leaves"):
@@ -573,13 +591,20 @@ class ForestStructure:
                 raise ValueError(f"structure: '{name}' holds values outside the int32 range")
         if raw["threshold"].dtype.kind != "f":
             raise ValueError(f"structure: 'threshold' must hold floats, got dtype {raw['threshold'].dtype}")
+
         # A read-only array of the structure's dtype (a view of a decoded blob's bytes) is used as it is,
         # not copied: a structure is read-only too, and the blob's bytes stay alive as the array's base.
         def own(a: np.ndarray, dtype: type) -> np.ndarray:
             return a if a.dtype == dtype and not a.flags.writeable else a.astype(dtype)
 
-        fs = cls(own(raw["feature"], np.int32), own(raw["threshold"], np.float64), own(raw["child"], np.int32),
-                 own(raw["leaf"], np.int32), raw["n_leaves"].astype(np.int64), int(height))
+        fs = cls(
+            own(raw["feature"], np.int32),
+            own(raw["threshold"], np.float64),
+            own(raw["child"], np.int32),
+            own(raw["leaf"], np.int32),
+            raw["n_leaves"].astype(np.int64),
+            int(height),
+        )
         fs.validate(schema)
         return fs
 

@@ -23,20 +23,32 @@ blob (decodable by :func:`streamdp.learners.load_model`).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from streamdp import blob
 from streamdp.learners.catalogue import ALGORITHMS, Algorithm, AlgorithmError, AlgorithmNotAvailable, algorithm
-from streamdp.privacy.ledger import Ledger
 from streamdp.learners.private_data import PrivateDataset
+from streamdp.privacy.ledger import Ledger
 from streamdp.records.schema import Schema
 from streamdp.validation import check_epsilon
 
-__all__ = ["ALGORITHMS", "Algorithm", "JobSpec", "JobResult", "JobError", "AlgorithmNotAvailable",
-           "algorithm", "check_params", "describe", "parse_param", "run_job"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "JobSpec",
+    "JobResult",
+    "JobError",
+    "AlgorithmNotAvailable",
+    "algorithm",
+    "check_params",
+    "describe",
+    "parse_param",
+    "run_job",
+]
 
 # A job that cannot run as specified (unknown algorithm or parameter, bad value); retrying will not help.
 JobError = AlgorithmError
@@ -70,7 +82,7 @@ class JobSpec:
         return {"algorithm": self.algorithm, "epsilon": self.epsilon, "params": dict(self.params)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "JobSpec":
+    def from_dict(cls, d: dict) -> JobSpec:
         return cls(str(d["algorithm"]), float(d["epsilon"]), dict(d.get("params") or {}))
 
 
@@ -97,9 +109,11 @@ def check_params(spec: JobSpec, schema: Schema | None = None) -> Algorithm:
     except ValueError as e:
         raise JobError(str(e)) from None
     if spec.epsilon < MIN_JOB_EPSILON:
-        raise JobError(f"epsilon={spec.epsilon:g} is below {MIN_JOB_EPSILON:g}: a learner splits it over its queries "
-                       "and the noise samplers stop at scale 1e15, so its releases could not be drawn; refused "
-                       "before anything is charged")
+        raise JobError(
+            f"epsilon={spec.epsilon:g} is below {MIN_JOB_EPSILON:g}: a learner splits it over its queries "
+            "and the noise samplers stop at scale 1e15, so its releases could not be drawn; refused "
+            "before anything is charged"
+        )
     a.cls()  # AlgorithmNotAvailable when the build lacks it
     a.check_params(spec.params)
     if schema is not None:
@@ -112,8 +126,15 @@ def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
     try:
         if a.is_forest:
             p = {**a.defaults(), **spec.params}
-            return a.cls().create(schema, n_trees=p.pop("n_trees"), height=p.pop("height"), epsilon=spec.epsilon,
-                                  mechanism=a.mechanism, seed=p.pop("seed"), **p)
+            return a.cls().create(
+                schema,
+                n_trees=p.pop("n_trees"),
+                height=p.pop("height"),
+                epsilon=spec.epsilon,
+                mechanism=a.mechanism,
+                seed=p.pop("seed"),
+                **p,
+            )
         m = a.cls()(schema=schema, epsilon=spec.epsilon, **spec.params)
         m._check_params()
         return m

@@ -23,11 +23,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamdp.learners.catalogue import AlgorithmError, by_format, learners
 from streamdp.blob import BlobError, format_of
+from streamdp.learners.catalogue import AlgorithmError, by_format, learners
 
-__all__ = ["SuLQID3", "DiffPID3", "DiffPC45", "HanischForest", "DPEA", "load_model", "LEARNERS",
-           "IgnoredAttributesWarning"]
+__all__ = [
+    "SuLQID3",
+    "DiffPID3",
+    "DiffPC45",
+    "HanischForest",
+    "DPEA",
+    "load_model",
+    "LEARNERS",
+    "IgnoredAttributesWarning",
+]
 
 # class name -> module, from the catalogue (imported lazily: one learner's import cost is paid only when used)
 LEARNERS = {a.learner: a.module for a in learners().values()}

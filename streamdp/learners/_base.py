@@ -18,15 +18,21 @@ from typing import Any
 import numpy as np
 
 from streamdp import blob
-from streamdp.options import MAX_PRIOR_TREES, VOTES
-from streamdp.estimation import (SNR_MIN_GROWN, ForestNodes, cell_variance, inverse_variance_mean, node_distributions,
-                          prior_from)
-from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
+from streamdp.estimation import (
+    SNR_MIN_GROWN,
+    ForestNodes,
+    cell_variance,
+    inverse_variance_mean,
+    node_distributions,
+    prior_from,
+)
 from streamdp.learners.private_data import PrivateDataset
+from streamdp.learners.tree import Tree
+from streamdp.options import MAX_PRIOR_TREES, VOTES
+from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.schema import Categorical, Schema
 from streamdp.validation import check_choice, check_epsilon, check_flag, check_integer
-from streamdp.learners.tree import Tree
 
 FORMAT_VERSION = 1
 
@@ -37,7 +43,9 @@ class IgnoredAttributesWarning(UserWarning):
 
 class PrivateLearner:
     FORMAT = "streamdp.learner"
-    vote = "proba"  # how trees combine: "proba" (pooled where the learner has several trees: pooled_nodes) or "majority"
+    vote = (
+        "proba"  # how trees combine: "proba" (pooled where the learner has several trees: pooled_nodes) or "majority"
+    )
     #: Whether the learner splits on numeric attributes (else they are ignored, with a warning at fit).
     SPLITS_NUMBERS = True
     #: Whether an infinite epsilon (no noise, not private) is a setting of the learner.
@@ -49,8 +57,9 @@ class PrivateLearner:
     def __sklearn_tags__(self):  # scikit-learn >= 1.6 (imported lazily: sklearn is not a dependency)
         from sklearn.utils import ClassifierTags, Tags, TargetTags
 
-        return Tags(estimator_type="classifier", target_tags=TargetTags(required=True),
-                    classifier_tags=ClassifierTags())
+        return Tags(
+            estimator_type="classifier", target_tags=TargetTags(required=True), classifier_tags=ClassifierTags()
+        )
 
     # -- scikit-learn protocol -----------------------------------------------------------
     @classmethod
@@ -61,7 +70,7 @@ class PrivateLearner:
     def get_params(self, deep: bool = True) -> dict:
         return {p: getattr(self, p) for p in self._param_names()}
 
-    def set_params(self, **params: Any) -> "PrivateLearner":
+    def set_params(self, **params: Any) -> PrivateLearner:
         names = self._param_names()
         for k, v in params.items():
             if k not in names:
@@ -74,7 +83,7 @@ class PrivateLearner:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     # -- fitting ------------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, *, ledger: Any = None, source: str | None = None) -> "PrivateLearner":
+    def fit(self, X: Any, y: Any = None, *, ledger: Any = None, source: str | None = None) -> PrivateLearner:
         """Fit on records ``(X, y)`` or on a :class:`PrivateDataset` (``fit(pds)``).
 
         Records go to the data layer at once (which charges ``ledger`` for
@@ -89,15 +98,24 @@ class PrivateLearner:
             if X.schema != self.schema:
                 raise ValueError("the private dataset's schema differs from the learner's")
             if X.remaining + TOLERANCE < float(self.epsilon):
-                raise BudgetExceeded(f"{type(self).__name__} needs epsilon={float(self.epsilon):g} but the private "
-                                     f"dataset has {X.remaining:g} left; refused before reading any data")
+                raise BudgetExceeded(
+                    f"{type(self).__name__} needs epsilon={float(self.epsilon):g} but the private "
+                    f"dataset has {X.remaining:g} left; refused before reading any data"
+                )
             pds = X
         else:
             if y is None:
                 raise ValueError(f"{type(self).__name__}.fit needs (X, y) or a PrivateDataset")
             pds = PrivateDataset.from_records(
-                self.schema, X, y, epsilon=self.epsilon, ledger=ledger, source=source,
-                who=type(self).__name__, what=repr(self), noise_seed=getattr(self, "noise_seed", None),
+                self.schema,
+                X,
+                y,
+                epsilon=self.epsilon,
+                ledger=ledger,
+                source=source,
+                who=type(self).__name__,
+                what=repr(self),
+                noise_seed=getattr(self, "noise_seed", None),
             )
         self.classes_ = np.array(list(self.schema.classes), dtype=object)
         self.warn_ignored(stacklevel=3)
@@ -112,9 +130,12 @@ class PrivateLearner:
         (a new user's DPEA on SEA fit one leaf, with no word of why)."""
         numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
         if numeric and not self.SPLITS_NUMBERS:
-            warnings.warn(f"{type(self).__name__} splits on categorical attributes only: the numeric {numeric} are "
-                          "not used (bin them into categories, or use diffp-c45 or private-rdt)",
-                          IgnoredAttributesWarning, stacklevel=stacklevel + 1)
+            warnings.warn(
+                f"{type(self).__name__} splits on categorical attributes only: the numeric {numeric} are "
+                "not used (bin them into categories, or use diffp-c45 or private-rdt)",
+                IgnoredAttributesWarning,
+                stacklevel=stacklevel + 1,
+            )
 
     def _check_params(self) -> None:
         if not isinstance(self.schema, Schema):
@@ -148,8 +169,10 @@ class PrivateLearner:
         released = [t.released_counts(cell_var) for t in self.trees_]  # once per tree: the prior reads their roots
         prior = self.class_prior(released)
         pooled = self.__dict__.get("prior_") is not None  # measured from more releases than the roots: it IS the root
-        return [node_distributions(y, var, t.parent, t.depth, prior, snr, roots_are_prior=pooled)
-                for t, (y, var) in zip(self.trees_, released)]
+        return [
+            node_distributions(y, var, t.parent, t.depth, prior, snr, roots_are_prior=pooled)
+            for t, (y, var) in zip(self.trees_, released)
+        ]
 
     def estimation_snr(self) -> float:
         """The signal-to-noise bar of :mod:`streamdp.estimation` for this learner's trees (public constants)."""
@@ -218,8 +241,13 @@ class PrivateLearner:
         if self.vote != "proba" or self.estimator != "shrink" or len(self.trees_) < 2:
             return None
         released = [t.released_counts(self.cell_variance()) for t in self.trees_]
-        return ForestNodes.of_trees(released, [t.parent for t in self.trees_], [t.depth for t in self.trees_],
-                                    [np.flatnonzero(t.reachable_leaves()) for t in self.trees_], self.class_prior(released))
+        return ForestNodes.of_trees(
+            released,
+            [t.parent for t in self.trees_],
+            [t.depth for t in self.trees_],
+            [np.flatnonzero(t.reachable_leaves()) for t in self.trees_],
+            self.class_prior(released),
+        )
 
     def predict_proba_encoded(self, Xe: np.ndarray) -> np.ndarray:
         """Class probabilities of already-encoded query records (float64 codes in schema order)."""
@@ -247,20 +275,26 @@ class PrivateLearner:
         if "vote" in self._param_names():  # (what from_bytes refuses is not written: set_params is not checked)
             check_choice(self.vote, "vote", VOTES)
         if "prior_trees" in self._param_names() and len(self._stumps()) != self.prior_trees:
-            raise ValueError(f"prior_trees is {self.prior_trees!r} but the fit released {len(self._stumps())} prior "
-                             "stumps: set it back or fit again")
+            raise ValueError(
+                f"prior_trees is {self.prior_trees!r} but the fit released {len(self._stumps())} prior "
+                "stumps: set it back or fit again"
+            )
         params = {k: v for k, v in self.get_params().items() if k not in ("schema", "noise_seed")}
-        return blob.dumps(self.FORMAT, FORMAT_VERSION, {
-            "schema": self.schema.to_dict(),
-            "params": params,
-            "private": bool(self.private_),
-            "epsilon_spent": float(self.epsilon_spent_),
-            "trees": [t.to_dict() for t in self.trees_],
-            **({"stumps": self._stumps().tolist()} if self._stumps().size else {}),
-        })
+        return blob.dumps(
+            self.FORMAT,
+            FORMAT_VERSION,
+            {
+                "schema": self.schema.to_dict(),
+                "params": params,
+                "private": bool(self.private_),
+                "epsilon_spent": float(self.epsilon_spent_),
+                "trees": [t.to_dict() for t in self.trees_],
+                **({"stumps": self._stumps().tolist()} if self._stumps().size else {}),
+            },
+        )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "PrivateLearner":
+    def from_bytes(cls, data: bytes) -> PrivateLearner:
         fmt = cls.FORMAT
         doc = blob.loads(data, fmt, FORMAT_VERSION)
         try:
@@ -292,8 +326,9 @@ class PrivateLearner:
         m.epsilon_spent_ = float(blob.field(doc, "epsilon_spent", (int, float), fmt))
         m.classes_ = np.array(list(schema.classes), dtype=object)
         if not m.private_:
-            warnings.warn(f"this {cls.__name__} was fitted with a test noise seed: NOT private", NotPrivateWarning,
-                          stacklevel=2)
+            warnings.warn(
+                f"this {cls.__name__} was fitted with a test noise seed: NOT private", NotPrivateWarning, stacklevel=2
+            )
         return m
 
 
@@ -306,10 +341,11 @@ def _stumps_of(doc: dict, prior_trees: Any, n_classes: int, fmt: str) -> np.ndar
         raise blob.BlobError(f"{fmt}: {e}") from None
     stumps = blob.field(doc, "stumps", list, fmt) if "stumps" in doc else []
     ok = len(stumps) == p and all(
-        isinstance(row, list) and len(row) == n_classes
+        isinstance(row, list)
+        and len(row) == n_classes
         and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in row)
-        for row in stumps)
+        for row in stumps
+    )
     if not ok:
         raise blob.BlobError(f"{fmt}: the prior stumps are not {p} lists of {n_classes} finite counts")
     return np.array(stumps, dtype=np.float64).reshape(p, n_classes)
-

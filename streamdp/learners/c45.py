@@ -62,13 +62,13 @@ from typing import Any
 import numpy as np
 
 from streamdp.estimation import cell_variance
-from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
-from streamdp.records.schema import Categorical, Numeric
-from streamdp.validation import check_flag, check_probability
-from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch, stops
+from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
+from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners.tree import TreeBuilder
+from streamdp.records.schema import Categorical, Numeric
+from streamdp.validation import check_flag, check_probability
 
 __all__ = ["DiffPC45", "add_errors", "upper_error_rate", "FORMAT"]
 
@@ -287,14 +287,23 @@ class DiffPC45(PrivateLearner):
         self.n_pruned_ = len(pruned)
         self.trees_ = [builder.build()]
 
-    def _grow(self, pds: PrivateDataset, builder: TreeBuilder, grown: _Grown, node: int,
-              cats: frozenset, depth_left: int, spent: float) -> None:
+    def _grow(
+        self,
+        pds: PrivateDataset,
+        builder: TreeBuilder,
+        grown: _Grown,
+        node: int,
+        cats: frozenset,
+        depth_left: int,
+        spent: float,
+    ) -> None:
         """``spent``: what the branch spent above this node (its budget is ``epsilon``)."""
         eps = self.epsilon_per_query_
         schema = self.schema
         C = schema.n_classes
-        numeric = [j for j, a in enumerate(schema.attributes)
-                   if isinstance(a, Numeric) and pds.bounds(j)[0] < pds.bounds(j)[1]]
+        numeric = [
+            j for j, a in enumerate(schema.attributes) if isinstance(a, Numeric) and pds.bounds(j)[0] < pds.bounds(j)[1]
+        ]
         n_t = pds.noisy_count(eps)
         grown.add(node, n_t)
         if node == 0:  # the root's released count sizes the record bound of the split scores

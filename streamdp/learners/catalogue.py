@@ -36,8 +36,17 @@ from typing import Any
 
 from streamdp.validation import AnyOf, Flag, Interval, Options
 
-__all__ = ["Algorithm", "AlgorithmError", "AlgorithmNotAvailable", "ALGORITHMS", "FORMATS", "Param", "algorithm",
-           "by_format", "learners"]
+__all__ = [
+    "Algorithm",
+    "AlgorithmError",
+    "AlgorithmNotAvailable",
+    "ALGORITHMS",
+    "FORMATS",
+    "Param",
+    "algorithm",
+    "by_format",
+    "learners",
+]
 
 
 class AlgorithmError(ValueError):
@@ -81,8 +90,9 @@ class Algorithm:
         try:
             return getattr(importlib.import_module(self.module), self.learner)
         except (ImportError, AttributeError) as e:
-            raise AlgorithmNotAvailable(f"algorithm {self.name!r} is not available in this build "
-                                        f"({self.module}.{self.learner}: {e})") from None
+            raise AlgorithmNotAvailable(
+                f"algorithm {self.name!r} is not available in this build ({self.module}.{self.learner}: {e})"
+            ) from None
 
     def param_names(self) -> list[str]:
         """Parameters a user may set (schema and epsilon come from elsewhere; test-only noise seeds are excluded)."""
@@ -99,11 +109,11 @@ class Algorithm:
         rules = {p.name: p.rule for p in self.params}
         for k in params:
             if k == "noise_seed":
-                raise AlgorithmError("noise_seed is for tests only (it makes a model NOT private); "
-                                     "jobs are always private")
+                raise AlgorithmError(
+                    "noise_seed is for tests only (it makes a model NOT private); jobs are always private"
+                )
             if k not in rules:
-                raise AlgorithmError(f"algorithm {self.name!r} has no parameter {k!r}; "
-                                     f"parameters: {', '.join(rules)}")
+                raise AlgorithmError(f"algorithm {self.name!r} has no parameter {k!r}; parameters: {', '.join(rules)}")
         missing = [k for k in self.required if k not in params]
         if missing:
             raise AlgorithmError(f"{self.name} needs parameters {', '.join(missing)}")
@@ -122,8 +132,13 @@ class Algorithm:
             names = self.param_names()
         except AlgorithmNotAvailable as e:
             return {"name": self.name, "description": self.description, "available": False, "reason": str(e)}
-        return {"name": self.name, "description": self.description, "available": True, "params": names,
-                "rules": {p.name: {"rule": str(p.rule), "default": p.default, "help": p.help} for p in self.params}}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "available": True,
+            "params": names,
+            "rules": {p.name: {"rule": str(p.rule), "default": p.default, "help": p.help} for p in self.params},
+        }
 
 
 # -- shared parameter rules ----------------------------------------------------------------------
@@ -131,14 +146,24 @@ class Algorithm:
 # checked against them before its ledger is charged (a job that cannot finish must not spend budget).
 MAX_DEPTH = 20  # every learner splits its budget over the levels: past ~10 each query gets almost nothing
 MAX_TREES = 1000  # Hanisch and Jagannathan et al. use tens of trees; the budget is split among them
-_SEED = Param("seed", AnyOf((Interval(int, 0, 2**128, closed="left"), Options((None,)))), None,
-              "reproducible structure (public)")
-_N_BOUND = Param("n_bound", AnyOf((Interval(int, 1, 10**12), Options((None,)))), None,
-                 "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
-                 "(None: the root's noisy count plus a margin)")
+_SEED = Param(
+    "seed", AnyOf((Interval(int, 0, 2**128, closed="left"), Options((None,)))), None, "reproducible structure (public)"
+)
+_N_BOUND = Param(
+    "n_bound",
+    AnyOf((Interval(int, 1, 10**12), Options((None,)))),
+    None,
+    "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
+    "(None: the root's noisy count plus a margin)",
+)
 from streamdp.options import BUDGETS, MAX_PRIOR_TREES, SCORERS, VOTES  # noqa: E402
-_TOP_UP = Param("top_up", Flag(), True,
-                "a branch that stops early spends what it has left on its leaf's counts (false: the paper's budget)")
+
+_TOP_UP = Param(
+    "top_up",
+    Flag(),
+    True,
+    "a branch that stops early spends what it has left on its leaf's counts (false: the paper's budget)",
+)
 
 
 def _depth(default: int, low: int = 0) -> Param:
@@ -148,63 +173,130 @@ def _depth(default: int, low: int = 0) -> Param:
 def _forest_params(kanon: bool) -> tuple[Param, ...]:
     base = (
         Param("n_trees", Interval(int, 1, MAX_TREES), 10, "random trees"),
-        Param("height", AnyOf((Interval(int, 1, 30), Options((None,)))), None,
-              "levels per tree (None: from the schema)"),
+        Param(
+            "height", AnyOf((Interval(int, 1, 30), Options((None,)))), None, "levels per tree (None: from the schema)"
+        ),
         _SEED,
         Param("vote", Options(VOTES), "proba", "how trees combine"),
         Param("budget", Options(BUDGETS), "split", "how epsilon is shared among trees"),
     )
     if not kanon:
         return base
-    return base + (Param("k", Interval(int, 1, 10**9), None, "k-anonymity threshold"),
-                   Param("beta", Interval(float, 0, 1, closed="neither"), None, "sampling rate"))
+    return base + (
+        Param("k", Interval(int, 1, 10**9), None, "k-anonymity threshold"),
+        Param("beta", Interval(float, 0, 1, closed="neither"), None, "sampling rate"),
+    )
 
 
-ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("dpea", "Bai et al.'s deep embedding with MCMC", "DPEA", "streamdp.learners.dpea", "streamdp.dpea", (
-        _depth(5, low=1),
-        Param("embed_depth", AnyOf((Interval(int, 1, MAX_DEPTH), Options(("whole",)))), 1, "levels drawn per step"),
-        Param("min_instances", Interval(float, 0, 1e12), 20, "a node with fewer (noisy) records stops"),
-        # Bai et al.'s chain: a window of scores and a step cap (the trace is step_limit floats per step)
-        Param("buffer_size", Interval(int, 1, 10_000), 50, "MCMC stopping rule: window of scores"),
-        Param("step_limit", Interval(int, 1, 100_000), 1000, "MCMC stopping rule: most steps"),
-        Param("variance_threshold", Interval(float, 0, 1e12), 0.0, "MCMC stopping rule: score variance"),
-        # Bai et al. sample 2 levels exactly; the exact sampler's work grows like (attributes x arity)^levels,
-        # 3 levels of a 22-attribute schema is already millions of node scores
-        Param("exact_max_levels", Interval(int, 1, 3), 2, "steps this shallow are sampled exactly"),
-        _TOP_UP,
-    )),
-    Algorithm("sulq-id3", "Friedman & Schuster's SuLQ-based ID3", "SuLQID3", "streamdp.learners.id3",
-              "streamdp.sulq_id3", (_depth(5), _TOP_UP)),
-    Algorithm("diffp-id3", "Friedman & Schuster's DiffPID3", "DiffPID3", "streamdp.learners.id3",
-              "streamdp.diffp_id3", (_depth(5), Param("scorer", Options(SCORERS), "infogain", "split quality"),
-                                     _N_BOUND, _TOP_UP)),
-    Algorithm("diffp-c45", "Friedman & Schuster's DiffPC4.5", "DiffPC45", "streamdp.learners.c45",
-              "streamdp.diffp_c45", (
-                  _depth(5), Param("scorer", Options(SCORERS), "gini", "split quality"), _N_BOUND,
-                  Param("prune", Flag(), True, "C4.5 error-based pruning"),
-                  Param("cf", Interval(float, 0, 1, closed="neither"), 0.25, "C4.5 certainty factor"),
-                  _TOP_UP,
-              )),
-    Algorithm("hanisch-forest", "Hanisch's private random forest", "HanischForest", "streamdp.learners.hanisch",
-              "streamdp.hanisch_forest", (
-                  _depth(3), Param("n_trees", Interval(int, 1, MAX_TREES), 10, "random trees"),
-                  Param("max_leaves", Interval(int, 1, 1_000_000), 1_000_000,
-                        "refuse trees that could have more leaves (at most a million: n_trees x leaves x classes "
-                        "counts are held in memory)"),
-                  _SEED,
-                  Param("prior_trees", Interval(int, 0, MAX_PRIOR_TREES), 1,
-                        "prior stumps: class totals released at one tree's share, so the class prior is measured "
-                        "(our addition)"),
-                  Param("vote", Options(VOTES), "proba",
-                        "proba: the trees' evidence pooled depth by depth (our addition); majority: Hanisch's vote"),
-              )),
-    Algorithm("private-rdt", "Jagannathan et al.'s one-shot Private-RDT (random trees, geometric noise)",
-              "PrivateForest", "streamdp.forest", "streamdp.forest", _forest_params(False), mechanism="geometric"),
-    Algorithm("kanon-forest", "random trees with beta-sampling and a k threshold (Li, Qardaji & Su)",
-              "PrivateForest", "streamdp.forest", "streamdp.forest", _forest_params(True), mechanism="kanon",
-              required=("k", "beta")),
-)}
+ALGORITHMS: dict[str, Algorithm] = {
+    a.name: a
+    for a in (
+        Algorithm(
+            "dpea",
+            "Bai et al.'s deep embedding with MCMC",
+            "DPEA",
+            "streamdp.learners.dpea",
+            "streamdp.dpea",
+            (
+                _depth(5, low=1),
+                Param(
+                    "embed_depth", AnyOf((Interval(int, 1, MAX_DEPTH), Options(("whole",)))), 1, "levels drawn per step"
+                ),
+                Param("min_instances", Interval(float, 0, 1e12), 20, "a node with fewer (noisy) records stops"),
+                # Bai et al.'s chain: a window of scores and a step cap (the trace is step_limit floats per step)
+                Param("buffer_size", Interval(int, 1, 10_000), 50, "MCMC stopping rule: window of scores"),
+                Param("step_limit", Interval(int, 1, 100_000), 1000, "MCMC stopping rule: most steps"),
+                Param("variance_threshold", Interval(float, 0, 1e12), 0.0, "MCMC stopping rule: score variance"),
+                # Bai et al. sample 2 levels exactly; the exact sampler's work grows like (attributes x arity)^levels,
+                # 3 levels of a 22-attribute schema is already millions of node scores
+                Param("exact_max_levels", Interval(int, 1, 3), 2, "steps this shallow are sampled exactly"),
+                _TOP_UP,
+            ),
+        ),
+        Algorithm(
+            "sulq-id3",
+            "Friedman & Schuster's SuLQ-based ID3",
+            "SuLQID3",
+            "streamdp.learners.id3",
+            "streamdp.sulq_id3",
+            (_depth(5), _TOP_UP),
+        ),
+        Algorithm(
+            "diffp-id3",
+            "Friedman & Schuster's DiffPID3",
+            "DiffPID3",
+            "streamdp.learners.id3",
+            "streamdp.diffp_id3",
+            (_depth(5), Param("scorer", Options(SCORERS), "infogain", "split quality"), _N_BOUND, _TOP_UP),
+        ),
+        Algorithm(
+            "diffp-c45",
+            "Friedman & Schuster's DiffPC4.5",
+            "DiffPC45",
+            "streamdp.learners.c45",
+            "streamdp.diffp_c45",
+            (
+                _depth(5),
+                Param("scorer", Options(SCORERS), "gini", "split quality"),
+                _N_BOUND,
+                Param("prune", Flag(), True, "C4.5 error-based pruning"),
+                Param("cf", Interval(float, 0, 1, closed="neither"), 0.25, "C4.5 certainty factor"),
+                _TOP_UP,
+            ),
+        ),
+        Algorithm(
+            "hanisch-forest",
+            "Hanisch's private random forest",
+            "HanischForest",
+            "streamdp.learners.hanisch",
+            "streamdp.hanisch_forest",
+            (
+                _depth(3),
+                Param("n_trees", Interval(int, 1, MAX_TREES), 10, "random trees"),
+                Param(
+                    "max_leaves",
+                    Interval(int, 1, 1_000_000),
+                    1_000_000,
+                    "refuse trees that could have more leaves (at most a million: n_trees x leaves x classes "
+                    "counts are held in memory)",
+                ),
+                _SEED,
+                Param(
+                    "prior_trees",
+                    Interval(int, 0, MAX_PRIOR_TREES),
+                    1,
+                    "prior stumps: class totals released at one tree's share, so the class prior is measured "
+                    "(our addition)",
+                ),
+                Param(
+                    "vote",
+                    Options(VOTES),
+                    "proba",
+                    "proba: the trees' evidence pooled depth by depth (our addition); majority: Hanisch's vote",
+                ),
+            ),
+        ),
+        Algorithm(
+            "private-rdt",
+            "Jagannathan et al.'s one-shot Private-RDT (random trees, geometric noise)",
+            "PrivateForest",
+            "streamdp.forest",
+            "streamdp.forest",
+            _forest_params(False),
+            mechanism="geometric",
+        ),
+        Algorithm(
+            "kanon-forest",
+            "random trees with beta-sampling and a k threshold (Li, Qardaji & Su)",
+            "PrivateForest",
+            "streamdp.forest",
+            "streamdp.forest",
+            _forest_params(True),
+            mechanism="kanon",
+            required=("k", "beta"),
+        ),
+    )
+}
 
 # blob format tag -> the algorithm that writes it (the forest's tag names its first algorithm)
 FORMATS: dict[str, Algorithm] = {}

@@ -70,14 +70,14 @@ from typing import Any
 import numpy as np
 
 from streamdp.estimation import cell_variance, inverse_variance_mean
-from streamdp.learners.private_data import PrivateDataset
-from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.learners.private_subtree import SubtreeSpace
-from streamdp.records.schema import Categorical, Schema
-from streamdp.validation import Interval, check_integer, check_number
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch
+from streamdp.learners.private_data import PrivateDataset
+from streamdp.learners.private_subtree import SubtreeSpace
 from streamdp.learners.tree import Tree
+from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.records.schema import Categorical, Schema
+from streamdp.validation import Interval, check_integer, check_number
 
 __all__ = ["DPEA", "FORMAT"]
 
@@ -202,8 +202,12 @@ class DPEA(PrivateLearner):
         parent: list[int] = [-1]
         traces: list[np.ndarray] | None = [] if self.keep_traces else None
         if traces is not None:
-            warnings.warn("DPEA(keep_traces=True): traces_ holds the MCMC runs' EXACT scores (diagnostics, not "
-                          "differentially private): never publish it", NotPrivateWarning, stacklevel=3)
+            warnings.warn(
+                "DPEA(keep_traces=True): traces_ holds the MCMC runs' EXACT scores (diagnostics, not "
+                "differentially private): never publish it",
+                NotPrivateWarning,
+                stacklevel=3,
+            )
             self.traces_ = traces
         else:
             self.__dict__.pop("traces_", None)
@@ -225,8 +229,12 @@ class DPEA(PrivateLearner):
             levels_left = min(d, D - g)
             sampler = "exact" if levels_left <= self.exact_max_levels else "mcmc"
             st = node_pds.subtree_mechanism(
-                space, eps_st, sampler=sampler, buffer_size=int(self.buffer_size),
-                step_limit=int(self.step_limit), variance_threshold=float(self.variance_threshold),
+                space,
+                eps_st,
+                sampler=sampler,
+                buffer_size=int(self.buffer_size),
+                step_limit=int(self.step_limit),
+                variance_threshold=float(self.variance_threshold),
                 trace=traces,
             )
             self.n_mechanism_calls_ += 1
@@ -270,9 +278,15 @@ class DPEA(PrivateLearner):
                     top = np.asarray(ds.noisy_class_counts(left), dtype=np.float64)
                     _release(counts, own_var, lid, top, cell_variance("geometric", left))
         f = np.asarray(feature, dtype=np.int64)
-        tree = Tree(f, np.full(f.size, np.inf), np.asarray(child_start, dtype=np.int64),
-                    np.vstack(counts).astype(np.float64), np.asarray(depth, dtype=np.int64),
-                    np.asarray(parent, dtype=np.int64), np.asarray(own_var, dtype=np.float64))
+        tree = Tree(
+            f,
+            np.full(f.size, np.inf),
+            np.asarray(child_start, dtype=np.int64),
+            np.vstack(counts).astype(np.float64),
+            np.asarray(depth, dtype=np.int64),
+            np.asarray(parent, dtype=np.int64),
+            np.asarray(own_var, dtype=np.float64),
+        )
         tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
         self.trees_ = [tree]
 

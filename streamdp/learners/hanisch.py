@@ -66,13 +66,13 @@ from typing import Any
 import numpy as np
 
 from streamdp.estimation import SNR_MIN
+from streamdp.learners._base import PrivateLearner
 from streamdp.learners.private_data import PrivateDataset
+from streamdp.learners.tree import Tree
+from streamdp.options import MAX_PRIOR_TREES
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.records.schema import Categorical
-from streamdp.options import MAX_PRIOR_TREES
 from streamdp.validation import check_integer
-from streamdp.learners._base import PrivateLearner
-from streamdp.learners.tree import Tree
 
 __all__ = ["HanischForest"]
 
@@ -93,9 +93,18 @@ class HanischForest(PrivateLearner):
     FORMAT = "streamdp.hanisch_forest"
     vote = "majority"  # (a model pickled before the vote was a parameter: Hanisch's; __init__ sets the parameter)
 
-    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 3, n_trees: int = 10,
-                 max_leaves: int = 1_000_000, seed: int | None = None, noise_seed: int | None = None,
-                 prior_trees: int = 1, vote: str = "proba"):
+    def __init__(
+        self,
+        schema: Any,
+        epsilon: float = 1.0,
+        max_depth: int = 3,
+        n_trees: int = 10,
+        max_leaves: int = 1_000_000,
+        seed: int | None = None,
+        noise_seed: int | None = None,
+        prior_trees: int = 1,
+        vote: str = "proba",
+    ):
         self.schema = schema
         self.epsilon = epsilon
         self.max_depth = max_depth
@@ -116,8 +125,10 @@ class HanischForest(PrivateLearner):
             raise ValueError("HanischForest needs categorical attributes (bin numeric ones first)")
         worst = int(np.prod(cats[: int(self.max_depth)], dtype=np.float64))
         if worst > self.max_leaves:
-            raise ValueError(f"a tree of depth {self.max_depth} could have {worst:,} leaves, above "
-                             f"max_leaves={self.max_leaves:,}; lower max_depth or raise max_leaves")
+            raise ValueError(
+                f"a tree of depth {self.max_depth} could have {worst:,} leaves, above "
+                f"max_leaves={self.max_leaves:,}; lower max_depth or raise max_leaves"
+            )
 
     def _fit(self, pds: PrivateDataset) -> None:
         if self.seed is None:
@@ -128,8 +139,9 @@ class HanischForest(PrivateLearner):
         eps = self.epsilon_leaf_counts()
         self.trees_ = [self._tree(pds, rng, eps) for _ in range(int(self.n_trees))]
         # prior stumps: the class totals, one cell per class at one tree's share (our addition, as PrivateForest's)
-        self.stumps_ = np.array([pds.noisy_class_counts(eps) for _ in range(int(self.prior_trees))],
-                                dtype=np.float64).reshape(-1, self.schema.n_classes)
+        self.stumps_ = np.array(
+            [pds.noisy_class_counts(eps) for _ in range(int(self.prior_trees))], dtype=np.float64
+        ).reshape(-1, self.schema.n_classes)
 
     def estimation_snr(self) -> float:
         """Each tree's bar under the majority vote, as PrivateForest's: SNR_MIN lowered by sqrt(n_trees) (the vote
@@ -173,5 +185,11 @@ class HanischForest(PrivateLearner):
             depth.append(np.full(used.shape[0], d + 1, np.int64))
             first, n_nodes = n_nodes, n_nodes + used.shape[0]
         f = np.concatenate(feature)
-        return Tree(f, np.full(f.size, np.inf), np.concatenate(child_start),
-                    np.zeros((f.size, self.schema.n_classes)), np.concatenate(depth), np.concatenate(parent))
+        return Tree(
+            f,
+            np.full(f.size, np.inf),
+            np.concatenate(child_start),
+            np.zeros((f.size, self.schema.n_classes)),
+            np.concatenate(depth),
+            np.concatenate(parent),
+        )

@@ -52,13 +52,13 @@ from typing import Any
 import numpy as np
 
 from streamdp.estimation import cell_variance
-from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
-from streamdp.privacy.mechanisms import SecureRandom
-from streamdp.records.schema import Categorical
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch, stops
+from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
 from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners.tree import TreeBuilder
+from streamdp.privacy.mechanisms import SecureRandom
+from streamdp.records.schema import Categorical
 
 __all__ = ["SuLQID3", "DiffPID3"]
 
@@ -90,15 +90,15 @@ class _ID3(PrivateLearner):
         tree.fill_inner_counts()  # a leaf with no positive count predicts from its ancestors
         self.trees_ = [tree]
 
-
     def _prepare(self) -> None:
         pass
 
     def _root_count(self, n_t: float, eps: float) -> None:
         pass
 
-    def _grow(self, pds: PrivateDataset, b: TreeBuilder, node: int, cats: frozenset, depth_left: int,
-              leaves: dict) -> None:
+    def _grow(
+        self, pds: PrivateDataset, b: TreeBuilder, node: int, cats: frozenset, depth_left: int, leaves: dict
+    ) -> None:
         eps = self.epsilon_per_query_
         C = self.schema.n_classes
         n_t = pds.noisy_count(eps)
@@ -110,8 +110,10 @@ class _ID3(PrivateLearner):
             # node each level spent 2 eps, and this node its count
             spent = eps * (2 * (int(self.max_depth) - depth_left) + 1)
             e_leaf = max(eps, rest_of_branch(self.epsilon, spent)) if self.top_up else eps
-            leaves[node] = (np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64),
-                            cell_variance("geometric", e_leaf))
+            leaves[node] = (
+                np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64),
+                cell_variance("geometric", e_leaf),
+            )
             return
         j = self._choose(pds, sorted(cats), eps)
         kids = b.split(node, j)
@@ -130,8 +132,9 @@ class SuLQID3(_ID3):
 
     FORMAT = "streamdp.sulq_id3"
 
-    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, noise_seed: int | None = None,
-                 top_up: bool = True):
+    def __init__(
+        self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, noise_seed: int | None = None, top_up: bool = True
+    ):
         self.schema = schema
         self.epsilon = epsilon
         self.max_depth = max_depth
@@ -175,8 +178,16 @@ class DiffPID3(_ID3):
 
     FORMAT = "streamdp.diffp_id3"
 
-    def __init__(self, schema: Any, epsilon: float = 1.0, max_depth: int = 5, scorer: str = "infogain",
-                 n_bound: int | None = None, noise_seed: int | None = None, top_up: bool = True):
+    def __init__(
+        self,
+        schema: Any,
+        epsilon: float = 1.0,
+        max_depth: int = 5,
+        scorer: str = "infogain",
+        n_bound: int | None = None,
+        noise_seed: int | None = None,
+        top_up: bool = True,
+    ):
         self.schema = schema
         self.epsilon = epsilon
         self.max_depth = max_depth
@@ -195,9 +206,15 @@ class DiffPID3(_ID3):
     def _root_count(self, n_t: float, eps: float) -> None:
         self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps)
         b = self.record_bound_
-        self.sensitivity_ = (float(self.scorer_.sensitivity(math.inf)) if b is None
-                             else enforced_sensitivity(self.scorer_.sensitivity, b))
+        self.sensitivity_ = (
+            float(self.scorer_.sensitivity(math.inf))
+            if b is None
+            else enforced_sensitivity(self.scorer_.sensitivity, b)
+        )
 
     def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
-        return int(pds.exponential(cats, self.scorer_, sensitivity=self.scorer_.sensitivity, epsilon=eps,
-                                   max_records=self.record_bound_))
+        return int(
+            pds.exponential(
+                cats, self.scorer_, sensitivity=self.scorer_.sensitivity, epsilon=eps, max_records=self.record_bound_
+            )
+        )

@@ -69,13 +69,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from streamdp.forest.routing import route, routing_error
 from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, Ledger
 from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, exponential_mechanism, geometric_noise
-from streamdp.forest.routing import route, routing_error
 from streamdp.records.schema import Categorical, Numeric, Schema
 from streamdp.validation import check_epsilon, check_integer
 
@@ -101,7 +102,7 @@ class PrivateDataset:
         *,
         epsilon: float,
         rng: SecureRandom | None = None,
-        _parent: "PrivateDataset | None" = None,
+        _parent: PrivateDataset | None = None,
         _bounds: dict[int, tuple[float, float]] | None = None,
         _path: tuple = (),
     ):
@@ -143,7 +144,7 @@ class PrivateDataset:
         key: str = "",
         noise_seed: int | None = None,
         on_invalid: str = "raise",
-    ) -> "PrivateDataset":
+    ) -> PrivateDataset:
         """Charge ``epsilon`` to ``ledger`` (if given) for ``source``, then encode the records.
 
         ``noise_seed`` makes the noise reproducible and the result NOT private
@@ -155,8 +156,10 @@ class PrivateDataset:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
             ledger.charge(source, epsilon, who=who, what=what, key=key)
         elif source is not None:  # (a trial: source= alone fitted with no charge and no word)
-            raise ValueError(f"source={source!r} names a ledger's source, but no ledger= was given: nothing would be "
-                             "charged; pass the ledger too (or neither)")
+            raise ValueError(
+                f"source={source!r} names a ledger's source, but no ledger= was given: nothing would be "
+                "charged; pass the ledger too (or neither)"
+            )
         rng = SecureRandom(noise_seed) if noise_seed is not None else SecureRandom()
         enc = schema.encode(X, y, on_invalid=on_invalid)
         if enc.y is None:
@@ -185,15 +188,16 @@ class PrivateDataset:
         """Every operation charged in this dataset's tree: ``(path, what, epsilon)``."""
         return list(self._log)
 
-    def _root(self) -> "PrivateDataset":
+    def _root(self) -> PrivateDataset:
         node = self
         while node._parent is not None:
             node = node._parent
         return node
 
     @staticmethod
-    def _combine(own: float, groups: list[list["PrivateDataset"]], swap: "PrivateDataset | None" = None,
-                 value: float = 0.0) -> float:
+    def _combine(
+        own: float, groups: list[list[PrivateDataset]], swap: PrivateDataset | None = None, value: float = 0.0
+    ) -> float:
         total = own
         for g in groups:
             total += max((value if c is swap else c._spent) for c in g)
@@ -269,8 +273,10 @@ class PrivateDataset:
         for i in np.flatnonzero(np.isfinite(thr) & (f >= 0)):
             lo, hi = self.bounds(int(f[i]))
             if not lo <= thr[i] <= hi:
-                raise ValueError(f"noisy_leaf_class_counts: node {i} threshold {thr[i]} outside "
-                                 f"{self.schema.attributes[int(f[i])].name!r}'s range here [{lo}, {hi}]")
+                raise ValueError(
+                    f"noisy_leaf_class_counts: node {i} threshold {thr[i]} outside "
+                    f"{self.schema.attributes[int(f[i])].name!r}'s range here [{lo}, {hi}]"
+                )
         self._charge(epsilon, f"noisy_leaf_class_counts({int(np.sum(f < 0))} leaves)")
         C = self.schema.n_classes
         leaf = route(self.__X, f, thr, cs)
@@ -280,7 +286,7 @@ class PrivateDataset:
         return out
 
     # -- partitions -----------------------------------------------------------------
-    def partition(self, attribute: int | str, threshold: float | None = None) -> list["PrivateDataset"]:
+    def partition(self, attribute: int | str, threshold: float | None = None) -> list[PrivateDataset]:
         """Disjoint parts: one per declared value of a categorical attribute, or ``[x <= t, x > t]``.
 
         Costs nothing; the parts' spends compose in parallel.
@@ -309,8 +315,16 @@ class PrivateDataset:
             bounds = [{**self._bounds, j: (lo, t)}, {**self._bounds, j: (t, hi)}]
             labels = [(attr.name, "<=", t), (attr.name, ">", t)]
         parts = [
-            PrivateDataset(self.schema, self.__X[m], self.__y[m], epsilon=self.epsilon, rng=self._rng, _parent=self,
-                           _bounds=b, _path=self.path + (lab,))
+            PrivateDataset(
+                self.schema,
+                self.__X[m],
+                self.__y[m],
+                epsilon=self.epsilon,
+                rng=self._rng,
+                _parent=self,
+                _bounds=b,
+                _path=self.path + (lab,),
+            )
             for m, b, lab in zip(masks, bounds, labels)
         ]
         self._groups.append(parts)
@@ -410,8 +424,17 @@ class PrivateDataset:
         i = exponential_mechanism(scores, epsilon, s, self._rng, measure=lengths)
         return float(edges[i] + self._rng.uniform() * lengths[i])
 
-    def subtree_mechanism(self, space: Any, epsilon: float, *, sampler: str = "exact", buffer_size: int = 50,
-                          step_limit: int = 1000, variance_threshold: float = 0.0, trace: list | None = None):
+    def subtree_mechanism(
+        self,
+        space: Any,
+        epsilon: float,
+        *,
+        sampler: str = "exact",
+        buffer_size: int = 50,
+        step_limit: int = 1000,
+        variance_threshold: float = 0.0,
+        trace: list | None = None,
+    ):
         """Bai et al.'s subtree mechanism (see :mod:`streamdp.learners.private_subtree`); returns attribute numbers only.
 
         Numeric attributes take part with arity 0 in ``space``: they are never split.
@@ -430,15 +453,25 @@ class PrivateDataset:
         for a, k in zip(attrs, arities):
             want = a.arity if isinstance(a, Categorical) else 0
             if k != want:
-                raise ValueError(f"the subtree space gives {a.name!r} arity {k}; it must be {want} "
-                                 "(declared values; 0 for numeric attributes, which are never split)")
+                raise ValueError(
+                    f"the subtree space gives {a.name!r} arity {k}; it must be {want} "
+                    "(declared values; 0 for numeric attributes, which are never split)"
+                )
         self._charge(epsilon, f"subtree_mechanism({sampler})")
         # Numeric columns are zeroed: arity 0 means the samplers never read them.
         X = np.where(self.schema.is_categorical, self.__X, 0.0).astype(np.int64)
         if sampler == "exact":
             return private_subtree.exact_subtree(space, X, self.__y, epsilon, self._rng)
-        res = private_subtree.mcmc_subtree(space, X, self.__y, epsilon, self._rng, buffer_size=buffer_size,
-                                           step_limit=step_limit, variance_threshold=variance_threshold)
+        res = private_subtree.mcmc_subtree(
+            space,
+            X,
+            self.__y,
+            epsilon,
+            self._rng,
+            buffer_size=buffer_size,
+            step_limit=step_limit,
+            variance_threshold=variance_threshold,
+        )
         if trace is not None:
             trace.append(res.trace)
         return res.structure
@@ -503,6 +536,8 @@ def enforced_sensitivity(sensitivity: float | Callable[[float], float], max_reco
         check_integer(max_records, "max_records")
     s = sensitivity(math.inf if max_records is None else max_records) if callable(sensitivity) else sensitivity
     if not (isinstance(s, (int, float)) and math.isfinite(s) and s > 0):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {s!r}"
-                         + ("; this score needs max_records (a record bound)" if max_records is None else ""))
+        raise ValueError(
+            f"sensitivity must be a finite number > 0, got {s!r}"
+            + ("; this score needs max_records (a record bound)" if max_records is None else "")
+        )
     return float(s) * (1 if max_records is None else 2)

@@ -173,10 +173,7 @@ def subtree_quality(X: np.ndarray, y: np.ndarray, st, n_classes: int) -> float:
         return leaf_quality(y, n_classes)
     a, children = st
     arity = len(children)
-    return sum(
-        subtree_quality(X[idx], y[idx], ch, n_classes)
-        for idx, ch in zip(_partition(X, a, arity), children)
-    )
+    return sum(subtree_quality(X[idx], y[idx], ch, n_classes) for idx, ch in zip(_partition(X, a, arity), children))
 
 
 def structure_leaves(st, path=()):
@@ -301,7 +298,19 @@ def enumerate_subtrees(space: SubtreeSpace, X: np.ndarray, y: np.ndarray):
 
 
 class _Node:
-    __slots__ = ("attr", "children", "parent", "slot", "idx", "local", "used", "log_share", "score", "n_elig", "n_allowed")
+    __slots__ = (
+        "attr",
+        "children",
+        "parent",
+        "slot",
+        "idx",
+        "local",
+        "used",
+        "log_share",
+        "score",
+        "n_elig",
+        "n_allowed",
+    )
 
     def __init__(self, idx, local, used, log_share, parent, slot):
         self.idx = idx
@@ -439,7 +448,10 @@ def mcmc_subtree(
                     p = p.parent
         trace[steps] = root.score
         steps += 1
-        if steps >= max(buffer_size, min_steps) and float(np.var(trace[steps - buffer_size : steps])) < variance_threshold:
+        if (
+            steps >= max(buffer_size, min_steps)
+            and float(np.var(trace[steps - buffer_size : steps])) < variance_threshold
+        ):
             converged = True
             break
     return MCMCResult(_structure(root), trace[:steps], steps, accepted, converged)

@@ -23,8 +23,17 @@ import numpy as np
 
 from streamdp.validation import check_integer
 
-__all__ = ["Scorer", "InfoGainScorer", "GiniScorer", "MaxScorer", "GainRatioScorer", "get_scorer", "checked_scorer", "record_bound",
-           "SCORERS"]
+__all__ = [
+    "Scorer",
+    "InfoGainScorer",
+    "GiniScorer",
+    "MaxScorer",
+    "GainRatioScorer",
+    "get_scorer",
+    "checked_scorer",
+    "record_bound",
+    "SCORERS",
+]
 
 
 def _xlog2x(x: np.ndarray) -> np.ndarray:
@@ -137,8 +146,12 @@ class GainRatioScorer(Scorer):
         return f"GainRatioScorer(n_classes={self.n_classes}, max_arity={self.max_arity})"
 
 
-SCORERS: dict[str, type[Scorer]] = {"infogain": InfoGainScorer, "gini": GiniScorer, "max": MaxScorer,
-                                    "gainratio": GainRatioScorer}
+SCORERS: dict[str, type[Scorer]] = {
+    "infogain": InfoGainScorer,
+    "gini": GiniScorer,
+    "max": MaxScorer,
+    "gainratio": GainRatioScorer,
+}
 
 
 def get_scorer(name: str | Scorer, schema=None) -> Scorer:
@@ -147,8 +160,9 @@ def get_scorer(name: str | Scorer, schema=None) -> Scorer:
         return name
     if name == "gainratio":
         if schema is None:
-            raise ValueError("scorer 'gainratio' needs the schema (its sensitivity depends on the class count "
-                             "and the largest arity)")
+            raise ValueError(
+                "scorer 'gainratio' needs the schema (its sensitivity depends on the class count and the largest arity)"
+            )
         arities = [int(a) for a in schema.arities if a > 0] + [2]
         return GainRatioScorer(max(schema.n_classes, 2), max(arities))
     try:
@@ -192,4 +206,3 @@ def record_bound(scorer: Scorer, n_bound: int | None, noisy_root_count: float, e
     if n_bound is not None:
         return int(n_bound)
     return max(1, math.ceil(noisy_root_count + math.log(1e6) / epsilon))
-

@@ -100,24 +100,35 @@ class Tree:
         keep = leaf if self.own_var is None else leaf | (self.own_var > 0)
         self.counts = np.where(keep[:, None], self.counts, agg)
 
-    def node_proba(self, cell_var: float, prior: np.ndarray | None = None, snr_min: float | None = None,
-                   roots_are_prior: bool = False) -> np.ndarray:
+    def node_proba(
+        self,
+        cell_var: float,
+        prior: np.ndarray | None = None,
+        snr_min: float | None = None,
+        roots_are_prior: bool = False,
+    ) -> np.ndarray:
         """Per node: the noise-aware estimate of :mod:`streamdp.estimation` from the reachable leaves' counts.
 
         ``cell_var`` is the public noise variance of one released leaf cell;
         ``prior`` what the root is shrunk toward (default: this tree's own leaf sums), or the root's
         distribution itself with ``roots_are_prior``.
         """
-        return tree_node_proba(self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min,
-                               roots_are_prior, self.own_var)
+        return tree_node_proba(
+            self.feature, self.parent, self.depth, self.counts, cell_var, prior, snr_min, roots_are_prior, self.own_var
+        )
 
     def released_counts(self, cell_var: float) -> tuple[np.ndarray, np.ndarray]:
         """Every node's class counts from the releases and its total's noise variance
         (:func:`streamdp.estimation.released_node_counts`)."""
         return released_node_counts(self.feature, self.parent, self.depth, self.counts, cell_var, self.own_var)
 
-    def predict_proba(self, X: np.ndarray, cell_var: float | None = None, prior: np.ndarray | None = None,
-                      snr_min: float | None = None) -> np.ndarray:
+    def predict_proba(
+        self,
+        X: np.ndarray,
+        cell_var: float | None = None,
+        prior: np.ndarray | None = None,
+        snr_min: float | None = None,
+    ) -> np.ndarray:
         """Class distribution of each encoded record's leaf: noise-aware when ``cell_var`` is given,
         else the leaf's clipped counts backing off to the nearest ancestor with mass."""
         table = self.leaf_distributions() if cell_var is None else self.node_proba(cell_var, prior, snr_min)
@@ -142,7 +153,7 @@ class Tree:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict, schema: Schema, fmt: str = "tree") -> "Tree":
+    def from_dict(cls, d: dict, schema: Schema, fmt: str = "tree") -> Tree:
         if not isinstance(d, dict):
             raise blob.BlobError(f"{fmt}: a tree must be a map")
         t = cls(

@@ -39,8 +39,19 @@ from typing import IO
 
 from streamdp.validation import check_delta, check_epsilon
 
-__all__ = ["Spend", "Ledger", "InMemoryLedger", "BudgetExceeded", "TOLERANCE", "file_sha256", "stream_sha256",
-           "file_source", "left_of", "exceeds", "refusal"]
+__all__ = [
+    "Spend",
+    "Ledger",
+    "InMemoryLedger",
+    "BudgetExceeded",
+    "TOLERANCE",
+    "file_sha256",
+    "stream_sha256",
+    "file_source",
+    "left_of",
+    "exceeds",
+    "refusal",
+]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
 TOLERANCE = 1e-9
@@ -113,9 +124,14 @@ class Spend:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Spend":
+    def from_dict(cls, d: dict) -> Spend:
         return cls(
-            str(d["source"]), float(d["epsilon"]), float(d["delta"]), str(d["who"]), str(d["what"]), float(d["when"]),
+            str(d["source"]),
+            float(d["epsilon"]),
+            float(d["delta"]),
+            str(d["who"]),
+            str(d["what"]),
+            float(d["when"]),
             str(d.get("key", "")),
         )
 
@@ -135,14 +151,24 @@ def exceeds(spent: tuple[float, float], charge: tuple[float, float], budget: tup
     >>> exceeds((0.9, 0.0), (0.1, 0.0), (1.0, 0.0)), exceeds((0.9, 0.0), (0.2, 0.0), (1.0, 0.0))
     (False, True)
     """
-    return (budget is None or spent[0] + charge[0] > budget[0] + TOLERANCE
-            or spent[1] + charge[1] > budget[1] + TOLERANCE)
+    return (
+        budget is None or spent[0] + charge[0] > budget[0] + TOLERANCE or spent[1] + charge[1] > budget[1] + TOLERANCE
+    )
 
 
-def refusal(source: str, epsilon: float, spent: float, budget: float | None, delta: float = 0.0,
-            spent_delta: float = 0.0, budget_delta: float = 0.0) -> BudgetExceeded:
+def refusal(
+    source: str,
+    epsilon: float,
+    spent: float,
+    budget: float | None,
+    delta: float = 0.0,
+    spent_delta: float = 0.0,
+    budget_delta: float = 0.0,
+) -> BudgetExceeded:
     if budget is None:
-        return BudgetExceeded(f"source {source!r} has no budget; set one first (ledger.set_budget or 'streamdp ledger {source} --set-budget E')")
+        return BudgetExceeded(
+            f"source {source!r} has no budget; set one first (ledger.set_budget or 'streamdp ledger {source} --set-budget E')"
+        )
     if spent_delta + delta > budget_delta + TOLERANCE and delta > 0:
         return BudgetExceeded(
             f"source {source!r}: charging delta={delta:g} would spend {spent_delta + delta:g} of a delta budget of {budget_delta:g}; refused before reading any data"
@@ -201,7 +227,9 @@ class InMemoryLedger(Ledger):
         with self._lock:
             eps_spent, d_spent = self._spent_unlocked(source)
             if epsilon + TOLERANCE < eps_spent or delta + TOLERANCE < d_spent:
-                raise ValueError(f"source {source!r} has already spent epsilon={eps_spent:g}, delta={d_spent:g}; the budget cannot go below that")
+                raise ValueError(
+                    f"source {source!r} has already spent epsilon={eps_spent:g}, delta={d_spent:g}; the budget cannot go below that"
+                )
             self._budgets[source] = (float(epsilon), float(delta))
 
     def budget(self, source: str) -> tuple[float, float] | None:
@@ -221,7 +249,9 @@ class InMemoryLedger(Ledger):
             b = self._budgets.get(source)
             eps_spent, d_spent = self._spent_unlocked(source)
             if exceeds((eps_spent, d_spent), (epsilon, delta), b):
-                raise refusal(source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1])
+                raise refusal(
+                    source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1]
+                )
             spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time(), str(key))
             self._spends.setdefault(source, []).append(spend)
             return spend

@@ -128,8 +128,6 @@ def _one_sided(n: int, lam: float, rng: SecureRandom) -> np.ndarray:
     return out
 
 
-
-
 def _two_sided(shape: tuple, lam: float, rng: SecureRandom) -> np.ndarray:
     if not lam >= _MIN_LAMBDA:
         raise ValueError(f"noise scale 1/{lam:g} is beyond the supported 1e15 (epsilon/sensitivity too small)")

@@ -90,7 +90,7 @@ class SecureRandom:
             self._rekey(os.urandom(32))
 
     @classmethod
-    def from_key(cls, key: bytes, context: bytes, layout: str = "blocks") -> "SecureRandom":
+    def from_key(cls, key: bytes, context: bytes, layout: str = "blocks") -> SecureRandom:
         """A deterministic private stream for ``(key, context)``: same pair, same draws.
 
         The stream key is HKDF-SHA256(``key``, info=``context``), so different
@@ -117,13 +117,13 @@ class SecureRandom:
         return cls._keyed(_hkdf(bytes(key), _KDF_INFO + bytes(context)), layout)
 
     @classmethod
-    def _keyed(cls, key: bytes, layout: str) -> "SecureRandom":
+    def _keyed(cls, key: bytes, layout: str) -> SecureRandom:
         rng = cls.__new__(cls)
         rng.private, rng.keyed, rng.layout, rng._test_rng = True, True, layout, None
         rng._rekey(key)
         return rng
 
-    def spawn(self) -> "SecureRandom":
+    def spawn(self) -> SecureRandom:
         """The next child generator: independent of this one's stream and of every other child.
 
         Child ``i`` (counted per generator) of a keyed generator is keyed by

@@ -22,8 +22,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MISSING", "is_frame", "to_float", "plain", "lookup_key", "lookup_codes", "table_codes", "has_fractions",
-           "value_code", "declared_table", "TABLE_SPAN", "BLOCK"]
+__all__ = [
+    "MISSING",
+    "is_frame",
+    "to_float",
+    "plain",
+    "lookup_key",
+    "lookup_codes",
+    "table_codes",
+    "has_fractions",
+    "value_code",
+    "declared_table",
+    "TABLE_SPAN",
+    "BLOCK",
+]
 
 #: A cell with no value (a record without the attribute).
 MISSING = object()

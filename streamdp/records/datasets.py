@@ -26,8 +26,17 @@ import numpy as np
 
 from streamdp.records.schema import Schema
 
-__all__ = ["Dataset", "load", "parse", "load_schema", "DATASETS", "datasets_dir", "dataset_digest", "pinned_lines",
-           "DatasetChanged"]
+__all__ = [
+    "Dataset",
+    "load",
+    "parse",
+    "load_schema",
+    "DATASETS",
+    "datasets_dir",
+    "dataset_digest",
+    "pinned_lines",
+    "DatasetChanged",
+]
 
 # name -> (files relative to the datasets folder, label column, separator)
 DATASETS: dict[str, tuple[tuple[str, ...], int, str]] = {
@@ -155,10 +164,14 @@ def skewed(n: int = 6000, seed: int = 0) -> Dataset:
     0.7
     """
     arities = (3, 4, 3, 2, 4, 3)
-    schema = Schema.from_dict({
-        "attributes": [{"name": f"a{j}", "type": "categorical", "values": list(range(k))} for j, k in enumerate(arities)],
-        "label": {"name": "y", "values": ["c0", "c1", "c2", "c3"]},
-    })
+    schema = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": f"a{j}", "type": "categorical", "values": list(range(k))} for j, k in enumerate(arities)
+            ],
+            "label": {"name": "y", "values": ["c0", "c1", "c2", "c3"]},
+        }
+    )
     rng = np.random.default_rng(seed)
     X = np.stack([rng.integers(k, size=n) for k in arities], axis=1)
     u = rng.random(n)

@@ -23,17 +23,26 @@ import collections
 import functools
 import json
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from streamdp.records.coding import (BLOCK, MISSING, declared_table, is_frame, lookup_codes, lookup_key, plain, to_float,
-                     value_code)
+from streamdp.records.coding import (
+    BLOCK,
+    MISSING,
+    declared_table,
+    is_frame,
+    lookup_codes,
+    lookup_key,
+    plain,
+    to_float,
+    value_code,
+)
 
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
-
 
 
 def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
@@ -41,6 +50,7 @@ def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
     if bad and on_invalid == "raise":
         row = min(bad)
         raise ValueError(f"record {row} (0-based): {bad[row]}")
+
 
 class SchemaError(ValueError):
     """A schema definition is malformed."""
@@ -99,8 +109,10 @@ class Numeric:
         object.__setattr__(self, "min", float(self.min))
         object.__setattr__(self, "max", float(self.max))
         if not math.isfinite(self.max - self.min):  # split points are drawn uniformly in the range
-            raise SchemaError(f"attribute {self.name!r}: the range [{self.min:g}, {self.max:g}] is wider than a float "
-                              "can hold (max - min overflows)")
+            raise SchemaError(
+                f"attribute {self.name!r}: the range [{self.min:g}, {self.max:g}] is wider than a float "
+                "can hold (max - min overflows)"
+            )
 
     def to_dict(self) -> dict:
         return {"name": self.name, "type": "numeric", "min": self.min, "max": self.max}
@@ -183,7 +195,7 @@ class Schema:
 
     # -- construction -------------------------------------------------------
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Schema":
+    def from_dict(cls, d: Mapping) -> Schema:
         if not isinstance(d, Mapping):
             raise SchemaError(f"a schema must be a mapping, got {type(d).__name__}")
         unknown = set(d) - {"attributes", "label"}
@@ -201,12 +213,16 @@ class Schema:
             if kind == "categorical":
                 extra = set(a) - {"name", "type", "values"}
                 if extra or "values" not in a:
-                    raise SchemaError(f"attribute {a['name']!r}: categorical needs exactly 'values' (extra: {sorted(extra)})")
+                    raise SchemaError(
+                        f"attribute {a['name']!r}: categorical needs exactly 'values' (extra: {sorted(extra)})"
+                    )
                 attrs.append(Categorical(a["name"], a["values"]))
             elif kind == "numeric":
                 extra = set(a) - {"name", "type", "min", "max"}
                 if extra or "min" not in a or "max" not in a:
-                    raise SchemaError(f"attribute {a['name']!r}: numeric needs exactly 'min' and 'max' (extra: {sorted(extra)})")
+                    raise SchemaError(
+                        f"attribute {a['name']!r}: numeric needs exactly 'min' and 'max' (extra: {sorted(extra)})"
+                    )
                 attrs.append(Numeric(a["name"], a["min"], a["max"]))
             else:
                 raise SchemaError(f"attribute {a['name']!r}: type must be 'categorical' or 'numeric', got {kind!r}")
@@ -216,7 +232,7 @@ class Schema:
         return cls(attrs, Label(lab["name"], lab["values"]))
 
     @classmethod
-    def from_json(cls, source: str | PathLike) -> "Schema":
+    def from_json(cls, source: str | PathLike) -> Schema:
         """A schema from a JSON file's path, or from JSON text (what :meth:`to_json` gives: a new user's
         ``Schema.from_json(s.to_json())`` was taken for a file name).
 
@@ -334,8 +350,13 @@ class Schema:
         """Codes of a numeric 2-D array in a few passes per row block (one table over every categorical
         column's declared whole numbers, or value - lowest when they are consecutive from code 0); None
         when a value is invalid or a declared span too wide (the column coder then names it)."""
-        if not (isinstance(X, np.ndarray) and X.ndim == 2 and X.dtype.kind in "iuf"
-                and X.shape[1] == self.n_attributes and X.shape[0]):
+        if not (
+            isinstance(X, np.ndarray)
+            and X.ndim == 2
+            and X.dtype.kind in "iuf"
+            and X.shape[1] == self.n_attributes
+            and X.shape[0]
+        ):
             return None
         cat = self.is_categorical
         out = np.empty(X.shape, dtype=np.float64)
@@ -358,7 +379,7 @@ class Schema:
         C = X[:, cj] if not cat.all() else X
         codes = out if len(cj) == self.n_attributes else np.empty(C.shape, dtype=np.float64)
         for s in range(0, len(C), BLOCK):  # row blocks that stay in cache (whole-matrix temporaries do not)
-            block = C[s:s + BLOCK]
+            block = C[s : s + BLOCK]
             with np.errstate(invalid="ignore"):  # NaN and infinities cast to garbage: the comparison catches them
                 idx = block.astype(np.intp)
             if X.dtype.kind == "f" and (idx != block).any():  # 2.5 is not the declared value 2; NaN is nothing
@@ -368,11 +389,11 @@ class Schema:
             if (idx.view(np.uintp) >= span).any():  # outside [lo, hi] (below lo wraps around to huge)
                 return None
             if table is None:  # every column declares lo, lo + 1, ..., hi in this order: the code is value - lo
-                codes[s:s + BLOCK] = idx
+                codes[s : s + BLOCK] = idx
                 continue
             idx += start
-            np.take(table, idx, out=codes[s:s + BLOCK])
-            if (codes[s:s + BLOCK] < 0).any():  # a gap in the declared values
+            np.take(table, idx, out=codes[s : s + BLOCK])
+            if (codes[s : s + BLOCK] < 0).any():  # a gap in the declared values
                 return None
         if codes is not out:
             for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is 30x slower
@@ -434,15 +455,20 @@ class Schema:
             return [np.empty(0, dtype=object) for _ in self.attributes], 0
         for i, r in enumerate(rows):
             if isinstance(r, Mapping) or isinstance(r, (str, bytes)) or not hasattr(r, "__len__"):
-                raise ValueError(f"record {i} (0-based): expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}")
+                raise ValueError(
+                    f"record {i} (0-based): expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}"
+                )
             if len(r) != self.n_attributes:
-                raise ValueError(f"record {i} (0-based): has {len(r)} values but the schema has {self.n_attributes} attributes {self.names}")
+                raise ValueError(
+                    f"record {i} (0-based): has {len(r)} values but the schema has {self.n_attributes} attributes {self.names}"
+                )
         arr = np.empty((n, self.n_attributes), dtype=object)
         arr[:] = rows
         return [arr[:, j] for j in range(self.n_attributes)], n
 
-    def _encode_column(self, j: int, attr: Attribute, col: np.ndarray, bad: dict,
-                       fill_missing: bool = False, first: bool = False) -> np.ndarray:
+    def _encode_column(
+        self, j: int, attr: Attribute, col: np.ndarray, bad: dict, fill_missing: bool = False, first: bool = False
+    ) -> np.ndarray:
         """One attribute's codes; its bad rows' reasons into ``bad`` (``first``: its first bad row only, as the
         error names the least over the columns: formatting every bad cell's reason cost 60x on a file of wrong
         columns, a reviewer measured)."""
@@ -480,8 +506,10 @@ class Schema:
         codes = lookup_codes(self._lookup[j], col)
         for i in np.flatnonzero(codes < 0):
             v = plain(col[i])
-            what = "is missing" if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v)) else (
-                f"unknown value {v!r} (declared: {list(attr.values)})"
+            what = (
+                "is missing"
+                if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v))
+                else (f"unknown value {v!r} (declared: {list(attr.values)})")
             )
             self._bad(bad, int(i), f"attribute {attr.name!r} {what}")
             if first:
@@ -499,7 +527,11 @@ class Schema:
             ys[:] = list(ylist)
         codes = lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
-            self._bad(bad, int(i), f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})")
+            self._bad(
+                bad,
+                int(i),
+                f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})",
+            )
             if first:
                 break
         return np.maximum(codes, 0)

@@ -39,20 +39,34 @@ import threading
 import warnings
 import zipfile
 import zlib
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import IO, Any, Iterable, Iterator, Mapping
+from typing import IO, Any
 
 import numpy as np
 import pandas as pd
 from pandas.io.common import get_handle, infer_compression
 
-from streamdp.records.datasets import parse
 from streamdp.records.coding import lookup_codes
+from streamdp.records.datasets import parse
 from streamdp.records.schema import Categorical, Encoded, Schema
 
-__all__ = ["check_columns", "label_index", "SourceError", "Chunk", "encode_frame", "check_header", "read_csv_chunks", "read_bundled", "frame_chunks", "prefetch",
-           "read_dataset", "as_frame", "CHUNK_ROWS"]
+__all__ = [
+    "check_columns",
+    "label_index",
+    "SourceError",
+    "Chunk",
+    "encode_frame",
+    "check_header",
+    "read_csv_chunks",
+    "read_bundled",
+    "frame_chunks",
+    "prefetch",
+    "read_dataset",
+    "as_frame",
+    "CHUNK_ROWS",
+]
 
 #: Rows per chunk read from a CSV file (about 10 MB of Adult-like text).
 CHUNK_ROWS = 65_536
@@ -113,8 +127,11 @@ def _bool_text(values: tuple) -> dict:
 def _number_text(values: tuple) -> dict:
     """Declared numbers by exact value, for text spelling them otherwise (``1.0`` for a declared ``1``: a file
     pandas wrote from river's data had every record refused, where the river encoder takes ``1.0`` for ``1``)."""
-    return {Decimal(repr(v) if isinstance(v, float) else v): v for v in values
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {
+        Decimal(repr(v) if isinstance(v, float) else v): v
+        for v in values
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
 #: A number as CSV writers spell one (ASCII digits, a sign, a point, an exponent): not ``1_0``, not other digits.
@@ -166,8 +183,16 @@ def _factorizable(col: pd.Series) -> bool:
     return col.dtype == object and pd.api.types.infer_dtype(col, skipna=True) in ("string", "empty")
 
 
-def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bool = False,
-                 on_invalid: str = "raise", row0: int = 0, line0: int | None = None) -> Encoded:
+def encode_frame(
+    schema: Schema,
+    frame: pd.DataFrame,
+    y: Any = None,
+    *,
+    text: bool = False,
+    on_invalid: str = "raise",
+    row0: int = 0,
+    line0: int | None = None,
+) -> Encoded:
     """Code a DataFrame holding the schema's attributes by name (and labels ``y``) against ``schema``.
 
     ``text=True``: cells are CSV text (``"2"`` spells the declared value 2). String columns are
@@ -238,8 +263,11 @@ def encode_frame(schema: Schema, frame: pd.DataFrame, y: Any = None, *, text: bo
     if on_invalid == "raise":
         raise SourceError(f"{_row_words(first[0], row0, line0)}: {first[1]}")
     keep = ~bad
-    dropped = sorted(reasons.items()) if len(reasons) == int(bad.sum()) else [
-        (int(i), reasons.get(int(i), "invalid record")) for i in np.flatnonzero(bad)]
+    dropped = (
+        sorted(reasons.items())
+        if len(reasons) == int(bad.sum())
+        else [(int(i), reasons.get(int(i), "invalid record")) for i in np.flatnonzero(bad)]
+    )
     return Encoded(out[keep], None if yc is None else yc[keep], np.flatnonzero(keep), dropped)
 
 
@@ -287,10 +315,14 @@ def _numbers(col: pd.Series, text: bool) -> np.ndarray:
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
     if text:
         return pd.to_numeric(col.astype("string").str.strip(), errors="coerce").to_numpy(
-            dtype=np.float64, na_value=np.nan)
+            dtype=np.float64, na_value=np.nan
+        )
     vals = col.to_numpy(dtype=object)
-    ok = np.fromiter((type(v) not in (bool, np.bool_) and isinstance(v, (int, float, np.integer, np.floating))
-                      for v in vals), dtype=bool, count=len(vals))
+    ok = np.fromiter(
+        (type(v) not in (bool, np.bool_) and isinstance(v, (int, float, np.integer, np.floating)) for v in vals),
+        dtype=bool,
+        count=len(vals),
+    )
     out = np.full(len(vals), np.nan)
     out[ok] = vals[ok].astype(np.float64)
     return out
@@ -298,8 +330,10 @@ def _numbers(col: pd.Series, text: bool) -> np.ndarray:
 
 def _series(y: Any) -> pd.Series:
     if y is None:  # (a new user's push(X, None): "object of type 'NoneType' has no len()")
-        raise ValueError("y (the labels) is required: every record needs its class; a DataFrame's label column "
-                         "goes in y, e.g. push(df.drop(columns=LABEL), df[LABEL])")
+        raise ValueError(
+            "y (the labels) is required: every record needs its class; a DataFrame's label column "
+            "goes in y, e.g. push(df.drop(columns=LABEL), df[LABEL])"
+        )
     if isinstance(y, pd.Series):
         return y
     if isinstance(y, np.ndarray):
@@ -309,8 +343,9 @@ def _series(y: Any) -> pd.Series:
     return pd.Series(arr, dtype=object, copy=False)
 
 
-def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | int | None = None, *,
-                 compression: str | None = "infer") -> tuple[list, str]:
+def check_header(
+    source: str | os.PathLike | IO, schema: Schema, label: str | int | None = None, *, compression: str | None = "infer"
+) -> tuple[list, str]:
     """The header's column names and the label column's name; :class:`SourceError` when the header lacks a
     column the schema needs. Reads the header line only (no record), so a job can be refused before it is charged.
     A file object is read from where it stands and rewound; ``compression`` as pandas' (by a path's suffix).
@@ -326,8 +361,14 @@ def check_header(source: str | os.PathLike | IO, schema: Schema, label: str | in
         raise SourceError(f"{name}: the label column {lab_name!r} is an attribute of the schema")
     missing = [c for c in [*schema.names, lab_name] if c not in head]
     if missing:
-        hint = ("; if its first line is a record, the file has no header row: read it with header=False "
-                "(CLI: --no-header)") if len(missing) == len(schema.names) + 1 else ""
+        hint = (
+            (
+                "; if its first line is a record, the file has no header row: read it with header=False "
+                "(CLI: --no-header)"
+            )
+            if len(missing) == len(schema.names) + 1
+            else ""
+        )
         raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns){hint}")
     return head, lab_name
 
@@ -349,8 +390,10 @@ def _refuse_binary(name: Any, fields: list[str]) -> None:
     """A first line holding NUL bytes is no CSV text: a tar archive under a ``.gz`` name read as plain gzip (its
     header block became a record: a new user's finding). :class:`SourceError`, no content shown."""
     if any("\x00" in f for f in fields):
-        raise SourceError(f"{name}: its first line holds binary bytes (NUL), not CSV text: an archive under another "
-                          "name? (a gzipped tar archive must be named .tar.gz; no content is shown)")
+        raise SourceError(
+            f"{name}: its first line holds binary bytes (NUL), not CSV text: an archive under another "
+            "name? (a gzipped tar archive must be named .tar.gz; no content is shown)"
+        )
 
 
 def label_index(label: str | int | None, schema: Schema, name: str = "the file") -> int:
@@ -370,13 +413,22 @@ def label_index(label: str | int | None, schema: Schema, name: str = "the file")
     except (TypeError, ValueError):
         raise SourceError(f"{name}: without a header the label column is an index, got {label!r}") from None
     if isinstance(label, bool) or not -width <= li < width:  # (a wrapped index would shift every column)
-        raise SourceError(f"{name}: label column {label!r} is outside the {width} columns "
-                          f"({schema.n_attributes} attributes and the label): use -{width}..{width - 1}")
+        raise SourceError(
+            f"{name}: label column {label!r} is outside the {width} columns "
+            f"({schema.n_attributes} attributes and the label): use -{width}..{width - 1}"
+        )
     return li % width
 
 
-def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label: str | int | None = None,
-                  first_label: bool = True, compression: str | None = "infer") -> None:
+def check_columns(
+    path: str | IO,
+    schema: Schema,
+    *,
+    header: bool = True,
+    label: str | int | None = None,
+    first_label: bool = True,
+    compression: str | None = "infer",
+) -> None:
     """Refuse, reading the first line only, a file whose columns cannot be the schema's (a job checks this before
     it is charged): with a header, :func:`check_header`; without, the label index, the first record's field
     count (the label and the attributes: a wider line, an id column first say, would shift every column) and,
@@ -390,8 +442,9 @@ def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label:
     name = getattr(path, "name", path)
     li = label_index(label, schema, name)
     # read as read_csv_chunks reads (pandas: blank lines skipped, a compressed file by its suffix)
-    head = _read_head(path, name, "first record", header=None, nrows=1, dtype=str, keep_default_na=False,
-                      compression=compression)
+    head = _read_head(
+        path, name, "first record", header=None, nrows=1, dtype=str, keep_default_na=False, compression=compression
+    )
     if hasattr(path, "seek"):
         path.seek(0)
     first = [str(v) for v in head.iloc[0]] if len(head) else []
@@ -402,15 +455,21 @@ def check_columns(path: str | IO, schema: Schema, *, header: bool = True, label:
     if first_label and {*schema.names, schema.label.name} <= {f.strip() for f in first}:
         # (a new user's --no-header on a file with a header; values read: only where the owner submits the file,
         # and all the columns' names, the label's too: a schema whose names are digits has records of digits)
-        raise SourceError(f"{name}: its first line holds the schema's column names: the file has a header row, "
-                          "so read it without header=False (CLI: drop --no-header)")
+        raise SourceError(
+            f"{name}: its first line holds the schema's column names: the file has a header row, "
+            "so read it without header=False (CLI: drop --no-header)"
+        )
     if len(first) < width or any(f.strip() for f in first[width:]):  # (empty fields past the last: trailing commas)
-        raise SourceError(f"{name}: its first record has {len(first)} fields; without a header a record is the "
-                          f"label and {schema.n_attributes} attributes ({width} fields)")
+        raise SourceError(
+            f"{name}: its first record has {len(first)} fields; without a header a record is the "
+            f"label and {schema.n_attributes} attributes ({width} fields)"
+        )
     if first_label and first[li].strip() not in {str(v) for v in schema.label.values}:
         # (the submitter's own file, read where it is submitted: a label column on an attribute fit no record)
-        raise SourceError(f"{name}: column {li} of its first record is not one of the classes "
-                          f"{list(schema.label.values)}: is the label column --label INDEX?")
+        raise SourceError(
+            f"{name}: column {li} of its first record is not one of the classes "
+            f"{list(schema.label.values)}: is the label column --label INDEX?"
+        )
 
 
 def check_decompresses(source: IO[bytes], compression: str | None, name: str) -> None:
@@ -449,20 +508,31 @@ def check_records(path: str, schema: Schema, *, header: bool = True, label: str 
         if first_bad is None and c.dropped:
             row, why = c.dropped[0]
             first_bad = f"{c.where(row)}: {why}"
-    hint = ("are its values spelt as the schema declares them? is it the label column and the header the file "
-            "has?")
+    hint = "are its values spelt as the schema declares them? is it the label column and the header the file has?"
     if not n_in:
         raise SourceError(f"{name}: holds no record" + ("" if not header else " (a header line alone?)"))
     if not n_kept:
         raise SourceError(f"{name}: none of its {n_in:,} records is one of the schema's (first: {first_bad}): {hint}")
     if first_bad is not None:
-        warnings.warn(f"{name}: {n_in - n_kept:,} of its {n_in:,} records are not the schema's and a job drops them "
-                      f"(first: {first_bad}): {hint}", InvalidRecordsWarning, stacklevel=2)
+        warnings.warn(
+            f"{name}: {n_in - n_kept:,} of its {n_in:,} records are not the schema's and a job drops them "
+            f"(first: {first_bad}): {hint}",
+            InvalidRecordsWarning,
+            stacklevel=2,
+        )
 
 
-def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: str | int | None = None,
-                    header: bool = True, chunk_rows: int = CHUNK_ROWS, on_invalid: str = "raise",
-                    progress: Any = None, compression: str | None = "infer") -> Iterator[Chunk]:
+def read_csv_chunks(
+    source: str | os.PathLike | IO,
+    schema: Schema,
+    *,
+    label: str | int | None = None,
+    header: bool = True,
+    chunk_rows: int = CHUNK_ROWS,
+    on_invalid: str = "raise",
+    progress: Any = None,
+    compression: str | None = "infer",
+) -> Iterator[Chunk]:
     """Coded chunks of a CSV file (path, or a text or binary stream; ``compression`` as pandas' takes it, inferred
     from a path's suffix by default, never from a stream's name).
 
@@ -510,15 +580,25 @@ def read_csv_chunks(source: str | os.PathLike | IO, schema: Schema, *, label: st
     try:
         # (only an empty field is missing: pandas' default also took "NA", "null", "None", "nan"... for missing,
         # so a class or value of that name was dropped after a job's charge, where check_columns had read it)
-        reader = pd.read_csv(source, usecols=[*schema.names, lab_name], dtype={c: "category" for c in cat},
-                             skipinitialspace=True, chunksize=chunk_rows, engine="c", keep_default_na=False,
-                             na_values=[""], compression=compression, **kw)
+        reader = pd.read_csv(
+            source,
+            usecols=[*schema.names, lab_name],
+            dtype={c: "category" for c in cat},
+            skipinitialspace=True,
+            chunksize=chunk_rows,
+            engine="c",
+            keep_default_na=False,
+            na_values=[""],
+            compression=compression,
+            **kw,
+        )
         fh = getattr(getattr(reader, "handles", None), "handle", None)
         offset = 0
         with reader:
             for df in reader:
-                enc = encode_frame(schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset,
-                                   line0=line0 + offset)
+                enc = encode_frame(
+                    schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset, line0=line0 + offset
+                )
                 yield Chunk(offset, enc.X, enc.y, len(df), enc.kept, enc.dropped, line0=line0 + offset)
                 offset += len(df)
                 if progress is not None and size and fh is not None and hasattr(fh, "tell"):
@@ -554,10 +634,18 @@ _LINE = re.compile(r"\bline (?P<line>\d+)")
 
 #: A compressed file that is cut short or corrupt (pandas decompresses by the file's suffix), or whose format's
 #: library is missing: refused with fixed words like a malformed CSV (they escaped as tracebacks: a reviewer's finding).
-_DECOMPRESSION = (EOFError, zlib.error, lzma.LZMAError, tarfile.TarError, zipfile.BadZipFile, gzip.BadGzipFile,
-                  ImportError)
+_DECOMPRESSION = (
+    EOFError,
+    zlib.error,
+    lzma.LZMAError,
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    gzip.BadGzipFile,
+    ImportError,
+)
 try:  # (pandas reads .zst with it when it is installed)
     from zstandard import ZstdError
+
     _DECOMPRESSION += (ZstdError,)
 except ImportError:
     pass
@@ -570,8 +658,10 @@ def _cannot_read(name: Any, e: OSError) -> Exception:
     job's attempt is retried rather than failed for its data (a reviewer's finding)."""
     if e.errno is not None and e.errno not in FILE_ERRNOS:
         return e
-    return SourceError(f"{name}: cannot read the file ({type(e).__name__}: missing, unreadable, or a corrupt "
-                       "compressed file; no content is shown)")
+    return SourceError(
+        f"{name}: cannot read the file ({type(e).__name__}: missing, unreadable, or a corrupt "
+        "compressed file; no content is shown)"
+    )
 
 
 #: Errors of the file itself (gone, unreachable, not ours to read), as opposed to the reading process's own.
@@ -594,17 +684,21 @@ def _unreadable(e: Exception) -> str:
         msg = str(e)
         m = _WIDTH.search(msg)
         if m:
-            return (f"malformed CSV: {int(m.group('saw'))} fields where {int(m.group('want'))} are expected "
-                    "(no content is shown)")
+            return (
+                f"malformed CSV: {int(m.group('saw'))} fields where {int(m.group('want'))} are expected "
+                "(no content is shown)"
+            )
         if _EOF_IN_QUOTE.search(msg):
-            return ("malformed CSV: an unbalanced quote (the quoted value runs to the end of the file; "
-                    "no content is shown)")
+            return (
+                "malformed CSV: an unbalanced quote (the quoted value runs to the end of the file; no content is shown)"
+            )
         return "malformed CSV: unbalanced quotes or a row of another width (no content is shown)"
     return f"values the CSV reader could not read ({type(e).__name__}; no content is shown)"
 
 
-def frame_chunks(X: Any, y: Any, schema: Schema, *, chunk_rows: int = CHUNK_ROWS,
-                 on_invalid: str = "raise") -> Iterator[Chunk]:
+def frame_chunks(
+    X: Any, y: Any, schema: Schema, *, chunk_rows: int = CHUNK_ROWS, on_invalid: str = "raise"
+) -> Iterator[Chunk]:
     """Coded chunks of in-memory records: a DataFrame (attributes by name), a 2-D array or list of rows in
     schema order, or a list of dicts; ``y`` holds the labels."""
     frame = as_frame(X, schema)
@@ -613,8 +707,9 @@ def frame_chunks(X: Any, y: Any, schema: Schema, *, chunk_rows: int = CHUNK_ROWS
     if len(ys) != n:
         raise ValueError(f"X has {n} records but y has {len(ys)} labels")
     for s in range(0, n, chunk_rows):
-        enc = encode_frame(schema, frame.iloc[s:s + chunk_rows], ys.iloc[s:s + chunk_rows], on_invalid=on_invalid,
-                           row0=s)
+        enc = encode_frame(
+            schema, frame.iloc[s : s + chunk_rows], ys.iloc[s : s + chunk_rows], on_invalid=on_invalid, row0=s
+        )
         yield Chunk(s, enc.X, enc.y, len(enc.kept) + len(enc.dropped), enc.kept, enc.dropped)
 
 
@@ -695,8 +790,14 @@ def compression_of(path: str | os.PathLike) -> str | None:
     return infer_compression(os.fspath(path), "infer")
 
 
-def read_dataset(path: str | IO, schema: Schema, *, header: bool = True, label: str | int | None = None,
-                 compression: str | None = "infer") -> tuple[np.ndarray, np.ndarray]:
+def read_dataset(
+    path: str | IO,
+    schema: Schema,
+    *,
+    header: bool = True,
+    label: str | int | None = None,
+    compression: str | None = "infer",
+) -> tuple[np.ndarray, np.ndarray]:
     """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``,
     ``compression``); a known
     dataset's name is :func:`read_bundled`'s (a name here is never looked up as a file, or the other way round).

@@ -68,21 +68,35 @@ exactly that in memory (the reference the service mirrors).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from streamdp import blob
 from streamdp.estimation import cell_variance
-from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, laplace_noise
 from streamdp.options import PRUNE_PROBE, RELEASES
+from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, laplace_noise
 from streamdp.validation import Interval, check_epsilon, check_integer
 
 __all__ = [
-    "RELEASES", "ReleasePolicy", "Node", "window_index", "window_end", "windows_due", "closing_nodes",
-    "prefix_nodes", "node_windows", "windows_closed", "published_variance", "class_total_sd", "noisy_node", "window_delta",
-    "TreeState", "Counter",
+    "RELEASES",
+    "ReleasePolicy",
+    "Node",
+    "window_index",
+    "window_end",
+    "windows_due",
+    "closing_nodes",
+    "prefix_nodes",
+    "node_windows",
+    "windows_closed",
+    "published_variance",
+    "class_total_sd",
+    "noisy_node",
+    "window_delta",
+    "TreeState",
+    "Counter",
 ]
 
 ESTIMATORS = ("honaker", "decomposition")
@@ -122,8 +136,11 @@ class ReleasePolicy:
         if self.kind not in RELEASES:
             raise ValueError(f"release must be one of {RELEASES}, got {self.kind!r}")
         # (the minimum, MIN_RELEASE_EVERY, is a rule for new models: registry.create_model; a stored policy loads)
-        object.__setattr__(self, "release_every",
-                           Interval(float, 0, math.inf, closed="neither").check(self.release_every, "release_every"))
+        object.__setattr__(
+            self,
+            "release_every",
+            Interval(float, 0, math.inf, closed="neither").check(self.release_every, "release_every"),
+        )
         object.__setattr__(self, "levels", check_integer(self.levels, "levels", high=MAX_LEVELS))
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
@@ -159,8 +176,9 @@ class ReleasePolicy:
         try:
             noisy_node(np.zeros((1, 1, 1), dtype=np.int64), smallest, mechanism, SecureRandom())
         except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as e:
-            raise ValueError(f"its smallest release would be noised at epsilon {smallest:g} per tree and node "
-                             f"({e})") from None
+            raise ValueError(
+                f"its smallest release would be noised at epsilon {smallest:g} per tree and node ({e})"
+            ) from None
 
     def check_mechanism(self, mechanism: str) -> None:
         """Refuse a mechanism this policy has no privacy analysis for."""
@@ -168,10 +186,15 @@ class ReleasePolicy:
             raise ValueError(f"release={self.kind!r} needs mechanism 'geometric' or 'laplace', got {mechanism!r}")
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "release_every": self.release_every, "levels": self.levels, "estimator": self.estimator}
+        return {
+            "kind": self.kind,
+            "release_every": self.release_every,
+            "levels": self.levels,
+            "estimator": self.estimator,
+        }
 
     @classmethod
-    def from_dict(cls, d: Any) -> "ReleasePolicy":
+    def from_dict(cls, d: Any) -> ReleasePolicy:
         if not isinstance(d, dict) or set(d) != {"kind", "release_every", "levels", "estimator"}:
             got = sorted(d) if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"a release policy is a map of kind, release_every, levels, estimator; got {got}")
@@ -184,8 +207,10 @@ class ReleasePolicy:
             return f"window: every {self.release_every:g} s"
         if self.kind == "grow":
             return f"grow: every {self.release_every:g} s, trees deepened as the released counts allow"
-        return (f"tree: every {self.release_every:g} s, L={self.levels} levels "
-                f"(T_max={self.max_windows} windows per epoch), {self.estimator} estimator")
+        return (
+            f"tree: every {self.release_every:g} s, L={self.levels} levels "
+            f"(T_max={self.max_windows} windows per epoch), {self.estimator} estimator"
+        )
 
 
 # -- the public schedule ------------------------------------------------------------
@@ -298,8 +323,9 @@ def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
     return epoch * one(policy.max_windows) + one(u)
 
 
-def class_total_sd(policy: ReleasePolicy, releases: int, epsilon: float, mechanism: str, budget: str,
-                   n_trees: int, prior_trees: int) -> float | None:
+def class_total_sd(
+    policy: ReleasePolicy, releases: int, epsilon: float, mechanism: str, budget: str, n_trees: int, prior_trees: int
+) -> float | None:
     """Standard deviation of the noise on a stream model's estimate of one class's record count, from its
     prior stumps (public: the model's parameters and its release count; None for k-anonymity or without a stump).
 
@@ -336,8 +362,15 @@ NOISE_BLOCK = 1 << 16
 STREAM_CHUNK = 1 << 20
 
 
-def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRandom,
-               real: np.ndarray | None = None, k: int | None = None, in_place: bool = False) -> np.ndarray:
+def noisy_node(
+    exact: np.ndarray,
+    epsilon: float,
+    mechanism: str,
+    rng: SecureRandom,
+    real: np.ndarray | None = None,
+    k: int | None = None,
+    in_place: bool = False,
+) -> np.ndarray:
     """The one private release of a node's (or window's) exact integer counts.
 
     ``epsilon`` is ``policy.node_epsilon(epsilon_per_tree)``; geometric noise keeps
@@ -394,18 +427,26 @@ def noisy_node(exact: np.ndarray, epsilon: float, mechanism: str, rng: SecureRan
     mask = None if real is None else np.asarray(real, dtype=bool).reshape(-1)
     step = STREAM_CHUNK if stream else NOISE_BLOCK
     for s in range(0, flat.size, step):
-        seg = flat[s:s + step]
+        seg = flat[s : s + step]
         src = rng if stream else rng.spawn()
         if mask is None:
             seg += draw(seg.size, epsilon, src)
         else:
-            m = mask[s:s + step]
+            m = mask[s : s + step]
             seg[m] += draw(int(m.sum()), epsilon, src)
     return out
 
 
-def window_delta(exact: np.ndarray | None, shape: tuple, epsilon: float, mechanism: str, rng: SecureRandom,
-                 real: np.ndarray | None = None, k: int | None = None, in_place: bool = False) -> np.ndarray:
+def window_delta(
+    exact: np.ndarray | None,
+    shape: tuple,
+    epsilon: float,
+    mechanism: str,
+    rng: SecureRandom,
+    real: np.ndarray | None = None,
+    k: int | None = None,
+    in_place: bool = False,
+) -> np.ndarray:
     """``release="window"``: the noisy delta to merge for one closed window.
 
     ``exact`` is the window's secret accumulator, or ``None`` when no entry arrived: an
@@ -450,7 +491,7 @@ class TreeState:
         self.policy, self.t, self.sums, self.est, self.carry = policy, int(t), sums, est, carry
 
     @classmethod
-    def empty(cls, policy: ReleasePolicy, shape: tuple) -> "TreeState":
+    def empty(cls, policy: ReleasePolicy, shape: tuple) -> TreeState:
         L = policy.levels
         return cls(policy, 0, np.zeros((L - 1, *shape), np.int64), np.zeros((L, *shape)), np.zeros(shape))
 
@@ -462,9 +503,11 @@ class TreeState:
         """SECRET exact sums of the nodes that close with window ``t + 1``, given its exact tally
         (``None``: no entry arrived). Noise each with :func:`noisy_node`, store, then :meth:`advance`."""
         x = self._window(window)
-        return {n: x if n.level == 0 else self.sums[n.level - 1] + x for n in closing_nodes(self.t + 1, self.policy.levels)}
+        return {
+            n: x if n.level == 0 else self.sums[n.level - 1] + x for n in closing_nodes(self.t + 1, self.policy.levels)
+        }
 
-    def advance(self, window: np.ndarray | None, noisy: Mapping[Node, np.ndarray]) -> "TreeState":
+    def advance(self, window: np.ndarray | None, noisy: Mapping[Node, np.ndarray]) -> TreeState:
         """The state after window ``t + 1``, from its exact tally and the stored noisy closing nodes."""
         t = self.t + 1
         L = self.policy.levels
@@ -519,18 +562,30 @@ class TreeState:
         return window.astype(np.int64)
 
     def to_bytes(self) -> bytes:
-        return blob.dumps(STATE_FORMAT, STATE_FORMAT_VERSION, {
-            "policy": self.policy.to_dict(), "t": self.t, "sums": blob.pack_array(self.sums),
-            "est": blob.pack_array(self.est), "carry": blob.pack_array(self.carry)})
+        return blob.dumps(
+            STATE_FORMAT,
+            STATE_FORMAT_VERSION,
+            {
+                "policy": self.policy.to_dict(),
+                "t": self.t,
+                "sums": blob.pack_array(self.sums),
+                "est": blob.pack_array(self.est),
+                "carry": blob.pack_array(self.carry),
+            },
+        )
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "TreeState":
+    def from_bytes(cls, data: bytes) -> TreeState:
         doc = blob.loads(data, STATE_FORMAT, STATE_FORMAT_VERSION)
         try:
             policy = ReleasePolicy.from_dict(blob.field(doc, "policy", dict, STATE_FORMAT))
-            return cls(policy, blob.field(doc, "t", int, STATE_FORMAT),
-                       blob.unpack_array(doc.get("sums"), "sums", "<i8"), blob.unpack_array(doc.get("est"), "est", "<f8"),
-                       blob.unpack_array(doc.get("carry"), "carry", "<f8"))
+            return cls(
+                policy,
+                blob.field(doc, "t", int, STATE_FORMAT),
+                blob.unpack_array(doc.get("sums"), "sums", "<i8"),
+                blob.unpack_array(doc.get("est"), "est", "<f8"),
+                blob.unpack_array(doc.get("carry"), "carry", "<f8"),
+            )
         except blob.BlobError:
             raise
         except ValueError as e:
@@ -548,10 +603,26 @@ class Counter:
     ``now`` on the public schedule starting at ``start``. ``published`` is what consumers see.
     """
 
-    def __init__(self, policy: ReleasePolicy, shape: tuple, epsilon: float, rng: SecureRandom,
-                 mechanism: str = "geometric", real: np.ndarray | None = None, start: float = 0.0, k: int | None = None):
+    def __init__(
+        self,
+        policy: ReleasePolicy,
+        shape: tuple,
+        epsilon: float,
+        rng: SecureRandom,
+        mechanism: str = "geometric",
+        real: np.ndarray | None = None,
+        start: float = 0.0,
+        k: int | None = None,
+    ):
         policy.check_mechanism(mechanism)
-        self.policy, self.shape, self.rng, self.mechanism, self.real, self.start = policy, tuple(shape), rng, mechanism, real, start
+        self.policy, self.shape, self.rng, self.mechanism, self.real, self.start = (
+            policy,
+            tuple(shape),
+            rng,
+            mechanism,
+            real,
+            start,
+        )
         self.k = k
         self.epsilon_node = policy.node_epsilon(epsilon)
         dtype = np.float64 if mechanism == "laplace" else np.int64
@@ -565,7 +636,9 @@ class Counter:
             self.tick(now)
         tally = np.asarray(tally, dtype=np.int64)
         if self.policy.kind == "batch":
-            self.published = self.published + noisy_node(tally, self.epsilon_node, self.mechanism, self.rng, self.real, self.k)
+            self.published = self.published + noisy_node(
+                tally, self.epsilon_node, self.mechanism, self.rng, self.real, self.k
+            )
             self.releases += 1
         else:
             self.window = tally if self.window is None else self.window + tally
@@ -577,7 +650,9 @@ class Counter:
 
     def close(self) -> np.ndarray:
         if self.policy.kind == "window":
-            delta = window_delta(self.window, self.shape, self.epsilon_node, self.mechanism, self.rng, self.real, self.k)
+            delta = window_delta(
+                self.window, self.shape, self.epsilon_node, self.mechanism, self.rng, self.real, self.k
+            )
             self.published = self.published + delta
         elif self.policy.kind == "tree":
             exact = self.state.closing_sums(self.window)

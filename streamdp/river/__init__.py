@@ -97,5 +97,10 @@ from streamdp.river.inference import PrivacyLeakWarning
 from streamdp.river.service import ServiceClassifier
 from streamdp.river.window import PrivateWindowClassifier
 
-__all__ = ["PrivateForestClassifier", "PrivateWindowClassifier", "ServiceClassifier", "PrivacyLeakWarning",
-           "UndeclaredValueWarning"]
+__all__ = [
+    "PrivateForestClassifier",
+    "PrivateWindowClassifier",
+    "ServiceClassifier",
+    "PrivacyLeakWarning",
+    "UndeclaredValueWarning",
+]

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from streamdp.records.coding import value_code
-from streamdp.river.kernel import new_kernel
 from streamdp.records.schema import Categorical, Schema
+from streamdp.river.kernel import new_kernel
 
 __all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning"]
 
@@ -123,14 +123,20 @@ class RecordEncoder:
                 lines.append(f" a{j} = T{j}.get(v) if t is int or t is str else slow({j}, v)")
             else:
                 lo, hi, mid = (_literal(ns, f"{k}{j}", b) for k, b in (("LO", lo), ("HI", hi), ("MID", mid)))
-                lines.append(f" a{j} = ({mid} if v != v else {lo} if v < {lo} else {hi} if v > {hi} else v) "
-                             f"if t is float or t is int else slow({j}, v)")
+                lines.append(
+                    f" a{j} = ({mid} if v != v else {lo} if v < {lo} else {hi} if v > {hi} else v) "
+                    f"if t is float or t is int else slow({j}, v)"
+                )
         return lines
 
     def _compile_python(self):
         ns: dict = {}
-        lines = ["def encode(x):", " get = x.get", *self.source(ns),
-                 " return [" + ", ".join(f"a{j}" for j in range(len(self._spec))) + "]"]
+        lines = [
+            "def encode(x):",
+            " get = x.get",
+            *self.source(ns),
+            " return [" + ", ".join(f"a{j}" for j in range(len(self._spec))) + "]",
+        ]
         exec(compile("\n".join(lines), "<streamdp record encoder>", "exec"), ns)  # noqa: S102 (positions and numbers only)
         return ns["encode"]
 
@@ -233,12 +239,15 @@ class RecordEncoder:
                 continue
             if lookup is not None:
                 types = ", ".join(sorted({type(d).__name__ for d in self.schema.attributes[j].values}))
-                why = (f"is not among its declared values (of type {types}); records with it are not learned from "
-                       "(declare the value in the schema, or map it to a declared one before learning)")
+                why = (
+                    f"is not among its declared values (of type {types}); records with it are not learned from "
+                    "(declare the value in the schema, or map it to a declared one before learning)"
+                )
             else:
                 why = "is not a number; records with it are not learned from (map it to a number before learning)"
-            warnings.warn(f"attribute {name!r}: a value of type {type(v).__name__} {why}", UndeclaredValueWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"attribute {name!r}: a value of type {type(v).__name__} {why}", UndeclaredValueWarning, stacklevel=3
+            )
             warned = True
         return warned
 

@@ -36,8 +36,8 @@ import os
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -77,9 +77,13 @@ class EvalResult:
 
     def table(self) -> str:
         lines = [
-            f"dataset {self.dataset}: {self.n:,} samples" + (f"  (load average at start: {self.load})" if self.load else ""),
-            *([f"majority class share {self.majority:.4f} (the accuracy of always naming the most frequent label)"]
-              if self.majority is not None else []),
+            f"dataset {self.dataset}: {self.n:,} samples"
+            + (f"  (load average at start: {self.load})" if self.load else ""),
+            *(
+                [f"majority class share {self.majority:.4f} (the accuracy of always naming the most frequent label)"]
+                if self.majority is not None
+                else []
+            ),
         ]
         w = max([34, *(len(r.model) for r in self.rows)])  # (long window-learner names broke the columns)
         lines.append(f"{'model':<{w}} {'accuracy':>8} {'± sd':>7} {'samples/s':>11} {'seconds':>8} {'releases':>8}")
@@ -90,8 +94,15 @@ class EvalResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
-        return {"dataset": self.dataset, "n": self.n, "steps": self.steps, "window": self.window, "load": self.load,
-                "majority": self.majority, "rows": [asdict(r) for r in self.rows]}
+        return {
+            "dataset": self.dataset,
+            "n": self.n,
+            "steps": self.steps,
+            "window": self.window,
+            "load": self.load,
+            "majority": self.majority,
+            "rows": [asdict(r) for r in self.rows],
+        }
 
 
 # -- datasets -------------------------------------------------------------------
@@ -99,7 +110,8 @@ def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
     """``(schema, [(x, y), ...], nominal_attribute_names)`` for a dataset spec (see the module docstring)."""
     from river.datasets import synth
 
-    from streamdp.river import schemas as rs, uci
+    from streamdp.river import schemas as rs
+    from streamdp.river import uci
 
     check_dataset(name)
     kind, _, arg = name.partition(":")
@@ -113,13 +125,18 @@ def load_stream(name: str, n: int | None = None, shuffle_seed: int = 0):
         stream = synth.ConceptDriftStream(
             stream=synth.Agrawal(classification_function=0, seed=42),
             drift_stream=synth.Agrawal(classification_function=2, seed=43),
-            position=n // 2, width=max(1, n // 20), seed=42,
+            position=n // 2,
+            width=max(1, n // 20),
+            seed=42,
         )
         return rs.agrawal_schema(), list(stream.take(n)), ["elevel", "car", "zipcode"]
     if kind == "stagger":
         n = n or 20_000
-        return rs.stagger_schema(), list(synth.STAGGER(classification_function=int(arg or 0), seed=42).take(n)), [
-            "size", "color", "shape"]
+        return (
+            rs.stagger_schema(),
+            list(synth.STAGGER(classification_function=int(arg or 0), seed=42).take(n)),
+            ["size", "color", "shape"],
+        )
     if kind == "led":
         n = n or 20_000
         return rs.led_schema(), list(synth.LED(seed=42, noise_percentage=0.1).take(n)), list(range(7))
@@ -262,25 +279,50 @@ def evaluate(
     for eps, bs, win in [(e, b, w) for e in epsilons for b in batch_sizes for w in windows]:
         accs, secs_all, corrects = [], [], []
         for _ in range(max(1, repeats)):  # each repeat: a fresh structure and fresh noise
-            model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs,
-                                            window=win)
+            model = PrivateForestClassifier(
+                schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs, window=win
+            )
             correct, secs = run_private(model, data)
             accs.append(float(correct.mean()))
             secs_all.append(secs)
             corrects.append(correct)
         secs = float(np.median(secs_all))
-        label = (f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "")
-                 + (" grown" if model.grows else ""))
-        row = Row(label, float(np.mean(accs)), n / secs, secs, n, eps, bs, model.n_releases, model.private,
-                  float(np.std(accs)) if len(accs) > 1 else None, len(accs))
+        label = (
+            f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "") + (" grown" if model.grows else "")
+        )
+        row = Row(
+            label,
+            float(np.mean(accs)),
+            n / secs,
+            secs,
+            n,
+            eps,
+            bs,
+            model.n_releases,
+            model.private,
+            float(np.std(accs)) if len(accs) > 1 else None,
+            len(accs),
+        )
         add(row, np.mean(corrects, axis=0))
     if per_record and epsilons and batch_sizes:
         # Same model through the one-record loop (river's own path), for its throughput.
         eps, bs = epsilons[len(epsilons) // 2], batch_sizes[len(batch_sizes) // 2]
         model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
         correct, secs = run_river(model, data)
-        add(Row(f"PrivateForest eps={eps:g} bs={bs} 1-by-1", float(correct.mean()), n / secs, secs, n, eps, bs,
-                model.n_releases, model.private), correct)
+        add(
+            Row(
+                f"PrivateForest eps={eps:g} bs={bs} 1-by-1",
+                float(correct.mean()),
+                n / secs,
+                secs,
+                n,
+                eps,
+                bs,
+                model.n_releases,
+                model.private,
+            ),
+            correct,
+        )
     for name, eps in [(w, e) for w in window_learners for e in epsilons]:
         # a batch learner refit on each disjoint window (DP-chosen splits), one record at a time
         accs, secs_all, corrects = [], [], []
@@ -291,8 +333,19 @@ def evaluate(
             secs_all.append(secs)
             corrects.append(correct)
         secs = float(np.median(secs_all))
-        row = Row(f"Window {name} eps={eps:g} w={window_size}", float(np.mean(accs)), n / secs, secs, n, eps,
-                  window_size, model.n_fits, model.private, float(np.std(accs)) if len(accs) > 1 else None, len(accs))
+        row = Row(
+            f"Window {name} eps={eps:g} w={window_size}",
+            float(np.mean(accs)),
+            n / secs,
+            secs,
+            n,
+            eps,
+            window_size,
+            model.n_fits,
+            model.private,
+            float(np.std(accs)) if len(accs) > 1 else None,
+            len(accs),
+        )
         add(row, np.mean(corrects, axis=0))
     noms = {"nominal_attributes": list(nominal_names)} if nominal else {}
     for ref in references:
@@ -324,15 +377,20 @@ def plot(result: EvalResult, path: str) -> str | None:
     bs_values = sorted({r.batch_size for r in priv})
     cmap = plt.get_cmap("viridis")
     styles = ["-", "--", ":", "-."]
-    for ax, attr, title in ((axes[0], "curve", "cumulative (progressive) accuracy"),
-                            (axes[1], "rolling", f"accuracy over the last {result.window:,} records")):
+    for ax, attr, title in (
+        (axes[0], "curve", "cumulative (progressive) accuracy"),
+        (axes[1], "rolling", f"accuracy over the last {result.window:,} records"),
+    ):
         for r in result.rows:
             if r.epsilon is None:
                 kw = {"color": "black" if "Hoeffding" in r.model else "tab:red", "lw": 2.2}
             else:
                 ci = eps_values.index(r.epsilon) / max(1, len(eps_values) - 1)
-                kw = {"color": cmap(0.1 + 0.75 * ci), "ls": styles[bs_values.index(r.batch_size) % 4],
-                      "lw": 2.4 if " win=" in r.model else 1.4}
+                kw = {
+                    "color": cmap(0.1 + 0.75 * ci),
+                    "ls": styles[bs_values.index(r.batch_size) % 4],
+                    "lw": 2.4 if " win=" in r.model else 1.4,
+                }
             ax.plot(result.steps, getattr(r, attr), label=r.model, **kw)
         ax.set_title(title)
         ax.set_xlabel("records seen")

@@ -9,14 +9,14 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.forest.growth import grows_by_default
 from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
+from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
+from streamdp.forest.structure import ceiling_height
 from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.records.schema import Schema
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
-from streamdp.records.schema import Schema
-from streamdp.forest.structure import ceiling_height
 from streamdp.validation import check_choice, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
@@ -206,8 +206,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if grow is not None and not isinstance(grow, bool):
             raise TypeError(f"grow must be True, False or None (by the schema), got {grow!r}")
         if grow and window is not None:
-            raise ValueError("grow=True cannot slide a window: a grown release changes the trees, so an old "
-                             "release cannot be subtracted from a later one (use grow=False with window)")
+            raise ValueError(
+                "grow=True cannot slide a window: a grown release changes the trees, so an old "
+                "release cannot be subtracted from a later one (use grow=False with window)"
+            )
         if window is not None:
             check_integer(window, "window (releases kept)")
         for name, v in (("batch_size", batch_size), ("first_batch", first_batch)):
@@ -225,14 +227,21 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)
             self.forest = PrivateForest.create(
-                self._schema, n_trees=n_trees, height=default_height(self._schema) if height is None else height,
-                epsilon=epsilon * (1.0 - guard), mechanism=mechanism,
-                seed=seed, vote=vote, noise_seed=seed,
+                self._schema,
+                n_trees=n_trees,
+                height=default_height(self._schema) if height is None else height,
+                epsilon=epsilon * (1.0 - guard),
+                mechanism=mechanism,
+                seed=seed,
+                vote=vote,
+                noise_seed=seed,
                 prior_trees=prior_trees,
             )
         if grow and not self.forest.can_grow:
-            raise ValueError("grow=True needs a prior stump (prior_trees >= 1) to count the records and a finite "
-                             "epsilon to weigh them against; use grow=False (or None: by the schema)")
+            raise ValueError(
+                "grow=True needs a prior stump (prior_trees >= 1) to count the records and a finite "
+                "epsilon to weigh them against; use grow=False (or None: by the schema)"
+            )
         self.encoder = RecordEncoder(self._schema)
         self._n_prior_releases = 0  # releases of the prior phase (stumps only); public, like every batch size
         m = self._schema.n_attributes
@@ -367,7 +376,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if len(self._buf_y) < need:
             X = np.zeros((need, self._buf_X.shape[1]), dtype=np.float64)
             y = np.zeros(need, dtype=np.int64)
-            X[:len(self._buf_y)], y[:len(self._buf_y)] = self._buf_X, self._buf_y
+            X[: len(self._buf_y)], y[: len(self._buf_y)] = self._buf_X, self._buf_y
             self._buf_X, self._buf_y = X, y
 
     def _sync(self) -> None:
@@ -375,8 +384,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self._grow()
         k = len(self._pend_y)
         if k:
-            self._buf_X[self._n_buf - k:self._n_buf] = self._pend_X
-            self._buf_y[self._n_buf - k:self._n_buf] = self._pend_y
+            self._buf_X[self._n_buf - k : self._n_buf] = self._pend_X
+            self._buf_y[self._n_buf - k : self._n_buf] = self._pend_y
             self._pend_X.clear()
             self._pend_y.clear()
 
@@ -404,8 +413,8 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         while i < n:
             self._grow()
             take = min(self.current_batch_size - self._n_buf, n - i)
-            self._buf_X[self._n_buf:self._n_buf + take] = X[i:i + take]
-            self._buf_y[self._n_buf:self._n_buf + take] = y[i:i + take]
+            self._buf_X[self._n_buf : self._n_buf + take] = X[i : i + take]
+            self._buf_y[self._n_buf : self._n_buf + take] = y[i : i + take]
             self._n_buf += take
             i += take
             if self._n_buf == self.current_batch_size:
@@ -502,8 +511,12 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         key = (self.forest.version, self.forest.class_prior)  # a growing model's prior phase moves the prior alone
         if got is None or got[0] != key[0] or got[3] is not key[1]:
             p = self.forest.prior()
-            got = self._prior_of = (self.forest.version, dict(zip(self.encoder.label_values, p.tolist())),
-                                    self.encoder.label_values[int(np.argmax(p))], self.forest.class_prior)
+            got = self._prior_of = (
+                self.forest.version,
+                dict(zip(self.encoder.label_values, p.tolist())),
+                self.encoder.label_values[int(np.argmax(p))],
+                self.forest.class_prior,
+            )
         return got[1], got[2]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
@@ -524,7 +537,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         enc, unknown = self.encoder.encode_frame(X)
         proba = self.predict_proba_encoded(enc)
         for i in np.flatnonzero(unknown if self.forest_votes else []):  # an unknown value: the one-record path
-            proba[i] = self._view.proba_one(self._view.leaves_one(self.encoder.encode_one(self.encoder.frame_row(X, i))))
+            proba[i] = self._view.proba_one(
+                self._view.leaves_one(self.encoder.encode_one(self.encoder.frame_row(X, i)))
+            )
         return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)
 
     def predict_many(self, X: Any):

@@ -68,10 +68,15 @@ class ForestView:
         # (-1, None, flat leaf index, False) at a leaf: one list index and one unpack per level.
         self._trees = []
         T = forest.n_trees  # the random trees: prior stumps (the structure's last rows) take no part in the vote
-        for t, (ft, th, ch, lf) in enumerate(zip(s.feature[:T].tolist(), s.threshold[:T].tolist(),
-                                                 s.child[:T].tolist(), s.leaf[:T].tolist())):
-            self._trees.append([(-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
-                                for f, thr, c, leaf in zip(ft, th, ch, lf)])
+        for t, (ft, th, ch, lf) in enumerate(
+            zip(s.feature[:T].tolist(), s.threshold[:T].tolist(), s.child[:T].tolist(), s.leaf[:T].tolist())
+        ):
+            self._trees.append(
+                [
+                    (-1, None, t * L + leaf, False) if leaf >= 0 else (f, thr, c, f < len(is_cat) and is_cat[f])
+                    for f, thr, c, leaf in zip(ft, th, ch, lf)
+                ]
+            )
         self._route = _LAZY  # compiled on the first leaves_one: the kernel's path (and a growing forest) may never ask
         self._k = self._new_kernel(T)  # the compiled one-record path (streamdp.river.kernel), or None
         self._route_x = self._route_x_ready = None  # compiled on the first proba_list (a service view may never use it)
@@ -120,7 +125,7 @@ class ForestView:
                     self._paths, self._paths_of = nodes.path_nodes(node_flat), f.structure
                 # The roots take the prior (streamdp.estimation): the rows start at depth 1.
                 paths = self._paths
-                self._rows_src = (real, lambda: nodes.path_rows(path=paths)[:, C + 1:])
+                self._rows_src = (real, lambda: nodes.path_rows(path=paths)[:, C + 1 :])
                 self._nodes = nodes
                 self._table = None
             else:  # a table too large to keep: each record's rows from the nodes
@@ -155,8 +160,15 @@ class ForestView:
                 feat.append(f if split else -1)
                 thr.append(float(th) if split and not cat else 0.0)
                 nxt.append(off + ch if split else ch if f < 0 else 0)
-        k.set_trees(len(feat), T, np.array(feat, dtype=np.int32), np.array(thr, dtype=np.float64),
-                    np.array(nxt, dtype=np.int64), np.array(root, dtype=np.int64), np.array(self._arity, dtype=np.int64))
+        k.set_trees(
+            len(feat),
+            T,
+            np.array(feat, dtype=np.int32),
+            np.array(thr, dtype=np.float64),
+            np.array(nxt, dtype=np.int64),
+            np.array(root, dtype=np.int64),
+            np.array(self._arity, dtype=np.int64),
+        )
         return k
 
     def _kernel_rows(self, prior: np.ndarray) -> None:
@@ -191,7 +203,7 @@ class ForestView:
     def _real_leaves(self) -> np.ndarray:
         """Flat numbers (``tree * max_leaves + leaf``) of the random trees' real leaves, in order."""
         f = self.forest
-        n_leaves = (f.structure.leaf[:f.n_trees] >= 0).sum(axis=1)
+        n_leaves = (f.structure.leaf[: f.n_trees] >= 0).sum(axis=1)
         return np.flatnonzero(np.arange(self._L)[None, :] < n_leaves[:, None])
 
     # -- routing --------------------------------------------------------------------
@@ -252,13 +264,18 @@ class ForestView:
             nodes, node_flat = self._table
 
             def get(ks: list) -> np.ndarray:
-                return nodes.path_rows([node_flat[k] for k in ks])[:, len(self._prior) + 1:]
+                return nodes.path_rows([node_flat[k] for k in ks])[:, len(self._prior) + 1 :]
         else:
             get = self._table.__getitem__
         if tuple in map(type, leaves):
-            return np.stack([get([k])[0] if type(k) is int else
-                             np.average(get([leaf for leaf, _ in k]), axis=0, weights=[w for _, w in k])
-                             for k in leaves])
+            return np.stack(
+                [
+                    get([k])[0]
+                    if type(k) is int
+                    else np.average(get([leaf for leaf, _ in k]), axis=0, weights=[w for _, w in k])
+                    for k in leaves
+                ]
+            )
         return get(leaves)
 
     def _fresh(self) -> None:
@@ -289,8 +306,10 @@ class ForestView:
             def vote(leaves: list) -> list[float]:
                 return path_proba_one(list(map(seq_sum, zip(*map(get, leaves)))), prior)
         else:
+
             def vote(leaves: list) -> list[float]:
                 return finish(list(map(seq_sum, zip(*map(get, leaves)))))
+
         return vote
 
     def _from_sums(self, s: list) -> list[float]:
@@ -367,8 +386,12 @@ def _compile_routes(trees: list, arity: list, prelude: list | None = None, ns: d
         lines, value = ["def route(r):"], "r[{}]"
     else:
         m = len(arity)
-        lines = ["def route(x):", " get = x.get", *prelude,
-                 " if " + " or ".join(f"a{j} is None" for j in range(m)) + ": return None"]  # identity tests only
+        lines = [
+            "def route(x):",
+            " get = x.get",
+            *prelude,
+            " if " + " or ".join(f"a{j} is None" for j in range(m)) + ": return None",
+        ]  # identity tests only
         value = "a{}"
 
     def emit(nodes: list, node: int, t: int, ind: int) -> bool:
@@ -381,7 +404,11 @@ def _compile_routes(trees: list, arity: list, prelude: list | None = None, ns: d
             return True
         if not cat:
             lines.append(f"{pad}if {value.format(int(f))} > {float(th)!r}:")
-            return emit(nodes, ch + 1, t, ind + 1) and (lines.append(f"{pad}else:") or True) and emit(nodes, ch, t, ind + 1)
+            return (
+                emit(nodes, ch + 1, t, ind + 1)
+                and (lines.append(f"{pad}else:") or True)
+                and emit(nodes, ch, t, ind + 1)
+            )
         kids = [nodes[ch + b] for b in range(arity[f])]
         if all(k[0] < 0 for k in kids):  # every child a leaf (the bottom level): one tuple index
             lines.append(f"{pad}l{t} = {tuple(int(k[2]) for k in kids)!r}[{value.format(int(f))}]")

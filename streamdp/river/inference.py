@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 

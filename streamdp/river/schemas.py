@@ -132,8 +132,10 @@ def sine_schema(has_noise: bool = False) -> Schema:
 
 def mixed_schema() -> Schema:
     """``river.datasets.synth.Mixed``: features 0, 1 booleans (random() >= 0.5), 2, 3 = random() in [0, 1]; labels 0/1."""
-    return Schema([Categorical("0", (False, True)), Categorical("1", (False, True)), *_digits(4, 0.0, 1.0)[2:]],
-                  Label("class", (0, 1)))
+    return Schema(
+        [Categorical("0", (False, True)), Categorical("1", (False, True)), *_digits(4, 0.0, 1.0)[2:]],
+        Label("class", (0, 1)),
+    )
 
 
 def random_rbf_schema(n_classes: int = 2, n_features: int = 10) -> Schema:
@@ -156,8 +158,15 @@ def waveform_schema(has_noise: bool = False) -> Schema:
     return Schema(_digits(40 if has_noise else 21, -4.0, 10.0), Label("class", (0, 1, 2)))
 
 
-_PHISHING_TERNARY = ["empty_server_form_handler", "popup_window", "https", "request_from_other_domain",
-                     "anchor_from_other_domain", "is_popular", "long_url"]
+_PHISHING_TERNARY = [
+    "empty_server_form_handler",
+    "popup_window",
+    "https",
+    "request_from_other_domain",
+    "anchor_from_other_domain",
+    "is_popular",
+    "long_url",
+]
 
 
 def phishing_schema() -> Schema:
@@ -195,12 +204,24 @@ def image_segments_schema() -> Schema:
     range of a contrast of intensities (larger values are clamped). Seven labels.
     """
     ranges = {
-        "region-centroid-col": (0, 256), "region-centroid-row": (0, 256),
-        "short-line-density-5": (0, 1), "short-line-density-2": (0, 1),
-        "vedge-mean": (0, 255), "vegde-sd": (0, 255), "hedge-mean": (0, 255), "hedge-sd": (0, 255),
-        "intensity-mean": (0, 255), "rawred-mean": (0, 255), "rawblue-mean": (0, 255), "rawgreen-mean": (0, 255),
-        "exred-mean": (-510, 510), "exblue-mean": (-510, 510), "exgreen-mean": (-510, 510),
-        "value-mean": (0, 255), "saturation-mean": (0, 1), "hue-mean": (-math.pi, math.pi),
+        "region-centroid-col": (0, 256),
+        "region-centroid-row": (0, 256),
+        "short-line-density-5": (0, 1),
+        "short-line-density-2": (0, 1),
+        "vedge-mean": (0, 255),
+        "vegde-sd": (0, 255),
+        "hedge-mean": (0, 255),
+        "hedge-sd": (0, 255),
+        "intensity-mean": (0, 255),
+        "rawred-mean": (0, 255),
+        "rawblue-mean": (0, 255),
+        "rawgreen-mean": (0, 255),
+        "exred-mean": (-510, 510),
+        "exblue-mean": (-510, 510),
+        "exgreen-mean": (-510, 510),
+        "value-mean": (0, 255),
+        "saturation-mean": (0, 1),
+        "hue-mean": (-math.pi, math.pi),
     }
     return Schema([Numeric(n, lo, hi) for n, (lo, hi) in ranges.items()], Label("class", _SEGMENT_CLASSES))
 
@@ -241,8 +262,9 @@ RIVER_SCHEMAS = {
     "Mixed": lambda d: mixed_schema(),
     "RandomRBF": lambda d: random_rbf_schema(d.n_classes, d.n_features),
     "RandomRBFDrift": lambda d: random_rbf_schema(d.n_classes, d.n_features),
-    "RandomTree": lambda d: random_tree_schema(d.n_classes, d.n_num_features, d.n_cat_features,
-                                               d.n_categories_per_feature),
+    "RandomTree": lambda d: random_tree_schema(
+        d.n_classes, d.n_num_features, d.n_cat_features, d.n_categories_per_feature
+    ),
     "Waveform": lambda d: waveform_schema(d.has_noise),
     "ConceptDriftStream": lambda d: schema_for(d.stream),
 }
@@ -262,15 +284,18 @@ def schema_for(dataset: Any) -> Schema:
 
 
 #: Names that moved out of this module (round 2, fourteenth session) and where they are now.
-_MOVED = {"uci_schema": "streamdp.river.uci", "uci_stream": "streamdp.river.uci",
-          "infer_schema": "streamdp.river.inference", "PrivacyLeakWarning": "streamdp.river.inference"}
+_MOVED = {
+    "uci_schema": "streamdp.river.uci",
+    "uci_stream": "streamdp.river.uci",
+    "infer_schema": "streamdp.river.inference",
+    "PrivacyLeakWarning": "streamdp.river.inference",
+}
 
 
 def __getattr__(name: str) -> Any:
     """A moved name is still found here, with a DeprecationWarning naming its module (a new user's old import
     failed with a bare ImportError)."""
     if name in _MOVED:
-        warnings.warn(f"streamdp.river.schemas.{name} moved to {_MOVED[name]}.{name}", DeprecationWarning,
-                      stacklevel=2)
+        warnings.warn(f"streamdp.river.schemas.{name} moved to {_MOVED[name]}.{name}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

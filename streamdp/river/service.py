@@ -131,7 +131,11 @@ class ServiceClassifier(river.base.Classifier):
         """
         now = time.monotonic()
         # (throttled while the model does not exist yet too: each prediction opened clients to learn so)
-        if not force and (self._forest is not None or self._producer is None) and now - self._checked < self.refresh_every:
+        if (
+            not force
+            and (self._forest is not None or self._producer is None)
+            and now - self._checked < self.refresh_every
+        ):
             return
         self._checked = now
         from streamdp.service.registry import ModelNotFound

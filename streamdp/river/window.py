@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.learners.catalogue import learners as _catalogue_learners
-from streamdp.release.continual import noisy_node
 from streamdp.estimation import cell_variance, path_proba_one, prior_phase_first, prior_phase_size, release_prior
-from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.learners import IgnoredAttributesWarning
+from streamdp.learners.catalogue import learners as _catalogue_learners
+from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.schema import Numeric, Schema
+from streamdp.release.continual import noisy_node
+from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.validation import check_integer
 
 __all__ = ["PrivateWindowClassifier", "WINDOW_LEARNERS"]
@@ -126,9 +126,19 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     1.0
     """
 
-    def __init__(self, schema: Schema | dict, learner: str = "diffp-c45", epsilon: float = 1.0, window: int = 5000,
-                 n_models: int = 3, max_depth: int = 3, learner_params: dict | None = None, seed: int | None = None,
-                 first_window: int = 200, prior_records: int = 100):
+    def __init__(
+        self,
+        schema: Schema | dict,
+        learner: str = "diffp-c45",
+        epsilon: float = 1.0,
+        window: int = 5000,
+        n_models: int = 3,
+        max_depth: int = 3,
+        learner_params: dict | None = None,
+        seed: int | None = None,
+        first_window: int = 200,
+        prior_records: int = 100,
+    ):
         self.schema = schema
         self.learner = learner
         self.epsilon = epsilon
@@ -148,8 +158,12 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
             raise ValueError(f"learner_params must be a dict or None, got {type(learner_params).__name__}")
         self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
         if seed is not None:
-            warnings.warn(f"PrivateWindowClassifier(seed={seed}) draws reproducible noise: for tests only, "
-                          "the model is NOT private", NotPrivateWarning, stacklevel=2)
+            warnings.warn(
+                f"PrivateWindowClassifier(seed={seed}) draws reproducible noise: for tests only, "
+                "the model is NOT private",
+                NotPrivateWarning,
+                stacklevel=2,
+            )
         self.n_fits = 0
         try:  # bad learner parameters fail now, not at the first window
             made = self._make()
@@ -194,8 +208,13 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     def _unit_test_params(cls):
         from streamdp.river.schemas import river_check_schema
 
-        yield {"schema": river_check_schema(), "learner": "diffp-id3", "window": 10,
-               "learner_params": {"scorer": "gini"}, "max_depth": 3}
+        yield {
+            "schema": river_check_schema(),
+            "learner": "diffp-id3",
+            "window": 10,
+            "learner_params": {"scorer": "gini"},
+            "max_depth": 3,
+        }
 
     @property
     def private(self) -> bool:
@@ -242,14 +261,14 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         i = 0
         while i < len(rows) and self.prior_release_size:
             take = self.prior_release_size - len(self._prior_y)
-            self._prior_y.extend(labels[i:i + take])
+            self._prior_y.extend(labels[i : i + take])
             i += take
             if len(self._prior_y) == self.prior_release_size:
                 self._release_prior()
         while i < len(rows):
             take = self.window_size - len(self._y)
-            self._X.extend(rows[i:i + take])
-            self._y.extend(labels[i:i + take])
+            self._X.extend(rows[i : i + take])
+            self._y.extend(labels[i : i + take])
             i += take
             if len(self._y) == self.window_size:
                 self._fit_window()
@@ -267,8 +286,9 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         exact = np.bincount(np.array(self._prior_y, dtype=np.int64), minlength=C)
         rng = self._rng(2**32 + len(self._prior_log))  # fits use seed + n_fits: disjoint test streams
         noisy = noisy_node(exact, float(self.epsilon), "geometric", rng)
-        self._prior_log.append((noisy.astype(np.float64), float(len(self._prior_y)),
-                                cell_variance("geometric", float(self.epsilon))))
+        self._prior_log.append(
+            (noisy.astype(np.float64), float(len(self._prior_y)), cell_variance("geometric", float(self.epsilon)))
+        )
         self._prior_y = []  # the raw labels are dropped once released
         t, n, v = (np.array(c) for c in zip(*self._prior_log))
         self._prior = release_prior(t, n, v)
@@ -372,12 +392,14 @@ class _TreeTables:
             self.prior = nodes.prior.tolist()
             T, M = nodes.leaf_node.shape
             tree_of, leaf_of = np.nonzero(nodes.leaf_node >= 0)  # every tree's leaves, in one path_rows call
-            rows = nodes.path_rows(tree_of * M + leaf_of)[:, C + 1:].tolist()
+            rows = nodes.path_rows(tree_of * M + leaf_of)[:, C + 1 :].tolist()
             tables = [[None] * M for _ in range(T)]
             for t, leaf, r in zip(tree_of.tolist(), leaf_of.tolist(), rows):
                 tables[t][leaf] = r
-        self.trees = [(t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table)
-                      for t, table in zip(model.trees_, tables)]
+        self.trees = [
+            (t.feature.tolist(), t.threshold.tolist(), t.child_start.tolist(), table)
+            for t, table in zip(model.trees_, tables)
+        ]
         self.width = [2 if isinstance(a, Numeric) else a.arity for a in model.schema.attributes]  # children per split
 
     def proba(self, row: list) -> list[float]:

@@ -20,6 +20,24 @@ from streamdp.service.producer import Producer
 from streamdp.service.registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model
 from streamdp.service.stream_worker import Worker, WorkerConfig
 
-__all__ = ["Producer", "Consumer", "Worker", "WorkerConfig", "WorkerPool", "run_workers", "Keys", "create_model",
-           "delete_model", "list_models", "show_model", "ModelExists", "ModelNotFound", "VersionNotAvailable",
-           "JobQueue", "JobWorker", "run_job_worker", "fetch_model", "connect"]
+__all__ = [
+    "Producer",
+    "Consumer",
+    "Worker",
+    "WorkerConfig",
+    "WorkerPool",
+    "run_workers",
+    "Keys",
+    "create_model",
+    "delete_model",
+    "list_models",
+    "show_model",
+    "ModelExists",
+    "ModelNotFound",
+    "VersionNotAvailable",
+    "JobQueue",
+    "JobWorker",
+    "run_job_worker",
+    "fetch_model",
+    "connect",
+]

@@ -42,8 +42,18 @@ import numpy as np
 from streamdp import blob
 from streamdp.records.schema import Categorical, Schema
 
-__all__ = ["Batch", "EnvelopeError", "encode_batch", "encode_records", "decode", "decode_entry", "entry_detail",
-           "value_free", "FORMAT", "MAX_RECORDS"]
+__all__ = [
+    "Batch",
+    "EnvelopeError",
+    "encode_batch",
+    "encode_records",
+    "decode",
+    "decode_entry",
+    "entry_detail",
+    "value_free",
+    "FORMAT",
+    "MAX_RECORDS",
+]
 
 FORMAT = "streamdp.batch"
 FORMAT_VERSION = 1
@@ -123,8 +133,15 @@ def encode_batch(
 
 def encode_records(records: list, labels: list, *, batch_id: str | None = None) -> bytes:
     """A ``records`` envelope: raw values, validated and encoded by the worker."""
-    return _pack({"batch_id": batch_id or new_batch_id(), "t": time.time(), "kind": "records",
-                  "records": list(records), "labels": list(labels)})
+    return _pack(
+        {
+            "batch_id": batch_id or new_batch_id(),
+            "t": time.time(),
+            "kind": "records",
+            "records": list(records),
+            "labels": list(labels),
+        }
+    )
 
 
 def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = ()) -> bytes:
@@ -136,8 +153,13 @@ def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any,
     """
     xb = np.ascontiguousarray(X.astype(_code_dtype(schema), copy=False))
     yb = np.ascontiguousarray(y.astype(_label_dtype(schema), copy=False))
-    doc = {"batch_id": batch_id(xb, yb) if callable(batch_id) else batch_id, "t": time.time(), "kind": "codes",
-           "X": blob.pack_array(xb), "y": blob.pack_array(yb)}
+    doc = {
+        "batch_id": batch_id(xb, yb) if callable(batch_id) else batch_id,
+        "t": time.time(),
+        "kind": "codes",
+        "X": blob.pack_array(xb),
+        "y": blob.pack_array(yb),
+    }
     if len(invalid):
         doc["invalid"] = [[int(r), value_free(schema, str(reason))] for r, reason in invalid]
     return _pack(doc)
@@ -160,16 +182,23 @@ def decode(schema: Schema, data: Any) -> Batch:
     if len(data) > MAX_ENTRY_BYTES:
         raise EnvelopeError(f"payload of {len(data)} bytes exceeds {MAX_ENTRY_BYTES}")
     try:
-        doc = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True,
-                              max_array_len=MAX_RECORDS + 1, max_map_len=100_000)
+        doc = msgpack.unpackb(
+            bytes(data),
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_array_len=MAX_RECORDS + 1,
+            max_map_len=100_000,
+        )
     except Exception as e:  # msgpack raises many types on garbage
         raise EnvelopeError(f"not msgpack ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(doc, dict):
         raise EnvelopeError(f"envelope must be a map, got {type(doc).__name__}")
     fv = doc.get("format_version")
     if doc.get("format") != FORMAT or type(fv) is not int or fv != FORMAT_VERSION:
-        raise EnvelopeError(f"not a {FORMAT} v{FORMAT_VERSION} envelope (format {doc.get('format')!r} "
-                            f"v{doc.get('format_version')!r})")
+        raise EnvelopeError(
+            f"not a {FORMAT} v{FORMAT_VERSION} envelope (format {doc.get('format')!r} v{doc.get('format_version')!r})"
+        )
     bid = doc.get("batch_id")
     if not isinstance(bid, str) or not _BATCH_ID.fullmatch(bid):
         raise EnvelopeError(f"batch_id must be 1-64 characters of [A-Za-z0-9_.:-], got {str(bid)[:80]!r}")
@@ -188,8 +217,13 @@ def decode(schema: Schema, data: Any) -> Batch:
         raise EnvelopeError("invalid must be a list of [row, reason]")
     pre = []
     for item in inv:
-        if (not isinstance(item, list) or len(item) != 2 or isinstance(item[0], bool) or not isinstance(item[0], int)
-                or not isinstance(item[1], str)):
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or isinstance(item[0], bool)
+            or not isinstance(item[0], int)
+            or not isinstance(item[1], str)
+        ):
             raise EnvelopeError("invalid must be a list of [row, reason]")
         pre.append((int(item[0]), "producer: " + value_free(schema, item[1])))
     return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre))
@@ -245,9 +279,13 @@ def decode_entry(schema: Schema, fields: Any) -> tuple[Batch | None, tuple[str, 
 
 
 # What a reason may say after "attribute 'NAME'" / "label 'NAME'": the schema's wording -> the value-free one.
-_WHAT = ((" is missing", "is missing"), (" is NaN or missing", "is NaN or missing"),
-         (": expected a number", "is not a number"), (" unknown value", "has a value not declared in the schema"),
-         (": unknown class", "has a class not declared in the schema"))
+_WHAT = (
+    (" is missing", "is missing"),
+    (" is NaN or missing", "is NaN or missing"),
+    (": expected a number", "is not a number"),
+    (" unknown value", "has a value not declared in the schema"),
+    (": unknown class", "has a class not declared in the schema"),
+)
 
 
 def value_free(schema: Schema, reason: str) -> str:
@@ -266,7 +304,7 @@ def value_free(schema: Schema, reason: str) -> str:
     owner = next((o for o in owners if reason.startswith(o)), None)
     if owner is None:
         return "invalid record"
-    rest = reason[len(owner):]
+    rest = reason[len(owner) :]
     what = next((w for prefix, w in _WHAT if rest.startswith(prefix) or rest == " " + w), "is invalid")
     return f"{owner} {what}"
 
@@ -309,8 +347,11 @@ def _decode_codes(schema: Schema, doc: dict):
     bad |= ybad
     if not bad.any():
         return Xf, yl, [], n
-    dropped = sorted(reasons.items()) if len(reasons) == int(bad.sum()) else [
-        (int(i), reasons.get(int(i), "invalid")) for i in np.flatnonzero(bad)]
+    dropped = (
+        sorted(reasons.items())
+        if len(reasons) == int(bad.sum())
+        else [(int(i), reasons.get(int(i), "invalid")) for i in np.flatnonzero(bad)]
+    )
     return Xf[~bad], yl[~bad], dropped, n
 
 

@@ -83,7 +83,8 @@ if a > 0 then redis.call('HINCRBY', stats_key, 'acked_without_merge', a) end
 if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
 """
 
-COMMIT_LUA = r"""
+COMMIT_LUA = (
+    r"""
 -- Atomic exactly-once commit of k stream entries into a model (design B-k).
 -- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
 -- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 release record (or its head), 6 its tail,
@@ -97,7 +98,10 @@ local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[16]), tonumber(ARGV[17]), tonumber(ARGV[18])
 local base = 18
 local merged_key = KEYS[4]
-""" + _MODEL_LUA + _CHECK_LUA + r"""
+"""
+    + _MODEL_LUA
+    + _CHECK_LUA
+    + r"""
 local new_version = nil
 if m > 0 then
   local cur = tonumber(redis.call('HGET', KEYS[2], 'version') or '0')
@@ -125,17 +129,21 @@ if m > 0 then
   redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[10])
 end
 local dead_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[5], ARGV[15], ARGV[10]
-""" + _DEAD_AND_ACK_LUA + r"""
+"""
+    + _DEAD_AND_ACK_LUA
+    + r"""
 if new_version then
   redis.call('PUBLISH', ARGV[14], new_version)
   return {'ok', new_version}
 end
 return {'ok', -1}
 """
+)
 
 # -- release="window" and "tree" (docs/service.md, "Release windows") --------------------------------------------
 
-WINDOW_ADD_LUA = r"""
+WINDOW_ADD_LUA = (
+    r"""
 -- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
@@ -150,7 +158,10 @@ local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
-""" + _MODEL_LUA + _CHECK_LUA + r"""
+"""
+    + _MODEL_LUA
+    + _CHECK_LUA
+    + r"""
 local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
 if m > 0 then
   if open ~= tonumber(ARGV[3]) then return {'moved', open} end
@@ -162,9 +173,12 @@ if m > 0 then
   redis.call('HSET', KEYS[4], 'last_commit_ms', ARGV[5])
 end
 local dead_key, stats_key, dead_maxlen, now_ms = KEYS[5], KEYS[4], ARGV[6], ARGV[5]
-""" + _DEAD_AND_ACK_LUA + r"""
+"""
+    + _DEAD_AND_ACK_LUA
+    + r"""
 return {'ok', open}
 """
+)
 
 SEAL_LUA = r"""
 -- Seal the open window once the clock says it is over: later adds go to the next one.

@@ -34,12 +34,19 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-__all__ = ["connect", "for_blocking", "blocking_timeout", "is_cluster", "cluster_option", "SOCKET_TIMEOUT",
-           "CONNECT_TIMEOUT"]
+__all__ = [
+    "connect",
+    "for_blocking",
+    "blocking_timeout",
+    "is_cluster",
+    "cluster_option",
+    "SOCKET_TIMEOUT",
+    "CONNECT_TIMEOUT",
+]
 
-SOCKET_TIMEOUT = 10.0    # seconds a plain command may take on a loaded machine
+SOCKET_TIMEOUT = 10.0  # seconds a plain command may take on a loaded machine
 CONNECT_TIMEOUT = 10.0
-BLOCK_MARGIN = 5.0       # a blocking call's socket timeout exceeds its block time by this much
+BLOCK_MARGIN = 5.0  # a blocking call's socket timeout exceeds its block time by this much
 
 
 def blocking_timeout(block_s: float) -> float:
@@ -47,7 +54,7 @@ def blocking_timeout(block_s: float) -> float:
     return max(SOCKET_TIMEOUT, float(block_s) + BLOCK_MARGIN)
 
 
-def connect(r: "redis.Redis | RedisCluster | str | None" = None, *, block_s: float = 0.0) -> Any:
+def connect(r: redis.Redis | RedisCluster | str | None = None, *, block_s: float = 0.0) -> Any:
     """A client from a client, a URL, or None (``$REDIS_URL``, else localhost), fit to block ``block_s`` seconds.
 
     A URL gets explicit socket and connect timeouts (a ``socket_timeout`` in
@@ -140,8 +147,7 @@ def for_blocking(r: Any, block_s: float) -> Any:
     if cls is None or not cls.__module__.startswith("redis."):
         return r
     # redis-py keeps pool-wide helper objects and the original settings in the kwargs; a new pool makes its own
-    kwargs = {k: v for k, v in pool.connection_kwargs.items()
-              if k not in _POOL_OWNED and not k.startswith("orig_")}
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in _POOL_OWNED and not k.startswith("orig_")}
     current = cls(**kwargs).socket_timeout  # the effective timeout (defaults included); does not connect
     if current is None or current > block_s:
         return r
@@ -151,5 +157,9 @@ def for_blocking(r: Any, block_s: float) -> Any:
 
 _POOL_OWNED = ("himport_registry", "maint_notifications_pool_handler")
 # set by RedisCluster itself on every node's connections (a new client makes its own)
-_CLUSTER_OWNED = ("redis_connect_func", "oss_cluster_maint_notifications_handler", "himport_registry",
-                  "maint_notifications_pool_handler")
+_CLUSTER_OWNED = (
+    "redis_connect_func",
+    "oss_cluster_maint_notifications_handler",
+    "himport_registry",
+    "maint_notifications_pool_handler",
+)

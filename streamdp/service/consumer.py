@@ -68,7 +68,8 @@ class Consumer:
                 return self._cached
         if self._template is not None:  # same structure: fetch only the (noisy) counts, not the whole blob
             version, counts, releases, mid, variance = self.redis.hmget(
-                self.keys.pub_model, "version", "counts", "releases", "model_id", "noise_variance")
+                self.keys.pub_model, "version", "counts", "releases", "model_id", "noise_variance"
+            )
             forest = self._from_counts(version, counts, releases, variance) if mid == self._model_id else None
             if forest is not None:
                 self._cached = forest
@@ -76,7 +77,8 @@ class Consumer:
         # The first read, or another structure: the published blob where the structure changes (release="grow", a
         # batch job's model), else the spec (validated in full, once per model) and the counts.
         version, data, mid, counts, releases, variance = self.redis.hmget(
-            self.keys.pub_model, "version", "blob", "model_id", "counts", "releases", "noise_variance")
+            self.keys.pub_model, "version", "blob", "model_id", "counts", "releases", "noise_variance"
+        )
         self._template = None  # validated again in full (the model may have been re-created)
         if data is not None:
             forest = self._load(data, int(version))
@@ -129,8 +131,11 @@ class Consumer:
     def get(self, version: int) -> PrivateForest:
         """A given version: the latest, or a retained older one (:class:`VersionNotAvailable` otherwise)."""
         version = int(version)
-        if self._cached is not None and self._cached.version == version and (
-                self.redis.hget(self.keys.pub_model, "model_id") == self._model_id):  # not a re-created model's
+        if (
+            self._cached is not None
+            and self._cached.version == version
+            and (self.redis.hget(self.keys.pub_model, "model_id") == self._model_id)
+        ):  # not a re-created model's
             return self._cached
         data = self.redis.get(self.keys.pub_version(version))
         if data is None:
@@ -186,7 +191,7 @@ class Consumer:
         if self._owns_client:
             self.redis.close()
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc) -> None:

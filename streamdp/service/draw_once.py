@@ -17,7 +17,8 @@ so a release's noise is drawn at most once however many workers race or die
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -36,9 +37,18 @@ __all__ = ["PENDING_TTL_S", "drawn_once", "stored_once", "noise_from_bytes"]
 PENDING_TTL_S = 3600
 
 
-def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateForest, *, stats_key: str,
-               reused: str, after_draw: Callable[[], None] = lambda: None,
-               after_store: Callable[[], None] = lambda: None, ttl_s: int = 0) -> np.ndarray:
+def drawn_once(
+    r: Any,
+    key: str,
+    draw: Callable[[], np.ndarray],
+    spec: PrivateForest,
+    *,
+    stats_key: str,
+    reused: str,
+    after_draw: Callable[[], None] = lambda: None,
+    after_store: Callable[[], None] = lambda: None,
+    ttl_s: int = 0,
+) -> np.ndarray:
     """A release's noised counts, drawn at most once: the array stored under ``key``, else ``draw()`` stored
     with ``SET NX`` before anyone uses it (when two workers race, both use the first stored one).
 
@@ -52,8 +62,16 @@ def drawn_once(r: Any, key: str, draw: Callable[[], np.ndarray], spec: PrivateFo
         drawn.append(np.asarray(draw()).astype(dtype, copy=False))
         return counts_view(drawn[0])  # stored as the array's own bytes: no counts-sized copy to send it
 
-    stored, fresh = stored_once(r, key, draw_bytes, stats_key=stats_key, reused=reused, after_draw=after_draw,
-                                after_store=after_store, ttl_s=ttl_s)
+    stored, fresh = stored_once(
+        r,
+        key,
+        draw_bytes,
+        stats_key=stats_key,
+        reused=reused,
+        after_draw=after_draw,
+        after_store=after_store,
+        ttl_s=ttl_s,
+    )
     if fresh:
         return drawn[0]  # the array itself: no second decode of what was just stored
     try:
@@ -83,9 +101,17 @@ def noise_from_bytes(data: bytes, spec: PrivateForest) -> np.ndarray:
     return arr.astype(spec.counts.dtype.type, copy=False)
 
 
-def stored_once(r: Any, key: str, draw: Callable[[], bytes], *, stats_key: str, reused: str,
-                after_draw: Callable[[], None] = lambda: None,
-                after_store: Callable[[], None] = lambda: None, ttl_s: int = 0) -> tuple[bytes, bool]:
+def stored_once(
+    r: Any,
+    key: str,
+    draw: Callable[[], bytes],
+    *,
+    stats_key: str,
+    reused: str,
+    after_draw: Callable[[], None] = lambda: None,
+    after_store: Callable[[], None] = lambda: None,
+    ttl_s: int = 0,
+) -> tuple[bytes, bool]:
     """The bytes stored under ``key``, else ``draw()``'s, stored with ``SET NX`` before anyone uses them (of two
     racing workers both use the first stored), and whether they are this call's draw; a reuse bumps counter
     ``reused`` in ``stats_key``. A grown window's whole release (structure and counts) is stored this way.

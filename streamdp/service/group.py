@@ -67,9 +67,20 @@ class Entry:
 class GroupReader:
     """Read ``stream`` as ``consumer`` of ``group`` (own PEL once, idle claims, then new entries)."""
 
-    def __init__(self, r: redis.Redis, stream: str, group: str, consumer: str, *, block_ms: int = 1000,
-                 claim_idle_ms: int = 30_000, claim_every_s: float = 1.0, stats: str | None = None,
-                 logger: logging.Logger | None = None, context: dict | None = None):
+    def __init__(
+        self,
+        r: redis.Redis,
+        stream: str,
+        group: str,
+        consumer: str,
+        *,
+        block_ms: int = 1000,
+        claim_idle_ms: int = 30_000,
+        claim_every_s: float = 1.0,
+        stats: str | None = None,
+        logger: logging.Logger | None = None,
+        context: dict | None = None,
+    ):
         self.r = connect(r, block_s=block_ms / 1000)
         self.stream, self.group, self.consumer = stream, group, consumer
         self.block_ms, self.claim_idle_ms, self.claim_every_s = int(block_ms), int(claim_idle_ms), claim_every_s
@@ -104,8 +115,9 @@ class GroupReader:
             entries += self.claim(count - len(entries))
         if len(entries) < count:
             block = None if entries else (self.block_ms if block_ms is None else block_ms)
-            resp = self.r.xreadgroup(self.group, self.consumer, {self.stream: ">"}, count=count - len(entries),
-                                     block=block)
+            resp = self.r.xreadgroup(
+                self.group, self.consumer, {self.stream: ">"}, count=count - len(entries), block=block
+            )
             entries += self.parse(resp)
         return entries
 
@@ -118,8 +130,9 @@ class GroupReader:
 
     def claim(self, count: int) -> list[Entry]:
         """``XAUTOCLAIM`` up to ``count`` entries idle for ``claim_idle_ms``, with their delivery counts."""
-        res = self.r.xautoclaim(self.stream, self.group, self.consumer, self.claim_idle_ms,
-                                start_id=self._claim_cursor, count=count)
+        res = self.r.xautoclaim(
+            self.stream, self.group, self.consumer, self.claim_idle_ms, start_id=self._claim_cursor, count=count
+        )
         cursor, items = res[0], res[1]
         deleted = res[2] if len(res) > 2 else []
         self._claim_cursor = as_str(cursor)
@@ -214,14 +227,26 @@ class GroupLoop:
         """Log ``event``, wait the doubled ``backoff`` (within ``[low, high]`` seconds) and forget the connection's
         state; returns the new backoff."""
         backoff = min(high, max(low, backoff * 2))
-        jlog(self.log, level, f"{self.event_prefix}.{event}", **self._log_context(), error=str(err)[:200],
-             retry_s=backoff)
+        jlog(
+            self.log,
+            level,
+            f"{self.event_prefix}.{event}",
+            **self._log_context(),
+            error=str(err)[:200],
+            retry_s=backoff,
+        )
         self._stop.wait(backoff)
         self._on_disconnect()
         return backoff
 
-    def run(self, *, once: bool = False, until_drained: bool = False, max_seconds: float | None = None,
-            handle_signals: bool = True) -> int:
+    def run(
+        self,
+        *,
+        once: bool = False,
+        until_drained: bool = False,
+        max_seconds: float | None = None,
+        handle_signals: bool = True,
+    ) -> int:
         """Loop until :meth:`stop` (or a signal), ``max_seconds``, the stream drained (``until_drained``),
         or one entry handled (``once``). Returns the number of entries handled."""
         if handle_signals and threading.current_thread() is threading.main_thread():

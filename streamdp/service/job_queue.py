@@ -32,19 +32,31 @@ from typing import Any
 import redis
 
 from streamdp.jobs.runner import JobError, JobSpec, check_params
-from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.privacy.ledger import file_sha256, refusal
+from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.records.schema import Schema
 from streamdp.records.sources import SourceError, check_columns, check_records
-from streamdp.validation import check_integer
 from streamdp.service.connection import connect
-from streamdp.service.keys import JOB_RESULTS, Keys, REGISTRY, as_str, check_name
+from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys, as_str, check_name
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.registry import load_spec, published_keys
 from streamdp.service.retention import get_retention
+from streamdp.validation import check_integer
 
-__all__ = ["JobQueue", "fetch_model", "SourceLabelWarning", "FILE_SOURCES", "JOBS_STREAM", "JOBS_INDEX", "JOB_GROUP", "job_key", "STATUSES", "FINAL",
-           "DEFAULT_MAX_ATTEMPTS", "now_s"]
+__all__ = [
+    "JobQueue",
+    "fetch_model",
+    "SourceLabelWarning",
+    "FILE_SOURCES",
+    "JOBS_STREAM",
+    "JOBS_INDEX",
+    "JOB_GROUP",
+    "job_key",
+    "STATUSES",
+    "FINAL",
+    "DEFAULT_MAX_ATTEMPTS",
+    "now_s",
+]
 
 JOBS_STREAM = "sdp:jobs"
 JOBS_INDEX = "sdp:jobs:index"
@@ -75,7 +87,6 @@ def job_key(job_id: str) -> str:
     'sdp:job:{abc}'
     """
     return f"sdp:job:{{{job_id}}}"
-
 
 
 def now_s() -> str:
@@ -117,14 +128,18 @@ class JobQueue:
             raise JobError(str(e)) from None
         if source_kind == "model":
             if dataset is not None or schema is not None or not header or label is not None:
-                raise JobError("a job over a model's records takes no dataset, schema, header or label (the "
-                               "model's schema is used)")
+                raise JobError(
+                    "a job over a model's records takes no dataset, schema, header or label (the "
+                    "model's schema is used)"
+                )
             sch = load_spec(self.r, source).schema
             if keeps_nothing(self.r, source):  # configuration, public: refused before any charge
-                raise JobError(f"model {source!r} keeps no merged records (no retention set), so a job over it "
-                               "would charge epsilon for the few records not merged yet; set `streamdp model "
-                               f"retention {source} --records N` (or --seconds S) before the data is pushed; "
-                               "nothing was charged")
+                raise JobError(
+                    f"model {source!r} keeps no merged records (no retention set), so a job over it "
+                    "would charge epsilon for the few records not merged yet; set `streamdp model "
+                    f"retention {source} --records N` (or --seconds S) before the data is pushed; "
+                    "nothing was charged"
+                )
         else:
             if not dataset:
                 raise JobError("a dataset job needs a dataset (a CSV file path or a known dataset name)")
@@ -154,12 +169,27 @@ class JobQueue:
             raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
         now = now_s()
         doc = {
-            "id": job_id, "algorithm": algorithm, "epsilon": repr(float(epsilon)),
-            "params": json.dumps(spec.params, sort_keys=True), "source": source, "source_kind": source_kind,
-            "dataset": dataset or "", "dataset_sha256": digest, "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
-            "result": result, "status": "queued", "progress": "queued", "fraction": "0", "attempts": 0,
-            "max_attempts": max_attempts, "error": "", "reason": "", "created": now,
-            "header": int(bool(header)), "label": json.dumps(label), "bundled": int(bundled),
+            "id": job_id,
+            "algorithm": algorithm,
+            "epsilon": repr(float(epsilon)),
+            "params": json.dumps(spec.params, sort_keys=True),
+            "source": source,
+            "source_kind": source_kind,
+            "dataset": dataset or "",
+            "dataset_sha256": digest,
+            "schema": json.dumps(sch.to_dict()) if source_kind == "dataset" else "",
+            "result": result,
+            "status": "queued",
+            "progress": "queued",
+            "fraction": "0",
+            "attempts": 0,
+            "max_attempts": max_attempts,
+            "error": "",
+            "reason": "",
+            "created": now,
+            "header": int(bool(header)),
+            "label": json.dumps(label),
+            "bundled": int(bundled),
         }
         self.r.hset(job_key(job_id), mapping=doc)  # first: a holder of the name always has a status
         try:
@@ -195,12 +225,16 @@ class JobQueue:
         A path that does not exist yet is refused: unbound, a file written after the submit (other people)
         would be read and charged to the source the job names (a red team's finding)."""
         if not os.path.isfile(dataset):
-            raise JobError(f"dataset file {dataset!r} does not exist: a job is bound to its file's content when "
-                           "it is submitted; write the file first")
+            raise JobError(
+                f"dataset file {dataset!r} does not exist: a job is bound to its file's content when "
+                "it is submitted; write the file first"
+            )
         digest = file_sha256(dataset)
         if source.startswith("file-") and source != "file-" + digest[:32]:
-            raise JobError(f"source {source!r} names another file's content than {dataset!r} "
-                           f"(its source is file-{digest[:32]}); use --source-file")
+            raise JobError(
+                f"source {source!r} names another file's content than {dataset!r} "
+                f"(its source is file-{digest[:32]}); use --source-file"
+            )
         try:
             if not header:  # (a header is checked by check_records' reader; a headerless file's width and label here)
                 check_columns(dataset, schema, header=False, label=label)
@@ -210,10 +244,13 @@ class JobQueue:
         if not self.r.hsetnx(FILE_SOURCES, digest, source):
             first = as_str(self.r.hget(FILE_SOURCES, digest) or b"")
             if first and first != source:
-                warnings.warn(f"this file's content (sha256 {digest[:16]}...) was submitted under source {first!r} "
-                              f"before; under {source!r} it is charged to another ledger although it holds the "
-                              f"same people (use --source-file to bind a file to one ledger)",
-                              SourceLabelWarning, stacklevel=3)
+                warnings.warn(
+                    f"this file's content (sha256 {digest[:16]}...) was submitted under source {first!r} "
+                    f"before; under {source!r} it is charged to another ledger although it holds the "
+                    f"same people (use --source-file to bind a file to one ledger)",
+                    SourceLabelWarning,
+                    stacklevel=3,
+                )
         return digest
 
     def status(self, job_id: str) -> dict:
@@ -271,8 +308,10 @@ class JobQueue:
         if not holder:
             return job_or_result
         if not self.r.exists(job_key(as_str(holder))):
-            raise LookupError(f"result {job_or_result!r} is held by job {as_str(holder)}, which is no longer listed "
-                              f"(streamdp model get {job_or_result} -o FILE reads a published model)")
+            raise LookupError(
+                f"result {job_or_result!r} is held by job {as_str(holder)}, which is no longer listed "
+                f"(streamdp model get {job_or_result} -o FILE reads a published model)"
+            )
         return as_str(holder)
 
     def result(self, job_id: str) -> Any:
@@ -318,8 +357,10 @@ def _check_named_dataset(dataset: str, schema: Schema) -> None:
     its attributes and label must be the schema's, by name and in order (the declared values may differ)."""
     own = load_schema(dataset)
     if own.names != schema.names or own.label.name != schema.label.name:
-        raise JobError(f"dataset {dataset!r} has the attributes {own.names} and label {own.label.name!r}; the "
-                       f"schema declares {schema.names} and {schema.label.name!r}; nothing was charged")
+        raise JobError(
+            f"dataset {dataset!r} has the attributes {own.names} and label {own.label.name!r}; the "
+            f"schema declares {schema.names} and {schema.label.name!r}; nothing was charged"
+        )
 
 
 def fetch_model(r: Any, name: str) -> Any:

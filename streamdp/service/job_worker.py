@@ -46,22 +46,31 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import IO, Any, Callable
+from collections.abc import Callable
+from typing import IO, Any
 
 import numpy as np
 import redis
 
-from streamdp.records.datasets import DatasetChanged, pinned_lines
-from streamdp.forest.model import FORMAT as FOREST_FORMAT, PrivateForest
+from streamdp.forest.model import FORMAT as FOREST_FORMAT
+from streamdp.forest.model import PrivateForest
 from streamdp.jobs.runner import JobError, JobSpec, run_job
 from streamdp.privacy.ledger import BudgetExceeded, stream_sha256
+from streamdp.records.datasets import DatasetChanged, pinned_lines
 from streamdp.records.schema import Schema
-from streamdp.records.sources import (FILE_ERRNOS, SourceError, check_columns, check_decompresses, compression_of, read_bundled,
-                       read_dataset)
+from streamdp.records.sources import (
+    FILE_ERRNOS,
+    SourceError,
+    check_columns,
+    check_decompresses,
+    compression_of,
+    read_bundled,
+    read_dataset,
+)
 from streamdp.service import codec
 from streamdp.service.connection import connect
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name
-from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, keeps_nothing, job_key, now_s
+from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, keeps_nothing, now_s
 from streamdp.service.keys import JOB_RESULTS, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
@@ -155,15 +164,32 @@ class JobWorker(GroupLoop):
     log = log
     event_prefix = "job"
 
-    def __init__(self, r: Any = None, *, queue: str = JOBS_STREAM, consumer: str | None = None,
-                 claim_idle_ms: int = 60_000, block_ms: int = 1000, claim_every_s: float = 1.0):
+    def __init__(
+        self,
+        r: Any = None,
+        *,
+        queue: str = JOBS_STREAM,
+        consumer: str | None = None,
+        claim_idle_ms: int = 60_000,
+        block_ms: int = 1000,
+        claim_every_s: float = 1.0,
+    ):
         super().__init__()
         self.r = connect(r, block_s=block_ms / 1000)
         self.stream = queue
         self.name = consumer or consumer_name()
         self.claim_idle_ms = int(claim_idle_ms)
-        self.reader = GroupReader(self.r, queue, JOB_GROUP, self.name, block_ms=block_ms, claim_idle_ms=claim_idle_ms,
-                                  claim_every_s=claim_every_s, logger=log, context={"queue": queue})
+        self.reader = GroupReader(
+            self.r,
+            queue,
+            JOB_GROUP,
+            self.name,
+            block_ms=block_ms,
+            claim_idle_ms=claim_idle_ms,
+            claim_every_s=claim_every_s,
+            logger=log,
+            context={"queue": queue},
+        )
         self._start = self.r.register_script(_START)
         self._publish_script = self.r.register_script(_PUBLISH)
         self._entry: str | None = None
@@ -226,8 +252,14 @@ class JobWorker(GroupLoop):
             err = _error_text(e)
             log.warning(json.dumps({"event": "job.error", "job": job_id, "attempt": attempt, "error": err}))
             if attempt >= int(doc.get("max_attempts") or DEFAULT_MAX_ATTEMPTS):
-                self._set(job_id, status="failed", error=err, progress="failed", finished=now_s(),
-                          reason=f"gave up after {attempt} attempts; last error: {err}")
+                self._set(
+                    job_id,
+                    status="failed",
+                    error=err,
+                    progress="failed",
+                    finished=now_s(),
+                    reason=f"gave up after {attempt} attempts; last error: {err}",
+                )
                 status = "failed"
             else:
                 self._set(job_id, status="queued", error=err, progress="retrying")
@@ -245,8 +277,9 @@ class JobWorker(GroupLoop):
         self._entry = None
         # every ended job, not only errors (a new user's -v showed nothing for jobs that succeeded); its status
         # and attempt, no figure of the data
-        log.info(json.dumps({"event": f"job.{status}", "job": job_id, "algorithm": doc.get("algorithm"),
-                             "attempt": attempt}))
+        log.info(
+            json.dumps({"event": f"job.{status}", "job": job_id, "algorithm": doc.get("algorithm"), "attempt": attempt})
+        )
         return status
 
     def _beat_loop(self, stop: threading.Event) -> None:
@@ -286,16 +319,24 @@ class JobWorker(GroupLoop):
         if kind == "model":
             schema = load_spec(self.r, source).schema
             if keeps_nothing(self.r, source):  # (retention cleared since the submit: a reviewer's finding)
-                raise JobError(f"model {source!r} keeps no merged records (its retention was cleared); nothing "
-                               "was charged")
+                raise JobError(
+                    f"model {source!r} keeps no merged records (its retention was cleared); nothing was charged"
+                )
 
             def load() -> tuple[np.ndarray, np.ndarray]:
                 return read_model_records(self.r, source, schema)
         else:
             schema = Schema.from_dict(json.loads(doc["schema"]))
             load = self._dataset_loader(doc, schema, stack)
-        out = run_job(spec, schema, load, RedisLedger(self.r), source, job_id,
-                      progress=lambda stage, f: self._progress(job_id, stage, f))
+        out = run_job(
+            spec,
+            schema,
+            load,
+            RedisLedger(self.r),
+            source,
+            job_id,
+            progress=lambda stage, f: self._progress(job_id, stage, f),
+        )
         self._progress(job_id, "publishing", 0.95)
         outcome = self._publish(job_id, doc, out)
         if outcome == "taken":
@@ -321,8 +362,10 @@ class JobWorker(GroupLoop):
             try:
                 lines = pinned_lines(path, digest)
             except DatasetChanged:
-                raise JobError(f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
-                               "expected); nothing was charged or read") from None
+                raise JobError(
+                    f"dataset {path!r} here is not the one submitted (sha256 {digest[:16]}... "
+                    "expected); nothing was charged or read"
+                ) from None
             except (KeyError, FileNotFoundError) as e:
                 raise JobError(f"{e}; nothing was charged") from None
 
@@ -350,8 +393,10 @@ class JobWorker(GroupLoop):
             except SourceError as e:
                 raise JobError(str(e)) from None
             except Exception as e:  # (after the charge) a reader's own message may quote the data
-                raise JobError(f"dataset {path!r} could not be read ({type(e).__name__}; no content is "
-                               "shown)") from None
+                raise JobError(
+                    f"dataset {path!r} could not be read ({type(e).__name__}; no content is shown)"
+                ) from None
+
         return load
 
     def _publish(self, job_id: str, doc: dict, out: Any) -> str:
@@ -360,10 +405,19 @@ class JobWorker(GroupLoop):
         Returns 'ok', 'dup' (this job published before) or 'taken' (another job's result has the name).
         """
         result = doc["result"]
-        entry = {"name": result, "kind": "job", "job": job_id, "algorithm": doc["algorithm"],
-                 "source": doc["source"], "source_kind": doc["source_kind"], "epsilon": out.epsilon,
-                 "delta": out.delta, "format": out.format, "params": json.loads(doc.get("params") or "{}"),
-                 "created": time.time()}
+        entry = {
+            "name": result,
+            "kind": "job",
+            "job": job_id,
+            "algorithm": doc["algorithm"],
+            "source": doc["source"],
+            "source_kind": doc["source_kind"],
+            "epsilon": out.epsilon,
+            "delta": out.delta,
+            "format": out.format,
+            "params": json.loads(doc.get("params") or "{}"),
+            "created": time.time(),
+        }
         if not self.r.hsetnx(JOB_RESULTS, result, json.dumps(entry)):
             try:
                 owner = json.loads(self.r.hget(JOB_RESULTS, result) or b"{}").get("job")
@@ -371,8 +425,15 @@ class JobWorker(GroupLoop):
                 owner = None
             if owner != job_id:
                 return "taken"
-        fields = {"version": 1, "blob": out.blob, "updated": int(time.time() * 1000), "releases": 1,
-                  "model_id": job_id, "format": out.format, "kind": "job"}
+        fields = {
+            "version": 1,
+            "blob": out.blob,
+            "updated": int(time.time() * 1000),
+            "releases": 1,
+            "model_id": job_id,
+            "format": out.format,
+            "kind": "job",
+        }
         if out.format == FOREST_FORMAT:  # consumers fetch forests by their counts (see .consumer)
             fields.update(published_fields(PrivateForest.from_bytes(out.blob)))
         flat: list[Any] = []
@@ -406,14 +467,18 @@ def _pinned_copy(path: str, digest: str, stack: contextlib.ExitStack) -> IO[byte
     ...     copy.read(), copy.name == f.name
     (b'a,b', True)
     """
-    changed = JobError(f"dataset file {path!r} changed or vanished since the job was submitted "
-                       f"(sha256 {digest[:16]}... expected); nothing was charged or read")
+    changed = JobError(
+        f"dataset file {path!r} changed or vanished since the job was submitted "
+        f"(sha256 {digest[:16]}... expected); nothing was charged or read"
+    )
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError as e:
         if e.errno in (errno.EACCES, errno.EPERM):
-            raise JobError(f"dataset file {path!r} cannot be read by the job worker (permission denied: it runs as "
-                           "another user than the submitter?); nothing was charged or read") from None
+            raise JobError(
+                f"dataset file {path!r} cannot be read by the job worker (permission denied: it runs as "
+                "another user than the submitter?); nothing was charged or read"
+            ) from None
         if e.errno in FILE_ERRNOS:
             raise changed from None
         raise

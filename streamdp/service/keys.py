@@ -68,7 +68,7 @@ class Keys:
         self.pattern = f"{self.prefix}:*"
 
     @classmethod
-    def of(cls, r: Any, name: str) -> "Keys":
+    def of(cls, r: Any, name: str) -> Keys:
         """The keys of stream model ``name`` as its workers name them (with its state's model id, if any)."""
         mid = r.hget(cls(name).state, "model_id")
         return cls(name, model_id=as_str(mid) if mid else "")
@@ -102,4 +102,3 @@ class Keys:
 def as_str(x: Any) -> str:
     """A Redis reply (bytes unless the client decodes) as text."""
     return x.decode() if isinstance(x, bytes) else str(x)
-

@@ -76,8 +76,10 @@ def ledger_keys(source: str) -> tuple[str, str, str]:
     try:
         check_name(source)
     except ValueError:
-        raise ValueError(f"invalid ledger source {source!r}: use 1-64 letters, digits, '_', '.', '-' "
-                         "(starting with a letter or digit)") from None
+        raise ValueError(
+            f"invalid ledger source {source!r}: use 1-64 letters, digits, '_', '.', '-' "
+            "(starting with a letter or digit)"
+        ) from None
     base = f"sdp:{{{source}}}:ledger"
     return base, f"{base}:spends", f"{base}:keys"
 
@@ -106,8 +108,10 @@ class RedisLedger(Ledger):
         h, _, _ = ledger_keys(source)
         res = self._set_budget(keys=[h], args=[repr(float(epsilon)), repr(float(delta)), repr(TOLERANCE)])
         if res[0] == b"below":
-            raise ValueError(f"source {source!r} has already spent epsilon={_f(res[1]):g}, delta={_f(res[2]):g}; "
-                             "the budget cannot go below that")
+            raise ValueError(
+                f"source {source!r} has already spent epsilon={_f(res[1]):g}, delta={_f(res[2]):g}; "
+                "the budget cannot go below that"
+            )
 
     def budget(self, source: str) -> tuple[float, float] | None:
         h, _, _ = ledger_keys(source)
@@ -120,8 +124,16 @@ class RedisLedger(Ledger):
             raise ValueError(f"key must be a string, got {key!r}")
         spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time(), key)
         h, sp, ks = ledger_keys(source)
-        res = self._charge(keys=[h, sp, ks], args=[repr(spend.epsilon), repr(spend.delta), key,
-                                                   msgpack.packb(spend.to_dict(), use_bin_type=True), repr(TOLERANCE)])
+        res = self._charge(
+            keys=[h, sp, ks],
+            args=[
+                repr(spend.epsilon),
+                repr(spend.delta),
+                key,
+                msgpack.packb(spend.to_dict(), use_bin_type=True),
+                repr(TOLERANCE),
+            ],
+        )
         status = res[0]
         if status == b"ok":
             return spend
@@ -146,10 +158,9 @@ class RedisLedger(Ledger):
         out = set()
         for k in self.r.scan_iter(match="sdp:{*}:ledger", count=1000):
             k = k.decode() if isinstance(k, bytes) else k
-            name = k[len("sdp:{"):-len("}:ledger")]
+            name = k[len("sdp:{") : -len("}:ledger")]
             try:
                 out.add(check_name(name))
             except ValueError:
                 continue
         return sorted(out)
-

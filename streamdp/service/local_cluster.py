@@ -49,7 +49,7 @@ class LocalCluster:
         return next((b for b in ("redis-server", "redis-cli") if shutil.which(b) is None), None)
 
     @classmethod
-    def start(cls, n: int = 3, timeout: float = 30.0) -> "LocalCluster":
+    def start(cls, n: int = 3, timeout: float = 30.0) -> LocalCluster:
         """Start ``n`` masters, create the cluster, wait for ``cluster_state:ok`` (RuntimeError after ``timeout``)."""
         if cls.missing():
             raise RuntimeError(f"{cls.missing()} is not on PATH (apt-get install redis-server brings both)")
@@ -60,18 +60,48 @@ class LocalCluster:
             for i in range(n):
                 port = _free_cluster_port(c.ports)
                 proc = subprocess.Popen(
-                    ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
-                     "--cluster-config-file", f"{c._dir}/nodes-{i}.conf", "--dir", c._dir, "--save", "",
-                     "--appendonly", "no", "--daemonize", "no"],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                    [
+                        "redis-server",
+                        "--port",
+                        str(port),
+                        "--bind",
+                        "127.0.0.1",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        f"{c._dir}/nodes-{i}.conf",
+                        "--dir",
+                        c._dir,
+                        "--save",
+                        "",
+                        "--appendonly",
+                        "no",
+                        "--daemonize",
+                        "no",
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL,
+                )
                 c.ports.append(port)
                 c.procs.append(proc)
                 c._watchdogs.append(_start_watchdog(proc.pid, None))
             for port in c.ports:
                 c._wait(lambda p=port: _ping(p), deadline, f"node {port} to answer")
-            subprocess.run(["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in c.ports],
-                            "--cluster-replicas", "0", "--cluster-yes"],
-                           check=True, capture_output=True, timeout=max(deadline - time.monotonic(), 1))
+            subprocess.run(
+                [
+                    "redis-cli",
+                    "--cluster",
+                    "create",
+                    *[f"127.0.0.1:{p}" for p in c.ports],
+                    "--cluster-replicas",
+                    "0",
+                    "--cluster-yes",
+                ],
+                check=True,
+                capture_output=True,
+                timeout=max(deadline - time.monotonic(), 1),
+            )
             c._wait(c.ready, deadline, "cluster_state:ok on every node")
             return c
         except BaseException:
@@ -124,7 +154,7 @@ class LocalCluster:
         except Exception:  # pragma: no cover
             pass
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -19,13 +19,15 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 import numpy as np
 import redis
 
+from streamdp.forest.model import PrivateForest
 from streamdp.service import codec
 from streamdp.service.commit import COMMIT_LUA, WINDOW_ADD_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once
@@ -34,7 +36,6 @@ from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 from streamdp.service.windows import joined_cells
-from streamdp.forest.model import PrivateForest
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
 
@@ -80,10 +81,17 @@ def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes]]:
             out.append((e.id, e.dead[0], e.dead[1]))
         elif e.batch is not None and e.batch.dropped:
             rows = e.batch.dropped
-            detail = msgpack.packb({"batch_id": e.batch.batch_id, "rows": [[r, why] for r, why in rows[:10_000]]},
-                                   use_bin_type=True)
-            out.append((e.id, f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
-                              f"(0-based) of the batch: {rows[0][1]}"[:1000], detail))
+            detail = msgpack.packb(
+                {"batch_id": e.batch.batch_id, "rows": [[r, why] for r, why in rows[:10_000]]}, use_bin_type=True
+            )
+            out.append(
+                (
+                    e.id,
+                    f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
+                    f"(0-based) of the batch: {rows[0][1]}"[:1000],
+                    detail,
+                )
+            )
     return out
 
 
@@ -99,16 +107,26 @@ class _Merge:
     """What both ways share: the model's keys, the worker's name and settings (read once, when the worker is
     built), and rejection handling."""
 
-    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, dead_maxlen: int,
-                 max_commit_retries: int, fault: Callable[[str], None]):
+    def __init__(
+        self,
+        r: redis.Redis,
+        keys: Keys,
+        spec: PrivateForest,
+        consumer: str,
+        *,
+        dead_maxlen: int,
+        max_commit_retries: int,
+        fault: Callable[[str], None],
+    ):
         self.redis, self.keys, self.spec, self.consumer = r, keys, spec, consumer
         self.dead_maxlen, self.max_commit_retries, self.fault = dead_maxlen, max_commit_retries, fault
 
     def reset(self) -> None:
         """Forget what was cached of the model's state (after a lost connection)."""
 
-    def _rejected(self, res: Any, ids_all: list[WorkerEntry], m: int, merge: dict[str, WorkerEntry],
-                  ack_only: list[WorkerEntry]) -> None:
+    def _rejected(
+        self, res: Any, ids_all: list[WorkerEntry], m: int, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]
+    ) -> None:
         """Apply a ``rejected`` reply: duplicates become ack-only, entries no longer ours are dropped."""
         self.redis.hincrby(self.keys.stats, "commit_rejections", 1)
         flat = res[1:]
@@ -137,9 +155,20 @@ class BatchMerge(_Merge):
     falls out; ``version_ttl_s``, ``delta_ttl_s``: their TTLs (0: none; stored deltas dropped at the merge).
     """
 
-    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, noise: NoiseSource,
-                 guard: RollbackGuard, keep_versions: int, version_ttl_s: int = 0, delta_ttl_s: int = 0,
-                 **common: Any):
+    def __init__(
+        self,
+        r: redis.Redis,
+        keys: Keys,
+        spec: PrivateForest,
+        consumer: str,
+        *,
+        noise: NoiseSource,
+        guard: RollbackGuard,
+        keep_versions: int,
+        version_ttl_s: int = 0,
+        delta_ttl_s: int = 0,
+        **common: Any,
+    ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise, self.guard = noise, guard
         self.keep_versions, self.version_ttl_s, self.delta_ttl_s = keep_versions, version_ttl_s, delta_ttl_s
@@ -158,12 +187,21 @@ class BatchMerge(_Merge):
 
     def delta(self, batch: codec.Batch) -> np.ndarray:
         """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""
+
         def draw() -> np.ndarray:
             rng = self.noise.rng("batch", batch.batch_id, batch.X, batch.y)
             return self.spec.noisy_delta_encoded(batch.X, batch.y, rng)
 
-        return drawn_once(self.redis, self.keys.delta(batch.batch_id), draw, self.spec, stats_key=self.keys.stats,
-                          reused="delta_reused", after_draw=lambda: self.fault("after_draw"), ttl_s=PENDING_TTL_S)
+        return drawn_once(
+            self.redis,
+            self.keys.delta(batch.batch_id),
+            draw,
+            self.spec,
+            stats_key=self.keys.stats,
+            reused="delta_reused",
+            after_draw=lambda: self.fault("after_draw"),
+            ttl_s=PENDING_TTL_S,
+        )
 
     def sum_deltas(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> np.ndarray | None:
         """The sum of the entries' noised deltas, each drawn once (stored, :meth:`delta`) and added as it comes:
@@ -185,8 +223,7 @@ class BatchMerge(_Merge):
             del d
         return total
 
-    def commit(self, merge: dict[str, WorkerEntry], total: np.ndarray | None,
-               ack_only: list[WorkerEntry]) -> Outcome:
+    def commit(self, merge: dict[str, WorkerEntry], total: np.ndarray | None, ack_only: list[WorkerEntry]) -> Outcome:
         """Merge ``total`` (the sum of ``merge``'s noised deltas) in one atomic commit, retrying on conflicts.
 
         Memory: the new counts are the cached counts with ``total`` added in place (the cache is dropped
@@ -229,12 +266,35 @@ class BatchMerge(_Merge):
                 n_records = sum(len(e.batch.y) for e in m_entries)
             keep = self.keep_versions
             drop = m > 0 and keep > 0 and new_version - keep >= 0
-            script_keys = [keys.records, keys.state, keys.pub_model, keys.merged, keys.stats, keys.dead,
-                           keys.pub_version(new_version), keys.pub_version(new_version - keep if drop else new_version)]
+            script_keys = [
+                keys.records,
+                keys.state,
+                keys.pub_model,
+                keys.merged,
+                keys.stats,
+                keys.dead,
+                keys.pub_version(new_version),
+                keys.pub_version(new_version - keep if drop else new_version),
+            ]
             script_keys += [keys.delta(e.batch.batch_id) for e in m_entries]
-            args: list[Any] = [GROUP, self.consumer, new_version - 1, counts_b, *record, releases, n_records,
-                               int(time.time() * 1000), self.version_ttl_s, 1 if drop else 0, self.delta_ttl_s,
-                               keys.pub_events, self.dead_maxlen, m, len(ack_only), len(dead)]
+            args: list[Any] = [
+                GROUP,
+                self.consumer,
+                new_version - 1,
+                counts_b,
+                *record,
+                releases,
+                n_records,
+                int(time.time() * 1000),
+                self.version_ttl_s,
+                1 if drop else 0,
+                self.delta_ttl_s,
+                keys.pub_events,
+                self.dead_maxlen,
+                m,
+                len(ack_only),
+                len(dead),
+            ]
             args += [*entry_args(m_entries, ack_only, dead), keys.model_id]
             self.fault("before_commit")
             res = self._script(keys=script_keys, args=args)
@@ -271,8 +331,9 @@ class WindowAdd(_Merge):
     ``noise``: keys the mechanism's per-batch sampling (disjoint budget, k-anonymity); no noise is added here.
     """
 
-    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, noise: NoiseSource,
-                 **common: Any):
+    def __init__(
+        self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, noise: NoiseSource, **common: Any
+    ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise = noise
         self._script = r.register_script(WINDOW_ADD_LUA)
@@ -293,7 +354,8 @@ class WindowAdd(_Merge):
         for bid, e in list(merge.items()):
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
                 tallies[bid] = self.spec.sparse_tally_encoded(
-                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y))
+                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y)
+                )
             except (ValueError, TypeError) as err:
                 e.dead = (f"batch not tallied: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))
@@ -308,8 +370,18 @@ class WindowAdd(_Merge):
             cells = joined_cells([tallies[e.batch.batch_id] for e in m_entries]) if m else b""
             if self.open_window is None:
                 self.open_window = int(self.redis.hget(keys.state, "open") or 1)
-            args: list[Any] = [GROUP, self.consumer, self.open_window, sum(len(e.batch.y) for e in m_entries),
-                               int(time.time() * 1000), self.dead_maxlen, m, len(ack_only), len(dead), cells]
+            args: list[Any] = [
+                GROUP,
+                self.consumer,
+                self.open_window,
+                sum(len(e.batch.y) for e in m_entries),
+                int(time.time() * 1000),
+                self.dead_maxlen,
+                m,
+                len(ack_only),
+                len(dead),
+                cells,
+            ]
             args += [*entry_args(m_entries, ack_only, dead), keys.model_id]
             script_keys = [keys.records, keys.state, keys.merged, keys.stats, keys.dead, keys.acc(self.open_window)]
             self.fault("before_commit")

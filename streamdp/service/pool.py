@@ -20,13 +20,15 @@ __all__ = ["WorkerPool", "run_workers"]
 
 log = logging.getLogger("streamdp.worker")
 
+
 def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(message)s")
     parent = mp.parent_process()  # (its sentinel was made with this process: a pool gone since still shows)
     worker = Worker(redis_url, model, **kw)
     if parent is not None:
-        threading.Thread(target=_stop_with_parent, args=(worker, parent), daemon=True,
-                         name="streamdp-parent-watch").start()
+        threading.Thread(
+            target=_stop_with_parent, args=(worker, parent), daemon=True, name="streamdp-parent-watch"
+        ).start()
     worker.run(until_drained=until_drained)
 
 
@@ -38,16 +40,30 @@ def _stop_with_parent(worker: Worker, parent: Any) -> None:
     start was then already the adopter's)."""
     mp_connection.wait([parent.sentinel])
     if not worker.stopping:
-        jlog(log, logging.WARNING, "worker.pool_gone", model=worker.model, consumer=worker.name,
-             hint="the worker pool that started this worker is gone: stopping")
+        jlog(
+            log,
+            logging.WARNING,
+            "worker.pool_gone",
+            model=worker.model,
+            consumer=worker.name,
+            hint="the worker pool that started this worker is gone: stopping",
+        )
         worker.stop()
 
 
 class WorkerPool:
     """``processes`` worker processes (spawned) for one model; :meth:`stop` ends them gracefully."""
 
-    def __init__(self, model: str, processes: int | None = None, redis_url: Any = None, *,
-                 until_drained: bool = False, log_level: int = logging.INFO, **config: Any):
+    def __init__(
+        self,
+        model: str,
+        processes: int | None = None,
+        redis_url: Any = None,
+        *,
+        until_drained: bool = False,
+        log_level: int = logging.INFO,
+        **config: Any,
+    ):
         if isinstance(redis_url, redis.Redis):
             raise TypeError("worker processes need a URL, not a client")
         for k in config:
@@ -55,10 +71,17 @@ class WorkerPool:
                 raise TypeError(f"unknown worker option {k!r}")
         self.n = processes or os.cpu_count() or 1
         ctx = mp.get_context("spawn")
-        self.procs = [ctx.Process(target=_child, args=(redis_url, model, config, until_drained, log_level),
-                                  daemon=True, name=f"streamdp-worker-{i}") for i in range(self.n)]
+        self.procs = [
+            ctx.Process(
+                target=_child,
+                args=(redis_url, model, config, until_drained, log_level),
+                daemon=True,
+                name=f"streamdp-worker-{i}",
+            )
+            for i in range(self.n)
+        ]
 
-    def start(self) -> "WorkerPool":
+    def start(self) -> WorkerPool:
         for p in self.procs:
             p.start()
         return self
@@ -82,9 +105,16 @@ class WorkerPool:
             p = self.procs[i]  # (SIGTERM: stopped from outside while it started, a warning; a signal to the pool
             #                    itself is not reported: run_workers stops reporting once it is stopping)
             level = logging.WARNING if p.exitcode == -signal.SIGTERM else logging.ERROR
-            jlog(log, level, "worker.process_died", process=p.name, pid=p.pid, exitcode=p.exitcode,
-                 hint="a negative exit code is the signal that ended it; its pending entries are reclaimed by "
-                      "the other workers, or by the next worker started")
+            jlog(
+                log,
+                level,
+                "worker.process_died",
+                process=p.name,
+                pid=p.pid,
+                exitcode=p.exitcode,
+                hint="a negative exit code is the signal that ended it; its pending entries are reclaimed by "
+                "the other workers, or by the next worker started",
+            )
         return dead
 
     def stop(self, timeout: float = 10.0) -> list[int | None]:
@@ -98,19 +128,33 @@ class WorkerPool:
             if p.is_alive():
                 p.kill()
                 p.join()
-                jlog(log, logging.ERROR, "worker.killed_at_stop", process=p.name, pid=p.pid, timeout_s=timeout,
-                     hint="it did not finish its step in time; its pending entries are reclaimed by the next worker")
+                jlog(
+                    log,
+                    logging.ERROR,
+                    "worker.killed_at_stop",
+                    process=p.name,
+                    pid=p.pid,
+                    timeout_s=timeout,
+                    hint="it did not finish its step in time; its pending entries are reclaimed by the next worker",
+                )
         return [p.exitcode for p in self.procs]
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
 
-def run_workers(model: str, processes: int | None = None, redis_url: Any = None, *, until_drained: bool = False,
-                log_level: int = logging.INFO, **config: Any) -> list[int | None]:
+def run_workers(
+    model: str,
+    processes: int | None = None,
+    redis_url: Any = None,
+    *,
+    until_drained: bool = False,
+    log_level: int = logging.INFO,
+    **config: Any,
+) -> list[int | None]:
     """Run ``processes`` worker processes (default: one per core) until they stop; returns exit codes.
 
     SIGTERM/SIGINT to this process stop the workers gracefully (each finishes

@@ -40,8 +40,9 @@ import json
 import os
 import secrets
 import warnings
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -49,11 +50,11 @@ from streamdp import blob
 from streamdp.forest import model as forest
 from streamdp.records import sources
 from streamdp.records.schema import Schema
-from streamdp.validation import check_choice
 from streamdp.service import codec
 from streamdp.service.connection import connect
 from streamdp.service.keys import REGISTRY, Keys
 from streamdp.service.registry import ModelNotFound, batch_id_salt, no_stream_model
+from streamdp.validation import check_choice
 
 __all__ = ["Producer", "PushResult", "producer_id_key", "ENV_PRODUCER_KEY"]
 
@@ -82,7 +83,9 @@ def producer_id_key(path: str | os.PathLike | None = None) -> bytes:
     if path is None:
         path = os.environ.get(ENV_PRODUCER_KEY) or os.path.join(
             os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
-            "streamdp", "producer.key")
+            "streamdp",
+            "producer.key",
+        )
     path = os.fspath(path)
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -109,6 +112,7 @@ def producer_id_key(path: str | os.PathLike | None = None) -> bytes:
 #: What a producer does with a record the schema refuses: raise, or send the valid ones and dead-letter the rest.
 ON_INVALID = ("raise", "dead-letter")
 
+
 class Producer:
     """Code records against the model's schema and XADD them in batches.
 
@@ -122,9 +126,17 @@ class Producer:
     the module docstring); ``False`` draws random ones. Credentials and TLS come from the URL.
     """
 
-    def __init__(self, redis_url: Any = None, model: str = "", *, batch_size: int = 10_000,
-                 on_invalid: str = "raise", maxlen: int | None = None, dedup: bool = True,
-                 id_key: bytes | None = None):
+    def __init__(
+        self,
+        redis_url: Any = None,
+        model: str = "",
+        *,
+        batch_size: int = 10_000,
+        on_invalid: str = "raise",
+        maxlen: int | None = None,
+        dedup: bool = True,
+        id_key: bytes | None = None,
+    ):
         if not model:
             raise ValueError("Producer needs a model name")
         if batch_size < 1 or batch_size > codec.MAX_RECORDS:
@@ -145,8 +157,9 @@ class Producer:
             spec = self.redis.get(self.keys.spec)
             if spec is None:
                 raise no_stream_model(self.redis, model)
-            self.schema = Schema.from_dict(blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema",
-                                                      dict))
+            self.schema = Schema.from_dict(
+                blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema", dict)
+            )
             self._salt = batch_id_salt(spec)
         self.batch_size = batch_size
         self.on_invalid = on_invalid
@@ -164,9 +177,13 @@ class Producer:
             try:
                 self._id_key = producer_id_key()
             except OSError as e:
-                warnings.warn(f"no producer key file ({type(e).__name__}: set {ENV_PRODUCER_KEY} to a writable "
-                              "path): batch ids are keyed for this process only, so a push repeated by another "
-                              "process counts again", RuntimeWarning, stacklevel=3)
+                warnings.warn(
+                    f"no producer key file ({type(e).__name__}: set {ENV_PRODUCER_KEY} to a writable "
+                    "path): batch ids are keyed for this process only, so a push repeated by another "
+                    "process counts again",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
                 self._id_key = os.urandom(32)
                 self._key_of_process = True
         return self._id_key
@@ -185,6 +202,7 @@ class Producer:
                 h.update(a.dtype.str.encode())
                 h.update(np.ascontiguousarray(a))
             return h.hexdigest()
+
         return make
 
     def _send(self, payloads: list[bytes]) -> list[str]:
@@ -195,8 +213,10 @@ class Producer:
             p.xadd(self.keys.records, {"d": d}, nomkstream=True)
         ids = p.execute()
         if any(x is None for x in ids):
-            raise ModelNotFound(f"model {self.model!r} has no record stream (deleted, or not fully created yet): "
-                                f"{sum(x is None for x in ids)} of {len(ids)} batches not sent")
+            raise ModelNotFound(
+                f"model {self.model!r} has no record stream (deleted, or not fully created yet): "
+                f"{sum(x is None for x in ids)} of {len(ids)} batches not sent"
+            )
         return [x.decode() if isinstance(x, bytes) else x for x in ids]
 
     def _envelopes(self, chunk: sources.Chunk, source: str, batch_id: str | None) -> tuple[list[bytes], list[str]]:
@@ -222,8 +242,14 @@ class Producer:
             ids.append(codec.peek_batch_id(env) if callable(bid) else bid)
         return out, ids
 
-    def push_chunks(self, chunks: Iterable[sources.Chunk], *, source: str = "", batch_id: str | None = None,
-                    progress: Callable[[int], None] | None = None) -> PushResult:
+    def push_chunks(
+        self,
+        chunks: Iterable[sources.Chunk],
+        *,
+        source: str = "",
+        batch_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> PushResult:
         """Send coded chunks (:func:`streamdp.records.sources.read_csv_chunks` or :func:`~streamdp.records.sources.frame_chunks`).
 
         Each chunk's batches go out in one pipelined round trip on a sender thread while
@@ -277,9 +303,11 @@ class Producer:
         done = f"the first {n:,} records were pushed before the error"
         if batch_id is not None or not self.dedup:
             return f"{done}; pushing them again counts them again (no content ids): push only the rest"
-        again = ("pushing the corrected data again (same records before the error, same batch size and source) "
-                 "merges only the rest: batch ids derive from each batch's content and position, and workers "
-                 "merge an id once")
+        again = (
+            "pushing the corrected data again (same records before the error, same batch size and source) "
+            "merges only the rest: batch ids derive from each batch's content and position, and workers "
+            "merge an id once"
+        )
         if self._key_of_process:
             again += " (in this process only: without a producer key file another process's ids differ)"
         return f"{done}; {again}"
@@ -295,16 +323,23 @@ class Producer:
         if batch_id is not None and n > self.batch_size:
             raise ValueError("batch_id applies to a single batch; lower the input size or raise batch_size")
         rows = max(self.batch_size, (sources.CHUNK_ROWS // self.batch_size) * self.batch_size)
-        chunks = sources.frame_chunks(X, y, self.schema, chunk_rows=rows,
-                                      on_invalid="raise" if self.on_invalid == "raise" else "drop")
+        chunks = sources.frame_chunks(
+            X, y, self.schema, chunk_rows=rows, on_invalid="raise" if self.on_invalid == "raise" else "drop"
+        )
         if n == 0:
-            chunks = iter([sources.Chunk(0, np.empty((0, self.schema.n_attributes)), np.empty(0, np.int64), 0,
-                                         np.empty(0, np.int64))])
+            chunks = iter(
+                [
+                    sources.Chunk(
+                        0, np.empty((0, self.schema.n_attributes)), np.empty(0, np.int64), 0, np.empty(0, np.int64)
+                    )
+                ]
+            )
         out = self.push_chunks(chunks, source=source, batch_id=batch_id)
         return out[0] if len(out) == 1 else list(out)
 
-    def push_records(self, records: Iterable[dict], label: str | None = None, labels: Any = None,
-                     **kw) -> str | list[str]:
+    def push_records(
+        self, records: Iterable[dict], label: str | None = None, labels: Any = None, **kw
+    ) -> str | list[str]:
         """Send dict records; the label is taken from field ``label`` (default: the schema's label name)."""
         recs = list(records)
         if labels is None:
@@ -326,7 +361,7 @@ class Producer:
         if self._owns_client:
             self.redis.close()
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -20,13 +20,25 @@ from typing import Any
 import numpy as np
 
 from streamdp import blob
-
 from streamdp.forest.model import PrivateForest
 
-__all__ = ["KEEP_BYTES", "versions_kept", "counts_dtype", "counts_to_bytes", "counts_view", "counts_from_bytes",
-           "forest_from_counts", "published_fields", "RELEASE_FORMAT", "release_record", "release_record_parts",
-           "release_record_around_counts",
-           "forest_from_record", "forest_from_doc", "is_release_record"]
+__all__ = [
+    "KEEP_BYTES",
+    "versions_kept",
+    "counts_dtype",
+    "counts_to_bytes",
+    "counts_view",
+    "counts_from_bytes",
+    "forest_from_counts",
+    "published_fields",
+    "RELEASE_FORMAT",
+    "release_record",
+    "release_record_parts",
+    "release_record_around_counts",
+    "forest_from_record",
+    "forest_from_doc",
+    "is_release_record",
+]
 
 #: A retained version under the batch, window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
 #: numbers without the structure, which the model's spec carries.
@@ -101,20 +113,26 @@ def _raw_counts(data: bytes, forest: PrivateForest) -> np.ndarray | None:
     return np.frombuffer(data, dtype=dt).reshape(forest.shape)
 
 
-def forest_from_counts(spec: PrivateForest, data: bytes, version: Any, releases: Any,
-                       noise_variance: Any = None) -> PrivateForest:
+def forest_from_counts(
+    spec: PrivateForest, data: bytes, version: Any, releases: Any, noise_variance: Any = None
+) -> PrivateForest:
     """The forest of ``spec`` holding published counts bytes at ``version`` (validated; :class:`ValueError`).
 
     ``noise_variance``: the published ``noise_variance`` field (a number as bytes or str), when the release
     policy's variance is not ``releases`` times one release's (the binary tree mechanism).
     """
     variance = None if noise_variance is None else float(noise_variance)
-    return spec.with_counts(counts_from_bytes(data, spec, finite=True), version=int(version),
-                            n_releases=int(releases), noise_variance=variance)
+    return spec.with_counts(
+        counts_from_bytes(data, spec, finite=True),
+        version=int(version),
+        n_releases=int(releases),
+        noise_variance=variance,
+    )
 
 
-def published_fields(forest: PrivateForest, *, grown: bytes | None = None, noise_variance: float | None = None,
-                     view: bool = False) -> dict[str, Any]:
+def published_fields(
+    forest: PrivateForest, *, grown: bytes | None = None, noise_variance: float | None = None, view: bool = False
+) -> dict[str, Any]:
     """The ``pub:model`` fields of a stream model's release: version, releases and counts bytes.
 
     No model blob: a stream model's structure is its spec's (``spec`` key, written once at creation),
@@ -163,9 +181,16 @@ def release_record_parts(forest: PrivateForest) -> list:
     True
     """
     nv = forest.noise_variance
-    return blob.packb_parts({"format": RELEASE_FORMAT, "format_version": 1, "version": forest.version,
-                             "n_releases": forest.n_releases, "noise_variance": [float(v) for v in nv],
-                             "counts": blob.pack_array(forest.counts)})
+    return blob.packb_parts(
+        {
+            "format": RELEASE_FORMAT,
+            "format_version": 1,
+            "version": forest.version,
+            "n_releases": forest.n_releases,
+            "noise_variance": [float(v) for v in nv],
+            "counts": blob.pack_array(forest.counts),
+        }
+    )
 
 
 def release_record_around_counts(forest: PrivateForest) -> tuple[bytes, bytes] | None:
@@ -195,11 +220,13 @@ def forest_from_doc(spec: PrivateForest, doc: dict, fmt: str) -> PrivateForest:
     (a model blob of the same structure, or a :func:`release_record`); :class:`ValueError` if they do not fit."""
     counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
     node_var = doc.get("node_variance")  # a grown model's blob (streamdp.forest.growth)
-    return spec.with_counts(counts.copy(), version=blob.field(doc, "version", int, fmt),
-                            n_releases=blob.field(doc, "n_releases", int, fmt),
-                            noise_variance=doc.get("noise_variance"),
-                            node_variance=None if node_var is None else blob.unpack_array(node_var, "node_variance",
-                                                                                          "<f8", ndim=2))
+    return spec.with_counts(
+        counts.copy(),
+        version=blob.field(doc, "version", int, fmt),
+        n_releases=blob.field(doc, "n_releases", int, fmt),
+        noise_variance=doc.get("noise_variance"),
+        node_variance=None if node_var is None else blob.unpack_array(node_var, "node_variance", "<f8", ndim=2),
+    )
 
 
 def is_release_record(data: bytes) -> bool:

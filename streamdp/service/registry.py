@@ -26,20 +26,33 @@ from typing import Any
 
 import redis
 
-from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
-from streamdp.forest.growth import grows_by_default
 from streamdp import blob
+from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
-from streamdp.records.schema import Schema
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
-from streamdp.validation import check_epsilon
+from streamdp.records.schema import Schema
+from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
+from streamdp.validation import check_epsilon
 
-__all__ = ["create_model", "load_policy", "list_models", "list_job_results", "show_model", "delete_model", "load_spec",
-           "published_keys", "ModelNotFound", "ModelExists", "server_value_limit", "blob_max_cells", "grown_blob_bound"]
+__all__ = [
+    "create_model",
+    "load_policy",
+    "list_models",
+    "list_job_results",
+    "show_model",
+    "delete_model",
+    "load_spec",
+    "published_keys",
+    "ModelNotFound",
+    "ModelExists",
+    "server_value_limit",
+    "blob_max_cells",
+    "grown_blob_bound",
+]
 
 #: Redis's default ``proto-max-bulk-len``: the largest value (one argument) the server accepts.
 DEFAULT_BULK_LIMIT = 512 << 20
@@ -109,8 +122,9 @@ def server_value_limit(r: Any) -> int:
         return DEFAULT_BULK_LIMIT
 
 
-def blob_max_cells(schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1,
-                   count_copies: int = 1) -> int:
+def blob_max_cells(
+    schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1, count_copies: int = 1
+) -> int:
     """Most count cells (trees x leaves x classes) a model may have so that every value it stores in Redis
     stays within ``limit`` bytes.
 
@@ -204,11 +218,15 @@ def create_model(
     keys = Keys(name)
 
     if release == "batch" and release_every is not None:
-        raise ValueError("release_every (CLI --release-every) is the schedule of release='window', 'grow' or "
-                         "'tree': with release='batch' each pushed batch is its own release")
+        raise ValueError(
+            "release_every (CLI --release-every) is the schedule of release='window', 'grow' or "
+            "'tree': with release='batch' each pushed batch is its own release"
+        )
     if levels is not None and release != "tree":
-        raise ValueError("levels (CLI --levels) belongs to release='tree', the binary tree mechanism; this model's "
-                         "release is " + ("the default (window or grow)" if release is None else repr(release)))
+        raise ValueError(
+            "levels (CLI --levels) belongs to release='tree', the binary tree mechanism; this model's "
+            "release is " + ("the default (window or grow)" if release is None else repr(release))
+        )
     release_every = 1.0 if release_every is None else release_every
     levels = DEFAULT_LEVELS if levels is None else levels
 
@@ -216,37 +234,57 @@ def create_model(
         pol = ReleasePolicy(kind, release_every, levels, estimator)
         pol.check_mechanism(mechanism)
         if kind != "batch" and pol.release_every < MIN_RELEASE_EVERY:
-            raise ValueError(f"release_every (seconds) must be at least {MIN_RELEASE_EVERY:g}, got {release_every!r}: "
-                             "each release adds a noise draw to every count and writes the model's counts")
+            raise ValueError(
+                f"release_every (seconds) must be at least {MIN_RELEASE_EVERY:g}, got {release_every!r}: "
+                "each release adds a noise draw to every count and writes the model's counts"
+            )
         return pol
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
     epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
     # the one rule for whether this model grows (the default needs its grown blob to fit too, below)
-    may_grow = release == "grow" or (release is None and grows_by_default(schema)
-                                     and PrivateForest.growable(epsilon, mechanism))
+    may_grow = release == "grow" or (
+        release is None and grows_by_default(schema) and PrivateForest.growable(epsilon, mechanism)
+    )
     if release == "grow" and math.isinf(epsilon):
-        raise ValueError("release='grow' needs a finite epsilon: without noise there is nothing to grow against "
-                         "(release='window' keeps the drawn trees)")
+        raise ValueError(
+            "release='grow' needs a finite epsilon: without noise there is nothing to grow against "
+            "(release='window' keeps the drawn trees)"
+        )
     start = time.time()
     if ledger_budget is not None:
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
     valid_trees = isinstance(n_trees, int) and n_trees >= 1  # else PrivateForest.create says what is wrong
     copies = 2 * levels if release == "tree" else 1  # (tree: its state holds 2 x levels counts-sized arrays)
-    cells = (blob_max_cells(schema, n_trees, limit, grows=release == "grow", count_copies=copies) if valid_trees
-             else DEFAULT_MAX_CELLS)
-    too_big = (f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "
-               f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)"
-               + (", with release='grow' adding a noise variance per node" if release == "grow" else ""))
+    cells = (
+        blob_max_cells(schema, n_trees, limit, grows=release == "grow", count_copies=copies)
+        if valid_trees
+        else DEFAULT_MAX_CELLS
+    )
+    too_big = (
+        f"model {name!r} would not fit in this Redis server: its blob must stay within {limit:,} bytes "
+        f"(the server's proto-max-bulk-len), i.e. at most {cells:,} counts (trees x leaves x classes)"
+        + (", with release='grow' adding a noise variance per node" if release == "grow" else "")
+    )
     if cells < n_trees * schema.n_classes:
         raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
     if height is None and may_grow and valid_trees:  # a growing model's height is a ceiling (the river default's)
         height = fitting_height(schema, ceiling_height(schema), n_trees, min(DEFAULT_MAX_CELLS, cells))
     try:
-        forest = PrivateForest.create(schema, n_trees=n_trees, height=height, epsilon=epsilon, mechanism=mechanism,
-                                      k=k, beta=beta, seed=seed, vote=vote, budget=budget,
-                                      max_cells=min(DEFAULT_MAX_CELLS, cells))
+        forest = PrivateForest.create(
+            schema,
+            n_trees=n_trees,
+            height=height,
+            epsilon=epsilon,
+            mechanism=mechanism,
+            k=k,
+            beta=beta,
+            seed=seed,
+            vote=vote,
+            budget=budget,
+            max_cells=min(DEFAULT_MAX_CELLS, cells),
+        )
     except TooLargeError as e:
         if cells >= DEFAULT_MAX_CELLS:
             raise
@@ -263,9 +301,11 @@ def create_model(
     if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
     if policy.kind == "grow" and grown_bytes > limit:
-        raise TooLargeError(f"{too_big}: release='grow' publishes the grown trees with a noise variance per node, "
-                            f"up to {grown_bytes:,} bytes once the data fill every level; use release='window', "
-                            "fewer trees or a lower height")
+        raise TooLargeError(
+            f"{too_big}: release='grow' publishes the grown trees with a noise variance per node, "
+            f"up to {grown_bytes:,} bytes once the data fill every level; use release='window', "
+            "fewer trees or a lower height"
+        )
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):
@@ -284,12 +324,29 @@ def create_model(
     now = int(time.time() * 1000)
     p = r.pipeline(transaction=True)
     p.set(keys.spec, spec)
-    p.hset(keys.state, mapping={"model_id": model_id, "version": 0, "counts": pub["counts"], "releases": 0,
-                                "open": 1,
-                                "release": json.dumps(policy.to_dict()), "release_start": repr(start),
-                                "noise_layout": "blocks"})
-    p.hset(keys.pub_model, mapping={**pub, "updated": now, "model_id": model_id,
-                                    "release": json.dumps(policy.to_dict()), "release_start": repr(start)})
+    p.hset(
+        keys.state,
+        mapping={
+            "model_id": model_id,
+            "version": 0,
+            "counts": pub["counts"],
+            "releases": 0,
+            "open": 1,
+            "release": json.dumps(policy.to_dict()),
+            "release_start": repr(start),
+            "noise_layout": "blocks",
+        },
+    )
+    p.hset(
+        keys.pub_model,
+        mapping={
+            **pub,
+            "updated": now,
+            "model_id": model_id,
+            "release": json.dumps(policy.to_dict()),
+            "release_start": repr(start),
+        },
+    )
     p.set(keys.pub_version(0), spec)
     p.execute()
     try:
@@ -300,8 +357,7 @@ def create_model(
     return forest
 
 
-def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None,
-                  model_id: str) -> None:
+def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None, model_id: str) -> None:
     """Charge the model's epsilon/delta to the ledger of source ``name`` (setting or raising its budget).
 
     A charge the budget set here could not take is refused before the budget is written: a refused create
@@ -313,8 +369,10 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
     current = ledger.budget(name)
     if not math.isfinite(forest.epsilon):
         if current is not None or ledger_budget is not None:
-            raise BudgetExceeded(f"source {name!r}: a non-private model (epsilon=inf) cannot be charged to a privacy "
-                                 "budget; refused before reading any data")
+            raise BudgetExceeded(
+                f"source {name!r}: a non-private model (epsilon=inf) cannot be charged to a privacy "
+                "budget; refused before reading any data"
+            )
         return
     new = None
     if current is None:
@@ -322,23 +380,33 @@ def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budge
     elif ledger_budget is not None and ledger_budget > current[0]:
         new = (ledger_budget, max(current[1], forest.delta))
     elif ledger_budget is not None and ledger_budget < current[0]:
-        raise ValueError(f"source {name!r} already has a budget of {current[0]:g}: --ledger-budget can only raise "
-                         f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})")
+        raise ValueError(
+            f"source {name!r} already has a budget of {current[0]:g}: --ledger-budget can only raise "
+            f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})"
+        )
     if new is not None:
         spent = ledger.spent(name) if current is not None else (0.0, 0.0)
         if exceeds(spent, (forest.epsilon, forest.delta), new):  # (the charge below would refuse it, too late)
             raise refusal(name, forest.epsilon, spent[0], new[0], forest.delta, spent[1], new[1])
         ledger.set_budget(name, *new)
     try:
-        ledger.charge(name, forest.epsilon, delta=forest.delta, who="stream", what="PrivateForest (stream model)",
-                      key=f"model:{model_id}")
+        ledger.charge(
+            name,
+            forest.epsilon,
+            delta=forest.delta,
+            who="stream",
+            what="PrivateForest (stream model)",
+            key=f"model:{model_id}",
+        )
     except BudgetExceeded as e:
         if current is None:
             raise
         # a new user re-creating a deleted model's name: the ledger is kept (spends are history)
-        raise BudgetExceeded(f"{e}. The ledger of {name!r} was spent before (a model or job of this name, perhaps "
-                             f"deleted since: ledgers are kept): raise its budget with --ledger-budget, or use "
-                             f"another name (streamdp ledger {name} lists its spends)") from None
+        raise BudgetExceeded(
+            f"{e}. The ledger of {name!r} was spent before (a model or job of this name, perhaps "
+            f"deleted since: ledgers are kept): raise its budget with --ledger-budget, or use "
+            f"another name (streamdp ledger {name} lists its spends)"
+        ) from None
 
 
 #: A spec larger than this is read in parts of this size (GETRANGE) into one buffer.
@@ -356,7 +424,7 @@ def _read_spec(r: Any, key: str) -> bytes | bytearray | None:
         part = r.getrange(key, off, off + SPEC_READ_PART - 1)
         if len(part) != min(SPEC_READ_PART, size - off):
             raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
-        buf[off:off + len(part)] = part
+        buf[off : off + len(part)] = part
         del part
     if int(r.strlen(key)) != size:
         raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
@@ -386,8 +454,10 @@ def no_stream_model(r: Any, name: str) -> ModelNotFound:
     except redis.exceptions.NoPermissionError:  # (a producer may not read the job results)
         job = False
     if job:
-        return ModelNotFound(f"{name!r} is a batch job's model, not a stream model: it takes no records and has no "
-                             "workers (records go to a stream model: streamdp model create)")
+        return ModelNotFound(
+            f"{name!r} is a batch job's model, not a stream model: it takes no records and has no "
+            "workers (records go to a stream model: streamdp model create)"
+        )
     return ModelNotFound(f"no model named {name!r} (streamdp model list shows the models)")
 
 
@@ -452,8 +522,14 @@ def show_model(r: Any, name: str) -> dict:
     info.setdefault("release", ReleasePolicy("batch").to_dict())
     if info.get("kind") != "job":
         info["class_total_sd"] = class_total_sd(
-            ReleasePolicy.from_dict(info["release"]), info["releases"], float(info["epsilon"]), info["mechanism"],
-            info["budget"], info["n_trees"], info.get("prior_trees", 0))
+            ReleasePolicy.from_dict(info["release"]),
+            info["releases"],
+            float(info["epsilon"]),
+            info["mechanism"],
+            info["budget"],
+            info["n_trees"],
+            info.get("prior_trees", 0),
+        )
     return info
 
 
@@ -486,4 +562,3 @@ def delete_model(r: Any, name: str) -> int:
     if not existed and n == 0:
         raise ModelNotFound(f"no model named {name!r}")
     return n
-

@@ -31,11 +31,18 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from streamdp.validation import Interval, check_integer
 from streamdp.service.keys import Keys, as_str
+from streamdp.validation import Interval, check_integer
 
-__all__ = ["Retention", "retention_key", "get_retention", "set_retention", "retention_floor", "trim_minid",
-           "policy_minid"]
+__all__ = [
+    "Retention",
+    "retention_key",
+    "get_retention",
+    "set_retention",
+    "retention_floor",
+    "trim_minid",
+    "policy_minid",
+]
 
 
 @dataclass(frozen=True)
@@ -60,7 +67,6 @@ def retention_key(name: str) -> str:
     'sdp:{votes}:priv:retention'
     """
     return f"{Keys(name).prefix}:priv:retention"
-
 
 
 def _check(seconds: float | None, records: int | None) -> None:

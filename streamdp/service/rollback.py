@@ -123,7 +123,8 @@ class RollbackGuard:
         if version < top:
             raise RollbackDetected(
                 f"published version {version} is below version {top} already published (recorded in {self.path}): "
-                "the Redis state was rolled back; refusing to publish. See docs/service.md, 'State rollback'.")
+                "the Redis state was rolled back; refusing to publish. See docs/service.md, 'State rollback'."
+            )
 
     def record(self, version: int) -> None:
         """Raise the recorded version to ``version`` (under a file lock; fsynced before returning)."""

@@ -36,16 +36,44 @@ from streamdp.service.keys import GROUP, Keys, as_str
 
 __all__ = ["collect", "prometheus_text", "public", "exact_names", "metric_value", "EXACT", "BATCH_LEVEL"]
 
-COUNTERS = ("entries_read", "batches_merged", "records_merged", "commits", "commit_retries", "commit_rejections",
-            "dead_letters", "acked_without_merge", "poison", "claimed", "delta_reused", "trimmed", "lost_trimmed")
+COUNTERS = (
+    "entries_read",
+    "batches_merged",
+    "records_merged",
+    "commits",
+    "commit_retries",
+    "commit_rejections",
+    "dead_letters",
+    "acked_without_merge",
+    "poison",
+    "claimed",
+    "delta_reused",
+    "trimmed",
+    "lost_trimmed",
+)
 # Exact figures that depend on individual records (how many, how many were bad): never exported by default.
 EXACT = ("records_merged", "dead_letters", "acked_without_merge", "poison", "dead_letter_length")
 # Figures that follow the producers' entries and batches: public where each batch is a release ("batch"), exact
 # under the window policies (a model with windowed = 1).
-BATCH_LEVEL = ("entries_read", "batches_merged", "commits", "commit_retries", "commit_rejections", "claimed",
-               "delta_reused", "trimmed", "lost_trimmed", "last_commit_seconds", "stream_length", "pending", "lag")
-EXACT_WARNING = ("exact counts are not differentially private: they reveal facts about individual records "
-                 "(keep them out of widely shared metrics systems)")
+BATCH_LEVEL = (
+    "entries_read",
+    "batches_merged",
+    "commits",
+    "commit_retries",
+    "commit_rejections",
+    "claimed",
+    "delta_reused",
+    "trimmed",
+    "lost_trimmed",
+    "last_commit_seconds",
+    "stream_length",
+    "pending",
+    "lag",
+)
+EXACT_WARNING = (
+    "exact counts are not differentially private: they reveal facts about individual records "
+    "(keep them out of widely shared metrics systems)"
+)
 
 
 def collect(r: Any, model: str) -> dict[str, float]:
@@ -152,8 +180,8 @@ def public(stats: dict[str, float]) -> dict[str, float]:
 
 _HELP = {
     "entries_read": "stream entries read by workers (a throughput count, not an account: a read cut short by a "
-                    "crash is not counted, and a worker's pending entries re-read after a lost connection count "
-                    "again)",
+    "crash is not counted, and a worker's pending entries re-read after a lost connection count "
+    "again)",
     "batches_merged": "batches merged into the model",
     "records_merged": "valid records merged",
     "estimated_records": "noisy estimate of the records merged, from the published counts (differentially private)",
@@ -168,9 +196,9 @@ _HELP = {
     "trimmed": "acked entries trimmed from the stream",
     "lost_trimmed": "pending entries found deleted from the stream",
     "deleted_undelivered": "1 if stream entries were deleted before any worker read them (an XADD MAXLEN/MINID "
-                           "trim by a producer: a trust boundary, see docs/security.md)",
+    "trim by a producer: a trust boundary, see docs/security.md)",
     "stream_ids_blocked": "1 if the stream's last id is far in the future (an XADD with an explicit huge id: "
-                          "every later push fails; see docs/security.md to repair)",
+    "every later push fails; see docs/security.md to repair)",
 }
 
 
@@ -182,7 +210,7 @@ def prometheus_text(stats: dict[str, dict[str, float]], *, exact: bool = False) 
     for k in names:
         metric = f"streamdp_{k}_total" if k in COUNTERS else f"streamdp_{k}"
         kind = "counter" if k in COUNTERS else "gauge"
-        help_ = _HELP.get(k, k.replace('_', ' '))
+        help_ = _HELP.get(k, k.replace("_", " "))
         if any(k in exact_names(s) for s in stats.values()):
             help_ = f"{help_} (EXACT for some models, exported on request with --exact: {EXACT_WARNING})"
         lines.append(f"# HELP {metric} {help_}")

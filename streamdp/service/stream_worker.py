@@ -30,8 +30,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any
 
 import redis
 
@@ -55,24 +56,24 @@ log = logging.getLogger("streamdp.worker")
 
 @dataclass
 class WorkerConfig:
-    batch_entries: int = 16        # k: entries coalesced per commit
-    block_ms: int = 1000           # XREADGROUP BLOCK
-    claim_idle_ms: int = 30_000    # reclaim entries of workers idle this long
-    claim_every_s: float = 1.0     # how often to run XAUTOCLAIM
-    max_deliveries: int = 5        # poison threshold
-    delta_ttl_s: int = 0           # stored deltas and window noise kept this long after their merge (0: dropped)
-    keep_versions: int = 20        # pub:v:<N> retained (0: no bound in number; keep_bytes still bounds them)
-    keep_bytes: int = KEEP_BYTES   # ... and no more of them than fit in these bytes (0: no bound; at least one)
-    version_ttl_s: int = 0         # TTL of pub:v:<N> (0: none)
-    dead_maxlen: int = 100_000     # dead-letter stream approximate cap
-    trim_every: int = 20           # commits between MINID trims
-    trim_idle_s: float = 60.0      # an idle stream is trimmed this often (retention holds without traffic)
+    batch_entries: int = 16  # k: entries coalesced per commit
+    block_ms: int = 1000  # XREADGROUP BLOCK
+    claim_idle_ms: int = 30_000  # reclaim entries of workers idle this long
+    claim_every_s: float = 1.0  # how often to run XAUTOCLAIM
+    max_deliveries: int = 5  # poison threshold
+    delta_ttl_s: int = 0  # stored deltas and window noise kept this long after their merge (0: dropped)
+    keep_versions: int = 20  # pub:v:<N> retained (0: no bound in number; keep_bytes still bounds them)
+    keep_bytes: int = KEEP_BYTES  # ... and no more of them than fit in these bytes (0: no bound; at least one)
+    version_ttl_s: int = 0  # TTL of pub:v:<N> (0: none)
+    dead_maxlen: int = 100_000  # dead-letter stream approximate cap
+    trim_every: int = 20  # commits between MINID trims
+    trim_idle_s: float = 60.0  # an idle stream is trimmed this often (retention holds without traffic)
     max_commit_retries: int = 1000
     forget_consumers_s: float = 3600.0  # drop group consumers idle this long with nothing pending (0: never)
     noise_key_file: str | None = None  # master noise key (default $STREAMDP_NOISE_KEY_FILE): rollback-proof noise
-    state_dir: str | None = None       # rollback guard's directory (default $STREAMDP_STATE_DIR)
+    state_dir: str | None = None  # rollback guard's directory (default $STREAMDP_STATE_DIR)
 
-    def check(self) -> "WorkerConfig":
+    def check(self) -> WorkerConfig:
         """Each setting in its range, with an error naming it (the CLI checks before starting any worker).
 
         >>> WorkerConfig(block_ms=0).check()
@@ -112,8 +113,16 @@ class Worker(GroupLoop):
     log = log
     event_prefix = "worker"
 
-    def __init__(self, redis_url: Any = None, model: str = "", *, consumer: str | None = None,
-                 config: WorkerConfig | None = None, faults: FaultPoints | None = None, **overrides: Any):
+    def __init__(
+        self,
+        redis_url: Any = None,
+        model: str = "",
+        *,
+        consumer: str | None = None,
+        config: WorkerConfig | None = None,
+        faults: FaultPoints | None = None,
+        **overrides: Any,
+    ):
         super().__init__()
         if not model:
             raise ValueError("Worker needs a model name")
@@ -129,9 +138,18 @@ class Worker(GroupLoop):
         self.spec = load_spec(self.redis, model)
         self.schema = self.spec.schema
         self.name = consumer or consumer_name()
-        self.reader = GroupReader(self.redis, self.keys.records, GROUP, self.name, block_ms=cfg.block_ms,
-                                  claim_idle_ms=cfg.claim_idle_ms, claim_every_s=cfg.claim_every_s,
-                                  stats=self.keys.stats, logger=log, context={"model": model})
+        self.reader = GroupReader(
+            self.redis,
+            self.keys.records,
+            GROUP,
+            self.name,
+            block_ms=cfg.block_ms,
+            claim_idle_ms=cfg.claim_idle_ms,
+            claim_every_s=cfg.claim_every_s,
+            stats=self.keys.stats,
+            logger=log,
+            context={"model": model},
+        )
         self._fault: Callable[[str], None] = faults or FaultPoints.from_env() or _no_fault
         self._commits_since_trim = 0
         self._last_trim = time.monotonic()
@@ -147,23 +165,44 @@ class Worker(GroupLoop):
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
         # a retained version: the counts, or a grown release's whole blob (at most its bound)
-        version_bytes = (grown_blob_bound(self.spec, int(self.redis.strlen(self.keys.spec)))
-                         if self.policy.kind == "grow" else self.spec.counts.nbytes)
+        version_bytes = (
+            grown_blob_bound(self.spec, int(self.redis.strlen(self.keys.spec)))
+            if self.policy.kind == "grow"
+            else self.spec.counts.nbytes
+        )
         self.keep_versions = versions_kept(cfg.keep_versions, version_bytes, cfg.keep_bytes)
         self._drop_stale_versions()
         common = dict(dead_maxlen=cfg.dead_maxlen, max_commit_retries=cfg.max_commit_retries, fault=self._fault)
         self.closer: WindowCloser | None = None
         self.merger: BatchMerge | WindowAdd
         if self.policy.kind == "batch":
-            self.merger = BatchMerge(self.redis, self.keys, self.spec, self.name, noise=self.noise, guard=self.guard,
-                                     keep_versions=self.keep_versions, version_ttl_s=cfg.version_ttl_s,
-                                     delta_ttl_s=cfg.delta_ttl_s, **common)
+            self.merger = BatchMerge(
+                self.redis,
+                self.keys,
+                self.spec,
+                self.name,
+                noise=self.noise,
+                guard=self.guard,
+                keep_versions=self.keep_versions,
+                version_ttl_s=cfg.version_ttl_s,
+                delta_ttl_s=cfg.delta_ttl_s,
+                **common,
+            )
         else:
             self.merger = WindowAdd(self.redis, self.keys, self.spec, self.name, noise=self.noise, **common)
             self.closer = WindowCloser(
-                self.redis, self.keys, self.spec, self.policy, start, noise=self.noise, guard=self.guard,
-                fault=self._fault, version_ttl_s=cfg.version_ttl_s, keep_versions=self.keep_versions,
-                noise_ttl_s=cfg.delta_ttl_s)
+                self.redis,
+                self.keys,
+                self.spec,
+                self.policy,
+                start,
+                noise=self.noise,
+                guard=self.guard,
+                fault=self._fault,
+                version_ttl_s=cfg.version_ttl_s,
+                keep_versions=self.keep_versions,
+                noise_ttl_s=cfg.delta_ttl_s,
+            )
         self.trimmer = StreamTrimmer(self.redis, self.keys, self.name, forget_consumers_s=cfg.forget_consumers_s)
 
     def _drop_stale_versions(self) -> int:
@@ -184,17 +223,34 @@ class Worker(GroupLoop):
         return {"model": self.model}
 
     def _on_start(self) -> None:
-        _jlog(logging.INFO, "worker.start", model=self.model, consumer=self.name, config=asdict(self.config),
-              release=self.policy.to_dict(), keyed_noise=self.noise.keyed, rollback_guard=self.guard.path is not None)
+        _jlog(
+            logging.INFO,
+            "worker.start",
+            model=self.model,
+            consumer=self.name,
+            config=asdict(self.config),
+            release=self.policy.to_dict(),
+            keyed_noise=self.noise.keyed,
+            rollback_guard=self.guard.path is not None,
+        )
         if not self.noise.keyed:
-            _jlog(logging.WARNING, "worker.unkeyed_noise", model=self.model,
-                  hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)")
+            _jlog(
+                logging.WARNING,
+                "worker.unkeyed_noise",
+                model=self.model,
+                hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)",
+            )
         if self.closer is not None:  # (public: the clock and the published release count)
             behind = self.closer.due(self.closer.now()) - int(self.redis.hget(self.keys.pub_model, "releases") or 0)
             if behind >= BEHIND_WARN:
-                _jlog(logging.WARNING, "worker.behind_schedule", model=self.model, windows=behind,
-                      hint="every window due is released, empty or not, each adding a noise draw to every count: "
-                           "start workers with the model (README, the late worker)")
+                _jlog(
+                    logging.WARNING,
+                    "worker.behind_schedule",
+                    model=self.model,
+                    windows=behind,
+                    hint="every window due is released, empty or not, each adding a noise draw to every count: "
+                    "start workers with the model (README, the late worker)",
+                )
 
     def _on_disconnect(self) -> None:
         self.reader.reset()
@@ -237,8 +293,10 @@ class Worker(GroupLoop):
         """The decode boundary: a batch, or a dead letter with a reason (total: the worker never dies on input)."""
         try:
             if e.fields is not None and e.poison(self.config.max_deliveries):
-                e.dead = (f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})",
-                          codec.entry_detail(e.fields))
+                e.dead = (
+                    f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})",
+                    codec.entry_detail(e.fields),
+                )
                 self.redis.hincrby(self.keys.stats, "poison", 1)
                 return
             e.batch, e.dead = codec.decode_entry(self.schema, e.fields)
@@ -276,16 +334,23 @@ class Worker(GroupLoop):
     def _replaced(self) -> None:
         """The model was deleted and re-created under this name since this worker loaded it: write nothing and
         stop (its entries stay pending in the new model's group, where its own workers reclaim them)."""
-        _jlog(logging.ERROR, "worker.model_replaced", model=self.model,
-              hint="the model was deleted and re-created: start a new worker for it")
+        _jlog(
+            logging.ERROR,
+            "worker.model_replaced",
+            model=self.model,
+            hint="the model was deleted and re-created: start a new worker for it",
+        )
         self.stop()
 
     def _after_commit(self, entries: list[WorkerEntry], *, merged: bool) -> None:
         """After a successful commit or add: log the dead letters, trim every ``trim_every`` merging commits."""
         # the distinct reasons only (how many entries or records were bad is exact: stats --exact; the counts
         # and rows stay in the worker-only dead-letter stream)
-        reasons = {e.dead[0] if e.dead is not None else f"invalid records: {e.batch.dropped[0][1]}"
-                   for e in entries if e.dead is not None or (e.batch is not None and e.batch.dropped)}
+        reasons = {
+            e.dead[0] if e.dead is not None else f"invalid records: {e.batch.dropped[0][1]}"
+            for e in entries
+            if e.dead is not None or (e.batch is not None and e.batch.dropped)
+        }
         if reasons:
             _jlog(logging.WARNING, "worker.dead_letter", model=self.model, reasons=sorted(r[:200] for r in reasons)[:5])
         self._commits_since_trim += 1 if merged else 0

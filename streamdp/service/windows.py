@@ -37,19 +37,26 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import redis
 
-from streamdp.release.continual import (ReleasePolicy, TreeState, noisy_node, published_variance, window_delta, window_end,
-                         windows_closed)
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
+from streamdp.release.continual import (
+    ReleasePolicy,
+    TreeState,
+    noisy_node,
+    published_variance,
+    window_delta,
+    window_end,
+    windows_closed,
+)
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
+from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
 from streamdp.service.group import jlog
 from streamdp.service.keys import Keys, as_str
-from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
 from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 
@@ -106,7 +113,7 @@ def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
             if len(v) % 16:
                 raise ValueError("window accumulator holds a malformed tally")
             a = np.frombuffer(v, dtype="<i8")
-            idx, val = a[:len(a) // 2], a[len(a) // 2:]
+            idx, val = a[: len(a) // 2], a[len(a) // 2 :]
             if idx.size and (idx.min() < 0 or idx.max() >= size):
                 raise ValueError("window accumulator holds a cell index outside the forest")
             np.add.at(out, idx, val)
@@ -122,9 +129,21 @@ def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
 class WindowCloser:
     """Closes the due windows of one model (run by every worker; see the module docstring)."""
 
-    def __init__(self, r: redis.Redis, keys: Keys, spec: PrivateForest, policy: ReleasePolicy, start: float, *,
-                 noise: NoiseSource, guard: RollbackGuard, fault: Callable[[str], None], version_ttl_s: int = 0,
-                 keep_versions: int = 20, noise_ttl_s: int = 0):
+    def __init__(
+        self,
+        r: redis.Redis,
+        keys: Keys,
+        spec: PrivateForest,
+        policy: ReleasePolicy,
+        start: float,
+        *,
+        noise: NoiseSource,
+        guard: RollbackGuard,
+        fault: Callable[[str], None],
+        version_ttl_s: int = 0,
+        keep_versions: int = 20,
+        noise_ttl_s: int = 0,
+    ):
         if policy.kind == "batch":
             raise ValueError("release='batch' has no windows")
         self.r, self.keys, self.spec, self.policy, self.start = r, keys, spec, policy, start
@@ -222,9 +241,16 @@ class WindowCloser:
             key = self.keys.window_delta(w)
 
             def draw() -> np.ndarray:  # in place: the accumulator's counts become the delta (its key hashed before)
-                return window_delta(exact, self.spec.shape, self.eps_node, self.spec.mechanism,
-                                    self.noise.rng("window", str(w), self._exact_bytes(exact)), self.real, self.spec.k,
-                                    in_place=True)
+                return window_delta(
+                    exact,
+                    self.spec.shape,
+                    self.eps_node,
+                    self.spec.mechanism,
+                    self.noise.rng("window", str(w), self._exact_bytes(exact)),
+                    self.real,
+                    self.spec.k,
+                    in_place=True,
+                )
 
             # Stored for an empty window too, though its release is pure noise: skipping the write made empty
             # windows' releases measurably earlier (a review: 69 against 85 ms, told apart 88% of the time),
@@ -244,8 +270,12 @@ class WindowCloser:
             noisy, noise_keys = {}, []
             for node, x in state.closing_sums(exact).items():
                 key = self.keys.node(node.key)
-                noisy[node] = self._stored(key, lambda x=x, node=node: noisy_node(
-                    x, self.eps_node, self.spec.mechanism, self.noise.rng("node", node.key, x), self.real))
+                noisy[node] = self._stored(
+                    key,
+                    lambda x=x, node=node: noisy_node(
+                        x, self.eps_node, self.spec.mechanism, self.noise.rng("node", node.key, x), self.real
+                    ),
+                )
                 noise_keys.append(key)
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
@@ -286,14 +316,23 @@ class WindowCloser:
             drawn.append(self.spec.holding(old).grow_exact(tally, rng))  # a copy: the cached base stays as it was
             return drawn[0].to_bytes()
 
-        blob_b, fresh = stored_once(self.r, key, draw, stats_key=self.keys.stats, reused="noise_reused",
-                                    after_draw=lambda: self.fault("close_after_draw"),
-                                    after_store=lambda: self.fault("close_after_store"), ttl_s=PENDING_TTL_S)
+        blob_b, fresh = stored_once(
+            self.r,
+            key,
+            draw,
+            stats_key=self.keys.stats,
+            reused="noise_reused",
+            after_draw=lambda: self.fault("close_after_draw"),
+            after_store=lambda: self.fault("close_after_store"),
+            ttl_s=PENDING_TTL_S,
+        )
         # this closer's draw as it is, or the one stored first (decoded and checked)
         forest = drawn[0] if fresh else self.spec.holding(PrivateForest.from_bytes(blob_b))
         if forest.version != version + 1 or forest.n_releases != w:
-            raise RuntimeError(f"stored release {key} is version {forest.version} of {forest.n_releases} windows, "
-                               f"the model expects {version + 1} of {w}: corrupted state")
+            raise RuntimeError(
+                f"stored release {key} is version {forest.version} of {forest.n_releases} windows, "
+                f"the model expects {version + 1} of {w}: corrupted state"
+            )
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
         ok = self._release(w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b)
@@ -303,12 +342,27 @@ class WindowCloser:
         self.guard.record(version + 1)
         self._released = w
         self._last = (version + 1, forest)
-        jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1,
-             height=forest.height)
+        jlog(
+            log,
+            logging.DEBUG,
+            "worker.window_released",
+            model=self.keys.name,
+            window=w,
+            version=version + 1,
+            height=forest.height,
+        )
         return True
 
-    def _release(self, w: int, version: int, forest: PrivateForest, state_b: bytes, noise_keys: list[str],
-                 variance: float, grown: bytes | None = None) -> bool:
+    def _release(
+        self,
+        w: int,
+        version: int,
+        forest: PrivateForest,
+        state_b: bytes,
+        noise_keys: list[str],
+        variance: float,
+        grown: bytes | None = None,
+    ) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
 
@@ -342,8 +396,10 @@ class WindowCloser:
                 # The state keeps no copy of the counts (or grown blob): closers read pub:model's, written in this
                 # transaction (a counts-sized write and the counts' memory in Redis less); its fields say so
                 # in bytes that fit no forest, for the workers of earlier versions (COUNTS_IN_PUB_MODEL).
-                p.hset(self.keys.state, mapping={"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL,
-                                                 "blob": COUNTS_IN_PUB_MODEL})
+                p.hset(
+                    self.keys.state,
+                    mapping={"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL, "blob": COUNTS_IN_PUB_MODEL},
+                )
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is the spec's), written in its
@@ -381,6 +437,14 @@ class WindowCloser:
 
     def _stored(self, key: str, draw: Callable[[], np.ndarray]) -> np.ndarray:
         """The noise stored under ``key``, or drawn now and stored with SET NX (the first stored one wins)."""
-        return drawn_once(self.r, key, draw, self.spec, stats_key=self.keys.stats, reused="noise_reused",
-                          after_draw=lambda: self.fault("close_after_draw"),
-                          after_store=lambda: self.fault("close_after_store"), ttl_s=PENDING_TTL_S)
+        return drawn_once(
+            self.r,
+            key,
+            draw,
+            self.spec,
+            stats_key=self.keys.stats,
+            reused="noise_reused",
+            after_draw=lambda: self.fault("close_after_draw"),
+            after_store=lambda: self.fault("close_after_store"),
+            ttl_s=PENDING_TTL_S,
+        )

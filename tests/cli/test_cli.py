@@ -53,8 +53,9 @@ def test_every_leaf_command_has_a_handler():
 
 @pytest.mark.parametrize("module", ["streamdp.cli", "streamdp.evaluate"])
 def test_python_dash_m_help(module):
-    r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60,
-                       env=ENV, cwd=ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("usage: streamdp")
     if module == "streamdp.cli":
@@ -75,8 +76,10 @@ def test_console_script_entry_point():
 
 
 def test_help_loads_neither_redis_nor_river():
-    code = ("import sys\nfrom streamdp.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('redis', 'river', 'streamdp.service', 'streamdp.evaluate') if m in sys.modules))")
+    code = (
+        "import sys\nfrom streamdp.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('redis', 'river', 'streamdp.service', 'streamdp.evaluate') if m in sys.modules))"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "[]"
@@ -95,26 +98,29 @@ def test_bad_input_exits_2_with_a_message(capsys):
     assert capsys.readouterr().err == "streamdp: error: give a source NAME or --list (not both)\n"
 
 
-@pytest.mark.parametrize("argv", [
-    ["model", "create", "m", "--schema", "s.json", "--epsilon", "1e400"],  # overflowed to inf: a non-private model
-    ["model", "create", "m", "--schema", "s.json", "--epsilon", "nan"],
-    ["model", "create", "m", "--schema", "s.json", "--epsilon", "-1"],  # refused only once the model was built
-    ["demo", "--epsilon", "0"],
-    ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1e999"],
-    ["worker", "m", "--processes", "99999999999999999999"],  # an ever-growing process list
-    ["worker", "m", "--processes", "-1"],  # started nothing and exited 0
-    ["worker", "m", "--block-ms", "0"],  # blocked forever
-    ["worker", "m", "--block-ms", "99999999999999999999"],  # an OverflowError traceback
-    ["job", "worker", "--block-ms", "0"],
-    ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--wait", "--timeout", "nan"],
-    ["job", "list", "--limit", "0"],
-    ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--max-attempts", "99999999999999999999"],
-    ["evaluate", "uci:congressional-voting", "--n", "-1"],
-    ["evaluate", "uci:congressional-voting", "--window-size", "0"],
-    ["demo", "--batch-size", "0"],  # (a trial: the demo created a model and started workers first)
-    ["demo", "--height", "0"],
-    ["demo", "--trees", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["model", "create", "m", "--schema", "s.json", "--epsilon", "1e400"],  # overflowed to inf: a non-private model
+        ["model", "create", "m", "--schema", "s.json", "--epsilon", "nan"],
+        ["model", "create", "m", "--schema", "s.json", "--epsilon", "-1"],  # refused only once the model was built
+        ["demo", "--epsilon", "0"],
+        ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1e999"],
+        ["worker", "m", "--processes", "99999999999999999999"],  # an ever-growing process list
+        ["worker", "m", "--processes", "-1"],  # started nothing and exited 0
+        ["worker", "m", "--block-ms", "0"],  # blocked forever
+        ["worker", "m", "--block-ms", "99999999999999999999"],  # an OverflowError traceback
+        ["job", "worker", "--block-ms", "0"],
+        ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--wait", "--timeout", "nan"],
+        ["job", "list", "--limit", "0"],
+        ["job", "submit", "private-rdt", "--source", "s", "--epsilon", "1", "--max-attempts", "99999999999999999999"],
+        ["evaluate", "uci:congressional-voting", "--n", "-1"],
+        ["evaluate", "uci:congressional-voting", "--window-size", "0"],
+        ["demo", "--batch-size", "0"],  # (a trial: the demo created a model and started workers first)
+        ["demo", "--height", "0"],
+        ["demo", "--trees", "0"],
+    ],
+)
 def test_out_of_range_arguments_are_one_line_errors(argv, capsys):
     """A red team's findings: these were accepted and then hung, overflowed, did nothing or made a model
     non-private; argparse now refuses them (exit 2, one line naming the argument)."""
@@ -125,8 +131,15 @@ def test_out_of_range_arguments_are_one_line_errors(argv, capsys):
     assert e.value.code == 2 and "error: argument" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("bad, why", [("uci:votes", "uci:NAME takes one of"), ("agrawal:99", "0..9"),
-                                      ("stagger:3", "0..2"), ("nope", "unknown dataset")])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ("uci:votes", "uci:NAME takes one of"),
+        ("agrawal:99", "0..9"),
+        ("stagger:3", "0..2"),
+        ("nope", "unknown dataset"),
+    ],
+)
 def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monkeypatch):
     """Trials: a bad name after a good one failed only once the good one had run (8 s, or a whole UCI run)."""
     import streamdp.river.evaluate
@@ -137,8 +150,13 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monk
     assert why in capsys.readouterr().err and ran == []  # nothing ran, not even the good name first
 
 
-@pytest.mark.parametrize("opt, why", [("--references=ht,xyz", "unknown reference model 'xyz'"),
-                                      ("--window-learners=foo", "unknown window learner 'foo'")])
+@pytest.mark.parametrize(
+    "opt, why",
+    [
+        ("--references=ht,xyz", "unknown reference model 'xyz'"),
+        ("--window-learners=foo", "unknown window learner 'foo'"),
+    ],
+)
 def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, monkeypatch):
     """A new user's finding: a mistyped reference or window learner was refused after the whole grid had run."""
     import streamdp.river.evaluate
@@ -153,8 +171,18 @@ def test_a_job_line_shows_a_result_only_where_there_is_one():
     """A walkthrough: `job list` showed a refused job's result name, which `job result` then said does not exist."""
     from streamdp.cli.job import _line
 
-    st = {"id": "j1", "status": "refused", "progress": "refused", "algorithm": "dpea", "epsilon": 0.5,
-          "source": "votes", "result": "dpea-j1", "attempts": 1, "max_attempts": 3, "reason": "no budget"}
+    st = {
+        "id": "j1",
+        "status": "refused",
+        "progress": "refused",
+        "algorithm": "dpea",
+        "epsilon": 0.5,
+        "source": "votes",
+        "result": "dpea-j1",
+        "attempts": 1,
+        "max_attempts": 3,
+        "reason": "no budget",
+    }
     assert "(no result)" in _line(st) and "dpea-j1" not in _line(st)
     assert "result=dpea-j1" in _line({**st, "status": "done", "reason": ""})
 
@@ -169,7 +197,6 @@ def test_redis_url_is_taken_before_or_after_the_command():
     assert p.parse_args(["--redis-url", "redis://b:1/0", "job", "worker"]).redis_url == "redis://b:1/0"
     assert p.parse_args(["model", "list"]).redis_url is None
     assert p.parse_args(["model", "--redis-url", "redis://c:1/0", "list"]).redis_url == "redis://c:1/0"
-
 
 
 def test_a_commands_warnings_are_one_line_and_its_own(capsys):

@@ -17,9 +17,9 @@ import redis as redis_py
 from streamdp import Schema
 from streamdp.cli import main
 from streamdp.records.datasets import load
+from streamdp.records.sources import SourceError
 from streamdp.service import Producer, create_model, delete_model
 from streamdp.service.keys import Keys
-from streamdp.records.sources import SourceError
 
 pytestmark = pytest.mark.redis
 DS = load("congressional-voting")
@@ -47,8 +47,9 @@ def _write(path, rows):
         w.writerows(rows)
 
 
-def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed(redis_url, name, tmp_path,
-                                                                                 capsys, monkeypatch):
+def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed(
+    redis_url, name, tmp_path, capsys, monkeypatch
+):
     """An unbalanced quote after 500 of 1,000 records (chunks of 200 records, batches of 50): the push stops
     naming line 502 (no content), says 400 records were pushed (the progress bar's last line too), and the
     corrected file pushed again merges only the other 600."""
@@ -56,8 +57,10 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
 
     monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
     u = ["--redis-url", redis_url]
-    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
-                     "--epsilon", "inf"]) == 0
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
     rows = _votes_rows(1000)
     good = tmp_path / "votes.csv"
     _write(good, rows)
@@ -85,8 +88,10 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
 
 def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path, capsys):
     u = ["--redis-url", redis_url]
-    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
-                     "--epsilon", "inf"]) == 0
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
     rows = _votes_rows(30)
     rows[2][0] = "perhaps"  # the third record: line 4
     path = tmp_path / "v.csv"
@@ -103,8 +108,10 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
 def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name, tmp_path, capsys):
     """A new user pushed a file whose label is last without --label -1: every record dead-lettered, exit 0."""
     u = ["--redis-url", redis_url]
-    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
-                     "--epsilon", "inf"]) == 0
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
     path = tmp_path / "v.csv"
     _write(path, _votes_rows(20))
     capsys.readouterr()
@@ -119,8 +126,10 @@ def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name,
 def test_cli_push_of_a_header_alone_fails_and_sends_nothing(redis_url, name, tmp_path, capsys):
     """A trial's finding: a file of a header line alone pushed an empty batch and exited 0."""
     u = ["--redis-url", redis_url]
-    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
-                     "--epsilon", "inf"]) == 0
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
     path = tmp_path / "v.csv"
     _write(path, [])
     capsys.readouterr()
@@ -146,9 +155,15 @@ def test_release_options_of_another_policy_are_refused(redis_url, name, capsys):
 def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name, monkeypatch):
     import streamdp.records.sources
 
-    s = Schema.from_dict({"attributes": [{"name": "x0", "type": "categorical", "values": ["a", "b"]},
-                                         {"name": "x1", "type": "categorical", "values": ["a", "b"]}],
-                          "label": {"name": "y", "values": ["neg", "pos"]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "x0", "type": "categorical", "values": ["a", "b"]},
+                {"name": "x1", "type": "categorical", "values": ["a", "b"]},
+            ],
+            "label": {"name": "y", "values": ["neg", "pos"]},
+        }
+    )
     create_model(redis_url, name, s, n_trees=2, height=2, epsilon=math.inf)
     p = Producer(redis_url, name, batch_size=50)
     with pytest.raises(SourceError) as e:
@@ -160,8 +175,13 @@ def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name
     with pytest.raises(SourceError) as e:
         p.push(recs, ["neg"] * 300)
     msg = str(e.value)
-    assert msg.startswith("record 250 (0-based): attribute 'x1' has a value not declared in the schema; "
-                          "the first 200 records were pushed") and "SECRET" not in msg
+    assert (
+        msg.startswith(
+            "record 250 (0-based): attribute 'x1' has a value not declared in the schema; "
+            "the first 200 records were pushed"
+        )
+        and "SECRET" not in msg
+    )
     assert e.value.n_pushed == 200
     assert redis_py.Redis.from_url(redis_url, socket_timeout=30).xlen(Keys(name).records) == 4
     nodedup = Producer(redis_url, name, batch_size=50, dedup=False)

@@ -12,8 +12,8 @@ import pytest
 
 from streamdp import PrivateForest
 from streamdp.cli import main
-from streamdp.records.datasets import load
 from streamdp.estimation import cell_variance
+from streamdp.records.datasets import load
 
 pytestmark = pytest.mark.redis
 DS = load("congressional-voting")
@@ -34,8 +34,27 @@ def _csv(path, rows, labels, bad=()):
 def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     u = ["--redis-url", redis_url]
     name = unique_name
-    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "4", "--height", "3",
-                     "--epsilon", "2", "--release", "batch"]) == 0
+    assert (
+        main(
+            u
+            + [
+                "model",
+                "create",
+                name,
+                "--schema",
+                SCHEMA,
+                "--trees",
+                "4",
+                "--height",
+                "3",
+                "--epsilon",
+                "2",
+                "--release",
+                "batch",
+            ]
+        )
+        == 0
+    )
     assert main(u + ["model", "create", name, "--schema", SCHEMA, "--epsilon", "2"]) == 2  # exists: clear error
     assert "already exists" in capsys.readouterr().err
     assert main(u + ["model", "show", name]) == 0
@@ -83,16 +102,32 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_demo_runs_and_cleans_up(redis_url):
-    r = subprocess.run([sys.executable, "-m", "streamdp.cli", "--redis-url", redis_url, "demo", "--processes", "1",
-                        "--batch-size", "100"], capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "streamdp.cli",
+            "--redis-url",
+            redis_url,
+            "demo",
+            "--processes",
+            "1",
+            "--batch-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
     assert len(lines) >= 2 and "accuracy" in lines[-1]
 
 
 def test_stream_worker_entry_point_help():
-    r = subprocess.run([sys.executable, "workers/stream_worker.py", "--help"], capture_output=True, text=True,
-                       timeout=60)
+    r = subprocess.run(
+        [sys.executable, "workers/stream_worker.py", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and "--processes" in r.stdout
 
 
@@ -104,8 +139,10 @@ def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
 
     u = ["--redis-url", redis_url]
     name = unique_name
-    assert main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3",
-                     "--epsilon", "inf"]) == 0
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
     data = tmp_path / "votes.csv"
     _csv(data, DS.X[:300], DS.y[:300])
     for _ in range(2):
@@ -123,12 +160,35 @@ def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
 
 def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, capsys):
     u = ["--redis-url", redis_url]
-    assert main(u + ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "3", "--height", "9",
-                     "--epsilon", "1", "--release", "grow", "--release-every", "5"]) == 0
+    assert (
+        main(
+            u
+            + [
+                "model",
+                "create",
+                unique_name,
+                "--schema",
+                SCHEMA,
+                "--trees",
+                "3",
+                "--height",
+                "9",
+                "--epsilon",
+                "1",
+                "--release",
+                "grow",
+                "--release-every",
+                "5",
+            ]
+        )
+        == 0
+    )
     assert main(u + ["model", "show", unique_name]) == 0
     assert "grow: every 5 s, trees deepened as the released counts allow" in capsys.readouterr().out
-    assert main(u + ["model", "create", unique_name + "x", "--schema", SCHEMA, "--epsilon", "inf",
-                     "--release", "grow"]) == 2
+    assert (
+        main(u + ["model", "create", unique_name + "x", "--schema", SCHEMA, "--epsilon", "inf", "--release", "grow"])
+        == 2
+    )
     assert "needs a finite epsilon" in capsys.readouterr().err
     assert main(u + ["model", "delete", unique_name]) == 0
     assert f"see `streamdp ledger {unique_name}`" in capsys.readouterr().out  # (the name, not a placeholder)

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from streamdp.records.schema import Categorical, Numeric, Schema
 from streamdp.forest.structure import ForestStructure
+from streamdp.records.schema import Categorical, Numeric, Schema
 
 ALPHA = 1e-3
 N = 3000  # trees per sample
@@ -92,8 +92,11 @@ def summarize(schema: Schema, f, th, ch, lf):
 
 
 def samples(schema: Schema, height: int, seed: int):
-    ref = [summarize(schema, *reference_draw_tree(schema, height, rng))
-           for rng in [np.random.default_rng(seed)] for _ in range(N)]
+    ref = [
+        summarize(schema, *reference_draw_tree(schema, height, rng))
+        for rng in [np.random.default_rng(seed)]
+        for _ in range(N)
+    ]
     fs = ForestStructure.draw(schema, N, height, seed=seed + 1)
     new = []
     for t in range(N):

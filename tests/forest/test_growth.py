@@ -9,9 +9,8 @@ import pytest
 
 import streamdp.forest.growth as growth_module
 from streamdp import NotPrivateWarning, PrivateForest
-from streamdp.records.datasets import load
 from streamdp.forest.growth import drawn_nodes, leaves_below
-
+from streamdp.records.datasets import load
 from tests.forest.test_pruning import audit_split_decision
 
 
@@ -27,10 +26,12 @@ def _windows(n: int, k: int, seed: int = 0):
 
 def _exact(monkeypatch, calls=None):
     """Releases without noise (the growth rule and the bookkeeping, checked on known numbers)."""
+
     def release(exact, epsilon, mechanism, rng, real=None, k=None):
         if calls is not None:
             calls.append(epsilon)
         return np.asarray(exact, dtype=np.int64).copy()
+
     monkeypatch.setattr(growth_module, "noisy_node", release)
 
 
@@ -118,6 +119,7 @@ def test_without_a_stump_or_noise_grow_is_update():
 def test_the_grown_structure_depends_on_the_released_numbers_alone(budget, monkeypatch):
     """Every release replaced by numbers that ignore the data: two unrelated streams then grow the same trees
     window after window, so the rule reads nothing of the data but what is released."""
+
     def release(exact, epsilon, mechanism, rng, real=None, k=None):
         fake = np.full(np.shape(exact), 60, dtype=np.int64)
         return fake * np.asarray(real) if real is not None else fake
@@ -174,7 +176,7 @@ def test_a_stream_too_tall_for_its_data_grows_to_what_it_can_fill():
     (benchmarks/results/stream_height_ceiling.md)."""
     ds = load("congressional-voting")
     perm = np.random.default_rng(0).permutation(len(ds.y))
-    tr, te = perm[len(ds.y) // 3:], perm[: len(ds.y) // 3]
+    tr, te = perm[len(ds.y) // 3 :], perm[: len(ds.y) // 3]
     grown, tall = [], []
     for seed in range(4):  # fixed noise (noise_seed): a deterministic check
         f = _forest(ds.schema, n_trees=10, height=11, epsilon=1.0, seed=seed, noise_seed=seed)
@@ -186,7 +188,6 @@ def test_a_stream_too_tall_for_its_data_grows_to_what_it_can_fill():
         grown.append(np.mean(f.predict(ds.X[te]) == ds.y[te]))
         tall.append(np.mean(g.predict(ds.X[te]) == ds.y[te]))
     assert np.mean(grown) >= 0.75 and np.mean(grown) >= np.mean(tall) + 0.1, (grown, tall)
-
 
 
 def test_growing_from_a_tally_on_the_drawn_trees_is_growing_from_the_records():
@@ -216,8 +217,11 @@ def test_holding_refuses_a_forest_released_with_other_settings():
     ds = load("congressional-voting")
     spec = _forest(ds.schema, n_trees=3, height=8, epsilon=1.0, seed=1)
     assert spec.holding(spec.holding(spec).grow(ds.X, ds.y)).n_releases == 1
-    for kw, match in (({"epsilon": 8.0}, "other settings"), ({"budget": "disjoint"}, "other settings"),
-                      ({"seed": 2}, "not cut from")):
+    for kw, match in (
+        ({"epsilon": 8.0}, "other settings"),
+        ({"budget": "disjoint"}, "other settings"),
+        ({"seed": 2}, "not cut from"),
+    ):
         other = _forest(ds.schema, n_trees=3, height=8, **{"epsilon": 1.0, "seed": 1, **kw})
         with pytest.raises(ValueError, match=match):
             spec.holding(other.grow(ds.X, ds.y))

@@ -15,29 +15,33 @@ import numpy as np
 import pytest
 
 from streamdp import NotPrivateWarning, PrivateForest, Schema
-from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, geometric_pmf, kanon_delta
 from streamdp.forest.structure import ForestStructure
+from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, geometric_pmf, kanon_delta
 from streamdp.release.continual import NOISE_BLOCK
 
 Z = 5.0
 
 
 def numeric_schema(m=2, n_classes=2) -> Schema:
-    return Schema.from_dict({
-        "attributes": [{"name": f"x{j}", "type": "numeric", "min": 0, "max": 1} for j in range(m)],
-        "label": {"name": "y", "values": list(range(n_classes))},
-    })
+    return Schema.from_dict(
+        {
+            "attributes": [{"name": f"x{j}", "type": "numeric", "min": 0, "max": 1} for j in range(m)],
+            "label": {"name": "y", "values": list(range(n_classes))},
+        }
+    )
 
 
-MIXED = Schema.from_dict({
-    "attributes": [
-        {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
-        {"name": "b", "type": "numeric", "min": 0, "max": 100},
-        {"name": "c", "type": "categorical", "values": [True, False]},
-        {"name": "d", "type": "numeric", "min": -1, "max": 1},
-    ],
-    "label": {"name": "y", "values": ["no", "yes", "maybe"]},
-})
+MIXED = Schema.from_dict(
+    {
+        "attributes": [
+            {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
+            {"name": "b", "type": "numeric", "min": 0, "max": 100},
+            {"name": "c", "type": "categorical", "values": [True, False]},
+            {"name": "d", "type": "numeric", "min": -1, "max": 1},
+        ],
+        "label": {"name": "y", "values": ["no", "yes", "maybe"]},
+    }
+)
 
 
 def mixed_data(n, rng):
@@ -246,8 +250,20 @@ def test_noise_seed_is_test_only_and_marks_not_private():
     assert not PrivateForest.from_bytes(f.to_bytes()).private
 
 
-BLOB_KEYS = {"format", "format_version", "schema", "params", "privacy", "structure", "counts", "version",
-             "n_releases", "noise_variance", "node_variance", "created"}
+BLOB_KEYS = {
+    "format",
+    "format_version",
+    "schema",
+    "params",
+    "privacy",
+    "structure",
+    "counts",
+    "version",
+    "n_releases",
+    "noise_variance",
+    "node_variance",
+    "created",
+}
 
 
 def test_blob_holds_nothing_the_noise_can_be_rebuilt_from():
@@ -315,13 +331,20 @@ def test_model_never_carries_an_exact_record_count(mechanism):
 
 @pytest.fixture
 def hand_forest():
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y", "z"]}],
-                          "label": {"name": "c", "values": ["c0", "c1", "c2"]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": ["x", "y", "z"]}],
+            "label": {"name": "c", "values": ["c0", "c1", "c2"]},
+        }
+    )
     fs = ForestStructure.draw(s, n_trees=2, height=1, seed=0)
-    counts = np.array([
-        [[5, 1, 0], [0, 0, 0], [-3, 2, 2]],
-        [[1, 4, 0], [0, -2, 0], [0, 1, 3]],
-    ], dtype=np.int64)
+    counts = np.array(
+        [
+            [[5, 1, 0], [0, 0, 0], [-3, 2, 2]],
+            [[1, 4, 0], [0, -2, 0], [0, 1, 3]],
+        ],
+        dtype=np.int64,
+    )
 
     def make(vote, counts=counts, estimator="leaf"):
         f = PrivateForest(s, fs, epsilon=1.0, vote=vote, counts=counts.copy())
@@ -387,9 +410,18 @@ def test_disjoint_budget_routes_every_record_to_exactly_one_tree():
 
 
 def test_bad_options_refused():
-    for kw in (dict(mechanism="gauss"), dict(vote="mean"), dict(budget="half"), dict(epsilon=0),
-               dict(epsilon=-1.0), dict(epsilon=True), dict(k=5), dict(beta=0.1),
-               dict(mechanism="kanon"), dict(mechanism="kanon", k=5, beta=0.1, epsilon=math.inf)):
+    for kw in (
+        dict(mechanism="gauss"),
+        dict(vote="mean"),
+        dict(budget="half"),
+        dict(epsilon=0),
+        dict(epsilon=-1.0),
+        dict(epsilon=True),
+        dict(k=5),
+        dict(beta=0.1),
+        dict(mechanism="kanon"),
+        dict(mechanism="kanon", k=5, beta=0.1, epsilon=math.inf),
+    ):
         with pytest.raises(ValueError):
             PrivateForest.create(MIXED, n_trees=2, height=2, seed=0, **kw)
 
@@ -429,8 +461,9 @@ def test_kanon_cells_below_k_are_zero_and_delta_reported():
     rng = np.random.default_rng(9)
     X, y = mixed_data(3000, rng)
     k, beta = 20, 0.3
-    f = PrivateForest.create(MIXED, n_trees=4, height=3, epsilon=2.0, mechanism="kanon", k=k, beta=beta, seed=3,
-                             prior_trees=0)
+    f = PrivateForest.create(
+        MIXED, n_trees=4, height=3, epsilon=2.0, mechanism="kanon", k=k, beta=beta, seed=3, prior_trees=0
+    )
     assert f.delta == pytest.approx(4 * kanon_delta(k, beta, 0.5))
     assert f.noise_scale == 0
     f.fit(X, y)
@@ -441,8 +474,9 @@ def test_kanon_cells_below_k_are_zero_and_delta_reported():
     exact = exact_counts(f, X, y)
     assert np.all(c <= exact)  # sampling only removes records
     # with the full epsilon per tree, the disjoint budget reports the one-tree delta
-    g = PrivateForest.create(MIXED, n_trees=4, height=3, epsilon=0.5, mechanism="kanon", k=k, beta=beta, seed=3,
-                             budget="disjoint")
+    g = PrivateForest.create(
+        MIXED, n_trees=4, height=3, epsilon=0.5, mechanism="kanon", k=k, beta=beta, seed=3, budget="disjoint"
+    )
     assert g.delta == pytest.approx(kanon_delta(k, beta, 0.5))
     assert "delta" in repr(f)
 
@@ -459,8 +493,9 @@ def test_kanon_sampling_rate_is_beta(beta):
     n, T = 20_000, 4
     X, y = mixed_data(n, np.random.default_rng(11))
     eps = T * max(1.0, -math.log1p(-beta) + 0.01)
-    f = PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=eps, mechanism="kanon", k=1, beta=beta, seed=4,
-                             prior_trees=0)
+    f = PrivateForest.create(
+        MIXED, n_trees=T, height=3, epsilon=eps, mechanism="kanon", k=1, beta=beta, seed=4, prior_trees=0
+    )
     kept = int(f.fit(X, y).counts.sum())
     N = n * T
     assert abs(kept - beta * N) < Z * math.sqrt(N * beta * (1 - beta)), (kept, beta * N)
@@ -493,9 +528,15 @@ def test_merge_adds_in_place_and_packing_does_not_copy_the_counts():
 
     from streamdp import blob
 
-    schema = Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "numeric", "min": 0, "max": 1} for j in range(4)],
-                               "label": {"name": "y", "values": [0, 1]}})
-    f = PrivateForest.create(schema, n_trees=4, height=14, epsilon=math.inf, seed=0, prior_trees=0)  # 4 x 16384 x 2 cells
+    schema = Schema.from_dict(
+        {
+            "attributes": [{"name": f"a{j}", "type": "numeric", "min": 0, "max": 1} for j in range(4)],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
+    f = PrivateForest.create(
+        schema, n_trees=4, height=14, epsilon=math.inf, seed=0, prior_trees=0
+    )  # 4 x 16384 x 2 cells
     X = np.random.default_rng(0).uniform(size=(2000, 4))
     delta = f.noisy_delta(X, np.arange(2000) % 2)
     tracemalloc.start()
@@ -561,8 +602,12 @@ def test_prior_stumps_blob_round_trip_and_old_blobs_read_as_zero():
 
 def test_prior_stump_is_one_more_tree_to_every_mechanism():
     T = 4
-    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0).epsilon_per_tree == pytest.approx(2.0 / 5)
-    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0, budget="disjoint").epsilon_per_tree == 2.0
+    assert PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0).epsilon_per_tree == pytest.approx(
+        2.0 / 5
+    )
+    assert (
+        PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.0, seed=0, budget="disjoint").epsilon_per_tree == 2.0
+    )
     k, beta = 20, 0.3
     f = PrivateForest.create(MIXED, n_trees=T, height=3, epsilon=2.5, mechanism="kanon", k=k, beta=beta, seed=3)
     assert f.delta == pytest.approx((T + 1) * kanon_delta(k, beta, 0.5))
@@ -605,14 +650,17 @@ def test_noise_variance_adds_up_over_releases_and_travels_in_the_blob():
 
 
 def test_river_sliding_window_keeps_the_variance_of_its_window():
+    import itertools
+
+    from river.datasets import synth
+
+    from streamdp.estimation import cell_variance
     from streamdp.river import PrivateForestClassifier
     from streamdp.river.schemas import agrawal_schema
-    from river.datasets import synth
-    import itertools
-    from streamdp.estimation import cell_variance
 
-    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=50, batch_size=50, window=3, seed=1,
-                                prior_records=0)
+    m = PrivateForestClassifier(
+        agrawal_schema(), epsilon=1.0, first_batch=50, batch_size=50, window=3, seed=1, prior_records=0
+    )
     for x, label in itertools.islice(synth.Agrawal(seed=2), 400):  # 8 releases, 3 kept
         m.learn_one(x, label)
     assert m.n_releases == 8
@@ -627,8 +675,9 @@ def test_river_sliding_window_keeps_the_variance_of_its_window():
             assert m.n_releases == 4
             assert np.allclose(m.forest.noise_variance, [0.0] * 10 + [3 * stump_phase])
         if i + 1 == 100:  # two phase releases and one tree release
-            assert np.allclose(m.forest.noise_variance,
-                               [m.forest.cell_variance] * 10 + [2 * stump_phase + m.forest.cell_variance])
+            assert np.allclose(
+                m.forest.noise_variance, [m.forest.cell_variance] * 10 + [2 * stump_phase + m.forest.cell_variance]
+            )
     assert m.n_releases == 11
     assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)
 
@@ -653,9 +702,15 @@ def test_sparse_tally_is_the_dense_tallys_nonzero_cells(masked):
 def test_sparse_tally_encoded_is_tally_encoded_without_the_dense_array(budget):
     """The window worker's per-batch tally: the same cells as tally_encoded's nonzero ones, the same sampling
     (disjoint budget: the same seeded mask)."""
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["x", "y", "z"]},
-                                         {"name": "b", "type": "numeric", "min": 0, "max": 1}],
-                          "label": {"name": "c", "values": ["p", "q"]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": ["x", "y", "z"]},
+                {"name": "b", "type": "numeric", "min": 0, "max": 1},
+            ],
+            "label": {"name": "c", "values": ["p", "q"]},
+        }
+    )
     f = PrivateForest.create(s, 5, 3, epsilon=1.0, budget=budget, seed=3)
     rng = np.random.default_rng(1)
     X = np.column_stack([rng.integers(0, 3, 500), rng.random(500)])

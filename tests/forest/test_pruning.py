@@ -10,7 +10,6 @@ import pytest
 
 from streamdp import NotPrivateWarning, PrivateForest, Schema
 from streamdp.records.datasets import load
-
 from tests.privacy.test_audit import epsilon_lower_bound
 
 
@@ -22,7 +21,7 @@ def _forest(schema, **kw) -> PrivateForest:
 
 def _split(n: int, seed: int = 0):
     perm = np.random.default_rng(seed).permutation(n)
-    return perm[n // 3:], perm[: n // 3]
+    return perm[n // 3 :], perm[: n // 3]
 
 
 @pytest.mark.slow
@@ -134,8 +133,10 @@ def test_the_bar_is_scaled_by_the_classes_at_categorical_splits_only(monkeypatch
     numeric = random_tree_schema(4, 5, 0)
     rng = np.random.default_rng(3)
     nursery = load("nursery")
-    data = {"nursery": (nursery.schema, nursery.X, nursery.y),
-            "numeric": (numeric, rng.uniform(size=(2000, 5)), rng.integers(0, 4, size=2000))}
+    data = {
+        "nursery": (nursery.schema, nursery.X, nursery.y),
+        "numeric": (numeric, rng.uniform(size=(2000, 5)), rng.integers(0, 4, size=2000)),
+    }
     bars = pruning.node_bars(4.0, nursery.schema, np.array([0, 7, -1]))
     assert np.allclose(bars, [4.0 * math.sqrt(2.5), 4.0 * math.sqrt(2.5), 4.0])  # two attributes, a leaf
     assert np.allclose(pruning.node_bars(4.0, numeric, np.array([0, 4, -1])), 4.0)
@@ -184,13 +185,14 @@ def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
                 assert np.array_equal(grow, (rate * share >= own) & (nodes < n_random))
                 decided.append(int(np.sum(grow)))
             return grow, out
+
         return split
 
     monkeypatch.setattr(growth_module, "_rule", spy)
     f.fit_encoded(X[:1000], y[:1000])
     assert len(rules) == 2  # the probe's rule and the cut's
     for lo in (1000, 2000):
-        f.grow_encoded(X[lo:lo + 1000], y[lo:lo + 1000])
+        f.grow_encoded(X[lo : lo + 1000], y[lo : lo + 1000])
     assert len(rules) == 4
     assert sum(decided) > 0  # the probe split something
     scale = math.sqrt(4 / 2)
@@ -224,8 +226,12 @@ def audit_split_decision(release) -> None:
     """The audit of a release that may cut the trees: ``release(forest, X, y)`` on neighbouring datasets of 11
     and 12 records (one binary attribute, one tree of height 1, one stump, epsilon 1); the events are the
     decision jointly with the tree's first cell. Also used by tests/forest/test_growth.py."""
-    schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
-                               "label": {"name": "y", "values": [0, 1]}})
+    schema = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     structure = PrivateForest.create(schema, n_trees=1, height=1, epsilon=1.0, seed=0).structure
     N = 4000
     events = []

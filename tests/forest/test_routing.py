@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from streamdp.records.schema import Schema
 from streamdp.forest.structure import ForestStructure
 from streamdp.forest.tally import tally
+from streamdp.records.schema import Schema
 
 
 def reference_apply(fs, X, is_categorical):
@@ -44,7 +44,9 @@ def random_schema(rng, kind, n_attr):
         else:
             lo = float(rng.uniform(-5, 5))
             attrs.append({"name": f"a{j}", "type": "numeric", "min": lo, "max": lo + float(rng.uniform(0.5, 10))})
-    return Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": list(range(int(rng.integers(2, 5))))}})
+    return Schema.from_dict(
+        {"attributes": attrs, "label": {"name": "y", "values": list(range(int(rng.integers(2, 5))))}}
+    )
 
 
 def random_X(rng, schema, n):
@@ -90,7 +92,9 @@ def test_apply_matches_reference(kind, seed, tables, monkeypatch):
                 lo = np.array([schema.attributes[j].min for j in num])
                 hi = np.array([schema.attributes[j].max for j in num])
                 Xt[:, num] = np.clip(Xt[:, num], lo, hi)
-                np.testing.assert_array_equal(fs.apply(Xt, schema.is_categorical), reference_apply(fs, Xt, schema.is_categorical))
+                np.testing.assert_array_equal(
+                    fs.apply(Xt, schema.is_categorical), reference_apply(fs, Xt, schema.is_categorical)
+                )
 
 
 def test_key_table_cached_and_equal():
@@ -101,7 +105,9 @@ def test_key_table_cached_and_equal():
     first = fs.apply(X, schema.is_categorical)
     np.testing.assert_array_equal(first, reference_apply(fs, X, schema.is_categorical))
     small = random_X(rng, schema, 5)  # uses the cached table now
-    np.testing.assert_array_equal(fs.apply(small, schema.is_categorical), reference_apply(fs, small, schema.is_categorical))
+    np.testing.assert_array_equal(
+        fs.apply(small, schema.is_categorical), reference_apply(fs, small, schema.is_categorical)
+    )
 
 
 @pytest.mark.parametrize("seed", range(4))

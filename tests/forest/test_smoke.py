@@ -1,5 +1,3 @@
-import numpy as np
-
 from streamdp import PrivateForest
 from streamdp.records.datasets import load
 

@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdp import PrivateForest, Schema, TooLargeError
-from streamdp.records.schema import Categorical, Label, Numeric
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure, default_height, max_possible_leaves
+from streamdp.records.schema import Categorical, Label, Numeric
 
 
 def make_schema(spec, n_classes=2) -> Schema:
@@ -183,7 +183,10 @@ def test_pruned_shares_are_the_uniform_shares_of_the_declared_ranges():
             else:
                 thr = float(fs.threshold[t, node])
                 assert lo <= thr <= hi
-                stack += [(first, want * (thr - lo) / (hi - lo), lo, thr), (first + 1, want * (hi - thr) / (hi - lo), thr, hi)]
+                stack += [
+                    (first, want * (thr - lo) / (hi - lo), lo, thr),
+                    (first + 1, want * (hi - thr) / (hi - lo), thr, hi),
+                ]
     assert checked > 3 * 4
 
 
@@ -285,8 +288,11 @@ def test_apply_agrees_with_reference_router(kind, spec, n_trees, height, seed):
     enc = schema.encode(X)
     # put some numeric values exactly on thresholds: x == t must go left (x > t is false)
     for t in range(n_trees):
-        num_nodes = [n for n in range(fs.feature.shape[1]) if fs.feature[t, n] < schema.n_attributes
-                     and isinstance(schema.attributes[fs.feature[t, n]], Numeric)]
+        num_nodes = [
+            n
+            for n in range(fs.feature.shape[1])
+            if fs.feature[t, n] < schema.n_attributes and isinstance(schema.attributes[fs.feature[t, n]], Numeric)
+        ]
         for i, n in enumerate(num_nodes[:5]):
             enc.X[i, fs.feature[t, n]] = fs.threshold[t, n]
     got = fs.apply(enc.X, schema.is_categorical)
@@ -385,8 +391,13 @@ def _keep_some(fraction: float):
 
 
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(spec=st.lists(attr_spec, min_size=1, max_size=5), n_trees=st.integers(1, 3), height=st.integers(1, 4),
-       seed=st.integers(0, 2**32 - 1), keep=st.floats(0.0, 1.0))
+@given(
+    spec=st.lists(attr_spec, min_size=1, max_size=5),
+    n_trees=st.integers(1, 3),
+    height=st.integers(1, 4),
+    seed=st.integers(0, 2**32 - 1),
+    keep=st.floats(0.0, 1.0),
+)
 def test_pruned_structure_sends_each_old_leaf_to_one_new_leaf(spec, n_trees, height, seed, keep):
     schema = make_schema(spec, n_classes=2)
     fs = ForestStructure.draw(schema, n_trees, height, seed=seed)

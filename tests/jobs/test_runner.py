@@ -23,18 +23,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamdp.records.datasets import load
 from streamdp.forest.model import PrivateForest
 from streamdp.jobs.runner import JobError, JobSpec, run_job
-from streamdp.privacy.ledger import BudgetExceeded, InMemoryLedger, file_sha256
 from streamdp.learners import load_model
-from streamdp.service import codec
-from streamdp.service import job_queue, job_worker
+from streamdp.privacy.ledger import BudgetExceeded, InMemoryLedger, file_sha256
+from streamdp.records.datasets import load
+from streamdp.service import codec, job_queue, job_worker
 from streamdp.service.connection import connect
 from streamdp.service.consumer import Consumer
 from streamdp.service.job_queue import JobQueue, fetch_model
 from streamdp.service.job_worker import JobWorker, read_model_records
-from streamdp.service.keys import JOB_RESULTS, REGISTRY, GROUP, Keys, as_str
+from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model
@@ -83,8 +82,15 @@ def _spends(r, source, job_id):
 
 
 def _kanon_delta() -> float:
-    return PrivateForest.create(VOTES.schema, n_trees=KANON["n_trees"], height=KANON["height"], epsilon=1.0,
-                                mechanism="kanon", k=KANON["k"], beta=KANON["beta"]).delta
+    return PrivateForest.create(
+        VOTES.schema,
+        n_trees=KANON["n_trees"],
+        height=KANON["height"],
+        epsilon=1.0,
+        mechanism="kanon",
+        k=KANON["k"],
+        beta=KANON["beta"],
+    ).delta
 
 
 # -- pure ------------------------------------------------------------------------------------
@@ -171,8 +177,11 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
 
     q, _ = queue
     reads = []
-    monkeypatch.setattr(job_worker, "read_model_records", lambda *a, **k: reads.append(a) or (_ for _ in ()).throw(
-        AssertionError("data read")))
+    monkeypatch.setattr(
+        job_worker,
+        "read_model_records",
+        lambda *a, **k: reads.append(a) or (_ for _ in ()).throw(AssertionError("data read")),
+    )
     before = RedisLedger(r).spent(model)
     jq = JobQueue(r, q)
     jid = jq.submit("private-rdt", model, 9.5, {"n_trees": 2})  # 1 of 10 is spent by the stream model
@@ -315,8 +324,15 @@ def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
     led.set_budget(unique_name, 1.0)
     try:
         jq = JobQueue(r, q)
-        jid = jq.submit("private-rdt", unique_name, 1.0, {"n_trees": 5, "height": 3}, source_kind="dataset",
-                        dataset=str(data), schema=str(sch))
+        jid = jq.submit(
+            "private-rdt",
+            unique_name,
+            1.0,
+            {"n_trees": 5, "height": 3},
+            source_kind="dataset",
+            dataset=str(data),
+            schema=str(sch),
+        )
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         assert jq.status(jid)["status"] == "done"
         assert (jq.result(jid).predict(VOTES.X) == VOTES.y).mean() > 0.6  # measured min 0.82 over 300 fits
@@ -355,11 +371,40 @@ def test_a_dataset_file_without_a_header_and_a_relative_path(r, redis_url, queue
     monkeypatch.chdir(tmp_path)
     u = ["--redis-url", redis_url]
     try:
-        assert main(u + ["job", "submit", "private-rdt", "--source", unique_name, "--dataset", "votes.data",
-                         "--schema", "schema.json", "--epsilon", "0.5", "--queue", q, "--param", "height=3"]) == 2
+        assert (
+            main(
+                u
+                + [
+                    "job",
+                    "submit",
+                    "private-rdt",
+                    "--source",
+                    unique_name,
+                    "--dataset",
+                    "votes.data",
+                    "--schema",
+                    "schema.json",
+                    "--epsilon",
+                    "0.5",
+                    "--queue",
+                    q,
+                    "--param",
+                    "height=3",
+                ]
+            )
+            == 2
+        )
         assert RedisLedger(r).spent(unique_name)[0] == 0.0  # the header check refused it: nothing charged
-        jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"height": 3}, source_kind="dataset",
-                                    dataset="votes.data", schema=str(sch), header=False)
+        jid = JobQueue(r, q).submit(
+            "private-rdt",
+            unique_name,
+            0.5,
+            {"height": 3},
+            source_kind="dataset",
+            dataset="votes.data",
+            schema=str(sch),
+            header=False,
+        )
         assert JobQueue(r, q).status(jid)["dataset"] == str(data)  # absolute: any worker's directory reads it
         monkeypatch.chdir("/")
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
@@ -388,13 +433,23 @@ def test_files_whose_columns_cannot_be_the_schemas_are_refused_before_any_charge
     RedisLedger(r).set_budget(unique_name, 1.0)
     jq = JobQueue(r, q)
     try:
-        for path, kw, why in ((plain, {"header": False, "label": 99}, "outside the 17 columns"),
-                              (plain, {"header": False, "label": "party"}, "the label column is an index"),
-                              (idfirst, {"header": False}, "its first record has 18 fields"),
-                              (data, {"label": "crime"}, "the label column 'crime' is an attribute")):
+        for path, kw, why in (
+            (plain, {"header": False, "label": 99}, "outside the 17 columns"),
+            (plain, {"header": False, "label": "party"}, "the label column is an index"),
+            (idfirst, {"header": False}, "its first record has 18 fields"),
+            (data, {"label": "crime"}, "the label column 'crime' is an attribute"),
+        ):
             with pytest.raises(JobError, match=why):
-                jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset=str(path),
-                          schema=str(sch), **kw)
+                jq.submit(
+                    "private-rdt",
+                    unique_name,
+                    0.5,
+                    {"height": 2},
+                    source_kind="dataset",
+                    dataset=str(path),
+                    schema=str(sch),
+                    **kw,
+                )
         assert RedisLedger(r).spent(unique_name)[0] == 0.0
     finally:
         r.delete(*ledger_keys(unique_name))
@@ -402,19 +457,28 @@ def test_files_whose_columns_cannot_be_the_schemas_are_refused_before_any_charge
             r.hdel(job_queue.FILE_SOURCES, file_sha256(str(path)))
 
 
-def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(r, queue, tmp_path, unique_name,
-                                                                             monkeypatch):
+def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(
+    r, queue, tmp_path, unique_name, monkeypatch
+):
     """A red team's finding: a file named like a bundled dataset in the job worker's directory was read (and
     charged) instead of the dataset the job named."""
     q, _ = queue
-    (tmp_path / "congressional-voting").write_text(",".join([*VOTES.schema.names, "party"]) + "\n"
-                                                   + "".join(",".join([*map(str, VOTES.X[0]), "democrat"]) + "\n"
-                                                             for _ in range(40)))
+    (tmp_path / "congressional-voting").write_text(
+        ",".join([*VOTES.schema.names, "party"])
+        + "\n"
+        + "".join(",".join([*map(str, VOTES.X[0]), "democrat"]) + "\n" for _ in range(40))
+    )
     RedisLedger(r).set_budget(unique_name, 1.0)
     try:
-        jid = JobQueue(r, q).submit("private-rdt", unique_name, 1.0, {"n_trees": 2, "height": 2, "seed": 1},
-                                    source_kind="dataset", dataset="congressional-voting",
-                                    schema=VOTES.schema)
+        jid = JobQueue(r, q).submit(
+            "private-rdt",
+            unique_name,
+            1.0,
+            {"n_trees": 2, "height": 2, "seed": 1},
+            source_kind="dataset",
+            dataset="congressional-voting",
+            schema=VOTES.schema,
+        )
         monkeypatch.chdir(tmp_path)
         import streamdp.records.datasets
 
@@ -441,12 +505,26 @@ def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path
     RedisLedger(r).set_budget(unique_name, 5.0)
     name = f"res-{uuid.uuid4().hex[:8]}"
     try:
-        jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="congressional-voting",
-                  result_name=name)
+        jq.submit(
+            "private-rdt",
+            unique_name,
+            0.5,
+            {"height": 2},
+            source_kind="dataset",
+            dataset="congressional-voting",
+            result_name=name,
+        )
         n_docs = len(list(r.scan_iter(match="sdp:job:*", count=1000)))
         with pytest.raises(JobError, match=f"result name '{name}' is held by job"):
-            jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset",
-                      dataset="congressional-voting", result_name=name)
+            jq.submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"height": 2},
+                source_kind="dataset",
+                dataset="congressional-voting",
+                result_name=name,
+            )
         assert len(list(r.scan_iter(match="sdp:job:*", count=1000))) == n_docs  # the refused job left nothing
         # a name whose holder has ended is taken over once: two submitters who saw that holder cannot both take it
         holder = as_str(r.hget(job_queue.RESULT_NAMES, name))
@@ -455,22 +533,38 @@ def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path
         assert take(keys=[job_queue.RESULT_NAMES], args=[name, holder, "a"]) == 1
         assert take(keys=[job_queue.RESULT_NAMES], args=[name, holder, "b"]) == 0
         r.hset(job_queue.RESULT_NAMES, name, holder)
-        assert jq.status(jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset",
-                                   dataset="congressional-voting", result_name=name))["result"] == name
+        assert (
+            jq.status(
+                jq.submit(
+                    "private-rdt",
+                    unique_name,
+                    0.5,
+                    {"height": 2},
+                    source_kind="dataset",
+                    dataset="congressional-voting",
+                    result_name=name,
+                )
+            )["result"]
+            == name
+        )
         # a pinned bundled dataset: the worker finds other bytes under that name (a decoy) and refuses uncharged
         jid = jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="nursery")
         decoy = tmp_path / "shared" / "datasets"
         (decoy / "nursery").mkdir(parents=True)
-        (decoy / "nursery" / "nursery.data").write_text("usual,proper,complete,1,convenient,convenient,nonprob,"
-                                                        "recommended,recommend\n" * 40)
+        (decoy / "nursery" / "nursery.data").write_text(
+            "usual,proper,complete,1,convenient,convenient,nonprob,recommended,recommend\n" * 40
+        )
         monkeypatch.setenv("STREAMDP_DATASETS", str(decoy))
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         st = jq.status(jid)
-        assert st["status"] == "failed" and "not the one submitted" in st.get("reason", "") + st.get("error", ""), {k: st.get(k) for k in ("reason", "error", "progress")}
+        assert st["status"] == "failed" and "not the one submitted" in st.get("reason", "") + st.get("error", ""), {
+            k: st.get(k) for k in ("reason", "error", "progress")
+        }
         monkeypatch.delenv("STREAMDP_DATASETS")
         # retention cleared after the submit: the worker refuses before charging
-        create_model(r, f"{unique_name}-m", VOTES.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=3.0,
-                     release="batch")
+        create_model(
+            r, f"{unique_name}-m", VOTES.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=3.0, release="batch"
+        )
         set_retention(r, f"{unique_name}-m", records=100)
         jid = jq.submit("diffp-id3", f"{unique_name}-m", 0.5, {})
         set_retention(r, f"{unique_name}-m")
@@ -480,8 +574,16 @@ def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path
         # trailing commas and a blank first line, without a header: read as the reader reads them
         data = tmp_path / "votes.data"
         data.write_text("\n" + "".join(f"{y},{','.join(map(str, x))},\n" for x, y in zip(VOTES.X, VOTES.y)))
-        jid = jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset=str(data),
-                        schema=VOTES.schema, header=False)
+        jid = jq.submit(
+            "private-rdt",
+            unique_name,
+            0.5,
+            {"height": 2},
+            source_kind="dataset",
+            dataset=str(data),
+            schema=VOTES.schema,
+            header=False,
+        )
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         assert jq.status(jid)["status"] == "done"
     finally:
@@ -501,8 +603,11 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
     q, _ = queue
     data, sch = _votes_csv(tmp_path)
     decoy = tmp_path / "decoy.csv"
-    decoy.write_text(data.read_text().splitlines()[0] + "\n" + "".join(
-        ",".join([*map(str, VOTES.X[0]), "democrat"]) + "\n" for _ in range(40)))
+    decoy.write_text(
+        data.read_text().splitlines()[0]
+        + "\n"
+        + "".join(",".join([*map(str, VOTES.X[0]), "democrat"]) + "\n" for _ in range(40))
+    )
     RedisLedger(r).set_budget(unique_name, 1.0)
     read = []
     real_read, real_run = job_worker.read_dataset, job_worker.run_job
@@ -514,8 +619,15 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
     monkeypatch.setattr(job_worker, "run_job", swap_then_run)
     monkeypatch.setattr(job_worker, "read_dataset", lambda p, *a, **kw: read.append(p) or real_read(p, *a, **kw))
     try:
-        jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2, "height": 2, "seed": 1},
-                                    source_kind="dataset", dataset=str(data), schema=str(sch))
+        jid = JobQueue(r, q).submit(
+            "private-rdt",
+            unique_name,
+            0.5,
+            {"n_trees": 2, "height": 2, "seed": 1},
+            source_kind="dataset",
+            dataset=str(data),
+            schema=str(sch),
+        )
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         assert JobQueue(r, q).status(jid)["status"] == "done"
         assert data.read_text().count("\n") == 41  # the swap happened
@@ -528,8 +640,16 @@ def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue
         bad.write_text(head + "".join(rows * 3) + '"y,n\n')  # the header, 120 records, then line 122
         # (submit reads the whole file and would refuse it, uncharged: a job queued by a version that did not)
         monkeypatch.setattr(job_queue, "check_records", lambda *a, **kw: None)
-        jid = JobQueue(r, q).submit("private-rdt", unique_name, 0.1, {"n_trees": 2, "height": 2},
-                                    source_kind="dataset", dataset=str(bad), schema=str(sch), max_attempts=1)
+        jid = JobQueue(r, q).submit(
+            "private-rdt",
+            unique_name,
+            0.1,
+            {"n_trees": 2, "height": 2},
+            source_kind="dataset",
+            dataset=str(bad),
+            schema=str(sch),
+            max_attempts=1,
+        )
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         st = JobQueue(r, q).status(jid)
         assert st["status"] == "failed" and st["reason"].startswith(f"{bad}: line 122"), st
@@ -562,8 +682,12 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
         info.size = len(body)
         with tarfile.open(path, "w:gz") as t:
             t.addfile(info, io.BytesIO(body))
-        doc = {"dataset": str(path), "dataset_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-               "header": "1" if header else "0", "label": "null"}
+        doc = {
+            "dataset": str(path),
+            "dataset_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "header": "1" if header else "0",
+            "label": "null",
+        }
         opened = []
         real_tf = tempfile.TemporaryFile
         monkeypatch.setattr(tempfile, "TemporaryFile", lambda *a, **kw: opened.append(real_tf(*a, **kw)) or opened[-1])
@@ -644,8 +768,14 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
     nocol = tmp_path / "nocol.csv"
     nocol.write_text("n,b,s,x\n1,true,red,2\n")
     doc = {"dataset": str(nocol), "dataset_sha256": hashlib.sha256(nocol.read_bytes()).hexdigest(), "header": "1"}
-    with contextlib.ExitStack() as stack, pytest.raises(JobError, match=r"nocol.csv: the header lacks the columns "
-                                                                      r"\['y'\].*; nothing was charged"):
+    with (
+        contextlib.ExitStack() as stack,
+        pytest.raises(
+            JobError,
+            match=r"nocol.csv: the header lacks the columns "
+            r"\['y'\].*; nothing was charged",
+        ),
+    ):
         JobWorker._dataset_loader(doc, MIXED, stack)
 
 
@@ -661,8 +791,15 @@ def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, qu
     led.set_budget(unique_name, 1.0)
     try:
         with pytest.raises(JobError, match="lacks the columns"):
-            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 3, "height": 2}, source_kind="dataset",
-                                  dataset=str(data), schema=str(sch))
+            JobQueue(r, q).submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 3, "height": 2},
+                source_kind="dataset",
+                dataset=str(data),
+                schema=str(sch),
+            )
         assert led.spent(unique_name)[0] == 0.0
     finally:
         r.delete(*ledger_keys(unique_name))
@@ -687,8 +824,7 @@ def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, qu
         assert source == file_source(str(b)) and source.startswith("file-")
         rc, out = _cli(redis_url, "ledger", "--source-file", str(b), "--set-budget", "1")
         assert rc == 0 and source in out
-        common = ["--schema", str(sch), "--epsilon", "0.6", "--param", "n_trees=3", "--param", "height=2",
-                  "--queue", q]
+        common = ["--schema", str(sch), "--epsilon", "0.6", "--param", "n_trees=3", "--param", "height=2", "--queue", q]
         rc, jid1 = _cli(redis_url, "job", "submit", "private-rdt", "--source-file", str(a), *common)
         assert rc == 0
         rc, jid2 = _cli(redis_url, "job", "submit", "private-rdt", "--source-file", str(b), *common)
@@ -701,19 +837,20 @@ def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, qu
         assert RedisLedger(r).spent(source)[0] == pytest.approx(0.6)
         # the same bytes under a free-text label: allowed (another ledger), but flagged
         with pytest.raises(JobError, match=f"source '{label}' has no budget.*nothing was charged"):
-            jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b),
-                      schema=str(sch))  # (refused at submit: a new user's job without a budget was accepted)
+            jq.submit(
+                "private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b), schema=str(sch)
+            )  # (refused at submit: a new user's job without a budget was accepted)
         RedisLedger(r).set_budget(label, 1.0)
         with pytest.warns(SourceLabelWarning, match=f"submitted under source '{source}' before"):
-            jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b),
-                      schema=str(sch))
+            jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b), schema=str(sch))
         # a file-<hash> source must be that file's content
         with pytest.raises(JobError, match="names another file's content"):
             jq.submit("private-rdt", source, 0.5, {}, source_kind="dataset", dataset=str(sch), schema=str(sch))
         # a file changed after submit is refused before any charge
         RedisLedger(r).set_budget(source, 5.0)
-        jid3 = jq.submit("private-rdt", source, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(a),
-                         schema=str(sch))
+        jid3 = jq.submit(
+            "private-rdt", source, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(a), schema=str(sch)
+        )
         a.write_text(original + "# changed\n")
         q_only = JobWorker(r, queue=q, block_ms=50)
         while jq.status(jid3)["status"] not in ("done", "failed", "refused"):
@@ -886,16 +1023,37 @@ def _cli(url, *argv) -> tuple[int, str]:
 
 def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, queue, tmp_path, capsys):
     q, _ = queue
-    rc, out = _cli(redis_url, "job", "submit", "private-rdt", "--source", model, "--epsilon", "0.5",
-                   "--param", "n_trees=3", "--param", "height=2", "--name", f"{model}-cli", "--queue", q)
+    rc, out = _cli(
+        redis_url,
+        "job",
+        "submit",
+        "private-rdt",
+        "--source",
+        model,
+        "--epsilon",
+        "0.5",
+        "--param",
+        "n_trees=3",
+        "--param",
+        "height=2",
+        "--name",
+        f"{model}-cli",
+        "--queue",
+        q,
+    )
     assert rc == 0
     jid = out.strip()
     rc, out = _cli(redis_url, "job", "status", jid, "--queue", q, "--json")
     assert json.loads(out)["status"] == "queued"
     # the worker entry point, as a real process
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run([sys.executable, str(ROOT / "workers" / "job_worker.py"), "--until-drained", "--queue", q,
-                        "--block-ms", "50"], env=env, capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "workers" / "job_worker.py"), "--until-drained", "--queue", q, "--block-ms", "50"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     rc, out = _cli(redis_url, "job", "status", jid, "--queue", q)
     assert rc == 0 and "status        done" in out
@@ -906,8 +1064,20 @@ def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, qu
     rc, out = _cli(redis_url, "model", "retention", model, "--records", "5", "--json")
     assert json.loads(out) == {"seconds": None, "records": 5}
     capsys.readouterr()
-    rc, _ = _cli(redis_url, "job", "submit", "private-rdt", "--source", model, "--epsilon", "1",
-                 "--param", "trees=3", "--queue", q)
+    rc, _ = _cli(
+        redis_url,
+        "job",
+        "submit",
+        "private-rdt",
+        "--source",
+        model,
+        "--epsilon",
+        "1",
+        "--param",
+        "trees=3",
+        "--queue",
+        q,
+    )
     assert rc == 2 and "has no parameter 'trees'" in capsys.readouterr().err
     rc, _ = _cli(redis_url, "job", "submit", "nope", "--source", model, "--epsilon", "1", "--queue", q)
     assert rc == 2 and "unknown algorithm 'nope'" in capsys.readouterr().err
@@ -934,14 +1104,35 @@ def test_jobs_that_could_only_fail_are_refused_at_submit_before_any_charge(r, qu
     jq = JobQueue(r, q)
     try:
         with pytest.raises(JobError, match="does not exist"):
-            jq.submit("private-rdt", unique_name, 0.5, {"n_trees": 3, "height": 2}, source_kind="dataset",
-                      dataset=str(tmp_path / "later.csv"), schema=str(sch))
+            jq.submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 3, "height": 2},
+                source_kind="dataset",
+                dataset=str(tmp_path / "later.csv"),
+                schema=str(sch),
+            )
         with pytest.raises(JobError, match="has the attributes"):
-            jq.submit("private-rdt", unique_name, 0.5, {"n_trees": 3, "height": 2}, source_kind="dataset",
-                      dataset="nursery", schema=str(sch))
+            jq.submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 3, "height": 2},
+                source_kind="dataset",
+                dataset="nursery",
+                schema=str(sch),
+            )
         with pytest.raises(JobError, match="below 1e-09"):
-            jq.submit("private-rdt", unique_name, 1e-14, {"n_trees": 3, "height": 2}, source_kind="dataset",
-                      dataset=str(data), schema=str(sch))
+            jq.submit(
+                "private-rdt",
+                unique_name,
+                1e-14,
+                {"n_trees": 3, "height": 2},
+                source_kind="dataset",
+                dataset=str(data),
+                schema=str(sch),
+            )
         assert led.spent(unique_name)[0] == 0.0  # nothing charged
     finally:
         r.delete(*ledger_keys(unique_name))
@@ -976,33 +1167,69 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
     data, sch = _votes_csv(tmp_path)
     bad = tmp_path / "spelt.csv"
     head, *rows = data.read_text().splitlines()  # every record's label spelt otherwise
-    bad.write_text("\n".join([head, *(r.replace(",democrat", ",dem").replace(",republican", ",rep") for r in rows)]) + "\n")
+    bad.write_text(
+        "\n".join([head, *(r.replace(",democrat", ",dem").replace(",republican", ",rep") for r in rows)]) + "\n"
+    )
     RedisLedger(r).set_budget(unique_name, 1.0)
     try:
-        with pytest.raises(JobError, match=r"none of its 435 records is one of the schema's \(first: line 2: "
-                                           r"label 'party' has a class not declared.*nothing was charged"):
-            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
-                                  dataset=str(bad), schema=str(sch))
+        with pytest.raises(
+            JobError,
+            match=r"none of its 435 records is one of the schema's \(first: line 2: "
+            r"label 'party' has a class not declared.*nothing was charged",
+        ):
+            JobQueue(r, q).submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 2},
+                source_kind="dataset",
+                dataset=str(bad),
+                schema=str(sch),
+            )
         head = tmp_path / "head.csv"
         head.write_text(data.read_text().splitlines()[0] + "\n")
         with pytest.raises(JobError, match=r"holds no record \(a header line alone\?\); nothing was charged"):
-            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
-                                  dataset=str(head), schema=str(sch))
+            JobQueue(r, q).submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 2},
+                source_kind="dataset",
+                dataset=str(head),
+                schema=str(sch),
+            )
         assert RedisLedger(r).spent(unique_name) == (0.0, 0.0)
         lines = data.read_text().splitlines()
         stray = tmp_path / "stray.csv"  # its first record bad, the rest fine: the job reads the rest
         stray.write_text("\n".join([lines[0], lines[1].replace(",y,", ",yes,", 1), *lines[2:]]) + "\n")
         from streamdp.records.sources import InvalidRecordsWarning
 
-        with pytest.warns(InvalidRecordsWarning, match=r"1 of its 435 records are not the schema's and a job drops "
-                                                       r"them \(first: line 2: attribute"):
-            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
-                                  dataset=str(stray), schema=str(sch))
+        with pytest.warns(
+            InvalidRecordsWarning,
+            match=r"1 of its 435 records are not the schema's and a job drops "
+            r"them \(first: line 2: attribute",
+        ):
+            JobQueue(r, q).submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 2},
+                source_kind="dataset",
+                dataset=str(stray),
+                schema=str(sch),
+            )
         late = tmp_path / "late.csv"  # misspelt past the first 100 records (a new user's): said, not silent
         late.write_text("\n".join([lines[0], *lines[1:200], *(x.replace(",y,", ",yes,") for x in lines[200:])]) + "\n")
         with pytest.warns(InvalidRecordsWarning, match=r"of its 435 records are not the schema's.*first: line 20[0-9]"):
-            JobQueue(r, q).submit("private-rdt", unique_name, 0.5, {"n_trees": 2}, source_kind="dataset",
-                                  dataset=str(late), schema=str(sch))
+            JobQueue(r, q).submit(
+                "private-rdt",
+                unique_name,
+                0.5,
+                {"n_trees": 2},
+                source_kind="dataset",
+                dataset=str(late),
+                schema=str(sch),
+            )
     finally:
         r.delete(*ledger_keys(unique_name))
 
@@ -1038,4 +1265,3 @@ def test_a_truncated_compressed_file_is_refused_before_the_charge(tmp_path):
     want = len(job_worker.read_dataset(str(plain), MIXED, header=False)[1])
     with contextlib.ExitStack() as stack:
         assert want > 1000 and len(JobWorker._dataset_loader(doc, MIXED, stack)()[1]) == want  # (rewound after)
-

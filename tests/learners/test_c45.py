@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from streamdp import Schema
-from streamdp.learners.private_data import PrivateDataset
-from streamdp.privacy.mechanisms import exponential_mechanism_probabilities
 from streamdp.learners.c45 import DiffPC45, add_errors, calibrate, upper_error_rate
+from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.scorers import MaxScorer
+from streamdp.privacy.mechanisms import exponential_mechanism_probabilities
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
 
@@ -48,6 +48,7 @@ def reachable(tree) -> int:
 
 # -- budget ----------------------------------------------------------------------------------------
 
+
 def test_every_query_gets_B_over_2_plus_n_d_plus_2_and_a_full_branch_spends_B():
     schema = mixed_schema(n_cat=3, n_num=2)
     X, y = split35(3000, np.random.default_rng(1))
@@ -77,8 +78,8 @@ def test_every_branch_spends_its_budget_a_stopped_one_on_its_leaf(B, d):
         pds = PrivateDataset.from_records(schema, X, y, epsilon=B, noise_seed=5)
         clf = DiffPC45(schema, epsilon=B, max_depth=d, noise_seed=5, top_up=top_up).fit(pds)
         paths = {path for path, _, _ in pds.log}
-        leaves = [p for p in paths if not any(len(q) > len(p) and q[:len(p)] == p for q in paths)]
-        sums = [sum(e for path, _, e in pds.log if leaf[:len(path)] == path) for leaf in leaves]
+        leaves = [p for p in paths if not any(len(q) > len(p) and q[: len(p)] == p for q in paths)]
+        sums = [sum(e for path, _, e in pds.log if leaf[: len(path)] == path) for leaf in leaves]
         assert max(sums) <= B * (1 + 1e-9)
         if top_up:
             assert sums == pytest.approx([B] * len(sums), rel=1e-9)
@@ -103,6 +104,7 @@ def test_categorical_only_schema_is_diffpid3_budget():
 
 
 # -- the range mechanism ---------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_threshold_distribution_is_exp_score_times_length():
@@ -152,11 +154,12 @@ def test_numeric_attribute_splits_again_inside_narrowed_bounds():
     y = ((x > 30) & (x <= 70)).astype(int)
     clf = DiffPC45(schema, epsilon=100.0, max_depth=2, scorer="max", prune=False).fit(x[:, None], y)
     t = clf.trees_[0]
-    assert t.feature[0] == 0 and np.all(t.feature[t.child_start[0]:t.child_start[0] + 2] == 0)
+    assert t.feature[0] == 0 and np.all(t.feature[t.child_start[0] : t.child_start[0] + 2] == 0)
     assert clf.score(x[:, None], y) > 0.97
 
 
 # -- pruning ------------------------------------------------------------------------------------------
+
 
 def test_pruning_never_queries_and_shrinks_noise_trees():
     """Same noise seed -> identical growth; pruning adds no query. Labels are pure noise."""
@@ -184,8 +187,9 @@ def test_calibration_is_consistent():
     for i in range(t.n_nodes):
         if t.feature[i] >= 0:
             kids = np.flatnonzero(t.parent == i)
-            assert t.counts[kids].sum() == pytest.approx(t.counts[i].sum(), rel=1e-9, abs=1e-6) or \
-                   np.any(t.counts[kids].sum(axis=1) == 0)  # an uninformative leaf is stored empty
+            assert t.counts[kids].sum() == pytest.approx(t.counts[i].sum(), rel=1e-9, abs=1e-6) or np.any(
+                t.counts[kids].sum(axis=1) == 0
+            )  # an uninformative leaf is stored empty
     assert np.all(t.counts >= 0)
 
 
@@ -209,10 +213,11 @@ def test_calibrate_by_hand():
 
 # -- U_CF ----------------------------------------------------------------------------------------------
 
+
 def test_upper_confidence_bound_matches_c45_and_the_exact_binomial():
     from scipy.stats import beta
 
-    assert upper_error_rate(0, 6) == pytest.approx(0.206, abs=5e-4)   # Quinlan's book
+    assert upper_error_rate(0, 6) == pytest.approx(0.206, abs=5e-4)  # Quinlan's book
     assert upper_error_rate(0, 9) == pytest.approx(0.143, abs=5e-4)
     assert upper_error_rate(1, 16) == pytest.approx(0.157, abs=1e-3)
     assert upper_error_rate(0, 1) == pytest.approx(0.75)
@@ -225,6 +230,7 @@ def test_upper_confidence_bound_matches_c45_and_the_exact_binomial():
 
 
 # -- sklearn, blobs, parameters -------------------------------------------------------------------------
+
 
 def test_sklearn_clone_and_cross_val_score():
     from sklearn.base import clone
@@ -252,16 +258,19 @@ def test_blob_round_trip():
         assert np.array_equal(m.predict_proba(X), clf.predict_proba(X))
 
 
-@pytest.mark.parametrize("kw,msg", [
-    ({"scorer": "entropy"}, "unknown scorer"),
-    ({"scorer": MaxScorer()}, "scorer must be a scorer name"),
-    ({"n_bound": 0}, "n_bound"),
-    ({"cf": 0.0}, "cf"),
-    ({"cf": 1.5}, "cf"),
-    ({"prune": "yes"}, "prune"),
-    ({"epsilon": -1}, "epsilon"),
-    ({"max_depth": -1}, "max_depth"),
-])
+@pytest.mark.parametrize(
+    "kw,msg",
+    [
+        ({"scorer": "entropy"}, "unknown scorer"),
+        ({"scorer": MaxScorer()}, "scorer must be a scorer name"),
+        ({"n_bound": 0}, "n_bound"),
+        ({"cf": 0.0}, "cf"),
+        ({"cf": 1.5}, "cf"),
+        ({"prune": "yes"}, "prune"),
+        ({"epsilon": -1}, "epsilon"),
+        ({"max_depth": -1}, "max_depth"),
+    ],
+)
 def test_bad_parameters_are_refused_before_any_charge(kw, msg):
     schema = mixed_schema()
     X, y = split35(50, np.random.default_rng(0))
@@ -300,6 +309,7 @@ def test_gainratio_uses_the_schema_sensitivity_and_finds_the_split():
 
 
 # -- Adult ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_adult_accuracy_at_large_epsilon():

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from streamdp.learners import load_model
 from streamdp.learners.catalogue import ALGORITHMS, FORMATS, AlgorithmError, algorithm, by_format, learners
 from streamdp.records.datasets import load
-from streamdp.learners import load_model
 from streamdp.validation import check_delta, check_epsilon, check_integer, check_probability
 
 VOTES = load("congressional-voting")
@@ -79,8 +79,9 @@ def test_epsilon_variants():
         check_epsilon(math.nan, allow_inf=True)
 
 
-@pytest.mark.parametrize("bad, word", [(-1e-9, ">= 0"), (1.0, "< 1"), (math.nan, ">= 0"), (math.inf, ">= 0"),
-                                       (False, ">= 0")])
+@pytest.mark.parametrize(
+    "bad, word", [(-1e-9, ">= 0"), (1.0, "< 1"), (math.nan, ">= 0"), (math.inf, ">= 0"), (False, ">= 0")]
+)
 def test_delta_rule(bad, word):
     with pytest.raises(ValueError, match=f"delta must be .*{word}"):
         check_delta(bad)
@@ -98,13 +99,16 @@ def test_sizes_and_probabilities():
 
 
 # -- issue 12 item 12: every job parameter is bounded, and checked before the ledger is charged ----------
-@pytest.mark.parametrize("algo, params, word", [
-    ("dpea", {"step_limit": 10**10}, "step_limit must be an integer in [1, 100000]"),
-    ("dpea", {"exact_max_levels": 29}, "exact_max_levels must be an integer in [1, 3]"),
-    ("hanisch-forest", {"n_trees": 10**7}, "n_trees must be an integer in [1, 1000]"),
-    ("private-rdt", {"n_trees": 10**7}, "n_trees must be an integer in [1, 1000]"),
-    ("diffp-id3", {"max_depth": 29, "scorer": "gini"}, "max_depth must be an integer in [0, 20]"),
-])
+@pytest.mark.parametrize(
+    "algo, params, word",
+    [
+        ("dpea", {"step_limit": 10**10}, "step_limit must be an integer in [1, 100000]"),
+        ("dpea", {"exact_max_levels": 29}, "exact_max_levels must be an integer in [1, 3]"),
+        ("hanisch-forest", {"n_trees": 10**7}, "n_trees must be an integer in [1, 1000]"),
+        ("private-rdt", {"n_trees": 10**7}, "n_trees must be an integer in [1, 1000]"),
+        ("diffp-id3", {"max_depth": 29, "scorer": "gini"}, "max_depth must be an integer in [0, 20]"),
+    ],
+)
 def test_out_of_bounds_job_is_refused_before_the_ledger_is_charged(algo, params, word):
     from streamdp.jobs.runner import JobError, JobSpec, run_job
     from streamdp.privacy.ledger import InMemoryLedger

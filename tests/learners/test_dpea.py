@@ -17,8 +17,7 @@ from scipy import stats
 
 from streamdp import blob
 from streamdp.estimation import cell_variance
-from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, InMemoryLedger
-from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom
+from streamdp.learners.dpea import DPEA
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.private_subtree import (
     SENSITIVITY,
@@ -28,7 +27,8 @@ from streamdp.learners.private_subtree import (
     mcmc_subtree,
     subtree_quality,
 )
-from streamdp.learners.dpea import DPEA
+from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, InMemoryLedger
+from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
 
@@ -192,8 +192,7 @@ def test_mcmc_final_states_match_exact_distribution():
     assert mixing < 1e-3
     bound = 0.5 * np.sqrt(L / N).sum() + math.sqrt(math.log(1e4) / (2 * N)) + mixing
     rng = _seeded(13)
-    h = _histogram(keys, (mcmc_subtree(SPACE, X, y, eps, rng, buffer_size=T, step_limit=T).structure
-                          for _ in range(N)))
+    h = _histogram(keys, (mcmc_subtree(SPACE, X, y, eps, rng, buffer_size=T, step_limit=T).structure for _ in range(N)))
     tv = 0.5 * np.abs(h / N - pi).sum()
     assert tv < bound, (tv, bound)
     assert 0.5 * np.abs(mu - pi).sum() > 3 * bound  # the test can tell the start law from the target
@@ -221,8 +220,9 @@ def vote():
 def test_budget_spent_exactly_when_a_branch_runs_all_steps(vote, max_depth, embed_depth):
     eps = 2.0
     pds = PrivateDataset.from_records(vote.schema, vote.X, vote.y, epsilon=eps, noise_seed=1)
-    m = DPEA(vote.schema, max_depth=max_depth, embed_depth=embed_depth, epsilon=eps, min_instances=0,
-             step_limit=200).fit(pds)
+    m = DPEA(
+        vote.schema, max_depth=max_depth, embed_depth=embed_depth, epsilon=eps, min_instances=0, step_limit=200
+    ).fit(pds)
     assert m.depth_ == max_depth  # some branch ran every step
     assert pds.spent == pytest.approx(eps, abs=1e-12) and pds.spent <= eps + TOLERANCE
     assert m.epsilon_spent_ == pytest.approx(eps, abs=1e-12)
@@ -241,9 +241,9 @@ def _assert_every_branch_spends(log, eps):
     """Sequential composition along each root-to-leaf path (paths are disjoint: parallel across them): the
     charges on a leaf's path and on its ancestors' sum to ``eps`` exactly, never more."""
     paths = {path for path, _, _ in log}
-    leaves = [p for p in paths if not any(len(q) > len(p) and q[:len(p)] == p for q in paths)]
+    leaves = [p for p in paths if not any(len(q) > len(p) and q[: len(p)] == p for q in paths)]
     for leaf in leaves:
-        spent = sum(e for path, _, e in log if leaf[:len(path)] == path)
+        spent = sum(e for path, _, e in log if leaf[: len(path)] == path)
         assert spent == pytest.approx(eps, abs=1e-9), (leaf, spent)
 
 
@@ -329,17 +329,25 @@ def test_numeric_attributes_are_ignored():
     from streamdp import Schema
     from streamdp.learners import IgnoredAttributesWarning
 
-    mixed = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
-                                             {"name": "x", "type": "numeric", "min": 0, "max": 1}],
-                              "label": {"name": "y", "values": [0, 1]}})
+    mixed = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [0, 1]},
+                {"name": "x", "type": "numeric", "min": 0, "max": 1},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     rng = np.random.default_rng(0)
     a = rng.integers(0, 2, 400)
     X = np.column_stack([a, rng.uniform(0, 1, 400)])
     with pytest.warns(IgnoredAttributesWarning, match=r"numeric \['x'\] are not used"):
         m = DPEA(mixed, max_depth=2, embed_depth=2, epsilon=50.0, min_instances=5, noise_seed=1).fit(X, a)
     assert set(m.feature_[m.feature_ >= 0].tolist()) == {0}
-    for bad, why in [({"max_depth": 0}, r"max_depth must be an integer >= 1"),
-                     ({"epsilon": 0}, r"epsilon must be a finite number > 0")]:
+    for bad, why in [
+        ({"max_depth": 0}, r"max_depth must be an integer >= 1"),
+        ({"epsilon": 0}, r"epsilon must be a finite number > 0"),
+    ]:
         with pytest.raises(ValueError, match=why):
             DPEA(mixed, **bad).fit(X, a)
     assert (m.predict(X) == a).mean() > 0.95
@@ -399,8 +407,8 @@ def test_the_exact_mcmc_scores_are_kept_only_on_request_and_never_pickled():
     import pickle
     import warnings
 
-    from streamdp.records.datasets import load
     from streamdp.privacy.secure_random import NotPrivateWarning
+    from streamdp.records.datasets import load
 
     ds = load("congressional-voting")
     m = DPEA(ds.schema, max_depth=4, embed_depth="whole", epsilon=1.0).fit(ds.X, ds.y)

@@ -9,12 +9,12 @@ import pytest
 
 from streamdp import Schema, estimation
 from streamdp.blob import BlobError
-from streamdp.records.datasets import load
 from streamdp.estimation import cell_variance
 from streamdp.learners import HanischForest, load_model
+from streamdp.learners.private_data import PrivateDataset
 from streamdp.privacy.ledger import BudgetExceeded, InMemoryLedger
 from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.learners.private_data import PrivateDataset
+from streamdp.records.datasets import load
 
 VOTES = load("congressional-voting")
 
@@ -33,7 +33,8 @@ def test_spends_exactly_epsilon_split_over_trees():
     tree_charges = [(what, e) for path, what, e in pds.log]
     assert [round(e, 12) for _, e in tree_charges] == [0.1] * 7  # one leaf histogram per tree, and the stump's
     assert [w for w, _ in tree_charges] == [f"noisy_leaf_class_counts({t.n_leaves} leaves)" for t in m.trees_] + [
-        "noisy_class_counts"]
+        "noisy_class_counts"
+    ]
     assert m.stumps_.shape == (1, 2) and m.cell_variance() == pytest.approx(cell_variance("geometric", 0.1))
     plain = HanischForest(VOTES.schema, epsilon=0.7, max_depth=3, n_trees=7, prior_trees=0).fit(VOTES.X, VOTES.y)
     assert plain.stumps_.shape == (0, 2) and plain.cell_variance() == pytest.approx(cell_variance("geometric", 0.1))
@@ -70,8 +71,12 @@ def test_structure_depends_on_the_seed_only_never_on_data():
 
 
 def test_majority_vote_shares_and_prior_fallback():
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]}],
-                          "label": {"name": "y", "values": ["n", "p"]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]}],
+            "label": {"name": "y", "values": ["n", "p"]},
+        }
+    )
     # value 2 never occurs: its leaf has no records; the prior (mostly "p") decides there
     X = [[0]] * 300 + [[1]] * 1200
     y = ["n"] * 300 + ["p"] * 1200
@@ -128,8 +133,9 @@ def test_blob_round_trip():
             HanischForest.from_bytes(msgpack.packb({**doc, "stumps": bad}, use_bin_type=True))
     for bad in ("x", None, 1.7, -1):
         with pytest.raises(BlobError, match="prior_trees"):
-            HanischForest.from_bytes(msgpack.packb({**doc, "params": {**doc["params"], "prior_trees": bad}},
-                                                   use_bin_type=True))
+            HanischForest.from_bytes(
+                msgpack.packb({**doc, "params": {**doc["params"], "prior_trees": bad}}, use_bin_type=True)
+            )
     # a blob of a fit before the vote was a parameter: Hanisch's majority vote, as it was fitted and evaluated
     assert back.vote == "proba"
     unvoted = {**doc, "params": {k: v for k, v in doc["params"].items() if k != "vote"}}
@@ -141,8 +147,9 @@ def test_blob_round_trip():
     m.set_params(prior_trees=1)
     for bad in ("pooled", None, 1):
         with pytest.raises(BlobError, match="vote must be one of"):
-            HanischForest.from_bytes(msgpack.packb({**doc, "params": {**doc["params"], "vote": bad}},
-                                                   use_bin_type=True))
+            HanischForest.from_bytes(
+                msgpack.packb({**doc, "params": {**doc["params"], "vote": bad}}, use_bin_type=True)
+            )
     # a model pickled before prior stumps and the vote parameter existed still predicts, with none, by majority
     import pickle
 
@@ -198,8 +205,9 @@ def test_bad_parameters_are_named():
         HanischForest(VOTES.schema, max_depth=16, max_leaves=1000).fit(VOTES.X, VOTES.y)
     with pytest.raises(ValueError, match="epsilon"):
         HanischForest(VOTES.schema, epsilon=-1).fit(VOTES.X, VOTES.y)
-    numeric = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}],
-                                "label": {"name": "y", "values": [0, 1]}})
+    numeric = Schema.from_dict(
+        {"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}], "label": {"name": "y", "values": [0, 1]}}
+    )
     with pytest.raises(ValueError, match="categorical"):
         HanischForest(numeric).fit([[0.5]], [1])
 

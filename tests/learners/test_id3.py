@@ -10,18 +10,20 @@ import pytest
 
 from streamdp import Schema
 from streamdp.blob import BlobError
-from streamdp.records.datasets import load
 from streamdp.learners import DiffPID3, SuLQID3, load_model
 from streamdp.learners.id3 import sulq_score
+from streamdp.learners.private_data import PrivateDataset
 from streamdp.privacy.ledger import BudgetExceeded, InMemoryLedger
 from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.learners.private_data import PrivateDataset
+from streamdp.records.datasets import load
 
 VOTES = load("congressional-voting")
 LEARNERS = [
     lambda **kw: SuLQID3(VOTES.schema, **kw),
-    *[lambda s=s, **kw: DiffPID3(VOTES.schema, scorer=s, n_bound=1000, **kw)
-      for s in ("infogain", "gini", "max", "gainratio")],
+    *[
+        lambda s=s, **kw: DiffPID3(VOTES.schema, scorer=s, n_bound=1000, **kw)
+        for s in ("infogain", "gini", "max", "gainratio")
+    ],
 ]
 IDS = ["sulq", "infogain", "gini", "max", "gainratio"]
 
@@ -78,9 +80,9 @@ def test_every_branch_spends_its_budget_a_stopped_one_on_its_leaf(make):
         assert pds.spent == pytest.approx(eps, rel=1e-9)  # (the data layer's composition: at most eps)
         if not isinstance(m, SuLQID3):  # (SuLQ also charges every candidate attribute's partitions: other paths)
             paths = {path for path, _, _ in pds.log}
-            leaves = [p for p in paths if not any(len(q) > len(p) and q[:len(p)] == p for q in paths)]
+            leaves = [p for p in paths if not any(len(q) > len(p) and q[: len(p)] == p for q in paths)]
             for leaf in leaves:
-                assert sum(e for path, _, e in pds.log if leaf[:len(path)] == path) == pytest.approx(eps, rel=1e-9)
+                assert sum(e for path, _, e in pds.log if leaf[: len(path)] == path) == pytest.approx(eps, rel=1e-9)
         t = m.trees_[0]
         at = t.reachable_leaves()
         e = m.epsilon_per_query()
@@ -110,8 +112,10 @@ def test_sulq_score_guards_non_positive_noisy_counts():
 def test_accuracy_well_above_majority_at_large_epsilon():
     for name, floor in (("mushroom", 0.95), ("nursery", 0.8)):
         ds = load(name)
-        for m in (SuLQID3(ds.schema, epsilon=20.0, max_depth=4),
-                  DiffPID3(ds.schema, epsilon=5.0, max_depth=4, scorer="max")):
+        for m in (
+            SuLQID3(ds.schema, epsilon=20.0, max_depth=4),
+            DiffPID3(ds.schema, epsilon=5.0, max_depth=4, scorer="max"),
+        ):
             m.fit(ds.X, ds.y)
             majority = max(np.mean(ds.y == c) for c in ds.schema.classes)
             assert m.score(ds.X, ds.y) > max(floor, majority + 0.1), (name, m)
@@ -120,13 +124,21 @@ def test_accuracy_well_above_majority_at_large_epsilon():
 def test_a_large_budget_picks_the_best_attribute():
     """Label = attribute 3; at a large epsilon every scorer splits the root on it."""
     rng = np.random.default_rng(1)
-    s = Schema.from_dict({"attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(6)],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(6)],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     X = rng.integers(0, 2, size=(2000, 6))
     y = X[:, 3]
-    for m in (SuLQID3(s, epsilon=200.0, max_depth=1),
-              *[DiffPID3(s, epsilon=200.0, max_depth=1, scorer=sc, n_bound=2000)
-                for sc in ("infogain", "gini", "max", "gainratio")]):
+    for m in (
+        SuLQID3(s, epsilon=200.0, max_depth=1),
+        *[
+            DiffPID3(s, epsilon=200.0, max_depth=1, scorer=sc, n_bound=2000)
+            for sc in ("infogain", "gini", "max", "gainratio")
+        ],
+    ):
         assert m.fit(X, y).trees_[0].feature[0] == 3, m
 
 
@@ -137,19 +149,30 @@ def test_sulq_breaks_ties_uniformly_not_by_attribute_order():
     mean 100, sd 8.7; the band 55..145 fails with probability < 1e-6 per attribute. Taking the
     first maximum (the old behaviour) puts all 400 on attribute 0.
     """
-    s = Schema.from_dict({"attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(4)],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": f"a{i}", "type": "categorical", "values": [0, 1]} for i in range(4)],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     a = np.random.default_rng(3).integers(0, 2, 300)
     X, y = np.column_stack([a] * 4), np.where(np.arange(300) % 3 == 0, 1 - a, a)
-    wins = np.bincount([SuLQID3(s, epsilon=1e4, max_depth=1).fit(X, y).trees_[0].feature[0] for _ in range(400)],
-                       minlength=4)
+    wins = np.bincount(
+        [SuLQID3(s, epsilon=1e4, max_depth=1).fit(X, y).trees_[0].feature[0] for _ in range(400)], minlength=4
+    )
     assert wins.min() >= 55 and wins.max() <= 145, wins
 
 
 def test_numeric_attributes_are_ignored():
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
-                                         {"name": "x", "type": "numeric", "min": 0, "max": 1}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [0, 1]},
+                {"name": "x", "type": "numeric", "min": 0, "max": 1},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     rng = np.random.default_rng(0)
     a = rng.integers(0, 2, 500)
     m = DiffPID3(s, epsilon=50.0, max_depth=3, scorer="gini").fit(np.column_stack([a, rng.random(500)]), a)
@@ -210,9 +233,15 @@ def test_bad_parameters_are_named():
 def test_inner_counts_are_sums_of_clipped_leaves_and_empty_leaves_fall_back():
     from streamdp.learners.tree import TreeBuilder
 
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]},
-                                         {"name": "b", "type": "categorical", "values": [0, 1]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [0, 1, 2]},
+                {"name": "b", "type": "categorical", "values": [0, 1]},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     b = TreeBuilder(s)
     kids = b.split(b.add(depth=0), 0)
     grand = b.split(kids[2], 1)
@@ -235,9 +264,15 @@ def _split_audit_data():
     declared epsilon of 1)."""
     from streamdp import Schema
 
-    schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]},
-                                              {"name": "b", "type": "categorical", "values": [0, 1]}],
-                               "label": {"name": "y", "values": [0, 1]}})
+    schema = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [0, 1]},
+                {"name": "b", "type": "categorical", "values": [0, 1]},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     counts = {(0, 0, 0): 1500, (1, 1, 1): 50, (1, 0, 1): 4, (1, 0, 0): 5}  # (a, b, y): records
     rows = [r for r, n in counts.items() for _ in range(n)]
     X = np.array([r[:2] for r in rows], dtype=np.float64)
@@ -282,12 +317,17 @@ def test_user_given_n_bound_below_the_record_count_keeps_the_declared_epsilon():
     assert max(bounds) <= 1.0, f"empirical epsilon lower bound {max(bounds):.3f} above the declared 1"
 
     # the same test has power: trusting n_bound=1 (the sensitivity at 1, full data) is caught
+    from streamdp.learners.private_data import PrivateDataset
     from streamdp.learners.scorers import get_scorer
     from streamdp.privacy.mechanisms import exponential_mechanism_probabilities
-    from streamdp.learners.private_data import PrivateDataset
 
     q = get_scorer("infogain", schema)
-    p = [exponential_mechanism_probabilities(
-        [q(PrivateDataset(schema, X, y, epsilon=1.0)._table(j).astype(float)) for j in (0, 1)],
-        1.0, q.sensitivity(1)) for X, y in (d0, d1)]
+    p = [
+        exponential_mechanism_probabilities(
+            [q(PrivateDataset(schema, X, y, epsilon=1.0)._table(j).astype(float)) for j in (0, 1)],
+            1.0,
+            q.sensitivity(1),
+        )
+        for X, y in (d0, d1)
+    ]
     assert max(abs(math.log(p[0][i] / p[1][i])) for i in (0, 1)) > 2.0  # what the old rule released

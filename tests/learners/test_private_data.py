@@ -12,17 +12,19 @@ import numpy as np
 import pytest
 
 from streamdp import Schema
+from streamdp.learners.private_data import PrivateDataset
 from streamdp.privacy.ledger import BudgetExceeded, InMemoryLedger
 from streamdp.privacy.mechanisms import NotPrivateWarning, exponential_mechanism_probabilities
-from streamdp.learners.private_data import PrivateDataset
 
-SCHEMA = Schema.from_dict({
-    "attributes": [
-        {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
-        {"name": "x", "type": "numeric", "min": 0, "max": 100},
-    ],
-    "label": {"name": "y", "values": ["no", "yes"]},
-})
+SCHEMA = Schema.from_dict(
+    {
+        "attributes": [
+            {"name": "a", "type": "categorical", "values": ["p", "q", "r"]},
+            {"name": "x", "type": "numeric", "min": 0, "max": 100},
+        ],
+        "label": {"name": "y", "values": ["no", "yes"]},
+    }
+)
 
 
 def records(n: int = 300, seed: int = 0):
@@ -205,17 +207,23 @@ def test_partition_parts_hold_the_right_records():
 
 
 # A tree fixed in advance: root splits a (p, q, r); the q child splits x at 35.
-TREE = (np.array([0, -1, 1, -1, -1, -1]), np.array([np.inf, np.inf, 35.0, np.inf, np.inf, np.inf]),
-        np.array([1, -1, 4, -1, -1, -1]))
+TREE = (
+    np.array([0, -1, 1, -1, -1, -1]),
+    np.array([np.inf, np.inf, 35.0, np.inf, np.inf, np.inf]),
+    np.array([1, -1, 4, -1, -1, -1]),
+)
 
 
 def test_leaf_class_counts_route_like_partitions_and_cost_epsilon_once():
     d = pds(1e9, noise_seed=1)
     X, y = records()
     out = d.noisy_leaf_class_counts(*TREE, 1e6)  # near-exact counts to check the routing (test only)
-    exact = {1: [r for r in zip(X, y) if r[0][0] == "p"], 3: [r for r in zip(X, y) if r[0][0] == "r"],
-             4: [r for r in zip(X, y) if r[0][0] == "q" and r[0][1] <= 35],
-             5: [r for r in zip(X, y) if r[0][0] == "q" and r[0][1] > 35]}
+    exact = {
+        1: [r for r in zip(X, y) if r[0][0] == "p"],
+        3: [r for r in zip(X, y) if r[0][0] == "r"],
+        4: [r for r in zip(X, y) if r[0][0] == "q" and r[0][1] <= 35],
+        5: [r for r in zip(X, y) if r[0][0] == "q" and r[0][1] > 35],
+    }
     for leaf, rows in exact.items():
         assert out[leaf].tolist() == [sum(1 for _, c in rows if c == k) for k in ("no", "yes")]
     assert out[[0, 2]].tolist() == [[0, 0], [0, 0]]  # inner nodes release nothing
@@ -239,11 +247,13 @@ def test_leaf_class_counts_noise_every_leaf_cell_even_empty_ones():
 def test_leaf_class_counts_refuse_bad_trees_and_overspending_before_reading():
     d = pds(1.0)
     f, t, c = TREE
-    for bad, msg in [((f, t, np.array([1, -1, 5, -1, -1, -1])), "out of bounds"),
-                     ((f, t, np.array([0, -1, 4, -1, -1, -1])), "out of bounds"),  # a loop to itself
-                     ((f, np.array([0.5, *t[1:]]), c), "wrong way"),
-                     ((np.array([0, -1, 7, -1, -1, -1]), t, c), "attribute 7"),
-                     ((f, np.array([np.inf, np.inf, 150.0, np.inf, np.inf, np.inf]), c), "outside")]:
+    for bad, msg in [
+        ((f, t, np.array([1, -1, 5, -1, -1, -1])), "out of bounds"),
+        ((f, t, np.array([0, -1, 4, -1, -1, -1])), "out of bounds"),  # a loop to itself
+        ((f, np.array([0.5, *t[1:]]), c), "wrong way"),
+        ((np.array([0, -1, 7, -1, -1, -1]), t, c), "attribute 7"),
+        ((f, np.array([np.inf, np.inf, 150.0, np.inf, np.inf, np.inf]), c), "outside"),
+    ]:
         with pytest.raises(ValueError, match=msg):
             d.noisy_leaf_class_counts(*bad, 0.5)
     assert d.spent == 0
@@ -282,8 +292,12 @@ def test_exponential_matches_its_distribution():
 
 
 def test_exponential_threshold_follows_score_times_length():
-    s = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 10}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 10}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     X = [[2.0], [4.0], [7.0]]
     y = [0, 0, 1]
     d = PrivateDataset.from_records(s, X, y, epsilon=1e9)
@@ -308,8 +322,10 @@ def test_exponential_threshold_follows_score_times_length():
 def test_exponential_threshold_respects_narrowed_bounds_and_validates_quality():
     d = pds(100.0)
     left = d.partition("x", 35.0)[0]
-    t = [left.exponential_threshold("x", lambda tb: tb.max(axis=-1).sum(axis=-1), sensitivity=1, epsilon=1.0)
-         for _ in range(50)]
+    t = [
+        left.exponential_threshold("x", lambda tb: tb.max(axis=-1).sum(axis=-1), sensitivity=1, epsilon=1.0)
+        for _ in range(50)
+    ]
     assert all(0 <= v <= 35 for v in t)
     with pytest.raises(ValueError, match="one score per range"):
         d.exponential_threshold("x", lambda tb: 0.0, sensitivity=1, epsilon=0.1)
@@ -319,11 +335,27 @@ def test_exponential_threshold_respects_narrowed_bounds_and_validates_quality():
 
 LEARNERS = pathlib.Path(__file__).resolve().parents[2] / "streamdp" / "learners"
 ALLOWED_IMPORTS = {
-    "__future__", "math", "typing", "dataclasses", "inspect", "warnings", "importlib", "numpy", "msgpack",
-    "streamdp.privacy", "streamdp.records.schema", "streamdp.blob",
-    "streamdp.learners", "streamdp.forest", "scipy.stats",
-    "collections", "itertools", "functools", "sklearn.utils",
-    "streamdp.validation", "streamdp.options",  # data-free: the parameter rules and option lists
+    "__future__",
+    "math",
+    "typing",
+    "dataclasses",
+    "inspect",
+    "warnings",
+    "importlib",
+    "numpy",
+    "msgpack",
+    "streamdp.privacy",
+    "streamdp.records.schema",
+    "streamdp.blob",
+    "streamdp.learners",
+    "streamdp.forest",
+    "scipy.stats",
+    "collections",
+    "itertools",
+    "functools",
+    "sklearn.utils",
+    "streamdp.validation",
+    "streamdp.options",  # data-free: the parameter rules and option lists
     "streamdp.estimation",  # post-processing of released noisy counts only (no rows, no epsilon)
 }
 # The private data layer itself (it holds the rows) and the data-free catalogue are not learners.
@@ -386,8 +418,11 @@ def _enclosing_function(tree, target):
     for fn in ast.walk(tree):
         if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if any(n is target for n in ast.walk(fn)):
-                inner = [g for g in ast.walk(fn) if g is not fn and isinstance(g, ast.FunctionDef)
-                         and any(n is target for n in ast.walk(g))]
+                inner = [
+                    g
+                    for g in ast.walk(fn)
+                    if g is not fn and isinstance(g, ast.FunctionDef) and any(n is target for n in ast.walk(g))
+                ]
                 if not inner:
                     return fn.name
     return None

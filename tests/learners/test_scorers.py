@@ -45,8 +45,14 @@ def _worst(scorer, tables):
     return worst
 
 
-SCORERS = [InfoGainScorer(), GiniScorer(), MaxScorer(), GainRatioScorer(2, 2), GainRatioScorer(3, 3),
-           GainRatioScorer(2, 4)]
+SCORERS = [
+    InfoGainScorer(),
+    GiniScorer(),
+    MaxScorer(),
+    GainRatioScorer(2, 2),
+    GainRatioScorer(3, 3),
+    GainRatioScorer(2, 4),
+]
 
 
 @pytest.mark.parametrize("scorer", SCORERS, ids=repr)
@@ -101,10 +107,17 @@ def test_get_scorer_names_and_gainratio_needs_the_schema():
         get_scorer("entropy")
     with pytest.raises(ValueError, match="needs the schema"):
         get_scorer("gainratio")
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": list(range(5))},
-                                         {"name": "x", "type": "numeric", "min": 0, "max": 1}],
-                          "label": {"name": "y", "values": [0, 1, 2]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": list(range(5))},
+                {"name": "x", "type": "numeric", "min": 0, "max": 1},
+            ],
+            "label": {"name": "y", "values": [0, 1, 2]},
+        }
+    )
     g = get_scorer("gainratio", s)
     assert (g.n_classes, g.max_arity) == (3, 5)
-    assert g.sensitivity(100) == pytest.approx(2 * (math.log2(101) + 1 / math.log(2))
-                                               + math.log2(3) * (math.log2(101) + 1 / math.log(2) + math.log2(5)))
+    assert g.sensitivity(100) == pytest.approx(
+        2 * (math.log2(101) + 1 / math.log(2)) + math.log2(3) * (math.log2(101) + 1 / math.log(2) + math.log2(5))
+    )

@@ -73,8 +73,10 @@ def test_mironov_attack_fails_against_grid_laplace(eps):
     y0, y1 = releases(laplace_noise, 0, eps), releases(laplace_noise, 1, eps)
     g = laplace_granularity(1 / eps)
     # The test of Mironov's paper, and the general one: is y in the image of c + noise for c = 0, 1?
-    in_image = [lambda y, c=c: np.ldexp(y - c, -int(math.log2(g))) == np.round(np.ldexp(y - c, -int(math.log2(g))))
-                for c in (0, 1)]
+    in_image = [
+        lambda y, c=c: np.ldexp(y - c, -int(math.log2(g))) == np.round(np.ldexp(y - c, -int(math.log2(g))))
+        for c in (0, 1)
+    ]
     events = [mironov_test, in_image[0], in_image[1], lambda y: in_image[0](y) & ~in_image[1](y)]
     k0 = [int(e(y0).sum()) for e in events]
     k1 = [int(e(y1).sum()) for e in events]

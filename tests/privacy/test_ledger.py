@@ -16,8 +16,8 @@ import pytest
 import redis
 
 from streamdp.cli import main
-from streamdp.records.datasets import load
 from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, InMemoryLedger, refusal
+from streamdp.records.datasets import load
 from streamdp.service.connection import connect
 from streamdp.service.keys import REGISTRY, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
@@ -111,15 +111,18 @@ def test_set_budget_cannot_go_below_spent(led, source):
     assert led.budget(source) == (0.6, 1e-6) and led.remaining(source) == 0.0
 
 
-@pytest.mark.parametrize("args, kw, word", [
-    ((-0.1,), {}, "epsilon must be a finite number >= 0"),
-    ((math.nan,), {}, "epsilon"),
-    ((math.inf,), {}, "epsilon"),
-    (("1",), {}, "epsilon"),
-    ((True,), {}, "epsilon"),
-    ((0.1,), {"delta": -1e-9}, "delta must be a finite number >= 0"),
-    ((0.1,), {"delta": 1.0}, "delta must be < 1"),
-])
+@pytest.mark.parametrize(
+    "args, kw, word",
+    [
+        ((-0.1,), {}, "epsilon must be a finite number >= 0"),
+        ((math.nan,), {}, "epsilon"),
+        ((math.inf,), {}, "epsilon"),
+        (("1",), {}, "epsilon"),
+        ((True,), {}, "epsilon"),
+        ((0.1,), {"delta": -1e-9}, "delta must be a finite number >= 0"),
+        ((0.1,), {"delta": 1.0}, "delta must be < 1"),
+    ],
+)
 def test_bad_arguments_are_named(led, source, args, kw, word):
     led.set_budget(source, 1.0)
     with pytest.raises(ValueError, match=word):
@@ -148,8 +151,12 @@ def test_redis_layout_and_names(redis_url, source):
     h, sp, ks = ledger_keys(source)
     assert (h, sp, ks) == (f"sdp:{{{source}}}:ledger", f"{h}:spends", f"{h}:keys")
     r = connect(redis_url)
-    assert r.hgetall(h) == {b"budget_epsilon": b"1.0", b"budget_delta": b"0.0", b"spent_epsilon": b"0.25",
-                            b"spent_delta": b"0"}
+    assert r.hgetall(h) == {
+        b"budget_epsilon": b"1.0",
+        b"budget_delta": b"0.0",
+        b"spent_epsilon": b"0.25",
+        b"spent_delta": b"0",
+    }
     assert r.llen(sp) == 1 and r.hget(ks, "k") == b"0"
     assert source in led.sources() and all(isinstance(s, str) for s in led.sources())
     # the ledger of another process sees the same state
@@ -274,8 +281,27 @@ def test_cli_ledger(redis_url, source, tmp_path, capsys):
     u = ["--redis-url", redis_url]
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(VOTES.schema.to_dict()))
-    assert main(u + ["model", "create", source, "--schema", str(schema), "--trees", "2", "--height", "2",
-                     "--epsilon", "0.5", "--ledger-budget", "2"]) == 0
+    assert (
+        main(
+            u
+            + [
+                "model",
+                "create",
+                source,
+                "--schema",
+                str(schema),
+                "--trees",
+                "2",
+                "--height",
+                "2",
+                "--epsilon",
+                "0.5",
+                "--ledger-budget",
+                "2",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(u + ["ledger", source]) == 0
     out = capsys.readouterr().out
@@ -329,9 +355,12 @@ def test_acl_users_and_the_ledger(tmp_path, unique_name):
         assert RedisLedger(url("admin")).sources() == [unique_name]
         for user in ("consumer", "producer"):
             other = RedisLedger(url(user))
-            for call in (lambda: other.spends(unique_name), lambda: other.budget(unique_name),
-                         lambda: other.charge(unique_name, 0.1, who=user, what="x"),
-                         lambda: other.set_budget(unique_name, 9.0)):
+            for call in (
+                lambda: other.spends(unique_name),
+                lambda: other.budget(unique_name),
+                lambda: other.charge(unique_name, 0.1, who=user, what="x"),
+                lambda: other.set_budget(unique_name, 9.0),
+            ):
                 with pytest.raises(redis.exceptions.NoPermissionError):
                     call()
         assert RedisLedger(url("admin")).budget(unique_name) == (1.0, 0.0)

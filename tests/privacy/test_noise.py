@@ -213,8 +213,12 @@ def test_exact_path_decides_words_at_a_threshold():
 def test_guide_buckets_give_the_exact_inverse(stage):
     """Every bucket's first and last word, the words at and next to each threshold, random words:
     the sampler's R is #{r >= 1: u < T_r} (buckets without a threshold are not checked word by word)."""
-    st = {"folded 0.3": lambda: noise._folded(0.3), "folded 0.09": lambda: noise._folded(0.09),
-          "block": lambda: noise._stages(1e-3)[0], "geometric tail": lambda: noise._stages(1e-3)[1]}[stage]()
+    st = {
+        "folded 0.3": lambda: noise._folded(0.3),
+        "folded 0.09": lambda: noise._folded(0.09),
+        "block": lambda: noise._stages(1e-3)[0],
+        "geometric tail": lambda: noise._stages(1e-3)[1],
+    }[stage]()
     neg = st._neg
     b = np.arange(1 << 16, dtype=np.uint64) << np.uint64(48)
     at = np.array(sorted({min(-t >> 64, 2**64 - 1) for t in neg}), dtype=np.uint64)

@@ -87,12 +87,20 @@ def test_bad_schema_refused(mutate, match):
 
 
 def test_true_and_one_are_distinct_declared_values():
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, 1, False, 0]}],
-                          "label": {"name": "y", "values": [0, False]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [True, 1, False, 0]}],
+            "label": {"name": "y", "values": [0, False]},
+        }
+    )
     assert s.attributes[0].arity == 4
     with pytest.raises(SchemaError, match="declared twice"):
-        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, True]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+        Schema.from_dict(
+            {
+                "attributes": [{"name": "a", "type": "categorical", "values": [True, True]}],
+                "label": {"name": "y", "values": [0, 1]},
+            }
+        )
 
 
 # -- encoding ----------------------------------------------------------------------------------
@@ -119,20 +127,37 @@ def test_numeric_values_are_clamped(schema):
 
 def test_bool_and_int_values_not_confused(schema):
     # flag declares True, False, 0, 1 as four different values
-    e = schema.encode([rec(flag=True), rec(flag=1), rec(flag=False), rec(flag=0), rec(flag=np.bool_(True)),
-                       rec(flag=np.int64(1)), rec(flag=1.0)])
+    e = schema.encode(
+        [
+            rec(flag=True),
+            rec(flag=1),
+            rec(flag=False),
+            rec(flag=0),
+            rec(flag=np.bool_(True)),
+            rec(flag=np.int64(1)),
+            rec(flag=1.0),
+        ]
+    )
     assert e.X[:, 2].tolist() == [0, 3, 1, 2, 0, 3, 3]
     # a bool is not a number for a numeric attribute
     with pytest.raises(ValueError, match=r"record 1 \(0-based\): attribute 'size': expected a number, got True"):
         schema.encode([rec(), rec(size=True)])
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     with pytest.raises(ValueError, match=r"record 1 \(0-based\): attribute 'a' unknown value True"):
         s.encode([[1], [True]])
     with pytest.raises(ValueError, match=r"record 0 \(0-based\): label 'y': unknown class False"):
         s.encode([[1], [0]], [False, 0])
-    s2 = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
-                           "label": {"name": "y", "values": [True, 1]}})
+    s2 = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+            "label": {"name": "y", "values": [True, 1]},
+        }
+    )
     assert s2.encode([[0], [1], [0]], [1, True, 1]).y.tolist() == [1, 0, 1]
 
 
@@ -219,13 +244,36 @@ def test_data_frames_are_read_by_column_name(schema):
 def test_object_column_codes_match_value_by_value_lookup():
     """The hashing fast path of the encoder gives, for every kind of value, the code the
     value-by-value rules give (True apart from 1, 1.0 as 1, numpy scalars, misses, NaN, None)."""
-    from streamdp.records.coding import lookup_codes as _lookup_codes, value_code as _lookup_value
+    from streamdp.records.coding import lookup_codes as _lookup_codes
+    from streamdp.records.coding import value_code as _lookup_value
 
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [True, 1, "1", 0, "z"]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [True, 1, "1", 0, "z"]}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     lookup = s._lookup[0]
-    pool = [True, False, 1, 0, 1.0, 0.0, 2.5, float("nan"), None, "1", "z", np.str_("z"), np.int64(1),
-            np.float64(1.0), np.bool_(True), b"z", "missing", -1]
+    pool = [
+        True,
+        False,
+        1,
+        0,
+        1.0,
+        0.0,
+        2.5,
+        float("nan"),
+        None,
+        "1",
+        "z",
+        np.str_("z"),
+        np.int64(1),
+        np.float64(1.0),
+        np.bool_(True),
+        b"z",
+        "missing",
+        -1,
+    ]
     rng = np.random.default_rng(0)
     col = np.empty(500, dtype=object)
     col[:] = [pool[i] for i in rng.integers(0, len(pool), 500)]
@@ -241,9 +289,15 @@ def test_typed_columns_code_like_object_columns():
     codes their object-array forms give, including undeclared values."""
     from streamdp.records.coding import lookup_codes as _lookup_codes
 
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [3, -2, 9000, 7]},
-                                         {"name": "b", "type": "categorical", "values": ["x", "yy"]}],
-                          "label": {"name": "y", "values": ["no", "yes"]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [3, -2, 9000, 7]},
+                {"name": "b", "type": "categorical", "values": ["x", "yy"]},
+            ],
+            "label": {"name": "y", "values": ["no", "yes"]},
+        }
+    )
     rng = np.random.default_rng(1)
     for ints in (rng.choice([3, -2, 7, 5], 300), rng.choice([3, -2, 9000, 7, 100_000], 300)):  # small / wide range
         for dtype in (np.int64, np.int32):
@@ -262,15 +316,26 @@ def test_typed_columns_code_like_object_columns():
 
 def test_numeric_arrays_coded_through_a_table_like_their_values():
     """Float and integer arrays of categorical codes: whole numbers hit, anything else is named unknown."""
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]},
-                                         {"name": "b", "type": "categorical", "values": [-1, 7]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [0, 1, 2]},
+                {"name": "b", "type": "categorical", "values": [-1, 7]},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     X = np.array([[0.0, 7.0], [2.0, -1.0], [1.0, 7.0]])
     enc = s.encode(X, np.array([1.0, 0.0, 1.0]))
     assert enc.X.tolist() == [[0, 1], [2, 0], [1, 1]] and enc.y.tolist() == [1, 0, 1]
     assert s.encode(X.astype(np.int16)).X.tolist() == enc.X.tolist()
-    for bad, row in (([[0.0, 7.0], [2.5, 7.0]], 1), ([[0.0, 7.0], [np.nan, 7.0]], 1), ([[3.0, 7.0]], 0),
-                     ([[0.0, 7.0], [1.0, 1e300]], 1), ([[0.0, np.inf]], 0)):
+    for bad, row in (
+        ([[0.0, 7.0], [2.5, 7.0]], 1),
+        ([[0.0, 7.0], [np.nan, 7.0]], 1),
+        ([[3.0, 7.0]], 0),
+        ([[0.0, 7.0], [1.0, 1e300]], 1),
+        ([[0.0, np.inf]], 0),
+    ):
         with pytest.raises(ValueError, match=rf"record {row} \(0-based\): attribute"):
             s.encode(np.array(bad))
     with pytest.raises(ValueError, match=r"record 1 \(0-based\): label 'y'"):
@@ -281,9 +346,11 @@ def test_numeric_arrays_coded_through_a_table_like_their_values():
 
 # -- numeric-looking and boolean declared values (issue 15) --------------------------------------
 
+
 def _num_schema():
-    return Schema([Categorical("f", (0, 0.5, 1)), Categorical("b", (False, True)), Numeric("n", 0, 10)],
-                  Label("y", (False, True)))
+    return Schema(
+        [Categorical("f", (0, 0.5, 1)), Categorical("b", (False, True)), Numeric("n", 0, 10)], Label("y", (False, True))
+    )
 
 
 @pytest.mark.parametrize("container", ["dicts", "object array", "float array", "frame"])
@@ -310,10 +377,15 @@ def test_float_and_bool_declared_values_encode_exactly(container):
     assert e.y.tolist() == [1, 0, 1, 0]
 
 
-@pytest.mark.parametrize("bad,why", [
-    (0.25, "unknown value 0.25"), ("0.5", "unknown value '0.5'"), (True, "unknown value True"),
-    (0.5000001, "unknown value 0.5000001"),
-])
+@pytest.mark.parametrize(
+    "bad,why",
+    [
+        (0.25, "unknown value 0.25"),
+        ("0.5", "unknown value '0.5'"),
+        (True, "unknown value True"),
+        (0.5000001, "unknown value 0.5000001"),
+    ],
+)
 def test_float_declared_values_never_coerce_unknown_values(bad, why):
     s = _num_schema()
     rec = {"f": bad, "b": True, "n": 1.0}
@@ -336,8 +408,17 @@ def test_bool_declared_values_refuse_integers_and_labels_stay_exact():
 
 def test_fill_missing_puts_the_midpoint_for_numbers_only():
     s = _num_schema()
-    e = s.encode([{"f": 0, "b": True}, {"f": 0, "b": True, "n": float("nan")}, {"f": 0, "b": True, "n": None},
-                  {"b": True, "n": 2.0}, {"f": 0, "b": True, "n": "x"}], on_invalid="drop", fill_missing=True)
+    e = s.encode(
+        [
+            {"f": 0, "b": True},
+            {"f": 0, "b": True, "n": float("nan")},
+            {"f": 0, "b": True, "n": None},
+            {"b": True, "n": 2.0},
+            {"f": 0, "b": True, "n": "x"},
+        ],
+        on_invalid="drop",
+        fill_missing=True,
+    )
     assert e.kept.tolist() == [0, 1, 2]
     assert e.X[:, 2].tolist() == [5.0, 5.0, 5.0]
     assert [r for r, _ in e.dropped] == [3, 4]
@@ -345,10 +426,16 @@ def test_fill_missing_puts_the_midpoint_for_numbers_only():
 
 def test_numeric_matrix_fast_path_matches_the_column_coder():
     """Schema.encode's whole-matrix path for numeric arrays gives what the value-by-value coder gives."""
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1, 2]},
-                                         {"name": "x", "type": "numeric", "min": -1, "max": 1},
-                                         {"name": "b", "type": "categorical", "values": [5, 7, "z"]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": [0, 1, 2]},
+                {"name": "x", "type": "numeric", "min": -1, "max": 1},
+                {"name": "b", "type": "categorical", "values": [5, 7, "z"]},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     rng = np.random.default_rng(3)
     for trial in range(60):
         n = int(rng.integers(1, 50))
@@ -368,9 +455,15 @@ def test_matrix_path_over_declared_tables_matches_the_column_coder(values):
     """Consecutive codes from 0 (code = value), an offset start, a permutation, gaps, a declared
     fraction; bad values at the edges of int64 and float64: the matrix path agrees with the
     value-by-value coder, and takes every valid matrix itself."""
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": values},
-                                         {"name": "b", "type": "categorical", "values": [0, 1]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "a", "type": "categorical", "values": values},
+                {"name": "b", "type": "categorical", "values": [0, 1]},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     whole = [v for v in values if float(v).is_integer()]
     rng = np.random.default_rng(7)
     bad_f = [np.nan, np.inf, -np.inf, 1e300, -1e300, 2.0**63, -(2.0**63), 0.5, -0.5, min(whole) - 1.0, max(whole) + 1.0]
@@ -397,22 +490,40 @@ def test_values_and_ranges_a_model_cannot_store_are_refused_clearly():
     """A red team's finding: a range whose width overflows a float, or an integer beyond 64 bits, ended model
     create in a raw OverflowError (the split point draw, msgpack)."""
     with pytest.raises(SchemaError, match="wider than a float"):
-        Schema.from_dict({"attributes": [{"name": "a", "type": "numeric", "min": -1e308, "max": 1e308}],
-                          "label": {"name": "y", "values": [0, 1]}})
+        Schema.from_dict(
+            {
+                "attributes": [{"name": "a", "type": "numeric", "min": -1e308, "max": 1e308}],
+                "label": {"name": "y", "values": [0, 1]},
+            }
+        )
     with pytest.raises(SchemaError, match="64-bit range"):
-        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 2**64]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+        Schema.from_dict(
+            {
+                "attributes": [{"name": "a", "type": "categorical", "values": [0, 2**64]}],
+                "label": {"name": "y", "values": [0, 1]},
+            }
+        )
     with pytest.raises(SchemaError, match="64-bit range"):
-        Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
-                          "label": {"name": "y", "values": [-(2**63) - 1, 1]}})
+        Schema.from_dict(
+            {
+                "attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+                "label": {"name": "y", "values": [-(2**63) - 1, 1]},
+            }
+        )
 
 
 def test_integers_beyond_a_float_or_int64_are_clamped_or_unknown_never_an_overflow():
     """A red team's finding: learn_many / predict_proba_many raised OverflowError on 10**400 in a numeric column or
     2**63 in a categorical one, where the one-record path clamps the first and finds the second undeclared."""
-    s = Schema.from_dict({"attributes": [{"name": "n", "type": "numeric", "min": 0, "max": 10},
-                                         {"name": "c", "type": "categorical", "values": [0, 1, 2]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "n", "type": "numeric", "min": 0, "max": 10},
+                {"name": "c", "type": "categorical", "values": [0, 1, 2]},
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     X = np.array([[10**400, 1], [-(10**400), 2], [5, 2**63], [5, 1.0 * 2**63]], dtype=object)
     enc = s.encode(X, np.array([0, 1, 0, 1]), on_invalid="drop")
     assert enc.X.tolist() == [[10.0, 1.0], [0.0, 2.0]] and len(enc.dropped) == 2  # clamped; undeclared dropped

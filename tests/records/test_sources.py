@@ -14,13 +14,17 @@ from streamdp.records.datasets import load
 from streamdp.records.sources import SourceError, encode_frame, frame_chunks, prefetch, read_csv_chunks, read_dataset
 
 DS = load("congressional-voting")
-MIXED = Schema.from_dict({
-    "attributes": [{"name": "n", "type": "categorical", "values": [1, 2, 10]},
-                   {"name": "b", "type": "categorical", "values": [True, False]},
-                   {"name": "s", "type": "categorical", "values": ["red", "blue"]},
-                   {"name": "x", "type": "numeric", "min": 0, "max": 5}],
-    "label": {"name": "y", "values": ["no", "yes"]},
-})
+MIXED = Schema.from_dict(
+    {
+        "attributes": [
+            {"name": "n", "type": "categorical", "values": [1, 2, 10]},
+            {"name": "b", "type": "categorical", "values": [True, False]},
+            {"name": "s", "type": "categorical", "values": ["red", "blue"]},
+            {"name": "x", "type": "numeric", "min": 0, "max": 5},
+        ],
+        "label": {"name": "y", "values": ["no", "yes"]},
+    }
+)
 
 
 def _votes_csv(rows=DS.X, labels=DS.y) -> str:
@@ -50,14 +54,20 @@ def test_errors_name_attribute_and_row_never_the_value():
         list(read_csv_chunks(io.StringIO(text), MIXED, chunk_rows=1))
     # the second record is the file's line 3 (the header is line 1)
     assert "line 3: attribute 's'" in str(e.value) and "SECRET" not in str(e.value)
-    bad = "n,b,s,x,y\n1,true,red,1,no\n3,true,red,1,no\n1,yes,red,1,no\n1,true,red,abc,no\n1,true,red,,no\n" \
-          "1,true,red,1,maybe\n,true,red,1,no\n1,true,red,2,yes\n"
+    bad = (
+        "n,b,s,x,y\n1,true,red,1,no\n3,true,red,1,no\n1,yes,red,1,no\n1,true,red,abc,no\n1,true,red,,no\n"
+        "1,true,red,1,maybe\n,true,red,1,no\n1,true,red,2,yes\n"
+    )
     chunks = list(read_csv_chunks(io.StringIO(bad), MIXED, on_invalid="drop", chunk_rows=3))
     dropped = [(c.offset + r, why) for c in chunks for r, why in c.dropped]
-    assert dropped == [(1, "attribute 'n' has a value not declared in the schema"),
-                       (2, "attribute 'b' has a value not declared in the schema"),
-                       (3, "attribute 'x' is not a number"), (4, "attribute 'x' is missing"),
-                       (5, "label 'y' has a class not declared in the schema"), (6, "attribute 'n' is missing")]
+    assert dropped == [
+        (1, "attribute 'n' has a value not declared in the schema"),
+        (2, "attribute 'b' has a value not declared in the schema"),
+        (3, "attribute 'x' is not a number"),
+        (4, "attribute 'x' is missing"),
+        (5, "label 'y' has a class not declared in the schema"),
+        (6, "attribute 'n' is missing"),
+    ]
     assert sum(len(c.y) for c in chunks) == 2 and [c.n_in for c in chunks] == [3, 3, 2]
 
 
@@ -74,9 +84,14 @@ def test_check_columns_reads_the_first_record_as_the_reader_does(tmp_path):
     gz.write_bytes(gzip.compress(rows.encode()))
     check_columns(str(gz), MIXED, header=False)
     assert sum(len(c.y) for c in read_csv_chunks(str(gz), MIXED, header=False)) == 2
-    cases = {"yes,1,true,red,2,,\n": None, "id7,yes,1,true,red,2\n": "its first record has 6 fields",
-             "yes,1,true,red\n": "its first record has 4 fields", "maybe,1,true,red,2\n": "is not one of the classes",
-             "\n\n": "empty file", "": "empty file"}
+    cases = {
+        "yes,1,true,red,2,,\n": None,
+        "id7,yes,1,true,red,2\n": "its first record has 6 fields",
+        "yes,1,true,red\n": "its first record has 4 fields",
+        "maybe,1,true,red,2\n": "is not one of the classes",
+        "\n\n": "empty file",
+        "": "empty file",
+    }
     for text, error in cases.items():
         p = tmp_path / "f.csv"
         p.write_text(text)
@@ -95,21 +110,34 @@ def test_values_named_like_missing_are_values_and_broken_archives_are_refused_in
 
     from streamdp.records.sources import check_columns, check_header
 
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": ["None", "x"]}],
-                          "label": {"name": "y", "values": ["NA", "null", "nan", "ok"]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": ["None", "x"]}],
+            "label": {"name": "y", "values": ["NA", "null", "nan", "ok"]},
+        }
+    )
     p = tmp_path / "na.csv"
     p.write_text("y,a\nNA,None\nnull,x\nnan,None\nok,x\n,x\n")  # the last row's label is missing
     check_columns(str(p), s)
     X, y = read_dataset(str(p), s)
     assert y.tolist() == [0, 1, 2, 3] and X[:, 0].tolist() == [0, 1, 0, 1]
     good = gzip.compress(b"y,a\n" + b"ok,x\n" * 5000)
-    cases = {"cut.csv.gz": good[: len(good) // 2], "bad.csv.gz": b"\x1f\x8b" + b"\x00" * 40,
-             "odd.csv.zst": b"(\xb5/\xfd" + b"\x00" * 20, "bad.csv.bz2": b"BZh9" + b"\x00" * 40}
+    cases = {
+        "cut.csv.gz": good[: len(good) // 2],
+        "bad.csv.gz": b"\x1f\x8b" + b"\x00" * 40,
+        "odd.csv.zst": b"(\xb5/\xfd" + b"\x00" * 20,
+        "bad.csv.bz2": b"BZh9" + b"\x00" * 40,
+    }
     for fname, data in cases.items():
         f = tmp_path / fname
         f.write_bytes(data)
-        for i, read in enumerate((lambda: list(read_csv_chunks(str(f), s)), lambda: check_header(str(f), s),
-                                  lambda: check_columns(str(f), s, header=False))):
+        for i, read in enumerate(
+            (
+                lambda: list(read_csv_chunks(str(f), s)),
+                lambda: check_header(str(f), s),
+                lambda: check_columns(str(f), s, header=False),
+            )
+        ):
             try:
                 read()
             except SourceError as e:
@@ -150,12 +178,17 @@ def test_frames_and_arrays_code_like_schema_encode():
         assert np.array_equal(np.concatenate([c.X for c in chunks]), ref.X)
         assert np.array_equal(np.concatenate([c.y for c in chunks]), ref.y)
     # True is not the declared 1, 1 is not the declared True
-    enc = encode_frame(MIXED, pd.DataFrame({"n": [True, 1], "b": [1, True], "s": ["red"] * 2, "x": [1, 1]},
-                                           dtype=object), ["no", "no"], on_invalid="drop")
+    enc = encode_frame(
+        MIXED,
+        pd.DataFrame({"n": [True, 1], "b": [1, True], "s": ["red"] * 2, "x": [1, 1]}, dtype=object),
+        ["no", "no"],
+        on_invalid="drop",
+    )
     assert [r for r, _ in enc.dropped] == [0] and enc.X.tolist() == [[0, 0, 0, 1.0]]
     with pytest.raises(SourceError, match=r"record 1 \(0-based\): attribute 'x' is not a number"):
-        encode_frame(MIXED, pd.DataFrame({"n": [1, 1], "b": [True] * 2, "s": ["red"] * 2, "x": [1.0, True]}),
-                     ["no", "no"])
+        encode_frame(
+            MIXED, pd.DataFrame({"n": [1, 1], "b": [True] * 2, "s": ["red"] * 2, "x": [1.0, True]}), ["no", "no"]
+        )
 
 
 def test_read_dataset_drops_and_prefetch_raises(tmp_path):
@@ -170,6 +203,7 @@ def test_read_dataset_drops_and_prefetch_raises(tmp_path):
     def boom():
         yield 1
         raise SourceError("row 9: broken")
+
     it = prefetch(boom())
     assert next(it) == 1
     with pytest.raises(SourceError, match="row 9"):
@@ -197,8 +231,11 @@ def test_unreadable_files_are_refused_in_words_that_quote_nothing(tmp_path):
 
 
 def _mixed_csv(n, header=True):
-    rows = [f"{[1, 2, 10][i % 3]},{'true' if i % 2 else 'false'},{'red' if i % 5 else 'blue'},{i % 6},"
-            f"{'yes' if i % 7 else 'no'}\n" for i in range(n)]
+    rows = [
+        f"{[1, 2, 10][i % 3]},{'true' if i % 2 else 'false'},{'red' if i % 5 else 'blue'},{i % 6},"
+        f"{'yes' if i % 7 else 'no'}\n"
+        for i in range(n)
+    ]
     return ("n,b,s,x,y\n" if header else "") + "".join(rows), rows
 
 
@@ -250,16 +287,25 @@ def test_a_malformed_line_mid_file_is_named_after_the_chunks_before_it(tmp_path)
 
 
 def test_a_key_missing_from_dict_records_is_reported_missing():
-    s = Schema.from_dict({"attributes": [{"name": "x0", "type": "categorical", "values": ["a", "b"]},
-                                         {"name": "x1", "type": "categorical", "values": ["a", "b"]}],
-                          "label": {"name": "y", "values": ["neg", "pos"]}})
-    for recs, pos in (([{"x0": "a"}], 0),  # x1 absent from every record: a float column of NaN
-                      ([{"x0": "a", "x1": "b"}, {"x0": "b", "x1": "a"}, {"x0": "a"}], 2)):
+    s = Schema.from_dict(
+        {
+            "attributes": [
+                {"name": "x0", "type": "categorical", "values": ["a", "b"]},
+                {"name": "x1", "type": "categorical", "values": ["a", "b"]},
+            ],
+            "label": {"name": "y", "values": ["neg", "pos"]},
+        }
+    )
+    for recs, pos in (
+        ([{"x0": "a"}], 0),  # x1 absent from every record: a float column of NaN
+        ([{"x0": "a", "x1": "b"}, {"x0": "b", "x1": "a"}, {"x0": "a"}], 2),
+    ):
         with pytest.raises(SourceError, match=rf"^record {pos} \(0-based\): attribute 'x1' is missing$"):
             list(frame_chunks(recs, ["neg"] * len(recs), s))
     (c,) = frame_chunks([{"x0": "a"}, {"x0": "b", "x1": "b"}], ["neg", "pos"], s, on_invalid="drop")
     assert c.dropped == [(0, "attribute 'x1' is missing")] and [c.where(r) for r, _ in c.dropped] == [
-        "record 0 (0-based)"]
+        "record 0 (0-based)"
+    ]
     df = pd.DataFrame({"x0": ["a", "b"], "x1": [np.nan, np.nan]})  # a DataFrame's NaN: missing too
     with pytest.raises(SourceError, match="attribute 'x1' is missing"):
         encode_frame(s, df, ["neg", "pos"])
@@ -282,8 +328,12 @@ def test_a_header_read_as_a_record_is_named(tmp_path):
     check_columns(str(p), MIXED, header=True)
     check_columns(str(p), MIXED, header=False, first_label=False)  # (a job worker before its charge reads no value)
     # a schema whose names are digits (river's SEA convention) has headerless records of digits: not a header
-    digits = Schema.from_dict({"attributes": [{"name": str(i), "type": "numeric", "min": 0, "max": 10}
-                                              for i in range(3)], "label": {"name": "y", "values": [0, 1]}})
+    digits = Schema.from_dict(
+        {
+            "attributes": [{"name": str(i), "type": "numeric", "min": 0, "max": 10} for i in range(3)],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     q = tmp_path / "d.csv"
     q.write_text("1,2,0,1\n")
     check_columns(str(q), digits, header=False)
@@ -292,8 +342,12 @@ def test_a_header_read_as_a_record_is_named(tmp_path):
 def test_declared_numbers_match_their_other_spellings_in_a_csv(tmp_path):
     """A new user's file, written by pandas from river's Phishing data, spelled the declared category 1 as "1.0":
     every record was refused, where river's encoder takes 1.0 for 1."""
-    s = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 0.5, 1]}],
-                          "label": {"name": "y", "values": [False, True]}})
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "categorical", "values": [0, 0.5, 1]}],
+            "label": {"name": "y", "values": [False, True]},
+        }
+    )
     p = tmp_path / "p.csv"
     p.write_text("a,y\n1.0,True\n0.50,False\n0,True\n2.0,True\n1_0,True\n5e-1,False\n")
     X, y = read_dataset(str(p), s)

@@ -16,8 +16,9 @@ import pytest
 from scipy import stats
 
 from streamdp import blob
-from streamdp.release import continual
 from streamdp.estimation import cell_variance
+from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, geometric_pmf
+from streamdp.release import continual
 from streamdp.release.continual import (
     NOISE_BLOCK,
     STREAM_CHUNK,
@@ -25,18 +26,17 @@ from streamdp.release.continual import (
     Node,
     ReleasePolicy,
     TreeState,
+    class_total_sd,
     closing_nodes,
     node_windows,
     noisy_node,
     prefix_nodes,
-    class_total_sd,
     published_variance,
     window_delta,
     window_end,
     window_index,
     windows_due,
 )
-from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, geometric_pmf
 
 Z = 5.0
 P_FAIL = 1e-6
@@ -57,12 +57,19 @@ def test_policy_round_trips_through_msgpack_and_prints():
     assert "T_max=127" in str(ReleasePolicy("tree", levels=7))
 
 
-@pytest.mark.parametrize("kwargs, word", [
-    ({"kind": "stream"}, "release"), ({"release_every": 0}, "release_every"),
-    ({"release_every": math.nan}, "release_every"), ({"release_every": True}, "release_every"),
-    ({"levels": 0}, "levels"), ({"levels": 49}, "levels"), ({"levels": 2.0}, "levels"),
-    ({"estimator": "mean"}, "estimator"),
-])
+@pytest.mark.parametrize(
+    "kwargs, word",
+    [
+        ({"kind": "stream"}, "release"),
+        ({"release_every": 0}, "release_every"),
+        ({"release_every": math.nan}, "release_every"),
+        ({"release_every": True}, "release_every"),
+        ({"levels": 0}, "levels"),
+        ({"levels": 49}, "levels"),
+        ({"levels": 2.0}, "levels"),
+        ({"estimator": "mean"}, "estimator"),
+    ],
+)
 def test_policy_refuses_bad_settings_naming_them(kwargs, word):
     with pytest.raises(ValueError, match=word):
         ReleasePolicy(**kwargs)
@@ -177,7 +184,9 @@ def test_the_stream_layout_of_older_keyed_models_is_kept_byte_for_byte():
     real = np.arange(n) % 5 != 3
     a = noisy_node(exact, 1.0, "geometric", SecureRandom.from_key(b"k" * 32, b"pin/old-layout", layout="stream"), real)
     assert hashlib.sha256(a.tobytes()).hexdigest() == "c72ea8ea57fa3eb42954632c4294f09f47026bc61da37d945728deca3454b25a"
-    b = noisy_node(exact[:1000], 0.5, "laplace", SecureRandom.from_key(b"k" * 32, b"pin/old-layout-small", layout="stream"))
+    b = noisy_node(
+        exact[:1000], 0.5, "laplace", SecureRandom.from_key(b"k" * 32, b"pin/old-layout-small", layout="stream")
+    )
     assert hashlib.sha256(b.tobytes()).hexdigest() == "31f61f0897102c3a5780c65270397249036c17302d468e024689051540c294df"
 
 
@@ -213,15 +222,21 @@ def test_block_layout_draws_each_block_from_its_own_child():
     n = 3 * NOISE_BLOCK + 1000
     real = np.random.default_rng(0).random(n) < 0.7
     long = noisy_node(np.zeros(n, np.int64), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/1"), real)
-    short = noisy_node(np.zeros(2 * NOISE_BLOCK, np.int64), 1.0, "geometric",
-                       SecureRandom.from_key(key, b"m/window/1"), real[:2 * NOISE_BLOCK])
-    assert np.array_equal(long[:2 * NOISE_BLOCK], short) and not long[~real].any()
+    short = noisy_node(
+        np.zeros(2 * NOISE_BLOCK, np.int64),
+        1.0,
+        "geometric",
+        SecureRandom.from_key(key, b"m/window/1"),
+        real[: 2 * NOISE_BLOCK],
+    )
+    assert np.array_equal(long[: 2 * NOISE_BLOCK], short) and not long[~real].any()
     # block by block, by hand: child b draws the real cells of block b in C order
     rng = SecureRandom.from_key(key, b"m/window/1")
     for b in range(4):
-        m = real[b * NOISE_BLOCK:(b + 1) * NOISE_BLOCK]
-        assert np.array_equal(long[b * NOISE_BLOCK:(b + 1) * NOISE_BLOCK][m],
-                              geometric_noise(int(m.sum()), 1.0, rng.spawn()))
+        m = real[b * NOISE_BLOCK : (b + 1) * NOISE_BLOCK]
+        assert np.array_equal(
+            long[b * NOISE_BLOCK : (b + 1) * NOISE_BLOCK][m], geometric_noise(int(m.sum()), 1.0, rng.spawn())
+        )
     other = noisy_node(np.zeros(n, np.int64), 1.0, "geometric", SecureRandom.from_key(key, b"m/window/2"), real)
     assert np.mean(other[real] == long[real]) < 0.5  # another context: independent noise (P(equal) ~0.46 per cell)
     # counts shift the result and nothing else (in place or not)
@@ -257,10 +272,16 @@ def test_an_empty_window_is_released_as_pure_noise():
         window_delta(np.zeros(3, np.int64), (4,), 1.0, "geometric", SecureRandom())
 
 
-@pytest.mark.parametrize("kind, estimator, mechanism", [
-    ("window", "honaker", "geometric"), ("tree", "honaker", "geometric"), ("tree", "decomposition", "geometric"),
-    ("tree", "honaker", "laplace"), ("batch", "honaker", "geometric"),
-])
+@pytest.mark.parametrize(
+    "kind, estimator, mechanism",
+    [
+        ("window", "honaker", "geometric"),
+        ("tree", "honaker", "geometric"),
+        ("tree", "decomposition", "geometric"),
+        ("tree", "honaker", "laplace"),
+        ("batch", "honaker", "geometric"),
+    ],
+)
 def test_without_noise_every_policy_publishes_the_exact_running_counts_across_epochs(kind, estimator, mechanism):
     c = Counter(ReleasePolicy(kind, levels=3, estimator=estimator), (2, 2), math.inf, SecureRandom(), mechanism)
     gen = np.random.default_rng(3)
@@ -423,7 +444,9 @@ def test_published_variance_matches_the_formula(kind, estimator):
 # -- empirical epsilon audit -----------------------------------------------------------------
 
 
-def _run_tiny_stream(policy: ReleasePolicy, eps: float, n: int, extra: int, node_eps: float | None = None) -> np.ndarray:
+def _run_tiny_stream(
+    policy: ReleasePolicy, eps: float, n: int, extra: int, node_eps: float | None = None
+) -> np.ndarray:
     """n independent runs (one per cell) of a 3-window stream; ``extra`` records added in window 1.
     Returns the bucketed joint output: for each release t, is S(t) above the base stream's exact S(t)?"""
     c = Counter(policy, (n,), eps, SecureRandom())
@@ -473,8 +496,8 @@ def test_release_windows_shorter_than_the_minimum_are_refused_at_create_but_stor
     New models are refused; a policy stored before the rule still loads (a review: its model could not run)."""
     import fakeredis
 
-    from streamdp.release.continual import MIN_RELEASE_EVERY
     from streamdp.records.datasets import load
+    from streamdp.release.continual import MIN_RELEASE_EVERY
     from streamdp.service.registry import create_model
 
     r = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
@@ -496,7 +519,7 @@ def test_class_total_sd_is_the_stumps_published_noise(budget):
     for kind in ("window", "grow"):
         f = PrivateForest.create(ds.schema, n_trees=4, height=3, epsilon=1.0, budget=budget, prior_trees=2, seed=0)
         for lo in range(0, 300, 100):
-            (f.grow if kind == "grow" else f.update)(ds.X[lo:lo + 100], ds.y[lo:lo + 100])
+            (f.grow if kind == "grow" else f.update)(ds.X[lo : lo + 100], ds.y[lo : lo + 100])
         T = f.n_trees
         stump = f.node_variance[T:, 0] if kind == "grow" else f.noise_variance[T:]
         expected = math.sqrt(1.0 / np.sum(1.0 / stump)) * (f.n_released_trees if budget == "disjoint" else 1.0)
@@ -506,5 +529,6 @@ def test_class_total_sd_is_the_stumps_published_noise(budget):
     assert class_total_sd(ReleasePolicy("tree"), 0, 1.0, "geometric", "split", 4, 1) == 0.0  # nothing released yet
     assert class_total_sd(ReleasePolicy("window"), 5, math.inf, "geometric", "split", 4, 1) == 0.0
     # the binary tree mechanism: fewer draws on a count than windows
-    assert class_total_sd(ReleasePolicy("tree", levels=20), 10_000, 1.0, "geometric", "split", 10, 1) < \
-        class_total_sd(ReleasePolicy("window"), 10_000, 1.0, "geometric", "split", 10, 1)
+    assert class_total_sd(ReleasePolicy("tree", levels=20), 10_000, 1.0, "geometric", "split", 10, 1) < class_total_sd(
+        ReleasePolicy("window"), 10_000, 1.0, "geometric", "split", 10, 1
+    )

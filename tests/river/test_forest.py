@@ -18,12 +18,11 @@ pytest.importorskip("sklearn")
 from river import checks, datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
-from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier  # noqa: E402
-from streamdp.river import inference, uci  # noqa: E402
+from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier, inference, uci  # noqa: E402  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
+from streamdp.river.evaluate import run_private, run_river  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
-from streamdp.river.evaluate import run_private, run_river  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
 
@@ -60,9 +59,14 @@ def test_every_check_runs_and_passes_individually():
     for check in checks.yield_checks(model):
         check(model.clone())
         names.append(check.__name__)
-    for expected in ("check_learn_many_matches_learn_one", "check_predict_proba_many_matches_predict_proba_one",
-                     "check_seeding_is_idempotent", "check_shuffle_features_no_impact",
-                     "check_classifier_tracks_seen_labels", "check_bounded_memory_growth"):
+    for expected in (
+        "check_learn_many_matches_learn_one",
+        "check_predict_proba_many_matches_predict_proba_one",
+        "check_seeding_is_idempotent",
+        "check_shuffle_features_no_impact",
+        "check_classifier_tracks_seen_labels",
+        "check_bounded_memory_growth",
+    ):
         assert expected in names
 
 
@@ -102,8 +106,10 @@ def test_learn_many_equals_learn_one_across_batch_boundaries():
 
 
 def test_batches_grow_from_first_batch_to_batch_size():
-    for prior_records, expected in ((0, [100, 200, 400, 500, 500, 500]),
-                                    (None, [4, 8, 16, 32, 40, 100, 200, 400, 500, 500, 500])):
+    for prior_records, expected in (
+        (0, [100, 200, 400, 500, 500, 500]),
+        (None, [4, 8, 16, 32, 40, 100, 200, 400, 500, 500, 500]),
+    ):
         m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=3, batch_size=500, prior_records=prior_records)
         sizes, last = [], 0
         for k, (x, y) in enumerate(_agrawal(2300), 1):
@@ -112,8 +118,12 @@ def test_batches_grow_from_first_batch_to_batch_size():
                 sizes.append(k - last)
                 last = k
         assert sizes == expected and m.n_releases == len(expected)
-    assert PrivateForestClassifier(rs.stagger_schema(), batch_size=300, first_batch=300,
-                                   prior_records=0).current_batch_size == 300
+    assert (
+        PrivateForestClassifier(
+            rs.stagger_schema(), batch_size=300, first_batch=300, prior_records=0
+        ).current_batch_size
+        == 300
+    )
     with pytest.raises(ValueError, match="first_batch must be an integer >= 1"):
         PrivateForestClassifier(rs.stagger_schema(), first_batch=0)
 
@@ -131,8 +141,9 @@ def test_predictions_only_change_at_releases_and_buffer_is_unused():
 
 
 def test_epsilon_constant_and_noise_scale_per_release():
-    m = PrivateForestClassifier(rs.agrawal_schema(), n_trees=10, epsilon=1.0, guard=0, batch_size=250, first_batch=250,
-                                prior_records=0)
+    m = PrivateForestClassifier(
+        rs.agrawal_schema(), n_trees=10, epsilon=1.0, guard=0, batch_size=250, first_batch=250, prior_records=0
+    )
     for x, y in _agrawal(2000):
         m.learn_one(x, y)
     assert m.n_releases == 8
@@ -162,12 +173,14 @@ def test_noise_accumulates_with_releases():
 
 def test_window_keeps_only_the_last_releases():
     data = _agrawal(1000)
-    w = PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=100, window=3, seed=5, prior_records=0, guard=0)
+    w = PrivateForestClassifier(
+        rs.agrawal_schema(), n_trees=5, batch_size=100, window=3, seed=5, prior_records=0, guard=0
+    )
     ref = w.clone()  # same seed: the same structure and the same noise draws
     deltas = []
     for s in range(0, 1000, 100):
-        enc, _ = ref.encoder.encode_many([x for x, _ in data[s:s + 100]])
-        ys = np.array([ref.encoder.encode_label(y) for _, y in data[s:s + 100]])
+        enc, _ = ref.encoder.encode_many([x for x, _ in data[s : s + 100]])
+        ys = np.array([ref.encoder.encode_label(y) for _, y in data[s : s + 100]])
         deltas.append(ref.forest.noisy_delta_encoded(enc, ys))
     for x, y in data:
         w.learn_one(x, y)
@@ -204,11 +217,14 @@ def test_one_record_path_matches_forest(vote, estimator):
 
 
 @pytest.mark.parametrize("estimator", ["shrink", "leaf"])
-@pytest.mark.parametrize("stream, schema, mechanism", [
-    ("agrawal", rs.agrawal_schema, "geometric"),  # two classes: the unrolled chain
-    ("agrawal", rs.agrawal_schema, "laplace"),  # non-integer counts: the sums' order matters
-    ("led", rs.led_schema, "geometric"),  # ten classes: the general chain
-])
+@pytest.mark.parametrize(
+    "stream, schema, mechanism",
+    [
+        ("agrawal", rs.agrawal_schema, "geometric"),  # two classes: the unrolled chain
+        ("agrawal", rs.agrawal_schema, "laplace"),  # non-integer counts: the sums' order matters
+        ("led", rs.led_schema, "geometric"),  # ten classes: the general chain
+    ],
+)
 def test_fast_one_record_path_equals_the_vectorised_rule_exactly(stream, schema, mechanism, estimator):
     """The river loop's plain-Python vote (per-leaf rows as lists, unrolled chain) gives the same floats as
     ForestNodes.path_proba (estimator "shrink") or the clipped leaf sums ("leaf"), record by record, across releases
@@ -258,8 +274,10 @@ def test_grown_trees_one_record_path_equals_the_vectorised_rule_exactly(name, ke
     T, L = nodes.leaf_node.shape
     rows = nodes.path_rows((leaves[:, :T] + np.arange(T) * L).ravel()).reshape(len(xs), T, -1).sum(axis=1)
     C = schema.n_classes
-    repeated = [any(r[d:d + C + 1].tolist() == r[d - C - 1:d].tolist() for d in range(2 * (C + 1), r.size, C + 1))
-                for r in rows]
+    repeated = [
+        any(r[d : d + C + 1].tolist() == r[d - C - 1 : d].tolist() for d in range(2 * (C + 1), r.size, C + 1))
+        for r in rows
+    ]
     assert sum(repeated) > len(xs) // 10  # records whose pool stops deepening: the case under test
     want = m.forest.proba_from_leaves(leaves)
     got = np.array([list(m.predict_proba_one(x).values()) for x in xs])
@@ -301,8 +319,9 @@ def test_unknown_values_weigh_each_leaf_by_its_share_of_their_combinations():
     partial = {k: v for k, v in x0.items() if k not in names}
     got = view._cells(view.leaves_one(enc.encode_one(partial)))
     combos = itertools.product(*[s.attributes[s.names.index(n)].values for n in names])
-    want = np.mean([view._cells(view.leaves_one(enc.encode_one({**partial, **dict(zip(names, c))})))
-                    for c in combos], axis=0)
+    want = np.mean(
+        [view._cells(view.leaves_one(enc.encode_one({**partial, **dict(zip(names, c))}))) for c in combos], axis=0
+    )
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -313,8 +332,12 @@ def test_compiled_encoder_equals_the_attribute_loop():
 
     rng = np.random.default_rng(0)
     odd = [None, float("nan"), True, "zz", np.float32(3.5), np.int64(2), np.bool_(True), -1e30, 1e30, 7, 2.0, 1]
-    for schema, gen in [(rs.agrawal_schema(), datasets.synth.Agrawal(seed=1)), (rs.led_schema(), datasets.synth.LED(seed=1)),
-                        (rs.sea_schema(), datasets.synth.SEA(seed=1)), (rs.phishing_schema(), datasets.Phishing())]:
+    for schema, gen in [
+        (rs.agrawal_schema(), datasets.synth.Agrawal(seed=1)),
+        (rs.led_schema(), datasets.synth.LED(seed=1)),
+        (rs.sea_schema(), datasets.synth.SEA(seed=1)),
+        (rs.phishing_schema(), datasets.Phishing()),
+    ]:
         enc = RecordEncoder(schema)
         for x, _ in gen.take(300):
             variants = [x, {k: v for k, v in list(x.items())[1:]}]
@@ -372,7 +395,10 @@ def test_pickle_roundtrip_keeps_predictions():
         (rs.stagger_schema(), lambda: datasets.synth.STAGGER(seed=1).take(300)),
         (rs.led_schema(), lambda: datasets.synth.LED(seed=1, noise_percentage=0.2).take(300)),
         (rs.led_schema(True), lambda: datasets.synth.LED(seed=1, irrelevant_features=True).take(300)),
-        (rs.random_tree_schema(n_classes=3), lambda: datasets.synth.RandomTree(seed_tree=1, seed_sample=2, n_classes=3).take(300)),
+        (
+            rs.random_tree_schema(n_classes=3),
+            lambda: datasets.synth.RandomTree(seed_tree=1, seed_sample=2, n_classes=3).take(300),
+        ),
         (rs.agrawal_schema(), lambda: datasets.synth.Agrawal(seed=3, perturbation=0.2).take(300)),
     ],
 )
@@ -438,7 +464,9 @@ def test_a_huge_batch_size_allocates_only_the_open_batch():
     """batch_size=10**9 (release rarely) must not allocate 10**9 rows up front: the buffer follows the open batch."""
     from streamdp.river.schemas import agrawal_schema
 
-    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0, first_batch=100, batch_size=10**9, seed=1, prior_records=0)
+    m = PrivateForestClassifier(
+        agrawal_schema(), epsilon=1.0, first_batch=100, batch_size=10**9, seed=1, prior_records=0
+    )
     data = list(itertools.islice(datasets.synth.Agrawal(seed=3), 650))
     for x, y in data:
         m.learn_one(x, y)
@@ -517,8 +545,12 @@ def _weak_signal_stream(n: int, seed: int):
     beats predicting it, and a forest whose noisy nodes sometimes name class 1 loses to it."""
     from streamdp.records.schema import Schema
 
-    schema = Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "categorical", "values": [0, 1, 2]}
-                                              for j in range(10)], "label": {"name": "y", "values": [0, 1]}})
+    schema = Schema.from_dict(
+        {
+            "attributes": [{"name": f"a{j}", "type": "categorical", "values": [0, 1, 2]} for j in range(10)],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     rng = np.random.default_rng(seed)
     X = rng.integers(3, size=(n, 10))
     y = (rng.random(n) < 0.30 + 0.06 * (X[:, 0] == 0)).astype(int)
@@ -596,8 +628,9 @@ def test_service_classifier_reads_redis_url_from_the_environment(redis_url, uniq
     """A trial's finding: its default was a hard-coded localhost URL, so a user relying on $REDIS_URL (as the CLI,
     Producer and Consumer read it) pushed to another server."""
     registry = pytest.importorskip("streamdp.service.registry")
-    registry.create_model(redis_url, unique_name, rs.agrawal_schema(), n_trees=2, height=2, epsilon=1.0,
-                          release="batch")
+    registry.create_model(
+        redis_url, unique_name, rs.agrawal_schema(), n_trees=2, height=2, epsilon=1.0, release="batch"
+    )
     try:
         monkeypatch.setenv("REDIS_URL", redis_url)
         clf = ServiceClassifier(model=unique_name, batch_size=2)

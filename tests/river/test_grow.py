@@ -18,7 +18,9 @@ from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.river import PrivateForestClassifier  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.secure_random.NotPrivateWarning")  # seeded draws: tests
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::streamdp.privacy.secure_random.NotPrivateWarning"
+)  # seeded draws: tests
 
 
 def _led(n: int, seed: int = 3) -> list:
@@ -92,7 +94,7 @@ def test_learn_many_and_pickles_give_the_same_grown_forest():
         a.learn_one(x, y)
     b.learn_many(frame, labels)
     for lo in range(0, len(data), 333):  # uneven chunks across the prior phase and the batch boundaries
-        c.learn_many(frame.iloc[lo:lo + 333], labels.iloc[lo:lo + 333])
+        c.learn_many(frame.iloc[lo : lo + 333], labels.iloc[lo : lo + 333])
     assert a.grows and a.n_releases == b.n_releases == c.n_releases
     for other in (b, c):
         np.testing.assert_array_equal(a.forest.counts, other.forest.counts)
@@ -100,8 +102,10 @@ def test_learn_many_and_pickles_give_the_same_grown_forest():
             np.testing.assert_array_equal(arr, other.forest.structure.arrays()[name], err_msg=name)
     xs = [x for x, _ in data[:50]]
     assert [a.predict_proba_one(x) for x in xs] == [b.predict_proba_one(x) for x in xs]
-    np.testing.assert_allclose(a.predict_proba_many(frame.iloc[:50]).to_numpy(),
-                               np.array([list(p.values()) for p in (a.predict_proba_one(x) for x in xs)]))
+    np.testing.assert_allclose(
+        a.predict_proba_many(frame.iloc[:50]).to_numpy(),
+        np.array([list(p.values()) for p in (a.predict_proba_one(x) for x in xs)]),
+    )
 
 
 def test_a_model_pickled_before_grow_keeps_its_drawn_trees():
@@ -119,8 +123,15 @@ def test_growing_beats_the_majority_on_phishing_where_the_drawn_trees_do_not():
     0.562 (min 0.53), growing 0.70 (min 0.645)."""
     data = list(datasets.Phishing())
     majority = max(np.mean([y for _, y in data]), 1 - np.mean([y for _, y in data]))
-    acc = {g: [evaluate.progressive_val_score(data, PrivateForestClassifier(rs.phishing_schema(), seed=s, grow=g),
-                                              metrics.Accuracy()).get() for s in range(6)] for g in (None, False)}
+    acc = {
+        g: [
+            evaluate.progressive_val_score(
+                data, PrivateForestClassifier(rs.phishing_schema(), seed=s, grow=g), metrics.Accuracy()
+            ).get()
+            for s in range(6)
+        ]
+        for g in (None, False)
+    }
     assert min(acc[None]) > majority and np.mean(acc[None]) > majority + 0.08, acc
     assert np.mean(acc[None]) > np.mean(acc[False]) + 0.08, acc
 

@@ -20,17 +20,37 @@ pytest.importorskip("river")
 from river import datasets  # noqa: E402
 
 from streamdp import estimation  # noqa: E402
-from streamdp.river import PrivateForestClassifier  # noqa: E402
-from streamdp.river import kernel  # noqa: E402
+from streamdp.river import (
+    PrivateForestClassifier,  # noqa: E402
+    kernel,  # noqa: E402
+)
 from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.river.encoding import RecordEncoder  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
 
-needs_kernel = pytest.mark.skipif(not kernel.available(), reason="the C kernel is not built (pip install -e . builds it)")
+needs_kernel = pytest.mark.skipif(
+    not kernel.available(), reason="the C kernel is not built (pip install -e . builds it)"
+)
 
-ODD = [None, float("nan"), True, False, "zz", np.float32(3.5), np.int64(2), np.bool_(True), -1e30, 1e30, 7, 2.0, 1,
-       0.5, 2**60, -(2**60)]
+ODD = [
+    None,
+    float("nan"),
+    True,
+    False,
+    "zz",
+    np.float32(3.5),
+    np.int64(2),
+    np.bool_(True),
+    -1e30,
+    1e30,
+    7,
+    2.0,
+    1,
+    0.5,
+    2**60,
+    -(2**60),
+]
 
 
 @pytest.fixture
@@ -76,8 +96,12 @@ STREAMS = [
 @pytest.mark.parametrize("estimator", ["shrink", "leaf"])
 @pytest.mark.parametrize("name, schema, gen, mechanism", STREAMS, ids=[s[0] for s in STREAMS])
 def test_kernel_predictions_equal_the_python_path(monkeypatch, name, schema, gen, mechanism, estimator):
-    fast, slow = _twins(lambda: PrivateForestClassifier(schema(), n_trees=7, guard=0, batch_size=300, first_batch=50,
-                                                        mechanism=mechanism, seed=9), monkeypatch)
+    fast, slow = _twins(
+        lambda: PrivateForestClassifier(
+            schema(), n_trees=7, guard=0, batch_size=300, first_batch=50, mechanism=mechanism, seed=9
+        ),
+        monkeypatch,
+    )
     fast.forest.estimator = slow.forest.estimator = estimator
     rng = random.Random(1)
     checked = handed_back = 0
@@ -85,7 +109,8 @@ def test_kernel_predictions_equal_the_python_path(monkeypatch, name, schema, gen
         xs = [x, _perturbed(x, rng)] if i % 5 == 0 else [x]
         for z in xs:
             assert fast.encoder.encode_one(z) == slow.encoder.encode_one(z) or _same_with_nan(
-                fast.encoder.encode_one(z), slow.encoder.encode_one(z))
+                fast.encoder.encode_one(z), slow.encoder.encode_one(z)
+            )
             want = slow.predict_proba_one(z)
             got = fast.predict_proba_one(z)
             assert got == want, (i, z)
@@ -111,9 +136,13 @@ def test_kernel_encoder_returns_the_generated_encoders_objects():
     """encode_one through the kernel: the same values and types as the generated Python encoder and the
     attribute loop, on generated and perturbed records; integers too large for a double are handed back."""
     rng = random.Random(0)
-    for schema, gen in [(rs.agrawal_schema(), datasets.synth.Agrawal(seed=1)), (rs.led_schema(), datasets.synth.LED(seed=1)),
-                        (rs.sea_schema(), datasets.synth.SEA(seed=1)), (rs.phishing_schema(), datasets.Phishing()),
-                        (rs.mixed_schema(), datasets.synth.Mixed(seed=1))]:
+    for schema, gen in [
+        (rs.agrawal_schema(), datasets.synth.Agrawal(seed=1)),
+        (rs.led_schema(), datasets.synth.LED(seed=1)),
+        (rs.sea_schema(), datasets.synth.SEA(seed=1)),
+        (rs.phishing_schema(), datasets.Phishing()),
+        (rs.mixed_schema(), datasets.synth.Mixed(seed=1)),
+    ]:
         enc = RecordEncoder(schema)
         py = enc._compile_python()
         assert type(enc._fast).__name__ == "builtin_function_or_method"
@@ -163,8 +192,12 @@ def test_kernel_follows_windows_and_the_vote_rule(monkeypatch):
     """A windowed model (deltas subtracted again) and the majority vote (not the kernel's rule: the Python path)."""
     data = list(datasets.synth.Agrawal(seed=5).take(2500))
     for kw in ({"window": 2}, {"vote": "majority"}):
-        fast, slow = _twins(lambda kw=kw: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, guard=0, batch_size=200,
-                                                                  seed=4, **kw), monkeypatch)
+        fast, slow = _twins(
+            lambda kw=kw: PrivateForestClassifier(
+                rs.agrawal_schema(), n_trees=5, guard=0, batch_size=200, seed=4, **kw
+            ),
+            monkeypatch,
+        )
         for x, y in data:
             assert fast.predict_proba_one(x) == slow.predict_proba_one(x)
             fast.learn_one(x, y)

@@ -38,7 +38,7 @@ def _holes(xs: list, rng: np.random.Generator) -> list:
     return out
 
 
-def _same(model, X: "pd.DataFrame") -> None:
+def _same(model, X: pd.DataFrame) -> None:
     many = model.predict_proba_many(X)
     labels = model.predict_many(X)
     for i, x in enumerate(X.to_dict("records")):
@@ -50,12 +50,17 @@ def _same(model, X: "pd.DataFrame") -> None:
         assert labels.iloc[i] == model.predict_one(x)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, seed=3),
-    lambda: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, vote="majority", seed=3),
-    lambda: PrivateWindowClassifier(rs.agrawal_schema(), window=400, learner_params={"scorer": "gini"}, seed=3,
-                            first_window=100),
-], ids=["forest", "forest-majority", "window"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, seed=3),
+        lambda: PrivateForestClassifier(rs.agrawal_schema(), n_trees=5, batch_size=400, vote="majority", seed=3),
+        lambda: PrivateWindowClassifier(
+            rs.agrawal_schema(), window=400, learner_params={"scorer": "gini"}, seed=3, first_window=100
+        ),
+    ],
+    ids=["forest", "forest-majority", "window"],
+)
 @pytest.mark.filterwarnings("ignore::streamdp.river.encoding.UndeclaredValueWarning")  # _holes plants them
 def test_mini_batches_build_the_same_model_and_predict_the_same(make):
     rng = np.random.default_rng(0)
@@ -79,8 +84,10 @@ def test_mini_batches_build_the_same_model_and_predict_the_same(make):
 
 
 def test_before_any_learning_the_mini_batch_predictions_are_the_one_record_ones():
-    for model in (PrivateForestClassifier(rs.stagger_schema(), n_trees=3, seed=1),
-                  PrivateWindowClassifier(rs.stagger_schema(), learner="diffp-id3", seed=1)):
+    for model in (
+        PrivateForestClassifier(rs.stagger_schema(), n_trees=3, seed=1),
+        PrivateWindowClassifier(rs.stagger_schema(), learner="diffp-id3", seed=1),
+    ):
         X = pd.DataFrame([x for x, _ in datasets.synth.STAGGER(seed=1).take(5)])
         _same(model, X)
 

@@ -17,13 +17,25 @@ from streamdp.river.schemas import RIVER_SCHEMAS, schema_for  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::streamdp.privacy.NotPrivateWarning")
 
 DATASETS = [
-    datasets.Phishing(), datasets.Bananas(), datasets.ImageSegments(), datasets.Shuttle(),
-    synth.Agrawal(seed=1), synth.STAGGER(seed=1), synth.LED(seed=1), synth.LED(seed=1, irrelevant_features=True),
-    synth.LEDDrift(seed=1, n_drift_features=3), synth.SEA(seed=1), synth.Hyperplane(seed=1, n_features=5),
-    synth.Sine(seed=1), synth.Sine(seed=1, has_noise=True), synth.Mixed(seed=1),
+    datasets.Phishing(),
+    datasets.Bananas(),
+    datasets.ImageSegments(),
+    datasets.Shuttle(),
+    synth.Agrawal(seed=1),
+    synth.STAGGER(seed=1),
+    synth.LED(seed=1),
+    synth.LED(seed=1, irrelevant_features=True),
+    synth.LEDDrift(seed=1, n_drift_features=3),
+    synth.SEA(seed=1),
+    synth.Hyperplane(seed=1, n_features=5),
+    synth.Sine(seed=1),
+    synth.Sine(seed=1, has_noise=True),
+    synth.Mixed(seed=1),
     synth.RandomRBF(seed_model=1, seed_sample=1, n_classes=3, n_features=4),
-    synth.RandomRBFDrift(seed_model=1, seed_sample=1), synth.RandomTree(seed_tree=1, seed_sample=1),
-    synth.Waveform(seed=1), synth.Waveform(seed=1, has_noise=True),
+    synth.RandomRBFDrift(seed_model=1, seed_sample=1),
+    synth.RandomTree(seed_tree=1, seed_sample=1),
+    synth.Waveform(seed=1),
+    synth.Waveform(seed=1, has_noise=True),
     synth.ConceptDriftStream(seed=1, position=100, width=20),
 ]
 
@@ -67,11 +79,13 @@ def test_an_undeclared_value_is_warned_about_by_attribute_and_type_never_by_valu
     a missing value (river's normal case) drops silently. The value itself is never in the message."""
     import warnings as w
 
-    from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier, UndeclaredValueWarning
     from streamdp.records.schema import Categorical, Label, Numeric, Schema
+    from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier, UndeclaredValueWarning
 
-    s = Schema([Categorical("windy", (True, False)), Categorical("outlook", ("sunny", "rain")), Numeric("t", 0, 40)],
-               Label("play", ("no", "yes")))
+    s = Schema(
+        [Categorical("windy", (True, False)), Categorical("outlook", ("sunny", "rain")), Numeric("t", 0, 40)],
+        Label("play", ("no", "yes")),
+    )
     m = PrivateForestClassifier(s) if cls == "forest" else PrivateWindowClassifier(s)
     with w.catch_warnings(record=True) as got:
         w.simplefilter("always")
@@ -89,8 +103,8 @@ def test_an_undeclared_value_is_warned_about_by_attribute_and_type_never_by_valu
 def test_learn_many_warns_even_when_its_first_dropped_row_only_misses_a_value():
     import warnings as w
 
-    from streamdp.river import PrivateForestClassifier, UndeclaredValueWarning
     from streamdp.records.schema import Categorical, Label, Schema
+    from streamdp.river import PrivateForestClassifier, UndeclaredValueWarning
 
     s = Schema([Categorical("windy", (True, False))], Label("play", ("no", "yes")))
     m = PrivateForestClassifier(s)
@@ -98,7 +112,9 @@ def test_learn_many_warns_even_when_its_first_dropped_row_only_misses_a_value():
     with w.catch_warnings(record=True) as got:
         w.simplefilter("always")
         m.learn_many(frame, pd.Series(["no", "yes", "no"]))
-    assert [str(x.message)[:38] for x in got if x.category is UndeclaredValueWarning] == ["attribute 'windy': a value of type int"]
+    assert [str(x.message)[:38] for x in got if x.category is UndeclaredValueWarning] == [
+        "attribute 'windy': a value of type int"
+    ]
 
 
 def test_names_moved_out_of_the_module_are_found_with_a_warning_naming_their_module():

@@ -13,11 +13,13 @@ pytest.importorskip("river")
 from river import checks, datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.learners._base import PrivateLearner  # noqa: E402
-from streamdp.river import schemas as rs  # noqa: E402
-from streamdp.river import uci  # noqa: E402
-from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
 from streamdp.learners.private_data import PrivateDataset  # noqa: E402
-from streamdp.river import PrivateWindowClassifier  # noqa: E402
+from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
+from streamdp.river import (
+    PrivateWindowClassifier,  # noqa: E402
+    uci,  # noqa: E402
+)
+from streamdp.river import schemas as rs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -47,6 +49,7 @@ def test_each_record_is_in_exactly_one_fit_and_each_fit_spends_epsilon(monkeypat
             out = fit(pds)
             seen.append((pds.spent, out.epsilon_spent_))
             return out
+
         m.fit = recording_fit
         return m
 
@@ -87,8 +90,9 @@ def test_windows_grow_from_first_window_to_window_and_stay_disjoint():
 
 def test_uniform_before_the_first_window_then_a_model():
     s = rs.stagger_schema()
-    model = PrivateWindowClassifier(s, learner="diffp-id3", window=200, learner_params={"scorer": "gini"},
-                                    prior_records=0, first_window=100)
+    model = PrivateWindowClassifier(
+        s, learner="diffp-id3", window=200, learner_params={"scorer": "gini"}, prior_records=0, first_window=100
+    )
     x0 = {"size": 0, "color": 0, "shape": 0}
     assert model.predict_proba_one(x0) == {v: 0.5 for v in s.label.values}
     for x, y in datasets.synth.STAGGER(seed=1).take(100):  # the first window: 100 records
@@ -138,8 +142,9 @@ def test_the_prior_phase_predicts_its_released_class_totals_from_the_first_relea
 def test_missing_categorical_in_prediction_is_averaged_over_its_values(monkeypatch, estimator):
     monkeypatch.setattr(PrivateLearner, "estimator", estimator)
     s = rs.stagger_schema()
-    model = PrivateWindowClassifier(s, learner="diffp-id3", window=300, epsilon=50.0,
-                                    learner_params={"scorer": "gini"}, seed=3)
+    model = PrivateWindowClassifier(
+        s, learner="diffp-id3", window=300, epsilon=50.0, learner_params={"scorer": "gini"}, seed=3
+    )
     for x, y in datasets.synth.STAGGER(seed=2).take(300):
         model.learn_one(x, y)
     full = [model.predict_proba_one({"size": 0, "color": c, "shape": 0}) for c in range(3)]
@@ -169,8 +174,9 @@ def test_unknown_values_average_every_combination_of_them(unknown):
     for combo in itertools.product(*[s.attributes[s.names.index(n)].values for n in names]):
         rows.append({**x, **dict(zip(names, combo))})
     X = s.encode(rows).X
-    grid = np.average([m.predict_proba_encoded(X).mean(axis=0) for m in model._models], axis=0,
-                      weights=model.vote_weights)
+    grid = np.average(
+        [m.predict_proba_encoded(X).mean(axis=0) for m in model._models], axis=0, weights=model.vote_weights
+    )
     assert got == pytest.approx(grid, abs=1e-9)
     assert np.abs(got - 1 / s.n_classes).max() > 0.05
 
@@ -185,8 +191,16 @@ def test_pooled_hanisch_one_record_path_gives_the_pooled_rule_on_the_expected_co
     from streamdp.estimation import path_proba_one
 
     s, stream = uci.uci_stream("nursery")
-    model = PrivateWindowClassifier(s, learner="hanisch-forest", window=3000, first_window=3000, prior_records=0,
-                                    epsilon=2.0, learner_params={"max_depth": 3}, seed=1)
+    model = PrivateWindowClassifier(
+        s,
+        learner="hanisch-forest",
+        window=3000,
+        first_window=3000,
+        prior_records=0,
+        epsilon=2.0,
+        learner_params={"max_depth": 3},
+        seed=1,
+    )
     for x, y in stream[:3000]:
         model.learn_one(x, y)
     (m,) = model._models
@@ -197,11 +211,15 @@ def test_pooled_hanisch_one_record_path_gives_the_pooled_rule_on_the_expected_co
     x0, _ = stream[3000]
     names = ["health", "finance", "form"]
     got = list(model.predict_proba_one({k: v for k, v in x0.items() if k not in names}).values())
-    X = s.encode([{**x0, **dict(zip(names, c))} for c in itertools.product(
-        *[s.attributes[s.names.index(n)].values for n in names])]).X
+    X = s.encode(
+        [
+            {**x0, **dict(zip(names, c))}
+            for c in itertools.product(*[s.attributes[s.names.index(n)].values for n in names])
+        ]
+    ).X
     nodes, C = m.pooled_nodes(), s.n_classes
     M = nodes.leaf_node.shape[1]
-    rows = sum(nodes.path_rows(t * M + tree.apply(X))[:, C + 1:].mean(axis=0) for t, tree in enumerate(m.trees_))
+    rows = sum(nodes.path_rows(t * M + tree.apply(X))[:, C + 1 :].mean(axis=0) for t, tree in enumerate(m.trees_))
     assert got == pytest.approx(path_proba_one(rows.tolist(), nodes.prior.tolist()), abs=1e-9)
     assert abs(got[0] - got[1]) > 0.05 or max(got) > 0.5  # the model, not a uniform guess
 
@@ -212,8 +230,15 @@ def test_one_record_path_gives_the_same_floats_with_ten_classes():
     now sum left to right."""
     s = rs.led_schema()
     stream = list(datasets.synth.LED(seed=3, noise_percentage=0.1).take(2400))
-    model = PrivateWindowClassifier(s, learner="hanisch-forest", window=2000, first_window=2000, prior_records=0,
-                                    epsilon=5.0, learner_params={"max_depth": 4})
+    model = PrivateWindowClassifier(
+        s,
+        learner="hanisch-forest",
+        window=2000,
+        first_window=2000,
+        prior_records=0,
+        epsilon=5.0,
+        learner_params={"max_depth": 4},
+    )
     for x, y in stream[:2000]:
         model.learn_one(x, y)
     (m,) = model._models
@@ -228,8 +253,9 @@ def test_a_hanisch_window_classifier_pickled_before_the_vote_parameter_keeps_the
     load would have pooled, one ensemble mixing vote shares with pooled probabilities."""
     import pickle
 
-    model = PrivateWindowClassifier(rs.stagger_schema(), learner="hanisch-forest", window=200, first_window=200,
-                                    prior_records=0, epsilon=5.0)
+    model = PrivateWindowClassifier(
+        rs.stagger_schema(), learner="hanisch-forest", window=200, first_window=200, prior_records=0, epsilon=5.0
+    )
     for x, y in datasets.synth.STAGGER(seed=1).take(200):
         model.learn_one(x, y)
     for m in model._models:
@@ -262,8 +288,10 @@ def test_dp_chosen_splits_learn_agrawal_function_0():
     assert acc.get() > 0.75, acc
 
 
-@pytest.mark.parametrize("learner,params", [("diffp-c45", {"scorer": "gini"}), ("hanisch-forest", {"n_trees": 3}),
-                                            ("dpea", {"embed_depth": 2})])
+@pytest.mark.parametrize(
+    "learner,params",
+    [("diffp-c45", {"scorer": "gini"}), ("hanisch-forest", {"n_trees": 3}), ("dpea", {"embed_depth": 2})],
+)
 @pytest.mark.parametrize("estimator", ["shrink", "leaf"])
 def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params, estimator, monkeypatch):
     monkeypatch.setattr(PrivateLearner, "estimator", estimator)
@@ -273,8 +301,9 @@ def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params, 
         stream = list(datasets.synth.STAGGER(seed=4).take(900))
     else:
         stream = list(datasets.synth.Agrawal(seed=4).take(900))
-    model = PrivateWindowClassifier(schema, learner=learner, window=300, first_window=300, prior_records=0, epsilon=5.0,
-                                    learner_params=params)
+    model = PrivateWindowClassifier(
+        schema, learner=learner, window=300, first_window=300, prior_records=0, epsilon=5.0, learner_params=params
+    )
     for x, y in stream[:900]:
         model.learn_one(x, y)
     assert model.n_fits == 3
@@ -288,12 +317,22 @@ def test_one_record_fast_path_equals_the_vectorized_prediction(learner, params, 
 def test_evaluate_runs_window_learners_beside_the_forest():
     from streamdp.river.evaluate import evaluate as run_eval
 
-    res = run_eval("agrawal:0", n=3000, epsilons=[1.0], batch_sizes=[1000], references=(),
-                   window_learners=("diffp-c45",), window_size=1000, verbose=False)
+    res = run_eval(
+        "agrawal:0",
+        n=3000,
+        epsilons=[1.0],
+        batch_sizes=[1000],
+        references=(),
+        window_learners=("diffp-c45",),
+        window_size=1000,
+        verbose=False,
+    )
     rows = {r.model: r for r in res.rows}
     w = rows["Window diffp-c45 eps=1 w=1000"]
     # a prior phase of 100 records, windows of 200, 400, 800, 1000 (the first ones grow)
-    assert w.releases == 4 and w.private and 0.4 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)  # 0.50-0.66 measured
+    assert (
+        w.releases == 4 and w.private and 0.4 < w.accuracy <= 1.0 and len(w.curve) == len(res.steps)
+    )  # 0.50-0.66 measured
     assert "PrivateForest eps=1 bs=1000" in rows
 
 
@@ -319,9 +358,11 @@ def test_the_voting_models_share_a_class_prior_pooled_over_their_windows():
     assert m.n_fits == 4 and len(m._models) == 3
     released = [mm.released_totals() for mm in m._models]
     phase = m._prior_log  # the prior phase's releases join the pool
-    want = release_prior(np.array([t for t, _ in released] + [t for t, _, _ in phase]),
-                         np.array([200.0, 400.0, 800.0] + [n for _, n, _ in phase]),
-                         np.array([v for _, v in released] + [v for _, _, v in phase]))
+    want = release_prior(
+        np.array([t for t, _ in released] + [t for t, _, _ in phase]),
+        np.array([200.0, 400.0, 800.0] + [n for _, n, _ in phase]),
+        np.array([v for _, v in released] + [v for _, _, v in phase]),
+    )
     for mm in m._models:
         assert np.allclose(mm.class_prior(), want)
         for table in mm.node_tables():  # every root's distribution is the pooled prior itself

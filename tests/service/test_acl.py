@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import redis
 
-from streamdp.records.datasets import load
 from streamdp.forest.model import PrivateForest
+from streamdp.records.datasets import load
 from streamdp.service.connection import connect
 from streamdp.service.embedded import EmbeddedRedis
 
@@ -73,7 +73,9 @@ def model(acl, votes, unique_name):
     """A model created by admin (eps=inf: the released counts are the exact tally)."""
     from streamdp.service.registry import create_model
 
-    create_model(acl.url("admin"), unique_name, votes.schema, n_trees=3, height=4, epsilon=math.inf, seed=1, release="batch")
+    create_model(
+        acl.url("admin"), unique_name, votes.schema, n_trees=3, height=4, epsilon=math.inf, seed=1, release="batch"
+    )
     return unique_name
 
 
@@ -245,7 +247,8 @@ def test_producer_xadd_arguments_are_a_trust_boundary_detected_by_stats(acl, mod
     with Producer(acl.url("producer"), model, batch_size=10) as prod:
         prod.push(votes.X[:40], votes.y[:40])  # normal operation: merged, acked, trimmed by the worker
         Worker(acl.url("worker"), model, block_ms=20, trim_every=1, batch_entries=2).run(
-            until_drained=True, max_seconds=60, handle_signals=False)
+            until_drained=True, max_seconds=60, handle_signals=False
+        )
         prod.push(votes.X[:20], votes.y[:20])  # not delivered yet
         st = collect(acl.url("worker"), model)
         assert st["trimmed"] >= 1 and st["lag"] == 2
@@ -448,8 +451,17 @@ def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_n
     from streamdp.service.registry import create_model, load_policy
     from streamdp.service.stream_worker import Worker
 
-    create_model(acl.url("admin"), unique_name, votes.schema, n_trees=3, height=3, epsilon=math.inf, seed=1,
-                 release="window", release_every=10.0)
+    create_model(
+        acl.url("admin"),
+        unique_name,
+        votes.schema,
+        n_trees=3,
+        height=3,
+        epsilon=math.inf,
+        seed=1,
+        release="window",
+        release_every=10.0,
+    )
     Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
     w = Worker(acl.url("worker"), unique_name, block_ms=50)
     assert w.step(block_ms=50) > 0  # added into window 1
@@ -461,7 +473,9 @@ def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_n
     for v in range(1, 6):  # every window's version, each holding the records (window 1) and no noise (eps inf)
         np.testing.assert_array_equal(consumer.get(v).counts, spec.noisy_delta(votes.X[:60], votes.y[:60]))
     admin = acl.client("admin")
-    assert not admin.keys(f"sdp:{{{unique_name}}}:priv:wdelta*") and not admin.keys(f"sdp:{{{unique_name}}}:priv:closing*")
+    assert not admin.keys(f"sdp:{{{unique_name}}}:priv:wdelta*") and not admin.keys(
+        f"sdp:{{{unique_name}}}:priv:closing*"
+    )
     consumer.close()
 
 
@@ -485,14 +499,34 @@ def test_cli_under_acl_users(acl, votes, unique_name, tmp_path, capsys):
     schema.write_text(json.dumps(votes.schema.to_dict()))
     csv = tmp_path / "votes.csv"
     names = votes.schema.names
-    csv.write_text(",".join(names + ["party"]) + "\n" + "\n".join(
-        ",".join(list(map(str, row)) + [str(lab)]) for row, lab in zip(votes.X[:120], votes.y[:120])) + "\n")
+    csv.write_text(
+        ",".join(names + ["party"])
+        + "\n"
+        + "\n".join(",".join(list(map(str, row)) + [str(lab)]) for row, lab in zip(votes.X[:120], votes.y[:120]))
+        + "\n"
+    )
     name = unique_name
-    rc, _, err = _cli(acl.url("admin"), "model", "create", name, "--schema", str(schema), "--trees", "3",
-                      "--height", "4", "--epsilon", "1", "--release", "batch", capsys=capsys)
+    rc, _, err = _cli(
+        acl.url("admin"),
+        "model",
+        "create",
+        name,
+        "--schema",
+        str(schema),
+        "--trees",
+        "3",
+        "--height",
+        "4",
+        "--epsilon",
+        "1",
+        "--release",
+        "batch",
+        capsys=capsys,
+    )
     assert rc == 0, err
-    rc, _, err = _cli(acl.url("producer"), "push", name, str(csv), "--label", "party", "--batch-size", "40",
-                      capsys=capsys)
+    rc, _, err = _cli(
+        acl.url("producer"), "push", name, str(csv), "--label", "party", "--batch-size", "40", capsys=capsys
+    )
     assert rc == 0, err
     Worker(acl.url("worker"), name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)
     rc, out, err = _cli(acl.url("worker"), "stats", name, capsys=capsys)
@@ -527,19 +561,66 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
     from streamdp.service.registry import create_model
 
     crt, key = tmp_path / "redis.crt", tmp_path / "redis.key"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
-                    "-keyout", str(key), "-out", str(crt)], check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(crt),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     pws = {u: f"tls-{u}-pw" for u in USERS}
     text, _ = _acl_tool().render((DEPLOY / "users.acl").read_text(), pws)
     (tmp_path / "users.acl").write_text(text)
     port = _free_port()
     proc = subprocess.Popen(
-        ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", str(tmp_path), "--tls-cert-file", str(crt), "--tls-key-file", str(key),
-         "--tls-ca-cert-file", str(crt), "--tls-auth-clients", "no", "--aclfile", str(tmp_path / "users.acl")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            "redis-server",
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+            "--tls-cert-file",
+            str(crt),
+            "--tls-key-file",
+            str(key),
+            "--tls-ca-cert-file",
+            str(crt),
+            "--tls-auth-clients",
+            "no",
+            "--aclfile",
+            str(tmp_path / "users.acl"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
+
         def url(user):
             return f"rediss://{user}:{pws[user]}@127.0.0.1:{port}/0?ssl_ca_certs={crt}&ssl_cert_reqs=required"
 
@@ -552,15 +633,18 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
-        create_model(url("admin"), unique_name, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch")
+        create_model(
+            url("admin"), unique_name, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch"
+        )
         with Producer(url("producer"), unique_name) as p:
             p.push(votes.X[:10], votes.y[:10])
         with Consumer(url("consumer"), unique_name) as c:
             assert c.latest().version == 0
         _denied(redis.Redis.from_url(url("consumer")).xrange, "sdp:{%s}:priv:records" % unique_name)
         with pytest.raises(redis.ConnectionError):  # the CA is checked: an unverified certificate is refused
-            redis.Redis.from_url(f"rediss://consumer:{pws['consumer']}@127.0.0.1:{port}/0",
-                                 socket_connect_timeout=2).ping()
+            redis.Redis.from_url(
+                f"rediss://consumer:{pws['consumer']}@127.0.0.1:{port}/0", socket_connect_timeout=2
+            ).ping()
     finally:
         proc.terminate()
         proc.wait(10)
@@ -578,7 +662,9 @@ def test_per_model_worker_user_from_the_shipped_line(acl, model, votes, unique_n
     admin.execute_command("ACL", "SETUSER", "worker-one", *rules)
     try:
         other = unique_name + "-other"
-        create_model(acl.url("admin"), other, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch")
+        create_model(
+            acl.url("admin"), other, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch"
+        )
         hp = acl.hostport
         url = f"redis://worker-one:one-model-pw@{hp}/0"
         w = redis.Redis.from_url(url)

@@ -25,17 +25,25 @@ from streamdp.service import Consumer, Keys, Producer, WorkerPool, create_model,
 from streamdp.service.connection import connect, is_cluster
 from streamdp.service.stats import collect
 from streamdp.service.stream_worker import Worker
+from tests.cli.test_service import test_cli_demo_runs_and_cleans_up, test_cli_end_to_end  # noqa: F401
+
+# (the ledger's 8-process races are left out: the same single-key script, 25 s each on this machine)
+from tests.privacy.test_ledger import (  # noqa: F401
+    led,
+    source,
+    test_cli_ledger,
+    test_create_model_charges_its_epsilon,
+    test_create_model_with_too_small_a_budget_leaves_nothing,
+    test_idempotent_key_charges_once,
+    test_non_private_model_is_not_charged_but_refused_over_a_budget,
+    test_redis_layout_and_names,
+    test_refused_before_anything_is_recorded,
+    test_set_budget_cannot_go_below_spent,
+)
 
 # the same test functions, collected again in this module (so they use its redis_url fixture)
 from tests.service.test_redis import *  # noqa: F401,F403
-# (the ledger's 8-process races are left out: the same single-key script, 25 s each on this machine)
-from tests.privacy.test_ledger import (  # noqa: F401
-    led, source, test_refused_before_anything_is_recorded, test_idempotent_key_charges_once,
-    test_set_budget_cannot_go_below_spent, test_redis_layout_and_names, test_create_model_charges_its_epsilon,
-    test_create_model_with_too_small_a_budget_leaves_nothing, test_non_private_model_is_not_charged_but_refused_over_a_budget,
-    test_cli_ledger)
-from tests.cli.test_service import test_cli_demo_runs_and_cleans_up, test_cli_end_to_end  # noqa: F401
-from tests.service.test_redis import DS, _wait, model  # noqa: F811
+from tests.service.test_redis import DS, _wait  # noqa: F811
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -77,8 +85,10 @@ def test_models_on_three_masters_at_once_with_consumers(redis_url):
             with Producer(redis_url, name, batch_size=50) as p:
                 p.push(DS.X, DS.y)  # 9 batches each
         waits = {name: Consumer(redis_url, name) for name in names}
-        with WorkerPool(names[0], 1, redis_url, until_drained=True, block_ms=100, log_level=30) as p0, \
-                WorkerPool(names[1], 1, redis_url, until_drained=True, block_ms=100, log_level=30) as p1:
+        with (
+            WorkerPool(names[0], 1, redis_url, until_drained=True, block_ms=100, log_level=30) as p0,
+            WorkerPool(names[1], 1, redis_url, until_drained=True, block_ms=100, log_level=30) as p1,
+        ):
             w = Worker(redis_url, names[2], block_ms=100)
             w.run(until_drained=True, max_seconds=60, handle_signals=False)
             assert p0.wait(60) and p1.wait(60)
@@ -96,8 +106,9 @@ def test_models_on_three_masters_at_once_with_consumers(redis_url):
 
 
 def _worker_child(url: str, model: str, until_drained: bool) -> None:
-    w = Worker(url, model, consumer=f"w-{os.getpid()}", block_ms=50, claim_idle_ms=300, claim_every_s=0.05,
-               batch_entries=2)
+    w = Worker(
+        url, model, consumer=f"w-{os.getpid()}", block_ms=50, claim_idle_ms=300, claim_every_s=0.05, batch_entries=2
+    )
     w.run(until_drained=until_drained, max_seconds=90, handle_signals=True)
 
 
@@ -201,8 +212,9 @@ def test_window_release_on_the_cluster_counts_every_record_once(cluster_url):
     """release="window" (the default) on a cluster: the window scripts stay in the model's slot and every record
     is counted once (epsilon=inf: the published counts equal the exact tally)."""
     name = _names_on_different_nodes(connect(cluster_url), 1)[0]
-    create_model(cluster_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=7, release="window",
-                 release_every=0.1)
+    create_model(
+        cluster_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=7, release="window", release_every=0.1
+    )
     try:
         with Producer(cluster_url, name, batch_size=50) as p:
             p.push(DS.X, DS.y)

@@ -9,8 +9,9 @@ from streamdp.service.connection import SOCKET_TIMEOUT, blocking_timeout, connec
 
 def _timeout(r: redis.Redis) -> float | None:
     pool = r.connection_pool
-    return pool.connection_class(**{k: v for k, v in pool.connection_kwargs.items()
-                                    if k in ("host", "port", "socket_timeout")}).socket_timeout
+    return pool.connection_class(
+        **{k: v for k, v in pool.connection_kwargs.items() if k in ("host", "port", "socket_timeout")}
+    ).socket_timeout
 
 
 def test_a_url_client_gets_an_explicit_timeout_not_redis_py_s_default():

@@ -48,8 +48,8 @@ import numpy as np
 import pytest
 import redis
 
-from streamdp.records.datasets import load
 from streamdp.forest.model import PrivateForest
+from streamdp.records.datasets import load
 from streamdp.service.consumer import Consumer
 from streamdp.service.keys import GROUP, Keys
 from streamdp.service.producer import Producer
@@ -61,7 +61,7 @@ POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit
 CLOSE_POINTS = ("close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit")
 KILLS_TARGET = 100
 MIN_BATCHES = 300
-BATCH = 20           # records per batch
+BATCH = 20  # records per batch
 WORKERS = 2
 CLAIM_IDLE_MS = 150
 DS = load("congressional-voting")
@@ -76,21 +76,33 @@ def _wait(cond, timeout: float, what: str) -> None:
 
 
 # -- the child: a real Worker with fault points set in its environment --------------------
-def _worker_child(url: str, model: str, consumer: str, p_kill: float, log_path: str, until_drained: bool,
-                  points: tuple = POINTS) -> None:
+def _worker_child(
+    url: str, model: str, consumer: str, p_kill: float, log_path: str, until_drained: bool, points: tuple = POINTS
+) -> None:
     from streamdp.service.stream_worker import Worker
 
     if p_kill > 0:
         # a stall past the claim idle time before a commit: another worker reclaims the entries while this one
         # still holds their deltas; its commit must then be rejected (not-owner / not-pending)
         os.environ["STREAMDP_FAULT_POINTS"] = ",".join(
-            [f"{pt}:{p_kill}" for pt in points] + [f"before_commit:{p_kill / 2}:stall={3 * CLAIM_IDLE_MS / 1000}"])
+            [f"{pt}:{p_kill}" for pt in points] + [f"before_commit:{p_kill / 2}:stall={3 * CLAIM_IDLE_MS / 1000}"]
+        )
         os.environ["STREAMDP_FAULT_LOG"] = log_path
     else:
         os.environ.pop("STREAMDP_FAULT_POINTS", None)
     # delta_ttl_s: the stored noise outlives its release, for the checks below (dropped at the release by default)
-    w = Worker(url, model, consumer=consumer, block_ms=50, claim_idle_ms=CLAIM_IDLE_MS, claim_every_s=0.05,
-               batch_entries=3, max_deliveries=10_000, trim_every=5, delta_ttl_s=3600)
+    w = Worker(
+        url,
+        model,
+        consumer=consumer,
+        block_ms=50,
+        claim_idle_ms=CLAIM_IDLE_MS,
+        claim_every_s=0.05,
+        batch_entries=3,
+        max_deliveries=10_000,
+        trim_every=5,
+        delta_ttl_s=3600,
+    )
     w.run(until_drained=until_drained, max_seconds=150, handle_signals=True)
     os._exit(0)
 
@@ -110,9 +122,11 @@ class Fleet:
         if name is not None:
             self.restarts_same_name += 1
         name = name or f"w-{uuid.uuid4().hex[:8]}"
-        p = self.ctx.Process(target=_worker_child,
-                             args=(self.url, self.model, name, p_kill, self.log_path, until_drained, self.points),
-                             daemon=True)
+        p = self.ctx.Process(
+            target=_worker_child,
+            args=(self.url, self.model, name, p_kill, self.log_path, until_drained, self.points),
+            daemon=True,
+        )
         p.start()
         self.names[p.pid] = name
         self.procs.append(p)
@@ -185,7 +199,8 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
 
             while fleet.sigkilled < KILLS_TARGET or len(batches) < MIN_BATCHES:
                 assert time.monotonic() - t0 < 120, (
-                    f"fault phase too slow: {fleet.sigkilled} kills, {len(batches)} batches")
+                    f"fault phase too slow: {fleet.sigkilled} kills, {len(batches)} batches"
+                )
                 # keep a backlog so there is always work to crash in
                 lag = r.xinfo_groups(keys.records)[0]
                 backlog = (lag.get("lag") or 0) + lag["pending"]
@@ -216,10 +231,12 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
         points = [ln.strip() for ln in f]
     stats = {k.decode(): int(float(v)) for k, v in r.hgetall(keys.stats).items() if k != b"last_commit_ms"}
     counts_by_point = {pt: points.count(pt) for pt in POINTS}
-    print(f"\nfault injection eps={epsilon}: {len(batches)} unique batches, {n_entries} entries, "
-          f"{fleet.sigkilled} SIGKILLs ({len(points)} at named points {counts_by_point}, "
-          f"{fleet.external_kills} external), {fleet.restarts_same_name} same-name restarts, "
-          f"{time.monotonic() - t0:.1f}s; worker counters {stats}")
+    print(
+        f"\nfault injection eps={epsilon}: {len(batches)} unique batches, {n_entries} entries, "
+        f"{fleet.sigkilled} SIGKILLs ({len(points)} at named points {counts_by_point}, "
+        f"{fleet.external_kills} external), {fleet.restarts_same_name} same-name restarts, "
+        f"{time.monotonic() - t0:.1f}s; worker counters {stats}"
+    )
     assert fleet.sigkilled >= KILLS_TARGET
     assert len(batches) >= MIN_BATCHES
     assert all(counts_by_point[pt] > 0 for pt in POINTS), counts_by_point
@@ -261,8 +278,7 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
         # and the noise is really there (the sum differs from the exact tally)
         all_idx = np.concatenate(list(batches.values()))
         exact = PrivateForest.from_bytes(r.get(keys.spec))
-        exact = PrivateForest(exact.schema, exact.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx],
-                                                                                           DS.y[all_idx])
+        exact = PrivateForest(exact.schema, exact.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx], DS.y[all_idx])
         assert not np.array_equal(forest.counts, exact)
     delete_model(redis_url, model)
 
@@ -278,8 +294,23 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
 
     port = _free_port()
     url = f"redis://127.0.0.1:{port}/0"
-    cmd = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(tmp_path), "--save", "",
-           "--appendonly", "yes", "--appendfsync", "always", "--maxmemory-policy", "noeviction"]
+    cmd = [
+        "redis-server",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(tmp_path),
+        "--save",
+        "",
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--maxmemory-policy",
+        "noeviction",
+    ]
 
     def start_server():
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -333,8 +364,9 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
         forest = Consumer(url, unique_name).latest()
         assert forest.n_releases == len(batches)
         all_idx = np.concatenate(list(batches.values()))
-        np.testing.assert_array_equal(forest.counts, load_spec(url, unique_name).noisy_delta(DS.X[all_idx],
-                                                                                              DS.y[all_idx]))
+        np.testing.assert_array_equal(
+            forest.counts, load_spec(url, unique_name).noisy_delta(DS.X[all_idx], DS.y[all_idx])
+        )
     finally:
         for p in fleet.procs:
             if p.is_alive():
@@ -353,16 +385,29 @@ def _all_hit(log_path: str, points: tuple[str, ...]) -> bool:
     return seen.issuperset(points)
 
 
-@pytest.mark.parametrize("release,epsilon", [("window", math.inf), ("tree", math.inf), ("window", 1.0), ("grow", 1.0)],
-                         ids=["window_eps_inf", "tree_eps_inf", "window_eps_1", "grow_eps_1"])
+@pytest.mark.parametrize(
+    "release,epsilon",
+    [("window", math.inf), ("tree", math.inf), ("window", 1.0), ("grow", 1.0)],
+    ids=["window_eps_inf", "tree_eps_inf", "window_eps_1", "grow_eps_1"],
+)
 def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, release, epsilon):
     """release=window/tree/grow under SIGKILLs at every add and close point (windows of 0.1 s, so hundreds of
     closes happen under fire): every entry lands in exactly one window, every due window is released once
     with one stored noise (grow: one stored release), and a closer killed at any point is taken over."""
     model = unique_name
     every = 0.1
-    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release=release,
-                 release_every=every, levels=12 if release == "tree" else None)
+    create_model(
+        redis_url,
+        model,
+        DS.schema,
+        n_trees=3,
+        height=4,
+        epsilon=epsilon,
+        seed=7,
+        release=release,
+        release_every=every,
+        levels=12 if release == "tree" else None,
+    )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     log_path = str(tmp_path / "kills.log")
@@ -403,9 +448,17 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         # SIGTERM only once each clean worker reads the group (its run() installed the handler first): one still
         # starting when the others had drained the stream died of SIGTERM's default action (-15) in a CI run
         names = {fleet.names[p.pid] for p in clean}
-        _wait(lambda: names <= {c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
-                                for c in r.xinfo_consumers(keys.records, GROUP)}, 30,
-              "clean workers to join the group")
+        _wait(
+            lambda: (
+                names
+                <= {
+                    c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
+                    for c in r.xinfo_consumers(keys.records, GROUP)
+                }
+            ),
+            30,
+            "clean workers to join the group",
+        )
         for p in clean:
             os.kill(p.pid, signal.SIGTERM)
         _wait(lambda: not any(p.is_alive() for p in clean), 30, "clean workers to stop")
@@ -419,8 +472,10 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     by_point = {pt: points.count(pt) for pt in POINTS + CLOSE_POINTS}
     stats = {k.decode(): int(float(v)) for k, v in r.hgetall(keys.stats).items() if not k.endswith(b"_ms")}
     releases = int(r.hget(keys.state, "releases"))
-    print(f"\nwindow fault injection {release} eps={epsilon}: {len(batches)} batches, {fleet.sigkilled} SIGKILLs "
-          f"{by_point}, {releases} windows released; counters {stats}")
+    print(
+        f"\nwindow fault injection {release} eps={epsilon}: {len(batches)} batches, {fleet.sigkilled} SIGKILLs "
+        f"{by_point}, {releases} windows released; counters {stats}"
+    )
     assert fleet.sigkilled >= KILLS_TARGET and all(by_point[pt] > 0 for pt in CLOSE_POINTS), by_point
     # no window skipped or released twice: releases follow the clock (one per window, in order)
     start = float(r.hget(keys.state, "release_start"))
@@ -447,6 +502,7 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
             d = drawn_nodes(f.structure, spec.structure, spec.schema.arities, spec.schema.is_categorical)
             t, i = np.nonzero((f.structure.leaf < 0) & (d >= 0))
             return set(zip(t.tolist(), d[t, i].tolist()))
+
         splits = [inner(f) for f in chain]
         assert all(a <= b for a, b in zip(splits, splits[1:]))
         assert all(np.array_equal(spec.holding(f).counts, f.counts) for f in chain)  # each cut from these trees

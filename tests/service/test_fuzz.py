@@ -72,8 +72,9 @@ class Gen:
         return os.urandom(n)
 
     def not_a_map(self):
-        return msgpack.packb(self.py.choice([1, -5, 3.5, "str", b"bytes", None, True, [1, 2], [], {1: 2}]),
-                             use_bin_type=True)
+        return msgpack.packb(
+            self.py.choice([1, -5, 3.5, "str", b"bytes", None, True, [1, 2], [], {1: 2}]), use_bin_type=True
+        )
 
     def bad_envelope(self):
         c = self.py.randrange(9)
@@ -88,8 +89,9 @@ class Gen:
         if c == 3:
             return _env(batch_id=_DROP, **good)
         if c == 4:
-            return _env(batch_id=self.py.choice(["", "x" * 65, "bad id", "a/b", "{tag}", 123, None, b"raw", "é"]),
-                        **good)
+            return _env(
+                batch_id=self.py.choice(["", "x" * 65, "bad id", "a/b", "{tag}", 123, None, b"raw", "é"]), **good
+            )
         if c == 5:
             return _env(t=self.py.choice(["now", float("nan"), float("inf"), [1], True]), **good)
         if c == 6:
@@ -105,8 +107,15 @@ class Gen:
         if c == 0:
             return _env(kind="codes", X=X.tobytes(), y=_arr(y))  # raw bytes, no array record
         if c == 1:
-            return _env(kind="codes", X={"dtype": self.py.choice(["|O", "<c16", "<f2", "<U4", "object", 5, "V8"]),
-                                         "shape": [n, N_ATTR], "data": X.tobytes()}, y=_arr(y))
+            return _env(
+                kind="codes",
+                X={
+                    "dtype": self.py.choice(["|O", "<c16", "<f2", "<U4", "object", 5, "V8"]),
+                    "shape": [n, N_ATTR],
+                    "data": X.tobytes(),
+                },
+                y=_arr(y),
+            )
         if c == 2:
             return _env(kind="codes", X={"dtype": "|u1", "shape": [n, N_ATTR + 1], "data": X.tobytes()}, y=_arr(y))
         if c == 3:
@@ -156,8 +165,9 @@ class Gen:
         # unknown labels, or records missing attributes
         if self.py.random() < 0.5:
             return _env(kind="records", records=recs, labels=[self.py.choice(["green", None, math.nan, 5])] * n)
-        return _env(kind="records", records=[{k: v for k, v in list(r.items())[:-1]} for r in recs],
-                    labels=list(DS.y[:n]))
+        return _env(
+            kind="records", records=[{k: v for k, v in list(r.items())[:-1]} for r in recs], labels=list(DS.y[:n])
+        )
 
     def bad_records(self):
         c = self.py.randrange(6)
@@ -197,8 +207,16 @@ class Gen:
     def no_d_field(self):
         return None  # the caller XADDs another field instead
 
-    CATEGORIES = [("garbage", 25), ("not_a_map", 8), ("bad_envelope", 15), ("bad_arrays", 20), ("bad_rows", 15),
-                  ("bad_records", 8), ("bomb", 6), ("no_d_field", 3)]
+    CATEGORIES = [
+        ("garbage", 25),
+        ("not_a_map", 8),
+        ("bad_envelope", 15),
+        ("bad_arrays", 20),
+        ("bad_rows", 15),
+        ("bad_records", 8),
+        ("bomb", 6),
+        ("no_d_field", 3),
+    ]
 
     def any(self):
         name = self.py.choices([c for c, _ in self.CATEGORIES], [w for _, w in self.CATEGORIES])[0]
@@ -215,8 +233,17 @@ def _child(url: str, model: str) -> None:
 @pytest.mark.parametrize("release", ["batch", "window"])
 def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name, release):
     model = unique_name
-    create_model(redis_url, model, SCHEMA, n_trees=3, height=4, epsilon=math.inf, seed=3, release=release,
-                 release_every=None if release == "batch" else 0.2)
+    create_model(
+        redis_url,
+        model,
+        SCHEMA,
+        n_trees=3,
+        height=4,
+        epsilon=math.inf,
+        seed=3,
+        release=release,
+        release_every=None if release == "batch" else 0.2,
+    )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     seed = int.from_bytes(os.urandom(4), "little")
@@ -288,9 +315,11 @@ def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name, releas
         assert reason.strip(), f"dead letter without a reason: {f}"
         assert "internal" not in reason, f"codec bug (unexpected exception) on input: {reason}"
         reasons[re.sub(r"\d+", "N", reason)[:45]] += 1
-    print(f"\nfuzz seed={seed}: {n_bad} malformed of {n_entries} entries in {t_push:.1f}s push + "
-          f"{time.monotonic() - t0 - t_push:.1f}s work; categories {dict(cats)}; "
-          f"dead-letter reasons {reasons.most_common(12)}")
+    print(
+        f"\nfuzz seed={seed}: {n_bad} malformed of {n_entries} entries in {t_push:.1f}s push + "
+        f"{time.monotonic() - t0 - t_push:.1f}s work; categories {dict(cats)}; "
+        f"dead-letter reasons {reasons.most_common(12)}"
+    )
     assert len(dead) == n_bad, f"{n_bad} malformed entries but {len(dead)} dead letters"
     assert n_bad >= 10_000
 

@@ -11,12 +11,18 @@ from __future__ import annotations
 import pytest
 
 from tests.jobs.test_runner import (  # noqa: F401
-    r, model, queue, test_private_rdt_and_kanon_jobs_over_retained_records,
-    test_over_budget_job_is_refused_charges_nothing_reads_nothing,
-    test_killed_job_worker_is_retried_charged_once_published_once, test_max_attempts_ends_failed_with_reason,
-    test_retention_trim_keeps_the_window_and_pending_entries, test_idle_stream_is_trimmed_to_its_window_without_new_traffic,
+    model,
+    queue,
+    r,
     test_cli_submit_status_list_result_and_worker_script,
-    test_job_entry_with_undecodable_fields_is_acked_and_the_job_worker_goes_on)
+    test_idle_stream_is_trimmed_to_its_window_without_new_traffic,
+    test_job_entry_with_undecodable_fields_is_acked_and_the_job_worker_goes_on,
+    test_killed_job_worker_is_retried_charged_once_published_once,
+    test_max_attempts_ends_failed_with_reason,
+    test_over_budget_job_is_refused_charges_nothing_reads_nothing,
+    test_private_rdt_and_kanon_jobs_over_retained_records,
+    test_retention_trim_keeps_the_window_and_pending_entries,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

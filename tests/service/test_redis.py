@@ -41,8 +41,7 @@ def test_two_worker_processes_merge_every_batch_exactly_once(redis_url, model):
     p = Producer(redis_url, model, batch_size=7)
     p.push(DS.X, DS.y)  # 63 batches
     p.push(DS.X[:7], DS.y[:7], batch_id=p.last_batch_ids[0])  # a retried XADD of batch 0
-    with WorkerPool(model, 2, redis_url, until_drained=True, batch_entries=4, block_ms=100,
-                    log_level=30) as pool:
+    with WorkerPool(model, 2, redis_url, until_drained=True, batch_entries=4, block_ms=100, log_level=30) as pool:
         assert pool.wait(120), "workers did not drain the stream"
     f = Consumer(redis_url, model).latest()
     w = Worker(redis_url, model)
@@ -97,19 +96,27 @@ def test_a_worker_stops_when_its_pool_is_killed(redis_url, model):
     import sys
 
     create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
-    code = (f"from streamdp.service.pool import run_workers; run_workers({model!r}, 1, {redis_url!r}, block_ms=100, "
-            "log_level=40)")
+    code = (
+        f"from streamdp.service.pool import run_workers; run_workers({model!r}, 1, {redis_url!r}, block_ms=100, "
+        "log_level=40)"
+    )
     pool = subprocess.Popen([sys.executable, "-c", code])
     r = connect(redis_url)
     records = Keys(model).records
     consumers = []
     try:
-        _wait(lambda: consumers.extend(r.xinfo_consumers(records, "workers")) or consumers, timeout=60,
-              what="the pool's worker to join the group")
+        _wait(
+            lambda: consumers.extend(r.xinfo_consumers(records, "workers")) or consumers,
+            timeout=60,
+            what="the pool's worker to join the group",
+        )
         pool.kill()
         pool.wait(10)
-        _wait(lambda: r.xinfo_groups(records)[0]["consumers"] == 0, timeout=20,
-              what="the orphaned worker to stop and leave the group")
+        _wait(
+            lambda: r.xinfo_groups(records)[0]["consumers"] == 0,
+            timeout=20,
+            what="the orphaned worker to stop and leave the group",
+        )
     finally:
         pool.kill()
         for c in consumers:  # (the consumer's name holds its pid: an orphan left by a failure is not kept)
@@ -148,8 +155,10 @@ def test_a_worker_whose_pool_died_while_it_started_does_not_run(redis_url, model
     import sys
 
     create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
-    code = (f"from streamdp.service.pool import run_workers; run_workers({model!r}, 1, {redis_url!r}, block_ms=100, "
-            "log_level=40)")
+    code = (
+        f"from streamdp.service.pool import run_workers; run_workers({model!r}, 1, {redis_url!r}, block_ms=100, "
+        "log_level=40)"
+    )
     pool = subprocess.Popen([sys.executable, "-c", code])
     kids = []
     try:
@@ -201,8 +210,10 @@ def test_deleting_a_model_stops_its_blocked_worker_cleanly(redis_url, model):
 
     th = threading.Thread(target=run, daemon=True)
     th.start()
-    _wait(lambda: connect(redis_url).xinfo_groups(Keys(model).records)[0]["consumers"] >= 1,
-          what="the worker to join the group")
+    _wait(
+        lambda: connect(redis_url).xinfo_groups(Keys(model).records)[0]["consumers"] >= 1,
+        what="the worker to join the group",
+    )
     delete_model(redis_url, model)
     th.join(15)
     assert not th.is_alive() and not errors, errors

@@ -17,13 +17,12 @@ from streamdp import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service import codec  # noqa: E402
 from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
-from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
-from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.draw_once import noise_from_bytes  # noqa: E402
-from streamdp.service.published import counts_from_bytes, forest_from_record  # noqa: E402
-from streamdp.service.registry import (  # noqa: E402
-    ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model)
+from streamdp.service.keys import GROUP, Keys, check_name  # noqa: E402
 from streamdp.service.ledger_store import RedisLedger  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.published import counts_from_bytes, forest_from_record  # noqa: E402
+from streamdp.service.registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model  # noqa: E402
 from streamdp.service.stats import collect, prometheus_text  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 
@@ -67,8 +66,18 @@ def _drain(w, limit=1000):
 # -- keys / codec -------------------------------------------------------------------
 def test_keys_share_the_hash_tag():
     k = Keys("votes")
-    for key in (k.spec, k.pub_model, k.pub_events, k.records, k.state, k.merged, k.dead, k.stats,
-                k.pub_version(3), k.delta("abc")):
+    for key in (
+        k.spec,
+        k.pub_model,
+        k.pub_events,
+        k.records,
+        k.state,
+        k.merged,
+        k.dead,
+        k.stats,
+        k.pub_version(3),
+        k.delta("abc"),
+    ):
         assert key.startswith("sdp:{votes}:")
     assert ":pub:" in k.pub_model and ":priv:" in k.records and ":priv:" in k.delta("x")
     for bad in ("", "a{b}", "a*", "a:b", "x" * 65, "-x", None):
@@ -84,17 +93,45 @@ def test_codec_roundtrip_is_compact():
     assert b.batch_id == "b-1" and np.array_equal(b.X, enc.X) and np.array_equal(b.y, enc.y) and not b.dropped
 
 
-@pytest.mark.parametrize("payload, reason", [
-    (b"\xc1garbage", "not msgpack"),
-    (msgpack.packb([1, 2]), "must be a map"),
-    (msgpack.packb({"format": "other"}), "not a streamdp.batch"),
-    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a b", "kind": "codes"}), "batch_id"),
-    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "zzz"}), "kind"),
-    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "codes",
-                    "X": {"dtype": "|O", "shape": [1], "data": b"x"}, "y": None}), "dtype"),
-    (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "records",
-                    "records": [{}], "labels": []}), "labels"),
-])
+@pytest.mark.parametrize(
+    "payload, reason",
+    [
+        (b"\xc1garbage", "not msgpack"),
+        (msgpack.packb([1, 2]), "must be a map"),
+        (msgpack.packb({"format": "other"}), "not a streamdp.batch"),
+        (
+            msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a b", "kind": "codes"}),
+            "batch_id",
+        ),
+        (msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "a", "kind": "zzz"}), "kind"),
+        (
+            msgpack.packb(
+                {
+                    "format": "streamdp.batch",
+                    "format_version": 1,
+                    "batch_id": "a",
+                    "kind": "codes",
+                    "X": {"dtype": "|O", "shape": [1], "data": b"x"},
+                    "y": None,
+                }
+            ),
+            "dtype",
+        ),
+        (
+            msgpack.packb(
+                {
+                    "format": "streamdp.batch",
+                    "format_version": 1,
+                    "batch_id": "a",
+                    "kind": "records",
+                    "records": [{}],
+                    "labels": [],
+                }
+            ),
+            "labels",
+        ),
+    ],
+)
 def test_codec_rejects_undecodable_entries(payload, reason):
     with pytest.raises(codec.EnvelopeError, match=reason):
         codec.decode(DS.schema, payload)
@@ -109,14 +146,30 @@ def test_codec_drops_bad_rows_with_reasons():
     X[3, 2] = 1.5  # not an integer code
     y = enc.y.copy()
     y[4] = 9
-    env = msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "x", "kind": "codes",
-                         "X": blob.pack_array(X), "y": blob.pack_array(y)})
+    env = msgpack.packb(
+        {
+            "format": "streamdp.batch",
+            "format_version": 1,
+            "batch_id": "x",
+            "kind": "codes",
+            "X": blob.pack_array(X),
+            "y": blob.pack_array(y),
+        }
+    )
     b = codec.decode(DS.schema, env)
     assert [r for r, _ in b.dropped] == [1, 3, 4] and len(b.y) == 2
     assert "outside" in b.dropped[0][1] and "outside" in b.dropped[1][1] and "label" in b.dropped[2][1]
     X[3, 2] = np.nan  # a NaN in a codes array: the producer is broken, the whole entry is dead-lettered
-    env = msgpack.packb({"format": "streamdp.batch", "format_version": 1, "batch_id": "x", "kind": "codes",
-                         "X": blob.pack_array(X), "y": blob.pack_array(y)})
+    env = msgpack.packb(
+        {
+            "format": "streamdp.batch",
+            "format_version": 1,
+            "batch_id": "x",
+            "kind": "codes",
+            "X": blob.pack_array(X),
+            "y": blob.pack_array(y),
+        }
+    )
     with pytest.raises(codec.EnvelopeError, match="NaN"):
         codec.decode(DS.schema, env)
     recs = [dict(zip(DS.schema.names, row)) for row in DS.X[:3]]
@@ -203,12 +256,33 @@ def test_public_keys_hold_no_exact_record_count(r):
     blobs = [r.get(k.spec), r.get(k.pub_version(1))]
     for b in blobs:
         doc = msgpack.unpackb(b, raw=False)
-        assert set(doc) <= {"format", "format_version", "schema", "params", "privacy", "structure", "counts",
-                            "version", "n_releases", "noise_variance", "node_variance", "created"}
+        assert set(doc) <= {
+            "format",
+            "format_version",
+            "schema",
+            "params",
+            "privacy",
+            "structure",
+            "counts",
+            "version",
+            "n_releases",
+            "noise_variance",
+            "node_variance",
+            "created",
+        }
         # noise_variance: public (the schedule); node_variance: public (the grown structures, cut by released numbers)
         assert 100 not in (doc["version"], doc["n_releases"])
-    assert set(r.hkeys(k.pub_model)) <= {b"version", b"blob", b"updated", b"releases", b"counts", b"model_id",
-                                          b"release", b"release_start", b"noise_variance"}
+    assert set(r.hkeys(k.pub_model)) <= {
+        b"version",
+        b"blob",
+        b"updated",
+        b"releases",
+        b"counts",
+        b"model_id",
+        b"release",
+        b"release_start",
+        b"noise_variance",
+    }
     f = forest_from_record(PrivateForest.from_bytes(r.get(k.spec)), r.get(k.pub_version(1)))
     assert r.hget(k.pub_model, "counts") == f.counts.astype("<i8").tobytes()  # the same noisy counts
     assert Consumer(r, "m").latest().counts.tolist() == f.counts.tolist()
@@ -319,7 +393,9 @@ def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
     assert any("no 'd' field" in x for x in reasons)
     assert any("1 invalid record(s) of 1" in x for x in reasons)
     rows = msgpack.unpackb([d for _, d in dead if b"record 3 " in d[b"reason"]][0][b"detail"])["rows"]
-    assert [row for row, _ in rows] == [3, 5] and rows[1][1] == "producer: label 'party' has a class not declared in the schema"
+    assert [row for row, _ in rows] == [3, 5] and rows[1][
+        1
+    ] == "producer: label 'party' has a class not declared in the schema"
     assert collect(r, "m")["pending"] == 0
 
 
@@ -440,8 +516,11 @@ def test_service_classifier_works_once_its_model_exists(r):
     _drain(_worker(r, "late"))
     assert slow.predict_proba_one(x) != {}
     assert slow.__getstate__()["_checked"] == -math.inf  # (a pickle's: another process's clock is not ours)
-    for bad, why in [({"batch_size": 0}, "batch_size"), ({"refresh_every": -1}, "refresh_every"),
-                     ({"on_invalid": "bogus"}, "on_invalid")]:  # refused when made, not at the first push
+    for bad, why in [
+        ({"batch_size": 0}, "batch_size"),
+        ({"refresh_every": -1}, "refresh_every"),
+        ({"on_invalid": "bogus"}, "on_invalid"),
+    ]:  # refused when made, not at the first push
         with pytest.raises(ValueError, match=why):
             ServiceClassifier(r, "late", **bad)
 
@@ -451,8 +530,12 @@ def test_create_refuses_what_no_release_could_draw_or_read(r):
     created and charged, then every release (or read) failed."""
     from streamdp.service.keys import check_name
 
-    for release, eps, mech in [("batch", 1e-300, "geometric"), ("window", 1e-320, "laplace"), ("tree", 1e-14, "geometric"),
-                               ("grow", 1e-14, "geometric")]:
+    for release, eps, mech in [
+        ("batch", 1e-300, "geometric"),
+        ("window", 1e-320, "laplace"),
+        ("tree", 1e-14, "geometric"),
+        ("grow", 1e-14, "geometric"),
+    ]:
         with pytest.raises(ValueError, match="too small for this model"):
             create_model(r, "tiny", DS.schema, n_trees=10, height=3, epsilon=eps, mechanism=mech, release=release)
     with pytest.raises(ValueError, match="height must be an integer in \\[1, 64\\]"):
@@ -484,7 +567,7 @@ def test_consumer_get_old_versions_and_validation(r):
     p = Producer(r, "m")
     w = _worker(r, "m", keep_versions=2)
     for i in range(4):
-        p.push(DS.X[i * 10:(i + 1) * 10], DS.y[i * 10:(i + 1) * 10])
+        p.push(DS.X[i * 10 : (i + 1) * 10], DS.y[i * 10 : (i + 1) * 10])
         w.step(block_ms=10)
     c = Consumer(r, "m")
     assert c.latest().version == 4 and c.get(3).version == 3
@@ -504,14 +587,14 @@ def test_retained_versions_are_bounded_in_bytes(r):
     p = Producer(r, "m")
     w = _worker(r, "m", keep_versions=20, keep_bytes=2 * spec.counts.nbytes + 1)
     for i in range(5):
-        p.push(DS.X[i * 10:(i + 1) * 10], DS.y[i * 10:(i + 1) * 10])
+        p.push(DS.X[i * 10 : (i + 1) * 10], DS.y[i * 10 : (i + 1) * 10])
         w.step(block_ms=10)
     assert [v for v in range(1, 6) if r.exists(Keys("m").pub_version(v))] == [4, 5]
     assert Consumer(r, "m").get(5).version == 5
     # workers that kept more (an upgrade, a lower bound): a starting worker removes what it would not keep
     w = _worker(r, "m", keep_versions=20, keep_bytes=0)
     for i in range(5, 10):
-        p.push(DS.X[i * 10:(i + 1) * 10], DS.y[i * 10:(i + 1) * 10])
+        p.push(DS.X[i * 10 : (i + 1) * 10], DS.y[i * 10 : (i + 1) * 10])
         w.step(block_ms=10)
     assert [v for v in range(11) if r.exists(Keys("m").pub_version(v))] == [4, 5, 6, 7, 8, 9, 10]
     assert _worker(r, "m", keep_versions=20, keep_bytes=1).keep_versions == 1  # never none
@@ -613,8 +696,11 @@ def test_worker_waits_out_a_redis_that_refuses_writes(r, refusal, caplog):
     (ResponseError: how Redis 6.2 reports it from inside a script)."""
     import redis as _redis
 
-    text = ("Error running script (call to f_0): @user_script:9: -OOM command not allowed when used memory > "
-            "'maxmemory'." if refusal == "ResponseError" else "used memory > 'maxmemory'")
+    text = (
+        "Error running script (call to f_0): @user_script:9: -OOM command not allowed when used memory > 'maxmemory'."
+        if refusal == "ResponseError"
+        else "used memory > 'maxmemory'"
+    )
     w, calls = _worker_failing_once(r, getattr(_redis.exceptions, refusal)(text))
     with caplog.at_level(logging.ERROR, logger="streamdp.worker"):
         w.run(until_drained=True, handle_signals=False, max_seconds=30)
@@ -644,16 +730,20 @@ def test_consumer_notices_a_recreated_model(r):
     delete_model(r, "m")
     create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99, ledger_budget=2.0, release="batch")
     again = c.latest()
-    assert not np.array_equal(again.structure.feature, first.structure.feature) or \
-        not np.array_equal(again.structure.threshold, first.structure.threshold)
+    assert not np.array_equal(again.structure.feature, first.structure.feature) or not np.array_equal(
+        again.structure.threshold, first.structure.threshold
+    )
 
 
 # -- the decode boundary is total (issue 12 item 1) -------------------------------------
 _FIELD_MAPS = st.dictionaries(
     st.one_of(st.binary(max_size=12), st.just(b"d"), st.sampled_from([b"\xff", b"\xfe\x00", b"\xc3("])),
-    st.one_of(st.binary(max_size=64), st.builds(lambda d: codec.encode_batch(DS.schema, DS.X[:2], DS.y[:2]) + d,
-                                                st.binary(max_size=4))),
-    max_size=6)
+    st.one_of(
+        st.binary(max_size=64),
+        st.builds(lambda d: codec.encode_batch(DS.schema, DS.X[:2], DS.y[:2]) + d, st.binary(max_size=4)),
+    ),
+    max_size=6,
+)
 
 
 def test_decode_boundary_turns_any_field_map_into_a_batch_or_a_dead_letter():
@@ -706,9 +796,9 @@ def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, capl
     _model(r, epsilon=math.inf)
     k = Keys("m")
     recs = [dict(zip(DS.schema.names, row)) for row in DS.X[:4]]
-    recs[1]["crime"] = secret                       # an undeclared categorical value
+    recs[1]["crime"] = secret  # an undeclared categorical value
     labels = list(DS.y[:4])
-    labels[2] = secret + "-label"                   # an undeclared class
+    labels[2] = secret + "-label"  # an undeclared class
     # the producer lists the bad rows (on_invalid="dead-letter"), and a records envelope is encoded by the worker
     Producer(r, "m", on_invalid="dead-letter").push(recs, labels)
     r.xadd(k.records, {"d": codec.encode_records(recs, labels)})
@@ -723,7 +813,10 @@ def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, capl
         assert not any(f'"{k}":' in rec.getMessage() for k in ("batches", "acked", "dead")), rec.getMessage()
     reasons = [f[b"reason"].decode() for _, f in r.xrange(k.dead)]
     assert len(reasons) == 2 and not any(secret in x for x in reasons), reasons
-    assert "record 1 (0-based) of the batch: producer: attribute 'crime' has a value not declared in the schema" in reasons[0]
+    assert (
+        "record 1 (0-based) of the batch: producer: attribute 'crime' has a value not declared in the schema"
+        in reasons[0]
+    )
     assert "record 1 (0-based) of the batch: attribute 'crime' has a value not declared in the schema" in reasons[1]
     details = [msgpack.unpackb(f[b"detail"]) for _, f in r.xrange(k.dead)[:2]]
     assert [row[0] for row in details[1]["rows"]] == [1, 2]
@@ -788,9 +881,9 @@ def test_producer_dead_letters_with_value_free_reasons_and_stable_ids(r):
 def test_model_create_refuses_a_blob_the_server_would_not_accept(r, monkeypatch):
     import time
 
+    from streamdp.forest.structure import TooLargeError
     from streamdp.records.datasets import load_schema
     from streamdp.service.registry import DEFAULT_BULK_LIMIT, server_value_limit
-    from streamdp.forest.structure import TooLargeError
 
     assert server_value_limit(r) == DEFAULT_BULK_LIMIT  # fakeredis has no CONFIG: the default
     monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": "1000000"})
@@ -812,9 +905,9 @@ def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, 
     """A grown release publishes a noise variance per node on top of the drawn blob (1.25x it): a model whose
     drawn blob fits but whose fully grown blob would not used to be created and then fail at every window close
     once a long stream filled its levels. Now: refused for release='grow', 'window' for the default."""
+    from streamdp.forest.structure import TooLargeError
     from streamdp.records.schema import Categorical, Label, Schema
     from streamdp.service.registry import grown_blob_bound, load_policy
-    from streamdp.forest.structure import TooLargeError
 
     # binary attributes: a tree of L leaves has exactly 2L - 1 nodes, the drawing bound's worst case
     binary = Schema([Categorical(f"a{i}", (0, 1)) for i in range(12)], Label("y", (0, 1)))
@@ -843,8 +936,8 @@ def test_a_growing_models_default_height_is_the_ceiling_rule(r):
     """release grow (or the default that grows): height None is structure.ceiling_height, the river classifier's
     default (benchmarks/results/grow_ceiling.log: on long streams it beats half the attributes by 0.08-0.19);
     the drawn-tree policies keep half the attributes."""
-    from streamdp.records.datasets import load_schema
     from streamdp.forest.structure import ceiling_height
+    from streamdp.records.datasets import load_schema
 
     votes = DS.schema  # 16 categorical attributes of 3 values: ceiling 6 (729 leaves), half 8 (6,561)
     assert (ceiling_height(votes), votes.n_attributes // 2) == (6, 8)
@@ -860,9 +953,9 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
     """Review findings: (1) a growing model's default height went through no leaf guard (many trees failed where
     window succeeded); (2) the grown bound missed the per-tree noise variances (9 bytes each in msgpack); (3) the
     cell bound left the prior stump's row out (a 1-tree model was refused only by the final blob check)."""
-    from streamdp.service.registry import blob_max_cells, grown_blob_bound, load_policy
     from streamdp.forest.structure import TooLargeError, ceiling_height
     from streamdp.records.schema import Categorical, Label, Schema
+    from streamdp.service.registry import blob_max_cells, grown_blob_bound, load_policy
 
     votes = DS.schema
     monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(2 << 20)})

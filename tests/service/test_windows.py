@@ -9,24 +9,22 @@ from __future__ import annotations
 import math
 import time
 
-import msgpack
 import numpy as np
 import pytest
 
 fakeredis = pytest.importorskip("fakeredis")
 pytest.importorskip("lupa")
 
-from streamdp import blob  # noqa: E402
-from streamdp.release.continual import TreeState  # noqa: E402
 from streamdp.estimation import cell_variance  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
-from streamdp.service.keys import Keys  # noqa: E402
-from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.release.continual import TreeState  # noqa: E402
 from streamdp.service.draw_once import noise_from_bytes  # noqa: E402
+from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.merging import WorkerEntry  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
 from streamdp.service.rollback import RollbackDetected  # noqa: E402
-from streamdp.service.merging import WorkerEntry  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 from streamdp.service.windows import COUNTS_IN_PUB_MODEL  # noqa: E402
 
@@ -47,6 +45,7 @@ def _faults(point=None):
     def f(p):
         if p == point:
             raise Died(p)
+
     return f
 
 
@@ -134,14 +133,13 @@ def test_until_drained_waits_for_the_window_holding_the_last_entries(r, release)
 
 def test_a_worker_run_until_drained_returns_with_the_records_published(r):
     """The real clock: a 0.3 s window, the loop exits only once that window is released (deadline 30 s)."""
-    create_model(r, "rt", DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=1, release="window",
-                 release_every=0.3)
+    create_model(r, "rt", DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=1, release="window", release_every=0.3)
     Producer(r, "rt").push(DS.X[:40], DS.y[:40])
     t0 = time.monotonic()
     Worker(r, "rt", block_ms=50).run(until_drained=True, max_seconds=30, handle_signals=False)
     assert time.monotonic() - t0 < 30
     spec = create_model(r, "rt", DS.schema, exist_ok=True, epsilon=math.inf)
-    assert int(_published(r, "rt", spec)[spec.n_trees:].sum()) == 40  # the stump's exact total: every record
+    assert int(_published(r, "rt", spec)[spec.n_trees :].sum()) == 40  # the stump's exact total: every record
 
 
 @pytest.mark.parametrize("release", ["batch", "window"])
@@ -209,8 +207,9 @@ def test_a_stale_add_targeting_a_sealed_window_moves_to_the_open_one(r):
 
 
 @pytest.mark.parametrize("release", ["window", "tree"])
-@pytest.mark.parametrize("point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit",
-                                   "close_in_commit"])
+@pytest.mark.parametrize(
+    "point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit"]
+)
 def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, point, release):
     spec = _model(r, release=release, epsilon=1.0, levels=3)
     w = _worker(r, faults=_faults(point))
@@ -225,8 +224,10 @@ def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, po
     assert show_model(r, "m")["releases"] == 2 and int(r.hget(k.state, "open")) == 3
     for key, val in stored_before.items():  # a noise stored before the death is the one used, never redrawn
         assert r.get(key) == val
-    noise = {key.decode().rsplit(":", 1 if release == "window" else 3)[-1 if release == "window" else 0]
-             for key in r.keys("sdp:{m}:priv:wdelta:*") + r.keys("sdp:{m}:priv:node:*")}
+    noise = {
+        key.decode().rsplit(":", 1 if release == "window" else 3)[-1 if release == "window" else 0]
+        for key in r.keys("sdp:{m}:priv:wdelta:*") + r.keys("sdp:{m}:priv:node:*")
+    }
     if release == "window":  # published = the two stored window draws, each once
         d = [noise_from_bytes(r.get(Keys.of(r, "m").window_delta(i)), spec) for i in (1, 2)]
         np.testing.assert_array_equal(_published(r, "m", spec), d[0] + d[1])
@@ -296,8 +297,9 @@ def test_the_policy_is_public_and_validated(r):
     with pytest.raises(ValueError, match="release must be one of"):
         _model(r, name="x", release="hourly")
     with pytest.raises(ValueError, match="needs mechanism"):
-        create_model(r, "y", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5,
-                     release="tree")
+        create_model(
+            r, "y", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5, release="tree"
+        )
     assert not r.hexists("sdp:registry", "x") and not r.hexists("sdp:registry", "y")
 
 
@@ -479,8 +481,9 @@ def _stored_release(r, w):
     return PrivateForest.from_bytes(r.get(Keys.of(r, "m").window_delta(w)))
 
 
-@pytest.mark.parametrize("point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit",
-                                   "close_in_commit"])
+@pytest.mark.parametrize(
+    "point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit"]
+)
 def test_a_grown_release_killed_at_any_point_is_taken_over_without_a_second_noise(r, point):
     _model(r, release="grow", epsilon=1.0, n_trees=3, height=6)
     w = _worker(r, faults=_faults(point))
@@ -520,8 +523,9 @@ def test_grow_is_refused_without_noise_or_with_k_anonymity(r):
     with pytest.raises(ValueError, match="finite epsilon"):
         _model(r, name="a", release="grow", epsilon=math.inf)
     with pytest.raises(ValueError, match="needs mechanism"):
-        create_model(r, "b", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5,
-                     release="grow")
+        create_model(
+            r, "b", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5, release="grow"
+        )
     assert not r.hexists("sdp:registry", "a") and not r.hexists("sdp:registry", "b")
 
 
@@ -568,6 +572,7 @@ def test_the_state_keeps_no_copy_of_the_counts_and_every_window_stores_its_noise
     that fit no forest: an error, not zero counts. An empty window's noise is stored like any other: skipping it
     made empty windows' releases measurably earlier (a review), so their timing told which had records."""
     from streamdp.service.published import counts_from_bytes
+
     spec = _model(r, epsilon=1.0)
     w = _worker(r, delta_ttl_s=3600)  # (kept: a stored draw would show)
     writes = []

@@ -8,11 +8,10 @@ import tracemalloc
 
 import numpy as np
 import pytest
-
 import redis
 
-from streamdp.release import continual
 from streamdp.records.schema import Schema  # noqa: E402
+from streamdp.release import continual
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model, load_policy  # noqa: E402
@@ -22,8 +21,14 @@ ARITIES = [3, 4, 5] * 3
 
 
 def _schema() -> Schema:
-    return Schema.from_dict({"attributes": [{"name": f"a{j}", "type": "categorical", "values": list(range(a))}
-                                            for j, a in enumerate(ARITIES)], "label": {"name": "y", "values": [0, 1]}})
+    return Schema.from_dict(
+        {
+            "attributes": [
+                {"name": f"a{j}", "type": "categorical", "values": list(range(a))} for j, a in enumerate(ARITIES)
+            ],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
 
 
 def _peak_above(fn) -> int:
@@ -50,8 +55,17 @@ def test_a_release_holds_the_counts_and_one_noised_tally(release, redis_url, uni
 
 
 def _release(r: redis.Redis, url: str, name: str, release: str) -> None:
-    spec = create_model(url, name, _schema(), n_trees=4, height=8, epsilon=1.0, seed=3, release=release,
-                        release_every=None if release == "batch" else 3600.0)
+    spec = create_model(
+        url,
+        name,
+        _schema(),
+        n_trees=4,
+        height=8,
+        epsilon=1.0,
+        seed=3,
+        release=release,
+        release_every=None if release == "batch" else 3600.0,
+    )
     counts = spec.counts.nbytes
     blob = len(spec.to_bytes())
     assert counts > 4 << 20  # large enough for the fixed costs not to matter
@@ -116,7 +130,9 @@ def test_a_large_spec_is_read_in_parts(monkeypatch, redis_url, unique_name):
         monkeypatch.setattr(registry, "SPEC_READ_PART", size // 7 + 1)  # 7 parts, the last one short
         got = registry.load_spec(redis_url, unique_name)
         assert got.structure.n_leaves.tolist() == spec.structure.n_leaves.tolist()
-        assert all(np.array_equal(a, b) for a, b in zip(got.structure.arrays().values(), spec.structure.arrays().values()))
+        assert all(
+            np.array_equal(a, b) for a, b in zip(got.structure.arrays().values(), spec.structure.arrays().values())
+        )
         assert got.counts.shape == spec.counts.shape and not got.counts.any()
     finally:
         delete_model(r, unique_name)

@@ -263,7 +263,7 @@ def evaluate(
     steps = sorted({max(1, round(n * k / n_points)) for k in range(1, n_points + 1)})
     window = max(1, n // 20)
     try:
-        load = "%.2f %.2f %.2f" % os.getloadavg()
+        load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         load = ""
     rows: list[Row] = []

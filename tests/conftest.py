@@ -12,6 +12,8 @@ redis-server or redis-cli is missing.
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
 
 import pytest
@@ -37,10 +39,42 @@ def _producer_key_file(tmp_path_factory):
         os.environ[ENV_PRODUCER_KEY] = old
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--perf",
+        action="store_true",
+        default=False,
+        help="assert the wall-clock bounds of the tests marked perf (off by default: timing follows the machine's load)",
+    )
+
+
+class WallClock:
+    """``with wall_clock.within(seconds):`` times a block; the bound is asserted only under ``--perf``."""
+
+    def __init__(self, enforce: bool) -> None:
+        self.enforce = enforce
+
+    @contextlib.contextmanager
+    def within(self, limit: float, clock=time.perf_counter):
+        t0 = clock()
+        yield
+        elapsed = clock() - t0
+        if self.enforce:
+            assert elapsed < limit, f"took {elapsed:.2f} s, bound {limit} s"
+
+
+@pytest.fixture
+def wall_clock(request) -> WallClock:
+    return WallClock(request.config.getoption("--perf"))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark ``redis`` every test that uses a real Redis through ``redis_url`` (directly or via a fixture)."""
+    """Mark ``redis`` every test that uses a real Redis through ``redis_url`` (directly or via a fixture), and
+    ``perf`` every test that takes ``wall_clock``."""
     for item in items:
         names = getattr(item, "fixturenames", ())
+        if "wall_clock" in names and item.get_closest_marker("perf") is None:
+            item.add_marker(pytest.mark.perf)
         if ("redis_url" in names or "cluster_url" in names) and item.get_closest_marker("redis") is None:
             item.add_marker(pytest.mark.redis)
 

@@ -444,7 +444,6 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         _wait(drained, 90, "clean workers to drain the stream")
         last = int(r.hget(keys.state, "open"))
         _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
-        released_at = time.time()
         # SIGTERM only once each clean worker reads the group (its run() installed the handler first): one still
         # starting when the others had drained the stream died of SIGTERM's default action (-15) in a CI run
         names = {fleet.names[p.pid] for p in clean}
@@ -472,6 +471,9 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     by_point = {pt: points.count(pt) for pt in POINTS + CLOSE_POINTS}
     stats = {k.decode(): int(float(v)) for k, v in r.hgetall(keys.stats).items() if not k.endswith(b"_ms")}
     releases = int(r.hget(keys.state, "releases"))
+    # The clock read after the count: a window is released only once it has ended, so the count cannot exceed
+    # the windows ended by then (a clock read before it missed the windows closed in between).
+    released_at = time.time()
     print(
         f"\nwindow fault injection {release} eps={epsilon}: {len(batches)} batches, {fleet.sigkilled} SIGKILLs "
         f"{by_point}, {releases} windows released; counters {stats}"

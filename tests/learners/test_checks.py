@@ -41,7 +41,7 @@ def _fit(name: str, **kw) -> bytes:
     return run_job(_spec(name, **kw), DS.schema, lambda: (X, Y), ledger, "votes", f"job-{name}").blob
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "kanon-forest" else n for n in NAMES])
 def test_the_ledger_is_charged_before_any_record_is_read(name):
     ledger = InMemoryLedger()
     ledger.set_budget("votes", 1.0, delta=0.9)

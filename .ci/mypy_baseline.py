@@ -16,7 +16,33 @@ from pathlib import Path
 BASELINE = Path(__file__).with_name("mypy-baseline.txt")
 OUTSIDE_CORE = ("streamdp/river/", "streamdp/service/", "streamdp/cli/")
 #: Core packages already clean: they must stay at zero (the list grows until it is the whole core).
-CLEAN = ("streamdp/validation.py", "streamdp/options.py")
+CLEAN = (
+    "streamdp/validation.py",
+    "streamdp/options.py",
+    "streamdp/blob.py",
+    "streamdp/privacy/",
+    "streamdp/records/coding.py",
+    "streamdp/records/datasets.py",
+    "streamdp/release/__init__.py",
+    "streamdp/forest/__init__.py",
+    "streamdp/forest/draw.py",
+    "streamdp/forest/growth.py",
+    "streamdp/forest/pruning.py",
+    "streamdp/forest/routing.py",
+    "streamdp/forest/tally.py",
+    "streamdp/learners/__init__.py",
+    "streamdp/learners/_base.py",
+    "streamdp/learners/branch.py",
+    "streamdp/learners/c45.py",
+    "streamdp/learners/catalogue.py",
+    "streamdp/learners/dpea.py",
+    "streamdp/learners/hanisch.py",
+    "streamdp/learners/id3.py",
+    "streamdp/learners/private_subtree.py",
+    "streamdp/learners/scorers.py",
+    "streamdp/learners/tree.py",
+    "streamdp/jobs/",
+)
 
 
 def counts() -> collections.Counter[str]:

@@ -56,7 +56,7 @@ def pack_array(a: np.ndarray, fill_ok: bool = False) -> dict:
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     # A view of the array's memory, not a copy: msgpack copies it once, into the blob (an empty array
     # has no memory to view).
-    data = memoryview(a.reshape(-1).view(np.uint8)) if a.size else b""
+    data = a.reshape(-1).view(np.uint8).data if a.size else b""
     return {"dtype": a.dtype.str, "shape": list(a.shape), "data": data}
 
 
@@ -111,6 +111,7 @@ def unpack_array(
         if value == 0:
             return np.zeros(shape, dtype=native)  # writable; the OS maps its pages when written
         return np.broadcast_to(value, tuple(shape))  # read-only, one element of memory
+    assert isinstance(data, (bytes, memoryview))  # checked above for every record that is not a fill
     if len(data) != n * itemsize:
         raise BlobError(f"{name}: {len(data)} bytes of data for shape {shape} of {dt} (needs {n * itemsize})")
     arr = np.frombuffer(data, dtype=dt).reshape(shape)

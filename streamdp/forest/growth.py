@@ -190,8 +190,10 @@ def grown_release(
     s2 = cell_variance(mech, eps, forest.k)
     old_var = forest.node_variance if started else None
     # the noise a new leaf's cell carries after this release, at most
-    bar = pruning.PRUNE_SNR * math.sqrt(s2 + (float(np.max(old_var[:T][now.leaf[:T] >= 0])) if started else 0.0))
-    if prev is not None:
+    bar = pruning.PRUNE_SNR * math.sqrt(
+        s2 + (float(np.max(old_var[:T][now.leaf[:T] >= 0])) if old_var is not None else 0.0)
+    )
+    if prev is not None and old_var is not None:  # (both set once started)
         t_all = np.broadcast_to(np.arange(now.n_trees)[:, None], prev.shape)
         inner = (now.leaf < 0) & (prev >= 0)
         keep = np.sort(t_all[inner] * M + prev[inner])
@@ -212,7 +214,7 @@ def grown_release(
     n_below = leaves_below(structure)
     node_var = n_below * s2  # this release's noise on each node's total, per class
     node_var[T:, 0] = cell_variance(mech, forest.epsilon_per_tree, forest.k)  # the stumps: one cell, no probe
-    if prev is not None:
+    if prev is not None and old_var is not None:  # (both set once started)
         s_nodes = np.concatenate([v[0] for v in visited])
         order = np.argsort(s_nodes)
         share_of = _lookup(s_nodes[order], np.concatenate([v[1] for v in visited])[order])

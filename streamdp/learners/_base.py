@@ -13,7 +13,7 @@ import inspect
 import math
 import warnings
 from functools import reduce
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +53,23 @@ class PrivateLearner:
     #: The least ``max_depth``.
     MIN_DEPTH = 0
     _estimator_type = "classifier"  # scikit-learn < 1.6
+
+    # Parameters a subclass's __init__ stores (top_up and prior_trees only where _param_names lists them).
+    schema: Schema
+    epsilon: float
+    top_up: bool
+    prior_trees: int
+    # Set by fit (and from_bytes); prior_ only by a caller that measured a class prior.
+    trees_: list[Tree]
+    classes_: np.ndarray
+    private_: bool
+    epsilon_spent_: float
+    stumps_: np.ndarray
+    prior_: np.ndarray | None
+
+    if TYPE_CHECKING:  # every subclass's constructor takes the schema and its keyword parameters
+
+        def __init__(self, schema: Schema, **params: Any) -> None: ...
 
     def __sklearn_tags__(self):  # scikit-learn >= 1.6 (imported lazily: sklearn is not a dependency)
         from sklearn.utils import ClassifierTags, Tags, TargetTags

@@ -324,7 +324,9 @@ class DiffPC45(PrivateLearner):
         for j in numeric:
             thr = pds.exponential_threshold(j, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
             candidates.append((j, thr))
-        choice = pds.exponential(candidates, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
+        choice = pds.exponential(
+            candidates, lambda tau: float(q(tau)), sensitivity=q.sensitivity, epsilon=eps, max_records=b
+        )
         spent += eps * (len(numeric) + 1)
         if isinstance(choice, tuple):
             j, thr = choice

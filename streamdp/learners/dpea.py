@@ -220,7 +220,7 @@ class DPEA(PrivateLearner):
         self.continue_threshold_ = threshold
         root_total = float(pds.noisy_count(eps_c))
         # queue of (dataset, node id, used attributes, noisy count)
-        queue = [(pds, 0, frozenset(), root_total, 1)]
+        queue: list[tuple[PrivateDataset, int, frozenset[int], float, int]] = [(pds, 0, frozenset(), root_total, 1)]
         n_steps = self.n_steps
         while queue:
             node_pds, nid, used, n_hat, step = queue.pop()

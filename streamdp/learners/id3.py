@@ -67,6 +67,7 @@ class _ID3(PrivateLearner):
     """Growth shared by both learners; subclasses choose the split attribute."""
 
     SPLITS_NUMBERS = False  # (Friedman & Schuster's ID3: categorical attributes; DiffPC45 splits numbers)
+    max_depth: int
 
     def epsilon_per_query(self) -> float:
         """``B / (2 (d + 1))``."""
@@ -213,8 +214,13 @@ class DiffPID3(_ID3):
         )
 
     def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
-        return int(
-            pds.exponential(
-                cats, self.scorer_, sensitivity=self.scorer_.sensitivity, epsilon=eps, max_records=self.record_bound_
-            )
+        score = self.scorer_
+        choice = pds.exponential(
+            cats,
+            lambda tau: float(score(tau)),
+            sensitivity=score.sensitivity,
+            epsilon=eps,
+            max_records=self.record_bound_,
         )
+        assert not isinstance(choice, tuple)  # the candidates are attribute indices
+        return int(choice)

@@ -173,7 +173,12 @@ class Tree:
         n = self.n_nodes
         if n == 0:
             raise blob.BlobError(f"{fmt}: a tree needs at least one node")
-        shapes = (self.threshold.shape, self.child_start.shape, self.depth.shape, self.parent.shape)
+        shapes: tuple[tuple[int, ...], ...] = (
+            self.threshold.shape,
+            self.child_start.shape,
+            self.depth.shape,
+            self.parent.shape,
+        )
         if self.own_var is not None:
             shapes += (self.own_var.shape,)
             # bounded so that every sum of variances estimation forms stays finite (a red team's 1e308 made NaN)

@@ -38,6 +38,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -244,8 +245,8 @@ def evaluate(
     verbose: bool = True,
 ) -> EvalResult:
     """Run progressive validation of every model on one dataset; see the module docstring."""
+    from river import base, tree
     from river import forest as rforest
-    from river import tree
 
     from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier
     from streamdp.river.window import WINDOW_LEARNERS
@@ -327,8 +328,8 @@ def evaluate(
         # a batch learner refit on each disjoint window (DP-chosen splits), one record at a time
         accs, secs_all, corrects = [], [], []
         for _ in range(max(1, repeats)):
-            model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size)
-            correct, secs = run_river(model, data)
+            window_model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size)
+            correct, secs = run_river(window_model, data)
             accs.append(float(correct.mean()))
             secs_all.append(secs)
             corrects.append(correct)
@@ -341,19 +342,20 @@ def evaluate(
             n,
             eps,
             window_size,
-            model.n_fits,
-            model.private,
+            window_model.n_fits,
+            window_model.private,
             float(np.std(accs)) if len(accs) > 1 else None,
             len(accs),
         )
         add(row, np.mean(corrects, axis=0))
-    noms = {"nominal_attributes": list(nominal_names)} if nominal else {}
+    noms: dict[str, Any] = {"nominal_attributes": list(nominal_names)} if nominal else {}
     for ref in references:
+        reference: base.Classifier
         if ref == "ht":
-            model, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
+            reference, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
         else:  # "arf"
-            model, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
-        correct, secs = run_river(model, data)
+            reference, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
+        correct, secs = run_river(reference, data)
         add(Row(label + " (not private)", float(correct.mean()), n / secs, secs, n), correct)
     labels = Counter(y for _, y in data)
     majority = max(labels.values()) / n if n else None

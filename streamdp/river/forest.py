@@ -446,9 +446,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self._log_prior(self.forest.counts[T:, 0, :] - before, float(self.forest.cell_variance), size)
         else:
             self._guard_release(X, y)  # scored by the model before it learns the batch
-            delta, var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
-            self._log_prior(delta[T:, 0, :], var, size)
-            self._merge(delta, var)
+            delta, cell_var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
+            self._log_prior(delta[T:, 0, :], cell_var, size)
+            self._merge(delta, cell_var)
         self._scrub(n)
 
     def _merge(self, delta: np.ndarray, var: Any) -> None:

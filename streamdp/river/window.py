@@ -432,6 +432,7 @@ class _TreeTables:
                 for k in range(self.C):
                     out[k] += d[k]
         if self.prior is not None:
+            assert pooled is not None  # a fitted model has at least one tree
             return path_proba_one(pooled, self.prior)
         n = len(self.trees)
         return [v / n for v in out]

@@ -38,6 +38,7 @@ import redis
 
 from streamdp.service import codec
 from streamdp.service.connection import connect
+from streamdp.service.durability import check_replay
 from streamdp.service.faults import FaultPoints
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
@@ -232,6 +233,11 @@ class Worker(GroupLoop):
             release=self.policy.to_dict(),
             keyed_noise=self.noise.keyed,
             rollback_guard=self.guard.path is not None,
+        )
+        check_replay(  # when this user may ask (the deploy worker user may not; model create, as admin, refuses)
+            self.redis,
+            refuse=False,
+            warn=lambda problem: _jlog(logging.WARNING, "worker.restart_loses_data", model=self.model, problem=problem),
         )
         if not self.noise.keyed:
             _jlog(

@@ -176,13 +176,14 @@ def check_replay(r: Any, *, refuse: bool, warn: Callable[[str], None] | None = N
     """Check :func:`replay_risks`: raise :class:`ReplayUnsafe` (``refuse``) or warn once per risky node (``warn``,
     default: a WARNING on this module's logger).
 
-    Returns the risks found (empty: safe), or None when this user may not ask (logged at debug level: the worker
-    user of the deploy ACL is not allowed INFO or CONFIG; ``model create``, run as admin, is).
+    Returns the risks found (empty: safe), or None when this user may not ask or the server does not know the
+    commands (logged at debug level: the worker user of the deploy ACL is not allowed INFO or CONFIG; ``model
+    create``, run as admin, is).
     """
     try:
         risks = replay_risks(r)
-    except (redis.exceptions.NoPermissionError, redis.exceptions.AuthenticationError) as e:
-        log.debug("replay check skipped: this user may not run INFO, CONFIG GET or ACL DRYRUN (%s)", e)
+    except (redis.ResponseError, redis.AuthenticationError) as e:  # NOPERM, or a server without these commands
+        log.debug("replay check skipped: INFO, CONFIG GET or ACL DRYRUN refused (%s)", e)
         return None
     if risks and refuse:
         raise ReplayUnsafe("refusing: a Redis restart would erase this model. " + "; ".join(map(str, risks)))

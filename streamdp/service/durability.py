@@ -128,7 +128,7 @@ def _denied(node: Any) -> tuple[str, ...]:
     try:
         for cmd in REPLAYED_COMMANDS:
             reply = node.execute_command("ACL", "DRYRUN", "default", *cmd)
-            if (reply.decode() if isinstance(reply, bytes) else str(reply)) != "OK":
+            if reply is not True and (reply.decode() if isinstance(reply, bytes) else str(reply)) != "OK":
                 out.append(cmd[0])
         return tuple(dict.fromkeys(out))
     except redis.ResponseError as e:
@@ -146,7 +146,7 @@ def _nodes(r: Any) -> list[tuple[str, Any]]:
     """``(address, client)`` of every node: a cluster's nodes (replicas replay their AOF too), else ``r`` itself."""
     get_nodes = getattr(r, "get_nodes", None)
     if get_nodes is None:
-        kw = r.connection_pool.connection_kwargs
+        kw = getattr(getattr(r, "connection_pool", None), "connection_kwargs", {})
         return [(f"{kw.get('host', '?')}:{kw.get('port', '?')}", r)]
     return [(n.name, n.redis_connection) for n in get_nodes() if n.redis_connection is not None]
 

@@ -67,8 +67,9 @@ REPLAYED_COMMANDS: tuple[tuple[str, ...], ...] = (
 )
 
 
-class ReplayUnsafe(RuntimeError):
-    """The Redis server would drop streamdp's transactions when it reloads its append-only file."""
+class ReplayUnsafe(ValueError):
+    """The Redis server would drop streamdp's transactions when it reloads its append-only file (a ValueError: a
+    configuration the service refuses, reported by the CLI as an error, not a traceback)."""
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def test_a_user_that_may_not_ask_skips_the_check():
 
 @pytest.mark.redis
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs the redis-server binary")
-def test_model_create_refuses_a_real_server_that_would_drop_it(tmp_path):
+def test_model_create_refuses_a_real_server_that_would_drop_it(tmp_path, capsys):
     """A real redis-server with AOF on and a `default` user without rights (the ACL deploy shipped before)."""
     from streamdp.records.datasets import load
     from streamdp.service import create_model
@@ -108,3 +108,20 @@ def test_model_create_refuses_a_real_server_that_would_drop_it(tmp_path):
         with pytest.raises(ReplayUnsafe, match="may not run SET, DEL"):
             create_model(f"redis://admin:pw@{hp}", "m", load("congressional-voting").schema, n_trees=2, height=3)
         assert redis.Redis.from_url(f"redis://admin:pw@{hp}").keys("*") == []  # nothing stored, nothing charged
+        from streamdp.cli import main
+
+        schema = tmp_path / "schema.json"
+        schema.write_text(load("congressional-voting").schema.to_json())
+        argv = [
+            "--redis-url",
+            f"redis://admin:pw@{hp}",
+            "model",
+            "create",
+            "m",
+            "--schema",
+            str(schema),
+            "--epsilon",
+            "1",
+        ]
+        assert main(argv) == 2  # the CLI says why, no traceback
+        assert "a Redis restart would erase this model" in capsys.readouterr().err

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from streamdp.records.datasets import load
-from streamdp.service import Consumer, Keys, Producer, Worker, create_model
+from streamdp.service import Consumer, Producer, Worker, create_model
 from streamdp.service.durability import replay_risks
 from streamdp.service.stats import collect
 from tests.service.deploy_server import DeployRedis, snapshot
@@ -41,11 +41,29 @@ def _drain(server: DeployRedis, name: str) -> None:
     )
 
 
+MODELS = {  # name: (epsilon, release): exact counts, a private model with a ledger, release windows
+    "exact": (math.inf, "batch"),
+    "private": (1.0, "batch"),
+    "windowed": (math.inf, "window"),
+}
+
+
 def _before_restart(server: DeployRedis) -> tuple[dict, list[str]]:
-    """Two models (exact counts, and a private one with a ledger), half the records merged, half only pushed."""
-    names = ["exact", "private"]
-    for name, eps in zip(names, (math.inf, 1.0)):
-        create_model(server.url("admin"), name, DS.schema, n_trees=3, height=4, epsilon=eps, seed=3, release="batch")
+    """Three models, half the records merged (and released), half only pushed."""
+    names = list(MODELS)
+    for name, (eps, release) in MODELS.items():
+        every = 0.5 if release == "window" else None
+        create_model(
+            server.url("admin"),
+            name,
+            DS.schema,
+            n_trees=3,
+            height=4,
+            epsilon=eps,
+            seed=3,
+            release=release,
+            release_every=every,
+        )
         with Producer(server.url("producer"), name, batch_size=BATCH) as p:
             p.push(DS.X[:HALF], DS.y[:HALF])
         _drain(server, name)
@@ -65,12 +83,14 @@ def _after_restart(server: DeployRedis, before: dict, names: list[str]) -> None:
     for name in names:
         _drain(server, name)
         st = collect(server.url("admin"), name)
-        assert st["records_merged"] == len(DS.y) and st["batches_merged"] == n_batches and st["pending"] == 0
-        assert Consumer(server.url("consumer"), name).latest().n_releases == n_batches
-    exact = Consumer(server.url("consumer"), "exact").latest()
-    w = Worker(server.url("worker"), "exact")
-    assert np.array_equal(exact.counts, w.spec.noisy_delta(DS.X, DS.y))  # every record once, none twice
-    assert Keys("exact").records  # (the names are the deploy key layout's)
+        assert st["records_merged"] == len(DS.y) and st["pending"] == 0
+        if MODELS[name][1] == "batch":
+            assert st["batches_merged"] == n_batches
+            assert Consumer(server.url("consumer"), name).latest().n_releases == n_batches
+    for name in ("exact", "windowed"):  # no noise: the released counts are the exact tally
+        latest = Consumer(server.url("consumer"), name).latest()
+        w = Worker(server.url("worker"), name)
+        assert np.array_equal(latest.counts, w.spec.noisy_delta(DS.X, DS.y))  # every record once, none twice
 
 
 @pytest.mark.parametrize("stop", ["shutdown", "kill"])

@@ -63,7 +63,7 @@ REPLAYED_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("XTRIM", "sdp:{x}:priv:records", "MINID", "0-1"),
     ("XDEL", "sdp:{x}:priv:records", "0-1"),
     ("PEXPIRE", "sdp:{x}:pub:v:1", "1000"),
-    ("SET", "sdp:registry", "v"),
+    ("HSET", "sdp:registry", "f", "v"),
 )
 
 

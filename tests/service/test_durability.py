@@ -125,3 +125,22 @@ def test_model_create_refuses_a_real_server_that_would_drop_it(tmp_path, capsys)
         ]
         assert main(argv) == 2  # the CLI says why, no traceback
         assert "a Redis restart would erase this model" in capsys.readouterr().err
+
+
+def test_a_worker_that_may_ask_warns_loudly(monkeypatch, caplog):
+    """The stream worker runs the check at start and logs ``worker.restart_loses_data`` (it does not refuse: the
+    model exists already; model create is where a new model is refused)."""
+    import fakeredis
+
+    from streamdp.records.datasets import load
+    from streamdp.service import Worker, create_model
+
+    r = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
+    create_model(r, "m", load("congressional-voting").schema, n_trees=2, height=3, release="batch")
+    risk = durability.ReplayRisk("h:1", "redis", (7, 0, 15), ("SET",))
+    monkeypatch.setattr(durability, "replay_risks", lambda client: [risk])
+    w = Worker(r, "m", block_ms=10)
+    with caplog.at_level(logging.WARNING, logger="streamdp.worker"):
+        w._on_start()
+    (line,) = [rec.getMessage() for rec in caplog.records if "worker.restart_loses_data" in rec.getMessage()]
+    assert "h:1 (redis 7.0.15) has appendonly yes" in line

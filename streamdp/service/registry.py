@@ -33,6 +33,7 @@ from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_
 from streamdp.records.schema import Schema
 from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
+from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
@@ -212,7 +213,8 @@ def create_model(
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
-    Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
+    Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned), and
+    :class:`~streamdp.service.durability.ReplayUnsafe` on a server that would drop the model when it restarts.
     """
     r = connect(r)
     keys = Keys(name)
@@ -251,6 +253,7 @@ def create_model(
             "release='grow' needs a finite epsilon: without noise there is nothing to grow against "
             "(release='window' keeps the drawn trees)"
         )
+    check_replay(r, refuse=True)  # a Redis that drops transactions at restart would erase the model
     start = time.time()
     if ledger_budget is not None:
         check_epsilon(ledger_budget, "ledger_budget")

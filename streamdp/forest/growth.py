@@ -72,13 +72,18 @@ class Growable(Protocol):
     drawn: ForestStructure
     structure: ForestStructure
     schema: Schema
-    n_trees: int
     mechanism: str
-    epsilon_per_tree: float
     n_releases: int
-    k: int
-    counts: np.ndarray
-    node_variance: np.ndarray
+    k: int | None
+
+    @property
+    def n_trees(self) -> int: ...
+    @property
+    def epsilon_per_tree(self) -> float: ...
+    @property
+    def counts(self) -> np.ndarray: ...
+    @property
+    def node_variance(self) -> np.ndarray: ...
 
 
 __all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "grows_by_default"]

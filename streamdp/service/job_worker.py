@@ -52,8 +52,8 @@ from typing import IO, Any
 import numpy as np
 import redis
 
-from streamdp.forest.model import FORMAT as FOREST_FORMAT
 from streamdp.forest.model import PrivateForest
+from streamdp.forest.persistence import FORMAT as FOREST_FORMAT
 from streamdp.jobs.runner import JobError, JobSpec, run_job
 from streamdp.privacy.ledger import BudgetExceeded, stream_sha256
 from streamdp.records.datasets import DatasetChanged, pinned_lines

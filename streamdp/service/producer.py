@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from streamdp import blob
-from streamdp.forest import model as forest
+from streamdp.forest import persistence as forest
 from streamdp.records import sources
 from streamdp.records.schema import Schema
 from streamdp.service import codec

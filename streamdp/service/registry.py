@@ -28,7 +28,8 @@ import redis
 
 from streamdp import blob
 from streamdp.forest.growth import grows_by_default
-from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
+from streamdp.forest.model import PrivateForest
+from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
 from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd

@@ -176,7 +176,7 @@ def test_swamped_nodes_fall_back_to_the_parent_and_clear_ones_shrink_toward_it()
 @pytest.mark.parametrize("mechanism", ["geometric", "laplace", pytest.param("kanon", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("vote", ["proba", "majority"])
 def test_estimation_changes_no_released_number(mechanism, vote, monkeypatch):
-    import streamdp.forest.model as forest_module
+    import streamdp.forest.persistence as forest_module
 
     monkeypatch.setattr(forest_module.time, "time", lambda: 1.0)  # the blob's "created" stamp
     ds = skewed(3000, seed=2)

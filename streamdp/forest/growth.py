@@ -58,7 +58,8 @@ from typing import Protocol
 
 import numpy as np
 
-from streamdp.estimation import cell_variance, forest_topology
+from streamdp.estimation.nodes import forest_topology
+from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.secure_random import SecureRandom
@@ -103,7 +104,7 @@ def grows_by_default(schema) -> bool:
     blob against 136-150 MiB of counts per window, ``stream_footprint.py``; once the data fill every level,
     up to the drawn structure, its counts and a noise variance per node, about 3.4x the counts at height
     10: the service's default is ``window`` where that would not fit the server,
-    :func:`streamdp.service.registry.grown_blob_bound`). With numeric
+    :func:`streamdp.service.size_limits.grown_blob_bound`). With numeric
     attributes the tall drawn trees do as well or better (Bananas 0.70 against 0.64), since the expected
     share below a random threshold is a guess.
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from streamdp.estimation import cell_variance
+from streamdp.estimation.rule import cell_variance
 from streamdp.forest.structure import ForestStructure
 from streamdp.forest.tally import sparse_tally, tally
 from streamdp.privacy.mechanisms import SecureRandom, bernoulli_sample

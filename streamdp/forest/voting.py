@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamdp.estimation import ESTIMATORS, SNR_MIN, ForestNodes, cell_variance, leaf_rule_proba, prior_from
+from streamdp.estimation.nodes import ForestNodes
+from streamdp.estimation.prior import leaf_rule_proba, prior_from
+from streamdp.estimation.rule import ESTIMATORS, SNR_MIN, cell_variance
 from streamdp.forest.growth import leaves_below
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Schema

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.estimation import path_proba_one, seq_sum
+from streamdp.estimation.one_record import path_proba_one
+from streamdp.estimation.rule import seq_sum
 from streamdp.forest.model import PrivateForest
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.kernel import constants as kernel_constants

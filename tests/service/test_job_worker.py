@@ -218,7 +218,7 @@ def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     assert st["status"] == "failed" and st["attempts"] == 2
     # its message is not shown (after the charge it may quote the data: a shape error's record count), where it is
     assert st["reason"].startswith("gave up after 2 attempts; last error: RuntimeError (its message is not shown")
-    assert "disk on fire" not in st["reason"] + st["error"] and "test_runner.py:" in st["reason"]
+    assert "disk on fire" not in st["reason"] + st["error"] and "test_job_worker.py:" in st["reason"]
     assert len(_spends(r, model, flaky)) == 1
 
 

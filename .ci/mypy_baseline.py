@@ -16,7 +16,19 @@ from pathlib import Path
 BASELINE = Path(__file__).with_name("mypy-baseline.txt")
 OUTSIDE_CORE = ("streamdp/river/", "streamdp/service/", "streamdp/cli/")
 #: Core packages already clean: they must stay at zero (the list grows until it is the whole core).
-CLEAN = ("streamdp/validation.py", "streamdp/options.py")
+CLEAN = (
+    "streamdp/validation.py",
+    "streamdp/options.py",
+    "streamdp/estimation/",
+    "streamdp/records/",
+    "streamdp/forest/model.py",
+    "streamdp/forest/persistence.py",
+    "streamdp/forest/releasing.py",
+    "streamdp/forest/growing.py",
+    "streamdp/forest/voting.py",
+    "streamdp/learners/private_data.py",
+    "streamdp/learners/private_budget.py",
+)
 
 
 def counts() -> collections.Counter[str]:

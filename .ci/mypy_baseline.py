@@ -48,6 +48,15 @@ CLEAN = (
     "streamdp/river/forest_view.py",
     "streamdp/river/kernel.py",
     "streamdp/river/window.py",
+    "streamdp/estimation/",
+    "streamdp/records/",
+    "streamdp/forest/model.py",
+    "streamdp/forest/persistence.py",
+    "streamdp/forest/releasing.py",
+    "streamdp/forest/growing.py",
+    "streamdp/forest/voting.py",
+    "streamdp/learners/private_data.py",
+    "streamdp/learners/private_budget.py",
 )
 
 

@@ -4,9 +4,9 @@ is compensated).
 
     gcc -shared -fPIC -O2 -ffp-contract=off -I$(pythonX.Y -c "import sysconfig; print(sysconfig.get_paths()['include'])") \
         streamdp/river/_kernel.c -o DIR/_kernel$(pythonX.Y -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
-    cd DIR && pythonX.Y .../benchmarks/kernel_cpython_versions.py .../streamdp/estimation.py
+    cd DIR && pythonX.Y .../benchmarks/kernel_cpython_versions.py .../streamdp/estimation/rule.py .../streamdp/estimation/one_record.py
 
-Reads shrink_one / path_proba_one / _path_proba_two and the constants from estimation.py's source
+Reads shrink_one / path_proba_one / _path_proba_two and the constants from those files' source
 (no import: it needs numpy) and compares 20,000 random sums and 20,000 random chains (2, 3, 7, 10 classes).
 """
 
@@ -15,10 +15,8 @@ import math
 import random
 import sys
 
-src = open(sys.argv[1]).read()
-tree = ast.parse(src)
 ns = {"math": math, "SNR_MIN": 3.0, "PRIOR_WEIGHT": 8.0, "MIN_WEIGHT": 1.0}
-for node in tree.body:
+for node in [n for path in sys.argv[1:] for n in ast.parse(open(path).read()).body]:
     if (
         isinstance(node, ast.Assign)
         and isinstance(node.targets[0], ast.Name)

@@ -54,7 +54,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def push(args: argparse.Namespace) -> int:
-    from streamdp.records.sources import CHUNK_ROWS, prefetch, read_csv_chunks
+    from streamdp.records.frames import CHUNK_ROWS
+    from streamdp.records.prefetch import prefetch
+    from streamdp.records.sources import read_csv_chunks
     from streamdp.service.producer import Producer
 
     if args.batch_size < 1:

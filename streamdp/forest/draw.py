@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.records.schema import Categorical, Numeric, Schema
+from streamdp.records.domains import Categorical, Numeric
+from streamdp.records.schema import Schema
 
 __all__ = ["draw_forest", "max_possible_leaves", "ragged_arange"]
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.records.schema import Numeric, Schema
+from streamdp.records.domains import Numeric
+from streamdp.records.schema import Schema
 
 __all__ = ["route", "routing_error"]
 

@@ -18,20 +18,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from streamdp import blob
-from streamdp.estimation import (
-    SNR_MIN_GROWN,
-    ForestNodes,
-    cell_variance,
-    inverse_variance_mean,
-    node_distributions,
-    prior_from,
-)
+from streamdp.estimation.nodes import ForestNodes
+from streamdp.estimation.prior import prior_from
+from streamdp.estimation.rule import SNR_MIN_GROWN, cell_variance, node_distributions
+from streamdp.estimation.trees import inverse_variance_mean
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.tree import Tree
 from streamdp.options import MAX_PRIOR_TREES, VOTES
 from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
 from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.records.schema import Categorical, Schema
+from streamdp.records.domains import Categorical
+from streamdp.records.schema import Schema
 from streamdp.validation import check_choice, check_epsilon, check_flag, check_integer
 
 FORMAT_VERSION = 1

@@ -61,13 +61,13 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import cell_variance
+from streamdp.estimation.rule import cell_variance
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch, stops
 from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
 from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners.tree import TreeBuilder
-from streamdp.records.schema import Categorical, Numeric
+from streamdp.records.domains import Categorical, Numeric
 from streamdp.validation import check_flag, check_probability
 
 __all__ = ["DiffPC45", "add_errors", "upper_error_rate", "FORMAT"]

@@ -69,14 +69,16 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import cell_variance, inverse_variance_mean
+from streamdp.estimation.rule import cell_variance
+from streamdp.estimation.trees import inverse_variance_mean
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.private_subtree import SubtreeSpace
 from streamdp.learners.tree import Tree
 from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.records.schema import Categorical, Schema
+from streamdp.records.domains import Categorical
+from streamdp.records.schema import Schema
 from streamdp.validation import Interval, check_integer, check_number
 
 __all__ = ["DPEA", "FORMAT"]

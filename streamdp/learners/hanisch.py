@@ -65,13 +65,13 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import SNR_MIN
+from streamdp.estimation.rule import SNR_MIN
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.tree import Tree
 from streamdp.options import MAX_PRIOR_TREES
 from streamdp.privacy.mechanisms import SecureRandom
-from streamdp.records.schema import Categorical
+from streamdp.records.domains import Categorical
 from streamdp.validation import check_integer
 
 __all__ = ["HanischForest"]

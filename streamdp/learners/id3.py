@@ -51,14 +51,14 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import cell_variance
+from streamdp.estimation.rule import cell_variance
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch, stops
 from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
 from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners.tree import TreeBuilder
 from streamdp.privacy.mechanisms import SecureRandom
-from streamdp.records.schema import Categorical
+from streamdp.records.domains import Categorical
 
 __all__ = ["SuLQID3", "DiffPID3"]
 

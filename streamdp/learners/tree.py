@@ -36,9 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamdp import blob
-from streamdp.estimation import reachable_leaves, released_node_counts, tree_node_proba
+from streamdp.estimation.trees import reachable_leaves, released_node_counts, tree_node_proba
 from streamdp.forest.routing import route, routing_error
-from streamdp.records.schema import Categorical, Schema
+from streamdp.records.domains import Categorical
+from streamdp.records.schema import Schema
 
 __all__ = ["Tree", "TreeBuilder"]
 

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from streamdp.records.coding import value_code
-from streamdp.records.schema import Categorical, Numeric, Schema
+from streamdp.records.domains import Categorical, Numeric
+from streamdp.records.schema import Schema
 from streamdp.river.kernel import new_kernel
 
 __all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning"]

@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import path_proba_one, seq_sum
+from streamdp.estimation.one_record import path_proba_one
+from streamdp.estimation.rule import seq_sum
 from streamdp.forest.model import PrivateForest
 from streamdp.records.schema import Categorical
 from streamdp.river.encoding import RecordEncoder

@@ -33,7 +33,8 @@ import math
 import warnings
 from typing import Any
 
-from streamdp.records.schema import Categorical, Label, Numeric, Schema
+from streamdp.records.domains import Categorical, Label, Numeric
+from streamdp.records.schema import Schema
 
 __all__ = [
     "schema_for",

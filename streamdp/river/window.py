@@ -11,11 +11,15 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.estimation import cell_variance, path_proba_one, prior_phase_first, prior_phase_size, release_prior
+from streamdp.estimation.one_record import path_proba_one
+from streamdp.estimation.prior import release_prior
+from streamdp.estimation.prior_phase import prior_phase_first, prior_phase_size
+from streamdp.estimation.rule import cell_variance
 from streamdp.learners import IgnoredAttributesWarning
 from streamdp.learners.catalogue import learners as _catalogue_learners
 from streamdp.privacy.mechanisms import NotPrivateWarning
-from streamdp.records.schema import Numeric, Schema
+from streamdp.records.domains import Numeric
+from streamdp.records.schema import Schema
 from streamdp.release.continual import noisy_node
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.validation import check_integer

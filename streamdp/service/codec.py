@@ -41,7 +41,8 @@ import msgpack
 import numpy as np
 
 from streamdp import blob
-from streamdp.records.schema import Categorical, Schema
+from streamdp.records.domains import Categorical
+from streamdp.records.schema import Schema
 
 __all__ = [
     "Batch",

@@ -34,8 +34,9 @@ import redis
 from streamdp.jobs.runner import JobError, JobSpec, check_params
 from streamdp.privacy.ledger import file_sha256, refusal
 from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
+from streamdp.records.read_errors import SourceError
 from streamdp.records.schema import Schema
-from streamdp.records.sources import SourceError, check_columns, check_records
+from streamdp.records.sources import check_columns, check_records
 from streamdp.service.connection import connect
 from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys, as_str, check_name
 from streamdp.service.ledger_store import RedisLedger

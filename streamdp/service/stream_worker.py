@@ -44,8 +44,9 @@ from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
-from streamdp.service.registry import grown_blob_bound, load_policy, load_spec
+from streamdp.service.registry import load_policy, load_spec
 from streamdp.service.rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
+from streamdp.service.size_limits import grown_blob_bound
 from streamdp.service.trimming import StreamTrimmer
 from streamdp.service.windows import WindowCloser
 from streamdp.validation import MAX_BLOCK_MS, check_integer

@@ -53,9 +53,9 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
     """An unbalanced quote after 500 of 1,000 records (chunks of 200 records, batches of 50): the push stops
     naming line 502 (no content), says 400 records were pushed (the progress bar's last line too), and the
     corrected file pushed again merges only the other 600."""
-    import streamdp.records.sources
+    import streamdp.records.frames
 
-    monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
+    monkeypatch.setattr(streamdp.records.frames, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
     u = ["--redis-url", redis_url]
     assert (
         main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
@@ -153,7 +153,7 @@ def test_release_options_of_another_policy_are_refused(redis_url, name, capsys):
 
 
 def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name, monkeypatch):
-    import streamdp.records.sources
+    import streamdp.records.frames
 
     s = Schema.from_dict(
         {
@@ -169,7 +169,7 @@ def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name
     with pytest.raises(SourceError) as e:
         p.push([{"x0": "a"}], ["neg"])
     assert str(e.value).startswith("record 0 (0-based): attribute 'x1' is missing; no record was pushed")
-    monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 100)  # push's chunks: 100 records, 2 batches
+    monkeypatch.setattr(streamdp.records.frames, "CHUNK_ROWS", 100)  # push's chunks: 100 records, 2 batches
     recs = [{"x0": "a", "x1": "b"} for _ in range(300)]
     recs[250]["x1"] = "SECRET"
     with pytest.raises(SourceError) as e:

@@ -244,7 +244,7 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
     assert stats.get("claimed", 0) > 0 and stats.get("delta_reused", 0) > 0, stats
     # a stale commit was refused (an entry reclaimed during a stall: not-owner) or retried (version CAS). Which
     # of the two a run hits is timing; the refusal itself is checked deterministically in
-    # test_service_unit.py::test_redelivered_batch_reuses_its_stored_delta
+    # test_stream_worker.py::test_redelivered_batch_reuses_its_stored_delta
     # (one CI run of this test saw 0 refusals and 5 retries).
     assert stats.get("commit_rejections", 0) + stats.get("commit_retries", 0) > 0, stats
     assert stats.get("lost_trimmed", 0) == 0 and stats.get("poison", 0) == 0, stats  # MINID trims kept unacked entries

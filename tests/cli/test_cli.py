@@ -145,7 +145,7 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monk
     import streamdp.river.evaluate
 
     ran = []
-    monkeypatch.setattr(streamdp.evaluate, "evaluate", lambda dataset, *a, **k: ran.append(dataset))
+    monkeypatch.setattr(streamdp.river.evaluate, "evaluate", lambda dataset, *a, **k: ran.append(dataset))
     assert main(["evaluate", "uci:congressional-voting", bad]) == 2
     assert why in capsys.readouterr().err and ran == []  # nothing ran, not even the good name first
 
@@ -162,7 +162,7 @@ def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, m
     import streamdp.river.evaluate
 
     ran = []
-    monkeypatch.setattr(streamdp.evaluate, "load_stream", lambda *a, **k: ran.append(a) or (None, [], []))
+    monkeypatch.setattr(streamdp.river.evaluate, "load_stream", lambda *a, **k: ran.append(a) or (None, [], []))
     assert main(["evaluate", "agrawal:0", "--n", "100", opt]) == 2
     assert why in capsys.readouterr().err and ran == []
 

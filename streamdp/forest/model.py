@@ -68,7 +68,7 @@ from streamdp.options import BUDGETS, MAX_PRIOR_TREES, MECHANISMS, VOTES
 from streamdp.privacy.mechanisms import SecureRandom, bernoulli_sample, kanon_check, kanon_delta
 from streamdp.records.schema import Schema
 from streamdp.release.continual import noisy_node
-from streamdp.validation import check_choice, check_epsilon, check_integer
+from streamdp.validation import NotFittedError, check_choice, check_epsilon, check_integer
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT"]
 
@@ -678,7 +678,15 @@ class PrivateForest:
         return self.structure.apply(enc.X, self.schema.is_categorical)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities, columns in the schema's label order."""
+        """Class probabilities, columns in the schema's label order.
+
+        Raises :class:`~streamdp.validation.NotFittedError` before the first release (``fit``, or a stream
+        model's first merge) when no counts were given: zero counts would give the first class for every record."""
+        if not self.n_releases and not self._counts.any():
+            raise NotFittedError(
+                "this PrivateForest has released no counts yet (n_releases is 0): call fit, or wait for the stream "
+                "model's first release"
+            )
         return self.proba_from_leaves(self.apply(X))
 
     def predict(self, X: Any) -> np.ndarray:

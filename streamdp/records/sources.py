@@ -599,8 +599,8 @@ def read_csv_chunks(
             for df in reader:
                 wide = df[_TRAILING].notna().to_numpy()
                 if wide.any():
-                    line = line0 + offset + int(np.argmax(wide))
-                    raise SourceError(f"line {line}: a field past the last column (a row wider than the header)")
+                    at = line0 + offset + int(np.argmax(wide))
+                    raise SourceError(f"line {at}: a field past the last column (a row wider than the header)")
                 df = df[wanted]
                 enc = encode_frame(
                     schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset, line0=line0 + offset

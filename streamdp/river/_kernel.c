@@ -16,6 +16,11 @@
  * streamdp.estimation; a change of the rule's form must be mirrored here (tests/test_river_kernel.py
  * compares the chain with the Python one on random inputs).
  * Build with -ffp-contract=off (setup.py): a fused multiply-add would change the last bits.
+ * Memory safety (the arguments come from Python): every size product is overflow-checked before a buffer's
+ * length is compared with it; every method runs under a busy flag, so Python code the kernel runs (a record
+ * key's __eq__, a bound's __float__) cannot change or free what it is reading (RuntimeError); __init__ is
+ * atomic (a failed one leaves a kernel whose methods raise). tests/river/test_kernel_safety.py; run under
+ * AddressSanitizer with .ci/kernel_asan.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

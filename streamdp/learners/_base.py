@@ -29,7 +29,7 @@ from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
-from streamdp.validation import check_choice, check_epsilon, check_flag, check_integer
+from streamdp.validation import NotFittedError, check_choice, check_epsilon, check_flag, check_integer
 
 FORMAT_VERSION = 1
 
@@ -239,7 +239,7 @@ class PrivateLearner:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "trees_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, columns in the schema's label order."""

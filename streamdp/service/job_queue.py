@@ -255,8 +255,11 @@ class JobQueue:
         return digest
 
     def status(self, job_id: str) -> dict:
-        """The job's hash as a dict (params decoded, numbers as numbers); :class:`LookupError` if unknown."""
+        """The job's hash as a dict (params decoded, numbers as numbers), named by the job's id or by its result's
+        name (``--name``; a job id is looked up first); :class:`LookupError` if unknown."""
         raw = self.r.hgetall(job_key(job_id))
+        if not raw and (held := self._job_of(job_id)) != job_id:
+            raw = self.r.hgetall(job_key(held))
         if not raw:
             raise LookupError(f"no job {job_id!r} (streamdp job list shows the jobs)")
         d = {as_str(k): as_str(v) for k, v in raw.items()}

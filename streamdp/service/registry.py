@@ -38,6 +38,7 @@ from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import charge_model
 from streamdp.service.published import published_fields
+from streamdp.service.rollback import key_fingerprint, load_noise_key
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.validation import check_epsilon
 
@@ -129,6 +130,7 @@ def create_model(
     release_every: float | None = None,
     levels: int | None = None,
     estimator: str = "honaker",
+    noise_key_file: str | None = None,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -155,6 +157,9 @@ def create_model(
     :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.); both lowered by
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
+
+    ``noise_key_file`` (default ``$STREAMDP_NOISE_KEY_FILE``): the workers' noise key; its fingerprint is stored
+    (:func:`~streamdp.service.rollback.key_fingerprint`), and a worker with another key, or none, refuses to draw.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned), and
     :class:`~streamdp.service.durability.ReplayUnsafe` on a server that would drop the model when it restarts.
@@ -252,6 +257,7 @@ def create_model(
             f"up to {grown_bytes:,} bytes once the data fill every level; use release='window', "
             "fewer trees or a lower height"
         )
+    noise_key = key_fingerprint(load_noise_key(noise_key_file))  # checked by every worker before it draws
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):
@@ -281,6 +287,7 @@ def create_model(
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
             "noise_layout": "blocks",
+            "noise_key": noise_key,
         },
     )
     p.hset(

@@ -164,6 +164,7 @@ class Worker(GroupLoop):
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
         self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
+        self.noise.check(self.redis.hget(self.keys.state, "noise_key"), model)  # the key the model was created with
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
         # a retained version: the counts, or a grown release's whole blob (at most its bound)

@@ -217,3 +217,15 @@ def test_a_commands_warnings_are_one_line_and_its_own(capsys):
     assert common.run(argparse.Namespace(func=warn)) == 0
     assert "streamdp: warning: UserWarning: a library warning" in capsys.readouterr().err
     assert warnings.showwarning is before  # (the command's display ends with it; a caller's is its own again)
+
+
+def test_model_create_with_a_deeply_nested_schema_is_one_error_line(tmp_path, capsys):
+    """100,000 nested brackets: a one-line error and exit status 2, no RecursionError traceback (before any
+    connection: the server address below is never reached)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    code = main(
+        ["model", "create", "x", "--schema", str(path), "--epsilon", "1", "--redis-url", "redis://127.0.0.1:1/0"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "nested too deeply" in err and "Traceback" not in err and "RecursionError" not in err

@@ -49,7 +49,7 @@ leaves below node ``u``, ``h`` the height and ``C`` the classes:
 
 Levels win only at nodes with more than ``(h + 1)^2`` leaves below (near the
 root, where the pooled prior is already precise); leaves win ``(h + 1)^2``-fold
-where the prediction is made. Measured in ``benchmarks/accuracy_height.py``:
+where the prediction is made. Measured in ``benchmarks/studies/accuracy_height.py``:
 leaf-only release with this rule is as accurate or better and keeps the
 published format ``(n_trees, max_leaves, n_classes)``.
 
@@ -104,7 +104,7 @@ __all__ = [
 SNR_MIN = 3.0
 #: The bar for a learner's data-grown tree (ID3/C4.5 family, DPEA): such a tree splits a node only
 #: when its noisy count clears a noise-scaled stopping rule, so its leaves are screened already;
-#: measured on Nursery and the skewed data (benchmarks/accuracy_height.py), 3 loses up to 0.3 there.
+#: measured on Nursery and the skewed data (benchmarks/studies/accuracy_height.py), 3 loses up to 0.3 there.
 SNR_MIN_GROWN = 1.0
 #: Dirichlet weight toward the parent: PRIOR_WEIGHT * Var(total) / total (pseudo-records).
 PRIOR_WEIGHT = 8.0

@@ -29,7 +29,7 @@ the structure is the same for any data giving the same releases, and an
 empirical epsilon audit.
 
 Where it runs: in-process streams (a loop of :meth:`~streamdp.PrivateForest.grow` over
-windows; ``benchmarks/stream_height_ceiling.py`` measures it) and the stream service's
+windows; ``benchmarks/studies/stream_height_ceiling.py`` measures it) and the stream service's
 ``release="grow"``, whose closer grows the published forest from each window's exact tally on
 the drawn trees (:func:`aggregate`, :meth:`~streamdp.PrivateForest.grow_exact`) and stores the
 whole grown release once before publishing it (docs/service.md).

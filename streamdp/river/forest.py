@@ -101,7 +101,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     guard
         Share of ``epsilon`` spent on the prior guard (default 0: none), so that
         the model does no worse than its own class prior whatever the settings
-        (issue 13's floor), at a price: measured (``benchmarks/river_variants.py
+        (issue 13's floor), at a price: measured (``benchmarks/studies/river_variants.py
         guard``, 6 draws per stream, ``river_variants.log``) ``guard=0.1`` lifts a
         stream where no attribute changes the majority (accuracy minus the
         majority share -0.014 -> -0.003) but costs the river streams where the
@@ -138,7 +138,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         ``height``. Otherwise (``False``) every batch is added to the drawn trees. ``None``
         (default) decides by the schema, a public fact: grow when every attribute is
         categorical (and there is no ``window``, which growing cannot slide). Measured
-        (``benchmarks/river_grow.py``, ``river_grow.log``, three runs of 6-12 draws, epsilon 1, at
+        (``benchmarks/studies/river_grow.py``, ``river_grow.log``, three runs of 6-12 draws, epsilon 1, at
         the default height): growing wins big where the drawn trees fall to the majority on small
         categorical streams (Phishing 0.52-0.57 -> 0.74-0.78, Votes 0.57-0.63 -> 0.78-0.81, Nursery
         0.54-0.58 -> 0.75-0.77, LED 0.89-0.90 -> 0.94-0.95) and is within the runs' spread on the

@@ -11,8 +11,9 @@ from benchmarks import registry, report, runner
 from benchmarks.__main__ import main
 from benchmarks.registry import Pair
 
-# The most stable smoke scenario (a pure numpy draw on both sides), so the test does not flake on a busy machine.
-SCENARIO = "speed.noise"
+# The smoke scenario whose ratio varies least between runs here (pure Python on both sides), so a 2x slowdown
+# clears its tolerance (1.6x the measured ratio) and a normal run stays under it on a busy machine.
+SCENARIO = "speed.river_loop"
 
 
 def test_every_smoke_scenario_has_a_tolerance():
@@ -31,11 +32,13 @@ def test_registry_refuses_a_taken_id_and_a_speed_scenario_without_smoke():
         registry.get("no-such-scenario")
 
 
+@pytest.mark.slow
 def test_smoke_run_of_one_scenario_passes(capsys):
     assert main(["run", "--smoke", SCENARIO]) == 0
     assert "REGRESSION" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_smoke_run_fails_on_an_injected_2x_slowdown(monkeypatch, capsys):
     scenario = registry.get(SCENARIO)
 
@@ -49,7 +52,7 @@ def test_smoke_run_fails_on_an_injected_2x_slowdown(monkeypatch, capsys):
 
 
 def test_results_are_json_and_the_report_is_generated_from_them(tmp_path):
-    doc = runner.run(registry.get(SCENARIO), smoke=True, params={"n": 1000, "repeat": 3, "min_time": 0.001})
+    doc = runner.run(registry.get(SCENARIO), smoke=True, params={"n": 100, "repeat": 3, "min_time": 0.001})
     path = runner.write(doc, tmp_path)
     stored = json.loads(path.read_text())
     assert {"machine", "load_before", "load_after", "commit", "params", "figures"} <= stored.keys()

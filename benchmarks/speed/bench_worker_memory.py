@@ -230,12 +230,12 @@ the 1x of counts it keeps: about 2.2x above start is this design's floor (the pu
 between releases, and the tally the noise is drawn into). The RSS figures above add what tracemalloc
 does not see (redis-py's buffers, allocator slack).
 
-The session before (worker_memory_before_blobless.log, same script, load 1.2-2.4): the model
+The session before (`git show 7e0b09b:benchmarks/results/worker_memory_before_blobless.log`, same script, load 1.2-2.4): the model
 blob (structure and counts as one msgpack value, 2.7x the counts at height 10) was built and sent
 with every release: (peak - start) / counts 4.0 (batch) and 3.6 (window).
 
 Before these changes (the same script on this machine, height 10, 2-second windows,
-worker_memory_before_mem14.log, load about 1-2): batch start 1242 MiB, peak 2550 MiB,
+`git show 7e0b09b:benchmarks/results/worker_memory_before_mem14.log`, load about 1-2): batch start 1242 MiB, peak 2550 MiB,
 (peak - start) / counts 9.0; window start 1365 MiB, peak 5830 MiB, 28.1. The window figure came
 from back-to-back releases each holding the old and new counts, the exact counts, the noise and
 its sampler's temporaries, the stored noise's bytes, the blob and the record, plus every packed

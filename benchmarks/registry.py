@@ -67,7 +67,12 @@ def speed(id: str, func: Callable[..., Pair], params: dict, smoke: dict, what: s
 
 def script(id: str, module: str, *args: str, what: str = "") -> Scenario:
     """Register the script ``module`` (dotted, e.g. ``benchmarks.studies.river_eval``) run with ``args``."""
-    return register(Scenario(id, "script", _run_script, {"module": module, "args": list(args)}, None, what or module))
+    return register(script_scenario(id, module, *args, what=what))
+
+
+def script_scenario(id: str, module: str, *args: str, what: str = "") -> Scenario:
+    """The scenario running ``python -m module *args`` (not registered)."""
+    return Scenario(id, "script", _run_script, {"module": module, "args": list(args)}, None, what or module)
 
 
 def _run_script(module: str, args: list[str]) -> dict:

@@ -11,6 +11,7 @@ FULL = {"repeat": 9, "min_time": 0.3}
 
 # --- speed: ours / plain baseline, same run ---------------------------------------------------------------
 speed("speed.tally", pairs.tally_pair, {"n": 100_000, **FULL}, {"n": 5_000, **SMOKE})
+speed("speed.encode", pairs.encode_pair, {"n": 100_000, **FULL}, {"n": 5_000, **SMOKE})
 speed("speed.update", pairs.update_pair, {"n": 100_000, **FULL}, {"n": 5_000, **SMOKE})
 speed("speed.fit", pairs.fit_pair, {"n": 30_000, **FULL}, {"n": 2_000, **SMOKE})
 speed("speed.predict", pairs.predict_pair, {"n": 100_000, **FULL}, {"n": 5_000, **SMOKE})

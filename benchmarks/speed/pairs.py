@@ -167,3 +167,38 @@ def river_loop_pair(n: int) -> Pair:
         baseline=lambda: loop(tree.HoeffdingTreeClassifier()),
         baseline_name="river HoeffdingTreeClassifier()",
     )
+
+
+def encode_pair(n: int, n_attributes: int = 16) -> Pair:
+    """``Schema.encode`` of a pandas DataFrame (string categories, numbers; labels) vs plain pandas coding:
+    ``pd.Categorical`` codes against the declared values and numbers clipped to their bounds."""
+    import pandas as pd
+
+    values = [f"v{i}" for i in range(5)]
+    attrs = [
+        {"name": f"a{j}", "type": "categorical", "values": values}
+        if j % 2 == 0
+        else {"name": f"a{j}", "type": "numeric", "min": 0.0, "max": 100.0}
+        for j in range(n_attributes)
+    ]
+    sch = Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": ["no", "yes"]}})
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(
+        {a["name"]: rng.choice(values, n) if a["type"] == "categorical" else rng.uniform(-5.0, 105.0, n) for a in attrs}
+    )
+    y = pd.Series(rng.choice(["no", "yes"], n))
+
+    def plain() -> np.ndarray:
+        cols = [
+            pd.Categorical(df[a["name"]], categories=values).codes.astype(np.float64)
+            if a["type"] == "categorical"
+            else np.clip(df[a["name"]].to_numpy(np.float64), 0.0, 100.0)
+            for a in attrs
+        ]
+        return np.column_stack(cols), pd.Categorical(y, categories=["no", "yes"]).codes
+
+    return Pair(
+        ours=lambda: sch.encode(df, y, on_invalid="drop"),
+        baseline=plain,
+        baseline_name="pandas Categorical codes + np.clip",
+    )

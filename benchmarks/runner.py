@@ -7,6 +7,7 @@ the plain baseline's, from rounds that time both back to back (the order alterna
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -42,8 +43,10 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+@functools.cache
 def git_commit() -> str:
-    """The checkout's commit, ``+dirty`` when tracked files differ from it; ``?`` outside git."""
+    """The checkout's commit when this process first asks (the code it runs), ``+dirty`` when tracked files
+    differ from it; ``?`` outside git."""
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10)
         dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=ROOT, capture_output=True, text=True)

@@ -78,16 +78,23 @@ def plot(docs: list[dict], path: Path) -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return False
-    fig, ax = plt.subplots(figsize=(7, 0.5 + 0.45 * len(docs)))
+    fig, ax = plt.subplots(figsize=(7, 0.8 + 0.45 * len(docs)))
+    values = [1.0]
     for i, d in enumerate(docs):
-        ax.barh(i, d["figures"]["ratio"], color="#4c72b0")
-        ax.plot(d["figures"]["ratios"], [i] * len(d["figures"]["ratios"]), "k.", ms=3)
+        ratio, rounds = d["figures"]["ratio"], d["figures"]["ratios"]
+        ax.barh(i, ratio - 1.0, left=1.0, color="#4c72b0" if ratio > 1 else "#55a868", height=0.6)
+        ax.plot(rounds, [i] * len(rounds), "k.", ms=3)
+        values += [ratio, *rounds]
     ax.axvline(1.0, color="grey", lw=0.8)
     ax.set_xscale("log")
+    ax.set_xlim(min(values) / 1.3, max(values) * 1.3)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_yticks(range(len(docs)), [d["id"] for d in docs])
-    ax.set_xlabel("our CPU time / plain baseline (log scale)")
+    ax.set_xlabel("our CPU time / plain baseline (log scale; bar: median, dots: rounds)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

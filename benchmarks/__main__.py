@@ -33,6 +33,10 @@ def _run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"unknown scenario(s): {', '.join(unknown)} (python -m benchmarks list)", file=sys.stderr)
         return 2
+    no_smoke = [i for i in ids if args.smoke and scenarios[i].smoke is None]
+    if no_smoke:
+        print(f"no smoke variant: {', '.join(no_smoke)} (only speed scenarios have one)", file=sys.stderr)
+        return 2
     out = Path(args.out) if args.out else (None if args.smoke else runner.RESULTS)
     bounds = runner.tolerances() if args.smoke and not args.write_tolerances else {}
     failures, docs = [], []

@@ -32,6 +32,12 @@ def test_registry_refuses_a_taken_id_and_a_speed_scenario_without_smoke():
         registry.get("no-such-scenario")
 
 
+def test_the_command_line_refuses_unknown_ids_and_smoke_of_a_script(capsys):
+    assert main(["run", "no-such-scenario"]) == 2
+    assert main(["run", "--smoke", "river_eval"]) == 2
+    assert "no smoke variant: river_eval" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_smoke_run_of_one_scenario_passes(capsys):
     assert main(["run", "--smoke", SCENARIO]) == 0

@@ -62,7 +62,8 @@ def register(scenario: Scenario) -> Scenario:
 
 def speed(id: str, func: Callable[..., Pair], params: dict, smoke: dict, what: str = "") -> Scenario:
     """Register a speed scenario (``func(**params)`` returns a :class:`Pair`)."""
-    return register(Scenario(id, "speed", func, dict(params), dict(smoke), what or (func.__doc__ or "").strip()))
+    what = what or " ".join((func.__doc__ or "").split())
+    return register(Scenario(id, "speed", func, dict(params), dict(smoke), what))
 
 
 def script(id: str, module: str, *args: str, what: str = "") -> Scenario:

@@ -48,22 +48,21 @@ def scenario_md(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def speed_md(docs: list[dict], bounds: dict[str, float]) -> str:
-    """The table of speed scenarios: median ratio of our CPU time to the baseline's, and the smoke bound."""
+def speed_md(docs: list[dict]) -> str:
+    """The table of speed scenarios: median ratio of our CPU time to the baseline's."""
     lines = [
         HEADER,
         "# Speed: streamdp beside the plain way\n",
         "Ratio = our CPU time / the plain baseline's for the same work in the same run (median over rounds; "
-        "below 1 means faster). Smoke bound: what `python -m benchmarks run --smoke` allows (at smoke sizes).\n",
-        "| scenario | ratio | baseline | parameters | smoke bound | load before/after | commit |",
-        "|---|---|---|---|---|---|---|",
+        "below 1 means faster). CI bounds the same ratios at smaller sizes (`benchmarks/speed/tolerances.json`).\n",
+        "| scenario | ratio | baseline | parameters | load before/after | commit |",
+        "|---|---|---|---|---|---|",
     ]
     for d in docs:
         f = d["figures"]
         params = ", ".join(f"{k}={v}" for k, v in d["params"].items() if k not in ("repeat", "min_time"))
-        bound = bounds.get(d["id"])
         lines.append(
-            f"| {d['id']} | {f['ratio']:.3g} | {f['baseline']} | {params} | {'' if bound is None else bound} | "
+            f"| {d['id']} | {f['ratio']:.3g} | {f['baseline']} | {params} | "
             f"{d['load_before'][0]} / {d['load_after'][0]} | `{d['commit'][:12]}` |"
         )
     if docs:
@@ -110,8 +109,7 @@ def main(ids: list[str] | None = None, folder: Path = runner.RESULTS) -> int:
         print(f"wrote {path}")
     speed = [d for d in results(None, folder) if d["kind"] == "speed" and not d.get("smoke")]
     if speed:
-        bounds = runner.tolerances() if runner.TOLERANCES.exists() else {}
-        (folder / "speed.md").write_text(speed_md(speed, bounds))
+        (folder / "speed.md").write_text(speed_md(speed))
         print(f"wrote {folder / 'speed.md'}")
         if plot(speed, folder / "speed.png"):
             print(f"wrote {folder / 'speed.png'}")

@@ -96,7 +96,7 @@ class JobResult:
 
 #: The smallest job epsilon: the learners split a job's epsilon over at most about 10**5 queries (trees x depth,
 #: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this was
-#: charged and then failed at its first release (a red team's finding).
+#: would be charged and then fail at its first release.
 MIN_JOB_EPSILON = 1e-9
 
 

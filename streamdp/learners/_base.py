@@ -140,8 +140,8 @@ class PrivateLearner:
         return self
 
     def warn_ignored(self, stacklevel: int = 2) -> None:
-        """:class:`IgnoredAttributesWarning` when the schema has numeric attributes this learner does not split on
-        (a new user's DPEA on SEA fit one leaf, with no word of why)."""
+        """:class:`IgnoredAttributesWarning` when the schema has numeric attributes this learner does not split on:
+        without it a learner given only numeric attributes fits one leaf with no word of why."""
         numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
         if numeric and not self.SPLITS_NUMBERS:
             warnings.warn(

@@ -5,7 +5,7 @@ A scorer maps class contingency tables ``tau`` of shape ``(..., k, C)``
 score per table (higher is better), vectorized over the leading axes.
 ``sensitivity(n_bound)`` bounds how much one added or removed record can
 change a score when the node holds at most ``n_bound`` records; the
-exponential mechanism divides by it. tests/test_scorers.py brute-forces
+exponential mechanism divides by it. tests/learners/test_scorers.py brute-forces
 neighbouring tables and checks every bound.
 
 >>> import numpy as np

@@ -182,7 +182,7 @@ class Tree:
         )
         if self.own_var is not None:
             shapes += (self.own_var.shape,)
-            # bounded so that every sum of variances estimation forms stays finite (a red team's 1e308 made NaN)
+            # bounded so that every sum of variances estimation forms stays finite (an absurd one would make NaN)
             top = OWN_VAR_SUM_MAX / (schema.n_classes * n)
             if np.any(self.own_var < 0) or np.any(self.own_var > top):
                 raise blob.BlobError(f"{fmt}: own_var must be in [0, {top:g}]")

@@ -15,7 +15,7 @@ Exactness of the fast path: a :class:`PrivateForestClassifier` only changes
 when a batch is released, so predicting the records up to the next release
 boundary in one vectorised call and then learning them gives exactly the
 predictions of the one-record loop of ``river.evaluate.progressive_val_score``
-(``tests/test_river.py`` checks this). River's models go through the
+(``tests/river/test_forest.py`` checks this). River's models go through the
 one-record loop. Throughput counts everything after the stream is in memory:
 encoding the record dicts, predicting and learning.
 
@@ -251,7 +251,7 @@ def evaluate(
     from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier
     from streamdp.river.window import WINDOW_LEARNERS
 
-    # every name before the first run (a new user's typo was refused after minutes of runs)
+    # every name before the first run (a typo is refused at once, not after minutes of runs)
     for ref in references:
         if ref not in REFERENCES:
             raise ValueError(f"unknown reference model {ref!r} ({', '.join(REFERENCES)})")

@@ -270,7 +270,7 @@ class GroupLoop:
                     if _refused(err):
                         # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
                         # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
-                        # wait for an operator or the failover rather than die (a new user's worker died here).
+                        # wait for an operator or the failover rather than die.
                         backoff = self._wait_out(err, "redis_refused", logging.ERROR, backoff, 1.0, 30.0)
                         continue
                     # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)

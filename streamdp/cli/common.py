@@ -41,7 +41,7 @@ def epsilon_arg(text: str) -> float:
     """An argparse type for an epsilon: a number > 0, or ``inf`` typed as such (no noise); :func:`check_epsilon`'s
     rule, refused where it is typed.
 
-    A number too large for a float (``1e400``) used to become inf, a non-private model, silently.
+    A number too large for a float (``1e400``) is refused: it would become inf, a non-private model, silently.
 
     >>> epsilon_arg("0.5"), epsilon_arg("inf")
     (0.5, inf)

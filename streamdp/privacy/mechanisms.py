@@ -143,8 +143,8 @@ def kanon_delta(k: int, beta: float, epsilon: float) -> float:
     ``floor(gamma n) = m - 1`` the tail ``P(Bin(n, beta) >= m)`` grows with n, so
     the segment's maximum is at its last n, ``n_m = ceil(m/gamma) - 1``. Those
     n_m are computed with 80-digit decimals and integers (``gamma n`` rounded
-    in floating point skipped the maximising n: at beta 1e-8 it reported 0.264
-    for a true 0.3935). The scan over m stops once the Chernoff bound
+    in floating point can skip the maximising n and under-report delta at a tiny
+    beta). The scan over m stops once the Chernoff bound
     ``exp(-n KL(gamma || beta))`` on every later tail is below the best found;
     parameters whose scan would pass ``2**22`` segments are refused.
     Results are cached (a model blob carries k, beta, epsilon).

@@ -167,6 +167,13 @@ def geometric_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensi
     ``P(c + K = v) / P(c' + K = v) = a**(|v-c| - |v-c'|) <= exp(epsilon)``; the
     sampler adds at most 2**-110 to delta. Integer output has no floating-point
     representation to attack (Mironov 2012).
+
+    Parameters: ``shape`` of the int64 array returned, ``epsilon`` (> 0; ``inf``: zeros), ``rng`` (the
+    secure source), ``sensitivity`` (> 0). Raises :class:`ValueError` on an invalid epsilon, or a scale
+    ``sensitivity / epsilon`` beyond ``1e15``.
+
+    >>> geometric_noise(3, float("inf"), SecureRandom()).tolist()
+    [0, 0, 0]
     """
     check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -176,13 +183,21 @@ def geometric_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensi
 
 
 def geometric_pmf(k: np.ndarray, epsilon: float, sensitivity: float = 1.0) -> np.ndarray:
-    """Exact pmf of :func:`geometric_noise`."""
+    """Exact pmf of :func:`geometric_noise` at the integers ``k`` (for tests and audits).
+
+    >>> geometric_pmf(np.array([0, 1]), 1.0).round(4).tolist()
+    [0.4621, 0.17]
+    """
     a = math.exp(-epsilon / sensitivity)
     return (1 - a) / (1 + a) * a ** np.abs(np.asarray(k, dtype=np.float64))
 
 
 def laplace_granularity(scale: float) -> float:
-    """Grid step of :func:`laplace_noise`: the largest power of two ``<= scale / 2**20``, at most 1."""
+    """Grid step of :func:`laplace_noise`: the largest power of two ``<= scale / 2**20``, at most 1.
+
+    >>> laplace_granularity(1.0) == 2.0**-20, laplace_granularity(2.0**30)
+    (True, 1.0)
+    """
     return min(1.0, 2.0 ** math.floor(math.log2(scale) - 20))
 
 
@@ -207,6 +222,8 @@ def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensiti
     is correctly rounded: the result is a function of the exact sum ``c + gK``
     alone, post-processing of a private value; no bit of it depends on ``c`` in
     any other way. The sampler adds at most 2**-110 to delta.
+
+    Parameters and errors as :func:`geometric_noise`; returns float64 (zeros for ``epsilon=inf``).
     """
     check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)

@@ -112,7 +112,8 @@ def _stream_id(x: Any) -> tuple[int, int]:
 
 
 def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
-    """Gauges for what the producer ACL cannot forbid (``XADD`` arguments; see docs/security.md, "What remains a trust boundary").
+    """Gauges for what the producer ACL cannot forbid (``XADD`` arguments; docs/security.md, "What remains a
+    trust boundary").
 
     * ``deleted_undelivered``: 1 if an entry no worker was given was deleted (``XADD ... MAXLEN 0``
       or ``MINID`` by a producer): fewer entries follow the group's last delivered id than were added

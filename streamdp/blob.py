@@ -125,6 +125,11 @@ _INF_OK = {"threshold"}
 
 
 def dumps(fmt: str, version: int, body: dict) -> bytes:
+    """A blob of format ``fmt``, version ``version``, holding ``body``'s fields (read back with :func:`loads`).
+
+    >>> loads(dumps("demo", 1, {"x": 2}), "demo", 1)["x"]
+    2
+    """
     return packb({"format": fmt, "format_version": version, **body})
 
 

@@ -169,6 +169,7 @@ class Progress:
         self._drawn: tuple[float, int] | None = None
 
     def update(self, done: int) -> None:
+        """Draw ``done`` of the total (throttled: at most ten times a second on a terminal)."""
         now = time.monotonic()
         if done < self.total and now - self._last < (0.1 if self.tty else 2.0):
             return
@@ -196,6 +197,7 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        """End the bar's line on a terminal."""
         if self.tty and self._last >= 0:  # (a bar never drawn ends no line)
             self.stream.write("\n")
             self.stream.flush()

@@ -54,6 +54,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def push(args: argparse.Namespace) -> int:
+    """``streamdp push``: code a file's records against the model's schema and push them in batches.
+
+    Returns the exit status: 0 pushed (invalid records, if any, went to the dead-letter stream), 2 when
+    nothing could be pushed or every record was invalid (the message names the first bad record)."""
     from streamdp.records.frames import CHUNK_ROWS
     from streamdp.records.prefetch import prefetch
     from streamdp.records.sources import read_csv_chunks

@@ -52,6 +52,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def worker(args: argparse.Namespace) -> int:
+    """``streamdp worker``: run the model's stream workers (a pool of processes) until stopped or drained;
+    returns the exit status."""
     from streamdp.service.pool import run_workers
     from streamdp.service.registry import load_spec
     from streamdp.service.stream_worker import WorkerConfig

@@ -157,12 +157,16 @@ class ServiceClassifier(river.base.Classifier):
             self._proba = ForestView(forest)
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        """Class probabilities of ``x`` from the latest published model (refreshed first); ``{}`` while the
+        service has published none."""
         self.refresh()
         if self._forest is None:
             return {}
         return self._proba.predict_proba_one(x)
 
     def learn_one(self, x: dict, y: Any) -> None:
+        """Buffer ``(x, y)``; every ``batch_size`` records the buffer is pushed to the service (:meth:`flush`).
+        An invalid record is handled as ``on_invalid`` says (by default it goes to the dead-letter stream)."""
         # integer keys stand for digit attribute names (river's SEA, LED, Hyperplane), as for the other classifiers
         self._buf_x.append({str(k) if type(k) is int else k: v for k, v in x.items()})
         self._buf_y.append(y.item() if isinstance(y, np.generic) else y)

@@ -219,6 +219,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
 
     @property
     def private(self) -> bool:
+        """Whether the model is differentially private: no seed and a finite epsilon."""
         return self.seed is None and math.isfinite(self.epsilon)
 
     @property
@@ -236,6 +237,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         return cls(**{**kw, **(self.learner_params or {})})
 
     def learn_one(self, x: dict, y: Any) -> None:
+        """Add ``(x, y)`` to the prior phase or the open window; a full window is fitted and joins the vote.
+
+        A record with a missing or undeclared categorical value is not learned from
+        (:class:`~streamdp.river.UndeclaredValueWarning`); an undeclared label raises :class:`ValueError`.
+        """
         code = self.encoder.encode_label(y)
         row = self.encoder.encode_one(x)
         if None in row:  # a missing or undeclared categorical value: not learned from
@@ -340,6 +346,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self._tables = [_TreeTables(m) for m in self._models]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        """Class probabilities of ``x`` from released numbers only: the window models' vote, or before the first
+        window the prior phase's class prior (uniform before any release)."""
         return dict(zip(self.encoder.label_values, self._proba_row(self.encoder.encode_one(x))))
 
     def _proba_row(self, row: list) -> list[float]:

@@ -203,12 +203,15 @@ class GroupLoop:
 
     @property
     def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
         return self._stop.is_set()
 
     def step(self) -> int:
+        """One read-process-acknowledge step; returns the number of entries handled."""
         raise NotImplementedError
 
     def drained(self) -> bool:
+        """Whether nothing is left to do (the ``--until-drained`` exit condition)."""
         raise NotImplementedError
 
     def _log_context(self) -> dict:

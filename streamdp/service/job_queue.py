@@ -91,6 +91,7 @@ def job_key(job_id: str) -> str:
 
 
 def now_s() -> str:
+    """The time as Unix seconds to the millisecond, as the job hashes store it."""
     return repr(round(time.time(), 3))
 
 

@@ -82,11 +82,13 @@ class WorkerPool:
         ]
 
     def start(self) -> WorkerPool:
+        """Start every worker process; returns the pool."""
         for p in self.procs:
             p.start()
         return self
 
     def alive(self) -> bool:
+        """Whether any worker process is still running."""
         return any(p.is_alive() for p in self.procs)
 
     def wait(self, timeout: float | None = None) -> bool:

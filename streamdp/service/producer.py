@@ -358,6 +358,7 @@ class Producer:
         return self._send([payload])[0]
 
     def close(self) -> None:
+        """Close the Redis client if this producer made it (not one passed in)."""
         if self._owns_client:
             self.redis.close()
 

@@ -89,6 +89,7 @@ class NoiseSource:
 
     @property
     def keyed(self) -> bool:
+        """Whether releases draw keyed noise (a redraw of the same release is the same draw)."""
         return self.key is not None
 
     def rng(self, kind: str, release_id: str, *exact: bytes | np.ndarray) -> SecureRandom:
@@ -112,6 +113,7 @@ class RollbackGuard:
 
     @property
     def highest(self) -> int:
+        """The highest version recorded on this host, -1 if none (or no state directory)."""
         if self.path is None or not self.path.exists():
             return -1
         text = self.path.read_text().strip()

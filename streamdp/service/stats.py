@@ -77,6 +77,8 @@ EXACT_WARNING = (
 
 
 def collect(r: Any, model: str) -> dict[str, float]:
+    """Every counter and gauge of ``model`` by name, exact ones included (:func:`exact_names` says which:
+    callers that publish them must hide those without ``--exact``). ``r``: a Redis client or URL."""
     r = connect(r)
     keys = Keys(model)
     raw = {as_str(k): as_str(v) for k, v in r.hgetall(keys.stats).items()}

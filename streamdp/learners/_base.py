@@ -294,7 +294,8 @@ class PrivateLearner:
         return np.mean(probas, axis=0)
 
     def predict(self, X: Any) -> np.ndarray:
-        """The most probable class of each record of ``X`` (labels as the schema declares them)."""
+        """The most probable class of each record of ``X`` (labels as the schema declares them);
+        :class:`RuntimeError` if the learner is not fitted."""
         self._check_fitted()
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
@@ -306,8 +307,8 @@ class PrivateLearner:
     def to_bytes(self) -> bytes:
         """The fitted learner as a self-describing msgpack blob (its schema, parameters and released trees).
 
-        Raises :class:`ValueError` if the learner is not fitted, or if a parameter was changed after the
-        fit in a way the released trees do not match (``vote``, ``prior_trees``).
+        Raises :class:`RuntimeError` if the learner is not fitted, :class:`ValueError` if a parameter was
+        changed after the fit in a way the released trees do not match (``vote``, ``prior_trees``).
         """
         self._check_fitted()
         if "vote" in self._param_names():  # (what from_bytes refuses is not written: set_params is not checked)

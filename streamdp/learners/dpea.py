@@ -295,6 +295,7 @@ class DPEA(PrivateLearner):
     # -- the fitted tree ------------------------------------------------------------
     @property
     def tree_(self) -> Tree:
+        """The fitted tree (DPEA fits one); :class:`RuntimeError` if the learner is not fitted."""
         self._check_fitted()
         return self.trees_[0]
 
@@ -305,10 +306,12 @@ class DPEA(PrivateLearner):
 
     @property
     def n_leaves_(self) -> int:
+        """The fitted tree's number of leaves."""
         return self.tree_.n_leaves
 
     @property
     def depth_(self) -> int:
+        """The fitted tree's depth."""
         return self.tree_.max_depth
 
     def apply(self, X: Any) -> np.ndarray:

@@ -50,6 +50,9 @@ REFERENCES = ("ht", "arf")
 
 @dataclass
 class Row:
+    """One model's line of an evaluation: its progressive accuracy, throughput and, for private models, the
+    settings and releases behind it."""
+
     model: str
     accuracy: float
     samples_per_s: float
@@ -67,6 +70,8 @@ class Row:
 
 @dataclass
 class EvalResult:
+    """Every model's :class:`Row` over one stream, with the accuracy curves' steps and the machine's load."""
+
     dataset: str
     n: int
     steps: list
@@ -77,6 +82,7 @@ class EvalResult:
     majority: float | None = None
 
     def table(self) -> str:
+        """The result as a plain-text table, one model a line."""
         lines = [
             f"dataset {self.dataset}: {self.n:,} samples"
             + (f"  (load average at start: {self.load})" if self.load else ""),
@@ -95,6 +101,7 @@ class EvalResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        """The result as plain data (what ``streamdp evaluate`` writes as JSON)."""
         return {
             "dataset": self.dataset,
             "n": self.n,

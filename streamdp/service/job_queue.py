@@ -91,6 +91,7 @@ def job_key(job_id: str) -> str:
 
 
 def now_s() -> str:
+    """The time as Unix seconds to the millisecond, as the job hashes store it."""
     return repr(round(time.time(), 3))
 
 
@@ -148,7 +149,7 @@ class JobQueue:
         spec = JobSpec(algorithm, epsilon, dict(params or {}))
         check_params(spec, sch)
         if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
-            # (a new user's job without a budget was accepted, then refused by the worker)
+            # (refused here, not accepted and then refused by the worker)
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
@@ -203,8 +204,8 @@ class JobQueue:
         return job_id
 
     def _reserve(self, result: str, job_id: str) -> None:
-        """Hold ``result`` for this job (a second job of the same name was charged, fitted, then refused at
-        publishing: a reviewer's finding); a name held by a job that has ended (its result, if any, deleted since:
+        """Hold ``result`` for this job (else a second job of the same name would be charged, fitted, then
+        refused at publishing); a name held by a job that has ended (its result, if any, deleted since:
         the caller checked) is taken over."""
         take_over = self.r.register_script(_TAKE_OVER)
         for _ in range(8):  # each round loses only to a submitter that took the name meanwhile
@@ -224,7 +225,7 @@ class JobQueue:
         records its ledger source.
 
         A path that does not exist yet is refused: unbound, a file written after the submit (other people)
-        would be read and charged to the source the job names (a red team's finding)."""
+        would be read and charged to the source the job names."""
         if not os.path.isfile(dataset):
             raise JobError(
                 f"dataset file {dataset!r} does not exist: a job is bound to its file's content when "
@@ -357,7 +358,7 @@ def keeps_nothing(r: Any, name: str) -> bool:
 
 
 def _check_named_dataset(dataset: str, schema: Schema) -> None:
-    """A bundled dataset read under a schema of other columns failed after the charge (a red team's finding):
+    """Refuse a bundled dataset under a schema of other columns, which would fail after the charge:
     its attributes and label must be the schema's, by name and in order (the declared values may differ)."""
     own = load_schema(dataset)
     if own.names != schema.names or own.label.name != schema.label.name:

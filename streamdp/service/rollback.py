@@ -174,7 +174,7 @@ class NoiseSource:
             f"model {model!r} was created with {said(stored)}, this worker has {said(mine)} "
             f"(${ENV_KEY}): its noise would differ from the other hosts', and a release drawn again after a Redis "
             "rollback would be a second look at the same records; refusing to draw noise. Give every worker host "
-            "the key file the model was created with (docs/security.md, 'Noise keys')."
+            "the key file the model was created with (docs/security.md, 'Noise keys that differ between hosts')."
         )
         jlog(log, logging.ERROR, "worker.noise_key_mismatch", model=model, stored=stored[:16], this_host=mine[:16])
         raise NoiseKeyMismatch(msg)

@@ -107,7 +107,6 @@ NOT_YET_SPLIT = {
     "streamdp/learners/private_data.py",
     "streamdp/records/schema.py",
     "streamdp/records/sources.py",
-    "streamdp/release/continual.py",
     "streamdp/river/forest.py",
     "streamdp/service/job_worker.py",
     "streamdp/service/registry.py",

@@ -35,7 +35,7 @@ __all__ = [
 #: Units of epsilon per window: ``lcm(1..16)``, so octaves of up to 16 levels split them exactly evenly.
 UNITS = 720720
 #: Windows ``1 .. 2**PLAIN_OCTAVES`` are released as plain windows (their leaf has every unit).
-PLAIN_OCTAVES = 5
+PLAIN_OCTAVES = 8
 
 
 class Node(NamedTuple):
@@ -63,8 +63,8 @@ def _octave(level: int, index: int) -> int:
 def node_units(level: int, index: int) -> int:
     """Units of epsilon node ``(level, index)`` is released with (the allocation; public).
 
-    >>> [node_units(lv, 1 << (5 - lv)) for lv in range(6)]  # octave 5: six levels split the units evenly
-    [120120, 120120, 120120, 120120, 120120, 120120]
+    >>> {node_units(lv, 1 << (8 - lv)) for lv in range(9)}  # octave 8: nine levels split the units evenly
+    {80080}
     >>> node_units(3, 0), node_units(1, 5)        # a prefix above the leaves; a plain octave's inner node
     (0, 0)
     """
@@ -134,7 +134,7 @@ def tree_variance_factor(t: int) -> float:
     """``Var S(t)`` in units of one draw's variance at the whole per-tree epsilon (the plain window's):
     ``t`` for ``t <= 2**PLAIN_OCTAVES``, then ``O(log^3 t)``.
 
-    >>> tree_variance_factor(32), round(tree_variance_factor(33), 1), round(tree_variance_factor(2**20), 1)
-    (32.0, 68.0, 1440.3)
+    >>> tree_variance_factor(256), tree_variance_factor(257)   # the plain sum, then one leaf at a ninth
+    (256.0, 337.0)
     """
     return sum(_z_factor(n.level, -1 if n.index == 0 else _octave(n.level, n.index)) for n in prefix_nodes(t))

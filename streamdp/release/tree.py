@@ -43,10 +43,10 @@ accumulator are committed in one atomic step.
 The nodes, their units and variances: :mod:`streamdp.release.octaves`.
 
 >>> s = TreeState.empty(ReleasePolicy("tree"), (1,))
->>> for t in range(1, 34):
+>>> for t in range(1, 258):
 ...     s = s.advance(None, {n: np.zeros(1) for n in s.closing_sums(None)})
->>> s.t, [n.key for n in closing_nodes(34) if n.units]   # window 34 closes two nodes of octave 5's tree
-(33, ['u:0:33', 'u:1:16'])
+>>> s.t, [n.key for n in closing_nodes(258) if n.units]   # window 258 closes two nodes of octave 8's tree
+(257, ['u:0:257', 'u:1:128'])
 """
 
 from __future__ import annotations

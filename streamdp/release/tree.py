@@ -24,7 +24,8 @@ Privacy sketch: one record is in one window ``w`` (the windows partition the str
 node per level, and its count changes a node's released ``c * sum`` by ``c`` per tree: that release is
 ``c * epsilon / UNITS``-DP (sensitivity ``c``, geometric noise at ``epsilon / UNITS``). The nodes holding
 ``w`` with ``c > 0`` are its octave's levels ``0..m`` (or its leaf alone), whose units sum to exactly
-``UNITS`` (:func:`node_units`, tested for every window up to ``2^22``), so all releases together are
+``UNITS`` (:func:`window_units`; tested for every window up to ``2^16`` and a sample up to ``2^60``), so all
+releases together are
 ``epsilon``-DP per tree by sequential composition over the ``O(log T)`` nodes of ``w`` and parallel
 composition over the disjoint windows of each level. The estimate is post-processing of noisy nodes;
 which nodes close when is a function of the window count alone. There is no horizon: the number of
@@ -32,8 +33,9 @@ levels grows with ``log2 t`` and nothing restarts.
 
 Error: after ``T`` windows in octave ``m``, ``S(T)`` carries the estimated totals of the octaves below
 (the hybrid's log counter, from the octave trees) plus the decomposition of ``T - 2^m`` in octave
-``m``'s tree: ``Var = O(log^3 T)`` cells, no ``T``-fold growth and no epochs; ``T <= 2^PLAIN_OCTAVES``
-is the plain sum exactly (:func:`published_variance` gives the exact variance for any ``T``).
+``m``'s tree: ``Var = O(log^3 T)`` (sd ``O(log^1.5 T)``), no ``T``-fold growth and no epochs; up to
+``T = 2^PLAIN_OCTAVES`` it is the plain window sum (each window one draw at the whole epsilon, drawn in
+units). :func:`streamdp.release.variance.published_variance` gives the exact variance for any ``T``.
 
 The service calls, per closed window ``t``: :meth:`TreeState.closing_sums`, ``noisy_node(y, node_epsilon,
 ...)`` for each (store each SET NX before use: each node's noise is drawn once), :meth:`TreeState.advance`,

@@ -573,3 +573,26 @@ def test_class_total_sd_is_the_stumps_published_noise(budget):
     assert class_total_sd(ReleasePolicy("tree"), 10_000, 1.0, "geometric", "split", 10, 1) < class_total_sd(
         ReleasePolicy("window"), 10_000, 1.0, "geometric", "split", 10, 1
     )
+
+
+@pytest.mark.parametrize("eps", [1.0, 0.1])
+def test_the_tree_is_within_1_3x_of_the_window_sum_early_and_below_the_fixed_l20_tree_where_documented(eps):
+    """The contract in closed forms (benchmarks/results/continual_table.md): sd within 1.3x of the plain window
+    sum for T <= 16 (and up to 256 windows); over each octave [2^k, 2^(k+1)) for k = 11..15 and k >= 20, mean
+    variance at most the fixed-horizon L=20 tree's (whose error jumps with the bits of T); below the window sum
+    at every T from 768 windows on."""
+    from streamdp.release.variance import fixed_horizon_variance
+
+    tree, window = ReleasePolicy("tree"), ReleasePolicy("window")
+    v_unit, v_window = cell_variance("geometric", tree.node_epsilon(eps)), cell_variance("geometric", eps)
+    v_node20 = cell_variance("geometric", eps / 20)
+    for t in range(1, 257):
+        assert published_variance(tree, t, v_unit) <= 1.3**2 * published_variance(window, t, v_window), t
+    gen = np.random.default_rng(0)
+    for k in (11, 12, 13, 14, 15, 20, 21, 22):
+        ts = gen.integers(2**k, 2 ** (k + 1), 400)
+        new = np.mean([published_variance(tree, int(t), v_unit) for t in ts])
+        fixed = np.mean([fixed_horizon_variance(20, "honaker", int(t), v_node20) for t in ts])
+        assert new <= fixed, k
+    for t in list(range(768, 3000)) + [10**4, 10**5, 10**6, 10**7]:
+        assert published_variance(tree, t, v_unit) < published_variance(window, t, v_window), t

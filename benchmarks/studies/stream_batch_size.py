@@ -6,7 +6,7 @@ Producer in batches of 10, 100, 1,000 and 10,000 records into a model at epsilon
 stream is drained and the last window released, the latest published model is scored on
 the held-out records. release=batch noises every pushed batch (Jagannathan et al.);
 release=window noises each 1-second window once; release=tree runs the windows through
-the binary tree mechanism (L=10 levels, honaker estimator); release=grow uses the 1-second
+continual counting with no horizon (streamdp.release.tree); release=grow uses the 1-second
 windows on trees that deepen as the released counts allow (height is a ceiling). `window`
 and `grow` also run at height 8 (= Nursery's attributes: a height guessed too tall).
 
@@ -40,7 +40,7 @@ from streamdp.service.registry import create_model, delete_model  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 SIZES = (10, 100, 1000, 10_000)
-# (release, release_every seconds, tree levels, height or None for the default): window at the default 1 s
+# (release, release_every seconds, tree levels (unused since the tree has no horizon), height or None): window at the default 1 s
 # and at 5 s (fewer windows over the same stream, so fewer noise draws), tree with L=10 (T_max = 1,023
 # windows per epoch), grow (its default height is structure.ceiling_height: 5 on Nursery) and grow at 4 (the
 # drawn default, half the attributes, which grow used before); window and grow again at height 8.
@@ -79,7 +79,6 @@ def run_one(url: str, ds, train: np.ndarray, test: np.ndarray, size: int, config
         epsilon=1.0,
         release=policy,
         release_every=None if policy == "batch" else every,
-        levels=levels if policy == "tree" else None,
     )
     r = redis.Redis.from_url(url)
     keys = Keys(name)
@@ -153,8 +152,8 @@ def main() -> None:
         "(4; `grow`'s default is its ceiling rule, 5 here) unless the policy says a height, "
         f"geometric noise, {len(train):,} training records pushed at full speed, accuracy on {HOLDOUT} "
         f"held-out records (majority class {majority:.3f}); mean (min-max) over {args.repeats} repeats. "
-        "`window 1 s`/`window 5 s`: release_every 1 or 5 s; `tree 1 s`: the same 1 s windows, L=10 levels "
-        "(epsilon/10 per node), honaker estimator; `grow 1 s`: the same windows on trees that deepen as the "
+        "`window 1 s`/`window 5 s`: release_every 1 or 5 s; `tree 1 s`: the same 1 s windows through "
+        "continual counting with no horizon; `grow 1 s`: the same windows on trees that deepen as the "
         "released counts allow, never past the height (published height: the deepest path at the end). Releases are what consumers saw; every window after the "
         "model's creation is released, so the stream's duration (push + processing, under this machine's "
         "load) sets the number of windows. Prediction: the noise-aware estimation with one prior stump "

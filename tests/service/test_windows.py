@@ -52,8 +52,6 @@ def _faults(point=None):
 def _model(r, name="m", release="window", epsilon=math.inf, **kw):
     kw.setdefault("n_trees", 3)
     kw.setdefault("height", 3)
-    if release != "tree":
-        kw.pop("levels", None)  # (levels and release_every belong to the policies that have them)
     every = None if release == "batch" else EVERY
     kw.setdefault("seed", 1)
     return create_model(r, name, DS.schema, epsilon=epsilon, release=release, release_every=every, **kw)
@@ -94,14 +92,15 @@ def _exact(spec, idx):
     return PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[idx], DS.y[idx])
 
 
-@pytest.mark.parametrize("release", ["window", "tree"])
+@pytest.mark.parametrize("release", ["window", pytest.param("tree", marks=pytest.mark.slow)])
 def test_every_entry_counted_once_across_windows(r, release):
-    spec = _model(r, release=release, levels=2)  # tree: T_max = 3 windows, so 8 windows cross two epochs
+    spec = _model(r, release=release)  # tree: windows 257-264 are in octave 8's tree (every level noised)
     w = _worker(r)
     p = Producer(r, "m")
     pushed = []
-    for k in range(1, 9):  # eight windows, some empty, entries and duplicates in between
-        if k % 3:
+    n_windows = 264 if release == "tree" else 8
+    for k in range(1, n_windows + 1):  # windows, some empty, entries and duplicates in between
+        if k % 3 and (k <= 8 or k > 256):
             for j in range(k):
                 idx = np.arange(10 * (len(pushed)), 10 * (len(pushed) + 1)) % len(DS.y)
                 bid = f"b{len(pushed)}"
@@ -111,10 +110,10 @@ def test_every_entry_counted_once_across_windows(r, release):
                     p.push(DS.X[pushed[-2]], DS.y[pushed[-2]], batch_id=f"b{len(pushed) - 2}")  # a retried XADD
             _add_all(w)
         assert w.closer.tick(_at(r, "m", k)) == 1
-    assert show_model(r, "m")["releases"] == 8  # windows 3 and 6 were empty and still released
+    assert show_model(r, "m")["releases"] == n_windows  # windows 3, 6 (9-256, ...) were empty and still released
     np.testing.assert_array_equal(_published(r, "m", spec), _exact(spec, np.concatenate(pushed)))
     assert r.zcard(Keys("m").merged) == len(pushed)
-    assert not r.keys("sdp:{m}:priv:acc:*") or r.keys("sdp:{m}:priv:acc:*") == [Keys("m").acc(9).encode()]
+    assert not r.keys("sdp:{m}:priv:acc:*") or r.keys("sdp:{m}:priv:acc:*") == [Keys("m").acc(n_windows + 1).encode()]
 
 
 @pytest.mark.parametrize("release", ["window", "grow"])
@@ -211,7 +210,7 @@ def test_a_stale_add_targeting_a_sealed_window_moves_to_the_open_one(r):
     "point", ["close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit"]
 )
 def test_a_closer_killed_at_any_point_is_taken_over_without_a_second_noise(r, point, release):
-    spec = _model(r, release=release, epsilon=1.0, levels=3)
+    spec = _model(r, release=release, epsilon=1.0)
     w = _worker(r, faults=_faults(point))
     Producer(r, "m").push(DS.X[:50], DS.y[:50], batch_id="a")
     _add_all(w)
@@ -293,9 +292,11 @@ def test_window_release_is_exact_tally_plus_one_noise_draw_of_the_right_scale(r)
 
 
 def test_the_policy_is_public_and_validated(r):
-    _model(r, release="tree", levels=5)
+    with pytest.raises(ValueError, match="levels belonged to the fixed-horizon binary tree"):
+        _model(r, name="old", release="tree", levels=5)
+    _model(r, release="tree")
     info = show_model(r, "m")
-    assert info["release"] == {"kind": "tree", "release_every": EVERY, "levels": 5, "estimator": "honaker"}
+    assert info["release"] == {"kind": "tree", "release_every": EVERY, "levels": None, "estimator": "honaker"}
     with pytest.raises(ValueError, match="release must be one of"):
         _model(r, name="x", release="hourly")
     with pytest.raises(ValueError, match="needs mechanism"):
@@ -303,6 +304,7 @@ def test_the_policy_is_public_and_validated(r):
             r, "y", DS.schema, n_trees=2, height=2, epsilon=1.0, mechanism="kanon", k=5, beta=0.5, release="tree"
         )
     assert not r.hexists("sdp:registry", "x") and not r.hexists("sdp:registry", "y")
+    assert not r.hexists("sdp:registry", "old")
 
 
 # -- state rollback (issue 12 item 6) -----------------------------------------------------------
@@ -334,7 +336,7 @@ def test_the_noise_layout_is_fixed_at_create_and_older_models_keep_the_stream_la
 @pytest.mark.parametrize("release", ["batch", "window", "tree", "grow"])
 def test_a_rolled_back_release_is_republished_with_the_same_noise(r, tmp_path, release):
     key = _key(tmp_path)
-    spec = _model(r, release=release, epsilon=1.0, levels=3, noise_key_file=str(key))
+    spec = _model(r, release=release, epsilon=1.0, noise_key_file=str(key))
     Producer(r, "m").push(DS.X[:60], DS.y[:60], batch_id="a")
 
     def release_once():
@@ -446,12 +448,12 @@ def test_a_deleted_model_is_never_recreated_by_a_closer(r):
 
 @pytest.mark.parametrize("release", ["window", "tree"])
 def test_consumers_get_the_published_counts_noise_variance(r, release):
-    """Estimation weighs the published counts by their noise: w windows' variance under `window`, the binary
-    decomposition's (fewer, noisier nodes) under `tree`; public (epsilon, policy and the window count only)."""
+    """Estimation weighs the published counts by their noise: w windows' variance under `window`, the tree's
+    estimate's under `tree` (the plain sum's first, then less); public (epsilon, policy and the window count only)."""
     from streamdp.release.continual import published_variance
     from streamdp.service.consumer import Consumer
 
-    spec = _model(r, release=release, levels=3, epsilon=1.0)
+    spec = _model(r, release=release, epsilon=1.0)
     w = _worker(r)
     policy = load_policy(r, "m")[0]
     for k in range(1, 6):
@@ -461,8 +463,8 @@ def test_consumers_get_the_published_counts_noise_variance(r, release):
         assert np.allclose(got, want)
     if release == "window":
         assert np.allclose(got, 5 * spec.cell_variance)
-    else:  # 5 = 101b: two nodes of the decomposition, each at epsilon / levels
-        assert not np.allclose(got, 5 * spec.cell_variance)
+    else:  # plain windows drawn in units: the window sum's variance, up to the geometric's rounding
+        assert np.allclose(got, 5 * spec.cell_variance, rtol=0.02)
     # a retained version holds the release alone (no structure), and reads back as that version's forest
     from streamdp.service.published import is_release_record
 
@@ -474,6 +476,14 @@ def test_consumers_get_the_published_counts_noise_variance(r, release):
     want3 = published_variance(policy, 3, cell_variance(spec.mechanism, policy.node_epsilon(spec.epsilon_per_tree)))
     assert np.allclose(v3.noise_variance, want3)
     assert Consumer(r, "m").get(0).version == 0  # pub:v:0 is the spec blob itself
+    if release == "tree":
+        for k in range(6, 265):  # into octave 8's tree: within 1.3x of the window sum's sd
+            assert w.closer.tick(_at(r, "m", k)) == 1
+        got = Consumer(r, "m").latest().noise_variance
+        want = published_variance(
+            policy, 264, cell_variance(spec.mechanism, policy.node_epsilon(spec.epsilon_per_tree))
+        )
+        assert np.allclose(got, want) and np.all(got < 1.3**2 * 264 * spec.cell_variance)
 
 
 # -- release="grow": windows on trees that deepen (streamdp.forest.growth) ------------------------------

@@ -65,10 +65,22 @@ def random_X(rng, schema, n):
     return np.column_stack(cols)
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def router_path(request, monkeypatch):
+    """Both routers: the compiled one (``streamdp/forest/_route.c``, skipped where it is not built) and numpy's."""
+    if request.param == "compiled":
+        pytest.importorskip("streamdp.forest._route")
+        monkeypatch.delenv("STREAMDP_NO_KERNEL", raising=False)
+        monkeypatch.setattr(ForestRouter, "BLOCK", 300)  # several blocks, each tree by tree
+    else:
+        monkeypatch.setattr(ForestRouter, "COMPILED", False)
+    return request.param
+
+
 @pytest.mark.parametrize("words", ["int32", "int64", "small chunks"])
 @pytest.mark.parametrize("kind", ["categorical", "numeric", "mixed"])
 @pytest.mark.parametrize("seed", range(6))
-def test_apply_matches_reference(kind, seed, words, monkeypatch):
+def test_apply_matches_reference(kind, seed, words, router_path, monkeypatch):
     if words == "int64":  # a forest too large for int32 words, routed by the general router (not the key tables)
         monkeypatch.setattr(ForestRouter, "INT32_WORDS", 0)
         monkeypatch.setattr(ForestRouter, "KEY_CELLS_MAX", 0)
@@ -131,7 +143,7 @@ def test_tally_matches_reference(seed):
     np.testing.assert_array_equal(tally(lt, y, (T, L, C)), reference_tally(leaves, y, (T, L, C)))
 
 
-def test_structures_are_frozen_and_a_replaced_array_resets_the_routing_caches():
+def test_structures_are_frozen_and_a_replaced_array_resets_the_routing_caches(router_path):
     rng = np.random.default_rng(5)
     schema = random_schema(rng, "categorical", 5)
     fs = ForestStructure.draw(schema, n_trees=2, height=3, seed=4)
@@ -152,7 +164,7 @@ def test_structures_are_frozen_and_a_replaced_array_resets_the_routing_caches():
     np.testing.assert_array_equal(first, reference_apply(gs, Xm, mixed.is_categorical))
 
 
-def test_the_router_is_built_once_and_holds_one_word_per_node():
+def test_the_router_is_built_once_and_holds_one_word_per_node(router_path):
     """Routing reads what it needs of the nodes from one packed word per node, built at the first call and
     kept: later batches rebuild nothing, and nothing the router keeps grows with the records routed."""
     rng = np.random.default_rng(5)
@@ -169,7 +181,7 @@ def test_the_router_is_built_once_and_holds_one_word_per_node():
 
 
 @pytest.mark.slow
-def test_adults_default_forest_routes_as_the_reference_does():
+def test_adults_default_forest_routes_as_the_reference_does(router_path):
     """Adult's default forest (height 7, 10 trees and a prior stump, a node array too large to rebuild per batch):
     the kept router gives the reference router's leaves on the first batch and on later ones, and the worker's
     sparse tally is the dense tally's nonzero cells."""
@@ -204,3 +216,26 @@ def test_sparse_tally_of_a_forest_too_large_for_int32_cell_numbers():
     assert idx.tolist() == want and counts.tolist() == [1] * 6
     small_idx, small_counts = sparse_tally(leaves % 8, np.array([1, 0]), (3, 8, 2))  # int32 cell numbers
     assert small_idx.dtype == np.int64 and small_counts.tolist() == [1] * 6
+
+
+def test_the_compiled_router_refuses_arrays_that_do_not_match_and_stays_inside_the_forest():
+    """Sizes are checked before any read; codes outside their attribute's range cannot route outside the arrays."""
+    _route = pytest.importorskip("streamdp.forest._route")
+    rng = np.random.default_rng(2)
+    schema = random_schema(rng, "mixed", 4)
+    fs = ForestStructure.draw(schema, n_trees=3, height=4, seed=2)
+    r = fs.router()
+    X = random_X(rng, schema, 50)
+    flags = np.append(schema.is_categorical, False)
+    T, M = fs.feature.shape
+    out = np.empty((50, T), dtype=np.int64)
+    with pytest.raises(ValueError, match="sizes"):
+        _route.route(X, flags, r.packed, r.thresholds, r.leaves, out[:49], T, M, r.bits, r.height, 64)
+    with pytest.raises(ValueError, match="sizes"):
+        _route.route(X, flags, r.packed[:-1], r.thresholds, r.leaves, out, T, M, r.bits, r.height, 64)
+    with pytest.raises(TypeError):
+        _route.route(X.astype(np.float32), flags, r.packed, r.thresholds, r.leaves, out, T, M, r.bits, r.height, 64)
+    bad = X.copy()
+    bad[:, schema.is_categorical] = rng.choice([-1e30, -7.0, 1e6, np.nan], size=(50, int(schema.is_categorical.sum())))
+    _route.route(bad, flags, r.packed, r.thresholds, r.leaves, out, T, M, r.bits, r.height, 64)
+    assert out.min() >= -1 and np.all(out < fs.max_leaves)

@@ -7,6 +7,7 @@ repetition, the same batches for both sides):
 
 * ``ours``: ``ForestStructure.apply`` + ``sparse_tally`` (the counting a window worker does per batch);
 * ``ours_hot``: ``PrivateForest.sparse_tally_encoded``, the worker's whole call (checks included);
+* ``ours_numpy``: ``ours`` with numpy's router (where the compiled one, ``streamdp/forest/_route.c``, is not built);
 * ``sklearn``: a scikit-learn ``RandomForestClassifier`` of the same number of trees and depth, fitted on
   Adult, ``apply`` + ``np.bincount`` of the (tree, node, class) cells: the plain way of counting records per
   leaf without privacy.
@@ -34,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import machine, sh, write_results  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.forest.routing import ForestRouter, _route  # noqa: E402
 from streamdp.forest.tally import sparse_tally  # noqa: E402
 from streamdp.records.datasets import load, load_schema  # noqa: E402
 
@@ -76,6 +78,13 @@ def main() -> None:
     def ours_hot(Xb, yb):
         return forest.sparse_tally_encoded(Xb, yb)
 
+    def ours_numpy(Xb, yb):
+        ForestRouter.COMPILED = False
+        try:
+            return ours(Xb, yb)
+        finally:
+            ForestRouter.COMPILED = True
+
     def sklearn(Xb, yb):
         leaves = clf.apply(Xb)
         flat = (leaves + np.arange(N_TREES) * sk_nodes) * C + yb[:, None]
@@ -89,8 +98,8 @@ def main() -> None:
     rows, lines = [], []
     for n in SIZES:
         reps = max(5, min(200, 2_000_000 // n // 10)) // (4 if args.quick else 1)
-        t: dict[str, list[tuple[float, float]]] = {"ours": [], "ours_hot": [], "sklearn": []}
-        fns = {"ours": ours, "ours_hot": ours_hot, "sklearn": sklearn}
+        fns = {"ours": ours, "ours_hot": ours_hot, "ours_numpy": ours_numpy, "sklearn": sklearn}
+        t: dict[str, list[tuple[float, float]]] = {name: [] for name in fns}
         for fn in fns.values():  # warm-up
             sel = rng.integers(0, len(X), n)
             fn(X[sel], y[sel])
@@ -105,7 +114,7 @@ def main() -> None:
             row[f"{name}_wall_median_ms"] = statistics.median(w for w, _ in ts) * 1e3
             row[f"{name}_wall_best_ms"] = min(w for w, _ in ts) * 1e3
             row[f"{name}_cpu_best_ms"] = min(c for _, c in ts) * 1e3
-        for name in ("ours", "ours_hot"):
+        for name in ("ours", "ours_hot", "ours_numpy"):
             row[f"{name}_ratio_wall_median"] = row["sklearn_wall_median_ms"] / row[f"{name}_wall_median_ms"]
             row[f"{name}_ratio_cpu_best"] = row["sklearn_cpu_best_ms"] / row[f"{name}_cpu_best_ms"]
         rows.append(row)
@@ -113,7 +122,7 @@ def main() -> None:
             f"{n:>7}: ours {row['ours_wall_median_ms']:.2f} ms (cpu {row['ours_cpu_best_ms']:.2f}), "
             f"hot call {row['ours_hot_wall_median_ms']:.2f} ms, sklearn {row['sklearn_wall_median_ms']:.2f} ms "
             f"(cpu {row['sklearn_cpu_best_ms']:.2f}); ratio {row['ours_ratio_wall_median']:.2f}x wall median, "
-            f"{row['ours_ratio_cpu_best']:.2f}x cpu best",
+            f"{row['ours_ratio_cpu_best']:.2f}x cpu best; numpy router {row['ours_numpy_ratio_wall_median']:.2f}x",
             flush=True,
         )
     uptime_end = sh("uptime")
@@ -135,6 +144,7 @@ def main() -> None:
             "router_build_s": router_s,
         },
         "sklearn_max_nodes": sk_nodes,
+        "compiled_router": _route is not None,
     }
     print(f"load: {uptime_start} -> {uptime_end}")
     if args.quick:
@@ -151,12 +161,15 @@ def main() -> None:
         f"(up to {sk_nodes} nodes a tree), `apply` + `np.bincount`. A fresh batch of Adult rows every repetition, "
         "the same for both sides, the sides alternating.",
         "",
-        "`ours` = `ForestStructure.apply` + `sparse_tally`; `hot call` = `PrivateForest.sparse_tally_encoded` "
-        "(checks and sampling mask included). Ratio = sklearn's time / ours (>= 1: ours at least as fast).",
+        "`ours` = `ForestStructure.apply` + `sparse_tally` (compiled router: "
+        f"{'built' if info['compiled_router'] else 'NOT built'}); `hot call` = `PrivateForest.sparse_tally_encoded` "
+        "(checks and sampling mask included); `numpy router` = `ours` without the compiled router. "
+        "Ratio = sklearn's time / ours (>= 1: ours at least as fast).",
         "",
         "| batch | reps | ours ms (median / cpu best) | hot call ms (median / cpu best) | sklearn ms (median / cpu best) "
-        "| ours rec/s (median) | ratio (wall median) | ratio (cpu best) | hot-call ratio (wall median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| ours rec/s (median) | ratio (wall median) | ratio (cpu best) | hot-call ratio (wall median) "
+        "| numpy router: ms (median) / ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
@@ -164,7 +177,8 @@ def main() -> None:
             f"| {r['ours_hot_wall_median_ms']:.2f} / {r['ours_hot_cpu_best_ms']:.2f} "
             f"| {r['sklearn_wall_median_ms']:.2f} / {r['sklearn_cpu_best_ms']:.2f} "
             f"| {r['batch'] / r['ours_wall_median_ms'] * 1e3:,.0f} | {r['ours_ratio_wall_median']:.2f}x "
-            f"| {r['ours_ratio_cpu_best']:.2f}x | {r['ours_hot_ratio_wall_median']:.2f}x |"
+            f"| {r['ours_ratio_cpu_best']:.2f}x | {r['ours_hot_ratio_wall_median']:.2f}x "
+            f"| {r['ours_numpy_wall_median_ms']:.2f} / {r['ours_numpy_ratio_wall_median']:.2f}x |"
         )
     m = info["machine"]
     lines += [

@@ -20,6 +20,12 @@
 
 #define CHUNK 256
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)0)
+#endif
+
 static int
 get(PyObject *o, Py_buffer *b, int writable, Py_ssize_t itemsize, const char *name)
 {
@@ -70,6 +76,7 @@ route(PyObject *self, PyObject *args)
         static const double no_split = HUGE_VAL; /* every threshold +inf: nothing passes */
         const int has_thr = ot != Py_None;
         const double *restrict X = bx.buf, *restrict thrs = has_thr ? bt.buf : &no_split;
+        const int64_t kmask = has_thr ? -1 : 0; /* without thresholds every node reads the one +inf */
         const char *restrict cat = bc.buf;
         const int32_t *restrict p32 = wide ? NULL : bp.buf, *restrict leaf = bl.buf;
         const int64_t *restrict p64 = wide ? bp.buf : NULL;
@@ -89,18 +96,22 @@ route(PyObject *self, PyObject *args)
                     for (int h = 0; h < height; h++) {
                         for (Py_ssize_t i = 0; i < c; i++) {
                             /* branch-free: node kinds mix at random, a mispredicted branch costs more than
-                               the arithmetic of both kinds */
+                               the arithmetic of both kinds; the threshold's load does not wait for the word's */
                             int64_t k = node[i];
                             int64_t w = wide ? p64[k] : (int64_t)p32[k];
+                            double tv = thrs[k & kmask];
                             int64_t f = w & mask, nx = w >> bits;
                             int inner = f < m, is_c = cat[f];
                             double x = xr[i * m + (inner ? f : 0)];
                             x = inner ? x : 0.0;
-                            double tv = thrs[(is_c || !has_thr) ? 0 : k];
                             /* a code truncated toward zero as numpy's cast; NaN and huge values far below 0 */
                             double xc = (x > -1e18 && x < 1e18) ? x : -1e18;
                             nx += is_c ? (int64_t)xc : (int64_t)(x > tv);
-                            node[i] = nx < 0 ? 0 : (nx > last ? last : nx);
+                            nx = nx < 0 ? 0 : (nx > last ? last : nx);
+                            node[i] = nx;
+                            /* the next level's loads start now, while this level's other pairs route */
+                            PREFETCH(wide ? (const void *)(p64 + nx) : (const void *)(p32 + nx));
+                            PREFETCH(thrs + (nx & kmask));
                         }
                     }
                     for (Py_ssize_t i = 0; i < c; i++)

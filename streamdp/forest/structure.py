@@ -456,6 +456,7 @@ class ForestStructure:
             frontier = np.zeros(1, dtype=np.int64)
             seen = np.zeros(shape[1], dtype=bool)
             seen[0] = True
+            n_seen = 1
             for _ in range(self.height + 1):
                 frontier = frontier[~is_leaf[t][frontier]]
                 if frontier.size == 0:
@@ -466,9 +467,14 @@ class ForestStructure:
                 if np.any(self.feature[t][frontier] >= m) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
                     raise ValueError(f"structure: tree {t} has a split whose children fall outside the tree")
                 frontier = np.repeat(first, w + 1) + ragged_arange(w + 1)
-                if np.any(seen[frontier]) or np.unique(frontier).size != frontier.size:
+                if np.any(seen[frontier]):
                     raise ValueError(f"structure: tree {t} reaches a node twice (not a tree)")
                 seen[frontier] = True
+                # a node twice in the level marks fewer new nodes than the level has (a count, not np.unique:
+                # its hash table took most of a large model's load)
+                n_seen, before = int(np.count_nonzero(seen)), n_seen
+                if n_seen - before != frontier.size:
+                    raise ValueError(f"structure: tree {t} reaches a node twice (not a tree)")
             if frontier.size:
                 raise ValueError(f"structure: tree {t} is deeper than its height {self.height}")
             reached_leaves = np.flatnonzero(seen & is_leaf[t])

@@ -112,6 +112,13 @@ def test_apply_matches_reference(kind, seed, words, router_path, monkeypatch):
                 np.testing.assert_array_equal(
                     fs.apply(Xt, schema.is_categorical), reference_apply(fs, Xt, schema.is_categorical)
                 )
+            # values no encoder gives but apply accepts: +-inf pass or stop at every threshold, NaN passes none
+            Xn = X.copy()
+            for i, v in enumerate((np.nan, np.inf, -np.inf)):
+                Xn[i::3, num] = v
+            with np.errstate(invalid="ignore"):
+                ref = reference_apply(fs, Xn, schema.is_categorical)
+            np.testing.assert_array_equal(fs.apply(Xn, schema.is_categorical), ref)
 
 
 def test_key_table_cached_and_equal():

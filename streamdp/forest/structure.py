@@ -373,11 +373,12 @@ class ForestStructure:
         return self.router().apply(X, is_categorical)
 
     def router(self) -> ForestRouter:
-        """This structure's router (built once, kept until a node array is replaced; never pickled)."""
+        """This structure's router (built once, kept until a node array or the height is replaced; never pickled)."""
         cache = self._cache()
-        if "router" not in cache:
-            cache["router"] = ForestRouter(self.feature, self.threshold, self.child, self.leaf, self.height)
-        return cache["router"]
+        router = cache.get("router")
+        if router is None or router.height != self.height:
+            router = cache["router"] = ForestRouter(self.feature, self.threshold, self.child, self.leaf, self.height)
+        return router
 
     # -- serialization --------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:

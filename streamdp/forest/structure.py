@@ -50,6 +50,9 @@ __all__ = [
     "fitting_height",
     "ceiling_height",
     "deepest_height",
+    "leaf_budget",
+    "DEFAULT_LEAF_BUDGET",
+    "DEFAULT_CELL_BUDGET",
     "max_possible_leaves",
     "DEFAULT_MAX_CELLS",
 ]
@@ -64,9 +67,54 @@ class TooLargeError(ValueError):
     """The requested forest would need more leaf cells than allowed."""
 
 
+#: A default forest's random trees hold at most this many leaves together (the draw stops a level earlier).
+DEFAULT_LEAF_BUDGET = 2**17
+#: ... and at most this many leaf cells (leaves x classes, one prior stump included): 4 MiB of int64 counts.
+DEFAULT_CELL_BUDGET = 2**19
+
+
 def default_height(n_attributes: int) -> int:
-    """Fan et al.'s default: half the number of attributes, at least 1."""
+    """Fan et al.'s default: half the number of attributes, at least 1 (where the draw starts: the leaf
+    budget lowers it, :func:`leaf_budget`)."""
     return max(1, n_attributes // 2)
+
+
+def fewest_leaves(schema: Schema, height: int) -> int:
+    """Fewest leaves a tree of ``height`` can have: every node splits on the narrowest attribute still allowed
+    (a numeric one in two), while any is left.
+
+    >>> from streamdp.records.datasets import load_schema
+    >>> fewest_leaves(load_schema("congressional-voting"), 4), fewest_leaves(load_schema("adult"), 9)
+    (81, 512)
+    """
+    arities = sorted(int(a) for a in schema.arities[schema.is_categorical])
+    has_numeric = not bool(np.all(schema.is_categorical))
+    leaves = 1
+    for _ in range(height):
+        if arities and (arities[0] <= 2 or not has_numeric):
+            leaves *= arities.pop(0)
+        elif has_numeric:
+            leaves *= 2
+        else:
+            break
+    return leaves
+
+
+def leaf_budget(schema: Schema, n_trees: int) -> int:
+    """Leaves one tree of a default forest may have: :data:`DEFAULT_LEAF_BUDGET` shared by the ``n_trees``
+    trees, and no more than :data:`DEFAULT_CELL_BUDGET` cells with a prior stump; at least 2.
+
+    A default is drawn at the tallest height (from :func:`default_height` down) whose drawn trees stay
+    within it: a function of the schema and of the draw (both public), so the draw, the blob and the fit's
+    work stay small for every schema, where half the attributes gave numeric schemas trees of 2**15-2**19
+    leaves that the fit then pruned away.
+
+    >>> from streamdp.records.datasets import load_schema
+    >>> leaf_budget(load_schema("nursery"), 10), leaf_budget(load_schema("adult"), 10)
+    (9532, 13107)
+    """
+    check_integer(n_trees, "n_trees")
+    return max(2, min(DEFAULT_LEAF_BUDGET // n_trees, DEFAULT_CELL_BUDGET // (schema.n_classes * (n_trees + 1))))
 
 
 def fitting_height(schema: Schema, height: int, n_trees: int, max_cells: int = DEFAULT_MAX_CELLS) -> int:
@@ -194,10 +242,9 @@ class ForestStructure:
     ) -> ForestStructure:
         """Draw ``n_trees`` random trees of the given height from the schema alone.
 
-        ``height=None``: :func:`default_height`; where trees that tall exceed the leaf guard,
-        :func:`fitting_height` of it instead, at which no tree can: a default never fails (Mushroom,
-        22 attributes of up to 12 values, 10 trees: 6, where 11 was refused; Adult keeps 7, whose
-        draws fit with room to spare though its worst case would not).
+        ``height=None``: the tallest height from :func:`default_height` down at which the drawn trees
+        stay within :func:`leaf_budget` (and the guard): a default never fails, and is small for every
+        schema (numeric attributes: 13 levels with 10 trees, not half the attributes).
         """
         check_integer(n_trees, "n_trees")
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
@@ -207,11 +254,19 @@ class ForestStructure:
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
-        drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
-        if isinstance(drawn, int) and defaulted:
-            lower = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
-            if lower < height:
-                height, drawn = lower, draw_forest(schema, int(n_trees), lower, rng, max_leaves_allowed)
+        if defaulted:  # the tallest height whose drawn trees stay within the leaf budget (each refusal is cheap)
+            budget = min(max_leaves_allowed, leaf_budget(schema, n_trees))
+            height = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
+            while height > 1 and fewest_leaves(schema, height) > budget:  # every tree this tall is over the budget
+                height -= 1
+            drawn = draw_forest(schema, int(n_trees), int(height), rng, budget)
+            while isinstance(drawn, int) and height > 1:
+                height -= 1
+                drawn = draw_forest(schema, int(n_trees), int(height), rng, budget)
+            if isinstance(drawn, int):  # one split is over the budget (very many trees): the guard alone
+                drawn = draw_forest(schema, int(n_trees), 1, rng, max_leaves_allowed)
+        else:
+            drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int):
             raise TooLargeError(
                 f"too many leaves requested: tree {drawn} of height {height} has more than {max_leaves_allowed:,} "

@@ -188,16 +188,16 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
         # Numeric splits: threshold uniform in the node's narrowed range.
         threshold = np.full(n, np.inf)
         ni = np.flatnonzero(is_num)
-        q = np.searchsorted(num, feat[ni])  # column of each split attribute in the range table
+        q = np.searchsorted(num, feat[ni])  # column of each split attribute among the numeric ones
         if ni.size:
             lo, hi = lo_decl[q].copy(), hi_decl[q].copy()
-            b, p, fq = br[ni], par[ni], feat[ni]
+            way, up, fq = br[ni], par[ni], feat[ni]
             for lev in range(depth - 1, -1, -1):  # up the path: narrow by each split on the same attribute
-                t_up = hist_thr[lev][p]  # branch 0 is x <= t (the range below t), branch 1 is x > t
-                same = hist_feat[lev][p] == fq
-                lo = np.where(same & (b == 1), np.maximum(lo, t_up), lo)
-                hi = np.where(same & (b == 0), np.minimum(hi, t_up), hi)
-                b, p = hist_br[lev][p], hist_par[lev][p]
+                t_up = hist_thr[lev][up]  # branch 0 is x <= t (the range below t), branch 1 is x > t
+                same = hist_feat[lev][up] == fq
+                lo = np.where(same & (way == 1), np.maximum(lo, t_up), lo)
+                hi = np.where(same & (way == 0), np.minimum(hi, t_up), hi)
+                way, up = hist_br[lev][up], hist_par[lev][up]
             threshold[ni] = rng.uniform(lo, hi)
         # First child of each node (children follow their parents' order); a leaf points to itself.
         next_start = level_start + per_tree

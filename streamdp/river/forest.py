@@ -26,6 +26,35 @@ __all__ = ["PrivateForestClassifier", "default_height"]
 default_height = ceiling_height
 
 
+def _declared_schema(schema: Any) -> Schema:
+    """The classifier's schema from what was passed (a Schema, its dict, or a river dataset with a declared one)."""
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, dict):
+        return Schema.from_dict(schema)
+    if schema is None:
+        raise TypeError(
+            "PrivateForestClassifier needs schema=...: every attribute's domain and the label's values, declared "
+            "in advance (a private model cannot read them from the stream). Pass one of: "
+            "a river dataset, e.g. PrivateForestClassifier(river.datasets.Phishing()) or "
+            "schema=streamdp.river.schemas.schema_for(dataset) (the datasets with a declared schema: "
+            "streamdp.river.schemas.RIVER_SCHEMAS); a generator's schema, e.g. "
+            "streamdp.river.schemas.agrawal_schema(); your own, "
+            "streamdp.Schema.from_dict({'attributes': [{'name': 'x', 'type': 'numeric', 'min': 0, 'max': 1}, "
+            "{'name': 'c', 'type': 'categorical', 'values': ['a', 'b']}], 'label': {'name': 'y', 'values': [0, 1]}}) "
+            "; streamdp.river.inference.infer_schema(stream) learns them from "
+            "the data and says what that leaks"
+        )
+    from streamdp.river.schemas import RIVER_SCHEMAS, schema_for  # (a river dataset: its declared schema)
+
+    if type(schema).__name__ in RIVER_SCHEMAS:
+        return schema_for(schema)
+    raise TypeError(
+        f"schema must be a streamdp Schema, its dict form or a river dataset with a declared schema "
+        f"({sorted(RIVER_SCHEMAS)}), got {type(schema).__name__}"
+    )
+
+
 class PrivateForestClassifier(river.base.MiniBatchClassifier):
     """Differentially private random forest (Private-RDT) as a river classifier.
 
@@ -43,8 +72,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     ----------
     schema
         A :class:`streamdp.records.schema.Schema` (or its dict form) declaring every
-        attribute's domain and the labels. Domains must be public knowledge,
-        never read from the data (see :func:`streamdp.river.inference.infer_schema`).
+        attribute's domain and the labels, or a river dataset object whose declared schema
+        :func:`streamdp.river.schemas.schema_for` knows (``river.datasets.Phishing()``,
+        ``river.datasets.synth.Agrawal()``, ...). Domains must be public knowledge,
+        never read from the data (see :func:`streamdp.river.inference.infer_schema`);
+        without one the classifier is refused with an error saying what to pass.
     n_trees
         Number of random trees.
     height
@@ -172,7 +204,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
 
     def __init__(
         self,
-        schema: Schema | dict,
+        schema: Schema | dict | Any = None,
         n_trees: int = 10,
         height: int | None = None,
         epsilon: float = 1.0,
@@ -217,7 +249,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         if prior_records is not None:
             check_integer(prior_records, "prior_records", low=0)
         check_choice(mechanism, "mechanism", ("geometric", "laplace"))
-        self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
+        self._schema = _declared_schema(schema)
         if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
             warnings.warn(
                 f"PrivateForestClassifier(seed={seed}) draws reproducible noise: for tests only, the model is NOT private",

@@ -641,3 +641,24 @@ def test_service_classifier_reads_redis_url_from_the_environment(redis_url, uniq
         assert connect(redis_url).xlen(Keys(unique_name).records) == 1  # the batch went to $REDIS_URL's server
     finally:
         registry.delete_model(redis_url, unique_name)
+
+
+def test_no_schema_is_refused_with_what_to_pass():
+    """river users construct classifiers without arguments: a bare TypeError (a missing positional) left them to
+    find schema_for themselves."""
+    with pytest.raises(TypeError, match=r"schema_for\(dataset\).*RIVER_SCHEMAS.*agrawal_schema\(\).*from_dict"):
+        PrivateForestClassifier()
+    with pytest.raises(TypeError, match="river dataset with a declared schema"):
+        PrivateForestClassifier(schema=[1, 2])
+
+
+def test_a_river_dataset_declares_its_schema():
+    from river import datasets
+
+    from streamdp.river.schemas import phishing_schema
+
+    model = PrivateForestClassifier(datasets.Phishing(), n_trees=2)
+    assert model._schema.to_dict() == phishing_schema().to_dict()
+    for x, y in datasets.Phishing().take(50):
+        model.learn_one(x, y)
+    assert model.predict_one(x) in model.classes

@@ -74,8 +74,8 @@ DEFAULT_CELL_BUDGET = 2**19
 
 
 def default_height(n_attributes: int) -> int:
-    """Fan et al.'s default: half the number of attributes, at least 1 (where the draw starts: the leaf
-    budget lowers it, :func:`leaf_budget`)."""
+    """Fan et al.'s default: half the number of attributes, at least 1 (where a categorical schema's draw
+    starts: the leaf budget lowers it, :func:`leaf_budget`)."""
     return max(1, n_attributes // 2)
 
 
@@ -242,15 +242,17 @@ class ForestStructure:
     ) -> ForestStructure:
         """Draw ``n_trees`` random trees of the given height from the schema alone.
 
-        ``height=None``: the tallest height from :func:`default_height` down at which the drawn trees
-        stay within :func:`leaf_budget` (and the guard): a default never fails, and is small for every
-        schema (numeric attributes: 13 levels with 10 trees, not half the attributes).
+        ``height=None``: the tallest height at which the drawn trees stay within :func:`leaf_budget`
+        (and the guard), from :func:`default_height` down where every attribute is categorical, from
+        the deepest a tree can be where a numeric attribute may split again (10 trees, two classes: 13,
+        which :meth:`streamdp.PrivateForest.fit` prunes to what the records support). A default never
+        fails, and is small for every schema.
         """
         check_integer(n_trees, "n_trees")
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
         defaulted = height is None
-        if defaulted:
-            height = default_height(schema.n_attributes)
+        if defaulted:  # a numeric attribute may split again below itself: there the leaf budget alone decides
+            height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)

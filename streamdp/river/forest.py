@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import math
 import warnings
 from typing import Any
 
@@ -20,6 +21,11 @@ from streamdp.river.forest_view import ForestView
 from streamdp.validation import check_choice, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
+
+#: The prior phase goes on while the released prior's top-two margin is within this many noise sds ...
+PRIOR_CLEAR = 2.0
+#: ... and a wrong majority could cost more than this share of accuracy (:meth:`PrivateForestClassifier._prior_unsettled`).
+PRIOR_LOSS = 0.02
 
 #: The default height (the rule is :func:`streamdp.forest.structure.ceiling_height`, shared with the service's
 #: growing models).
@@ -125,7 +131,10 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         So the model predicts a measured class prior from its 5th record on
         (before: the uniform prior, i.e. the first label, until ``first_batch``
         records), as a running majority does; the random trees start after the
-        phase. Every record is still in exactly one release. 0: no prior phase.
+        phase. Every record is still in exactly one release. Where the released prior is still unsettled
+        at the end of the phase (a small epsilon: its top-two margin within two noise sds, and a wrong
+        majority could cost more than 0.02 of accuracy), the phase goes on, doubling, until it is not:
+        a schedule on released values (:meth:`_prior_unsettled`). 0: no prior phase.
         The prior itself is :func:`streamdp.estimation.release_prior` of the
         stumps' releases (each release's class totals weighed by its size and
         noise), not of their sum: a first tree release (100 records, noise sd
@@ -368,7 +377,26 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
     @property
     def in_prior_phase(self) -> bool:
         """Whether the open batch goes to the prior stumps alone (public: a function of the release count)."""
-        return prior_phase_size(self._n_prior_releases, self.prior_first, self.n_prior_records) > 0
+        k = self._n_prior_releases
+        return prior_phase_size(k, self.prior_first, self.n_prior_records) > 0 or self._prior_unsettled(k)
+
+    def _prior_unsettled(self, k: int) -> bool:
+        """Whether the prior phase goes on past :attr:`n_prior_records`: its ``k`` releases (released totals, public
+        sizes and noise variances) neither name the majority class clearly (top-two margin over ``PRIOR_CLEAR``
+        noise sds ``s``) nor make a wrong name cheap (a wrong majority costs at most about ``0.17 s / N`` of accuracy
+        on ``N`` records, the maximum over margins ``m`` of ``m P(noise > m)``; the phase ends once that is at most
+        ``PRIOR_LOSS``). Post-processing of released values: a schedule on them is still one release per record.
+        Without it a small epsilon's 100 records gave a prior that named a minority class, and the forest falling
+        back to it predicted that class for every record."""
+        log = self.__dict__.get("_prior_log")
+        if not k or not self.n_prior_records or self.window is not None or log is None or len(log) < k:
+            return False
+        totals = np.sum([t for t, _, _ in list(log)[:k]], axis=0)
+        n = sum(size for _, size, _ in list(log)[:k])
+        sd = math.sqrt(2.0 * sum(v for _, _, v in list(log)[:k]))  # the noise of a difference of two class totals
+        top = np.sort(totals)[::-1]
+        margin = float(top[0] - top[1]) if top.size > 1 else math.inf
+        return margin <= PRIOR_CLEAR * sd and 0.17 * sd > PRIOR_LOSS * n
 
     @property
     def current_batch_size(self) -> int:
@@ -380,8 +408,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         of the trees, at most ``batch_size``.
         """
         k = self._n_prior_releases
-        if self.in_prior_phase:
-            return prior_phase_size(k, self.prior_first, self.n_prior_records)
+        if self.in_prior_phase:  # past n_prior_records (an unsettled prior): the phase's doubling goes on
+            size = prior_phase_size(k, self.prior_first, self.n_prior_records)
+            return size or min(self.batch_size, self.prior_first << min(k, 62))
         return min(self.batch_size, self.first_batch << min(self.n_releases - k, 62))  # the trees' releases
 
     @property

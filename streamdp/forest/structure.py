@@ -142,11 +142,11 @@ CEILING_MAX_HEIGHT = 8
 CEILING_MAX_LEAVES = 2048
 
 
-def ceiling_height(schema: Schema) -> int:
+def ceiling_height(schema: Schema, n_trees: int = 10) -> int:
     """The default height of a forest whose height is a ceiling (it grows, or estimates fall back toward the root).
 
     The tallest height, up to ``CEILING_MAX_HEIGHT``, at which a tree over ``schema`` has at most
-    ``CEILING_MAX_LEAVES`` leaves; from the schema alone (public). Numeric attributes may split again
+    ``CEILING_MAX_LEAVES`` leaves (and within :func:`leaf_budget` of ``n_trees`` trees); from the schema alone (public). Numeric attributes may split again
     below themselves, so numeric schemas get 8 (256 leaves); categorical attributes of many values
     stop earlier, and never past the depth their paths can reach (each categorical attribute once: a new
     user's 6-attribute model showed height 8). Used by the river classifier and by the service's growing
@@ -160,7 +160,8 @@ def ceiling_height(schema: Schema) -> int:
     3
     """
     h, top = 1, min(CEILING_MAX_HEIGHT, deepest_height(schema))
-    while h < top and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES:
+    most = min(CEILING_MAX_LEAVES, leaf_budget(schema, n_trees))  # many classes or trees: the cell budget too
+    while h < top and max_possible_leaves(schema, h + 1) <= most:
         h += 1
     return h
 

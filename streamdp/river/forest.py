@@ -270,7 +270,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self.forest = PrivateForest.create(
                 self._schema,
                 n_trees=n_trees,
-                height=default_height(self._schema) if height is None else height,
+                height=default_height(self._schema, n_trees) if height is None else height,
                 epsilon=epsilon * (1.0 - guard),
                 mechanism=mechanism,
                 seed=seed,

@@ -270,7 +270,7 @@ def create_model(
     if cells < n_trees * schema.n_classes:
         raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
     if height is None and may_grow and valid_trees:  # a growing model's height is a ceiling (the river default's)
-        height = fitting_height(schema, ceiling_height(schema), n_trees, min(DEFAULT_MAX_CELLS, cells))
+        height = fitting_height(schema, ceiling_height(schema, n_trees), n_trees, min(DEFAULT_MAX_CELLS, cells))
     try:
         forest = PrivateForest.create(
             schema,

@@ -276,6 +276,22 @@ def test_a_default_forest_stays_small_for_every_schema_up_to_100_attributes(kind
                 assert max_possible_leaves(schema, s.height + 1) > leaf_budget(schema, 10)
 
 
+def test_the_ceiling_height_keeps_the_cell_budget():
+    """The river classifier's and growing models' default: at most 2,048 leaves, and fewer where many classes and
+    trees would take the counts past the cell budget (100 trees of 256 leaves and 50 classes: 10 MiB of counts)."""
+    from streamdp.forest.structure import ceiling_height
+
+    for n_classes in (2, 50):
+        for kinds in (["num"] * 30, [2] * 30, [50] * 30):
+            for n_trees in (10, 100):
+                schema = _schema_of(kinds, n_classes)
+                h = ceiling_height(schema, n_trees)
+                assert max_possible_leaves(schema, h) <= leaf_budget(schema, n_trees)
+                assert (n_trees + 1) * max_possible_leaves(schema, h) * n_classes <= DEFAULT_CELL_BUDGET
+    numeric = _schema_of(["num"] * 30, 50)
+    assert ceiling_height(numeric) == 8 and ceiling_height(numeric, 100) == 6  # 2**6 x 101 x 50 cells fit, 2**7 not
+
+
 @pytest.mark.slow
 def test_a_default_forest_draws_within_a_second_for_every_schema_up_to_100_attributes():
     import time

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.records.domains import Categorical, Numeric
-from streamdp.records.schema import Schema
+from streamdp.records.schema import Categorical, Numeric, Schema
 
 __all__ = ["draw_forest", "max_possible_leaves", "ragged_arange"]
+
 
 #: One level of a drawn group: its per-tree runs, then the level's feature, threshold, child and leaf
 #: arrays (None on the last level, which is all leaves).
@@ -103,8 +103,9 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
 
     The frontier (the nodes of one depth, ordered by tree then BFS position)
     carries per node the categorical attributes already used on its path (a
-    bit set) and a row of a table of numeric ranges (rows are added only by
-    numeric splits; a categorical split's children share their parent's row).
+    bit set) and its parent and branch; a numeric split's range is its declared one narrowed by
+    the splits on that attribute above, found by walking the levels back (no per-node copy of every
+    numeric attribute's range: that made wide numeric schemas slow to draw).
     An inner node picks uniformly among its allowed attributes (unused
     categoricals, every numeric). Children at the last depth are leaves and
     carry no state. Returns per level the per-tree runs and the level's node
@@ -125,10 +126,15 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
     used = np.zeros((T, nb), dtype=np.uint8)
     if n_cat % 8 or n_cat == 0:
         used[:, -1] = 0xFF << (n_cat % 8) & 0xFF  # bits past the last attribute count as used
-    rid = np.zeros(T, dtype=np.int64)
     numeric = [a for a in attrs if isinstance(a, Numeric)]  # in the order of num
-    lo_tab = np.array([[a.min for a in numeric]], dtype=np.float64)
-    hi_tab = np.array([[a.max for a in numeric]], dtype=np.float64)
+    lo_decl = np.array([a.min for a in numeric], dtype=np.float64)
+    hi_decl = np.array([a.max for a in numeric], dtype=np.float64)
+    # per level drawn so far: each node's attribute, threshold, parent (in the level above) and branch
+    hist_feat: list[np.ndarray] = []
+    hist_thr: list[np.ndarray] = []
+    hist_par: list[np.ndarray] = []
+    hist_br: list[np.ndarray] = []
+    par = br = np.zeros(T, dtype=np.int64)
     level_start = np.zeros(T, dtype=np.int64)  # per tree: number of its first node on this level
     leaves_before = np.zeros(T, dtype=np.int64)
     levels: list[_Level] = []
@@ -190,9 +196,17 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
         # Numeric splits: threshold uniform in the node's narrowed range.
         threshold = np.full(n, np.inf)
         ni = np.flatnonzero(is_num)
-        q = np.searchsorted(num, feat[ni])  # column of each split attribute in the range table
+        q = np.searchsorted(num, feat[ni])  # column of each split attribute among the numeric ones
         if ni.size:
-            threshold[ni] = rng.uniform(lo_tab[rid[ni], q], hi_tab[rid[ni], q])
+            lo, hi = lo_decl[q].copy(), hi_decl[q].copy()
+            way, up, fq = br[ni], par[ni], feat[ni]
+            for lev in range(depth - 1, -1, -1):  # up the path: narrow by each split on the same attribute
+                t_up = hist_thr[lev][up]  # branch 0 is x <= t (the range below t), branch 1 is x > t
+                same = hist_feat[lev][up] == fq
+                lo = np.where(same & (way == 1), np.maximum(lo, t_up), lo)
+                hi = np.where(same & (way == 0), np.minimum(hi, t_up), hi)
+                way, up = hist_br[lev][up], hist_par[lev][up]
+            threshold[ni] = rng.uniform(lo, hi)
         # First child of each node (children follow their parents' order); a leaf points to itself.
         next_start = level_start + per_tree
         cw = np.cumsum(w) - w
@@ -217,6 +231,10 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
         level_start, per_tree = next_start, w_tree
         if depth + 1 == height:
             continue  # the children are leaves: only their number per tree is needed
+        hist_feat.append(feat)
+        hist_thr.append(threshold)
+        hist_par.append(par)
+        hist_br.append(br)
         # Next frontier: children inherit the state (w is 0 at leaves), narrowed by the split.
         tree = np.repeat(tree, w)
         used_next = np.repeat(used, w, axis=0)
@@ -224,19 +242,6 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
             for b in range(nb):
                 bit = np.where(pick_cat & (c // 8 == b), 1 << (c % 8), 0).astype(np.uint8)
                 used_next[:, b] |= np.repeat(bit, w)
-        rid_next = np.repeat(rid, w)
-        if ni.size:
-            # Two new range rows per numeric split: [lo, t] for branch 0, (t, hi] for branch 1.
-            R = lo_tab.shape[0]
-            k = np.arange(ni.size)
-            lo_new = np.repeat(lo_tab[rid[ni]], 2, axis=0)
-            hi_new = np.repeat(hi_tab[rid[ni]], 2, axis=0)
-            hi_new[2 * k, q] = threshold[ni]
-            lo_new[2 * k + 1, q] = threshold[ni]
-            lo_tab = np.concatenate([lo_tab, lo_new])
-            hi_tab = np.concatenate([hi_tab, hi_new])
-            off = cw[ni]  # the numeric split's children sit at off, off + 1 in the next frontier
-            rid_next[off] = R + 2 * k
-            rid_next[off + 1] = R + 2 * k + 1
-        used, rid = used_next, rid_next
+        par, br = np.repeat(np.arange(n, dtype=np.int64), w), ragged_arange(w)
+        used = used_next
     return levels, level_start, leaves_before

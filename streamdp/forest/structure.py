@@ -40,6 +40,17 @@ import numpy as np
 
 from streamdp.blob import FILL_MIN_BYTES
 from streamdp.forest.draw import draw_forest, max_possible_leaves, ragged_arange
+from streamdp.forest.heights import (
+    DEFAULT_CELL_BUDGET,
+    DEFAULT_LEAF_BUDGET,
+    ceiling_height,
+    deepest_height,
+    default_height,
+    fewest_leaves,
+    fitting_height,
+    leaf_budget,
+)
+from streamdp.forest.limits import DEFAULT_MAX_CELLS, MAX_HEIGHT, TooLargeError
 from streamdp.forest.routing import ForestRouter
 from streamdp.records.schema import Schema
 from streamdp.validation import check_integer
@@ -51,82 +62,12 @@ __all__ = [
     "fitting_height",
     "ceiling_height",
     "deepest_height",
+    "leaf_budget",
+    "DEFAULT_LEAF_BUDGET",
+    "DEFAULT_CELL_BUDGET",
     "max_possible_leaves",
     "DEFAULT_MAX_CELLS",
 ]
-
-#: The tallest structure drawn or read (routing is ``height`` steps; a blob claiming more is refused).
-MAX_HEIGHT = 64
-#: Default guard on n_trees * max_leaves * n_classes (int64 cells: 2**26 cells = 512 MiB).
-DEFAULT_MAX_CELLS = 2**26
-
-
-class TooLargeError(ValueError):
-    """The requested forest would need more leaf cells than allowed."""
-
-
-def default_height(n_attributes: int) -> int:
-    """Fan et al.'s default: half the number of attributes, at least 1."""
-    return max(1, n_attributes // 2)
-
-
-def fitting_height(schema: Schema, height: int, n_trees: int, max_cells: int = DEFAULT_MAX_CELLS) -> int:
-    """``height`` lowered to the tallest at which no tree over ``schema`` can exceed the leaf guard of
-    ``n_trees`` trees within ``max_cells`` (every node splitting on the widest attribute left).
-
-    Where a default height's draw is refused, the default becomes this, so that a default never fails;
-    an explicit height is the user's and is refused, not lowered. The bound is the worst case, 7-46x
-    what draws reach (``benchmarks/results/default_height.log``: Adult at height 7, 410,688 leaves in the
-    largest of 10 drawn trees against 19.1 M possible; capping Adult's default at 5 would cost its fit
-    0.017-0.024, 0.003-0.027 in an earlier run).
-
-    >>> from streamdp.records.datasets import load_schema
-    >>> fitting_height(load_schema("mushroom"), 11, 10), fitting_height(load_schema("nursery"), 4, 10)
-    (6, 4)
-    """
-    limit = max_cells // (schema.n_classes * n_trees)
-    while height > 1 and max_possible_leaves(schema, height) > limit:
-        height -= 1
-    return height
-
-
-#: :func:`ceiling_height`: at most this tall, and trees of at most ``CEILING_MAX_LEAVES`` leaves.
-CEILING_MAX_HEIGHT = 8
-CEILING_MAX_LEAVES = 2048
-
-
-def ceiling_height(schema: Schema) -> int:
-    """The default height of a forest whose height is a ceiling (it grows, or estimates fall back toward the root).
-
-    The tallest height, up to ``CEILING_MAX_HEIGHT``, at which a tree over ``schema`` has at most
-    ``CEILING_MAX_LEAVES`` leaves; from the schema alone (public). Numeric attributes may split again
-    below themselves, so numeric schemas get 8 (256 leaves); categorical attributes of many values
-    stop earlier, and never past the depth their paths can reach (each categorical attribute once: a new
-    user's 6-attribute model showed height 8). Used by the river classifier and by the service's growing
-    models (``benchmarks/results/grow_ceiling.log``).
-
-    >>> from streamdp.records.datasets import load_schema
-    >>> [ceiling_height(load_schema(n)) for n in ("nursery", "mushroom", "congressional-voting", "adult")]
-    [5, 3, 6, 2]
-    >>> from streamdp.river.schemas import stagger_schema  # 3 categorical attributes
-    >>> ceiling_height(stagger_schema())
-    3
-    """
-    h, top = 1, min(CEILING_MAX_HEIGHT, deepest_height(schema))
-    while h < top and max_possible_leaves(schema, h + 1) <= CEILING_MAX_LEAVES:
-        h += 1
-    return h
-
-
-def deepest_height(schema: Schema) -> int:
-    """The deepest a tree over ``schema`` can be: a path tests each categorical attribute once, a numeric one
-    may split again below itself (then only :data:`MAX_HEIGHT` bounds it).
-
-    >>> from streamdp.records.datasets import load_schema
-    >>> deepest_height(load_schema("congressional-voting")), deepest_height(load_schema("adult"))
-    (16, 64)
-    """
-    return schema.n_attributes if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
 
 
 @dataclass
@@ -195,24 +136,33 @@ class ForestStructure:
     ) -> ForestStructure:
         """Draw ``n_trees`` random trees of the given height from the schema alone.
 
-        ``height=None``: :func:`default_height`; where trees that tall exceed the leaf guard,
-        :func:`fitting_height` of it instead, at which no tree can: a default never fails (Mushroom,
-        22 attributes of up to 12 values, 10 trees: 6, where 11 was refused; Adult keeps 7, whose
-        draws fit with room to spare though its worst case would not).
+        ``height=None``: the tallest height at which the drawn trees stay within :func:`leaf_budget`
+        (and the guard), from :func:`default_height` down where every attribute is categorical, from
+        the deepest a tree can be where a numeric attribute may split again (10 trees, two classes: 13,
+        which :meth:`streamdp.PrivateForest.fit` prunes to what the records support). A default never
+        fails, and is small for every schema.
         """
         check_integer(n_trees, "n_trees")
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
         defaulted = height is None
-        if defaulted:
-            height = default_height(schema.n_attributes)
+        if defaulted:  # a numeric attribute may split again below itself: there the leaf budget alone decides
+            height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
-        drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
-        if isinstance(drawn, int) and defaulted:
-            lower = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
-            if lower < height:
-                height, drawn = lower, draw_forest(schema, int(n_trees), lower, rng, max_leaves_allowed)
+        if defaulted:  # the tallest height whose drawn trees stay within the leaf budget (each refusal is cheap)
+            budget = min(max_leaves_allowed, leaf_budget(schema, n_trees))
+            height = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
+            while height > 1 and fewest_leaves(schema, height) > budget:  # every tree this tall is over the budget
+                height -= 1
+            drawn = draw_forest(schema, int(n_trees), int(height), rng, budget)
+            while isinstance(drawn, int) and height > 1:
+                height -= 1
+                drawn = draw_forest(schema, int(n_trees), int(height), rng, budget)
+            if isinstance(drawn, int):  # one split is over the budget (very many trees): the guard alone
+                drawn = draw_forest(schema, int(n_trees), 1, rng, max_leaves_allowed)
+        else:
+            drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int):
             raise TooLargeError(
                 f"too many leaves requested: tree {drawn} of height {height} has more than {max_leaves_allowed:,} "

@@ -18,6 +18,7 @@ from streamdp.records.schema import Schema
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.river.prior_vote import PriorVote
+from streamdp.river.schemas import declared_schema
 from streamdp.validation import check_choice, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
@@ -44,8 +45,11 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
     ----------
     schema
         A :class:`streamdp.records.schema.Schema` (or its dict form) declaring every
-        attribute's domain and the labels. Domains must be public knowledge,
-        never read from the data (see :func:`streamdp.river.inference.infer_schema`).
+        attribute's domain and the labels, or a river dataset object whose declared schema
+        :func:`streamdp.river.schemas.schema_for` knows (``river.datasets.Phishing()``,
+        ``river.datasets.synth.Agrawal()``, ...). Domains must be public knowledge,
+        never read from the data (see :func:`streamdp.river.inference.infer_schema`);
+        without one the classifier is refused with an error saying what to pass.
     n_trees
         Number of random trees.
     height
@@ -92,7 +96,10 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         :attr:`prior_first` records, then twice as many, ...
         So the model predicts a measured class prior from its first release on,
         as a running majority does, not the uniform prior until ``first_batch``
-        records; the random trees start after the phase. Every record is still in exactly one release. 0: no prior phase.
+        records; the random trees start after the phase. Every record is still in exactly one release. Where the
+        released prior is still unsettled at the end of the phase (its top-two margin within two noise sds, and a
+        wrong majority could cost more than 0.02 of accuracy), the phase goes on, doubling, until it is not: a
+        schedule on released values. 0: no prior phase.
         The prior itself is :func:`streamdp.estimation.release_prior` of the
         stumps' releases (each release's class totals weighed by its size and
         noise), not of their sum: a first tree release, far noisier per total,
@@ -160,7 +167,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
 
     def __init__(
         self,
-        schema: Schema | dict,
+        schema: Schema | dict | Any = None,
         n_trees: int = 10,
         height: int | None = None,
         epsilon: float = 1.0,
@@ -205,7 +212,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         if prior_records is not None:
             check_integer(prior_records, "prior_records", low=0)
         check_choice(mechanism, "mechanism", ("geometric", "laplace"))
-        self._schema = schema if isinstance(schema, Schema) else Schema.from_dict(schema)
+        self._schema = declared_schema(schema)
         if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
             warnings.warn(
                 f"PrivateForestClassifier(seed={seed}) draws reproducible noise: for tests only, the model is NOT private",
@@ -217,7 +224,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
             self.forest = PrivateForest.create(
                 self._schema,
                 n_trees=n_trees,
-                height=default_height(self._schema) if height is None else height,
+                height=default_height(self._schema, n_trees) if height is None else height,
                 epsilon=epsilon * (1.0 - guard),
                 mechanism=mechanism,
                 seed=seed,
@@ -315,8 +322,9 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         of the trees, at most ``batch_size``.
         """
         k = self._n_prior_releases
-        if self.in_prior_phase:
-            return prior_phase_size(k, self.prior_first, self.n_prior_records)
+        if self.in_prior_phase:  # past n_prior_records (an unsettled prior): the phase's doubling goes on
+            size = prior_phase_size(k, self.prior_first, self.n_prior_records)
+            return size or min(self.batch_size, self.prior_first << min(k, 62))
         return min(self.batch_size, self.first_batch << min(self.n_releases - k, 62))  # the trees' releases
 
     @property

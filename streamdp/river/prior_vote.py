@@ -9,6 +9,7 @@ while the forest does no better. All of it reads released numbers or public sche
 from __future__ import annotations
 
 import collections
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -20,7 +21,12 @@ from streamdp.forest.model import PrivateForest
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.forest_view import ForestView
 
-__all__ = ["PriorVote"]
+__all__ = ["PriorVote", "PRIOR_CLEAR", "PRIOR_LOSS"]
+
+#: The prior phase goes on while the released prior's top-two margin is within this many noise sds ...
+PRIOR_CLEAR = 2.0
+#: ... and a wrong majority could cost more than this share of accuracy (:meth:`PriorVote._prior_unsettled`).
+PRIOR_LOSS = 0.02
 
 
 class PriorVote:
@@ -57,8 +63,27 @@ class PriorVote:
 
     @property
     def in_prior_phase(self) -> bool:
-        """Whether the open batch goes to the prior stumps alone (public: a function of the release count)."""
-        return prior_phase_size(self._n_prior_releases, self.prior_first, self.n_prior_records) > 0
+        """Whether the open batch goes to the prior stumps alone (public: a function of the released values)."""
+        k = self._n_prior_releases
+        return prior_phase_size(k, self.prior_first, self.n_prior_records) > 0 or self._prior_unsettled(k)
+
+    def _prior_unsettled(self, k: int) -> bool:
+        """Whether the prior phase goes on past :attr:`n_prior_records`: its ``k`` releases (released totals, public
+        sizes and noise variances) neither name the majority class clearly (top-two margin over ``PRIOR_CLEAR``
+        noise sds ``s``) nor make a wrong name cheap (a wrong majority costs at most about ``0.17 s / N`` of accuracy
+        on ``N`` records, the maximum over margins ``m`` of ``m P(noise > m)``; the phase ends once that is at most
+        ``PRIOR_LOSS``). Post-processing of released values: a schedule on them is still one release per record.
+        Why: a small epsilon's first records give a prior that may name a minority class, and a forest falling
+        back to it would predict that class for every record."""
+        log = self.__dict__.get("_prior_log")
+        if not k or not self.n_prior_records or self.window is not None or log is None or len(log) < k:
+            return False
+        totals = np.sum([t for t, _, _ in list(log)[:k]], axis=0)
+        n = sum(size for _, size, _ in list(log)[:k])
+        sd = math.sqrt(2.0 * sum(v for _, _, v in list(log)[:k]))  # the noise of a difference of two class totals
+        top = np.sort(totals)[::-1]
+        margin = float(top[0] - top[1]) if top.size > 1 else math.inf
+        return margin <= PRIOR_CLEAR * sd and 0.17 * sd > PRIOR_LOSS * n
 
     def _guard_release(self, X: np.ndarray, y: np.ndarray) -> None:
         """Release this batch's noisy advantage of the forest over the prior (the ``guard`` parameter)."""

@@ -37,6 +37,7 @@ from streamdp.records.domains import Categorical, Label, Numeric
 from streamdp.records.schema import Schema
 
 __all__ = [
+    "declared_schema",
     "schema_for",
     "RIVER_SCHEMAS",
     "phishing_schema",
@@ -300,3 +301,30 @@ def __getattr__(name: str) -> Any:
         warnings.warn(f"streamdp.river.schemas.{name} moved to {_MOVED[name]}.{name}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def declared_schema(schema: Any) -> Schema:
+    """The classifier's schema from what was passed (a Schema, its dict, or a river dataset with a declared one)."""
+    if isinstance(schema, Schema):
+        return schema
+    if isinstance(schema, dict):
+        return Schema.from_dict(schema)
+    if schema is None:
+        raise TypeError(
+            "PrivateForestClassifier needs schema=...: every attribute's domain and the label's values, declared "
+            "in advance (a private model cannot read them from the stream). Pass one of: "
+            "a river dataset, e.g. PrivateForestClassifier(river.datasets.Phishing()) or "
+            "schema=streamdp.river.schemas.schema_for(dataset) (the datasets with a declared schema: "
+            "streamdp.river.schemas.RIVER_SCHEMAS); a generator's schema, e.g. "
+            "streamdp.river.schemas.agrawal_schema(); your own, "
+            "streamdp.Schema.from_dict({'attributes': [{'name': 'x', 'type': 'numeric', 'min': 0, 'max': 1}, "
+            "{'name': 'c', 'type': 'categorical', 'values': ['a', 'b']}], 'label': {'name': 'y', 'values': [0, 1]}}) "
+            "; streamdp.river.inference.infer_schema(stream) learns them from "
+            "the data and says what that leaks"
+        )
+    if type(schema).__name__ in RIVER_SCHEMAS:
+        return schema_for(schema)
+    raise TypeError(
+        f"schema must be a streamdp Schema, its dict form or a river dataset with a declared schema "
+        f"({sorted(RIVER_SCHEMAS)}), got {type(schema).__name__}"
+    )

@@ -157,7 +157,7 @@ def create_model(
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
     ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
     :func:`streamdp.forest.structure.ceiling_height` (the river classifier's default), any other model
-    :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.); both lowered by
+    :meth:`ForestStructure.draw`'s default (the tallest within the leaf budget, :func:`streamdp.forest.structure.leaf_budget`); both lowered by
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
@@ -223,7 +223,7 @@ def create_model(
     if cells < n_trees * schema.n_classes:
         raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
     if height is None and may_grow and valid_trees:  # a growing model's height is a ceiling (the river default's)
-        height = fitting_height(schema, ceiling_height(schema), n_trees, min(DEFAULT_MAX_CELLS, cells))
+        height = fitting_height(schema, ceiling_height(schema, n_trees), n_trees, min(DEFAULT_MAX_CELLS, cells))
     try:
         forest = PrivateForest.create(
             schema,

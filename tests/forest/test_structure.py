@@ -10,7 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdp import PrivateForest, Schema, TooLargeError
-from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure, default_height, max_possible_leaves
+from streamdp.forest.structure import (
+    DEFAULT_CELL_BUDGET,
+    DEFAULT_LEAF_BUDGET,
+    ForestStructure,
+    default_height,
+    leaf_budget,
+    max_possible_leaves,
+)
 from streamdp.records.schema import Categorical, Label, Numeric
 
 
@@ -221,13 +228,80 @@ def test_the_default_height_never_asks_for_more_leaves_than_the_guard_allows():
 
     mushroom = load_schema("mushroom")
     f = PrivateForest.create(mushroom, n_trees=10, epsilon=1.0)
-    assert f.height == 6 and max_possible_leaves(mushroom, 6) <= DEFAULT_MAX_CELLS // (10 * 2)
-    assert max_possible_leaves(mushroom, 7) > DEFAULT_MAX_CELLS // (10 * 2)  # the tallest that fits
+    assert f.height == 5 and f.structure.max_leaves <= leaf_budget(mushroom, 10)  # 6 fits the guard, not the budget
     assert ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080).height == 3  # the guard is the draw's
     assert PrivateForest.create(load_schema("nursery"), n_trees=10).height == 4  # half, where it fits
-    assert PrivateForest.create(load_schema("adult"), n_trees=10).height == 7  # drawn trees fit: not the worst case
+    assert PrivateForest.create(load_schema("congressional-voting"), n_trees=10).height == 8
     with pytest.raises(TooLargeError):  # an explicit height is the user's: refused, not lowered
         ForestStructure.draw(mushroom, 10, height=11)
+
+
+def _schema_of(kinds: list, n_classes: int) -> Schema:
+    attributes = [
+        {"name": f"a{i}", "type": "numeric", "min": -i, "max": 1.0 + i}
+        if k == "num"
+        else {"name": f"a{i}", "type": "categorical", "values": list(range(k))}
+        for i, k in enumerate(kinds)
+    ]
+    return Schema.from_dict({"attributes": attributes, "label": {"name": "y", "values": list(range(n_classes))}})
+
+
+SWEEP_KINDS = {
+    "numeric": lambda m: ["num"] * m,
+    "binary": lambda m: [2] * m,
+    "five values": lambda m: [5] * m,
+    "fifty values": lambda m: [50] * m,
+    "mixed": lambda m: [["num", 2, 7, 50, 3][i % 5] for i in range(m)],
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SWEEP_KINDS))
+def test_a_default_forest_stays_small_for_every_schema_up_to_100_attributes(kind):
+    """Half the attributes gave 30 numeric attributes trees of 2**15 leaves and 64 of them 2**19 (a 220 MB blob,
+    12-19 s to draw): a default is now drawn within the leaf budget, so its cells (and blob) are bounded for any
+    schema, however wide; the draw's time is checked in the slow test below."""
+    for m in (1, 3, 10, 30, 64, 100):
+        for n_classes in (2, 10, 50):
+            schema = _schema_of(SWEEP_KINDS[kind](m), n_classes)
+            f = PrivateForest.create(schema, n_trees=10, epsilon=1.0)
+            s = f.structure
+            assert s.max_leaves <= leaf_budget(schema, 10) and 10 * s.max_leaves <= DEFAULT_LEAF_BUDGET
+            assert f.counts.size <= DEFAULT_CELL_BUDGET, (kind, m, n_classes)
+            # the blob of a fit that keeps every leaf (every cell nonzero): counts and structure within 10 MB
+            f._counts[f.real_cells] = 1
+            assert len(f.to_bytes()) <= 10_000_000, (kind, m, n_classes, s.height)
+            if kind == "numeric" and n_classes == 2:  # as tall as the budget allows: 2**13 <= 13,107 < 2**14
+                assert s.height == 13, (m, s.height)
+            elif kind != "numeric" and s.height < default_height(m):  # lowered: the next level is over the budget
+                assert max_possible_leaves(schema, s.height + 1) > leaf_budget(schema, 10)
+
+
+def test_the_ceiling_height_keeps_the_cell_budget():
+    """The river classifier's and growing models' default: at most 2,048 leaves, and fewer where many classes and
+    trees would take the counts past the cell budget (100 trees of 256 leaves and 50 classes: 10 MiB of counts)."""
+    from streamdp.forest.structure import ceiling_height
+
+    for n_classes in (2, 50):
+        for kinds in (["num"] * 30, [2] * 30, [50] * 30):
+            for n_trees in (10, 100):
+                schema = _schema_of(kinds, n_classes)
+                h = ceiling_height(schema, n_trees)
+                assert max_possible_leaves(schema, h) <= leaf_budget(schema, n_trees)
+                assert (n_trees + 1) * max_possible_leaves(schema, h) * n_classes <= DEFAULT_CELL_BUDGET
+    numeric = _schema_of(["num"] * 30, 50)
+    assert ceiling_height(numeric) == 8 and ceiling_height(numeric, 100) == 6  # 2**6 x 101 x 50 cells fit, 2**7 not
+
+
+@pytest.mark.slow
+def test_a_default_forest_draws_within_a_second_for_every_schema_up_to_100_attributes():
+    import time
+
+    for kind, kinds in SWEEP_KINDS.items():
+        for m in (10, 30, 64, 100):
+            schema = _schema_of(kinds(m), 2)
+            start = time.perf_counter()
+            PrivateForest.create(schema, n_trees=10)
+            assert time.perf_counter() - start < 1.0, (kind, m)
 
 
 def test_bad_arguments_refused():

@@ -22,7 +22,7 @@ def test_getting_started_example_runs():
     with contextlib.redirect_stdout(out):
         exec(compile(block, "getting-started.md", "exec"), {})
     accuracy = float(re.match(r"accuracy (\S+),", out.getvalue()).group(1))
-    assert accuracy > 0.7  # the majority class alone scores about 0.6 here; the forest about 0.85 (sd about 0.03)
+    assert accuracy > 0.7  # above the majority class's share of the test rows (about 0.6)
 
 
 @pytest.fixture(scope="module")

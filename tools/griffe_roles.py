@@ -2,7 +2,7 @@
 
 The docstrings are written for reading in the source and with ``help()``: ``:func:`name``` roles and doctest
 examples in the prose. mkdocstrings renders markdown, where a role would print as ``:func:`` followed by code,
-and a doctest's output (``[1, 2]``) would read as a link. Roles become code; each run of doctest lines
+and a doctest's output (``[1, 2]``) would read as a link. Roles become code, linked where the site renders the object they name; each run of doctest lines
 becomes a ``pycon`` code block. Double-backquoted literals are code in markdown already.
 """
 
@@ -17,9 +17,18 @@ _ROLE = re.compile(r":(?:py:)?(?:func|meth|class|mod|attr|data|exc|obj|const):`(
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
-def _role(m: re.Match) -> str:
-    text = m.group(2).strip()
-    return f"`{text.rsplit('.', 1)[-1] if m.group(1) else text}`"
+def _roles(text: str, obj: Object) -> str:
+    """Each role as code, linked (when the site has a page for it) to the object it names."""
+    scope = obj.path if obj.is_class or obj.is_module else obj.parent.path if obj.parent else obj.path
+
+    def replace(m: re.Match) -> str:
+        name = m.group(2).strip().rstrip("()")
+        shown = name.rsplit(".", 1)[-1] if m.group(1) else name
+        target = name if name.startswith("streamdp.") else f"{scope}.{name}"
+        # an optional autoref: a target the site does not render (a private or re-exported name) stays code
+        return f'<autoref identifier="{target}" optional><code>{shown}</code></autoref>'
+
+    return _ROLE.sub(replace, text)
 
 
 def fence_doctests(text: str) -> str:
@@ -48,4 +57,4 @@ class RolesToMarkdown(Extension):
 
     def on_instance(self, *, obj: Object, **kwargs: Any) -> None:
         if obj.docstring is not None:
-            obj.docstring.value = fence_doctests(_ROLE.sub(_role, obj.docstring.value))
+            obj.docstring.value = fence_doctests(_roles(obj.docstring.value, obj))

@@ -5,7 +5,7 @@ The repository's markdown is written to read on GitHub: links are relative paths
 things happen here, at build time, to keep one copy of every text:
 
 - ``PUBLISHED`` repository files outside ``docs/`` (the deploy guide, the benchmark results) are added to the
-  site at their repository paths (README.md is the home page's include);
+  site at their repository paths (README.md and benchmarks/README.md are included whole by the pages in ``INCLUDED``);
 - ``<!-- include: PATH[#section] -->`` in a page is replaced by that file, or by one section of it (the
   heading whose anchor is ``section`` down to the next heading of the same or a higher level);
 - every relative link is resolved as a repository path and rewritten to the page that carries it on the site;
@@ -28,7 +28,9 @@ from mkdocs.structure.files import File, Files
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = "docs"
-PUBLISHED = ["deploy/README.md", "benchmarks/README.md", "benchmarks/results/*"]
+PUBLISHED = ["deploy/README.md", "benchmarks/results/*"]
+# repository files that pages include whole, by the page that carries them
+INCLUDED = {"README.md": "index.md", "benchmarks/README.md": "benchmarks.md"}
 
 _LINK = re.compile(r"(!?\[(?:[^\[\]]|\[[^\]]*\])*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")
 _INCLUDE = re.compile(r"^<!-- include: (\S+?)(?:#(\S+))? -->$", re.M)
@@ -41,6 +43,8 @@ _repo_path_of: dict[str, str] = {}
 
 def site_path(repo_path: str) -> str | None:
     """Where the site carries a repository file, or None."""
+    if repo_path in INCLUDED:
+        return INCLUDED[repo_path]
     if repo_path.startswith(DOCS + "/"):
         return repo_path[len(DOCS) + 1 :]
     if any(fnmatch.fnmatch(repo_path, p) for p in PUBLISHED):

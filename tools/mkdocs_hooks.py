@@ -21,6 +21,7 @@ import glob
 import os
 import posixpath
 import re
+import sys
 from pathlib import Path
 
 from markdown.extensions.toc import slugify
@@ -159,6 +160,8 @@ def _relink(m: re.Match, repo_path: str, page_site: str) -> str:
 
 def cli_help() -> str:
     """``streamdp --help`` and every subcommand's, as markdown sections."""
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))  # this checkout's parser, not another install's
     from streamdp.cli import _below, build_parser
 
     columns = os.environ.get("COLUMNS")

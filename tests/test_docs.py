@@ -55,3 +55,22 @@ def test_include_takes_one_section_with_its_subsections(hooks):
     assert hooks._shift_headings("# T\n## A\n", 2) == "## T\n### A\n"
     with pytest.raises(ValueError, match="no section #z"):
         hooks._section(text, "z", "x.md")
+
+
+def test_docstring_markup_becomes_markdown():
+    pytest.importorskip("griffe")
+    spec = importlib.util.spec_from_file_location("griffe_roles", ROOT / "tools/griffe_roles.py")
+    roles = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(roles)
+    text = "Intro.\n\n>>> f([1, 2])\n[2, 3]\n\nAfter.\n\n```\n>>> kept\n```"
+    assert roles.fence_doctests(text) == (
+        "Intro.\n\n```pycon\n>>> f([1, 2])\n[2, 3]\n```\n\nAfter.\n\n```\n>>> kept\n```"
+    )
+    import griffe
+
+    module = griffe.visit("m", Path("m.py"), 'class C:\n    """See :meth:`fit` and :func:`~streamdp.a.b`."""\n')
+    roles.RolesToMarkdown().on_instance(obj=module["C"])
+    assert module["C"].docstring.value == (
+        'See <autoref identifier="m.C.fit" optional><code>fit</code></autoref> and '
+        '<autoref identifier="streamdp.a.b" optional><code>b</code></autoref>.'
+    )

@@ -25,6 +25,19 @@ def test_getting_started_example_runs():
     assert accuracy > 0.7  # above the majority class's share of the test rows (about 0.6)
 
 
+@pytest.mark.slow
+def test_river_tutorial_example_runs():
+    river = pytest.importorskip("river")
+    (block,) = python_blocks(ROOT / "docs/tutorials/river.md")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "river.md", "exec"), {})
+    accuracy = float(re.match(r"Accuracy: (\S+)%", out.getvalue()).group(1)) / 100
+    labels = [y for _, y in river.datasets.synth.SEA(seed=1).take(20_000)]
+    majority = max(labels.count(True), labels.count(False)) / len(labels)
+    assert accuracy > majority + 0.05
+
+
 @pytest.fixture(scope="module")
 def hooks():
     pytest.importorskip("mkdocs")

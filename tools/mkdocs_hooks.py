@@ -1,7 +1,7 @@
 """MkDocs hooks of the docs site (mkdocs.yml: ``hooks``).
 
 The repository's markdown is written to read on GitHub: links are relative paths between repository files
-(``../benchmarks/results/service.md``, ``docs/service.md``). The site is built from ``docs/``, so three
+(``../benchmarks/results/service.md``, ``docs/service.md``). The site is built from ``docs/``, so these
 things happen here, at build time, to keep one copy of every text:
 
 - ``PUBLISHED`` repository files outside ``docs/`` (the deploy guide, the benchmark results) are added to the
@@ -67,8 +67,8 @@ def on_files(files: Files, config) -> Files:
 def on_page_markdown(markdown: str, page, config, files) -> str:
     src = page.file.src_uri
     repo_path = _repo_path_of.get(src, f"{DOCS}/{src}")
+    markdown = rewrite_links(markdown, repo_path, src)  # the page's own links, then each include's
     markdown = _INCLUDE.sub(lambda m: _include(m.group(1), m.group(2), src), markdown)
-    markdown = rewrite_links(markdown, repo_path, src)
     if "<!-- results-index -->" in markdown:
         markdown = markdown.replace("<!-- results-index -->", results_index(src))
     if "<!-- cli-help -->" in markdown:

@@ -55,6 +55,8 @@ class ServiceClassifier(river.base.Classifier):
         ``window``/``tree``/``grow`` it is the next window's release, which may
         close before the batch is added (the batch is then in the one after).
 
+    Notes
+    -----
     Before the service has published anything ``predict_proba_one`` returns
     ``{}`` (river then skips the metric update). Call :meth:`flush` at the end
     of a stream to push the last partial batch.

@@ -217,9 +217,9 @@ def test_kanon_tree_with_every_cell_pruned_predicts_what_survives_never_the_firs
         f = PrivateForest(s, fs, epsilon=8.0, mechanism="kanon", k=10, beta=0.5, vote=vote, counts=counts.copy())
         assert list(f.predict([["x"], ["y"]])) == ["c2", "c2"]
         g = PrivateForest(
-            s, fs, epsilon=8.0, mechanism="kanon", k=10, beta=0.5, vote=vote, counts=np.zeros_like(counts)
+            s, fs, epsilon=8.0, mechanism="kanon", k=10, beta=0.5, vote=vote, counts=np.zeros_like(counts), n_releases=1
         )
-        assert g.predict_proba([["x"]]).shape == (1, 3)  # nothing survives at all: uniform, still a distribution
+        assert g.predict_proba([["x"]]).shape == (1, 3)  # a release pruned whole: uniform, still a distribution
 
 
 # -- the floor at the prior ----------------------------------------------------------------------------

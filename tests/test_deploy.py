@@ -119,3 +119,45 @@ def test_dockerignore_keeps_build_output_out():
     assert _ignored("build/lib/streamdp/x.py", patterns)
     assert not _ignored("streamdp/river/_kernel.c", patterns)
     assert not _ignored("streamdp/builder.py", patterns)
+
+
+DEPLOY_DOCS = [
+    ROOT / "deploy" / n for n in ("README.md", "streamdp-worker@.service", "compose.yaml", "compose.cluster.yaml")
+]
+
+
+def test_every_acl_user_that_logs_in_has_a_password_in_env_example_and_the_compose_files():
+    """env.example had no job-worker password: acl_passwords.py then generated one only its log showed."""
+    users = [
+        line.split()[1]
+        for line in (ROOT / "deploy" / "users.acl").read_text().splitlines()
+        if line.startswith("user ") and " on " in line
+    ]
+    assert "jobworker" in users
+    env = (ROOT / "deploy" / "env.example").read_text()
+    for user in users:
+        var = f"STREAMDP_{user.upper()}_PASSWORD"
+        assert re.search(rf"^{var}=\S", env, re.M), f"env.example has no {var}"
+        for compose in ("compose.yaml", "compose.cluster.yaml"):
+            assert f"{var}: ${{{var}:?" in (ROOT / "deploy" / compose).read_text(), (compose, var)
+
+
+def test_deploy_docs_install_from_the_checkout_and_name_files_that_ship():
+    """They said `pip install streamdp` (no index has it) and `--schema votes.json` (not in the repository)."""
+    for doc in [*DEPLOY_DOCS, ROOT / "docs" / "service.md"]:
+        text = doc.read_text()
+        assert not re.search(r"pip install streamdp(\s|$)", text), f"{doc.name}: streamdp is on no package index"
+        for schema in re.findall(r"--schema (\S+\.json)", text):
+            assert (ROOT / schema).is_file(), f"{doc.name}: --schema {schema} is not in the repository"
+
+
+def test_the_service_docs_make_the_csv_they_push(tmp_path):
+    """docs/service.md pushed votes.csv, which nothing made: its own command writes it from the bundled data."""
+    (line,) = [ln for ln in (ROOT / "docs" / "service.md").read_text().splitlines() if "to_csv('votes.csv')" in ln]
+    assert "streamdp push votes votes.csv --label party" in (ROOT / "docs" / "service.md").read_text()
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    subprocess.run(
+        line.replace("python3", shlex.quote(sys.executable), 1), shell=True, cwd=tmp_path, env=env, check=True
+    )
+    rows = (tmp_path / "votes.csv").read_text().splitlines()
+    assert len(rows) == 436 and rows[0].endswith(",party")

@@ -17,9 +17,10 @@ import argparse
 import json
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
-from streamdp.cli.common import int_in
+from streamdp.cli.common import Progress, int_in
 
 __all__ = ["add_parser", "evaluate"]
 
@@ -81,11 +82,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr")
     p.set_defaults(func=evaluate)
     return p
 
 
+def _bars(label: str, total: int) -> Callable[[int], None]:
+    """A progress bar on stderr for one model's run (river's references too): ``update(done)``, closed at total."""
+    bar = Progress(total, f"records {label}")
+
+    def update(done: int) -> None:
+        bar.update(done)
+        if done >= total:
+            bar.close()
+
+    return update
+
+
 def evaluate(args: argparse.Namespace) -> int:
+    """``streamdp evaluate``: one table per dataset on stdout (and plots, JSON); a progress bar per model's run
+    on stderr (``-q``: none). Returns the exit status."""
     from streamdp.river.evaluate import check_dataset, plot
     from streamdp.river.evaluate import evaluate as run_evaluation
 
@@ -109,6 +125,7 @@ def evaluate(args: argparse.Namespace) -> int:
             windows=args.windows,
             window_learners=tuple(w.strip() for w in args.window_learners.split(",") if w.strip()),
             window_size=args.window_size,
+            progress=None if args.quiet else _bars,
         )
         print(res.table())
         print()

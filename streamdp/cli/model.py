@@ -202,6 +202,8 @@ def show(args: argparse.Namespace) -> int:
 
 
 def get(args: argparse.Namespace) -> int:
+    """``streamdp model get``: write a published model's blob to ``--output``. The latest version of a model
+    with nothing released yet is written too (a valid, empty model), with a note on stderr saying so; exit 0."""
     from streamdp.service.consumer import Consumer
     from streamdp.service.registry import published_keys
 
@@ -221,6 +223,12 @@ def get(args: argparse.Namespace) -> int:
     with open(args.output, "wb") as fh:
         fh.write(data)
     print(f"wrote {f!r} to {args.output} ({len(data):,} bytes)")
+    if args.version is None and getattr(f, "n_releases", 1) == 0:  # written all the same: a valid, empty model
+        print(
+            f"streamdp: note: {args.name!r} is empty (version 0, nothing released yet): the file cannot predict "
+            f"until a worker merges pushed records (streamdp worker {args.name})",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -103,6 +103,7 @@ def push(args: argparse.Namespace) -> int:
         if bar:
             bar.update_fraction(1.0, res.n_records)
             bar.close()
+        consumers = p.consumers() if res.n_records else None
     sent, bad = res.n_records, res.n_invalid
     if not sent:
         print(
@@ -129,6 +130,12 @@ def push(args: argparse.Namespace) -> int:
             else ""
         )
     )
+    if consumers == 0:  # (None: this user may not ask, the deploy producer's ACL: say nothing)
+        print(
+            f"streamdp: note: no worker is consuming {args.name!r}: records wait in the stream until a worker "
+            f"runs (streamdp worker {args.name})",
+            file=sys.stderr,
+        )
     if bad:  # a corrected copy of the whole file pushed again would count its valid records twice
         print(
             "streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "

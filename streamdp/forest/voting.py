@@ -21,7 +21,7 @@ from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Schema
 from streamdp.validation import NotFittedError, check_choice
 
-__all__ = ["Voting"]
+__all__ = ["Voting", "mean_accuracy"]
 
 
 class Voting:
@@ -71,6 +71,15 @@ class Voting:
     def predict(self, X: Any) -> np.ndarray:
         codes = self.predict_proba(X).argmax(axis=1)
         return np.asarray(list(self.schema.decode_labels(codes))) if len(codes) else np.empty(0)
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy of :meth:`predict` on ``(X, y)`` (scikit-learn's ``ClassifierMixin.score``).
+
+        Exact, not private: score on public or held-out data only. Raises :class:`ValueError` when the
+        lengths differ (:func:`mean_accuracy`), :class:`~streamdp.validation.NotFittedError` before the
+        first release.
+        """
+        return mean_accuracy(self.predict(X), y, sample_weight)
 
     @property
     def cell_variance(self) -> float:
@@ -219,3 +228,32 @@ class Voting:
         proba = np.zeros((len(leaves), C))
         np.add.at(proba, (np.repeat(np.arange(len(leaves)), T), votes.ravel()), 1.0)
         return proba / T
+
+
+def mean_accuracy(predicted: Any, y: Any, sample_weight: Any = None) -> float:
+    """The (weighted) share of ``predicted`` labels equal to ``y``: what every estimator's ``score`` returns.
+
+    Labels compare as Python objects (a schema's ``"1"`` is not ``1``). Raises :class:`ValueError` when
+    ``y`` or ``sample_weight`` is not as long as ``predicted``, or a weight is negative, not finite, or they
+    sum to zero.
+
+    >>> mean_accuracy(["a", "b", "a"], ["a", "a", "a"])
+    0.6666666666666666
+    >>> mean_accuracy(["a", "b"], ["a", "a"], sample_weight=[3, 1])
+    0.75
+    """
+    pred = np.asarray(list(predicted), dtype=object)
+    truth = np.asarray(list(y), dtype=object)
+    if truth.shape != pred.shape:
+        raise ValueError(f"y has {len(truth)} labels for {len(pred)} records")
+    if not len(pred):
+        raise ValueError("score needs at least one record")
+    right = (pred == truth).astype(np.float64)
+    if sample_weight is None:
+        return float(right.mean())
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.shape != pred.shape:
+        raise ValueError(f"sample_weight has shape {w.shape} for {len(pred)} records")
+    if not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
+        raise ValueError("sample_weight must be finite, non-negative and not all zero")
+    return float(np.dot(right, w) / w.sum())

@@ -22,6 +22,7 @@ from streamdp.estimation.nodes import ForestNodes
 from streamdp.estimation.prior import prior_from
 from streamdp.estimation.rule import SNR_MIN_GROWN, cell_variance, node_distributions
 from streamdp.estimation.trees import inverse_variance_mean
+from streamdp.forest.voting import mean_accuracy
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.tree import Tree
 from streamdp.options import MAX_PRIOR_TREES, VOTES
@@ -299,9 +300,10 @@ class PrivateLearner:
         self._check_fitted()
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
-    def score(self, X: Any, y: Any) -> float:
-        """Accuracy of :meth:`predict` on ``(X, y)``. Exact: use it on public or held-out data only."""
-        return float(np.mean(self.predict(X) == np.asarray(list(y), dtype=object)))
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean accuracy of :meth:`predict` on ``(X, y)`` (scikit-learn's ``ClassifierMixin.score``,
+        :func:`~streamdp.forest.voting.mean_accuracy`). Exact, not private: score on public or held-out data only."""
+        return mean_accuracy(self.predict(X), y, sample_weight)
 
     # -- blobs ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:

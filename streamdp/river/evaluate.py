@@ -192,9 +192,20 @@ def _curves(correct: np.ndarray, steps: list, window: int) -> tuple[list, list]:
     return curve, rolling
 
 
-def run_private(model, data: list, *, labels_to_codes: Callable | None = None) -> tuple[np.ndarray, float]:
+#: ``progress(label, total)`` returns ``update(done)``, called as a model's run goes (last with ``done == total``).
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def _no_progress(done: int) -> None:
+    pass
+
+
+def run_private(
+    model, data: list, *, labels_to_codes: Callable | None = None, progress: Callable[[int], None] = _no_progress
+) -> tuple[np.ndarray, float]:
     """Progressive validation of a PrivateForestClassifier, vectorised between releases (exact; see module doc).
 
+    ``progress(done)`` is called after each run of records up to a release (last with ``len(data)``).
     Returns (per-record correctness, seconds).
     """
     enc = model.encoder
@@ -217,18 +228,24 @@ def run_private(model, data: list, *, labels_to_codes: Callable | None = None) -
                 correct[i + k] = enc.encode_label(max(p, key=p.get)) == ys[k]
                 model.learn_one(x, y)
         i = j
+        progress(i)
     return correct, time.perf_counter() - t0
 
 
-def run_river(model, data: list) -> tuple[np.ndarray, float]:
-    """The one-record test-then-train loop of ``river.evaluate.progressive_val_score``."""
+def run_river(model, data: list, *, progress: Callable[[int], None] = _no_progress) -> tuple[np.ndarray, float]:
+    """The one-record test-then-train loop of ``river.evaluate.progressive_val_score``; ``progress(done)`` is
+    called every 1/200 of the stream (last with ``len(data)``). Returns (per-record correctness, seconds)."""
     n = len(data)
     correct = np.zeros(n, dtype=bool)
+    step = max(1, -(-n // 200))
     t0 = time.perf_counter()
-    for k, (x, y) in enumerate(data):
-        y_pred = model.predict_one(x)
-        correct[k] = y_pred is not None and y_pred == y
-        model.learn_one(x, y)
+    for start in range(0, n, step):
+        for k in range(start, min(n, start + step)):
+            x, y = data[k]
+            y_pred = model.predict_one(x)
+            correct[k] = y_pred is not None and y_pred == y
+            model.learn_one(x, y)
+        progress(min(n, start + step))
     return correct, time.perf_counter() - t0
 
 
@@ -250,8 +267,13 @@ def evaluate(
     window_learners: Sequence[str] = (),
     window_size: int = 5000,
     verbose: bool = True,
+    progress: ProgressFactory | None = None,
 ) -> EvalResult:
-    """Run progressive validation of every model on one dataset; see the module docstring."""
+    """Run progressive validation of every model on one dataset; see the module docstring.
+
+    ``progress(label, n)``, when given, is called as each model's run starts (river's references included) and
+    returns the ``update(done)`` the run calls as it goes (``streamdp evaluate`` draws a bar with it).
+    """
     from river import base, tree
     from river import forest as rforest
 
@@ -276,6 +298,9 @@ def evaluate(
         load = ""
     rows: list[Row] = []
 
+    def bar(label: str) -> Callable[[int], None]:
+        return progress(label, n) if progress is not None else _no_progress
+
     def add(row: Row, correct: np.ndarray) -> None:
         row.curve, row.rolling = _curves(correct, steps, window)
         rows.append(row)
@@ -286,11 +311,12 @@ def evaluate(
         print(f"dataset {dataset}: {n:,} samples, load {load}", flush=True)
     for eps, bs, win in [(e, b, w) for e in epsilons for b in batch_sizes for w in windows]:
         accs, secs_all, corrects = [], [], []
-        for _ in range(max(1, repeats)):  # each repeat: a fresh structure and fresh noise
+        for i in range(max(1, repeats)):  # each repeat: a fresh structure and fresh noise
             model = PrivateForestClassifier(
                 schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs, window=win
             )
-            correct, secs = run_private(model, data)
+            run = f"PrivateForest eps={eps:g} bs={bs}" + (f" win={win}" if win else "")
+            correct, secs = run_private(model, data, progress=bar(run + (f" #{i + 1}" if repeats > 1 else "")))
             accs.append(float(correct.mean()))
             secs_all.append(secs)
             corrects.append(correct)
@@ -316,7 +342,7 @@ def evaluate(
         # Same model through the one-record loop (river's own path), for its throughput.
         eps, bs = epsilons[len(epsilons) // 2], batch_sizes[len(batch_sizes) // 2]
         model = PrivateForestClassifier(schema, n_trees=n_trees, height=height, epsilon=eps, batch_size=bs)
-        correct, secs = run_river(model, data)
+        correct, secs = run_river(model, data, progress=bar(f"PrivateForest eps={eps:g} bs={bs} 1-by-1"))
         add(
             Row(
                 f"PrivateForest eps={eps:g} bs={bs} 1-by-1",
@@ -334,9 +360,10 @@ def evaluate(
     for name, eps in [(w, e) for w in window_learners for e in epsilons]:
         # a batch learner refit on each disjoint window (DP-chosen splits), one record at a time
         accs, secs_all, corrects = [], [], []
-        for _ in range(max(1, repeats)):
+        for i in range(max(1, repeats)):
             window_model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size)
-            correct, secs = run_river(window_model, data)
+            run = f"Window {name} eps={eps:g} w={window_size}" + (f" #{i + 1}" if repeats > 1 else "")
+            correct, secs = run_river(window_model, data, progress=bar(run))
             accs.append(float(correct.mean()))
             secs_all.append(secs)
             corrects.append(correct)
@@ -362,7 +389,7 @@ def evaluate(
             reference, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
         else:  # "arf"
             reference, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
-        correct, secs = run_river(reference, data)
+        correct, secs = run_river(reference, data, progress=bar(label + " (not private)"))
         add(Row(label + " (not private)", float(correct.mean()), n / secs, secs, n), correct)
     labels = Counter(y for _, y in data)
     majority = max(labels.values()) / n if n else None

@@ -14,7 +14,8 @@ from typing import Any
 import redis
 
 from streamdp.service.group import jlog
-from streamdp.service.stream_worker import Worker, WorkerConfig
+from streamdp.service.rollback import load_noise_key
+from streamdp.service.stream_worker import Worker, WorkerConfig, warn_unkeyed
 
 __all__ = ["WorkerPool", "run_workers"]
 
@@ -24,7 +25,7 @@ log = logging.getLogger("streamdp.worker")
 def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(message)s")
     parent = mp.parent_process()  # (its sentinel was made with this process: a pool gone since still shows)
-    worker = Worker(redis_url, model, **kw)
+    worker = Worker(redis_url, model, warn_unkeyed=False, **kw)  # (the pool warned once for all its processes)
     if parent is not None:
         threading.Thread(
             target=_stop_with_parent, args=(worker, parent), daemon=True, name="streamdp-parent-watch"
@@ -69,6 +70,8 @@ class WorkerPool:
         for k in config:
             if not hasattr(WorkerConfig, k):
                 raise TypeError(f"unknown worker option {k!r}")
+        self.model = model
+        self.noise_key_file = config.get("noise_key_file")
         self.n = processes or os.cpu_count() or 1
         ctx = mp.get_context("spawn")
         self.procs = [
@@ -82,7 +85,14 @@ class WorkerPool:
         ]
 
     def start(self) -> WorkerPool:
-        """Start every worker process; returns the pool."""
+        """Start every worker process; returns the pool. Logs ``worker.unkeyed_noise`` here, once for the
+        pool, when no noise key is set (its processes do not repeat it)."""
+        try:
+            unkeyed = load_noise_key(self.noise_key_file) is None
+        except (OSError, ValueError):
+            unkeyed = False  # a bad key file: each process refuses to start, naming what is wrong
+        if unkeyed:
+            warn_unkeyed(self.model, processes=self.n)
         for p in self.procs:
             p.start()
         return self

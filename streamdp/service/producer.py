@@ -45,6 +45,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import redis
 
 from streamdp import blob
 from streamdp.forest import persistence as forest
@@ -52,7 +53,7 @@ from streamdp.records import frames, read_errors
 from streamdp.records.schema import Schema
 from streamdp.service import codec
 from streamdp.service.connection import connect
-from streamdp.service.keys import REGISTRY, Keys
+from streamdp.service.keys import GROUP, REGISTRY, Keys
 from streamdp.service.registry import ModelNotFound, batch_id_salt, no_stream_model
 from streamdp.validation import check_choice
 
@@ -356,6 +357,19 @@ class Producer:
     def push_raw(self, payload: bytes) -> str:
         """XADD an already-built envelope (see :mod:`streamdp.service.codec`)."""
         return self._send([payload])[0]
+
+    def consumers(self) -> int | None:
+        """How many workers are in the model's consumer group (XINFO GROUPS; 0 when no worker ever joined it),
+        or None when this user may not ask (the deploy ACL's producer may not read the stream) or the
+        stream is absent. A worker that died without leaving stays counted until a live one forgets it."""
+        try:
+            groups = self.redis.xinfo_groups(self.keys.records)
+        except redis.RedisError:  # NOPERM, no such key: a push that succeeded does not fail for a note
+            return None
+        for g in groups:
+            if g.get("name") in (GROUP, GROUP.encode()):
+                return int(g.get("consumers", 0))
+        return 0
 
     def close(self) -> None:
         """Close the Redis client if this producer made it (not one passed in)."""

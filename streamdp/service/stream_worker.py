@@ -102,6 +102,18 @@ def _jlog(level: int, event: str, **kv: Any) -> None:
     jlog(log, level, event, **kv)
 
 
+def warn_unkeyed(model: str, **context: Any) -> None:
+    """Log ``worker.unkeyed_noise`` (a warning) for ``model``: once per worker, or once per pool
+    (:class:`~streamdp.service.pool.WorkerPool` logs it and its processes do not)."""
+    _jlog(
+        logging.WARNING,
+        "worker.unkeyed_noise",
+        model=model,
+        **context,
+        hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)",
+    )
+
+
 def _no_fault(point: str) -> None:
     pass
 
@@ -110,6 +122,8 @@ class Worker(GroupLoop):
     """One worker process (a consumer in group ``workers`` of the model's record stream).
 
     ``faults``: test-only fault points (:mod:`.faults`); default: ``$STREAMDP_FAULT_POINTS``, normally unset.
+    ``warn_unkeyed``: log ``worker.unkeyed_noise`` at start when no noise key is set (False in a pool's
+    processes: the pool logs it once for all of them).
     """
 
     log = log
@@ -123,9 +137,11 @@ class Worker(GroupLoop):
         consumer: str | None = None,
         config: WorkerConfig | None = None,
         faults: FaultPoints | None = None,
+        warn_unkeyed: bool = True,
         **overrides: Any,
     ):
         super().__init__()
+        self.warn_unkeyed = warn_unkeyed
         if not model:
             raise ValueError("Worker needs a model name")
         self.config = config or WorkerConfig()
@@ -241,13 +257,8 @@ class Worker(GroupLoop):
             refuse=False,
             warn=lambda problem: _jlog(logging.WARNING, "worker.restart_loses_data", model=self.model, problem=problem),
         )
-        if not self.noise.keyed:
-            _jlog(
-                logging.WARNING,
-                "worker.unkeyed_noise",
-                model=self.model,
-                hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)",
-            )
+        if not self.noise.keyed and self.warn_unkeyed:
+            warn_unkeyed(self.model)
         if self.closer is not None:  # (public: the clock and the published release count)
             behind = self.closer.due(self.closer.now()) - int(self.redis.hget(self.keys.pub_model, "releases") or 0)
             if behind >= BEHIND_WARN:

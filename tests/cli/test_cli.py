@@ -167,6 +167,21 @@ def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, m
     assert why in capsys.readouterr().err and ran == []
 
 
+@pytest.mark.slow
+def test_evaluate_shows_progress_for_every_model_river_references_included(capsys):
+    """`streamdp evaluate` sat silent through river's reference trees (the long runs): every model's run, ours and
+    river's, has a progress bar on stderr, ending at the stream's length; -q draws none."""
+    pytest.importorskip("river")
+    argv = ["evaluate", "stagger:0", "--n", "1000", "--epsilons", "1", "--batch-sizes", "500", "--references", "ht,arf"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "HoeffdingTree (not private)" in out and "\r" not in out  # the table, with no bar in it
+    for model in ("PrivateForest eps=1 bs=500", "HoeffdingTree (not private)", "ARF(10) (not private)"):
+        assert f"100.0% 1,000/1,000 records {model} " in err, err
+    assert main([*argv[:-2], "--references", "", "-q"]) == 0
+    assert "records" not in capsys.readouterr().err
+
+
 def test_a_job_line_shows_a_result_only_where_there_is_one():
     """A walkthrough: `job list` showed a refused job's result name, which `job result` then said does not exist."""
     from streamdp.cli.job import _line

@@ -184,3 +184,59 @@ def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name
     nodedup = Producer(redis_url, name, batch_size=50, dedup=False)
     with pytest.raises(SourceError, match="pushing them again counts them again"):
         nodedup.push(recs, ["neg"] * 300)
+
+
+NO_WORKER = "records wait in the stream until a worker runs (streamdp worker {})"
+
+
+def test_cli_push_says_when_no_worker_consumes_the_model(redis_url, name, tmp_path, capsys):
+    """Forgetting the worker gave no hint: push reported success and the records waited unseen. Without a worker
+    in the model's group push says so (one line on stderr); with one running it says nothing."""
+    import threading
+    import time
+
+    from streamdp.service.stream_worker import Worker
+
+    u = ["--redis-url", redis_url]
+    create = [
+        "model",
+        "create",
+        name,
+        "--schema",
+        SCHEMA,
+        "--trees",
+        "2",
+        "--height",
+        "3",
+        "--epsilon",
+        "1",
+        "--release",
+        "batch",
+    ]
+    assert main(u + create) == 0
+    path = tmp_path / "v.csv"
+    _write(path, _votes_rows(30))
+    capsys.readouterr()
+    assert main(u + ["push", name, str(path), "-q"]) == 0
+    got = capsys.readouterr()
+    assert got.out.startswith("pushed 30 records")
+    assert [line for line in got.err.splitlines() if "records wait" in line] == [
+        f"streamdp: note: no worker is consuming {name!r}: " + NO_WORKER.format(name)
+    ]
+
+    w = Worker(redis_url, name, block_ms=50)
+    t = threading.Thread(target=w.run, kwargs={"handle_signals": False}, daemon=True)
+    t.start()
+    try:
+        r = redis_py.Redis.from_url(redis_url, socket_timeout=5)
+        deadline = time.monotonic() + 30
+        while not r.xinfo_groups(Keys(name).records)[0]["consumers"]:
+            assert time.monotonic() < deadline, "the worker did not join the group"
+            time.sleep(0.02)  # bounded wait on a condition
+        assert main(u + ["push", name, str(path), "-q", "--source", "again"]) == 0
+        got = capsys.readouterr()
+        assert got.out.startswith("pushed 30 records") and "records wait" not in got.err
+    finally:
+        w.stop()
+        t.join(30)
+    assert not t.is_alive()

@@ -192,3 +192,27 @@ def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, 
     assert "needs a finite epsilon" in capsys.readouterr().err
     assert main(u + ["model", "delete", unique_name]) == 0
     assert f"see `streamdp ledger {unique_name}`" in capsys.readouterr().out  # (the name, not a placeholder)
+
+
+def test_cli_model_get_of_an_empty_model_says_so(redis_url, unique_name, tmp_path, capsys):
+    """`model get` before any release wrote a version-0 model without a word. It still writes the (valid, empty)
+    model and exits 0, and says on stderr that nothing is released yet; after a release it says nothing."""
+    from streamdp.service import Producer
+    from streamdp.service.stream_worker import Worker
+
+    u, name = ["--redis-url", redis_url], unique_name
+    create = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
+    assert main(u + create + ["--release", "batch"]) == 0
+    blob = tmp_path / "m.sdp"
+    capsys.readouterr()
+    assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("wrote ") and PrivateForest.from_bytes(blob.read_bytes()).version == 0
+    assert f"streamdp: note: {name!r} is empty (version 0, nothing released yet)" in err
+    assert f"(streamdp worker {name})" in err
+    Producer(redis_url, name).push(DS.X[:50], DS.y[:50])
+    Worker(redis_url, name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)
+    for version in ([], ["--version", "0"]):  # a release, or version 0 asked for by number: nothing to say
+        assert main(u + ["model", "get", name, *version, "-o", str(blob)]) == 0
+        assert capsys.readouterr().err == ""
+    assert PrivateForest.from_bytes(blob.read_bytes()).version == 0

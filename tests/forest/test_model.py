@@ -760,9 +760,10 @@ def test_predict_before_any_release_raises_not_fitted():
 
     ds = load("congressional-voting")
     f = PrivateForest.create(ds.schema, n_trees=3, epsilon=1.0)
-    for call in (f.predict, f.predict_proba):
+    for call in (f.predict, f.predict_proba, lambda X: f.score(X, ds.y[:3])):
         with pytest.raises(NotFittedError, match="released no counts") as e:
             call(ds.X[:3])
         assert isinstance(e.value, ValueError) and isinstance(e.value, AttributeError)
     f.fit(ds.X, ds.y)
     assert len(f.predict(ds.X[:3])) == 3
+    assert f.score(ds.X, ds.y) == np.mean(f.predict(ds.X) == ds.y)

@@ -135,3 +135,32 @@ def test_every_learner_refuses_to_predict_before_fit(name):
         with pytest.raises(NotFittedError, match="not fitted") as e:
             call()
         assert isinstance(e.value, ValueError) and isinstance(e.value, AttributeError)
+
+
+def _fitted(name):
+    """A fitted estimator of every catalogue algorithm (the forests through create, the learners by class)."""
+    a = ALGORITHMS[name]
+    if a.is_forest:
+        extra = {"k": 5, "beta": 0.2} if a.mechanism == "kanon" else {}
+        m = a.cls().create(VOTES.schema, n_trees=3, epsilon=2.0, mechanism=a.mechanism, seed=1, **extra)
+    else:
+        m = a.cls()(VOTES.schema, epsilon=2.0)
+    return m.fit(VOTES.X, VOTES.y)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_every_estimator_scores_like_scikit_learn(name):
+    """score(X, y[, sample_weight]) is the mean accuracy of predict, as scikit-learn's ClassifierMixin's."""
+    m = _fitted(name)
+    X, y = VOTES.X[:60], np.array(VOTES.y[:60], dtype=object)
+    other = {c: next(d for d in VOTES.schema.classes if d != c) for c in VOTES.schema.classes}
+    y[:15] = [other[c] for c in y[:15]]  # some wrong whatever the model: a weighted mean differs from the plain one
+    right = np.asarray(m.predict(X), dtype=object) == y
+    assert 0 < right.sum() < len(y)
+    assert m.score(X, y) == pytest.approx(right.mean())
+    w = np.arange(1, 61, dtype=float)
+    assert m.score(X, y, sample_weight=w) == pytest.approx(np.dot(right, w) / w.sum())
+    with pytest.raises(ValueError, match="59 labels for 60 records"):
+        m.score(X, y[:59])
+    with pytest.raises(ValueError, match="sample_weight"):
+        m.score(X, y, sample_weight=-w)

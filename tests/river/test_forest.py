@@ -704,3 +704,24 @@ def test_at_a_small_epsilon_the_river_forest_does_not_fall_to_a_minority_class()
         m.learn_encoded(X, y)
         wrong += bool(np.mean(m.predict_proba_encoded(X[:200]).argmax(axis=1) == 0) < 0.5)
     assert wrong <= 5
+
+
+def test_evaluate_reports_progress_of_every_run_river_references_included():
+    """evaluate(progress=...) opens one progress per model's run (river's references too: the long ones) and
+    each run reports increasing counts up to the stream's length."""
+    from streamdp.river.evaluate import evaluate
+
+    runs: dict[str, list[int]] = {}
+
+    def progress(label, total):
+        assert total == 1000 and label not in runs
+        runs[label] = []
+        return runs[label].append
+
+    res = evaluate(
+        "stagger:0", n=1000, epsilons=(1.0,), batch_sizes=(200,), references=("ht",), verbose=False, progress=progress
+    )
+    assert list(runs) == ["PrivateForest eps=1 bs=200", "HoeffdingTree (not private)"]
+    assert len(res.rows) == 2
+    for done in runs.values():
+        assert len(done) >= 5 and done == sorted(set(done)) and done[-1] == 1000

@@ -269,3 +269,43 @@ def test_server_value_limit_is_read_from_the_server(redis_url):
     except redis.ResponseError:  # CONFIG not permitted for this user: the documented default
         expect = 512 << 20
     assert server_value_limit(r) == expect
+
+
+@pytest.mark.slow
+def test_a_pool_warns_of_unkeyed_noise_once_not_once_per_process(redis_url, model):
+    """`streamdp worker --processes 3` without a noise key logs worker.unkeyed_noise once (the pool's line, with
+    its process count), not once per worker process; every process still ran (merged its share)."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    Producer(redis_url, model, batch_size=20).push(DS.X[:200], DS.y[:200])
+    env = {k: v for k, v in os.environ.items() if k != "STREAMDP_NOISE_KEY_FILE"}
+    env["PYTHONPATH"] = str(pathlib.Path(__file__).resolve().parents[2])
+    argv = ["--redis-url", redis_url, "worker", model, "--processes", "3", "--until-drained", "--block-ms", "100"]
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdp.cli", *argv], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    unkeyed = [e for e in events if e.get("event") == "worker.unkeyed_noise"]
+    assert len(unkeyed) == 1, done.stderr
+    assert unkeyed[0]["model"] == model and unkeyed[0]["processes"] == 3
+    assert Consumer(redis_url, model).latest().n_releases == 10  # the processes ran: every batch merged
+
+
+def test_a_worker_alone_warns_of_unkeyed_noise(redis_url, model, monkeypatch, caplog):
+    """A Worker run by itself (the library) still says its noise is unkeyed; a pool's processes are told not to."""
+    import logging
+
+    monkeypatch.delenv("STREAMDP_NOISE_KEY_FILE", raising=False)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    for quiet, expected in ((False, 1), (True, 0)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="streamdp.worker"):
+            w = Worker(redis_url, model, block_ms=50, warn_unkeyed=not quiet)
+            w.run(until_drained=True)
+        assert sum("worker.unkeyed_noise" in m for m in caplog.messages) == expected

@@ -31,6 +31,7 @@ from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
+from streamdp.release.cadence import DEFAULT_MAX_LAG, Cadence, Schedule
 from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
@@ -41,6 +42,7 @@ from streamdp.validation import check_epsilon
 __all__ = [
     "create_model",
     "load_policy",
+    "load_cadence",
     "list_models",
     "list_job_results",
     "show_model",
@@ -88,7 +90,9 @@ def batch_id_salt(spec: bytes) -> bytes:
     return hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
 
 
-def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes) -> dict:
+def _summary(
+    forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes, cadence: Cadence | None
+) -> dict:
     return {
         "name": name,
         "n_trees": forest.n_trees,
@@ -107,6 +111,7 @@ def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: flo
         "created": start,
         "release": policy.to_dict(),
         "release_start": start,
+        **({} if cadence is None else {"cadence": cadence.to_dict()}),
         "schema": forest.schema.to_dict(),
         "batch_id_salt": batch_id_salt(spec).hex(),
     }
@@ -185,6 +190,7 @@ def create_model(
     release_every: float | None = None,
     levels: int | None = None,
     estimator: str = "honaker",
+    max_lag: float | None = None,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -212,6 +218,12 @@ def create_model(
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
+    ``max_lag`` (seconds, ``"window"`` and ``"grow"``): the longest window. Window lengths follow the released
+    record rate between ``release_every`` and ``max_lag`` (default :data:`~streamdp.release.cadence.DEFAULT_MAX_LAG`),
+    and releases that cannot be told from an empty one are left out of the published counts
+    (:mod:`streamdp.release.cadence`); ``max_lag=release_every`` keeps the clock's windows. It needs a prior stump
+    and geometric or Laplace noise (the released record count it reads); other models release on the clock.
+
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
     """
     r = connect(r)
@@ -226,6 +238,11 @@ def create_model(
         raise ValueError(
             "levels (CLI --levels) belongs to release='tree', the binary tree mechanism; this model's "
             "release is " + ("the default (window or grow)" if release is None else repr(release))
+        )
+    if max_lag is not None and release in ("batch", "tree"):
+        raise ValueError(
+            f"max_lag (CLI --max-lag) bounds the windows of release='window' or 'grow'; release={release!r} "
+            + ("releases each pushed batch" if release == "batch" else "releases its windows on the clock")
         )
     release_every = 1.0 if release_every is None else release_every
     levels = DEFAULT_LEVELS if levels is None else levels
@@ -297,6 +314,7 @@ def create_model(
         policy.check_drawable(forest.epsilon_per_tree, forest.mechanism)
     except ValueError as e:
         raise ValueError(f"epsilon={forest.epsilon:g} is too small for this model: {e}") from None
+    cadence = cadence_of(policy, forest, max_lag)
     pub = published_fields(forest)
     if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
@@ -308,7 +326,7 @@ def create_model(
         )
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):
+    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec, cadence))):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
@@ -335,6 +353,7 @@ def create_model(
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
             "noise_layout": "blocks",
+            **cadence_fields(cadence, start, policy),
         },
     )
     p.hset(
@@ -345,6 +364,7 @@ def create_model(
             "model_id": model_id,
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
+            **cadence_fields(cadence, start, policy),
         },
     )
     p.set(keys.pub_version(0), spec)
@@ -355,6 +375,32 @@ def create_model(
         if "BUSYGROUP" not in str(e):
             raise
     return forest
+
+
+def cadence_of(policy: ReleasePolicy, forest: PrivateForest, max_lag: float | None) -> Cadence | None:
+    """The cadence of a new model (None: windows on the clock, every release merged); ``max_lag`` checked."""
+    measurable = forest.prior_trees >= 1 and forest.mechanism in ("geometric", "laplace")
+    if policy.kind not in ("window", "grow") or not measurable:
+        if max_lag is not None:
+            raise ValueError(
+                "max_lag (CLI --max-lag) needs release='window' or 'grow', a prior stump and geometric or laplace "
+                "noise: window lengths follow the record count the stumps release"
+            )
+        return None
+    cadence = Cadence(max(DEFAULT_MAX_LAG, policy.release_every) if max_lag is None else max_lag)
+    if cadence.max_lag < policy.release_every:
+        raise ValueError(
+            f"max_lag (seconds) must be at least release_every ({policy.release_every:g}), got {max_lag!r}"
+        )
+    return cadence
+
+
+def cadence_fields(cadence: Cadence | None, start: float, policy: ReleasePolicy) -> dict:
+    """The state's and ``pub:model``'s cadence fields at creation: the rule and the first window (public)."""
+    if cadence is None:
+        return {}
+    first = Schedule.first(start, policy.release_every)
+    return {"cadence": json.dumps(cadence.to_dict()), "schedule": json.dumps(first.to_dict())}
 
 
 def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None, model_id: str) -> None:
@@ -483,6 +529,12 @@ def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
     return ReleasePolicy.from_dict(json.loads(raw)), float(start)
 
 
+def load_cadence(r: Any, name: str) -> Cadence | None:
+    """The cadence of model ``name`` (None: a model whose windows follow the clock, every release merged)."""
+    raw = connect(r).hget(Keys(name).state, "cadence")
+    return None if raw is None else Cadence.from_dict(json.loads(raw))
+
+
 def list_models(r: Any) -> dict[str, dict]:
     """The stream models' public summaries (``sdp:registry``)."""
     return _read_registry(connect(r), REGISTRY)
@@ -514,10 +566,13 @@ def show_model(r: Any, name: str) -> dict:
     if raw is None:
         raise ModelNotFound(f"no model named {name!r}")
     info = {f: x for f, x in json.loads(raw).items() if f not in PRODUCER_FIELDS}
-    version, updated, releases = r.hmget(keys.pub_model, "version", "updated", "releases")
+    version, updated, releases, sched = r.hmget(keys.pub_model, "version", "updated", "releases", "schedule")
     info["version"] = int(version or 0)
     info["batches_merged"] = int(releases or 0)  # kept for old readers: releases (batches or windows)
-    info["releases"] = int(releases or 0)
+    info["releases"] = int(releases or 0)  # merged into the published counts
+    if sched is not None:  # a model with a cadence: its windows (public: the clock and released values)
+        info["schedule"] = json.loads(sched)
+    info["windows"] = info["schedule"]["released"] if sched is not None else info["releases"]
     info["last_update"] = int(updated) / 1000 if updated else None
     info.setdefault("release", ReleasePolicy("batch").to_dict())
     if info.get("kind") != "job":

@@ -34,6 +34,7 @@ is a function of the clock alone.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
@@ -44,6 +45,7 @@ import redis
 
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
+from streamdp.release.cadence import Cadence, Schedule
 from streamdp.release.continual import (
     ReleasePolicy,
     TreeState,
@@ -59,6 +61,7 @@ from streamdp.service.group import jlog
 from streamdp.service.keys import Keys, as_str
 from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
+from streamdp.service.schedule import WindowSchedule, release_left_out
 
 __all__ = ["WindowCloser", "joined_cells", "acc_counts"]
 
@@ -143,6 +146,7 @@ class WindowCloser:
         version_ttl_s: int = 0,
         keep_versions: int = 20,
         noise_ttl_s: int = 0,
+        cadence: Cadence | None = None,
     ):
         if policy.kind == "batch":
             raise ValueError("release='batch' has no windows")
@@ -162,6 +166,9 @@ class WindowCloser:
         # killed mid-close delays the window by that much.
         self.lease_ms = 250 + int(np.prod(spec.shape)) // 1000
         self.token = secrets.token_hex(8)
+        # window lengths from released values (streamdp.release.cadence); None: the clock's windows
+        self.windows = WindowSchedule(r, keys, spec, policy, start, cadence)
+        self.cadence = self.windows.cadence
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -169,21 +176,30 @@ class WindowCloser:
         return time.time()
 
     def due(self, now: float) -> int:
-        """How many windows have ended by ``now`` (public: the clock only)."""
-        return windows_closed(now, self.start, self.policy.release_every)
+        """How many windows have ended by ``now`` (public: the clock and, with a cadence, the released values)."""
+        if self.cadence is None:
+            return windows_closed(now, self.start, self.policy.release_every)
+        return self.windows.read().due(now)
 
     def seconds_to_next(self, now: float) -> float:
         """Seconds until the next window ends (the worker bounds its blocking read by it)."""
-        return max(0.0, window_end(self.due(now) + 1, self.start, self.policy.release_every) - now)
+        if self.cadence is None:
+            return max(0.0, window_end(self.due(now) + 1, self.start, self.policy.release_every) - now)
+        return max(0.0, (self.windows.cached or self.windows.read()).end - now)
 
     def tick(self, now: float | None = None) -> int:
         """Seal and release every window due by ``now``; returns the number this worker released."""
         now = self.now() if now is None else now
-        due = self.due(now)
-        if due <= self._released:
-            return 0
+        if self.cadence is None:
+            due = self.due(now)
+            if due <= self._released:
+                return 0
+        elif self.windows.cached is not None and now < self.windows.cached.end:
+            return 0  # (a stale cache's end is never later than the stored one's)
         n = 0
         for _ in range(MAX_CLOSES_PER_TICK):
+            if self.cadence is not None:
+                due = self.windows.read().due(now)  # the open window's end is fixed by the releases before it
             open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.keys.model_id]))
             if rel < 0:
                 break  # the model was deleted (its workers stop on NOGROUP)
@@ -215,16 +231,17 @@ class WindowCloser:
         # (``tree`` publishes its state's estimate and needs no counts.)
         window = self.policy.kind == "window"
         cached = self._last if self._last is not None else (-1, None)
-        p.hmget(self.keys.state, "version", "releases", "open")
+        p.hmget(self.keys.state, "version", "releases", "open", "schedule")
         p.hgetall(self.keys.acc(w))
         p.get(self.keys.tree)
-        (version, rel, open_), acc_raw, tree_b = p.execute()
+        (version, rel, open_, sched_raw), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
+        sched = self.windows.of(rel, sched_raw)
         if self.policy.kind == "grow":
-            return self._close_grown(w, version, acc_raw)
+            return self._close_grown(w, version, acc_raw, sched)
         if window and cached[0] == version:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
@@ -257,6 +274,9 @@ class WindowCloser:
             # so their timing said which windows received records.
             delta, noise_keys = self._stored(key, draw), [key]
             del exact
+            new_sched = self.windows.next(sched, delta[self.spec.n_trees :, 0])
+            if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
+                return self._left_out(w, version, sched, new_sched, noise_keys)
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.
             self._last = None
@@ -279,11 +299,15 @@ class WindowCloser:
                 noise_keys.append(key)
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
-        # the published counts' noise variance: w windows' under `window`, the decomposition's under `tree`
-        variance = published_variance(self.policy, w, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
-        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w, noise_variance=variance)
+            new_sched = self.windows.next(sched, None)
+        # the published counts' noise variance: the merged windows' under `window`, the decomposition's under `tree`
+        merged = new_sched.merged
+        variance = published_variance(
+            self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k)
+        )
+        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=merged, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, forest, state_b, noise_keys, variance)
+        ok = self._release(w, version, forest, state_b, noise_keys, variance, schedule=new_sched)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -291,9 +315,10 @@ class WindowCloser:
         self._released = w
         self._last = (version + 1, new_counts) if window else None
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
+        self.windows.released_as(sched, new_sched)
         return True
 
-    def _close_grown(self, w: int, version: int, acc_raw: dict) -> bool:
+    def _close_grown(self, w: int, version: int, acc_raw: dict, sched: Schedule) -> bool:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
         (:meth:`PrivateForest.grow_exact`); the whole new release (structure, counts, node variances) is
         stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
@@ -328,14 +353,21 @@ class WindowCloser:
         )
         # this closer's draw as it is, or the one stored first (decoded and checked)
         forest = drawn[0] if fresh else self.spec.holding(PrivateForest.from_bytes(blob_b))
-        if forest.version != version + 1 or forest.n_releases != w:
+        if forest.version != version + 1 or forest.n_releases != old.n_releases + 1:
             raise RuntimeError(
-                f"stored release {key} is version {forest.version} of {forest.n_releases} windows, "
-                f"the model expects {version + 1} of {w}: corrupted state"
+                f"stored release {key} is version {forest.version} of {forest.n_releases} releases, "
+                f"the model expects {version + 1} of {old.n_releases + 1}: corrupted state"
             )
+        T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
+        stumps = np.asarray(forest.counts[T:, 0], np.float64) - np.asarray(old.counts[T:, 0], np.float64)
+        new_sched = self.windows.next(sched, stumps)
+        if new_sched.merged == sched.merged:  # left out: the published release stays
+            return self._left_out(w, version, sched, new_sched, [key])
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
-        ok = self._release(w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b)
+        ok = self._release(
+            w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b, schedule=new_sched
+        )
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -351,6 +383,7 @@ class WindowCloser:
             version=version + 1,
             height=forest.height,
         )
+        self.windows.released_as(sched, new_sched)
         return True
 
     def _release(
@@ -362,6 +395,7 @@ class WindowCloser:
         noise_keys: list[str],
         variance: float,
         grown: bytes | None = None,
+        schedule: Schedule | None = None,
     ) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
@@ -396,10 +430,10 @@ class WindowCloser:
                 # The state keeps no copy of the counts (or grown blob): closers read pub:model's, written in this
                 # transaction (a counts-sized write and the counts' memory in Redis less); its fields say so
                 # in bytes that fit no forest, for the workers of earlier versions (COUNTS_IN_PUB_MODEL).
-                p.hset(
-                    self.keys.state,
-                    mapping={"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL, "blob": COUNTS_IN_PUB_MODEL},
-                )
+                state = {"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL, "blob": COUNTS_IN_PUB_MODEL}
+                if self.cadence is not None and schedule is not None:  # (public: released values)
+                    state["schedule"] = pub["schedule"] = json.dumps(schedule.to_dict())
+                p.hset(self.keys.state, mapping=state)
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is the spec's), written in its
@@ -430,6 +464,17 @@ class WindowCloser:
         # delays a consumer (Consumer.wait_newer re-reads the version).
         self.r.publish(self.keys.pub_events, nv)
         return True
+
+    def _left_out(self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str]) -> bool:
+        """Release window ``w`` without merging it (:func:`.schedule.release_left_out`)."""
+        self.fault("close_before_commit")
+        ok = release_left_out(self.r, self.keys, w, version, new, noise_keys, self.noise_ttl_s)
+        self.fault("close_in_commit")
+        if ok:
+            self._released = w
+            jlog(log, logging.DEBUG, "worker.window_left_out", model=self.keys.name, window=w, version=version)
+            self.windows.released_as(sched, new)
+        return ok
 
     def _exact_bytes(self, exact: np.ndarray | None) -> bytes | np.ndarray:
         """The exact counts as the noise key hashes them (little-endian int64; no copy on little-endian hosts)."""

@@ -9,11 +9,14 @@ idle worker wears a good model down. Here a window's length follows the *release
   record total ``n`` (the prior stumps' class totals of the release, :func:`release_total`) and the noisy
   totals of the releases merged before. While a release cannot be told from an empty one (``n <= keep_z`` sd of
   its noise), the next window doubles; once data flow, the next window is the shortest on the grid
-  ``release_every * 2**j`` expected to hold ``growth`` times the records merged so far (at least ``keep_z`` sd),
-  at most twice the last one and never longer than ``max_lag`` seconds (how long a record can wait to be
-  published). Idle stretches then release ``O(log(idle / release_every) + idle / max_lag)`` times instead of
-  ``idle / release_every``, and a steady stream's releases double in size, so the published noise grows with
-  the logarithm of the records, not with the clock;
+  ``release_every * 2**j`` expected, at the last release's noisy rate, to hold ``growth`` times the records
+  merged before that release (at least ``keep_z`` sd), at most twice the last one and never longer than
+  ``max_lag`` seconds (how long a record can wait to be published). Idle stretches then release
+  ``O(log(idle / release_every) + idle / max_lag)`` times instead of ``idle / release_every``; a steady
+  stream's releases double in size up to ``max_lag`` (the least noise for the lag the user chose), so the
+  published noise grows with the logarithm of the records, not with the clock; and a burst that holds more
+  records than the model had before shortens the windows toward ``release_every`` (those releases are worth
+  their noise);
 * :func:`keeps`: a release whose noisy total does not stand ``keep_z`` sd above zero is left out of the
   published estimate (the counts stay as they were; its records are lost to the estimate, which is the
   measured cost of the rule), so idle windows and the empty ones before the first record cost no accuracy.
@@ -38,9 +41,12 @@ schedule: exact counts, the number of records, the arrival of a record.
 ...     s = s.after(n, sd=35.0, cadence=c, release_every=0.02)
 >>> round(s.length, 2), s.merged
 (0.16, 0)
->>> s = s.after(800.0, 35.0, c, 0.02)  # records flow: 800 in 0.16 s, merged; the next window holds as many
+>>> s = s.after(800.0, 35.0, c, 0.02)  # records flow: 800 in 0.16 s, merged; 105 (3 sd) are due in 0.04 s
 >>> round(s.length, 2), s.merged, s.total
-(0.16, 1, 800.0)
+(0.04, 1, 800.0)
+>>> s = s.after(200.0, 35.0, c, 0.02)  # the next should hold the 800 merged before: 0.16 s at this rate
+>>> round(s.length, 2), s.merged, s.total
+(0.08, 2, 1000.0)
 """
 
 from __future__ import annotations
@@ -194,7 +200,7 @@ class Schedule:
         if not kept or total <= 0:
             level = top
         else:
-            target = max(cadence.keep_z * sd, cadence.growth * records)
+            target = max(cadence.keep_z * sd, cadence.growth * self.total)  # the records merged before this one
             ideal = target * self.length / total  # the records expected per second, times the target
             level = 0
             while level < top and cadence.length(level, every) < ideal:

@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from streamdp import blob
+from streamdp.estimation import cell_variance
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
@@ -575,6 +576,11 @@ def show_model(r: Any, name: str) -> dict:
     info["windows"] = info["schedule"]["released"] if sched is not None else info["releases"]
     info["last_update"] = int(updated) / 1000 if updated else None
     info.setdefault("release", ReleasePolicy("batch").to_dict())
+    if info.get("kind") != "job" and info["mechanism"] in ("geometric", "laplace"):
+        eps, trees = float(info["epsilon"]), info["n_trees"] + info.get("prior_trees", 0)
+        per_tree = eps / trees if info["budget"] == "split" else eps
+        node = ReleasePolicy.from_dict(info["release"]).node_epsilon(per_tree)
+        info["cell_sd"] = math.sqrt(cell_variance(info["mechanism"], node))  # one release's noise on a count
     if info.get("kind") != "job":
         info["class_total_sd"] = class_total_sd(
             ReleasePolicy.from_dict(info["release"]),

@@ -1,0 +1,344 @@
+"""A stream model over time, through the real service: idle, slow and fast streams, windows from the released rate
+against the clock's windows.
+
+Nursery at epsilon 1 (defaults otherwise: 10 trees, one prior stump, ``grow``), created with the CLI
+(``streamdp model create``), one worker process (``streamdp worker``), records pushed by ``Producer`` and the
+model read by ``Consumer``, on the local Redis (unique model names, deleted after, their ledgers too); accuracy
+on a held-out fifth (a fresh shuffle per draw). Scenarios:
+
+* **idle**: ``--release-every 0.02 --max-lag 5.12``; the training records pushed at once, then the worker
+  started; accuracy once every record is published, and again after 3,600 more windows of the clock (72 s)
+  with the worker running;
+* **slow**: the same settings; the worker started first, then one batch of 10 records per 0.02 s window;
+  accuracy once every record is published; each batch's lag (its push to the release of its window) and the
+  records in windows left out of the estimate (their released total could not be told from an empty one's);
+* **fast**: the default clock (``--release-every`` 1 s, the default ``--max-lag``); the worker started, then
+  the training records pushed in batches of 10,000 or of 10 as fast as the producer sends them.
+
+Each scenario runs on a model with the cadence (``rate``) and on the same model without it (``clock``: its state's
+cadence removed after ``model create``, as a model created before it: every window on the clock, every release
+merged); beside them the pure core's one-shot fit of the same training records (``PrivateForest.fit``, the
+ceiling). Windows and merged releases are read from the model's public schedule.
+
+    python benchmarks/stream_over_time.py --draws 2 > benchmarks/results/stream_over_time.log
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import redis  # noqa: E402
+
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.forest.structure import ceiling_height  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
+from streamdp.service.consumer import Consumer  # noqa: E402
+from streamdp.service.keys import GROUP, Keys  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.registry import delete_model  # noqa: E402
+
+URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+SCHEMA = ROOT / "streamdp" / "data" / "schemas" / "nursery.json"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "REDIS_URL": URL}
+
+
+def cli(*args: str) -> str:
+    out = subprocess.run([sys.executable, "-m", "streamdp.cli", *args], env=ENV, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"streamdp {' '.join(args)}: {out.stderr}")
+    return out.stdout
+
+
+def create(name: str, mode: str, every: float | None, max_lag: float | None) -> None:
+    args = ["model", "create", name, "--schema", str(SCHEMA), "--epsilon", "1"]
+    if every is not None:
+        args += ["--release-every", str(every)]
+    if max_lag is not None:
+        args += ["--max-lag", str(max_lag)]
+    cli(*args)
+    if mode == "clock":  # a model without a cadence, as created before it
+        r = redis.Redis.from_url(URL)
+        r.hdel(Keys(name).state, "cadence", "schedule")
+        r.hdel(Keys(name).pub_model, "schedule")
+
+
+def start_worker(name: str, log_path: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "streamdp.cli", "worker", name, "--processes", "1", "-v"],
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log_path, "w"),
+    )
+
+
+def stop(p: subprocess.Popen) -> None:
+    p.terminate()
+    try:
+        p.wait(20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def published(r: redis.Redis, name: str) -> bool:
+    """Every pushed record added and the windows holding them released (reads worker-only keys: a harness)."""
+    keys = Keys(name)
+    g = r.xinfo_groups(keys.records)
+    g = next(x for x in g if x["name"] in (GROUP, GROUP.encode()))
+    if g["pending"] or (g.get("lag") or 0):
+        return False
+    open_, rel = (int(x or 0) for x in r.hmget(keys.state, "open", "releases"))
+    return not any(r.exists(keys.acc(w)) for w in range(rel + 1, open_ + 1))
+
+
+def wait(cond, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise TimeoutError(what)
+        time.sleep(0.02)
+
+
+def windows(r: redis.Redis, name: str) -> tuple[int, int]:
+    """(windows released, releases merged into the counts)."""
+    keys = Keys(name)
+    rel = int(r.hget(keys.state, "releases") or 0)
+    merged = int(r.hget(keys.pub_model, "releases") or 0)
+    return rel, merged
+
+
+class ReleaseClock(threading.Thread):
+    """Polls the state: the wall time each window was first seen released, and whether it was merged."""
+
+    def __init__(self, r: redis.Redis, name: str):
+        super().__init__(daemon=True)
+        self.r, self.keys = r, Keys(name)
+        self.at: dict[int, float] = {}
+        self.merged: dict[int, bool] = {}
+        self.done = False
+
+    def run(self) -> None:
+        last_rel, last_merged = 0, 0
+        while not self.done:
+            p = self.r.pipeline(transaction=True)
+            p.hget(self.keys.state, "releases")
+            p.hget(self.keys.pub_model, "releases")
+            rel, merged = (int(x or 0) for x in p.execute())
+            now = time.time()
+            for w in range(last_rel + 1, rel + 1):
+                self.at[w] = now
+                # a jump of several windows in one poll: the merges are put on its last windows (an upper bound
+                # on what was left out never counts a merged window's records as lost)
+                self.merged[w] = (rel - w) < (merged - last_merged)
+            last_rel, last_merged = rel, merged
+            time.sleep(0.002)
+
+
+def accuracy(name: str, X: np.ndarray, y: np.ndarray) -> float:
+    with Consumer(URL, name) as c:
+        f = c.latest()
+    return float(np.mean(f.predict(X) == y))
+
+
+def cleanup(r: redis.Redis, name: str) -> None:
+    try:
+        delete_model(r, name)
+    except KeyError:
+        pass
+    ledger = [k for k in r.scan_iter(match=f"sdp:{{{name}}}:ledger*", count=1000)]
+    if ledger:
+        r.delete(*ledger)
+
+
+def run_idle(mode: str, Xtr, ytr, Xte, yte, idle_windows: int) -> dict:
+    r = redis.Redis.from_url(URL)
+    name = f"bench-sot-{uuid.uuid4().hex[:10]}"
+    try:
+        create(name, mode, 0.02, 5.12 if mode == "rate" else None)
+        Producer(URL, name).push(Xtr, ytr)
+        w = start_worker(name, Path(f"/tmp/{name}.log"))
+        try:
+            t0 = time.monotonic()
+            wait(lambda: published(r, name), 120, "the drain")
+            drained_s = time.monotonic() - t0
+            a0, (rel0, m0) = accuracy(name, Xte, yte), windows(r, name)
+            t1 = time.time()
+            time.sleep(idle_windows * 0.02)  # the worker runs; the clock's windows pass
+            a1, (rel1, m1) = accuracy(name, Xte, yte), windows(r, name)
+            idle_s = time.time() - t1
+        finally:
+            stop(w)
+        return {
+            "scenario": "idle",
+            "mode": mode,
+            "drained_s": drained_s,
+            "acc_drained": a0,
+            "windows_drained": rel0,
+            "merged_drained": m0,
+            "acc_idle": a1,
+            "idle_s": idle_s,
+            "windows_idle": rel1 - rel0,
+            "merged_idle": m1 - m0,
+            "cadence_logs": _cadence_logs(name),
+        }
+    finally:
+        cleanup(r, name)
+
+
+def run_slow(mode: str, Xtr, ytr, Xte, yte, every: float = 0.02, max_lag: float = 5.12, size: int = 10) -> dict:
+    r = redis.Redis.from_url(URL)
+    name = f"bench-sot-{uuid.uuid4().hex[:10]}"
+    try:
+        create(name, mode, every, max_lag if mode == "rate" else None)
+        w = start_worker(name, Path(f"/tmp/{name}.log"))
+        clock = ReleaseClock(redis.Redis.from_url(URL), name)
+        clock.start()
+        try:
+            wait(lambda: r.xinfo_consumers(Keys(name).records, GROUP), 60, "the worker to join")
+            pushed: dict[str, tuple[float, int]] = {}
+            with Producer(URL, name, batch_size=size) as prod:
+                t0 = time.monotonic()
+                for i, s in enumerate(range(0, len(ytr), size)):
+                    delay = t0 + i * every - time.monotonic()
+                    if delay > 0:
+                        time.sleep(delay)  # one batch per window of the clock
+                    bid = f"{name}-{i}"
+                    prod.push(Xtr[s : s + size], ytr[s : s + size], batch_id=bid)
+                    pushed[bid] = (time.time(), len(ytr[s : s + size]))
+                push_s = time.monotonic() - t0
+            wait(lambda: published(r, name), 120, "the last records' release")
+            time.sleep(0.05)
+            clock.done = True
+            clock.join()
+            acc, (rel, merged) = accuracy(name, Xte, yte), windows(r, name)
+        finally:
+            clock.done = True
+            stop(w)
+        keys = Keys(name)
+        p = r.pipeline(transaction=False)
+        for bid in pushed:
+            p.zscore(keys.merged, bid)
+        win = {bid: int(s) for bid, s in zip(pushed, p.execute())}
+        lags = np.array([clock.at[win[b]] - t for b, (t, _) in pushed.items()])
+        lost = sum(n for b, (_, n) in pushed.items() if not clock.merged.get(win[b], True))
+        return {
+            "scenario": "slow",
+            "mode": mode,
+            "push_s": push_s,
+            "acc": acc,
+            "windows": rel,
+            "merged": merged,
+            "lag_max_s": float(lags.max()),
+            "lag_p50_s": float(np.median(lags)),
+            "records_left_out": int(lost),
+            "records": int(len(ytr)),
+            "cadence_logs": _cadence_logs(name),
+        }
+    finally:
+        cleanup(r, name)
+
+
+def run_fast(mode: str, size: int, Xtr, ytr, Xte, yte) -> dict:
+    r = redis.Redis.from_url(URL)
+    name = f"bench-sot-{uuid.uuid4().hex[:10]}"
+    try:
+        create(name, mode, None, None)
+        w = start_worker(name, Path(f"/tmp/{name}.log"))
+        try:
+            wait(lambda: r.xinfo_consumers(Keys(name).records, GROUP), 60, "the worker to join")
+            t0 = time.monotonic()
+            with Producer(URL, name, batch_size=size) as prod:
+                prod.push(Xtr, ytr)
+            push_s = time.monotonic() - t0
+            wait(lambda: published(r, name), 600, "the drain")
+            published_s = time.monotonic() - t0
+            acc, (rel, merged) = accuracy(name, Xte, yte), windows(r, name)
+        finally:
+            stop(w)
+        return {
+            "scenario": f"fast, batches of {size:,}",
+            "mode": mode,
+            "push_s": push_s,
+            "published_s": published_s,
+            "acc": acc,
+            "windows": rel,
+            "merged": merged,
+        }
+    finally:
+        cleanup(r, name)
+
+
+def _cadence_logs(name: str) -> int:
+    try:
+        return sum('"worker.cadence"' in ln for ln in open(f"/tmp/{name}.log"))
+    except FileNotFoundError:
+        return 0
+    finally:
+        Path(f"/tmp/{name}.log").unlink(missing_ok=True)
+
+
+def one_shot(ds, tr, te) -> float:
+    f = PrivateForest.create(ds.schema, n_trees=10, height=ceiling_height(ds.schema), epsilon=1.0)
+    f.fit(ds.X[tr], ds.y[tr])
+    return float(np.mean(f.predict(ds.X[te]) == ds.y[te]))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--draws", type=int, default=2)
+    ap.add_argument("--idle-windows", type=int, default=3600)
+    ap.add_argument("--modes", default="rate,clock")
+    ap.add_argument("--scenarios", default="idle,slow,fast")
+    a = ap.parse_args()
+    import warnings
+
+    warnings.simplefilter("ignore")
+    ds = load("nursery")
+    print(
+        f"# python benchmarks/stream_over_time.py --draws {a.draws}; git "
+        f"{subprocess.getoutput(f'git -C {ROOT} rev-parse --short HEAD')}; load at start: "
+        f"{subprocess.getoutput('uptime')}",
+        flush=True,
+    )
+    rows = []
+    for draw in range(a.draws):
+        idx = np.random.default_rng(draw).permutation(len(ds.y))
+        cut = len(idx) // 5
+        te, tr = idx[:cut], idx[cut:]
+        Xtr, ytr, Xte, yte = ds.X[tr], ds.y[tr], ds.X[te], ds.y[te]
+        row = {"scenario": "one-shot fit (pure core)", "mode": "-", "draw": draw, "acc": one_shot(ds, tr, te)}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        for mode in a.modes.split(","):
+            todo = []
+            if "idle" in a.scenarios:
+                todo.append(lambda: run_idle(mode, Xtr, ytr, Xte, yte, a.idle_windows))
+            if "slow" in a.scenarios:
+                todo.append(lambda: run_slow(mode, Xtr, ytr, Xte, yte))
+            if "fast" in a.scenarios:
+                todo += [lambda s=s: run_fast(mode, s, Xtr, ytr, Xte, yte) for s in (10_000, 10)]
+            for job in todo:
+                row = {**job(), "draw": draw}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    print(f"# load at end: {subprocess.getoutput('uptime')}", flush=True)
+    out = ROOT / "benchmarks" / "results" / "stream_over_time.json"
+    out.write_text(json.dumps({"uptime_end": subprocess.getoutput("uptime"), "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

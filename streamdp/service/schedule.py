@@ -57,7 +57,7 @@ class WindowSchedule:
         self.cached = self.of(int(rel or 0), raw)
         return self.cached
 
-    def of(self, rel: int, raw: bytes | None) -> Schedule:
+    def of(self, rel: int, raw: bytes | str | None) -> Schedule:
         """The schedule after ``rel`` releases: the stored one (cadence), or the clock's windows."""
         every = self.policy.release_every
         if self.cadence is None or raw is None:

@@ -39,6 +39,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import redis
@@ -55,6 +56,7 @@ from streamdp.release.continual import (
     window_end,
     windows_closed,
 )
+from streamdp.service.accumulator import ADD_FIELD, acc_counts, joined_cells
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
 from streamdp.service.group import jlog
@@ -63,7 +65,7 @@ from streamdp.service.published import counts_from_bytes, published_fields, rele
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 from streamdp.service.schedule import WindowSchedule, release_left_out
 
-__all__ = ["WindowCloser", "joined_cells", "acc_counts"]
+__all__ = ["WindowCloser", "joined_cells", "acc_counts", "ADD_FIELD"]
 
 log = logging.getLogger("streamdp.worker")
 #: What a windowed model's state holds where it held a copy of the published counts (or grown blob): closers read
@@ -71,62 +73,6 @@ log = logging.getLogger("streamdp.worker")
 #: fit no forest, so it stops with an error instead of taking a missing copy for zero counts.
 COUNTS_IN_PUB_MODEL = b"streamdp: counts in pub:model"
 MAX_CLOSES_PER_TICK = 1000
-
-
-#: Field prefix of one add's tally in a window accumulator (the rest of the name: the add's first batch id).
-ADD_FIELD = b"b:"
-
-
-def joined_cells(parts: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
-    """Several tallies' nonzero cells (``(flat indices, counts)`` pairs,
-    :meth:`streamdp.forest.PrivateForest.sparse_tally_encoded`) as one bytes value of their sum: the flat
-    indices, then their counts, little-endian int64 each (a cell may repeat: the accumulator adds every pair,
-    :func:`acc_counts`); no counts-sized array is built. The add script stores it whole as one field of the
-    window's accumulator (one HSET per add, not one HINCRBY per cell).
-
-    >>> a, b = (np.array([1, 2]), np.array([2, 1])), (np.array([0, 1]), np.array([1, 2]))
-    >>> acc_counts({b"b:x": joined_cells([a, b])}, (3,)).tolist()
-    [1, 4, 1]
-    """
-    idx = [p[0] for p in parts]
-    val = [p[1] for p in parts]
-    n = sum(len(i) for i in idx)
-    out = np.empty(2 * n, dtype="<i8")
-    if n:
-        out[:n], out[n:] = np.concatenate(idx), np.concatenate(val)
-    return out.tobytes()
-
-
-def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
-    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived.
-
-    Fields ``b:<batch id>`` hold one add's :func:`joined_cells`; a field that is a bare cell
-    index holding a count (what earlier workers added with HINCRBY) is read too.
-
-    >>> acc_counts({b"b:x": joined_cells([(np.array([1, 2]), np.array([2, 1]))]), b"1": b"5"}, (3,)).tolist()
-    [0, 7, 1]
-    """
-    if not raw:
-        return None
-    size = int(np.prod(shape))
-    out = np.zeros(size, dtype=np.int64)
-    cells = [(k, v) for k, v in raw.items() if not bytes(k).startswith(ADD_FIELD)]
-    for k, v in raw.items():
-        if bytes(k).startswith(ADD_FIELD):
-            if len(v) % 16:
-                raise ValueError("window accumulator holds a malformed tally")
-            a = np.frombuffer(v, dtype="<i8")
-            idx, val = a[: len(a) // 2], a[len(a) // 2 :]
-            if idx.size and (idx.min() < 0 or idx.max() >= size):
-                raise ValueError("window accumulator holds a cell index outside the forest")
-            np.add.at(out, idx, val)
-    if cells:
-        idx = np.fromiter((int(k) for k, _ in cells), dtype=np.int64, count=len(cells))
-        val = np.fromiter((int(v) for _, v in cells), dtype=np.int64, count=len(cells))
-        if idx.min() < 0 or idx.max() >= out.size:
-            raise ValueError("window accumulator holds a cell index outside the forest")
-        np.add.at(out, idx, val)
-    return out.reshape(shape)
 
 
 class WindowCloser:
@@ -322,8 +268,9 @@ class WindowCloser:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
         (:meth:`PrivateForest.grow_exact`); the whole new release (structure, counts, node variances) is
         stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
+        old: PrivateForest
         if self._last is not None and self._last[0] == version:
-            old = self._last[1]
+            old = self._last[1]  # type: ignore[assignment]  # (grow caches the forest, window its counts)
         else:
             now_version, blob_b = self.r.hmget(self.keys.pub_model, "version", "blob")  # the published release
             if int(now_version or 0) != version:
@@ -359,7 +306,7 @@ class WindowCloser:
                 f"the model expects {version + 1} of {old.n_releases + 1}: corrupted state"
             )
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
-        stumps = np.asarray(forest.counts[T:, 0], np.float64) - np.asarray(old.counts[T:, 0], np.float64)
+        stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
         new_sched = self.windows.next(sched, stumps)
         if new_sched.merged == sched.merged:  # left out: the published release stays
             return self._left_out(w, version, sched, new_sched, [key])
@@ -430,7 +377,12 @@ class WindowCloser:
                 # The state keeps no copy of the counts (or grown blob): closers read pub:model's, written in this
                 # transaction (a counts-sized write and the counts' memory in Redis less); its fields say so
                 # in bytes that fit no forest, for the workers of earlier versions (COUNTS_IN_PUB_MODEL).
-                state = {"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL, "blob": COUNTS_IN_PUB_MODEL}
+                state: dict[str, Any] = {
+                    "version": nv,
+                    "releases": w,
+                    "counts": COUNTS_IN_PUB_MODEL,
+                    "blob": COUNTS_IN_PUB_MODEL,
+                }
                 if self.cadence is not None and schedule is not None:  # (public: released values)
                     state["schedule"] = pub["schedule"] = json.dumps(schedule.to_dict())
                 p.hset(self.keys.state, mapping=state)

@@ -301,42 +301,44 @@ def _cadence_logs(name: str) -> int:
 
 def boundary(draws: int = 200) -> list[dict]:
     """What the merge rule leaves out, in the pure core: streams of Poisson arrivals at several rates (records a
-    second, starting 1 s after the model, lasting 20 s) through the cadence at ``--release-every 0.02 --max-lag
-    5.12`` with Nursery's noise at epsilon 1 (the release total's sd); the share of records in left-out releases
-    and the merged releases."""
+    second, starting 1 s after the model, lasting 20 s or 300 s) through the cadence at ``--release-every 0.02
+    --max-lag 5.12`` with Nursery's noise at epsilon 1 (geometric on each of the stump's 5 cells, as the service
+    draws it); the share of records in left-out releases and the merged releases."""
     from streamdp.estimation import cell_variance
     from streamdp.release.cadence import Cadence, Schedule, total_sd
 
     sd = total_sd(cell_variance("geometric", 1.0 / 11), 5, 1, "split", 11)
     c, every, out = Cadence(5.12), 0.02, []
-    for rate in (5, 20, 50, 200, 500, 2_000, 20_000):
-        rng = np.random.default_rng(rate)
-        lost, total, merged = [], [], []
-        for _ in range(draws):
-            s, kept_n, lost_n, all_n = Schedule.first(0.0, every), 0, 0, 0
-            while s.end - s.length < 21.0 + 5.12:
-                lo, hi = s.end - s.length, s.end
-                x = int(rng.poisson(rate * max(0.0, min(hi, 21.0) - max(lo, 1.0)))) if hi > 1.0 and lo < 21.0 else 0
-                # the release's total: geometric noise on each of the stump's 5 cells (as the service draws it)
-                n = x + float(rng.geometric(1 - np.exp(-1 / 11), (2, 5)).sum(axis=1) @ [1, -1])
-                new = s.after(n, sd, c, every)
-                kept_n += new.merged > s.merged
-                lost_n += 0 if new.merged > s.merged else x
-                all_n += x
-                s = new
-            lost.append(lost_n / max(all_n, 1))
-            total.append(all_n)
-            merged.append(kept_n)
-        out.append(
-            {
-                "scenario": "boundary (pure core)",
-                "rate": rate,
-                "records_mean": float(np.mean(total)),
-                "share_left_out_mean": float(np.mean(lost)),
-                "share_left_out_max": float(np.max(lost)),
-                "merged_mean": float(np.mean(merged)),
-            }
-        )
+    for seconds in (20.0, 300.0):
+        for rate in (5, 20, 50, 200, 500, 2_000, 20_000):
+            rng = np.random.default_rng(rate)
+            lost, total, merged = [], [], []
+            for _ in range(draws):
+                s, kept_n, lost_n, all_n = Schedule.first(0.0, every), 0, 0, 0
+                while s.end - s.length < 1.0 + seconds + 5.12:
+                    lo, hi = s.end - s.length, s.end
+                    span = max(0.0, min(hi, 1.0 + seconds) - max(lo, 1.0))
+                    x = int(rng.poisson(rate * span))
+                    n = x + float(rng.geometric(1 - np.exp(-1 / 11), (2, 5)).sum(axis=1) @ [1, -1])
+                    new = s.after(n, sd, c, every)
+                    kept_n += new.merged > s.merged
+                    lost_n += 0 if new.merged > s.merged else x
+                    all_n += x
+                    s = new
+                lost.append(lost_n / max(all_n, 1))
+                total.append(all_n)
+                merged.append(kept_n)
+            out.append(
+                {
+                    "scenario": "boundary (pure core)",
+                    "stream_s": seconds,
+                    "rate": rate,
+                    "records_mean": float(np.mean(total)),
+                    "share_left_out_mean": float(np.mean(lost)),
+                    "share_left_out_max": float(np.max(lost)),
+                    "merged_mean": float(np.mean(merged)),
+                }
+            )
     return out
 
 

@@ -19,7 +19,11 @@ idle worker wears a good model down. Here a window's length follows the *release
   their noise);
 * :func:`keeps`: a release whose noisy total does not stand ``keep_z`` sd above zero is left out of the
   published estimate (the counts stay as they were; its records are lost to the estimate, which is the
-  measured cost of the rule), so idle windows and the empty ones before the first record cost no accuracy.
+  measured cost of the rule), so idle windows and the empty ones before the first record cost no accuracy;
+  unless the releases that did not stand clear on their own, the last :data:`POOL` of them with this one,
+  stand clear together (``keep_z * sd * sqrt(m)`` for ``m`` of them): a trickle too slow for one window of
+  ``max_lag`` to hold ``keep_z`` sd of records is then merged once its releases add up (a burst that stands
+  clear alone does not count, so the idle windows after it are still left out).
 
 Privacy (proof sketch: adaptive parallel composition, Dwork & Roth's adaptive composition applied to
 disjoint windows). Windows ``W_1, W_2, ...`` partition the stream by the time a worker adds an entry: the
@@ -63,6 +67,7 @@ __all__ = [
     "DEFAULT_MAX_LAG",
     "KEEP_Z",
     "GROWTH",
+    "POOL",
     "Cadence",
     "Schedule",
     "keeps",
@@ -78,6 +83,8 @@ DEFAULT_MAX_LAG = 300.0
 KEEP_Z = 3.0
 #: The next release should hold this many times the records merged so far (1: releases double in size).
 GROWTH = 1.0
+#: How many of the last releases that did not stand clear on their own the merge rule pools.
+POOL = 32
 
 
 @dataclass(frozen=True)
@@ -168,7 +175,8 @@ class Schedule:
     """The public state of a model's windows after ``released`` releases: window ``released + 1`` (the open one)
     ends at ``end`` (epoch seconds) and is ``length`` seconds long (``level`` on the grid); ``merged`` releases
     make up the published estimate, holding ``total`` noisy records; ``last`` is the last release's noisy total
-    (None before the first). Every field is a function of the clock, the :class:`Cadence` and released values.
+    (None before the first); ``pool`` the noisy totals of the last releases that could not be told from an
+    empty one alone (:data:`POOL` at most). Every field is a function of the clock, the :class:`Cadence` and released values.
     """
 
     released: int
@@ -178,6 +186,7 @@ class Schedule:
     merged: int = 0
     total: float = 0.0
     last: float | None = None
+    pool: tuple[float, ...] = ()
 
     @classmethod
     def first(cls, start: float, release_every: float) -> Schedule:
@@ -194,7 +203,10 @@ class Schedule:
         it is merged (:func:`keeps`) and the next window's length (the module docstring's rule) on the grid of
         ``release_every`` (the policy's shortest window)."""
         every = release_every
-        kept = keeps(total, sd, cadence.keep_z)
+        kept, pool = keeps(total, sd, cadence.keep_z), self.pool
+        if not kept:  # a release that cannot be told from an empty one alone: pooled with the like before it
+            pool = (*self.pool, float(total))[-POOL:]
+            kept = keeps(sum(pool), sd * math.sqrt(len(pool)), cadence.keep_z)
         merged, records = (self.merged + 1, self.total + total) if kept else (self.merged, self.total)
         top = min(self.level + 1, cadence.levels(every))
         if not kept or total <= 0:
@@ -215,19 +227,19 @@ class Schedule:
             merged=merged,
             total=records,
             last=float(total),
+            pool=pool,
         )
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "pool": list(self.pool)}
 
     @classmethod
     def from_dict(cls, d: Any) -> Schedule:
-        if not isinstance(d, dict) or set(d) != {"released", "end", "length", "level", "merged", "total", "last"}:
+        fields = {"released", "end", "length", "level", "merged", "total", "last", "pool"}
+        if not isinstance(d, dict) or set(d) != fields:
             got = sorted(d) if isinstance(d, dict) else type(d).__name__
-            raise ValueError(
-                f"a window schedule is a map of released, end, length, level, merged, total, last; got {got}"
-            )
-        return cls(**d)
+            raise ValueError(f"a window schedule is a map of {', '.join(sorted(fields))}; got {got}")
+        return cls(**{**d, "pool": tuple(float(x) for x in d["pool"])})
 
 
 def schedule_of(start: float, release_every: float, cadence: Cadence, totals: list[float], sd: float) -> Schedule:

@@ -139,8 +139,8 @@ def test_a_grown_model_leaves_out_releases_that_carry_only_noise(r):
     _run_to(w, r, "m", t + 200 * EVERY)
     s2 = _sched(r)
     assert s2.released - s.released <= 2 + 200 // 4
-    # a left-out release changes nothing published; one noise-only release in 10,000 passes 3 sd and is merged
-    assert s2.merged - s.merged <= 1
+    # a left-out release changes nothing published; a noise-only release passes 3 sd rarely (alone or pooled)
+    assert s2.merged - s.merged <= 2
     if s2.merged == s.merged:
         assert r.hget(Keys("m").pub_model, "blob") == blob
     assert load_spec(r, "m").height == spec.height

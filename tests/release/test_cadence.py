@@ -86,6 +86,23 @@ def test_the_schedule_is_a_function_of_released_values_only():
     assert schedule_of(10.0, every, c, [*totals[:-1], 251.0], sd) != a  # released values do move it
 
 
+def test_a_trickle_too_slow_for_one_window_is_merged_once_its_releases_add_up():
+    c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
+    rng = np.random.default_rng(3)
+    hist = run(5.0, 300.0, every, c, sd, rng)  # 26 records a window of max_lag: each below 3 sd (105)
+    assert hist[-1].merged >= len(hist) // 3  # pooled, they stand clear: most releases are merged in the end
+    assert hist[-1].total == pytest.approx(5.0 * 300, rel=0.5)
+
+
+def test_the_idle_windows_after_a_burst_are_still_left_out():
+    c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
+    s = Schedule.first(0.0, every).after(10_000.0, sd, c, every)  # a burst: stands clear alone, not pooled
+    assert s.merged == 1 and s.pool == ()
+    for _ in range(20):
+        s = s.after(0.0, sd, c, every)
+    assert s.merged == 1 and len(s.pool) == 20
+
+
 def test_keeps_and_the_release_total():
     assert keeps(3.1 * 35, 35.0, 3.0) and not keeps(3.0 * 35, 35.0, 3.0)
     assert release_total(np.array([[1.0, 2.0, 3.0]]), "split", 11) == 6.0

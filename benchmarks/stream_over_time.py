@@ -39,6 +39,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import redis  # noqa: E402
 
@@ -348,17 +349,99 @@ def one_shot(ds, tr, te) -> float:
     return float(np.mean(f.predict(ds.X[te]) == ds.y[te]))
 
 
+def render(doc: dict) -> list[str]:
+    """The results as markdown (means over draws; every draw is in the JSON)."""
+    rows = doc["rows"]
+    out = [
+        "# A stream model over time through the service: windows from the released rate against the clock's",
+        "",
+        f"`{doc.get('command', 'python benchmarks/stream_over_time.py')}`; git {doc.get('git', '?')}; "
+        f"load at start: {doc.get('uptime_start', '?')}; at end: {doc.get('uptime_end', '?')}. "
+        "Nursery, epsilon 1, 10 trees + 1 prior stump, `grow`; accuracy on a held-out fifth; "
+        "`rate`: the cadence (`--release-every 0.02 --max-lag 5.12` for idle and slow, the defaults for fast), "
+        "`clock`: the same model without it (every window on the clock, every release merged). "
+        "Windows: released; merged: into the published counts.",
+        "",
+        "| scenario | mode | draws | accuracy | windows | merged | other |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def mean(xs: list[dict], k: str) -> str:
+        v = [x[k] for x in xs if k in x]
+        return " / ".join(f"{x:.3f}" if isinstance(x, float) else str(x) for x in v)
+
+    one = [r for r in rows if r["scenario"].startswith("one-shot")]
+    out.append(f"| one-shot fit (pure core, the ceiling) | - | {len(one)} | {mean(one, 'acc')} | - | - | - |")
+    for scen in ("idle", "slow", "fast, batches of 10,000", "fast, batches of 10"):
+        for mode in ("rate", "clock"):
+            xs = [r for r in rows if r["scenario"] == scen and r["mode"] == mode]
+            if not xs:
+                continue
+            if scen == "idle":
+                out.append(
+                    f"| idle: pushed at once, drained | {mode} | {len(xs)} | {mean(xs, 'acc_drained')} | "
+                    f"{mean(xs, 'windows_drained')} | {mean(xs, 'merged_drained')} | all published: "
+                    f"{mean(xs, 'published_all')}; drained in {mean(xs, 'drained_s')} s |"
+                )
+                out.append(
+                    f"| idle: then 3,600 windows of the clock (72 s) | {mode} | {len(xs)} | {mean(xs, 'acc_idle')} "
+                    f"| +{mean(xs, 'windows_idle')} | +{mean(xs, 'merged_idle')} | cadence log lines "
+                    f"{mean(xs, 'cadence_logs')} |"
+                )
+            elif scen == "slow":
+                out.append(
+                    f"| slow: 10 records per 0.02 s window | {mode} | {len(xs)} | {mean(xs, 'acc')} | "
+                    f"{mean(xs, 'windows')} | {mean(xs, 'merged')} | pushing took {mean(xs, 'push_s')} s; lag "
+                    f"(push to its window's release) median {mean(xs, 'lag_p50_s')} s, max {mean(xs, 'lag_max_s')} "
+                    f"s, batches over 5.12 s: {mean(xs, 'lag_over_bound')}; records left out "
+                    f"{mean(xs, 'records_left_out')} of {xs[0]['records']}; all published: {mean(xs, 'published_all')} |"
+                )
+            else:
+                out.append(
+                    f"| {scen}, default clock | {mode} | {len(xs)} | {mean(xs, 'acc')} | {mean(xs, 'windows')} | "
+                    f"{mean(xs, 'merged')} | pushed in {mean(xs, 'push_s')} s, published after "
+                    f"{mean(xs, 'published_s')} s; all published: {mean(xs, 'published_all')} |"
+                )
+    b = [r for r in rows if r["scenario"].startswith("boundary")]
+    if b:
+        out += [
+            "",
+            "## What the merge rule leaves out (pure core)",
+            "",
+            "Poisson arrivals at a rate, from 1 s after the model's start, for 20 s or 300 s, through the cadence at "
+            "`--release-every 0.02 --max-lag 5.12` with Nursery's noise at epsilon 1 (a release's total: sd 34.9, "
+            "the merge bar 3 sd = 105 records); 200 draws each.",
+            "",
+            "| stream | records a second | records | share left out, mean | max | merged releases, mean |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in b:
+            out.append(
+                f"| {r['stream_s']:g} s | {r['rate']:,} | {r['records_mean']:,.0f} | {r['share_left_out_mean']:.4f} "
+                f"| {r['share_left_out_max']:.4f} | {r['merged_mean']:.1f} |"
+            )
+    return out + [""]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--draws", type=int, default=2)
     ap.add_argument("--idle-windows", type=int, default=3600)
     ap.add_argument("--modes", default="rate,clock")
     ap.add_argument("--scenarios", default="boundary,idle,slow,fast")
+    ap.add_argument("--render", action="store_true", help="only write the markdown from the saved JSON")
     a = ap.parse_args()
+    out = ROOT / "benchmarks" / "results" / "stream_over_time.json"
+    if a.render:
+        from common import write_keeping_reading
+
+        write_keeping_reading(out.with_suffix(".md"), render(json.loads(out.read_text())))
+        return 0
     import warnings
 
     warnings.simplefilter("ignore")
     ds = load("nursery")
+    start_load = subprocess.getoutput("uptime")
     print(
         f"# python benchmarks/stream_over_time.py --draws {a.draws}; git "
         f"{subprocess.getoutput(f'git -C {ROOT} rev-parse --short HEAD')}; load at start: "
@@ -391,8 +474,17 @@ def main() -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(f"# load at end: {subprocess.getoutput('uptime')}", flush=True)
-    out = ROOT / "benchmarks" / "results" / "stream_over_time.json"
-    out.write_text(json.dumps({"uptime_end": subprocess.getoutput("uptime"), "rows": rows}, indent=1))
+    doc = {
+        "command": "python benchmarks/stream_over_time.py " + " ".join(sys.argv[1:]),
+        "git": subprocess.getoutput(f"git -C {ROOT} rev-parse --short HEAD"),
+        "uptime_start": start_load,
+        "uptime_end": subprocess.getoutput("uptime"),
+        "rows": rows,
+    }
+    out.write_text(json.dumps(doc, indent=1))
+    from common import write_keeping_reading
+
+    write_keeping_reading(out.with_suffix(".md"), render(doc))
     return 0
 
 

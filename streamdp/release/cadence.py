@@ -8,12 +8,12 @@ idle worker wears a good model down. Here a window's length follows the *release
 * after each release the next window's length is chosen from released numbers only: the release's noisy
   record total ``n`` (the prior stumps' class totals of the release, :func:`release_total`) and the noisy
   totals of the releases merged before. While a release cannot be told from an empty one (``n <= keep_z`` sd of
-  its noise), the next window doubles; once data flow, the next window is the shortest on the grid
+  its noise), the next window is four times as long; once data flow, the next window is the shortest on the grid
   ``release_every * 2**j`` expected, at the last release's noisy rate, to hold ``growth`` times the records
-  merged before that release (at least ``keep_z`` sd), at most twice the last one and never longer than
+  merged before that release (at least ``keep_z`` sd), at most four times the last one and never longer than
   ``max_lag`` seconds (how long a record can wait to be published). Idle stretches then release
   ``O(log(idle / release_every) + idle / max_lag)`` times instead of ``idle / release_every``; a steady
-  stream's releases double in size up to ``max_lag`` (the least noise for the lag the user chose), so the
+  stream's releases grow up to ``max_lag`` (the least noise for the lag the user chose), so the
   published noise grows with the logarithm of the records, not with the clock; and a burst that holds more
   records than the model had before shortens the windows toward ``release_every`` (those releases are worth
   their noise);
@@ -48,9 +48,9 @@ schedule: exact counts, the number of records, the arrival of a record.
 >>> s = s.after(800.0, 35.0, c, 0.02)  # records flow: 800 in 0.16 s, merged; 105 (3 sd) are due in 0.04 s
 >>> round(s.length, 2), s.merged, s.total
 (0.04, 1, 800.0)
->>> s = s.after(200.0, 35.0, c, 0.02)  # the next should hold the 800 merged before: 0.16 s at this rate
+>>> s = s.after(200.0, 35.0, c, 0.02)  # the next should hold twice the 800 merged before: 0.32 s, at most 0.16
 >>> round(s.length, 2), s.merged, s.total
-(0.08, 2, 1000.0)
+(0.16, 2, 1000.0)
 """
 
 from __future__ import annotations
@@ -81,10 +81,13 @@ DEFAULT_MAX_LAG = 300.0
 #: A release is merged when its noisy record total exceeds this many sd of its noise (an empty release passes
 #: with probability about 0.0013 under Gaussian-like noise).
 KEEP_Z = 3.0
-#: The next release should hold this many times the records merged so far (1: releases double in size).
-GROWTH = 1.0
+#: The next release should hold this many times the records merged before the last one.
+GROWTH = 2.0
 #: How many of the last releases that did not stand clear on their own the merge rule pools.
 POOL = 32
+#: A window may be at most ``2**STEP`` times the one before it (half the releases a ramp of doublings takes to
+#: reach ``max_lag``: each one less noise draw on every count).
+STEP = 2
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,7 @@ class Cadence:
     as a multiple of those merged so far.
 
     >>> Cadence.from_dict(Cadence(5.12).to_dict())
-    Cadence(max_lag=5.12, keep_z=3.0, growth=1.0)
+    Cadence(max_lag=5.12, keep_z=3.0, growth=2.0)
     >>> Cadence(0.0)
     Traceback (most recent call last):
     ...
@@ -208,7 +211,7 @@ class Schedule:
             pool = (*self.pool, float(total))[-POOL:]
             kept = keeps(sum(pool), sd * math.sqrt(len(pool)), cadence.keep_z)
         merged, records = (self.merged + 1, self.total + total) if kept else (self.merged, self.total)
-        top = min(self.level + 1, cadence.levels(every))
+        top = min(self.level + STEP, cadence.levels(every))
         if not kept or total <= 0:
             level = top
         else:
@@ -247,8 +250,8 @@ def schedule_of(start: float, release_every: float, cadence: Cadence, totals: li
     the clock's start, the public cadence and released values only.
 
     >>> s = schedule_of(0.0, 1.0, Cadence(8.0), [0.0, 0.0, 0.0], sd=10.0)
-    >>> s.released, s.length, s.end   # windows of 1, 2 and 4 s were released; the next is 8 s long
-    (3, 8.0, 15.0)
+    >>> s.released, s.length, s.end   # windows of 1, 4 and 8 s were released; the next is 8 s long too
+    (3, 8.0, 21.0)
     """
     s = Schedule.first(start, release_every)
     for t in totals:

@@ -33,34 +33,34 @@ def test_an_idle_model_releases_logarithmically_then_every_max_lag():
     c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
     hist = run(0.0, 72.0, every, c, sd, np.random.default_rng(1))
     lengths = [s.length for s in hist]
-    assert lengths[:8] == pytest.approx([every * 2**k for k in range(1, 9)])  # doubling to 256 windows
+    assert lengths[:4] == pytest.approx([every * 4**k for k in range(1, 5)])  # four times as long, to 256 windows
     assert max(lengths) == pytest.approx(5.12)
-    assert len(hist) <= 8 + math.ceil(72 / 5.12)  # against 3,600 windows on the clock
+    assert len(hist) <= 4 + math.ceil(72 / 5.12)  # against 3,600 windows on the clock
     assert hist[-1].merged == 0  # nothing but noise: nothing merged
 
 
-def test_a_steady_stream_doubles_its_releases_up_to_the_lag_bound():
+def test_a_steady_stream_grows_its_releases_up_to_the_lag_bound():
     c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
     hist = run(500.0, 20.7, every, c, sd, np.random.default_rng(2))
     lengths = [s.length for s in hist]
     assert all(every - 1e-12 <= x <= c.max_lag + 1e-12 for x in lengths)
     assert lengths[-1] == pytest.approx(5.12)
-    assert hist[-1].merged <= 10  # about log2(records / first release) + stream / max_lag, not 1,000 windows
+    assert hist[-1].merged <= 9  # about log4(records / first release) + stream / max_lag, not 1,000 windows
     assert hist[-1].total == pytest.approx(500 * 20.7, rel=0.3)
 
 
 def test_windows_shrink_back_when_the_rate_rises():
     c, every, sd = Cadence(max_lag=64.0), 1.0, 10.0
     s = Schedule.first(0.0, every)
-    for _ in range(8):
+    for _ in range(4):
         s = s.after(0.0, sd, c, every)  # idle: up to 64 s
     assert s.length == 64.0
     s = s.after(6_400.0, sd, c, every)  # 100 a second, the first records: the next 30 (3 sd) are due in 1 s
     assert s.length == 1.0 and s.merged == 1
-    for _ in range(6):  # steady: each release should hold what was merged before it: doubling up to 64 s
+    for _ in range(4):  # steady: each release should hold twice what was merged before: up to 64 s
         s = s.after(100.0 * s.length, sd, c, every)
     assert s.length == 64.0
-    s = s.after(64 * 100_000.0, sd, c, every)  # a burst of 100,000 a second: the merged records are due in 1 s
+    s = s.after(64 * 100_000.0, sd, c, every)  # a burst of 100,000 a second: twice the merged records in 1 s
     assert s.length == 1.0
 
 
@@ -70,6 +70,7 @@ def test_lengths_never_leave_the_grid_and_max_lag_needs_not_be_on_it():
     for _ in range(5):
         s = s.after(0.0, 1.0, c, every)
     assert s.length == 3.0 and c.levels(every) == 2
+    assert s.after(0.0, 1.0, Cadence(max_lag=64.0), every).length == 16.0  # level 2 to 4: at most 4x a step
     assert Cadence(max_lag=1.0).length(5, 1.0) == 1.0  # max_lag = release_every: the clock's windows
 
 

@@ -152,7 +152,7 @@ def test_the_worker_logs_cadence_changes_at_info(r, caplog):
     with caplog.at_level(logging.INFO, logger="streamdp.worker"):
         _run_to(w, r, "m", _sched(r).end + 5 * EVERY)
     events = [json.loads(rec.getMessage()) for rec in caplog.records if "worker.cadence" in rec.getMessage()]
-    assert [e["length_s"] for e in events][:2] == [2 * EVERY, 4 * EVERY]
+    assert [e["length_s"] for e in events][:2] == [4 * EVERY, 8 * EVERY]
     assert all(e["merged"] is False and e["noisy_records"] == 0 for e in events)
 
 

@@ -11,7 +11,7 @@ idle worker wears a good model down. Here a window's length follows the *release
   its noise), the next window is four times as long; once data flow, the next window is the shortest on the grid
   ``release_every * 2**j`` expected, at the last release's noisy rate, to hold ``growth`` times the records
   merged before that release (at least ``keep_z`` sd), at most four times the last one and never longer than
-  ``max_lag`` seconds (how long a record can wait to be published). Idle stretches then release
+  :data:`LAG_SHARE` of ``max_lag`` seconds (how long a record can wait to be published). Idle stretches then release
   ``O(log(idle / release_every) + idle / max_lag)`` times instead of ``idle / release_every``; a steady
   stream's releases grow up to ``max_lag`` (the least noise for the lag the user chose), so the
   published noise grows with the logarithm of the records, not with the clock; and a burst that holds more
@@ -39,7 +39,7 @@ and the same records again. The whole transcript is therefore ``epsilon``-DP per
 nothing, and so does :func:`keeps` (a function of ``R_k`` itself: post-processing). What must never feed the
 schedule: exact counts, the number of records, the arrival of a record.
 
->>> c = Cadence(max_lag=0.16)
+>>> c = Cadence(max_lag=0.16 / LAG_SHARE)
 >>> s = Schedule.first(start=0.0, release_every=0.02)
 >>> for n in (0.0, 0.0, 0.0, 0.0, 0.0):  # idle: every release noise only
 ...     s = s.after(n, sd=35.0, cadence=c, release_every=0.02)
@@ -68,6 +68,7 @@ __all__ = [
     "KEEP_Z",
     "GROWTH",
     "POOL",
+    "LAG_SHARE",
     "Cadence",
     "Schedule",
     "keeps",
@@ -85,6 +86,9 @@ KEEP_Z = 3.0
 GROWTH = 2.0
 #: How many of the last releases that did not stand clear on their own the merge rule pools.
 POOL = 32
+#: The longest window is this share of ``max_lag``: the rest is the time a worker takes to read and add a record and
+#: to release its window, so a record is published within ``max_lag`` of its push while workers keep up.
+LAG_SHARE = 0.9
 #: A window may be at most ``2**STEP`` times the one before it (half the releases a ramp of doublings takes to
 #: reach ``max_lag``: each one less noise draw on every count).
 STEP = 2
@@ -117,13 +121,18 @@ class Cadence:
         object.__setattr__(self, "keep_z", Interval(float, 0, 100).check(self.keep_z, "keep_z"))
         object.__setattr__(self, "growth", Interval(float, 0, 100).check(self.growth, "growth"))
 
+    def longest(self, release_every: float) -> float:
+        """The longest window (seconds): :data:`LAG_SHARE` of ``max_lag`` (the rest is left for a worker to add a
+        record and release its window), never shorter than ``release_every``."""
+        return max(LAG_SHARE * self.max_lag, release_every)
+
     def levels(self, release_every: float) -> int:
-        """The longest window's level ``J``: the first ``j`` with ``release_every * 2**j >= max_lag``."""
-        return max(0, math.ceil(math.log2(self.max_lag / release_every) - 1e-9))
+        """The longest window's level ``J``: the first ``j`` with ``release_every * 2**j`` at least :meth:`longest`."""
+        return max(0, math.ceil(math.log2(self.longest(release_every) / release_every) - 1e-9))
 
     def length(self, level: int, release_every: float) -> float:
-        """A window's length at ``level`` (seconds): ``release_every * 2**level``, at most ``max_lag``."""
-        return min(release_every * 2.0**level, max(self.max_lag, release_every))
+        """A window's length at ``level`` (seconds): ``release_every * 2**level``, at most :meth:`longest`."""
+        return min(release_every * 2.0**level, self.longest(release_every))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -249,7 +258,7 @@ def schedule_of(start: float, release_every: float, cadence: Cadence, totals: li
     """The schedule after releases with noisy record totals ``totals`` (each with noise sd ``sd``): a function of
     the clock's start, the public cadence and released values only.
 
-    >>> s = schedule_of(0.0, 1.0, Cadence(8.0), [0.0, 0.0, 0.0], sd=10.0)
+    >>> s = schedule_of(0.0, 1.0, Cadence(8.0 / LAG_SHARE), [0.0, 0.0, 0.0], sd=10.0)
     >>> s.released, s.length, s.end   # windows of 1, 4 and 8 s were released; the next is 8 s long too
     (3, 8.0, 21.0)
     """

@@ -11,7 +11,7 @@ import pytest
 
 from streamdp.privacy.mechanisms import SecureRandom, geometric_noise
 from streamdp.release import cadence
-from streamdp.release.cadence import Cadence, Schedule, keeps, release_total, schedule_of, total_sd
+from streamdp.release.cadence import LAG_SHARE, Cadence, Schedule, keeps, release_total, schedule_of, total_sd
 from tests.privacy.test_audit import epsilon_lower_bound
 
 
@@ -30,7 +30,7 @@ def run(rate: float, seconds: float, every: float, c: Cadence, sd: float, rng, s
 
 
 def test_an_idle_model_releases_logarithmically_then_every_max_lag():
-    c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
+    c, every, sd = Cadence(max_lag=5.12 / LAG_SHARE), 0.02, 35.0
     hist = run(0.0, 72.0, every, c, sd, np.random.default_rng(1))
     lengths = [s.length for s in hist]
     assert lengths[:4] == pytest.approx([every * 4**k for k in range(1, 5)])  # four times as long, to 256 windows
@@ -40,17 +40,17 @@ def test_an_idle_model_releases_logarithmically_then_every_max_lag():
 
 
 def test_a_steady_stream_grows_its_releases_up_to_the_lag_bound():
-    c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
+    c, every, sd = Cadence(max_lag=5.12 / LAG_SHARE), 0.02, 35.0
     hist = run(500.0, 20.7, every, c, sd, np.random.default_rng(2))
     lengths = [s.length for s in hist]
-    assert all(every - 1e-12 <= x <= c.max_lag + 1e-12 for x in lengths)
+    assert all(every - 1e-12 <= x <= LAG_SHARE * c.max_lag + 1e-12 for x in lengths)
     assert lengths[-1] == pytest.approx(5.12)
     assert hist[-1].merged <= 9  # about log4(records / first release) + stream / max_lag, not 1,000 windows
     assert hist[-1].total == pytest.approx(500 * 20.7, rel=0.3)
 
 
 def test_windows_shrink_back_when_the_rate_rises():
-    c, every, sd = Cadence(max_lag=64.0), 1.0, 10.0
+    c, every, sd = Cadence(max_lag=64.0 / LAG_SHARE), 1.0, 10.0
     s = Schedule.first(0.0, every)
     for _ in range(4):
         s = s.after(0.0, sd, c, every)  # idle: up to 64 s
@@ -65,13 +65,14 @@ def test_windows_shrink_back_when_the_rate_rises():
 
 
 def test_lengths_never_leave_the_grid_and_max_lag_needs_not_be_on_it():
-    c, every = Cadence(max_lag=3.0), 1.0
+    c, every = Cadence(max_lag=3.0 / LAG_SHARE), 1.0
     s = Schedule.first(0.0, every)
     for _ in range(5):
         s = s.after(0.0, 1.0, c, every)
     assert s.length == 3.0 and c.levels(every) == 2
-    assert s.after(0.0, 1.0, Cadence(max_lag=64.0), every).length == 16.0  # level 2 to 4: at most 4x a step
+    assert s.after(0.0, 1.0, Cadence(max_lag=64.0 / LAG_SHARE), every).length == 16.0  # level 2 to 4: at most 4x a step
     assert Cadence(max_lag=1.0).length(5, 1.0) == 1.0  # max_lag = release_every: the clock's windows
+    assert Cadence(max_lag=10.0).longest(1.0) == pytest.approx(9.0)  # the rest: a worker's time to add and release
 
 
 def test_the_schedule_is_a_function_of_released_values_only():
@@ -88,7 +89,7 @@ def test_the_schedule_is_a_function_of_released_values_only():
 
 
 def test_a_trickle_too_slow_for_one_window_is_merged_once_its_releases_add_up():
-    c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
+    c, every, sd = Cadence(max_lag=5.12 / LAG_SHARE), 0.02, 35.0
     rng = np.random.default_rng(3)
     hist = run(5.0, 300.0, every, c, sd, rng)  # 26 records a window of max_lag: each below 3 sd (105)
     assert hist[-1].merged >= len(hist) // 3  # pooled, they stand clear: most releases are merged in the end
@@ -96,7 +97,7 @@ def test_a_trickle_too_slow_for_one_window_is_merged_once_its_releases_add_up():
 
 
 def test_the_idle_windows_after_a_burst_are_still_left_out():
-    c, every, sd = Cadence(max_lag=5.12), 0.02, 35.0
+    c, every, sd = Cadence(max_lag=5.12 / LAG_SHARE), 0.02, 35.0
     s = Schedule.first(0.0, every).after(10_000.0, sd, c, every)  # a burst: stands clear alone, not pooled
     assert s.merged == 1 and s.pool == ()
     for _ in range(20):

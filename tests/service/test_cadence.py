@@ -18,7 +18,7 @@ pytest.importorskip("lupa")
 from streamdp.cli.model import _cadence_lines  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
-from streamdp.release.cadence import Cadence, Schedule  # noqa: E402
+from streamdp.release.cadence import LAG_SHARE, Cadence, Schedule  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
@@ -27,7 +27,7 @@ from tests.service.test_windows import _add_all, _worker  # noqa: E402
 
 DS = load("congressional-voting")
 EVERY = 10.0  # seconds; ticks pass explicit times
-MAX_LAG = 8 * EVERY
+MAX_LAG = 8 * EVERY / LAG_SHARE  # windows of at most 8 * EVERY
 
 
 @pytest.fixture
@@ -106,7 +106,7 @@ def test_every_entry_counts_once_across_windows_of_several_lengths(r):
     )
     np.testing.assert_array_equal(_published(r, "m", spec), exact)  # nothing lost, nothing counted twice
     s = _sched(r)
-    assert len(lengths) >= 3 and max(lengths) <= MAX_LAG and min(lengths) >= EVERY
+    assert len(lengths) >= 3 and max(lengths) <= 8 * EVERY and min(lengths) >= EVERY
     info = show_model(r, "m")
     assert info["windows"] == s.released > s.merged == info["releases"] == info["version"]  # empty ones left out
 
@@ -128,7 +128,7 @@ def test_an_idle_model_keeps_its_published_counts_and_releases_rarely(r):
 
 
 def test_a_grown_model_leaves_out_releases_that_carry_only_noise(r):
-    spec = _model(r, epsilon=1.0, release="grow", max_lag=4 * EVERY)
+    spec = _model(r, epsilon=1.0, release="grow", max_lag=4 * EVERY / LAG_SHARE)
     w = _worker(r)
     Producer(r, "m").push(DS.X, DS.y)
     _add_all(w)

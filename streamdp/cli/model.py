@@ -84,8 +84,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="window/grow: the longest window, i.e. how long a record may wait to be published (default 300 s). "
-        "Windows follow the released record rate in between: they double while releases hold too few records "
+        help="window/grow: how long a record may wait to be published (default 300 s; windows are at most 0.9 of "
+        "it). Windows follow the released record rate in between: they grow while releases hold too few records "
         "to stand above their noise and shorten when data flow; releases that carry only noise are left out of "
         "the published counts. --max-lag equal to --release-every keeps the clock's windows",
     )

@@ -221,18 +221,23 @@ def show(args: argparse.Namespace) -> int:
 
 def _cadence_lines(info: dict) -> list[str]:
     """``model show``'s lines on the window cadence (public: the clock, the model's parameters, released values)."""
+    from streamdp.release.cadence import Cadence
+
     sched, cadence = info.get("schedule"), info.get("cadence")
     if not sched or not cadence:
         return []
+    every = info["release"].get("release_every", 0)
+    longest = Cadence.from_dict(cadence).longest(every)
     last = sched.get("last")
     per_release = f"{last:,.0f} noisy records in the last one" if last is not None else "none released yet"
     return [
-        f"  window now      {sched['length']:g} s (from {info['release'].get('release_every', 0):g} s to "
-        f"{cadence['max_lag']:g} s by the released record rate; {sched['released']} released, "
+        f"  window now      {sched['length']:g} s (from {every:g} s to {longest:g} s by the released record rate; "
+        f"{sched['released']} released, "
         f"{sched['merged']} merged into the counts)",
         f"  per release     {per_release}; {sched['total']:,.0f} noisy records merged in all",
         f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} per release (each merged release adds one draw)",
-        f"  lag bound       {cadence['max_lag']:g} s: a record is published at most that long after a worker adds it",
+        f"  lag bound       {cadence['max_lag']:g} s: a record is published at most that long after its push, "
+        "while the workers keep up",
     ]
 
 

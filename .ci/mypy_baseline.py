@@ -1,7 +1,7 @@
 """Run mypy over streamdp and compare its errors per file with the committed baseline.
 
-The pure core (every package but river, service and cli) must be clean; elsewhere
-a file may have no more errors than ``.ci/mypy-baseline.txt`` lists for it.
+The files in ``CLEAN`` (growing to the whole pure core: every package but river, service and
+cli) must be clean; elsewhere a file may have no more errors than ``.ci/mypy-baseline.txt`` lists for it.
 ``--update`` rewrites the baseline (only ever to shrink it: commit the smaller one).
 """
 
@@ -15,8 +15,49 @@ from pathlib import Path
 
 BASELINE = Path(__file__).with_name("mypy-baseline.txt")
 OUTSIDE_CORE = ("streamdp/river/", "streamdp/service/", "streamdp/cli/")
-#: Core packages already clean: they must stay at zero (the list grows until it is the whole core).
-CLEAN = ("streamdp/validation.py", "streamdp/options.py")
+#: Files and packages already clean: they must stay at zero (the list grows until it is the whole core, then beyond).
+CLEAN = (
+    "streamdp/validation.py",
+    "streamdp/options.py",
+    "streamdp/blob.py",
+    "streamdp/privacy/",
+    "streamdp/records/coding.py",
+    "streamdp/records/datasets.py",
+    "streamdp/release/__init__.py",
+    "streamdp/forest/__init__.py",
+    "streamdp/forest/draw.py",
+    "streamdp/forest/growth.py",
+    "streamdp/forest/pruning.py",
+    "streamdp/forest/routing.py",
+    "streamdp/forest/tally.py",
+    "streamdp/learners/__init__.py",
+    "streamdp/learners/_base.py",
+    "streamdp/learners/branch.py",
+    "streamdp/learners/c45.py",
+    "streamdp/learners/catalogue.py",
+    "streamdp/learners/dpea.py",
+    "streamdp/learners/hanisch.py",
+    "streamdp/learners/id3.py",
+    "streamdp/learners/private_subtree.py",
+    "streamdp/learners/scorers.py",
+    "streamdp/learners/tree.py",
+    "streamdp/jobs/",
+    "streamdp/river/encoding.py",
+    "streamdp/river/evaluate.py",
+    "streamdp/river/forest.py",
+    "streamdp/river/forest_view.py",
+    "streamdp/river/kernel.py",
+    "streamdp/river/window.py",
+    "streamdp/estimation/",
+    "streamdp/records/",
+    "streamdp/forest/model.py",
+    "streamdp/forest/persistence.py",
+    "streamdp/forest/releasing.py",
+    "streamdp/forest/growing.py",
+    "streamdp/forest/voting.py",
+    "streamdp/learners/private_data.py",
+    "streamdp/learners/private_budget.py",
+)
 
 
 def counts() -> collections.Counter[str]:
@@ -34,7 +75,7 @@ def main() -> int:
         print(f"baseline: {sum(now.values())} errors in {len(now)} files")
         return 0
     base = {f: int(n) for f, n in (line.split() for line in BASELINE.read_text().splitlines() if line.strip())}
-    bad = [f"{f}: {n} errors (clean core: must be 0)" for f, n in now.items() if f.startswith(CLEAN)]
+    bad = [f"{f}: {n} errors (clean: must be 0)" for f, n in now.items() if f.startswith(CLEAN)]
     bad += [f"{f}: {n} errors (baseline {base.get(f, 0)})" for f, n in now.items() if n > base.get(f, 0)]
     print(f"mypy: {sum(now.values())} errors, baseline {sum(base.values())}")
     for line in bad:

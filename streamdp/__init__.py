@@ -8,7 +8,8 @@
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ForestStructure, TooLargeError
 from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
-from streamdp.records.schema import Schema, SchemaError
+from streamdp.records.domains import SchemaError
+from streamdp.records.schema import Schema
 
 __version__ = "0.1.0"
 

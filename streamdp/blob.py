@@ -2,7 +2,7 @@
 
 A blob is a msgpack map with a ``format`` name and ``format_version``; numpy
 arrays travel as ``{"dtype", "shape", "data"}`` with the raw little-endian
-bytes (100x faster than nested lists), or, where the writer allows it, a large
+bytes (far faster than nested lists), or, where the writer allows it, a large
 constant array as ``{"dtype", "shape", "fill": value}``. Only plain numeric dtypes are
 accepted, so decoding an untrusted blob can never build an object array or
 run code; every failure is a :class:`ValueError` that says what is wrong.
@@ -56,7 +56,7 @@ def pack_array(a: np.ndarray, fill_ok: bool = False) -> dict:
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     # A view of the array's memory, not a copy: msgpack copies it once, into the blob (an empty array
     # has no memory to view).
-    data = memoryview(a.reshape(-1).view(np.uint8)) if a.size else b""
+    data = a.reshape(-1).view(np.uint8).data if a.size else b""
     return {"dtype": a.dtype.str, "shape": list(a.shape), "data": data}
 
 
@@ -111,6 +111,7 @@ def unpack_array(
         if value == 0:
             return np.zeros(shape, dtype=native)  # writable; the OS maps its pages when written
         return np.broadcast_to(value, tuple(shape))  # read-only, one element of memory
+    assert isinstance(data, (bytes, memoryview))  # checked above for every record that is not a fill
     if len(data) != n * itemsize:
         raise BlobError(f"{name}: {len(data)} bytes of data for shape {shape} of {dt} (needs {n * itemsize})")
     arr = np.frombuffer(data, dtype=dt).reshape(shape)
@@ -124,6 +125,11 @@ _INF_OK = {"threshold"}
 
 
 def dumps(fmt: str, version: int, body: dict) -> bytes:
+    """A blob of format ``fmt``, version ``version``, holding ``body``'s fields (read back with :func:`loads`).
+
+    >>> loads(dumps("demo", 1, {"x": 2}), "demo", 1)["x"]
+    2
+    """
     return packb({"format": fmt, "format_version": version, **body})
 
 
@@ -135,7 +141,7 @@ def packb(doc: Any) -> bytes:
     """``msgpack.packb(doc, use_bin_type=True)`` with one copy of each large binary value.
 
     msgpack copies every value into a buffer that grows by doubling, then copies that
-    buffer into the result: a 400 MiB blob peaked at 3x its size. Here each large value
+    buffer into the result, so it peaks at up to about three times the blob. Here each large value
     (an array's ``data`` view) is packed as a 16-byte placeholder, and the result is
     joined once from the packed pieces and the values themselves (:func:`packb_parts`):
     the peak is the blob plus what the caller already holds.

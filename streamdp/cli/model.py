@@ -2,7 +2,6 @@
 
 streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
                       [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
-                      [--levels L]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
 streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
@@ -68,7 +67,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="release policy: window (exact tallies of --release-every seconds noised once), "
         "grow (the same windows on trees that deepen as the released counts allow: --height is "
-        "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
+        "a ceiling), tree (the same windows through continual counting with no horizon: the plain sum while releases are few, polylog noise after) or batch (each "
         "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
         "categorical, else window",
     )
@@ -88,9 +87,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "it). Windows follow the released record rate in between: they grow while releases hold too few records "
         "to stand above their noise and shorten when data flow; releases that carry only noise are left out of "
         "the published counts. --max-lag equal to --release-every keeps the clock's windows",
-    )
-    c.add_argument(
-        "--levels", type=int, default=None, metavar="L", help="tree: levels L (2**L - 1 windows per epoch; default 20)"
     )
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")
@@ -140,7 +136,6 @@ def create(args: argparse.Namespace) -> int:
         ledger_budget=args.ledger_budget,
         release=args.release,
         release_every=args.release_every,
-        levels=args.levels,
         max_lag=args.max_lag,
     )
     print(

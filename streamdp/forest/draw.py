@@ -19,9 +19,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.records.schema import Categorical, Numeric, Schema
+from streamdp.records.domains import Categorical, Numeric
+from streamdp.records.schema import Schema
 
 __all__ = ["draw_forest", "max_possible_leaves", "ragged_arange"]
+
+#: One level of a drawn group: its per-tree runs, then the level's feature, threshold, child and leaf
+#: arrays (None on the last level, which is all leaves).
+_Level = tuple[
+    list[tuple[int, int, int, int]], np.ndarray | None, np.ndarray | None, np.ndarray | None, np.ndarray | None
+]
 
 
 def max_possible_leaves(schema: Schema, height: int) -> int:
@@ -119,11 +126,12 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
     if n_cat % 8 or n_cat == 0:
         used[:, -1] = 0xFF << (n_cat % 8) & 0xFF  # bits past the last attribute count as used
     rid = np.zeros(T, dtype=np.int64)
-    lo_tab = np.array([[attrs[j].min for j in num]], dtype=np.float64)
-    hi_tab = np.array([[attrs[j].max for j in num]], dtype=np.float64)
+    numeric = [a for a in attrs if isinstance(a, Numeric)]  # in the order of num
+    lo_tab = np.array([[a.min for a in numeric]], dtype=np.float64)
+    hi_tab = np.array([[a.max for a in numeric]], dtype=np.float64)
     level_start = np.zeros(T, dtype=np.int64)  # per tree: number of its first node on this level
     leaves_before = np.zeros(T, dtype=np.int64)
-    levels = []
+    levels: list[_Level] = []
     per_tree = np.ones(T, dtype=np.int64)  # nodes of each tree on the current level
     for depth in range(height + 1):
         seg = np.cumsum(per_tree) - per_tree  # where each tree's run starts in the frontier
@@ -175,8 +183,8 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
         w = np.where(is_num, 2, 0)
         w[pick_cat] = cat_width[c[pick_cat]]
         w_tree = np.bincount(tree, weights=w, minlength=T).astype(np.int64)
-        n_leaf_level = None if inner is None else per_tree - np.bincount(tree[inner], minlength=T)
-        total = leaves_before + w_tree + (0 if n_leaf_level is None else n_leaf_level)
+        n_leaf_level = 0 if inner is None else per_tree - np.bincount(tree[inner], minlength=T)
+        total = leaves_before + w_tree + n_leaf_level
         if np.any(total > max_leaves):
             return int(np.flatnonzero(total > max_leaves)[0])
         # Numeric splits: threshold uniform in the node's narrowed range.

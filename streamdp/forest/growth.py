@@ -24,12 +24,11 @@ once with the budget an :meth:`update` gives them; the cut depends on the
 public drawn structure and on released numbers only (the published counts and
 this batch's stumps), so by adaptive sequential composition the release costs
 what an update costs, and batches of disjoint records compose in parallel. The
-spreading in step 3 reads published counts only. ``tests/test_growth.py``:
-the structure is the same for any data giving the same releases, and an
-empirical epsilon audit.
+spreading in step 3 reads published counts only. Tested: the structure is
+the same for any data giving the same releases, and an empirical epsilon audit.
 
 Where it runs: in-process streams (a loop of :meth:`~streamdp.PrivateForest.grow` over
-windows; ``benchmarks/stream_height_ceiling.py`` measures it) and the stream service's
+windows) and the stream service's
 ``release="grow"``, whose closer grows the published forest from each window's exact tally on
 the drawn trees (:func:`aggregate`, :meth:`~streamdp.PrivateForest.grow_exact`) and stores the
 whole grown release once before publishing it (docs/service.md).
@@ -58,7 +57,8 @@ from typing import Protocol
 
 import numpy as np
 
-from streamdp.estimation import cell_variance, forest_topology
+from streamdp.estimation.nodes import forest_topology
+from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.secure_random import SecureRandom
@@ -72,13 +72,18 @@ class Growable(Protocol):
     drawn: ForestStructure
     structure: ForestStructure
     schema: Schema
-    n_trees: int
     mechanism: str
-    epsilon_per_tree: float
     n_releases: int
-    k: int
-    counts: np.ndarray
-    node_variance: np.ndarray
+    k: int | None
+
+    @property
+    def n_trees(self) -> int: ...
+    @property
+    def epsilon_per_tree(self) -> float: ...
+    @property
+    def counts(self) -> np.ndarray: ...
+    @property
+    def node_variance(self) -> np.ndarray: ...
 
 
 __all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "grows_by_default"]
@@ -88,18 +93,11 @@ def grows_by_default(schema) -> bool:
     """Whether a stream model over ``schema`` grows its trees by default (a public fact: the schema alone).
 
     Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
-    on short streams (in the latest service run at 300-1,200 records; at 3,000 the two overlap) and keep
-    the floor, and match them on whole ones (river's loop, ``benchmarks/results/river_grow.log``:
-    Phishing 0.54 -> 0.70, Votes 0.63 -> 0.71, Nursery 0.54-0.58 -> 0.75-0.77; the service,
-    ``stream_small.log``: Nursery's first 300-3,000 records 0.32-0.71 -> 0.57-0.83, grown none below the majority - 0.01 (windowed: 2 of 20 runs);
-    ``stream_batch_size.md``: on the whole 12 k-record stream 0.87-0.89 at height 4 and at the growing
-    default's 5, against window's 0.86-0.89), and a grown release of a
-    large categorical forest publishes only the trees the data fill (height 10, 500,000 records: a 7-8 MiB
-    blob against 136-150 MiB of counts per window, ``stream_footprint.py``; once the data fill every level,
-    up to the drawn structure, its counts and a noise variance per node, about 3.4x the counts at height
-    10: the service's default is ``window`` where that would not fit the server,
-    :func:`streamdp.service.registry.grown_blob_bound`). With numeric
-    attributes the tall drawn trees do as well or better (Bananas 0.70 against 0.64), since the expected
+    on short streams, keep the floor and match them on whole ones, and a grown release of a large
+    categorical forest publishes only the trees the data fill (once the data fill every level, up to the
+    drawn structure, its counts and a noise variance per node: the service's default is ``window`` where
+    that would not fit the server, :func:`streamdp.service.size_limits.grown_blob_bound`). With numeric
+    attributes the tall drawn trees do as well or better, since the expected
     share below a random threshold is a guess.
 
     >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
@@ -190,8 +188,10 @@ def grown_release(
     s2 = cell_variance(mech, eps, forest.k)
     old_var = forest.node_variance if started else None
     # the noise a new leaf's cell carries after this release, at most
-    bar = pruning.PRUNE_SNR * math.sqrt(s2 + (float(np.max(old_var[:T][now.leaf[:T] >= 0])) if started else 0.0))
-    if prev is not None:
+    bar = pruning.PRUNE_SNR * math.sqrt(
+        s2 + (float(np.max(old_var[:T][now.leaf[:T] >= 0])) if old_var is not None else 0.0)
+    )
+    if prev is not None and old_var is not None:  # (both set once started)
         t_all = np.broadcast_to(np.arange(now.n_trees)[:, None], prev.shape)
         inner = (now.leaf < 0) & (prev >= 0)
         keep = np.sort(t_all[inner] * M + prev[inner])
@@ -212,7 +212,7 @@ def grown_release(
     n_below = leaves_below(structure)
     node_var = n_below * s2  # this release's noise on each node's total, per class
     node_var[T:, 0] = cell_variance(mech, forest.epsilon_per_tree, forest.k)  # the stumps: one cell, no probe
-    if prev is not None:
+    if prev is not None and old_var is not None:  # (both set once started)
         s_nodes = np.concatenate([v[0] for v in visited])
         order = np.argsort(s_nodes)
         share_of = _lookup(s_nodes[order], np.concatenate([v[1] for v in visited])[order])

@@ -79,15 +79,20 @@ class JobSpec:
     params: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """The spec as plain data (what the job queue stores)."""
         return {"algorithm": self.algorithm, "epsilon": self.epsilon, "params": dict(self.params)}
 
     @classmethod
     def from_dict(cls, d: dict) -> JobSpec:
+        """The spec from :meth:`to_dict`'s map; :class:`KeyError` / :class:`ValueError` if a field is missing or
+        of the wrong type."""
         return cls(str(d["algorithm"]), float(d["epsilon"]), dict(d.get("params") or {}))
 
 
 @dataclass(frozen=True)
 class JobResult:
+    """What a job publishes: the fitted model's blob, its format name, and the privacy it spent."""
+
     blob: bytes
     format: str
     epsilon: float
@@ -95,8 +100,8 @@ class JobResult:
 
 
 #: The smallest job epsilon: the learners split a job's epsilon over at most about 10**5 queries (trees x depth,
-#: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this was
-#: charged and then failed at its first release (a red team's finding).
+#: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this
+#: would be charged and then fail at its first release.
 MIN_JOB_EPSILON = 1e-9
 
 

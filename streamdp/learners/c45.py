@@ -61,13 +61,13 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import cell_variance
+from streamdp.estimation.rule import cell_variance
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch, stops
 from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
 from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners.tree import TreeBuilder
-from streamdp.records.schema import Categorical, Numeric
+from streamdp.records.domains import Categorical, Numeric
 from streamdp.validation import check_flag, check_probability
 
 __all__ = ["DiffPC45", "add_errors", "upper_error_rate", "FORMAT"]
@@ -324,7 +324,9 @@ class DiffPC45(PrivateLearner):
         for j in numeric:
             thr = pds.exponential_threshold(j, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
             candidates.append((j, thr))
-        choice = pds.exponential(candidates, q, sensitivity=q.sensitivity, epsilon=eps, max_records=b)
+        choice = pds.exponential(
+            candidates, lambda tau: float(q(tau)), sensitivity=q.sensitivity, epsilon=eps, max_records=b
+        )
         spent += eps * (len(numeric) + 1)
         if isinstance(choice, tuple):
             j, thr = choice

@@ -85,7 +85,7 @@ class Algorithm:
         """True for the stream's :class:`~streamdp.PrivateForest` (random trees), False for a batch learner."""
         return self.mechanism is not None
 
-    def cls(self) -> type:
+    def cls(self) -> type[Any]:
         """The estimator class (imported now; :class:`AlgorithmNotAvailable` if absent)."""
         try:
             return getattr(importlib.import_module(self.module), self.learner)

@@ -51,14 +51,14 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.estimation import cell_variance
+from streamdp.estimation.rule import cell_variance
 from streamdp.learners._base import PrivateLearner
 from streamdp.learners.branch import rest_of_branch, stops
 from streamdp.learners.private_data import PrivateDataset, enforced_sensitivity
 from streamdp.learners.scorers import Scorer, checked_scorer, get_scorer, record_bound
 from streamdp.learners.tree import TreeBuilder
 from streamdp.privacy.mechanisms import SecureRandom
-from streamdp.records.schema import Categorical
+from streamdp.records.domains import Categorical
 
 __all__ = ["SuLQID3", "DiffPID3"]
 
@@ -67,6 +67,7 @@ class _ID3(PrivateLearner):
     """Growth shared by both learners; subclasses choose the split attribute."""
 
     SPLITS_NUMBERS = False  # (Friedman & Schuster's ID3: categorical attributes; DiffPC45 splits numbers)
+    max_depth: int
 
     def epsilon_per_query(self) -> float:
         """``B / (2 (d + 1))``."""
@@ -213,8 +214,13 @@ class DiffPID3(_ID3):
         )
 
     def _choose(self, pds: PrivateDataset, cats: list[int], eps: float) -> int:
-        return int(
-            pds.exponential(
-                cats, self.scorer_, sensitivity=self.scorer_.sensitivity, epsilon=eps, max_records=self.record_bound_
-            )
+        score = self.scorer_
+        choice = pds.exponential(
+            cats,
+            lambda tau: float(score(tau)),
+            sensitivity=score.sensitivity,
+            epsilon=eps,
+            max_records=self.record_bound_,
         )
+        assert not isinstance(choice, tuple)  # the candidates are attribute indices
+        return int(choice)

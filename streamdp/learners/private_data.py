@@ -68,16 +68,17 @@ streamdp.privacy.ledger.BudgetExceeded: dataset: charging epsilon=0.75 for noisy
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from streamdp.forest.routing import route, routing_error
-from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, Ledger
-from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, exponential_mechanism, geometric_noise
-from streamdp.records.schema import Categorical, Numeric, Schema
+from streamdp.learners.private_budget import Allotment
+from streamdp.privacy.ledger import BudgetExceeded, Ledger
+from streamdp.privacy.mechanisms import SecureRandom, exponential_mechanism, geometric_noise
+from streamdp.records.domains import Categorical, Numeric
+from streamdp.records.schema import Schema
 from streamdp.validation import check_epsilon, check_integer
 
 __all__ = ["PrivateDataset", "Candidate", "BudgetExceeded", "enforced_sensitivity"]
@@ -86,7 +87,7 @@ __all__ = ["PrivateDataset", "Candidate", "BudgetExceeded", "enforced_sensitivit
 Candidate = int | tuple[int, float]
 
 
-class PrivateDataset:
+class PrivateDataset(Allotment):
     """Records behind differentially private operations (see the module docstring).
 
     Build one with :meth:`from_records` (raw records, encoded against the
@@ -118,15 +119,8 @@ class PrivateDataset:
         self.__X = X
         self.__y = y
         self.schema = schema
-        self.epsilon = float(epsilon)
-        self._rng = rng if rng is not None else SecureRandom()
-        self._parent = _parent
+        super().__init__(float(epsilon), rng if rng is not None else SecureRandom(), _parent, _path)
         self._bounds = dict(_bounds or {})
-        self.path = _path
-        self._own = 0.0
-        self._groups: list[list[PrivateDataset]] = []
-        self._spent = 0.0
-        self._log: list[tuple[tuple, str, float]] = [] if _parent is None else _parent._log
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -155,7 +149,7 @@ class PrivateDataset:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
             ledger.charge(source, epsilon, who=who, what=what, key=key)
-        elif source is not None:  # (a trial: source= alone fitted with no charge and no word)
+        elif source is not None:  # (else source= alone fits with no charge and no word)
             raise ValueError(
                 f"source={source!r} names a ledger's source, but no ledger= was given: nothing would be "
                 "charged; pass the ledger too (or neither)"
@@ -165,68 +159,6 @@ class PrivateDataset:
         if enc.y is None:
             raise ValueError("a private dataset needs labels (y)")
         return cls(schema, enc.X, enc.y, epsilon=epsilon, rng=rng)
-
-    # -- accounting ---------------------------------------------------------------
-    @property
-    def spent(self) -> float:
-        """Epsilon this dataset (with its parts) has used: own + sum over partitions of the max part."""
-        return self._spent
-
-    @property
-    def remaining(self) -> float:
-        """What the root's allotment has left."""
-        r = self._root()
-        return max(r.epsilon - r._spent, 0.0)
-
-    @property
-    def private(self) -> bool:
-        """False when noise is reproducible (a test seed) or the allotment is infinite."""
-        return self._rng.private and math.isfinite(self._root().epsilon)
-
-    @property
-    def log(self) -> list[tuple[tuple, str, float]]:
-        """Every operation charged in this dataset's tree: ``(path, what, epsilon)``."""
-        return list(self._log)
-
-    def _root(self) -> PrivateDataset:
-        node = self
-        while node._parent is not None:
-            node = node._parent
-        return node
-
-    @staticmethod
-    def _combine(
-        own: float, groups: list[list[PrivateDataset]], swap: PrivateDataset | None = None, value: float = 0.0
-    ) -> float:
-        total = own
-        for g in groups:
-            total += max((value if c is swap else c._spent) for c in g)
-        return total
-
-    def _charge(self, epsilon: float, what: str) -> None:
-        """Charge this node; refuse (charging nothing) if the root's allotment would be exceeded."""
-        check_epsilon(epsilon, allow_inf=True)
-        if math.isinf(epsilon):
-            if math.isfinite(self._root().epsilon):
-                raise BudgetExceeded(f"dataset: epsilon=inf for {what} exceeds any finite allotment")
-            warnings.warn("epsilon=inf: this release is exact, NOT private", NotPrivateWarning, stacklevel=3)
-        # Walk up with the tentative values, commit only if the root stays within its allotment.
-        chain = [(self, self._spent + epsilon)]
-        node = self
-        while node._parent is not None:
-            parent = node._parent
-            chain.append((parent, self._combine(parent._own, parent._groups, node, chain[-1][1])))
-            node = parent
-        root, total = chain[-1]
-        if total > root.epsilon + TOLERANCE:
-            raise BudgetExceeded(
-                f"dataset: charging epsilon={epsilon:g} for {what} would spend {total:g} of {root.epsilon:g} "
-                f"({max(root.epsilon - root._spent, 0.0):g} left); refused before reading any data"
-            )
-        self._own += epsilon
-        for n, v in chain:
-            n._spent = v
-        self._log.append((self.path, what, float(epsilon)))
 
     # -- counts ---------------------------------------------------------------------
     def noisy_count(self, epsilon: float) -> int:
@@ -302,7 +234,7 @@ class PrivateDataset:
             cuts = np.searchsorted(codes[order], np.arange(1, attr.arity))
             masks = np.split(order, cuts)
             bounds = [self._bounds] * attr.arity
-            labels = [(attr.name, v) for v in attr.values]
+            labels: list[tuple] = [(attr.name, v) for v in attr.values]
         else:
             if threshold is None:
                 raise ValueError(f"attribute {attr.name!r} is numeric: partition it at a threshold")
@@ -500,7 +432,7 @@ class PrivateDataset:
 
     def _table(self, j: int, rows: np.ndarray | None = None) -> np.ndarray:
         C = self.schema.n_classes
-        arity = self.schema.attributes[j].arity
+        arity = cast(Categorical, self.schema.attributes[j]).arity
         X, y = (self.__X, self.__y) if rows is None else (self.__X[rows], self.__y[rows])
         idx = X[:, j].astype(np.int64) * C + y
         return np.bincount(idx, minlength=arity * C).reshape(arity, C)

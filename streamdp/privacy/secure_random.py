@@ -40,7 +40,7 @@ import warnings
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 __all__ = ["SecureRandom", "NotPrivateWarning", "LAYOUTS"]
@@ -59,7 +59,7 @@ class NotPrivateWarning(UserWarning):
     """Noise was drawn from a seeded (reproducible) generator: the output is not private."""
 
 
-def _aes_ctr(key: bytes):
+def _aes_ctr(key: bytes) -> CipherContext:
     return Cipher(algorithms.AES(key), modes.CTR(bytes(16))).encryptor()
 
 
@@ -76,8 +76,8 @@ class SecureRandom:
         self.private = seed is None
         self.keyed = False
         self.layout = "blocks"
-        self._test_rng = None
-        self._enc = None
+        self._test_rng: np.random.Generator | None = None
+        self._enc: CipherContext | None = None
         self._children = itertools.count()
         if seed is not None:
             warnings.warn(
@@ -174,8 +174,9 @@ class SecureRandom:
         if not self.keyed and self._pid != os.getpid():  # a forked child must not replay the parent's stream
             self._rekey(os.urandom(32))
         out = np.empty(n + 15, dtype=np.uint8)  # update_into wants room for a block
+        assert self._enc is not None  # every generator but a seeded one (which never reads the stream) has one
         if n > 0:
-            self._enc.update_into(np.zeros(n, dtype=np.uint8), out)
+            self._enc.update_into(np.zeros(n, dtype=np.uint8).data, out.data)
         return out[:n]
 
     def bits(self, size: int | tuple = ()) -> np.ndarray:
@@ -219,5 +220,6 @@ def _seeded_copy(state: dict) -> SecureRandom:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotPrivateWarning)
         rng = SecureRandom(seed=0)
+    assert rng._test_rng is not None  # a seeded generator always has one
     rng._test_rng.bit_generator.state = state
     return rng

@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from streamdp.records.coding import (
     to_float,
     value_code,
 )
+from streamdp.records.domains import Attribute, Categorical, Label, Numeric, SchemaError
 
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
 
@@ -50,91 +51,6 @@ def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
     if bad and on_invalid == "raise":
         row = min(bad)
         raise ValueError(f"record {row} (0-based): {bad[row]}")
-
-
-class SchemaError(ValueError):
-    """A schema definition is malformed."""
-
-
-def _check_values(owner: str, values: Any) -> tuple:
-    if not isinstance(values, (list, tuple)) or len(values) == 0:
-        raise SchemaError(f"{owner}: 'values' must be a non-empty list, got {values!r}")
-    for v in values:
-        if not isinstance(v, (str, int, bool, float)) or (isinstance(v, float) and not math.isfinite(v)):
-            raise SchemaError(f"{owner}: value {v!r} must be a string, integer, finite number or boolean")
-        if isinstance(v, int) and not -(2**63) <= v < 2**64:  # what a model blob (msgpack) can store
-            raise SchemaError(f"{owner}: integer value {v!r} is outside the 64-bit range a model can store")
-    seen: set = set()
-    for v in values:  # one pass: a hostile schema of many values must not cost n**2
-        kk = lookup_key(v)  # True and 1 (False and 0) are different declared values
-        if kk in seen:
-            raise SchemaError(f"{owner}: value {v!r} is declared twice")
-        seen.add(kk)
-    return tuple(values)
-
-
-@dataclass(frozen=True)
-class Categorical:
-    """An attribute with a declared, finite set of values."""
-
-    name: str
-    values: tuple
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "values", _check_values(f"attribute {self.name!r}", self.values))
-
-    @property
-    def arity(self) -> int:
-        return len(self.values)
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "type": "categorical", "values": list(self.values)}
-
-
-@dataclass(frozen=True)
-class Numeric:
-    """An attribute with a declared range ``[min, max]``; values outside are clamped."""
-
-    name: str
-    min: float
-    max: float
-
-    def __post_init__(self) -> None:
-        for bound in ("min", "max"):
-            v = getattr(self, bound)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise SchemaError(f"attribute {self.name!r}: '{bound}' must be a finite number, got {v!r}")
-        if not self.min < self.max:
-            raise SchemaError(f"attribute {self.name!r}: min ({self.min}) must be below max ({self.max})")
-        object.__setattr__(self, "min", float(self.min))
-        object.__setattr__(self, "max", float(self.max))
-        if not math.isfinite(self.max - self.min):  # split points are drawn uniformly in the range
-            raise SchemaError(
-                f"attribute {self.name!r}: the range [{self.min:g}, {self.max:g}] is wider than a float "
-                "can hold (max - min overflows)"
-            )
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "type": "numeric", "min": self.min, "max": self.max}
-
-
-@dataclass(frozen=True)
-class Label:
-    """The class attribute and its declared labels (their order is the column order of probabilities)."""
-
-    name: str
-    values: tuple
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "values", _check_values(f"label {self.name!r}", self.values))
-        if len(self.values) < 2:
-            raise SchemaError(f"label {self.name!r}: at least two classes are needed, got {list(self.values)}")
-
-    def to_dict(self) -> dict:
-        return {"name": self.name, "values": list(self.values)}
-
-
-Attribute = Categorical | Numeric
 
 
 @dataclass
@@ -233,24 +149,25 @@ class Schema:
 
     @classmethod
     def from_json(cls, source: str | PathLike) -> Schema:
-        """A schema from a JSON file's path, or from JSON text (what :meth:`to_json` gives: a new user's
-        ``Schema.from_json(s.to_json())`` was taken for a file name).
+        """A schema from a JSON file's path, or from JSON text (what :meth:`to_json` gives, so
+        ``Schema.from_json(s.to_json())`` round-trips rather than being taken for a file name).
 
         >>> s = Schema.from_dict({"attributes": [{"name": "a", "type": "numeric", "min": 0, "max": 1}],
         ...                       "label": {"name": "y", "values": [0, 1]}})
         >>> Schema.from_json(s.to_json()) == s
         True
         """
-        if isinstance(source, str) and source.lstrip().startswith("{"):
-            text, where = source, "the JSON text"
+        if isinstance(source, str) and (source.lstrip()[:1] in ("{", "[", '"', "") or "\n" in source):
+            text, where = source, "the JSON text"  # JSON text (a file name never starts so nor holds a newline)
         else:
             with open(source, encoding="utf-8") as f:
                 text, where = f.read(), str(source)
         try:
-            d = json.loads(text)
+            return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as e:
             raise SchemaError(f"{where}: not valid JSON ({e})") from None
-        return cls.from_dict(d)
+        except RecursionError:  # a hostile file of 100,000 nested brackets
+            raise SchemaError(f"{where}: nested too deeply for a schema") from None
 
     def to_dict(self) -> dict:
         return {"attributes": [a.to_dict() for a in self.attributes], "label": self.label.to_dict()}
@@ -336,7 +253,7 @@ class Schema:
             y_codes = self._encode_labels(y, n, bad, first)
         if not bad:
             return Encoded(out, y_codes, np.arange(n))
-        _raise_first(bad, on_invalid)  # (the first bad record, not the first bad column's: a new user's finding)
+        _raise_first(bad, on_invalid)  # (the first bad record, not the first bad column's)
         keep = np.ones(n, dtype=bool)
         keep[list(bad)] = False
         return Encoded(
@@ -365,8 +282,9 @@ class Schema:
             vals = X[:, num].astype(np.float64)
             if np.isnan(vals).any():
                 return None
-            lo = np.array([self.attributes[j].min for j in num])
-            hi = np.array([self.attributes[j].max for j in num])
+            ranges = [cast(Numeric, self.attributes[j]) for j in num]
+            lo = np.array([a.min for a in ranges])
+            hi = np.array([a.max for a in ranges])
             for k, j in enumerate(num.tolist()):
                 out[:, j] = np.clip(vals[:, k], lo[k], hi[k])
         cj = np.flatnonzero(cat)
@@ -396,7 +314,7 @@ class Schema:
             if (codes[s : s + BLOCK] < 0).any():  # a gap in the declared values
                 return None
         if codes is not out:
-            for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is 30x slower
+            for k, j in enumerate(cj.tolist()):  # column by column: a fancy-indexed assignment is slower
                 out[:, j] = codes[:, k]
         return out
 
@@ -405,8 +323,9 @@ class Schema:
         """For the whole-matrix coder, over the categorical columns: the declared lowest whole number
         per column (None if all 0), the span per column, and per-column table offsets with the
         concatenated tables (None, None when every code is value - lowest); None if a column has none."""
-        tables = [declared_table(self._lookup[j]) for j in np.flatnonzero(self.is_categorical).tolist()]
-        if any(t is None for t in tables):
+        found = [declared_table(cast(dict, self._lookup[j])) for j in np.flatnonzero(self.is_categorical).tolist()]
+        tables = [t for t in found if t is not None]
+        if len(tables) < len(found):
             return None
         lo = np.array([t[0] for t in tables], dtype=np.intp)
         span = np.array([len(t[1]) for t in tables], dtype=np.uintp)
@@ -470,8 +389,8 @@ class Schema:
         self, j: int, attr: Attribute, col: np.ndarray, bad: dict, fill_missing: bool = False, first: bool = False
     ) -> np.ndarray:
         """One attribute's codes; its bad rows' reasons into ``bad`` (``first``: its first bad row only, as the
-        error names the least over the columns: formatting every bad cell's reason cost 60x on a file of wrong
-        columns, a reviewer measured)."""
+        error names the least over the columns: formatting every bad cell's reason is costly on a file of
+        wrong columns)."""
         n = len(col)
         if isinstance(attr, Numeric):
             vals = to_float(col)
@@ -495,23 +414,23 @@ class Schema:
             if fill_missing:
                 return np.where(np.isnan(vals), (attr.min + attr.max) / 2.0, np.clip(vals, attr.min, attr.max))
             nan = np.flatnonzero(np.isnan(vals))
-            for i in nan:
-                if int(i) not in bad:
-                    self._bad(bad, int(i), f"attribute {attr.name!r} is NaN or missing")
+            for r in nan:
+                if int(r) not in bad:
+                    self._bad(bad, int(r), f"attribute {attr.name!r} is NaN or missing")
                     if first:
                         break
             with np.errstate(invalid="ignore"):
                 vals = np.clip(vals, attr.min, attr.max)
             return np.where(np.isnan(vals), attr.min, vals)
-        codes = lookup_codes(self._lookup[j], col)
-        for i in np.flatnonzero(codes < 0):
-            v = plain(col[i])
+        codes = lookup_codes(cast(dict, self._lookup[j]), col)
+        for r in np.flatnonzero(codes < 0):
+            v = plain(col[r])
             what = (
                 "is missing"
                 if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v))
                 else (f"unknown value {v!r} (declared: {list(attr.values)})")
             )
-            self._bad(bad, int(i), f"attribute {attr.name!r} {what}")
+            self._bad(bad, int(r), f"attribute {attr.name!r} {what}")
             if first:
                 break
         return np.maximum(codes, 0).astype(np.float64)

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from streamdp.records.coding import value_code
-from streamdp.records.schema import Categorical, Schema
+from streamdp.records.domains import Categorical, Numeric
+from streamdp.records.schema import Schema
 from streamdp.river.kernel import new_kernel
 
 __all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning"]
@@ -67,9 +68,9 @@ class RecordEncoder:
         self.names = schema.names
         self.is_cat = [isinstance(a, Categorical) for a in schema.attributes]
         alt = [int(n) if n.isdigit() else None for n in self.names]
-        lo = [None if c else a.min for a, c in zip(schema.attributes, self.is_cat)]
-        hi = [None if c else a.max for a, c in zip(schema.attributes, self.is_cat)]
-        mid = [None if c else (a.min + a.max) / 2.0 for a, c in zip(schema.attributes, self.is_cat)]
+        lo = [a.min if isinstance(a, Numeric) else None for a in schema.attributes]
+        hi = [a.max if isinstance(a, Numeric) else None for a in schema.attributes]
+        mid = [(a.min + a.max) / 2.0 if isinstance(a, Numeric) else None for a in schema.attributes]
         self.label_values = list(schema.label.values)
         self._spec = list(zip(self.names, alt, schema.value_codes, lo, hi, mid))
         self._fast = self._compile()
@@ -229,7 +230,7 @@ class RecordEncoder:
         Called only for a record that is dropped; Python shows each attribute and type once per call site.
         Returns whether it warned (False: only missing values)."""
         warned = False
-        for j, (name, alt, lookup, _, _, _) in enumerate(self._spec):
+        for j, (name, alt, _, _, _, _) in enumerate(self._spec):
             if row[j] is not None:
                 continue
             v = x.get(name, _MISSING)
@@ -237,8 +238,9 @@ class RecordEncoder:
                 v = x.get(alt, _MISSING)
             if v is _MISSING or _absent(v):
                 continue
-            if lookup is not None:
-                types = ", ".join(sorted({type(d).__name__ for d in self.schema.attributes[j].values}))
+            attr = self.schema.attributes[j]
+            if isinstance(attr, Categorical):  # (a lookup of declared values)
+                types = ", ".join(sorted({type(d).__name__ for d in attr.values}))
                 why = (
                     f"is not among its declared values (of type {types}); records with it are not learned from "
                     "(declare the value in the schema, or map it to a declared one before learning)"
@@ -259,7 +261,7 @@ class RecordEncoder:
             if self.warn_unlearned(x, self.encode_one(x)):
                 return
 
-    def frame_row(self, X: Any, i: int) -> dict:
+    def frame_row(self, X: Any, i: int | np.integer) -> dict:
         """Row ``i`` of a frame as a river record (absent values left out), for :meth:`encode_one`."""
         row = X.iloc[i]
         return {k: v for k, v in row.items() if not _absent(v)}

@@ -15,7 +15,7 @@ Exactness of the fast path: a :class:`PrivateForestClassifier` only changes
 when a batch is released, so predicting the records up to the next release
 boundary in one vectorised call and then learning them gives exactly the
 predictions of the one-record loop of ``river.evaluate.progressive_val_score``
-(``tests/test_river.py`` checks this). River's models go through the
+(``tests/river/test_forest.py`` checks this). River's models go through the
 one-record loop. Throughput counts everything after the stream is in memory:
 encoding the record dicts, predicting and learning.
 
@@ -38,6 +38,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,9 @@ REFERENCES = ("ht", "arf")
 
 @dataclass
 class Row:
+    """One model's line of an evaluation: its progressive accuracy, throughput and, for private models, the
+    settings and releases behind it."""
+
     model: str
     accuracy: float
     samples_per_s: float
@@ -66,6 +70,8 @@ class Row:
 
 @dataclass
 class EvalResult:
+    """Every model's :class:`Row` over one stream, with the accuracy curves' steps and the machine's load."""
+
     dataset: str
     n: int
     steps: list
@@ -76,6 +82,7 @@ class EvalResult:
     majority: float | None = None
 
     def table(self) -> str:
+        """The result as a plain-text table, one model a line."""
         lines = [
             f"dataset {self.dataset}: {self.n:,} samples"
             + (f"  (load average at start: {self.load})" if self.load else ""),
@@ -94,6 +101,7 @@ class EvalResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        """The result as plain data (what ``streamdp evaluate`` writes as JSON)."""
         return {
             "dataset": self.dataset,
             "n": self.n,
@@ -244,13 +252,13 @@ def evaluate(
     verbose: bool = True,
 ) -> EvalResult:
     """Run progressive validation of every model on one dataset; see the module docstring."""
+    from river import base, tree
     from river import forest as rforest
-    from river import tree
 
     from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier
     from streamdp.river.window import WINDOW_LEARNERS
 
-    # every name before the first run (a new user's typo was refused after minutes of runs)
+    # every name before the first run (a typo is refused at once, not after minutes of runs)
     for ref in references:
         if ref not in REFERENCES:
             raise ValueError(f"unknown reference model {ref!r} ({', '.join(REFERENCES)})")
@@ -327,8 +335,8 @@ def evaluate(
         # a batch learner refit on each disjoint window (DP-chosen splits), one record at a time
         accs, secs_all, corrects = [], [], []
         for _ in range(max(1, repeats)):
-            model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size)
-            correct, secs = run_river(model, data)
+            window_model = PrivateWindowClassifier(schema, learner=name, epsilon=eps, window=window_size)
+            correct, secs = run_river(window_model, data)
             accs.append(float(correct.mean()))
             secs_all.append(secs)
             corrects.append(correct)
@@ -341,19 +349,20 @@ def evaluate(
             n,
             eps,
             window_size,
-            model.n_fits,
-            model.private,
+            window_model.n_fits,
+            window_model.private,
             float(np.std(accs)) if len(accs) > 1 else None,
             len(accs),
         )
         add(row, np.mean(corrects, axis=0))
-    noms = {"nominal_attributes": list(nominal_names)} if nominal else {}
+    noms: dict[str, Any] = {"nominal_attributes": list(nominal_names)} if nominal else {}
     for ref in references:
+        reference: base.Classifier
         if ref == "ht":
-            model, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
+            reference, label = tree.HoeffdingTreeClassifier(**noms), "HoeffdingTree"
         else:  # "arf"
-            model, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
-        correct, secs = run_river(model, data)
+            reference, label = rforest.ARFClassifier(n_models=10, seed=42, **noms), "ARF(10)"
+        correct, secs = run_river(reference, data)
         add(Row(label + " (not private)", float(correct.mean()), n / secs, secs, n), correct)
     labels = Counter(y for _, y in data)
     majority = max(labels.values()) / n if n else None

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
-from streamdp.estimation import cell_variance, prior_phase_first, prior_phase_size, release_prior
+from streamdp.estimation.prior_phase import prior_phase_size
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ceiling_height
@@ -17,6 +17,7 @@ from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.schema import Schema
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
+from streamdp.river.prior_vote import PriorVote
 from streamdp.validation import check_choice, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
@@ -26,7 +27,7 @@ __all__ = ["PrivateForestClassifier", "default_height"]
 default_height = ceiling_height
 
 
-class PrivateForestClassifier(river.base.MiniBatchClassifier):
+class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
     """Differentially private random forest (Private-RDT) as a river classifier.
 
     Labelled records are buffered; after the prior phase (``prior_records``)
@@ -81,33 +82,27 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         Single-leaf "prior stumps" after the random trees (as
         :meth:`streamdp.PrivateForest.create`): they release the class totals
         with one cell's noise, so predictions fall back to a measured prior;
-        one more tree to the budget. Measured in river's loop (4 draws each, 9
-        streams): better on 6 (Phishing +0.03, SEA +0.02, Agrawal +0.01), worse
-        on Bananas (-0.02) and ImageSegments (-0.05, 7 classes).
+        one more tree to the budget. They help most streams and can cost a
+        little on streams of many classes.
     prior_records
         The prior phase (with prior stumps only): the first ``prior_records``
         records (None: ``first_batch``) are released to the prior stumps alone,
-        with the whole ``epsilon`` (noise sd about 1.4 per class total at epsilon 1
-        instead of ``(n_trees + 1)`` times that), in batches of
-        :attr:`prior_first` records (4 at epsilon 1), then twice as many, ...
-        So the model predicts a measured class prior from its 5th record on
-        (before: the uniform prior, i.e. the first label, until ``first_batch``
-        records), as a running majority does; the random trees start after the
-        phase. Every record is still in exactly one release. 0: no prior phase.
+        with the whole ``epsilon`` (one cell's noise per class total, not the
+        noise of a budget shared with the trees), in batches of
+        :attr:`prior_first` records, then twice as many, ...
+        So the model predicts a measured class prior from its first release on,
+        as a running majority does, not the uniform prior until ``first_batch``
+        records; the random trees start after the phase. Every record is still in exactly one release. 0: no prior phase.
         The prior itself is :func:`streamdp.estimation.release_prior` of the
         stumps' releases (each release's class totals weighed by its size and
-        noise), not of their sum: a first tree release (100 records, noise sd
-        about 15 per total) would otherwise drown the phase's precise totals.
+        noise), not of their sum: a first tree release, far noisier per total,
+        would otherwise drown the phase's precise totals.
     guard
         Share of ``epsilon`` spent on the prior guard (default 0: none), so that
-        the model does no worse than its own class prior whatever the settings
-        (issue 13's floor), at a price: measured (``benchmarks/river_variants.py
-        guard``, 6 draws per stream, ``river_variants.log``) ``guard=0.1`` lifts a
-        stream where no attribute changes the majority (accuracy minus the
-        majority share -0.014 -> -0.003) but costs the river streams where the
-        forest wins 1-6 points (its trees keep 0.9 epsilon, and the early noisy
-        advantages hand the vote to the prior), and moves Phishing, Shuttle and
-        Agrawal by less than their draw-to-draw spread. Each release after the prior phase also
+        the model does no worse than its own class prior whatever the settings,
+        at a price: it lifts a stream where no attribute changes the majority
+        but costs the streams where the forest wins (its trees keep less
+        epsilon, and early noisy advantages hand the vote to the prior). Each release after the prior phase also
         releases, with two-sided geometric (or Laplace) noise at ``guard *
         epsilon``, how many of the batch's records the current forest predicts
         right minus how many the prior's most probable class does (progressive
@@ -137,18 +132,11 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         a leaf further where the records seen so far stand clear of the noise, never past
         ``height``. Otherwise (``False``) every batch is added to the drawn trees. ``None``
         (default) decides by the schema, a public fact: grow when every attribute is
-        categorical (and there is no ``window``, which growing cannot slide). Measured
-        (``benchmarks/river_grow.py``, ``river_grow.log``, three runs of 6-12 draws, epsilon 1, at
-        the default height): growing wins big where the drawn trees fall to the majority on small
-        categorical streams (Phishing 0.52-0.57 -> 0.74-0.78, Votes 0.57-0.63 -> 0.78-0.81, Nursery
-        0.54-0.58 -> 0.75-0.77, LED 0.89-0.90 -> 0.94-0.95) and is within the runs' spread on the
-        other categorical ones (STAGGER, Tic-Tac-Toe; Mushroom -0.016 to +0.025); on numeric
-        streams the tall drawn trees stay as good or better (Bananas 0.70-0.71 vs 0.64-0.66, SEA
-        -0.003 to -0.03, Hyperplane within 0.02 either way). The classifier itself, 12 draws: Phishing 0.698 (min
-        0.625) against 0.543 (min 0.479) on the drawn trees, Votes 0.713 against 0.626. Needs a
+        categorical (and there is no ``window``, which growing cannot slide): growing wins where
+        the drawn trees fall to the majority on small categorical streams, while on numeric
+        streams the tall drawn trees stay as good or better. Needs a
         prior stump and noise (else the trees are drawn; ``grow=True`` without them is refused).
-        Speed: a release that changes the trees rebuilds the one-record path (LED in river's loop:
-        40 k samples/s growing, 73 k on the drawn trees, same run).
+        A release that changes the trees rebuilds the one-record path, which slows learning.
         Privacy: each batch is one release, as without growing; a release
         may spend a share of its trees' budget on the probe (the first) and decide where to
         split from released numbers only (:mod:`streamdp.forest.growth`'s proof sketch).
@@ -318,27 +306,6 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         return self.forest.private
 
     @property
-    def n_prior_records(self) -> int:
-        """Records of the prior phase: ``prior_records``, or ``first_batch`` when None and the forest has stumps."""
-        if not self.forest.prior_trees:
-            return 0
-        return self.first_batch if self.prior_records is None else self.prior_records
-
-    @property
-    def prior_first(self) -> int:
-        """Records of the prior phase's first release (:func:`streamdp.estimation.prior_phase_first` of one stump
-        cell's variance at ``epsilon / prior_trees``; 4 at epsilon 1)."""
-        f = self.forest
-        if not f.prior_trees:
-            return 1
-        return prior_phase_first(cell_variance(f.mechanism, self.epsilon / f.prior_trees))
-
-    @property
-    def in_prior_phase(self) -> bool:
-        """Whether the open batch goes to the prior stumps alone (public: a function of the release count)."""
-        return prior_phase_size(self._n_prior_releases, self.prior_first, self.n_prior_records) > 0
-
-    @property
     def current_batch_size(self) -> int:
         """Records of the open batch (public: a function of the release count).
 
@@ -446,9 +413,9 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
             self._log_prior(self.forest.counts[T:, 0, :] - before, float(self.forest.cell_variance), size)
         else:
             self._guard_release(X, y)  # scored by the model before it learns the batch
-            delta, var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
-            self._log_prior(delta[T:, 0, :], var, size)
-            self._merge(delta, var)
+            delta, cell_var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
+            self._log_prior(delta[T:, 0, :], cell_var, size)
+            self._merge(delta, cell_var)
         self._scrub(n)
 
     def _merge(self, delta: np.ndarray, var: Any) -> None:
@@ -472,53 +439,6 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         self._buf_y[:n] = 0
         self._cap = self.current_batch_size
 
-    def _guard_release(self, X: np.ndarray, y: np.ndarray) -> None:
-        """Release this batch's noisy advantage of the forest over the prior (the ``guard`` parameter)."""
-        if not self.guard:
-            return
-        right = int((self._view.predict_proba_encoded(X).argmax(axis=1) == y).sum())
-        prior_right = int((y == int(np.argmax(self.forest.prior()))).sum())
-        self._guard_log.append(self.forest.noisy_statistic(right - prior_right, self.epsilon * self.guard))
-        if self.window is not None and len(self._guard_log) > self.window:
-            self._guard_log.popleft()
-
-    @property
-    def forest_votes(self) -> bool:
-        """Whether the forest predicts (else the class prior): the released advantages sum above 0 (``guard``)."""
-        return not self.guard or not self._guard_log or sum(self._guard_log) > 0
-
-    def _log_prior(self, stumps: np.ndarray, var: float, n: int | None) -> None:
-        """Keep this release's stump totals ``(prior_trees, C)``, size and noise (``var``: one stump cell's
-        noise variance; public numbers) and set the forest's class prior from the kept releases
-        (:func:`streamdp.estimation.release_prior`; the last ``window`` under a window)."""
-        f = self.forest
-        P = f.prior_trees
-        if not P:
-            return
-        totals = np.asarray(stumps, dtype=np.float64).mean(axis=0)
-        # a full batch's size is the schedule's (public); a flushed partial batch's (n None), its noisy total
-        size = float(n) if n is not None else max(1.0, float(totals.sum()))
-        log = self.__dict__.setdefault("_prior_log", collections.deque())
-        log.append((totals, size, var / P))
-        if self.window is not None and len(log) > self.window:
-            log.popleft()
-        t, sz, v = (np.array(c) for c in zip(*log))
-        f.class_prior = release_prior(t, sz, v)
-
-    def _prior_vote(self) -> tuple[dict, Any]:
-        """The class prior as river's probabilities and its most probable label (first on ties), per release."""
-        got = self.__dict__.get("_prior_of")
-        key = (self.forest.version, self.forest.class_prior)  # a growing model's prior phase moves the prior alone
-        if got is None or got[0] != key[0] or got[3] is not key[1]:
-            p = self.forest.prior()
-            got = self._prior_of = (
-                self.forest.version,
-                dict(zip(self.encoder.label_values, p.tolist())),
-                self.encoder.label_values[int(np.argmax(p))],
-                self.forest.class_prior,
-            )
-        return got[1], got[2]
-
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         if not self.forest_votes:
             return dict(self._prior_vote()[0])
@@ -538,7 +458,7 @@ class PrivateForestClassifier(river.base.MiniBatchClassifier):
         proba = self.predict_proba_encoded(enc)
         for i in np.flatnonzero(unknown if self.forest_votes else []):  # an unknown value: the one-record path
             proba[i] = self._view.proba_one(
-                self._view.leaves_one(self.encoder.encode_one(self.encoder.frame_row(X, i)))
+                self._view.leaves_one(self.encoder.encode_one(self.encoder.frame_row(X, int(i))))
             )
         return pd.DataFrame(proba, columns=self.encoder.label_values, index=X.index)
 

@@ -9,7 +9,7 @@ service published). Only released (noised) counts are read. The vote is
 Below an unknown value a tree reaches several leaves: it contributes the mean
 of their rows.
 
-Speed (river's loop, issue 15): the structure is converted once to Python
+Speed (river's loop): the structure is converted once to Python
 code (nested tests with the thresholds as literals), fused with the record
 encoder's generated code (:meth:`RecordEncoder.source`), so a river record is
 encoded and routed by one function call. At each release the real leaves' rows
@@ -19,13 +19,13 @@ a record sums its trees' rows with ``map(seq_sum, zip(...))``, left to right in 
 so the floats are those of the vectorised path's sums, and the noise-aware chain
 (:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
 the pooled numbers. No numpy call per record; the predictions equal
-:meth:`ForestNodes.path_proba`'s (tests/test_river.py).
+:meth:`ForestNodes.path_proba`'s (tests/river/test_forest.py).
 
 When the compiled kernel is built (:mod:`streamdp.river.kernel`), all of
 that (encoding the river dict, the routes, the sums, the chain or the leaf
 rule) runs in one C call per record, over contiguous float64 tables (per
 structure the trees and each leaf's path nodes, per release the nodes' counts
-and variances, or the clipped leaf counts); it gives the same floats (tests/test_river_kernel.py)
+and variances, or the clipped leaf counts); it gives the same floats (tests/river/test_kernel.py)
 and hands back to the Python path any record it does not handle (an unknown
 value, a numpy scalar, ...). The Python row lists are then built only on such
 a record.
@@ -33,10 +33,15 @@ a record.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
-from streamdp.estimation import path_proba_one, seq_sum
+from streamdp.estimation.one_record import path_proba_one
+from streamdp.estimation.rule import seq_sum
 from streamdp.forest.model import PrivateForest
+from streamdp.records.schema import Categorical
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.kernel import constants as kernel_constants
 from streamdp.river.kernel import new_kernel
@@ -60,13 +65,13 @@ class ForestView:
         self.forest = forest
         self.encoder = RecordEncoder(forest.schema) if encoder is None else encoder
         self._structure = s = forest.structure  # the compiled routes follow it (a pruned refit replaces it)
-        arity = [a.arity if c else 2 for a, c in zip(forest.schema.attributes, self.encoder.is_cat)]
+        arity = [a.arity if isinstance(a, Categorical) else 2 for a in forest.schema.attributes]
         is_cat = self.encoder.is_cat
         self._arity = arity
         self._L = L = forest.shape[1]
         # Per tree, one tuple per node: (attribute, threshold, first child, categorical) at a split,
         # (-1, None, flat leaf index, False) at a leaf: one list index and one unpack per level.
-        self._trees = []
+        self._trees: list[list[tuple]] = []
         T = forest.n_trees  # the random trees: prior stumps (the structure's last rows) take no part in the vote
         for t, (ft, th, ch, lf) in enumerate(
             zip(s.feature[:T].tolist(), s.threshold[:T].tolist(), s.child[:T].tolist(), s.leaf[:T].tolist())
@@ -77,18 +82,21 @@ class ForestView:
                     for f, thr, c, leaf in zip(ft, th, ch, lf)
                 ]
             )
-        self._route = _LAZY  # compiled on the first leaves_one: the kernel's path (and a growing forest) may never ask
+        # compiled on the first leaves_one: the kernel's path (and a growing forest) may never ask
+        self._route: Any = _LAZY
         self._k = self._new_kernel(T)  # the compiled one-record path (streamdp.river.kernel), or None
-        self._route_x = self._route_x_ready = None  # compiled on the first proba_list (a service view may never use it)
-        self._paths_of = None  # the structure whose leaf paths self._paths holds
-        self._kernel_paths_of = None  # the paths the kernel holds
+        # compiled on the first proba_list (a service view may never use it)
+        self._route_x: Callable[[dict], list | None] | None = None
+        self._route_x_ready: bool | None = None
+        self._paths_of: object = None  # the structure whose leaf paths self._paths holds (compared by identity)
+        self._kernel_paths_of: np.ndarray | None = None  # the paths the kernel holds
         self.refresh()
 
     def __getstate__(self) -> dict:
         return {"forest": self.forest, "encoder": self.encoder}  # the compiled routes are rebuilt on load
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["forest"], state["encoder"])
+        ForestView.__init__(self, state["forest"], state["encoder"])
 
     def refresh(self) -> None:
         """Forget the cached rows (call after every merge into the forest).
@@ -108,7 +116,11 @@ class ForestView:
         self._class_prior = f.__dict__.get("class_prior")
         prior = f.prior()
         T, L, C = f.n_trees, self._L, f.shape[2]
-        self._rows = self._rows_src = None  # _rows: made from _rows_src on first use (_python_rows)
+        # _rows: made from _rows_src on first use (_python_rows)
+        self._rows: dict[int, list[float]] | None = None
+        self._rows_src: tuple[np.ndarray, Callable[[], np.ndarray]] | None = None
+        # "majority", "sum": the leaves' rows; "path": None (the rows are _rows_src's) or (nodes, flat leaf -> node)
+        self._table: Any
         if f.vote == "majority":
             self._mode, self._table = "majority", f.leaf_proba().reshape(-1, C)
         elif f.estimator == "leaf":
@@ -132,7 +144,7 @@ class ForestView:
                 self._table = (nodes, dict(zip(real.tolist(), node_flat.tolist())))
         self._prior = prior.tolist()
         self._rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1  # larger prior, larger rank
-        self._vote = None
+        self._vote: Callable[[list], list[float]] | None = None
         if self._k is not None:
             self._kernel_rows(prior)  # the Python lists wait for a record the kernel hands back
         else:
@@ -151,7 +163,10 @@ class ForestView:
         k = new_kernel(enc._spec, enc._encode)
         if k is None or [s[2] is not None for s in enc._spec] != enc.is_cat:  # categorical: has a code table
             return None
-        feat, thr, nxt, root = [], [], [], []
+        feat: list[int] = []
+        thr: list[float] = []
+        nxt: list[int] = []
+        root: list[int] = []
         for nodes in self._trees:
             off = len(feat)
             root.append(off)
@@ -232,8 +247,8 @@ class ForestView:
     def _below(self, nodes: list, ch: int, f: int, row: list) -> list[tuple[int, float]]:
         """Every leaf below a split on an unknown value (and below any further unknown one), with the share of the
         combinations of the unknown values that reach it: each unknown split's branches share their node's
-        equally (leaves reached alike were not the average over the values where one unknown split lies below
-        some branches of another: a reviewer's finding)."""
+        equally, so leaves reached alike are the average over the values also where one unknown split lies below
+        some branches of another."""
         leaves = []
         k = self._arity[f]
         stack = [(ch + b, 1.0 / k) for b in range(k)]
@@ -281,7 +296,7 @@ class ForestView:
     def _fresh(self) -> None:
         f = self.forest
         if f.structure is not self._structure:  # refit with pruning: new trees, new routes
-            self.__init__(f, self.encoder)
+            ForestView.__init__(self, f, self.encoder)
         elif self._key != (f.version, f.estimator, f.vote) or self._class_prior is not f.__dict__.get("class_prior"):
             self.refresh()
 
@@ -404,11 +419,10 @@ def _compile_routes(trees: list, arity: list, prelude: list | None = None, ns: d
             return True
         if not cat:
             lines.append(f"{pad}if {value.format(int(f))} > {float(th)!r}:")
-            return (
-                emit(nodes, ch + 1, t, ind + 1)
-                and (lines.append(f"{pad}else:") or True)
-                and emit(nodes, ch, t, ind + 1)
-            )
+            if not emit(nodes, ch + 1, t, ind + 1):
+                return False
+            lines.append(f"{pad}else:")
+            return emit(nodes, ch, t, ind + 1)
         kids = [nodes[ch + b] for b in range(arity[f])]
         if all(k[0] < 0 for k in kids):  # every child a leaf (the bottom level): one tuple index
             lines.append(f"{pad}l{t} = {tuple(int(k[2]) for k in kids)!r}[{value.format(int(f))}]")

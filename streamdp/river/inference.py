@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.records.schema import Categorical, Label, Numeric, Schema
+from streamdp.records.domains import Categorical, Label, Numeric
+from streamdp.records.schema import Schema
 
 __all__ = ["PrivacyLeakWarning", "infer_schema"]
 

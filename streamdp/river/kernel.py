@@ -33,7 +33,7 @@ from streamdp import estimation
 from streamdp.records.coding import lookup_key
 
 try:
-    from streamdp.river import _kernel
+    import streamdp.river._kernel as _kernel  # a C extension: no stub, so typed Any
 except ImportError:  # not built (no compiler at install time): the plain-Python path
     _kernel = None
 

@@ -33,7 +33,8 @@ import math
 import warnings
 from typing import Any
 
-from streamdp.records.schema import Categorical, Label, Numeric, Schema
+from streamdp.records.domains import Categorical, Label, Numeric
+from streamdp.records.schema import Schema
 
 __all__ = [
     "schema_for",
@@ -283,7 +284,7 @@ def schema_for(dataset: Any) -> Schema:
     return RIVER_SCHEMAS[name](dataset)
 
 
-#: Names that moved out of this module (round 2, fourteenth session) and where they are now.
+#: Names that moved out of this module and where they are now.
 _MOVED = {
     "uci_schema": "streamdp.river.uci",
     "uci_stream": "streamdp.river.uci",
@@ -293,8 +294,8 @@ _MOVED = {
 
 
 def __getattr__(name: str) -> Any:
-    """A moved name is still found here, with a DeprecationWarning naming its module (a new user's old import
-    failed with a bare ImportError)."""
+    """A moved name is still found here, with a DeprecationWarning naming its module (an old import keeps
+    working instead of failing with a bare ImportError)."""
     if name in _MOVED:
         warnings.warn(f"streamdp.river.schemas.{name} moved to {_MOVED[name]}.{name}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(_MOVED[name]), name)

@@ -29,6 +29,7 @@ are dropped and listed in :attr:`Batch.dropped`.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import time
@@ -40,7 +41,8 @@ import msgpack
 import numpy as np
 
 from streamdp import blob
-from streamdp.records.schema import Categorical, Schema
+from streamdp.records.domains import Categorical
+from streamdp.records.schema import Schema
 
 __all__ = [
     "Batch",
@@ -53,13 +55,20 @@ __all__ = [
     "value_free",
     "FORMAT",
     "MAX_RECORDS",
+    "DEAD_HEAD",
+    "DEAD_REASON_MAX",
+    "DEAD_DETAIL_MAX",
+    "dead_letter",
 ]
 
 FORMAT = "streamdp.batch"
 FORMAT_VERSION = 1
 MAX_RECORDS = 1_000_000  # per entry; producers split larger inputs
 MAX_ENTRY_BYTES = 64 << 20
-DETAIL_MAX = 1 << 20  # bytes of an undecodable entry kept in its dead letter
+# A dead letter is bounded in bytes: a producer allowed only XADD must not fill Redis through the dead-letter stream.
+DEAD_HEAD = 64  # bytes of an undecodable payload its dead letter keeps, where the model retains raw records
+DEAD_REASON_MAX = 500  # characters of a dead letter's reason
+DEAD_DETAIL_MAX = 2048  # bytes of a dead letter's detail (what does not fit is replaced by its size)
 _BATCH_ID = re.compile(r"^[A-Za-z0-9_.:\-]{1,64}$")
 
 
@@ -229,20 +238,39 @@ def decode(schema: Schema, data: Any) -> Batch:
     return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre))
 
 
-def entry_detail(fields: Any) -> bytes:
-    """What a dead letter keeps of a stream entry: its ``d`` payload, else its whole field map (msgpack;
-    field names that are not UTF-8 stay bytes), at most :data:`DETAIL_MAX` bytes. Never raises.
+def entry_detail(fields: Any, *, head: int = DEAD_HEAD) -> bytes:
+    """What a dead letter keeps of a stream entry: the size of its ``d`` payload (else of its whole field map,
+    msgpack), and, when ``head`` > 0, the payload's SHA-256 and first ``head`` bytes; msgpack, at most
+    :data:`DEAD_DETAIL_MAX` bytes. Never the whole payload. ``head=0`` where the model retains no raw records:
+    the dead letter then holds nothing of the payload but its size. Never raises.
 
-    >>> entry_detail({b"\\xff": b"x"})
-    b'\\x81\\xc4\\x01\\xff\\xc4\\x01x'
+    >>> msgpack.unpackb(entry_detail({b"d": b"x" * 100}, head=4))["head"]
+    b'xxxx'
+    >>> msgpack.unpackb(entry_detail({b"d": b"x" * 100}, head=0))
+    {'bytes': 100}
     """
     try:
         data = fields.get(b"d", fields.get("d"))
-        if isinstance(data, bytes):
-            return data[:DETAIL_MAX]
-        return msgpack.packb({_text_or_bytes(k): v for k, v in fields.items()}, use_bin_type=True)[:DETAIL_MAX]
+        if not isinstance(data, bytes):
+            data = msgpack.packb({_text_or_bytes(k): v for k, v in fields.items()}, use_bin_type=True)
+        out: dict[str, Any] = {"bytes": len(data)}
+        if head > 0:
+            out.update(sha256=hashlib.sha256(data).hexdigest(), head=data[: min(head, DEAD_DETAIL_MAX // 2)])
+        return msgpack.packb(out, use_bin_type=True)
     except Exception:
         return b""
+
+
+def dead_letter(reason: str, detail: bytes) -> tuple[str, bytes]:
+    """``(reason, detail)`` cut to the dead-letter bounds: at most :data:`DEAD_REASON_MAX` characters and
+    :data:`DEAD_DETAIL_MAX` bytes (a larger detail is replaced by its size).
+
+    >>> dead_letter("r" * 999, b"d" * 4096)[0] == "r" * DEAD_REASON_MAX, msgpack.unpackb(dead_letter("r", b"d" * 4096)[1])
+    (True, {'bytes': 4096, 'cut': True})
+    """
+    if len(detail) > DEAD_DETAIL_MAX:
+        detail = msgpack.packb({"bytes": len(detail), "cut": True})
+    return reason[:DEAD_REASON_MAX], detail
 
 
 def _text_or_bytes(k: Any) -> Any:
@@ -254,8 +282,11 @@ def _text_or_bytes(k: Any) -> Any:
     return k
 
 
-def decode_entry(schema: Schema, fields: Any) -> tuple[Batch | None, tuple[str, bytes] | None]:
-    """One stream entry's field map to ``(batch, None)`` or ``(None, (dead-letter reason, detail))``.
+def decode_entry(
+    schema: Schema, fields: Any, *, head: int = DEAD_HEAD
+) -> tuple[Batch | None, tuple[str, bytes] | None]:
+    """One stream entry's field map to ``(batch, None)`` or ``(None, (dead-letter reason, detail))``; the detail is
+    :func:`entry_detail` (``head``: payload bytes it keeps).
 
     Total: any map of arbitrary bytes (or anything else) gives one of the two; nothing raises.
 
@@ -269,13 +300,13 @@ def decode_entry(schema: Schema, fields: Any) -> tuple[Batch | None, tuple[str, 
         return None, (f"entry fields must be a map, got {type(fields).__name__}", b"")
     data = fields.get(b"d", fields.get("d"))
     if data is None:
-        return None, ("entry has no 'd' field", entry_detail(fields))
+        return None, ("entry has no 'd' field", entry_detail(fields, head=head))
     try:
         return decode(schema, data), None
     except EnvelopeError as err:
-        return None, (f"undecodable: {err}"[:1000], entry_detail(fields))
+        return None, dead_letter(f"undecodable: {err}", entry_detail(fields, head=head))
     except Exception as err:  # a codec bug: the entry is still dead-lettered, the worker goes on
-        return None, (f"undecodable (internal {type(err).__name__})", entry_detail(fields))
+        return None, (f"undecodable (internal {type(err).__name__})", entry_detail(fields, head=head))
 
 
 # What a reason may say after "attribute 'NAME'" / "label 'NAME'": the schema's wording -> the value-free one.

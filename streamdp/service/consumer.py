@@ -14,7 +14,8 @@ import msgpack
 import redis
 
 from streamdp import blob
-from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
+from streamdp.forest.model import PrivateForest
+from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.service.connection import connect
 from streamdp.service.keys import Keys
 from streamdp.service.published import forest_from_counts, forest_from_doc, forest_from_record, is_release_record

@@ -12,7 +12,7 @@ The ledger is history: deleting a model never deletes its ledger (privacy
 loss is permanent).
 
 The example needs a running Redis, so the doctest run skips it;
-``tests/test_ledger.py`` makes the same calls against a real server.
+``tests/privacy/test_ledger.py`` makes the same calls against a real server.
 
 >>> led = RedisLedger("redis://localhost:6379/0")  # doctest: +SKIP
 >>> led.set_budget("adult", 1.0)  # doctest: +SKIP
@@ -22,16 +22,17 @@ The example needs a running Redis, so the doctest run skips it;
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
 import msgpack
 
-from streamdp.privacy.ledger import TOLERANCE, Ledger, Spend, check_charge, refusal
+from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, Ledger, Spend, check_charge, exceeds, refusal
 from streamdp.service.connection import connect
 from streamdp.service.keys import check_name
 
-__all__ = ["RedisLedger", "ledger_keys"]
+__all__ = ["RedisLedger", "ledger_keys", "charge_model"]
 
 # KEYS: ledger hash, spends list, idempotency hash. ARGV: epsilon, delta, key, encoded spend, tolerance.
 _CHARGE = """
@@ -164,3 +165,52 @@ class RedisLedger(Ledger):
             except ValueError:
                 continue
         return sorted(out)
+
+
+def charge_model(r: Any, name: str, epsilon: float, delta: float, ledger_budget: float | None, model_id: str) -> None:
+    """Charge a stream model's creation, ``epsilon`` and ``delta``, to the ledger of source ``name`` (setting or raising its budget).
+
+    A charge the budget set here could not take is refused before the budget is written: a refused create
+    leaves the ledger as it was (``--epsilon 3 --ledger-budget 2`` is refused and leaves no budget of 2 behind)."""
+    ledger = RedisLedger(r)
+    current = ledger.budget(name)
+    if not math.isfinite(epsilon):
+        if current is not None or ledger_budget is not None:
+            raise BudgetExceeded(
+                f"source {name!r}: a non-private model (epsilon=inf) cannot be charged to a privacy "
+                "budget; refused before reading any data"
+            )
+        return
+    new = None
+    if current is None:
+        new = (epsilon if ledger_budget is None else ledger_budget, delta)
+    elif ledger_budget is not None and ledger_budget > current[0]:
+        new = (ledger_budget, max(current[1], delta))
+    elif ledger_budget is not None and ledger_budget < current[0]:
+        raise ValueError(
+            f"source {name!r} already has a budget of {current[0]:g}: --ledger-budget can only raise "
+            f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})"
+        )
+    if new is not None:
+        spent = ledger.spent(name) if current is not None else (0.0, 0.0)
+        if exceeds(spent, (epsilon, delta), new):  # (the charge below would refuse it, too late)
+            raise refusal(name, epsilon, spent[0], new[0], delta, spent[1], new[1])
+        ledger.set_budget(name, *new)
+    try:
+        ledger.charge(
+            name,
+            epsilon,
+            delta=delta,
+            who="stream",
+            what="PrivateForest (stream model)",
+            key=f"model:{model_id}",
+        )
+    except BudgetExceeded as e:
+        if current is None:
+            raise
+        # a deleted model's name created again: the ledger is kept (spends are history)
+        raise BudgetExceeded(
+            f"{e}. The ledger of {name!r} was spent before (a model or job of this name, perhaps "
+            f"deleted since: ledgers are kept): raise its budget with --ledger-budget, or use "
+            f"another name (streamdp ledger {name} lists its spends)"
+        ) from None

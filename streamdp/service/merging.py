@@ -73,25 +73,28 @@ def entry_args(merging: list[WorkerEntry], ack_only: list[WorkerEntry], dead: li
     return args
 
 
+#: Invalid rows a dead letter lists (row, reason) for a decodable batch; the count is in its reason.
+DEAD_ROWS = 10
+
+
 def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes]]:
-    """The dead letters of ``es``: (entry id, reason, detail) for undecodable entries and batches with invalid rows."""
+    """The dead letters of ``es``: (entry id, reason, detail) for undecodable entries and batches with invalid rows,
+    each within the dead-letter bounds (:func:`.codec.dead_letter`)."""
     out = []
     for e in es:
         if e.dead is not None:
-            out.append((e.id, e.dead[0], e.dead[1]))
+            out.append((e.id, *codec.dead_letter(*e.dead)))
         elif e.batch is not None and e.batch.dropped:
             rows = e.batch.dropped
             detail = msgpack.packb(
-                {"batch_id": e.batch.batch_id, "rows": [[r, why] for r, why in rows[:10_000]]}, use_bin_type=True
+                {"batch_id": e.batch.batch_id, "rows": [[r, why[:150]] for r, why in rows[:DEAD_ROWS]]},
+                use_bin_type=True,
             )
-            out.append(
-                (
-                    e.id,
-                    f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
-                    f"(0-based) of the batch: {rows[0][1]}"[:1000],
-                    detail,
-                )
+            reason = (
+                f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
+                f"(0-based) of the batch: {rows[0][1]}"
             )
+            out.append((e.id, *codec.dead_letter(reason, detail)))
     return out
 
 

@@ -10,7 +10,7 @@ labels)``. The key (:func:`producer_id_key`: ``$STREAMDP_PRODUCER_KEY_FILE``, el
 ``~/.config/streamdp/producer.key``, 32 random bytes made on first use, mode 0600)
 stays with the producer: without it, anyone allowed to push and read the published
 model could push a guessed record and see from the release count whether it was
-merged before (a red team's membership test, under ``release="batch"``). Pushes
+merged before (a membership test, under ``release="batch"``). Pushes
 share a deduplication only when they share the key (one user, or a key file given
 to every producer of the same data). The stream workers merge a
 batch id once for the model's lifetime (``priv:merged`` keeps every merged
@@ -23,7 +23,7 @@ rows, the same DataFrame on another day) need their own ``source`` label
 
 The example needs a running Redis holding model ``votes`` (see
 :func:`streamdp.service.registry.create_model`), so the doctest run skips it;
-``tests/test_service_redis.py`` exercises the producer against a real server.
+``tests/service/test_producer.py`` exercises the producer against a real server.
 
 >>> from streamdp.records.datasets import load
 >>> votes = load("congressional-voting")
@@ -47,8 +47,8 @@ from typing import Any
 import numpy as np
 
 from streamdp import blob
-from streamdp.forest import model as forest
-from streamdp.records import sources
+from streamdp.forest import persistence as forest
+from streamdp.records import frames, read_errors
 from streamdp.records.schema import Schema
 from streamdp.service import codec
 from streamdp.service.connection import connect
@@ -219,7 +219,7 @@ class Producer:
             )
         return [x.decode() if isinstance(x, bytes) else x for x in ids]
 
-    def _envelopes(self, chunk: sources.Chunk, source: str, batch_id: str | None) -> tuple[list[bytes], list[str]]:
+    def _envelopes(self, chunk: frames.Chunk, source: str, batch_id: str | None) -> tuple[list[bytes], list[str]]:
         """A chunk cut into envelopes of ``batch_size`` input rows each (offsets in the whole input)."""
         out, ids = [], []
         bs = self.batch_size
@@ -244,7 +244,7 @@ class Producer:
 
     def push_chunks(
         self,
-        chunks: Iterable[sources.Chunk],
+        chunks: Iterable[frames.Chunk],
         *,
         source: str = "",
         batch_id: str | None = None,
@@ -264,7 +264,7 @@ class Producer:
         res.batch_ids = []
         pending: list[tuple[Future, int]] = []
         sent = 0
-        failed: sources.SourceError | None = None
+        failed: read_errors.SourceError | None = None
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamdp-send") as pool:
             try:
                 for chunk in chunks:
@@ -282,7 +282,7 @@ class Producer:
                         sent += n
                     if progress is not None:
                         progress(sent)
-            except sources.SourceError as e:  # raised below, once what is in flight is sent
+            except read_errors.SourceError as e:  # raised below, once what is in flight is sent
                 failed = e
             finally:
                 while pending:  # wait for what is in flight (and raise its error) before returning
@@ -291,7 +291,7 @@ class Producer:
                     sent += n
         self.last_batch_ids = res.batch_ids
         if failed is not None:
-            err = sources.SourceError(f"{failed}; {self._pushed_before(res.n_records, batch_id)}")
+            err = read_errors.SourceError(f"{failed}; {self._pushed_before(res.n_records, batch_id)}")
             err.n_pushed = res.n_records
             raise err from None
         return res
@@ -322,14 +322,14 @@ class Producer:
         n = len(X)
         if batch_id is not None and n > self.batch_size:
             raise ValueError("batch_id applies to a single batch; lower the input size or raise batch_size")
-        rows = max(self.batch_size, (sources.CHUNK_ROWS // self.batch_size) * self.batch_size)
-        chunks = sources.frame_chunks(
+        rows = max(self.batch_size, (frames.CHUNK_ROWS // self.batch_size) * self.batch_size)
+        chunks = frames.frame_chunks(
             X, y, self.schema, chunk_rows=rows, on_invalid="raise" if self.on_invalid == "raise" else "drop"
         )
         if n == 0:
             chunks = iter(
                 [
-                    sources.Chunk(
+                    frames.Chunk(
                         0, np.empty((0, self.schema.n_attributes)), np.empty(0, np.int64), 0, np.empty(0, np.int64)
                     )
                 ]
@@ -358,6 +358,7 @@ class Producer:
         return self._send([payload])[0]
 
     def close(self) -> None:
+        """Close the Redis client if this producer made it (not one passed in)."""
         if self._owns_client:
             self.redis.close()
 

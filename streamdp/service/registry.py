@@ -29,16 +29,23 @@ import redis
 from streamdp import blob
 from streamdp.estimation import cell_variance
 from streamdp.forest.growth import grows_by_default
-from streamdp.forest.model import FORMAT, FORMAT_VERSION, PrivateForest
+from streamdp.forest.model import PrivateForest
+from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
-from streamdp.release.cadence import DEFAULT_MAX_LAG, Cadence, Schedule
-from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
+from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
+from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
-from streamdp.service.ledger_store import RedisLedger
+from streamdp.service.ledger_store import charge_model
 from streamdp.service.published import published_fields
+from streamdp.service.rollback import key_fingerprint, load_noise_key
+from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
+from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.validation import check_epsilon
+
+#: Counts-sized arrays a ``tree`` model's state holds: about ``2 * log2(T)`` after T windows (50 at 2**24).
+TREE_STATE_COPIES = 50
 
 __all__ = [
     "create_model",
@@ -55,14 +62,8 @@ __all__ = [
     "server_value_limit",
     "blob_max_cells",
     "grown_blob_bound",
+    "DEFAULT_BULK_LIMIT",
 ]
-
-#: Redis's default ``proto-max-bulk-len``: the largest value (one argument) the server accepts.
-DEFAULT_BULK_LIMIT = 512 << 20
-#: Bytes of a model blob per node of a tree's structure (feature <i4, threshold <f8, child <i4, leaf <i4).
-_NODE_BYTES = 20
-#: Bytes a grown release (``release="grow"``) adds per node: its noise variance (<f8, ``node_variance``).
-_GROWN_NODE_BYTES = 8
 
 
 class ModelNotFound(KeyError):
@@ -91,9 +92,7 @@ def batch_id_salt(spec: bytes) -> bytes:
     return hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
 
 
-def _summary(
-    forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes, cadence: Cadence | None
-) -> dict:
+def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes, cadence: Any) -> dict:
     return {
         "name": name,
         "n_trees": forest.n_trees,
@@ -118,59 +117,6 @@ def _summary(
     }
 
 
-def server_value_limit(r: Any) -> int:
-    """The largest value the server accepts: ``proto-max-bulk-len`` by CONFIG GET where permitted, else 512 MiB."""
-    try:
-        got = r.config_get("proto-max-bulk-len")
-        v = got.get("proto-max-bulk-len", got.get(b"proto-max-bulk-len")) if isinstance(got, dict) else None
-        return int(v) if v is not None and int(v) > 0 else DEFAULT_BULK_LIMIT
-    except (redis.RedisError, ValueError, TypeError):  # CONFIG refused by the ACL, or not a number
-        return DEFAULT_BULK_LIMIT
-
-
-def blob_max_cells(
-    schema: Schema, n_trees: int, limit: int, grows: bool = False, prior_trees: int = 1, count_copies: int = 1
-) -> int:
-    """Most count cells (trees x leaves x classes) a model may have so that every value it stores in Redis
-    stays within ``limit`` bytes.
-
-    Its spec holds the structure (a fresh model's zero counts travel as their shape alone), each release
-    its counts; a grown release (``grows``) holds both and a noise variance per node. A tree of L leaves
-    has at most 2L - 1 nodes, and every row of these arrays (the ``n_trees`` trees and the
-    ``prior_trees`` stumps, each padded to the widest tree) takes as much, so per leaf and row the
-    largest value takes ``max(2 * 20, 8 * classes * count_copies)`` bytes (``8 * classes + 2 * (20 +
-    8)`` grown; ``count_copies``: counts-sized arrays in one value, ``2 * levels`` for ``release="tree"``,
-    whose state holds its open sums, its estimates and its carry), plus the schema (bounded here by its
-    JSON size and 64 KiB of slack). The structure drawer refuses,
-    level by level, a tree with more leaves than ``max_cells / (n_trees * classes)`` before building
-    that level.
-
-    >>> from streamdp.records.datasets import load_schema
-    >>> adult = load_schema("adult")
-    >>> blob_max_cells(adult, 10, 512 << 20), blob_max_cells(adult, 10, 512 << 20, grows=True)
-    (24400120, 13555620)
-    """
-    c = schema.n_classes
-    room = limit - len(schema.to_json()) - (64 << 10)
-    per_leaf = 8 * c + 2 * (_NODE_BYTES + _GROWN_NODE_BYTES) if grows else max(8 * c * count_copies, 2 * _NODE_BYTES)
-    leaves = max(0, room // ((n_trees + prior_trees) * per_leaf))
-    return int(leaves * n_trees * c)
-
-
-def grown_blob_bound(forest: PrivateForest, spec_bytes: int) -> int:
-    """The largest blob a ``release="grow"`` model publishes, from its drawn forest's blob size.
-
-    A grown release's trees are prunings of the drawn ones (never past their leaves), so its
-    structure takes at most the drawn blob's bytes, and its counts at most the drawn counts' (which
-    the drawn blob, all zeros, holds as their shape alone: ``blob.pack_array(fill_ok=True)``); it
-    adds a noise variance per node (:attr:`PrivateForest.node_variance`, ``(trees, max nodes)``
-    float64), one per tree (a msgpack list: 9 bytes a float) and version numbers, with 4 KiB of
-    slack for the rest; ``tests/test_service_unit.py`` grows forests fully (every level) and checks it.
-    """
-    s = forest.structure
-    return spec_bytes + forest.counts.nbytes + _GROWN_NODE_BYTES * s.feature.size + 9 * s.n_trees + (4 << 10)
-
-
 def create_model(
     r: Any,
     name: str,
@@ -191,6 +137,7 @@ def create_model(
     release_every: float | None = None,
     levels: int | None = None,
     estimator: str = "honaker",
+    noise_key_file: str | None = None,
     max_lag: float | None = None,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
@@ -209,7 +156,7 @@ def create_model(
     model's creation time), ``"grow"`` (the same windows on trees that start from
     their roots and deepen as the released counts allow, never past ``height``:
     height is a ceiling, :mod:`streamdp.forest.growth`), ``"tree"`` (the same windows through the binary tree
-    mechanism, ``levels`` levels, refused with another policy) or ``"batch"`` (each pushed batch noised once,
+    mechanism with no horizon, :mod:`streamdp.release.tree`; ``levels``, the fixed-horizon tree's, is refused) or ``"batch"`` (each pushed batch noised once,
     Jagannathan et al.; ``release_every`` is then refused: each batch is a release). ``None`` (default): ``"grow"`` where
     :func:`streamdp.forest.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
@@ -225,7 +172,11 @@ def create_model(
     (:mod:`streamdp.release.cadence`); ``max_lag=release_every`` keeps the clock's windows. It needs a prior stump
     and geometric or Laplace noise (the released record count it reads); other models release on the clock.
 
-    Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned).
+    ``noise_key_file`` (default ``$STREAMDP_NOISE_KEY_FILE``): the workers' noise key; its fingerprint is stored
+    (:func:`~streamdp.service.rollback.key_fingerprint`), and a worker with another key, or none, refuses to draw.
+
+    Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned), and
+    :class:`~streamdp.service.durability.ReplayUnsafe` on a server that would drop the model when it restarts.
     """
     r = connect(r)
     keys = Keys(name)
@@ -235,10 +186,10 @@ def create_model(
             "release_every (CLI --release-every) is the schedule of release='window', 'grow' or "
             "'tree': with release='batch' each pushed batch is its own release"
         )
-    if levels is not None and release != "tree":
+    if levels is not None:
         raise ValueError(
-            "levels (CLI --levels) belongs to release='tree', the binary tree mechanism; this model's "
-            "release is " + ("the default (window or grow)" if release is None else repr(release))
+            "levels belonged to the fixed-horizon binary tree of earlier versions; release='tree' now counts "
+            "with no horizon and has no levels"
         )
     if max_lag is not None and release in ("batch", "tree"):
         raise ValueError(
@@ -246,10 +197,9 @@ def create_model(
             + ("releases each pushed batch" if release == "batch" else "releases its windows on the clock")
         )
     release_every = 1.0 if release_every is None else release_every
-    levels = DEFAULT_LEVELS if levels is None else levels
 
     def policy_of(kind: str) -> ReleasePolicy:
-        pol = ReleasePolicy(kind, release_every, levels, estimator)
+        pol = ReleasePolicy(kind, release_every, None, estimator)
         pol.check_mechanism(mechanism)
         if kind != "batch" and pol.release_every < MIN_RELEASE_EVERY:
             raise ValueError(
@@ -269,12 +219,13 @@ def create_model(
             "release='grow' needs a finite epsilon: without noise there is nothing to grow against "
             "(release='window' keeps the drawn trees)"
         )
+    check_replay(r, refuse=True)  # a Redis that drops transactions at restart would erase the model
     start = time.time()
     if ledger_budget is not None:
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
     valid_trees = isinstance(n_trees, int) and n_trees >= 1  # else PrivateForest.create says what is wrong
-    copies = 2 * levels if release == "tree" else 1  # (tree: its state holds 2 x levels counts-sized arrays)
+    copies = TREE_STATE_COPIES if release == "tree" else 1  # (tree: its state's counts-sized arrays)
     cells = (
         blob_max_cells(schema, n_trees, limit, grows=release == "grow", count_copies=copies)
         if valid_trees
@@ -325,6 +276,7 @@ def create_model(
             f"up to {grown_bytes:,} bytes once the data fill every level; use release='window', "
             "fewer trees or a lower height"
         )
+    noise_key = key_fingerprint(load_noise_key(noise_key_file))  # checked by every worker before it draws
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec, cadence))):
@@ -336,7 +288,7 @@ def create_model(
     # exists, so charging first never under-charges; a crash after the charge only over-charges (safe).
     # A refused charge releases the name claim, so nothing is left behind.
     try:
-        _charge_model(r, name, forest, ledger_budget, model_id)
+        charge_model(r, name, forest.epsilon, forest.delta, ledger_budget, model_id)
     except BaseException:
         r.hdel(REGISTRY, name)
         raise
@@ -354,6 +306,7 @@ def create_model(
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
             "noise_layout": "blocks",
+            "noise_key": noise_key,
             **cadence_fields(cadence, start, policy),
         },
     )
@@ -376,84 +329,6 @@ def create_model(
         if "BUSYGROUP" not in str(e):
             raise
     return forest
-
-
-def cadence_of(policy: ReleasePolicy, forest: PrivateForest, max_lag: float | None) -> Cadence | None:
-    """The cadence of a new model (None: windows on the clock, every release merged); ``max_lag`` checked."""
-    measurable = forest.prior_trees >= 1 and forest.mechanism in ("geometric", "laplace")
-    if policy.kind not in ("window", "grow") or not measurable:
-        if max_lag is not None:
-            raise ValueError(
-                "max_lag (CLI --max-lag) needs release='window' or 'grow', a prior stump and geometric or laplace "
-                "noise: window lengths follow the record count the stumps release"
-            )
-        return None
-    cadence = Cadence(max(DEFAULT_MAX_LAG, policy.release_every) if max_lag is None else max_lag)
-    if cadence.max_lag < policy.release_every:
-        raise ValueError(
-            f"max_lag (seconds) must be at least release_every ({policy.release_every:g}), got {max_lag!r}"
-        )
-    return cadence
-
-
-def cadence_fields(cadence: Cadence | None, start: float, policy: ReleasePolicy) -> dict:
-    """The state's and ``pub:model``'s cadence fields at creation: the rule and the first window (public)."""
-    if cadence is None:
-        return {}
-    first = Schedule.first(start, policy.release_every)
-    return {"cadence": json.dumps(cadence.to_dict()), "schedule": json.dumps(first.to_dict())}
-
-
-def _charge_model(r: redis.Redis, name: str, forest: PrivateForest, ledger_budget: float | None, model_id: str) -> None:
-    """Charge the model's epsilon/delta to the ledger of source ``name`` (setting or raising its budget).
-
-    A charge the budget set here could not take is refused before the budget is written: a refused create
-    leaves the ledger as it was (a new user's ``--epsilon 3 --ledger-budget 2`` was refused, and left a budget
-    of 2 behind)."""
-    from streamdp.privacy.ledger import BudgetExceeded, exceeds, refusal
-
-    ledger = RedisLedger(r)
-    current = ledger.budget(name)
-    if not math.isfinite(forest.epsilon):
-        if current is not None or ledger_budget is not None:
-            raise BudgetExceeded(
-                f"source {name!r}: a non-private model (epsilon=inf) cannot be charged to a privacy "
-                "budget; refused before reading any data"
-            )
-        return
-    new = None
-    if current is None:
-        new = (forest.epsilon if ledger_budget is None else ledger_budget, forest.delta)
-    elif ledger_budget is not None and ledger_budget > current[0]:
-        new = (ledger_budget, max(current[1], forest.delta))
-    elif ledger_budget is not None and ledger_budget < current[0]:
-        raise ValueError(
-            f"source {name!r} already has a budget of {current[0]:g}: --ledger-budget can only raise "
-            f"it, not set {ledger_budget:g} (its spends: streamdp ledger {name})"
-        )
-    if new is not None:
-        spent = ledger.spent(name) if current is not None else (0.0, 0.0)
-        if exceeds(spent, (forest.epsilon, forest.delta), new):  # (the charge below would refuse it, too late)
-            raise refusal(name, forest.epsilon, spent[0], new[0], forest.delta, spent[1], new[1])
-        ledger.set_budget(name, *new)
-    try:
-        ledger.charge(
-            name,
-            forest.epsilon,
-            delta=forest.delta,
-            who="stream",
-            what="PrivateForest (stream model)",
-            key=f"model:{model_id}",
-        )
-    except BudgetExceeded as e:
-        if current is None:
-            raise
-        # a new user re-creating a deleted model's name: the ledger is kept (spends are history)
-        raise BudgetExceeded(
-            f"{e}. The ledger of {name!r} was spent before (a model or job of this name, perhaps "
-            f"deleted since: ledgers are kept): raise its budget with --ledger-budget, or use "
-            f"another name (streamdp ledger {name} lists its spends)"
-        ) from None
 
 
 #: A spec larger than this is read in parts of this size (GETRANGE) into one buffer.
@@ -495,7 +370,7 @@ def load_spec(r: Any, name: str) -> PrivateForest:
 
 def no_stream_model(r: Any, name: str) -> ModelNotFound:
     """The error for ``name`` having no stream model, saying why: a batch job's result of that name (listed beside
-    the models, a new user pushed to one and was told no model existed), or nothing at all."""
+    the models, so records are pushed to it by mistake), or nothing at all."""
     try:
         job = bool(r.hexists(JOB_RESULTS, name))
     except redis.exceptions.NoPermissionError:  # (a producer may not read the job results)
@@ -530,12 +405,6 @@ def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
     return ReleasePolicy.from_dict(json.loads(raw)), float(start)
 
 
-def load_cadence(r: Any, name: str) -> Cadence | None:
-    """The cadence of model ``name`` (None: a model whose windows follow the clock, every release merged)."""
-    raw = connect(r).hget(Keys(name).state, "cadence")
-    return None if raw is None else Cadence.from_dict(json.loads(raw))
-
-
 def list_models(r: Any) -> dict[str, dict]:
     """The stream models' public summaries (``sdp:registry``)."""
     return _read_registry(connect(r), REGISTRY)
@@ -550,9 +419,11 @@ def _read_registry(r: redis.Redis, key: str) -> dict[str, dict]:
     out = {}
     for k, v in sorted(r.hgetall(key).items()):
         try:
-            out[k.decode()] = {f: x for f, x in json.loads(v).items() if f not in PRODUCER_FIELDS}
+            out[k if isinstance(k, str) else k.decode()] = {
+                f: x for f, x in json.loads(v).items() if f not in PRODUCER_FIELDS
+            }
         except (ValueError, UnicodeDecodeError):
-            out[k.decode(errors="replace")] = {"error": "unreadable registry entry"}
+            out[k if isinstance(k, str) else k.decode(errors="replace")] = {"error": "unreadable registry entry"}
     return out
 
 

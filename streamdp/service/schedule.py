@@ -14,18 +14,20 @@ from __future__ import annotations
 import json
 import logging
 import time
+from typing import Any
 
 import numpy as np
 import redis
 
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
-from streamdp.release.cadence import Cadence, Schedule, release_total, total_sd
+from streamdp.release.cadence import DEFAULT_MAX_LAG, Cadence, Schedule, release_total, total_sd
 from streamdp.release.continual import ReleasePolicy, window_end
+from streamdp.service.connection import connect
 from streamdp.service.group import jlog
 from streamdp.service.keys import Keys, as_str
 
-__all__ = ["WindowSchedule", "release_left_out"]
+__all__ = ["WindowSchedule", "release_left_out", "cadence_of", "cadence_fields", "load_cadence"]
 
 log = logging.getLogger("streamdp.worker")
 
@@ -124,3 +126,35 @@ def release_left_out(
         except redis.WatchError:
             return False
     return True
+
+
+def cadence_of(policy: ReleasePolicy, forest: PrivateForest, max_lag: float | None) -> Cadence | None:
+    """The cadence of a new model (None: windows on the clock, every release merged); ``max_lag`` checked."""
+    measurable = forest.prior_trees >= 1 and forest.mechanism in ("geometric", "laplace")
+    if policy.kind not in ("window", "grow") or not measurable:
+        if max_lag is not None:
+            raise ValueError(
+                "max_lag (CLI --max-lag) needs release='window' or 'grow', a prior stump and geometric or laplace "
+                "noise: window lengths follow the record count the stumps release"
+            )
+        return None
+    cadence = Cadence(max(DEFAULT_MAX_LAG, policy.release_every) if max_lag is None else max_lag)
+    if cadence.max_lag < policy.release_every:
+        raise ValueError(
+            f"max_lag (seconds) must be at least release_every ({policy.release_every:g}), got {max_lag!r}"
+        )
+    return cadence
+
+
+def cadence_fields(cadence: Cadence | None, start: float, policy: ReleasePolicy) -> dict:
+    """The state's and ``pub:model``'s cadence fields at creation: the rule and the first window (public)."""
+    if cadence is None:
+        return {}
+    first = Schedule.first(start, policy.release_every)
+    return {"cadence": json.dumps(cadence.to_dict()), "schedule": json.dumps(first.to_dict())}
+
+
+def load_cadence(r: Any, name: str) -> Cadence | None:
+    """The cadence of model ``name`` (None: a model whose windows follow the clock, every release merged)."""
+    raw = connect(r).hget(Keys(name).state, "cadence")
+    return None if raw is None else Cadence.from_dict(json.loads(raw))

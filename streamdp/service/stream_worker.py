@@ -38,13 +38,15 @@ import redis
 
 from streamdp.service import codec
 from streamdp.service.connection import connect
+from streamdp.service.durability import check_replay
 from streamdp.service.faults import FaultPoints
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
-from streamdp.service.registry import grown_blob_bound, load_cadence, load_policy, load_spec
+from streamdp.service.registry import load_cadence, load_policy, load_spec
 from streamdp.service.rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
+from streamdp.service.size_limits import grown_blob_bound
 from streamdp.service.trimming import StreamTrimmer
 from streamdp.service.windows import WindowCloser
 from streamdp.validation import MAX_BLOCK_MS, check_integer
@@ -65,7 +67,7 @@ class WorkerConfig:
     keep_versions: int = 20  # pub:v:<N> retained (0: no bound in number; keep_bytes still bounds them)
     keep_bytes: int = KEEP_BYTES  # ... and no more of them than fit in these bytes (0: no bound; at least one)
     version_ttl_s: int = 0  # TTL of pub:v:<N> (0: none)
-    dead_maxlen: int = 100_000  # dead-letter stream approximate cap
+    dead_maxlen: int = 10_000  # dead-letter stream approximate cap (each letter is bounded in bytes: codec.dead_letter)
     trim_every: int = 20  # commits between MINID trims
     trim_idle_s: float = 60.0  # an idle stream is trimmed this often (retention holds without traffic)
     max_commit_retries: int = 1000
@@ -162,6 +164,7 @@ class Worker(GroupLoop):
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
         self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
+        self.noise.check(self.redis.hget(self.keys.state, "noise_key"), model)  # the key the model was created with
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
         # a retained version: the counts, or a grown release's whole blob (at most its bound)
@@ -234,6 +237,11 @@ class Worker(GroupLoop):
             keyed_noise=self.noise.keyed,
             rollback_guard=self.guard.path is not None,
         )
+        check_replay(  # when this user may ask (the deploy worker user may not; model create, as admin, refuses)
+            self.redis,
+            refuse=False,
+            warn=lambda problem: _jlog(logging.WARNING, "worker.restart_loses_data", model=self.model, problem=problem),
+        )
         if not self.noise.keyed:
             _jlog(
                 logging.WARNING,
@@ -296,11 +304,11 @@ class Worker(GroupLoop):
             if e.fields is not None and e.poison(self.config.max_deliveries):
                 e.dead = (
                     f"poison: delivered {e.deliveries} times (max {self.config.max_deliveries})",
-                    codec.entry_detail(e.fields),
+                    codec.entry_detail(e.fields, head=self._dead_head()),
                 )
                 self.redis.hincrby(self.keys.stats, "poison", 1)
                 return
-            e.batch, e.dead = codec.decode_entry(self.schema, e.fields)
+            e.batch, e.dead = codec.decode_entry(self.schema, e.fields, head=self._dead_head())
             if e.dead is not None and "(internal" in e.dead[0]:
                 _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, reason=e.dead[0])
         except redis.RedisError:
@@ -308,6 +316,11 @@ class Worker(GroupLoop):
         except Exception as err:  # never die on input
             e.batch, e.dead = None, (f"undecodable (internal {type(err).__name__})", b"")
             _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, error=type(err).__name__)
+
+    def _dead_head(self) -> int:
+        """Payload bytes a dead letter keeps: none where the model retains no raw records (its retention, as the
+        last trim read it), else :data:`.codec.DEAD_HEAD`."""
+        return 0 if self.trimmer.retention.keeps_nothing else codec.DEAD_HEAD
 
     def _handle(self, entries: list[WorkerEntry]) -> None:
         for e in entries:
@@ -330,7 +343,7 @@ class Worker(GroupLoop):
         if out.status == "replaced":
             self._replaced()
         elif out.status == "ok":
-            self._after_commit(out.entries, merged=out.merged)
+            self._after_commit(out.entries)
 
     def _replaced(self) -> None:
         """The model was deleted and re-created under this name since this worker loaded it: write nothing and
@@ -343,8 +356,8 @@ class Worker(GroupLoop):
         )
         self.stop()
 
-    def _after_commit(self, entries: list[WorkerEntry], *, merged: bool) -> None:
-        """After a successful commit or add: log the dead letters, trim every ``trim_every`` merging commits."""
+    def _after_commit(self, entries: list[WorkerEntry]) -> None:
+        """After a successful commit or add: log the dead letters, trim every ``trim_every`` commits (dead-letter-only ones too)."""
         # the distinct reasons only (how many entries or records were bad is exact: stats --exact; the counts
         # and rows stay in the worker-only dead-letter stream)
         reasons = {
@@ -354,7 +367,7 @@ class Worker(GroupLoop):
         }
         if reasons:
             _jlog(logging.WARNING, "worker.dead_letter", model=self.model, reasons=sorted(r[:200] for r in reasons)[:5])
-        self._commits_since_trim += 1 if merged else 0
+        self._commits_since_trim += 1  # every commit: acked entries (merged, duplicate or dead) wait for a trim
         if self._commits_since_trim >= self.config.trim_every:
             self._commits_since_trim = 0
             self.trim()

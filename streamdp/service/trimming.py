@@ -2,7 +2,10 @@
 
 ``XTRIM MINID`` never drops an unacked entry, and keeps the model's retention window
 (:mod:`.retention`); entries a producer dated ahead of the clock are deleted by id once merged; group
-consumers of dead workers with nothing pending are forgotten. Used by the stream worker
+consumers of dead workers with nothing pending are forgotten. The dead-letter stream is trimmed to the same
+retention window (its newest N entries, or those younger than S seconds) where the model retains records; where it
+retains none, dead letters hold nothing of their payload but its size (:func:`.codec.entry_detail`) and only
+``dead_maxlen`` bounds them. Used by the stream worker
 (:class:`.stream_worker.Worker`) every ``trim_every`` commits and while the stream is idle.
 """
 
@@ -14,7 +17,7 @@ import redis
 
 from streamdp.service.group import jlog
 from streamdp.service.keys import GROUP, Keys, as_str
-from streamdp.service.retention import get_retention, parse_id, policy_minid, trim_minid
+from streamdp.service.retention import Retention, get_retention, parse_id, policy_minid, trim_minid
 
 __all__ = ["StreamTrimmer"]
 
@@ -41,6 +44,8 @@ class StreamTrimmer:
         self.redis, self.keys, self.model, self.consumer = r, keys, keys.name, consumer
         self.forget_consumers_s = forget_consumers_s
         self._forget = r.register_script(FORGET_LUA)
+        #: the model's retention as last read (the worker keeps payload heads in dead letters only where it retains)
+        self.retention: Retention = get_retention(r, keys.name)
 
     def trim(self) -> int:
         """XTRIM MINID: never drops an unacked entry, keeps the model's retention window (:mod:`.retention`).
@@ -60,7 +65,8 @@ class StreamTrimmer:
             minid = as_str(pend["min"]) if pend and pend.get("pending") else _next_id(last)
             if minid in ("0-0", "None"):
                 return 0
-            ret = get_retention(self.redis, self.model)
+            ret = self.retention = get_retention(self.redis, self.model)
+            self.trim_dead(ret)
             minid = trim_minid(minid, policy_minid(self.redis, self.model, self.keys.records, ret))
             if minid == "0-0":
                 return 0
@@ -75,10 +81,21 @@ class StreamTrimmer:
             jlog(log, logging.WARNING, "worker.trim_failed", model=self.model, error=str(err))
             return 0
 
+    def trim_dead(self, ret: Retention) -> int:
+        """Trim the dead-letter stream to the retention window ``ret`` (nothing when it retains no records: then
+        dead letters keep no payload bytes and ``dead_maxlen`` caps them). Returns how many went."""
+        floor = policy_minid(self.redis, self.model, self.keys.dead, ret)
+        if floor is None or floor == "0-0":
+            return 0
+        n = int(self.redis.xtrim(self.keys.dead, minid=floor, approximate=False))
+        if n:
+            self.redis.hincrby(self.keys.stats, "dead_trimmed", n)
+        return n
+
     def _trim_future(self, last: str, pending_min: str | None) -> int:
         """Delete merged entries whose ids a producer set ahead of the clock (where retention is bounded in
-        time): MINID trimming goes by id, so they outlived the policy by as long as the producer chose (a red
-        team's finding). Only entries delivered (at most ``last``) and acked (below ``pending_min``) go."""
+        time): MINID trimming goes by id, so they would outlive the policy by as long as the producer chose.
+        Only entries delivered (at most ``last``) and acked (below ``pending_min``) go."""
         sec, usec = self.redis.time()
         start = f"{int(sec) * 1000 + int(usec) // 1000 + self.FUTURE_ID_SLACK_MS}-0"
         last_id, low = parse_id(last), parse_id(pending_min) if pending_min else None

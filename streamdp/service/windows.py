@@ -177,14 +177,15 @@ class WindowCloser:
         # (``tree`` publishes its state's estimate and needs no counts.)
         window = self.policy.kind == "window"
         cached = self._last if self._last is not None else (-1, None)
-        p.hmget(self.keys.state, "version", "releases", "open", "schedule")
+        p.hmget(self.keys.state, "version", "releases", "open", "schedule", "noise_key")
         p.hgetall(self.keys.acc(w))
         p.get(self.keys.tree)
-        (version, rel, open_, sched_raw), acc_raw, tree_b = p.execute()
+        (version, rel, open_, sched_raw, noise_key), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
+        self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         sched = self.windows.of(rel, sched_raw)
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw, sched)

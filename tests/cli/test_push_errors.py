@@ -53,9 +53,9 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
     """An unbalanced quote after 500 of 1,000 records (chunks of 200 records, batches of 50): the push stops
     naming line 502 (no content), says 400 records were pushed (the progress bar's last line too), and the
     corrected file pushed again merges only the other 600."""
-    import streamdp.records.sources
+    import streamdp.records.frames
 
-    monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
+    monkeypatch.setattr(streamdp.records.frames, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
     u = ["--redis-url", redis_url]
     assert (
         main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
@@ -144,16 +144,13 @@ def test_release_options_of_another_policy_are_refused(redis_url, name, capsys):
     base = u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
     assert main(base + ["--release", "batch", "--release-every", "5"]) == 2
     assert "release_every (CLI --release-every) is the schedule of release='window'" in capsys.readouterr().err
-    assert main(base + ["--release", "window", "--levels", "5"]) == 2
-    assert "levels (CLI --levels) belongs to release='tree'" in capsys.readouterr().err
-    assert main(base + ["--levels", "5"]) == 2  # the default policy is never the tree's
-    assert main(base + ["--release", "tree", "--levels", "5", "--release-every", "2"]) == 0  # nothing charged before
+    assert main(base + ["--release", "tree", "--release-every", "2"]) == 0  # nothing charged before
     assert main(["--redis-url", redis_url, "model", "show", name, "--json"]) == 0
-    assert '"levels": 5' in capsys.readouterr().out
+    assert '"kind": "tree"' in capsys.readouterr().out
 
 
 def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name, monkeypatch):
-    import streamdp.records.sources
+    import streamdp.records.frames
 
     s = Schema.from_dict(
         {
@@ -169,7 +166,7 @@ def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name
     with pytest.raises(SourceError) as e:
         p.push([{"x0": "a"}], ["neg"])
     assert str(e.value).startswith("record 0 (0-based): attribute 'x1' is missing; no record was pushed")
-    monkeypatch.setattr(streamdp.records.sources, "CHUNK_ROWS", 100)  # push's chunks: 100 records, 2 batches
+    monkeypatch.setattr(streamdp.records.frames, "CHUNK_ROWS", 100)  # push's chunks: 100 records, 2 batches
     recs = [{"x0": "a", "x1": "b"} for _ in range(300)]
     recs[250]["x1"] = "SECRET"
     with pytest.raises(SourceError) as e:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamdp import NotPrivateWarning, estimation
-from streamdp.estimation import ForestNodes, forest_topology, node_distributions
+from streamdp.estimation import ForestNodes, forest_topology, node_distributions, rule
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ForestStructure, max_possible_leaves
 from streamdp.learners import DPEA, HanischForest
@@ -74,7 +74,7 @@ def test_seq_sum_adds_left_to_right_as_numpy_does_on_every_python():
     want = np.zeros(1)
     for x in xs:
         want += x
-    for f in (estimation.seq_sum, estimation._left_to_right):  # the running interpreter's, and the 3.12+ branch
+    for f in (estimation.seq_sum, rule._left_to_right):  # the running interpreter's, and the 3.12+ branch
         assert f(xs) == want[0] == 0.0
         assert f([0.1, 0.2, 0.3]) == np.array([0.1, 0.2, 0.3]).sum() == (0.1 + 0.2) + 0.3
 
@@ -176,7 +176,7 @@ def test_swamped_nodes_fall_back_to_the_parent_and_clear_ones_shrink_toward_it()
 @pytest.mark.parametrize("mechanism", ["geometric", "laplace", pytest.param("kanon", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("vote", ["proba", "majority"])
 def test_estimation_changes_no_released_number(mechanism, vote, monkeypatch):
-    import streamdp.forest.model as forest_module
+    import streamdp.forest.persistence as forest_module
 
     monkeypatch.setattr(forest_module.time, "time", lambda: 1.0)  # the blob's "created" stamp
     ds = skewed(3000, seed=2)

@@ -20,6 +20,7 @@ pytest.importorskip("river")
 from river import datasets  # noqa: E402
 
 from streamdp import estimation  # noqa: E402
+from streamdp.estimation import rule  # noqa: E402
 from streamdp.river import (
     PrivateForestClassifier,  # noqa: E402
     kernel,  # noqa: E402
@@ -184,7 +185,7 @@ def test_kernel_sum_is_the_left_to_right_sum():
         want = np.zeros(1)
         for x in xs:  # the vectorised path's order: one row after another onto zeros
             want += x
-        assert kernel._kernel.py_sum(xs) == estimation.seq_sum(xs) == estimation._left_to_right(xs) == want[0]
+        assert kernel._kernel.py_sum(xs) == estimation.seq_sum(xs) == rule._left_to_right(xs) == want[0]
 
 
 @needs_kernel

@@ -121,8 +121,13 @@ def test_redis_conf_references_the_acl_file_and_never_evicts():
 
 
 def test_default_user_is_disabled(acl):
+    """``default`` keeps every right (the AOF replays as it) but is off: nobody can authenticate as it."""
     with pytest.raises((redis.AuthenticationError, redis.ResponseError)):
         redis.Redis.from_url(f"redis://{acl.hostport}/0").ping()
+    for password in ("", "guess", "test-admin-pw"):
+        with pytest.raises((redis.AuthenticationError, redis.ResponseError)):
+            redis.Redis.from_url(f"redis://default:{password}@{acl.hostport}/0").ping()
+    assert "off" in acl.client("admin").acl_getuser("default")["flags"]
     with pytest.raises(redis.AuthenticationError):
         redis.Redis.from_url(f"redis://consumer:wrong@{acl.hostport}/0").ping()
 

@@ -188,5 +188,5 @@ def test_max_lag_is_refused_where_it_cannot_apply(r, kw, word):
 
 
 def test_models_without_a_cadence_keep_the_clock(r):
-    create_model(r, "t", DS.schema, n_trees=2, height=2, epsilon=1.0, release="tree", release_every=EVERY, levels=4)
+    create_model(r, "t", DS.schema, n_trees=2, height=2, epsilon=1.0, release="tree", release_every=EVERY)
     assert r.hget(Keys("t").state, "cadence") is None and "schedule" not in show_model(r, "t")

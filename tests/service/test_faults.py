@@ -244,7 +244,7 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
     assert stats.get("claimed", 0) > 0 and stats.get("delta_reused", 0) > 0, stats
     # a stale commit was refused (an entry reclaimed during a stall: not-owner) or retried (version CAS). Which
     # of the two a run hits is timing; the refusal itself is checked deterministically in
-    # test_service_unit.py::test_redelivered_batch_reuses_its_stored_delta
+    # test_stream_worker.py::test_redelivered_batch_reuses_its_stored_delta
     # (one CI run of this test saw 0 refusals and 5 retries).
     assert stats.get("commit_rejections", 0) + stats.get("commit_retries", 0) > 0, stats
     assert stats.get("lost_trimmed", 0) == 0 and stats.get("poison", 0) == 0, stats  # MINID trims kept unacked entries
@@ -450,7 +450,6 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         seed=7,
         release=release,
         release_every=every,
-        levels=12 if release == "tree" else None,
         max_lag=8 * every if rate else None,
     )
     keys = Keys(model)
@@ -491,7 +490,6 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         _wait(drained, 90, "clean workers to drain the stream")
         last = int(r.hget(keys.state, "open"))
         _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
-        released_at = time.time()
         # SIGTERM only once each clean worker reads the group (its run() installed the handler first): one still
         # starting when the others had drained the stream died of SIGTERM's default action (-15) in a CI run
         names = {fleet.names[p.pid] for p in clean}
@@ -519,6 +517,9 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     by_point = {pt: points.count(pt) for pt in POINTS + CLOSE_POINTS}
     stats = {k.decode(): int(float(v)) for k, v in r.hgetall(keys.stats).items() if not k.endswith(b"_ms")}
     releases = int(r.hget(keys.state, "releases"))
+    # The clock read after the count: a window is released only once it has ended, so the count cannot exceed
+    # the windows ended by then (a clock read before it missed the windows closed in between).
+    released_at = time.time()
     print(
         f"\nwindow fault injection {release} eps={epsilon}: {len(batches)} batches, {fleet.sigkilled} SIGKILLs "
         f"{by_point}, {releases} windows released; counters {stats}"

@@ -1,0 +1,221 @@
+"""What the forest estimates from its released counts: the noise they carry, each leaf's class
+distribution and the vote.
+
+:class:`Voting` is the part of :class:`~streamdp.forest.model.PrivateForest` that reads released
+numbers only (post-processing): the public noise variances, the estimation of
+:mod:`streamdp.estimation` and the trees' vote.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streamdp.estimation.nodes import ForestNodes
+from streamdp.estimation.prior import leaf_rule_proba, prior_from
+from streamdp.estimation.rule import ESTIMATORS, SNR_MIN, cell_variance
+from streamdp.forest.growth import leaves_below
+from streamdp.forest.structure import ForestStructure
+from streamdp.records.schema import Schema
+from streamdp.validation import NotFittedError, check_choice
+
+__all__ = ["Voting"]
+
+
+class Voting:
+    """Noise variances, estimation and the vote of a :class:`~streamdp.forest.model.PrivateForest` (a mixin)."""
+
+    if TYPE_CHECKING:  # what the forest provides
+        schema: Schema
+        structure: ForestStructure
+        mechanism: str
+        k: int | None
+        vote: str
+        prior_trees: int
+        version: int
+        n_releases: int
+        class_prior: np.ndarray | None
+        _counts: np.ndarray
+
+        @property
+        def n_trees(self) -> int: ...
+        @property
+        def epsilon_per_tree(self) -> float: ...
+        @property
+        def record_share(self) -> float: ...
+
+    _noise_variance: np.ndarray | None
+    _node_variance: np.ndarray | None
+    _estimator: str
+    _tables: dict[str, np.ndarray]
+
+    def apply(self, X: Any) -> np.ndarray:
+        """Leaf number of each record in each tree, stumps included, shape ``(n, n_trees + prior_trees)``."""
+        enc = self.schema.encode(X)
+        return self.structure.apply(enc.X, self.schema.is_categorical)
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Class probabilities, columns in the schema's label order.
+
+        Raises :class:`~streamdp.validation.NotFittedError` before the first release (``fit``, or a stream
+        model's first merge) when no counts were given: zero counts would give the first class for every record."""
+        if not self.n_releases and not self._counts.any():
+            raise NotFittedError(
+                "this PrivateForest has released no counts yet (n_releases is 0): call fit, or wait for the stream "
+                "model's first release"
+            )
+        return self.proba_from_leaves(self.apply(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        codes = self.predict_proba(X).argmax(axis=1)
+        return np.asarray(list(self.schema.decode_labels(codes))) if len(codes) else np.empty(0)
+
+    @property
+    def cell_variance(self) -> float:
+        """Public variance of the noise one release puts on a cell (:func:`streamdp.estimation.cell_variance`)."""
+        return cell_variance(self.mechanism, self.epsilon_per_tree, self.k)
+
+    @property
+    def estimator(self) -> str:
+        """ "shrink" (noise-aware, :mod:`streamdp.estimation`) or "leaf" (the leaf's clipped counts alone); post-processing only."""
+        return self._estimator
+
+    @estimator.setter
+    def estimator(self, value: str) -> None:
+        self._estimator = check_choice(value, "estimator", ESTIMATORS)
+
+    @property
+    def noise_variance(self) -> np.ndarray:
+        """Public variance of the noise on each tree's cells as the counts stand, ``(n_trees + prior_trees,)``.
+
+        The releases' noises add up: ``n_releases * cell_variance`` unless a release
+        said otherwise (a pruned fit's probe leaves its trees less budget; a stream's
+        binary tree mechanism publishes sums of fewer nodes). What estimation weighs
+        the counts by. Set it with a number or an array (per tree); None: the default.
+        """
+        if self._noise_variance is None:
+            return np.full(self.structure.n_trees, self.n_releases * self.cell_variance)
+        return self._noise_variance
+
+    @noise_variance.setter
+    def noise_variance(self, value: Any) -> None:
+        if value is None:
+            self._noise_variance = None
+            return
+        v = np.broadcast_to(np.asarray(value, dtype=np.float64), (self.structure.n_trees,)).copy()
+        if not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError("noise_variance must be finite and >= 0")
+        v.flags.writeable = False
+        self._noise_variance = v
+
+    @property
+    def node_variance(self) -> np.ndarray:
+        """Public noise variance of each node's count of one class, ``(n_trees + prior_trees, max_nodes)``.
+
+        By default :attr:`noise_variance` times the leaves below the node (each
+        release noised every leaf). Trees grown release by release
+        (:meth:`grow`) keep their own: a node that was a leaf for some releases
+        carries less noise than the leaves now below it.
+        """
+        if self._node_variance is None:
+            return leaves_below(self.structure) * self.noise_variance[:, None]
+        return self._node_variance
+
+    @node_variance.setter
+    def node_variance(self, value: Any) -> None:
+        if value is None:
+            self._node_variance = None
+            return
+        v = np.array(value, dtype=np.float64)
+        if v.shape != self.structure.feature.shape or not np.all(np.isfinite(v)) or np.any(v < 0):
+            raise ValueError(f"node_variance must be finite, >= 0 and of shape {self.structure.feature.shape}")
+        v.flags.writeable = False
+        self._node_variance = v
+
+    def estimation_nodes(self) -> ForestNodes:
+        """Every node's noisy counts and public noise variance (:class:`streamdp.estimation.ForestNodes`), cached per release."""
+        nv, cp = self._node_variance, self.__dict__.get("class_prior")
+        key = (
+            self.version,
+            id(self._counts),
+            self.noise_variance.tobytes(),
+            None if nv is None else nv.tobytes(),
+            None if cp is None else cp.tobytes(),
+        )
+        if self.__dict__.get("_nodes_key") != key:
+            s = self.structure
+            if self.__dict__.get("_layout_of") is not s:  # the structure's part, once per structure
+                self._layout, self._layout_of = ForestNodes.layout(s.feature, s.child, s.leaf, self.prior_trees), s
+            self._nodes = ForestNodes.build(
+                s.feature,
+                s.child,
+                s.leaf,
+                self._counts,
+                self.noise_variance,
+                self.prior_trees,
+                self.record_share,
+                self._layout,
+                nv,
+                cp,
+            )
+            self._nodes_key, self._tables = key, {}
+        return self._nodes
+
+    def leaf_proba(self) -> np.ndarray:
+        """Estimated class distribution of every leaf of the random trees, ``(n_trees, max_leaves, n_classes)``.
+
+        Post-processing of the released counts by :mod:`streamdp.estimation`
+        (``self.estimator``: "shrink", the noise-aware rule within each tree, or
+        "leaf", the leaf's clipped counts alone). This is what each tree votes
+        with under ``vote="majority"``; ``vote="proba"`` pools the trees along
+        the record's paths instead (:meth:`ForestNodes.path_proba`).
+        """
+        if self.estimator == "leaf":
+            return leaf_rule_proba(self._counts[: self.n_trees])
+        nodes = self.estimation_nodes()
+        if self.vote not in self._tables:  # cached per release and vote (vote may be changed on a fitted forest)
+            # A majority vote pools T independent trees: each tree's bar is lowered by sqrt(T).
+            self._tables[self.vote] = nodes.leaf_proba(
+                SNR_MIN / math.sqrt(self.n_trees) if self.vote == "majority" else None
+            )
+        return self._tables[self.vote]
+
+    def prior(self) -> np.ndarray:
+        """The vote's class prior: :func:`streamdp.estimation.forest_prior` (every tree's root totals,
+        stumps included, inverse-variance weighted); under ``estimator="leaf"`` the
+        random trees' clipped counts summed, normalised."""
+        if self.estimator == "leaf":
+            return prior_from(np.maximum(self._counts[: self.n_trees], 0))
+        return self.estimation_nodes().prior
+
+    def proba_from_leaves(self, leaves: np.ndarray) -> np.ndarray:
+        """The vote: class probabilities from each record's leaf numbers ``(n, n_trees)`` (:meth:`apply`).
+
+        ``vote="proba"``: the noise-aware rule pooled over the trees along the
+        record's paths (:meth:`ForestNodes.path_proba`; under ``estimator="leaf"``,
+        Fan et al.'s clipped leaf counts summed, the :meth:`prior` when all are 0);
+        ``"majority"``: each tree votes the argmax of its leaf's :meth:`leaf_proba`,
+        ties to the class with the larger :meth:`prior`.
+        """
+        # Only the random trees vote (prior stumps inform the prior in estimation_nodes alone).
+        T, L, C = self.n_trees, self.structure.max_leaves, self.schema.n_classes
+        leaves = leaves[:, :T]
+        if self.vote == "proba":
+            if self.estimator == "shrink":
+                return self.estimation_nodes().path_proba(leaves)
+            # Fan et al.: the trees' clipped counts pooled, the clipped prior when all are 0
+            pos = np.clip(self._counts[:T], 0, None).astype(np.float64).reshape(T * L, C)
+            s = pos[leaves + np.arange(T, dtype=np.int64) * L].sum(axis=1)
+            tot = s.sum(axis=1, keepdims=True)
+            return np.where(tot > 0, s / np.where(tot > 0, tot, 1), self.prior())
+        # majority: each tree votes its leaf's argmax; ties go to the class with the larger prior.
+        cells = self.leaf_proba().reshape(T * L, C)[leaves + np.arange(T, dtype=np.int64) * L]  # (n, T, C)
+        prior = self.prior()
+        rank = np.argsort(np.argsort(prior, kind="stable"), kind="stable") + 1
+        top = cells.max(axis=2, keepdims=True)
+        votes = np.where(cells == top, rank, 0).argmax(axis=2)  # (n, T)
+        proba = np.zeros((len(leaves), C))
+        np.add.at(proba, (np.repeat(np.arange(len(leaves)), T), votes.ravel()), 1.0)
+        return proba / T

@@ -1,0 +1,108 @@
+"""The class prior a river forest classifier measures and falls back to.
+
+The prior phase releases a stream's first records to the prior stumps alone, on a public schedule; every
+release's stump totals are pooled by :func:`streamdp.estimation.release_prior`; and the optional guard
+releases each batch's noisy advantage of the forest over that prior, so the model votes with the prior
+while the forest does no better. All of it reads released numbers or public schedules only.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streamdp.estimation.prior import release_prior
+from streamdp.estimation.prior_phase import prior_phase_first, prior_phase_size
+from streamdp.estimation.rule import cell_variance
+from streamdp.forest.model import PrivateForest
+from streamdp.river.encoding import RecordEncoder
+from streamdp.river.forest_view import ForestView
+
+__all__ = ["PriorVote"]
+
+
+class PriorVote:
+    """The prior phase, the pooled class prior and the guard of :class:`~streamdp.river.PrivateForestClassifier`
+    (a mixin)."""
+
+    if TYPE_CHECKING:  # what the classifier provides
+        forest: PrivateForest
+        encoder: RecordEncoder
+        epsilon: float
+        first_batch: int
+        prior_records: int | None
+        guard: float
+        window: int | None
+        _n_prior_releases: int
+        _guard_log: collections.deque
+        _view: ForestView
+
+    @property
+    def n_prior_records(self) -> int:
+        """Records of the prior phase: ``prior_records``, or ``first_batch`` when None and the forest has stumps."""
+        if not self.forest.prior_trees:
+            return 0
+        return self.first_batch if self.prior_records is None else self.prior_records
+
+    @property
+    def prior_first(self) -> int:
+        """Records of the prior phase's first release (:func:`streamdp.estimation.prior_phase_first` of one stump
+        cell's variance at ``epsilon / prior_trees``)."""
+        f = self.forest
+        if not f.prior_trees:
+            return 1
+        return prior_phase_first(cell_variance(f.mechanism, self.epsilon / f.prior_trees))
+
+    @property
+    def in_prior_phase(self) -> bool:
+        """Whether the open batch goes to the prior stumps alone (public: a function of the release count)."""
+        return prior_phase_size(self._n_prior_releases, self.prior_first, self.n_prior_records) > 0
+
+    def _guard_release(self, X: np.ndarray, y: np.ndarray) -> None:
+        """Release this batch's noisy advantage of the forest over the prior (the ``guard`` parameter)."""
+        if not self.guard:
+            return
+        right = int((self._view.predict_proba_encoded(X).argmax(axis=1) == y).sum())
+        prior_right = int((y == int(np.argmax(self.forest.prior()))).sum())
+        self._guard_log.append(self.forest.noisy_statistic(right - prior_right, self.epsilon * self.guard))
+        if self.window is not None and len(self._guard_log) > self.window:
+            self._guard_log.popleft()
+
+    @property
+    def forest_votes(self) -> bool:
+        """Whether the forest predicts (else the class prior): the released advantages sum above 0 (``guard``)."""
+        return not self.guard or not self._guard_log or sum(self._guard_log) > 0
+
+    def _log_prior(self, stumps: np.ndarray, var: float, n: int | None) -> None:
+        """Keep this release's stump totals ``(prior_trees, C)``, size and noise (``var``: one stump cell's
+        noise variance; public numbers) and set the forest's class prior from the kept releases
+        (:func:`streamdp.estimation.release_prior`; the last ``window`` under a window)."""
+        f = self.forest
+        P = f.prior_trees
+        if not P:
+            return
+        totals = np.asarray(stumps, dtype=np.float64).mean(axis=0)
+        # a full batch's size is the schedule's (public); a flushed partial batch's (n None), its noisy total
+        size = float(n) if n is not None else max(1.0, float(totals.sum()))
+        log = self.__dict__.setdefault("_prior_log", collections.deque())
+        log.append((totals, size, var / P))
+        if self.window is not None and len(log) > self.window:
+            log.popleft()
+        t, sz, v = (np.array(c) for c in zip(*log))
+        f.class_prior = release_prior(t, sz, v)
+
+    def _prior_vote(self) -> tuple[dict, Any]:
+        """The class prior as river's probabilities and its most probable label (first on ties), per release."""
+        got = self.__dict__.get("_prior_of")
+        key = (self.forest.version, self.forest.class_prior)  # a growing model's prior phase moves the prior alone
+        if got is None or got[0] != key[0] or got[3] is not key[1]:
+            p = self.forest.prior()
+            got = self._prior_of = (
+                self.forest.version,
+                dict(zip(self.encoder.label_values, p.tolist())),
+                self.encoder.label_values[int(np.argmax(p))],
+                self.forest.class_prior,
+            )
+        return got[1], got[2]

@@ -1,0 +1,59 @@
+"""Consumers on fakeredis: cached and old versions, and a model created again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+fakeredis = pytest.importorskip("fakeredis")
+pytest.importorskip("lupa")
+
+from streamdp.service.consumer import Consumer, VersionNotAvailable  # noqa: E402
+from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.registry import create_model, delete_model  # noqa: E402
+from tests.service.conftest import DS, _drain, _model, _worker  # noqa: E402
+
+
+def test_get_of_a_cached_version_checks_the_model_was_not_re_created(r):
+    _model(r)
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))
+    c = Consumer(r, "m")
+    old = c.get(1)
+    delete_model(r, "m")
+    create_model(r, "m", DS.schema, n_trees=3, height=4, epsilon=1.0, seed=2, release="batch", ledger_budget=2.0)
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))
+    new = c.get(1)
+    assert new.structure.max_leaves != old.structure.max_leaves and new.shape == Consumer(r, "m").get(1).shape
+
+
+def test_consumer_get_old_versions_and_validation(r):
+    _model(r)
+    p = Producer(r, "m")
+    w = _worker(r, "m", keep_versions=2)
+    for i in range(4):
+        p.push(DS.X[i * 10 : (i + 1) * 10], DS.y[i * 10 : (i + 1) * 10])
+        w.step(block_ms=10)
+    c = Consumer(r, "m")
+    assert c.latest().version == 4 and c.get(3).version == 3
+    with pytest.raises(VersionNotAvailable):
+        c.get(1)
+    r.hset(Keys("m").pub_model, mapping={"version": 5, "blob": b"\x81\xa6format\xa3bad", "counts": b"short"})
+    with pytest.raises(ValueError):
+        c.latest()  # counts unusable: falls back to the blob, which is validated
+    with pytest.raises(ValueError):
+        Consumer(r, "m").latest()  # a new consumer validates the whole blob
+
+
+def test_consumer_notices_a_recreated_model(r):
+    _model(r)
+    c = Consumer(r, "m")
+    first = c.latest()
+    delete_model(r, "m")
+    create_model(r, "m", DS.schema, n_trees=3, height=3, epsilon=1.0, seed=99, ledger_budget=2.0, release="batch")
+    again = c.latest()
+    assert not np.array_equal(again.structure.feature, first.structure.feature) or not np.array_equal(
+        again.structure.threshold, first.structure.threshold
+    )

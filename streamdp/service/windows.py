@@ -29,7 +29,9 @@ A closer killed after any step leaves state another worker's next tick resumes f
 nothing sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice
 (step 2's SET NX), nothing merged twice (step 3's CAS). Windows are released in
 order and every due window is released, empty or not, so the number of releases
-is a function of the clock alone.
+is a function of the clock alone; with a cadence (:mod:`.schedule`, :mod:`streamdp.release.cadence`) each
+window's end is fixed by the releases before it, so the releases are a function of the clock and of
+released values, and a release whose total says it carries no record is left out of the published counts.
 """
 
 from __future__ import annotations

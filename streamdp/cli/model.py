@@ -1,7 +1,7 @@
 """``streamdp model``: create, list, show, fetch or delete private models, and set what raw records they retain.
 
 streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
-                      [--release {batch,window,tree}] [--release-every SECONDS]
+                      [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
 streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
@@ -76,7 +76,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=float,
         default=None,
         metavar="SECONDS",
-        help="public release schedule of window/grow/tree (default 1 s)",
+        help="public release schedule of window/grow/tree: the shortest window (default 1 s)",
+    )
+    c.add_argument(
+        "--max-lag",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="window/grow: how long a record may wait to be published (default 300 s; windows are at most 0.9 of "
+        "it). Windows follow the released record rate in between: they grow while releases hold too few records "
+        "to stand above their noise and shorten when data flow; releases that carry only noise are left out of "
+        "the published counts. --max-lag equal to --release-every keeps the clock's windows",
     )
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")
@@ -126,6 +136,7 @@ def create(args: argparse.Namespace) -> int:
         ledger_budget=args.ledger_budget,
         release=args.release,
         release_every=args.release_every,
+        max_lag=args.max_lag,
     )
     print(
         f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree, "
@@ -192,6 +203,8 @@ def show(args: argparse.Namespace) -> int:
         f"  releases        {info['releases']}\n"
         f"  last update     {last}"
     )
+    for line in _cadence_lines(info):
+        print(line)
     sd = info.get("class_total_sd")
     if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
         print(
@@ -199,6 +212,28 @@ def show(args: argparse.Namespace) -> int:
             f"once that class leads the next by well over {3 * math.sqrt(2) * sd:,.0f} records"
         )
     return 0
+
+
+def _cadence_lines(info: dict) -> list[str]:
+    """``model show``'s lines on the window cadence (public: the clock, the model's parameters, released values)."""
+    from streamdp.release.cadence import Cadence
+
+    sched, cadence = info.get("schedule"), info.get("cadence")
+    if not sched or not cadence:
+        return []
+    every = info["release"].get("release_every", 0)
+    longest = Cadence.from_dict(cadence).longest(every)
+    last = sched.get("last")
+    per_release = f"{last:,.0f} noisy records in the last one" if last is not None else "none released yet"
+    return [
+        f"  window now      {sched['length']:g} s (from {every:g} s to {longest:g} s by the released record rate; "
+        f"{sched['released']} released, "
+        f"{sched['merged']} merged into the counts)",
+        f"  per release     {per_release}; {sched['total']:,.0f} noisy records merged in all",
+        f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} per release (each merged release adds one draw)",
+        f"  lag bound       {cadence['max_lag']:g} s: a record is published at most that long after its push, "
+        "while the workers keep up",
+    ]
 
 
 def get(args: argparse.Namespace) -> int:

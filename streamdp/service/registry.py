@@ -27,6 +27,7 @@ from typing import Any
 import redis
 
 from streamdp import blob
+from streamdp.estimation import cell_variance
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
@@ -39,6 +40,7 @@ from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import charge_model
 from streamdp.service.published import published_fields
 from streamdp.service.rollback import key_fingerprint, load_noise_key
+from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.validation import check_epsilon
 
@@ -48,6 +50,7 @@ TREE_STATE_COPIES = 50
 __all__ = [
     "create_model",
     "load_policy",
+    "load_cadence",
     "list_models",
     "list_job_results",
     "show_model",
@@ -89,7 +92,7 @@ def batch_id_salt(spec: bytes) -> bytes:
     return hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
 
 
-def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes) -> dict:
+def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes, cadence: Any) -> dict:
     return {
         "name": name,
         "n_trees": forest.n_trees,
@@ -108,6 +111,7 @@ def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: flo
         "created": start,
         "release": policy.to_dict(),
         "release_start": start,
+        **({} if cadence is None else {"cadence": cadence.to_dict()}),
         "schema": forest.schema.to_dict(),
         "batch_id_salt": batch_id_salt(spec).hex(),
     }
@@ -134,6 +138,7 @@ def create_model(
     levels: int | None = None,
     estimator: str = "honaker",
     noise_key_file: str | None = None,
+    max_lag: float | None = None,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -161,6 +166,12 @@ def create_model(
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
+    ``max_lag`` (seconds, ``"window"`` and ``"grow"``): the longest window. Window lengths follow the released
+    record rate between ``release_every`` and ``max_lag`` (default :data:`~streamdp.release.cadence.DEFAULT_MAX_LAG`),
+    and releases that cannot be told from an empty one are left out of the published counts
+    (:mod:`streamdp.release.cadence`); ``max_lag=release_every`` keeps the clock's windows. It needs a prior stump
+    and geometric or Laplace noise (the released record count it reads); other models release on the clock.
+
     ``noise_key_file`` (default ``$STREAMDP_NOISE_KEY_FILE``): the workers' noise key; its fingerprint is stored
     (:func:`~streamdp.service.rollback.key_fingerprint`), and a worker with another key, or none, refuses to draw.
 
@@ -179,6 +190,11 @@ def create_model(
         raise ValueError(
             "levels belonged to the fixed-horizon binary tree of earlier versions; release='tree' now counts "
             "with no horizon and has no levels"
+        )
+    if max_lag is not None and release in ("batch", "tree"):
+        raise ValueError(
+            f"max_lag (CLI --max-lag) bounds the windows of release='window' or 'grow'; release={release!r} "
+            + ("releases each pushed batch" if release == "batch" else "releases its windows on the clock")
         )
     release_every = 1.0 if release_every is None else release_every
 
@@ -250,6 +266,7 @@ def create_model(
         policy.check_drawable(forest.epsilon_per_tree, forest.mechanism)
     except ValueError as e:
         raise ValueError(f"epsilon={forest.epsilon:g} is too small for this model: {e}") from None
+    cadence = cadence_of(policy, forest, max_lag)
     pub = published_fields(forest)
     if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
@@ -262,7 +279,7 @@ def create_model(
     noise_key = key_fingerprint(load_noise_key(noise_key_file))  # checked by every worker before it draws
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):
+    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec, cadence))):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
@@ -290,6 +307,7 @@ def create_model(
             "release_start": repr(start),
             "noise_layout": "blocks",
             "noise_key": noise_key,
+            **cadence_fields(cadence, start, policy),
         },
     )
     p.hset(
@@ -300,6 +318,7 @@ def create_model(
             "model_id": model_id,
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
+            **cadence_fields(cadence, start, policy),
         },
     )
     p.set(keys.pub_version(0), spec)
@@ -419,12 +438,20 @@ def show_model(r: Any, name: str) -> dict:
     if raw is None:
         raise ModelNotFound(f"no model named {name!r}")
     info = {f: x for f, x in json.loads(raw).items() if f not in PRODUCER_FIELDS}
-    version, updated, releases = r.hmget(keys.pub_model, "version", "updated", "releases")
+    version, updated, releases, sched = r.hmget(keys.pub_model, "version", "updated", "releases", "schedule")
     info["version"] = int(version or 0)
     info["batches_merged"] = int(releases or 0)  # kept for old readers: releases (batches or windows)
-    info["releases"] = int(releases or 0)
+    info["releases"] = int(releases or 0)  # merged into the published counts
+    if sched is not None:  # a model with a cadence: its windows (public: the clock and released values)
+        info["schedule"] = json.loads(sched)
+    info["windows"] = info["schedule"]["released"] if sched is not None else info["releases"]
     info["last_update"] = int(updated) / 1000 if updated else None
     info.setdefault("release", ReleasePolicy("batch").to_dict())
+    if info.get("kind") != "job" and info["mechanism"] in ("geometric", "laplace"):
+        eps, trees = float(info["epsilon"]), info["n_trees"] + info.get("prior_trees", 0)
+        per_tree = eps / trees if info["budget"] == "split" else eps
+        node = ReleasePolicy.from_dict(info["release"]).node_epsilon(per_tree)
+        info["cell_sd"] = math.sqrt(cell_variance(info["mechanism"], node))  # one release's noise on a count
     if info.get("kind") != "job":
         info["class_total_sd"] = class_total_sd(
             ReleasePolicy.from_dict(info["release"]),

@@ -44,7 +44,7 @@ from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
-from streamdp.service.registry import load_policy, load_spec
+from streamdp.service.registry import load_cadence, load_policy, load_spec
 from streamdp.service.rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
 from streamdp.service.size_limits import grown_blob_bound
 from streamdp.service.trimming import StreamTrimmer
@@ -221,6 +221,7 @@ class Worker(GroupLoop):
                 version_ttl_s=cfg.version_ttl_s,
                 keep_versions=self.keep_versions,
                 noise_ttl_s=cfg.delta_ttl_s,
+                cadence=load_cadence(self.redis, model),
             )
         self.trimmer = StreamTrimmer(self.redis, self.keys, self.name, forget_consumers_s=cfg.forget_consumers_s)
 
@@ -259,8 +260,8 @@ class Worker(GroupLoop):
         )
         if not self.noise.keyed and self.warn_unkeyed:
             warn_unkeyed(self.model)
-        if self.closer is not None:  # (public: the clock and the published release count)
-            behind = self.closer.due(self.closer.now()) - int(self.redis.hget(self.keys.pub_model, "releases") or 0)
+        if self.closer is not None and self.closer.cadence is None:  # (public: the clock and the release count)
+            behind = self.closer.due(self.closer.now()) - int(self.redis.hget(self.keys.state, "releases") or 0)
             if behind >= BEHIND_WARN:
                 _jlog(
                     logging.WARNING,

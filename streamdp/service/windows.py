@@ -29,21 +29,26 @@ A closer killed after any step leaves state another worker's next tick resumes f
 nothing sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice
 (step 2's SET NX), nothing merged twice (step 3's CAS). Windows are released in
 order and every due window is released, empty or not, so the number of releases
-is a function of the clock alone.
+is a function of the clock alone; with a cadence (:mod:`.schedule`, :mod:`streamdp.release.cadence`) each
+window's end is fixed by the releases before it, so the releases are a function of the clock and of
+released values, and a release whose total says it carries no record is left out of the published counts.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import redis
 
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
+from streamdp.release.cadence import Cadence, Schedule
 from streamdp.release.continual import (
     ReleasePolicy,
     TreeState,
@@ -53,14 +58,16 @@ from streamdp.release.continual import (
     window_end,
     windows_closed,
 )
+from streamdp.service.accumulator import ADD_FIELD, acc_counts, joined_cells
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
 from streamdp.service.group import jlog
 from streamdp.service.keys import Keys, as_str
 from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
+from streamdp.service.schedule import WindowSchedule, release_left_out
 
-__all__ = ["WindowCloser", "joined_cells", "acc_counts"]
+__all__ = ["WindowCloser", "joined_cells", "acc_counts", "ADD_FIELD"]
 
 log = logging.getLogger("streamdp.worker")
 #: What a windowed model's state holds where it held a copy of the published counts (or grown blob): closers read
@@ -68,62 +75,6 @@ log = logging.getLogger("streamdp.worker")
 #: fit no forest, so it stops with an error instead of taking a missing copy for zero counts.
 COUNTS_IN_PUB_MODEL = b"streamdp: counts in pub:model"
 MAX_CLOSES_PER_TICK = 1000
-
-
-#: Field prefix of one add's tally in a window accumulator (the rest of the name: the add's first batch id).
-ADD_FIELD = b"b:"
-
-
-def joined_cells(parts: list[tuple[np.ndarray, np.ndarray]]) -> bytes:
-    """Several tallies' nonzero cells (``(flat indices, counts)`` pairs,
-    :meth:`streamdp.forest.PrivateForest.sparse_tally_encoded`) as one bytes value of their sum: the flat
-    indices, then their counts, little-endian int64 each (a cell may repeat: the accumulator adds every pair,
-    :func:`acc_counts`); no counts-sized array is built. The add script stores it whole as one field of the
-    window's accumulator (one HSET per add, not one HINCRBY per cell).
-
-    >>> a, b = (np.array([1, 2]), np.array([2, 1])), (np.array([0, 1]), np.array([1, 2]))
-    >>> acc_counts({b"b:x": joined_cells([a, b])}, (3,)).tolist()
-    [1, 4, 1]
-    """
-    idx = [p[0] for p in parts]
-    val = [p[1] for p in parts]
-    n = sum(len(i) for i in idx)
-    out = np.empty(2 * n, dtype="<i8")
-    if n:
-        out[:n], out[n:] = np.concatenate(idx), np.concatenate(val)
-    return out.tobytes()
-
-
-def acc_counts(raw: dict, shape: tuple) -> np.ndarray | None:
-    """A window accumulator hash back to exact int64 counts; ``None`` when no entry arrived.
-
-    Fields ``b:<batch id>`` hold one add's :func:`joined_cells`; a field that is a bare cell
-    index holding a count (what earlier workers added with HINCRBY) is read too.
-
-    >>> acc_counts({b"b:x": joined_cells([(np.array([1, 2]), np.array([2, 1]))]), b"1": b"5"}, (3,)).tolist()
-    [0, 7, 1]
-    """
-    if not raw:
-        return None
-    size = int(np.prod(shape))
-    out = np.zeros(size, dtype=np.int64)
-    cells = [(k, v) for k, v in raw.items() if not bytes(k).startswith(ADD_FIELD)]
-    for k, v in raw.items():
-        if bytes(k).startswith(ADD_FIELD):
-            if len(v) % 16:
-                raise ValueError("window accumulator holds a malformed tally")
-            a = np.frombuffer(v, dtype="<i8")
-            idx, val = a[: len(a) // 2], a[len(a) // 2 :]
-            if idx.size and (idx.min() < 0 or idx.max() >= size):
-                raise ValueError("window accumulator holds a cell index outside the forest")
-            np.add.at(out, idx, val)
-    if cells:
-        idx = np.fromiter((int(k) for k, _ in cells), dtype=np.int64, count=len(cells))
-        val = np.fromiter((int(v) for _, v in cells), dtype=np.int64, count=len(cells))
-        if idx.min() < 0 or idx.max() >= out.size:
-            raise ValueError("window accumulator holds a cell index outside the forest")
-        np.add.at(out, idx, val)
-    return out.reshape(shape)
 
 
 class WindowCloser:
@@ -143,6 +94,7 @@ class WindowCloser:
         version_ttl_s: int = 0,
         keep_versions: int = 20,
         noise_ttl_s: int = 0,
+        cadence: Cadence | None = None,
     ):
         if policy.kind == "batch":
             raise ValueError("release='batch' has no windows")
@@ -162,6 +114,9 @@ class WindowCloser:
         # killed mid-close delays the window by that much.
         self.lease_ms = 250 + int(np.prod(spec.shape)) // 1000
         self.token = secrets.token_hex(8)
+        # window lengths from released values (streamdp.release.cadence); None: the clock's windows
+        self.windows = WindowSchedule(r, keys, spec, policy, start, cadence)
+        self.cadence = self.windows.cadence
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -169,21 +124,30 @@ class WindowCloser:
         return time.time()
 
     def due(self, now: float) -> int:
-        """How many windows have ended by ``now`` (public: the clock only)."""
-        return windows_closed(now, self.start, self.policy.release_every)
+        """How many windows have ended by ``now`` (public: the clock and, with a cadence, the released values)."""
+        if self.cadence is None:
+            return windows_closed(now, self.start, self.policy.release_every)
+        return self.windows.read().due(now)
 
     def seconds_to_next(self, now: float) -> float:
         """Seconds until the next window ends (the worker bounds its blocking read by it)."""
-        return max(0.0, window_end(self.due(now) + 1, self.start, self.policy.release_every) - now)
+        if self.cadence is None:
+            return max(0.0, window_end(self.due(now) + 1, self.start, self.policy.release_every) - now)
+        return max(0.0, (self.windows.cached or self.windows.read()).end - now)
 
     def tick(self, now: float | None = None) -> int:
         """Seal and release every window due by ``now``; returns the number this worker released."""
         now = self.now() if now is None else now
-        due = self.due(now)
-        if due <= self._released:
-            return 0
+        if self.cadence is None:
+            due = self.due(now)
+            if due <= self._released:
+                return 0
+        elif self.windows.cached is not None and now < self.windows.cached.end:
+            return 0  # (a stale cache's end is never later than the stored one's)
         n = 0
         for _ in range(MAX_CLOSES_PER_TICK):
+            if self.cadence is not None:
+                due = self.windows.read().due(now)  # the open window's end is fixed by the releases before it
             open_, rel = (int(x) for x in self._seal(keys=[self.keys.state], args=[due, self.keys.model_id]))
             if rel < 0:
                 break  # the model was deleted (its workers stop on NOGROUP)
@@ -215,17 +179,18 @@ class WindowCloser:
         # (``tree`` publishes its state's estimate and needs no counts.)
         window = self.policy.kind == "window"
         cached = self._last if self._last is not None else (-1, None)
-        p.hmget(self.keys.state, "version", "releases", "open", "noise_key")
+        p.hmget(self.keys.state, "version", "releases", "open", "schedule", "noise_key")
         p.hgetall(self.keys.acc(w))
         p.get(self.keys.tree)
-        (version, rel, open_, noise_key), acc_raw, tree_b = p.execute()
+        (version, rel, open_, sched_raw, noise_key), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
         self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
+        sched = self.windows.of(rel, sched_raw)
         if self.policy.kind == "grow":
-            return self._close_grown(w, version, acc_raw)
+            return self._close_grown(w, version, acc_raw, sched)
         if window and cached[0] == version:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
@@ -258,6 +223,9 @@ class WindowCloser:
             # so their timing said which windows received records.
             delta, noise_keys = self._stored(key, draw), [key]
             del exact
+            new_sched = self.windows.next(sched, delta[self.spec.n_trees :, 0])
+            if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
+                return self._left_out(w, version, sched, new_sched, noise_keys)
             # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
             # cache is dropped first, so a failed release reads the counts again.
             self._last = None
@@ -280,11 +248,15 @@ class WindowCloser:
                 noise_keys.append(key)
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
-        # the published counts' noise variance: w windows' under `window`, the decomposition's under `tree`
-        variance = published_variance(self.policy, w, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
-        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=w, noise_variance=variance)
+            new_sched = self.windows.next(sched, None)
+        # the published counts' noise variance: the merged windows' under `window`, the decomposition's under `tree`
+        merged = new_sched.merged
+        variance = published_variance(
+            self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k)
+        )
+        forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=merged, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, forest, state_b, noise_keys, variance)
+        ok = self._release(w, version, forest, state_b, noise_keys, variance, schedule=new_sched)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -292,14 +264,16 @@ class WindowCloser:
         self._released = w
         self._last = (version + 1, new_counts) if window else None
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
+        self.windows.released_as(sched, new_sched)
         return True
 
-    def _close_grown(self, w: int, version: int, acc_raw: dict) -> bool:
+    def _close_grown(self, w: int, version: int, acc_raw: dict, sched: Schedule) -> bool:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
         (:meth:`PrivateForest.grow_exact`); the whole new release (structure, counts, node variances) is
         stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
+        old: PrivateForest
         if self._last is not None and self._last[0] == version:
-            old = self._last[1]
+            old = self._last[1]  # type: ignore[assignment]  # (grow caches the forest, window its counts)
         else:
             now_version, blob_b = self.r.hmget(self.keys.pub_model, "version", "blob")  # the published release
             if int(now_version or 0) != version:
@@ -329,14 +303,21 @@ class WindowCloser:
         )
         # this closer's draw as it is, or the one stored first (decoded and checked)
         forest = drawn[0] if fresh else self.spec.holding(PrivateForest.from_bytes(blob_b))
-        if forest.version != version + 1 or forest.n_releases != w:
+        if forest.version != version + 1 or forest.n_releases != old.n_releases + 1:
             raise RuntimeError(
-                f"stored release {key} is version {forest.version} of {forest.n_releases} windows, "
-                f"the model expects {version + 1} of {w}: corrupted state"
+                f"stored release {key} is version {forest.version} of {forest.n_releases} releases, "
+                f"the model expects {version + 1} of {old.n_releases + 1}: corrupted state"
             )
+        T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
+        stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
+        new_sched = self.windows.next(sched, stumps)
+        if new_sched.merged == sched.merged:  # left out: the published release stays
+            return self._left_out(w, version, sched, new_sched, [key])
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
-        ok = self._release(w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b)
+        ok = self._release(
+            w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b, schedule=new_sched
+        )
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -352,6 +333,7 @@ class WindowCloser:
             version=version + 1,
             height=forest.height,
         )
+        self.windows.released_as(sched, new_sched)
         return True
 
     def _release(
@@ -363,6 +345,7 @@ class WindowCloser:
         noise_keys: list[str],
         variance: float,
         grown: bytes | None = None,
+        schedule: Schedule | None = None,
     ) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
@@ -397,10 +380,15 @@ class WindowCloser:
                 # The state keeps no copy of the counts (or grown blob): closers read pub:model's, written in this
                 # transaction (a counts-sized write and the counts' memory in Redis less); its fields say so
                 # in bytes that fit no forest, for the workers of earlier versions (COUNTS_IN_PUB_MODEL).
-                p.hset(
-                    self.keys.state,
-                    mapping={"version": nv, "releases": w, "counts": COUNTS_IN_PUB_MODEL, "blob": COUNTS_IN_PUB_MODEL},
-                )
+                state: dict[str, Any] = {
+                    "version": nv,
+                    "releases": w,
+                    "counts": COUNTS_IN_PUB_MODEL,
+                    "blob": COUNTS_IN_PUB_MODEL,
+                }
+                if self.cadence is not None and schedule is not None:  # (public: released values)
+                    state["schedule"] = pub["schedule"] = json.dumps(schedule.to_dict())
+                p.hset(self.keys.state, mapping=state)
                 p.hdel(self.keys.pub_model, gone)
                 p.hset(self.keys.pub_model, mapping=pub)
                 # a retained version holds the release alone (the structure is the spec's), written in its
@@ -431,6 +419,17 @@ class WindowCloser:
         # delays a consumer (Consumer.wait_newer re-reads the version).
         self.r.publish(self.keys.pub_events, nv)
         return True
+
+    def _left_out(self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str]) -> bool:
+        """Release window ``w`` without merging it (:func:`.schedule.release_left_out`)."""
+        self.fault("close_before_commit")
+        ok = release_left_out(self.r, self.keys, w, version, new, noise_keys, self.noise_ttl_s)
+        self.fault("close_in_commit")
+        if ok:
+            self._released = w
+            jlog(log, logging.DEBUG, "worker.window_left_out", model=self.keys.name, window=w, version=version)
+            self.windows.released_as(sched, new)
+        return ok
 
     def _exact_bytes(self, exact: np.ndarray | None) -> bytes | np.ndarray:
         """The exact counts as the noise key hashes them (little-endian int64; no copy on little-endian hosts)."""

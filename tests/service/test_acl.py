@@ -467,6 +467,9 @@ def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_n
         release="window",
         release_every=10.0,
     )
+    # the clock's windows, every release merged (a model without a cadence: tests/service/test_cadence.py has
+    # the variable ones, whose closes write the same keys)
+    acl.client("admin").hdel(Keys(unique_name).state, "cadence", "schedule")
     Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
     w = Worker(acl.url("worker"), unique_name, block_ms=50)
     assert w.step(block_ms=50) > 0  # added into window 1
@@ -482,6 +485,29 @@ def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_n
         f"sdp:{{{unique_name}}}:priv:closing*"
     )
     consumer.close()
+
+
+def test_windows_from_the_released_rate_under_the_acl_users(acl, votes, unique_name):
+    """A model with a cadence: its worker releases and leaves out windows under the shipped worker user, and
+    consumers read the public schedule."""
+    import json
+
+    from streamdp.service.keys import Keys
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import create_model, load_policy
+    from streamdp.service.stream_worker import Worker
+
+    create_model(
+        acl.url("admin"), unique_name, votes.schema, n_trees=3, height=3, epsilon=math.inf, seed=1,
+        release="window", release_every=10.0, max_lag=40.0 / 0.9,
+    )  # fmt: skip
+    Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
+    w = Worker(acl.url("worker"), unique_name, block_ms=50)
+    assert w.step(block_ms=50) > 0
+    start = load_policy(acl.client("admin"), unique_name)[1]
+    assert w.closer.tick(start + 200.0) >= 3  # window 1 merged, the empty ones after it left out
+    sched = json.loads(acl.client("consumer").hget(Keys(unique_name).pub_model, "schedule"))
+    assert sched["merged"] == 1 and sched["released"] >= 3 and sched["length"] == pytest.approx(40.0)  # 0.9 of max_lag
 
 
 # -- CLI under the ACL users ---------------------------------------------------------

@@ -283,6 +283,41 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
     delete_model(redis_url, model)
 
 
+def _check_rate_windows(r, keys, spec, forest, releases: int, every: float) -> None:
+    """A model with a cadence after the fault phase: every window's stored release is there once; folding the
+    pure rule over their released totals gives the stored schedule (windows of several lengths); the published
+    counts are the sum of the merged ones (exactly the records, without noise)."""
+    import json
+
+    from streamdp.release.cadence import Cadence, Schedule
+    from streamdp.service.draw_once import noise_from_bytes
+    from streamdp.service.schedule import WindowSchedule
+
+    stored = r.mget([Keys.of(r, keys.name).window_delta(w) for w in range(1, releases + 1)])
+    assert all(s is not None for s in stored), "a released window has no stored noise"
+    deltas = [noise_from_bytes(s, spec) for s in stored]
+    cadence = Cadence.from_dict(json.loads(r.hget(keys.state, "cadence")))
+    start = float(r.hget(keys.state, "release_start"))
+    ws = WindowSchedule(r, keys, spec, forest_policy(r, keys), start, cadence)
+    sched, merged, lengths = Schedule.first(start, every), [], set()
+    for d in deltas:
+        new = ws.next(sched, d[spec.n_trees :, 0])
+        if new.merged > sched.merged:
+            merged.append(d)
+        lengths.add(round(sched.length, 6))
+        sched = new
+    assert sched == Schedule.from_dict(json.loads(r.hget(keys.state, "schedule")))
+    assert len(lengths) > 1, lengths  # the windows did vary
+    assert forest.n_releases == forest.version == len(merged) < releases
+    np.testing.assert_array_equal(forest.counts, np.sum(merged, axis=0))
+
+
+def forest_policy(r, keys):
+    from streamdp.service.registry import load_policy
+
+    return load_policy(r, keys.name)[0]
+
+
 # -- the Redis server itself crashes (SIGKILL) and restarts from its AOF ---------------------
 @pytest.mark.skipif(__import__("shutil").which("redis-server") is None, reason="needs the redis-server binary")
 def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name):
@@ -386,14 +421,23 @@ def _all_hit(log_path: str, points: tuple[str, ...]) -> bool:
 
 
 @pytest.mark.parametrize(
-    "release,epsilon",
-    [("window", math.inf), ("tree", math.inf), ("window", 1.0), ("grow", 1.0)],
-    ids=["window_eps_inf", "tree_eps_inf", "window_eps_1", "grow_eps_1"],
+    "release,epsilon,rate",
+    [
+        ("window", math.inf, False),
+        ("tree", math.inf, False),
+        ("window", 1.0, False),
+        ("grow", 1.0, False),
+        ("window", math.inf, True),
+        ("window", 1.0, True),
+    ],
+    ids=["window_eps_inf", "tree_eps_inf", "window_eps_1", "grow_eps_1", "rate_window_eps_inf", "rate_window_eps_1"],
 )
-def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, release, epsilon):
+def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, release, epsilon, rate):
     """release=window/tree/grow under SIGKILLs at every add and close point (windows of 0.1 s, so hundreds of
     closes happen under fire): every entry lands in exactly one window, every due window is released once
-    with one stored noise (grow: one stored release), and a closer killed at any point is taken over."""
+    with one stored noise (grow: one stored release), and a closer killed at any point is taken over.
+    ``rate``: windows from the released rate (0.1 to 0.8 s, streamdp.release.cadence), releases that carry only
+    noise left out; else the clock's windows, every release merged (a model without a cadence)."""
     model = unique_name
     every = 0.1
     create_model(
@@ -406,9 +450,12 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         seed=7,
         release=release,
         release_every=every,
+        max_lag=8 * every if rate else None,
     )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
+    if not rate:
+        r.hdel(keys.state, "cadence", "schedule")
     log_path = str(tmp_path / "kills.log")
     fleet = Fleet(redis_url, model, log_path, points=POINTS + CLOSE_POINTS)
     rng = np.random.default_rng()
@@ -486,8 +533,18 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
     merged = {m.decode() for m in r.zrange(keys.merged, 0, -1)}
     assert merged == set(batches)  # every batch in exactly one window (a zset member has one score)
     forest = Consumer(redis_url, model).latest()
-    assert forest.n_releases == releases and forest.version == releases
     spec = load_spec(redis_url, model)
+    if rate:  # the schedule is the pure rule folded over the stored releases, and the counts their merged sum
+        _check_rate_windows(r, keys, spec, forest, releases, every)
+        if math.isinf(epsilon):  # nothing lost, nothing counted twice (the left-out windows held no record)
+            all_idx = np.concatenate(list(batches.values()))
+            exact = PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(
+                DS.X[all_idx], DS.y[all_idx]
+            )
+            np.testing.assert_array_equal(forest.counts, exact)
+        delete_model(redis_url, model)
+        return
+    assert forest.n_releases == releases and forest.version == releases
     all_idx = np.concatenate(list(batches.values()))
     exact = PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[all_idx], DS.y[all_idx])
     if release == "grow":  # the published forest is the last stored release; each grew the one before it

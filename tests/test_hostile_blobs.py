@@ -74,7 +74,7 @@ def _kanon_blob(forest_doc: dict, k, beta, epsilon) -> bytes:
 
 @pytest.mark.parametrize("beta", [1e-8, 1e-6])
 def test_kanon_blob_with_tiny_beta_decodes_fast(forest_doc, beta, wall_clock):
-    """k-anon parameters that made kanon_delta run 5-65 s."""
+    """K-anon parameters that made kanon_delta run 5-65 s."""
     eps = 2 * 1.0000001 * -math.log1p(-beta)  # two trees (no prior stump in forest_doc), each just above the floor
     data = _kanon_blob(forest_doc, 3, beta, eps)
     assert len(data) < 1000
@@ -99,7 +99,7 @@ def test_format_of_the_wrong_type_is_a_value_error(forest_doc, fmt):
 
 @pytest.mark.parametrize("bad", [1e308, 1e199, 1e154, -1.0, float("nan")])
 def test_a_learner_blob_with_an_absurd_own_var_is_refused(bad):
-    """A red team's blob: own_var 1e308 passed (finite), overflowed in estimation and made every prediction the
+    """Own_var 1e308 passed (finite), overflowed in estimation and made every prediction the
     uniform distribution, silently."""
     import warnings
 
@@ -136,7 +136,7 @@ def test_a_learner_blob_with_an_absurd_own_var_is_refused(bad):
     tree["own_var"] = {"dtype": "<f8", "shape": [arr.size], "data": arr.tobytes()}
     tampered = msgpack.packb(doc, use_bin_type=True)
     if 0 <= bad < 1e200 / (2 * arr.size):  # within the bound: loads, and every estimate stays finite
-        p = load_model(tampered).predict_proba(ds.X)  # (a reviewer: 1e154 overflowed a product to NaN)
+        p = load_model(tampered).predict_proba(ds.X)  #
         assert np.all(np.isfinite(p)) and np.allclose(p.sum(axis=1), 1.0)
         return
     with pytest.raises(ValueError, match="own_var"):

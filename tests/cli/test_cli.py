@@ -122,7 +122,7 @@ def test_bad_input_exits_2_with_a_message(capsys):
     ],
 )
 def test_out_of_range_arguments_are_one_line_errors(argv, capsys):
-    """A red team's findings: these were accepted and then hung, overflowed, did nothing or made a model
+    """These were accepted and then hung, overflowed, did nothing or made a model
     non-private; argparse now refuses them (exit 2, one line naming the argument)."""
     from streamdp.cli import build_parser
 
@@ -158,7 +158,7 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monk
     ],
 )
 def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, monkeypatch):
-    """A new user's finding: a mistyped reference or window learner was refused after the whole grid had run."""
+    """A mistyped reference or window learner was refused after the whole grid had run."""
     import streamdp.river.evaluate
 
     ran = []
@@ -203,7 +203,7 @@ def test_a_job_line_shows_a_result_only_where_there_is_one():
 
 
 def test_redis_url_is_taken_before_or_after_the_command():
-    """A new user's ``streamdp worker votes --redis-url URL`` was refused, and ``workers/*.py`` (which put their
+    """A user's ``streamdp worker votes --redis-url URL`` was refused, and ``workers/*.py`` (which put their
     command first) could not take a URL at all."""
     from streamdp.cli import build_parser
 
@@ -215,8 +215,7 @@ def test_redis_url_is_taken_before_or_after_the_command():
 
 
 def test_a_commands_warnings_are_one_line_and_its_own(capsys):
-    """CLI warnings print as one 'streamdp: warning:' line; the command's display is its own (a reviewer's finding:
-    it replaced the process's warnings.showwarning for good, so later warnings were printed, not recorded)."""
+    """CLI warnings print as one 'streamdp: warning:' line; the command's display is its own."""
     import warnings
 
     from streamdp.cli import common

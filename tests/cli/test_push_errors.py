@@ -101,12 +101,12 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
     got = capsys.readouterr()
     assert "1 invalid record goes to the dead-letter stream (first: line 4: attribute 'handicapped-infants'" in got.out
     assert "perhaps" not in got.out + got.err
-    # a new user fixed the line and pushed the whole file again: that batch's 9 valid records counted twice
+    # a user fixed the line and pushed the whole file again: that batch's 9 valid records counted twice
     assert "pushing a corrected copy of the whole file would count them again" in got.err
 
 
 def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name, tmp_path, capsys):
-    """A new user pushed a file whose label is last without --label -1: every record dead-lettered, exit 0."""
+    """A user pushed a file whose label is last without --label -1: every record dead-lettered, exit 0."""
     u = ["--redis-url", redis_url]
     assert (
         main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])

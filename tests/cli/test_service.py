@@ -81,7 +81,7 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     out, err = capsys.readouterr()
     assert f'streamdp_batches_merged_total{{model="{name}"}} 4' in out
     assert f'streamdp_estimated_records{{model="{name}"}} ' in out  # noisy, from the published counts
-    # issue 12 item 8: exact record-dependent counts only on request, with a warning
+    # exact record-dependent counts only on request, with a warning
     assert "records_merged" not in out and "dead_letter" not in out and "warning" not in err
     assert main(u + ["stats", name]) == 0
     out = capsys.readouterr().out
@@ -132,7 +132,7 @@ def test_stream_worker_entry_point_help():
 
 
 def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
-    """Issue 12 item 5: the same CSV pushed twice is merged once; --source labels genuinely new records."""
+    """The same CSV pushed twice is merged once; --source labels genuinely new records."""
     import redis as redis_py
 
     from streamdp.service.keys import Keys

@@ -34,7 +34,7 @@ def test_topology_matches_the_structure_arrays():
 
 
 def test_one_record_chain_equals_shrink_step_by_step():
-    """path_proba_one (unrolled for two classes) gives the floats of shrink, step by step, on hard cases:
+    """Path_proba_one (unrolled for two classes) gives the floats of shrink, step by step, on hard cases:
     negative and zero counts, swamped nodes, zero variance, a clipped class."""
     rng = np.random.default_rng(0)
     for C in (2, 3):
@@ -55,8 +55,8 @@ def test_one_record_chain_equals_shrink_step_by_step():
 
 
 def test_cell_variance_is_finite_for_any_positive_epsilon():
-    """exp(-1e-17) rounds to 1: the variance used to divide by zero (DPEA(epsilon=1e-17).fit raised
-    ZeroDivisionError before the data layer's clear refusal, a reviewer's find)."""
+    """Exp(-1e-17) rounds to 1: the variance used to divide by zero (DPEA(epsilon=1e-17).fit raised
+    ZeroDivisionError before the data layer's clear refusal)."""
     assert estimation.cell_variance("geometric", 1e-17) == pytest.approx(2e34, rel=1e-9)
     assert estimation.cell_variance("geometric", 1.0) == pytest.approx(2 * math.exp(-1) / (1 - math.exp(-1)) ** 2)
 
@@ -309,7 +309,7 @@ def test_floor_at_the_prior_skewed_fast():
 
 
 def test_prior_stump_makes_the_prior_identifiable_where_leaf_sums_are_not():
-    """Votes at height 9, epsilon 1 (issue 13): the leaf-sum prior cannot tell the majority class, the stump's can."""
+    """Votes at height 9, epsilon 1: the leaf-sum prior cannot tell the majority class, the stump's can."""
     schema, X, y = _data("congressional-voting")
     with_stump = PrivateForest.create(schema, n_trees=10, height=9, epsilon=1.0, seed=9)
     without = PrivateForest.create(schema, n_trees=10, height=9, epsilon=1.0, seed=9, prior_trees=0)
@@ -339,7 +339,7 @@ FLOOR_MIN_CHECKED = {"skewed": 90, "nursery": 40, "congressional-voting": 40, "t
             marks=pytest.mark.xfail(
                 reason="639 training records: the prior is identifiable (prior stump) and right, but 3 of 80 checked settings "
                 "(split budget, probability vote: height 3 and 4 at epsilon 0.5, height 6 at 1) score 0.614, 0.643 and "
-                "0.652 against 0.665 - 0.01 (an earlier run of this check, round 2: 7 of 80): a pooled node passing "
+                "0.652 against 0.665 - 0.01: a pooled node passing "
                 "SNR_MIN=3 carries class-share errors ~0.1 (data weight ~0.5 at the bar), flipping nodes near one half "
                 "(accuracy_height.md, 'Prior stumps'); no shrinkage weight tried keeps it without costing Votes or "
                 "Nursery (estimation_variants.log). Over 40 draws per setting (floor_draws.md, two runs) these drawn "

@@ -93,7 +93,7 @@ def seeded(*args, **kw):
 
 @pytest.mark.parametrize("budget,n_trees,eps", [("split", 4, 2.0), ("disjoint", 4, 2.0), ("split", 10, 1.0)])
 def test_noise_scale_per_cell(budget, n_trees, eps):
-    """split: scale (n_trees + 1)/epsilon per cell (the prior stump is one more tree, and its cells are
+    """Split: scale (n_trees + 1)/epsilon per cell (the prior stump is one more tree, and its cells are
     among those sampled); disjoint: 1/epsilon. Variance 2a/(1-a)^2, a = exp(-eps_tree)."""
     s = numeric_schema(2)
     f = PrivateForest.create(s, n_trees=n_trees, height=9, epsilon=eps, seed=0, budget=budget)
@@ -723,7 +723,7 @@ def test_sparse_tally_encoded_is_tally_encoded_without_the_dense_array(budget):
 
 
 def test_a_second_fit_warns_that_it_spends_epsilon_again():
-    """A new user's trial: fit twice on the same forest, nothing said that the records were released twice."""
+    """Fit twice on the same forest, nothing said that the records were released twice."""
     import warnings as _w
 
     from streamdp.records.datasets import load

@@ -118,7 +118,7 @@ def test_the_pruned_structure_depends_on_the_released_numbers_alone(budget, monk
 
 
 def test_the_bar_is_scaled_by_the_classes_at_categorical_splits_only(monkeypatch):
-    """pruning.CLASS_SCALED = "categorical": a node splitting on a categorical attribute needs sqrt(C / 2) times
+    """Pruning.CLASS_SCALED = "categorical": a node splitting on a categorical attribute needs sqrt(C / 2) times
     the bar; a numeric split keeps the bar. With the same (fake) releases, the 5-class Nursery forest is a
     strict pruning of the unscaled one, and a numeric 4-class forest is the same under either rule."""
     import streamdp.forest.growth as growth_module
@@ -155,7 +155,7 @@ def test_the_bar_is_scaled_by_the_classes_at_categorical_splits_only(monkeypatch
 def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
     """On a mixed schema (4 numeric, 6 categorical attributes, 4 classes) with 2 prior stumps, in the fit (its
     probe and its cut) and in later grown releases: every node the rule visits gets the scaled bar exactly where
-    its own drawn attribute is categorical (a reviewer's mutants indexed the bars by node number within a tree,
+    its own drawn attribute is categorical (mutants that indexed the bars by node number within a tree,
     or by tree 0's attributes, or left the probe's bar unscaled, and the test above passed them)."""
     import streamdp.forest.growth as growth_module
     from streamdp.river.schemas import random_tree_schema

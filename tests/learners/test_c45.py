@@ -69,7 +69,7 @@ def test_every_query_gets_B_over_2_plus_n_d_plus_2_and_a_full_branch_spends_B():
 
 @pytest.mark.parametrize("B, d", [(0.3, 6), (1.0, 8), (4.0, 3)])
 def test_every_branch_spends_its_budget_a_stopped_one_on_its_leaf(B, d):
-    """top_up: a branch that stops early (or skips a collapsed numeric attribute's query) gives its leaf's class
+    """Top_up: a branch that stops early (or skips a collapsed numeric attribute's query) gives its leaf's class
     counts what it has left, so every root-to-leaf path spends exactly B (paths are disjoint); top_up=False
     keeps the paper's split (leaves at one query's epsilon, a stopped path below B)."""
     schema = mixed_schema(n_cat=3, n_num=2)
@@ -284,7 +284,7 @@ def test_infogain_with_n_bound_works():
     schema = mixed_schema()
     X, y = split35(2000, np.random.default_rng(12))
     clf = DiffPC45(schema, epsilon=50.0, max_depth=2, scorer="infogain", n_bound=5000).fit(X, y)
-    # the bound is enforced by the data layer: twice the sensitivity at the bound (issue 12 item 2)
+    # the bound is enforced by the data layer: twice the sensitivity at the bound
     assert clf.record_bound_ == 5000 and clf.sensitivity_ == pytest.approx(2 * (math.log2(5001) + 1 / math.log(2)))
     assert clf.score(X, y) > 0.9
 

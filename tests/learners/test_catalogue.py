@@ -98,7 +98,7 @@ def test_sizes_and_probabilities():
             check_probability(bad, "cf", closed="neither")
 
 
-# -- issue 12 item 12: every job parameter is bounded, and checked before the ledger is charged ----------
+# -- every job parameter is bounded, and checked before the ledger is charged ----------
 @pytest.mark.parametrize(
     "algo, params, word",
     [
@@ -150,7 +150,7 @@ def _fitted(name):
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_every_estimator_scores_like_scikit_learn(name):
-    """score(X, y[, sample_weight]) is the mean accuracy of predict, as scikit-learn's ClassifierMixin's."""
+    """Score(X, y[, sample_weight]) is the mean accuracy of predict, as scikit-learn's ClassifierMixin's."""
     m = _fitted(name)
     X, y = VOTES.X[:60], np.array(VOTES.y[:60], dtype=object)
     other = {c: next(d for d in VOTES.schema.classes if d != c) for c in VOTES.schema.classes}

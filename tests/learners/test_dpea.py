@@ -369,7 +369,7 @@ def test_sklearn_protocol(vote):
 
 
 def test_predict_forms_and_accuracy(vote):
-    """eps = 10 on vote: 5-fold accuracy above 0.85 (the paper reports ~0.95)."""
+    """Eps = 10 on vote: 5-fold accuracy above 0.85 (the paper reports ~0.95)."""
     rng = np.random.default_rng(0)
     order = rng.permutation(len(vote.y))
     test, train = order[: len(order) // 5], order[len(order) // 5 :]
@@ -402,7 +402,7 @@ def test_fit_on_a_private_dataset_takes_no_ledger(vote):
 
 
 def test_the_exact_mcmc_scores_are_kept_only_on_request_and_never_pickled():
-    """A red team's finding: traces_ held every MCMC step's EXACT score, the released tree's among them (it tells
+    """Traces_ held every MCMC step's EXACT score, the released tree's among them (it tells
     neighbouring datasets apart), and survived pickling (inside PrivateWindowClassifier too)."""
     import pickle
     import warnings

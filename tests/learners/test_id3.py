@@ -70,7 +70,7 @@ def test_ledger_charged_once_and_refusal_before_reading(make):
 
 @pytest.mark.parametrize("make", LEARNERS, ids=IDS)
 def test_every_branch_spends_its_budget_a_stopped_one_on_its_leaf(make):
-    """top_up (the default): a branch that stops at depth k < d releases its leaf's class counts with the
+    """Top_up (the default): a branch that stops at depth k < d releases its leaf's class counts with the
     2 (d - k) levels it did not use as well, so every root-to-leaf path spends exactly B (sequential composition
     along it; paths are disjoint); top_up=False keeps Friedman & Schuster's budget (leaves at one query's eps)."""
     from streamdp.estimation import cell_variance
@@ -256,7 +256,7 @@ def test_inner_counts_are_sums_of_clipped_leaves_and_empty_leaves_fall_back():
     assert p.tolist() == [[0.5, 0.5], [1.0, 0.0]]  # no positive mass: the root's 6/6
 
 
-# -- issue 12 item 2: n_bound is enforced, never trusted -----------------------------------------------
+# -- n_bound is enforced, never trusted -----------------------------------------------
 def _split_audit_data():
     """Two binary attributes, binary class, 1,559 records, and a neighbour with one more record
     (A=0, B=1, class 1). A's value 0 is 1,500 records of class 0, so the new record costs A's

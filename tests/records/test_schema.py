@@ -344,7 +344,7 @@ def test_numeric_arrays_coded_through_a_table_like_their_values():
     assert dropped.kept.tolist() == [0, 2] and dropped.dropped[0][0] == 1
 
 
-# -- numeric-looking and boolean declared values (issue 15) --------------------------------------
+# -- numeric-looking and boolean declared values --------------------------------------
 
 
 def _num_schema():
@@ -487,7 +487,7 @@ def test_matrix_path_over_declared_tables_matches_the_column_coder(values):
 
 
 def test_values_and_ranges_a_model_cannot_store_are_refused_clearly():
-    """A red team's finding: a range whose width overflows a float, or an integer beyond 64 bits, ended model
+    """A range whose width overflows a float, or an integer beyond 64 bits, ended model
     create in a raw OverflowError (the split point draw, msgpack)."""
     with pytest.raises(SchemaError, match="wider than a float"):
         Schema.from_dict(
@@ -513,7 +513,7 @@ def test_values_and_ranges_a_model_cannot_store_are_refused_clearly():
 
 
 def test_integers_beyond_a_float_or_int64_are_clamped_or_unknown_never_an_overflow():
-    """A red team's finding: learn_many / predict_proba_many raised OverflowError on 10**400 in a numeric column or
+    """Learn_many / predict_proba_many raised OverflowError on 10**400 in a numeric column or
     2**63 in a categorical one, where the one-record path clamps the first and finds the second undeclared."""
     s = Schema.from_dict(
         {
@@ -531,7 +531,7 @@ def test_integers_beyond_a_float_or_int64_are_clamped_or_unknown_never_an_overfl
 
 
 def test_raise_names_the_first_bad_record_not_the_first_bad_column():
-    """A new user's finding: a missing value in record 1 was named before an undeclared value in record 0 (the
+    """A missing value in record 1 was named before an undeclared value in record 0 (the
     columns were checked one after another). The error names the first bad record, and its first bad value."""
     from streamdp.records.datasets import load
 

@@ -1,4 +1,4 @@
-"""streamdp.records.sources: CSV and DataFrames coded chunk by chunk, against Schema.encode, with value-free reasons."""
+"""Streamdp.records.sources: CSV and DataFrames coded chunk by chunk, against Schema.encode, with value-free reasons."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_errors_name_attribute_and_row_never_the_value():
 
 
 def test_check_columns_reads_the_first_record_as_the_reader_does(tmp_path):
-    """check_columns (a job's pre-charge check) reads the first record with pandas, as read_csv_chunks reads the
+    """Check_columns (a job's pre-charge check) reads the first record with pandas, as read_csv_chunks reads the
     file: a gzip file is read, not refused as garbage (the csv module read its compressed bytes); blank lines
     are skipped; trailing commas pass; a wider or narrower record and a label that is not a class are refused."""
     import gzip
@@ -103,7 +103,7 @@ def test_check_columns_reads_the_first_record_as_the_reader_does(tmp_path):
 
 
 def test_values_named_like_missing_are_values_and_broken_archives_are_refused_in_words(tmp_path):
-    """Reviewers' findings: pandas' default read "NA", "null", "None", "nan" as missing, so a class of that name
+    """Pandas' default read "NA", "null", "None", "nan" as missing, so a class of that name
     passed check_columns and its rows were dropped after a job's charge; a truncated or corrupt compressed file,
     or one whose library is missing, escaped as a traceback from the checks and the reader."""
     import gzip
@@ -211,7 +211,7 @@ def test_read_dataset_drops_and_prefetch_raises(tmp_path):
 
 
 def test_unreadable_files_are_refused_in_words_that_quote_nothing(tmp_path):
-    """A red team's finding: job failure reasons (after the charge) quoted the readers' messages: the bytes and
+    """Job failure reasons (after the charge) quoted the readers' messages: the bytes and
     position of a decoding error, the row of an unbalanced quote."""
     s = load("congressional-voting").schema
     head = ",".join([*s.names, s.label.name]) + "\n"
@@ -328,13 +328,13 @@ def test_a_key_missing_from_dict_records_is_reported_missing():
 
 
 def test_records_without_labels_are_refused_by_name():
-    """A new user's ``Producer.push(X, None)`` failed with "object of type 'NoneType' has no len()"."""
+    """A user's ``Producer.push(X, None)`` failed with "object of type 'NoneType' has no len()"."""
     with pytest.raises(ValueError, match=r"y \(the labels\) is required"):
         list(frame_chunks([[1, "true", "red", 2]], None, MIXED))
 
 
 def test_a_header_read_as_a_record_is_named(tmp_path):
-    """A new user's ``push --no-header`` of a file with a header was told its label field is not a class."""
+    """A user's ``push --no-header`` of a file with a header was told its label field is not a class."""
     from streamdp.records.sources import check_columns
 
     p = tmp_path / "h.csv"
@@ -356,7 +356,7 @@ def test_a_header_read_as_a_record_is_named(tmp_path):
 
 
 def test_declared_numbers_match_their_other_spellings_in_a_csv(tmp_path):
-    """A new user's file, written by pandas from river's Phishing data, spelled the declared category 1 as "1.0":
+    """A user's file, written by pandas from river's Phishing data, spelled the declared category 1 as "1.0":
     every record was refused, where river's encoder takes 1.0 for 1."""
     s = Schema.from_dict(
         {
@@ -372,7 +372,7 @@ def test_declared_numbers_match_their_other_spellings_in_a_csv(tmp_path):
 
 
 def test_a_tar_archive_named_gz_is_refused_not_read_as_a_record(tmp_path):
-    """A new user's .tar.gz renamed .gz was read as plain gzip: the archive's header block became a record."""
+    """A user's .tar.gz renamed .gz was read as plain gzip: the archive's header block became a record."""
     import tarfile
 
     from streamdp.records.sources import check_columns
@@ -389,7 +389,7 @@ def test_a_tar_archive_named_gz_is_refused_not_read_as_a_record(tmp_path):
 
 
 def test_a_frame_error_names_the_first_bad_record_not_the_first_bad_column():
-    """A reviewer's finding: a CSV push (and Producer.push of a DataFrame) named a missing value in record 1 before
+    """A CSV push (and Producer.push of a DataFrame) named a missing value in record 1 before
     an undeclared value in record 0, the columns checked one after another; Schema.encode had been mended alone."""
     ds = load("congressional-voting")
     s = ds.schema

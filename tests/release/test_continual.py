@@ -516,7 +516,7 @@ AUDITED = (257, 258, 260, 264)
 def _run_tree_stream(
     policy: ReleasePolicy, eps: float, n: int, extra: int, node_eps: float | None = None
 ) -> np.ndarray:
-    """n independent runs (one per cell) of a 264-window stream, ``extra`` records in window 257 and the
+    """N independent runs (one per cell) of a 264-window stream, ``extra`` records in window 257 and the
     releases before it exact; the bucketed joint output at the audited windows."""
     c = Counter(policy, (n,), math.inf, SecureRandom())
     outs, exact = [], 0
@@ -533,7 +533,7 @@ def _run_tree_stream(
 
 
 def test_release_windows_shorter_than_the_minimum_are_refused_at_create_but_stored_ones_load():
-    """A new user's 1 ms windows: 20,008 releases in 20 s, each a noise draw on every count (below the majority).
+    """A user's 1 ms windows: 20,008 releases in 20 s, each a noise draw on every count (below the majority).
     New models are refused; a policy stored before the rule still loads (a review: its model could not run)."""
     import fakeredis
 

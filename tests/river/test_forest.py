@@ -302,7 +302,7 @@ def test_path_table_too_large_falls_back_to_rows_per_record(monkeypatch):
 
 
 def test_unknown_values_weigh_each_leaf_by_its_share_of_their_combinations():
-    """A reviewer's finding: below unknown values each tree took the plain mean of the leaves it could reach, which
+    """Below unknown values each tree took the plain mean of the leaves it could reach, which
     is not the average over the unknown values where one unknown split lies below some branches of another; now
     each tree's row is the mean of its rows over every combination of the unknown values."""
     import itertools
@@ -327,7 +327,7 @@ def test_unknown_values_weigh_each_leaf_by_its_share_of_their_combinations():
 
 
 def test_compiled_encoder_equals_the_attribute_loop():
-    """encode_one runs generated code; it gives _encode's values and types on generated records and on
+    """Encode_one runs generated code; it gives _encode's values and types on generated records and on
     perturbed ones (missing, None, NaN, booleans, strings, numpy scalars, out of range, integer keys)."""
     from streamdp.river.encoding import RecordEncoder
 
@@ -462,7 +462,7 @@ def test_service_classifier_end_to_end(redis_url, unique_name):
 
 
 def test_a_huge_batch_size_allocates_only_the_open_batch():
-    """batch_size=10**9 (release rarely) must not allocate 10**9 rows up front: the buffer follows the open batch."""
+    """Batch_size=10**9 (release rarely) must not allocate 10**9 rows up front: the buffer follows the open batch."""
     from streamdp.river.schemas import agrawal_schema
 
     m = PrivateForestClassifier(
@@ -475,7 +475,7 @@ def test_a_huge_batch_size_allocates_only_the_open_batch():
     assert len(m._buf_y) <= 400  # the buffer holds at most the open batch, not batch_size rows
 
 
-# -- the prior phase (issue 15: never below the running majority) -------------------------------------------------
+# -- the prior phase (never below the running majority) -------------------------------------------------
 
 
 def test_prior_phase_releases_the_stumps_alone_at_the_whole_epsilon():
@@ -493,7 +493,7 @@ def test_prior_phase_releases_the_stumps_alone_at_the_whole_epsilon():
         assert np.allclose(var, [0.0] * 10 + [estimation_cell_variance("geometric", 1.0)])
     assert 1.4 < np.var(np.array(noise)) < 2.3
     # with a guard the classifier's forest holds (1 - guard) of epsilon, its prior phase still the whole of it
-    # (a reviewer's finding: the release moved into the core took the forest's share, variance 7.84, not 1.84)
+    # (the release moved into the core took the forest's share, variance 7.84, not 1.84)
     g = PrivateForestClassifier(rs.stagger_schema(), n_trees=10, epsilon=1.0, guard=0.5)
     for x, label in datasets.synth.STAGGER(seed=1).take(g.prior_first):
         g.learn_one(x, label)
@@ -538,7 +538,7 @@ def test_prior_phase_survives_pickle_and_learn_many():
     assert a.n_releases == b.n_releases == 6 and a.n_buffered == b.n_buffered == 60  # 4, 8, 16, 32, 40; then 100
 
 
-# -- the prior guard (issue 13's floor in river's loop) ------------------------------------------------------------
+# -- the prior guard (the floor in river's loop) ------------------------------------------------------------
 
 
 def _weak_signal_stream(n: int, seed: int):
@@ -645,7 +645,7 @@ def test_service_classifier_reads_redis_url_from_the_environment(redis_url, uniq
 
 
 def test_no_schema_is_refused_with_what_to_pass():
-    """river users construct classifiers without arguments: a bare TypeError (a missing positional) left them to
+    """River users construct classifiers without arguments: a bare TypeError (a missing positional) left them to
     find schema_for themselves."""
     with pytest.raises(TypeError, match=r"schema_for\(dataset\).*RIVER_SCHEMAS.*agrawal_schema\(\).*from_dict"):
         PrivateForestClassifier()
@@ -707,7 +707,7 @@ def test_at_a_small_epsilon_the_river_forest_does_not_fall_to_a_minority_class()
 
 
 def test_evaluate_reports_progress_of_every_run_river_references_included():
-    """evaluate(progress=...) opens one progress per model's run (river's references too: the long ones) and
+    """Evaluate(progress=...) opens one progress per model's run (river's references too: the long ones) and
     each run reports increasing counts up to the stream's length."""
     from streamdp.river.evaluate import evaluate
 

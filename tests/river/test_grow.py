@@ -178,7 +178,7 @@ def test_a_numeric_range_of_float_width_grows_without_a_zero_share():
 
 
 def test_predict_proba_many_with_unknown_values_on_growing_trees_equals_predict_proba_one():
-    """A red team's finding: with growing trees (the default here) predict_proba_many routed a row holding an
+    """With growing trees (the default here) predict_proba_many routed a row holding an
     unknown value with the view's stale routes (KeyError, or a wrong leaf), and with every tree still a single
     leaf the vectorised vote was a read-only broadcast the row could not be written into."""
     import warnings

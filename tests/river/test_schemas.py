@@ -1,4 +1,4 @@
-"""Declared schemas for river's bundled and synthetic classification datasets (issue 15)."""
+"""Declared schemas for river's bundled and synthetic classification datasets."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def r():
 
 
 def test_service_classifier_repeated_records_are_new_records(r):
-    """A red team's finding: every flush pushed with the same (empty) source and offset 0, so a record learned
+    """Every flush pushed with the same (empty) source and offset 0, so a record learned
     again in a later flush had the same content-derived batch id and was merged once: 21 learned, 2 counted."""
     from streamdp.river import ServiceClassifier
 
@@ -34,7 +34,7 @@ def test_service_classifier_repeated_records_are_new_records(r):
 
 
 def test_service_classifier_works_once_its_model_exists(r):
-    """A new user's finding: a ServiceClassifier used before its model was created kept its consumer without a
+    """A ServiceClassifier used before its model was created kept its consumer without a
     producer, and every push after the model's creation failed (AttributeError); before the model exists it
     predicts nothing ({}), as documented."""
     from streamdp.river import ServiceClassifier
@@ -48,7 +48,7 @@ def test_service_classifier_works_once_its_model_exists(r):
         clf.learn_one(x, DS.y[i])
     _drain(_worker(r, "late"))
     assert collect(r, "late")["records_merged"] == 4 and clf.n_pushed == 4
-    # refreshes seldom: its first prediction still fetches the model (a reviewer's finding: never, before)
+    # refreshes seldom: its first prediction still fetches the model (never, before)
     slow = ServiceClassifier(r, "late", refresh_every=math.inf, sync_timeout=0)
     _drain(_worker(r, "late"))
     assert slow.predict_proba_one(x) != {}
@@ -63,7 +63,7 @@ def test_service_classifier_works_once_its_model_exists(r):
 
 
 def test_service_classifier_reads_integer_keys_as_digit_names(r):
-    """A red team's finding: river's SEA, LED and Hyperplane key features by integers; ServiceClassifier pushed
+    """River's SEA, LED and Hyperplane key features by integers; ServiceClassifier pushed
     them as they were and every record was dead-lettered as missing its attributes."""
     from river.datasets import synth
 

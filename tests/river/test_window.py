@@ -155,7 +155,7 @@ def test_missing_categorical_in_prediction_is_averaged_over_its_values(monkeypat
 
 @pytest.mark.parametrize("unknown", [("health", "finance"), ("parents", "has_nurs", "form", "children"), "all"])
 def test_unknown_values_average_every_combination_of_them(unknown):
-    """Reviewers' findings: past 256 combinations of unknown values (or with a number missing) the one-record path
+    """Past 256 combinations of unknown values (or with a number missing) the one-record path
     predicted 1/C for every class, ignoring the model and its prior; and averaging the leaves reached alike is not
     the average over the unknown values when one unknown split lies below some branches of another. Now each tree
     weighs a branch of an unknown split by one over its width: the prediction is the mean over every combination
@@ -225,7 +225,7 @@ def test_pooled_hanisch_one_record_path_gives_the_pooled_rule_on_the_expected_co
 
 
 def test_one_record_path_gives_the_same_floats_with_ten_classes():
-    """A reviewer's finding: numpy's row sum regroups rows of 8 or more numbers, so with LED's 10 classes the
+    """Numpy's row sum regroups rows of 8 or more numbers, so with LED's 10 classes the
     pooled rule's one-record path (sums left to right) and the vectorised path differed in the last bits; both
     now sum left to right."""
     s = rs.led_schema()
@@ -249,7 +249,7 @@ def test_one_record_path_gives_the_same_floats_with_ten_classes():
 
 
 def test_a_hanisch_window_classifier_pickled_before_the_vote_parameter_keeps_the_majority_vote():
-    """A reviewer's finding: its old models vote by majority (the class default), and the windows fitted after the
+    """Its old models vote by majority (the class default), and the windows fitted after the
     load would have pooled, one ensemble mixing vote shares with pooled probabilities."""
     import pickle
 

@@ -1,4 +1,4 @@
-"""deploy/users.acl enforces the privacy contract on a REAL Redis.
+"""Deploy/users.acl enforces the privacy contract on a REAL Redis.
 
 A dedicated redis-server is started on a free port with ``--aclfile`` pointing
 at a temporary copy of ``deploy/users.acl`` rendered with test passwords by
@@ -239,7 +239,7 @@ def test_producer_can_push_but_read_nothing_private(acl, model, votes):
 
 
 def test_producer_xadd_arguments_are_a_trust_boundary_detected_by_stats(acl, model, votes):
-    """Issue 12 item 7: ACLs cannot restrict XADD's arguments, so a producer can trim the stream
+    """ACLs cannot restrict XADD's arguments, so a producer can trim the stream
     (MAXLEN 0) or exhaust its ids (the maximum id). Documented as a trust boundary (deploy/README.md,
     docs/security.md); `streamdp stats` flags both, and the documented repair works."""
     from streamdp.service.keys import GROUP, Keys
@@ -282,7 +282,7 @@ def test_producer_xadd_arguments_are_a_trust_boundary_detected_by_stats(acl, mod
 
 def test_window_accumulators_and_tree_state_are_worker_only(acl, model):
     """The release windows' secret state (exact window tallies, tree node sums, stored noise) is never readable
-    by the consumer or the producer user, and the worker user can read and write it (issue 13 section 4)."""
+    by the consumer or the producer user, and the worker user can read and write it."""
     from streamdp.service.keys import Keys
 
     k = Keys(model)
@@ -361,7 +361,7 @@ def test_job_worker_runs_a_job_but_reads_nothing_else_private(acl, model, votes)
 
 
 def test_job_worker_cannot_overwrite_a_stream_model(acl, model, votes):
-    """Issue 12 item 12: job outputs have their own key space; jobworker writes no stream model's keys."""
+    """Job outputs have their own key space; jobworker writes no stream model's keys."""
     from streamdp.service.retention import set_retention
 
     set_retention(acl.client("admin"), model, records=10**6)  # (a job over a model that keeps nothing is refused)
@@ -408,7 +408,7 @@ def test_job_worker_cannot_overwrite_a_stream_model(acl, model, votes):
 
 
 def test_full_pipeline_under_acl_users(acl, model, votes):
-    """producer push -> worker (as user worker) -> consumer latest: counts are the exact tally."""
+    """Producer push -> worker (as user worker) -> consumer latest: counts are the exact tally."""
     from streamdp.service.consumer import Consumer
     from streamdp.service.keys import Keys
     from streamdp.service.producer import Producer
@@ -521,7 +521,7 @@ def _cli(url: str, *argv: str, capsys) -> tuple[int, str, str]:
 
 
 def test_cli_under_acl_users(acl, votes, unique_name, tmp_path, capsys):
-    """create (admin) -> push (producer) -> show/list/get (consumer); stats are private (worker/admin only)."""
+    """Create (admin) -> push (producer) -> show/list/get (consumer); stats are private (worker/admin only)."""
     import json
 
     from streamdp.service.stream_worker import Worker
@@ -683,7 +683,7 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
 
 
 def test_per_model_worker_user_from_the_shipped_line(acl, model, votes, unique_name):
-    """deploy/README.md: replacing {*} by {NAME} in the worker line confines a worker to one model."""
+    """Deploy/README.md: replacing {*} by {NAME} in the worker line confines a worker to one model."""
     from streamdp.service.registry import create_model
     from streamdp.service.stream_worker import Worker
 

@@ -115,7 +115,7 @@ def test_codec_wants_an_integer_format_version():
         codec.decode(DS.schema, msgpack.packb(env))
 
 
-# -- the decode boundary is total (issue 12 item 1) -------------------------------------
+# -- the decode boundary is total -------------------------------------
 _FIELD_MAPS = st.dictionaries(
     st.one_of(st.binary(max_size=12), st.just(b"d"), st.sampled_from([b"\xff", b"\xfe\x00", b"\xc3("])),
     st.one_of(

@@ -1,4 +1,4 @@
-"""Every Redis client has an explicit socket timeout, longer than any block time it is used for (issue 12 item 14)."""
+"""Every Redis client has an explicit socket timeout, longer than any block time it is used for."""
 
 from __future__ import annotations
 

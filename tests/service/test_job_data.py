@@ -29,7 +29,7 @@ def r(redis_url):
 
 
 def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch):
-    """A reviewer's findings on the copy aside: a ``.tar.gz`` file (read as a tar archive at submit) was copied under
+    """A ``.tar.gz`` file (read as a tar archive at submit) was copied under
     a ``.gz`` name and read as plain gzip after the charge (a header refused, or a headerless file's first record
     lost); a FIFO or a directory swapped in must not hang or be read; a full disk while copying is an error of
     the attempt (retried), not "changed"; the copy goes as soon as it is parsed and never has a name (a worker
@@ -152,7 +152,7 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
 
 @pytest.mark.redis
 def test_a_retried_batch_is_read_once_by_jobs_as_the_stream_merges_it_once(r, unique_name):
-    """Issue 12 item 3: a retried push (same batch id) gave a job 600 records for 300 people."""
+    """A retried push (same batch id) gave a job 600 records for 300 people."""
     name = unique_name
     create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, release="batch")
     try:
@@ -176,7 +176,7 @@ def test_a_retried_batch_is_read_once_by_jobs_as_the_stream_merges_it_once(r, un
 
 
 def test_a_truncated_compressed_file_is_refused_before_the_charge(tmp_path):
-    """A new user's truncated .csv.gz was charged, then failed when parsed; the job worker now reads the pinned
+    """A user's truncated .csv.gz was charged, then failed when parsed; the job worker now reads the pinned
     copy through its decompression before the charge (bytes, not records). An archive of several files is named
     so (it was "values the CSV reader could not read")."""
     import contextlib

@@ -19,7 +19,7 @@ def r(redis_url):
 
 
 def test_job_result_by_name_says_what_the_named_job_is_doing(r, model, queue):
-    """A reviewer's finding: by name, a job not yet done answered 'no job NAME' (only a published result knew its
+    """By name, a job not yet done answered 'no job NAME' (only a published result knew its
     job); the name is held by its job from the submit on."""
     q, _ = queue
     jq = JobQueue(r, q)
@@ -29,7 +29,7 @@ def test_job_result_by_name_says_what_the_named_job_is_doing(r, model, queue):
 
 
 def test_jobs_that_could_only_fail_are_refused_at_submit_before_any_charge(r, queue, tmp_path, unique_name):
-    """A red team's findings: a dataset path that did not exist yet was not bound to its content (a file written
+    """A dataset path that did not exist yet was not bound to its content (a file written
     later, other people, was read and charged to the named source); a bundled dataset under a schema of other
     columns, and an epsilon no learner can draw noise for, were charged and then failed."""
     q, _ = queue
@@ -75,7 +75,7 @@ def test_jobs_that_could_only_fail_are_refused_at_submit_before_any_charge(r, qu
 
 
 def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, queue, tmp_path, unique_name):
-    """A new user's file (values spelt "yes"/"no" where the schema declares y/n) was accepted, charged, and fit on
+    """A user's file (values spelt "yes"/"no" where the schema declares y/n) was accepted, charged, and fit on
     no record; its first records are now read at submit (the owner's own file) as the job reads them, and a file of
     which none would be kept, or that holds no record, is refused uncharged; a stray bad first row is not."""
     q, _ = queue
@@ -133,7 +133,7 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
                 dataset=str(stray),
                 schema=str(sch),
             )
-        late = tmp_path / "late.csv"  # misspelt past the first 100 records (a new user's): said, not silent
+        late = tmp_path / "late.csv"  # misspelt past the first 100 records: said, not silent
         late.write_text("\n".join([lines[0], *lines[1:200], *(x.replace(",y,", ",yes,") for x in lines[200:])]) + "\n")
         with pytest.warns(InvalidRecordsWarning, match=r"of its 435 records are not the schema's.*first: line 20[0-9]"):
             JobQueue(r, q).submit(

@@ -84,7 +84,7 @@ def test_private_rdt_and_kanon_jobs_over_retained_records(r, model, queue):
     assert r.hget(REGISTRY, f"{model}-kanon") is None  # job models have their own registry and key space
     assert r.exists(Keys(f"{model}-kanon", job=True).pub_model) and not r.exists(Keys(f"{model}-kanon").pub_model)
     assert isinstance(jq.result(kan), PrivateForest)
-    # by the result's name too (the docs said so; a new user's `job result NAME` found no job)
+    # by the result's name too (the docs said so; a user's `job result NAME` found no job)
     assert jq.result_bytes(f"{model}-kanon") == jq.result_bytes(kan)
     with pytest.raises(LookupError, match="no job 'no-such-result'"):
         jq.result("no-such-result")
@@ -106,7 +106,7 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
     jid = jq.submit("private-rdt", model, 9.5, {"n_trees": 2})  # 1 of 10 is spent by the stream model
     with caplog.at_level(logging.INFO, logger="streamdp.jobs"):
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
-    # every ended job is logged with -v (only errors were: a new user's finding)
+    # every ended job is logged with -v (only errors were: a user's finding)
     assert any(f'"event": "job.refused", "job": "{jid}"' in rec.getMessage() for rec in caplog.records)
     st = jq.status(jid)
     assert st["status"] == "refused" and "refused before reading any data" in st["reason"], st
@@ -326,7 +326,7 @@ def test_a_dataset_file_without_a_header_and_a_relative_path(r, redis_url, queue
 
 
 def test_files_whose_columns_cannot_be_the_schemas_are_refused_before_any_charge(r, queue, tmp_path, unique_name):
-    """A red team's findings: without a header, a label index out of range failed after the charge, and a line
+    """Without a header, a label index out of range failed after the charge, and a line
     with an id column first was read to no record (charged, 'done'); with a header, a label naming an attribute
     did the same."""
     q, _ = queue
@@ -365,7 +365,7 @@ def test_files_whose_columns_cannot_be_the_schemas_are_refused_before_any_charge
 def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(
     r, queue, tmp_path, unique_name, monkeypatch
 ):
-    """A red team's finding: a file named like a bundled dataset in the job worker's directory was read (and
+    """A file named like a bundled dataset in the job worker's directory was read (and
     charged) instead of the dataset the job named."""
     q, _ = queue
     (tmp_path / "congressional-voting").write_text(
@@ -399,8 +399,8 @@ def test_a_bundled_dataset_is_read_by_name_never_from_the_workers_directory(
         r.delete(*ledger_keys(unique_name))
 
 
-def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path, unique_name, monkeypatch):
-    """A reviewer's findings: a second job of the same result name was charged and then refused at publishing; a
+def test_job_conflicts_are_refused_before_any_charge(r, queue, tmp_path, unique_name, monkeypatch):
+    """A second job of the same result name was charged and then refused at publishing; a
     decoy of a shared dataset where the worker looks (../shared/datasets) was read; a model whose retention was
     cleared after the submit was charged; a file without a header but with trailing commas was refused."""
     from streamdp.service.retention import set_retention
@@ -502,7 +502,7 @@ def test_reviewers_job_findings_are_refused_before_any_charge(r, queue, tmp_path
 
 
 def test_a_user_file_is_read_as_checked_even_if_swapped_after_the_check(r, queue, tmp_path, unique_name, monkeypatch):
-    """A reviewer's finding: the worker hashed a user's file, then (after the charge) read it again by its path, so
+    """The worker hashed a user's file, then (after the charge) read it again by its path, so
     a file replaced in between was read and charged as the one submitted. The bytes hashed are copied aside and
     the copy is parsed: the job sees the 435 records submitted, not the 40 swapped in; the copy is removed."""
     q, _ = queue
@@ -590,7 +590,7 @@ def test_a_dataset_without_the_schema_columns_is_refused_before_any_charge(r, qu
 
 @pytest.mark.redis
 def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, queue, tmp_path):
-    """Issue 12 item 13: the same file under another name or label no longer gets a fresh budget."""
+    """The same file under another name or label no longer gets a fresh budget."""
     from streamdp.privacy.ledger import file_sha256, file_source
     from streamdp.service.job_queue import FILE_SOURCES, SourceLabelWarning
 
@@ -622,7 +622,7 @@ def test_a_file_source_binds_a_dataset_to_one_ledger_by_content(r, redis_url, qu
         with pytest.raises(JobError, match=f"source '{label}' has no budget.*nothing was charged"):
             jq.submit(
                 "private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b), schema=str(sch)
-            )  # (refused at submit: a new user's job without a budget was accepted)
+            )  # (refused at submit: a user's job without a budget was accepted)
         RedisLedger(r).set_budget(label, 1.0)
         with pytest.warns(SourceLabelWarning, match=f"submitted under source '{source}' before"):
             jq.submit("private-rdt", label, 0.5, {"n_trees": 2}, source_kind="dataset", dataset=str(b), schema=str(sch))

@@ -51,7 +51,7 @@ def test_a_push_to_a_deleted_model_is_refused_and_makes_no_stream(r):
     assert not r.exists(Keys("m").records)  # raw records no worker would ever read or trim
 
 
-# -- idempotent producers (issue 12 item 5) ------------------------------------------------------------
+# -- idempotent producers ------------------------------------------------------------
 def test_pushing_the_same_records_twice_merges_them_once(r):
     _model(r, epsilon=math.inf)
     p = Producer(r, "m", batch_size=40)
@@ -118,7 +118,7 @@ def test_a_push_with_no_valid_record_is_not_a_crash(r):
 
 
 def test_a_producer_without_the_victims_key_cannot_test_whether_a_record_was_pushed(r, tmp_path, monkeypatch):
-    """A red team's membership test (release='batch'): batch ids were content hashes salted with a public value,
+    """(release='batch'): batch ids were content hashes salted with a public value,
     so anyone allowed to push and read could re-push a guessed record and see from the release count whether it
     had been merged before. Ids are now keyed by the producer's secret key: another key's push of the same record
     is merged (the count moves either way), while the victim's own retry still counts once."""

@@ -88,7 +88,7 @@ def test_sigterm_stops_a_worker_gracefully(redis_url, model):
 
 @pytest.mark.slow
 def test_a_worker_stops_when_its_pool_is_killed(redis_url, model):
-    """A new user's finding: SIGKILL to `streamdp worker` left its worker process running, orphaned, until it was
+    """SIGKILL to `streamdp worker` left its worker process running, orphaned, until it was
     killed by hand. Now the worker sees its parent gone, finishes its step and leaves the group."""
     import os
     import signal
@@ -149,7 +149,7 @@ def _gone(pid):
 @pytest.mark.slow
 @pytest.mark.skipif(not __import__("pathlib").Path("/proc/self/task").exists(), reason="needs Linux /proc")
 def test_a_worker_whose_pool_died_while_it_started_does_not_run(redis_url, model):
-    """A reviewer's finding: a pool killed while its worker was still importing left that worker running for
+    """A pool killed while its worker was still importing left that worker running for
     good (the parent pid it read was already the adopter's). The worker now waits on its parent's sentinel."""
     import subprocess
     import sys
@@ -177,7 +177,7 @@ def test_a_worker_whose_pool_died_while_it_started_does_not_run(redis_url, model
 
 
 def test_a_killed_worker_process_is_logged_by_its_pool(redis_url, model, caplog):
-    """A new user's finding: a worker process killed under `streamdp worker` ended the pool with no word of it."""
+    """A worker process killed under `streamdp worker` ended the pool with no word of it."""
     import logging
     import os
     import signal
@@ -230,7 +230,7 @@ def test_model_keys_share_one_cluster_slot(redis_url, model):
 
 
 def test_entry_with_a_non_utf8_field_name_is_dead_lettered_and_the_worker_goes_on(redis_url, model):
-    """Issue 12 item 1: ``XADD stream * "\\xff" x`` (no ``d`` field, a field name that is not UTF-8) used to
+    """``XADD stream * "\\xff" x`` (no ``d`` field, a field name that is not UTF-8) used to
     raise UnicodeDecodeError in the worker's decode step and kill every worker that read it."""
     create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4, release="batch")
     keys = Keys(model)

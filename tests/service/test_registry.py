@@ -41,7 +41,7 @@ def test_registry_create_list_show_delete(r):
 
 
 def test_create_refuses_what_no_release_could_draw_or_read(r):
-    """A red team's findings: an epsilon whose noise the samplers cannot draw, and a height no reader accepts, were
+    """An epsilon whose noise the samplers cannot draw, and a height no reader accepts, were
     created and charged, then every release (or read) failed."""
 
     for release, eps, mech in [
@@ -60,7 +60,7 @@ def test_create_refuses_what_no_release_could_draw_or_read(r):
 
 
 def test_a_refused_create_leaves_the_ledger_as_it_was(r):
-    """A new user's finding: a create refused by its own --ledger-budget (epsilon 3, budget 2) left the budget of 2
+    """A create refused by its own --ledger-budget (epsilon 3, budget 2) left the budget of 2
     behind; a raise too small for the model is not written either."""
     from streamdp.privacy.ledger import BudgetExceeded
 
@@ -77,7 +77,7 @@ def test_a_refused_create_leaves_the_ledger_as_it_was(r):
 
 
 def test_pushing_to_a_job_result_says_what_it_is(r):
-    """A new user pushed to a job's result (listed beside the models) and was told no model of that name existed;
+    """A user pushed to a job's result (listed beside the models) and was told no model of that name existed;
     the message is its own, without a KeyError's doubled quotes."""
     from streamdp.service.keys import JOB_RESULTS
 
@@ -90,7 +90,7 @@ def test_pushing_to_a_job_result_says_what_it_is(r):
     assert str(e.value).startswith("no model named 'nothing'")
 
 
-# -- model size against the server's limit (issue 14) --------------------------------------------------
+# -- model size against the server's limit --------------------------------------------------
 def test_model_create_refuses_a_blob_the_server_would_not_accept(r, monkeypatch):
     import time
 
@@ -146,7 +146,7 @@ def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, 
 
 
 def test_a_growing_models_default_height_is_the_ceiling_rule(r):
-    """release grow (or the default that grows): height None is structure.ceiling_height, the river classifier's
+    """Release grow (or the default that grows): height None is structure.ceiling_height, the river classifier's
     default (benchmarks/results/grow_ceiling.log: on long streams it beats half the attributes by 0.08-0.19);
     the drawn-tree policies keep half the attributes."""
     from streamdp.forest.structure import ceiling_height
@@ -202,7 +202,7 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
 
 
 def test_the_default_release_grows_on_categorical_schemas_only(r):
-    """release=None: grow where growing.grows_by_default says so (every attribute categorical) and growing is
+    """Release=None: grow where growing.grows_by_default says so (every attribute categorical) and growing is
     possible (finite epsilon, geometric or Laplace noise), else window; the CLI's default is the same None."""
     from streamdp.cli import build_parser
     from streamdp.records.datasets import load_schema
@@ -222,7 +222,7 @@ def test_the_default_release_grows_on_categorical_schemas_only(r):
 
 
 def test_recreating_a_deleted_models_name_says_the_ledger_was_spent_before(r):
-    """A new user's trial: the refusal named the budget only; the ledger of a deleted model is kept by design."""
+    """The refusal named the budget only; the ledger of a deleted model is kept by design."""
     from streamdp.privacy.ledger import BudgetExceeded
 
     create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=1.0)

@@ -89,7 +89,7 @@ def test_retention_trim_keeps_the_window_and_pending_entries(r, unique_name):
 
 
 def test_setting_retention_after_merges_says_what_was_not_kept(r, redis_url, unique_name, capsys):
-    """A red team set retention after the data was merged and ran a job on no record (charged): the command now
+    """Setting retention after the data was merged and ran a job on no record (charged): the command now
     says so (the release count is public; whether records are retained is not, so the job is not refused)."""
     from streamdp.cli import main
 

@@ -26,7 +26,7 @@ def test_stats_and_prometheus_text(r):
 
 
 def test_prometheus_exports_no_exact_counts_by_default(r):
-    """Issue 12 item 8: exact record counts leave only with exact=True; the default has a noisy estimate."""
+    """Exact record counts leave only with exact=True; the default has a noisy estimate."""
     _model(r)
     Producer(r, "m").push(DS.X[:100], DS.y[:100])
     _drain(_worker(r, "m"))
@@ -43,7 +43,7 @@ def test_prometheus_exports_no_exact_counts_by_default(r):
 
 
 def test_batch_level_figures_are_exact_under_window_policies(r):
-    """A red team's finding: under release windows, 37 one-record entries exported entries_read_total 37 and
+    """Under release windows, 37 one-record entries exported entries_read_total 37 and
     batches_merged_total 37 by default ("every merged batch is a published release" holds for batch only)."""
     create_model(r, "w", DS.schema, n_trees=2, height=2, epsilon=1.0, seed=1, release="window", release_every=3600)
     p = Producer(r, "w", batch_size=1)

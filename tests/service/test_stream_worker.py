@@ -198,7 +198,7 @@ def test_poison_entry_is_dead_lettered_after_max_deliveries(r):
 
 
 def test_retained_versions_are_bounded_in_bytes(r):
-    """A new user's finding: a default Adult model (54-75 MiB of counts a version) kept 20 versions, filling Redis
+    """A default Adult model (54-75 MiB of counts a version) kept 20 versions, filling Redis
     within seconds; now no more are kept than fit in ``keep_bytes`` (here two versions' worth), at least one."""
     spec = _model(r)
     p = Producer(r, "m")
@@ -278,7 +278,7 @@ def test_worker_survives_a_lost_connection(r):
 
 @pytest.mark.parametrize("refusal", ["OutOfMemoryError", "ReadOnlyError", "ResponseError"])
 def test_worker_waits_out_a_redis_that_refuses_writes(r, refusal, caplog):
-    """A new user's worker died with a traceback when Redis reached maxmemory: it logs, waits and goes on
+    """A user's worker died with a traceback when Redis reached maxmemory: it logs, waits and goes on
     (ResponseError: how Redis 6.2 reports it from inside a script)."""
     import redis as _redis
 
@@ -311,7 +311,7 @@ def test_non_utf8_field_name_is_dead_lettered_between_good_batches(r):
     assert msgpack.unpackb(dead[1][b"detail"]) == {"bytes": len(msgpack.packb({b"\xff": b"x"}, use_bin_type=True))}
 
 
-# -- no record value in logs or dead-letter reasons (issue 12 item 9) ------------------
+# -- no record value in logs or dead-letter reasons ------------------
 def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, caplog):
     import logging
 
@@ -330,7 +330,7 @@ def test_worker_logs_and_dead_letter_reasons_never_contain_record_values(r, capl
     assert any(rec.name == "streamdp.worker" and "dead_letter" in rec.getMessage() for rec in caplog.records)
     for rec in caplog.records:
         assert secret not in rec.getMessage(), rec.getMessage()
-        # nor exact counts (a red team's finding: "2 invalid record(s) of 4" in the default log)
+        # nor exact counts ("2 invalid record(s) of 4" in the default log)
         assert "record(s) of" not in rec.getMessage() and '"n":' not in rec.getMessage(), rec.getMessage()
         # nor how many entries a commit merged, acked or sent to the dead letters (exact: stats --exact)
         assert not any(f'"{k}":' in rec.getMessage() for k in ("batches", "acked", "dead")), rec.getMessage()

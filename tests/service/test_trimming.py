@@ -48,7 +48,7 @@ def test_trim_drops_every_merged_entry_by_default_the_last_one_too(r):
 
 
 def test_entries_with_ids_ahead_of_the_clock_do_not_outlive_a_time_retention(r):
-    """A red team's finding: a producer's XADD with an explicit id 23 h ahead kept its records a day past a 1 s
+    """A producer's XADD with an explicit id 23 h ahead kept its records a day past a 1 s
     retention (MINID trimming goes by id) and the stats alarm (a day ahead) stayed 0. Merged entries ahead of the
     clock are deleted where retention is bounded in time, and the alarm is at a minute."""
     import time

@@ -122,7 +122,7 @@ def test_every_entry_counted_once_across_windows(r, release):
 
 @pytest.mark.parametrize("release", ["window", "grow"])
 def test_until_drained_waits_for_the_window_holding_the_last_entries(r, release):
-    """A new user's trial: `streamdp worker NAME --until-drained` exited with every entry added to the open
+    """`streamdp worker NAME --until-drained` exited with every entry added to the open
     window's accumulator but the window not released yet, so the model held none of the pushed records."""
     _model(r, release=release, epsilon=1.0 if release == "grow" else math.inf)
     w = _worker(r)
@@ -147,7 +147,7 @@ def test_a_worker_run_until_drained_returns_with_the_records_published(r):
 
 @pytest.mark.parametrize("release", ["batch", "window"])
 def test_a_worker_never_writes_into_a_model_re_created_under_its_name(r, release):
-    """A red team's finding: a worker of a deleted model (epsilon 500) kept running, read the re-created model's
+    """A worker of a deleted model (epsilon 500) kept running, read the re-created model's
     (epsilon 0.05, charged as such) entries and published them noised at 500. The state now carries the model's
     id, and the commit, add, seal and release steps refuse a worker holding another."""
     from streamdp.service.registry import delete_model
@@ -273,7 +273,7 @@ def _at_every(r, name, k, every):
 
 
 def test_window_release_is_exact_tally_plus_one_noise_draw_of_the_right_scale(r):
-    """published - exact, over every real cell of 8 windows, has the variance of ONE geometric draw at
+    """Published - exact, over every real cell of 8 windows, has the variance of ONE geometric draw at
     epsilon_per_tree (not zero, not two draws). 10 trees x 32 leaves x 2 classes x 8 windows = 5,120 draws;
     the sample variance's relative sd is sqrt((kurtosis - 1) / n) <= 0.032 (discrete Laplace kurtosis <= 6):
     the band +-0.25 is > 7 sd wide (failure probability < 1e-12 under the CLT), and 2 draws (ratio 2) or
@@ -314,7 +314,7 @@ def test_the_policy_is_public_and_validated(r):
     assert not r.hexists("sdp:registry", "old")
 
 
-# -- state rollback (issue 12 item 6) -----------------------------------------------------------
+# -- state rollback -----------------------------------------------------------
 
 
 def _snapshot(r, name):
@@ -587,7 +587,7 @@ def test_grow_is_refused_without_noise_or_with_k_anonymity(r):
 
 
 def test_released_window_noise_is_dropped_and_unreleased_noise_expires(r):
-    """A new user's trial: a late worker of a default Adult model filled Redis (23.8 GB, killed) with each
+    """A late worker of a default Adult model filled Redis (23.8 GB, killed) with each
     window's stored noise, counts-sized and kept 7 days after its release. Released noise is dropped now; noise
     stored for a release that never comes (a closer that died, a deleted model) expires (PENDING_TTL_S)."""
     from streamdp.service.windows import PENDING_TTL_S

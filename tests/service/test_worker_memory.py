@@ -1,5 +1,5 @@
 """A window release and a batch commit hold the counts and one noised tally, not several counts-sized copies
-(issue 14). Deterministic: tracemalloc's peak over one step of a worker, on a real Redis (which holds what is
+. Deterministic: tracemalloc's peak over one step of a worker, on a real Redis (which holds what is
 stored out of this process; fakeredis would count its own copies)."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _release(r: redis.Redis, url: str, name: str, release: str) -> None:
     else:
         peak = _peak_above(lambda: w.step(block_ms=1))  # three batches: three deltas drawn, one commit
     assert int(r.hget(Keys(name).pub_model, "version")) == (1 if release == "window" else 2)
-    # Before issue 14 a window close held the old and new counts, the exact counts, the noise and the
+    # Before it was bounded, a window close held the old and new counts, the exact counts, the noise and the
     # sampler's temporaries, the stored noise's bytes, the blob and the record at once (about blob + 8x
     # counts), and a batch commit every entry's delta; then the blob (2.7x here) beside the counts and the
     # noise's sum (5.2x). Now no blob is built (pub:model holds counts on the spec), the noise is added into
@@ -99,7 +99,7 @@ def _release(r: redis.Redis, url: str, name: str, release: str) -> None:
 
 
 def test_packb_keeps_no_reference_to_what_it_packed():
-    """packb's placeholder table used to live in a reference cycle: every packed array (a delta, the counts)
+    """Packb's placeholder table used to live in a reference cycle: every packed array (a delta, the counts)
     stayed alive until the garbage collector ran, several counts-sized arrays at once in a worker."""
     import gc
     import sys

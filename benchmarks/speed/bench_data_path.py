@@ -1,4 +1,4 @@
-"""The user's data path beside the plain way of doing the same work, in the same run (issue 14).
+"""The user's data path beside the plain way of doing the same work, in the same run.
 
 Rows (each pair run interleaved ``--repeat`` times; medians; ``uptime`` beside each row):
 

@@ -1,4 +1,4 @@
-"""Structure drawing, fit and update-from-raw timings of the pure core (issue 14).
+"""Structure drawing, fit and update-from-raw timings of the pure core.
 
 * drawing: ``ForestStructure.draw`` of 10 trees by height, on Adult, Nursery and
   16 categorical attributes of 3-5 values (``cat16``);

@@ -1,4 +1,4 @@
-"""A producer's memory and start-up time beside a large model (issue 14): it needs the schema and the
+"""A producer's memory and start-up time beside a large model: it needs the schema and the
 batch-id salt, not the structure.
 
 A height-``--height`` model of bench_worker_memory's schema (16 categorical attributes, 10 trees) is

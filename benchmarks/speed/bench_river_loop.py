@@ -3,7 +3,7 @@
     python benchmarks/speed/bench_river_loop.py [--n 20000] [--rounds 3] [--arf-n 3000]
     # writes results/river_loop.{md,json}
 
-Models (issue 15): :class:`~streamdp.river.PrivateForestClassifier` (defaults,
+Models: :class:`~streamdp.river.PrivateForestClassifier` (defaults,
 epsilon 1, private: ``seed=None``; also without the compiled kernel, and with
 ``forest.estimator = "leaf"``, the rule before the noise-aware estimate), river's ``HoeffdingTreeClassifier()`` and
 ``ARFClassifier(n_models=10, seed=42)``, and ``dummy.NoChangeClassifier()`` (the

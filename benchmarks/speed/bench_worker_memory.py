@@ -210,7 +210,7 @@ counts), and routing tables only for forests whose tables fit in 64 MiB (a large
 routes over its structure's own int32 arrays). Start is about 3.5x the counts, of which 1.7x is the
 structure that routing needs.
 
-What a release adds on top, since round 2's fifth session: no model blob (a stream model's
+What a release adds on top, since an earlier version: no model blob (a stream model's
 `pub:model` holds its counts, the structure is published once as the model's spec), the noise
 added into the fresh tally it noises (one array, not two) and stored as that array's own bytes
 (no packed copy), the batches' first delta taken as their sum. So a release holds the counts it

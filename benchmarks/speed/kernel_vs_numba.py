@@ -1,4 +1,4 @@
-"""Why the river loop's kernel is C and not numba (issue 15): one record's predict, four ways.
+"""Why the river loop's kernel is C and not numba: one record's predict, four ways.
 
     pip install numba   # not a streamdp dependency; only this script uses it
     python benchmarks/speed/kernel_vs_numba.py > benchmarks/results/kernel_vs_numba.log

@@ -1,5 +1,5 @@
 """The lowest whole-process peak a stream worker of this design can have, beside worker_memory.md's measured one
-(issue 14's "a worker's peak at most about 2x the counts it holds").
+(the goal "a worker's peak at most about 2x the counts it holds").
 
 A worker routes records (it needs the structure's ``feature``, ``child`` and ``leaf`` arrays), knows which
 cells are real (``PrivateForest.real_cells``, one byte a cell, kept by the window closer) and makes releases

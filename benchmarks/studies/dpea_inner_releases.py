@@ -1,4 +1,4 @@
-"""Is reading a DPEA step root's own release worth its selection bias? (a reviewer's finding)
+"""Is reading a DPEA step root's own release worth its selection bias?
 
 A step root's own class counts are the release that cleared the bar to split, so they run high; estimation
 averages them with the leaves' sum anyway (:func:`streamdp.estimation.released_node_counts`). Same fits, two

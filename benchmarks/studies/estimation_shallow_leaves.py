@@ -36,7 +36,7 @@ from streamdp.forest.model import PrivateForest  # noqa: E402
 
 def before(nodes: ForestNodes, leaves: np.ndarray) -> np.ndarray:
     """The rule before: at depth ``d`` only the trees whose path reaches ``d`` are pooled (estimation_variants.py's
-    rule at the library's weight; the same floats as the code before, up to the order of a sum: 3e-16, a reviewer's
+    rule at the library's weight; the same floats as the code before, up to the order of a sum: 3e-16,
     check; no prediction differs)."""
     return estimation_variants.proba(nodes, leaves, lambda d: PRIOR_WEIGHT)
 

@@ -1,5 +1,5 @@
-"""Can another shrinkage weight keep the forest at the prior where the signal is weak (the Tic-Tac-Toe floor,
-issue 13) without costing the data where it is strong? Three families of the probability vote's weight
+"""Can another shrinkage weight keep the forest at the prior where the signal is weak (the Tic-Tac-Toe floor)
+without costing the data where it is strong? Three families of the probability vote's weight
 toward the parent, ``a = PRIOR_WEIGHT * Var(total) / total + MIN_WEIGHT`` (streamdp/estimation.py), i.e.
 a Dirichlet prior whose class shares spread by ``tau^2 = 1 / (C * PRIOR_WEIGHT)`` around the parent's:
 

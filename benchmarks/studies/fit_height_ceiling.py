@@ -1,4 +1,4 @@
-"""Height as a ceiling in the one-shot fit: PrivateForest.fit pruned by the stumps' release (issue 13).
+"""Height as a ceiling in the one-shot fit: PrivateForest.fit pruned by the stumps' release.
 
     python benchmarks/studies/fit_height_ceiling.py [--reps 3] [--datasets nursery,mushroom] [--probe 0.1]
     # writes results/fit_height_ceiling.{json,md}

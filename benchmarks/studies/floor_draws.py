@@ -1,6 +1,6 @@
 """How often one private model falls below the majority class: many draws per setting, not one.
 
-The floor of issue 13 (accuracy at least the majority share minus 0.01) is a property of each released model,
+The majority floor (accuracy at least the majority share minus 0.01) is a property of each released model,
 and a model is one draw of structure and noise. ``fit_height_ceiling.py`` reports the worst of 3 draws and
 ``tests/estimation/test_estimation.py`` one fixed draw per setting; this script draws ``--reps`` models per setting on one
 hold-out third (the test's split) and reports, per dataset, epsilon and height: the mean accuracy minus the

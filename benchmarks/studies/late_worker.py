@@ -1,4 +1,4 @@
-"""A worker started late: its missed windows' noise against the records it finds waiting (issue 13).
+"""A worker started late: its missed windows' noise against the records it finds waiting.
 
 Votes (all-categorical: the default ``grow`` release, epsilon 1, 1 s windows) is created, 300 shuffled records
 are pushed at once, and one worker (the service's ``Worker`` and ``WindowCloser``, on fakeredis; the clock is

@@ -1,4 +1,4 @@
-"""Exploration (issue 13): does a per-tree *balanced* pruning depth close Nursery's tallest-height gap?
+"""Exploration: does a per-tree *balanced* pruning depth close Nursery's tallest-height gap?
 
 The one-shot fit prunes node by node (``streamdp.forest.growth._rule``: a node splits where it expects
 ``PRUNE_SNR`` noise sd of records), which leaves paths of uneven depth; the drawn height-4 forest that

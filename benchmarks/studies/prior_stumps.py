@@ -1,4 +1,4 @@
-"""Prior stumps (issue 13, section 1): the floor at the majority share, and the cost at the best height.
+"""Prior stumps: the floor at the majority share, and the cost at the best height.
 
     python benchmarks/studies/prior_stumps.py [--reps 2] [--cost-reps 4]
     # appends the section "Prior stumps" to results/accuracy_height.md, writes results/prior_stumps.json

@@ -11,7 +11,7 @@ whose worst rep falls below the majority share minus 0.01.
 
 A candidate ``4c:0.1`` scales the bar with the classes, ``4 sqrt(C / 2)`` at every node (estimation tests a
 node's total, whose noise sums C cells; two-class data keep 4), ``4k:0.1`` at categorical splits only (the
-library's rule since round 2's twelfth session, ``pruning.CLASS_SCALED``); ``4`` alone is the bar unscaled. ``--datasets`` also takes river's multi-class data as
+library's rule since an earlier version, ``pruning.CLASS_SCALED``); ``4`` alone is the bar unscaled. ``--datasets`` also takes river's multi-class data as
 ``river:LED`` (10 classes, 17 irrelevant attributes, 10% noise, 5,000 records), ``river:ImageSegments``
 (7 classes, numeric) and ``river:Waveform`` (3 classes, numeric, 5,000 records), and two concepts nobody tuned on: ``river:RandomTreeCat5`` (5
 classes, 8 categorical attributes) and ``river:RandomTreeMixed4`` (4 classes, 4 numeric and 6 categorical).

@@ -1,6 +1,6 @@
 """How close random trees can come to HoeffdingTree on river's streams at all: the forest without noise.
 
-Issue 15 asks for the private forest within 10 points of ``HoeffdingTreeClassifier`` on at least half of
+The goal is the private forest within 10 points of ``HoeffdingTreeClassifier`` on at least half of
 ``river_eval.py``'s nine streams. This script measures the structural ceiling of that goal:
 ``PrivateForestClassifier`` at ``epsilon=inf`` (exact counts: no noise, the same data-independent random
 trees) at its default height and at taller heights and more trees, ``--draws`` draws each (the best draw

@@ -1,4 +1,4 @@
-"""Where the private forest loses against the running majority, release period by release period (issue 15).
+"""Where the private forest loses against the running majority, release period by release period.
 
     python benchmarks/studies/river_floor.py [--draws 5] [NAME ...]
     # prints, per stream: the forest's accuracy, the accuracy of its own released class prior alone, the

@@ -1,4 +1,4 @@
-"""PrivateForestClassifier settings against each other in river's own loop, several private draws each (issue 15).
+"""PrivateForestClassifier settings against each other in river's own loop, several private draws each.
 
     python benchmarks/studies/river_grid.py '{"label": {"kw": {...}, "E": {...}}, ...}' DRAWS [NAME ...]
     # e.g. '{"h3": {"kw": {"height": 3}}, "snr4": {"E": {"SNR_MIN": 4.0}}}' 5

@@ -1,4 +1,4 @@
-"""Multi-draw comparisons of two PrivateForestClassifier choices in river's own loop (issue 15).
+"""Multi-draw comparisons of two PrivateForestClassifier choices in river's own loop.
 
     python benchmarks/studies/river_variants.py stump    [--draws 4] [--only NAME ...]
     python benchmarks/studies/river_variants.py variance [--draws 5] [--only NAME ...]
@@ -12,13 +12,13 @@
 ``stump``: ``prior_trees=0`` against the default ``prior_trees=1``. ``variance``: estimation
 weighing the counts by one release's noise variance (what the code did before
 ``PrivateForest.noise_variance``; reproduced here by overriding the property) against the
-accumulated variance of the releases (the code now). ``prior``: the river forest before issue 15's
+accumulated variance of the releases (the code now). ``prior``: the river forest before the
 prior changes (no prior phase, the class prior from the summed counts: ``prior_records=0`` with the
 release log switched off), with the release-weighted prior alone (``prior_records=0``), and the default
 (prior phase and release-weighted prior). ``guard``: the default ``guard=0`` (the forest always votes, all of epsilon to
 the trees) against ``guard=0.1`` (the prior guard), with the running majority beside. ``window_prior``:
 PrivateWindowClassifier with each model's own class prior (before) against the prior pooled over the voting
-models' windows (the code now). ``window_phase``: PrivateWindowClassifier as in round 2's fifth session
+models' windows (the code now). ``window_phase``: PrivateWindowClassifier as in an earlier version
 (no prior phase, uniform until a first window of 100 records closes, every voting model weighed alike), then
 with the prior phase (``prior_records=100``), then with votes weighed by window size, then with the first
 window of 200 records, each with every root shrunk toward the pooled prior by the Dirichlet weight (the rule

@@ -1,4 +1,4 @@
-"""Where PrivateWindowClassifier wins or loses records against the running majority (issue 15's floor), by stream
+"""Where PrivateWindowClassifier wins or loses records against the running majority (the majority floor), by stream
 period: its first 100 records (the uniform prediction before the first window), records 100-1,500 (the first
 windows, 100-800 records each), and the rest. Defaults, epsilon 1, 3 private draws per stream.
 

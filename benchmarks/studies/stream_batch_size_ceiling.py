@@ -1,4 +1,4 @@
-"""What the service's Nursery benchmark can reach: the one-shot fit on the same split (issue 13's 0.90 goal).
+"""What the service's Nursery benchmark can reach: the one-shot fit on the same split (0.90 goal).
 
 ``stream_batch_size.py`` pushes Nursery (5 classes; shuffled with seed 13, the last 648 records held out)
 through the service at epsilon 1 and asks for 0.90 at every batch size. A window or grown model that

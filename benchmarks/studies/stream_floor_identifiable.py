@@ -1,4 +1,4 @@
-"""Which of stream_height_ceiling.md's floor misses could any post-processing avoid? (issue 13)
+"""Which of stream_height_ceiling.md's floor misses could any post-processing avoid?
 
 The majority class can only be kept by a model whose released numbers name it. On a stream of W
 windows the prior stump's class totals carry W releases of noise (variance ``W s^2`` per total,

@@ -1,4 +1,4 @@
-"""Height as a ceiling on a stream: `PrivateForest.grow` beside `update` on the drawn trees (issue 13).
+"""Height as a ceiling on a stream: `PrivateForest.grow` beside `update` on the drawn trees.
 
 A stream is simulated in-process (no Redis): the training records (a random two
 thirds, the rest held out) arrive in ``W`` equal windows; each window is one

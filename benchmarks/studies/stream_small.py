@@ -1,6 +1,6 @@
-"""Short streams through the real service: `window` beside `grow` on Nursery's first N records (issue 13's floor).
+"""Short streams through the real service: `window` beside `grow` on Nursery's first N records (the majority floor).
 
-A new user's trial pushed 600 Nursery records into a fresh model and fetched it: the default
+A trial pushed 600 Nursery records into a fresh model and fetched it: the default
 ``release="window"`` model predicted one class, below the majority share, where ``release="grow"``
 scored well above it. This measures that setting: the first ``N`` training records of
 ``stream_batch_size.py``'s split (Nursery shuffled with seed 13, the last 648 held out), pushed in

@@ -1,10 +1,10 @@
-"""A worker behind the clock: seconds per due window, and what its stored noise leaves in Redis (issue 14).
+"""A worker behind the clock: seconds per due window, and what its stored noise leaves in Redis.
 
 A ``window`` model over Adult is created on a real Redis, its schedule start moved ``--windows`` windows
 into the past (a model created long before its first push, or workers down meanwhile), and one worker's
 closer releases every due window (each alone, in order; they are empty). Measured per height: seconds per
 window, and Redis's ``used_memory`` growth once every window is released (against the counts' size: the
-retained versions, ``keep_versions`` 20, and ``pub:model``; before round 2's ninth session also each
+retained versions, ``keep_versions`` 20, and ``pub:model``; before an earlier version also each
 window's stored noise, kept 7 days, and the state's copy of the counts). ``--reps`` models each.
 
     python benchmarks/studies/window_catchup.py > benchmarks/results/window_catchup.log

@@ -127,7 +127,7 @@ def _line(st: dict) -> str:
     )
 
 
-#: A dataset file above this many bytes: submit says it is reading it (a reviewer's 2 GB file: 25-30 s).
+#: A dataset file above this many bytes: submit says it is reading it (a 2 GB file takes tens of seconds).
 LARGE_FILE = 64 << 20
 
 

@@ -301,7 +301,7 @@ def retention(args: argparse.Namespace) -> int:
         records = None if args.clear else (args.records if args.records is not None else cur.records)
         ret = set_retention(r, args.name, seconds=seconds, records=records)
         if cur.keeps_nothing and not ret.keeps_nothing and show_model(r, args.name)["releases"]:
-            # (public: the release count) a red team set retention after the merge and ran a job on no record;
+            # (public: the release count) retention set after the merge would leave a job no record;
             # refusing a job over an empty stream would tell whether any record is retained, so it runs
             print(
                 f"note: records merged before now were not kept; jobs over {args.name!r} read only what is "
@@ -323,7 +323,7 @@ def retention(args: argparse.Namespace) -> int:
 
 
 def _n(k: int, noun: str) -> str:
-    """``k noun`` in the singular or plural (a new user read "1 prior stumps").
+    """``k noun`` in the singular or plural ("1 prior stump", "2 prior stumps").
 
     >>> _n(1, "key"), _n(3, "key")
     ('1 key', '3 keys')

@@ -56,7 +56,7 @@ def class_total_sd(
     little, each about its number of leaves times noisier, so this is an upper bound). The model can tell
     its majority class only once that class leads the next by several times ``sqrt(2)`` times this (at 3x
     it names the wrong one in about 0.1% of models); below, no estimate can keep the majority
-    class's accuracy, the floor of issue 13 (``benchmarks/stream_floor_identifiable.py``). Under the
+    class's accuracy, the majority floor. Under the
     disjoint budget a stump counts ``1 / (n_trees + prior_trees)`` of the records, so its counts are scaled up
     (sampling error not included).
 

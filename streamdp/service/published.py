@@ -46,9 +46,8 @@ RELEASE_FORMAT = "streamdp.release"
 
 
 #: Bytes the retained versions of one model (``pub:v:<N>``) may take together, by default
-#: (``WorkerConfig.keep_bytes``): a default Adult model's counts are 54-75 MiB a release
-#: (``benchmarks/results/default_height.log``), so the 20 versions kept before took 1-1.5 GiB (a new user's Redis
-#: filled within seconds).
+#: (``WorkerConfig.keep_bytes``): a bound in bytes, not versions, since one version of a large model is
+#: tens of MiB of counts.
 KEEP_BYTES = 256 << 20
 
 

@@ -1,4 +1,4 @@
-"""What a Redis state rollback cannot change: the noise key and the release mirror (issue 12 item 6).
+"""What a Redis state rollback cannot change: the noise key and the release mirror.
 
 A rollback (restart from an older RDB/AOF, power loss with ``appendfsync
 everysec``, a backup restore) forgets stored noised deltas that were already

@@ -228,7 +228,7 @@ class Worker(GroupLoop):
     def _drop_stale_versions(self) -> int:
         """Remove the retained versions older than the ones this worker keeps, left by workers that kept more (an
         upgrade to the byte bound, a lower --keep-mib or --keep-versions): each release drops only the one version
-        that falls out of the window, so they would stay for good (a reviewer's finding). Walks down from the newest
+        that falls out of the window, so they would stay for good. Walks down from the newest
         one to drop until a version is missing; returns how many were removed."""
         if self.keep_versions <= 0:
             return 0

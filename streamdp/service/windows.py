@@ -403,8 +403,7 @@ class WindowCloser:
                 if state_b:
                     p.set(self.keys.tree, state_b)
                 # Nothing reads a released window's noise again (the CAS refuses the window): dropped, unless
-                # kept ``noise_ttl_s`` for an audit. Kept 7 days before, counts-sized each: a model of 1 s
-                # windows at Adult's default height stored ~70 MB a second (a new user's Redis ran out of memory).
+                # kept ``noise_ttl_s`` for an audit (each is counts-sized: kept longer, they fill Redis).
                 for k in noise_keys:
                     if self.noise_ttl_s:
                         p.expire(k, self.noise_ttl_s)

@@ -21,6 +21,9 @@ speed("speed.river_loop", pairs.river_loop_pair, {"n": 5_000, **FULL}, {"n": 500
 
 # --- scripts in benchmarks/speed/ (absolute timings and memory, some need Redis) ----------------------------
 S = "benchmarks.speed."
+script("bench_dead_letters", S + "bench_dead_letters")
+script("hot_path", S + "hot_path")
+script("model_footprint", S + "model_footprint")
 script("bench_cluster", S + "bench_cluster")
 script("bench_data_path", S + "bench_data_path")
 script("bench_fit", S + "bench_fit")
@@ -39,6 +42,11 @@ script("worker_memory_phases", S + "worker_memory_phases")
 
 # --- research studies in benchmarks/studies/ ---------------------------------------------------------------
 T = "benchmarks.studies."
+script("accuracy_small_data", T + "accuracy_small_data")
+script("adult_default_height", T + "adult_default_height")
+script("continual_table", T + "continual_table")
+script("drift_forgetting", T + "drift_forgetting")
+script("stream_over_time", T + "stream_over_time")
 for _name in """accuracy_height accuracy_mushroom_deep accuracy_rdt agrawal_batch agrawal_noise_free continual_counting
 default_height dpea_bai dpea_inner_releases dpea_stopped_branches dpl_rf estimation_shallow_leaves
 estimation_variants fit_height_ceiling floor_draws fs_c45 fs_id3_hanisch grow_ceiling hanisch_pooled hanisch_prior

@@ -20,7 +20,7 @@ cadence removed after ``model create``, as a model created before it: every wind
 merged); beside them the pure core's one-shot fit of the same training records (``PrivateForest.fit``, the
 ceiling). Windows and merged releases are read from the model's public schedule.
 
-    python benchmarks/stream_over_time.py --draws 2 > benchmarks/results/stream_over_time.log
+    python benchmarks/studies/stream_over_time.py --draws 2 > benchmarks/results/stream_over_time.log
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -355,7 +355,7 @@ def render(doc: dict) -> list[str]:
     out = [
         "# A stream model over time through the service: windows from the released rate against the clock's",
         "",
-        f"`{doc.get('command', 'python benchmarks/stream_over_time.py')}`; git {doc.get('git', '?')}; "
+        f"`{doc.get('command', 'python benchmarks/studies/stream_over_time.py')}`; git {doc.get('git', '?')}; "
         f"load at start: {doc.get('uptime_start', '?')}; at end: {doc.get('uptime_end', '?')}. "
         "Nursery, epsilon 1, 10 trees + 1 prior stump, `grow`; accuracy on a held-out fifth; "
         "`rate`: the cadence (`--release-every 0.02 --max-lag 5.12` for idle and slow, the defaults for fast), "
@@ -443,7 +443,7 @@ def main() -> int:
     ds = load("nursery")
     start_load = subprocess.getoutput("uptime")
     print(
-        f"# python benchmarks/stream_over_time.py --draws {a.draws}; git "
+        f"# python benchmarks/studies/stream_over_time.py --draws {a.draws}; git "
         f"{subprocess.getoutput(f'git -C {ROOT} rev-parse --short HEAD')}; load at start: "
         f"{subprocess.getoutput('uptime')}",
         flush=True,
@@ -475,7 +475,7 @@ def main() -> int:
                 print(json.dumps(row), flush=True)
     print(f"# load at end: {subprocess.getoutput('uptime')}", flush=True)
     doc = {
-        "command": "python benchmarks/stream_over_time.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/studies/stream_over_time.py " + " ".join(sys.argv[1:]),
         "git": subprocess.getoutput(f"git -C {ROOT} rev-parse --short HEAD"),
         "uptime_start": start_load,
         "uptime_end": subprocess.getoutput("uptime"),

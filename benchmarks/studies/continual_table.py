@@ -13,7 +13,7 @@ fixed tree). Then, since the fixed tree's error jumps with the bits of T (a powe
 and the largest variance over each octave ``[2^k, 2^(k+1))``, and the allocations that were compared before
 choosing the default (the same closed forms, in the Laplace limit).
 
-Run: ``PYTHONPATH=. python3 benchmarks/continual_table.py`` (writes benchmarks/results/continual_table.md).
+Run: ``PYTHONPATH=. python3 benchmarks/studies/continual_table.py`` (writes benchmarks/results/continual_table.md).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from streamdp.release.continual import (
 
 EPS = 1.0  # per tree
 L = 20
-OUT = Path(__file__).resolve().parent / "results" / "continual_table.md"
+OUT = Path(__file__).resolve().parents[1] / "results" / "continual_table.md"
 
 
 def sd_window(t: int) -> float:
@@ -142,7 +142,7 @@ def main() -> int:
         "# Continual counting: sd of one published cell after T releases",
         "",
         f"Per-tree epsilon {EPS:g}, geometric noise; sd in records. Machine load (1/5/15 min) "
-        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start. Script: benchmarks/continual_table.py.",
+        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} at the start. Script: benchmarks/studies/continual_table.py.",
         "",
         "## Closed forms",
         "",

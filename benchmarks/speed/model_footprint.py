@@ -8,7 +8,7 @@ Measured, in one run:
   the floor: reading the published counts' bytes alone (``HGET``) on the same connection type;
 * the same latest() again with a consumer that holds the structure (the steady state: counts only).
 
-    python benchmarks/model_footprint.py [--redis-url URL] [--repeats 3]
+    python benchmarks/speed/model_footprint.py [--redis-url URL] [--repeats 3]
 
 Writes benchmarks/results/model_footprint.{md,json}, with the machine load. The model (and its ledger)
 is deleted at the end, even on failure.
@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common import machine, sh, write_results  # noqa: E402
 from streamdp.records.datasets import load_schema  # noqa: E402
@@ -105,7 +105,7 @@ def main() -> None:
     lines = [
         "# A default model's footprint in Redis and its fetch (Adult's schema)",
         "",
-        f"`python benchmarks/model_footprint.py`: `create_model` at the defaults ({m['n_trees']} trees with the "
+        f"`python benchmarks/speed/model_footprint.py`: `create_model` at the defaults ({m['n_trees']} trees with the "
         f"prior stump, height {m['height']}), counts {m['counts_dtype']}, {counts_bytes / MiB:.1f} MiB. "
         f"Create took {create_s:.2f} s.",
         "",

@@ -5,7 +5,7 @@ worker dead-letter them, and reports the dead-letter stream's bytes (MEMORY USAG
 growth. Beside it, in the same run: the plain way, a stream holding a whole copy of each payload (what a dead
 letter that copies its entry costs). Writes benchmarks/results/dead_letters.json.
 
-    PYTHONPATH=. python3 benchmarks/bench_dead_letters.py [--n 300] [--size 1048576]
+    PYTHONPATH=. python3 benchmarks/speed/bench_dead_letters.py [--n 300] [--size 1048576]
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
         "load_average": "%.2f %.2f %.2f" % os.getloadavg(),
     }
     print(json.dumps(out, indent=2))
-    path = Path(__file__).resolve().parent / "results" / "dead_letters.json"
+    path = Path(__file__).resolve().parents[1] / "results" / "dead_letters.json"
     path.write_text(json.dumps(out, indent=2) + "\n")
 
 

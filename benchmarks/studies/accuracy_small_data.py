@@ -18,7 +18,7 @@ every model), at every model's defaults:
   attributes as their codes with bounds (0, arity - 1);
 * ``majority``: the training folds' most frequent class (not private: the floor a model must hold).
 
-    python benchmarks/accuracy_small_data.py [--repeats 2 --folds 5] [--dpl-python /tmp/dplvenv/bin/python]
+    python benchmarks/studies/accuracy_small_data.py [--repeats 2 --folds 5] [--dpl-python /tmp/dplvenv/bin/python]
 
 Writes ``results/accuracy_small_data.{json,md}``. The venv runs this same file with ``--dpl-worker``.
 """
@@ -195,7 +195,7 @@ def main() -> None:
     if args.dpl_worker:
         return dpl_worker(*args.dpl_worker)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from common import machine, sh, write_results
 
     warnings.simplefilter("ignore")  # the fits' notices (a forest holding a release, NotPrivate) are not results
@@ -250,7 +250,7 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
     lines = [
         "# Defaults on small data nobody tuned for",
         "",
-        f"`python benchmarks/accuracy_small_data.py --repeats {info['repeats']} --folds {info['folds']}`; "
+        f"`python benchmarks/studies/accuracy_small_data.py --repeats {info['repeats']} --folds {info['folds']}`; "
         f"git {info['git']}; {info['machine']['nproc']} x {info['machine']['cpu']}",
         f"load at start: {info['uptime_start']}",
         f"load at end: {info['uptime_end']}",

@@ -1,7 +1,7 @@
 """Adult's one-shot fit at the leaf-budget default height against height 7 (half its attributes, the default
 before the leaf budget), on the same hold-out splits.
 
-    python benchmarks/adult_default_height.py [--splits 3]
+    python benchmarks/studies/adult_default_height.py [--splits 3]
 
 Writes ``results/adult_default_height.log``.
 """
@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, sh  # noqa: E402
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.common import machine, sh  # noqa: E402
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 
@@ -34,7 +33,7 @@ def main() -> None:
     rng = np.random.default_rng(5)
     m = machine()
     lines = [
-        f"# python benchmarks/adult_default_height.py --splits {args.splits}; git {sh('git rev-parse --short HEAD')}; "
+        f"# python benchmarks/studies/adult_default_height.py --splits {args.splits}; git {sh('git rev-parse --short HEAD')}; "
         f"{m['nproc']} x {m['cpu']}; load at start: {sh('uptime')}",
         "# one-shot fit (pruned), 10 trees, hold-out third; mean (min) over the splits; majority share "
         f"{(y == np.bincount(y).argmax()).mean():.3f}",
@@ -71,7 +70,7 @@ def main() -> None:
         lines.append(f"| {eps:g} | {sorted(set(heights))} | {a0} | {s0} | {a7} | {s7} |")
         print(lines[-1], flush=True)
     lines.append(f"# load at end: {sh('uptime')}")
-    out = Path(__file__).resolve().parent / "results" / "adult_default_height.log"
+    out = Path(__file__).resolve().parents[1] / "results" / "adult_default_height.log"
     out.write_text("\n".join(lines) + "\n")
 
 

@@ -17,8 +17,8 @@ CPU time of the thread (the machine is shared: CPU time leaves out the time anot
 core), records/s, and the ratio sklearn time / our time (>= 1: ours at least as fast), with the load
 (``uptime``) before and after.
 
-    python benchmarks/hot_path.py            # writes benchmarks/results/hot_path.{md,json}
-    python benchmarks/hot_path.py --quick    # fewer repetitions, no files
+    python benchmarks/speed/hot_path.py            # writes benchmarks/results/hot_path.{md,json}
+    python benchmarks/speed/hot_path.py --quick    # fewer repetitions, no files
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from benchmarks.common import machine, sh, write_results  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
@@ -153,7 +153,7 @@ def main() -> None:
     lines = [
         "# The worker's hot path at the defaults: Adult's default forest beside scikit-learn",
         "",
-        f"`python benchmarks/hot_path.py`. Adult's default forest: {f['n_trees']} trees ({N_TREES} random + the prior "
+        f"`python benchmarks/speed/hot_path.py`. Adult's default forest: {f['n_trees']} trees ({N_TREES} random + the prior "
         f"stump), height {f['height']}, up to {f['max_nodes']:,} nodes and {f['max_leaves']:,} leaves a tree, "
         f"{f['cells']:,} cells. Its router (built once per structure: {f['router_build_s'] * 1e3:.0f} ms) holds "
         f"{f['router_bytes'] / 2**20:.1f} MiB ({f['router_dtype']} words, one per node). scikit-learn "

@@ -11,7 +11,7 @@ prior stump, the defaults' height 6) is released in windows of ``WINDOW`` record
 * river's ``HoeffdingAdaptiveTreeClassifier`` (not private; ADWIN drift detection), record by record.
 
 Accuracy before the drift, over the 10,000 records after it, over the last 10,000, and overall; the majority
-share of each stretch beside it. Run: ``PYTHONPATH=. python3 benchmarks/drift_forgetting.py``.
+share of each stretch beside it. Run: ``PYTHONPATH=. python3 benchmarks/studies/drift_forgetting.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ HEIGHT = 6
 HALF_LIVES = (2_000, 5_000, 15_000)
 SEEDS = (1, 2, 3)
 FUNCTIONS = ((0, 2), (1, 3))  # Agrawal's classification functions before and after the drift
-OUT = Path(__file__).resolve().parent / "results" / "drift_forgetting.json"
+OUT = Path(__file__).resolve().parents[1] / "results" / "drift_forgetting.json"
 
 # Agrawal's generator draws every attribute from these ranges (river.datasets.synth.Agrawal): public.
 SCHEMA = Schema.from_dict(

@@ -26,10 +26,9 @@ from typing import Any
 
 import redis
 
-from streamdp import blob
+from streamdp.forest import persistence
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
-from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
@@ -37,7 +36,7 @@ from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import charge_model
-from streamdp.service.published import published_fields
+from streamdp.service.published import published_fields, release_record
 from streamdp.service.rollback import key_fingerprint, load_noise_key
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.validation import check_epsilon
@@ -302,7 +301,7 @@ def create_model(
             "release_start": repr(start),
         },
     )
-    p.set(keys.pub_version(0), spec)
+    p.set(keys.pub_version(0), release_record(forest, fill_ok=True))  # zero counts: their shape alone, not a copy
     p.execute()
     try:
         r.xgroup_create(keys.records, GROUP, id="0", mkstream=True)
@@ -344,7 +343,7 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     data = _read_spec(r, Keys(name).spec)
     if data is None:
         raise no_stream_model(r, name)
-    doc = blob.loads(data, FORMAT, FORMAT_VERSION)
+    doc = persistence.loads(data)
     del data
     return PrivateForest.from_doc(doc)
 

@@ -153,6 +153,8 @@ def _structure_arrays(sdoc: dict, schema: Schema) -> dict[str, np.ndarray]:
         raise blob.BlobError(f"{FORMAT}: {thr.size} thresholds for {int(numeric.sum())} numeric splits")
     threshold = np.full(shape, np.inf)
     threshold[numeric] = thr
+    for a in (feature, threshold, child, leaf):  # read-only: the structure takes them as they are, no copy
+        a.flags.writeable = False
     return {"feature": feature, "threshold": threshold, "child": child, "leaf": leaf, "n_leaves": n_leaves}
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "show_model",
     "delete_model",
     "load_spec",
+    "require_model",
     "published_keys",
     "ModelNotFound",
     "ModelExists",
@@ -346,6 +347,14 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     doc = persistence.loads(data)
     del data
     return PrivateForest.from_doc(doc)
+
+
+def require_model(r: Any, name: str) -> None:
+    """Raise :class:`ModelNotFound` unless stream model ``name`` exists (its spec's key; nothing is read or
+    decoded: a process that only starts workers holds no model)."""
+    r = connect(r)
+    if not r.exists(Keys(name).spec):
+        raise no_stream_model(r, name)
 
 
 def no_stream_model(r: Any, name: str) -> ModelNotFound:

@@ -192,3 +192,23 @@ def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, 
     assert "needs a finite epsilon" in capsys.readouterr().err
     assert main(u + ["model", "delete", unique_name]) == 0
     assert f"see `streamdp ledger {unique_name}`" in capsys.readouterr().out  # (the name, not a placeholder)
+
+
+def test_the_worker_command_starts_its_workers_without_loading_the_model(redis_url, unique_name, monkeypatch, capsys):
+    """The pool's parent only checks that the model exists: the workers load it, each in its own process."""
+    import streamdp.service.pool as pool
+    import streamdp.service.registry as registry
+
+    registry.create_model(redis_url, unique_name, DS.schema, n_trees=2, height=2, epsilon=1.0)
+
+    def no_load(*a, **kw):
+        raise AssertionError("the pool's parent loaded the model")
+
+    started = []
+    monkeypatch.setattr(pool, "run_workers", lambda name, *a, **kw: started.append(name) or [0, 0])
+    monkeypatch.setattr(registry, "load_spec", no_load)
+    monkeypatch.setattr(PrivateForest, "from_doc", classmethod(no_load))
+    assert main(["--redis-url", redis_url, "worker", unique_name, "--processes", "2"]) == 0
+    assert started == [unique_name]
+    assert main(["--redis-url", redis_url, "worker", unique_name + "-none", "--processes", "2"]) != 0
+    assert started == [unique_name] and "no model" in capsys.readouterr().err.lower()

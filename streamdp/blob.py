@@ -20,9 +20,19 @@ from typing import Any
 import msgpack
 import numpy as np
 
-__all__ = ["pack_array", "unpack_array", "dumps", "packb", "packb_parts", "loads", "format_of", "BlobError"]
+__all__ = [
+    "narrowest",
+    "pack_array",
+    "unpack_array",
+    "dumps",
+    "packb",
+    "packb_parts",
+    "loads",
+    "format_of",
+    "BlobError",
+]
 
-_ALLOWED_DTYPES = {"<i1", "<i2", "<i4", "<i8", "|u1", "<u1", "<u2", "<u4", "<u8", "<f4", "<f8", "|b1"}
+_ALLOWED_DTYPES = {"<i1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u1", "<u2", "<u4", "<u8", "<f4", "<f8", "|b1"}
 # Refuse absurd sizes before allocating anything (1 GiB per array).
 _MAX_ARRAY_BYTES = 1 << 30
 
@@ -33,6 +43,24 @@ class BlobError(ValueError):
 
 #: :func:`pack_array` with ``fill_ok``: a constant array at least this large travels as its shape and value.
 FILL_MIN_BYTES = 1 << 16
+
+
+def narrowest(a: np.ndarray) -> np.ndarray:
+    """``a`` (integers) in the narrowest of int8/int16/int32/int64 that holds every value exactly (the same
+    array where that is its own dtype); any other array unchanged.
+
+    >>> narrowest(np.array([-1, 100], dtype=np.int64)).dtype, narrowest(np.array([0, 40000])).dtype
+    (dtype('int8'), dtype('int32'))
+    """
+    a = np.asarray(a)
+    if a.dtype.kind not in "iu" or not a.size:
+        return a
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return a if a.dtype == dt else a.astype(dt)
+    return a
 
 
 def pack_array(a: np.ndarray, fill_ok: bool = False) -> dict:
@@ -218,14 +246,17 @@ def format_of(blob: Any) -> str:
     return _unpack(blob, "streamdp")["format"]
 
 
-def loads(blob: Any, fmt: str, version: int) -> dict:
-    """Decode a blob and check its format tag; everything else is the caller's to validate."""
+def loads(blob: Any, fmt: str, version: int | tuple[int, ...]) -> dict:
+    """Decode a blob and check its format tag and version (one, or a tuple of those read); everything else is
+    the caller's to validate."""
     doc = _unpack(blob, fmt)
     if doc["format"] != fmt:
         raise BlobError(f"not a {fmt} blob (format: {doc['format']!r})")
-    if doc.get("format_version") != version:
+    versions = version if isinstance(version, tuple) else (version,)
+    fv = doc.get("format_version")
+    if not isinstance(fv, int) or isinstance(fv, bool) or fv not in versions:
         raise BlobError(
-            f"{fmt} format version {doc.get('format_version')!r} is not supported (this build reads {version})"
+            f"{fmt} format version {fv!r} is not supported (this build reads {', '.join(map(str, versions))})"
         )
     return doc
 

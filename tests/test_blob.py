@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import builtins
+import json
 import math
 import pickle
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -56,6 +58,14 @@ def pack(doc: dict) -> bytes:
     return msgpack.packb(doc, use_bin_type=True)
 
 
+def v1_doc(f: PrivateForest) -> dict:
+    """``f``'s blob as format version 1 wrote it: the structure as padded arrays."""
+    d = doc_of(f.to_bytes())
+    d["format_version"] = 1
+    d["structure"] = {name: pack_array(a, fill_ok=name == "threshold") for name, a in f.structure.arrays().items()}
+    return d
+
+
 # -- round trip ---------------------------------------------------------------------------
 
 
@@ -101,7 +111,7 @@ def test_round_trip_infinite_epsilon():
 
 def test_blob_is_self_describing(good):
     d = doc_of(good)
-    assert d["format"] == "streamdp.forest" and d["format_version"] == 1
+    assert d["format"] == "streamdp.forest" and d["format_version"] == 2
     assert d["counts"]["dtype"] == "<i8" and isinstance(d["counts"]["data"], bytes)
     assert d["schema"] == SCHEMA.to_dict()
 
@@ -150,7 +160,7 @@ def test_an_all_categorical_forests_thresholds_are_one_value_in_memory_and_in_it
     thr = f.structure.threshold
     assert thr.shape == f.structure.feature.shape and thr.strides == (0, 0) and np.all(np.isposinf(thr))
     doc = doc_of(f.to_bytes())
-    assert doc["structure"]["threshold"] == {"dtype": "<f8", "shape": list(thr.shape), "fill": math.inf}
+    assert doc["structure"]["layout"] == "compact" and doc["structure"]["threshold"]["shape"] == [0]
     fitted = f.fit(ds.X[:8000], ds.y[:8000])  # a pruned fit: a new structure, compacted again
     back = PrivateForest.from_bytes(fitted.to_bytes())
     np.testing.assert_array_equal(back.predict_proba(ds.X[8000:]), fitted.predict_proba(ds.X[8000:]))
@@ -458,7 +468,7 @@ def varied():
 
 @pytest.mark.parametrize("name,mutate", list(_mutations()), ids=[m[0] for m in _mutations()])
 def test_malformed_field_raises_value_error(varied, name, mutate):
-    d = doc_of(varied.to_bytes())
+    d = v1_doc(varied)  # the padded arrays of format version 1, which from_arrays validates for both layouts
     if isinstance(mutate, str):
         _apply_special(d, mutate, varied)
     else:
@@ -586,3 +596,106 @@ def test_packb_is_msgpack_with_one_copy_of_each_large_value():
     finally:
         tracemalloc.stop()
     assert peak < 1.2 * len(out)
+
+
+def test_a_version_1_blob_still_loads_and_routes_the_same(good):
+    f = PrivateForest.from_bytes(good)
+    old = PrivateForest.from_bytes(pack(v1_doc(f)))
+    for name, a in f.structure.arrays().items():
+        np.testing.assert_array_equal(getattr(old.structure, name), a)
+    np.testing.assert_array_equal(old.counts, f.counts)
+
+
+def test_the_structure_travels_without_padding_in_narrow_dtypes():
+    """Format 2: each tree's nodes alone, integers in the narrowest dtype, thresholds at numeric splits only;
+    read back it is the same padded structure (every array equal), so it routes the same."""
+    from streamdp.records.datasets import load
+
+    ds = load("adult")
+    f = PrivateForest.create(ds.schema, n_trees=4, height=5, epsilon=1.0, seed=3)
+    st = f.structure
+    d = doc_of(f.to_bytes())
+    s = d["structure"]
+    assert s["layout"] == "compact" and s["feature"]["dtype"] == "|i1"
+    real = (st.leaf >= 0) | (st.feature != ds.schema.n_attributes)
+    assert s["feature"]["shape"] == [int(real.sum())] < [st.feature.size]  # padding dropped
+    assert s["threshold"]["shape"] == [int(np.isfinite(st.threshold).sum())]
+    assert len(f.to_bytes()) < sum(a.nbytes for a in st.arrays().values()) / 2
+    back = PrivateForest.from_bytes(f.to_bytes())
+    for name, a in st.arrays().items():
+        got = getattr(back.structure, name)
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(got, a)
+    np.testing.assert_array_equal(back.apply(ds.X[:500]), f.apply(ds.X[:500]))
+
+
+def _compact_cases():
+    def setarr(name, fn):
+        def f(d):
+            a = unpack_array(d["structure"][name], name).copy()
+            d["structure"][name] = pack_array(fn(a))
+
+        return f
+
+    def poke(i, v):
+        def fn(a):
+            a = a.astype(np.int64) if a.dtype.kind in "iu" else a
+            a[i] = v
+            return a
+
+        return fn
+
+    yield "n_nodes zero", setarr("n_nodes", poke(0, 0))
+    yield "n_nodes more than the arrays", setarr("n_nodes", poke(0, 10**4))
+    yield "n_nodes huge", setarr("n_nodes", lambda a: a.astype(np.int64) * 0 + 2**40)
+    yield "feature outside the schema", setarr("feature", poke(0, 99))
+    yield "feature negative", setarr("feature", poke(0, -1))
+    yield "child outside the tree", setarr("child", poke(0, 10**6))
+    yield "child wraps int32", setarr("child", lambda a: a.astype(np.int64) + 2**32)
+    yield "leaf duplicated", setarr("leaf", lambda a: np.where(a >= 0, 0, a))
+    yield "threshold missing one", setarr("threshold", lambda a: a[:-1].copy())
+    yield "threshold nan", setarr("threshold", poke(0, np.nan))
+    yield "threshold int", setarr("threshold", lambda a: a.astype(np.int64))
+    yield "feature float", setarr("feature", lambda a: a.astype(np.float64))
+    yield "layout unknown", lambda d: d["structure"].update(layout="zipped")
+    yield "n_nodes missing", lambda d: d["structure"].pop("n_nodes")
+
+
+@pytest.mark.parametrize("name,mutate", list(_compact_cases()), ids=[c[0] for c in _compact_cases()])
+def test_a_malformed_compact_structure_is_refused(name, mutate):
+    d = doc_of(forest(n_trees=3, height=4).to_bytes())
+    assert d["structure"]["layout"] == "compact"
+    mutate(d)
+    with pytest.raises(ValueError):
+        PrivateForest.from_bytes(pack(d))
+
+
+BLOBS = Path(__file__).parent / "data" / "blobs"
+
+
+@pytest.mark.parametrize("name", ["forest_format1", "forest_format2"])
+def test_stored_blobs_of_every_format_still_load_and_predict_as_when_written(name):
+    """Blobs written by the code of each format (format 1 by the code before format 2) load, and the forest
+    predicts and routes exactly as it did when it was written: a reader change that breaks them fails here."""
+    from streamdp.records.datasets import load
+
+    want = json.loads((BLOBS / f"{name}.json").read_text())
+    data = (BLOBS / f"{name}.sdp").read_bytes()
+    assert doc_of(data)["format_version"] == int(name[-1])
+    f = PrivateForest.from_bytes(data)
+    X = load("adult").X[2000:2020]
+    np.testing.assert_array_equal(f.apply(X), np.array(want["apply"]))
+    np.testing.assert_allclose(f.predict_proba(X), np.array(want["proba"]), rtol=0, atol=1e-12)
+    again = PrivateForest.from_bytes(f.to_bytes())  # rewritten in the current format: the same forest
+    for key, a in f.structure.arrays().items():
+        np.testing.assert_array_equal(getattr(again.structure, key), a)
+    np.testing.assert_array_equal(again.counts, f.counts)
+
+
+def test_a_stored_release_record_still_loads_on_its_spec():
+    from streamdp.service.published import forest_from_record
+
+    spec = PrivateForest.from_bytes((BLOBS / "forest_format2.sdp").read_bytes())
+    g = forest_from_record(spec, (BLOBS / "release_format1.rec").read_bytes())
+    assert (g.version, g.n_releases) == (5, 4)
+    np.testing.assert_array_equal(g.counts, spec.counts * 2)

@@ -55,10 +55,11 @@ def worker(args: argparse.Namespace) -> int:
     """``streamdp worker``: run the model's stream workers (a pool of processes) until stopped or drained;
     returns the exit status."""
     from streamdp.service.pool import run_workers
-    from streamdp.service.registry import load_spec
+    from streamdp.service.registry import require_model
     from streamdp.service.stream_worker import WorkerConfig
 
-    load_spec(client(args), args.name)  # a missing model or an unreachable server: one error line, no child started
+    # a missing model or an unreachable server: one error line, no child started (the model is the workers' to load)
+    require_model(client(args), args.name)
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {

@@ -56,7 +56,6 @@ from typing import Any, cast
 
 import numpy as np
 
-from streamdp import blob
 from streamdp.forest import persistence
 from streamdp.forest.growing import Growing
 from streamdp.forest.growth import leaves_below
@@ -415,11 +414,11 @@ class PrivateForest(BatchReleases, Growing, Voting):
     @classmethod
     def from_bytes(cls, data: bytes) -> PrivateForest:
         """Load a blob produced by :meth:`to_bytes`; raises :class:`ValueError` on anything malformed."""
-        return cls.from_doc(blob.loads(data, FORMAT, FORMAT_VERSION))
+        return cls.from_doc(persistence.loads(data))
 
     @classmethod
     def from_doc(cls, doc: dict) -> PrivateForest:
-        """:meth:`from_bytes` of a blob already decoded by ``blob.loads(data, FORMAT, FORMAT_VERSION)``: a caller
+        """:meth:`from_bytes` of a blob already decoded by ``persistence.loads(data)``: a caller
         that drops the blob's bytes before this step never holds them and their decoded copy at once.
         The structure's arrays view the document's bytes (no copy)."""
         return persistence.from_doc(cls, doc)

@@ -13,9 +13,8 @@ from typing import Any
 import msgpack
 import redis
 
-from streamdp import blob
+from streamdp.forest import persistence
 from streamdp.forest.model import PrivateForest
-from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.service.connection import connect
 from streamdp.service.keys import Keys
 from streamdp.service.published import forest_from_counts, forest_from_doc, forest_from_record, is_release_record
@@ -122,10 +121,10 @@ class Consumer:
             return None
         base, tdoc = self._template
         try:
-            doc = blob.loads(data, FORMAT, FORMAT_VERSION)
+            doc = persistence.loads(data)
             if any(doc.get(f) != tdoc.get(f) for f in ("schema", "params", "privacy", "structure")):
                 return None
-            return forest_from_doc(base, doc, FORMAT)
+            return forest_from_doc(base, doc, persistence.FORMAT)
         except ValueError:
             return None  # let the full validation give the error
 
@@ -145,11 +144,19 @@ class Consumer:
                 return cur
             raise VersionNotAvailable(f"version {version} of {self.model!r} is not retained (latest {cur.version})")
         if is_release_record(data):  # window/tree policies retain the release alone: the structure is the latest's
-            forest = forest_from_record(self.latest(), data)
+            # (version 0's, the spec's: a growing model's latest may have grown since)
+            base = self.latest() if version else self._load_spec()
+            forest = forest_from_record(base, data)
             if forest.version != version:
                 raise ValueError(f"retained version {version} holds version {forest.version}")
             return forest
         return self._load(data, version)
+
+    def _load_spec(self) -> PrivateForest:
+        spec = self.redis.get(self.keys.spec)
+        if spec is None:
+            raise ModelNotFound(f"no published model named {self.model!r}")
+        return self._load(spec, None)
 
     def wait_newer(self, version: int, timeout: float | None = None) -> PrivateForest | None:
         """Block until a version newer than ``version`` is published; None on timeout.

@@ -158,9 +158,7 @@ class Producer:
             spec = self.redis.get(self.keys.spec)
             if spec is None:
                 raise no_stream_model(self.redis, model)
-            self.schema = Schema.from_dict(
-                blob.field(blob.loads(spec, forest.FORMAT, forest.FORMAT_VERSION), "schema", dict)
-            )
+            self.schema = Schema.from_dict(blob.field(forest.loads(spec), "schema", dict))
             self._salt = batch_id_salt(spec)
         self.batch_size = batch_size
         self.on_invalid = on_invalid

@@ -158,7 +158,7 @@ def published_fields(
     return fields
 
 
-def release_record(forest: PrivateForest) -> bytes:
+def release_record(forest: PrivateForest, fill_ok: bool = False) -> bytes:
     """A retained version's bytes: version, releases, noise variance and counts (no schema, no structure).
 
     >>> from streamdp.records.datasets import load
@@ -166,11 +166,14 @@ def release_record(forest: PrivateForest) -> bytes:
     >>> g = forest_from_record(f, release_record(f.with_counts(f.counts + f.real_cells, version=3, n_releases=2)))
     >>> (g.version, g.n_releases, int(g.counts[0, 0, 0]))
     (3, 2, 1)
+
+    ``fill_ok``: constant counts (a new model's zeros, its version 0) as their shape and value alone
+    (:func:`.blob.pack_array`).
     """
-    return b"".join(release_record_parts(forest))
+    return b"".join(release_record_parts(forest, fill_ok))
 
 
-def release_record_parts(forest: PrivateForest) -> list:
+def release_record_parts(forest: PrivateForest, fill_ok: bool = False) -> list:
     """:func:`release_record`'s bytes in pieces (:func:`.blob.packb_parts`): the counts' piece views the
     forest's array, so a writer that stores them one after the other (SET, then APPEND) copies no counts.
 
@@ -187,7 +190,7 @@ def release_record_parts(forest: PrivateForest) -> list:
             "version": forest.version,
             "n_releases": forest.n_releases,
             "noise_variance": [float(v) for v in nv],
-            "counts": blob.pack_array(forest.counts),
+            "counts": blob.pack_array(forest.counts, fill_ok=fill_ok),
         }
     )
 
@@ -217,7 +220,7 @@ def forest_from_record(spec: PrivateForest, data: bytes) -> PrivateForest:
 def forest_from_doc(spec: PrivateForest, doc: dict, fmt: str) -> PrivateForest:
     """The forest of ``spec`` holding a decoded document's counts, version, releases and noise variance
     (a model blob of the same structure, or a :func:`release_record`); :class:`ValueError` if they do not fit."""
-    counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3)
+    counts = blob.unpack_array(doc.get("counts"), "counts", counts_dtype(spec.mechanism), ndim=3, fill_shape=spec.shape)
     node_var = doc.get("node_variance")  # a grown model's blob (streamdp.forest.growth)
     return spec.with_counts(
         counts.copy(),

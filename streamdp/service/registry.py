@@ -26,11 +26,10 @@ from typing import Any
 
 import redis
 
-from streamdp import blob
 from streamdp.estimation import cell_variance
+from streamdp.forest import persistence
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
-from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
@@ -38,7 +37,7 @@ from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import charge_model
-from streamdp.service.published import published_fields
+from streamdp.service.published import published_fields, release_record
 from streamdp.service.rollback import key_fingerprint, load_noise_key
 from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
@@ -56,6 +55,7 @@ __all__ = [
     "show_model",
     "delete_model",
     "load_spec",
+    "require_model",
     "published_keys",
     "ModelNotFound",
     "ModelExists",
@@ -321,7 +321,7 @@ def create_model(
             **cadence_fields(cadence, start, policy),
         },
     )
-    p.set(keys.pub_version(0), spec)
+    p.set(keys.pub_version(0), release_record(forest, fill_ok=True))  # zero counts: their shape alone, not a copy
     p.execute()
     try:
         r.xgroup_create(keys.records, GROUP, id="0", mkstream=True)
@@ -363,9 +363,17 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     data = _read_spec(r, Keys(name).spec)
     if data is None:
         raise no_stream_model(r, name)
-    doc = blob.loads(data, FORMAT, FORMAT_VERSION)
+    doc = persistence.loads(data)
     del data
     return PrivateForest.from_doc(doc)
+
+
+def require_model(r: Any, name: str) -> None:
+    """Raise :class:`ModelNotFound` unless stream model ``name`` exists (its spec's key; nothing is read or
+    decoded: a process that only starts workers holds no model)."""
+    r = connect(r)
+    if not r.exists(Keys(name).spec):
+        raise no_stream_model(r, name)
 
 
 def no_stream_model(r: Any, name: str) -> ModelNotFound:

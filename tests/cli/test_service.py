@@ -216,3 +216,23 @@ def test_cli_model_get_of_an_empty_model_says_so(redis_url, unique_name, tmp_pat
         assert main(u + ["model", "get", name, *version, "-o", str(blob)]) == 0
         assert capsys.readouterr().err == ""
     assert PrivateForest.from_bytes(blob.read_bytes()).version == 0
+
+
+def test_the_worker_command_starts_its_workers_without_loading_the_model(redis_url, unique_name, monkeypatch, capsys):
+    """The pool's parent only checks that the model exists: the workers load it, each in its own process."""
+    import streamdp.service.pool as pool
+    import streamdp.service.registry as registry
+
+    registry.create_model(redis_url, unique_name, DS.schema, n_trees=2, height=2, epsilon=1.0)
+
+    def no_load(*a, **kw):
+        raise AssertionError("the pool's parent loaded the model")
+
+    started = []
+    monkeypatch.setattr(pool, "run_workers", lambda name, *a, **kw: started.append(name) or [0, 0])
+    monkeypatch.setattr(registry, "load_spec", no_load)
+    monkeypatch.setattr(PrivateForest, "from_doc", classmethod(no_load))
+    assert main(["--redis-url", redis_url, "worker", unique_name, "--processes", "2"]) == 0
+    assert started == [unique_name]
+    assert main(["--redis-url", redis_url, "worker", unique_name + "-none", "--processes", "2"]) != 0
+    assert started == [unique_name] and "no model" in capsys.readouterr().err.lower()

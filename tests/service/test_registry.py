@@ -138,9 +138,14 @@ def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, 
     with pytest.raises(TooLargeError, match="release='grow'"):  # by the bound while drawing, or by the drawn blob
         create_model(r, "g", binary, n_trees=10, height=10, epsilon=1.0, seed=3, release="grow")
     assert r.hget("sdp:registry", "g") is None and not r.keys("sdp:{g}:*")  # nothing stored, nothing charged
-    create_model(r, "d", binary, n_trees=10, height=10, epsilon=1.0, seed=3)
+    import streamdp.service.registry as registry
+
+    fits = grown_blob_bound(drawn, spec) + 70_000  # the drawing bound's slack (it counts padded nodes)
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(fits)})
+    with monkeypatch.context() as m:  # a drawn blob that fits whose growth would not
+        m.setattr(registry, "grown_blob_bound", lambda forest, spec_bytes: fits + 1)
+        create_model(r, "d", binary, n_trees=10, height=10, epsilon=1.0, seed=3)
     assert load_policy(r, "d")[0].kind == "window"  # all categorical, but its growth would not fit
-    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(grown_blob_bound(drawn, spec) + 70_000)})
     create_model(r, "d2", binary, n_trees=10, height=10, epsilon=1.0, seed=3)
     assert load_policy(r, "d2")[0].kind == "grow"
 
@@ -232,3 +237,16 @@ def test_recreating_a_deleted_models_name_says_the_ledger_was_spent_before(r):
     with pytest.raises(ValueError, match="can only raise it, not set 0.5"):
         create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=0.5, ledger_budget=0.5)
     create_model(r, "m", DS.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=2.0)  # raised: fits
+
+
+def test_version_0_is_kept_as_the_shape_of_its_zero_counts_not_a_copy_of_the_spec(r):
+    from streamdp.service.published import is_release_record
+
+    f = create_model(r, "v0", DS.schema, n_trees=10, height=6, epsilon=1.0, seed=1, release="window")
+    k = Keys("v0")
+    v0 = r.get(k.pub_version(0))
+    assert is_release_record(v0) and len(v0) < 1000 < f.counts.nbytes < len(r.hget(k.pub_model, "counts")) + 1
+    got = Consumer(r, "v0").get(0)
+    assert got.version == 0 and got.shape == f.shape and not got.counts.any()
+    np.testing.assert_array_equal(got.structure.child, f.structure.child)
+    assert len(r.get(k.spec)) < f.counts.nbytes  # the structure without its padding

@@ -1,0 +1,403 @@
+"""The service at its defaults on Adult's schema, beside a plain pipeline doing the same counting without privacy.
+
+Measured, in one run, on the local Redis:
+
+* Redis memory of the model right after ``streamdp model create`` at the defaults (``MEMORY USAGE`` per key),
+  beside the counts' bytes;
+* a cold ``Consumer().latest()`` and a new version's fetch (a consumer holding the structure), beside the
+  floor: reading the published counts' bytes (``HGET``);
+* end to end: ``--rows`` Adult rows (the dataset repeated) from ``streamdp push`` (the CLI, its default batch
+  size) to a drained ``streamdp worker NAME --processes 2 --until-drained``, with the resident set of the
+  pool's parent and of each worker process (peak ``VmHWM`` and last ``VmRSS`` from /proc, sampled);
+* the plain pipeline on the same rows: pandas reads the CSV and codes it, msgpack packs each 1,000-row batch,
+  pipelined XADD; then 2 consumer processes (XREADGROUP, scikit-learn ``apply`` on a RandomForestClassifier of
+  10 trees of depth 7 fitted on Adult, ``np.bincount`` of the leaves, XACK) until the stream is drained;
+* an idle worker's window closes per minute against the model's 1 s schedule (``--idle-s`` seconds).
+
+    python benchmarks/studies/service_defaults.py [--rows 300000] [--idle-s 30]
+
+Writes benchmarks/results/service_defaults.{md,json} with the machine's load. Every key it made is deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pandas as pd
+import redis
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import machine, sh  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
+from streamdp.service.connection import connect  # noqa: E402
+from streamdp.service.consumer import Consumer  # noqa: E402
+from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.registry import create_model, delete_model  # noqa: E402
+
+MiB = 2**20
+RESULTS = ROOT / "benchmarks" / "results"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+BATCH = 1000
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "streamdp.cli", *args]
+
+
+def adult_csv(rows: int, path: Path) -> pd.DataFrame:
+    ds = load("adult")
+    names = [a.name for a in ds.schema.attributes]
+    df = pd.DataFrame(ds.X, columns=names)
+    df[ds.schema.label.name] = ds.y
+    reps = -(-rows // len(df))
+    big = pd.concat([df] * reps, ignore_index=True).iloc[:rows]
+    big.to_csv(path, index=False)
+    return big
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def status_kb(pid: int, field: str) -> int | None:
+    try:
+        for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if ln.startswith(field + ":"):
+                return int(ln.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler(threading.Thread):
+    """Peak VmHWM and largest VmRSS of a process and its children, sampled every 0.1 s until stopped."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.stop_ev, self.peak, self.rss = pid, threading.Event(), {}, {}
+        self.roles: dict[int, str] = {}
+
+    def run(self) -> None:
+        while not self.stop_ev.is_set():
+            for p in [self.pid, *children_of(self.pid)]:
+                hwm, rss = status_kb(p, "VmHWM"), status_kb(p, "VmRSS")
+                if p not in self.roles:
+                    try:
+                        cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+                        self.roles[p] = "resource tracker" if b"resource_tracker" in cmd else "worker"
+                    except OSError:
+                        pass
+                if hwm is not None:
+                    self.peak[p] = max(self.peak.get(p, 0), hwm)
+                    self.rss[p] = max(self.rss.get(p, 0), rss or 0)
+            self.stop_ev.wait(0.1)
+
+
+def key_memory(r: redis.Redis, keys: Keys) -> list[dict]:
+    out = []
+    for k in sorted(r.scan_iter(match=keys.pattern, count=1000)):
+        kind = r.type(k)
+        out.append(
+            {
+                "key": k.decode() if isinstance(k, bytes) else k,
+                "type": kind.decode() if isinstance(kind, bytes) else kind,
+                "bytes": r.memory_usage(k, samples=0) or 0,
+            }
+        )
+    return out
+
+
+# -- the plain pipeline -------------------------------------------------------------------------
+def plain_codes(df: pd.DataFrame, label: str) -> tuple[np.ndarray, np.ndarray]:
+    X = df.drop(columns=[label])
+    cols = [
+        X[c].to_numpy(np.float32)
+        if pd.api.types.is_numeric_dtype(X[c])
+        else pd.Categorical(X[c]).codes.astype(np.float32)
+        for c in X.columns
+    ]
+    return np.column_stack(cols), pd.Categorical(df[label]).codes.astype(np.int64)
+
+
+def plain_push(url: str, stream: str, csv: Path, label: str) -> None:
+    r = redis.Redis.from_url(url)
+    df = pd.read_csv(csv)
+    X, y = plain_codes(df, label)
+    p = r.pipeline(transaction=False)
+    for i, start in enumerate(range(0, len(y), BATCH)):
+        xb, yb = X[start : start + BATCH], y[start : start + BATCH]
+        p.xadd(stream, {"d": msgpack.packb({"X": xb.tobytes(), "n": len(yb), "y": yb.tobytes()})})
+        if i % 50 == 49:
+            p.execute()
+    p.execute()
+
+
+def plain_consumer(url: str, stream: str, group: str, name: str, train: tuple, ready: object, go: object) -> None:
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = train
+    model = RandomForestClassifier(n_estimators=10, max_depth=7, random_state=0, n_jobs=1).fit(X, y)
+    n_nodes = max(t.tree_.node_count for t in model.estimators_)
+    counts = np.zeros(10 * n_nodes * 2, dtype=np.int64)
+    offsets = (np.arange(10) * n_nodes)[None, :]
+    r = redis.Redis.from_url(url, socket_timeout=10)
+    ready.set()  # type: ignore[attr-defined]
+    go.wait()  # type: ignore[attr-defined]
+    while True:
+        got = r.xreadgroup(group, name, {stream: ">"}, count=1, block=500)
+        if not got:
+            break
+        for msg_id, fields in got[0][1]:
+            doc = msgpack.unpackb(fields[b"d"])
+            xb = np.frombuffer(doc["X"], dtype=np.float32).reshape(doc["n"], -1)
+            yb = np.frombuffer(doc["y"], dtype=np.int64)
+            leaves = model.apply(xb) + offsets
+            counts += np.bincount((leaves * 2 + yb[:, None]).ravel(), minlength=counts.size)
+            r.xack(stream, group, msg_id)
+
+
+def run_plain(url: str, csv: Path, label: str, train: tuple) -> dict:
+    r = redis.Redis.from_url(url)
+    stream, group = f"bench-plain-{uuid.uuid4().hex[:8]}", "g"
+    ctx = mp.get_context("spawn")
+    try:
+        r.xgroup_create(stream, group, id="0", mkstream=True)
+        ready = [ctx.Event(), ctx.Event()]
+        go = ctx.Event()
+        procs = [
+            ctx.Process(target=plain_consumer, args=(url, stream, group, f"c{i}", train, ready[i], go))
+            for i in range(2)
+        ]
+        for p in procs:
+            p.start()
+        for e in ready:
+            e.wait(120)
+        t0 = time.perf_counter()
+        plain_push(url, stream, csv, label)
+        push_s = time.perf_counter() - t0
+        go.set()
+        for p in procs:
+            p.join()
+        total = time.perf_counter() - t0
+        pending = r.xpending(stream, group)["pending"]
+        return {"push_s": push_s, "drain_s": total - push_s, "total_s": total, "pending_after": pending}
+    finally:
+        r.delete(stream)
+
+
+# -- the service -------------------------------------------------------------------------------
+def run_service(url: str, name: str, csv: Path, label: str) -> dict:
+    t0 = time.perf_counter()
+    subprocess.run(cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=ENV)
+    push_s = time.perf_counter() - t0
+    w = subprocess.Popen(cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=ENV)
+    sampler = RssSampler(w.pid)
+    sampler.start()
+    code = w.wait()
+    total = time.perf_counter() - t0
+    sampler.stop_ev.set()
+    sampler.join()
+    parent = w.pid
+    procs = [
+        {
+            "role": "pool parent" if p == parent else sampler.roles.get(p, "worker"),
+            "pid": p,
+            "peak_mib": sampler.peak[p] / 1024,
+            "rss_max_mib": sampler.rss[p] / 1024,
+        }
+        for p in sampler.peak
+    ]
+    return {"push_s": push_s, "drain_s": total - push_s, "total_s": total, "exit": code, "processes": procs}
+
+
+def idle_closes(url: str, name: str, seconds: float) -> dict:
+    """An idle worker's window closes per minute, and how many windows it is behind the schedule (windows due
+    since the model's ``release_start``, one a second, minus windows released) before and after (given at most
+    a minute to catch up first)."""
+    r = connect(url)
+    keys = Keys(name)
+
+    def lag() -> tuple[int, float]:
+        v, start = r.hmget(keys.pub_model, "releases", "release_start")  # releases: windows closed
+        return int(v), (time.time() - float(start)) - int(v)
+
+    w = subprocess.Popen(cli("worker", name, "--processes", "1", "--redis-url", url), env=ENV)
+    try:
+        deadline = time.monotonic() + 60  # its start and catch-up: within 3 windows of the schedule
+        while lag()[1] > 3 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (a, lag_a), t0 = lag(), time.monotonic()
+        time.sleep(seconds)
+        (b, lag_b), t1 = lag(), time.monotonic()
+    finally:
+        w.terminate()
+        w.wait(30)
+    return {
+        "seconds": t1 - t0,
+        "closes": b - a,
+        "per_minute": (b - a) / (t1 - t0) * 60,
+        "schedule_per_minute": 60.0,
+        "windows_behind_start": lag_a,
+        "windows_behind_end": lag_b,
+        "caught_up": lag_a <= 3,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--idle-s", type=float, default=30.0)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    url = args.redis_url
+    r = connect(url)
+    name = "svcdefaults" + uuid.uuid4().hex[:8]
+    keys = Keys(name)
+    ds = load("adult")
+    label = ds.schema.label.name
+    uptime_start = sh("uptime")
+    out: dict = {"rows": args.rows, "model": name}
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / "adult.csv"
+        df = adult_csv(args.rows, csv)
+        del df
+        train = plain_codes(pd.read_csv(csv, nrows=len(ds.y)), label)
+        try:
+            t0 = time.perf_counter()
+            forest = create_model(r, name, ds.schema)
+            out["create_s"] = time.perf_counter() - t0
+            out["counts_mib"] = forest.counts.nbytes / MiB
+            out["cells"] = int(np.prod(forest.shape))
+            out["height"], out["trees"] = forest.height, forest.n_trees
+            # the structure as a worker holds it (padded node arrays; a broadcast constant takes no memory)
+            out["structure_mib"] = sum(a.nbytes for a in forest.structure.arrays().values() if 0 not in a.strides) / MiB
+            mem = key_memory(r, keys)
+            out["redis_after_create"] = {"keys": mem, "total_mib": sum(k["bytes"] for k in mem) / MiB}
+            out["redis_after_create"]["x_counts"] = out["redis_after_create"]["total_mib"] / out["counts_mib"]
+            del forest
+            # right after create: workers started later first release every window due since (a catch-up)
+            out["service"] = run_service(url, name, csv, label)
+            cold, steady, floor = [], [], []
+            for _ in range(args.repeats):
+                c = Consumer(url, name)
+                t = time.perf_counter()
+                c.latest()
+                cold.append(time.perf_counter() - t)
+                c._cached = None  # the structure held, the counts fetched again: a new version's cost
+                t = time.perf_counter()
+                c.latest()
+                steady.append(time.perf_counter() - t)
+                c.close()
+                t = time.perf_counter()
+                r.hget(keys.pub_model, "counts")
+                floor.append(time.perf_counter() - t)
+            fl = statistics.median(floor)
+            out["fetch"] = {
+                "cold_s": cold,
+                "new_version_s": steady,
+                "floor_s": floor,
+                "cold_x_floor": statistics.median(cold) / fl,
+                "new_version_x_floor": statistics.median(steady) / fl,
+            }
+            out["plain"] = run_plain(url, csv, label, train)
+            out["ratio"] = out["service"]["total_s"] / out["plain"]["total_s"]
+            out["published_version_after"] = int(r.hget(keys.pub_model, "version"))
+            if args.idle_s > 0:
+                out["idle"] = idle_closes(url, name, args.idle_s)
+        finally:
+            delete_model(r, name)
+            left = list(r.scan_iter(match=keys.pattern, count=1000))  # the ledger stays after delete_model
+            if left:
+                r.delete(*left)
+    out["uptime_start"], out["uptime_end"], out["machine"] = uptime_start, sh("uptime"), machine()
+    print(json.dumps(out, indent=1))
+    if not args.no_write:
+        (RESULTS / "service_defaults.json").write_text(json.dumps(out, indent=1) + "\n")
+        (RESULTS / "service_defaults.md").write_text(report(out))
+
+
+def report(o: dict) -> str:
+    s, p, f, m = o["service"], o["plain"], o["fetch"], o["redis_after_create"]
+    workers = [x for x in s["processes"] if x["role"] == "worker"]
+    parent = [x for x in s["processes"] if x["role"] == "pool parent"]
+    lines = [
+        "# The service at its defaults on Adult's schema, beside a plain pipeline",
+        "",
+        f"`python benchmarks/studies/service_defaults.py`: Adult's default model ({o['trees']} trees with the prior "
+        f"stump, height {o['height']}, {o['cells']:,} cells, {o['counts_mib']:.1f} MiB of int64 counts), "
+        f"{o['rows']:,} Adult rows (the dataset repeated).",
+        "",
+        "| measure | service | plain | ratio | target |",
+        "|---|---|---|---|---|",
+        f"| push s | {s['push_s']:.2f} | {p['push_s']:.2f} | {s['push_s'] / p['push_s']:.2f}x | |",
+        f"| drain s (2 processes) | {s['drain_s']:.2f} | {p['drain_s']:.2f} | {s['drain_s'] / p['drain_s']:.2f}x | |",
+        f"| push to drained, s | {s['total_s']:.2f} | {p['total_s']:.2f} | **{o['ratio']:.2f}x** | <= 1.7x |",
+        f"| Redis after create, MiB | {m['total_mib']:.1f} | (counts {o['counts_mib']:.1f}) | "
+        f"**{m['x_counts']:.2f}x** the counts | <= 3x |",
+        f"| cold `Consumer().latest()` s (median) | {statistics.median(f['cold_s']):.2f} | "
+        f"(floor {statistics.median(f['floor_s']):.2f}) | **{f['cold_x_floor']:.2f}x** the floor | <= 3x |",
+        f"| new version's fetch s (median) | {statistics.median(f['new_version_s']):.2f} | "
+        f"(floor {statistics.median(f['floor_s']):.2f}) | **{f['new_version_x_floor']:.2f}x** the floor | <= 1.3x |",
+    ]
+    for w in workers:
+        lines.append(
+            f"| worker pid {w['pid']} peak RSS MiB | {w['peak_mib']:.0f} | | "
+            f"{w['peak_mib'] / o['counts_mib']:.2f}x the counts; "
+            f"{w['peak_mib'] / (2 * o['counts_mib'] + o['structure_mib']):.2f}x (2 x counts + structure) | "
+            f"<= {2 * o['counts_mib'] + o['structure_mib']:.0f} (2 x counts + structure {o['structure_mib']:.0f}) |"
+        )
+    for w in parent:
+        lines.append(f"| pool parent peak RSS MiB | {w['peak_mib']:.0f} | | | holds no model |")
+    if "idle" in o:
+        i = o["idle"]
+        lines.append(
+            f"| idle worker closes / min (1 s schedule) | {i['per_minute']:.1f} | | "
+            f"{i['per_minute'] / 60:.2f}x the schedule; windows behind {i['windows_behind_start']:.0f} -> "
+            f"{i['windows_behind_end']:.0f} over {i['seconds']:.0f} s | 60 |"
+        )
+    lines += [
+        "",
+        "Fetch runs (s): cold "
+        + ", ".join(f"{x:.2f}" for x in f["cold_s"])
+        + "; new version "
+        + ", ".join(f"{x:.2f}" for x in f["new_version_s"])
+        + "; floor "
+        + ", ".join(f"{x:.2f}" for x in f["floor_s"]),
+        "",
+        "Redis keys after create: "
+        + ", ".join(f"`{k['key'].split(':', 1)[1]}` {k['bytes'] / MiB:.1f} MiB" for k in m["keys"] if k["bytes"] > MiB),
+        "",
+        f"Machine: {o['machine']['nproc']} x {o['machine']['cpu']}, Python {o['machine']['python']}. Load: "
+        f"`{o['uptime_start']}` -> `{o['uptime_end']}`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -189,14 +189,14 @@ def test_the_router_is_built_once_and_holds_one_word_per_node(router_path):
 
 @pytest.mark.slow
 def test_adults_default_forest_routes_as_the_reference_does(router_path):
-    """Adult's default forest (height 7, 10 trees and a prior stump, a node array too large to rebuild per batch):
+    """Adult's forest at height 7 (10 trees and a prior stump, a node array too large to rebuild per batch):
     the kept router gives the reference router's leaves on the first batch and on later ones, and the worker's
     sparse tally is the dense tally's nonzero cells."""
     from streamdp.forest.model import PrivateForest
     from streamdp.records.datasets import load
 
     schema = load_schema("adult")
-    f = PrivateForest.create(schema, n_trees=10, seed=3)
+    f = PrivateForest.create(schema, n_trees=10, height=7, seed=3)
     fs = f.structure
     assert fs.height == 7 and fs.n_trees == 11 and fs.n_leaves.max() > 100_000
     ds = load("adult")

@@ -85,6 +85,7 @@ def dataset_loader(doc: dict, schema: Schema, stack: contextlib.ExitStack) -> Ca
     digest = doc.get("dataset_sha256") or ""
     header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
     label = json.loads(doc.get("label") or "null")
+    privacy_id = doc.get("privacy_id") or None
     if doc.get("bundled") == "1":
         try:
             lines = pinned_lines(path, digest)
@@ -96,23 +97,33 @@ def dataset_loader(doc: dict, schema: Schema, stack: contextlib.ExitStack) -> Ca
         except (KeyError, FileNotFoundError) as e:
             raise JobError(f"{e}; nothing was charged") from None
 
-        def read() -> tuple[np.ndarray, np.ndarray]:
+        def read() -> tuple:
             return read_bundled(path, schema, lines)
     else:
         copy = _pinned_copy(path, digest, stack)
         compression = compression_of(path)  # (the copy has no name to infer it from: ``.tar.gz`` included)
         try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
-            check_columns(copy, schema, header=header, label=label, first_label=False, compression=compression)
+            check_columns(
+                copy,
+                schema,
+                header=header,
+                label=label,
+                first_label=False,
+                compression=compression,
+                privacy_id=privacy_id,
+            )
             # (submit read these bytes whole; this worker may lack a library submit had, a .zst's, or run a job
             # queued before submits did: a failure after the charge is a charge for nothing)
             check_decompresses(copy, compression, path)
         except SourceError as e:
             raise JobError(f"{e}; nothing was charged") from None
 
-        def read() -> tuple[np.ndarray, np.ndarray]:
+        def read() -> tuple:
             with copy:  # parsed: the copy of the user's data goes now, not after the fit
                 copy.seek(0)
-                return read_dataset(copy, schema, header=header, label=label, compression=compression)
+                return read_dataset(
+                    copy, schema, header=header, label=label, compression=compression, privacy_id=privacy_id
+                )
 
     def load() -> tuple[np.ndarray, np.ndarray]:
         try:

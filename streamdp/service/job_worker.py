@@ -257,7 +257,14 @@ class JobWorker(GroupLoop):
             # An earlier attempt published, then its worker died: the one release stands; do not fit again.
             self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
             return "done"
-        spec = JobSpec(doc["algorithm"], float(doc["epsilon"]), json.loads(doc.get("params") or "{}"))
+        pid = doc.get("privacy_id") or None  # (jobs queued before privacy ids: none)
+        spec = JobSpec(
+            doc["algorithm"],
+            float(doc["epsilon"]),
+            json.loads(doc.get("params") or "{}"),
+            pid,
+            int(doc["max_records_per_id"]) if pid else None,
+        )
         source, kind = doc["source"], doc["source_kind"]
         if kind == "model":
             schema = load_spec(self.r, source).schema

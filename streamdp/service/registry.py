@@ -35,10 +35,11 @@ from streamdp.records.schema import Schema
 from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
-from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
+from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys, as_str
 from streamdp.service.ledger_store import charge_model
 from streamdp.service.published import published_fields
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
+from streamdp.service.units import Unit, unit_of
 from streamdp.validation import check_epsilon
 
 __all__ = [
@@ -129,6 +130,9 @@ def create_model(
     release_every: float | None = None,
     levels: int | None = None,
     estimator: str = "honaker",
+    privacy_id: str | None = None,
+    max_records_per_id: int | None = None,
+    max_ids: int | None = None,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -155,6 +159,12 @@ def create_model(
     :meth:`ForestStructure.draw`'s default (half the attributes, Fan et al.); both lowered by
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
+
+    ``privacy_id`` (a column producers send beside each record, never an attribute) with ``max_records_per_id``
+    (K) makes the unit of privacy a person: at most K records per person are merged over the whole stream, the
+    forest's noise is drawn at ``epsilon / K`` per record and the ledger charged ``epsilon`` (per person);
+    ``max_ids`` bounds the persons kept (:mod:`.units`: the proof sketch, what happens at the bound). Without it
+    the unit is a record. Refused with ``release="batch"`` and the k-anonymity mechanism.
 
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned), and
     :class:`~streamdp.service.durability.ReplayUnsafe` on a server that would drop the model when it restarts.
@@ -187,6 +197,11 @@ def create_model(
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
     epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
+    unit = unit_of(privacy_id, max_records_per_id, max_ids, release, mechanism)
+    if unit is not None and privacy_id in [*schema.names, schema.label.name]:
+        raise ValueError(f"privacy_id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
+    declared = epsilon
+    epsilon = epsilon / (unit.max_records_per_id if unit else 1)  # the noise per record: epsilon per K records
     # the one rule for whether this model grows (the default needs its grown blob to fit too, below)
     may_grow = release == "grow" or (
         release is None and grows_by_default(schema) and PrivateForest.growable(epsilon, mechanism)
@@ -254,7 +269,10 @@ def create_model(
         )
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec))):
+    summary = _summary(forest, name, policy, start, spec)
+    if unit is not None:
+        summary.update(unit=unit.to_dict(), epsilon=declared, epsilon_per_record=forest.epsilon)
+    if not r.hsetnx(REGISTRY, name, json.dumps(summary)):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
@@ -263,7 +281,7 @@ def create_model(
     # exists, so charging first never under-charges; a crash after the charge only over-charges (safe).
     # A refused charge releases the name claim, so nothing is left behind.
     try:
-        charge_model(r, name, forest.epsilon, forest.delta, ledger_budget, model_id)
+        charge_model(r, name, declared if unit else forest.epsilon, forest.delta, ledger_budget, model_id)
     except BaseException:
         r.hdel(REGISTRY, name)
         raise
@@ -281,6 +299,7 @@ def create_model(
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
             "noise_layout": "blocks",
+            "unit": json.dumps(unit.to_dict()) if unit else "",
         },
     )
     p.hset(
@@ -291,6 +310,7 @@ def create_model(
             "model_id": model_id,
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
+            "unit": json.dumps(unit.to_dict()) if unit else "",
         },
     )
     p.set(keys.pub_version(0), spec)
@@ -420,7 +440,7 @@ def show_model(r: Any, name: str) -> dict:
         info["class_total_sd"] = class_total_sd(
             ReleasePolicy.from_dict(info["release"]),
             info["releases"],
-            float(info["epsilon"]),
+            float(info.get("epsilon_per_record", info["epsilon"])),  # (the noise's: epsilon / K with a privacy id)
             info["mechanism"],
             info["budget"],
             info["n_trees"],
@@ -458,3 +478,8 @@ def delete_model(r: Any, name: str) -> int:
     if not existed and n == 0:
         raise ModelNotFound(f"no model named {name!r}")
     return n
+
+
+def load_unit(r: Any, name: str) -> Unit | None:
+    """Model ``name``'s unit of privacy (None: a record), as its state holds it."""
+    return Unit.from_json(as_str(r.hget(Keys(name).state, "unit") or b""))

@@ -155,7 +155,11 @@ def encode_batch(
 
 
 def _ids_list(ids: Any, n: int) -> list:
-    out = [v if isinstance(v, (bytes, str)) else str(v) for v in ids]
+    """Privacy ids for an envelope: str or bytes as they are, None and NaN as "" (missing: the row is dropped)."""
+    out = [
+        v if isinstance(v, (bytes, str)) else "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        for v in ids
+    ]
     if len(out) != n:
         raise ValueError(f"{len(out)} privacy ids for {n} records")
     return out
@@ -176,7 +180,9 @@ def encode_records(records: list, labels: list, *, batch_id: str | None = None, 
     return _pack(doc)
 
 
-def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = ()) -> bytes:
+def encode_codes(
+    schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = (), ids: Any = None
+) -> bytes:
     """A ``codes`` envelope of already coded records (:mod:`streamdp.records.sources` chunks).
 
     ``batch_id`` is a string, or a function of the packed ``X`` and ``y`` arrays returning one
@@ -194,6 +200,8 @@ def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any,
     }
     if len(invalid):
         doc["invalid"] = [[int(r), value_free(schema, str(reason))] for r, reason in invalid]
+    if ids is not None:
+        doc["ids"] = _ids_list(ids, len(yb))
     return _pack(doc)
 
 

@@ -237,7 +237,14 @@ class Producer:
                 bid = self.batch_id(source, chunk.offset + s, e - s, (r for r, _ in invalid))
             else:
                 bid = codec.new_batch_id()
-            env = codec.encode_codes(self.schema, chunk.X[lo:hi], chunk.y[lo:hi], batch_id=bid, invalid=invalid)
+            env = codec.encode_codes(
+                self.schema,
+                chunk.X[lo:hi],
+                chunk.y[lo:hi],
+                batch_id=bid,
+                invalid=invalid,
+                ids=None if chunk.ids is None else chunk.ids[lo:hi],
+            )
             out.append(env)
             ids.append(codec.peek_batch_id(env) if callable(bid) else bid)
         return out, ids

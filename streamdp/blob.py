@@ -2,7 +2,7 @@
 
 A blob is a msgpack map with a ``format`` name and ``format_version``; numpy
 arrays travel as ``{"dtype", "shape", "data"}`` with the raw little-endian
-bytes (100x faster than nested lists), or, where the writer allows it, a large
+bytes (far faster than nested lists), or, where the writer allows it, a large
 constant array as ``{"dtype", "shape", "fill": value}``. Only plain numeric dtypes are
 accepted, so decoding an untrusted blob can never build an object array or
 run code; every failure is a :class:`ValueError` that says what is wrong.
@@ -125,6 +125,11 @@ _INF_OK = {"threshold"}
 
 
 def dumps(fmt: str, version: int, body: dict) -> bytes:
+    """A blob of format ``fmt``, version ``version``, holding ``body``'s fields (read back with :func:`loads`).
+
+    >>> loads(dumps("demo", 1, {"x": 2}), "demo", 1)["x"]
+    2
+    """
     return packb({"format": fmt, "format_version": version, **body})
 
 
@@ -136,7 +141,7 @@ def packb(doc: Any) -> bytes:
     """``msgpack.packb(doc, use_bin_type=True)`` with one copy of each large binary value.
 
     msgpack copies every value into a buffer that grows by doubling, then copies that
-    buffer into the result: a 400 MiB blob peaked at 3x its size. Here each large value
+    buffer into the result, so it peaks at up to about three times the blob. Here each large value
     (an array's ``data`` view) is packed as a 16-byte placeholder, and the result is
     joined once from the packed pieces and the values themselves (:func:`packb_parts`):
     the peak is the blob plus what the caller already holds.

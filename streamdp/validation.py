@@ -50,7 +50,16 @@ __all__ = [
     "check_number",
     "check_choice",
     "check_flag",
+    "NotFittedError",
 ]
+
+
+class NotFittedError(ValueError, AttributeError):
+    """A model asked to predict (or be saved) before it was fitted: nothing learned, so no class to give.
+
+    A ValueError and an AttributeError, as scikit-learn's ``sklearn.exceptions.NotFittedError``, so code that
+    catches either (or scikit-learn's checks) sees it.
+    """
 
 
 def _shown(value: Any) -> str:

@@ -99,15 +99,8 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# Modules still being split; the list only shrinks.
-NOT_YET_SPLIT = {
-    "streamdp/forest/structure.py",
-    "streamdp/release/continual.py",
-}
-
-
 def test_no_module_is_over_500_lines():
     long = {
         str(p.relative_to(PACKAGE.parent)) for p in PACKAGE.rglob("*.py") if len(p.read_text().splitlines()) > MAX_LINES
     }
-    assert long <= NOT_YET_SPLIT
+    assert long == set()

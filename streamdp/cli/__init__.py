@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for group in (model, push, worker, stats, demo, evaluate, ledger, job):
         group.add_parser(sub)
-    # ... and after the command too (a new user's `streamdp worker votes --redis-url URL` was refused, and
-    # workers/*.py, which prepend their command, could not take one at all)
+    # ... and after the command too (`streamdp worker votes --redis-url URL`; workers/*.py prepend their
+    # command, so they can take it only there)
     for command in _below(p):
         command.add_argument("--redis-url", default=argparse.SUPPRESS, help=url_help)
     return p

@@ -41,7 +41,7 @@ def epsilon_arg(text: str) -> float:
     """An argparse type for an epsilon: a number > 0, or ``inf`` typed as such (no noise); :func:`check_epsilon`'s
     rule, refused where it is typed.
 
-    A number too large for a float (``1e400``) used to become inf, a non-private model, silently.
+    A number too large for a float (``1e400``) is refused: it would become inf, a non-private model, silently.
 
     >>> epsilon_arg("0.5"), epsilon_arg("inf")
     (0.5, inf)
@@ -169,6 +169,7 @@ class Progress:
         self._drawn: tuple[float, int] | None = None
 
     def update(self, done: int) -> None:
+        """Draw ``done`` of the total (throttled: at most ten times a second on a terminal)."""
         now = time.monotonic()
         if done < self.total and now - self._last < (0.1 if self.tty else 2.0):
             return
@@ -196,6 +197,7 @@ class Progress:
         self.stream.flush()
 
     def close(self) -> None:
+        """End the bar's line on a terminal."""
         if self.tty and self._last >= 0:  # (a bar never drawn ends no line)
             self.stream.write("\n")
             self.stream.flush()

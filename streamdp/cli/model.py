@@ -1,7 +1,7 @@
 """``streamdp model``: create, list, show, fetch or delete private models, and set what raw records they retain.
 
 streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
-                      [--release {batch,window,tree}] [--release-every SECONDS] [--levels L]
+                      [--release {batch,window,tree}] [--release-every SECONDS]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
 streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
@@ -67,7 +67,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="release policy: window (exact tallies of --release-every seconds noised once), "
         "grow (the same windows on trees that deepen as the released counts allow: --height is "
-        "a ceiling), tree (the same windows through the binary tree mechanism) or batch (each "
+        "a ceiling), tree (the same windows through continual counting with no horizon: the plain sum while releases are few, polylog noise after) or batch (each "
         "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
         "categorical, else window",
     )
@@ -77,9 +77,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="public release schedule of window/grow/tree (default 1 s)",
-    )
-    c.add_argument(
-        "--levels", type=int, default=None, metavar="L", help="tree: levels L (2**L - 1 windows per epoch; default 20)"
     )
     c.add_argument(
         "--privacy-id",
@@ -147,7 +144,6 @@ def create(args: argparse.Namespace) -> int:
         ledger_budget=args.ledger_budget,
         release=args.release,
         release_every=args.release_every,
-        levels=args.levels,
         privacy_id=args.privacy_id,
         max_records_per_id=args.max_records_per_id,
         max_ids=args.max_ids,

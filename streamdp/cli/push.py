@@ -54,6 +54,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def push(args: argparse.Namespace) -> int:
+    """``streamdp push``: code a file's records against the model's schema and push them in batches.
+
+    Returns the exit status: 0 pushed (invalid records, if any, went to the dead-letter stream), 2 when
+    nothing could be pushed or every record was invalid (the message names the first bad record)."""
     from streamdp.records.frames import CHUNK_ROWS
     from streamdp.records.prefetch import prefetch
     from streamdp.records.sources import read_csv_chunks
@@ -114,7 +118,7 @@ def push(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if bad and bad >= sent:  # (it said "pushed 1,250 records" first: a new user's finding)
+    if bad and bad >= sent:  # an error, not "pushed N records": nothing will be merged
         print(
             f"streamdp: error: every record of {args.file} was invalid, none will be merged (first: "
             f"{res.first_invalid}): check the values' spelling against the schema, --label and --no-header (the "
@@ -131,7 +135,7 @@ def push(args: argparse.Namespace) -> int:
             else ""
         )
     )
-    if bad:  # a new user fixed the bad lines and pushed the file again: its other records counted twice
+    if bad:  # a corrected copy of the whole file pushed again would count its valid records twice
         print(
             "streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "
             "whole file would count them again (a batch's id follows its content): push only the corrected "

@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int_in(0, 10**7),
         default=None,
         help="... and no more of them than fit in this many MiB (0: no bound; at least one is kept; "
-        "default 256: a default Adult model's version is 54-75 MiB); older ones are removed when a "
+        "default 256); older ones are removed when a "
         "worker starts: give every worker of a model the same settings (each removes what it "
         "would not keep)",
     )
@@ -52,6 +52,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def worker(args: argparse.Namespace) -> int:
+    """``streamdp worker``: run the model's stream workers (a pool of processes) until stopped or drained;
+    returns the exit status."""
     from streamdp.service.pool import run_workers
     from streamdp.service.registry import load_spec
     from streamdp.service.stream_worker import WorkerConfig

@@ -24,23 +24,11 @@ noise). The stumps are released as before. Every decision (where to probe,
 where to prune) is a function of the public structure and of numbers already
 released, so by adaptive sequential composition each tree costs ``e`` and the
 forest ``epsilon``, as without pruning. The probe's counts are spent on the
-shape, not published. ``tests/test_forest_pruning.py``: the structure is the
+shape, not published. ``tests/forest/test_pruning.py``: the structure is the
 same for any data giving the same releases, and an empirical epsilon audit.
 k-anonymity (its delta is for one release per tree) skips the probe.
 
-Measured (``benchmarks/fit_height_ceiling.py``): at height ``n_attributes``
-within a few points of the best height, where the drawn trees fall to the
-majority class (Nursery, Votes). The rule (per node, ``PRUNE_SNR = 4``) was
-chosen among four by measurement (the table in ``fit_height_ceiling.md``) and
-rechecked against bars of 5 and 6 on every shared dataset, height and epsilon
-(``benchmarks/prune_snr.py``: a higher bar lifts Nursery and loses Votes,
-Mushroom and Tic-Tac-Toe; 4 is best on average). The class scaling, by
-measurement too (``prune_snr_classes.log``): estimation tests a node's total,
-whose noise sums ``C`` cells, so a multi-class node needs more records to be
-read; scaled at every node it gained on the categorical multi-class data (LED,
-Nursery, a 5-class random concept) and lost on numeric ImageSegments, where a
-child's uniform share of a random threshold's range is only a guess, so it is
-scaled at categorical splits only. Two-class data are unchanged.
+Why a bar of 4 scaled at categorical splits only: docs/decisions/001-pruning-bar.md.
 
 >>> from streamdp import PrivateForest
 >>> from streamdp.records.datasets import load
@@ -64,7 +52,7 @@ __all__ = ["PRUNE_SNR", "PRUNE_PROBE", "CLASS_SCALED", "node_bars"]
 PRUNE_SNR = 4.0
 #: Where the bar is scaled by ``sqrt(n_classes / 2)``: at nodes splitting on a categorical attribute
 #: (``"categorical"``, the rule), at every node (``"all"``) or nowhere (``"none"``): the two others are kept
-#: for ``benchmarks/prune_snr.py``'s comparison.
+#: so the rule can be compared with them.
 CLASS_SCALED = "categorical"
 
 

@@ -17,8 +17,8 @@ the node-by-node definition), and the leaf guard ``max_cells`` is checked as
 each level is counted, before that level is built.
 
 Each tree is stored as flat arrays in breadth-first order, padded to the
-largest tree, so routing a batch is ``height`` vectorized steps per tree:
-``node = child[node] + branch(x[feature[node]])``. A leaf points to itself and
+largest tree, so routing a batch is ``height`` vectorized steps over its (record, tree) pairs:
+``node = child[node] + branch(x[feature[node]])`` (:mod:`streamdp.forest.routing`). A leaf points to itself and
 tests a virtual all-zero column (index ``n_attributes``), so it always takes
 branch 0 and routing needs no per-node type check.
 
@@ -40,6 +40,7 @@ import numpy as np
 
 from streamdp.blob import FILL_MIN_BYTES
 from streamdp.forest.draw import draw_forest, max_possible_leaves, ragged_arange
+from streamdp.forest.routing import ForestRouter
 from streamdp.records.schema import Schema
 from streamdp.validation import check_integer
 
@@ -362,211 +363,22 @@ class ForestStructure:
         return ForestStructure(out_feature, out_threshold, out_child, out_leaf, n_leaves, max(1, height)), old_node
 
     # -- routing ----------------------------------------------------------------
-    #: Records routed per chunk: the chunk's transposed columns and node buffers stay in L2 cache.
-    CHUNK = 16384
-
     def apply(self, X: np.ndarray, is_categorical: np.ndarray) -> np.ndarray:
         """Leaf number of each encoded record in each tree, shape ``(n, n_trees)``.
 
-        ``X`` is the float64 matrix from :meth:`Schema.encode`.
-
-        Implementation notes (the hot path of every worker): records are routed
-        in cache-sized chunks; each chunk is transposed once so a node's test
-        reads ``XT[feature[node]*c + i]`` with a per-node column offset table
-        (categorical codes as uint8/int16, numeric values as float64); node
-        indices are intp so ``np.take`` needs no index conversion, and every
-        step writes into preallocated buffers. The root level is computed
-        directly (all records start there).
+        ``X`` is the float64 matrix from :meth:`Schema.encode`; routed by this structure's
+        :class:`~streamdp.forest.routing.ForestRouter`, built at the first call and kept (the hot path of
+        every worker: nothing node-sized is rebuilt per batch).
         """
-        X = np.asarray(X)
-        n, m = X.shape
-        T = self.n_trees
-        if n == 0:
-            return np.empty((n, T), dtype=np.int64)
-        is_cat = np.asarray(is_categorical, dtype=bool)
-        # A tree has at most as many leaves as its attributes have code combinations, so a
-        # forest with more leaves than the key-table limit cannot use key tables.
-        if bool(np.all(is_cat)) and int(self.n_leaves.sum()) <= self.KEY_CELLS_MAX:
-            out = self._apply_by_key(X, is_cat)
-            if out is not None:
-                return out
-        return self._apply_route(X, is_cat)
+        return self.router().apply(X, is_categorical)
 
-    #: Largest n_trees * joint domain of the tested categorical attributes for which
-    #: per-tree lookup tables (key -> leaf, int64: 16 MiB at most) replace routing.
-    KEY_CELLS_MAX = 2**21
-
-    def _key_plan(self, m: int):
-        """Attributes tested anywhere in the forest, their arities (from the structure) and the domain size."""
+    def router(self) -> ForestRouter:
+        """This structure's router (built once, kept until a node array or the height is replaced; never pickled)."""
         cache = self._cache()
-        if ("plan", m) not in cache:
-            radix = np.ones(m, dtype=np.int64)
-            for t in range(self.n_trees):
-                real = int(np.flatnonzero(self.leaf[t] >= 0).max()) + 1  # nodes before the padding
-                inner = np.flatnonzero((self.leaf[t, :real] < 0) & (self.feature[t, :real] < m))
-                if inner.size == 0:
-                    continue
-                first = self.child[t, inner].astype(np.int64)
-                ar = np.diff(np.append(first, real))  # BFS: children of consecutive inner nodes are contiguous
-                np.maximum.at(radix, self.feature[t, inner], ar)
-            used = np.flatnonzero(radix > 1)
-            domain = int(np.prod(radix[used].astype(float))) if used.size else 1
-            cache[("plan", m)] = (used, radix[used], domain)
-        return cache[("plan", m)]
-
-    def _apply_by_key(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray | None:
-        """All-categorical fast path: one table lookup per tree when the joint domain is small.
-
-        A record's leaf depends only on the codes of the attributes the trees
-        test, so every possible code combination is routed once (cached on the
-        structure) and a batch then needs one mixed-radix key per record and one
-        gather per tree. Returns None when the domain is too large, the table is
-        not worth building yet (fewer than domain/4 records routed so far), or a
-        code lies outside its arity (then the general router decides, exactly as before).
-        """
-        n, m = X.shape
-        used, radix, domain = self._key_plan(m)
-        cache = self._cache()
-        key_t = ("table", m)
-        if domain * self.n_trees > self.KEY_CELLS_MAX:
-            return None
-        if key_t not in cache:
-            # Build the table only once this structure has routed a quarter of the domain's size in
-            # records: building costs about as much as routing `domain` records, so a worker's steady
-            # stream of small batches pays it once while a one-off small predict never does.
-            cache["routed"] = cache.get("routed", 0) + n
-            if cache["routed"] < domain // 4:
-                return None
-        # Same truncation to integers as the router applies to categorical codes.
-        codes = X.astype(np.intp)
-        bound = np.full(m, np.iinfo(np.intp).max, dtype=np.int64)
-        bound[used] = radix
-        if codes.min() < 0 or np.any(codes.max(axis=0) >= bound):
-            return None
-        strides = np.zeros(m, dtype=np.intp)
-        if used.size:
-            strides[used] = np.append(np.cumprod(radix[::-1])[::-1][1:], 1)
-        if key_t not in cache:
-            grid = np.zeros((domain, m), dtype=np.float64)
-            if used.size:
-                grid[:, used] = np.stack(np.unravel_index(np.arange(domain), tuple(radix)), axis=1)
-            cache[key_t] = self._apply_route(grid, is_cat)  # (domain, n_trees): row = leaves of one key
-        key = codes @ strides
-        return np.take(cache[key_t], key, axis=0, mode="clip")
-
-    #: Largest routing tables (intp copies of the node arrays, all trees) kept on the structure; a larger
-    #: forest routes over its own int32 arrays instead (at height 10 the copies were about 3x the counts).
-    ROUTE_CACHE_BYTES = 64 << 20
-    #: Records per block when routing over the int32 arrays (each block's chunks go tree by tree).
-    ROUTE_BLOCK = 1 << 17
-
-    def _route_tables(self, is_cat: np.ndarray, chunk: int):
-        """Per-tree routing tables ``t -> (feature, child, leaf, cat_int, feature * chunk)`` and their index type.
-
-        A small forest (:attr:`ROUTE_CACHE_BYTES`) caches intp copies for the whole forest (``np.take``
-        needs no index conversion). A larger one routes with int32 node numbers over the structure's own
-        int32 arrays (no copies; a gather converts its chunk of indices, about 40% slower per step than
-        intp, where converting the tables took 3x the routing's time at height 10).
-        """
-        cat_flags = np.append(is_cat, False)
-        m1 = cat_flags.size
-        if self.feature.size * np.dtype(np.intp).itemsize * 5 > self.ROUTE_CACHE_BYTES and m1 * chunk < 2**31:
-            mixed = bool(np.any(is_cat)) and not bool(np.all(is_cat))
-
-            def one(t: int):
-                f = self.feature[t]
-                cat = cat_flags[f].astype(np.int32) if mixed else None  # only mixed schemas read it
-                return f, self.child[t], self.leaf[t], cat, f * np.int32(chunk)
-
-            return one, False, np.int32
-        cache = self._cache()
-        key = ("route", is_cat.tobytes(), chunk)
-        if key not in cache:  # once per structure: these touch every node of every tree
-            f = self.feature.astype(np.intp)
-            cache[key] = (
-                f,
-                self.child.astype(np.intp),
-                self.leaf.astype(np.int64),
-                cat_flags[f].astype(np.intp),
-                f * chunk,
-            )
-        tabs = cache[key]
-        return (lambda t: tuple(a[t] for a in tabs)), True, np.intp
-
-    def _apply_route(self, X: np.ndarray, is_cat: np.ndarray) -> np.ndarray:
-        """General router: ``height`` vectorized steps per tree over cache-sized chunks."""
-        n, m = X.shape
-        T = self.n_trees
-        out = np.empty((n, T), dtype=np.int64)
-        all_cat = bool(np.all(is_cat))
-        all_num = not bool(np.any(is_cat))
-        if all_cat:
-            top = float(X.max()) if X.size else 0.0
-            xdtype = np.uint8 if top < 256 else (np.int16 if top < 32768 else np.int64)
-        else:
-            xdtype = np.float64
-        thr = self.threshold
-        chunk = self.CHUNK if all_cat else self.CHUNK // 2
-        tables, cached, itype = self._route_tables(is_cat, chunk)
-        c_max = min(n, chunk)
-        idx_b = np.empty(c_max, dtype=itype)
-        nxt_b = np.empty(c_max, dtype=itype)
-        v_b = np.empty(c_max, dtype=xdtype)
-        ar_full = np.arange(c_max, dtype=itype)
-        tv_b = np.empty(c_max, dtype=np.float64)
-        br_b = np.empty(c_max, dtype=bool)
-        cv_b = np.empty(c_max, dtype=itype)
-        # Cached tables: every record's chunks in one block (as before); int32 tables: blocks of ROUTE_BLOCK
-        # records (their transposed chunks are kept while the block goes tree by tree).
-        block = n if cached else max(chunk, self.ROUTE_BLOCK // chunk * chunk)
-        for b0 in range(0, n, block):
-            spans = [(s, min(n, s + chunk)) for s in range(b0, min(n, b0 + block), chunk)]
-            # the chunks' transposed columns (row m is the zero column tested by leaves)
-            XTs = []
-            for s, e in spans:
-                XT = np.zeros((m + 1, e - s), dtype=xdtype)
-                XT[:m] = X[s:e].T
-                XTs.append(XT)
-            for t in range(T):
-                f_t, ch_t, leaf_t, cat_t, off_full = tables(t)
-                thr_t = thr[t]
-                for (s, e), XT in zip(spans, XTs):
-                    c = e - s
-                    idx, nxt, v, tv, br, cv = idx_b[:c], nxt_b[:c], v_b[:c], tv_b[:c], br_b[:c], cv_b[:c]
-                    XTf = XT.ravel()
-                    ar = ar_full[:c]
-                    # column start of each node's attribute in XTf (a shorter chunk's offsets are not kept:
-                    # its length would keep a batch size, an exact count of someone's data, on the structure)
-                    off_t = off_full if c == chunk else f_t * c
-                    # Root level: every record is at node 0.
-                    col = XT[f_t[0]]
-                    if all_cat or (not all_num and cat_t[0]):
-                        node = col.astype(itype) + ch_t[0]
-                    else:
-                        node = (col > thr_t[0]).astype(itype) + ch_t[0]
-                    for _ in range(self.height - 1):
-                        np.take(off_t, node, out=idx, mode="clip")
-                        idx += ar
-                        np.take(XTf, idx, out=v, mode="clip")
-                        np.take(ch_t, node, out=nxt, mode="clip")
-                        if all_cat:
-                            nxt += v
-                        elif all_num:
-                            np.take(thr_t, node, out=tv, mode="clip")
-                            np.greater(v, tv, out=br)
-                            nxt += br
-                        else:
-                            # categorical node: branch = code (threshold is +inf, so v > thr is 0);
-                            # numeric node: branch = v > thr (cat flag is 0).
-                            np.take(thr_t, node, out=tv, mode="clip")
-                            np.greater(v, tv, out=br)
-                            nxt += br
-                            np.take(cat_t, node, out=cv, mode="clip")
-                            np.multiply(cv, v, out=cv, casting="unsafe")
-                            nxt += cv
-                        node, nxt = nxt, node
-                    out[s:e, t] = leaf_t.take(node)
-        return out
+        router = cache.get("router")
+        if router is None or router.height != self.height:
+            router = cache["router"] = ForestRouter(self.feature, self.threshold, self.child, self.leaf, self.height)
+        return router
 
     # -- serialization --------------------------------------------------------
     def arrays(self) -> dict[str, np.ndarray]:
@@ -645,6 +457,7 @@ class ForestStructure:
             frontier = np.zeros(1, dtype=np.int64)
             seen = np.zeros(shape[1], dtype=bool)
             seen[0] = True
+            n_seen = 1
             for _ in range(self.height + 1):
                 frontier = frontier[~is_leaf[t][frontier]]
                 if frontier.size == 0:
@@ -655,9 +468,14 @@ class ForestStructure:
                 if np.any(self.feature[t][frontier] >= m) or np.any(first <= frontier) or np.any(first + w >= shape[1]):
                     raise ValueError(f"structure: tree {t} has a split whose children fall outside the tree")
                 frontier = np.repeat(first, w + 1) + ragged_arange(w + 1)
-                if np.any(seen[frontier]) or np.unique(frontier).size != frontier.size:
+                if np.any(seen[frontier]):
                     raise ValueError(f"structure: tree {t} reaches a node twice (not a tree)")
                 seen[frontier] = True
+                # a node twice in the level marks fewer new nodes than the level has (a count, not np.unique:
+                # its hash table took most of a large model's load)
+                n_seen, before = int(np.count_nonzero(seen)), n_seen
+                if n_seen - before != frontier.size:
+                    raise ValueError(f"structure: tree {t} reaches a node twice (not a tree)")
             if frontier.size:
                 raise ValueError(f"structure: tree {t} is deeper than its height {self.height}")
             reached_leaves = np.flatnonzero(seen & is_leaf[t])

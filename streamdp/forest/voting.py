@@ -19,7 +19,7 @@ from streamdp.estimation.rule import ESTIMATORS, SNR_MIN, cell_variance
 from streamdp.forest.growth import leaves_below
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Schema
-from streamdp.validation import check_choice
+from streamdp.validation import NotFittedError, check_choice
 
 __all__ = ["Voting"]
 
@@ -57,7 +57,15 @@ class Voting:
         return self.structure.apply(enc.X, self.schema.is_categorical)
 
     def predict_proba(self, X: Any) -> np.ndarray:
-        """Class probabilities, columns in the schema's label order."""
+        """Class probabilities, columns in the schema's label order.
+
+        Raises :class:`~streamdp.validation.NotFittedError` before the first release (``fit``, or a stream
+        model's first merge) when no counts were given: zero counts would give the first class for every record."""
+        if not self.n_releases and not self._counts.any():
+            raise NotFittedError(
+                "this PrivateForest has released no counts yet (n_releases is 0): call fit, or wait for the stream "
+                "model's first release"
+            )
         return self.proba_from_leaves(self.apply(X))
 
     def predict(self, X: Any) -> np.ndarray:

@@ -100,6 +100,7 @@ class JobSpec:
             raise JobError(str(e)) from None
 
     def to_dict(self) -> dict:
+        """The spec as plain data (what the job queue stores)."""
         d = {"algorithm": self.algorithm, "epsilon": self.epsilon, "params": dict(self.params)}
         if self.privacy_id is not None:
             d.update(privacy_id=self.privacy_id, max_records_per_id=self.max_records_per_id)
@@ -107,6 +108,8 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> JobSpec:
+        """The spec from :meth:`to_dict`'s map; :class:`KeyError` / :class:`ValueError` if a field is missing or
+        of the wrong type."""
         return cls(
             str(d["algorithm"]),
             float(d["epsilon"]),
@@ -118,6 +121,8 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class JobResult:
+    """What a job publishes: the fitted model's blob, its format name, and the privacy it spent."""
+
     blob: bytes
     format: str
     epsilon: float
@@ -125,8 +130,8 @@ class JobResult:
 
 
 #: The smallest job epsilon: the learners split a job's epsilon over at most about 10**5 queries (trees x depth,
-#: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this was
-#: charged and then failed at its first release (a red team's finding).
+#: MCMC steps) and the samplers draw noise of scale up to 1e15 (``noise._MIN_LAMBDA``): a job below this
+#: would be charged and then fail at its first release.
 MIN_JOB_EPSILON = 1e-9
 
 

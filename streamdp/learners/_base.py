@@ -29,7 +29,7 @@ from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
-from streamdp.validation import check_choice, check_epsilon, check_flag, check_integer
+from streamdp.validation import NotFittedError, check_choice, check_epsilon, check_flag, check_integer
 
 FORMAT_VERSION = 1
 
@@ -39,6 +39,21 @@ class IgnoredAttributesWarning(UserWarning):
 
 
 class PrivateLearner:
+    """Base of the batch learners: a scikit-learn classifier whose only door to the records is the data layer.
+
+    ``fit`` hands the records to a :class:`~streamdp.learners.private_data.PrivateDataset` (charged before it
+    reads) and the subclass's ``_fit`` sees nothing else, so every fitted learner is private by construction;
+    ``predict_proba`` and ``predict`` read released counts only; ``to_bytes`` / ``from_bytes`` round-trip a
+    fitted learner as msgpack (never pickle). Subclasses: :mod:`streamdp.learners`.
+
+    >>> from streamdp.learners import DiffPID3
+    >>> from streamdp.records.datasets import load
+    >>> ds = load("congressional-voting")
+    >>> tree = DiffPID3(ds.schema, epsilon=1.0, max_depth=3).fit(ds.X, ds.y)
+    >>> type(tree).from_bytes(tree.to_bytes()).predict(ds.X[:3]).shape
+    (3,)
+    """
+
     FORMAT = "streamdp.learner"
     vote = (
         "proba"  # how trees combine: "proba" (pooled where the learner has several trees: pooled_nodes) or "majority"
@@ -83,9 +98,11 @@ class PrivateLearner:
         return [p for p in sig.parameters if p != "self"]
 
     def get_params(self, deep: bool = True) -> dict:
+        """The constructor's parameters by name (scikit-learn's protocol; ``deep`` is ignored)."""
         return {p: getattr(self, p) for p in self._param_names()}
 
     def set_params(self, **params: Any) -> PrivateLearner:
+        """Set constructor parameters by name; :class:`ValueError` names an unknown one. Returns ``self``."""
         names = self._param_names()
         for k, v in params.items():
             if k not in names:
@@ -158,8 +175,8 @@ class PrivateLearner:
         return self
 
     def warn_ignored(self, stacklevel: int = 2) -> None:
-        """:class:`IgnoredAttributesWarning` when the schema has numeric attributes this learner does not split on
-        (a new user's DPEA on SEA fit one leaf, with no word of why)."""
+        """:class:`IgnoredAttributesWarning` when the schema has numeric attributes this learner does not split on:
+        without it a learner given only numeric attributes fits one leaf with no word of why."""
         numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
         if numeric and not self.SPLITS_NUMBERS:
             warnings.warn(
@@ -261,7 +278,7 @@ class PrivateLearner:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "trees_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit first")
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
 
     def predict_proba(self, X: Any) -> np.ndarray:
         """Class probabilities, columns in the schema's label order."""
@@ -299,14 +316,22 @@ class PrivateLearner:
         return np.mean(probas, axis=0)
 
     def predict(self, X: Any) -> np.ndarray:
+        """The most probable class of each record of ``X`` (labels as the schema declares them);
+        :class:`RuntimeError` if the learner is not fitted."""
         self._check_fitted()
         return self.classes_[self.predict_proba(X).argmax(axis=1)]
 
     def score(self, X: Any, y: Any) -> float:
+        """Accuracy of :meth:`predict` on ``(X, y)``. Exact: use it on public or held-out data only."""
         return float(np.mean(self.predict(X) == np.asarray(list(y), dtype=object)))
 
     # -- blobs ----------------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
+        """The fitted learner as a self-describing msgpack blob (its schema, parameters and released trees).
+
+        Raises :class:`RuntimeError` if the learner is not fitted, :class:`ValueError` if a parameter was
+        changed after the fit in a way the released trees do not match (``vote``, ``prior_trees``).
+        """
         self._check_fitted()
         if "vote" in self._param_names():  # (what from_bytes refuses is not written: set_params is not checked)
             check_choice(self.vote, "vote", VOTES)
@@ -332,6 +357,8 @@ class PrivateLearner:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> PrivateLearner:
+        """A learner from :meth:`to_bytes`'s blob. Raises :class:`~streamdp.blob.BlobError` (a
+        :class:`ValueError`) naming what is malformed; never runs code from the blob."""
         fmt = cls.FORMAT
         doc = blob.loads(data, fmt, FORMAT_VERSION)
         try:

@@ -7,7 +7,8 @@ parallel. A node stops growing by Friedman & Schuster's rule (:func:`stops`);
 a branch that stops before its last level has not spent all of ``B``, and
 with ``top_up`` (our addition to the papers) its leaf's class counts get the
 rest (:func:`rest_of_branch`), so every path spends exactly ``B``. The
-decision to stop reads released counts only.
+decision to stop reads released counts only. Why on by default:
+docs/decisions/003-top-up-stopped-branches.md.
 
 >>> stops(10.0, 3, 2, 0.1), stops(1000.0, 3, 2, 0.1)  # 10 / 6 records a cell against sqrt(2) / 0.1
 (True, False)

@@ -36,14 +36,14 @@ disjoint, parallel composition). With ``n = ceil(D / d)`` steps at most:
 So a branch that runs all ``n`` steps spends ``n * eps/(n+1) + (n+1) * eps/(n+1)**2 = eps``.
 A branch that stops after ``k < n`` steps (its noisy count below the bar) has
 spent ``eps/(n+1)**2 + k (eps/(n+1) + eps/(n+1)**2)``; its leaf's class counts
-are released once more with the rest (our addition: before, that budget was
-charged and never used, and a leaf of one-step DPEA at depth 6 carried the noise
-of ``eps/49``), the two releases averaged by inverse variance. So every branch
+are released once more with the rest (our addition: in Bai et al. that budget
+is charged and never used, and a leaf of one-step DPEA at depth 6 carries the
+noise of ``eps/49``), the two releases averaged by inverse variance. So every branch
 spends exactly ``eps`` (branches are disjoint: the fit costs ``eps``; the choice
 to stop reads released counts only). Estimation reads every release: a step
 root's own class counts and its leaves' sum are combined
-(:func:`streamdp.estimation.released_node_counts`, ``Tree.own_var``). Measured in
-``benchmarks/results/dpea_stopped_branches.log``. For the whole-tree algorithm
+(:func:`streamdp.estimation.released_node_counts`, ``Tree.own_var``). Why on by
+default: docs/decisions/003-top-up-stopped-branches.md. For the whole-tree algorithm
 (n = 1): structure eps/2, root count eps/4, leaf class counts eps/4.
 
 Stopping between steps: a leaf of a step becomes the root of the next step
@@ -101,11 +101,11 @@ class DPEA(PrivateLearner):
     buffer_size, step_limit, variance_threshold: the MCMC stopping rule (steps with > 2 levels).
     exact_max_levels: steps with at most this many levels are sampled exactly (paper: 2).
     top_up: a branch that stops before its last step releases its leaf's class counts again with the budget it
-        has left (module docstring); False keeps Bai et al.'s budget, the remainder unspent (``dpea_bai.py``).
+        has left (module docstring); False keeps Bai et al.'s budget, the remainder unspent.
     noise_seed: tests only; makes the noise reproducible and the model NOT private.
     keep_traces: diagnostics only: keep each MCMC run's EXACT score trace in ``traces_`` (data-dependent,
-        not private: a NotPrivateWarning says so; never pickled). Off by default (a red team read the
-        released tree's exact score, which tells neighbouring datasets apart, from ``traces_``).
+        not private: a NotPrivateWarning says so; never pickled). Off by default: the released tree's exact
+        score, readable from ``traces_``, tells neighbouring datasets apart.
     """
 
     SPLITS_NUMBERS = False  # (numeric attributes are ignored: Bai et al. select among categorical subtrees)
@@ -295,6 +295,7 @@ class DPEA(PrivateLearner):
     # -- the fitted tree ------------------------------------------------------------
     @property
     def tree_(self) -> Tree:
+        """The fitted tree (DPEA fits one); :class:`RuntimeError` if the learner is not fitted."""
         self._check_fitted()
         return self.trees_[0]
 
@@ -305,10 +306,12 @@ class DPEA(PrivateLearner):
 
     @property
     def n_leaves_(self) -> int:
+        """The fitted tree's number of leaves."""
         return self.tree_.n_leaves
 
     @property
     def depth_(self) -> int:
+        """The fitted tree's depth."""
         return self.tree_.max_depth
 
     def apply(self, X: Any) -> np.ndarray:

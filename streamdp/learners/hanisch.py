@@ -26,21 +26,9 @@ record's nodes in all trees are summed (their noises are independent) and
 shrunk toward the pooled estimate one level up, from the class prior at the
 roots (a forest of one tree: that tree's estimate, its root shrunk toward
 the prior). Post-processing of the same release, so a fitted forest can be
-read either way (``set_params(vote=...)``). Under ``estimator="leaf"`` (the
-rule before, for comparison) the probability vote is the mean of the trees'
-leaf-rule distributions. Measured
-(``benchmarks/results/hanisch_pooled.log``: every shared dataset but Adult,
-and the skewed one, depths 1-8 (Mushroom and the skewed data 1-6), epsilon
-0.5/1/2, 10 hold-outs, 108 settings): mean accuracy over the majority share +0.172 by majority (each
-tree's estimate) and +0.215 pooled; pooled wins by more than 0.01 in 56
-settings (Nursery depth 3 at epsilon 1: 0.76 -> 0.89; depth 1: a single
-split per tree, the trees' attributes combined), loses by more than 0.01 in
-10 (Mushroom by 0.01-0.03 in 6, five of them at epsilon 2; Nursery and Votes at
-depth 8 and epsilon 0.5; Tic-Tac-Toe in 2);
-settings below the majority share less 0.01: 0 by majority (which mostly
-predicts the prior on Tic-Tac-Toe), 3 pooled (Tic-Tac-Toe, by up to 0.015,
-PrivateForest's known case: a pooled node that clears the bar carries
-class-share errors near one half); 19 with Hanisch's leaf rule.
+read either way (``set_params(vote=...)``). Under ``estimator="leaf"`` (kept
+for comparison) the probability vote is the mean of the trees'
+leaf-rule distributions. Why pooled by default: docs/decisions/002-hanisch-pooled-vote-and-prior-stump.md.
 
 Differences from the paper: classes are not limited to two; integer counts
 get two-sided geometric noise (the paper's Laplace on counts); queries go
@@ -49,11 +37,7 @@ prior stumps (default 1) release the class totals, one cell per class, each
 at one tree's share ``epsilon / (n_trees + prior_trees)``: the class prior a
 swamped leaf falls back to is then measured with one cell's noise where a
 root sums all its leaves' (the roots and the stumps weighed by inverse
-variance). Measured (``benchmarks/results/hanisch_prior.log``, every shared
-dataset, depths 3 and 5, epsilon 0.1-2, 20 hold-outs): settings whose mean
-falls below the majority share less 0.01, 10 of 60 without and 4 with
-(those where even the stump cannot tell the majority: 290-639 records at
-epsilon 0.1-0.25); mean accuracy over the majority +0.136 -> +0.144. Numeric
+variance); the same decision record says why. Numeric
 attributes are never split (Hanisch bins them beforehand; declare them as
 categorical bins).
 """

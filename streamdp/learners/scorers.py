@@ -5,7 +5,7 @@ A scorer maps class contingency tables ``tau`` of shape ``(..., k, C)``
 score per table (higher is better), vectorized over the leading axes.
 ``sensitivity(n_bound)`` bounds how much one added or removed record can
 change a score when the node holds at most ``n_bound`` records; the
-exponential mechanism divides by it. tests/test_scorers.py brute-forces
+exponential mechanism divides by it. tests/learners/test_scorers.py brute-forces
 neighbouring tables and checks every bound.
 
 >>> import numpy as np
@@ -43,12 +43,22 @@ def _xlog2x(x: np.ndarray) -> np.ndarray:
 
 
 class Scorer:
+    """A split quality for the exponential mechanism: a score per candidate and a bound on how far one record
+    moves it.
+
+    ``scorer(tau)`` takes contingency tables ``tau`` of shape ``(..., values, classes)`` (exact counts, seen
+    only inside the data layer) and returns one score per table, higher is better; ``sensitivity(n_bound)``
+    bounds the change of that score when one record is added or removed, for nodes of at most ``n_bound``
+    records. The mechanism's privacy rests on that bound, which the tests brute-force.
+    """
+
     name = "scorer"
 
     def __call__(self, tau: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
     def sensitivity(self, n_bound: float) -> float:
+        """The most one record moves a score, at nodes of at most ``n_bound`` records."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

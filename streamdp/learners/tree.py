@@ -13,7 +13,7 @@ Prediction routes all records level by level with numpy. With the public
 noise variance of a leaf cell (each learner knows it from its budget split),
 :meth:`Tree.node_proba` applies the noise-aware rule of
 :mod:`streamdp.estimation`: a leaf swamped by noise predicts from its deepest
-informative ancestor. Without it (``leaf_distributions``, the rule before), a
+informative ancestor. Without it (``leaf_distributions``, the leaf rule), a
 leaf with no positive noisy count falls back to its nearest ancestor that has
 one, and finally to the uniform distribution.
 
@@ -51,6 +51,12 @@ OWN_VAR_SUM_MAX = 1e200
 
 @dataclass
 class Tree:
+    """A fitted tree's released arrays, one entry per node (module docstring: the numbering and splits).
+
+    Every array is public: the structure and noisy (or post-processed) counts. ``validate`` checks a tree
+    read from a blob (shapes, routing, ``own_var`` bounds) and raises :class:`~streamdp.blob.BlobError`.
+    """
+
     feature: np.ndarray  # int64, -1 = leaf
     threshold: np.ndarray  # float64, +inf for categorical splits and leaves
     child_start: np.ndarray  # int64, -1 for leaves
@@ -64,14 +70,17 @@ class Tree:
 
     @property
     def n_nodes(self) -> int:
+        """The number of nodes, unreachable pruned ones included."""
         return int(self.feature.shape[0])
 
     @property
     def n_leaves(self) -> int:
+        """The number of nodes without a split."""
         return int(np.sum(self.feature < 0))
 
     @property
     def max_depth(self) -> int:
+        """The deepest node's depth (0 for a single leaf or an empty tree)."""
         return int(self.depth.max()) if self.n_nodes else 0
 
     def apply(self, X: np.ndarray) -> np.ndarray:
@@ -141,6 +150,7 @@ class Tree:
 
     # -- serialization --------------------------------------------------------------------
     def to_dict(self) -> dict:
+        """The arrays as blob records (:func:`streamdp.blob.pack_array`), for a learner's ``to_bytes``."""
         d = {
             "feature": blob.pack_array(self.feature.astype("<i8")),
             "threshold": blob.pack_array(self.threshold.astype("<f8")),
@@ -155,6 +165,8 @@ class Tree:
 
     @classmethod
     def from_dict(cls, d: dict, schema: Schema, fmt: str = "tree") -> Tree:
+        """A tree from :meth:`to_dict`'s map, validated against ``schema``; :class:`~streamdp.blob.BlobError`
+        (prefixed with ``fmt``) says what is malformed."""
         if not isinstance(d, dict):
             raise blob.BlobError(f"{fmt}: a tree must be a map")
         t = cls(
@@ -182,7 +194,7 @@ class Tree:
         )
         if self.own_var is not None:
             shapes += (self.own_var.shape,)
-            # bounded so that every sum of variances estimation forms stays finite (a red team's 1e308 made NaN)
+            # bounded so that every sum of variances estimation forms stays finite (an absurd one would make NaN)
             top = OWN_VAR_SUM_MAX / (schema.n_classes * n)
             if np.any(self.own_var < 0) or np.any(self.own_var > top):
                 raise blob.BlobError(f"{fmt}: own_var must be in [0, {top:g}]")
@@ -211,6 +223,7 @@ class TreeBuilder:
         self._parent: list[int] = []
 
     def add(self, depth: int, parent: int = -1) -> int:
+        """A new leaf at ``depth`` below ``parent`` (-1: the root); returns its id."""
         self._feature.append(-1)
         self._threshold.append(np.inf)
         self._child_start.append(-1)
@@ -235,6 +248,7 @@ class TreeBuilder:
         return kids
 
     def depth(self, node: int) -> int:
+        """``node``'s depth (the root's is 0)."""
         return self._depth[node]
 
     def set_counts(self, node: int, counts, own_var: float | None = None) -> None:
@@ -256,6 +270,7 @@ class TreeBuilder:
         return m
 
     def build(self) -> Tree:
+        """The :class:`Tree` of the nodes added so far (nodes without counts get zeros)."""
         own_var = None
         if self._own_var:
             own_var = np.zeros(len(self._feature))

@@ -61,9 +61,22 @@ def exponential_mechanism(
 ) -> int:
     """Index ``r`` drawn with probability ∝ ``measure_r * exp(epsilon * scores_r / (2 * sensitivity))``.
 
-    Implemented with the Gumbel-max trick (``argmax(logits + Gumbel)`` has
+    McSherry and Talwar's exponential mechanism: ``epsilon``-DP when one record moves any score by at
+    most ``sensitivity``. Implemented with the Gumbel-max trick (``argmax(logits + Gumbel)`` has
     exactly the softmax distribution), with the Gumbel variates built from
     secure uniforms. Candidates of measure 0 are never chosen.
+
+    Parameters: ``scores`` (finite, one per candidate), ``epsilon`` (> 0, ``inf``: uniform over the best
+    candidates), ``sensitivity`` (> 0), ``rng`` (the secure source), ``measure`` (optional base measure:
+    finite, non-negative, one per candidate, not all zero).
+
+    Raises :class:`ValueError` on an invalid epsilon or sensitivity, no candidate, a non-finite score or
+    an invalid measure.
+
+    >>> exponential_mechanism(np.array([0.0, 5.0]), float("inf"), 1.0, SecureRandom())
+    1
+    >>> exponential_mechanism(np.array([0.0, 5.0, 5.0]), 1.0, 1.0, SecureRandom(), measure=np.array([0, 1, 0]))
+    1
     """
     check_epsilon(epsilon, allow_inf=True)
     if sensitivity <= 0:
@@ -100,7 +113,13 @@ def _em_logits(q: np.ndarray, epsilon: float, sensitivity: float, measure: np.nd
 def exponential_mechanism_probabilities(
     scores: np.ndarray, epsilon: float, sensitivity: float, measure: np.ndarray | None = None
 ) -> np.ndarray:
-    """The exact distribution :func:`exponential_mechanism` samples from (for tests and reports)."""
+    """The exact distribution :func:`exponential_mechanism` samples from (for tests and reports).
+
+    Same parameters and errors as :func:`exponential_mechanism`, without ``rng``.
+
+    >>> exponential_mechanism_probabilities(np.array([0.0, 1.0]), 2.0, 1.0).round(4).tolist()
+    [0.2689, 0.7311]
+    """
     check_epsilon(epsilon, allow_inf=True)
     q = np.asarray(scores, dtype=np.float64).ravel()
     logits = _em_logits(q, epsilon, sensitivity, measure)
@@ -110,7 +129,14 @@ def exponential_mechanism_probabilities(
 
 
 def bernoulli_sample(beta: float, size: int | tuple, rng: SecureRandom) -> np.ndarray:
-    """Boolean mask, each entry True independently with probability ``beta``."""
+    """Boolean mask of shape ``size``, each entry True independently with probability ``beta``.
+
+    The sampling step of k-anonymity after beta-sampling. Raises :class:`ValueError` unless
+    ``0 < beta <= 1``.
+
+    >>> bernoulli_sample(1.0, 3, SecureRandom()).tolist()
+    [True, True, True]
+    """
     if not 0 < beta <= 1:
         raise ValueError(f"beta must be in (0, 1], got {beta}")
     return rng.uniform(size) <= beta
@@ -120,7 +146,17 @@ def bernoulli_sample(beta: float, size: int | tuple, rng: SecureRandom) -> np.nd
 
 
 def kanon_check(k: int, beta: float, epsilon: float) -> None:
-    """Raise ValueError unless (k, beta, epsilon) is a valid setting for one tree."""
+    """Raise :class:`ValueError` unless (k, beta, epsilon) is a valid setting for one tree.
+
+    ``k`` a positive integer, ``0 < beta < 1``, and ``epsilon >= -ln(1 - beta)``: below that floor no
+    delta makes the mechanism ``(epsilon, delta)``-DP (Li, Qardaji and Su). The message says which
+    bound is broken and how to meet it.
+
+    >>> kanon_check(5, 0.5, 0.1)
+    Traceback (most recent call last):
+    ...
+    ValueError: k-anonymity after beta-sampling needs epsilon >= -ln(1-beta) = 0.693147 per tree (beta=0.5); got epsilon=0.1. Lower beta or raise epsilon.
+    """
     check_integer(k, "k")
     check_probability(beta, "beta", closed="neither")
     check_epsilon(epsilon, allow_inf=True)
@@ -143,11 +179,16 @@ def kanon_delta(k: int, beta: float, epsilon: float) -> float:
     ``floor(gamma n) = m - 1`` the tail ``P(Bin(n, beta) >= m)`` grows with n, so
     the segment's maximum is at its last n, ``n_m = ceil(m/gamma) - 1``. Those
     n_m are computed with 80-digit decimals and integers (``gamma n`` rounded
-    in floating point skipped the maximising n: at beta 1e-8 it reported 0.264
-    for a true 0.3935). The scan over m stops once the Chernoff bound
+    in floating point can skip the maximising n and under-report delta at a tiny
+    beta). The scan over m stops once the Chernoff bound
     ``exp(-n KL(gamma || beta))`` on every later tail is below the best found;
     parameters whose scan would pass ``2**22`` segments are refused.
     Results are cached (a model blob carries k, beta, epsilon).
+
+    Raises :class:`ValueError` where :func:`kanon_check` does, or where the scan would be too long.
+
+    >>> round(kanon_delta(5, 0.1, 1.0), 6)
+    0.000177
     """
     kanon_check(k, beta, epsilon)
     return _kanon_delta(int(k), float(beta), float(epsilon))
@@ -204,6 +245,13 @@ def kanon_min_epsilon(k: int, beta: float, delta: float, tol: float = 1e-6) -> f
     and refines by bisection between the last failing and the first passing
     grid point (delta is not monotone in epsilon at a fine scale, so a plain
     bisection over the whole range could return a point past a dip).
+
+    Raises :class:`ValueError` unless ``0 < delta < 1`` and (k, beta) are valid, or where no
+    epsilon up to 50 reaches ``delta``.
+
+    >>> eps = kanon_min_epsilon(5, 0.1, 1e-3)
+    >>> kanon_delta(5, 0.1, eps) <= 1e-3 < kanon_delta(5, 0.1, eps - 0.01)
+    True
     """
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta}")

@@ -8,8 +8,8 @@ the distribution does not depend on floating-point rounding.
 * :func:`laplace_noise`: Laplace of scale ``sensitivity/epsilon`` discretised on
   the grid ``g * Z`` (``g`` a power of two at most ``scale / 2**20`` and at
   most 1): the discrete Laplace of OpenDP and Google's differential privacy
-  library. It replaces the earlier floating-point Laplace, which fell to
-  Mironov's (2012) least-significant-bit attack.
+  library: a floating-point Laplace falls to Mironov's (2012)
+  least-significant-bit attack.
 
 >>> from streamdp.privacy.secure_random import SecureRandom
 >>> x = laplace_noise(1000, 1.0, SecureRandom())
@@ -136,7 +136,7 @@ def _two_sided(shape: tuple, lam: float, rng: SecureRandom) -> np.ndarray:
         return (_one_sided(n, lam, rng) - _one_sided(n, lam, rng)).reshape(shape)
     k = _folded(lam).draw(rng, n)  # |K|, then a fair sign
     sign = np.unpackbits(np.frombuffer(rng.random_bytes((n + 7) // 8), dtype=np.uint8), count=n).astype(np.int64)
-    sign *= -2  # 1 - 2 * bit: a multiply is 3x faster than np.negative(..., where=bit)
+    sign *= -2  # 1 - 2 * bit: a multiply is faster than np.negative(..., where=bit)
     sign += 1
     k *= sign
     return k.reshape(shape)
@@ -167,6 +167,13 @@ def geometric_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensi
     ``P(c + K = v) / P(c' + K = v) = a**(|v-c| - |v-c'|) <= exp(epsilon)``; the
     sampler adds at most 2**-110 to delta. Integer output has no floating-point
     representation to attack (Mironov 2012).
+
+    Parameters: ``shape`` of the int64 array returned, ``epsilon`` (> 0; ``inf``: zeros), ``rng`` (the
+    secure source), ``sensitivity`` (> 0). Raises :class:`ValueError` on an invalid epsilon, or a scale
+    ``sensitivity / epsilon`` beyond ``1e15``.
+
+    >>> geometric_noise(3, float("inf"), SecureRandom()).tolist()
+    [0, 0, 0]
     """
     check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
@@ -176,13 +183,21 @@ def geometric_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensi
 
 
 def geometric_pmf(k: np.ndarray, epsilon: float, sensitivity: float = 1.0) -> np.ndarray:
-    """Exact pmf of :func:`geometric_noise`."""
+    """Exact pmf of :func:`geometric_noise` at the integers ``k`` (for tests and audits).
+
+    >>> geometric_pmf(np.array([0, 1]), 1.0).round(4).tolist()
+    [0.4621, 0.17]
+    """
     a = math.exp(-epsilon / sensitivity)
     return (1 - a) / (1 + a) * a ** np.abs(np.asarray(k, dtype=np.float64))
 
 
 def laplace_granularity(scale: float) -> float:
-    """Grid step of :func:`laplace_noise`: the largest power of two ``<= scale / 2**20``, at most 1."""
+    """Grid step of :func:`laplace_noise`: the largest power of two ``<= scale / 2**20``, at most 1.
+
+    >>> laplace_granularity(1.0) == 2.0**-20, laplace_granularity(2.0**30)
+    (True, 1.0)
+    """
     return min(1.0, 2.0 ** math.floor(math.log2(scale) - 20))
 
 
@@ -194,10 +209,10 @@ def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensiti
     two at most ``b / 2**20`` (a relative resolution of one millionth of the
     scale) and at most 1. ``P(g*K = x) ∝ exp(-|x| / b)`` on the grid.
 
-    What changed: ``mechanism="laplace"`` used to release ``count + (E1 - E2) * b``
-    in floating point, whose low-order bits depend on the count (Mironov 2012:
-    "|y| < 0.5 and y not a multiple of 2**-53" never happened with the record
-    and on 13.7% of releases without it). Now every output lies on the grid.
+    Why a grid: ``count + (E1 - E2) * b`` computed in floating point has
+    low-order bits that depend on the count, so some outputs are possible with
+    a record and impossible without it (Mironov 2012). Every output of this
+    sampler lies on the grid, whatever the count.
 
     Privacy sketch: counts are integers, so multiples of ``g`` (``1/g`` is an
     integer); for ``|c - c'| <= sensitivity``, ``P(c + gK = v) / P(c' + gK = v)
@@ -207,6 +222,8 @@ def laplace_noise(shape: int | tuple, epsilon: float, rng: SecureRandom, sensiti
     is correctly rounded: the result is a function of the exact sum ``c + gK``
     alone, post-processing of a private value; no bit of it depends on ``c`` in
     any other way. The sampler adds at most 2**-110 to delta.
+
+    Parameters and errors as :func:`geometric_noise`; returns float64 (zeros for ``epsilon=inf``).
     """
     check_epsilon(epsilon, allow_inf=True)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)

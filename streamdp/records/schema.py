@@ -157,16 +157,17 @@ class Schema:
         >>> Schema.from_json(s.to_json()) == s
         True
         """
-        if isinstance(source, str) and source.lstrip().startswith("{"):
-            text, where = source, "the JSON text"
+        if isinstance(source, str) and (source.lstrip()[:1] in ("{", "[", '"', "") or "\n" in source):
+            text, where = source, "the JSON text"  # JSON text (a file name never starts so nor holds a newline)
         else:
             with open(source, encoding="utf-8") as f:
                 text, where = f.read(), str(source)
         try:
-            d = json.loads(text)
+            return cls.from_dict(json.loads(text))
         except json.JSONDecodeError as e:
             raise SchemaError(f"{where}: not valid JSON ({e})") from None
-        return cls.from_dict(d)
+        except RecursionError:  # a hostile file of 100,000 nested brackets
+            raise SchemaError(f"{where}: nested too deeply for a schema") from None
 
     def to_dict(self) -> dict:
         return {"attributes": [a.to_dict() for a in self.attributes], "label": self.label.to_dict()}

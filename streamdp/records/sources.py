@@ -286,9 +286,10 @@ def read_csv_chunks(
     another width) is named by the CSV reader's own count, which does count blank lines (but
     also counts a quoted value spanning lines as one). Errors never show the file's content.
 
-    **Rows of another width.** Only the schema's columns are parsed: fields past the header's are
-    ignored (a trailing comma is common in exported files, and pandas' C reader can only refuse every
-    wider row or drop them all). A row with fewer fields has its last columns missing (an invalid row).
+    **Rows of another width.** A row may end in one empty field past the header's (a trailing comma,
+    common in exported files); a row with a non-empty field there, or with more fields, is a
+    :class:`SourceError` naming its line, never a record. A row with fewer fields has its last columns
+    missing (an invalid row).
 
     A :class:`SourceError` raised while reading (a malformed line, a bad value with
     ``on_invalid="raise"``) comes after the chunks of the records before it were yielded.
@@ -303,7 +304,8 @@ def read_csv_chunks(
         raise SourceError(f"{name}: a privacy id column is found by its name: the file needs a header")
     if header:
         head, lab_name = check_header(source, schema, label, compression=compression, privacy_id=privacy_id)
-        kw: dict = {"header": 0, "names": head}
+        # the header line skipped and named here: the C reader then refuses a row wider than ``names``
+        kw: dict = {"header": None, "skiprows": 1, "names": [*head, _TRAILING]}
         line0 = 2
     else:
         width = schema.n_attributes + 1
@@ -313,16 +315,16 @@ def read_csv_chunks(
         for c, a in zip(cols, schema.names):
             names[c] = a
         names[li] = lab_name
-        kw = {"header": None, "names": names}
+        kw = {"header": None, "names": [*names, _TRAILING]}
         line0 = 1
     cat = {a.name for a in schema.attributes if isinstance(a, Categorical)} | {lab_name}
     try:
         # (only an empty field is missing: pandas' default also took "NA", "null", "None", "nan"... for missing,
         # so a class or value of that name was dropped after a job's charge, where check_columns had read it)
-        reader = pd.read_csv(
+        wanted = [*schema.names, lab_name]
+        reader = pd.read_csv(  # (no usecols: with it the C reader lets rows of any width through)
             source,
-            usecols=[*schema.names, lab_name, *([privacy_id] if privacy_id else [])],
-            dtype={**{c: "category" for c in cat}, **({privacy_id: str} if privacy_id else {})},
+            dtype={c: "category" if c in cat else "object" for c in kw["names"] if c in cat or c not in wanted},
             skipinitialspace=True,
             chunksize=chunk_rows,
             engine="c",
@@ -335,10 +337,16 @@ def read_csv_chunks(
         offset = 0
         with reader:
             for df in reader:
+                wide = df[_TRAILING].notna().to_numpy()
+                if wide.any():
+                    at = line0 + offset + int(np.argmax(wide))
+                    raise SourceError(f"line {at}: a field past the last column (a row wider than the header)")
+                pids = None if privacy_id is None else df[privacy_id].to_numpy(dtype=object)
+                df = df[wanted]
                 enc = encode_frame(
                     schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset, line0=line0 + offset
                 )
-                ids = None if privacy_id is None else df[privacy_id].to_numpy(dtype=object)[enc.kept]
+                ids = None if pids is None else pids[enc.kept]
                 yield Chunk(
                     offset,
                     enc.X,
@@ -361,6 +369,10 @@ def read_csv_chunks(
         raise SourceError(f"{name}: not a CSV file of the schema's columns: {unreadable(e)}") from None
     except OSError as e:
         raise cannot_read(name, e) from None
+
+
+#: The name of the one field a row may have past the last column (a trailing comma): it must be empty.
+_TRAILING = "\x00trailing field"
 
 
 def read_bundled(name: str, schema: Schema, lines: list[list[str]]) -> tuple[np.ndarray, np.ndarray]:

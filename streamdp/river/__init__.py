@@ -5,8 +5,7 @@
   batch's noised leaf-count delta into its :class:`~streamdp.forest.PrivateForest`
   (Jagannathan's update). Batches are disjoint, so the model stays
   ``epsilon``-DP however long it learns (parallel composition); every release
-  adds fresh noise, so the number of releases matters for accuracy (see
-  ``benchmarks/results/river_eval.md``).
+  adds fresh noise, so the number of releases matters for accuracy.
 * :class:`ServiceClassifier`: predicts with the latest model published by the
   streamdp service and pushes what it learns to the service as labelled
   records, so ``river.evaluate.progressive_val_score`` measures the live
@@ -41,13 +40,13 @@ Privacy notes
   anything released).
 * Growing trees: on a schema whose attributes are all categorical the forest's
   trees start from their roots and deepen release by release
-  (``PrivateForestClassifier(grow=None)``, its docstring has the measurements).
+  (``PrivateForestClassifier(grow=None)``).
 * A record key may be the attribute name or, for schemas whose attribute names
   are digit strings (river's LED uses integer keys), the integer.
 * Batch size: every release adds fresh noise, so the noise on a cell grows
-  like ``sqrt(#releases)``; ``batch_size=1000`` is the measured default
-  (``benchmarks/results/river_eval.md``), reached by doubling from
-  ``first_batch=100`` so short streams get a model early. ``window=K`` keeps
+  like ``sqrt(#releases)``; ``batch_size=1000`` is the default, reached by
+  doubling from ``first_batch=100`` so short streams get a model early (why
+  these sizes: docs/decisions/004-river-batch-and-window-sizes.md). ``window=K`` keeps
   only the last ``K`` releases (follows drift, caps the noise).
 * Prior phase: with a prior stump (the default), the first ``first_batch``
   records are released to the stump alone at the whole epsilon (batches of 4,

@@ -16,6 +16,11 @@
  * streamdp.estimation; a change of the rule's form must be mirrored here (tests/test_river_kernel.py
  * compares the chain with the Python one on random inputs).
  * Build with -ffp-contract=off (setup.py): a fused multiply-add would change the last bits.
+ * Memory safety (the arguments come from Python): every size product is overflow-checked before a buffer's
+ * length is compared with it; every method runs under a busy flag, so Python code the kernel runs (a record
+ * key's __eq__, a bound's __float__) cannot change or free what it is reading (RuntimeError); __init__ is
+ * atomic (a failed one leaves a kernel whose methods raise). tests/river/test_kernel_safety.py; run under
+ * AddressSanitizer with .ci/kernel_asan.py.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -51,8 +56,38 @@ typedef struct {
     /* scratch */
     double *a, *pooled, *p, *q;
     Py_ssize_t *leaf;
-    int busy;
+    int busy;                           /* inside an entry point (which may run Python code): no other may change k */
+    int ready;                          /* __init__ succeeded: every method checks it */
 } Kernel;
+
+/* a * b into *out, or -1 with ValueError when it does not fit a Py_ssize_t (sizes from the caller) */
+static int
+mul_size(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *out, const char *what)
+{
+    if (a < 0 || b < 0 || (a > 0 && b > PY_SSIZE_T_MAX / a)) {
+        PyErr_Format(PyExc_ValueError, "%s: size %zd * %zd is out of range", what, a, b);
+        return -1;
+    }
+    *out = a * b;
+    return 0;
+}
+
+/* The entry guard of every method: initialised, and not inside another call of this kernel (a record's key
+ * __eq__, a bound's __float__, a buffer export or a finaliser can run Python code that calls back in). */
+static int
+enter(Kernel *k)
+{
+    if (!k->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised (its __init__ failed or was not called)");
+        return -1;
+    }
+    if (k->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is in use: a call back into it from Python code it ran");
+        return -1;
+    }
+    k->busy = 1;
+    return 0;
+}
 
 /* ---- streamdp.estimation.seq_sum: left to right from 0 + the first item (numpy's order; no compensation) ---- */
 static inline double
@@ -160,7 +195,9 @@ enc_value(Kernel *k, PyObject *x, Py_ssize_t j, double *d, PyObject **o)
         }
         else if (!(PyLong_CheckExact(v) || PyUnicode_CheckExact(v)))
             return 1;
+        Py_INCREF(v);  /* the lookup may compare keys (Python code that could drop v from x) */
         PyObject *c = PyDict_GetItemWithError(k->lookup[j], key);
+        Py_DECREF(v);
         if (c == NULL)
             return PyErr_Occurred() ? -1 : 1;  /* undeclared: unknown, the Python path */
         if (!PyLong_CheckExact(c))
@@ -291,58 +328,81 @@ Kernel_dealloc(Kernel *k)
 
 /* Kernel(spec, fallback, false_key, true_key): spec a list of (name, alt, lookup, lo, hi, mid) as
  * RecordEncoder._spec, with numeric bounds that are floats or ints exact as doubles (the caller checks);
- * fallback(x) the Python encoder; the booleans' lookup keys (streamdp.records.coding.lookup_key). */
-static int
-Kernel_init(Kernel *k, PyObject *args, PyObject *kwds)
+ * fallback(x) the Python encoder; the booleans' lookup keys (streamdp.records.coding.lookup_key).
+ * Atomic: the spec is read from a snapshot tuple (a bound's __float__ may change the list) into local arrays
+ * that the kernel takes only when every attribute was read; a failed __init__ leaves a kernel whose methods
+ * raise RuntimeError. */
+typedef struct {
+    Py_ssize_t m;
+    PyObject **name, **alt, **lookup, **lo_o, **hi_o, **mid_o;
+    double *lo, *hi, *mid, *a;
+    char *is_cat;
+    Py_ssize_t *arity;
+} Attrs;
+
+static void
+free_attrs(Attrs *s)
 {
-    PyObject *spec, *fallback, *false_key, *true_key;
-    if (k->m)  /* once */
-        return PyErr_SetString(PyExc_RuntimeError, "Kernel initialised twice"), -1;
-    if (!PyArg_ParseTuple(args, "O!OOO:Kernel", &PyList_Type, &spec, &fallback, &false_key, &true_key))
-        return -1;
-    Py_ssize_t m = PyList_GET_SIZE(spec);
-    k->name = PyMem_Calloc(m + 1, sizeof(PyObject *));
-    k->alt = PyMem_Calloc(m + 1, sizeof(PyObject *));
-    k->lookup = PyMem_Calloc(m + 1, sizeof(PyObject *));
-    k->lo_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
-    k->hi_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
-    k->mid_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
-    k->lo = PyMem_Calloc(m + 1, sizeof(double));
-    k->hi = PyMem_Calloc(m + 1, sizeof(double));
-    k->mid = PyMem_Calloc(m + 1, sizeof(double));
-    k->is_cat = PyMem_Calloc(m + 1, 1);
-    k->arity = PyMem_Calloc(m + 1, sizeof(Py_ssize_t));
-    k->a = PyMem_Calloc(m + 1, sizeof(double));
-    if (!k->name || !k->alt || !k->lookup || !k->lo_o || !k->hi_o || !k->mid_o || !k->lo || !k->hi || !k->mid
-        || !k->is_cat || !k->arity || !k->a) {
+    for (Py_ssize_t j = 0; j < s->m; j++) {
+        if (s->name) Py_XDECREF(s->name[j]);
+        if (s->alt) Py_XDECREF(s->alt[j]);
+        if (s->lookup) Py_XDECREF(s->lookup[j]);
+        if (s->lo_o) Py_XDECREF(s->lo_o[j]);
+        if (s->hi_o) Py_XDECREF(s->hi_o[j]);
+        if (s->mid_o) Py_XDECREF(s->mid_o[j]);
+    }
+    PyMem_Free(s->name); PyMem_Free(s->alt); PyMem_Free(s->lookup);
+    PyMem_Free(s->lo_o); PyMem_Free(s->hi_o); PyMem_Free(s->mid_o);
+    PyMem_Free(s->lo); PyMem_Free(s->hi); PyMem_Free(s->mid); PyMem_Free(s->a);
+    PyMem_Free(s->is_cat); PyMem_Free(s->arity);
+}
+
+static int
+read_attrs(PyObject *spec, Attrs *s)
+{
+    Py_ssize_t m = PyTuple_GET_SIZE(spec);
+    s->m = m;
+    s->name = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    s->alt = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    s->lookup = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    s->lo_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    s->hi_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    s->mid_o = PyMem_Calloc(m + 1, sizeof(PyObject *));
+    s->lo = PyMem_Calloc(m + 1, sizeof(double));
+    s->hi = PyMem_Calloc(m + 1, sizeof(double));
+    s->mid = PyMem_Calloc(m + 1, sizeof(double));
+    s->a = PyMem_Calloc(m + 1, sizeof(double));
+    s->is_cat = PyMem_Calloc(m + 1, 1);
+    s->arity = PyMem_Calloc(m + 1, sizeof(Py_ssize_t));
+    if (!s->name || !s->alt || !s->lookup || !s->lo_o || !s->hi_o || !s->mid_o || !s->lo || !s->hi || !s->mid
+        || !s->a || !s->is_cat || !s->arity) {
         PyErr_NoMemory();
         return -1;
     }
-    k->m = m;
     for (Py_ssize_t j = 0; j < m; j++) {
-        PyObject *t = PyList_GET_ITEM(spec, j);
+        PyObject *t = PyTuple_GET_ITEM(spec, j);  /* held by the snapshot; a tuple's items cannot change */
         if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 6)
             return PyErr_SetString(PyExc_TypeError, "spec: (name, alt, lookup, lo, hi, mid) per attribute"), -1;
         PyObject *name = PyTuple_GET_ITEM(t, 0), *alt = PyTuple_GET_ITEM(t, 1), *lookup = PyTuple_GET_ITEM(t, 2);
         Py_INCREF(name);
-        k->name[j] = name;
+        s->name[j] = name;
         if (alt != Py_None) {
             Py_INCREF(alt);
-            k->alt[j] = alt;
+            s->alt[j] = alt;
         }
         if (lookup != Py_None) {
             if (!PyDict_CheckExact(lookup))
                 return PyErr_SetString(PyExc_TypeError, "spec: a lookup must be a dict"), -1;
             Py_INCREF(lookup);
-            k->lookup[j] = lookup;
-            k->is_cat[j] = 1;
+            s->lookup[j] = lookup;
+            s->is_cat[j] = 1;
             continue;
         }
         PyObject *b[3] = {PyTuple_GET_ITEM(t, 3), PyTuple_GET_ITEM(t, 4), PyTuple_GET_ITEM(t, 5)};
-        double *bd[3] = {&k->lo[j], &k->hi[j], &k->mid[j]};
-        PyObject **bo[3] = {&k->lo_o[j], &k->hi_o[j], &k->mid_o[j]};
+        double *bd[3] = {&s->lo[j], &s->hi[j], &s->mid[j]};
+        PyObject **bo[3] = {&s->lo_o[j], &s->hi_o[j], &s->mid_o[j]};
         for (int i = 0; i < 3; i++) {
-            double v = PyFloat_AsDouble(b[i]);
+            double v = PyFloat_AsDouble(b[i]);  /* may run Python code: only locals and the snapshot are used */
             if (v == -1.0 && PyErr_Occurred())
                 return -1;
             *bd[i] = v;
@@ -350,22 +410,54 @@ Kernel_init(Kernel *k, PyObject *args, PyObject *kwds)
             *bo[i] = b[i];
         }
     }
+    return 0;
+}
+
+static int
+Kernel_init(Kernel *k, PyObject *args, PyObject *kwds)
+{
+    PyObject *lst, *fallback, *false_key, *true_key;
+    if (k->ready || k->busy)
+        return PyErr_SetString(PyExc_RuntimeError, "Kernel initialised twice"), -1;
+    if (!PyArg_ParseTuple(args, "O!OOO:Kernel", &PyList_Type, &lst, &fallback, &false_key, &true_key))
+        return -1;
+    PyObject *spec = PyList_AsTuple(lst);
+    if (spec == NULL)
+        return -1;
+    Attrs s = {0};
+    k->busy = 1;  /* a nested __init__ from a bound's __float__ is refused; other methods see "not initialised" */
+    int r = read_attrs(spec, &s);
+    k->busy = 0;
+    Py_DECREF(spec);
+    if (r < 0) {
+        free_attrs(&s);
+        return -1;
+    }
+    k->m = s.m;
+    k->name = s.name; k->alt = s.alt; k->lookup = s.lookup;
+    k->lo_o = s.lo_o; k->hi_o = s.hi_o; k->mid_o = s.mid_o;
+    k->lo = s.lo; k->hi = s.hi; k->mid = s.mid; k->a = s.a;
+    k->is_cat = s.is_cat; k->arity = s.arity;
     Py_INCREF(fallback);
     k->fallback = fallback;
     Py_INCREF(false_key);
     k->false_key = false_key;
     Py_INCREF(true_key);
     k->true_key = true_key;
+    k->ready = 1;
     return 0;
 }
 
 static int
 get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t n, const char *what)
 {
+    Py_ssize_t want;
+    if (mul_size(itemsize, n, &want, what) < 0)
+        return -1;
     if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0)
         return -1;
-    if (view->len != itemsize * n) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", what, view->len, itemsize * n);
+    if (view->len != want) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, expected %zd", what, view->len, want);
         PyBuffer_Release(view);
         return -1;
     }
@@ -375,7 +467,7 @@ get_buffer(PyObject *obj, Py_buffer *view, Py_ssize_t itemsize, Py_ssize_t n, co
 /* set_trees(feat int32[n], thr float64[n], nxt int64[n], root int64[T], arity int64[m]): the random trees'
  * nodes, concatenated; checked so that routing stays inside the arrays. */
 static PyObject *
-Kernel_set_trees(Kernel *k, PyObject *args)
+set_trees_impl(Kernel *k, PyObject *args)
 {
     PyObject *of, *ot, *on, *orr, *oa;
     Py_ssize_t n, T;
@@ -442,7 +534,7 @@ bad:
 
 /* set_rows(mode, n_rows, W, rows float64[n_rows * W], prior float64[C], snr, pw, mw) */
 static PyObject *
-Kernel_set_rows(Kernel *k, PyObject *args)
+set_rows_impl(Kernel *k, PyObject *args)
 {
     int mode;
     Py_ssize_t n_rows, W;
@@ -463,19 +555,20 @@ Kernel_set_rows(Kernel *k, PyObject *args)
         return PyErr_Format(PyExc_ValueError, "set_rows: the row width does not fit the classes");
     }
     Py_buffer br;
-    if (get_buffer(orows, &br, 8, n_rows * W, "rows") < 0) {
+    Py_ssize_t n_cells;
+    if (mul_size(n_rows, W, &n_cells, "rows") < 0 || get_buffer(orows, &br, 8, n_cells, "rows") < 0) {
         PyBuffer_Release(&bp);
         return NULL;
     }
     free_rows(k);
-    k->rows = PyMem_Malloc(8 * n_rows * W);
+    k->rows = PyMem_Malloc(8 * n_cells);  /* 8 * n_cells: the bytes of a buffer that exists */
     k->prior = PyMem_Malloc(8 * C);
     k->pooled = PyMem_Malloc(8 * W);
     k->p = PyMem_Malloc(8 * C);
     k->q = PyMem_Malloc(8 * C);
     int ok = k->rows && k->prior && k->pooled && k->p && k->q;
     if (ok) {
-        memcpy(k->rows, br.buf, 8 * n_rows * W);
+        memcpy(k->rows, br.buf, 8 * n_cells);
         memcpy(k->prior, bp.buf, 8 * C);
     }
     PyBuffer_Release(&br);
@@ -516,7 +609,7 @@ Kernel_set_rows(Kernel *k, PyObject *args)
  * (ForestNodes.path_nodes without the root; the leaf again past a shallower leaf, the zero row below a root
  * that is a leaf); per structure. */
 static PyObject *
-Kernel_set_paths(Kernel *k, PyObject *args)
+set_paths_impl(Kernel *k, PyObject *args)
 {
     Py_ssize_t n_rows, H;
     PyObject *opaths;
@@ -525,18 +618,19 @@ Kernel_set_paths(Kernel *k, PyObject *args)
     if (k->T < 1 || n_rows < 1 || H < 1)
         return PyErr_Format(PyExc_ValueError, "set_paths: before set_trees, or no paths");
     Py_buffer b;
-    if (get_buffer(opaths, &b, 8, n_rows * H, "paths") < 0)
+    Py_ssize_t n_cells;
+    if (mul_size(n_rows, H, &n_cells, "paths") < 0 || get_buffer(opaths, &b, 8, n_cells, "paths") < 0)
         return NULL;
     free_rows(k);  /* the release's node values follow (set_nodes) */
     PyMem_Free(k->paths);
-    k->paths = PyMem_Malloc(sizeof(Py_ssize_t) * n_rows * H);
+    k->paths = PyMem_Malloc(sizeof(Py_ssize_t) * n_cells);
     if (k->paths == NULL) {
         PyBuffer_Release(&b);
         k->n_paths = k->H = 0;
         return PyErr_NoMemory();
     }
     const long long *src = b.buf;
-    for (Py_ssize_t i = 0; i < n_rows * H; i++)
+    for (Py_ssize_t i = 0; i < n_cells; i++)
         k->paths[i] = (Py_ssize_t)src[i];
     PyBuffer_Release(&b);
     k->n_paths = n_rows;
@@ -554,7 +648,7 @@ Kernel_set_paths(Kernel *k, PyObject *args)
 /* set_nodes(n_nodes, yv float64[n_nodes * (C + 1)], prior float64[C], snr, pw, mw): per node (ForestNodes'
  * numbering; the last row zeros), its counts then its total's variance, as ForestNodes.path_rows reads them. */
 static PyObject *
-Kernel_set_nodes(Kernel *k, PyObject *args)
+set_nodes_impl(Kernel *k, PyObject *args)
 {
     Py_ssize_t n_yv;
     PyObject *oyv, *oprior;
@@ -571,10 +665,13 @@ Kernel_set_nodes(Kernel *k, PyObject *args)
         PyBuffer_Release(&bp);
         return PyErr_Format(PyExc_ValueError, "set_nodes: no classes");
     }
-    if (get_buffer(oyv, &by, 8, n_yv * (C + 1), "yv") < 0) {
+    Py_ssize_t n_cells, W;
+    if (mul_size(n_yv, C + 1, &n_cells, "yv") < 0 || mul_size(k->H, C + 1, &W, "yv") < 0
+        || mul_size(W, 8, &W, "yv") < 0 || get_buffer(oyv, &by, 8, n_cells, "yv") < 0) {
         PyBuffer_Release(&bp);
         return NULL;
     }
+    W /= 8;
     for (Py_ssize_t i = 0; i < k->n_paths * k->H; i++)
         if (k->paths[i] < 0 || k->paths[i] >= n_yv) {
             PyBuffer_Release(&bp);
@@ -582,15 +679,14 @@ Kernel_set_nodes(Kernel *k, PyObject *args)
             return PyErr_Format(PyExc_ValueError, "set_nodes: a path's node is not in the table");
         }
     free_rows(k);
-    Py_ssize_t W = k->H * (C + 1);
-    k->yv = PyMem_Malloc(8 * n_yv * (C + 1));
+    k->yv = PyMem_Malloc(8 * n_cells);
     k->prior = PyMem_Malloc(8 * C);
     k->pooled = PyMem_Malloc(8 * W);
     k->p = PyMem_Malloc(8 * C);
     k->q = PyMem_Malloc(8 * C);
     int ok = k->yv && k->prior && k->pooled && k->p && k->q;
     if (ok) {
-        memcpy(k->yv, by.buf, 8 * n_yv * (C + 1));
+        memcpy(k->yv, by.buf, 8 * n_cells);
         memcpy(k->prior, bp.buf, 8 * C);
     }
     PyBuffer_Release(&by);
@@ -610,15 +706,37 @@ Kernel_set_nodes(Kernel *k, PyObject *args)
 }
 
 static PyObject *
-Kernel_clear_rows(Kernel *k, PyObject *unused)
+clear_rows_impl(Kernel *k, PyObject *unused)
 {
     free_rows(k);
     Py_RETURN_NONE;
 }
 
+/* The methods that change the kernel run under enter(): RuntimeError when called back from Python code the
+ * kernel runs (a record key's __eq__ during proba, say), which would free the arrays it is reading. */
+#define GUARDED(name)                                      \
+    static PyObject *                                      \
+    Kernel_##name(Kernel *k, PyObject *args)               \
+    {                                                      \
+        if (enter(k) < 0)                                  \
+            return NULL;                                   \
+        PyObject *r = name##_impl(k, args);                \
+        k->busy = 0;                                       \
+        return r;                                          \
+    }
+GUARDED(set_trees)
+GUARDED(set_rows)
+GUARDED(set_paths)
+GUARDED(set_nodes)
+GUARDED(clear_rows)
+
+/* encode(x): the record's encoded list; a record this code does not handle, or a call back into the kernel
+ * from Python code it ran (a key's __eq__), is encoded by the Python encoder. */
 static PyObject *
 Kernel_encode(Kernel *k, PyObject *x)
 {
+    if (!k->ready)
+        return PyErr_Format(PyExc_RuntimeError, "Kernel is not initialised (its __init__ failed or was not called)");
     if (!PyDict_CheckExact(x) || k->busy)
         return PyObject_CallOneArg(k->fallback, x);
     PyObject *out = PyList_New(k->m);
@@ -659,23 +777,20 @@ floats(const double *v, Py_ssize_t n)
 }
 
 /* The class probabilities of record x into *out (k->p, or k->q under the leaf rule), or the prior when
- * *out is NULL (the leaf rule with no positive total). 0 done, 1 not for this path (None), -1 error. */
+ * *out is NULL (the leaf rule with no positive total). 0 done, 1 not for this path (None), -1 error.
+ * The caller holds k->busy (enter()): the Python code that encoding may run cannot change the arrays. */
 static int
 compute(Kernel *k, PyObject *x, const double **out)
 {
-    if (k->mode == 0 || k->busy || !PyDict_CheckExact(x))
+    if (k->mode == 0 || !PyDict_CheckExact(x))
         return 1;
     double *a = k->a;
-    k->busy = 1;
     for (Py_ssize_t j = 0; j < k->m; j++) {
         PyObject *o;
         int r = enc_value(k, x, j, &a[j], &o);
-        if (r != 0) {
-            k->busy = 0;
+        if (r != 0)
             return r;
-        }
     }
-    k->busy = 0;
     /* route: nested tests as the generated route (numeric: right child when v > threshold; categorical: the code's child) */
     const int *feat = k->feat;
     const double *thr = k->thr;
@@ -737,8 +852,22 @@ compute(Kernel *k, PyObject *x, const double **out)
     return 0;
 }
 
+/* proba and predict called back from Python code the kernel runs answer None: the Python path. */
+static int
+enter_reader(Kernel *k)
+{
+    if (!k->ready) {
+        PyErr_SetString(PyExc_RuntimeError, "Kernel is not initialised (its __init__ failed or was not called)");
+        return -1;
+    }
+    if (k->busy)
+        return 1;
+    k->busy = 1;
+    return 0;
+}
+
 static PyObject *
-Kernel_proba(Kernel *k, PyObject *x)
+proba_impl(Kernel *k, PyObject *x)
 {
     const double *p;
     int r = compute(k, x, &p);
@@ -749,10 +878,21 @@ Kernel_proba(Kernel *k, PyObject *x)
     return p == NULL ? PyList_GetSlice(k->prior_list, 0, k->C) : floats(p, k->C);
 }
 
+static PyObject *
+Kernel_proba(Kernel *k, PyObject *x)
+{
+    int e = enter_reader(k);
+    if (e != 0)
+        return e < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *out = proba_impl(k, x);
+    k->busy = 0;
+    return out;
+}
+
 /* predict(x): p.index(max(p)) of proba(x) (the first largest), or None. max() keeps the first largest
  * item (it replaces only on a strictly larger one) and index() finds that very position. */
 static PyObject *
-Kernel_predict(Kernel *k, PyObject *x)
+predict_impl(Kernel *k, PyObject *x)
 {
     const double *p;
     int r = compute(k, x, &p);
@@ -769,10 +909,21 @@ Kernel_predict(Kernel *k, PyObject *x)
     return PyLong_FromSsize_t(best);
 }
 
+static PyObject *
+Kernel_predict(Kernel *k, PyObject *x)
+{
+    int e = enter_reader(k);
+    if (e != 0)
+        return e < 0 ? NULL : Py_NewRef(Py_None);
+    PyObject *out = predict_impl(k, x);
+    k->busy = 0;
+    return out;
+}
+
 static int
 read_floats(PyObject *seq, double **out, Py_ssize_t *n)
 {
-    PyObject *fast = PySequence_Fast(seq, "a sequence of floats");
+    PyObject *fast = PySequence_Tuple(seq);  /* a snapshot: an item's __float__ may change a list */
     if (fast == NULL)
         return -1;
     *n = PySequence_Fast_GET_SIZE(fast);

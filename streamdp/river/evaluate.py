@@ -15,7 +15,7 @@ Exactness of the fast path: a :class:`PrivateForestClassifier` only changes
 when a batch is released, so predicting the records up to the next release
 boundary in one vectorised call and then learning them gives exactly the
 predictions of the one-record loop of ``river.evaluate.progressive_val_score``
-(``tests/test_river.py`` checks this). River's models go through the
+(``tests/river/test_forest.py`` checks this). River's models go through the
 one-record loop. Throughput counts everything after the stream is in memory:
 encoding the record dicts, predicting and learning.
 
@@ -50,6 +50,9 @@ REFERENCES = ("ht", "arf")
 
 @dataclass
 class Row:
+    """One model's line of an evaluation: its progressive accuracy, throughput and, for private models, the
+    settings and releases behind it."""
+
     model: str
     accuracy: float
     samples_per_s: float
@@ -67,6 +70,8 @@ class Row:
 
 @dataclass
 class EvalResult:
+    """Every model's :class:`Row` over one stream, with the accuracy curves' steps and the machine's load."""
+
     dataset: str
     n: int
     steps: list
@@ -77,6 +82,7 @@ class EvalResult:
     majority: float | None = None
 
     def table(self) -> str:
+        """The result as a plain-text table, one model a line."""
         lines = [
             f"dataset {self.dataset}: {self.n:,} samples"
             + (f"  (load average at start: {self.load})" if self.load else ""),
@@ -95,6 +101,7 @@ class EvalResult:
         return "\n".join(lines)
 
     def to_json(self) -> dict:
+        """The result as plain data (what ``streamdp evaluate`` writes as JSON)."""
         return {
             "dataset": self.dataset,
             "n": self.n,
@@ -251,7 +258,7 @@ def evaluate(
     from streamdp.river import PrivateForestClassifier, PrivateWindowClassifier
     from streamdp.river.window import WINDOW_LEARNERS
 
-    # every name before the first run (a new user's typo was refused after minutes of runs)
+    # every name before the first run (a typo is refused at once, not after minutes of runs)
     for ref in references:
         if ref not in REFERENCES:
             raise ValueError(f"unknown reference model {ref!r} ({', '.join(REFERENCES)})")

@@ -9,7 +9,7 @@ service published). Only released (noised) counts are read. The vote is
 Below an unknown value a tree reaches several leaves: it contributes the mean
 of their rows.
 
-Speed (river's loop, issue 15): the structure is converted once to Python
+Speed (river's loop): the structure is converted once to Python
 code (nested tests with the thresholds as literals), fused with the record
 encoder's generated code (:meth:`RecordEncoder.source`), so a river record is
 encoded and routed by one function call. At each release the real leaves' rows
@@ -19,13 +19,13 @@ a record sums its trees' rows with ``map(seq_sum, zip(...))``, left to right in 
 so the floats are those of the vectorised path's sums, and the noise-aware chain
 (:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
 the pooled numbers. No numpy call per record; the predictions equal
-:meth:`ForestNodes.path_proba`'s (tests/test_river.py).
+:meth:`ForestNodes.path_proba`'s (tests/river/test_forest.py).
 
 When the compiled kernel is built (:mod:`streamdp.river.kernel`), all of
 that (encoding the river dict, the routes, the sums, the chain or the leaf
 rule) runs in one C call per record, over contiguous float64 tables (per
 structure the trees and each leaf's path nodes, per release the nodes' counts
-and variances, or the clipped leaf counts); it gives the same floats (tests/test_river_kernel.py)
+and variances, or the clipped leaf counts); it gives the same floats (tests/river/test_kernel.py)
 and hands back to the Python path any record it does not handle (an unknown
 value, a numpy scalar, ...). The Python row lists are then built only on such
 a record.
@@ -247,8 +247,8 @@ class ForestView:
     def _below(self, nodes: list, ch: int, f: int, row: list) -> list[tuple[int, float]]:
         """Every leaf below a split on an unknown value (and below any further unknown one), with the share of the
         combinations of the unknown values that reach it: each unknown split's branches share their node's
-        equally (leaves reached alike were not the average over the values where one unknown split lies below
-        some branches of another: a reviewer's finding)."""
+        equally, so leaves reached alike are the average over the values also where one unknown split lies below
+        some branches of another."""
         leaves = []
         k = self._arity[f]
         stack = [(ch + b, 1.0 / k) for b in range(k)]

@@ -284,7 +284,7 @@ def schema_for(dataset: Any) -> Schema:
     return RIVER_SCHEMAS[name](dataset)
 
 
-#: Names that moved out of this module (round 2, fourteenth session) and where they are now.
+#: Names that moved out of this module and where they are now.
 _MOVED = {
     "uci_schema": "streamdp.river.uci",
     "uci_stream": "streamdp.river.uci",
@@ -294,8 +294,8 @@ _MOVED = {
 
 
 def __getattr__(name: str) -> Any:
-    """A moved name is still found here, with a DeprecationWarning naming its module (a new user's old import
-    failed with a bare ImportError)."""
+    """A moved name is still found here, with a DeprecationWarning naming its module (an old import keeps
+    working instead of failing with a bare ImportError)."""
     if name in _MOVED:
         warnings.warn(f"streamdp.river.schemas.{name} moved to {_MOVED[name]}.{name}", DeprecationWarning, stacklevel=2)
         return getattr(importlib.import_module(_MOVED[name]), name)

@@ -73,7 +73,7 @@ class ServiceClassifier(river.base.Classifier):
         from streamdp.service.codec import MAX_RECORDS
         from streamdp.service.producer import ON_INVALID
 
-        # checked here, not at the first push (a new user's batch_size=0 and on_invalid="bogus" were taken)
+        # checked here, not at the first push (batch_size=0 or on_invalid="bogus" would be taken silently)
         self.redis_url = redis_url
         self.model = model
         self.batch_size = check_integer(batch_size, "batch_size", high=MAX_RECORDS)
@@ -106,8 +106,8 @@ class ServiceClassifier(river.base.Classifier):
 
     def _clients(self):
         """The producer and consumer of the model, made together (a model that does not exist yet raises
-        ``ModelNotFound`` and leaves neither, so a later call, once it exists, makes both: a reviewer's finding,
-        the consumer kept without its producer broke every later push)."""
+        ``ModelNotFound`` and leaves neither, so a later call, once it exists, makes both: a consumer kept
+        without its producer would break every later push)."""
         if self._consumer is None or self._producer is None:
             from streamdp.service.consumer import Consumer
             from streamdp.service.producer import Producer
@@ -157,12 +157,16 @@ class ServiceClassifier(river.base.Classifier):
             self._proba = ForestView(forest)
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        """Class probabilities of ``x`` from the latest published model (refreshed first); ``{}`` while the
+        service has published none."""
         self.refresh()
         if self._forest is None:
             return {}
         return self._proba.predict_proba_one(x)
 
     def learn_one(self, x: dict, y: Any) -> None:
+        """Buffer ``(x, y)``; every ``batch_size`` records the buffer is pushed to the service (:meth:`flush`).
+        An invalid record is handled as ``on_invalid`` says (by default it goes to the dead-letter stream)."""
         # integer keys stand for digit attribute names (river's SEA, LED, Hyperplane), as for the other classifiers
         self._buf_x.append({str(k) if type(k) is int else k: v for k, v in x.items()})
         self._buf_y.append(y.item() if isinstance(y, np.generic) else y)

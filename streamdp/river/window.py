@@ -49,9 +49,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     first records (``prior_records``) are a prior phase, as in
     :class:`~streamdp.river.PrivateForestClassifier`: released as noisy class
     totals alone, in batches of 4, 8, 16, ... records (at epsilon 1), so the
-    model predicts a measured class prior from its 5th record on (before: the
-    uniform distribution until the first window closed), and those totals join
-    the pooled prior of every later fit.
+    model predicts a measured class prior from its 5th record on, and those
+    totals join the pooled prior of every later fit.
 
     Privacy: every record belongs to exactly one window and every fit reads
     only its own window, with the full ``epsilon``; the windows are disjoint
@@ -76,13 +75,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
     window
         Records per fit once the windows have grown. Larger windows give each
         fit more signal for the same noise; the model is as old as one window.
-        Default 5,000 (measured on Agrawal, ``benchmarks/results/agrawal_batch.md``).
+        Default 5,000 (why: docs/decisions/004-river-batch-and-window-sizes.md).
     first_window
         Records of the first fit (default 200); each next window doubles, up to
-        ``window``. ``first_window=window`` gives fixed windows. Measured
-        against 100 over 30 draws of nine river streams (after the prior phase,
-        ``benchmarks/results/river_variants.log``): models of 100 records named
-        the wrong class often enough to cost Phishing and Bananas points.
+        ``window``. ``first_window=window`` gives fixed windows. A model of 100
+        records names the wrong class too often (the same decision record).
     prior_records
         Records of the prior phase before the first window (default 100; 0:
         none, the prediction is uniform until the first window closes). Its releases have :func:`streamdp.estimation.prior_phase_first`
@@ -222,6 +219,7 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
 
     @property
     def private(self) -> bool:
+        """Whether the model is differentially private: no seed and a finite epsilon."""
         return self.seed is None and math.isfinite(self.epsilon)
 
     @property
@@ -239,6 +237,11 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         return cls(**{**kw, **(self.learner_params or {})})
 
     def learn_one(self, x: dict, y: Any) -> None:
+        """Add ``(x, y)`` to the prior phase or the open window; a full window is fitted and joins the vote.
+
+        A record with a missing or undeclared categorical value is not learned from
+        (:class:`~streamdp.river.UndeclaredValueWarning`); an undeclared label raises :class:`ValueError`.
+        """
         code = self.encoder.encode_label(y)
         row = self.encoder.encode_one(x)
         if None in row:  # a missing or undeclared categorical value: not learned from
@@ -309,10 +312,10 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
             self._models.append(model.fit(pds))
         self.n_fits += 1
         # The voting models' roots shrink toward one class prior pooled over their windows' released class totals
-        # (weighed by size and noise, estimation.release_prior), not each toward its own: a first window of 100
-        # records names the wrong majority often enough to cost a whole window (Shuttle, Agrawal:
-        # benchmarks/results/river_window_floor.log). The prior phase's releases join the pool (their weight is
-        # at most their size's). Post-processing of released numbers.
+        # (weighed by size and noise, estimation.release_prior), not each toward its own: a small first window
+        # names the wrong majority often enough to cost a whole window (why:
+        # docs/decisions/004-river-batch-and-window-sizes.md). The prior phase's releases join the pool (their
+        # weight is at most their size's). Post-processing of released numbers.
         released = [m.released_totals() for m in self._models]
         sizes = [self._fit_size(j) for j in range(self.n_fits - len(self._models), self.n_fits)]
         pool = [(t, float(n), v) for (t, v), n in zip(released, sizes)] + self._prior_log
@@ -343,6 +346,8 @@ class PrivateWindowClassifier(river.base.MiniBatchClassifier):
         self._tables = [_TreeTables(m) for m in self._models]
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
+        """Class probabilities of ``x`` from released numbers only: the window models' vote, or before the first
+        window the prior phase's class prior (uniform before any release)."""
         return dict(zip(self.encoder.label_values, self._proba_row(self.encoder.encode_one(x))))
 
     def _proba_row(self, row: list) -> list[float]:
@@ -410,7 +415,7 @@ class _TreeTables:
         """Same as ``model.predict_proba_encoded`` for one encoded row. Below a split on an unknown value (None)
         the record descends every branch, each weighed by one over the split's width (a number's two sides
         alike): each tree's leaf distribution averaged over every combination of the unknown categorical values,
-        with no cap (a grid of the combinations, capped at 256, predicted 1/C past it: a reviewer's finding); the
+        with no cap (a grid of the combinations capped at 256 would predict 1/C past it); the
         majority vote then counts that average's top class. Pooled trees average their leaves' rows the same way
         (the record's expected counts at each depth) before they are summed over the trees."""
         out = [0.0] * self.C

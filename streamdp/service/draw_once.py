@@ -5,7 +5,7 @@ A batch's noised counts (``release="batch"``), a window's or a tree node's
 first worker that needs them and stored with ``SET NX`` under a key of their
 own before they are merged; a worker that finds the key uses what is stored,
 so a release's noise is drawn at most once however many workers race or die
-(the SIGKILL chaos tests, tests/test_fault_injection.py).
+(the SIGKILL chaos tests, tests/service/test_faults.py).
 
 >>> import fakeredis
 >>> r = fakeredis.FakeRedis()
@@ -82,7 +82,7 @@ def drawn_once(
 
 def noise_from_bytes(data: bytes, spec: PrivateForest) -> np.ndarray:
     """A stored noised release (:func:`drawn_once`: the counts' raw little-endian bytes, or the msgpack
-    document stored before round 2's fifth session) as ``spec``'s counts; read-only where it views ``data``
+    document older versions stored) as ``spec``'s counts; read-only where it views ``data``
     (callers add it, never change it). :class:`ValueError` if it does not fit.
 
     >>> from streamdp.records.datasets import load

@@ -89,7 +89,7 @@ class ReplayRisk:
             f"{', '.join(self.denied)}: at restart it replays the append-only file as 'default' and drops every "
             "MULTI/EXEC that holds them (streamdp's commits, releases and models). Give 'default' every right and "
             "keep it off: 'user default off resetpass ~* &* +@all' (deploy/users.acl), or turn AOF off "
-            "(docs/security.md, 'Data loss on restart')"
+            "(docs/security.md, 'Losing or double-counting records')"
         )
 
 

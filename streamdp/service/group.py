@@ -203,12 +203,15 @@ class GroupLoop:
 
     @property
     def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
         return self._stop.is_set()
 
     def step(self) -> int:
+        """One read-process-acknowledge step; returns the number of entries handled."""
         raise NotImplementedError
 
     def drained(self) -> bool:
+        """Whether nothing is left to do (the ``--until-drained`` exit condition)."""
         raise NotImplementedError
 
     def _log_context(self) -> dict:
@@ -270,7 +273,7 @@ class GroupLoop:
                     if _refused(err):
                         # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
                         # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
-                        # wait for an operator or the failover rather than die (a new user's worker died here).
+                        # wait for an operator or the failover rather than die.
                         backoff = self._wait_out(err, "redis_refused", logging.ERROR, backoff, 1.0, 30.0)
                         continue
                     # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)

@@ -91,6 +91,7 @@ def job_key(job_id: str) -> str:
 
 
 def now_s() -> str:
+    """The time as Unix seconds to the millisecond, as the job hashes store it."""
     return repr(round(time.time(), 3))
 
 
@@ -159,7 +160,7 @@ class JobQueue:
         if privacy_id is not None and (privacy_id in sch.names or privacy_id == sch.label.name):
             raise JobError(f"privacy id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
         if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
-            # (a new user's job without a budget was accepted, then refused by the worker)
+            # (refused here, not accepted and then refused by the worker)
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
@@ -218,8 +219,8 @@ class JobQueue:
         return job_id
 
     def _reserve(self, result: str, job_id: str) -> None:
-        """Hold ``result`` for this job (a second job of the same name was charged, fitted, then refused at
-        publishing: a reviewer's finding); a name held by a job that has ended (its result, if any, deleted since:
+        """Hold ``result`` for this job (else a second job of the same name would be charged, fitted, then
+        refused at publishing); a name held by a job that has ended (its result, if any, deleted since:
         the caller checked) is taken over."""
         take_over = self.r.register_script(_TAKE_OVER)
         for _ in range(8):  # each round loses only to a submitter that took the name meanwhile
@@ -247,7 +248,7 @@ class JobQueue:
         records its ledger source.
 
         A path that does not exist yet is refused: unbound, a file written after the submit (other people)
-        would be read and charged to the source the job names (a red team's finding)."""
+        would be read and charged to the source the job names."""
         if not os.path.isfile(dataset):
             raise JobError(
                 f"dataset file {dataset!r} does not exist: a job is bound to its file's content when "
@@ -278,8 +279,11 @@ class JobQueue:
         return digest
 
     def status(self, job_id: str) -> dict:
-        """The job's hash as a dict (params decoded, numbers as numbers); :class:`LookupError` if unknown."""
+        """The job's hash as a dict (params decoded, numbers as numbers), named by the job's id or by its result's
+        name (``--name``; a job id is looked up first); :class:`LookupError` if unknown."""
         raw = self.r.hgetall(job_key(job_id))
+        if not raw and (held := self._job_of(job_id)) != job_id:
+            raw = self.r.hgetall(job_key(held))
         if not raw:
             raise LookupError(f"no job {job_id!r} (streamdp job list shows the jobs)")
         d: dict[str, Any] = {as_str(k): as_str(v) for k, v in raw.items()}
@@ -379,7 +383,7 @@ def keeps_nothing(r: Any, name: str) -> bool:
 
 
 def _check_named_dataset(dataset: str, schema: Schema) -> None:
-    """A bundled dataset read under a schema of other columns failed after the charge (a red team's finding):
+    """Refuse a bundled dataset under a schema of other columns, which would fail after the charge:
     its attributes and label must be the schema's, by name and in order (the declared values may differ)."""
     own = load_schema(dataset)
     if own.names != schema.names or own.label.name != schema.label.name:

@@ -93,7 +93,7 @@ class Keys:
         return f"{self.prefix}:priv:wdelta{self._noise}:{int(window)}"
 
     def node(self, node_key: str) -> str:
-        """A tree node's noised sum (``epoch:level:index``), stored (SET NX) before it is used."""
+        """A tree node's noised sum (its ``Node.key``, ``u:level:index``), stored (SET NX) before it is used."""
         return f"{self.prefix}:priv:node{self._noise}:{node_key}"
 
     def __repr__(self) -> str:

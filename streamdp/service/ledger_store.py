@@ -12,7 +12,7 @@ The ledger is history: deleting a model never deletes its ledger (privacy
 loss is permanent).
 
 The example needs a running Redis, so the doctest run skips it;
-``tests/test_ledger.py`` makes the same calls against a real server.
+``tests/privacy/test_ledger.py`` makes the same calls against a real server.
 
 >>> led = RedisLedger("redis://localhost:6379/0")  # doctest: +SKIP
 >>> led.set_budget("adult", 1.0)  # doctest: +SKIP

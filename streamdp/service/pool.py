@@ -34,10 +34,10 @@ def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level:
 
 def _stop_with_parent(worker: Worker, parent: Any) -> None:
     """Stop ``worker`` gracefully (after its step in hand) once the pool process that started it is gone: a pool
-    killed with SIGKILL left its workers running, orphaned, until each was killed by hand (a new user's finding).
+    killed with SIGKILL must not leave its workers running, orphaned.
     Waits on the parent's sentinel, which ``multiprocessing`` opened when the pool started this process, so a
-    pool that died while this one was still starting is seen too (a reviewer's finding: a parent pid read at
-    start was then already the adopter's)."""
+    pool that died while this one was still starting is seen too (a parent pid read at start would then
+    already be the adopter's)."""
     mp_connection.wait([parent.sentinel])
     if not worker.stopping:
         jlog(
@@ -82,11 +82,13 @@ class WorkerPool:
         ]
 
     def start(self) -> WorkerPool:
+        """Start every worker process; returns the pool."""
         for p in self.procs:
             p.start()
         return self
 
     def alive(self) -> bool:
+        """Whether any worker process is still running."""
         return any(p.is_alive() for p in self.procs)
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -10,7 +10,7 @@ labels)``. The key (:func:`producer_id_key`: ``$STREAMDP_PRODUCER_KEY_FILE``, el
 ``~/.config/streamdp/producer.key``, 32 random bytes made on first use, mode 0600)
 stays with the producer: without it, anyone allowed to push and read the published
 model could push a guessed record and see from the release count whether it was
-merged before (a red team's membership test, under ``release="batch"``). Pushes
+merged before (a membership test, under ``release="batch"``). Pushes
 share a deduplication only when they share the key (one user, or a key file given
 to every producer of the same data). The stream workers merge a
 batch id once for the model's lifetime (``priv:merged`` keeps every merged
@@ -23,7 +23,7 @@ rows, the same DataFrame on another day) need their own ``source`` label
 
 The example needs a running Redis holding model ``votes`` (see
 :func:`streamdp.service.registry.create_model`), so the doctest run skips it;
-``tests/test_service_redis.py`` exercises the producer against a real server.
+``tests/service/test_producer.py`` exercises the producer against a real server.
 
 >>> from streamdp.records.datasets import load
 >>> votes = load("congressional-voting")
@@ -394,6 +394,7 @@ class Producer:
         return self._send([payload])[0]
 
     def close(self) -> None:
+        """Close the Redis client if this producer made it (not one passed in)."""
         if self._owns_client:
             self.redis.close()
 

@@ -32,15 +32,19 @@ from streamdp.forest.model import PrivateForest
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
-from streamdp.release.continual import DEFAULT_LEVELS, MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
+from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys, as_str
 from streamdp.service.ledger_store import charge_model
 from streamdp.service.published import published_fields
+from streamdp.service.rollback import key_fingerprint, load_noise_key
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.service.units import Unit, unit_of
 from streamdp.validation import check_epsilon
+
+#: Counts-sized arrays a ``tree`` model's state holds: about ``2 * log2(T)`` after T windows (50 at 2**24).
+TREE_STATE_COPIES = 50
 
 __all__ = [
     "create_model",
@@ -133,6 +137,7 @@ def create_model(
     privacy_id: str | None = None,
     max_records_per_id: int | None = None,
     max_ids: int | None = None,
+    noise_key_file: str | None = None,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -150,7 +155,7 @@ def create_model(
     model's creation time), ``"grow"`` (the same windows on trees that start from
     their roots and deepen as the released counts allow, never past ``height``:
     height is a ceiling, :mod:`streamdp.forest.growth`), ``"tree"`` (the same windows through the binary tree
-    mechanism, ``levels`` levels, refused with another policy) or ``"batch"`` (each pushed batch noised once,
+    mechanism with no horizon, :mod:`streamdp.release.tree`; ``levels``, the fixed-horizon tree's, is refused) or ``"batch"`` (each pushed batch noised once,
     Jagannathan et al.; ``release_every`` is then refused: each batch is a release). ``None`` (default): ``"grow"`` where
     :func:`streamdp.forest.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
@@ -166,6 +171,9 @@ def create_model(
     ``max_ids`` bounds the persons kept (:mod:`.units`: the proof sketch, what happens at the bound). Without it
     the unit is a record. Refused with ``release="batch"`` and the k-anonymity mechanism.
 
+    ``noise_key_file`` (default ``$STREAMDP_NOISE_KEY_FILE``): the workers' noise key; its fingerprint is stored
+    (:func:`~streamdp.service.rollback.key_fingerprint`), and a worker with another key, or none, refuses to draw.
+
     Raises :class:`ModelExists` unless ``exist_ok`` (then the stored model is returned), and
     :class:`~streamdp.service.durability.ReplayUnsafe` on a server that would drop the model when it restarts.
     """
@@ -177,16 +185,15 @@ def create_model(
             "release_every (CLI --release-every) is the schedule of release='window', 'grow' or "
             "'tree': with release='batch' each pushed batch is its own release"
         )
-    if levels is not None and release != "tree":
+    if levels is not None:
         raise ValueError(
-            "levels (CLI --levels) belongs to release='tree', the binary tree mechanism; this model's "
-            "release is " + ("the default (window or grow)" if release is None else repr(release))
+            "levels belonged to the fixed-horizon binary tree of earlier versions; release='tree' now counts "
+            "with no horizon and has no levels"
         )
     release_every = 1.0 if release_every is None else release_every
-    levels = DEFAULT_LEVELS if levels is None else levels
 
     def policy_of(kind: str) -> ReleasePolicy:
-        pol = ReleasePolicy(kind, release_every, levels, estimator)
+        pol = ReleasePolicy(kind, release_every, None, estimator)
         pol.check_mechanism(mechanism)
         if kind != "batch" and pol.release_every < MIN_RELEASE_EVERY:
             raise ValueError(
@@ -217,7 +224,7 @@ def create_model(
         check_epsilon(ledger_budget, "ledger_budget")
     limit = server_value_limit(r)
     valid_trees = isinstance(n_trees, int) and n_trees >= 1  # else PrivateForest.create says what is wrong
-    copies = 2 * levels if release == "tree" else 1  # (tree: its state holds 2 x levels counts-sized arrays)
+    copies = TREE_STATE_COPIES if release == "tree" else 1  # (tree: its state's counts-sized arrays)
     cells = (
         blob_max_cells(schema, n_trees, limit, grows=release == "grow", count_copies=copies)
         if valid_trees
@@ -267,6 +274,7 @@ def create_model(
             f"up to {grown_bytes:,} bytes once the data fill every level; use release='window', "
             "fewer trees or a lower height"
         )
+    noise_key = key_fingerprint(load_noise_key(noise_key_file))  # checked by every worker before it draws
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
     summary = _summary(forest, name, policy, start, spec)
@@ -300,6 +308,7 @@ def create_model(
             "release_start": repr(start),
             "noise_layout": "blocks",
             "unit": json.dumps(unit.to_dict()) if unit else "",
+            "noise_key": noise_key,
         },
     )
     p.hset(

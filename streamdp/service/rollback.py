@@ -40,35 +40,95 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import hmac
+import logging
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
 
 from streamdp.privacy.secure_random import LAYOUTS, SecureRandom
+from streamdp.service.group import jlog
 
-__all__ = ["NoiseSource", "RollbackGuard", "RollbackDetected", "load_noise_key", "ENV_KEY", "ENV_STATE"]
+__all__ = [
+    "NoiseSource",
+    "RollbackGuard",
+    "RollbackDetected",
+    "GuardDamaged",
+    "NoiseKeyMismatch",
+    "load_noise_key",
+    "key_fingerprint",
+    "ENV_KEY",
+    "ENV_STATE",
+    "NO_KEY",
+]
 
 ENV_KEY = "STREAMDP_NOISE_KEY_FILE"
 ENV_STATE = "STREAMDP_STATE_DIR"
+
+
+#: The fingerprint stored for a model created without a noise key.
+NO_KEY = "none"
+_FINGERPRINT_LABEL = b"streamdp noise key fingerprint v1"
+
+log = logging.getLogger("streamdp.worker")
 
 
 class RollbackDetected(RuntimeError):
     """The model's published version is older than one this host already published: Redis was rolled back."""
 
 
+class GuardDamaged(RollbackDetected):
+    """The rollback guard's file holds no version number: the guard cannot tell, so the worker refuses to publish."""
+
+
+class NoiseKeyMismatch(RuntimeError):
+    """This host's noise key (or its lack of one) is not the one the model was created with: a release it drew
+    would differ from the same release drawn on another host, so a rollback would publish it twice."""
+
+
 def load_noise_key(path: str | os.PathLike | None = None) -> bytes | None:
     """The master noise key (>= 32 random bytes) from ``path`` or ``$STREAMDP_NOISE_KEY_FILE``; None if unset.
 
     Make one with ``head -c 32 /dev/urandom > noise.key && chmod 600 noise.key``.
+
+    Raises ValueError: the variable set but empty (it never means "no key"), a file shorter than 32 bytes,
+    or one whose bytes are all the same (all zeros: a file truncated or made by mistake), or a file that
+    other users can read or write (group or world permission bits: whoever reads the key can strip the noise).
     """
-    path = path or os.environ.get(ENV_KEY) or None
-    if path is None:
+    if path is None and ENV_KEY in os.environ:
+        path = os.environ[ENV_KEY]
+        if not path.strip():
+            raise ValueError(f"${ENV_KEY} is set but empty: unset it to run without a noise key, or name the key file")
+    if path is None or path == "":
         return None
+    st = os.stat(path)
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise ValueError(
+            f"noise key file {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users could read the key, which "
+            f"strips the noise from every release; chmod 600 {path}"
+        )
     key = Path(path).read_bytes()
     if len(key) < 32:
         raise ValueError(f"noise key file {path} holds {len(key)} bytes; it needs at least 32 random bytes")
+    if key.count(key[:1]) == len(key):
+        raise ValueError(
+            f"noise key file {path} holds one byte value repeated: it needs 32 random bytes (head -c 32 /dev/urandom)"
+        )
     return key
+
+
+def key_fingerprint(key: bytes | None) -> str:
+    """What ``model create`` stores of the noise key: HMAC-SHA256 of a fixed label under the key (hex), or
+    :data:`NO_KEY`. It tells keys apart and says nothing about the key itself (HMAC is a PRF).
+
+    >>> key_fingerprint(None), len(key_fingerprint(bytes(range(32))))
+    ('none', 64)
+    """
+    if key is None:
+        return NO_KEY
+    return hmac.new(bytes(key), _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()
 
 
 class NoiseSource:
@@ -91,6 +151,34 @@ class NoiseSource:
     def keyed(self) -> bool:
         return self.key is not None
 
+    @property
+    def fingerprint(self) -> str:
+        """:func:`key_fingerprint` of this source's key."""
+        return key_fingerprint(self.key)
+
+    def check(self, stored: bytes | str | None, model: str) -> None:
+        """Raise :class:`NoiseKeyMismatch` (logged as ``worker.noise_key_mismatch``) unless ``stored``, the
+        fingerprint the model was created with (its state's ``noise_key``), is this source's. A model created
+        before the field existed holds none and is not checked."""
+        if not stored:
+            return
+        stored = stored.decode() if isinstance(stored, bytes) else stored
+        mine = self.fingerprint
+        if hmac.compare_digest(stored, mine):
+            return
+
+        def said(fp: str) -> str:
+            return "no noise key" if fp == NO_KEY else f"the noise key with fingerprint {fp[:16]}"
+
+        msg = (
+            f"model {model!r} was created with {said(stored)}, this worker has {said(mine)} "
+            f"(${ENV_KEY}): its noise would differ from the other hosts', and a release drawn again after a Redis "
+            "rollback would be a second look at the same records; refusing to draw noise. Give every worker host "
+            "the key file the model was created with (docs/security.md, 'Noise keys that differ between hosts')."
+        )
+        jlog(log, logging.ERROR, "worker.noise_key_mismatch", model=model, stored=stored[:16], this_host=mine[:16])
+        raise NoiseKeyMismatch(msg)
+
     def rng(self, kind: str, release_id: str, *exact: bytes | np.ndarray) -> SecureRandom:
         """The generator of release ``kind``/``release_id`` over ``exact`` (its secret exact input)."""
         if self.key is None:
@@ -112,10 +200,26 @@ class RollbackGuard:
 
     @property
     def highest(self) -> int:
-        if self.path is None or not self.path.exists():
+        """The highest version recorded on this host; -1 when the file does not exist (nothing recorded yet).
+
+        Raises :class:`GuardDamaged` when the file holds anything but a version number (empty, "1O", ...):
+        a damaged guard is an error, never a disabled guard. :meth:`record` replaces the file atomically, so
+        neither a crash nor a concurrent reader ever sees it empty.
+        """
+        if self.path is None:
             return -1
-        text = self.path.read_text().strip()
-        return int(text) if text else -1
+        try:
+            text = self.path.read_bytes()
+        except FileNotFoundError:
+            return -1
+        digits = text.strip()
+        if not digits.isdigit() or not digits.isascii() or len(digits) > 19:
+            raise GuardDamaged(
+                f"rollback guard file {self.path} is damaged (it holds {len(text)} bytes that are not a version "
+                "number): refusing to publish. Write the model's highest published version into it (streamdp model "
+                "show NAME, on a host that did not see a rollback), or delete it if no rollback is possible."
+            )
+        return int(digits)
 
     def check(self, version: int) -> None:
         """Raise :class:`RollbackDetected` if ``version`` is below the highest one recorded."""
@@ -127,17 +231,27 @@ class RollbackGuard:
             )
 
     def record(self, version: int) -> None:
-        """Raise the recorded version to ``version`` (under a file lock; fsynced before returning)."""
+        """Raise the recorded version to ``version`` (under a lock file; written to a temporary file, fsynced and
+        renamed over the guard file, so the file always holds a whole version number)."""
         if self.path is None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            cur = os.read(fd, 64).strip()
-            if not cur or int(cur) < version:
-                os.lseek(fd, 0, os.SEEK_SET)
-                os.ftruncate(fd, 0)
-                os.write(fd, str(int(version)).encode())
-                os.fsync(fd)
+            if self.highest >= version:  # (raises GuardDamaged on a damaged file)
+                return
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(out, str(int(version)).encode())
+                os.fsync(out)
+            finally:
+                os.close(out)
+            os.replace(tmp, self.path)
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename itself survives a power loss
+            finally:
+                os.close(dir_fd)
         finally:
             os.close(fd)  # closing releases the lock

@@ -45,7 +45,7 @@ def blob_max_cells(
     has at most 2L - 1 nodes, and every row of these arrays (the ``n_trees`` trees and the
     ``prior_trees`` stumps, each padded to the widest tree) takes as much, so per leaf and row the
     largest value takes ``max(2 * 20, 8 * classes * count_copies)`` bytes (``8 * classes + 2 * (20 +
-    8)`` grown; ``count_copies``: counts-sized arrays in one value, ``2 * levels`` for ``release="tree"``,
+    8)`` grown; ``count_copies``: counts-sized arrays in one value, ``TREE_STATE_COPIES`` for ``release="tree"``,
     whose state holds its open sums, its estimates and its carry), plus the schema (bounded here by its
     JSON size and 64 KiB of slack). The structure drawer refuses,
     level by level, a tree with more leaves than ``max_cells / (n_trees * classes)`` before building

@@ -77,6 +77,8 @@ EXACT_WARNING = (
 
 
 def collect(r: Any, model: str) -> dict[str, float]:
+    """Every counter and gauge of ``model`` by name, exact ones included (:func:`exact_names` says which:
+    callers that publish them must hide those without ``--exact``). ``r``: a Redis client or URL."""
     r = connect(r)
     keys = Keys(model)
     raw = {as_str(k): as_str(v) for k, v in r.hgetall(keys.stats).items()}
@@ -112,7 +114,8 @@ def _stream_id(x: Any) -> tuple[int, int]:
 
 
 def _stream_tampering(r: Any, keys: Keys, group: dict) -> dict[str, float]:
-    """Gauges for what the producer ACL cannot forbid (``XADD`` arguments; see docs/security.md, item 7).
+    """Gauges for what the producer ACL cannot forbid (``XADD`` arguments; docs/security.md, "What remains a
+    trust boundary").
 
     * ``deleted_undelivered``: 1 if an entry no worker was given was deleted (``XADD ... MAXLEN 0``
       or ``MINID`` by a producer): fewer entries follow the group's last delivered id than were added

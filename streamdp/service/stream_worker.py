@@ -172,6 +172,7 @@ class Worker(GroupLoop):
                 f"model {model!r} protects persons (privacy id {unit.privacy_id!r}): its workers hash the ids with a "
                 f"key derived from the master noise key; set {ENV_KEY} (the same file on every worker)"
             )
+        self.noise.check(self.redis.hget(self.keys.state, "noise_key"), model)  # the key the model was created with
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
         # a retained version: the counts, or a grown release's whole blob (at most its bound)

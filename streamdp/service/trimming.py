@@ -94,8 +94,8 @@ class StreamTrimmer:
 
     def _trim_future(self, last: str, pending_min: str | None) -> int:
         """Delete merged entries whose ids a producer set ahead of the clock (where retention is bounded in
-        time): MINID trimming goes by id, so they outlived the policy by as long as the producer chose (a red
-        team's finding). Only entries delivered (at most ``last``) and acked (below ``pending_min``) go."""
+        time): MINID trimming goes by id, so they would outlive the policy by as long as the producer chose.
+        Only entries delivered (at most ``last``) and acked (below ``pending_min``) go."""
         sec, usec = self.redis.time()
         start = f"{int(sec) * 1000 + int(usec) // 1000 + self.FUTURE_ID_SLACK_MS}-0"
         last_id, low = parse_id(last), parse_id(pending_min) if pending_min else None

@@ -215,14 +215,15 @@ class WindowCloser:
         # (``tree`` publishes its state's estimate and needs no counts.)
         window = self.policy.kind == "window"
         cached = self._last if self._last is not None else (-1, None)
-        p.hmget(self.keys.state, "version", "releases", "open")
+        p.hmget(self.keys.state, "version", "releases", "open", "noise_key")
         p.hgetall(self.keys.acc(w))
         p.get(self.keys.tree)
-        (version, rel, open_), acc_raw, tree_b = p.execute()
+        (version, rel, open_, noise_key), acc_raw, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
+        self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw)
         if window and cached[0] == version:

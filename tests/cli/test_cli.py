@@ -145,7 +145,7 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monk
     import streamdp.river.evaluate
 
     ran = []
-    monkeypatch.setattr(streamdp.evaluate, "evaluate", lambda dataset, *a, **k: ran.append(dataset))
+    monkeypatch.setattr(streamdp.river.evaluate, "evaluate", lambda dataset, *a, **k: ran.append(dataset))
     assert main(["evaluate", "uci:congressional-voting", bad]) == 2
     assert why in capsys.readouterr().err and ran == []  # nothing ran, not even the good name first
 
@@ -162,7 +162,7 @@ def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, m
     import streamdp.river.evaluate
 
     ran = []
-    monkeypatch.setattr(streamdp.evaluate, "load_stream", lambda *a, **k: ran.append(a) or (None, [], []))
+    monkeypatch.setattr(streamdp.river.evaluate, "load_stream", lambda *a, **k: ran.append(a) or (None, [], []))
     assert main(["evaluate", "agrawal:0", "--n", "100", opt]) == 2
     assert why in capsys.readouterr().err and ran == []
 
@@ -217,3 +217,15 @@ def test_a_commands_warnings_are_one_line_and_its_own(capsys):
     assert common.run(argparse.Namespace(func=warn)) == 0
     assert "streamdp: warning: UserWarning: a library warning" in capsys.readouterr().err
     assert warnings.showwarning is before  # (the command's display ends with it; a caller's is its own again)
+
+
+def test_model_create_with_a_deeply_nested_schema_is_one_error_line(tmp_path, capsys):
+    """100,000 nested brackets: a one-line error and exit status 2, no RecursionError traceback (before any
+    connection: the server address below is never reached)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000)
+    code = main(
+        ["model", "create", "x", "--schema", str(path), "--epsilon", "1", "--redis-url", "redis://127.0.0.1:1/0"]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "nested too deeply" in err and "Traceback" not in err and "RecursionError" not in err

@@ -47,6 +47,8 @@ def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, qu
     jid = out.strip()
     rc, out = _cli(redis_url, "job", "status", jid, "--queue", q, "--json")
     assert json.loads(out)["status"] == "queued"
+    rc, out = _cli(redis_url, "job", "status", f"{model}-cli", "--queue", q, "--json")  # by the result's name
+    assert rc == 0 and json.loads(out)["id"] == jid and json.loads(out)["status"] == "queued"
     # the worker entry point, as a real process
     env = {**os.environ, "REDIS_URL": redis_url, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(
@@ -59,6 +61,7 @@ def test_cli_submit_status_list_result_and_worker_script(r, redis_url, model, qu
     assert p.returncode == 0, p.stderr
     rc, out = _cli(redis_url, "job", "status", jid, "--queue", q)
     assert rc == 0 and "status        done" in out
+    assert _cli(redis_url, "job", "status", f"{model}-cli", "--queue", q) == (rc, out)
     rc, out = _cli(redis_url, "job", "list", "--queue", q)
     assert jid in out and "done" in out
     rc, out = _cli(redis_url, "job", "result", jid, "--queue", q, "-o", str(tmp_path / "m.bin"))

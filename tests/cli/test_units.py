@@ -27,6 +27,7 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
 ):
     key = tmp_path / "noise.key"
     key.write_bytes(bytes(range(64)))
+    key.chmod(0o600)
     monkeypatch.setenv("STREAMDP_NOISE_KEY_FILE", str(key))
     u = ["--redis-url", redis_url]
     plain = unique_name + "p"

@@ -750,3 +750,19 @@ def test_estimated_records_weighs_each_tree_by_its_noise():
     assert abs(f.estimated_records() - len(ds.y)) < 150
     empty = PrivateForest.create(ds.schema, n_trees=10, height=8, epsilon=1.0, seed=3)
     assert empty.estimated_records() == 0.0  # nothing released: no noise, no records
+
+
+def test_predict_before_any_release_raises_not_fitted():
+    """A forest with no release (created, not fitted) has zero counts: predicting the first class for every
+    record silently was wrong; it raises scikit-learn's NotFittedError contract instead."""
+    from streamdp.records.datasets import load
+    from streamdp.validation import NotFittedError
+
+    ds = load("congressional-voting")
+    f = PrivateForest.create(ds.schema, n_trees=3, epsilon=1.0)
+    for call in (f.predict, f.predict_proba):
+        with pytest.raises(NotFittedError, match="released no counts") as e:
+            call(ds.X[:3])
+        assert isinstance(e.value, ValueError) and isinstance(e.value, AttributeError)
+    f.fit(ds.X, ds.y)
+    assert len(f.predict(ds.X[:3])) == 3

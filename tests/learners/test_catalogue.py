@@ -122,3 +122,16 @@ def test_out_of_bounds_job_is_refused_before_the_ledger_is_charged(algo, params,
     with pytest.raises(JobError, match=word.replace("[", r"\[").replace("]", r"\]")):
         run_job(JobSpec(algo, 1.0, params), VOTES.schema, load, led, "votes", "job-big")
     assert led.spends("votes") == [] and led.spent("votes") == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("name", sorted(learners()))
+def test_every_learner_refuses_to_predict_before_fit(name):
+    """Not a silent class 0: scikit-learn's NotFittedError contract (a ValueError and an AttributeError)."""
+    from streamdp.validation import NotFittedError
+
+    ds = load("congressional-voting")
+    model = learners()[name].cls()(ds.schema)
+    for call in (lambda: model.predict(ds.X[:3]), lambda: model.predict_proba(ds.X[:3]), model.to_bytes):
+        with pytest.raises(NotFittedError, match="not fitted") as e:
+            call()
+        assert isinstance(e.value, ValueError) and isinstance(e.value, AttributeError)

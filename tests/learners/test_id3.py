@@ -16,6 +16,7 @@ from streamdp.learners.private_data import PrivateDataset
 from streamdp.privacy.ledger import BudgetExceeded, InMemoryLedger
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.datasets import load
+from streamdp.validation import NotFittedError
 
 VOTES = load("congressional-voting")
 LEARNERS = [
@@ -226,7 +227,7 @@ def test_bad_parameters_are_named():
         DiffPID3(VOTES.schema, scorer="entropy").fit(VOTES.X, VOTES.y)
     with pytest.raises(ValueError, match="n_bound"):
         DiffPID3(VOTES.schema, scorer="max", n_bound=0).fit(VOTES.X, VOTES.y)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         SuLQID3(VOTES.schema).predict(VOTES.X)
 
 

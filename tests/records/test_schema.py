@@ -547,3 +547,20 @@ def test_raise_names_the_first_bad_record_not_the_first_bad_column():
         s.encode(ds.X[:3], ["democrat", "nobody", "x"])
     enc = s.encode(rows, on_invalid="drop")
     assert [r for r, _ in enc.dropped] == [0, 1] and len(enc.X) == 1
+
+
+@pytest.mark.parametrize("text", ["[1]", '"a schema"', "[]", "  \n[1, 2]", ""])
+def test_json_text_that_is_no_schema_is_a_schema_error_not_a_missing_file(text):
+    """Any JSON text is read as text (a file name never starts with a bracket or a quote): a schema error."""
+    with pytest.raises(SchemaError):
+        Schema.from_json(text)
+
+
+def test_a_deeply_nested_schema_file_is_a_schema_error(tmp_path):
+    """100,000 nested brackets end in a SchemaError naming the file, not a RecursionError traceback."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(SchemaError, match="deep.json: nested too deeply"):
+        Schema.from_json(path)
+    with pytest.raises(SchemaError, match="nested too deeply"):
+        Schema.from_json('{"attributes": ' + "[" * 100_000)

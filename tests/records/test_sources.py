@@ -239,9 +239,9 @@ def _mixed_csv(n, header=True):
     return ("n,b,s,x,y\n" if header else "") + "".join(rows), rows
 
 
-def test_fields_past_the_header_are_ignored_so_trailing_commas_read():
-    """A review of this round: refusing every row wider than the header refused files with trailing commas,
-    which read correctly before (pandas' C reader can only refuse all such rows or drop their extra fields)."""
+def test_one_trailing_comma_per_row_reads():
+    """Files exported with a trailing comma on every data row read as without (refusing them refused files that
+    read correctly before)."""
     text, rows = _mixed_csv(10)
     trailing = "".join(ln.rstrip("\n") + ",\n" for ln in text.splitlines(keepends=True)[1:])
     with_commas = text.splitlines(keepends=True)[0] + trailing
@@ -249,6 +249,22 @@ def test_fields_past_the_header_are_ignored_so_trailing_commas_read():
         (c,) = read_csv_chunks(io.StringIO(t), MIXED)
         (d,) = read_csv_chunks(io.StringIO(text), MIXED)
         assert np.array_equal(c.X, d.X) and np.array_equal(c.y, d.y)
+
+
+@pytest.mark.parametrize("header", [True, False])
+@pytest.mark.parametrize("extra", [",,", ",5", ",x", "," * 5_000_000], ids=["two-commas", "value", "text", "5M-commas"])
+def test_a_row_wider_than_the_header_is_an_error_naming_its_line(header, extra):
+    """One trailing comma is a common export artefact; more fields, or a value past the last column, are no
+    record of the schema (a row of 5,000,000 trailing commas was pushed as a valid record)."""
+    text, rows = _mixed_csv(10, header=header)
+    lines = text.splitlines(keepends=True)
+    at = 6
+    lines[at] = lines[at].rstrip("\n") + extra + "\n"
+    kw = {} if header else {"header": False, "label": -1}
+    for chunk_rows in (1, 4, 100):
+        with pytest.raises(SourceError, match=f"line {at + 1}: ") as e:
+            list(read_csv_chunks(io.StringIO("".join(lines)), MIXED, chunk_rows=chunk_rows, **kw))
+        assert len(str(e.value)) < 300
 
 
 def test_csv_value_errors_name_the_file_line():

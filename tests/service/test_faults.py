@@ -406,7 +406,6 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         seed=7,
         release=release,
         release_every=every,
-        levels=12 if release == "tree" else None,
     )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)

@@ -64,7 +64,7 @@ def test_a_dataset_job_per_person_from_the_cli(r, redis_url, queue, tmp_path, mo
         jid = out.strip()
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
         st = real(r, q).status(jid)
-        assert st["status"] == "done", st
+        assert st["status"] == "done", (st.get("reason"), st.get("error"))
         assert st["privacy_id"] == "user" and st["max_records_per_id"] == 2
         people = -(-len(VOTES.y) // 5)
         assert seen == [(2 * people, 2)]  # 435 = 87 people of 5: two records each

@@ -36,16 +36,17 @@ def r():
 def key_file(tmp_path):
     f = tmp_path / "noise.key"
     f.write_bytes(bytes(range(64)))
+    f.chmod(0o600)
     return str(f)
 
 
-def _model(r, k=2, epsilon=math.inf, **kw):
+def _model(r, k=2, epsilon=math.inf, key_file=None, **kw):
     kw.setdefault("n_trees", 3)
     kw.setdefault("height", 3)
     kw.setdefault("seed", 1)
     return create_model(
         r, "m", DS.schema, epsilon=epsilon, release="window", release_every=EVERY, privacy_id="user",
-        max_records_per_id=k, **kw,
+        max_records_per_id=k, noise_key_file=key_file, **kw,
     )  # fmt: skip
 
 
@@ -89,7 +90,7 @@ def _first_k(ids, k):
 
 
 def test_contributions_beyond_k_never_reach_a_count_over_windows_and_retries(r, key_file):
-    spec = _model(r, k=2)
+    spec = _model(r, k=2, key_file=key_file)
     w = _worker(r, key_file)
     p = Producer(r, "m")
     rng = np.random.default_rng(0)
@@ -120,7 +121,7 @@ def test_contributions_beyond_k_never_reach_a_count_over_windows_and_retries(r, 
 def test_a_person_counted_by_two_workers_racing_is_counted_once(r, key_file):
     """Worker B merges a batch of the same people while worker A is between reading the ids' counts and its
     add: A's add finds the counts moved, writes nothing, and chooses again; no id passes K."""
-    spec = _model(r, k=3)
+    spec = _model(r, k=3, key_file=key_file)
     a, b = _worker(r, key_file), _worker(r, key_file)
     p = Producer(r, "m")
     ids = ["ann", "bob"] * 10
@@ -153,7 +154,7 @@ def test_a_worker_killed_after_its_add_is_not_counted_twice(r, key_file):
         if point == "in_commit":
             raise Died(point)
 
-    spec = _model(r, k=5)
+    spec = _model(r, k=5, key_file=key_file)
     a = _worker(r, key_file, faults=die)
     p = Producer(r, "m")
     ids = [f"u{i % 4}" for i in range(40)]
@@ -170,7 +171,7 @@ def test_a_worker_killed_after_its_add_is_not_counted_twice(r, key_file):
 
 
 def test_the_noise_is_per_person_and_the_ledger_charged_per_person(r, key_file):
-    spec = _model(r, k=4, epsilon=2.0, n_trees=10, height=5)
+    spec = _model(r, k=4, epsilon=2.0, n_trees=10, height=5, key_file=key_file)
     assert spec.epsilon == 0.5  # the noise per record: epsilon / K
     assert RedisLedger(r).spent("m")[0] == 2.0
     info = show_model(r, "m")
@@ -194,7 +195,7 @@ def test_the_noise_is_per_person_and_the_ledger_charged_per_person(r, key_file):
 
 
 def test_hostile_ids_and_batches_without_ids(r, key_file):
-    spec = _model(r, k=1)
+    spec = _model(r, k=1, key_file=key_file)
     w = _worker(r, key_file)
     p = Producer(r, "m", on_invalid="dead-letter")
     ids = [b"\xff\xfe", b"\xff\xfe", "x" * 5000, "ok", "", "\u00e9t\u00e9"]
@@ -235,6 +236,6 @@ def test_the_unit_is_declared_and_checked_at_create(r, key_file):
         create_model(r, "n", DS.schema, privacy_id="user")
     create_model(r, "plain", DS.schema, n_trees=2, height=2, epsilon=1.0)
     assert "unit" not in show_model(r, "plain")
-    _model(r)
+    _model(r, key_file=key_file)
     with pytest.raises(RuntimeError, match="STREAMDP_NOISE_KEY_FILE"):
         Worker(r, "m", block_ms=1, noise_key_file=None)

@@ -1,0 +1,73 @@
+"""The noise variance of a stream model's published counts: public (epsilon, mechanism, policy, releases only).
+
+What the estimators (:mod:`streamdp.estimation`) and ``model show`` read; no data enters it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from streamdp.estimation import cell_variance
+from streamdp.release.octaves import UNITS, tree_variance_factor
+from streamdp.release.policy import ReleasePolicy
+
+__all__ = ["published_variance", "fixed_horizon_variance", "class_total_sd"]
+
+
+def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
+    """Variance of one published cell after ``t`` releases (windows; batches for ``batch``).
+
+    ``variance`` is :func:`streamdp.estimation.cell_variance` at ``policy.node_epsilon(...)`` (one draw).
+    ``tree``: one draw's variance over ``UNITS**2`` is a node's of every unit (the plain window's), scaled by
+    :func:`streamdp.release.tree.tree_variance_factor`. Rounding of the estimate to integers (geometric)
+    adds at most 1/12 and is not included. A decayed ``window`` (``half_life``) is below ``t * variance``:
+    :func:`streamdp.release.decay.decayed_variance` gives it from the released values.
+    """
+    if policy.kind != "tree":
+        return t * variance
+    if policy.fixed_horizon:
+        return fixed_horizon_variance(policy.levels or 1, policy.estimator, t, variance)
+    return tree_variance_factor(t) * variance / UNITS**2
+
+
+def fixed_horizon_variance(levels: int, estimator: str, t: int, variance: float) -> float:
+    """``Var S(t)`` of the fixed-horizon binary tree of earlier versions (``levels`` levels, each node at
+    ``epsilon / levels``: ``variance`` is one node's; epochs of ``2**levels - 1`` windows, each finished
+    epoch's estimated total carried). For stored models and for comparison."""
+    tmax = 2**levels - 1
+    epoch, u = divmod(t - 1, tmax)
+    u += 1
+
+    def one(u: int) -> float:
+        if estimator == "decomposition":
+            return bin(u).count("1") * variance
+        return sum(2**lv / (2 ** (lv + 1) - 1) for lv in range(levels) if u >> lv & 1) * variance
+
+    return epoch * one(tmax) + one(u)
+
+
+def class_total_sd(
+    policy: ReleasePolicy, releases: int, epsilon: float, mechanism: str, budget: str, n_trees: int, prior_trees: int
+) -> float | None:
+    """Standard deviation of the noise on a stream model's estimate of one class's record count, from its
+    prior stumps (public: the model's parameters and its release count; None for k-anonymity or without a stump).
+
+    What the vote's prior rests on (:func:`streamdp.estimation.forest_prior`; the random trees' roots add
+    little, each about its number of leaves times noisier, so this is an upper bound). The model can tell
+    its majority class only once that class leads the next by several times ``sqrt(2)`` times this (at 3x
+    it names the wrong one in about 0.1% of models); below, no estimate can keep the majority
+    class's accuracy, the floor of issue 13 (``benchmarks/stream_floor_identifiable.py``). Under the
+    disjoint budget a stump counts ``1 / (n_trees + prior_trees)`` of the records, so its counts are scaled up
+    (sampling error not included).
+
+    >>> round(class_total_sd(ReleasePolicy("window"), 47, 1.0, "geometric", "split", 10, 1), 1)  # Votes, 47 windows
+    106.6
+    """
+    if mechanism == "kanon" or prior_trees < 1:
+        return None
+    if math.isinf(epsilon) or releases < 1:
+        return 0.0
+    trees = n_trees + prior_trees
+    per_tree = epsilon / trees if budget == "split" else epsilon
+    v = published_variance(policy, releases, cell_variance(mechanism, policy.node_epsilon(per_tree))) / prior_trees
+    return math.sqrt(v) * (trees if budget == "disjoint" else 1.0)

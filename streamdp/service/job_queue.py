@@ -40,7 +40,7 @@ from streamdp.records.sources import check_columns, check_records
 from streamdp.service.connection import connect
 from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys, as_str, check_name
 from streamdp.service.ledger_store import RedisLedger
-from streamdp.service.registry import load_spec, published_keys
+from streamdp.service.registry import load_spec, load_unit, published_keys
 from streamdp.service.retention import get_retention
 from streamdp.validation import check_integer
 
@@ -151,7 +151,10 @@ class JobQueue:
                 raise JobError("a dataset job needs a dataset (a CSV file path or a known dataset name)")
             sch = _schema_of(schema, dataset)
         spec = JobSpec(algorithm, epsilon, dict(params or {}), privacy_id, max_records_per_id)
-        check_params(spec, sch)
+        unit = load_unit(self.r, source) if source_kind == "model" and privacy_id is None else None
+        # (a model whose unit is a person: the job bounds by its ids and K, checked here as the worker will run it)
+        check_params(spec if unit is None else JobSpec(algorithm, epsilon, spec.params, unit.privacy_id,
+                                                       unit.max_records_per_id), sch)  # fmt: skip
         if privacy_id is not None and source_kind == "model":
             raise JobError(
                 "a job over a model's records uses the model's own unit of privacy; --privacy-id goes with a "

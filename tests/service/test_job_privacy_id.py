@@ -105,3 +105,39 @@ def test_privacy_id_mistakes_are_refused_before_any_charge(r, model, queue, tmp_
         assert jq.list() == [] and RedisLedger(r).spent(model) == before
     finally:
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
+
+
+def test_a_job_over_a_person_models_records_keeps_its_k_per_person(r, queue, unique_name, tmp_path, monkeypatch):
+    from streamdp.jobs import runner
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import create_model
+    from streamdp.service.retention import set_retention
+
+    q, _ = queue
+    key = tmp_path / "noise.key"
+    key.write_bytes(bytes(range(64)))
+    key.chmod(0o600)
+    create_model(
+        r, unique_name, VOTES.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=10.0, release="window",
+        privacy_id="user", max_records_per_id=2, noise_key_file=str(key),
+    )  # fmt: skip
+    set_retention(r, unique_name, records=10**6)
+    with Producer(r, unique_name, batch_size=100) as p:
+        p.push(VOTES.X[:300], VOTES.y[:300], ids=[f"p{i % 30}" for i in range(300)])
+        p.push(VOTES.X[300:310], VOTES.y[300:310])  # no ids: not read by the job
+    seen = []
+    real_pds = runner.PrivateDataset
+
+    def spy(schema, X, y, **kw):
+        seen.append((X.shape[0], kw.get("records_per_unit")))
+        return real_pds(schema, X, y, **kw)
+
+    monkeypatch.setattr(runner, "PrivateDataset", spy)
+    jq = JobQueue(r, q)
+    with pytest.raises(JobError, match=r"\(epsilon, delta\)-DP"):  # the model's unit applies to its jobs
+        jq.submit("kanon-forest", unique_name, 1.0, {"k": 5, "beta": 0.1})
+    jid = jq.submit("sulq-id3", unique_name, 1.0, {"max_depth": 2})
+    JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
+    st = jq.status(jid)
+    assert st["status"] == "done", (st.get("reason"), st.get("error"))
+    assert seen == [(60, 2)]  # 30 people, 2 records each

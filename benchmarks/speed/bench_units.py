@@ -33,7 +33,7 @@ import redis
 from streamdp.records.datasets import load
 from streamdp.service.keys import Keys
 from streamdp.service.producer import Producer
-from streamdp.service.registry import create_model, delete_model
+from streamdp.service.registry import create_model
 from streamdp.service.stream_worker import Worker
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -133,8 +133,6 @@ def main() -> None:
         out["used_memory_growth_per_id"] = (int(r.info("memory")["used_memory"]) - used0) / max(
             n - out["ids_after_stream"], 1
         )
-        for label in ("without_ids", "with_ids"):
-            delete_model(url, f"bench-{label}")
     finally:
         proc.terminate()
         proc.wait(30)

@@ -390,7 +390,7 @@ class WindowAdd(_Merge):
                 return Outcome("nothing")
             m_entries, ids_all, dead = attempt
             m = len(m_entries)
-            id_args: list[Any] = [0, 0]
+            id_args: list[Any] = [0, 0, 0]
             n_kept = sum(len(e.batch.y) for e in m_entries)
             if self.unit is not None and m:
                 id_args, n_kept = self._bound(m_entries, hashes, tallies)
@@ -463,7 +463,8 @@ class WindowAdd(_Merge):
             k = keep[at : at + len(b.y)]
             at += len(b.y)
             tallies[b.batch_id] = self._tally(b.X[k], b.y[k], b.batch_id, b)
-        args: list[Any] = [len(changed), int(n_ids)]
+        new = sum(1 for h in changed if counts.get(h, 0) == 0)
+        args: list[Any] = [len(changed), new, unit.max_ids]
         for h, c in changed.items():
             args += [h, counts.get(h, 0), c]
         return args, int(keep.sum())

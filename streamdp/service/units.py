@@ -145,21 +145,25 @@ def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit
 
 
 # Lua (spliced into the add script after its checks, before any write): the ids' counts the worker read must be
-# current, then the new counts are written. Needs KEYS[ids_slot] (the counts hash) and ARGV from position `io`:
-# n (ids changed), expected number of ids kept, then n triples (hash, expected count, new count).
+# current and the new ids must fit the bound, then the new counts are written. Needs KEYS[ids_slot] (the counts
+# hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, then n triples (hash,
+# count read, new count). A new id's count read is 0, so two workers cannot both add it; the bound is checked
+# against the ids kept at write time (another worker's new ids do not force a retry while the bound is far).
 IDS_LUA = r"""
 local n_ids = tonumber(ARGV[io])
 if n_ids > 0 then
-  if redis.call('HLEN', KEYS[ids_slot]) ~= tonumber(ARGV[io + 1]) then return {'ids-moved', 0} end
+  if redis.call('HLEN', KEYS[ids_slot]) + tonumber(ARGV[io + 1]) > tonumber(ARGV[io + 2]) then
+    return {'ids-moved', 0}
+  end
   for i = 1, n_ids do
-    local cur = tonumber(redis.call('HGET', KEYS[ids_slot], ARGV[io + 3 * i - 1]) or '0')
-    if cur ~= tonumber(ARGV[io + 3 * i]) then return {'ids-moved', 0} end
+    local cur = tonumber(redis.call('HGET', KEYS[ids_slot], ARGV[io + 3 * i]) or '0')
+    if cur ~= tonumber(ARGV[io + 3 * i + 1]) then return {'ids-moved', 0} end
   end
 end
 """
 
 IDS_WRITE_LUA = r"""
-for i = 1, n_ids do redis.call('HSET', KEYS[ids_slot], ARGV[io + 3 * i - 1], ARGV[io + 3 * i + 1]) end
+for i = 1, n_ids do redis.call('HSET', KEYS[ids_slot], ARGV[io + 3 * i], ARGV[io + 3 * i + 2]) end
 """
 
 assert MAX_RECORDS_PER_ID < 2**53  # (counts travel through Lua numbers)

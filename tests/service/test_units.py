@@ -239,3 +239,17 @@ def test_the_unit_is_declared_and_checked_at_create(r, key_file):
     _model(r, key_file=key_file)
     with pytest.raises(RuntimeError, match="STREAMDP_NOISE_KEY_FILE"):
         Worker(r, "m", block_ms=1, noise_key_file=None)
+
+
+def test_a_stream_model_keeps_at_most_max_ids_persons(r, key_file):
+    spec = _model(r, k=10, key_file=key_file, max_ids=3)
+    w = _worker(r, key_file)
+    p = Producer(r, "m")
+    ids = ["a", "b", "a", "c", "d", "e", "b", "d"]
+    p.push(DS.X[:5], DS.y[:5], ids=ids[:5])
+    p.push(DS.X[5:8], DS.y[5:8], ids=ids[5:])
+    _add_all(w)
+    w.closer.tick(_at(r, 1))
+    assert r.hlen(Keys("m").ids) == 3  # a, b, c; d and e came after the bound
+    np.testing.assert_array_equal(_published(r, spec), _exact(spec, np.array([0, 1, 2, 3, 6])))
+    assert show_model(r, "m")["unit"]["max_ids"] == 3

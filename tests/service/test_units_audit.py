@@ -52,10 +52,16 @@ def _releases(tmp_path, target: bool, n: int, unit: bool) -> np.ndarray:
     for t in range(n):
         for j in range(4):
             window += 1
-            crowd.push(DS.X[10:40], DS.y[10:40], ids=[f"c{t}-{i}" for i in range(30)] if unit else None)
+            ids = [f"c{t}-{i}" for i in range(30)] if unit else None
+            crowd.push(DS.X[10:40], DS.y[10:40], ids=ids, batch_id=f"c{t}-{j}")  # (the same records, new batches)
             if target:
                 m = 1 if j < 3 else K
-                person.push(np.repeat(x, m, 0), np.repeat(DS.y[:1], m), ids=[f"target-{t}"] * m if unit else None)
+                person.push(
+                    np.repeat(x, m, 0),
+                    np.repeat(DS.y[:1], m),
+                    ids=[f"target-{t}"] * m if unit else None,
+                    batch_id=f"t{t}-{j}",
+                )
             _add_all(w)
             assert w.closer.tick(start + window * EVERY + 0.001) == 1
             pub = counts_from_bytes(r.hget(Keys("m").pub_model, "counts"), spec).reshape(-1)[cells]
@@ -75,19 +81,24 @@ def _events(out: np.ndarray) -> list[int]:
     cell of windows 1-3, nothing in window 4 once its records past K are dropped)."""
     low = out[:, :3].reshape(len(out), -1).min(axis=1)
     total = out.reshape(len(out), -1).sum(axis=1)
-    return [int(np.sum(low >= t)) for t in range(-2, 3)] + [int(np.sum(total >= t)) for t in range(0, 16, 2)]
+    last = out[:, 3].sum(axis=1)
+    return (
+        [int(np.sum(low >= t)) for t in range(-2, 3)]
+        + [int(np.sum(total >= t)) for t in range(0, 16, 2)]
+        + [int(np.sum(last >= t)) for t in range(0, 10, 2)]
+    )
 
 
 def test_empirical_epsilon_audit_of_one_person_over_several_windows(tmp_path):
     """The lower bound stays at or below the declared epsilon per person; the same streams on a model whose unit
     is a record (the control: the person's 6 records all counted, noise per record) push it past epsilon, so the
     audit can see a violation of the size a missing bound or a missing K scaling would make."""
-    n = 1000
+    n = 600
     world0, world1 = _releases(tmp_path, False, n, True), _releases(tmp_path, True, n, True)
     lb = epsilon_lower_bound(_events(world0), _events(world1), n)
     print(f"\nperson-unit stream audit: lower bound {lb:.3f} at declared epsilon {EPS}")
     assert lb <= EPS, lb
-    m = 200
+    m = 400
     naive = epsilon_lower_bound(
         _events(_releases(tmp_path, False, m, False)), _events(_releases(tmp_path, True, m, False)), m
     )

@@ -112,11 +112,11 @@ def id_key(master: bytes, model_id: str) -> bytes:
 
 def hash_ids(key: bytes, ids: list) -> list[bytes]:
     """Each id's keyed hash (16 bytes); a str id is hashed as its UTF-8 bytes, bytes as they are."""
-    out = []
-    for v in ids:
-        raw = v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v)
-        out.append(hmac.new(key, raw, hashlib.sha256).digest()[:16])
-    return out
+    digest = hmac.digest
+    return [
+        digest(key, v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v), "sha256")[:16]
+        for v in ids
+    ]
 
 
 def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit) -> tuple[np.ndarray, dict, int]:

@@ -152,7 +152,7 @@ WINDOW_ADD_LUA = (
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
 --       10 the entries' nonzero cells (windows.joined_cells, a cell may repeat: '' for none),
 --       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
---       then the ids' counts: n, how many are new, max_ids, n triples (id hash, count read, new count)
+--       then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts (.units)
 --       ('ids-moved' when a count changed since it was read: nothing written, the caller chooses again),
 --       last: the caller's model id ('replaced' if the state belongs to another model of the name)
 -- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most

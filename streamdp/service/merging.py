@@ -390,7 +390,7 @@ class WindowAdd(_Merge):
                 return Outcome("nothing")
             m_entries, ids_all, dead = attempt
             m = len(m_entries)
-            id_args: list[Any] = [0, 0, 0]
+            id_args: list[Any] = [0, 0, 0, b"", b"", b""]
             n_kept = sum(len(e.batch.y) for e in m_entries)
             if self.unit is not None and m:
                 id_args, n_kept = self._bound(m_entries, hashes, tallies)
@@ -464,7 +464,13 @@ class WindowAdd(_Merge):
             at += len(b.y)
             tallies[b.batch_id] = self._tally(b.X[k], b.y[k], b.batch_id, b)
         new = sum(1 for h in changed if counts.get(h, 0) == 0)
-        args: list[Any] = [len(changed), new, unit.max_ids]
-        for h, c in changed.items():
-            args += [h, counts.get(h, 0), c]
+        old = ",".join(str(counts.get(h, 0)) for h in changed)
+        args: list[Any] = [
+            len(changed),
+            new,
+            unit.max_ids,
+            b"".join(changed),
+            old,
+            ",".join(map(str, changed.values())),
+        ]
         return args, int(keep.sum())

@@ -114,8 +114,7 @@ def hash_ids(key: bytes, ids: list) -> list[bytes]:
     """Each id's keyed hash (16 bytes); a str id is hashed as its UTF-8 bytes, bytes as they are."""
     digest = hmac.digest
     return [
-        digest(key, v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v), "sha256")[:16]
-        for v in ids
+        digest(key, v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v), "sha256")[:16] for v in ids
     ]
 
 
@@ -146,24 +145,38 @@ def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit
 
 # Lua (spliced into the add script after its checks, before any write): the ids' counts the worker read must be
 # current and the new ids must fit the bound, then the new counts are written. Needs KEYS[ids_slot] (the counts
-# hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, then n triples (hash,
-# count read, new count). A new id's count read is 0, so two workers cannot both add it; the bound is checked
-# against the ids kept at write time (another worker's new ids do not force a retry while the bound is far).
+# hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, the n 16-byte hashes
+# joined, their counts read and their new counts (decimal, comma-separated): six arguments whatever n, so the
+# client packs no argument per id. A new id's count read is 0, so two workers cannot both add it; the bound is
+# checked against the ids kept at write time (another worker's new ids force no retry while the bound is far).
 IDS_LUA = r"""
 local n_ids = tonumber(ARGV[io])
+local id_new = {}
 if n_ids > 0 then
   if redis.call('HLEN', KEYS[ids_slot]) + tonumber(ARGV[io + 1]) > tonumber(ARGV[io + 2]) then
     return {'ids-moved', 0}
   end
-  for i = 1, n_ids do
-    local cur = tonumber(redis.call('HGET', KEYS[ids_slot], ARGV[io + 3 * i]) or '0')
-    if cur ~= tonumber(ARGV[io + 3 * i + 1]) then return {'ids-moved', 0} end
+  local i = 0
+  for v in string.gmatch(ARGV[io + 4], '%d+') do
+    i = i + 1
+    local cur = tonumber(redis.call('HGET', KEYS[ids_slot], string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)) or '0')
+    if cur ~= tonumber(v) then return {'ids-moved', 0} end
   end
+  for v in string.gmatch(ARGV[io + 5], '%d+') do id_new[#id_new + 1] = v end
+  if i ~= n_ids or #id_new ~= n_ids or #ARGV[io + 3] ~= 16 * n_ids then return {'ids-bad', 0} end
 end
 """
 
 IDS_WRITE_LUA = r"""
-for i = 1, n_ids do redis.call('HSET', KEYS[ids_slot], ARGV[io + 3 * i], ARGV[io + 3 * i + 2]) end
+local pairs_ = {}
+for i = 1, n_ids do
+  pairs_[#pairs_ + 1] = string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)
+  pairs_[#pairs_ + 1] = id_new[i]
+  if #pairs_ >= 2000 or i == n_ids then
+    redis.call('HSET', KEYS[ids_slot], unpack(pairs_))
+    pairs_ = {}
+  end
+end
 """
 
 assert MAX_RECORDS_PER_ID < 2**53  # (counts travel through Lua numbers)

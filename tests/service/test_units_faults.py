@@ -1,5 +1,5 @@
-"""A person-unit model under SIGKILLed workers (real Redis, a smaller variant of test_faults): no id is counted
-twice, no record past K reaches a count."""
+"""A person-unit model on a real Redis: under SIGKILLed workers (a smaller variant of test_faults) no id is counted
+twice and no record past K reaches a count; a million distinct ids in one batch are each counted once."""
 
 from __future__ import annotations
 
@@ -101,3 +101,28 @@ def test_sigkill_workers_never_count_a_person_twice(redis_url, unique_name, tmp_
         assert int(pub[t].sum()) == sum(counts), (t, int(pub[t].sum()), sum(counts))
     assert r.zcard(keys.merged) == len(batches)
     print(f"\nperson-unit fault injection: {len(batches)} batches, {fleet.sigkilled} SIGKILLs, {len(counts)} persons")
+
+
+def test_a_million_distinct_ids_in_one_batch_are_each_counted_once(redis_url, unique_name, tmp_path):
+    from streamdp.service.stream_worker import Worker
+
+    key = tmp_path / "noise.key"
+    key.write_bytes(os.urandom(64))
+    key.chmod(0o600)
+    model = unique_name
+    create_model(
+        redis_url, model, DS.schema, n_trees=2, height=2, epsilon=math.inf, release="window", release_every=1.0,
+        privacy_id="user", max_records_per_id=1, noise_key_file=str(key),
+    )  # fmt: skip
+    n = 1_000_000
+    idx = np.arange(n) % len(DS.y)
+    with Producer(redis_url, model, batch_size=n) as p:
+        p.push(DS.X[idx], DS.y[idx], ids=[f"id-{i}" for i in range(n)])
+    w = Worker(redis_url, model, block_ms=50, noise_key_file=str(key))
+    w.run(until_drained=True, max_seconds=300, handle_signals=False)
+    r = redis.Redis.from_url(redis_url)
+    keys = Keys(model)
+    assert r.hlen(keys.ids) == n
+    spec = load_spec(r, model)
+    pub = counts_from_bytes(r.hget(keys.pub_model, "counts"), spec)
+    assert [int(pub[t].sum()) for t in range(spec.n_trees)] == [n] * spec.n_trees

@@ -3,11 +3,14 @@
     streamdp job submit ALGORITHM --source NAME --epsilon E [--param k=v ...] [--name RESULT] [--wait]
     streamdp job submit ALGORITHM --source LEDGER_SOURCE --epsilon E --dataset FILE --schema FILE
     streamdp job submit ALGORITHM --source-file FILE --schema FILE --epsilon E
+        [--privacy-id COLUMN --max-records-per-id K]
     streamdp job status ID | job list | job result ID [-o FILE] | job algorithms
     streamdp job worker [--once | --until-drained]
 
 A job charges the source's ledger (``streamdp ledger NAME``) before reading any
-record; a job over budget ends ``refused`` with the reason.
+record; a job over budget ends ``refused`` with the reason. Without ``--privacy-id`` the unit of privacy
+is a record; with it, a person (the column's value): at most K records per person are used and the
+epsilon holds per person.
 
 The ledger is tied to the source *label*: the same data submitted under two
 labels is charged to two ledgers, so its people lose twice the epsilon the
@@ -79,6 +82,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "label at --label INDEX), as `streamdp push --no-header` reads them",
     )
     s.add_argument("--label", default=None, help="label column of the file (name; index with --no-header)")
+    s.add_argument(
+        "--privacy-id",
+        default=None,
+        metavar="COLUMN",
+        help="the dataset's column naming each record's person (not an attribute): epsilon then holds per "
+        "person, not per record (needs --max-records-per-id and a header)",
+    )
+    s.add_argument(
+        "--max-records-per-id",
+        type=int_in(1, 10**6),
+        default=None,
+        metavar="K",
+        help="with --privacy-id: at most K records per person are used (a uniform sample); the noise grows with K",
+    )
     s.add_argument("--name", default=None, help="publish the model under this name (default ALGORITHM-ID8)")
     s.add_argument("--max-attempts", type=int_in(1, 1000), default=3)
     s.add_argument("--wait", action="store_true", help="wait until the job is finished")
@@ -167,6 +184,8 @@ def submit(args: argparse.Namespace) -> int:
         max_attempts=args.max_attempts,
         header=not args.no_header,
         label=args.label,
+        privacy_id=args.privacy_id,
+        max_records_per_id=args.max_records_per_id,
     )
     if not args.wait:
         print(json.dumps({"id": job_id}) if args.json else job_id)
@@ -199,6 +218,8 @@ def status(args: argparse.Namespace) -> int:
         "source",
         "source_kind",
         "dataset",
+        "privacy_id",
+        "max_records_per_id",
         "result",
         "attempts",
         "max_attempts",

@@ -88,6 +88,24 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "to stand above their noise and shorten when data flow; releases that carry only noise are left out of "
         "the published counts. --max-lag equal to --release-every keeps the clock's windows",
     )
+    c.add_argument(
+        "--privacy-id",
+        default=None,
+        metavar="COLUMN",
+        help="the column naming each record's person (producers send it; never an attribute): epsilon then "
+        "holds per person over the whole stream (needs --max-records-per-id)",
+    )
+    c.add_argument(
+        "--max-records-per-id",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --privacy-id: at most K records per person are merged, ever (later ones are dropped); "
+        "the noise grows with K",
+    )
+    c.add_argument(
+        "--max-ids", type=int, default=None, metavar="N", help="with --privacy-id: persons kept (default 10,000,000)"
+    )
     c.set_defaults(func=create)
     lst = msub.add_parser("list", help="list models")
     lst.set_defaults(func=list_)
@@ -117,7 +135,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def create(args: argparse.Namespace) -> int:
     from streamdp.records.schema import Schema
-    from streamdp.service.registry import create_model
+    from streamdp.service.registry import create_model, show_model
 
     schema = Schema.from_json(args.schema)
     forest = create_model(
@@ -137,11 +155,15 @@ def create(args: argparse.Namespace) -> int:
         release=args.release,
         release_every=args.release_every,
         max_lag=args.max_lag,
+        privacy_id=args.privacy_id,
+        max_records_per_id=args.max_records_per_id,
+        max_ids=args.max_ids,
     )
     print(
         f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree, "
         f"{forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
     )
+    print(f"unit of privacy: {_unit_line(show_model(client(args), args.name).get('unit'))}")
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0
@@ -205,6 +227,7 @@ def show(args: argparse.Namespace) -> int:
     )
     for line in _cadence_lines(info):
         print(line)
+    print(f"  unit            {_unit_line(info.get('unit'))}")
     sd = info.get("class_total_sd")
     if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
         print(
@@ -329,3 +352,10 @@ def _n(k: int, noun: str) -> str:
     ('1 key', '3 keys')
     """
     return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
+def _unit_line(unit: dict | None) -> str:
+    """The unit of privacy in one line (a record, or a person with its bound)."""
+    from streamdp.service.units import RECORD_UNIT, Unit
+
+    return RECORD_UNIT if not unit else Unit(**unit).describe()

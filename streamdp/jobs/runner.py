@@ -7,6 +7,14 @@ the ledger **first** (one spend, idempotency key = the job id, so a retried
 job is charged once), only then loads the data, fits, and returns the model
 blob (decodable by :func:`streamdp.learners.load_model`).
 
+A job with a privacy id (``JobSpec.privacy_id``, ``max_records_per_id = K``) spends its epsilon per person:
+``load`` then returns the records' ids too, at most ``K`` records per id are kept (a uniform sample from the
+secure source, :func:`streamdp.privacy.contribution.bound_contributions`) before the fit, and every release's
+noise is calibrated to sensitivity ``K``: a learner through the data layer charges ``epsilon`` per query and
+draws its noise at ``epsilon / K``; a Private-RDT forest is fitted at ``epsilon / K`` (the epsilon its blob
+states is that per record). Proof sketch: :mod:`streamdp.privacy.contribution` (group privacy of a pure-DP
+fit). The k-anonymity forest is ``(epsilon, delta)``-DP, which this does not make per person: refused with an id.
+
 >>> from streamdp.records.datasets import load
 >>> from streamdp.privacy.ledger import InMemoryLedger
 >>> ds = load("congressional-voting")
@@ -32,7 +40,9 @@ import numpy as np
 from streamdp import blob
 from streamdp.learners.catalogue import ALGORITHMS, Algorithm, AlgorithmError, AlgorithmNotAvailable, algorithm
 from streamdp.learners.private_data import PrivateDataset
+from streamdp.privacy.contribution import bound_contributions, check_unit
 from streamdp.privacy.ledger import Ledger
+from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
 from streamdp.validation import check_epsilon
 
@@ -72,21 +82,41 @@ def parse_param(text: str) -> tuple[str, Any]:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """What a job computes: algorithm, total epsilon, the algorithm's own parameters."""
+    """What a job computes: algorithm, total epsilon, the algorithm's own parameters, and the unit of privacy
+    (``privacy_id``: the column naming each record's person, with ``max_records_per_id``; None: a record)."""
 
     algorithm: str
     epsilon: float
     params: dict = field(default_factory=dict)
+    privacy_id: str | None = None
+    max_records_per_id: int | None = None
+
+    @property
+    def records_per_unit(self) -> int:
+        """K (1 without a privacy id); :class:`JobError` for a bad pair."""
+        try:
+            return check_unit(self.privacy_id, self.max_records_per_id)
+        except ValueError as e:
+            raise JobError(str(e)) from None
 
     def to_dict(self) -> dict:
         """The spec as plain data (what the job queue stores)."""
-        return {"algorithm": self.algorithm, "epsilon": self.epsilon, "params": dict(self.params)}
+        d = {"algorithm": self.algorithm, "epsilon": self.epsilon, "params": dict(self.params)}
+        if self.privacy_id is not None:
+            d.update(privacy_id=self.privacy_id, max_records_per_id=self.max_records_per_id)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> JobSpec:
         """The spec from :meth:`to_dict`'s map; :class:`KeyError` / :class:`ValueError` if a field is missing or
         of the wrong type."""
-        return cls(str(d["algorithm"]), float(d["epsilon"]), dict(d.get("params") or {}))
+        return cls(
+            str(d["algorithm"]),
+            float(d["epsilon"]),
+            dict(d.get("params") or {}),
+            d.get("privacy_id"),
+            d.get("max_records_per_id"),
+        )
 
 
 @dataclass(frozen=True)
@@ -121,6 +151,19 @@ def check_params(spec: JobSpec, schema: Schema | None = None) -> Algorithm:
         )
     a.cls()  # AlgorithmNotAvailable when the build lacks it
     a.check_params(spec.params)
+    k = spec.records_per_unit
+    if spec.privacy_id is not None and (not isinstance(spec.privacy_id, str) or not spec.privacy_id):
+        raise JobError(f"privacy_id must name a column, got {spec.privacy_id!r}")
+    if k > 1 and a.mechanism == "kanon":
+        raise JobError(
+            f"{a.name} is (epsilon, delta)-DP: its guarantee is not made per person by a bound on records per id "
+            "(its delta would grow with K); use private-rdt or a learner, or no privacy id"
+        )
+    if spec.epsilon / k < MIN_JOB_EPSILON:
+        raise JobError(
+            f"epsilon / max_records_per_id = {spec.epsilon / k:g} is below {MIN_JOB_EPSILON:g}: the noise per "
+            "record could not be drawn; refused before anything is charged"
+        )
     if schema is not None:
         _build(a, spec, schema)
     return a
@@ -135,7 +178,7 @@ def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
                 schema,
                 n_trees=p.pop("n_trees"),
                 height=p.pop("height"),
-                epsilon=spec.epsilon,
+                epsilon=spec.epsilon / spec.records_per_unit,  # (noise per record: epsilon per person of K records)
                 mechanism=a.mechanism,
                 seed=p.pop("seed"),
                 **p,
@@ -152,7 +195,7 @@ def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
 def run_job(
     spec: JobSpec,
     schema: Schema,
-    load: Callable[[], tuple[np.ndarray, np.ndarray]],
+    load: Callable[[], tuple],
     ledger: Ledger,
     source: str,
     job_id: str,
@@ -161,7 +204,8 @@ def run_job(
     """Charge ``ledger`` (key ``job_id``), then ``load()`` the encoded records, fit, and return the blob.
 
     ``load`` returns ``(X, y)`` encoded against ``schema`` (float64 codes, label
-    codes); it is called only after the charge succeeded, so a refused job
+    codes), and the records' privacy ids ``(X, y, ids)`` when the spec has a privacy id; it is called only
+    after the charge succeeded, so a refused job
     (:class:`~streamdp.privacy.ledger.BudgetExceeded`) reads no data. A retry with the
     same ``job_id`` is not charged again.
     """
@@ -175,14 +219,21 @@ def run_job(
     what = f"{a.name} {json.dumps(spec.params, sort_keys=True)}"
     ledger.charge(source, spec.epsilon, delta=delta, who=f"job:{job_id}", what=what, key=job_id)
     say("reading", 0.1)
-    X, y = load()
-    X = np.asarray(X, dtype=np.float64).reshape(-1, schema.n_attributes)
-    y = np.asarray(y, dtype=np.int64)
+    loaded = load()
+    k = spec.records_per_unit
+    if (len(loaded) == 3) != (spec.privacy_id is not None):
+        raise JobError("the job's data and its privacy id disagree (ids expected exactly when the spec names one)")
+    X = np.asarray(loaded[0], dtype=np.float64).reshape(-1, schema.n_attributes)
+    y = np.asarray(loaded[1], dtype=np.int64)
+    rng = SecureRandom()
+    if spec.privacy_id is not None:  # at most K records per person, before anything is computed on them
+        kept = bound_contributions(loaded[2], k, rng)
+        X, y = X[kept], y[kept]
     say("fitting", 0.4)
     if a.is_forest:
         est.fit_encoded(X, y)  # Private-RDT's one-shot fit, height a ceiling (pruned by the stumps' release)
     else:
-        pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon)
+        pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon, rng=rng, records_per_unit=k)
         est.fit(pds)
     say("serializing", 0.9)
     data = est.to_bytes()

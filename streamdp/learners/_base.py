@@ -77,6 +77,7 @@ class PrivateLearner:
     classes_: np.ndarray
     private_: bool
     epsilon_spent_: float
+    records_per_unit_: int
     stumps_: np.ndarray
     prior_: np.ndarray | None
 
@@ -115,16 +116,30 @@ class PrivateLearner:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     # -- fitting ------------------------------------------------------------------------------
-    def fit(self, X: Any, y: Any = None, *, ledger: Any = None, source: str | None = None) -> PrivateLearner:
+    def fit(
+        self,
+        X: Any,
+        y: Any = None,
+        *,
+        ledger: Any = None,
+        source: str | None = None,
+        privacy_id: Any = None,
+        max_records_per_id: int | None = None,
+    ) -> PrivateLearner:
         """Fit on records ``(X, y)`` or on a :class:`PrivateDataset` (``fit(pds)``).
 
         Records go to the data layer at once (which charges ``ledger`` for
         ``source`` first, when given); the learner continues with the layer only.
+        ``privacy_id`` and ``max_records_per_id`` (``K``) make the unit of privacy a person: at most ``K``
+        records per id are used and ``epsilon`` holds per person
+        (:meth:`PrivateDataset.from_records`; the id is never an attribute).
         """
         self._check_params()
         if isinstance(X, PrivateDataset):
             if y is not None:
                 raise ValueError("fit(pds) takes no y: the labels are inside the private dataset")
+            if privacy_id is not None or max_records_per_id is not None:
+                raise ValueError("fit(pds) takes no privacy_id: give it to PrivateDataset.from_records")
             if ledger is not None or source is not None:
                 raise ValueError("fit(pds) takes no ledger/source: the private dataset was charged when it was built")
             if X.schema != self.schema:
@@ -148,10 +163,13 @@ class PrivateLearner:
                 who=type(self).__name__,
                 what=repr(self),
                 noise_seed=getattr(self, "noise_seed", None),
+                privacy_id=privacy_id,
+                max_records_per_id=max_records_per_id,
             )
         self.classes_ = np.array(list(self.schema.classes), dtype=object)
         self.warn_ignored(stacklevel=3)
         before = pds.spent
+        self.records_per_unit_ = pds.records_per_unit
         self._fit(pds)
         self.private_ = pds.private
         self.epsilon_spent_ = pds.spent - before
@@ -212,7 +230,11 @@ class PrivateLearner:
 
     def cell_variance(self) -> float:
         """Public noise variance of one released leaf cell (two-sided geometric at :meth:`epsilon_leaf_counts`)."""
-        return cell_variance("geometric", float(self.epsilon_leaf_counts()))
+        return cell_variance("geometric", float(self.epsilon_leaf_counts()) / self._records_per_unit())
+
+    def _records_per_unit(self) -> int:
+        """K, the records per person the fit's noise was calibrated to (1: the unit was a record)."""
+        return int(self.__dict__.get("records_per_unit_", 1))
 
     def class_prior(self, released: list | None = None) -> np.ndarray:
         """The prior every tree's root is shrunk toward: ``prior_`` where a caller set one (a class prior measured
@@ -329,6 +351,7 @@ class PrivateLearner:
                 "params": params,
                 "private": bool(self.private_),
                 "epsilon_spent": float(self.epsilon_spent_),
+                **({"records_per_unit": self._records_per_unit()} if self._records_per_unit() > 1 else {}),
                 "trees": [t.to_dict() for t in self.trees_],
                 **({"stumps": self._stumps().tolist()} if self._stumps().size else {}),
             },
@@ -367,6 +390,10 @@ class PrivateLearner:
             m.stumps_ = _stumps_of(doc, m.prior_trees, schema.n_classes, fmt)
         m.private_ = bool(blob.field(doc, "private", bool, fmt))
         m.epsilon_spent_ = float(blob.field(doc, "epsilon_spent", (int, float), fmt))
+        k = doc.get("records_per_unit", 1)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise blob.BlobError(f"{fmt}: records_per_unit must be a whole number >= 1")
+        m.records_per_unit_ = k
         m.classes_ = np.array(list(schema.classes), dtype=object)
         if not m.private_:
             warnings.warn(

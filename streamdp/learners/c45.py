@@ -283,7 +283,9 @@ class DiffPC45(PrivateLearner):
         for node in range(counts.shape[0]):
             # a grown leaf's release variance (approximate: calibration rescaled its counts)
             e = grown.leaf_epsilon.get(node)
-            builder.set_counts(node, stored[node], None if e is None else cell_variance("geometric", e))
+            builder.set_counts(
+                node, stored[node], None if e is None else cell_variance("geometric", e / pds.records_per_unit)
+            )
         self.n_pruned_ = len(pruned)
         self.trees_ = [builder.build()]
 
@@ -307,13 +309,13 @@ class DiffPC45(PrivateLearner):
         n_t = pds.noisy_count(eps)
         grown.add(node, n_t)
         if node == 0:  # the root's released count sizes the record bound of the split scores
-            b = self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps)
+            b = self.record_bound_ = record_bound(self.scorer_, self.n_bound, n_t, eps / pds.records_per_unit)
             if b is not None:
                 self.sensitivity_ = enforced_sensitivity(self.scorer_.sensitivity, b)
         arities = [schema.attributes[j].arity for j in cats] + [2] * len(numeric)
         t = max(arities) if arities else 0
         spent += eps
-        if not arities or depth_left <= 0 or stops(n_t, t, C, eps):
+        if not arities or depth_left <= 0 or stops(n_t, t, C, eps / pds.records_per_unit):
             # the rest of the branch's budget (at least one query's: the paper's split)
             e_leaf = max(eps, rest_of_branch(self.epsilon, spent)) if self.top_up else eps
             grown.leaf_counts[node] = np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64)

@@ -194,7 +194,7 @@ class DPEA(PrivateLearner):
         arities = tuple(int(a.arity) if isinstance(a, Categorical) else 0 for a in schema.attributes)
         C = schema.n_classes
         eps_st, eps_c = self.epsilon_structure, self.epsilon_count
-        v_c = cell_variance("geometric", eps_c)
+        v_c = cell_variance("geometric", eps_c / pds.records_per_unit)
 
         feature: list[int] = [-1]
         child_start: list[int] = [-1]
@@ -278,7 +278,7 @@ class DPEA(PrivateLearner):
                 left = rest_of_branch(self.epsilon, eps_c + step * (eps_st + eps_c))
                 if self.top_up and left > 1e-9 * self.epsilon:
                     top = np.asarray(ds.noisy_class_counts(left), dtype=np.float64)
-                    _release(counts, own_var, lid, top, cell_variance("geometric", left))
+                    _release(counts, own_var, lid, top, cell_variance("geometric", left / pds.records_per_unit))
         f = np.asarray(feature, dtype=np.int64)
         tree = Tree(
             f,

@@ -104,16 +104,16 @@ class _ID3(PrivateLearner):
         C = self.schema.n_classes
         n_t = pds.noisy_count(eps)
         if node == 0:  # the root: its released count sizes the record bound of the split scores
-            self._root_count(n_t, eps)
+            self._root_count(n_t, eps / pds.records_per_unit)
         t = max((self.schema.attributes[j].arity for j in cats), default=0)
-        if not cats or depth_left <= 0 or stops(n_t, t, C, eps):
+        if not cats or depth_left <= 0 or stops(n_t, t, C, eps / pds.records_per_unit):
             # the branch stops: its unused levels (2 eps each) go to the leaf's counts (top_up); above this
             # node each level spent 2 eps, and this node its count
             spent = eps * (2 * (int(self.max_depth) - depth_left) + 1)
             e_leaf = max(eps, rest_of_branch(self.epsilon, spent)) if self.top_up else eps
             leaves[node] = (
                 np.asarray(pds.noisy_class_counts(e_leaf), dtype=np.float64),
-                cell_variance("geometric", e_leaf),
+                cell_variance("geometric", e_leaf / pds.records_per_unit),
             )
             return
         j = self._choose(pds, sorted(cats), eps)

@@ -35,6 +35,12 @@ the mechanism is ``epsilon``-DP for each draw of priorities, hence for their
 mixture. Only the scores use the subset: counts and partitions use every
 record, so a record still affects one branch (parallel composition holds).
 
+The unit of privacy. With a privacy id, :meth:`PrivateDataset.from_records` keeps
+at most ``K = max_records_per_id`` records per id (a uniform sample) before any
+query, and every operation charges ``epsilon`` but draws its noise at ``epsilon / K``
+(sensitivity ``K``): the allotment is spent per person (proof sketch in
+:mod:`streamdp.privacy.contribution`). Without one, the unit is a record.
+
 Budget. The dataset's ``epsilon`` is its allotment. With a ledger,
 :meth:`PrivateDataset.from_records` charges the whole allotment to the
 ledger (one atomic spend, idempotent under a key) before it even encodes the
@@ -67,14 +73,15 @@ streamdp.privacy.ledger.BudgetExceeded: dataset: charging epsilon=0.75 for noisy
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
 
 from streamdp.forest.routing import route, routing_error
+from streamdp.learners.private_bounds import enforced_sensitivity, ids_of
 from streamdp.learners.private_budget import Allotment
+from streamdp.privacy.contribution import bound_contributions, check_unit, per_record_epsilon
 from streamdp.privacy.ledger import BudgetExceeded, Ledger
 from streamdp.privacy.mechanisms import SecureRandom, exponential_mechanism, geometric_noise
 from streamdp.records.domains import Categorical, Numeric
@@ -93,6 +100,10 @@ class PrivateDataset(Allotment):
     Build one with :meth:`from_records` (raw records, encoded against the
     schema) or directly from already encoded arrays (``X`` float64 codes and
     clamped numbers in schema order, ``y`` label codes), as the service does.
+    ``records_per_unit`` (``K``, default 1: the unit is a record) says the arrays
+    hold at most ``K`` records of any one person (bounded by the caller, as
+    :meth:`from_records` does with a privacy id): every query's noise is then
+    calibrated to sensitivity ``K``.
     """
 
     def __init__(
@@ -103,6 +114,7 @@ class PrivateDataset(Allotment):
         *,
         epsilon: float,
         rng: SecureRandom | None = None,
+        records_per_unit: int = 1,
         _parent: PrivateDataset | None = None,
         _bounds: dict[int, tuple[float, float]] | None = None,
         _path: tuple = (),
@@ -119,6 +131,8 @@ class PrivateDataset(Allotment):
         self.__X = X
         self.__y = y
         self.schema = schema
+        #: K: at most this many records of one person; each query's noise is calibrated to sensitivity K (public).
+        self.records_per_unit = check_integer(records_per_unit, "records_per_unit")
         super().__init__(float(epsilon), rng if rng is not None else SecureRandom(), _parent, _path)
         self._bounds = dict(_bounds or {})
 
@@ -138,13 +152,31 @@ class PrivateDataset(Allotment):
         key: str = "",
         noise_seed: int | None = None,
         on_invalid: str = "raise",
+        privacy_id: Any = None,
+        max_records_per_id: int | None = None,
     ) -> PrivateDataset:
         """Charge ``epsilon`` to ``ledger`` (if given) for ``source``, then encode the records.
 
         ``noise_seed`` makes the noise reproducible and the result NOT private
         (tests only; a :class:`~streamdp.privacy.NotPrivateWarning` is raised).
+
+        ``privacy_id`` (with ``max_records_per_id``, ``K``): whose record each record is, as one id per record
+        (an array or list) or the name of a column of ``X`` (records as dicts, or a data frame) that is not a
+        schema attribute. At most ``K`` records per id are kept (a uniform sample), and the epsilon is then
+        per person (module docstring). A record without an id raises :class:`ValueError`.
+
+        >>> from streamdp import Schema
+        >>> schema = Schema.from_dict({"attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],
+        ...                            "label": {"name": "y", "values": [0, 1]}})
+        >>> rows = [{"user": "ann", "a": 1}, {"user": "ann", "a": 0}, {"user": "bob", "a": 1}]
+        >>> pds = PrivateDataset.from_records(schema, rows, [1, 0, 1], epsilon=1.0,
+        ...                                   privacy_id="user", max_records_per_id=1)
+        >>> pds.records_per_unit
+        1
         """
         check_epsilon(epsilon, allow_inf=True)
+        k = check_unit(privacy_id, max_records_per_id)
+        ids = None if privacy_id is None else ids_of(schema, X, privacy_id)
         if ledger is not None:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
@@ -158,13 +190,18 @@ class PrivateDataset(Allotment):
         enc = schema.encode(X, y, on_invalid=on_invalid)
         if enc.y is None:
             raise ValueError("a private dataset needs labels (y)")
-        return cls(schema, enc.X, enc.y, epsilon=epsilon, rng=rng)
+        if ids is None:
+            return cls(schema, enc.X, enc.y, epsilon=epsilon, rng=rng)
+        if len(ids) != len(enc.kept) + len(enc.dropped):
+            raise ValueError(f"privacy_id has {len(ids)} ids for {len(enc.kept) + len(enc.dropped)} records")
+        kept = bound_contributions(ids[enc.kept], k, rng)
+        return cls(schema, enc.X[kept], enc.y[kept], epsilon=epsilon, rng=rng, records_per_unit=k)
 
     # -- counts ---------------------------------------------------------------------
     def noisy_count(self, epsilon: float) -> int:
         """Number of records plus two-sided geometric noise (sensitivity 1)."""
         self._charge(epsilon, "noisy_count")
-        return int(self.__y.shape[0] + geometric_noise((), epsilon, self._rng))
+        return int(self.__y.shape[0] + geometric_noise((), self._noise_epsilon(epsilon), self._rng))
 
     def noisy_class_counts(self, epsilon: float) -> np.ndarray:
         """Records per class (schema label order) plus geometric noise.
@@ -173,14 +210,14 @@ class PrivateDataset(Allotment):
         """
         self._charge(epsilon, "noisy_class_counts")
         c = np.bincount(self.__y, minlength=self.schema.n_classes)
-        return c + geometric_noise(c.shape, epsilon, self._rng)
+        return c + geometric_noise(c.shape, self._noise_epsilon(epsilon), self._rng)
 
     def noisy_contingency(self, attribute: int | str, epsilon: float) -> np.ndarray:
         """Counts per (declared value, class) of a categorical attribute plus geometric noise (a histogram)."""
         j = self._categorical(attribute)
         self._charge(epsilon, f"noisy_contingency({self.schema.attributes[j].name})")
         t = self._table(j)
-        return t + geometric_noise(t.shape, epsilon, self._rng)
+        return t + geometric_noise(t.shape, self._noise_epsilon(epsilon), self._rng)
 
     def noisy_leaf_class_counts(self, feature: Any, threshold: Any, child_start: Any, epsilon: float) -> np.ndarray:
         """Class counts per leaf of a tree fixed in advance, plus geometric noise on every leaf cell.
@@ -214,7 +251,7 @@ class PrivateDataset(Allotment):
         leaf = route(self.__X, f, thr, cs)
         out = np.bincount(leaf * C + self.__y, minlength=f.size * C).reshape(f.size, C)
         leaves = f < 0
-        out[leaves] += geometric_noise((int(leaves.sum()), C), epsilon, self._rng)
+        out[leaves] += geometric_noise((int(leaves.sum()), C), self._noise_epsilon(epsilon), self._rng)
         return out
 
     # -- partitions -----------------------------------------------------------------
@@ -253,6 +290,7 @@ class PrivateDataset(Allotment):
                 self.__y[m],
                 epsilon=self.epsilon,
                 rng=self._rng,
+                records_per_unit=self.records_per_unit,
                 _parent=self,
                 _bounds=b,
                 _path=self.path + (lab,),
@@ -301,7 +339,7 @@ class PrivateDataset(Allotment):
         self._charge(epsilon, "exponential")
         rows = self._kept(max_records)
         scores = np.array([float(quality(self._candidate_table(c, rows).astype(np.float64))) for c in cands])
-        return cands[exponential_mechanism(scores, epsilon, s, self._rng)]
+        return cands[exponential_mechanism(scores, self._noise_epsilon(epsilon), s, self._rng)]
 
     def exponential_threshold(
         self,
@@ -353,7 +391,7 @@ class PrivateDataset(Allotment):
             raise ValueError(f"quality must return one score per range ({lengths.shape}), got {scores.shape}")
         if not np.any(lengths > 0):  # a degenerate range: any point is the same
             return float(lo)
-        i = exponential_mechanism(scores, epsilon, s, self._rng, measure=lengths)
+        i = exponential_mechanism(scores, self._noise_epsilon(epsilon), s, self._rng, measure=lengths)
         return float(edges[i] + self._rng.uniform() * lengths[i])
 
     def subtree_mechanism(
@@ -392,6 +430,7 @@ class PrivateDataset(Allotment):
         self._charge(epsilon, f"subtree_mechanism({sampler})")
         # Numeric columns are zeroed: arity 0 means the samplers never read them.
         X = np.where(self.schema.is_categorical, self.__X, 0.0).astype(np.int64)
+        epsilon = self._noise_epsilon(epsilon)
         if sampler == "exact":
             return private_subtree.exact_subtree(space, X, self.__y, epsilon, self._rng)
         res = private_subtree.mcmc_subtree(
@@ -409,6 +448,10 @@ class PrivateDataset(Allotment):
         return res.structure
 
     # -- helpers (read data; never return it) ---------------------------------------------
+    def _noise_epsilon(self, epsilon: float) -> float:
+        """The epsilon a charged query's noise is drawn at: ``epsilon / K`` (sensitivity ``K`` per person)."""
+        return per_record_epsilon(epsilon, self.records_per_unit)
+
     def _index(self, attribute: int | str) -> int:
         if isinstance(attribute, str):
             return self.schema.index(attribute)
@@ -455,21 +498,3 @@ class PrivateDataset(Allotment):
 
     def __getstate__(self):
         raise TypeError("a PrivateDataset cannot be pickled or copied out of its process")
-
-
-def enforced_sensitivity(sensitivity: float | Callable[[float], float], max_records: int | None) -> float:
-    """The sensitivity an exponential mechanism uses: ``S`` without a record bound, ``2 S(max_records)`` with one
-    (the one rule: a learner reports what this gives as its ``sensitivity_``).
-
-    >>> enforced_sensitivity(2.0, None), enforced_sensitivity(lambda n: 1.0 + 1.0 / n, 4)
-    (2.0, 2.5)
-    """
-    if max_records is not None:
-        check_integer(max_records, "max_records")
-    s = sensitivity(math.inf if max_records is None else max_records) if callable(sensitivity) else sensitivity
-    if not (isinstance(s, (int, float)) and math.isfinite(s) and s > 0):
-        raise ValueError(
-            f"sensitivity must be a finite number > 0, got {s!r}"
-            + ("; this score needs max_records (a record bound)" if max_records is None else "")
-        )
-    return float(s) * (1 if max_records is None else 2)

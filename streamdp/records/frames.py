@@ -47,6 +47,7 @@ class Chunk:
     kept: np.ndarray  # positions (within the chunk) of the rows in X
     dropped: list[tuple[int, str]] = field(default_factory=list)
     line0: int | None = None
+    ids: np.ndarray | None = None  # the kept rows' privacy ids (object; NaN: none), when a privacy id column is read
 
     def where(self, row: int) -> str:
         """Row ``row`` of the chunk in words: ``"line 4"`` (CSV) or ``"record 2 (0-based)"``.

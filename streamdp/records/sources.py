@@ -72,10 +72,16 @@ __all__ = [
 
 
 def check_header(
-    source: str | os.PathLike | IO, schema: Schema, label: str | int | None = None, *, compression: str | None = "infer"
+    source: str | os.PathLike | IO,
+    schema: Schema,
+    label: str | int | None = None,
+    *,
+    compression: str | None = "infer",
+    privacy_id: str | None = None,
 ) -> tuple[list, str]:
     """The header's column names and the label column's name; :class:`SourceError` when the header lacks a
-    column the schema needs. Reads the header line only (no record), so a job can be refused before it is charged.
+    column the schema needs (or the ``privacy_id`` column, which must be neither an attribute nor the label).
+    Reads the header line only (no record), so a job can be refused before it is charged.
     A file object is read from where it stands and rewound; ``compression`` as pandas' (by a path's suffix).
     """
     name = getattr(source, "name", source)
@@ -87,7 +93,9 @@ def check_header(
     lab_name = label if isinstance(label, str) else schema.label.name
     if lab_name in schema.names:  # (else every row is dropped, after a job's charge)
         raise SourceError(f"{name}: the label column {lab_name!r} is an attribute of the schema")
-    missing = [c for c in [*schema.names, lab_name] if c not in head]
+    if privacy_id is not None and (privacy_id in schema.names or privacy_id == lab_name):
+        raise SourceError(f"{name}: the privacy id column {privacy_id!r} is an attribute or the label of the schema")
+    missing = [c for c in [*schema.names, lab_name, *([privacy_id] if privacy_id else [])] if c not in head]
     if missing:
         hint = (
             (
@@ -156,6 +164,7 @@ def check_columns(
     label: str | int | None = None,
     first_label: bool = True,
     compression: str | None = "infer",
+    privacy_id: str | None = None,
 ) -> None:
     """Refuse, reading the first line only, a file whose columns cannot be the schema's (a job checks this before
     it is charged): with a header, :func:`check_header`; without, the label index, the first record's field
@@ -165,8 +174,12 @@ def check_columns(
     may be a binary file object (with ``compression`` given: pandas infers it from a path's suffix only), read from
     where it stands and rewound."""
     if header:
-        check_header(path, schema, label, compression=compression)
+        check_header(path, schema, label, compression=compression, privacy_id=privacy_id)
         return
+    if privacy_id is not None:
+        raise SourceError(
+            f"{getattr(path, 'name', path)}: a privacy id column is found by its name: the file needs a header"
+        )
     name = getattr(path, "name", path)
     li = label_index(label, schema, str(name))
     # read as read_csv_chunks reads (pandas: blank lines skipped, a compressed file by its suffix)
@@ -256,6 +269,7 @@ def read_csv_chunks(
     on_invalid: str = "raise",
     progress: Any = None,
     compression: str | None = "infer",
+    privacy_id: str | None = None,
 ) -> Iterator[Chunk]:
     """Coded chunks of a CSV file (path, or a text or binary stream; ``compression`` as pandas' takes it, inferred
     from a path's suffix by default, never from a stream's name).
@@ -286,8 +300,10 @@ def read_csv_chunks(
     except OSError as e:
         raise cannot_read(name, e) from None
     lab_name = schema.label.name
+    if privacy_id is not None and not header:
+        raise SourceError(f"{name}: a privacy id column is found by its name: the file needs a header")
     if header:
-        head, lab_name = check_header(source, schema, label, compression=compression)
+        head, lab_name = check_header(source, schema, label, compression=compression, privacy_id=privacy_id)
         # the header line skipped and named here: the C reader then refuses a row wider than ``names``
         kw: dict = {"header": None, "skiprows": 1, "names": [*head, _TRAILING]}
         line0 = 2
@@ -325,12 +341,21 @@ def read_csv_chunks(
                 if wide.any():
                     at = line0 + offset + int(np.argmax(wide))
                     raise SourceError(f"line {at}: a field past the last column (a row wider than the header)")
+                pids = None if privacy_id is None else df[privacy_id].to_numpy(dtype=object)
                 df = df[wanted]
                 enc = encode_frame(
                     schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset, line0=line0 + offset
                 )
+                ids = None if pids is None else pids[enc.kept]
                 yield Chunk(
-                    offset, enc.X, cast(np.ndarray, enc.y), len(df), enc.kept, enc.dropped, line0=line0 + offset
+                    offset,
+                    enc.X,
+                    cast(np.ndarray, enc.y),
+                    len(df),
+                    enc.kept,
+                    enc.dropped,
+                    line0=line0 + offset,
+                    ids=ids,
                 )
                 offset += len(df)
                 if progress is not None and size and fh is not None and hasattr(fh, "tell"):
@@ -375,18 +400,31 @@ def read_dataset(
     header: bool = True,
     label: str | int | None = None,
     compression: str | None = "infer",
-) -> tuple[np.ndarray, np.ndarray]:
+    privacy_id: str | None = None,
+) -> tuple:
     """Encoded ``(X, y)`` of a CSV file (read as :func:`read_csv_chunks` reads it: ``header``, ``label``,
     ``compression``); a known
     dataset's name is :func:`read_bundled`'s (a name here is never looked up as a file, or the other way round).
 
     Rows with values outside the declared schema are dropped; a file without the
-    schema's columns raises :class:`SourceError`.
+    schema's columns raises :class:`SourceError`. With ``privacy_id`` (a column of the header), ``(X, y, ids)``:
+    the ids as strings (object array), rows with an empty id dropped (no person to bound them by).
     """
-    Xs, ys = [], []
-    for c in read_csv_chunks(path, schema, header=header, label=label, on_invalid="drop", compression=compression):
-        Xs.append(c.X)
-        ys.append(c.y)
+    Xs, ys, ids = [], [], []
+    chunks = read_csv_chunks(
+        path, schema, header=header, label=label, on_invalid="drop", compression=compression, privacy_id=privacy_id
+    )
+    for c in chunks:
+        if c.ids is not None:
+            has = np.array([isinstance(v, str) and v != "" for v in c.ids], dtype=bool)
+            Xs.append(c.X[has])
+            ys.append(c.y[has])
+            ids.append(c.ids[has])
+        else:
+            Xs.append(c.X)
+            ys.append(c.y)
     if not Xs:
-        return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
-    return np.concatenate(Xs), np.concatenate(ys).astype(np.int64)
+        empty = (np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64))
+        return empty if privacy_id is None else (*empty, np.empty(0, dtype=object))
+    X, y = np.concatenate(Xs), np.concatenate(ys).astype(np.int64)
+    return (X, y) if privacy_id is None else (X, y, np.concatenate(ids))

@@ -10,6 +10,10 @@ One stream entry has one field ``d``: a msgpack map
 * ``kind="records"``: ``records`` is a list of dicts (or rows in schema order)
   and ``labels`` the raw labels; the worker encodes them.
 
+``ids`` (optional) holds one privacy id per row (str or bytes, at most
+:data:`~streamdp.service.units.MAX_ID_BYTES`), for a model whose unit is a
+person (:mod:`.units`); a row whose id is missing or too long is dropped.
+
 ``invalid`` (optional) lists ``[row, reason]`` of rows the producer already
 rejected, so they reach the dead-letter stream. The producer assigns
 ``batch_id`` (a uuid): a retried XADD of the same batch is merged once.
@@ -43,6 +47,7 @@ import numpy as np
 from streamdp import blob
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
+from streamdp.service.units import MAX_ID_BYTES
 
 __all__ = [
     "Batch",
@@ -84,6 +89,7 @@ class Batch:
     t: float | None = None  # producer wall time (freshness)
     dropped: list[tuple[int, str]] = field(default_factory=list)
     n_in: int = 0  # rows in the entry (valid + dropped)
+    ids: list | None = None  # the kept rows' privacy ids (str or bytes), when the entry carries them
 
 
 def new_batch_id() -> str:
@@ -113,12 +119,13 @@ def encode_batch(
     batch_id: str | None = None,
     on_invalid: str = "raise",
     encoded: bool = False,
+    ids: Any = None,
 ) -> bytes:
     """Encode records (any input :meth:`Schema.encode` takes) into a compact ``codes`` envelope.
 
     ``on_invalid="raise"`` raises on the first bad record; ``"dead-letter"``
     keeps the valid rows and lists the bad ones (row, reason) so the worker
-    dead-letters them. ``encoded=True``: ``X``/``y`` are already codes.
+    dead-letters them. ``encoded=True``: ``X``/``y`` are already codes. ``ids``: one privacy id per record.
     """
     if on_invalid not in ("raise", "dead-letter"):
         raise ValueError(f"on_invalid must be 'raise' or 'dead-letter', got {on_invalid!r}")
@@ -127,6 +134,11 @@ def encode_batch(
     else:
         enc = schema.encode(X, y, on_invalid="raise" if on_invalid == "raise" else "drop")
         Xc, yc, dropped = enc.X, enc.y, enc.dropped
+        if ids is not None:
+            given = list(ids)
+            if len(given) != len(enc.kept) + len(dropped):
+                raise ValueError(f"{len(given)} privacy ids for {len(enc.kept) + len(dropped)} records")
+            ids = [given[i] for i in enc.kept]
     dt = _code_dtype(schema)
     doc = {
         "batch_id": batch_id or new_batch_id(),
@@ -135,25 +147,42 @@ def encode_batch(
         "X": blob.pack_array(Xc.astype(dt)),
         "y": blob.pack_array(yc.astype(_label_dtype(schema))),
     }
-    if dropped:
+    if ids is not None:
+        doc["ids"] = _ids_list(ids, len(yc))
+    if dropped:  # (rows of the input: the envelope's rows are the valid ones, in order)
         doc["invalid"] = [[int(r), value_free(schema, str(reason))] for r, reason in dropped]
     return _pack(doc)
 
 
-def encode_records(records: list, labels: list, *, batch_id: str | None = None) -> bytes:
-    """A ``records`` envelope: raw values, validated and encoded by the worker."""
-    return _pack(
-        {
-            "batch_id": batch_id or new_batch_id(),
-            "t": time.time(),
-            "kind": "records",
-            "records": list(records),
-            "labels": list(labels),
-        }
-    )
+def _ids_list(ids: Any, n: int) -> list:
+    """Privacy ids for an envelope: str or bytes as they are, None and NaN as "" (missing: the row is dropped)."""
+    out = [
+        v if isinstance(v, (bytes, str)) else "" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+        for v in ids
+    ]
+    if len(out) != n:
+        raise ValueError(f"{len(out)} privacy ids for {n} records")
+    return out
 
 
-def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = ()) -> bytes:
+def encode_records(records: list, labels: list, *, batch_id: str | None = None, ids: Any = None) -> bytes:
+    """A ``records`` envelope: raw values, validated and encoded by the worker (``ids``: one privacy id each)."""
+    recs = list(records)
+    doc: dict[str, Any] = {
+        "batch_id": batch_id or new_batch_id(),
+        "t": time.time(),
+        "kind": "records",
+        "records": recs,
+        "labels": list(labels),
+    }
+    if ids is not None:
+        doc["ids"] = _ids_list(ids, len(recs))
+    return _pack(doc)
+
+
+def encode_codes(
+    schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any, invalid: Any = (), ids: Any = None
+) -> bytes:
     """A ``codes`` envelope of already coded records (:mod:`streamdp.records.sources` chunks).
 
     ``batch_id`` is a string, or a function of the packed ``X`` and ``y`` arrays returning one
@@ -171,6 +200,8 @@ def encode_codes(schema: Schema, X: np.ndarray, y: np.ndarray, *, batch_id: Any,
     }
     if len(invalid):
         doc["invalid"] = [[int(r), value_free(schema, str(reason))] for r, reason in invalid]
+    if ids is not None:
+        doc["ids"] = _ids_list(ids, len(yb))
     return _pack(doc)
 
 
@@ -216,9 +247,9 @@ def decode(schema: Schema, data: Any) -> Batch:
         raise EnvelopeError("t must be a finite number")
     kind = doc.get("kind")
     if kind == "codes":
-        X, y, dropped, n = _decode_codes(schema, doc)
+        X, y, dropped, n, kept = _decode_codes(schema, doc)
     elif kind == "records":
-        X, y, dropped, n = _decode_records(schema, doc)
+        X, y, dropped, n, kept = _decode_records(schema, doc)
     else:
         raise EnvelopeError(f"kind must be 'codes' or 'records', got {str(kind)[:40]!r}")
     inv = doc.get("invalid", [])
@@ -235,7 +266,20 @@ def decode(schema: Schema, data: Any) -> Batch:
         ):
             raise EnvelopeError("invalid must be a list of [row, reason]")
         pre.append((int(item[0]), "producer: " + value_free(schema, item[1])))
-    return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre))
+    ids = None
+    if "ids" in doc:
+        raw = doc["ids"]
+        if not isinstance(raw, list) or len(raw) != n:
+            raise EnvelopeError(f"ids must be a list of one privacy id per record ({n})")
+        good = [isinstance(raw[i], (str, bytes)) and 0 < len(raw[i]) <= MAX_ID_BYTES for i in kept]
+        if not all(good):
+            for i, ok in zip(kept, good):
+                if not ok:
+                    dropped.append((int(i), f"privacy id missing, not a string, or longer than {MAX_ID_BYTES} bytes"))
+            g = np.array(good, dtype=bool)
+            X, y, kept = X[g], y[g], [i for i, ok in zip(kept, good) if ok]
+        ids = [raw[i] for i in kept]
+    return Batch(bid, X, y, float(t) if t is not None else None, sorted(pre + dropped), n + len(pre), ids)
 
 
 def entry_detail(fields: Any, *, head: int = DEAD_HEAD) -> bytes:
@@ -377,13 +421,13 @@ def _decode_codes(schema: Schema, doc: dict):
         reasons[int(i)] = f"label code outside 0..{schema.n_classes - 1}"
     bad |= ybad
     if not bad.any():
-        return Xf, yl, [], n
+        return Xf, yl, [], n, list(range(n))
     dropped = (
         sorted(reasons.items())
         if len(reasons) == int(bad.sum())
         else [(int(i), reasons.get(int(i), "invalid")) for i in np.flatnonzero(bad)]
     )
-    return Xf[~bad], yl[~bad], dropped, n
+    return Xf[~bad], yl[~bad], dropped, n, np.flatnonzero(~bad).tolist()
 
 
 def _decode_records(schema: Schema, doc: dict):
@@ -416,4 +460,4 @@ def _decode_records(schema: Schema, doc: dict):
     except (ValueError, TypeError) as e:  # the shape is wrong; the message names rows and schema attributes only
         raise EnvelopeError(f"records: {str(e).split(' (its columns')[0][:300]}") from None
     dropped += [(good[r], value_free(schema, reason)) for r, reason in enc.dropped]
-    return enc.X, enc.y.astype(np.int64), sorted(dropped), len(recs)
+    return enc.X, enc.y.astype(np.int64), sorted(dropped), len(recs), [good[int(r)] for r in enc.kept]

@@ -33,6 +33,8 @@ window's release itself is a MULTI/EXEC under WATCH (see :mod:`.windows`).
 
 from __future__ import annotations
 
+from streamdp.service.units import IDS_LUA, IDS_WRITE_LUA
+
 __all__ = ["COMMIT_LUA", "WINDOW_ADD_LUA", "SEAL_LUA", "UNLEASE_LUA"]
 
 # Shared head: the model this worker loaded must be the one the state belongs to. A model deleted and
@@ -145,10 +147,13 @@ return {'ok', -1}
 WINDOW_ADD_LUA = (
     r"""
 -- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
--- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open)
+-- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open),
+--       7 the privacy ids' counts (.units)
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
 --       10 the entries' nonzero cells (windows.joined_cells, a cell may repeat: '' for none),
 --       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
+--       then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts (.units)
+--       ('ids-moved' when a count changed since it was read: nothing written, the caller chooses again),
 --       last: the caller's model id ('replaced' if the state belongs to another model of the name)
 -- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most
 -- once (checked above), so no other add ever writes that field.
@@ -158,13 +163,18 @@ local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
+local io, ids_slot = base + 2 * m + a + 3 * d + 1, 7
 """
     + _MODEL_LUA
     + _CHECK_LUA
+    + IDS_LUA
     + r"""
 local open = tonumber(redis.call('HGET', KEYS[2], 'open') or '1')
 if m > 0 then
   if open ~= tonumber(ARGV[3]) then return {'moved', open} end
+"""
+    + IDS_WRITE_LUA
+    + r"""
   if #ARGV[10] > 0 then redis.call('HSET', KEYS[6], 'b:' .. ARGV[base + 2], ARGV[10]) end
   for i = 1, m do redis.call('ZADD', KEYS[3], open, ARGV[base + 2 * i]) end
   redis.call('HINCRBY', KEYS[4], 'batches_merged', m)

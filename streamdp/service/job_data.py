@@ -32,7 +32,7 @@ from streamdp.service.keys import Keys, as_str
 __all__ = ["read_model_records", "dataset_loader"]
 
 
-def read_model_records(r: Any, name: str, schema: Schema, *, chunk: int = 100) -> tuple[np.ndarray, np.ndarray]:
+def read_model_records(r: Any, name: str, schema: Schema, *, chunk: int = 100, ids: bool = False) -> tuple:
     """Encoded ``(X, y)`` of model ``name``'s retained records (stream entries up to its newest id now).
 
     Each batch counts once, as in the stream: a retried push (an entry with a
@@ -42,13 +42,17 @@ def read_model_records(r: Any, name: str, schema: Schema, *, chunk: int = 100) -
     pending batch is merged once or dead-lettered; reading its records once is
     what the job's charge covers). Undecodable entries are skipped (the stream
     worker dead-letters them), and so are the bad rows of a decodable one.
+
+    ``ids=True`` (a model whose unit is a person): ``(X, y, ids)`` with each record's privacy id; an entry without
+    ids is skipped (the stream worker dead-letters it too).
     """
     stream = Keys(name).records
     newest = r.xrevrange(stream, "+", "-", count=1)
+    empty = (np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64))
     if not newest:
-        return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
+        return (*empty, np.empty(0, dtype=object)) if ids else empty
     end = as_str(newest[0][0])
-    Xs, ys = [], []
+    Xs, ys, Is = [], [], []
     seen: set[str] = set()
     start = "-"
     while True:
@@ -61,15 +65,22 @@ def read_model_records(r: Any, name: str, schema: Schema, *, chunk: int = 100) -
                 continue  # undecodable: the stream worker dead-letters it
             if b.batch_id in seen:
                 continue  # a retried push of a batch already read: the stream merges it once
+            if ids and b.ids is None:
+                continue  # no person to bound its records by (dead-lettered by the stream worker too)
             seen.add(b.batch_id)
             Xs.append(b.X)
             ys.append(b.y)
+            if ids:
+                col = np.empty(len(b.ids or []), dtype=object)
+                col[:] = b.ids or []
+                Is.append(col)
         if len(entries) < chunk:
             break
         start = "(" + as_str(entries[-1][0])
     if not Xs:
-        return np.empty((0, schema.n_attributes)), np.empty(0, dtype=np.int64)
-    return np.concatenate(Xs).astype(np.float64), np.concatenate(ys).astype(np.int64)
+        return (*empty, np.empty(0, dtype=object)) if ids else empty
+    X, y = np.concatenate(Xs).astype(np.float64), np.concatenate(ys).astype(np.int64)
+    return (X, y, np.concatenate(Is)) if ids else (X, y)
 
 
 def dataset_loader(doc: dict, schema: Schema, stack: contextlib.ExitStack) -> Callable[[], tuple]:
@@ -85,6 +96,7 @@ def dataset_loader(doc: dict, schema: Schema, stack: contextlib.ExitStack) -> Ca
     digest = doc.get("dataset_sha256") or ""
     header = doc.get("header", "1") != "0"  # (jobs queued by an earlier version: a header, the label by name)
     label = json.loads(doc.get("label") or "null")
+    privacy_id = doc.get("privacy_id") or None
     if doc.get("bundled") == "1":
         try:
             lines = pinned_lines(path, digest)
@@ -96,23 +108,33 @@ def dataset_loader(doc: dict, schema: Schema, stack: contextlib.ExitStack) -> Ca
         except (KeyError, FileNotFoundError) as e:
             raise JobError(f"{e}; nothing was charged") from None
 
-        def read() -> tuple[np.ndarray, np.ndarray]:
+        def read() -> tuple:
             return read_bundled(path, schema, lines)
     else:
         copy = _pinned_copy(path, digest, stack)
         compression = compression_of(path)  # (the copy has no name to infer it from: ``.tar.gz`` included)
         try:  # the columns of the very bytes pinned (submit checked them on a read of its own), before the charge
-            check_columns(copy, schema, header=header, label=label, first_label=False, compression=compression)
+            check_columns(
+                copy,
+                schema,
+                header=header,
+                label=label,
+                first_label=False,
+                compression=compression,
+                privacy_id=privacy_id,
+            )
             # (submit read these bytes whole; this worker may lack a library submit had, a .zst's, or run a job
             # queued before submits did: a failure after the charge is a charge for nothing)
             check_decompresses(copy, compression, path)
         except SourceError as e:
             raise JobError(f"{e}; nothing was charged") from None
 
-        def read() -> tuple[np.ndarray, np.ndarray]:
+        def read() -> tuple:
             with copy:  # parsed: the copy of the user's data goes now, not after the fit
                 copy.seek(0)
-                return read_dataset(copy, schema, header=header, label=label, compression=compression)
+                return read_dataset(
+                    copy, schema, header=header, label=label, compression=compression, privacy_id=privacy_id
+                )
 
     def load() -> tuple[np.ndarray, np.ndarray]:
         try:

@@ -40,7 +40,7 @@ from streamdp.records.sources import check_columns, check_records
 from streamdp.service.connection import connect
 from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys, as_str, check_name
 from streamdp.service.ledger_store import RedisLedger
-from streamdp.service.registry import load_spec, published_keys
+from streamdp.service.registry import load_spec, load_unit, published_keys
 from streamdp.service.retention import get_retention
 from streamdp.validation import check_integer
 
@@ -116,11 +116,15 @@ class JobQueue:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         header: bool = True,
         label: str | int | None = None,
+        privacy_id: str | None = None,
+        max_records_per_id: int | None = None,
     ) -> str:
         """Queue a job; returns its id. Everything checkable is checked here (nothing is charged yet).
 
         A dataset file is read as :func:`streamdp.records.sources.read_csv_chunks` reads it (``header``, ``label``);
-        a relative path is made absolute here (a job worker may run in another directory)."""
+        a relative path is made absolute here (a job worker may run in another directory).
+        ``privacy_id`` names the dataset's column of each record's person (with ``max_records_per_id``, K): the
+        job keeps at most K records per id and its epsilon holds per person (:mod:`streamdp.jobs.runner`)."""
         check_name(source)
         if source_kind not in ("model", "dataset"):
             raise JobError(f"source_kind must be 'model' or 'dataset', got {source_kind!r}")
@@ -146,14 +150,26 @@ class JobQueue:
             if not dataset:
                 raise JobError("a dataset job needs a dataset (a CSV file path or a known dataset name)")
             sch = _schema_of(schema, dataset)
-        spec = JobSpec(algorithm, epsilon, dict(params or {}))
-        check_params(spec, sch)
+        spec = JobSpec(algorithm, epsilon, dict(params or {}), privacy_id, max_records_per_id)
+        unit = load_unit(self.r, source) if source_kind == "model" and privacy_id is None else None
+        # (a model whose unit is a person: the job bounds by its ids and K, checked here as the worker will run it)
+        check_params(spec if unit is None else JobSpec(algorithm, epsilon, spec.params, unit.privacy_id,
+                                                       unit.max_records_per_id), sch)  # fmt: skip
+        if privacy_id is not None and source_kind == "model":
+            raise JobError(
+                "a job over a model's records uses the model's own unit of privacy; --privacy-id goes with a "
+                "dataset file (with a header)"
+            )
+        if privacy_id is not None and (privacy_id in sch.names or privacy_id == sch.label.name):
+            raise JobError(f"privacy id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
         if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
             # (refused here, not accepted and then refused by the worker)
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
         bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS
+        if bundled and privacy_id is not None:
+            raise JobError(f"{dataset!r} is a known dataset without a privacy id column; give a file with one")
         if bundled and (not header or label is not None):
             raise JobError(f"--no-header and --label describe a file; {dataset!r} is a known dataset's name")
         digest = ""
@@ -164,7 +180,7 @@ class JobQueue:
             except FileNotFoundError as e:
                 raise JobError(f"{e}; nothing was charged") from None
         elif source_kind == "dataset":
-            digest = self._bind_file(source, dataset, sch, header, label)
+            digest = self._bind_file(source, dataset, sch, header, label, privacy_id)
         job_id = uuid.uuid4().hex
         result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
@@ -192,6 +208,8 @@ class JobQueue:
             "header": int(bool(header)),
             "label": json.dumps(label),
             "bundled": int(bundled),
+            "privacy_id": privacy_id or "",
+            "max_records_per_id": spec.records_per_unit if privacy_id is not None else "",
         }
         self.r.hset(job_key(job_id), mapping=doc)  # first: a holder of the name always has a status
         try:
@@ -219,7 +237,15 @@ class JobQueue:
                 return
         raise JobError(f"result name {result!r} is being taken by other submits; choose another --name")
 
-    def _bind_file(self, source: str, dataset: str, schema: Schema, header: bool, label: str | int | None) -> str:
+    def _bind_file(
+        self,
+        source: str,
+        dataset: str,
+        schema: Schema,
+        header: bool,
+        label: str | int | None,
+        privacy_id: str | None = None,
+    ) -> str:
         """The SHA-256 of a dataset file; checks it (its source label, then its columns: a file without the
         schema's is refused before anything is recorded or charged; the job worker reads only these bytes) and
         records its ledger source.
@@ -238,8 +264,8 @@ class JobQueue:
                 f"(its source is file-{digest[:32]}); use --source-file"
             )
         try:
-            if not header:  # (a header is checked by check_records' reader; a headerless file's width and label here)
-                check_columns(dataset, schema, header=False, label=label)
+            if not header or privacy_id is not None:  # (a header is checked by check_records' reader; the rest here)
+                check_columns(dataset, schema, header=header, label=label, privacy_id=privacy_id)
             check_records(dataset, schema, header=header, label=label)
         except SourceError as e:
             raise JobError(f"{e}; nothing was charged") from None
@@ -263,7 +289,7 @@ class JobQueue:
             raw = self.r.hgetall(job_key(held))
         if not raw:
             raise LookupError(f"no job {job_id!r} (streamdp job list shows the jobs)")
-        d = {as_str(k): as_str(v) for k, v in raw.items()}
+        d: dict[str, Any] = {as_str(k): as_str(v) for k, v in raw.items()}
         d.pop("schema", None)
         d["params"] = json.loads(d.get("params") or "{}")
         for k in ("epsilon", "fraction", "created", "started", "finished"):
@@ -271,6 +297,8 @@ class JobQueue:
                 d[k] = float(d[k])
         for k in ("attempts", "max_attempts"):
             d[k] = int(d.get(k) or 0)
+        d["max_records_per_id"] = int(d["max_records_per_id"]) if d.get("max_records_per_id") else None
+        d["privacy_id"] = d.get("privacy_id") or None
         return d
 
     def list(self, limit: int = 100) -> list[dict]:

@@ -34,6 +34,7 @@ name, or the ``source`` given for a dataset.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -43,7 +44,6 @@ import time
 import traceback
 from typing import Any
 
-import numpy as np
 import redis
 
 from streamdp.forest.model import PrivateForest
@@ -58,7 +58,7 @@ from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STR
 from streamdp.service.keys import JOB_RESULTS, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
-from streamdp.service.registry import ModelNotFound, load_spec
+from streamdp.service.registry import ModelNotFound, load_spec, load_unit
 
 __all__ = ["JobWorker", "run_job_worker", "read_model_records"]
 
@@ -257,17 +257,27 @@ class JobWorker(GroupLoop):
             # An earlier attempt published, then its worker died: the one release stands; do not fit again.
             self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
             return "done"
-        spec = JobSpec(doc["algorithm"], float(doc["epsilon"]), json.loads(doc.get("params") or "{}"))
+        pid = doc.get("privacy_id") or None  # (jobs queued before privacy ids: none)
+        spec = JobSpec(
+            doc["algorithm"],
+            float(doc["epsilon"]),
+            json.loads(doc.get("params") or "{}"),
+            pid,
+            int(doc["max_records_per_id"]) if pid else None,
+        )
         source, kind = doc["source"], doc["source_kind"]
         if kind == "model":
             schema = load_spec(self.r, source).schema
+            unit = load_unit(self.r, source)
+            if unit is not None:  # the model's people: at most K records each in the job too
+                spec = dataclasses.replace(spec, privacy_id=unit.privacy_id, max_records_per_id=unit.max_records_per_id)
             if keeps_nothing(self.r, source):  # (retention may be cleared since the submit)
                 raise JobError(
                     f"model {source!r} keeps no merged records (its retention was cleared); nothing was charged"
                 )
 
-            def load() -> tuple[np.ndarray, np.ndarray]:
-                return read_model_records(self.r, source, schema)
+            def load() -> tuple:
+                return read_model_records(self.r, source, schema, ids=unit is not None)
         else:
             schema = Schema.from_dict(json.loads(doc["schema"]))
             load = dataset_loader(doc, schema, stack)

@@ -65,6 +65,7 @@ class Keys:
         self.dead = f"{self.prefix}:priv:dead"
         self.stats = f"{self.prefix}:priv:stats"
         self.tree = f"{self.prefix}:priv:tree"  # release="tree": TreeState bytes (holds SECRET exact node sums)
+        self.ids = f"{self.prefix}:priv:ids"  # privacy ids' keyed hashes -> records merged (.units)
         self.pattern = f"{self.prefix}:*"
 
     @classmethod

@@ -21,7 +21,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import numpy as np
@@ -35,6 +35,7 @@ from streamdp.service.group import Entry, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
+from streamdp.service.units import Unit, choose, hash_ids
 from streamdp.service.windows import joined_cells
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
@@ -335,10 +336,22 @@ class WindowAdd(_Merge):
     """
 
     def __init__(
-        self, r: redis.Redis, keys: Keys, spec: PrivateForest, consumer: str, *, noise: NoiseSource, **common: Any
+        self,
+        r: redis.Redis,
+        keys: Keys,
+        spec: PrivateForest,
+        consumer: str,
+        *,
+        noise: NoiseSource,
+        unit: Unit | None = None,
+        id_key: bytes | None = None,
+        **common: Any,
     ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise = noise
+        if unit is not None and not id_key:
+            raise ValueError("a model with a privacy id needs the id-hashing key (the master noise key)")
+        self.unit, self.id_key = unit, id_key
         self._script = r.register_script(WINDOW_ADD_LUA)
         self.open_window: int | None = None  # the window this worker believes open (the script corrects it)
 
@@ -354,11 +367,18 @@ class WindowAdd(_Merge):
         """
         # Each batch's tally as its nonzero cells only, never a dense (counts-sized) array.
         tallies: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        hashes: dict[str, list[bytes]] = {}
         for bid, e in list(merge.items()):
+            batch = cast(codec.Batch, e.batch)
+            if self.unit is not None:  # (per attempt below: which records count depends on the ids' counts)
+                if batch.ids is None:
+                    e.dead = (f"no privacy ids: this model's unit is a person ({self.unit.privacy_id!r})", b"")
+                    ack_only.append(merge.pop(bid))
+                else:
+                    hashes[bid] = hash_ids(cast(bytes, self.id_key), batch.ids)
+                continue
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
-                tallies[bid] = self.spec.sparse_tally_encoded(
-                    e.batch.X, e.batch.y, self.noise.rng("tally", bid, e.batch.X, e.batch.y)
-                )
+                tallies[bid] = self._tally(batch.X, batch.y, bid, batch)
             except (ValueError, TypeError) as err:
                 e.dead = (f"batch not tallied: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))
@@ -370,6 +390,10 @@ class WindowAdd(_Merge):
                 return Outcome("nothing")
             m_entries, ids_all, dead = attempt
             m = len(m_entries)
+            id_args: list[Any] = [0, 0, 0, b"", b"", b""]
+            n_kept = sum(len(e.batch.y) for e in m_entries)
+            if self.unit is not None and m:
+                id_args, n_kept = self._bound(m_entries, hashes, tallies)
             cells = joined_cells([tallies[e.batch.batch_id] for e in m_entries]) if m else b""
             if self.open_window is None:
                 self.open_window = int(self.redis.hget(keys.state, "open") or 1)
@@ -377,7 +401,7 @@ class WindowAdd(_Merge):
                 GROUP,
                 self.consumer,
                 self.open_window,
-                sum(len(e.batch.y) for e in m_entries),
+                n_kept,
                 int(time.time() * 1000),
                 self.dead_maxlen,
                 m,
@@ -385,8 +409,16 @@ class WindowAdd(_Merge):
                 len(dead),
                 cells,
             ]
-            args += [*entry_args(m_entries, ack_only, dead), keys.model_id]
-            script_keys = [keys.records, keys.state, keys.merged, keys.stats, keys.dead, keys.acc(self.open_window)]
+            args += [*entry_args(m_entries, ack_only, dead), *id_args, keys.model_id]
+            script_keys = [
+                keys.records,
+                keys.state,
+                keys.merged,
+                keys.stats,
+                keys.dead,
+                keys.acc(self.open_window),
+                keys.ids,
+            ]
             self.fault("before_commit")
             res = self._script(keys=script_keys, args=args)
             self.fault("in_commit")
@@ -399,9 +431,46 @@ class WindowAdd(_Merge):
             retries += 1
             if status == "moved":
                 self.open_window = int(res[1])
+            elif status == "ids-moved":  # another worker merged records of these ids meanwhile: choose again
+                pass
             elif status == "rejected":
                 self._rejected(res, ids_all, m, merge, ack_only)
             else:
                 raise RuntimeError(f"unexpected add reply {res!r}")
             if retries > self.max_commit_retries:
                 return self._gave_up()
+
+    def _tally(self, X: np.ndarray, y: np.ndarray, bid: str, batch: codec.Batch) -> tuple[np.ndarray, np.ndarray]:
+        """A batch's (kept records') tally, its sampling keyed by the whole batch."""
+        return self.spec.sparse_tally_encoded(X, y, self.noise.rng("tally", bid, batch.X, batch.y))
+
+    def _bound(self, m_entries: list[WorkerEntry], hashes: dict[str, list[bytes]], tallies: dict) -> tuple[list, int]:
+        """The records to merge under the unit (at most K per id over the stream, :mod:`.units`): reads the ids'
+        counts, keeps each batch's records that fit, tallies only those (into ``tallies``); returns the add
+        script's id arguments and the number of records kept."""
+        unit = cast(Unit, self.unit)
+        batches = [cast(codec.Batch, e.batch) for e in m_entries]
+        every = [h for b in batches for h in hashes[b.batch_id]]
+        distinct = list(dict.fromkeys(every))
+        p = self.redis.pipeline(transaction=True)
+        p.hlen(self.keys.ids)
+        p.hmget(self.keys.ids, distinct) if distinct else p.echo("")
+        n_ids, stored = p.execute()
+        counts = {h: int(c) for h, c in zip(distinct, stored or []) if c is not None}
+        keep, changed, _ = choose(every, counts, int(n_ids), unit)
+        at = 0
+        for b in batches:
+            k = keep[at : at + len(b.y)]
+            at += len(b.y)
+            tallies[b.batch_id] = self._tally(b.X[k], b.y[k], b.batch_id, b)
+        new = sum(1 for h in changed if counts.get(h, 0) == 0)
+        old = ",".join(str(counts.get(h, 0)) for h in changed)
+        args: list[Any] = [
+            len(changed),
+            new,
+            unit.max_ids,
+            b"".join(changed),
+            old,
+            ",".join(map(str, changed.values())),
+        ]
+        return args, int(keep.sum())

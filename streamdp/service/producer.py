@@ -236,7 +236,14 @@ class Producer:
                 bid = self.batch_id(source, chunk.offset + s, e - s, (r for r, _ in invalid))
             else:
                 bid = codec.new_batch_id()
-            env = codec.encode_codes(self.schema, chunk.X[lo:hi], chunk.y[lo:hi], batch_id=bid, invalid=invalid)
+            env = codec.encode_codes(
+                self.schema,
+                chunk.X[lo:hi],
+                chunk.y[lo:hi],
+                batch_id=bid,
+                invalid=invalid,
+                ids=None if chunk.ids is None else chunk.ids[lo:hi],
+            )
             out.append(env)
             ids.append(codec.peek_batch_id(env) if callable(bid) else bid)
         return out, ids
@@ -311,16 +318,24 @@ class Producer:
             again += " (in this process only: without a producer key file another process's ids differ)"
         return f"{done}; {again}"
 
-    def push(self, X: Any, y: Any, *, batch_id: str | None = None, source: str = "") -> str | list[str]:
+    def push(
+        self, X: Any, y: Any, *, batch_id: str | None = None, source: str = "", ids: Any = None
+    ) -> str | list[str]:
         """Send ``X`` (DataFrame with the attributes by name, 2-D array-like or list of dicts) with labels ``y``.
 
         Returns the stream entry id, or a list of ids when the input was split into several
         batches of ``batch_size``. Ids follow the module's rule (``source`` labels genuinely
         new records); ``batch_id`` (a single batch only) sets the id explicitly.
+
+        ``ids``: one privacy id per record (str or bytes), for a model whose unit is a person
+        (:mod:`.units`); each batch then gets a new batch id unless ``batch_id`` is given (a retried push must
+        pass the same one to be merged once).
         """
         n = len(X)
         if batch_id is not None and n > self.batch_size:
             raise ValueError("batch_id applies to a single batch; lower the input size or raise batch_size")
+        if ids is not None:
+            return self._push_people(X, y, ids, batch_id)
         rows = max(self.batch_size, (frames.CHUNK_ROWS // self.batch_size) * self.batch_size)
         chunks = frames.frame_chunks(
             X, y, self.schema, chunk_rows=rows, on_invalid="raise" if self.on_invalid == "raise" else "drop"
@@ -351,6 +366,27 @@ class Producer:
                 stripped.append({k: v for k, v in r.items() if k != label})
             recs = stripped
         return self.push(recs, labels, **kw)
+
+    def _push_people(self, X: Any, y: Any, ids: Any, batch_id: str | None) -> str | list[str]:
+        """:meth:`push` with a privacy id per record: ``batch_size`` records per envelope, ids beside them."""
+        ids = list(ids)
+        rows = list(X) if not hasattr(X, "iloc") else [X.iloc[i] for i in range(len(X))]
+        ys = list(y)
+        if not (len(ids) == len(rows) == len(ys)):
+            raise ValueError(f"{len(ids)} privacy ids for {len(rows)} records and {len(ys)} labels")
+        mode = "raise" if self.on_invalid == "raise" else "dead-letter"
+        out = []
+        for s in range(0, max(len(rows), 1), self.batch_size):
+            env = codec.encode_batch(
+                self.schema,
+                rows[s : s + self.batch_size],
+                ys[s : s + self.batch_size],
+                batch_id=batch_id,
+                on_invalid=mode,
+                ids=ids[s : s + self.batch_size],
+            )
+            out += self._send([env])
+        return out[0] if len(out) == 1 else out
 
     def push_raw(self, payload: bytes) -> str:
         """XADD an already-built envelope (see :mod:`streamdp.service.codec`)."""

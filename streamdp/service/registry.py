@@ -27,7 +27,6 @@ from typing import Any
 import redis
 
 from streamdp.estimation import cell_variance
-from streamdp.forest import persistence
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
@@ -37,10 +36,21 @@ from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.ledger_store import charge_model
+from streamdp.service.model_store import (
+    ModelExists,
+    ModelNotFound,
+    load_policy,
+    load_spec,
+    load_unit,
+    no_stream_model,
+    published_keys,
+    require_model,
+)
 from streamdp.service.published import published_fields, release_record
 from streamdp.service.rollback import key_fingerprint, load_noise_key
 from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
+from streamdp.service.units import unit_of
 from streamdp.validation import check_epsilon
 
 #: Counts-sized arrays a ``tree`` model's state holds: about ``2 * log2(T)`` after T windows (50 at 2**24).
@@ -57,6 +67,8 @@ __all__ = [
     "load_spec",
     "require_model",
     "published_keys",
+    "load_unit",
+    "no_stream_model",
     "ModelNotFound",
     "ModelExists",
     "server_value_limit",
@@ -64,21 +76,6 @@ __all__ = [
     "grown_blob_bound",
     "DEFAULT_BULK_LIMIT",
 ]
-
-
-class ModelNotFound(KeyError):
-    """No model of that name (a KeyError, shown as its message: a KeyError's own str quotes it).
-
-    >>> str(ModelNotFound("no model named 'x'"))
-    "no model named 'x'"
-    """
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class ModelExists(ValueError):
-    pass
 
 
 #: Summary fields for producers, not for display: the schema and the batch-id salt (:func:`batch_id_salt`).
@@ -137,6 +134,9 @@ def create_model(
     release_every: float | None = None,
     levels: int | None = None,
     estimator: str = "honaker",
+    privacy_id: str | None = None,
+    max_records_per_id: int | None = None,
+    max_ids: int | None = None,
     noise_key_file: str | None = None,
     max_lag: float | None = None,
 ) -> PrivateForest:
@@ -171,6 +171,12 @@ def create_model(
     and releases that cannot be told from an empty one are left out of the published counts
     (:mod:`streamdp.release.cadence`); ``max_lag=release_every`` keeps the clock's windows. It needs a prior stump
     and geometric or Laplace noise (the released record count it reads); other models release on the clock.
+
+    ``privacy_id`` (a column producers send beside each record, never an attribute) with ``max_records_per_id``
+    (K) makes the unit of privacy a person: at most K records per person are merged over the whole stream, the
+    forest's noise is drawn at ``epsilon / K`` per record and the ledger charged ``epsilon`` (per person);
+    ``max_ids`` bounds the persons kept (:mod:`.units`: the proof sketch, what happens at the bound). Without it
+    the unit is a record. Refused with ``release="batch"`` and the k-anonymity mechanism.
 
     ``noise_key_file`` (default ``$STREAMDP_NOISE_KEY_FILE``): the workers' noise key; its fingerprint is stored
     (:func:`~streamdp.service.rollback.key_fingerprint`), and a worker with another key, or none, refuses to draw.
@@ -210,6 +216,11 @@ def create_model(
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
     epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
+    unit = unit_of(privacy_id, max_records_per_id, max_ids, release, mechanism)
+    if unit is not None and privacy_id in [*schema.names, schema.label.name]:
+        raise ValueError(f"privacy_id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
+    declared = epsilon
+    epsilon = epsilon / (unit.max_records_per_id if unit else 1)  # the noise per record: epsilon per K records
     # the one rule for whether this model grows (the default needs its grown blob to fit too, below)
     may_grow = release == "grow" or (
         release is None and grows_by_default(schema) and PrivateForest.growable(epsilon, mechanism)
@@ -279,7 +290,10 @@ def create_model(
     noise_key = key_fingerprint(load_noise_key(noise_key_file))  # checked by every worker before it draws
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    if not r.hsetnx(REGISTRY, name, json.dumps(_summary(forest, name, policy, start, spec, cadence))):
+    summary = _summary(forest, name, policy, start, spec, cadence)
+    if unit is not None:
+        summary.update(unit=unit.to_dict(), epsilon=declared, epsilon_per_record=forest.epsilon)
+    if not r.hsetnx(REGISTRY, name, json.dumps(summary)):
         if exist_ok:
             return load_spec(r, name)
         raise ModelExists(f"model {name!r} already exists (delete it first: streamdp model delete {name})")
@@ -288,7 +302,7 @@ def create_model(
     # exists, so charging first never under-charges; a crash after the charge only over-charges (safe).
     # A refused charge releases the name claim, so nothing is left behind.
     try:
-        charge_model(r, name, forest.epsilon, forest.delta, ledger_budget, model_id)
+        charge_model(r, name, declared if unit else forest.epsilon, forest.delta, ledger_budget, model_id)
     except BaseException:
         r.hdel(REGISTRY, name)
         raise
@@ -306,6 +320,7 @@ def create_model(
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
             "noise_layout": "blocks",
+            "unit": json.dumps(unit.to_dict()) if unit else "",
             "noise_key": noise_key,
             **cadence_fields(cadence, start, policy),
         },
@@ -319,6 +334,7 @@ def create_model(
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
             **cadence_fields(cadence, start, policy),
+            "unit": json.dumps(unit.to_dict()) if unit else "",
         },
     )
     p.set(keys.pub_version(0), release_record(forest, fill_ok=True))  # zero counts: their shape alone, not a copy
@@ -332,87 +348,6 @@ def create_model(
 
 
 #: A spec larger than this is read in parts of this size (GETRANGE) into one buffer.
-SPEC_READ_PART = 16 << 20
-
-
-def _read_spec(r: Any, key: str) -> bytes | bytearray | None:
-    """The spec's bytes, or None. A large spec is read in parts into one preallocated buffer: one GET
-    made redis-py hold its read buffer and its copy of the whole value at once (twice the blob)."""
-    size = int(r.strlen(key))
-    if size <= SPEC_READ_PART:
-        return r.get(key)
-    buf = bytearray(size)
-    for off in range(0, size, SPEC_READ_PART):
-        part = r.getrange(key, off, off + SPEC_READ_PART - 1)
-        if len(part) != min(SPEC_READ_PART, size - off):
-            raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
-        buf[off : off + len(part)] = part
-        del part
-    if int(r.strlen(key)) != size:
-        raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
-    return buf
-
-
-def load_spec(r: Any, name: str) -> PrivateForest:
-    """The empty forest of model ``name`` (schema + settings + structure), validated.
-
-    Memory: the spec's bytes are dropped once decoded, before the forest is built; the structure
-    views the decoded document (:meth:`PrivateForest.from_doc`): at most about twice the blob at once.
-    """
-    r = connect(r)
-    data = _read_spec(r, Keys(name).spec)
-    if data is None:
-        raise no_stream_model(r, name)
-    doc = persistence.loads(data)
-    del data
-    return PrivateForest.from_doc(doc)
-
-
-def require_model(r: Any, name: str) -> None:
-    """Raise :class:`ModelNotFound` unless stream model ``name`` exists (its spec's key; nothing is read or
-    decoded: a process that only starts workers holds no model)."""
-    r = connect(r)
-    if not r.exists(Keys(name).spec):
-        raise no_stream_model(r, name)
-
-
-def no_stream_model(r: Any, name: str) -> ModelNotFound:
-    """The error for ``name`` having no stream model, saying why: a batch job's result of that name (listed beside
-    the models, so records are pushed to it by mistake), or nothing at all."""
-    try:
-        job = bool(r.hexists(JOB_RESULTS, name))
-    except redis.exceptions.NoPermissionError:  # (a producer may not read the job results)
-        job = False
-    if job:
-        return ModelNotFound(
-            f"{name!r} is a batch job's model, not a stream model: it takes no records and has no "
-            "workers (records go to a stream model: streamdp model create)"
-        )
-    return ModelNotFound(f"no model named {name!r} (streamdp model list shows the models)")
-
-
-def published_keys(r: Any, name: str) -> Keys:
-    """The keys of what is published under ``name``: the stream model's, else a batch job's model's (if any)."""
-    keys = Keys(name)
-    if not r.exists(keys.pub_model):
-        job = Keys(name, job=True)
-        if r.exists(job.pub_model):
-            return job
-    return keys
-
-
-def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
-    """The release policy of model ``name`` and its schedule's start (epoch seconds), from the worker-only state.
-
-    A model created before release policies existed releases per batch.
-    """
-    r = connect(r)
-    raw, start = r.hmget(Keys(name).state, "release", "release_start")
-    if raw is None:
-        return ReleasePolicy("batch"), 0.0
-    return ReleasePolicy.from_dict(json.loads(raw)), float(start)
-
-
 def list_models(r: Any) -> dict[str, dict]:
     """The stream models' public summaries (``sdp:registry``)."""
     return _read_registry(connect(r), REGISTRY)
@@ -464,7 +399,7 @@ def show_model(r: Any, name: str) -> dict:
         info["class_total_sd"] = class_total_sd(
             ReleasePolicy.from_dict(info["release"]),
             info["releases"],
-            float(info["epsilon"]),
+            float(info.get("epsilon_per_record", info["epsilon"])),  # (the noise's: epsilon / K with a privacy id)
             info["mechanism"],
             info["budget"],
             info["n_trees"],

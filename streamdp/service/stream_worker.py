@@ -44,10 +44,11 @@ from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
-from streamdp.service.registry import load_cadence, load_policy, load_spec
-from streamdp.service.rollback import ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
+from streamdp.service.registry import load_cadence, load_policy, load_spec, load_unit
+from streamdp.service.rollback import ENV_KEY, ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
 from streamdp.service.size_limits import grown_blob_bound
 from streamdp.service.trimming import StreamTrimmer
+from streamdp.service.units import id_key
 from streamdp.service.windows import WindowCloser
 from streamdp.validation import MAX_BLOCK_MS, check_integer
 
@@ -179,7 +180,14 @@ class Worker(GroupLoop):
         model_id = self.keys.model_id or as_str(self.redis.hget(self.keys.pub_model, "model_id") or b"")
         # a model created before the "blocks" noise layout has none in its state: it keeps "stream"
         layout = as_str(self.redis.hget(self.keys.state, "noise_layout") or b"stream")
-        self.noise = NoiseSource(load_noise_key(cfg.noise_key_file), model_id, layout)
+        master = load_noise_key(cfg.noise_key_file)
+        self.noise = NoiseSource(master, model_id, layout)
+        unit = load_unit(self.redis, model)
+        if unit is not None and master is None:
+            raise RuntimeError(
+                f"model {model!r} protects persons (privacy id {unit.privacy_id!r}): its workers hash the ids with a "
+                f"key derived from the master noise key; set {ENV_KEY} (the same file on every worker)"
+            )
         self.noise.check(self.redis.hget(self.keys.state, "noise_key"), model)  # the key the model was created with
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model
@@ -208,7 +216,16 @@ class Worker(GroupLoop):
                 **common,
             )
         else:
-            self.merger = WindowAdd(self.redis, self.keys, self.spec, self.name, noise=self.noise, **common)
+            self.merger = WindowAdd(
+                self.redis,
+                self.keys,
+                self.spec,
+                self.name,
+                noise=self.noise,
+                unit=unit,
+                id_key=id_key(master, model_id) if unit is not None and master else None,
+                **common,
+            )
             self.closer = WindowCloser(
                 self.redis,
                 self.keys,

@@ -66,6 +66,7 @@ def test_public_keys_hold_no_exact_record_count(r):
         b"release",
         b"release_start",
         b"noise_variance",
+        b"unit",  # the unit of privacy (public; empty: a record)
     }
     f = forest_from_record(PrivateForest.from_bytes(r.get(k.spec)), r.get(k.pub_version(1)))
     assert r.hget(k.pub_model, "counts") == f.counts.astype("<i8").tobytes()  # the same noisy counts

@@ -121,7 +121,7 @@ def test_packb_keeps_no_reference_to_what_it_packed():
 
 
 def test_a_large_spec_is_read_in_parts(monkeypatch, redis_url, unique_name):
-    from streamdp.service import registry
+    from streamdp.service import model_store as registry
 
     r = redis.Redis.from_url(redis_url)
     try:

@@ -1,0 +1,131 @@
+"""Reading a stored model: its spec, release policy and unit of privacy, and the errors for a missing one.
+
+Split from :mod:`streamdp.service.registry` (which creates, lists and deletes models) so that processes that
+only read a model import the read side alone.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from streamdp.forest import persistence
+from streamdp.forest.model import PrivateForest
+from streamdp.release.continual import ReleasePolicy
+from streamdp.service.connection import connect
+from streamdp.service.keys import JOB_RESULTS, Keys, as_str
+from streamdp.service.units import Unit
+
+__all__ = [
+    "ModelNotFound",
+    "ModelExists",
+    "load_spec",
+    "require_model",
+    "no_stream_model",
+    "published_keys",
+    "load_policy",
+    "load_unit",
+]
+
+
+class ModelNotFound(KeyError):
+    """No model of that name (a KeyError, shown as its message: a KeyError's own str quotes it).
+
+    >>> str(ModelNotFound("no model named 'x'"))
+    "no model named 'x'"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ModelExists(ValueError):
+    pass
+
+
+SPEC_READ_PART = 16 << 20
+
+
+def _read_spec(r: Any, key: str) -> bytes | bytearray | None:
+    """The spec's bytes, or None. A large spec is read in parts into one preallocated buffer: one GET
+    made redis-py hold its read buffer and its copy of the whole value at once (twice the blob)."""
+    size = int(r.strlen(key))
+    if size <= SPEC_READ_PART:
+        return r.get(key)
+    buf = bytearray(size)
+    for off in range(0, size, SPEC_READ_PART):
+        part = r.getrange(key, off, off + SPEC_READ_PART - 1)
+        if len(part) != min(SPEC_READ_PART, size - off):
+            raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
+        buf[off : off + len(part)] = part
+        del part
+    if int(r.strlen(key)) != size:
+        raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
+    return buf
+
+
+def load_spec(r: Any, name: str) -> PrivateForest:
+    """The empty forest of model ``name`` (schema + settings + structure), validated.
+
+    Memory: the spec's bytes are dropped once decoded, before the forest is built; the structure
+    views the decoded document (:meth:`PrivateForest.from_doc`): at most about twice the blob at once.
+    """
+    r = connect(r)
+    data = _read_spec(r, Keys(name).spec)
+    if data is None:
+        raise no_stream_model(r, name)
+    doc = persistence.loads(data)
+    del data
+    return PrivateForest.from_doc(doc)
+
+
+def require_model(r: Any, name: str) -> None:
+    """Raise :class:`ModelNotFound` unless stream model ``name`` exists (its spec's key; nothing is read or
+    decoded: a process that only starts workers holds no model)."""
+    r = connect(r)
+    if not r.exists(Keys(name).spec):
+        raise no_stream_model(r, name)
+
+
+def no_stream_model(r: Any, name: str) -> ModelNotFound:
+    """The error for ``name`` having no stream model, saying why: a batch job's result of that name (listed beside
+    the models, so records are pushed to it by mistake), or nothing at all."""
+    try:
+        job = bool(r.hexists(JOB_RESULTS, name))
+    except redis.exceptions.NoPermissionError:  # (a producer may not read the job results)
+        job = False
+    if job:
+        return ModelNotFound(
+            f"{name!r} is a batch job's model, not a stream model: it takes no records and has no "
+            "workers (records go to a stream model: streamdp model create)"
+        )
+    return ModelNotFound(f"no model named {name!r} (streamdp model list shows the models)")
+
+
+def published_keys(r: Any, name: str) -> Keys:
+    """The keys of what is published under ``name``: the stream model's, else a batch job's model's (if any)."""
+    keys = Keys(name)
+    if not r.exists(keys.pub_model):
+        job = Keys(name, job=True)
+        if r.exists(job.pub_model):
+            return job
+    return keys
+
+
+def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
+    """The release policy of model ``name`` and its schedule's start (epoch seconds), from the worker-only state.
+
+    A model created before release policies existed releases per batch.
+    """
+    r = connect(r)
+    raw, start = r.hmget(Keys(name).state, "release", "release_start")
+    if raw is None:
+        return ReleasePolicy("batch"), 0.0
+    return ReleasePolicy.from_dict(json.loads(raw)), float(start)
+
+
+def load_unit(r: Any, name: str) -> Unit | None:
+    """Model ``name``'s unit of privacy (None: a record), as its state holds it."""
+    return Unit.from_json(as_str(r.hget(Keys(name).state, "unit") or b""))

@@ -1,0 +1,182 @@
+"""The unit of privacy of a stream model: at most K records per person over the whole stream, exactly once.
+
+A model created with a privacy id (``create_model(privacy_id="user", max_records_per_id=K)``) protects a
+person, not a record. Producers send each record's id beside it (:func:`streamdp.service.codec.encode_batch`
+``ids=``); the workers keep, per id, the running count of that id's records merged so far, in one Redis hash
+per model (:attr:`Unit` ``key``: field = the id's keyed hash, value = the count), and merge a record only while
+its id's count is below ``K``: records beyond K are dropped before anything is tallied.
+
+Ids are stored only as keyed hashes: the first 16 bytes of HMAC-SHA256 under a key derived from the workers'
+master noise key (``$STREAMDP_NOISE_KEY_FILE``, never in Redis) and the model's id; a worker without that key
+refuses a model with a privacy id. The raw id is never stored, logged or published. How many records were
+dropped is not recorded anywhere.
+
+Exactly once. The counts change only inside the add script that merges the records
+(:data:`streamdp.service.commit.WINDOW_ADD_LUA`), in the same atomic step as the batch-id dedup, the
+tally and the XACK: the worker reads the ids' counts, chooses the records to keep, and the script writes
+only if every count it read is unchanged (and the number of ids kept is too), else nothing and the worker
+chooses again. A retried batch is a duplicate batch id: refused whole, never counted twice; a batch never
+merged never moved a count.
+
+Proof sketch (``epsilon``-DP per person, whatever the windows). A person's merged records, over every
+window and worker, sum to at most ``K``: each merge adds to the id's count exactly the records it keeps, under
+a check that the count it read is current, and keeps none past ``K``. Another person's kept records depend
+only on their own records and order (each id's count is its own), so removing one person changes at most
+``K`` records of the merged stream. The model's forest draws every release's noise at ``epsilon / K`` per
+record (``create_model`` stores it so: the ledger is charged the declared ``epsilon``): the whole transcript,
+``epsilon / K``-DP per record under the release policy's own accounting, is ``epsilon``-DP for any ``K``
+records by group privacy (pure DP). The policies that draw noise per batch before the merge (``"batch"``) and
+the ``(epsilon, delta)`` k-anonymity mechanism are refused with a privacy id.
+
+Scale: each id kept costs one hash field (16 bytes of hash and a small count, plus Redis' per-field overhead).
+``max_ids`` bounds them: once that many ids are kept, records of a NEW id are dropped (an id already kept goes on
+until its K); the bound is public, in the spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from streamdp.privacy.contribution import MAX_RECORDS_PER_ID, check_unit
+
+__all__ = ["unit_of", "DEFAULT_MAX_IDS", "MAX_ID_BYTES", "Unit", "id_key", "hash_ids", "choose", "IDS_LUA"]
+
+#: The ids a model keeps by default (memory: see the module docstring).
+DEFAULT_MAX_IDS = 10_000_000
+#: The longest privacy id accepted (bytes); a longer one's record is dropped as invalid.
+MAX_ID_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A model's unit of privacy: the column naming the person, K, and the bound on ids kept (public)."""
+
+    privacy_id: str
+    max_records_per_id: int
+    max_ids: int = DEFAULT_MAX_IDS
+
+    def __post_init__(self) -> None:
+        check_unit(self.privacy_id, self.max_records_per_id)
+        if not isinstance(self.privacy_id, str) or not self.privacy_id:
+            raise ValueError(f"privacy_id must name a column, got {self.privacy_id!r}")
+        if isinstance(self.max_ids, bool) or not isinstance(self.max_ids, int) or self.max_ids < 1:
+            raise ValueError(f"max_ids must be a whole number >= 1, got {self.max_ids!r}")
+
+    def to_dict(self) -> dict:
+        return {"privacy_id": self.privacy_id, "max_records_per_id": self.max_records_per_id, "max_ids": self.max_ids}
+
+    @classmethod
+    def from_json(cls, text: Any) -> Unit | None:
+        """The unit stored in a model's state (None: the unit is a record)."""
+        if not text:
+            return None
+        d = json.loads(text)
+        return cls(str(d["privacy_id"]), int(d["max_records_per_id"]), int(d["max_ids"]))
+
+    def describe(self) -> str:
+        return (
+            f"a person (column {self.privacy_id!r}): at most {self.max_records_per_id} records per person over the "
+            f"whole stream, epsilon per person; at most {self.max_ids:,} persons kept"
+        )
+
+
+def unit_of(privacy_id: Any, max_records_per_id: Any, max_ids: Any, release: str | None, mechanism: str) -> Unit | None:
+    """A stream model's unit of privacy (None: a record), refused with a policy or mechanism it cannot bound."""
+    if privacy_id is None and max_records_per_id is None and max_ids is None:
+        return None
+    if privacy_id is None:
+        raise ValueError("max_records_per_id and max_ids go with privacy_id (the column naming each record's person)")
+    if release == "batch":
+        raise ValueError(
+            "release='batch' draws each batch's noise before it is merged, so which of a person's records count "
+            "could not depend on the merged ones: use release='window' (or the default) with a privacy id"
+        )
+    if mechanism == "kanon":
+        raise ValueError("the k-anonymity mechanism is (epsilon, delta)-DP: a privacy id does not make it per person")
+    return Unit(privacy_id, max_records_per_id, DEFAULT_MAX_IDS if max_ids is None else max_ids)
+
+
+RECORD_UNIT = "a record: a person with many records is protected only as a group (see --privacy-id)"
+
+
+def id_key(master: bytes, model_id: str) -> bytes:
+    """The model's id-hashing key, derived from the workers' master key (never stored)."""
+    return hmac.new(master, b"streamdp privacy id\x00" + model_id.encode(), hashlib.sha256).digest()
+
+
+def hash_ids(key: bytes, ids: list) -> list[bytes]:
+    """Each id's keyed hash (16 bytes); a str id is hashed as its UTF-8 bytes, bytes as they are."""
+    digest = hmac.digest
+    return [
+        digest(key, v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v), "sha256")[:16] for v in ids
+    ]
+
+
+def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit) -> tuple[np.ndarray, dict, int]:
+    """Which records to keep, in order: a record is kept while its id's count (``counts``: the stored counts
+    of the ids present, 0 for a new id) is below K, and a new id only while fewer than ``max_ids`` ids are
+    kept (``n_ids`` stored). Returns the keep mask, the new counts of the ids that changed, the new id count."""
+    k = unit.max_records_per_id
+    now: dict[bytes, int] = {}
+    ids_now = n_ids
+    keep = np.zeros(len(hashes), dtype=bool)
+    for i, h in enumerate(hashes):
+        c = now.get(h)
+        if c is None:
+            c = counts.get(h, 0)
+            if c == 0:
+                if ids_now >= unit.max_ids:
+                    continue  # a new id past the bound: refused
+                ids_now += 1
+        if c < k:
+            keep[i] = True
+            now[h] = c + 1
+        else:
+            now.setdefault(h, c)
+    changed = {h: c for h, c in now.items() if c != counts.get(h, 0)}
+    return keep, changed, ids_now
+
+
+# Lua (spliced into the add script after its checks, before any write): the ids' counts the worker read must be
+# current and the new ids must fit the bound, then the new counts are written. Needs KEYS[ids_slot] (the counts
+# hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, the n 16-byte hashes
+# joined, their counts read and their new counts (decimal, comma-separated): six arguments whatever n, so the
+# client packs no argument per id. A new id's count read is 0, so two workers cannot both add it; the bound is
+# checked against the ids kept at write time (another worker's new ids force no retry while the bound is far).
+IDS_LUA = r"""
+local n_ids = tonumber(ARGV[io])
+local id_new = {}
+if n_ids > 0 then
+  if redis.call('HLEN', KEYS[ids_slot]) + tonumber(ARGV[io + 1]) > tonumber(ARGV[io + 2]) then
+    return {'ids-moved', 0}
+  end
+  local i = 0
+  for v in string.gmatch(ARGV[io + 4], '%d+') do
+    i = i + 1
+    local cur = tonumber(redis.call('HGET', KEYS[ids_slot], string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)) or '0')
+    if cur ~= tonumber(v) then return {'ids-moved', 0} end
+  end
+  for v in string.gmatch(ARGV[io + 5], '%d+') do id_new[#id_new + 1] = v end
+  if i ~= n_ids or #id_new ~= n_ids or #ARGV[io + 3] ~= 16 * n_ids then return {'ids-bad', 0} end
+end
+"""
+
+IDS_WRITE_LUA = r"""
+local pairs_ = {}
+for i = 1, n_ids do
+  pairs_[#pairs_ + 1] = string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)
+  pairs_[#pairs_ + 1] = id_new[i]
+  if #pairs_ >= 2000 or i == n_ids then
+    redis.call('HSET', KEYS[ids_slot], unpack(pairs_))
+    pairs_ = {}
+  end
+end
+"""
+
+assert MAX_RECORDS_PER_ID < 2**53  # (counts travel through Lua numbers)

@@ -1,0 +1,61 @@
+"""The unit of privacy from the command line (real Redis): model create --privacy-id, push with the id column,
+a worker, model show."""
+
+from __future__ import annotations
+
+import csv
+import math
+from importlib import resources
+
+import numpy as np
+import pytest
+
+from streamdp.cli import main
+from streamdp.records.datasets import load
+from streamdp.service.connection import connect
+from streamdp.service.keys import Keys
+from streamdp.service.published import counts_from_bytes
+from streamdp.service.registry import load_spec
+
+pytestmark = pytest.mark.redis
+DS = load("congressional-voting")
+SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
+
+
+def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
+    redis_url, unique_name, tmp_path, capsys, monkeypatch
+):
+    key = tmp_path / "noise.key"
+    key.write_bytes(bytes(range(64)))
+    key.chmod(0o600)
+    monkeypatch.setenv("STREAMDP_NOISE_KEY_FILE", str(key))
+    u = ["--redis-url", redis_url]
+    plain = unique_name + "p"
+    try:
+        assert main(u + ["model", "create", plain, "--schema", SCHEMA, "--trees", "2", "--height", "2",
+                         "--epsilon", "1"]) == 0  # fmt: skip
+        out = capsys.readouterr().out
+        assert "unit of privacy: a record" in out
+    finally:
+        main(u + ["model", "delete", plain])
+    name = unique_name
+    args = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "inf",
+            "--release", "window", "--privacy-id", "user", "--max-records-per-id", "3"]  # fmt: skip
+    assert main(u + args) == 0
+    assert "unit of privacy: a person (column 'user'): at most 3 records" in capsys.readouterr().out
+    data = tmp_path / "people.csv"
+    with open(data, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["user", *DS.schema.names, "party"])
+        for i in range(100):
+            w.writerow([f"p{i % 10}", *DS.X[i], DS.y[i]])
+        w.writerow(["", *DS.X[100], DS.y[100]])  # no id: dropped
+    assert main(u + ["push", name, str(data), "-q"]) == 0
+    assert main(u + ["worker", name, "--until-drained"]) == 0
+    assert main(u + ["model", "show", name]) == 0
+    assert "unit            a person (column 'user'): at most 3 records per person" in capsys.readouterr().out
+    r = connect(redis_url)
+    spec = load_spec(r, name)
+    pub = counts_from_bytes(r.hget(Keys(name).pub_model, "counts"), spec)
+    assert int(pub[0].sum()) == 30  # tree 0 counts each of the 10 persons' first 3 records, nothing more
+    assert math.isinf(spec.epsilon) and np.all(pub >= 0)

@@ -1,0 +1,255 @@
+"""A stream model whose unit is a person (fakeredis): at most K records per id over the whole stream, exactly
+once, ids stored only as keyed hashes, noise per person."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+fakeredis = pytest.importorskip("fakeredis")
+pytest.importorskip("lupa")
+
+from streamdp.estimation import cell_variance  # noqa: E402
+from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.records.datasets import load  # noqa: E402
+from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.ledger_store import RedisLedger  # noqa: E402
+from streamdp.service.merging import WorkerEntry  # noqa: E402
+from streamdp.service.producer import Producer  # noqa: E402
+from streamdp.service.published import counts_from_bytes  # noqa: E402
+from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
+from streamdp.service.stream_worker import Worker  # noqa: E402
+from streamdp.service.units import Unit, choose, hash_ids, id_key  # noqa: E402
+
+DS = load("congressional-voting")
+EVERY = 10.0
+
+
+@pytest.fixture
+def r():
+    return fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    f = tmp_path / "noise.key"
+    f.write_bytes(bytes(range(64)))
+    f.chmod(0o600)
+    return str(f)
+
+
+def _model(r, k=2, epsilon=math.inf, key_file=None, **kw):
+    kw.setdefault("n_trees", 3)
+    kw.setdefault("height", 3)
+    kw.setdefault("seed", 1)
+    return create_model(
+        r, "m", DS.schema, epsilon=epsilon, release="window", release_every=EVERY, privacy_id="user",
+        max_records_per_id=k, noise_key_file=key_file, **kw,
+    )  # fmt: skip
+
+
+def _worker(r, key_file, **kw):
+    return Worker(r, "m", block_ms=1, noise_key_file=key_file, **kw)
+
+
+def _add_all(w, limit=1000):
+    for _ in range(limit):
+        entries = w.reader.read(w.config.batch_entries, 1)
+        if not entries:
+            return
+        es = [WorkerEntry(e.id, e.fields, e.deliveries) for e in entries]
+        for e in es:
+            w._decode(e)
+        merge = {e.batch.batch_id: e for e in es if e.batch is not None and len(e.batch.y)}
+        w.merger.merge(merge, [e for e in es if e.batch is None or not len(e.batch.y)])
+
+
+def _at(r, k):
+    return load_policy(r, "m")[1] + k * EVERY + 0.001
+
+
+def _published(r, spec):
+    return counts_from_bytes(r.hget(Keys("m").pub_model, "counts"), spec)
+
+
+def _exact(spec, idx):
+    return PrivateForest(spec.schema, spec.structure, epsilon=math.inf).noisy_delta(DS.X[idx], DS.y[idx])
+
+
+def _first_k(ids, k):
+    """Positions of each id's first k records, in order (what one worker merging in push order keeps)."""
+    seen: dict = {}
+    out = []
+    for i, v in enumerate(ids):
+        seen[v] = seen.get(v, 0) + 1
+        if seen[v] <= k:
+            out.append(i)
+    return np.array(out, dtype=np.int64)
+
+
+def test_contributions_beyond_k_never_reach_a_count_over_windows_and_retries(r, key_file):
+    spec = _model(r, k=2, key_file=key_file)
+    w = _worker(r, key_file)
+    p = Producer(r, "m")
+    rng = np.random.default_rng(0)
+    all_idx, all_ids = [], []
+    for window in range(1, 5):  # people come back in every window; a retried XADD in each
+        idx = rng.integers(0, len(DS.y), 30)
+        ids = [f"user-{int(v)}" for v in rng.integers(0, 12, 30)]
+        bid = f"b{window}"
+        p.push(DS.X[idx], DS.y[idx], ids=ids, batch_id=bid)
+        p.push(DS.X[idx], DS.y[idx], ids=ids, batch_id=bid)  # the same batch again: merged once
+        all_idx.append(idx)
+        all_ids += ids
+        _add_all(w)
+        assert w.closer.tick(_at(r, window)) == 1
+    idx = np.concatenate(all_idx)
+    kept = _first_k(all_ids, 2)
+    np.testing.assert_array_equal(_published(r, spec), _exact(spec, idx[kept]))
+    counts = r.hgetall(Keys("m").ids)
+    assert sorted(int(c) for c in counts.values()) == sorted(min(all_ids.count(u), 2) for u in set(all_ids))
+    assert all(len(h) == 16 for h in counts)
+    for key in r.keys("*"):  # no raw id anywhere in Redis but the records stream itself
+        if key == Keys("m").records.encode():
+            continue
+        dump = r.dump(key) or b""
+        assert b"user-" not in dump and b"user-" not in key, key
+
+
+def test_a_person_counted_by_two_workers_racing_is_counted_once(r, key_file):
+    """Worker B merges a batch of the same people while worker A is between reading the ids' counts and its
+    add: A's add finds the counts moved, writes nothing, and chooses again; no id passes K."""
+    spec = _model(r, k=3, key_file=key_file)
+    a, b = _worker(r, key_file), _worker(r, key_file)
+    p = Producer(r, "m")
+    ids = ["ann", "bob"] * 10
+    p.push(DS.X[:20], DS.y[:20], ids=ids, batch_id="first")
+    raced = []
+
+    def race(point):
+        if point == "before_commit" and not raced:
+            raced.append(1)
+            p.push(DS.X[20:40], DS.y[20:40], ids=ids, batch_id="second")
+            _add_all(b)
+
+    a.merger.fault = race
+    _add_all(a)
+    _add_all(b)
+    assert raced and {int(c) for c in r.hgetall(Keys("m").ids).values()} == {3}
+    a.closer.tick(_at(r, 1))
+    pub = _published(r, spec)
+    assert int(pub[0].sum()) == 6  # tree 0: 3 records of each of the two people
+
+
+def test_a_worker_killed_after_its_add_is_not_counted_twice(r, key_file):
+    """The add ran (counts and tally in one script), then the worker died before it knew: the entries are
+    claimed by another worker and acknowledged as merged, the ids' counts unchanged."""
+
+    class Died(Exception):
+        pass
+
+    def die(point):
+        if point == "in_commit":
+            raise Died(point)
+
+    spec = _model(r, k=5, key_file=key_file)
+    a = _worker(r, key_file, faults=die)
+    p = Producer(r, "m")
+    ids = [f"u{i % 4}" for i in range(40)]
+    p.push(DS.X[:40], DS.y[:40], ids=ids, batch_id="x")
+    with pytest.raises(Died):
+        _add_all(a)
+    before = r.hgetall(Keys("m").ids)
+    b = _worker(r, key_file, claim_idle_ms=0)
+    for _ in range(3):
+        b.step()
+    assert r.hgetall(Keys("m").ids) == before and {int(v) for v in before.values()} == {5}
+    b.closer.tick(_at(r, 1))
+    np.testing.assert_array_equal(_published(r, spec), _exact(spec, _first_k(ids, 5)))
+
+
+def test_the_noise_is_per_person_and_the_ledger_charged_per_person(r, key_file):
+    spec = _model(r, k=4, epsilon=2.0, n_trees=10, height=5, key_file=key_file)
+    assert spec.epsilon == 0.5  # the noise per record: epsilon / K
+    assert RedisLedger(r).spent("m")[0] == 2.0
+    info = show_model(r, "m")
+    assert info["unit"] == {"privacy_id": "user", "max_records_per_id": 4, "max_ids": 10_000_000}
+    assert info["epsilon"] == 2.0 and info["epsilon_per_record"] == 0.5
+    w = _worker(r, key_file)
+    p = Producer(r, "m")
+    rng = np.random.default_rng(1)
+    diffs, prev = [], np.zeros(spec.shape, np.int64)
+    for k in range(1, 7):
+        idx = rng.integers(0, len(DS.y), 40)
+        p.push(DS.X[idx], DS.y[idx], ids=[f"w{k}-{i}" for i in range(40)])
+        _add_all(w)
+        w.closer.tick(_at(r, k))
+        pub = _published(r, spec)
+        diffs.append((pub - prev - _exact(spec, idx))[spec.real_cells])
+        prev = pub
+    d = np.concatenate(diffs).astype(float)
+    expected = cell_variance("geometric", 2.0 / 4 / 10)
+    assert 0.75 < d.var() / expected < 1.25, (d.var(), expected)
+
+
+def test_hostile_ids_and_batches_without_ids(r, key_file):
+    spec = _model(r, k=1, key_file=key_file)
+    w = _worker(r, key_file)
+    p = Producer(r, "m", on_invalid="dead-letter")
+    ids = [b"\xff\xfe", b"\xff\xfe", "x" * 5000, "ok", "", "\u00e9t\u00e9"]
+    p.push(DS.X[:6], DS.y[:6], ids=ids, batch_id="h")
+    p.push(DS.X[6:9], DS.y[6:9], batch_id="none")  # no ids at all: dead-lettered whole
+    _add_all(w)
+    w.closer.tick(_at(r, 1))
+    np.testing.assert_array_equal(_published(r, spec), _exact(spec, np.array([0, 3, 5])))
+    assert r.xlen(Keys("m").dead) == 2
+
+
+def test_new_ids_past_the_bound_are_refused():
+    unit = Unit("user", 2, max_ids=3)
+    h = [bytes([i]) * 16 for i in range(5)]
+    keep, changed, n = choose([h[0], h[1], h[2], h[3], h[0], h[4], h[0], h[3]], {}, 0, unit)
+    assert keep.tolist() == [True, True, True, False, True, False, False, False] and n == 3
+    keep, changed, n = choose([h[1], h[4]], {h[1]: 1}, 3, unit)  # a kept id goes on; a new one is refused
+    assert keep.tolist() == [True, False] and changed == {h[1]: 2}
+
+
+def test_a_million_distinct_ids_in_one_batch_are_hashed_and_chosen():
+    key = id_key(b"k" * 32, "model")
+    ids = [f"id{i}" for i in range(1_000_000)]
+    hs = hash_ids(key, ids)
+    assert len(set(hs)) == 1_000_000
+    keep, changed, n = choose(hs, {}, 0, Unit("user", 1, max_ids=2_000_000))
+    assert keep.all() and n == 1_000_000 and len(changed) == 1_000_000
+
+
+def test_the_unit_is_declared_and_checked_at_create(r, key_file):
+    with pytest.raises(ValueError, match="release='batch'"):
+        create_model(r, "b", DS.schema, release="batch", privacy_id="user", max_records_per_id=2)
+    with pytest.raises(ValueError, match="k-anonymity"):
+        create_model(r, "k", DS.schema, mechanism="kanon", k=5, beta=0.1, privacy_id="user", max_records_per_id=2)
+    with pytest.raises(ValueError, match="schema attribute or the label"):
+        create_model(r, "a", DS.schema, privacy_id=DS.schema.names[0], max_records_per_id=2)
+    with pytest.raises(ValueError, match="privacy_id needs max_records_per_id"):
+        create_model(r, "n", DS.schema, privacy_id="user")
+    create_model(r, "plain", DS.schema, n_trees=2, height=2, epsilon=1.0)
+    assert "unit" not in show_model(r, "plain")
+    _model(r, key_file=key_file)
+    with pytest.raises(RuntimeError, match="STREAMDP_NOISE_KEY_FILE"):
+        Worker(r, "m", block_ms=1, noise_key_file=None)
+
+
+def test_a_stream_model_keeps_at_most_max_ids_persons(r, key_file):
+    spec = _model(r, k=10, key_file=key_file, max_ids=3)
+    w = _worker(r, key_file)
+    p = Producer(r, "m")
+    ids = ["a", "b", "a", "c", "d", "e", "b", "d"]
+    p.push(DS.X[:5], DS.y[:5], ids=ids[:5])
+    p.push(DS.X[5:8], DS.y[5:8], ids=ids[5:])
+    _add_all(w)
+    w.closer.tick(_at(r, 1))
+    assert r.hlen(Keys("m").ids) == 3  # a, b, c; d and e came after the bound
+    np.testing.assert_array_equal(_published(r, spec), _exact(spec, np.array([0, 1, 2, 3, 6])))
+    assert show_model(r, "m")["unit"]["max_ids"] == 3

@@ -107,6 +107,7 @@ def test_deploy_config_keeps_every_model_and_record_across_a_restart(stop):
         _after_restart(server, before, names)
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("stop", ["shutdown", "kill"])
 def test_deploy_cluster_keeps_every_model_and_record_across_a_restart(stop):
     """The same on a three-master cluster from deploy/redis-cluster.conf: every master restarted (the models' slots

@@ -19,7 +19,7 @@ from streamdp.service.stream_worker import Worker  # noqa: E402
 from tests.privacy.test_audit import epsilon_lower_bound  # noqa: E402
 from tests.service.test_units import DS, _add_all  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 EVERY = 10.0
 K = 3
 EPS = 1.0

@@ -61,9 +61,8 @@ def push(args: argparse.Namespace) -> int:
     from streamdp.records.frames import CHUNK_ROWS
     from streamdp.records.prefetch import prefetch
     from streamdp.records.sources import read_csv_chunks
-    from streamdp.service.keys import Keys, as_str
+    from streamdp.service.model_store import load_unit
     from streamdp.service.producer import Producer
-    from streamdp.service.units import Unit
 
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -78,7 +77,7 @@ def push(args: argparse.Namespace) -> int:
         bar = Progress(1) if not args.quiet else None
         read = [0.0]
         chunk_rows = args.batch_size * max(1, CHUNK_ROWS // args.batch_size)  # batches never straddle chunks
-        unit = Unit.from_json(as_str(p.redis.hget(Keys(args.name).pub_model, "unit") or b""))  # (public)
+        unit = load_unit(p.redis, args.name)  # (public: the registry summary, which the producer user reads)
         if unit is not None and args.no_header:
             raise ValueError(f"model {args.name!r} needs each record's {unit.privacy_id!r}: the file needs a header")
         chunks = read_csv_chunks(

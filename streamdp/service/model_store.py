@@ -15,7 +15,7 @@ from streamdp.forest import persistence
 from streamdp.forest.model import PrivateForest
 from streamdp.release.continual import ReleasePolicy
 from streamdp.service.connection import connect
-from streamdp.service.keys import JOB_RESULTS, Keys, as_str
+from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.units import Unit
 
 __all__ = [
@@ -127,5 +127,8 @@ def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
 
 
 def load_unit(r: Any, name: str) -> Unit | None:
-    """Model ``name``'s unit of privacy (None: a record), as its state holds it."""
-    return Unit.from_json(as_str(r.hget(Keys(name).state, "unit") or b""))
+    """Model ``name``'s unit of privacy (None: a record), from its registry summary: public, and readable by every
+    user that handles the model's records (producer, worker, job worker)."""
+    raw = connect(r).hget(REGISTRY, name)
+    unit = json.loads(raw).get("unit") if raw is not None else None
+    return None if not unit else Unit.from_json(json.dumps(unit))

@@ -103,6 +103,7 @@ def test_sigkill_workers_never_count_a_person_twice(redis_url, unique_name, tmp_
     print(f"\nperson-unit fault injection: {len(batches)} batches, {fleet.sigkilled} SIGKILLs, {len(counts)} persons")
 
 
+@pytest.mark.long  # (a real million-id batch; the fakeredis one runs by default)
 def test_a_million_distinct_ids_in_one_batch_are_each_counted_once(redis_url, unique_name, tmp_path):
     from streamdp.service.stream_worker import Worker
 

@@ -427,7 +427,7 @@ def _all_hit(log_path: str, points: tuple[str, ...]) -> bool:
         ("tree", math.inf, False),
         ("window", 1.0, False),
         ("grow", 1.0, False),
-        ("window", math.inf, True),
+        pytest.param("window", math.inf, True, marks=pytest.mark.long),  # (variable windows: tens of seconds)
         pytest.param("window", 1.0, True, marks=pytest.mark.long),  # (minutes: noise-only releases wait to merge)
     ],
     ids=["window_eps_inf", "tree_eps_inf", "window_eps_1", "grow_eps_1", "rate_window_eps_inf", "rate_window_eps_1"],

@@ -228,7 +228,8 @@ def test_the_default_height_never_asks_for_more_leaves_than_the_guard_allows():
 
     mushroom = load_schema("mushroom")
     f = PrivateForest.create(mushroom, n_trees=10, epsilon=1.0)
-    assert f.height == 5 and f.structure.max_leaves <= leaf_budget(mushroom, 10)  # 6 fits the guard, not the budget
+    # the tallest drawn trees within the leaf budget (a random draw: 5 or a level lower; 6 fits the guard only)
+    assert 3 <= f.height <= 5 and f.structure.max_leaves <= leaf_budget(mushroom, 10)
     assert ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080).height == 3  # the guard is the draw's
     assert PrivateForest.create(load_schema("nursery"), n_trees=10).height == 4  # half, where it fits
     assert PrivateForest.create(load_schema("congressional-voting"), n_trees=10).height == 8

@@ -14,6 +14,8 @@ from benchmarks.registry import Pair
 # The smoke scenario whose ratio varies least between runs here (pure Python on both sides), so a 2x slowdown
 # clears its tolerance (1.6x the measured ratio) and a normal run stays under it on a busy machine.
 SCENARIO = "speed.river_loop"
+#: A scenario whose ratio is steady between runs (numpy work on both sides), for the injected slowdown.
+STEADY = "speed.tally"
 
 
 def test_every_smoke_scenario_has_a_tolerance():
@@ -46,15 +48,19 @@ def test_smoke_run_of_one_scenario_passes(capsys):
 
 @pytest.mark.slow
 def test_smoke_run_fails_on_an_injected_2x_slowdown(monkeypatch, capsys):
-    scenario = registry.get(SCENARIO)
+    scenario = registry.get(STEADY)
 
     def twice_as_slow(**params) -> Pair:
         pair = scenario.func(**params)
         return dataclasses.replace(pair, ours=lambda: (pair.ours(), pair.ours()))
 
-    monkeypatch.setitem(registry.REGISTRY, SCENARIO, dataclasses.replace(scenario, func=twice_as_slow))
-    assert main(["run", "--smoke", SCENARIO]) == 1
-    assert f"REGRESSION {SCENARIO}: ratio" in capsys.readouterr().err
+    # a bound of 1.3x a ratio measured in this run (below the 2x injected; the committed 1.6x headroom covers loads): the
+    # committed bound was measured under another load, and this ratio moves with the machine's
+    measured = runner.run(scenario, smoke=True)["figures"]["ratio"]
+    monkeypatch.setattr(runner, "tolerances", lambda path=None: {STEADY: 1.3 * measured})
+    monkeypatch.setitem(registry.REGISTRY, STEADY, dataclasses.replace(scenario, func=twice_as_slow))
+    assert main(["run", "--smoke", STEADY]) == 1
+    assert f"REGRESSION {STEADY}: ratio" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -32,7 +32,6 @@ import numpy as np
 
 from streamdp.estimation import cell_variance
 from streamdp.privacy.mechanisms import SecureRandom, geometric_noise
-from streamdp.release.octaves import leaf, octave_shape, window_octave
 from streamdp.release.continual import (
     PLAIN_OCTAVES,
     Counter,
@@ -40,6 +39,7 @@ from streamdp.release.continual import (
     fixed_horizon_variance,
     published_variance,
 )
+from streamdp.release.octaves import octave_shape
 
 EPS = 1.0  # per tree
 L = 20
@@ -263,6 +263,7 @@ def main() -> int:
         "| allocation | <=16 | 17-5,000 | oct 11 | oct 15 | oct 17 | oct 19 | oct 21 |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
     def root_share(alpha: float):
         return lambda lv, m: alpha * m / (1 - alpha) if lv == m else 1.0
 

@@ -72,7 +72,7 @@ class Node(NamedTuple):
         return node_units(self)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def octave_shape(m: int) -> tuple[int, int]:
     """``(height, zeros)`` of octave ``m``'s tree: the least ``ones * zeros**2`` (a prefix's variance: ``ones``
     nodes at ``1 / zeros`` of the epsilon each) with ``comb(height, zeros) >= 2**m`` leaves; ties to the lower.
@@ -80,7 +80,7 @@ def octave_shape(m: int) -> tuple[int, int]:
     >>> [octave_shape(m) for m in (8, 12, 19)]
     [(24, 2), (31, 3), (39, 5)]
     """
-    check_integer(m, "octave", low=PLAIN_OCTAVES)
+    check_integer(m, "octave", low=0)
     best: tuple[int, int, int] | None = None
     for z in range(1, m + 2):
         lo, hi = 1, 2**m

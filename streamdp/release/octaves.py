@@ -179,13 +179,11 @@ def window_units(t: int) -> int:
 def closing_nodes(t: int) -> list[Node]:
     """The released nodes whose last window is ``t``, lowest level first (the root last, at the octave's end)."""
     m, i = window_octave(t)
-    if m < 0:
-        return [Node(-1, 0, i)]
-    h, _ = octave_shape(m)
-    x = leaf(m, i)
-    nxt = leaf(m, i + 1) if i + 1 < 2**m else None
-    out = [Node(m, lv, x >> lv) for lv in range(h) if not x >> lv & 1 and (nxt is None or nxt >> lv != x >> lv)]
-    return out + ([Node(m, h, 0)] if nxt is None else [])
+    nodes = containing_nodes(t)
+    if m < 0 or i + 1 == 2**m:
+        return nodes
+    nxt = leaf(m, i + 1)
+    return [n for n in nodes[:-1] if nxt >> n.level != n.index]
 
 
 def node_windows(node: Node) -> range:

@@ -511,7 +511,7 @@ def _max_ratio_lower_bound(a: np.ndarray, b: np.ndarray, bins: int) -> float:
     return best
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_empirical_epsilon_audit_of_the_tree_mechanism():
     """Neighbouring streams: one more record in window 257, the first window of octave 8, which lies in three
     released nodes (two left children at 0.425 of the units each, released at windows 257 and 279, and the

@@ -61,6 +61,7 @@ from streamdp.release.continual import (
 from streamdp.service.accumulator import ADD_FIELD, acc_counts, joined_cells
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
+from streamdp.service.forgetting import Decay, Decayed
 from streamdp.service.group import jlog
 from streamdp.service.keys import Keys, as_str
 from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
@@ -117,6 +118,8 @@ class WindowCloser:
         # window lengths from released values (streamdp.release.cadence); None: the clock's windows
         self.windows = WindowSchedule(r, keys, spec, policy, start, cadence)
         self.cadence = self.windows.cadence
+        # a half-life: the published counts decay over the released deltas (streamdp.service.forgetting)
+        self.decay = Decay(policy, spec.budget, spec.structure.n_trees) if policy.half_life is not None else None
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -191,7 +194,13 @@ class WindowCloser:
         sched = self.windows.of(rel, sched_raw)
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw, sched)
-        if window and cached[0] == version:
+        base: Decayed | None = None  # (a decayed model's counts before this release, and after it)
+        decayed: Decayed | None = None
+        if window and self.decay is not None:  # the decayed counts' base, read with the version it belongs to
+            base = self.decay.base(self.r, self.keys.state, version, self.spec.shape)
+            if version and base is None:
+                return False  # released meanwhile (the caller seals and looks again)
+        elif window and cached[0] == version:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
             old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
@@ -203,6 +212,7 @@ class WindowCloser:
             del counts_b
         exact = acc_counts(acc_raw, self.spec.shape)
         del acc_raw
+        extra: dict[str, Any] = {}  # state fields the release writes besides the counts' (a decayed model's)
         if window:
             key = self.keys.window_delta(w)
 
@@ -226,12 +236,16 @@ class WindowCloser:
             new_sched = self.windows.next(sched, delta[self.spec.n_trees :, 0])
             if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
                 return self._left_out(w, version, sched, new_sched, noise_keys)
-            # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
-            # cache is dropped first, so a failed release reads the counts again.
-            self._last = None
-            old += delta
+            self._last, state_b = None, b""
+            if self.decay is not None:  # lam_t * C_(t-1) + D_t over the released deltas (post-processing)
+                decayed = self.decay.fold(base, delta, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+                new_counts, extra = self.decay.published(decayed, np.dtype(self.dtype)), Decay.fields(decayed)
+            else:
+                # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
+                # cache is dropped first, so a failed release reads the counts again.
+                old += delta
+                new_counts = old
             del delta
-            new_counts, state_b = old, b""
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
             if state.t != w - 1:
@@ -251,18 +265,22 @@ class WindowCloser:
             new_sched = self.windows.next(sched, None)
         # the published counts' noise variance: the merged windows' under `window`, the decomposition's under `tree`
         merged = new_sched.merged
-        variance = published_variance(
-            self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k)
+        variance = (
+            decayed.variance
+            if decayed is not None
+            else published_variance(self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
         )
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=merged, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, forest, state_b, noise_keys, variance, schedule=new_sched)
+        ok = self._release(w, version, forest, state_b, noise_keys, variance, schedule=new_sched, state_extra=extra)
         self.fault("close_in_commit")
         if not ok:
             return False
         self.guard.record(version + 1)
         self._released = w
-        self._last = (version + 1, new_counts) if window else None
+        self._last = (version + 1, new_counts) if window and decayed is None else None
+        if self.decay is not None and decayed is not None:
+            self.decay.cached = decayed
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
         self.windows.released_as(sched, new_sched)
         return True
@@ -346,6 +364,7 @@ class WindowCloser:
         variance: float,
         grown: bytes | None = None,
         schedule: Schedule | None = None,
+        state_extra: dict[str, Any] | None = None,
     ) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
@@ -385,6 +404,7 @@ class WindowCloser:
                     "releases": w,
                     "counts": COUNTS_IN_PUB_MODEL,
                     "blob": COUNTS_IN_PUB_MODEL,
+                    **(state_extra or {}),
                 }
                 if self.cadence is not None and schedule is not None:  # (public: released values)
                     state["schedule"] = pub["schedule"] = json.dumps(schedule.to_dict())

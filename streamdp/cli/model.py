@@ -4,6 +4,7 @@ streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ..
                       [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
                       [--cadence {adaptive,fixed}] [--half-life H [--half-life-unit {releases,records}]]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
+streamdp model history NAME [--last N] [--json] [--plot FILE]
 streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
 
@@ -139,6 +140,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=show)
+    h = msub.add_parser(
+        "history", help="a windowed model's releases over time: noisy records, noise sd per cell, window length"
+    )
+    h.add_argument("name")
+    h.add_argument("--last", type=int_in(0, 2**31), default=50, metavar="N", help="windows shown (0: all)")
+    h.add_argument("--json", action="store_true")
+    h.add_argument("--plot", default=None, metavar="FILE", help="draw it into a PNG (needs streamdp[plot])")
+    h.set_defaults(func=_history)
     g = msub.add_parser("get", help="write a published model blob to a file")
     g.add_argument("name")
     g.add_argument("--version", type=int, default=None)
@@ -308,6 +317,12 @@ def _decay_lines(info: dict) -> list[str]:
         f"  forgetting      half-life {policy.half_life:g} {policy.half_life_unit}: noise sd per cell "
         f"{math.sqrt(info.get('noise_variance', 0.0)):,.1f} now, never above {bound:,.1f}"
     ]
+
+
+def _history(args: argparse.Namespace) -> int:
+    from streamdp.cli.history import history
+
+    return history(args)
 
 
 def get(args: argparse.Namespace) -> int:

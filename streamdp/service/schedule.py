@@ -25,6 +25,7 @@ from streamdp.release.cadence import DEFAULT_MAX_LAG, Cadence, Schedule, release
 from streamdp.release.continual import ReleasePolicy, window_end
 from streamdp.service.connection import connect
 from streamdp.service.group import jlog
+from streamdp.service.history import append
 from streamdp.service.keys import Keys, as_str
 
 __all__ = ["WindowSchedule", "release_left_out", "CADENCES", "cadence_of", "cadence_fields", "load_cadence"]
@@ -95,7 +96,14 @@ class WindowSchedule:
 
 
 def release_left_out(
-    r: redis.Redis, keys: Keys, w: int, version: int, new: Schedule, noise_keys: list[str], noise_ttl_s: int = 0
+    r: redis.Redis,
+    keys: Keys,
+    w: int,
+    version: int,
+    new: Schedule,
+    noise_keys: list[str],
+    noise_ttl_s: int = 0,
+    history: dict[str, Any] | None = None,
 ) -> bool:
     """Release window ``w`` without merging it into the published counts (its released record total cannot be told
     from an empty release's: post-processing): the counts and version stay, the schedule moves on, the window's
@@ -122,6 +130,8 @@ def release_left_out(
             p.hincrby(keys.stats, "windows_released", 1)
             p.hincrby(keys.stats, "windows_left_out", 1)
             p.hset(keys.stats, "last_release_ms", int(time.time() * 1000))
+            if history is not None:  # (its public line: .history)
+                append(p, keys, history)
             p.execute()
         except redis.WatchError:
             return False

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -48,7 +49,7 @@ import redis
 
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
-from streamdp.release.cadence import Cadence, Schedule
+from streamdp.release.cadence import Cadence, Schedule, release_total
 from streamdp.release.continual import (
     ReleasePolicy,
     TreeState,
@@ -61,8 +62,9 @@ from streamdp.release.continual import (
 from streamdp.service.accumulator import ADD_FIELD, acc_counts, joined_cells
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
-from streamdp.service.forgetting import Decay, Decayed
+from streamdp.service.forgetting import Decay, Decayed, release_records
 from streamdp.service.group import jlog
+from streamdp.service.history import append, entry
 from streamdp.service.keys import Keys, as_str
 from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
@@ -192,6 +194,10 @@ class WindowCloser:
         self.guard.check(version)
         self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         sched = self.windows.of(rel, sched_raw)
+
+        def entry_of(records: float | None, sd: float, published: int = version, merged: bool = False) -> dict:
+            return entry(w, published, merged, time.time(), sched.length, records, sd)  # (public values)
+
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw, sched)
         base: Decayed | None = None  # (a decayed model's counts before this release, and after it)
@@ -233,9 +239,11 @@ class WindowCloser:
             # so their timing said which windows received records.
             delta, noise_keys = self._stored(key, draw), [key]
             del exact
+            records = release_records(delta, self.spec.budget, self.spec.structure.n_trees)  # (released values)
             new_sched = self.windows.next(sched, delta[self.spec.n_trees :, 0])
             if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
-                return self._left_out(w, version, sched, new_sched, noise_keys)
+                sd = math.sqrt(base.variance if base is not None else self._variance(sched.merged))
+                return self._left_out(w, version, sched, new_sched, noise_keys, entry_of(records, sd))
             self._last, state_b = None, b""
             if self.decay is not None:  # lam_t * C_(t-1) + D_t over the released deltas (post-processing)
                 decayed = self.decay.fold(base, delta, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
@@ -263,16 +271,16 @@ class WindowCloser:
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
             new_sched = self.windows.next(sched, None)
+            records = None  # (a tree release's nodes span windows: no one window's count)
         # the published counts' noise variance: the merged windows' under `window`, the decomposition's under `tree`
         merged = new_sched.merged
-        variance = (
-            decayed.variance
-            if decayed is not None
-            else published_variance(self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
-        )
+        variance = decayed.variance if decayed is not None else self._variance(merged)
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=merged, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, forest, state_b, noise_keys, variance, schedule=new_sched, state_extra=extra)
+        line = entry_of(records, math.sqrt(variance), version + 1, True)
+        ok = self._release(
+            w, version, forest, state_b, noise_keys, variance, schedule=new_sched, state_extra=extra, history=line
+        )
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -329,13 +337,17 @@ class WindowCloser:
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
         stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
         new_sched = self.windows.next(sched, stumps)
+        records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees)
         if new_sched.merged == sched.merged:  # left out: the published release stays
-            return self._left_out(w, version, sched, new_sched, [key])
+            line = entry(
+                w, version, False, time.time(), sched.length, records, float(np.sqrt(np.max(old.noise_variance)))
+            )
+            return self._left_out(w, version, sched, new_sched, [key], line)
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
-        ok = self._release(
-            w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b, schedule=new_sched
-        )
+        variance = float(np.max(forest.noise_variance))
+        line = entry(w, version + 1, True, time.time(), sched.length, records, math.sqrt(variance))
+        ok = self._release(w, version, forest, b"", [key], variance, grown=blob_b, schedule=new_sched, history=line)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -365,6 +377,7 @@ class WindowCloser:
         grown: bytes | None = None,
         schedule: Schedule | None = None,
         state_extra: dict[str, Any] | None = None,
+        history: dict[str, Any] | None = None,
     ) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
@@ -431,6 +444,8 @@ class WindowCloser:
                         p.delete(k)
                 p.hincrby(self.keys.stats, "windows_released", 1)
                 p.hset(self.keys.stats, "last_release_ms", now)
+                if history is not None:
+                    append(p, self.keys, history)
                 p.execute()
             except redis.WatchError:
                 return False
@@ -439,10 +454,16 @@ class WindowCloser:
         self.r.publish(self.keys.pub_events, nv)
         return True
 
-    def _left_out(self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str]) -> bool:
-        """Release window ``w`` without merging it (:func:`.schedule.release_left_out`)."""
+    def _variance(self, merged: int) -> float:
+        """The published counts' noise variance per cell after ``merged`` releases (not decayed; public)."""
+        return published_variance(self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+
+    def _left_out(
+        self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str], line: dict[str, Any]
+    ) -> bool:
+        """Release window ``w`` without merging it (:func:`.schedule.release_left_out`; ``line``: its history)."""
         self.fault("close_before_commit")
-        ok = release_left_out(self.r, self.keys, w, version, new, noise_keys, self.noise_ttl_s)
+        ok = release_left_out(self.r, self.keys, w, version, new, noise_keys, self.noise_ttl_s, line)
         self.fault("close_in_commit")
         if ok:
             self._released = w

@@ -32,6 +32,8 @@ order and every due window is released, empty or not, so the number of releases
 is a function of the clock alone; with a cadence (:mod:`.schedule`, :mod:`streamdp.release.cadence`) each
 window's end is fixed by the releases before it, so the releases are a function of the clock and of
 released values, and a release whose total says it carries no record is left out of the published counts.
+A ``window`` model with a half-life publishes decayed counts of the released deltas (:mod:`.forgetting`), and
+every release appends its public line to the model's history (:mod:`.history`).
 """
 
 from __future__ import annotations

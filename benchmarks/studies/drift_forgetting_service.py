@@ -110,7 +110,7 @@ def service_run(X: list[dict], y: np.ndarray, half_life: int | None, seed: int) 
                 assert w.closer.tick(start + k * EVERY + EVERY / 10) == 1
                 if lib is not None:  # the library's decay over the service's stored released delta
                     delta = noise_from_bytes(r.get(keys.window_delta(k)), spec)
-                    lib.update(delta, records=release_records(delta, spec.budget, spec.structure.n_trees))
+                    lib.update(delta, records=release_records(delta, spec))
                     got = forest_from_counts(spec, *r.hmget(keys.pub_model, "counts", "version", "releases")).counts
                     assert np.array_equal(got, np.rint(lib.counts).astype(got.dtype)), f"window {k} differs"
                     checked += 1

@@ -7,7 +7,8 @@ The unrounded ``C_t`` (little-endian float64) and its noise variance live in the
 ``decayed`` and ``decayed_variance``), written in the release's own MULTI/EXEC with the version they belong to.
 
 * ``lam_t``: :func:`streamdp.release.decay.decay_factor`; with ``half_life_unit="records"`` from the release's
-  noisy record count, :func:`release_records` (a released value).
+  noisy record count, :func:`release_records` (a released value: the prior stumps' total where the model has
+  them, whose noise does not grow with the trees' size).
 * A release the adaptive cadence leaves out of the published estimate (:func:`streamdp.release.cadence.keeps`)
   is not merged, so it does not decay the counts either: ``lam = 1`` for it. A half-life in releases counts
   the merged releases (``n_releases``); idle windows neither add noise nor fade what the model learnt. With the
@@ -21,15 +22,17 @@ the delta is the stored draw, and the merge is the closer's CAS on that version:
 computes the same ``C_t`` from the same inputs, and only one is written, so no release decays twice. A Redis
 rollback restores ``decayed`` with the version it was written with (the same hash).
 
->>> import numpy as np
->>> from streamdp.release.policy import ReleasePolicy
->>> d = Decay(ReleasePolicy("window", half_life=1.0), "split", 1)
->>> b = d.fold(None, np.array([[[8]]]), 2.0)
->>> b.value.tolist(), b.variance
-([[[8.0]]], 2.0)
->>> b = d.fold(b, np.array([[[0]]]), 2.0)
->>> b.value.tolist(), b.variance, d.published(b, np.dtype(np.int64)).tolist()
-([[[4.0]]], 2.5, [[[4]]])
+>>> from streamdp.records.datasets import load
+>>> from streamdp.forest.model import PrivateForest
+>>> spec = PrivateForest.create(load("congressional-voting").schema, n_trees=1, height=1, seed=1)
+>>> d = Decay(ReleasePolicy("window", half_life=1.0), spec)
+>>> delta = np.zeros(spec.shape); delta[1, 0] = [5.0, 3.0]  # the stump's release: 8 noisy records
+>>> b = d.fold(None, delta, 2.0)
+>>> float(b.value.sum()), b.variance
+(8.0, 2.0)
+>>> b = d.fold(b, np.zeros(spec.shape), 2.0)
+>>> float(b.value.sum()), b.variance, int(d.published(b, np.dtype(np.int64)).sum())
+(4.0, 2.5, 4)
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from streamdp.forest.model import PrivateForest
+from streamdp.release.cadence import release_total
 from streamdp.release.decay import decay_factor, released_records
 from streamdp.release.policy import ReleasePolicy
 
@@ -48,15 +53,24 @@ __all__ = ["Decay", "Decayed", "release_records"]
 FIELDS = ("decayed", "decayed_variance")
 
 
-def release_records(delta: np.ndarray, budget: str, rows: int) -> float:
-    """A release's noisy record count from its whole delta (released values): the mean over the ``rows`` trees
-    (stumps included) of their totals; with the disjoint budget each record is in one tree, so times ``rows``.
+def release_records(delta: np.ndarray, spec: PrivateForest) -> float:
+    """A release's noisy record count from its delta (released values, floored at 0): with prior stumps their
+    mean class total (:func:`streamdp.release.cadence.release_total`: the few cells that hold every record, so
+    its noise is small whatever the trees' size; times the trees with the disjoint budget); without, the mean
+    over the trees of their totals (:func:`streamdp.release.decay.released_records`).
 
-    >>> release_records(np.array([[[3, 1]], [[5, 3]]]), "split", 2), release_records(np.array([[[3, 1]]]), "disjoint", 3)
-    (6.0, 12.0)
+    >>> from streamdp.records.datasets import load
+    >>> spec = PrivateForest.create(load("congressional-voting").schema, n_trees=1, height=1, seed=1)
+    >>> delta = np.zeros(spec.shape); delta[0] = 50.0; delta[1, 0] = [5.0, 3.0]
+    >>> release_records(delta, spec)   # the stump's, not the noisier tree's total
+    8.0
     """
+    delta = np.asarray(delta, dtype=np.float64)
+    rows = spec.structure.n_trees
+    if spec.prior_trees >= 1:
+        return max(release_total(delta[spec.n_trees :, 0], spec.budget, rows), 0.0)
     n = released_records(delta)
-    return n * rows if budget == "disjoint" else n
+    return n * rows if spec.budget == "disjoint" else n
 
 
 @dataclass(frozen=True)
@@ -71,10 +85,10 @@ class Decayed:
 class Decay:
     """One decayed model's rule in the closer: read the base, fold in a release, the counts it publishes."""
 
-    def __init__(self, policy: ReleasePolicy, budget: str, rows: int):
+    def __init__(self, policy: ReleasePolicy, spec: PrivateForest):
         if policy.half_life is None:
             raise ValueError(f"the policy has no half_life: {policy}")
-        self.policy, self.budget, self.rows = policy, budget, rows
+        self.policy, self.spec = policy, spec
         self.cached: Decayed | None = None  # the last one this closer wrote
 
     def base(self, r: Any, state_key: str, version: int, shape: tuple) -> Decayed | None:
@@ -98,7 +112,7 @@ class Decay:
         """``lam_t * C_(t-1) + D_t`` (``base`` None: the first merged release, ``C_1 = D_1``) and its noise variance
         ``lam_t**2 V_(t-1) + v`` (``variance``: one delta's per cell)."""
         delta = np.asarray(delta, dtype=np.float64)
-        lam = decay_factor(self.policy, release_records(delta, self.budget, self.rows))
+        lam = decay_factor(self.policy, release_records(delta, self.spec))
         if base is None:
             return Decayed(1, delta.copy(), float(variance))
         return Decayed(base.version + 1, lam * base.value + delta, lam * lam * base.variance + float(variance))

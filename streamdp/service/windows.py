@@ -123,7 +123,7 @@ class WindowCloser:
         self.windows = WindowSchedule(r, keys, spec, policy, start, cadence)
         self.cadence = self.windows.cadence
         # a half-life: the published counts decay over the released deltas (streamdp.service.forgetting)
-        self.decay = Decay(policy, spec.budget, spec.structure.n_trees) if policy.half_life is not None else None
+        self.decay = Decay(policy, spec) if policy.half_life is not None else None
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -241,7 +241,7 @@ class WindowCloser:
             # so their timing said which windows received records.
             delta, noise_keys = self._stored(key, draw), [key]
             del exact
-            records = release_records(delta, self.spec.budget, self.spec.structure.n_trees)  # (released values)
+            records = release_records(delta, self.spec)  # (released values)
             new_sched = self.windows.next(sched, delta[self.spec.n_trees :, 0])
             if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
                 sd = math.sqrt(base.variance if base is not None else self._variance(sched.merged))

@@ -71,7 +71,7 @@ def _library(r, name, spec, windows):
     d = DecayedCounts(policy)
     for w in windows:
         delta = noise_from_bytes(r.get(Keys.of(r, name).window_delta(w)), spec)
-        d.update(delta, records=release_records(delta, spec.budget, spec.structure.n_trees))
+        d.update(delta, records=release_records(delta, spec))
     return d
 
 
@@ -195,7 +195,6 @@ def test_a_release_the_cadence_leaves_out_does_not_decay_the_counts(r):
         ({"max_lag": 30.0}, "max_lag .*cadence='fixed'"),
         ({"half_life": None, "cadence": "sometimes"}, "cadence must be one of"),
         ({"half_life": None, "cadence": "adaptive", "release": "tree"}, "cadence='adaptive'"),
-        ({"half_life": None, "cadence": "adaptive", "mechanism": "kanon", "k": 5, "beta": 0.05}, "cadence='adaptive'"),
         ({"half_life": None, "cadence": "fixed", "release": "batch", "release_every": None}, "release='batch'"),
     ],
 )

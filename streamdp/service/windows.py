@@ -339,7 +339,7 @@ class WindowCloser:
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
         stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
         new_sched = self.windows.next(sched, stumps)
-        records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees)
+        records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees) if len(stumps) else None
         if new_sched.merged == sched.merged:  # left out: the published release stays
             line = entry(
                 w, version, False, time.time(), sched.length, records, float(np.sqrt(np.max(old.noise_variance)))

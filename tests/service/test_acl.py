@@ -181,6 +181,9 @@ def test_consumer_reads_published_models_and_subscribes(acl, model, votes):
     assert c.get(k.spec) is not None
     assert model in list_models(acl.url("consumer"))
     assert show_model(acl.url("consumer"), model)["version"] == 0
+    from streamdp.service.history import read_history
+
+    assert read_history(acl.url("consumer"), model) == []  # the public release history (LRANGE on pub:*)
     ps = c.pubsub()
     ps.subscribe(k.pub_events)
     with pytest.raises((redis.exceptions.NoPermissionError, redis.ResponseError)):

@@ -228,13 +228,31 @@ def test_the_default_height_never_asks_for_more_leaves_than_the_guard_allows():
 
     mushroom = load_schema("mushroom")
     f = PrivateForest.create(mushroom, n_trees=10, epsilon=1.0)
-    # the tallest drawn trees within the leaf budget (a random draw: 5 or a level lower; 6 fits the guard only)
-    assert 3 <= f.height <= 5 and f.structure.max_leaves <= leaf_budget(mushroom, 10)
-    assert ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080).height == 3  # the guard is the draw's
+    # each branch as deep as the leaf budget holds (the narrow attributes' branches deeper than the wide ones')
+    assert 5 <= f.height <= default_height(22) and f.structure.max_leaves <= leaf_budget(mushroom, 10)
+    small = ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080)  # the guard is the draw's budget too
+    assert small.max_leaves <= 1080 and small.height < f.height
     assert PrivateForest.create(load_schema("nursery"), n_trees=10).height == 4  # half, where it fits
     assert PrivateForest.create(load_schema("congressional-voting"), n_trees=10).height == 8
     with pytest.raises(TooLargeError):  # an explicit height is the user's: refused, not lowered
         ForestStructure.draw(mushroom, 10, height=11)
+
+
+def test_a_default_draw_spends_each_trees_budget_branch_by_branch():
+    """A numeric split halves a branch's budget, a categorical one divides it by its arity: no path's fan-outs
+    multiply past the budget, narrow branches go deep, and a branch stops only where no allowed attribute fits."""
+    schema = _schema_of(["num", 50, 7, "num", 2], 2)
+    budget = leaf_budget(schema, 10)
+    fs = ForestStructure.draw(schema, 10, seed=3)
+    width = [2 if isinstance(a, Numeric) else a.arity for a in schema.attributes]
+    depths = []
+    for t in range(10):
+        for _, path in walk(fs, schema, t):
+            fan = [width[int(fs.feature[t, node])] for node, _ in path]
+            assert math.prod(fan) <= budget
+            assert budget // math.prod(fan) < 2  # a leaf: not even a numeric split fits what is left
+            depths.append(len(path))
+    assert max(depths) == fs.height >= 12 and min(depths) < 8  # all-numeric paths: 2**13 <= budget < 2**14
 
 
 def _schema_of(kinds: list, n_classes: int) -> Schema:

@@ -198,8 +198,8 @@ def _draw_group(
             break
         runs = [(t, int(seg[t]), int(level_start[t]), int(per_tree[t])) for t in range(T) if per_tree[t]]
         k_num: int | np.ndarray = n_num
-        tight = room is not None and int(room.min()) < max(2, int(widths[-1]) if widths.size else 0)
-        if tight:  # a categorical wider than the room is allowed neither here nor below
+        widest = max(2, int(widths[-1]) if widths.size else 0)
+        if room is not None and int(room.min()) < widest:  # a categorical wider than the room: not here nor below
             used |= too_wide[np.searchsorted(widths, room, side="right")]
             k_num = np.where(room >= 2, n_num, 0)
         free = _FREE[used[:, 0]] if nb == 1 else _FREE[used].sum(axis=1)

@@ -3,8 +3,8 @@
 Before: every tree drawn at one height, the tallest (from half the attributes where all are categorical, from
 the deepest a tree can be otherwise) whose drawn trees all stay within ``leaf_budget`` (re-implemented here from
 the former ``ForestStructure.draw``). After: ``PrivateForest.create(schema)``'s budgeted draw, each branch as deep
-as its tree's leaf budget holds. Also the budgeted draw with 5 trees (fewer, each with twice the epsilon and
-twice the budget).
+as its tree's leaf budget (2**18 leaves over the trees) holds. Also the budgeted draw within the former budget
+(2**17), and with 5 trees (fewer, each with twice the epsilon and twice the budget).
 
 Accuracy: the one-shot fit (pruned, the defaults) on ``--seeds`` random hold-out thirds per dataset and
 epsilon 0.5 / 1 / 2, every variant on the same splits; mean, min and the mean paired difference after - before
@@ -33,7 +33,7 @@ from benchmarks.common import machine, sh, write_results  # noqa: E402
 from benchmarks.studies.accuracy_small_data import load_encoded  # noqa: E402
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.forest.draw import draw_forest  # noqa: E402
-from streamdp.forest.heights import deepest_height, default_height, fitting_height, leaf_budget  # noqa: E402
+from streamdp.forest.heights import DEFAULT_CELL_BUDGET, deepest_height, default_height, fitting_height  # noqa: E402
 from streamdp.forest.limits import DEFAULT_MAX_CELLS, MAX_HEIGHT  # noqa: E402
 from streamdp.forest.structure import ForestStructure  # noqa: E402
 from streamdp.records.schema import Schema  # noqa: E402
@@ -52,7 +52,7 @@ DATASETS = (
     "river-imagesegments",
 )
 EPSILONS = (0.5, 1.0, 2.0)
-VARIANTS = ("before", "after", "after, 5 trees")
+VARIANTS = ("before", "budgeted, former budget", "after", "after, 5 trees")
 
 
 def fewest_leaves(schema: Schema, height: int) -> int:
@@ -70,13 +70,22 @@ def fewest_leaves(schema: Schema, height: int) -> int:
     return leaves
 
 
+#: The former leaf budget over the trees (the cell budget is unchanged).
+FORMER_LEAF_BUDGET = 2**17
+
+
+def former_budget(schema: Schema, n_trees: int) -> int:
+    """The former ``leaf_budget``: 2**17 leaves over the trees, and the cell budget."""
+    return max(2, min(FORMER_LEAF_BUDGET // n_trees, DEFAULT_CELL_BUDGET // (schema.n_classes * (n_trees + 1))))
+
+
 def single_height_draw(schema: Schema, n_trees: int) -> ForestStructure:
-    """The former default: the tallest single height whose drawn trees all stay within the leaf budget."""
+    """The former default: the tallest single height whose drawn trees all stay within the former leaf budget."""
     rng = np.random.default_rng()
     guard = DEFAULT_MAX_CELLS // (schema.n_classes * n_trees)
     height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
     height = min(height, deepest_height(schema))
-    budget = min(guard, leaf_budget(schema, n_trees))
+    budget = min(guard, former_budget(schema, n_trees))
     height = fitting_height(schema, height, n_trees)
     while height > 1 and fewest_leaves(schema, height) > budget:
         height -= 1
@@ -90,10 +99,24 @@ def single_height_draw(schema: Schema, n_trees: int) -> ForestStructure:
     return ForestStructure(*drawn[:5], int(height))
 
 
+def budgeted_draw(schema: Schema, n_trees: int, budget: int) -> ForestStructure:
+    """The budgeted draw (the new default's) within another leaf budget."""
+    height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
+    height = min(height, deepest_height(schema))
+    guard = DEFAULT_MAX_CELLS // (schema.n_classes * n_trees)
+    drawn = draw_forest(schema, n_trees, height, np.random.default_rng(), guard, room=budget)
+    assert not isinstance(drawn, int)
+    return ForestStructure(*drawn[:5], drawn[5])
+
+
 def create(variant: str, schema: Schema, eps: float) -> PrivateForest:
-    if variant == "before":
-        structure = single_height_draw(schema, 10).with_stumps(1, schema.n_attributes)
-        return PrivateForest(schema, structure, epsilon=eps, prior_trees=1)
+    if variant in ("before", "budgeted, former budget"):
+        draw = (
+            single_height_draw(schema, 10)
+            if variant == "before"
+            else budgeted_draw(schema, 10, former_budget(schema, 10))
+        )
+        return PrivateForest(schema, draw.with_stumps(1, schema.n_attributes), epsilon=eps, prior_trees=1)
     return PrivateForest.create(schema, n_trees=5 if "5 trees" in variant else 10, epsilon=eps)
 
 
@@ -211,9 +234,9 @@ def main() -> None:
         "",
         "after - before: mean paired difference (standard error). Drawn heights: the range over the splits.",
         "",
-        "| dataset | rows | epsilon | majority | before | after | after - before | after, 5 trees "
-        "| 5 trees - before | drawn heights before / after |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| dataset | rows | epsilon | majority | before | budgeted, 2**17 | - before | after (2**18) | - before "
+        "| after, 5 trees | - before | drawn heights before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(r: dict, v: str) -> str:
@@ -228,6 +251,7 @@ def main() -> None:
     for r in acc_rows:
         lines.append(
             f"| {r['dataset']} | {r['rows']} | {r['epsilon']:g} | {r['majority']:.3f} | {cell(r, 'before')} "
+            f"| {cell(r, 'budgeted, former budget')} | {diff(r, 'budgeted, former budget')} "
             f"| {cell(r, 'after')} | {diff(r, 'after')} | {cell(r, 'after, 5 trees')} | {diff(r, 'after, 5 trees')} "
             f"| {hrange(r['before']['drawn heights'])} / {hrange(r['after']['drawn heights'])} |"
         )

@@ -27,8 +27,8 @@ __all__ = [
     "CEILING_MAX_LEAVES",
 ]
 
-#: A default forest's random trees hold at most this many leaves together (the draw stops a level earlier).
-DEFAULT_LEAF_BUDGET = 2**17
+#: A default forest's random trees hold at most this many leaves together (each branch stops where its share is spent).
+DEFAULT_LEAF_BUDGET = 2**18
 #: ... and at most this many leaf cells (leaves x classes, one prior stump included): 4 MiB of int64 counts.
 DEFAULT_CELL_BUDGET = 2**19
 
@@ -50,7 +50,7 @@ def leaf_budget(schema: Schema, n_trees: int) -> int:
 
     >>> from streamdp.records.datasets import load_schema
     >>> leaf_budget(load_schema("nursery"), 10), leaf_budget(load_schema("adult"), 10)
-    (9532, 13107)
+    (9532, 23831)
     """
     check_integer(n_trees, "n_trees")
     return max(2, min(DEFAULT_LEAF_BUDGET // n_trees, DEFAULT_CELL_BUDGET // (schema.n_classes * (n_trees + 1))))

@@ -140,9 +140,9 @@ class ForestStructure:
         its share of that budget allows, never past :func:`default_height` where every attribute is
         categorical (Fan et al.'s half) nor past the deepest a tree can be (:func:`deepest_height`). A
         numeric split halves a branch's budget and a categorical one divides it by its arity, so binary
-        branches go deep (10 trees, two classes: about 13 levels) and wide fan-outs stop early, where one
-        height for every tree was set by its widest trees. :meth:`streamdp.PrivateForest.fit` prunes the
-        draw to what the records support. A default never fails, and is small for every schema.
+        branches go deep (10 trees, two classes: 14 levels on a numeric schema) and wide fan-outs stop
+        early, where one height for every tree was set by its widest trees. :meth:`streamdp.PrivateForest.fit`
+        prunes the draw to what the records support. A default never fails, and is small for every schema.
         """
         check_integer(n_trees, "n_trees")
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)

@@ -45,6 +45,7 @@ script("worker_memory_phases", S + "worker_memory_phases")
 T = "benchmarks.studies."
 script("accuracy_small_data", T + "accuracy_small_data")
 script("adult_default_height", T + "adult_default_height")
+script("budgeted_draw", T + "budgeted_draw")
 script("continual_table", T + "continual_table")
 script("drift_forgetting", T + "drift_forgetting")
 script("drift_forgetting_service", T + "drift_forgetting_service")

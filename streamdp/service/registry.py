@@ -165,7 +165,7 @@ def create_model(
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
     ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
     :func:`streamdp.forest.structure.ceiling_height` (the river classifier's default), any other model
-    :meth:`ForestStructure.draw`'s default (the tallest within the leaf budget, :func:`streamdp.forest.structure.leaf_budget`); both lowered by
+    :meth:`ForestStructure.draw`'s default (the budgeted draw: each tree within :func:`streamdp.forest.structure.leaf_budget`); both lowered by
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 

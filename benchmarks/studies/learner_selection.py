@@ -6,8 +6,9 @@ subsampled to 2,000 rows, as that study does). Per dataset and epsilon (0.1 / 0.
 ``--repeats`` x ``--folds``-fold CV (the same splits for every model):
 
 * every fixed learner of the catalogue at its defaults, at the whole epsilon on the training folds
-  (``private-rdt``, ``dpea``, ``hanisch-forest``, ``diffp-c45``, ``diffp-id3``, ``sulq-id3``; the learners
-  that split on categorical attributes only are run on categorical schemas only);
+  (``private-rdt``, ``dpea``, ``hanisch-forest``, ``diffp-c45``, ``diffp-id3``, ``sulq-id3``), on every
+  dataset: a learner that splits on categorical attributes only uses those it has (none: it predicts from
+  the class counts), and HanischForest, which refuses a schema without one, is scored as the majority share;
 * ``auto``: :class:`streamdp.learners.AutoPrivateClassifier` at its defaults, and the variants named by
   ``--variants`` (``sS``: selection share S; ``sS-all``: every fixed learner as a candidate; ``sS-dr``: DPEA and the forest; a
   tail ``-hH``: held-out share H).
@@ -34,7 +35,7 @@ from accuracy_small_data import DATASETS, EPSILONS, load_encoded  # noqa: E402
 
 ALL_DATASETS = (*DATASETS, "uci-mushroom", "uci-adult")
 FIXED = ("private-rdt", "dpea", "hanisch-forest", "diffp-c45", "diffp-id3", "sulq-id3")
-CATEGORICAL_ONLY = {"dpea", "hanisch-forest", "diffp-id3", "sulq-id3"}
+CATEGORICAL_ONLY = {"dpea", "hanisch-forest", "diffp-id3", "sulq-id3"}  # (never auto candidates on numeric data)
 
 
 def _variant(name: str, schema) -> dict:
@@ -59,13 +60,15 @@ def scores(schema, X, y, train, test, eps: float, variants: list[str]) -> dict:
     from streamdp.learners.private_data import PrivateDataset
     from streamdp.learners.selection import AutoPrivateClassifier, fit_candidate, proba_encoded
 
-    numeric = not bool(schema.is_categorical.all())
     out, secs = {}, {}
+    out["majority"] = float((y[test] == np.bincount(y[train], minlength=schema.n_classes).argmax()).mean())
     for name in FIXED:
-        if numeric and name in CATEGORICAL_ONLY:
-            continue
         t = time.perf_counter()
-        model = fit_candidate((name, {}), PrivateDataset(schema, X[train], y[train], epsilon=eps), eps)
+        try:
+            model = fit_candidate((name, {}), PrivateDataset(schema, X[train], y[train], epsilon=eps), eps)
+        except ValueError:  # (HanischForest refuses a schema without categorical attributes)
+            out[name], out[f"{name}:refused"] = out["majority"], True
+            continue
         out[name] = float((proba_encoded(model, X[test]).argmax(axis=1) == y[test]).mean())
         secs[name] = time.perf_counter() - t
     for v in ["auto", *variants]:
@@ -76,7 +79,6 @@ def scores(schema, X, y, train, test, eps: float, variants: list[str]) -> dict:
         out[v] = float((clf.predict_proba_encoded(X[test]).argmax(axis=1) == y[test]).mean())
         out[f"{v}:winner"] = clf.winner_[0] + "".join(f" {k}={w}" for k, w in clf.winner_[1].items())
         secs[v] = time.perf_counter() - t
-    out["majority"] = float((y[test] == np.bincount(y[train], minlength=schema.n_classes).argmax()).mean())
     return {"acc": out, "seconds": secs}
 
 
@@ -129,8 +131,8 @@ def report(info: dict, rows: list[dict]) -> list[str]:
         f"load at end: {info['uptime_end']}",
         "",
         f"Mean test accuracy over {info['repeats']} x {info['folds']}-fold CV (the same splits for every model). "
-        "Fixed learners at their defaults and the whole epsilon; `-`: a learner that splits on categorical "
-        "attributes only, on a schema with numeric ones. `auto` winners: how often each candidate won.",
+        "Fixed learners at their defaults and the whole epsilon; `*`: the learner refused the schema and is "
+        "scored as the majority share. `auto` winners: how often each candidate won.",
         "",
     ]
     cells = []
@@ -144,31 +146,39 @@ def report(info: dict, rows: list[dict]) -> list[str]:
         ]
         for eps in info["epsilons"]:
             rs = [r for r in rows if r["dataset"] == name and r["epsilon"] == eps]
-            mean = {m: float(np.mean([r["acc"][m] for r in rs])) for m in models if m in rs[0]["acc"]}
+            mean = {m: float(np.mean([r["acc"][m] for r in rs])) for m in models}
+            refused = {m for m in FIXED if rs[0]["acc"].get(f"{m}:refused")}
             wins: dict[str, int] = {}
             for r in rs:
                 wins[r["acc"]["auto:winner"]] = wins.get(r["acc"]["auto:winner"], 0) + 1
             shown = ", ".join(f"{k} {v}" for k, v in sorted(wins.items(), key=lambda kv: -kv[1]))
             lines.append(
-                f"| {eps:g} | " + " | ".join(f"{mean[m]:.3f}" if m in mean else "-" for m in models) + f" | {shown} |"
+                f"| {eps:g} | "
+                + " | ".join(f"{mean[m]:.3f}" + ("*" if m in refused else "") for m in models)
+                + f" | {shown} |"
             )
-            cells.append(mean)
+            cells.append({**mean, "categorical": d["numeric"] == 0})
         lines.append("")
-    lines += [
-        "## Each fixed learner's mean against auto's, on the cells where the learner runs",
-        "",
-        "| learner | cells | learner mean | " + " | ".join(f"{a} mean | {a} - learner" for a in autos) + " |",
-        "|---|---|---|" + "---|---|" * len(autos),
-    ]
-    for m in FIXED:
-        cs = [c for c in cells if m in c]
-        base = float(np.mean([c[m] for c in cs]))
-        tail = " | ".join(
-            f"{np.mean([c[a] for c in cs]):.3f} | {np.mean([c[a] for c in cs]) - base:+.3f}" for a in autos
-        )
-        lines.append(f"| {m} | {len(cs)} | {base:.3f} | {tail} |")
+    for title, cs in (
+        ("every dataset and epsilon", cells),
+        ("the datasets of categorical attributes only (every learner uses every attribute)",
+         [c for c in cells if c["categorical"]]),
+    ):  # fmt: skip
+        lines += [
+            f"## Each fixed learner's mean against auto's: {title} ({len(cs)} cells)",
+            "",
+            "| learner | learner mean | " + " | ".join(f"{a} mean | {a} - learner" for a in autos) + " |",
+            "|---|---|" + "---|---|" * len(autos),
+        ]
+        for m in FIXED:
+            base = float(np.mean([c[m] for c in cs]))
+            tail = " | ".join(
+                f"{np.mean([c[a] for c in cs]):.3f} | {np.mean([c[a] for c in cs]) - base:+.3f}" for a in autos
+            )
+            lines.append(f"| {m} | {base:.3f} | {tail} |")
+        lines.append("")
     below = {a: sum(c[a] < c["majority"] - 0.01 for c in cells) for a in autos}
-    lines += ["", "Cells below the majority share - 0.01: " + ", ".join(f"{a} {n}" for a, n in below.items()), ""]
+    lines += ["Cells below the majority share - 0.01: " + ", ".join(f"{a} {n}" for a, n in below.items()), ""]
     return lines
 
 

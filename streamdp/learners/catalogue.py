@@ -336,7 +336,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                 Param(
                     "selection_share",
                     Interval(float, 0, 1, closed="right"),
-                    0.5,
+                    0.1,
                     "share of epsilon spent on choosing; the rest refits the winner on every record (1: no refit)",
                 ),
                 _SEED,

@@ -51,7 +51,7 @@ __all__ = ["AutoPrivateClassifier", "Selection", "default_candidates", "select_l
 CandidateSpec = tuple[str, dict]
 
 #: The default share of epsilon spent on choosing (the rest refits the winner on every record).
-DEFAULT_SELECTION_SHARE = 0.5
+DEFAULT_SELECTION_SHARE = 0.1
 
 
 def default_candidates(schema: Schema) -> list[CandidateSpec]:

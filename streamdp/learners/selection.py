@@ -232,6 +232,11 @@ class AutoPrivateClassifier(PrivateLearner):
         self._check_fitted()
         return self.model_.predict_proba(X)
 
+    def cell_variance(self) -> float:
+        """The winner's noise variance per released cell."""
+        self._check_fitted()
+        return float(self.model_.cell_variance())
+
     def to_bytes(self) -> bytes:
         """The winner's blob (its own format)."""
         self._check_fitted()

@@ -55,17 +55,17 @@ DEFAULT_SELECTION_SHARE = 0.1
 
 
 def default_candidates(schema: Schema) -> list[CandidateSpec]:
-    """The default candidates for ``schema`` (public: the schema only): Private-RDT and, on a schema of
-    categorical attributes only, DPEA (which ignores numeric attributes). Few candidates, because each one
-    takes a share of the records (choice and evidence: docs/decisions/013-private-learner-selection.md).
+    """The default candidates for ``schema`` (public: the schema only): Private-RDT and, on a schema with a
+    categorical attribute, DPEA (which splits on those and ignores numeric ones). Few candidates, because
+    each one takes a share of the records (choice and evidence: docs/decisions/013-private-learner-selection.md).
 
     >>> from streamdp.records.datasets import load
     >>> [name for name, _ in default_candidates(load("congressional-voting").schema)]
     ['private-rdt', 'dpea']
     """
-    numeric = any(not isinstance(a, Categorical) for a in schema.attributes)
+    categorical = any(isinstance(a, Categorical) for a in schema.attributes)
     out: list[CandidateSpec] = [("private-rdt", {})]
-    return out if numeric else out + [("dpea", {})]
+    return out + [("dpea", {})] if categorical else out
 
 
 def check_candidates(candidates: Any, schema: Schema | None = None) -> list[CandidateSpec]:

@@ -81,13 +81,17 @@ def test_bad_candidates_are_refused_before_anything_is_charged(candidates, match
     assert ledger.spent("votes") == (0.0, 0.0)
 
 
-def test_the_defaults_offer_only_learners_that_use_the_schemas_attributes():
+def test_the_defaults_offer_only_learners_that_use_some_of_the_schemas_attributes():
     from streamdp.records.schema import Schema
 
-    numeric = Schema.from_dict(
-        {"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}], "label": {"name": "y", "values": [0, 1]}}
-    )
+    x = {"name": "x", "type": "numeric", "min": 0, "max": 1}
+    label = {"name": "y", "values": [0, 1]}
+    numeric = Schema.from_dict({"attributes": [x], "label": label})
     assert [name for name, _ in default_candidates(numeric)] == ["private-rdt"]
+    mixed = Schema.from_dict(
+        {"attributes": [x, {"name": "c", "type": "categorical", "values": [0, 1]}], "label": label}
+    )
+    assert [name for name, _ in default_candidates(mixed)] == ["private-rdt", "dpea"]
     assert {name for name, _ in default_candidates(VOTES.schema)} == {"private-rdt", "dpea"}
 
 

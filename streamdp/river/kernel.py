@@ -67,6 +67,6 @@ def new_kernel(spec: list, fallback: Callable[[dict], list]):
     return _kernel.Kernel(list(spec), fallback, lookup_key(False), lookup_key(True))
 
 
-def constants() -> tuple[float, float, float]:
-    """:mod:`streamdp.estimation`'s ``SNR_MIN, PRIOR_WEIGHT, MIN_WEIGHT``, read now (the kernel's chain takes them)."""
-    return float(estimation.SNR_MIN), float(estimation.PRIOR_WEIGHT), float(estimation.MIN_WEIGHT)
+def constants() -> tuple[float, float]:
+    """:mod:`streamdp.estimation`'s ``KAPPA, SHARE_SPREAD``, read now (the kernel's chain takes them)."""
+    return float(estimation.KAPPA), float(estimation.SHARE_SPREAD)

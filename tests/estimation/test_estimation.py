@@ -33,25 +33,26 @@ def test_topology_matches_the_structure_arrays():
         assert depth[t].max() <= 3
 
 
-def test_one_record_chain_equals_shrink_step_by_step():
-    """Path_proba_one (unrolled for two classes) gives the floats of shrink, step by step, on hard cases:
-    negative and zero counts, swamped nodes, zero variance, a clipped class."""
+def test_one_record_chain_equals_the_posterior_step_by_step():
+    """Path_proba_one gives the floats of posterior_step, step by step, on hard cases: negative and zero counts,
+    swamped nodes, zero variance, a clipped class, no records at the roots."""
     rng = np.random.default_rng(0)
-    for C in (2, 3):
-        for _ in range(1500):
+    for C in (2, 3, 5):
+        for _ in range(1000):
             h = int(rng.integers(1, 6))
             y = rng.integers(-30, 200, size=(h, C)).astype(np.float64) * rng.choice([1.0, 0.37], size=(h, 1))
             var = rng.choice([0.0, 3.7, 90.0, 1e4], size=h)
             prior = rng.dirichlet(np.ones(C))
-            p, want = prior, prior
+            records, root_var = float(rng.choice([0.0, 50.0, 900.0])), float(rng.choice([0.0, 4e4]))
+            want, m, above = prior[None, :], np.array([records]), root_var
             for d in range(h):
-                want = estimation.shrink(y[d : d + 1], var[d : d + 1], want[None, :])[0]
+                share = np.array([var[d] / above if above > 0 else 0.0])
+                want, m = estimation.posterior_step(y[d : d + 1], var[d : d + 1], want, m, share)
+                above = var[d]
             pooled = np.column_stack([y, var]).ravel().tolist()
-            got = estimation.path_proba_one(pooled, prior.tolist())
-            assert got == want.tolist()
-            for d in range(h):  # the general step too
-                p = estimation.shrink_one(y[d].tolist(), float(var[d]), list(p))
-            assert list(p) == got
+            if any(pooled[d : d + C + 1] == pooled[d - C - 1 : d] for d in range(C + 1, len(pooled), C + 1)):
+                continue  # a repeated pool is skipped by the chain (tested with the forest's paths)
+            assert estimation.path_proba_one(pooled, prior.tolist(), records, root_var) == want[0].tolist()
 
 
 def test_cell_variance_is_finite_for_any_positive_epsilon():
@@ -106,17 +107,22 @@ def test_a_shallower_leaf_is_pooled_at_every_deeper_depth():
     var = 2.0  # one leaf's total: C cells of variance 1
     path = nodes.path_nodes(np.array([1, 3]))  # tree 0's leaf 1 (depth 2), tree 1's leaf 0 (depth 1)
     assert path[1, 2] == path[1, 1] == nodes.leaf_node[1, 0]  # the shallow leaf repeated below itself
-    want = nodes.prior[None, :]
-    want = estimation.shrink(np.array([[7.0, 13.0]]) + np.array([[40.0, 60.0]]), np.array([2 * var + var]), want)
-    want = estimation.shrink(np.array([[2.0, 8.0]]) + np.array([[40.0, 60.0]]), np.array([var + var]), want)
+    assert nodes.root_var == 3 * var + 2 * var  # the pooled roots: 3 leaves below tree 0's, 2 below tree 1's
+    want, m = nodes.prior[None, :], np.array([nodes.records])
+    step = estimation.posterior_step
+    want, m = step(np.array([[47.0, 73.0]]), np.array([3 * var]), want, m, np.array([3 / 5]))
+    want, m = step(np.array([[42.0, 68.0]]), np.array([2 * var]), want, m, np.array([2 / 3]))
     np.testing.assert_array_equal(nodes.path_proba(np.array([[1, 0]])), want)
     rows = nodes.path_rows(np.array([1, 3])).sum(axis=0)  # the river path's pooled rows give the same floats
-    assert estimation.path_proba_one(rows[3:].tolist(), nodes.prior.tolist()) == want[0].tolist()
+    assert estimation.path_proba_one(rows[3:].tolist(), nodes.prior.tolist(), nodes.records, nodes.root_var) == (
+        want[0].tolist()
+    )
 
 
 def test_a_pool_no_tree_deepens_is_not_weighed_twice():
-    """A record whose every path ended above depth d gets no second shrink there: its estimate does not depend on
-    how deep an unrelated branch of the forest goes (shrunk twice, this case gives 0.6999 against 0.6977)."""
+    """A record whose every path ended above depth d gets no second step there: one posterior step at depth 1,
+    whether the unrelated branch B is a leaf or splits again (B's depth changes only the leaves' share of the
+    root's records that leaf A expects: one of two leaves, or of three)."""
     counts = np.array([[[70.0, 30.0], [20.0, 20.0], [5.0, 15.0]]])
     prior = np.array([0.5, 0.5])
     # root splits: leaf A (leaf 0) and B; B is a leaf, or splits into two leaves at depth 2
@@ -136,10 +142,14 @@ def test_a_pool_no_tree_deepens_is_not_weighed_twice():
         1.0,
         prior=prior,
     )
-    a_flat, a_deep = flat.path_proba(np.array([[0]])), deep.path_proba(np.array([[0]]))
-    np.testing.assert_array_equal(a_flat, a_deep)
+    for nodes, share in ((flat, 1 / 2), (deep, 1 / 3)):
+        want, _ = estimation.posterior_step(
+            counts[0, :1], np.array([2.0]), prior[None, :], np.array([nodes.records]), np.array([share])
+        )
+        np.testing.assert_array_equal(nodes.path_proba(np.array([[0]])), want)
     rows = deep.path_rows(np.array([0]))[0, 3:].tolist()  # depths 1 and 2: leaf A twice
-    assert rows[:3] == rows[3:] and estimation.path_proba_one(rows, prior.tolist()) == a_deep[0].tolist()
+    one = estimation.path_proba_one(rows, prior.tolist(), deep.records, deep.root_var)
+    assert rows[:3] == rows[3:] and one == deep.path_proba(np.array([[0]]))[0].tolist()
 
 
 def test_a_root_that_is_a_leaf_adds_nothing_below_the_roots():
@@ -151,7 +161,7 @@ def test_a_root_that_is_a_leaf_adds_nothing_below_the_roots():
     prior = np.array([0.5, 0.5])
     counts = np.array([[[60.0, 10.0], [5.0, 40.0]], [[50.0, 50.0], [0.0, 0.0]]])
     a = ForestNodes.build(feature, child, leaf, counts, 1.0, prior=prior)
-    counts[1, 0] = [0.0, 900.0]
+    counts[1, 0] = [0.0, 100.0]  # other classes, the same total (the records every tree counts)
     b = ForestNodes.build(feature, child, leaf, counts, 1.0, prior=prior)
     leaves = np.array([[0, 0], [1, 0]])
     np.testing.assert_array_equal(a.path_proba(leaves), b.path_proba(leaves))

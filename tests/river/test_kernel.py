@@ -156,8 +156,8 @@ def test_kernel_encoder_returns_the_generated_encoders_objects():
 @needs_kernel
 @pytest.mark.parametrize("C", [2, 3, 7, 10])
 def test_kernel_chain_equals_path_proba_one(C):
-    """The C chain against streamdp.estimation.path_proba_one (two classes: the unrolled one) on random pooled
-    rows: noise-swamped, negative, tiny and large totals; the same floats."""
+    """The C chain against streamdp.estimation.path_proba_one on random pooled rows and root numbers:
+    noise-swamped, negative, tiny and large totals; the same floats."""
     rng = np.random.default_rng(C)
     consts = kernel.constants()
     for _ in range(3000):
@@ -169,7 +169,9 @@ def test_kernel_chain_equals_path_proba_one(C):
             v = float(rng.choice([0.0, -1.0, rng.uniform(0, 4) * scale**2]))
             rows += [*y, v]
         prior = rng.dirichlet(np.ones(C)).tolist()
-        assert kernel._kernel.chain(rows, prior, *consts) == estimation.path_proba_one(rows, prior)
+        r0 = float(rng.choice([0.0, rng.uniform(0, 10) * scale]))
+        v0 = float(rng.choice([0.0, rng.uniform(0, 40) * scale**2]))
+        assert kernel._kernel.chain(rows, prior, r0, v0, *consts) == estimation.path_proba_one(rows, prior, r0, v0)
 
 
 @needs_kernel

@@ -1,11 +1,17 @@
-"""The shrink rule: class distributions of tree nodes from released noisy counts.
+"""Class distributions of tree nodes from released noisy counts: the pooled vote's posterior step and the shrink rule.
 
-Post-processing only: the rule reads released counts
+Post-processing only: both read released counts
 and the noise variance, which is public (it follows from epsilon, the number
-of trees and the mechanism), so it spends no epsilon and changes no released
+of trees and the mechanism), so they spend no epsilon and change no released
 number.
 
-The one rule (:func:`node_distributions`): walk from the root down. At node
+The probability vote (:func:`posterior_step`, chained along a record's pooled
+paths by :meth:`streamdp.estimation.ForestNodes.path_proba`): a posterior mean
+at every depth, with no gate, so every level moves the estimate by what its
+counts are worth (docs/decisions/013-estimation-posterior-mean.md).
+
+The shrink rule (:func:`node_distributions`: each tree alone, under the
+majority vote and for the learners' trees): walk from the root down. At node
 ``v`` with noisy class counts ``y(v, .)``, total ``t(v) = sum_c y(v, c)`` and
 ``sd(v) = sqrt(Var t(v))``, the node is *informative* when
 ``t(v) >= SNR_MIN * sd(v)``; then its distribution is the posterior mean under a

@@ -21,6 +21,8 @@
  * atomic (a failed one leaves a kernel whose methods raise). tests/river/test_kernel_safety.py; run under
  * AddressSanitizer with .ci/kernel_asan.py.
  */
+/* The estimate the chain mirrors (streamdp.river.kernel.CHAIN): a build of another leaves the Python path on. */
+#define KERNEL_CHAIN 2
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -1022,6 +1024,10 @@ PyInit__kernel(void)
     Py_INCREF(&KernelType);
     if (PyModule_AddObject(mod, "Kernel", (PyObject *)&KernelType) < 0) {
         Py_DECREF(&KernelType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(mod, "CHAIN", KERNEL_CHAIN) < 0) {  /* the estimate this build mirrors */
         Py_DECREF(mod);
         return NULL;
     }

@@ -17,7 +17,7 @@ encoded and routed by one function call. At each release the real leaves' rows
 the leaf paths themselves are computed once per structure) become Python lists;
 a record sums its trees' rows with ``map(seq_sum, zip(...))``, left to right in tree order,
 so the floats are those of the vectorised path's sums, and the noise-aware chain
-(:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
+(:func:`~streamdp.estimation.path_proba_one`) runs on
 the pooled numbers. No numpy call per record; the predictions equal
 :meth:`ForestNodes.path_proba`'s (tests/river/test_forest.py).
 

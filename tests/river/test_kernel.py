@@ -239,3 +239,12 @@ def test_a_bound_not_exact_as_a_double_keeps_the_python_path():
 def test_ci_builds_the_kernel():
     """CI installs with pip on a machine with a C compiler: the optional build must not have failed silently."""
     assert kernel._kernel is not None, "streamdp/river/_kernel.c was not built: see pip's build log (setup.py)"
+    assert kernel.available(), "the built kernel mirrors another estimate than streamdp.river.kernel.CHAIN"
+
+
+@needs_kernel
+def test_a_kernel_built_from_other_source_keeps_the_python_path(monkeypatch):
+    """A build whose chain mirrors another estimate (an install older than the code) is not used."""
+    monkeypatch.setattr(kernel, "CHAIN", kernel.CHAIN + 1)
+    assert not kernel.available()
+    assert kernel.new_kernel(list(RecordEncoder(rs.sea_schema())._spec), dict) is None

@@ -90,26 +90,19 @@ def load(name: str, rng: np.random.Generator):
 
 
 def gated(nodes, leaves: np.ndarray) -> np.ndarray:
-    """The gated pooled rule: :func:`streamdp.estimation.shrink` depth by depth along the pooled paths."""
+    """The gated pooled rule: :func:`streamdp.estimation.shrink` depth by depth along the pooled paths (the
+    record's :meth:`ForestNodes.path_rows` summed over the trees, as the river path pools them)."""
     from streamdp.estimation import shrink
 
-    leaves = leaves[:, : nodes.leaf_node.shape[0]]
-    n, T = leaves.shape
+    T, L = nodes.leaf_node.shape
     C = nodes.y.shape[1]
-    node = nodes.leaf_node[np.arange(T)[None, :], leaves]
-    h = int(nodes.depth.max(initial=0))
-    path = [node]
-    for d in range(h - 1, -1, -1):
-        up = path[-1]
-        path.append(np.where(nodes.depth[up] > d, nodes.parent[up], up))
-    yv = nodes.node_table()
-    path = [np.where(nodes.depth[nd] >= 1, nd, len(yv) - 1) for nd in path]
-    p, last = np.broadcast_to(nodes.prior, (n, C)), None
-    for d in range(1, h + 1):
-        rows = yv[path[h - d]].sum(axis=1)
-        Y, V = rows[:, :C], rows[:, C]
+    flat = (leaves[:, :T] + np.arange(T) * L).ravel()
+    rows = nodes.path_rows(flat).reshape(len(leaves), T, -1).sum(axis=1)
+    p, last = np.broadcast_to(nodes.prior, (len(leaves), C)), None
+    for d in range(C + 1, rows.shape[1], C + 1):  # from depth 1 (the roots take the prior)
+        Y, V = rows[:, d : d + C], rows[:, d + C]
         q = shrink(Y, V, p)
-        if last is not None:
+        if last is not None:  # a pool no tree deepens is not weighed twice
             q = np.where(((Y == last[0]).all(axis=1) & (V == last[1]))[:, None], p, q)
         p, last = q, (Y, V)
     return np.asarray(p)

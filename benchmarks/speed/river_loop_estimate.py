@@ -5,18 +5,34 @@ with and without ``STREAMDP_NO_KERNEL=1``, to compare the estimate's cost betwee
     PYTHONPATH=. python benchmarks/speed/river_loop_estimate.py
 """
 
-import itertools, time, warnings, sys
-warnings.simplefilter("ignore")
+import itertools
+import time
+import warnings
+
 from river import datasets
+
 from streamdp.river import PrivateForestClassifier
 from streamdp.river.schemas import agrawal_schema, led_schema
-for nm, gen, sch in (("agrawal", datasets.synth.Agrawal(seed=42), agrawal_schema()), ("led", datasets.synth.LED(seed=1), led_schema())):
-    stream = list(itertools.islice(gen, 3000))
-    best = 1e9
-    for _ in range(3):
-        m = PrivateForestClassifier(sch)
-        t = time.process_time()
-        for x, y in stream:
-            m.predict_one(x); m.learn_one(x, y)
-        best = min(best, time.process_time() - t)
-    print(nm, f"{best*1e6/3000:.1f} us/record")
+
+
+def main() -> None:
+    warnings.simplefilter("ignore")
+    streams = (
+        ("agrawal", datasets.synth.Agrawal(seed=42), agrawal_schema()),
+        ("led", datasets.synth.LED(seed=1), led_schema()),
+    )
+    for name, gen, schema in streams:
+        stream = list(itertools.islice(gen, 3000))
+        best = float("inf")
+        for _ in range(3):
+            model = PrivateForestClassifier(schema)
+            t = time.process_time()
+            for x, y in stream:
+                model.predict_one(x)
+                model.learn_one(x, y)
+            best = min(best, time.process_time() - t)
+        print(name, f"{best * 1e6 / len(stream):.1f} us/record")
+
+
+if __name__ == "__main__":
+    main()

@@ -55,6 +55,34 @@ def test_one_record_chain_equals_the_posterior_step_by_step():
             assert estimation.path_proba_one(pooled, prior.tolist(), records, root_var) == want[0].tolist()
 
 
+def test_posterior_step_weighs_a_level_below_the_old_bar_and_keeps_noise_at_the_parent():
+    """A pooled level whose total stands 2 noise sds above zero (under the gate's 3) still moves the estimate
+    toward its counts; a level of pure noise (total near 0, records expected from the parent) barely moves it;
+    with no noise the step is the Dirichlet posterior mean (y + (KAPPA) p) / (n + KAPPA) up to the records."""
+    parent = np.array([[0.7, 0.3]])
+    clear, n = estimation.posterior_step(
+        np.array([[20.0, 60.0]]), np.array([40.0**2]), parent, np.array([160.0]), np.array([0.5])
+    )
+    assert 0.35 < clear[0, 1] < 0.75 and 60 < n[0] < 100  # toward the counts' 0.75; records near the expected 80
+    gated = estimation.shrink(np.array([[20.0, 60.0]]), np.array([40.0**2]), parent)
+    assert gated.tolist() == parent.tolist()  # the gate discarded it
+    noise, _ = estimation.posterior_step(
+        np.array([[-30.0, 35.0]]), np.array([40.0**2]), parent, np.array([160.0]), np.array([0.5])
+    )
+    assert abs(noise[0, 0] - 0.7) < 0.05
+    exact, n = estimation.posterior_step(
+        np.array([[2.0, 18.0]]), np.zeros(1), parent, np.array([40.0]), np.array([0.5])
+    )
+    k = estimation.KAPPA
+    assert n[0] == 20.0 and exact[0, 1] == pytest.approx((18.0 + k * 0.3) / (20.0 + k))
+
+
+def test_tree_records_ignores_trees_that_released_nothing():
+    """The river classifier's prior phase releases the stumps alone: the silent random trees measure nothing."""
+    assert estimation.tree_records(np.array([0.0, 0.0, 250.0]), np.array([0.0, 0.0, 9.0])) == 250.0
+    assert estimation.tree_records(np.array([0.0, 0.0]), np.array([0.0, 0.0])) == 0.0
+
+
 def test_cell_variance_is_finite_for_any_positive_epsilon():
     """Exp(-1e-17) rounds to 1: the variance used to divide by zero (DPEA(epsilon=1e-17).fit raised
     ZeroDivisionError before the data layer's clear refusal)."""

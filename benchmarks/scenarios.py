@@ -49,6 +49,7 @@ script("adult_default_height", T + "adult_default_height")
 script("continual_table", T + "continual_table")
 script("drift_forgetting", T + "drift_forgetting")
 script("estimation_posterior", T + "estimation_posterior")
+script("river_estimate_pair", T + "river_estimate_pair", "synth-linear,synth-blobs,uci-nursery")
 script("stream_over_time", T + "stream_over_time")
 for _name in """accuracy_height accuracy_mushroom_deep accuracy_rdt agrawal_batch agrawal_noise_free continual_counting
 default_height dpea_bai dpea_inner_releases dpea_stopped_branches dpl_rf estimation_shallow_leaves

@@ -35,7 +35,7 @@ from streamdp.service.group import Entry, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
-from streamdp.service.units import Unit, choose, hash_ids
+from streamdp.service.units import IdBound, Unit
 from streamdp.service.windows import joined_cells
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
@@ -351,12 +351,15 @@ class WindowAdd(_Merge):
         self.noise = noise
         if unit is not None and not id_key:
             raise ValueError("a model with a privacy id needs the id-hashing key (the master noise key)")
-        self.unit, self.id_key = unit, id_key
+        self.unit = unit
+        self.ids = IdBound(unit, id_key) if unit is not None and id_key else None
         self._script = r.register_script(WINDOW_ADD_LUA)
         self.open_window: int | None = None  # the window this worker believes open (the script corrects it)
 
     def reset(self) -> None:
         self.open_window = None
+        if self.ids is not None:
+            self.ids.forget()
 
     def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
         """Add ``merge``'s tallies into the open window, exactly once, with ``ack_only``'s acks and dead letters.
@@ -375,7 +378,7 @@ class WindowAdd(_Merge):
                     e.dead = (f"no privacy ids: this model's unit is a person ({self.unit.privacy_id!r})", b"")
                     ack_only.append(merge.pop(bid))
                 else:
-                    hashes[bid] = hash_ids(cast(bytes, self.id_key), batch.ids)
+                    hashes[bid] = cast(IdBound, self.ids).hashes(batch.ids)
                 continue
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
                 tallies[bid] = self._tally(batch.X, batch.y, bid, batch)
@@ -425,6 +428,8 @@ class WindowAdd(_Merge):
             status = as_str(res[0])
             if status == "ok":
                 self.open_window = int(res[1])
+                if self.ids is not None and m:
+                    self.ids.written()
                 return Outcome("ok", ids_all, merged=m > 0)
             if status == "replaced":
                 return Outcome("replaced")
@@ -432,7 +437,7 @@ class WindowAdd(_Merge):
             if status == "moved":
                 self.open_window = int(res[1])
             elif status == "ids-moved":  # another worker merged records of these ids meanwhile: choose again
-                pass
+                cast(IdBound, self.ids).moved(res)
             elif status == "rejected":
                 self._rejected(res, ids_all, m, merge, ack_only)
             else:
@@ -445,32 +450,14 @@ class WindowAdd(_Merge):
         return self.spec.sparse_tally_encoded(X, y, self.noise.rng("tally", bid, batch.X, batch.y))
 
     def _bound(self, m_entries: list[WorkerEntry], hashes: dict[str, list[bytes]], tallies: dict) -> tuple[list, int]:
-        """The records to merge under the unit (at most K per id over the stream, :mod:`.units`): reads the ids'
-        counts, keeps each batch's records that fit, tallies only those (into ``tallies``); returns the add
-        script's id arguments and the number of records kept."""
-        unit = cast(Unit, self.unit)
+        """The records to merge under the unit (at most K per id over the stream, :mod:`.units`): keeps each
+        batch's records that fit the ids' counts as this worker knows them (the add script checks them),
+        tallies only those (into ``tallies``); returns the add script's id arguments and the records kept."""
         batches = [cast(codec.Batch, e.batch) for e in m_entries]
-        every = [h for b in batches for h in hashes[b.batch_id]]
-        distinct = list(dict.fromkeys(every))
-        p = self.redis.pipeline(transaction=True)
-        p.hlen(self.keys.ids)
-        p.hmget(self.keys.ids, distinct) if distinct else p.echo("")
-        n_ids, stored = p.execute()
-        counts = {h: int(c) for h, c in zip(distinct, stored or []) if c is not None}
-        keep, changed, _ = choose(every, counts, int(n_ids), unit)
+        keep, args = cast(IdBound, self.ids).choose([h for b in batches for h in hashes[b.batch_id]])
         at = 0
         for b in batches:
             k = keep[at : at + len(b.y)]
             at += len(b.y)
             tallies[b.batch_id] = self._tally(b.X[k], b.y[k], b.batch_id, b)
-        new = sum(1 for h in changed if counts.get(h, 0) == 0)
-        old = ",".join(str(counts.get(h, 0)) for h in changed)
-        args: list[Any] = [
-            len(changed),
-            new,
-            unit.max_ids,
-            b"".join(changed),
-            old,
-            ",".join(map(str, changed.values())),
-        ]
         return args, int(keep.sum())

@@ -45,7 +45,7 @@ import numpy as np
 
 from streamdp.privacy.contribution import MAX_RECORDS_PER_ID, check_unit
 
-__all__ = ["unit_of", "DEFAULT_MAX_IDS", "MAX_ID_BYTES", "Unit", "id_key", "hash_ids", "choose", "IDS_LUA"]
+__all__ = ["unit_of", "DEFAULT_MAX_IDS", "MAX_ID_BYTES", "Unit", "id_key", "hash_ids", "choose", "IdBound", "IDS_LUA"]
 
 #: The ids a model keeps by default (memory: see the module docstring).
 DEFAULT_MAX_IDS = 10_000_000
@@ -110,60 +110,143 @@ def id_key(master: bytes, model_id: str) -> bytes:
     return hmac.new(master, b"streamdp privacy id\x00" + model_id.encode(), hashlib.sha256).digest()
 
 
-def hash_ids(key: bytes, ids: list) -> list[bytes]:
-    """Each id's keyed hash (16 bytes); a str id is hashed as its UTF-8 bytes, bytes as they are."""
-    digest = hmac.digest
-    return [
-        digest(key, v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v), "sha256")[:16] for v in ids
-    ]
+def hash_ids(key: bytes, ids: list, memo: dict | None = None) -> list[bytes]:
+    """Each id's keyed hash (16 bytes); a str id is hashed as its UTF-8 bytes, bytes as they are.
+
+    Each distinct id is hashed once (from a copy of the keyed HMAC state: the key is not re-padded per id);
+    ``memo`` (raw id -> hash, filled here) carries the hashes over calls.
+    """
+    base = hmac.new(key, digestmod=hashlib.sha256)
+    memo = {} if memo is None else memo
+    out = []
+    for v in ids:
+        h = memo.get(v)
+        if h is None:
+            m = base.copy()
+            m.update(v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v))
+            h = memo[v] = m.digest()[:16]
+        out.append(h)
+    return out
 
 
 def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit) -> tuple[np.ndarray, dict, int]:
     """Which records to keep, in order: a record is kept while its id's count (``counts``: the stored counts
     of the ids present, 0 for a new id) is below K, and a new id only while fewer than ``max_ids`` ids are
-    kept (``n_ids`` stored). Returns the keep mask, the new counts of the ids that changed, the new id count."""
-    k = unit.max_records_per_id
-    now: dict[bytes, int] = {}
-    ids_now = n_ids
-    keep = np.zeros(len(hashes), dtype=bool)
-    for i, h in enumerate(hashes):
-        c = now.get(h)
-        if c is None:
-            c = counts.get(h, 0)
-            if c == 0:
-                if ids_now >= unit.max_ids:
-                    continue  # a new id past the bound: refused
-                ids_now += 1
-        if c < k:
-            keep[i] = True
-            now[h] = c + 1
-        else:
-            now.setdefault(h, c)
-    changed = {h: c for h, c in now.items() if c != counts.get(h, 0)}
-    return keep, changed, ids_now
+    kept (``n_ids`` stored). Returns the keep mask, the new counts of the ids that changed, the new id count.
+
+    Vectorised: the ids numbered by first appearance, each record's rank among its id's records (a stable
+    sort), kept iff its id is admitted and its stored count plus rank is below K."""
+    index: dict[bytes, int] = {}
+    inv = np.fromiter((index.setdefault(h, len(index)) for h in hashes), dtype=np.int64, count=len(hashes))
+    distinct = list(index)
+    base = np.fromiter((counts.get(h, 0) for h in distinct), dtype=np.int64, count=len(distinct))
+    new = base == 0
+    admitted = ~new | (np.cumsum(new) <= max(unit.max_ids - n_ids, 0))  # new ids in order of first appearance
+    order = np.argsort(inv, kind="stable")
+    starts = np.searchsorted(inv[order], np.arange(len(distinct)))
+    rank = np.empty(len(hashes), dtype=np.int64)
+    rank[order] = np.arange(len(hashes)) - starts[inv[order]]
+    keep = admitted[inv] & (base[inv] + rank < unit.max_records_per_id)
+    added = np.bincount(inv[keep], minlength=len(distinct))
+    now = base + added
+    changed = {distinct[i]: int(now[i]) for i in np.flatnonzero(added)}
+    return keep, changed, n_ids + int(np.count_nonzero(new & (added > 0)))
 
 
-# Lua (spliced into the add script after its checks, before any write): the ids' counts the worker read must be
-# current and the new ids must fit the bound, then the new counts are written. Needs KEYS[ids_slot] (the counts
-# hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, the n 16-byte hashes
-# joined, their counts read and their new counts (decimal, comma-separated): six arguments whatever n, so the
-# client packs no argument per id. A new id's count read is 0, so two workers cannot both add it; the bound is
-# checked against the ids kept at write time (another worker's new ids force no retry while the bound is far).
+class IdBound:
+    """A worker's side of the bound: hashes the ids and chooses the records to keep from its own view of the
+    ids' counts, which the add script checks (:data:`IDS_LUA`).
+
+    The view is a lower bound of every stored count (counts and the number of ids only grow; an id not in the
+    view counts as new): records it drops (count at K, or a new id past ``max_ids``) would be dropped by the
+    stored counts too, and the records it keeps move counts the script checks are current. A stale view costs
+    one ``ids-moved`` reply, which carries the current counts (:meth:`moved`): no read before an add.
+    ``limit`` bounds the ids remembered (the view is dropped whole when full: a forgotten id is re-read on a
+    mismatch)."""
+
+    def __init__(self, unit: Unit, key: bytes, limit: int = 1_000_000):
+        self.unit, self.key, self.limit = unit, key, limit
+        self.counts: dict[bytes, int] = {}
+        self.n_ids = 0
+        self._memo: dict[Any, bytes] = {}
+        self._pending: tuple[dict[bytes, int], int] = ({}, 0)
+
+    def forget(self) -> None:
+        """Drop the view (after a lost connection: the stored counts may have been rolled back)."""
+        self.counts, self.n_ids = {}, 0
+
+    def hashes(self, ids: list) -> list[bytes]:
+        """The ids' keyed hashes (the raw ids hashed before are remembered, in this process only)."""
+        if len(self._memo) + len(ids) > self.limit:
+            self._memo = {}
+        return hash_ids(self.key, ids, self._memo)
+
+    def choose(self, hashes: list[bytes]) -> tuple[np.ndarray, list]:
+        """The keep mask of ``hashes`` (the records to merge, in order) and the add script's id arguments."""
+        keep, changed, n_now = choose(hashes, self.counts, self.n_ids, self.unit)
+        old = [self.counts.get(h, 0) for h in changed]
+        self._pending = changed, n_now - self.n_ids
+        args = [
+            len(changed),
+            n_now - self.n_ids,
+            self.unit.max_ids,
+            b"".join(changed),
+            ",".join(map(str, old)),
+            ",".join(map(str, changed.values())),
+        ]
+        return keep, args
+
+    def moved(self, reply: list) -> None:
+        """Take in an ``ids-moved`` reply: the ids kept and the current counts of the ids the add would move."""
+        changed, _ = self._pending
+        self.n_ids = max(self.n_ids, int(reply[1]))
+        cur = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
+        self._remember(dict(zip(changed, map(int, cur.split(b","))) if cur else {}))
+
+    def written(self) -> None:
+        """The add was written: its counts are the stored ones."""
+        changed, new = self._pending
+        self.n_ids += new
+        self._remember(changed)
+
+    def _remember(self, counts: dict[bytes, int]) -> None:
+        if len(self.counts) + len(counts) > self.limit:
+            self.counts = {}
+        self.counts.update({h: c for h, c in counts.items() if c > 0})
+
+
+# Lua (spliced into the add script after its checks, before any write): the ids' counts the worker chose from
+# must be current and the new ids must fit the bound, then the new counts are written. Needs KEYS[ids_slot] (the
+# counts hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, the n 16-byte
+# hashes joined, their counts as the worker saw them and their new counts (decimal, comma-separated): six
+# arguments whatever n, so the client packs no argument per id. Otherwise it replies
+# {'ids-moved', ids kept, the n current counts}: the worker chooses again from them without another read. A
+# new id's count seen is 0, so two workers cannot both add it; the bound is checked against the ids kept at
+# write time. The counts are read with HMGET in chunks (Lua's stack bounds an unpack).
 IDS_LUA = r"""
 local n_ids = tonumber(ARGV[io])
 local id_new = {}
 if n_ids > 0 then
-  if redis.call('HLEN', KEYS[ids_slot]) + tonumber(ARGV[io + 1]) > tonumber(ARGV[io + 2]) then
-    return {'ids-moved', 0}
-  end
-  local i = 0
-  for v in string.gmatch(ARGV[io + 4], '%d+') do
-    i = i + 1
-    local cur = tonumber(redis.call('HGET', KEYS[ids_slot], string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)) or '0')
-    if cur ~= tonumber(v) then return {'ids-moved', 0} end
-  end
+  local hs = ARGV[io + 3]
+  local seen = {}
+  for v in string.gmatch(ARGV[io + 4], '%d+') do seen[#seen + 1] = tonumber(v) end
   for v in string.gmatch(ARGV[io + 5], '%d+') do id_new[#id_new + 1] = v end
-  if i ~= n_ids or #id_new ~= n_ids or #ARGV[io + 3] ~= 16 * n_ids then return {'ids-bad', 0} end
+  if #seen ~= n_ids or #id_new ~= n_ids or #hs ~= 16 * n_ids then return {'ids-bad', 0} end
+  local cur, moved = {}, false
+  for s = 1, n_ids, 4000 do
+    local f = {}
+    for i = s, math.min(s + 3999, n_ids) do f[#f + 1] = string.sub(hs, 16 * i - 15, 16 * i) end
+    local got = redis.call('HMGET', KEYS[ids_slot], unpack(f))
+    for j = 1, #f do
+      local c = tonumber(got[j] or '0')
+      cur[#cur + 1] = c
+      if c ~= seen[s + j - 1] then moved = true end
+    end
+  end
+  local kept = redis.call('HLEN', KEYS[ids_slot])
+  if moved or kept + tonumber(ARGV[io + 1]) > tonumber(ARGV[io + 2]) then
+    return {'ids-moved', kept, table.concat(cur, ',')}
+  end
 end
 """
 
@@ -172,7 +255,7 @@ local pairs_ = {}
 for i = 1, n_ids do
   pairs_[#pairs_ + 1] = string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)
   pairs_[#pairs_ + 1] = id_new[i]
-  if #pairs_ >= 2000 or i == n_ids then
+  if #pairs_ >= 7000 or i == n_ids then
     redis.call('HSET', KEYS[ids_slot], unpack(pairs_))
     pairs_ = {}
   end

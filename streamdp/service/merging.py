@@ -35,12 +35,19 @@ from streamdp.service.group import Entry, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
+from streamdp.service.unit_claim import Claims
 from streamdp.service.units import IdBound, Unit
 from streamdp.service.windows import joined_cells
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
 
 log = logging.getLogger("streamdp.worker")
+
+
+def _id_bound(unit: Unit, key: bytes | None) -> IdBound:
+    if not key:
+        raise ValueError("a model with a privacy id needs the id-hashing key (the master noise key)")
+    return IdBound(unit, key)
 
 
 class WorkerEntry(Entry):
@@ -171,10 +178,13 @@ class BatchMerge(_Merge):
         keep_versions: int,
         version_ttl_s: int = 0,
         delta_ttl_s: int = 0,
+        unit: Unit | None = None,
+        id_key: bytes | None = None,
         **common: Any,
     ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise, self.guard = noise, guard
+        self.claims = Claims(r, keys, _id_bound(unit, id_key)) if unit is not None else None
         self.keep_versions, self.version_ttl_s, self.delta_ttl_s = keep_versions, version_ttl_s, delta_ttl_s
         self._script = r.register_script(COMMIT_LUA)
         self._dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
@@ -186,8 +196,25 @@ class BatchMerge(_Merge):
         self._state_version = None
 
     def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
-        """Noise ``merge``'s batches (each once) and commit them, with ``ack_only``'s acks and dead letters."""
-        return self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+        """Noise ``merge``'s batches (each once) and commit them, with ``ack_only``'s acks and dead letters.
+
+        Under a privacy id each batch's kept records are claimed first (:mod:`.unit_claim`), then noised."""
+        if self.claims is None:
+            return self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+        for bid, e in list(merge.items()):
+            got = self.claims.claim(cast(codec.Batch, e.batch))
+            if got == "replaced":
+                return Outcome("replaced")
+            if isinstance(got, codec.Batch):
+                e.batch = got
+                continue
+            if got == "no-ids":
+                e.dead = (f"no privacy ids: this model's unit is a person ({self.claims.ids.unit.privacy_id!r})", b"")
+            ack_only.append(merge.pop(bid))  # (merged before: acknowledged, not merged again)
+        out = self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+        if out.status == "ok":
+            self.claims.drop(list(merge))
+        return out
 
     def delta(self, batch: codec.Batch) -> np.ndarray:
         """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""
@@ -349,10 +376,8 @@ class WindowAdd(_Merge):
     ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise = noise
-        if unit is not None and not id_key:
-            raise ValueError("a model with a privacy id needs the id-hashing key (the master noise key)")
         self.unit = unit
-        self.ids = IdBound(unit, id_key) if unit is not None and id_key else None
+        self.ids = _id_bound(unit, id_key) if unit is not None else None
         self._script = r.register_script(WINDOW_ADD_LUA)
         self.open_window: int | None = None  # the window this worker believes open (the script corrects it)
 

@@ -11,22 +11,31 @@ master noise key (``$STREAMDP_NOISE_KEY_FILE``, never in Redis) and the model's 
 refuses a model with a privacy id. The raw id is never stored, logged or published. How many records were
 dropped is not recorded anywhere.
 
-Exactly once. The counts change only inside the add script that merges the records
-(:data:`streamdp.service.commit.WINDOW_ADD_LUA`), in the same atomic step as the batch-id dedup, the
-tally and the XACK: the worker reads the ids' counts, chooses the records to keep, and the script writes
-only if every count it read is unchanged (and the number of ids kept is too), else nothing and the worker
-chooses again. A retried batch is a duplicate batch id: refused whole, never counted twice; a batch never
-merged never moved a count.
+Exactly once. Under the release windows (``"window"``, ``"grow"``, ``"tree"``) the counts change only inside the
+add script that merges the records (:data:`streamdp.service.commit.WINDOW_ADD_LUA`), in the same atomic step as
+the batch-id dedup, the tally and the XACK: the worker chooses the records to keep from its own view of the
+ids' counts (:class:`IdBound`: a lower bound of the stored ones), and the script writes only if every count
+the worker's choice moves is unchanged (and the ids kept fit ``max_ids``), else nothing, replying the current
+counts for the worker to choose again. A retried batch is a duplicate batch id: refused whole, never counted
+twice; a batch never merged never moved a count. Under ``release="batch"``, whose noise is drawn before the
+commit, the same check runs in a claim made once per batch before its draw (:mod:`.unit_claim`).
 
 Proof sketch (``epsilon``-DP per person, whatever the windows). A person's merged records, over every
 window and worker, sum to at most ``K``: each merge adds to the id's count exactly the records it keeps, under
-a check that the count it read is current, and keeps none past ``K``. Another person's kept records depend
-only on their own records and order (each id's count is its own), so removing one person changes at most
-``K`` records of the merged stream. The model's forest draws every release's noise at ``epsilon / K`` per
-record (``create_model`` stores it so: the ledger is charged the declared ``epsilon``): the whole transcript,
-``epsilon / K``-DP per record under the release policy's own accounting, is ``epsilon``-DP for any ``K``
-records by group privacy (pure DP). The policies that draw noise per batch before the merge (``"batch"``) and
-the ``(epsilon, delta)`` k-anonymity mechanism are refused with a privacy id.
+a check that the count it read is current, and keeps none past ``K``. While fewer than ``max_ids`` ids are
+kept, another person's kept records depend only on their own records and order (each id's count is its own),
+so removing one person changes at most ``K`` records of the merged stream. The model's forest draws every
+release's noise at ``epsilon / K`` per record (``create_model`` stores it so: the ledger is charged the
+declared ``epsilon``): the whole transcript, ``epsilon / K``-DP per record under the release policy's own
+accounting, is ``epsilon``-DP for any ``K`` records by group privacy (pure DP). The ``(epsilon, delta)``
+k-anonymity mechanism is refused with a privacy id.
+
+Two limits of that argument (docs/decisions/012). Once ``max_ids`` ids are kept, one person's presence can
+decide whether a later new person is admitted: removing them changes at most their own ``K`` records and
+another person's ``K``, so the bound is ``2 * epsilon`` for streams that reach ``max_ids`` (set it above the
+persons expected). Two persons whose keyed hashes collide share one count: removing one can let the other's
+records in, the same factor 2; with 16-byte hashes of ``n`` ids a given person collides with probability
+below ``n / 2**128``, far below any failure of the secure noise source, so the hashes are not narrowed.
 
 Scale: each id kept costs one hash field (16 bytes of hash and a small count, plus Redis' per-field overhead).
 ``max_ids`` bounds them: once that many ids are kept, records of a NEW id are dropped (an id already kept goes on
@@ -87,16 +96,12 @@ class Unit:
 
 
 def unit_of(privacy_id: Any, max_records_per_id: Any, max_ids: Any, release: str | None, mechanism: str) -> Unit | None:
-    """A stream model's unit of privacy (None: a record), refused with a policy or mechanism it cannot bound."""
+    """A stream model's unit of privacy (None: a record), refused with a mechanism it cannot bound
+    (``release`` is any policy: ``"batch"`` claims each batch's records before its noise, :mod:`.unit_claim`)."""
     if privacy_id is None and max_records_per_id is None and max_ids is None:
         return None
     if privacy_id is None:
         raise ValueError("max_records_per_id and max_ids go with privacy_id (the column naming each record's person)")
-    if release == "batch":
-        raise ValueError(
-            "release='batch' draws each batch's noise before it is merged, so which of a person's records count "
-            "could not depend on the merged ones: use release='window' (or the default) with a privacy id"
-        )
     if mechanism == "kanon":
         raise ValueError("the k-anonymity mechanism is (epsilon, delta)-DP: a privacy id does not make it per person")
     return Unit(privacy_id, max_records_per_id, DEFAULT_MAX_IDS if max_ids is None else max_ids)

@@ -229,8 +229,6 @@ def test_a_million_distinct_ids_in_one_batch_are_hashed_and_chosen():
 
 
 def test_the_unit_is_declared_and_checked_at_create(r, key_file):
-    with pytest.raises(ValueError, match="release='batch'"):
-        create_model(r, "b", DS.schema, release="batch", privacy_id="user", max_records_per_id=2)
     with pytest.raises(ValueError, match="k-anonymity"):
         create_model(r, "k", DS.schema, mechanism="kanon", k=5, beta=0.1, privacy_id="user", max_records_per_id=2)
     with pytest.raises(ValueError, match="schema attribute or the label"):

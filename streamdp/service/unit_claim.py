@@ -46,7 +46,10 @@ CLAIM_LUA = (
 -- Replies {'ok', mask}, {'claimed', stored mask}, {'merged', 0}, {'replaced', 0} or IDS_LUA's 'ids-moved'.
 local state_mid = redis.call('HGET', KEYS[1], 'model_id')
 if state_mid and state_mid ~= ARGV[10] then return {'replaced', 0} end
-if redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {'merged', 0} end
+if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
+  redis.call('DEL', KEYS[3])  -- (left by a worker that died after its commit)
+  return {'merged', 0}
+end
 local had = redis.call('GET', KEYS[3])
 if had then return {'claimed', had} end
 local io, ids_slot = 4, 4

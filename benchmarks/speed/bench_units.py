@@ -63,12 +63,18 @@ def _server(port: int, workdir: str) -> subprocess.Popen:
             time.sleep(0.05)  # bounded wait for the server to listen
 
 
-def _drain(url: str, name: str, key: str) -> float:
+def _redis_cpu(nodes: list[redis.Redis]) -> float:
+    """CPU seconds the servers used so far (user + system)."""
+    return sum(float(n.info("cpu")["used_cpu_user"]) + float(n.info("cpu")["used_cpu_sys"]) for n in nodes)
+
+
+def _drain(url: str, name: str, key: str, nodes: list[redis.Redis]) -> tuple[float, float, float]:
+    """Wall seconds, worker CPU seconds and Redis CPU seconds for a worker to add the whole stream."""
     w = Worker(url, name, block_ms=10, noise_key_file=key, batch_entries=4)
-    t0 = time.perf_counter()
+    t0, c0, r0 = time.perf_counter(), time.process_time(), _redis_cpu(nodes)
     while not w.reader.drained():
         w.step()
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0, _redis_cpu(nodes) - r0
 
 
 def _push(url: str, name: str, n: int, batch: int, distinct: int | None) -> None:
@@ -87,8 +93,9 @@ SCENARIOS = {  # label: (ids per record: None none, 0 all distinct, else that ma
 }
 
 
-def streams(url: str, keyfile: str, args: Any, labels: tuple[str, ...], prefix: str) -> dict:
-    """Push and drain each scenario's stream; records/s and the ratio to the plain stream."""
+def streams(url: str, keyfile: str, args: Any, labels: tuple[str, ...], prefix: str, nodes: list) -> dict:
+    """Push and drain each scenario's stream; records/s, CPU microseconds per record (the worker's and Redis'),
+    and their ratios to the plain stream (CPU: a figure the machine's load moves less than wall time)."""
     out: dict = {}
     for label in labels:
         distinct, k = SCENARIOS[label]
@@ -101,10 +108,16 @@ def streams(url: str, keyfile: str, args: Any, labels: tuple[str, ...], prefix: 
         t = time.perf_counter()
         _push(url, name, args.records, args.batch, distinct)
         out[f"push_s_{label}"] = time.perf_counter() - t
-        out[f"worker_s_{label}"] = _drain(url, name, keyfile)
-        out[f"records_per_s_{label}"] = args.records / out[f"worker_s_{label}"]
+        wall, cpu, rcpu = _drain(url, name, keyfile, nodes)
+        out[f"worker_s_{label}"] = wall
+        out[f"records_per_s_{label}"] = args.records / wall
+        out[f"worker_cpu_us_per_record_{label}"] = cpu / args.records * 1e6
+        out[f"redis_cpu_us_per_record_{label}"] = rcpu / args.records * 1e6
     for label in labels[1:]:
         out[f"ratio_{label}"] = out[f"records_per_s_{label}"] / out["records_per_s_without_ids"]
+        out[f"cpu_ratio_{label}"] = (
+            out[f"worker_cpu_us_per_record_{label}"] + out[f"redis_cpu_us_per_record_{label}"]
+        ) / (out["worker_cpu_us_per_record_without_ids"] + out["redis_cpu_us_per_record_without_ids"])
     return out
 
 
@@ -138,7 +151,7 @@ def on_cluster(keyfile: str, args: Any) -> dict:
         rc = connect(c.url)
         nodes = {n.port: redis.Redis(port=n.port, socket_timeout=60) for n in rc.get_primaries()}
         before = {p: int(x.info("memory")["used_memory"]) for p, x in nodes.items()}
-        out = streams(c.url, keyfile, args, ("without_ids", "all_new"), "cl")
+        out = streams(c.url, keyfile, args, ("without_ids", "all_new"), "cl", list(nodes.values()))
         ids_key = Keys("cl-all_new").ids
         node = rc.get_node_from_key(ids_key)
         n = int(rc.hlen(ids_key))
@@ -177,7 +190,7 @@ def main() -> None:
     r = redis.Redis.from_url(url, socket_timeout=120)
     out: dict = {"records": args.records, "batch": args.batch, "distinct": args.distinct, "k": args.k}
     try:
-        out.update(streams(url, keyfile, args, tuple(SCENARIOS), "bench"))
+        out.update(streams(url, keyfile, args, tuple(SCENARIOS), "bench", [r]))
         ids_key = Keys("bench-all_new").ids
         n = int(r.hlen(ids_key))
         out["ids_after_stream"] = n
@@ -215,8 +228,9 @@ def render(out: dict) -> list[str]:
         f"Own redis-server; {out['records']:,} records per stream, batches of {out['batch']:,}; load (1 min) "
         f"before/after {out['load_before'][0]:.2f}/{out['load_after'][0]:.2f} on {out['cpus']} cpus.",
         "",
-        "| stream | worker records/s | worker s | push s | ratio to without ids |",
-        "|---|---|---|---|---|",
+        "| stream | worker records/s | worker s | push s | ratio | worker CPU us/record | Redis CPU us/record | "
+        "CPU ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     names = {
         "without_ids": "without ids",
@@ -224,12 +238,16 @@ def render(out: dict) -> list[str]:
         "repeating": f"ids, {out['distinct']:,} distinct repeating (K = {out['k']})",
     }
     for label, title in names.items():
-        ratio = out.get(f"ratio_{label}", 1.0)
+        ratio, cpu_ratio = out.get(f"ratio_{label}", 1.0), out.get(f"cpu_ratio_{label}", 1.0)
         lines.append(
             f"| {title} | {out[f'records_per_s_{label}']:,.0f} | {out[f'worker_s_{label}']:.1f} | "
-            f"{out[f'push_s_{label}']:.1f} | {ratio:.3f} |"
+            f"{out[f'push_s_{label}']:.1f} | {ratio:.3f} | {out[f'worker_cpu_us_per_record_{label}']:.2f} | "
+            f"{out[f'redis_cpu_us_per_record_{label}']:.2f} | {cpu_ratio:.2f} |"
         )
     lines += [
+        "",
+        "Ratio: records/s with ids over without (wall time, moved by the machine's load); CPU ratio: the worker's "
+        "and Redis' CPU per record with ids over without (how many times the work).",
         "",
         f"Bytes per id (MEMORY USAGE of the ids hash): {out['bytes_per_id_after_stream']:.1f} at "
         f"{out['ids_after_stream']:,} ids; filled directly to {out['ids_filled']:,} ids: "
@@ -245,7 +263,7 @@ def render(out: dict) -> list[str]:
             "",
             f"Local three-master cluster, the same {out['records']:,} records: without ids "
             f"{c['records_per_s_without_ids']:,.0f} records/s, every record a new id {c['records_per_s_all_new']:,.0f} "
-            f"(ratio {c['ratio_all_new']:.3f}); the ids' slot holds {c['ids']:,} ids at {c['bytes_per_id']:.1f} bytes "
+            f"(ratio {c['ratio_all_new']:.3f}; CPU per record {c['cpu_ratio_all_new']:.1f} times); the ids' slot holds {c['ids']:,} ids at {c['bytes_per_id']:.1f} bytes "
             f"each; its node's used_memory grew {c['slot_node_used_memory_growth_mb']:.0f} MB, the other nodes' "
             + ", ".join(f"{v:.0f}" for v in c["other_nodes_used_memory_growth_mb"])
             + " MB.",

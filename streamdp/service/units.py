@@ -116,20 +116,30 @@ def id_key(master: bytes, model_id: str) -> bytes:
 
 
 def hash_ids(key: bytes, ids: list, memo: dict | None = None) -> list[bytes]:
-    """Each id's keyed hash (16 bytes); a str id is hashed as its UTF-8 bytes, bytes as they are.
+    """Each id's keyed hash (16 bytes): HMAC-SHA256 (RFC 2104) truncated; a str id is hashed as its UTF-8
+    bytes, bytes as they are. ``memo`` (raw id -> hash, filled here) carries the hashes over calls.
 
-    Each distinct id is hashed once (from a copy of the keyed HMAC state: the key is not re-padded per id);
-    ``memo`` (raw id -> hash, filled here) carries the hashes over calls.
+    HMAC written out over copies of the keyed inner and outer SHA-256 states (the same digest as
+    :func:`hmac.digest`): per id only C calls, no key padding or Python HMAC object.
+
+    >>> k = b"k" * 32
+    >>> hash_ids(k, ["ann"]) == [hmac.digest(k, b"ann", "sha256")[:16]]
+    True
     """
-    base = hmac.new(key, digestmod=hashlib.sha256)
+    if len(key) > 64:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    inner, outer = hashlib.sha256(bytes(b ^ 0x36 for b in key)).copy, hashlib.sha256(bytes(b ^ 0x5C for b in key)).copy
     memo = {} if memo is None else memo
     out = []
     for v in ids:
         h = memo.get(v)
         if h is None:
-            m = base.copy()
-            m.update(v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v))
-            h = memo[v] = m.digest()[:16]
+            i = inner()
+            i.update(v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v))
+            o = outer()
+            o.update(i.digest())
+            h = memo[v] = o.digest()[:16]
         out.append(h)
     return out
 
@@ -230,17 +240,21 @@ class IdBound:
 # write time. The counts are read with HMGET in chunks (Lua's stack bounds an unpack).
 IDS_LUA = r"""
 local n_ids = tonumber(ARGV[io])
-local id_new = {}
+local id_new, id_hash = {}, {}
 if n_ids > 0 then
   local hs = ARGV[io + 3]
   local seen = {}
   for v in string.gmatch(ARGV[io + 4], '%d+') do seen[#seen + 1] = tonumber(v) end
   for v in string.gmatch(ARGV[io + 5], '%d+') do id_new[#id_new + 1] = v end
   if #seen ~= n_ids or #id_new ~= n_ids or #hs ~= 16 * n_ids then return {'ids-bad', 0} end
-  local cur, moved = {}, false
+  local cur, moved, sub = {}, false, string.sub
   for s = 1, n_ids, 4000 do
     local f = {}
-    for i = s, math.min(s + 3999, n_ids) do f[#f + 1] = string.sub(hs, 16 * i - 15, 16 * i) end
+    for i = s, math.min(s + 3999, n_ids) do
+      local h = sub(hs, 16 * i - 15, 16 * i)
+      f[#f + 1] = h
+      id_hash[i] = h
+    end
     local got = redis.call('HMGET', KEYS[ids_slot], unpack(f))
     for j = 1, #f do
       local c = tonumber(got[j] or '0')
@@ -258,7 +272,7 @@ end
 IDS_WRITE_LUA = r"""
 local pairs_ = {}
 for i = 1, n_ids do
-  pairs_[#pairs_ + 1] = string.sub(ARGV[io + 3], 16 * i - 15, 16 * i)
+  pairs_[#pairs_ + 1] = id_hash[i]
   pairs_[#pairs_ + 1] = id_new[i]
   if #pairs_ >= 7000 or i == n_ids then
     redis.call('HSET', KEYS[ids_slot], unpack(pairs_))

@@ -178,7 +178,13 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=6397)
     ap.add_argument("--cluster", action="store_true")
     ap.add_argument("--out", default=str(RESULTS / "bench_units"))
+    ap.add_argument("--compare", nargs="+", metavar="LABEL=JSON", help="only tabulate earlier results side by side")
     args = ap.parse_args()
+    if args.compare:
+        runs = {a.split("=", 1)[0]: json.loads(Path(a.split("=", 1)[1]).read_text()) for a in args.compare}
+        Path(args.out + ".json").write_text(json.dumps(runs, indent=1))
+        Path(args.out + ".md").write_text("\n".join(compare(runs)) + "\n")
+        return
     load_before = os.getloadavg()
     work = tempfile.mkdtemp(prefix="bench-units-")
     keyfile = os.path.join(work, "noise.key")
@@ -218,6 +224,26 @@ def main() -> None:
     lines = render(out)
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def compare(runs: dict[str, dict]) -> list[str]:
+    """Earlier results side by side (e.g. two commits run alternately): ratios to the plain stream."""
+    lines = [
+        "# Per-person state: runs side by side (bench_units.py --compare)",
+        "",
+        "Ratio: records/s with ids over without, in the same run (wall time); CPU ratio: the worker's and Redis' CPU "
+        "per record with ids over without. Repeating: the run's distinct ids over its records, K covering them.",
+        "",
+        "| run | records | load before/after | all new: ratio, CPU ratio | repeating: ratio, CPU ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for label, o in runs.items():
+        lines.append(
+            f"| {label} | {o['records']:,} | {o['load_before'][0]:.1f}/{o['load_after'][0]:.1f} | "
+            f"{o['ratio_all_new']:.3f}, {o['cpu_ratio_all_new']:.2f} | "
+            f"{o['ratio_repeating']:.3f}, {o['cpu_ratio_repeating']:.2f} |"
+        )
+    return lines
 
 
 def render(out: dict) -> list[str]:

@@ -54,7 +54,18 @@ import numpy as np
 
 from streamdp.privacy.contribution import MAX_RECORDS_PER_ID, check_unit
 
-__all__ = ["unit_of", "DEFAULT_MAX_IDS", "MAX_ID_BYTES", "Unit", "id_key", "hash_ids", "choose", "IdBound", "IDS_LUA"]
+__all__ = [
+    "unit_of",
+    "DEFAULT_MAX_IDS",
+    "MAX_ID_BYTES",
+    "Unit",
+    "id_key",
+    "hash_ids",
+    "choose",
+    "choice",
+    "IdBound",
+    "IDS_LUA",
+]
 
 #: The ids a model keeps by default (memory: see the module docstring).
 DEFAULT_MAX_IDS = 10_000_000
@@ -145,9 +156,25 @@ def hash_ids(key: bytes, ids: list, memo: dict | None = None) -> list[bytes]:
 
 
 def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit) -> tuple[np.ndarray, dict, int]:
+    """Which records to keep (:func:`choice`): the keep mask, the new counts of the ids that changed, the new
+    id count."""
+    c = choice(hashes, counts, n_ids, unit)
+    return c.keep, dict(zip(c.moved, c.now.tolist())), n_ids + c.new
+
+
+@dataclass(frozen=True)
+class _Choice:
+    keep: np.ndarray  # the records kept, in order
+    moved: list[bytes]  # the ids whose count the choice moves, in order of first appearance
+    seen: np.ndarray  # their counts chosen from
+    now: np.ndarray  # their counts after
+    new: int  # how many of them are new
+
+
+def choice(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit) -> _Choice:
     """Which records to keep, in order: a record is kept while its id's count (``counts``: the stored counts
     of the ids present, 0 for a new id) is below K, and a new id only while fewer than ``max_ids`` ids are
-    kept (``n_ids`` stored). Returns the keep mask, the new counts of the ids that changed, the new id count.
+    kept (``n_ids`` stored).
 
     Vectorised: the ids numbered by first appearance, each record's rank among its id's records (a stable
     sort), kept iff its id is admitted and its stored count plus rank is below K."""
@@ -163,9 +190,8 @@ def choose(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit
     rank[order] = np.arange(len(hashes)) - starts[inv[order]]
     keep = admitted[inv] & (base[inv] + rank < unit.max_records_per_id)
     added = np.bincount(inv[keep], minlength=len(distinct))
-    now = base + added
-    changed = {distinct[i]: int(now[i]) for i in np.flatnonzero(added)}
-    return keep, changed, n_ids + int(np.count_nonzero(new & (added > 0)))
+    moved = np.flatnonzero(added)
+    return _Choice(keep, [distinct[i] for i in moved], base[moved], (base + added)[moved], int(new[moved].sum()))
 
 
 class IdBound:
@@ -184,7 +210,7 @@ class IdBound:
         self.counts: dict[bytes, int] = {}
         self.n_ids = 0
         self._memo: dict[Any, bytes] = {}
-        self._pending: tuple[dict[bytes, int], int] = ({}, 0)
+        self._pending: tuple[list[bytes], list[int], int] = ([], [], 0)
 
     def forget(self) -> None:
         """Drop the view (after a lost connection: the stored counts may have been rolled back)."""
@@ -198,36 +224,36 @@ class IdBound:
 
     def choose(self, hashes: list[bytes]) -> tuple[np.ndarray, list]:
         """The keep mask of ``hashes`` (the records to merge, in order) and the add script's id arguments."""
-        keep, changed, n_now = choose(hashes, self.counts, self.n_ids, self.unit)
-        old = [self.counts.get(h, 0) for h in changed]
-        self._pending = changed, n_now - self.n_ids
+        c = choice(hashes, self.counts, self.n_ids, self.unit)
+        now = c.now.tolist()
+        self._pending = c.moved, now, c.new
         args = [
-            len(changed),
-            n_now - self.n_ids,
+            len(c.moved),
+            c.new,
             self.unit.max_ids,
-            b"".join(changed),
-            ",".join(map(str, old)),
-            ",".join(map(str, changed.values())),
+            b"".join(c.moved),
+            ",".join(map(str, c.seen.tolist())),
+            ",".join(map(str, now)),
         ]
-        return keep, args
+        return c.keep, args
 
     def moved(self, reply: list) -> None:
         """Take in an ``ids-moved`` reply: the ids kept and the current counts of the ids the add would move."""
-        changed, _ = self._pending
+        moved = self._pending[0]
         self.n_ids = max(self.n_ids, int(reply[1]))
         cur = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
-        self._remember(dict(zip(changed, map(int, cur.split(b","))) if cur else {}))
+        self._remember(moved, [int(v) for v in cur.split(b",")] if cur else [])
 
     def written(self) -> None:
         """The add was written: its counts are the stored ones."""
-        changed, new = self._pending
+        moved, now, new = self._pending
         self.n_ids += new
-        self._remember(changed)
+        self._remember(moved, now)
 
-    def _remember(self, counts: dict[bytes, int]) -> None:
-        if len(self.counts) + len(counts) > self.limit:
+    def _remember(self, hashes: list[bytes], counts: list[int]) -> None:
+        if len(self.counts) + len(hashes) > self.limit:
             self.counts = {}
-        self.counts.update({h: c for h, c in counts.items() if c > 0})
+        self.counts.update((h, c) for h, c in zip(hashes, counts) if c > 0)
 
 
 # Lua (spliced into the add script after its checks, before any write): the ids' counts the worker chose from

@@ -234,14 +234,15 @@ def compare(runs: dict[str, dict]) -> list[str]:
         "Ratio: records/s with ids over without, in the same run (wall time); CPU ratio: the worker's and Redis' CPU "
         "per record with ids over without. Repeating: the run's distinct ids over its records, K covering them.",
         "",
-        "| run | records | load before/after | all new: ratio, CPU ratio | repeating: ratio, CPU ratio |",
+        "| run | records | load before/after | all new: records/s, ratio, CPU ratio | "
+        "repeating: records/s, ratio, CPU ratio |",
         "|---|---|---|---|---|",
     ]
     for label, o in runs.items():
         lines.append(
             f"| {label} | {o['records']:,} | {o['load_before'][0]:.1f}/{o['load_after'][0]:.1f} | "
-            f"{o['ratio_all_new']:.3f}, {o['cpu_ratio_all_new']:.2f} | "
-            f"{o['ratio_repeating']:.3f}, {o['cpu_ratio_repeating']:.2f} |"
+            f"{o['records_per_s_all_new']:,.0f}, {o['ratio_all_new']:.3f}, {o['cpu_ratio_all_new']:.2f} | "
+            f"{o['records_per_s_repeating']:,.0f}, {o['ratio_repeating']:.3f}, {o['cpu_ratio_repeating']:.2f} |"
         )
     return lines
 

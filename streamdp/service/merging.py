@@ -203,8 +203,8 @@ class BatchMerge(_Merge):
             return self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
         for bid, e in list(merge.items()):
             got = self.claims.claim(cast(codec.Batch, e.batch))
-            if got == "replaced":
-                return Outcome("replaced")
+            if got in ("replaced", "busy"):
+                return Outcome("replaced") if got == "replaced" else self._gave_up()
             if isinstance(got, codec.Batch):
                 e.batch = got
                 continue

@@ -72,10 +72,8 @@ class Claims:
 
     def claim(self, batch: codec.Batch) -> codec.Batch | str:
         """The batch with only its kept records (and no ids), or why none: ``"merged"`` (merged before: ack it),
-        ``"replaced"`` (the model was re-created), ``"no-ids"`` (the entry carries no privacy ids).
-
-        Raises RuntimeError when the counts kept moving (another worker merging the same people) past
-        ``max_retries`` choices."""
+        ``"replaced"`` (the model was re-created), ``"no-ids"`` (the entry carries no privacy ids), ``"busy"``
+        (the counts kept moving, other workers merging the same people, past ``max_retries`` choices: try later)."""
         if batch.ids is None:
             return "no-ids"
         hashes = self.ids.hashes(batch.ids)
@@ -98,8 +96,8 @@ class Claims:
                 raise RuntimeError(f"unexpected claim reply {res!r}")
             mask = np.unpackbits(np.frombuffer(res[1], dtype=np.uint8), count=len(batch.y)).astype(bool)
             return replace(batch, X=batch.X[mask], y=batch.y[mask], ids=None)
-        jlog(log, logging.ERROR, "worker.claim_gave_up", model=self.keys.name, batch=batch.batch_id)
-        raise RuntimeError(f"the ids' counts kept moving: batch {batch.batch_id} not claimed")
+        jlog(log, logging.WARNING, "worker.claim_busy", model=self.keys.name, batch=batch.batch_id)
+        return "busy"
 
     def drop(self, batch_ids: list[str]) -> None:
         """Drop the claims of merged batches (their ``merged`` mark now refuses a claim)."""

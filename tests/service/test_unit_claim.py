@@ -100,3 +100,16 @@ def test_a_batch_merged_before_is_not_claimed_again(r, key_file):
     claims = w.merger.claims  # a claim for the merged batch id finds it merged and moves nothing
     assert claims.claim(Batch("once", DS.X[:3], DS.y[:3], ids=["d", "e", "f"])) == "merged"
     assert r.hgetall(Keys("m").ids) == before
+
+
+def test_a_claim_whose_counts_keep_moving_says_busy_and_writes_nothing(r, key_file):
+    _model(r, 2, key_file)
+    w = Worker(r, "m", block_ms=1, noise_key_file=key_file)
+    claims = w.merger.claims
+    r.hset(Keys("m").ids, claims.ids.hashes(["ann"])[0], 1)  # merged by another worker: this view is behind
+    claims.max_retries = 0
+    assert claims.claim(Batch("b", DS.X[:2], DS.y[:2], ids=["ann", "bob"])) == "busy"
+    assert r.hlen(Keys("m").ids) == 1 and not r.exists(Keys("m").claim("b"))
+    claims.max_retries = 1  # the reply carried the current counts: the next choice is current
+    assert len(claims.claim(Batch("b", DS.X[:2], DS.y[:2], ids=["ann", "bob"])).y) == 2
+    assert sorted(int(v) for v in r.hgetall(Keys("m").ids).values()) == [1, 2]

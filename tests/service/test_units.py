@@ -23,7 +23,7 @@ from streamdp.service.merging import WorkerEntry  # noqa: E402
 from streamdp.service.pool import EXIT_REFUSED, _child  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
-from streamdp.service.registry import create_model, load_policy, list_models, show_model  # noqa: E402
+from streamdp.service.registry import create_model, list_models, load_policy, show_model  # noqa: E402
 from streamdp.service.rollback import NoiseKeyMismatch, NoNoiseKey  # noqa: E402
 from streamdp.service.stats import collect, public  # noqa: E402
 from streamdp.service.stream_worker import Worker, preflight  # noqa: E402

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
+from streamdp.cli.history import HELP as HISTORY_HELP
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
 __all__ = ["add_parser"]
@@ -141,7 +142,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=show)
     h = msub.add_parser(
-        "history", help="a windowed model's releases over time: noisy records, noise sd per cell, window length"
+        "history",
+        help="a windowed model's releases over time: noisy records, noise sd per cell, window length",
+        description=HISTORY_HELP,
     )
     h.add_argument("name")
     h.add_argument("--last", type=int_in(0, 2**31), default=50, metavar="N", help="windows shown (0: all)")

@@ -25,7 +25,7 @@ from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import create_model, list_models, load_policy, show_model  # noqa: E402
 from streamdp.service.rollback import NoiseKeyMismatch, NoNoiseKey  # noqa: E402
-from streamdp.service.stats import collect, public  # noqa: E402
+from streamdp.service.stats import collect, prometheus_text, public  # noqa: E402
 from streamdp.service.stream_worker import Worker, preflight  # noqa: E402
 from streamdp.service.units import Unit, choose, hash_ids, id_key  # noqa: E402
 
@@ -122,7 +122,9 @@ def test_contributions_beyond_k_never_reach_a_count_over_windows_and_retries(r, 
     stats = collect(r, "m")  # every record past K counted once, the re-pushed batches included
     assert stats["records_dropped_over_k"] == len(all_ids) - len(kept)
     assert stats["records_dropped_over_max_ids"] == 0
-    assert "records_dropped_over_k" not in public(stats)
+    assert "records_dropped_over_k" not in public(stats)  # EXACT: never exported by default, never served
+    assert "records_dropped_over_k" not in prometheus_text({"m": stats})
+    assert "records_dropped_over_k" in prometheus_text({"m": stats}, exact=True)
     for key in r.keys("*"):  # no raw id anywhere in Redis but the records stream itself
         if key == Keys("m").records.encode():
             continue

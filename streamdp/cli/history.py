@@ -22,7 +22,7 @@ HELP = (
     "a windowed model's releases over time, one line per window, numbered from 1 as in the worker's -v log. "
     "'noisy records': the window's record count with its noise added (differentially private); a window with few "
     "or no records can show a negative total, which is noise, not an error. 'release sd/cell': the noise sd that "
-    "window's release drew on each count; 'published sd/cell': the noise sd on each count of the published model "
+    "window's release drew on each count (release=window; '-' for grow and tree, which draw per node); 'published sd/cell': the noise sd on each count of the published model "
     "after it (every merged release's noise, accumulated). A window left out (merged: no) could not be told from "
     "an empty one by its noisy total, and changed nothing published."
 )

@@ -5,7 +5,8 @@ The closer appends, in each release's own MULTI/EXEC (merged or left out), a JSO
 it was merged, the window's scheduled end (public: never the wall clock of the close, whose delay would tell how
 busy the window was), the window's length, the release's noisy record count, the published counts' noise sd per
 cell (``cell_sd``: every merged release's noise, accumulated) and the noise sd the release itself drew per count
-(``release_sd``; absent for ``"grow"``, whose releases draw per node, and in lines written before the field).
+(``release_sd``; ``"window"`` only: ``"grow"`` and ``"tree"`` releases draw per node, each its own sd; absent in
+lines written before the field).
 Every field is public: the clock, the model's parameters and released values (no exact count, no arrival time of
 a record). Windows are numbered from 1 (the first window after ``model create``), as in the worker's log lines.
 

@@ -46,8 +46,8 @@ from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
 from streamdp.service.registry import load_cadence, load_policy, load_spec, load_unit
 from streamdp.service.rollback import (
+    ENV_KEY,
     ENV_STATE,
-    MAKE_KEY,
     NoiseKeyMismatch,
     NoiseSource,
     NoNoiseKey,
@@ -129,7 +129,8 @@ def refuse_unkeyed(model: str, unit: Unit | None, master: bytes | None) -> None:
     if unit is not None and master is None:
         raise NoNoiseKey(
             f"model {model!r} protects persons (privacy id {unit.privacy_id!r}): its workers hash the ids with a key "
-            f"derived from the noise key the model was created with; give every worker that key file ({MAKE_KEY})"
+            f"derived from the noise key the model was created with; give every worker that same file "
+            f"(export {ENV_KEY}=/path/to/noise.key; a new key would not match the model's)"
         )
 
 

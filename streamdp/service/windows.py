@@ -197,7 +197,7 @@ class WindowCloser:
         self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         sched = self.windows.of(rel, sched_raw)
 
-        own_sd = None if self.policy.kind == "grow" else math.sqrt(self._release_variance())
+        own_sd = math.sqrt(self._release_variance()) if window else None  # (tree, grow: draws per node)
 
         def entry_of(records: float | None, sd: float, published: int = version, merged: bool = False) -> dict:
             return entry(w, published, merged, sched.end, sched.length, records, sd, own_sd)  # (public values)

@@ -63,14 +63,14 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     _csv(data, DS.X[:200], DS.y[:200], bad={7})
     assert main(u + ["push", name, str(data), "--batch-size", "50"]) == 0
     out = capsys.readouterr()
-    assert "pushed 200 records in 4 batches" in out.out and "1 invalid" in out.out
+    assert "sent 200 records in 4 batches" in out.out and "1 invalid" in out.out
     assert "100.0%" in out.err  # progress
     assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
     assert main(u + ["model", "show", name]) == 0
     out = capsys.readouterr().out
     assert "releases        4" in out and "release         batch" in out and "version" in out
     sd = math.sqrt(4 * cell_variance("geometric", 2 / 5))  # 4 releases at epsilon 2 over 4 trees and a stump
-    assert f"noise now       sd {sd:,.0f} on each class's record count" in out
+    assert f"noise now       sd {sd:,.0f} on the published estimate of each class's record count" in out
     blob = tmp_path / "m.sdp"
     assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
     f = PrivateForest.from_bytes(blob.read_bytes())

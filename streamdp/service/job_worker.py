@@ -54,7 +54,7 @@ from streamdp.records.schema import Schema
 from streamdp.service.connection import connect
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name
 from streamdp.service.job_data import dataset_loader, read_model_records
-from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, keeps_nothing, now_s
+from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s, retention_refusal
 from streamdp.service.keys import JOB_RESULTS, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
@@ -271,10 +271,9 @@ class JobWorker(GroupLoop):
             unit = load_unit(self.r, source)
             if unit is not None:  # the model's people: at most K records each in the job too
                 spec = dataclasses.replace(spec, privacy_id=unit.privacy_id, max_records_per_id=unit.max_records_per_id)
-            if keeps_nothing(self.r, source):  # (retention may be cleared since the submit)
-                raise JobError(
-                    f"model {source!r} keeps no merged records (its retention was cleared); nothing was charged"
-                )
+            why = retention_refusal(self.r, source)  # (the retention may have changed since the submit)
+            if why is not None:
+                raise JobError(why)
 
             def load() -> tuple:
                 return read_model_records(self.r, source, schema, ids=unit is not None)

@@ -288,6 +288,7 @@ class JobQueue:
         d: dict[str, Any] = {as_str(k): as_str(v) for k, v in raw.items()}
         d.pop("schema", None)
         d["params"] = json.loads(d.get("params") or "{}")
+        d["warnings"] = json.loads(d.get("warnings") or "[]")  # (the learners' warnings, once done)
         for k in ("epsilon", "fraction", "created", "started", "finished"):
             if d.get(k):
                 d[k] = float(d[k])

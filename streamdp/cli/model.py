@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
+from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, positive_seconds, redis_url
 from streamdp.cli.history import HELP as HISTORY_HELP
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
@@ -63,6 +63,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--seed", type=int_in(0, 2**63 - 1), default=None, help="structure seed (public; noise stays secure)"
+    )
+    c.add_argument(
+        "--retention-seconds",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="keep the raw records at most S seconds for batch jobs (streamdp job submit ... --source NAME), as "
+        "`streamdp model retention NAME --seconds S` does; default: keep nothing once merged",
     )
     c.add_argument(
         "--release",
@@ -161,7 +169,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     d.set_defaults(func=delete)
     rt = msub.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
     rt.add_argument("name")
-    rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
+    rt.add_argument("--seconds", type=positive_seconds, default=None, help="keep records at most this old")
     rt.add_argument(
         "--records", type=int_in(0, 2**62), default=None, help="keep at most this many newest stream entries"
     )
@@ -208,6 +216,11 @@ def create(args: argparse.Namespace) -> int:
         f"{forest.structure.max_leaves} leaves per tree, {forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
     )
     print(f"unit of privacy: {_unit_line(info.get('unit'))}")
+    if args.retention_seconds is not None:  # before any record can be pushed: a job reads them all
+        from streamdp.service.retention import set_retention
+
+        set_retention(client(args), args.name, seconds=args.retention_seconds)
+        print(f"keeps raw records at most {args.retention_seconds:g} s old for batch jobs")
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0
@@ -398,11 +411,11 @@ def retention(args: argparse.Namespace) -> int:
         records = None if args.clear else (args.records if args.records is not None else cur.records)
         ret = set_retention(r, args.name, seconds=seconds, records=records)
         if cur.keeps_nothing and not ret.keeps_nothing and show_model(r, args.name)["releases"]:
-            # (public: the release count) retention set after the merge would leave a job no record;
-            # refusing a job over an empty stream would tell whether any record is retained, so it runs
+            # (public: the release count) the records merged before were trimmed: jobs are refused until a
+            # new version is published (the versions and this setting are public; the records' number is not)
             print(
                 f"note: records merged before now were not kept; jobs over {args.name!r} read only what is "
-                "pushed from now on (a job over no record is still charged: it fits noise)",
+                "pushed from now on, and are refused until the model publishes a new version",
                 file=sys.stderr,
             )
     else:

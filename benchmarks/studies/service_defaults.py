@@ -248,13 +248,19 @@ def run_plain(url: str, csv: Path, label: str, train: tuple, rows: int) -> dict:
 
 
 # -- the service -------------------------------------------------------------------------------
-def run_service(url: str, name: str, csv: Path, label: str, rows: int) -> dict:
+def run_service(url: str, name: str, csv: Path, label: str, rows: int, code: Path = ROOT) -> dict:
+    """One end-to-end run of the service (its CLI run from checkout ``code``) on model ``name``."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
     watch = AckWatch(url, Keys(name).records, "workers", -(-rows // BATCH))
     watch.start()
     t0 = time.perf_counter()
-    subprocess.run(cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=ENV)
+    subprocess.run(
+        cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=env, cwd=code
+    )
     push_s = time.perf_counter() - t0
-    w = subprocess.Popen(cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=ENV)
+    w = subprocess.Popen(
+        cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=env, cwd=code
+    )
     sampler = RssSampler(w.pid)
     sampler.start()
     code = w.wait()
@@ -285,37 +291,50 @@ def run_service(url: str, name: str, csv: Path, label: str, rows: int) -> dict:
 
 
 def e2e_runs(
-    url: str, csv: Path, label: str, train: tuple, rows: int, schema, repeats: int, max_lag: float | None
+    url: str,
+    csv: Path,
+    label: str,
+    train: tuple,
+    rows: int,
+    schema,
+    repeats: int,
+    max_lag: float | None,
+    before: Path | None = None,
 ) -> dict:
     """``repeats`` more end-to-end runs of each side, interleaved (the machine is shared), each service run on a
-    model created just before its push (as the first run's)."""
+    model created just before its push (as the first run's); with ``before`` (another checkout), ``repeats + 1``
+    runs of the service from that code too ("service_before")."""
     r = connect(url)
-    runs: dict = {"service": [], "plain": []}
-    for _ in range(repeats):
-        name = "svcdefaults" + uuid.uuid4().hex[:8]
-        try:
-            create_model(r, name, schema, max_lag=max_lag)
-            runs["service"].append(run_service(url, name, csv, label, rows))
-        finally:
-            delete_model(r, name)
-            left = list(r.scan_iter(match=Keys(name).pattern, count=1000))
-            if left:
-                r.delete(*left)
-        runs["plain"].append(run_plain(url, csv, label, train, rows))
+    runs: dict = {"service": [], "plain": [], **({"service_before": []} if before else {})}
+    for i in range(repeats + (1 if before else 0)):
+        sides = [("service", ROOT)] if i < repeats else []
+        if before:
+            sides.insert(i % 2, ("service_before", before))  # which code goes first alternates
+        for side, code in sides:
+            name = "svcdefaults" + uuid.uuid4().hex[:8]
+            try:
+                create_model(r, name, schema, max_lag=max_lag)
+                runs[side].append(run_service(url, name, csv, label, rows, code))
+            finally:
+                delete_model(r, name)
+                left = list(r.scan_iter(match=Keys(name).pattern, count=1000))
+                if left:
+                    r.delete(*left)
+        if i < repeats:
+            runs["plain"].append(run_plain(url, csv, label, train, rows))
     return runs
 
 
 def e2e_medians(runs: dict) -> dict:
-    """Medians of each side's push, merged (every entry acked) and push-to-drained times, and their ratios."""
-    med = {
-        side: {k: statistics.median(x[k] for x in runs[side]) for k in ("push_s", "merged_s", "total_s")}
-        for side in ("service", "plain")
-    }
-    return {
-        **med,
-        "runs": len(runs["service"]),
-        **{f"{k[:-2]}_x": med["service"][k] / med["plain"][k] for k in ("push_s", "merged_s", "total_s")},
-    }
+    """Medians of each side's push, merged (every entry acked) and push-to-drained times, and their ratios to the
+    plain pipeline's (``before_*_x``: the service from the other checkout)."""
+    keys = ("push_s", "merged_s", "total_s")
+    med = {side: {k: statistics.median(x[k] for x in got) for k in keys} for side, got in runs.items()}
+    out = {**med, "runs": len(runs["service"])}
+    out.update({f"{k[:-2]}_x": med["service"][k] / med["plain"][k] for k in keys})
+    if "service_before" in med:
+        out.update({f"before_{k[:-2]}_x": med["service_before"][k] / med["plain"][k] for k in keys})
+    return out
 
 
 def idle_closes(url: str, name: str, seconds: float) -> dict:
@@ -359,6 +378,8 @@ def main() -> None:
     ap.add_argument(
         "--max-lag", type=float, default=None, help="the models' max_lag (default: the default cadence; 1: 1 s windows)"
     )
+    ap.add_argument("--before", type=Path, default=None, help="another checkout: its service measured alongside")
+    ap.add_argument("--out", default="service_defaults", help="results' file name (without suffix)")
     ap.add_argument("--e2e-repeats", type=int, default=3, help="end-to-end runs of each side, interleaved")
     ap.add_argument("--idle-s", type=float, default=30.0)
     ap.add_argument("--no-write", action="store_true")
@@ -370,7 +391,7 @@ def main() -> None:
     ds = load("adult")
     label = ds.schema.label.name
     uptime_start = sh("uptime")
-    out: dict = {"rows": args.rows, "model": name, "max_lag": args.max_lag}
+    out: dict = {"rows": args.rows, "model": name, "max_lag": args.max_lag, "before": str(args.before or "")}
     with tempfile.TemporaryDirectory() as tmp:
         csv = Path(tmp) / "adult.csv"
         df = adult_csv(args.rows, csv)
@@ -415,7 +436,9 @@ def main() -> None:
                 "new_version_x_floor": statistics.median(steady) / fl,
             }
             out["plain"] = run_plain(url, csv, label, train, args.rows)
-            out["e2e_runs"] = e2e_runs(url, csv, label, train, args.rows, ds.schema, args.e2e_repeats - 1, args.max_lag)
+            out["e2e_runs"] = e2e_runs(
+                url, csv, label, train, args.rows, ds.schema, args.e2e_repeats - 1, args.max_lag, args.before
+            )
             out["e2e_runs"]["service"].insert(0, out["service"])
             out["e2e_runs"]["plain"].insert(0, out["plain"])
             out["e2e"] = e2e_medians(out["e2e_runs"])
@@ -431,8 +454,8 @@ def main() -> None:
     out["uptime_start"], out["uptime_end"], out["machine"] = uptime_start, sh("uptime"), machine()
     print(json.dumps(out, indent=1))
     if not args.no_write:
-        (RESULTS / "service_defaults.json").write_text(json.dumps(out, indent=1) + "\n")
-        (RESULTS / "service_defaults.md").write_text(report(out))
+        (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1) + "\n")
+        (RESULTS / f"{args.out}.md").write_text(report(out))
 
 
 def report(o: dict) -> str:
@@ -459,6 +482,16 @@ def report(o: dict) -> str:
         f"**{e['merged_x']:.2f}x** | |",
         f"| median: push to drained (published), s | {e['service']['total_s']:.2f} | {e['plain']['total_s']:.2f} | "
         f"**{e['total_x']:.2f}x** | <= 1.7x |",
+        *(
+            [
+                f"| median, the code before (`{o['before']}`): push / merged / drained s | "
+                f"{e['service_before']['push_s']:.2f} / {e['service_before']['merged_s']:.2f} / "
+                f"{e['service_before']['total_s']:.2f} | | {e['before_push_x']:.2f}x / {e['before_merged_x']:.2f}x / "
+                f"{e['before_total_x']:.2f}x | |"
+            ]
+            if "service_before" in e
+            else []
+        ),
         f"| Redis after create, MiB | {m['total_mib']:.1f} | (counts {o['counts_mib']:.1f}) | "
         f"**{m['x_counts']:.2f}x** the counts | <= 3x |",
         f"| cold `Consumer().latest()` s (median) | {statistics.median(f['cold_s']):.2f} | "

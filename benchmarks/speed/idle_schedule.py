@@ -128,6 +128,10 @@ def run(args: argparse.Namespace) -> dict:
             due=after[-1][2] - after[0][2] if after else 0,
             max_late_s=max((x[3] for x in after), default=None),
             behind_end=rows[-1][2] - rows[-1][1],
+            # over the whole run, the worker's start and catch-up included
+            all_seconds=rows[-1][0] - rows[0][0],
+            all_closes=rows[-1][1] - rows[0][1],
+            all_due=rows[-1][2] - rows[0][2],
         )
         out["closes_per_min"] = out["closes"] / span * 60 if span else None
         out["due_per_min"] = out["due"] / span * 60 if span else None
@@ -167,8 +171,8 @@ def main() -> None:
         "worker had caught up with the windows due at its start.",
         "",
         "| schema | height | cells | counts MiB | release | max_lag | create s | worker caught up after s | "
-        "closes / min | windows due / min | max late s | behind at end | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "closes / min | windows due / min | max late s | behind at end | whole run: closes / due | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in runs:
         lines.append(
@@ -177,6 +181,7 @@ def main() -> None:
             f"{o['worker_ready_s'] if o['worker_ready_s'] is None else round(o['worker_ready_s'], 1)} | "
             f"{o['closes_per_min'] or 0:.1f} | {o['due_per_min'] or 0:.1f} | "
             f"{o['max_late_s'] if o['max_late_s'] is None else round(o['max_late_s'], 2)} | {o['behind_end']} | "
+            f"{o['all_closes']} / {o['all_due']} in {o['all_seconds']:.0f} s | "
             f"{o['uptime_start'].split('load average:')[-1].strip()} |"
         )
     lines += ["", f"Machine: {machine()['nproc']} x {machine()['cpu']}.", ""]

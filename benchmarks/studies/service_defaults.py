@@ -142,7 +142,8 @@ class AckWatch(threading.Thread):
     def __init__(self, url: str, stream: str, group: str, entries: int):
         super().__init__(daemon=True)
         self.r, self.stream, self.group, self.entries = redis.Redis.from_url(url), stream, group, entries
-        self.stop_ev, self.at = threading.Event(), None
+        self.stop_ev = threading.Event()
+        self.at: float | None = None
 
     def run(self) -> None:
         while not self.stop_ev.is_set() and self.at is None:
@@ -156,6 +157,11 @@ class AckWatch(threading.Thread):
             if g is not None and int(g["pending"]) == 0 and int(g.get("entries-read") or 0) >= self.entries:
                 self.at = time.perf_counter()
             self.stop_ev.wait(0.005)
+
+
+def times(push_s: float, merged_s: float, total_s: float) -> dict:
+    """One end-to-end run's times (seconds from the push's start)."""
+    return {"push_s": push_s, "merged_s": merged_s, "drain_s": total_s - push_s, "total_s": total_s}
 
 
 # -- the plain pipeline -------------------------------------------------------------------------
@@ -236,30 +242,24 @@ def run_plain(url: str, csv: Path, label: str, train: tuple, rows: int) -> dict:
         watch.join()
         pending = r.xpending(stream, group)["pending"]
         merged = (watch.at or time.perf_counter()) - t0
-        return {
-            "push_s": push_s,
-            "merged_s": merged,
-            "drain_s": total - push_s,
-            "total_s": total,
-            "pending_after": pending,
-        }
+        return {**times(push_s, merged, total), "pending_after": pending}
     finally:
         r.delete(stream)
 
 
 # -- the service -------------------------------------------------------------------------------
-def run_service(url: str, name: str, csv: Path, label: str, rows: int, code: Path = ROOT) -> dict:
-    """One end-to-end run of the service (its CLI run from checkout ``code``) on model ``name``."""
-    env = {**os.environ, "PYTHONPATH": str(code)}
+def run_service(url: str, name: str, csv: Path, label: str, rows: int, checkout: Path = ROOT) -> dict:
+    """One end-to-end run of the service (its CLI run from ``checkout``) on model ``name``."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
     watch = AckWatch(url, Keys(name).records, "workers", -(-rows // BATCH))
     watch.start()
     t0 = time.perf_counter()
     subprocess.run(
-        cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=env, cwd=code
+        cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=env, cwd=checkout
     )
     push_s = time.perf_counter() - t0
     w = subprocess.Popen(
-        cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=env, cwd=code
+        cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=env, cwd=checkout
     )
     sampler = RssSampler(w.pid)
     sampler.start()
@@ -280,14 +280,7 @@ def run_service(url: str, name: str, csv: Path, label: str, rows: int, code: Pat
         for p in sampler.peak
     ]
     merged = (watch.at or time.perf_counter()) - t0
-    return {
-        "push_s": push_s,
-        "merged_s": merged,
-        "drain_s": total - push_s,
-        "total_s": total,
-        "exit": code,
-        "processes": procs,
-    }
+    return {**times(push_s, merged, total), "exit": code, "processes": procs}
 
 
 def e2e_runs(
@@ -396,7 +389,7 @@ def main() -> None:
         csv = Path(tmp) / "adult.csv"
         df = adult_csv(args.rows, csv)
         del df
-        train = plain_codes(pd.read_csv(csv, nrows=len(ds.y)), label)
+        train: tuple = plain_codes(pd.read_csv(csv, nrows=len(ds.y)), label)
         try:
             t0 = time.perf_counter()
             forest = create_model(r, name, ds.schema, max_lag=args.max_lag)

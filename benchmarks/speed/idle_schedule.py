@@ -69,6 +69,22 @@ def largest(r, name: str, schema: Schema, height: int | None, max_lag: float | N
     raise SystemExit("no height fits")
 
 
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` and its children alive now (0 for one gone)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(d.name) == pid or int(f[1]) == pid:  # f[1]: the parent's pid
+            total += (int(f[11]) + int(f[12])) / tick
+    return total
+
+
 def sample(r, keys: Keys, start: float, every: float) -> tuple[float, int, int, float]:
     """(now, released, due, seconds the open window's release is late) from the model's state."""
     rel, raw = r.hmget(keys.state, "releases", "schedule")
@@ -110,8 +126,11 @@ def run(args: argparse.Namespace) -> dict:
             t_start = time.time()
             rows = []
             caught_up_at = None
+            cpu = []  # (releases, the worker's CPU seconds) at each close seen
             while time.time() - t_start < args.seconds:
                 now, rel, due, late = sample(r, keys, start, every)
+                if rows and rel != rows[-1][1]:
+                    cpu.append((rel, cpu_s(w.pid)))
                 rows.append((now, rel, due, late))
                 if caught_up_at is None and rel > 0 and late == 0.0:  # released every window due so far
                     caught_up_at = now
@@ -132,6 +151,9 @@ def run(args: argparse.Namespace) -> dict:
             all_seconds=rows[-1][0] - rows[0][0],
             all_closes=rows[-1][1] - rows[0][1],
             all_due=rows[-1][2] - rows[0][2],
+            late_end_s=rows[-1][3],  # growing over a run: the worker falls behind the schedule
+            # the worker's CPU per close between the first close seen and the last (its start left out)
+            cpu_per_close_s=(cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0]) if len(cpu) > 1 else None,
         )
         out["closes_per_min"] = out["closes"] / span * 60 if span else None
         out["due_per_min"] = out["due"] / span * 60 if span else None
@@ -171,8 +193,9 @@ def main() -> None:
         "worker had caught up with the windows due at its start.",
         "",
         "| schema | height | cells | counts MiB | release | max_lag | create s | worker caught up after s | "
-        "closes / min | windows due / min | max late s | behind at end | whole run: closes / due | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "closes / min | windows due / min | max late s | behind at end | whole run: closes / due | late at end s | "
+        "worker CPU s per close | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for o in runs:
         lines.append(
@@ -181,7 +204,8 @@ def main() -> None:
             f"{o['worker_ready_s'] if o['worker_ready_s'] is None else round(o['worker_ready_s'], 1)} | "
             f"{o['closes_per_min'] or 0:.1f} | {o['due_per_min'] or 0:.1f} | "
             f"{o['max_late_s'] if o['max_late_s'] is None else round(o['max_late_s'], 2)} | {o['behind_end']} | "
-            f"{o['all_closes']} / {o['all_due']} in {o['all_seconds']:.0f} s | "
+            f"{o['all_closes']} / {o['all_due']} in {o['all_seconds']:.0f} s | {o['late_end_s']:.1f} | "
+            f"{'' if o['cpu_per_close_s'] is None else round(o['cpu_per_close_s'], 3)} | "
             f"{o['uptime_start'].split('load average:')[-1].strip()} |"
         )
     lines += ["", f"Machine: {machine()['nproc']} x {machine()['cpu']}.", ""]

@@ -13,7 +13,25 @@ points), :mod:`.pool` (worker processes), :mod:`.job_queue` and
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported on first use (below)
+    from streamdp.service.connection import connect
+    from streamdp.service.consumer import Consumer, VersionNotAvailable
+    from streamdp.service.job_queue import JobQueue, fetch_model
+    from streamdp.service.job_worker import JobWorker, run_job_worker
+    from streamdp.service.keys import Keys
+    from streamdp.service.pool import WorkerPool, run_workers
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import (
+        ModelExists,
+        ModelNotFound,
+        create_model,
+        delete_model,
+        list_models,
+        show_model,
+    )
+    from streamdp.service.stream_worker import Worker, WorkerConfig
 
 #: Where each public name lives; imported on first use, so a worker process (which imports
 #: :mod:`.pool` or :mod:`.stream_worker`) does not load the job queue and its CSV reader (pandas).

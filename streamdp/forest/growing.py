@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import numpy as np
 
 from streamdp.forest import pruning
-from streamdp.forest.growth import aggregate, drawn_nodes, grown_release
+from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, held_leaves
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.records.schema import Schema
@@ -140,10 +140,11 @@ class Growing:
         if not self.can_grow:
             raise ValueError("growing needs a prior stump and geometric or laplace noise (see grow)")
         arities, is_cat = self.schema.arities, self.schema.is_categorical
+        held = held_leaves(exact)  # (the same for every pruning tried)
         return self._released(
             *grown_release(
                 self,
-                lambda s: aggregate(exact, drawn, s, arities, is_cat),
+                lambda s: aggregate(exact, drawn, s, arities, is_cat, held),
                 exact[self.n_trees :, :1],
                 rng or self._rng,
                 probe=pruning.PRUNE_PROBE,

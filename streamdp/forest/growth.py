@@ -86,7 +86,7 @@ class Growable(Protocol):
     def node_variance(self) -> np.ndarray: ...
 
 
-__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "grows_by_default"]
+__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "held_leaves", "grows_by_default"]
 
 
 def grows_by_default(schema) -> bool:
@@ -309,11 +309,24 @@ def _anchors(
     return anchor, ratio
 
 
+def held_leaves(exact: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (tree, leaf) pairs of ``exact`` (``(n_trees, max_leaves, ...)`` counts) holding a nonzero count."""
+    return np.nonzero(exact.reshape(exact.shape[0], exact.shape[1], -1).any(axis=2))
+
+
 def aggregate(
-    exact: np.ndarray, drawn: ForestStructure, grown: ForestStructure, arities: np.ndarray, is_categorical: np.ndarray
+    exact: np.ndarray,
+    drawn: ForestStructure,
+    grown: ForestStructure,
+    arities: np.ndarray,
+    is_categorical: np.ndarray,
+    held: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Counts on the drawn trees' leaves summed into the leaves of ``grown`` (a pruning of ``drawn``):
     each drawn leaf into the grown leaf at or above it, ``(n_trees, grown max_leaves, C)``.
+
+    ``held``: :func:`held_leaves` of ``exact``, where the caller aggregates the same counts into several
+    prunings (a scan of every count less per pruning).
 
     >>> from streamdp.records.datasets import load
     >>> s = load("congressional-voting").schema
@@ -334,7 +347,7 @@ def aggregate(
     order = np.argsort(flat)
     flat, leaf_num = flat[order], grown.leaf[t_g, n_g][order]
     out = np.zeros((grown.n_trees, grown.max_leaves) + exact.shape[2:], dtype=exact.dtype)
-    t_d, l_d = np.nonzero(exact.reshape(exact.shape[0], exact.shape[1], -1).any(axis=2))  # leaves holding counts
+    t_d, l_d = held_leaves(exact) if held is None else held  # leaves holding counts
     if t_d.size:
         n_d = _topology(drawn)[2][t_d, l_d]  # their nodes
         found = _first_above(drawn, t_d, n_d, flat, lambda t, n: t * M + n)

@@ -225,3 +225,20 @@ def test_holding_refuses_a_forest_released_with_other_settings():
         other = _forest(ds.schema, n_trees=3, height=8, **{"epsilon": 1.0, "seed": 1, **kw})
         with pytest.raises(ValueError, match=match):
             spec.holding(other.grow(ds.X, ds.y))
+
+
+def test_aggregate_with_the_held_leaves_given_is_aggregate():
+    """The held leaves computed once and passed (as grow_exact does for every pruning) change nothing."""
+    from streamdp.forest.growth import aggregate, held_leaves
+    from streamdp.forest.structure import ForestStructure
+    from streamdp.records.datasets import load
+
+    s = load("congressional-voting").schema
+    d = ForestStructure.draw(s, n_trees=3, height=4, seed=1)
+    small, _ = d.pruned(s, lambda nodes, share, rate: (share > 0.1, rate))
+    exact = np.zeros((3, d.max_leaves, 2), dtype=np.int64)
+    rng = np.random.default_rng(2)
+    exact[rng.integers(0, 3, 40), rng.integers(0, d.max_leaves, 40), rng.integers(0, 2, 40)] += 1
+    got = aggregate(exact, d, small, s.arities, s.is_categorical, held_leaves(exact))
+    assert np.array_equal(got, aggregate(exact, d, small, s.arities, s.is_categorical))
+    assert int(got.sum()) == int(exact.sum())

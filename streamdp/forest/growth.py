@@ -310,8 +310,20 @@ def _anchors(
 
 
 def held_leaves(exact: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (tree, leaf) pairs of ``exact`` (``(n_trees, max_leaves, ...)`` counts) holding a nonzero count."""
-    return np.nonzero(exact.reshape(exact.shape[0], exact.shape[1], -1).any(axis=2))
+    """The (tree, leaf) pairs of ``exact`` (``(n_trees, max_leaves, ...)`` counts) holding a nonzero count, in
+    row-major order (one linear pass over the counts: a reduction over the small class axis is many times slower).
+
+    >>> t, l = held_leaves(np.array([[[0, 0], [0, 3]], [[1, 2], [0, 0]]]))
+    >>> t.tolist(), l.tolist()
+    ([0, 1], [1, 0])
+    """
+    T, L = exact.shape[:2]
+    if T * L == 0 or not exact.any():  # (an empty window: a quick scan)
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty
+    flat = np.flatnonzero(exact) // (exact.size // (T * L))  # the (tree, leaf) of each nonzero cell, ascending
+    flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+    return flat // L, flat % L
 
 
 def aggregate(

@@ -242,3 +242,16 @@ def test_aggregate_with_the_held_leaves_given_is_aggregate():
     got = aggregate(exact, d, small, s.arities, s.is_categorical, held_leaves(exact))
     assert np.array_equal(got, aggregate(exact, d, small, s.arities, s.is_categorical))
     assert int(got.sum()) == int(exact.sum())
+
+
+@pytest.mark.parametrize("classes", [1, 2, 5])
+def test_held_leaves_are_the_leaves_with_a_nonzero_count(classes):
+    from streamdp.forest.growth import held_leaves
+
+    rng = np.random.default_rng(classes)
+    for n in (0, 1, 30):
+        x = np.zeros((3, 11, classes), dtype=np.int64)
+        x[rng.integers(0, 3, n), rng.integers(0, 11, n), rng.integers(0, classes, n)] = rng.integers(1, 5, n)
+        want = np.nonzero(x.any(axis=2))
+        got = held_leaves(x)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()

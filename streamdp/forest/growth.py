@@ -120,6 +120,28 @@ def drawn_nodes(
     >>> bool(np.array_equal(drawn_nodes(small, d, s.arities, s.is_categorical), old))
     True
     """
+    # kept on the pruned structure (read-only), for this drawn structure and schema: a grown model's every close
+    # maps the same published trees again
+    key = (
+        drawn,
+        drawn.feature,
+        drawn.child,
+        tuple(np.asarray(arities).tolist()),
+        tuple(np.asarray(is_categorical).tolist()),
+    )
+    cache = pruned._cache()
+    hit = cache.get("drawn_nodes")
+    if hit is not None and all(a is b for a, b in zip(hit[0][:3], key[:3])) and hit[0][3:] == key[3:]:
+        return hit[1]
+    out = _drawn_nodes(pruned, drawn, arities, is_categorical)
+    out.flags.writeable = False
+    cache["drawn_nodes"] = (key, out)
+    return out
+
+
+def _drawn_nodes(
+    pruned: ForestStructure, drawn: ForestStructure, arities: np.ndarray, is_categorical: np.ndarray
+) -> np.ndarray:
     m = len(arities)
     arity = np.append(np.asarray(arities, dtype=np.int64), 0)
     is_cat = np.append(np.asarray(is_categorical, dtype=bool), False)

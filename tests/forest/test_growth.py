@@ -255,3 +255,16 @@ def test_held_leaves_are_the_leaves_with_a_nonzero_count(classes):
         want = np.nonzero(x.any(axis=2))
         got = held_leaves(x)
         assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_drawn_nodes_are_kept_on_the_pruned_structure_for_its_drawn_one():
+    from streamdp.forest.structure import ForestStructure
+
+    s = load("congressional-voting").schema
+    d = ForestStructure.draw(s, n_trees=2, height=3, seed=0)
+    small, old = d.pruned(s, lambda nodes, share, rate: (share > 0.2, rate))
+    first = drawn_nodes(small, d, s.arities, s.is_categorical)
+    assert drawn_nodes(small, d, s.arities, s.is_categorical) is first and not first.flags.writeable
+    other = ForestStructure.draw(s, n_trees=2, height=3, seed=0)  # another drawn structure: mapped again
+    assert drawn_nodes(small, other, s.arities, s.is_categorical) is not first
+    assert np.array_equal(first, old)

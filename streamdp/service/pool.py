@@ -200,7 +200,9 @@ def run_workers(
     reported: set[int] = set()
     try:
         while pool.alive() and not stopping.is_set():
-            stopping.wait(0.2)  # signals interrupt this wait; process exits are checked each 0.2 s
+            # back as soon as a process exits (the pool ends with its last worker), else each 0.2 s: a signal's
+            # handler runs within that
+            mp_connection.wait([p.sentinel for p in pool.procs if p.is_alive()], timeout=0.2)
             if not stopping.is_set():  # (a SIGTERM or Ctrl-C reaches the workers too: their exits are no news)
                 reported |= pool.report_deaths(reported)
         if not stopping.is_set():  # the last ones, ended since the last check

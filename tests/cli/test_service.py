@@ -103,8 +103,7 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
 @pytest.mark.slow
 def test_cli_demo_runs_and_cleans_up(redis_url):
     """The demo as a new user runs it: default arguments, a version per batch, its model deleted at the end."""
-    import redis as redis_py
-
+    from streamdp.service.connection import connect
     from streamdp.service.keys import REGISTRY
 
     r = subprocess.run(
@@ -117,7 +116,7 @@ def test_cli_demo_runs_and_cleans_up(redis_url):
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
     assert len(lines) >= 3 and "accuracy" in lines[-1], r.stdout
     name = r.stdout.split("model ", 1)[1].split(":", 1)[0]
-    assert name.startswith("demo-votes-") and not redis_py.Redis.from_url(redis_url).hexists(REGISTRY, name)
+    assert name.startswith("demo-votes-") and not connect(redis_url).hexists(REGISTRY, name)
 
 
 def test_stream_worker_entry_point_help():

@@ -95,7 +95,8 @@ def _release(r: redis.Redis, url: str, name: str, release: str) -> None:
     # noise's sum (5.2x). Now no blob is built (pub:model holds counts on the spec), the noise is added into
     # the fresh tally and stored as its own bytes, the first delta is the sum: the counts (version 1: the
     # first release's, made here) and the noised tally, measured 2.7x (window) and 2.3x (batch).
-    assert peak < 3.0 * counts, (peak / counts, blob / counts)
+    # (plus a fixed allowance: the close's first call imports and caches small objects, tens of KiB)
+    assert peak < 3.0 * counts + (64 << 10), (peak / counts, blob / counts)
 
 
 def test_packb_keeps_no_reference_to_what_it_packed():

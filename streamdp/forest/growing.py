@@ -210,7 +210,10 @@ class Growing:
             private=self.private,
             prior_trees=self.prior_trees,
             noise_variance=grown._noise_variance,
+            threshold_share=self.threshold_share,
+            threshold_spent=grown.threshold_spent,
         )
+        out.marginals = self.marginals
         out.node_variance = grown._node_variance
         out.drawn = drawn  # what it grows from (no drawn-sized array is made)
         return out

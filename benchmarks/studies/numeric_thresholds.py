@@ -123,8 +123,14 @@ def main() -> None:
         )
         for split, (train, test) in enumerate(splits):
             for eps in EPSILONS:
-                rows.append({"dataset": name, "split": split, "epsilon": eps, "acc": scores(schema, X, y, train, test, eps)})
-        info.setdefault("data", {})[name] = {"rows": int(len(y)), "attributes": schema.n_attributes, "classes": schema.n_classes}
+                rows.append(
+                    {"dataset": name, "split": split, "epsilon": eps, "acc": scores(schema, X, y, train, test, eps)}
+                )
+        info.setdefault("data", {})[name] = {
+            "rows": int(len(y)),
+            "attributes": schema.n_attributes,
+            "classes": schema.n_classes,
+        }
         print(f"{name}: {time.time() - t_all:.0f} s", flush=True)
     dpl = run_dpl(args.dpl_python, dpl_jobs) if Path(args.dpl_python).exists() else "no diffprivlib venv"
     if isinstance(dpl, str):
@@ -161,7 +167,12 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
     cells = []
     for g in groups:
         sets = sorted({r["dataset"] for r in rows if _group(r["dataset"]) == g})
-        lines += [f"## {g} ({len(sets)} sets)", "", f"| epsilon | {' | '.join(cols)} | best share |", "|---|" + "---|" * (len(cols) + 1)]
+        lines += [
+            f"## {g} ({len(sets)} sets)",
+            "",
+            f"| epsilon | {' | '.join(cols)} | best share |",
+            "|---|" + "---|" * (len(cols) + 1),
+        ]
         for eps in info["epsilons"]:
             rs = [r for r in rows if _group(r["dataset"]) == g and r["epsilon"] == eps]
             acc = {c: float(np.mean([r["acc"][c] for r in rs])) for c in (*shares, "majority")}
@@ -172,10 +183,17 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
             lines.append(f"| {eps:g} | {' | '.join(f'{acc[c]:.3f}' if c in acc else '-' for c in cols)} | {best} |")
             cells.append(acc)
         lines.append("")
-    lines += ["## Over every group and epsilon", "", "| share | mean accuracy | minus uniform | cells worse than uniform by > 0.01 |", "|---|---|---|---|"]
+    lines += [
+        "## Over every group and epsilon",
+        "",
+        "| share | mean accuracy | minus uniform | cells worse than uniform by > 0.01 |",
+        "|---|---|---|---|",
+    ]
     for s in shares:
         diff = [c[s] - c["0"] for c in cells]
-        lines.append(f"| {s} | {np.mean([c[s] for c in cells]):.3f} | {np.mean(diff):+.3f} | {sum(x < -0.01 for x in diff)} of {len(cells)} |")
+        lines.append(
+            f"| {s} | {np.mean([c[s] for c in cells]):.3f} | {np.mean(diff):+.3f} | {sum(x < -0.01 for x in diff)} of {len(cells)} |"
+        )
     if any("dpl" in c for c in cells):
         lines.append(f"| dpl | {np.mean([c['dpl'] for c in cells if 'dpl' in c]):.3f} | | |")
     return [*lines, ""]

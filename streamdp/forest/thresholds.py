@@ -54,7 +54,9 @@ def redraw_thresholds(
     threshold = np.full(feature.shape, np.inf)
     tree, node = np.arange(T, dtype=np.int64), np.zeros(T, dtype=np.int64)
     par = br = np.zeros(T, dtype=np.int64)
-    hist: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []  # per level: feature, threshold, parent, branch
+    hist: list[
+        tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    ] = []  # per level: feature, threshold, parent, branch
     while tree.size:
         f = feature[tree, node].astype(np.int64)
         inner = leaf[tree, node] < 0

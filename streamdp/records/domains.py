@@ -103,12 +103,14 @@ class Numeric:
         where = f"attribute {self.name!r}"
         if not isinstance(quantiles, (list, tuple)) or not 1 <= len(quantiles) <= MAX_QUANTILES:
             raise SchemaError(f"{where}: 'quantiles' must be a list of 1 to {MAX_QUANTILES} numbers, got {quantiles!r}")
-        out = []
+        out: list[float] = []
         for q in quantiles:
             if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q):
                 raise SchemaError(f"{where}: quantile {q!r} must be a finite number")
             if not self.min < q < self.max:
-                raise SchemaError(f"{where}: quantile {q!r} is not strictly inside the range [{self.min:g}, {self.max:g}]")
+                raise SchemaError(
+                    f"{where}: quantile {q!r} is not strictly inside the range [{self.min:g}, {self.max:g}]"
+                )
             if out and not q > out[-1]:
                 raise SchemaError(f"{where}: quantiles must increase strictly ({out[-1]:g} then {q!r})")
             out.append(float(q))

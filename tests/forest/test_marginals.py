@@ -132,8 +132,12 @@ def test_defaults_follow_the_schema():
     assert PrivateForest.create(_schema(), n_trees=2, height=2).threshold_share == model_module.DEFAULT_THRESHOLD_SHARE
     declared = _schema(d=1, quantiles=[10, 20])
     assert PrivateForest.create(declared, n_trees=2, height=2).threshold_share == 0.0
-    votes = Schema.from_dict({"attributes": [{"name": "c", "type": "categorical", "values": [0, 1]}],
-                              "label": {"name": "y", "values": [0, 1]}})
+    votes = Schema.from_dict(
+        {
+            "attributes": [{"name": "c", "type": "categorical", "values": [0, 1]}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     assert PrivateForest.create(votes, n_trees=2, height=2).threshold_share == 0.0
 
 
@@ -144,8 +148,12 @@ def test_bad_shares_and_quantiles_are_refused_clearly():
             PrivateForest.create(s, n_trees=2, height=2, threshold_share=bad)
     with pytest.raises(ValueError, match="threshold_share applies to mechanism='geometric' or 'laplace'"):
         PrivateForest.create(s, n_trees=2, height=2, mechanism="kanon", k=2, beta=0.5, threshold_share=0.1)
-    votes = Schema.from_dict({"attributes": [{"name": "c", "type": "categorical", "values": [0, 1]}],
-                              "label": {"name": "y", "values": [0, 1]}})
+    votes = Schema.from_dict(
+        {
+            "attributes": [{"name": "c", "type": "categorical", "values": [0, 1]}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
     with pytest.raises(ValueError, match="needs a numeric attribute"):
         PrivateForest.create(votes, n_trees=2, height=2, threshold_share=0.1)
     with pytest.raises(SchemaError, match="quantile 130 is not strictly inside the range"):
@@ -159,8 +167,12 @@ def test_bad_shares_and_quantiles_are_refused_clearly():
     with pytest.raises(SchemaError, match="must be a list of 1 to"):
         _schema(quantiles=[])
     with pytest.raises(SchemaError, match="'quantiles' apply to numeric attributes only"):
-        Schema.from_dict({"attributes": [{"name": "c", "type": "categorical", "values": [0, 1], "quantiles": [0.5]}],
-                          "label": {"name": "y", "values": [0, 1]}})
+        Schema.from_dict(
+            {
+                "attributes": [{"name": "c", "type": "categorical", "values": [0, 1], "quantiles": [0.5]}],
+                "label": {"name": "y", "values": [0, 1]},
+            }
+        )
     with pytest.raises(ValueError, match="has no numeric attribute"):
         noisy_marginals(np.zeros((3, 1)), votes, 1.0, SecureRandom())
 

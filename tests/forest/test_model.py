@@ -143,7 +143,9 @@ def test_update_is_clone_tally_noise_once_add():
     X1, y1 = mixed_data(400, rng)
     X2, y2 = mixed_data(250, rng)
     X1b, y1b = mixed_data(100, rng)
-    f = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99, threshold_share=0).fit(X1, y1, prune=False)
+    f = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99, threshold_share=0).fit(
+        X1, y1, prune=False
+    )
     assert f.n_releases == 1 and f.version == 1
     f.update(X2, y2)
     assert f.n_releases == 2 and f.version == 2
@@ -273,7 +275,9 @@ def test_blob_holds_nothing_the_noise_can_be_rebuilt_from():
     X, y = mixed_data(300, rng)
     # the drawn trees (prune=False): a pruned refit may cut the trees otherwise (its cuts read fresh noise), and
     # this test compares the noise cell by cell
-    f = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=1.0, seed=8).fit(X, y, prune=False)
+    f = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=1.0, seed=8).fit(
+        X, y, prune=False
+    )
     doc = msgpack.unpackb(f.to_bytes(), raw=False)
     assert set(doc) == BLOB_KEYS
     assert set(doc["params"]) == {"n_trees", "height", "mechanism", "k", "beta", "vote", "budget", "prior_trees"}
@@ -311,8 +315,12 @@ def test_model_never_carries_an_exact_record_count(mechanism):
     X, y = mixed_data(n + 1, rng)
     kw = dict(k=3, beta=0.5) if mechanism == "kanon" else {}
     eps = 4.0 if mechanism == "kanon" else 1.0
-    fa = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw)
-    fb = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw)
+    fa = PrivateForest.create(
+        MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw
+    )
+    fb = PrivateForest.create(
+        MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw
+    )
     # prune=False: a pruned structure depends on (noisy, private) releases and may differ between the two
     fa.fit(X[:n], y[:n], prune=False)
     fb.fit(X, y, prune=False)  # one more record

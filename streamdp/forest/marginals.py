@@ -17,7 +17,8 @@ histograms together by ``d`` (``d`` numeric attributes). Every bin gets two-side
 ``epsilon / d`` (:func:`streamdp.privacy.noise.geometric_noise`): each histogram is
 ``epsilon / d``-DP and, by sequential composition over the ``d`` attributes, the release is
 ``epsilon``-DP. The densities are computed from the noisy counts alone (post-processing): bins at or
-below the noise scale ``d / epsilon`` are dropped, each other bin weighs its count above that floor.
+below the noise scale ``d / epsilon`` are dropped, each other bin weighs its count above that floor, and
+every bin weighs one noise scale more (a uniform prior that dominates where the noise does).
 ``tests/forest/test_marginals.py`` audits the release empirically.
 
 >>> import numpy as np
@@ -40,12 +41,15 @@ from streamdp.privacy.noise import geometric_noise
 from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import check_epsilon, check_integer
 
-__all__ = ["Marginals", "noisy_marginals", "HISTOGRAM_BINS", "NOISE_FLOOR"]
+__all__ = ["Marginals", "noisy_histograms", "noisy_marginals", "HISTOGRAM_BINS", "NOISE_FLOOR", "NOISE_PRIOR"]
 
 #: Equal-width bins of each numeric attribute's noisy histogram.
 HISTOGRAM_BINS = 16
 #: A noisy bin weighs its count above this many noise scales (``d / epsilon``); below it, nothing.
 NOISE_FLOOR = 1.0
+#: Every bin weighs this many noise scales more: where the noise swamps the records the density stays
+#: close to uniform, not a few bins the noise happened to lift.
+NOISE_PRIOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -117,21 +121,12 @@ def _ranges(schema: Schema) -> list[tuple[float, float]]:
     return [(a.min, a.max) for a in schema.attributes if isinstance(a, Numeric)]
 
 
-def noisy_marginals(
+def noisy_histograms(
     X: np.ndarray, schema: Schema, epsilon: float, rng: SecureRandom, bins: int = HISTOGRAM_BINS
-) -> Marginals:
-    """An ``epsilon``-DP :class:`Marginals` of the encoded records ``X`` (:meth:`Schema.encode`): a noisy
-    histogram per numeric attribute (module docstring: the proof sketch); ``epsilon`` is the whole share.
-
-    >>> import numpy as np
-    >>> from streamdp.records.schema import Schema
-    >>> s = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 100}],
-    ...                       "label": {"name": "y", "values": [0, 1]}})
-    >>> X = np.full((5000, 1), 5.0)  # every record in the first bin
-    >>> m = noisy_marginals(X, s, 1.0, SecureRandom())
-    >>> bool(m.cdf(np.array([0]), np.array([100 / 16]))[0] > 0.9)
-    True
-    """
+) -> np.ndarray:
+    """The ``epsilon``-DP release: each numeric attribute's histogram of the encoded records ``X``
+    (:meth:`Schema.encode`) over ``bins`` equal-width bins of its declared range, two-sided geometric noise at
+    ``epsilon / d`` on every bin; integers of shape ``(d, bins)`` (module docstring: the proof sketch)."""
     check_epsilon(epsilon)
     check_integer(bins, "bins", low=1, high=1 << 16)
     num = np.flatnonzero(~schema.is_categorical)
@@ -144,6 +139,24 @@ def noisy_marginals(
     pos = (X[:, num] - ranges[:, 0]) / (ranges[:, 1] - ranges[:, 0]) * bins
     b = np.clip(np.floor(np.nan_to_num(pos, nan=bins / 2)), 0, bins - 1).astype(np.int64)  # clamped, as encoded
     counts = np.stack([np.bincount(b[:, j], minlength=bins) for j in range(num.size)]).astype(np.int64)
-    d = num.size
-    noisy = counts + geometric_noise(counts.shape, epsilon / d, rng)
-    return Marginals.from_weights(schema, np.maximum(noisy - NOISE_FLOOR * d / epsilon, 0.0))
+    return counts + geometric_noise(counts.shape, epsilon / num.size, rng)
+
+
+def noisy_marginals(
+    X: np.ndarray, schema: Schema, epsilon: float, rng: SecureRandom, bins: int = HISTOGRAM_BINS
+) -> Marginals:
+    """An ``epsilon``-DP :class:`Marginals` of the encoded records ``X``: :func:`noisy_histograms`, then
+    densities from the noisy counts alone (module docstring); ``epsilon`` is the whole share.
+
+    >>> import numpy as np
+    >>> from streamdp.records.schema import Schema
+    >>> s = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 100}],
+    ...                       "label": {"name": "y", "values": [0, 1]}})
+    >>> X = np.full((5000, 1), 5.0)  # every record in the first bin
+    >>> m = noisy_marginals(X, s, 1.0, SecureRandom())
+    >>> bool(m.cdf(np.array([0]), np.array([100 / 16]))[0] > 0.9)
+    True
+    """
+    noisy = noisy_histograms(X, schema, epsilon, rng, bins)
+    scale = noisy.shape[0] / epsilon  # the noise scale of every bin: d / epsilon
+    return Marginals.from_weights(schema, np.maximum(noisy - NOISE_FLOOR * scale, 0.0) + NOISE_PRIOR * scale)

@@ -10,7 +10,7 @@ import pytest
 from streamdp import NotPrivateWarning, PrivateForest, Schema
 from streamdp.forest import marginals as marginals_module
 from streamdp.forest import model as model_module
-from streamdp.forest.marginals import Marginals, noisy_marginals
+from streamdp.forest.marginals import Marginals, noisy_histograms, noisy_marginals
 from streamdp.forest.structure import ForestStructure
 from streamdp.jobs.runner import JobSpec, run_job
 from streamdp.learners import load_model
@@ -207,17 +207,12 @@ def test_pruning_shares_follow_the_density():
     assert np.allclose(seen[1], [expected, 1 - expected])
 
 
-def _first_bin_weighs(cum: np.ndarray) -> bool:
-    """Whether the first bin kept a weight: mass below its upper edge, unless no bin did (then uniform)."""
-    return bool(cum[1] > 0) and not np.array_equal(cum, np.linspace(0, 1, cum.size))
-
-
 @pytest.mark.slow
 def test_empirical_epsilon_audit_of_the_histogram_release():
     """Neighbouring datasets: none, and one record in the first bin of both attributes. With epsilon 2 over
-    two attributes (1 each), a bin weighs something when its noisy count clears the floor of one noise
-    scale; the events are both first bins weighing something, or neither. The Clopper-Pearson lower bound
-    (failure probability 1e-6) must not exceed 2, and the audit must have power (above 1)."""
+    two attributes (1 each), the events are both first bins at 1 or more, and neither; the densities are
+    computed from these counts alone. The Clopper-Pearson lower bound (failure probability 1e-6) must not
+    exceed 2, and the audit must have power (above 1)."""
     s = _schema(d=2)
     N = 20000
     rng = SecureRandom()
@@ -225,10 +220,19 @@ def test_empirical_epsilon_audit_of_the_histogram_release():
     for X in (np.zeros((0, 2)), np.zeros((1, 2))):
         both = neither = 0
         for _ in range(N):
-            w = [_first_bin_weighs(c) for c in noisy_marginals(X, s, 2.0, rng).cum]
-            both += all(w)
-            neither += not any(w)
+            first = noisy_histograms(X, s, 2.0, rng)[:, 0] >= 1
+            both += bool(first.all())
+            neither += not first.any()
         events.append([both, neither])
     lb = epsilon_lower_bound(events[0], events[1], N)
     assert 1.0 < lb <= 2.0, (lb, events)
-    assert marginals_module.NOISE_FLOOR == 1.0  # the events above are computed for this floor
+
+
+def test_the_densities_are_computed_from_the_noisy_counts_alone(monkeypatch):
+    """noisy_marginals is noisy_histograms then arithmetic on its output: the same noisy counts give the same
+    densities, whatever the records."""
+    s = _schema(d=2)
+    fixed = np.array([[5] * 8 + [0] * 8, [0] * 15 + [40]])
+    monkeypatch.setattr(marginals_module, "noisy_histograms", lambda *a, **k: fixed)
+    ms = [noisy_marginals(X, s, 1.0, SecureRandom()) for X in (np.zeros((0, 2)), np.full((50, 2), 99.0))]
+    assert all(np.array_equal(a, b) for a, b in zip(ms[0].cum, ms[1].cum))

@@ -76,11 +76,11 @@ def names() -> list[str]:
     return conc + list(OTHERS)
 
 
-def scores(schema, X, y, train, test, eps: float) -> dict:
+def scores(schema, X, y, train, test, eps: float, shares=SHARES) -> dict:
     from streamdp import PrivateForest
 
     out = {}
-    for share in SHARES:
+    for share in shares:
         f = PrivateForest.create(schema, epsilon=eps, threshold_share=share).fit_encoded(X[train], y[train])
         leaves = f.structure.apply(X[test], schema.is_categorical)
         out[f"{share:g}"] = float((f.proba_from_leaves(leaves).argmax(axis=1) == y[test]).mean())
@@ -91,6 +91,8 @@ def scores(schema, X, y, train, test, eps: float) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--shares", type=float, nargs="*", default=list(SHARES))
     ap.add_argument("--datasets", nargs="*", default=None)
     ap.add_argument("--dpl-python", default="/tmp/dplvenv/bin/python")
     ap.add_argument("--stem", default="numeric_thresholds")
@@ -100,14 +102,16 @@ def main() -> None:
 
     warnings.simplefilter("ignore")  # the fits' notices are not results
     info = {"machine": machine(), "git": sh("git rev-parse --short HEAD"), "uptime_start": sh("uptime")}
-    info.update(folds=args.folds, epsilons=list(EPSILONS), shares=list(SHARES))
+    info.update(folds=args.folds, repeats=args.repeats, epsilons=list(EPSILONS), shares=list(args.shares))
     rows, dpl_jobs, tmp = [], [], tempfile.mkdtemp()
     t_all = time.time()
     for name in args.datasets or names():
         schema, X, y = load(name)
         rng = np.random.default_rng(sum(map(ord, name)) + 7)
-        perm = rng.permutation(len(y))
-        splits = [(np.setdiff1d(perm, test), np.sort(test)) for test in np.array_split(perm, args.folds)]
+        splits = []
+        for _ in range(args.repeats):
+            perm = rng.permutation(len(y))
+            splits += [(np.setdiff1d(perm, test), np.sort(test)) for test in np.array_split(perm, args.folds)]
         lo = np.array([getattr(a, "min", 0.0) for a in schema.attributes], dtype=float)
         hi = np.array([getattr(a, "max", max(getattr(a, "arity", 2) - 1, 1)) for a in schema.attributes], dtype=float)
         npz = str(Path(tmp, f"{name}.npz"))
@@ -124,7 +128,12 @@ def main() -> None:
         for split, (train, test) in enumerate(splits):
             for eps in EPSILONS:
                 rows.append(
-                    {"dataset": name, "split": split, "epsilon": eps, "acc": scores(schema, X, y, train, test, eps)}
+                    {
+                        "dataset": name,
+                        "split": split,
+                        "epsilon": eps,
+                        "acc": scores(schema, X, y, train, test, eps, args.shares),
+                    }
                 )
         info.setdefault("data", {})[name] = {
             "rows": int(len(y)),
@@ -151,12 +160,13 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
     lines = [
         "# Numeric thresholds where the data is",
         "",
-        f"`python benchmarks/studies/numeric_thresholds.py --folds {info['folds']}`; git {info['git']}; "
+        f"`python benchmarks/studies/numeric_thresholds.py --folds {info['folds']} --repeats {info.get('repeats', 1)} "
+        f"--shares {' '.join(f'{s:g}' for s in info['shares'])}`; git {info['git']}; "
         f"{info['machine']['nproc']} x {info['machine']['cpu']}",
         f"load at start: {info['uptime_start']}",
         f"load at end: {info['uptime_end']}",
         "",
-        f"Mean test accuracy over {info['folds']}-fold CV of the default one-shot fit with `threshold_share` "
+        f"Mean test accuracy over {info.get('repeats', 1)} x {info['folds']}-fold CV of the default one-shot fit with `threshold_share` "
         "0 (uniform thresholds) and above; `dpl`: diffprivlib's forest on the same splits and bounds. "
         "`conc-narrow` / `conc-wide`: the synthetic concentrated sets, averaged over configurations and seeds.",
         "",

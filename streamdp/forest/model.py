@@ -51,7 +51,7 @@ Thresholds where the data is: with ``threshold_share`` ``s > 0`` the one-shot fi
 ``s * epsilon`` on a noisy histogram of each numeric attribute (:func:`streamdp.forest.marginals.noisy_marginals`)
 and draws every numeric threshold of the trees again from it (post-processing); the counts then share
 ``(1 - s) * epsilon`` as above (:attr:`PrivateForest.threshold_spent`), so the forest is ``epsilon``-DP by
-sequential composition. Streams never spend it: their trees are drawn before any record is seen
+sequential composition (later updates release their batches at the same ``(1 - s) * epsilon``). Streams never spend it: their trees are drawn before any record is seen
 (declare public ``quantiles`` in the schema instead, :class:`streamdp.records.schema.Numeric`).
 """
 

@@ -11,7 +11,14 @@ import sys
 from setuptools import Extension, setup
 
 args = [] if sys.platform == "win32" else ["-O2", "-ffp-contract=off"]
-setup(ext_modules=[Extension("streamdp.river._kernel", ["streamdp/river/_kernel.c"],
-                             extra_compile_args=args, optional=True),
-                   Extension("streamdp.forest._route", ["streamdp/forest/_route.c"],
-                             extra_compile_args=[] if sys.platform == "win32" else ["-O3"], optional=True)])
+setup(
+    ext_modules=[
+        Extension("streamdp.river._kernel", ["streamdp/river/_kernel.c"], extra_compile_args=args, optional=True),
+        Extension(
+            "streamdp.forest._route",
+            ["streamdp/forest/_route.c"],
+            extra_compile_args=[] if sys.platform == "win32" else ["-O3"],
+            optional=True,
+        ),
+    ]
+)

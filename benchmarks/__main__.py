@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--headroom", type=float, default=1.6, help="bound = headroom x measured ratio (default 1.6)")
     p = sub.add_parser("report", help="markdown tables (and plots with matplotlib) from results/*.json")
     p.add_argument("ids", nargs="*", help="scenario ids (default: every result written by the runner)")
+    p.add_argument("--readme", action="store_true", help="only rewrite README.md's Performance table from the results")
     args = ap.parse_args(argv)
     if args.command == "list":
         return _list()
@@ -86,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.write_tolerances and not args.smoke:
             ap.error("--write-tolerances needs --smoke")
         return _run(args)
+    if args.readme:
+        from benchmarks import headlines
+
+        changed = headlines.update_readme()
+        print(f"README.md's Performance table {'rewritten' if changed else 'already current'}")
+        return 0
     return report.main(args.ids)
 
 

@@ -45,13 +45,15 @@ script("worker_memory_phases", S + "worker_memory_phases")
 T = "benchmarks.studies."
 script("accuracy_small_data", T + "accuracy_small_data")
 script("adult_default_height", T + "adult_default_height")
+script("budgeted_draw", T + "budgeted_draw")
 script("continual_table", T + "continual_table")
 script("drift_forgetting", T + "drift_forgetting")
+script("drift_forgetting_service", T + "drift_forgetting_service")
 script("stream_over_time", T + "stream_over_time")
 for _name in """accuracy_height accuracy_mushroom_deep accuracy_rdt agrawal_batch agrawal_noise_free continual_counting
 default_height dpea_bai dpea_inner_releases dpea_stopped_branches dpl_rf estimation_shallow_leaves
 estimation_variants fit_height_ceiling floor_draws fs_c45 fs_id3_hanisch grow_ceiling hanisch_pooled hanisch_prior
-kanon_batch late_worker learner_roots n_trees numeric_thresholds nursery_ceiling_cv nursery_rule_explore prior_stumps prune_snr
+kanon_batch late_worker learner_roots learner_selection n_trees numeric_thresholds nursery_ceiling_cv nursery_rule_explore prior_stumps prune_snr
 report_accuracy river_ceiling river_eval river_floor river_grid river_grow river_service_eval river_variants
 river_window_floor stream_batch_size stream_batch_size_ceiling stream_floor_identifiable stream_height_ceiling
 stream_small window_catchup""".split():

@@ -27,14 +27,12 @@ import os
 import secrets
 import sys
 
-
 # redis-py's RedisCluster reads the slot map (CLUSTER SLOTS/SHARDS), the command table (COMMAND) and sends
 # ASKING on an ASK redirection during a slot migration; streamdp detects cluster mode with CLUSTER INFO.
 CLUSTER_CLIENT_RULES = "+cluster|slots +cluster|shards +cluster|info +cluster|myid +command +asking"
 
 
-def render(text: str, passwords: dict[str, str] | None = None, *,
-           cluster: bool = False) -> tuple[str, dict[str, str]]:
+def render(text: str, passwords: dict[str, str] | None = None, *, cluster: bool = False) -> tuple[str, dict[str, str]]:
     """Return the ACL text with password hashes added, and the passwords used.
 
     >>> render("user worker on -@all +get", {"worker": "pw"}, cluster=True)[0].split(" #")[0]

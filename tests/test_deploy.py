@@ -161,3 +161,16 @@ def test_the_service_docs_make_the_csv_they_push(tmp_path):
     )
     rows = (tmp_path / "votes.csv").read_text().splitlines()
     assert len(rows) == 436 and rows[0].endswith(",party")
+
+
+def test_compose_files_are_valid_yaml_with_the_monitoring_profile():
+    """A plain `file: ${VAR:?make one: ...}` (a colon and a space inside an unquoted value) made compose.yaml
+    invalid YAML; every compose file parses, and the monitoring services are opt-in (a profile)."""
+    yaml = pytest.importorskip("yaml")
+    for name in ("compose.yaml", "compose.cluster.yaml"):
+        services = yaml.safe_load((ROOT / "deploy" / name).read_text())["services"]
+        for monitoring in ("exporter", "prometheus", "grafana"):
+            assert services[monitoring]["profiles"] == ["monitoring"], (name, monitoring)
+        assert "worker" in services and "profiles" not in services["worker"]
+    env = (ROOT / "deploy" / "env.example").read_text()
+    assert re.search(r"^GRAFANA_ADMIN_PASSWORD=\S", env, re.M)

@@ -5,7 +5,8 @@ module         commands
 =============  ==============================================================
 ``common``     shared: Redis URL (redacted in messages), client, progress
                bar, errors to exit codes
-``model``      ``model create | list | show | get | delete | retention``
+``model``      ``model create | list | show | history | get | delete |
+               retention``
 ``push``       ``push NAME FILE`` (CSV to a model's stream)
 ``worker``     ``worker NAME`` (stream worker processes)
 ``stats``      ``stats [NAME]`` (counters, Prometheus text)

@@ -80,6 +80,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=1,
         help="fresh private models per setting (accuracy mean and sd; samples/s median)",
     )
+    p.add_argument(
+        "--plot",
+        metavar="FILE",
+        default=None,
+        help="draw the learning curves (cumulative and rolling accuracy against river's trees) to this PNG; "
+        "with several datasets, one file each named FILE's stem + _DATASET (needs matplotlib: pip install "
+        "'streamdp[bench]')",
+    )
     p.add_argument("--plot-dir", default=None, help="write one PNG per dataset here (needs matplotlib)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars on stderr")
@@ -97,6 +105,24 @@ def _bars(label: str, total: int) -> Callable[[int], None]:
             bar.close()
 
     return update
+
+
+def _plot_paths(args: argparse.Namespace, dataset: str) -> list[str]:
+    """Where ``--plot`` / ``--plot-dir`` put ``dataset``'s learning curves.
+
+    >>> _plot_paths(argparse.Namespace(plot="c.png", plot_dir=None, datasets=["agrawal:0"]), "agrawal:0")
+    ['c.png']
+    >>> _plot_paths(argparse.Namespace(plot="out/c.png", plot_dir=None, datasets=["a", "uci:nursery"]), "uci:nursery")
+    ['out/c_uci_nursery.png']
+    """
+    safe = dataset.replace(":", "_").replace("/", "_")
+    paths = []
+    if args.plot:
+        stem, ext = os.path.splitext(args.plot)
+        paths.append(args.plot if len(args.datasets) == 1 else f"{stem}_{safe}{ext or '.png'}")
+    if args.plot_dir:
+        paths.append(os.path.join(args.plot_dir, f"river_eval_{safe}.png"))
+    return paths
 
 
 def evaluate(args: argparse.Namespace) -> int:
@@ -129,9 +155,9 @@ def evaluate(args: argparse.Namespace) -> int:
         )
         print(res.table())
         print()
-        if args.plot_dir:
-            os.makedirs(args.plot_dir, exist_ok=True)
-            out = plot(res, os.path.join(args.plot_dir, f"river_eval_{ds.replace(':', '_')}.png"))
+        for path in _plot_paths(args, ds):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            out = plot(res, path)
             if out:
                 print(f"plot: {out}")
         results.append(res.to_json())

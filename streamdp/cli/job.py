@@ -51,7 +51,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s = sub.add_parser(
         "submit", parents=[common], help="queue a job (charged to the source's ledger when a worker runs it)"
     )
-    s.add_argument("algorithm", help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest")
+    s.add_argument(
+        "algorithm",
+        help="dpea, sulq-id3, diffp-id3, diffp-c45, hanisch-forest, private-rdt, kanon-forest, or auto (the most "
+        "accurate of them, chosen privately within the same epsilon)",
+    )
     src = s.add_mutually_exclusive_group(required=True)
     src.add_argument(
         "--source",

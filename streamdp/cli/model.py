@@ -2,7 +2,9 @@
 
 streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
                       [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
+                      [--cadence {adaptive,fixed}] [--half-life H [--half-life-unit {releases,records}]]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
+streamdp model history NAME [--last N] [--json] [--plot FILE]
 streamdp model retention NAME [--seconds S] [--records N] [--clear]
 """
 
@@ -86,7 +88,32 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="window/grow: how long a record may wait to be published (default 300 s; windows are at most 0.9 of "
         "it). Windows follow the released record rate in between: they grow while releases hold too few records "
         "to stand above their noise and shorten when data flow; releases that carry only noise are left out of "
-        "the published counts. --max-lag equal to --release-every keeps the clock's windows",
+        "the published counts. --max-lag equal to --release-every keeps the clock's windows (noise-only releases still "
+        "left out; --cadence fixed merges every one)",
+    )
+    c.add_argument(
+        "--cadence",
+        choices=("adaptive", "fixed"),
+        default=None,
+        help="window/grow/tree: adaptive (the windows of --max-lag; needs a prior stump and geometric or laplace "
+        "noise) or fixed (a window every --release-every seconds, every release merged: each idle window adds a "
+        "noise draw to every count, so accuracy falls while no data flow); default: adaptive where the model "
+        "can measure its releases, else fixed",
+    )
+    c.add_argument(
+        "--half-life",
+        type=float,
+        default=None,
+        metavar="H",
+        help="forgetting for drifting streams (release window; implies it): the published counts halve every H "
+        "releases or records (--half-life-unit) as newer releases arrive; post-processing of the released deltas, "
+        "no epsilon, and the noise per count stays bounded",
+    )
+    c.add_argument(
+        "--half-life-unit",
+        choices=("releases", "records"),
+        default=None,
+        help="what --half-life counts: merged releases (default) or noisy records",
     )
     c.add_argument(
         "--privacy-id",
@@ -113,6 +140,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=show)
+    h = msub.add_parser(
+        "history", help="a windowed model's releases over time: noisy records, noise sd per cell, window length"
+    )
+    h.add_argument("name")
+    h.add_argument("--last", type=int_in(0, 2**31), default=50, metavar="N", help="windows shown (0: all)")
+    h.add_argument("--json", action="store_true")
+    h.add_argument("--plot", default=None, metavar="FILE", help="draw it into a PNG (needs streamdp[plot])")
+    h.set_defaults(func=_history)
     g = msub.add_parser("get", help="write a published model blob to a file")
     g.add_argument("name")
     g.add_argument("--version", type=int, default=None)
@@ -155,6 +190,9 @@ def create(args: argparse.Namespace) -> int:
         release=args.release,
         release_every=args.release_every,
         max_lag=args.max_lag,
+        cadence=args.cadence,
+        half_life=args.half_life,
+        half_life_unit=args.half_life_unit or "releases",
         privacy_id=args.privacy_id,
         max_records_per_id=args.max_records_per_id,
         max_ids=args.max_ids,
@@ -242,9 +280,16 @@ def _cadence_lines(info: dict) -> list[str]:
     from streamdp.release.cadence import Cadence
 
     sched, cadence = info.get("schedule"), info.get("cadence")
-    if not sched or not cadence:
-        return []
     every = info["release"].get("release_every", 0)
+    lines = _decay_lines(info)
+    if (not sched or not cadence) and info["release"].get("kind") in ("window", "grow", "tree"):
+        return [
+            f"  cadence         fixed: a window every {every:g} s, every release merged (each idle window adds a "
+            "noise draw to every count)",
+            *lines,
+        ]
+    if not sched or not cadence:
+        return lines
     longest = Cadence.from_dict(cadence).longest(every)
     last = sched.get("last")
     per_release = f"{last:,.0f} noisy records in the last one" if last is not None else "none released yet"
@@ -256,7 +301,28 @@ def _cadence_lines(info: dict) -> list[str]:
         f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} per release (each merged release adds one draw)",
         f"  lag bound       {cadence['max_lag']:g} s: a record is published at most that long after its push, "
         "while the workers keep up",
+        *lines,
     ]
+
+
+def _decay_lines(info: dict) -> list[str]:
+    """``model show``'s line on forgetting (a half-life): the published noise now and its bound (public)."""
+    from streamdp.release.continual import ReleasePolicy, variance_bound
+
+    policy = ReleasePolicy.from_dict(info["release"])
+    if policy.half_life is None or "cell_sd" not in info:
+        return []
+    bound = math.sqrt(variance_bound(policy, info["cell_sd"] ** 2))
+    return [
+        f"  forgetting      half-life {policy.half_life:g} {policy.half_life_unit}: noise sd per cell "
+        f"{math.sqrt(info.get('noise_variance', 0.0)):,.1f} now, never above {bound:,.1f}"
+    ]
+
+
+def _history(args: argparse.Namespace) -> int:
+    from streamdp.cli.history import history
+
+    return history(args)
 
 
 def get(args: argparse.Namespace) -> int:

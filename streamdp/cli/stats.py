@@ -12,7 +12,7 @@ from typing import Any
 
 from streamdp.cli.common import client
 
-__all__ = ["add_parser", "stats"]
+__all__ = ["add_parser", "stats", "serve"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -26,6 +26,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="also show the EXACT record-dependent counts (records_merged, dead letters, ...): "
         "not differentially private, keep them out of shared metrics systems",
     )
+    st.add_argument(
+        "--serve",
+        metavar="[HOST:]PORT",
+        default=None,
+        help="serve the public figures for Prometheus at http://HOST:PORT/metrics until stopped "
+        "(default host 127.0.0.1; every model, or NAME's); exact counts are never served",
+    )
     st.set_defaults(func=stats)
     return st
 
@@ -35,6 +42,8 @@ def stats(args: argparse.Namespace) -> int:
     from streamdp.service.stats import EXACT_WARNING, collect, metric_value, prometheus_text, public
 
     r = client(args)
+    if args.serve is not None:
+        return serve(r, args)
     models = list(list_models(r))
     if args.name and args.name not in models:  # (all-zero counters of a typo looked like an idle model)
         raise no_stream_model(r, args.name)
@@ -52,4 +61,30 @@ def stats(args: argparse.Namespace) -> int:
             for k, v in s.items():
                 # (a noisy estimate to one decimal for people; times and Prometheus at full precision)
                 print(f"  {k:22s} {f'{float(v):.1f}' if k.startswith('estimated_') else metric_value(v)}")
+    return 0
+
+
+def serve(r: Any, args: argparse.Namespace) -> int:
+    """``streamdp stats --serve``: the exporter (:mod:`streamdp.service.exporter`) in the foreground until
+    interrupted. Refuses ``--exact`` (a scrape endpoint is read by whoever reaches it)."""
+    from streamdp.service.exporter import make_server, parse_address
+    from streamdp.service.registry import list_models, no_stream_model
+
+    if args.exact:
+        raise ValueError(
+            "--exact cannot be served over HTTP (exact counts are not private; a scrape is read by "
+            "whoever reaches the port)"
+        )
+    if args.name and args.name not in list(list_models(r)):
+        raise no_stream_model(r, args.name)
+    host, port = parse_address(args.serve)
+    server = make_server(r, [args.name] if args.name else None, host=host, port=port)
+    bound = server.server_address
+    print(f"serving public metrics at http://{bound[0]}:{bound[1]}/metrics (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
     return 0

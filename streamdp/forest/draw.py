@@ -11,7 +11,7 @@ here sees data: the generator is seeded by the caller (128 bits from the OS CSPR
 >>> import numpy as np
 >>> from streamdp.records.datasets import load
 >>> drawn = draw_forest(load("congressional-voting").schema, 2, 2, np.random.default_rng(0), 10**6)
->>> [int(n) for n in drawn[-1]]  # leaves per tree: 16 attributes of 3 values, height 2
+>>> [int(n) for n in drawn[4]]  # leaves per tree: 16 attributes of 3 values, height 2
 [9, 9]
 """
 
@@ -64,18 +64,42 @@ _SELECT = np.array(
 _GROUP_NODES = 2**21
 
 
-def draw_forest(schema: Schema, n_trees: int, height: int, rng: np.random.Generator, max_leaves: int):
+def draw_forest(
+    schema: Schema, n_trees: int, height: int, rng: np.random.Generator, max_leaves: int, room: int | None = None
+):
     """Padded node arrays and leaf counts of ``n_trees`` trees, or the number of the first tree
-    with more than ``max_leaves`` leaves (nothing of that tree's last levels is built)."""
-    group = max(1, min(n_trees, _GROUP_NODES // max(1, min(max_leaves, max_possible_leaves(schema, height)))))
+    with more than ``max_leaves`` leaves (nothing of that tree's last levels is built).
+
+    ``room`` (the budgeted draw): each tree's root has room for this many leaves, and each child gets
+    its parent's room divided by the parent's fan-out (rounded down). A node's attribute is drawn
+    uniformly among those allowed on its path (Fan et al.) whose fan-out its room holds (a numeric one
+    needs 2, a categorical one its arity); a node with none is a leaf. So no tree has more than
+    ``room`` leaves, whatever it splits on: a branch of binary (numeric) splits goes about
+    ``log2(room)`` deep, one through wide categorical attributes stops after a few, and the trees use
+    the budget where a single height for every tree would leave most of it to the widest trees.
+    Data-independent like every draw.
+
+    Returns the node arrays, the leaves per tree and the routing height: the deepest path, at least 1
+    (``height`` itself without ``room``).
+
+    >>> from streamdp.records.datasets import load
+    >>> s = load("adult").schema
+    >>> drawn = draw_forest(s, 10, 64, np.random.default_rng(0), 10**6, room=1000)
+    >>> bool(drawn[4].max() <= 1000), drawn[5] > 4
+    (True, True)
+    """
+    widest = min(max_leaves, room or max_leaves, max_possible_leaves(schema, height))
+    group = max(1, min(n_trees, _GROUP_NODES // max(1, widest)))
     levels, n_nodes, n_leaves = [], [], []
+    reached = 1
     for t0 in range(0, n_trees, group):
-        drawn = _draw_group(schema, min(group, n_trees - t0), height, rng, max_leaves)
+        drawn = _draw_group(schema, min(group, n_trees - t0), height, rng, max_leaves, room)
         if isinstance(drawn, int):
             return t0 + drawn
         levels.append(drawn[0])
         n_nodes.append(drawn[1])
         n_leaves.append(drawn[2])
+        reached = max(reached, drawn[3])
     M = int(max(int(x.max()) for x in n_nodes))
     feature = np.full((n_trees, M), schema.n_attributes, dtype=np.int32)
     threshold = np.full((n_trees, M), np.inf)
@@ -95,10 +119,12 @@ def draw_forest(schema: Schema, n_trees: int, height: int, rng: np.random.Genera
                 else:  # the last level: leaves numbered from src
                     leaf[t, dst : dst + k] = np.arange(src, src + k)
         t0 += len(n_nodes[g])
-    return feature, threshold, child, leaf, np.concatenate(n_leaves)
+    return feature, threshold, child, leaf, np.concatenate(n_leaves), reached if room else height
 
 
-def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, max_leaves: int):
+def _draw_group(
+    schema: Schema, T: int, height: int, rng: np.random.Generator, max_leaves: int, room_at_root: int | None = None
+):
     """Draw ``T`` trees level by level, side by side: a few numpy calls per level.
 
     The frontier (the nodes of one depth, ordered by tree then BFS position)
@@ -139,6 +165,15 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
     leaves_before = np.zeros(T, dtype=np.int64)
     levels: list[_Level] = []
     per_tree = np.ones(T, dtype=np.int64)  # nodes of each tree on the current level
+    room = None if room_at_root is None else np.full(T, int(room_at_root), dtype=np.int64)
+    # too_wide[j]: the bits of the categoricals wider than widths[j - 1] (all of them at j = 0)
+    widths = np.unique(cat_width)
+    too_wide = np.zeros((widths.size + 1, nb), dtype=np.uint8)
+    for j in range(widths.size + 1):
+        wide = np.zeros(nb * 8, dtype=bool)
+        wide[:n_cat] = cat_width > (widths[j - 1] if j else -1)
+        too_wide[j] = np.packbits(wide, bitorder="little")
+    reached = 0  # the deepest level with a split, plus one
     for depth in range(height + 1):
         seg = np.cumsum(per_tree) - per_tree  # where each tree's run starts in the frontier
         if depth == height:  # the last level: all leaves, numbered in order within each tree
@@ -162,13 +197,18 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
         if n == 0:  # every path ran out of attributes
             break
         runs = [(t, int(seg[t]), int(level_start[t]), int(per_tree[t])) for t in range(T) if per_tree[t]]
+        k_num: int | np.ndarray = n_num
+        widest = max(2, int(widths[-1]) if widths.size else 0)
+        if room is not None and int(room.min()) < widest:  # a categorical wider than the room: not here nor below
+            used |= too_wide[np.searchsorted(widths, room, side="right")]
+            k_num = np.where(room >= 2, n_num, 0)
         free = _FREE[used[:, 0]] if nb == 1 else _FREE[used].sum(axis=1)
-        if n_num or depth < n_cat:
+        if (n_num or depth < n_cat) and room is None:
             inner = None  # every node can still split
         else:
-            inner = free > 0
+            inner = free + k_num > 0
         # Attribute of each node: the r-th allowed one (free categoricals first), r uniform.
-        r = rng.integers(np.maximum(free + n_num, 1))  # (leaves draw a value that is not used)
+        r = rng.integers(np.maximum(free + k_num, 1))  # (leaves draw a value that is not used)
         pick_cat = r < free
         if inner is not None:
             pick_cat &= inner
@@ -188,6 +228,8 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
             feat[pick_cat] = cat[c[pick_cat]]
         w = np.where(is_num, 2, 0)
         w[pick_cat] = cat_width[c[pick_cat]]
+        if w.any():
+            reached = depth + 1
         w_tree = np.bincount(tree, weights=w, minlength=T).astype(np.int64)
         n_leaf_level = 0 if inner is None else per_tree - np.bincount(tree[inner], minlength=T)
         total = leaves_before + w_tree + n_leaf_level
@@ -244,4 +286,6 @@ def _draw_group(schema: Schema, T: int, height: int, rng: np.random.Generator, m
                 used_next[:, b] |= np.repeat(bit, w)
         par, br = np.repeat(np.arange(n, dtype=np.int64), w), ragged_arange(w)
         used = used_next
-    return levels, level_start, leaves_before
+        if room is not None:
+            room = np.repeat(room // np.maximum(w, 1), w)
+    return levels, level_start, leaves_before, reached

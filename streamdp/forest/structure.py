@@ -47,7 +47,6 @@ from streamdp.forest.heights import (
     ceiling_height,
     deepest_height,
     default_height,
-    fewest_leaves,
     fitting_height,
     leaf_budget,
 )
@@ -139,31 +138,26 @@ class ForestStructure:
     ) -> ForestStructure:
         """Draw ``n_trees`` random trees of the given height from the schema alone.
 
-        ``height=None``: the tallest height at which the drawn trees stay within :func:`leaf_budget`
-        (and the guard), from :func:`default_height` down where every attribute is categorical, from
-        the deepest a tree can be where a numeric attribute may split again (10 trees, two classes: 13,
-        which :meth:`streamdp.PrivateForest.fit` prunes to what the records support). A default never
-        fails, and is small for every schema.
+        ``height=None``: the budgeted draw (:func:`streamdp.forest.draw.draw_forest` with ``room``): each
+        tree holds at most :func:`leaf_budget` leaves (and the guard's share), each branch going as deep as
+        its share of that budget allows, never past :func:`default_height` where every attribute is
+        categorical (Fan et al.'s half) nor past the deepest a tree can be (:func:`deepest_height`). A
+        numeric split halves a branch's budget and a categorical one divides it by its arity, so binary
+        branches go deep (10 trees, two classes: 14 levels on a numeric schema) and wide fan-outs stop
+        early, where one height for every tree was set by its widest trees. :meth:`streamdp.PrivateForest.fit`
+        prunes the draw to what the records support. A default never fails, and is small for every schema.
         """
         check_integer(n_trees, "n_trees")
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
         defaulted = height is None
-        if defaulted:  # a numeric attribute may split again below itself: there the leaf budget alone decides
+        if defaulted:  # a numeric attribute may split again below itself: there the budget alone decides
             height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
-        if defaulted:  # the tallest height whose drawn trees stay within the leaf budget (each refusal is cheap)
-            budget = min(max_leaves_allowed, leaf_budget(schema, n_trees))
-            height = fitting_height(schema, height, n_trees, max_cells)  # no tree this tall can exceed the guard
-            while height > 1 and fewest_leaves(schema, height) > budget:  # every tree this tall is over the budget
-                height -= 1
-            drawn = draw_forest(schema, int(n_trees), int(height), rng, budget)
-            while isinstance(drawn, int) and height > 1:
-                height -= 1
-                drawn = draw_forest(schema, int(n_trees), int(height), rng, budget)
-            if isinstance(drawn, int):  # one split is over the budget (very many trees): the guard alone
-                drawn = draw_forest(schema, int(n_trees), 1, rng, max_leaves_allowed)
+        if defaulted:  # each branch as deep as its tree's leaf budget holds: never over the budget or the guard
+            room = min(max_leaves_allowed, leaf_budget(schema, n_trees))
+            drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed, room=max(1, room))
         else:
             drawn = draw_forest(schema, int(n_trees), int(height), rng, max_leaves_allowed)
         if isinstance(drawn, int):
@@ -174,7 +168,7 @@ class ForestStructure:
                 f"{schema.n_classes} classes is the limit of max_cells={max_cells:,}. "
                 f"Lower the height ({height}) or the number of trees, or raise max_cells."
             )
-        feature, threshold, child, leaf, n_leaves = drawn
+        feature, threshold, child, leaf, n_leaves, height = drawn
         declared = Marginals.declared(schema)
         if declared is not None:  # public quantiles: thresholds from their density
             threshold = redraw_thresholds(feature, child, leaf, schema, declared, rng)

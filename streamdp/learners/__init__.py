@@ -5,7 +5,8 @@ Every learner reaches data only through :class:`streamdp.learners.private_data.P
 schema's encoder, the tally or the subtree samplers, and a test checks it).
 The learners, their parameters and blob formats are listed in
 :mod:`streamdp.learners.catalogue` (``SuLQID3``, ``DiffPID3``, ``DiffPC45``,
-``HanischForest``, ``DPEA``); each class is imported when first used.
+``HanischForest``, ``DPEA``); each class is imported when first used. ``AutoPrivateClassifier`` and
+``select_learner`` choose among them privately (:mod:`streamdp.learners.selection`).
 
 Fitted models serialize with ``to_bytes()`` (msgpack, no pickle);
 :func:`load_model` decodes any of them, and the stream's
@@ -32,6 +33,8 @@ __all__ = [
     "DiffPC45",
     "HanischForest",
     "DPEA",
+    "AutoPrivateClassifier",
+    "select_learner",
     "load_model",
     "LEARNERS",
     "IgnoredAttributesWarning",
@@ -44,6 +47,10 @@ LEARNERS = {a.learner: a.module for a in learners().values()}
 def __getattr__(name: str) -> Any:
     if name in LEARNERS:
         return getattr(__import__(LEARNERS[name], fromlist=[name]), name)
+    if name in ("AutoPrivateClassifier", "select_learner"):  # (private learner selection: not a window learner)
+        from streamdp.learners import selection
+
+        return getattr(selection, name)
     if name == "IgnoredAttributesWarning":  # (a learner given numeric attributes it does not split on)
         from streamdp.learners._base import IgnoredAttributesWarning
 

@@ -26,7 +26,7 @@ from streamdp.forest.voting import mean_accuracy
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.tree import Tree
 from streamdp.options import MAX_PRIOR_TREES, VOTES
-from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded
+from streamdp.privacy.ledger import BudgetExceeded
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
@@ -144,7 +144,7 @@ class PrivateLearner:
                 raise ValueError("fit(pds) takes no ledger/source: the private dataset was charged when it was built")
             if X.schema != self.schema:
                 raise ValueError("the private dataset's schema differs from the learner's")
-            if X.remaining + TOLERANCE < float(self.epsilon):
+            if not X.can_charge(float(self.epsilon)):
                 raise BudgetExceeded(
                     f"{type(self).__name__} needs epsilon={float(self.epsilon):g} but the private "
                     f"dataset has {X.remaining:g} left; refused before reading any data"

@@ -13,6 +13,7 @@ for (:meth:`Algorithm.cls`), so reading the catalogue costs no learner import.
 ``hanisch-forest`` :class:`streamdp.learners.HanischForest` (Hanisch)
 ``private-rdt``    :class:`streamdp.PrivateForest`, geometric noise (Jagannathan et al.)
 ``kanon-forest``   :class:`streamdp.PrivateForest`, ``mechanism="kanon"`` (Li, Qardaji & Su)
+``auto``           :class:`streamdp.learners.AutoPrivateClassifier`: the most accurate of the above, chosen privately
 =================  ==================================================================
 
 >>> a = algorithm("diffp-id3")
@@ -79,6 +80,7 @@ class Algorithm:
     params: tuple[Param, ...]
     mechanism: str | None = None  # PrivateForest algorithms: the forest's noise mechanism
     required: tuple[str, ...] = ()  # parameters without a usable default
+    window: bool = True  # a batch learner the river window classifier may retrain
 
     @property
     def is_forest(self) -> bool:
@@ -164,6 +166,29 @@ _TOP_UP = Param(
     True,
     "a branch that stops early spends what it has left on its leaf's counts (false: the paper's budget)",
 )
+
+
+@dataclass(frozen=True)
+class CandidateList:
+    """A rule: a non-empty list of ``[algorithm, params]`` pairs (each checked against its entry when built)."""
+
+    def __str__(self) -> str:
+        return "a non-empty list of [algorithm, {params}]"
+
+    def accepts(self, value: Any) -> bool:
+        return (
+            isinstance(value, (list, tuple))
+            and len(value) > 0
+            and all(
+                isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[0], str) and isinstance(c[1], dict)
+                for c in value
+            )
+        )
+
+    def check(self, value: Any, name: str) -> Any:
+        if not self.accepts(value):
+            raise ValueError(f"{name} must be {self}, got {value!r}")
+        return value
 
 
 def _depth(default: int, low: int = 0) -> Param:
@@ -303,6 +328,35 @@ ALGORITHMS: dict[str, Algorithm] = {
             mechanism="kanon",
             required=("k", "beta"),
         ),
+        Algorithm(
+            "auto",
+            "the most accurate of a few learners and settings, chosen privately (exponential mechanism)",
+            "AutoPrivateClassifier",
+            "streamdp.learners.selection",
+            "streamdp.auto",  # (never written: a fitted selection writes its winner's blob)
+            (
+                Param(
+                    "candidates",
+                    AnyOf((CandidateList(), Options((None,)))),
+                    None,
+                    "[[algorithm, {params}], ...] to choose from (None: a few by the schema)",
+                ),
+                Param(
+                    "selection_share",
+                    Interval(float, 0, 1, closed="right"),
+                    0.1,
+                    "share of epsilon spent on choosing; the rest refits the winner on every record (1: no refit)",
+                ),
+                _SEED,
+                Param(
+                    "holdout_share",
+                    AnyOf((Interval(float, 0, 1, closed="neither"), Options((None,)))),
+                    None,
+                    "share of records that scores the candidates (None: as many as each candidate's)",
+                ),
+            ),
+            window=False,
+        ),
     )
 }
 
@@ -331,4 +385,4 @@ def by_format(fmt: Any) -> Algorithm:
 
 def learners() -> dict[str, Algorithm]:
     """The batch learners (not the stream's forest), by name: what the river window classifier can retrain."""
-    return {a.name: a for a in ALGORITHMS.values() if not a.is_forest}
+    return {a.name: a for a in ALGORITHMS.values() if not a.is_forest and a.window}

@@ -68,6 +68,22 @@ class Allotment:
             total += max((value if c is swap else c._spent) for c in g)
         return total
 
+    def _tentative(self, epsilon: float) -> list[tuple[Allotment, float]]:
+        """Each node from this one up to the root with its spend if this node were charged ``epsilon`` more."""
+        chain = [(self, self._spent + epsilon)]
+        node = self
+        while node._parent is not None:
+            parent = node._parent
+            chain.append((parent, self._combine(parent._own, parent._groups, node, chain[-1][1])))
+            node = parent
+        return chain
+
+    def can_charge(self, epsilon: float) -> bool:
+        """Whether charging this part ``epsilon`` keeps the root within its allotment (parallel parts counted
+        as their max, so a share may take what its siblings took). Reads no record."""
+        root, total = self._tentative(epsilon)[-1]
+        return total <= root.epsilon + TOLERANCE
+
     def _charge(self, epsilon: float, what: str) -> None:
         """Charge this node; refuse (charging nothing) if the root's allotment would be exceeded."""
         check_epsilon(epsilon, allow_inf=True)
@@ -75,13 +91,7 @@ class Allotment:
             if math.isfinite(self._root().epsilon):
                 raise BudgetExceeded(f"dataset: epsilon=inf for {what} exceeds any finite allotment")
             warnings.warn("epsilon=inf: this release is exact, NOT private", NotPrivateWarning, stacklevel=3)
-        # Walk up with the tentative values, commit only if the root stays within its allotment.
-        chain = [(self, self._spent + epsilon)]
-        node = self
-        while node._parent is not None:
-            parent = node._parent
-            chain.append((parent, self._combine(parent._own, parent._groups, node, chain[-1][1])))
-            node = parent
+        chain = self._tentative(epsilon)
         root, total = chain[-1]
         if total > root.epsilon + TOLERANCE:
             raise BudgetExceeded(

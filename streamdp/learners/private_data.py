@@ -1,23 +1,22 @@
 """The private data layer (PINQ-like): the only door from batch learners to records.
 
-A :class:`PrivateDataset` holds encoded records and a budget. It offers only
-differentially private operations, each naming its epsilon and charged
-*before* any record is read:
+A :class:`PrivateDataset` holds encoded records and a budget. It offers only differentially private
+operations, each naming its epsilon and charged *before* any record is read:
 
 * :meth:`~PrivateDataset.noisy_count`, :meth:`~PrivateDataset.noisy_class_counts`,
   :meth:`~PrivateDataset.noisy_contingency` (geometric noise, sensitivity 1);
 * :meth:`~PrivateDataset.noisy_leaf_class_counts` over the leaves of a tree
   fixed in advance (one histogram: parallel composition in one pass);
-* :meth:`~PrivateDataset.partition` by a categorical attribute's declared
-  values, or a numeric attribute at a threshold: the parts are disjoint, so
-  their spends compose in parallel (a parent is charged the MAX over its
-  children, not the sum);
-* :meth:`~PrivateDataset.exponential`: the exponential mechanism over
-  candidate splits, with a quality function of each candidate's class
-  contingency table and its declared sensitivity;
-* :meth:`~PrivateDataset.exponential_threshold`: the exponential mechanism
-  over the ranges of a numeric attribute (DiffPC4.5);
-* :meth:`~PrivateDataset.subtree_mechanism`: Bai et al.'s subtree mechanism (DPEA).
+* :meth:`~PrivateDataset.partition` by a categorical attribute's declared values, or a numeric attribute
+  at a threshold: the parts are disjoint, so their spends compose in parallel (a parent is charged the
+  MAX over its children, not the sum);
+* :meth:`~PrivateDataset.exponential`: the exponential mechanism over candidate splits, with a quality
+  function of each candidate's class contingency table and its declared sensitivity;
+* :meth:`~PrivateDataset.exponential_threshold`: the exponential mechanism over the ranges of a numeric
+  attribute (DiffPC4.5);
+* :meth:`~PrivateDataset.subtree_mechanism`: Bai et al.'s subtree mechanism (DPEA);
+* random disjoint shares, a forest's fit and the most accurate of candidate models:
+  :mod:`streamdp.learners.private_selection` (private learner selection).
 
 Record bounds (``max_records``). Some scores (Friedman & Schuster's
 information gain and gain ratio) have a sensitivity that grows with the
@@ -81,6 +80,7 @@ import numpy as np
 from streamdp.forest.routing import route, routing_error
 from streamdp.learners.private_bounds import enforced_sensitivity, ids_of
 from streamdp.learners.private_budget import Allotment
+from streamdp.learners.private_selection import SelectionOps
 from streamdp.privacy.contribution import bound_contributions, check_unit, per_record_epsilon
 from streamdp.privacy.ledger import BudgetExceeded, Ledger
 from streamdp.privacy.mechanisms import SecureRandom, exponential_mechanism, geometric_noise
@@ -94,7 +94,7 @@ __all__ = ["PrivateDataset", "Candidate", "BudgetExceeded", "enforced_sensitivit
 Candidate = int | tuple[int, float]
 
 
-class PrivateDataset(Allotment):
+class PrivateDataset(SelectionOps, Allotment):
     """Records behind differentially private operations (see the module docstring).
 
     Build one with :meth:`from_records` (raw records, encoded against the

@@ -38,7 +38,6 @@ from streamdp.release.tree import (
     closing_nodes,
     node_units,
     node_windows,
-    prefix_nodes,
     tree_variance_factor,
     window_units,
 )
@@ -64,7 +63,6 @@ __all__ = [
     "windows_due",
     "windows_closed",
     "closing_nodes",
-    "prefix_nodes",
     "node_windows",
     "tree_variance_factor",
     "published_variance",

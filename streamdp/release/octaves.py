@@ -1,20 +1,26 @@
-"""The dyadic nodes of ``release="tree"`` and how each window's epsilon is spread over them, by octave.
+"""The nodes of ``release="tree"`` and how each window's epsilon is spread over them, by octave.
 
-Public and data-free: which node covers which windows, closes when, is released with how many units of
-epsilon, and the variance of its estimate. The mechanism and its privacy sketch:
+Public and data-free: which window is which leaf, which node closes when and is released with how many
+units of epsilon, and the variance of the published estimate. The mechanism and its privacy sketch:
 :mod:`streamdp.release.tree`.
 
->>> [node_units(0, j) for j in range(4)] == [UNITS] * 4   # windows 1..4: plain (octaves 0-1)
+Windows ``1 .. 2**PLAIN_OCTAVES`` are plain. Octave ``m >= PLAIN_OCTAVES`` (windows ``2^m + 1 .. 2^(m+1)``)
+is a *smooth* binary tree (Andersson and Pagh): of :func:`octave_shape` ``(height h, zeros z)``, its
+``2^m`` windows are, in order, the smallest ``h``-bit leaves with exactly ``z`` zero bits. Released: every
+left child (even index) at levels ``0 .. h-1`` holding a window, and the root.
+
+>>> octave_shape(8), bin(leaf(8, 0)), bin(leaf(8, 1))   # 24-bit leaves with two zeros, smallest first
+((24, 2), '0b1111111111111111111111', '0b10111111111111111111111')
+>>> [n.key for n in closing_nodes(257)]      # window 257, leaf 0: of its left ancestors, (22, 0) ends here
+['s:8:22:0']
+>>> sum(n.units for n in containing_nodes(257)) == UNITS
 True
->>> closing_nodes(4)
-[Node(level=0, index=3), Node(level=1, index=1), Node(level=2, index=0)]
->>> prefix_nodes(6)
-[Node(level=2, index=0), Node(level=1, index=2)]
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 from streamdp.validation import check_integer
@@ -22,119 +28,214 @@ from streamdp.validation import check_integer
 __all__ = [
     "UNITS",
     "PLAIN_OCTAVES",
+    "ROOT_UNITS",
     "Node",
+    "octave_shape",
+    "leaf",
+    "window_octave",
     "node_units",
+    "containing_nodes",
     "window_units",
     "closing_nodes",
-    "prefix_nodes",
     "node_windows",
-    "node_weight",
+    "decomposition",
     "tree_variance_factor",
 ]
 
-#: Units of epsilon per window: ``lcm(1..16)``, so octaves of up to 16 levels split them exactly evenly.
+#: Units of epsilon per window: ``lcm(1..16)``, so small splits are exact.
 UNITS = 720720
 #: Windows ``1 .. 2**PLAIN_OCTAVES`` are released as plain windows (their leaf has every unit).
 PLAIN_OCTAVES = 8
+#: Units each window of a tree octave spends (at least) on its octave's root, the octave's total
+#: (Chan, Shi and Song's logarithmic counter; 0.15 of the epsilon, chosen by docs/decisions/013).
+ROOT_UNITS = 108108
 
 
 class Node(NamedTuple):
-    """Dyadic node: windows ``index*2**level + 1 .. (index+1)*2**level``."""
+    """A released node: ``octave = -1`` is plain window ``index + 1``; else node ``(level, index)`` of octave
+    ``octave``'s smooth tree, leaves ``index*2**level .. (index+1)*2**level - 1`` (level ``h``: the root)."""
 
+    octave: int
     level: int
-    index: int  # type: ignore[assignment]  # (a field named like tuple.index, as the windows' index)
+    index: int  # type: ignore[assignment]  # (a field named like tuple.index, as the node's index)
 
     @property
     def key(self) -> str:
-        """A stable name for storage (``"u:level:index"``; the fixed-horizon tree's were ``"epoch:level:index"``)."""
-        return f"u:{self.level}:{self.index}"
+        """A stable name for storage (``"w:window"`` or ``"s:octave:level:index"``)."""
+        if self.octave < 0:
+            return f"w:{self.index + 1}"
+        return f"s:{self.octave}:{self.level}:{self.index}"
 
     @property
     def units(self) -> int:
-        """Units of epsilon this node is released with (0: never noised), :func:`node_units`."""
-        return node_units(self.level, self.index)
+        """Units of epsilon this node is released with, :func:`node_units`."""
+        return node_units(self)
 
 
-def _octave(level: int, index: int) -> int:
-    """The octave of a node with ``index >= 1``: ``level + floor(log2 index)``."""
-    return level + index.bit_length() - 1
+@functools.cache
+def octave_shape(m: int) -> tuple[int, int]:
+    """``(height, zeros)`` of octave ``m``'s tree: the least ``ones * zeros**2`` (a prefix's variance: ``ones``
+    nodes at ``1 / zeros`` of the epsilon each) with ``comb(height, zeros) >= 2**m`` leaves; ties to the lower.
 
-
-def node_units(level: int, index: int) -> int:
-    """Units of epsilon node ``(level, index)`` is released with (the allocation; public).
-
-    >>> {node_units(lv, 1 << (8 - lv)) for lv in range(9)}  # octave 8: nine levels split the units evenly
-    {80080}
-    >>> node_units(3, 0), node_units(1, 5)        # a prefix above the leaves; a plain octave's inner node
-    (0, 0)
+    >>> [octave_shape(m) for m in (8, 12, 19)]
+    [(24, 2), (31, 3), (39, 5)]
     """
-    if index == 0:
-        return UNITS if level == 0 else 0
-    m = _octave(level, index)
-    if m < PLAIN_OCTAVES:
-        return UNITS if level == 0 else 0
-    base, extra = divmod(UNITS, m + 1)
-    return base + (1 if level < extra else 0)
+    check_integer(m, "octave", low=0)
+    best: tuple[int, int, int] | None = None
+    for z in range(1, m + 2):
+        lo, hi = 1, 2**m
+        while lo < hi:  # the fewest ones with comb(ones + z, z) >= 2**m
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if math.comb(mid + z, z) >= 2**m else (mid + 1, hi)
+        cand = (lo * z * z, lo + z, z)
+        if best is None or cand < best:
+            best = cand
+    assert best is not None
+    return best[1], best[2]
 
 
-def window_units(w: int) -> int:
-    """Units of epsilon window ``w`` is noised with over all its nodes (always :data:`UNITS`; the privacy test)."""
-    check_integer(w, "window", low=1)
-    return sum(node_units(lv, (w - 1) >> lv) for lv in range(int(w).bit_length() + 1))
+def _ones(m: int) -> int:
+    h, z = octave_shape(m)
+    return h - z
+
+
+def leaf(m: int, i: int) -> int:
+    """The leaf of octave ``m``'s ``i``-th window (from 0): the ``i``-th smallest ``h``-bit integer with
+    ``z`` zeros (the combinatorial number system)."""
+    h, z = octave_shape(m)
+    k, out = h - z, 0
+    for p in reversed(range(h)):
+        below = math.comb(p, k) if k >= 0 else 0  # leaves with bit p = 0 and the k ones below it
+        if i >= below:
+            i -= below
+            out |= 1 << p
+            k -= 1
+    if k != 0 or i != 0:
+        raise ValueError(f"octave {m} has no window {i}")
+    return out
+
+
+def _rank(m: int, v: int) -> int:
+    """How many of octave ``m``'s leaves (any ``h``-bit integer with ``z`` zeros) are below ``v``."""
+    h, z = octave_shape(m)
+    k, n = h - z, 0
+    for p in reversed(range(h + 1)):
+        if v >> p & 1:
+            if p == h:
+                return math.comb(h, k)
+            if 0 <= k <= p:
+                n += math.comb(p, k)
+            k -= 1
+            if k < 0:
+                break
+    return n
+
+
+def window_octave(t: int) -> tuple[int, int]:
+    """``(octave, position from 0)`` of window ``t``; octave ``-1`` for a plain window (position ``t - 1``)."""
+    check_integer(t, "window index", low=1)
+    if t <= 2**PLAIN_OCTAVES:
+        return -1, t - 1
+    m = (t - 1).bit_length() - 1
+    return m, t - 2**m - 1
+
+
+def _left_units(m: int) -> int:
+    return (UNITS - ROOT_UNITS) // octave_shape(m)[1]
+
+
+def node_units(node: Node) -> int:
+    """Units of epsilon a node is released with (the allocation; public). Every window of octave ``m`` is in
+    ``z`` released left nodes at :func:`_left_units` each and the root, which takes the rest of its units.
+
+    >>> node_units(Node(-1, 0, 0)), node_units(Node(8, 24, 0)), node_units(Node(8, 22, 0)), node_units(Node(8, 22, 1))
+    (720720, 108108, 306306, 0)
+    """
+    if node.octave < 0:
+        return UNITS
+    h, z = octave_shape(node.octave)
+    if node.level == h:
+        return UNITS - z * _left_units(node.octave)
+    if node.index % 2 or not 0 <= node.level < h or not node_windows(node):
+        return 0
+    return _left_units(node.octave)
+
+
+def containing_nodes(t: int) -> list[Node]:
+    """The released nodes that hold window ``t`` (the privacy test sums their units)."""
+    m, i = window_octave(t)
+    if m < 0:
+        return [Node(-1, 0, i)]
+    h, _ = octave_shape(m)
+    x = leaf(m, i)
+    return [Node(m, lv, x >> lv) for lv in range(h) if not x >> lv & 1] + [Node(m, h, 0)]
+
+
+def window_units(t: int) -> int:
+    """Units of epsilon window ``t`` is noised with over all its nodes (always :data:`UNITS`)."""
+    return sum(n.units for n in containing_nodes(t))
 
 
 def closing_nodes(t: int) -> list[Node]:
-    """Nodes whose last window is ``t``, lowest level first (released or not: see :attr:`Node.units`)."""
-    check_integer(t, "window index", low=1)
-    return [Node(lv, (t >> lv) - 1) for lv in range(int(t).bit_length()) if t % (1 << lv) == 0]
-
-
-def prefix_nodes(t: int) -> list[Node]:
-    """The binary decomposition of ``t``: the maximal closed nodes, covering windows ``1..t`` once."""
-    check_integer(t, "window index", low=1)
-    return [Node(lv, (t >> lv) - 1) for lv in reversed(range(int(t).bit_length())) if t >> lv & 1]
+    """The released nodes whose last window is ``t``, lowest level first (the root last, at the octave's end)."""
+    m, i = window_octave(t)
+    nodes = containing_nodes(t)
+    if m < 0 or i + 1 == 2**m:
+        return nodes
+    nxt = leaf(m, i + 1)
+    return [n for n in nodes[:-1] if nxt >> n.level != n.index]
 
 
 def node_windows(node: Node) -> range:
-    """Window indices a node covers."""
-    return range(node.index * 2**node.level + 1, (node.index + 1) * 2**node.level + 1)
+    """Window indices a node holds."""
+    if node.octave < 0:
+        return range(node.index + 1, node.index + 2)
+    m = node.octave
+    lo = min(_rank(m, node.index << node.level), 2**m)
+    hi = min(_rank(m, (node.index + 1) << node.level), 2**m)
+    return range(2**m + 1 + lo, 2**m + 1 + hi)
 
 
-@functools.lru_cache(maxsize=4096)
-def _z_factor(level: int, octave: int) -> float:
-    """Variance of a node's estimate ``z`` in units of one draw's variance at the whole epsilon (``UNITS``
-    units); ``octave = -1`` for a prefix node. Depends on the level and octave only."""
-    index = 0 if octave < 0 else 1 << (octave - level)
-    c = node_units(level, index)
-    own = (UNITS / c) ** 2 if c else float("inf")
-    if level == 0:
-        return own
-    left = _z_factor(level - 1, -1 if octave < 0 else octave)
-    right = _z_factor(level - 1, level - 1 if octave < 0 else octave)
-    sub = left + right
-    return sub if not c else 1.0 / (1.0 / own + 1.0 / sub)
+def decomposition(m: int, v: int) -> list[Node]:
+    """The released nodes of octave ``m`` that sum to its windows on leaves ``0 .. v - 1`` (the dyadic
+    decomposition of ``v``, empty nodes left out: their sum is zero), highest level first."""
+    h, z = octave_shape(m)
+    return [
+        Node(m, lv, (v >> lv) - 1)
+        for lv in reversed(range(h))
+        if v >> lv & 1 and 0 <= (h - z) - bin((v >> lv) - 1).count("1") <= lv
+    ]
 
 
-def node_weight(node: Node) -> float:
-    """Weight of the node's own ``y / c`` in its estimate: ``Var(children's sum) / (own variance + it)``."""
-    c = node.units
-    if not c:
-        return 0.0
-    if node.level == 0:
-        return 1.0
-    octave = -1 if node.index == 0 else _octave(node.level, node.index)
-    own = (UNITS / c) ** 2
-    sub = _z_factor(node.level - 1, -1 if octave < 0 else octave) + _z_factor(
-        node.level - 1, node.level - 1 if octave < 0 else octave
-    )
-    return sub / (own + sub)
+def _var(units: int) -> float:
+    """A node's variance in units of one plain window's (every unit)."""
+    return (UNITS / units) ** 2
+
+
+@functools.lru_cache(maxsize=256)
+def _total_variance(m: int) -> float:
+    """Variance of the estimated total of octave ``m``: its root and its decomposition, by inverse variance."""
+    h, _ = octave_shape(m)
+    tree = len(decomposition(m, leaf(m, 2**m - 1) + 1)) * _var(_left_units(m))
+    root = _var(node_units(Node(m, h, 0)))
+    return 1.0 / (1.0 / tree + 1.0 / root)
+
+
+def _carry_variance(m: int) -> float:
+    """Variance of the estimate of windows ``1 .. 2**m`` (``m >= PLAIN_OCTAVES``)."""
+    return float(2**PLAIN_OCTAVES) + sum(_total_variance(j) for j in range(PLAIN_OCTAVES, m))
 
 
 def tree_variance_factor(t: int) -> float:
-    """``Var S(t)`` in units of one draw's variance at the whole per-tree epsilon (the plain window's):
-    ``t`` for ``t <= 2**PLAIN_OCTAVES``, then ``O(log^3 t)``.
+    """``Var S(t)`` in units of one plain window's (a draw at the whole per-tree epsilon): ``t`` for
+    ``t <= 2**PLAIN_OCTAVES``, then the earlier octaves' totals plus ``ones`` nodes at most.
 
-    >>> tree_variance_factor(256), tree_variance_factor(257)   # the plain sum, then one leaf at a ninth
-    (256.0, 337.0)
+    >>> tree_variance_factor(256), round(tree_variance_factor(257), 2)   # plain, then one node of octave 8
+    (256.0, 261.54)
     """
-    return sum(_z_factor(n.level, -1 if n.index == 0 else _octave(n.level, n.index)) for n in prefix_nodes(t))
+    m, i = window_octave(t)
+    if m < 0:
+        return float(t)
+    if i + 1 == 2**m:
+        return _carry_variance(m + 1)
+    return _carry_variance(m) + len(decomposition(m, leaf(m, i + 1))) * _var(_left_units(m))

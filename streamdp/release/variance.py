@@ -47,7 +47,14 @@ def fixed_horizon_variance(levels: int, estimator: str, t: int, variance: float)
 
 
 def class_total_sd(
-    policy: ReleasePolicy, releases: int, epsilon: float, mechanism: str, budget: str, n_trees: int, prior_trees: int
+    policy: ReleasePolicy,
+    releases: int,
+    epsilon: float,
+    mechanism: str,
+    budget: str,
+    n_trees: int,
+    prior_trees: int,
+    published: float | None = None,
 ) -> float | None:
     """Standard deviation of the noise on a stream model's estimate of one class's record count, from its
     prior stumps (public: the model's parameters and its release count; None for k-anonymity or without a stump).
@@ -58,7 +65,8 @@ def class_total_sd(
     it names the wrong one in about 0.1% of models); below, no estimate can keep the majority
     class's accuracy, the majority floor. Under the
     disjoint budget a stump counts ``1 / (n_trees + prior_trees)`` of the records, so its counts are scaled up
-    (sampling error not included).
+    (sampling error not included). ``published``: the published counts' noise variance per cell where it is not a
+    function of the release count (a decayed model's, :mod:`streamdp.release.decay`; public).
 
     >>> round(class_total_sd(ReleasePolicy("window"), 47, 1.0, "geometric", "split", 10, 1), 1)  # Votes, 47 windows
     106.6
@@ -69,5 +77,7 @@ def class_total_sd(
         return 0.0
     trees = n_trees + prior_trees
     per_tree = epsilon / trees if budget == "split" else epsilon
-    v = published_variance(policy, releases, cell_variance(mechanism, policy.node_epsilon(per_tree))) / prior_trees
+    if published is None:
+        published = published_variance(policy, releases, cell_variance(mechanism, policy.node_epsilon(per_tree)))
+    v = published / prior_trees
     return math.sqrt(v) * (trees if budget == "disjoint" else 1.0)

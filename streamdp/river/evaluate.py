@@ -418,6 +418,7 @@ def plot(result: EvalResult, path: str) -> str | None:
         (axes[1], "rolling", f"accuracy over the last {result.window:,} records"),
     ):
         for r in result.rows:
+            kw: dict[str, Any]
             if r.epsilon is None:
                 kw = {"color": "black" if "Hoeffding" in r.model else "tab:red", "lw": 2.2}
             else:

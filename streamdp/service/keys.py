@@ -59,6 +59,7 @@ class Keys:
         self.spec = f"{self.prefix}:spec"
         self.pub_model = f"{self.prefix}:pub:model"
         self.pub_events = f"{self.prefix}:pub:events"
+        self.pub_history = f"{self.prefix}:pub:history"  # one public line per released window (.history)
         self.records = f"{self.prefix}:priv:records"
         self.state = f"{self.prefix}:priv:state"
         self.merged = f"{self.prefix}:priv:merged"

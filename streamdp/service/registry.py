@@ -139,6 +139,9 @@ def create_model(
     max_ids: int | None = None,
     noise_key_file: str | None = None,
     max_lag: float | None = None,
+    cadence: str | None = None,
+    half_life: float | None = None,
+    half_life_unit: str = "releases",
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -162,15 +165,26 @@ def create_model(
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
     ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
     :func:`streamdp.forest.structure.ceiling_height` (the river classifier's default), any other model
-    :meth:`ForestStructure.draw`'s default (the tallest within the leaf budget, :func:`streamdp.forest.structure.leaf_budget`); both lowered by
+    :meth:`ForestStructure.draw`'s default (the budgeted draw: each tree within :func:`streamdp.forest.structure.leaf_budget`); both lowered by
     :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
     A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
 
     ``max_lag`` (seconds, ``"window"`` and ``"grow"``): the longest window. Window lengths follow the released
     record rate between ``release_every`` and ``max_lag`` (default :data:`~streamdp.release.cadence.DEFAULT_MAX_LAG`),
     and releases that cannot be told from an empty one are left out of the published counts
-    (:mod:`streamdp.release.cadence`); ``max_lag=release_every`` keeps the clock's windows. It needs a prior stump
+    (:mod:`streamdp.release.cadence`); ``max_lag=release_every`` keeps the clock's windows but still leaves the
+    noise-only releases out (``cadence="fixed"`` merges every one). It needs a prior stump
     and geometric or Laplace noise (the released record count it reads); other models release on the clock.
+
+    ``cadence``: ``"adaptive"`` (the windows above; refused where releases carry no record count), ``"fixed"``
+    (the clock's windows of ``release_every``, every release merged, the noise-only ones too: each idle window
+    adds a noise draw to every count, so accuracy falls while no data flow) or None (adaptive where the model
+    can measure its releases, else fixed).
+
+    ``half_life`` (``"window"`` only; ``release=None`` then means ``"window"``): forgetting for drifting streams.
+    The published counts are ``C_t = lam_t * C_(t-1) + D_t`` over the released noisy deltas, halving every
+    ``half_life`` merged releases or noisy records (``half_life_unit``): post-processing, no epsilon, and the
+    noise variance per cell stays below ``v / (1 - lam**2)`` forever (:mod:`streamdp.service.forgetting`).
 
     ``privacy_id`` (a column producers send beside each record, never an attribute) with ``max_records_per_id``
     (K) makes the unit of privacy a person: at most K records per person are merged over the whole stream, the
@@ -202,10 +216,18 @@ def create_model(
             f"max_lag (CLI --max-lag) bounds the windows of release='window' or 'grow'; release={release!r} "
             + ("releases each pushed batch" if release == "batch" else "releases its windows on the clock")
         )
+    if half_life is not None and release not in (None, "window"):
+        raise ValueError(
+            f"half_life (CLI --half-life) decays the released deltas of release='window'; release={release!r} "
+            + ("releases each pushed batch" if release == "batch" else "publishes no per-window deltas to decay")
+        )
+    if half_life is None and half_life_unit != "releases":
+        raise ValueError("half_life_unit (CLI --half-life-unit) needs half_life (CLI --half-life)")
+    release = "window" if half_life is not None else release
     release_every = 1.0 if release_every is None else release_every
 
     def policy_of(kind: str) -> ReleasePolicy:
-        pol = ReleasePolicy(kind, release_every, None, estimator)
+        pol = ReleasePolicy(kind, release_every, None, estimator, half_life, half_life_unit)
         pol.check_mechanism(mechanism)
         if kind != "batch" and pol.release_every < MIN_RELEASE_EVERY:
             raise ValueError(
@@ -278,7 +300,7 @@ def create_model(
         policy.check_drawable(forest.epsilon_per_tree, forest.mechanism)
     except ValueError as e:
         raise ValueError(f"epsilon={forest.epsilon:g} is too small for this model: {e}") from None
-    cadence = cadence_of(policy, forest, max_lag)
+    cadence_rule = cadence_of(policy, forest, max_lag, cadence)
     pub = published_fields(forest)
     if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
@@ -291,7 +313,7 @@ def create_model(
     noise_key = key_fingerprint(load_noise_key(noise_key_file))  # checked by every worker before it draws
     if r.hexists(JOB_RESULTS, name):
         raise ModelExists(f"{name!r} is a batch job's model (streamdp model delete {name} removes it)")
-    summary = _summary(forest, name, policy, start, spec, cadence)
+    summary = _summary(forest, name, policy, start, spec, cadence_rule)
     if unit is not None:
         summary.update(unit=unit.to_dict(), epsilon=declared, epsilon_per_record=forest.epsilon)
     if not r.hsetnx(REGISTRY, name, json.dumps(summary)):
@@ -323,7 +345,7 @@ def create_model(
             "noise_layout": "blocks",
             "unit": json.dumps(unit.to_dict()) if unit else "",
             "noise_key": noise_key,
-            **cadence_fields(cadence, start, policy),
+            **cadence_fields(cadence_rule, start, policy),
         },
     )
     p.hset(
@@ -334,7 +356,7 @@ def create_model(
             "model_id": model_id,
             "release": json.dumps(policy.to_dict()),
             "release_start": repr(start),
-            **cadence_fields(cadence, start, policy),
+            **cadence_fields(cadence_rule, start, policy),
             "unit": json.dumps(unit.to_dict()) if unit else "",
         },
     )
@@ -382,7 +404,9 @@ def show_model(r: Any, name: str) -> dict:
     if raw is None:
         raise ModelNotFound(f"no model named {name!r}")
     info = {f: x for f, x in json.loads(raw).items() if f not in PRODUCER_FIELDS}
-    version, updated, releases, sched = r.hmget(keys.pub_model, "version", "updated", "releases", "schedule")
+    version, updated, releases, sched, nv = r.hmget(
+        keys.pub_model, "version", "updated", "releases", "schedule", "noise_variance"
+    )
     info["version"] = int(version or 0)
     info["batches_merged"] = int(releases or 0)  # kept for old readers: releases (batches or windows)
     info["releases"] = int(releases or 0)  # merged into the published counts
@@ -396,6 +420,9 @@ def show_model(r: Any, name: str) -> dict:
         per_tree = eps / trees if info["budget"] == "split" else eps
         node = ReleasePolicy.from_dict(info["release"]).node_epsilon(per_tree)
         info["cell_sd"] = math.sqrt(cell_variance(info["mechanism"], node))  # one release's noise on a count
+    decayed = (info["release"] or {}).get("half_life") is not None
+    if decayed:  # the published noise variance per cell (public), bounded by the half-life
+        info["noise_variance"] = float(nv) if nv is not None and info["releases"] else 0.0
     if info.get("kind") != "job":
         info["class_total_sd"] = class_total_sd(
             ReleasePolicy.from_dict(info["release"]),
@@ -405,6 +432,7 @@ def show_model(r: Any, name: str) -> dict:
             info["budget"],
             info["n_trees"],
             info.get("prior_trees", 0),
+            info["noise_variance"] if decayed else None,
         )
     return info
 

@@ -4,9 +4,9 @@ The pure rule is :mod:`streamdp.release.cadence`; here the closer (:mod:`.window
 (state field ``schedule``, JSON, also published on ``pub:model``: every field is a function of the clock, the
 model's cadence and released values), moves it on with each release in the release's own MULTI/EXEC, and
 releases a window whose released total cannot be told from an empty one's without changing the published
-counts (:func:`release_left_out`). A model without a cadence (created before it, or one whose releases
-carry no record total: release ``tree``, k-anonymity, no prior stump) keeps the clock's windows and merges
-every release.
+counts (:func:`release_left_out`). A model without a cadence (created with ``cadence="fixed"``, created before
+the cadence, or one whose releases carry no record total: release ``tree``, k-anonymity, no prior stump) keeps
+the clock's windows and merges every release.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ from streamdp.release.cadence import DEFAULT_MAX_LAG, Cadence, Schedule, release
 from streamdp.release.continual import ReleasePolicy, window_end
 from streamdp.service.connection import connect
 from streamdp.service.group import jlog
+from streamdp.service.history import append
 from streamdp.service.keys import Keys, as_str
 
-__all__ = ["WindowSchedule", "release_left_out", "cadence_of", "cadence_fields", "load_cadence"]
+__all__ = ["WindowSchedule", "release_left_out", "CADENCES", "cadence_of", "cadence_fields", "load_cadence"]
 
 log = logging.getLogger("streamdp.worker")
 
@@ -95,7 +96,14 @@ class WindowSchedule:
 
 
 def release_left_out(
-    r: redis.Redis, keys: Keys, w: int, version: int, new: Schedule, noise_keys: list[str], noise_ttl_s: int = 0
+    r: redis.Redis,
+    keys: Keys,
+    w: int,
+    version: int,
+    new: Schedule,
+    noise_keys: list[str],
+    noise_ttl_s: int = 0,
+    history: dict[str, Any] | None = None,
 ) -> bool:
     """Release window ``w`` without merging it into the published counts (its released record total cannot be told
     from an empty release's: post-processing): the counts and version stay, the schedule moves on, the window's
@@ -122,19 +130,47 @@ def release_left_out(
             p.hincrby(keys.stats, "windows_released", 1)
             p.hincrby(keys.stats, "windows_left_out", 1)
             p.hset(keys.stats, "last_release_ms", int(time.time() * 1000))
+            if history is not None:  # (its public line: .history)
+                append(p, keys, history)
             p.execute()
         except redis.WatchError:
             return False
     return True
 
 
-def cadence_of(policy: ReleasePolicy, forest: PrivateForest, max_lag: float | None) -> Cadence | None:
-    """The cadence of a new model (None: windows on the clock, every release merged); ``max_lag`` checked."""
-    measurable = forest.prior_trees >= 1 and forest.mechanism in ("geometric", "laplace")
-    if policy.kind not in ("window", "grow") or not measurable:
+#: The cadences a model may be created with (``create_model(cadence=)``, CLI ``--cadence``).
+CADENCES = ("adaptive", "fixed")
+
+
+def cadence_of(
+    policy: ReleasePolicy, forest: PrivateForest, max_lag: float | None, mode: str | None = None
+) -> Cadence | None:
+    """The cadence of a new model (None: windows on the clock, every release merged); ``max_lag`` checked.
+
+    ``mode``: ``"adaptive"`` (windows from the released record rate, noise-only releases left out; refused where
+    the releases carry no record count), ``"fixed"`` (the clock's windows of ``release_every``, every release
+    merged: idle windows add noise) or None (adaptive where the model can measure its releases, else fixed).
+    """
+    if mode is not None and mode not in CADENCES:
+        raise ValueError(f"cadence must be one of {CADENCES}, got {mode!r}")
+    if mode is not None and policy.kind == "batch":
+        raise ValueError(
+            "cadence (CLI --cadence) sets the windows of release='window', 'grow' or 'tree'; "
+            "release='batch' releases each pushed batch"
+        )
+    if mode == "fixed":
         if max_lag is not None:
             raise ValueError(
-                "max_lag (CLI --max-lag) needs release='window' or 'grow', a prior stump and geometric or laplace "
+                "max_lag (CLI --max-lag) bounds the adaptive cadence's windows; cadence='fixed' releases a window "
+                "every release_every seconds"
+            )
+        return None
+    measurable = forest.prior_trees >= 1 and forest.mechanism in ("geometric", "laplace")
+    if policy.kind not in ("window", "grow") or not measurable:
+        if max_lag is not None or mode == "adaptive":
+            raise ValueError(
+                ("max_lag (CLI --max-lag)" if max_lag is not None else "cadence='adaptive' (CLI --cadence adaptive)")
+                + " needs release='window' or 'grow', a prior stump and geometric or laplace "
                 "noise: window lengths follow the record count the stumps release"
             )
         return None

@@ -200,6 +200,15 @@ _HELP = {
     "lost_trimmed": "pending entries found deleted from the stream",
     "deleted_undelivered": "1 if stream entries were deleted before any worker read them (an XADD MAXLEN/MINID "
     "trim by a producer: a trust boundary, see docs/security.md)",
+    "consumers": "worker processes in the model's consumer group",
+    "version": "published model version",
+    "windowed": "1 when the model releases by windows (its policy is public), 0 per batch",
+    "releases_merged": "releases merged into the published counts (public)",
+    "cell_noise_sd": "noise sd one release adds to each count (public: from epsilon and the mechanism)",
+    "class_total_noise_sd": "noise sd on each class's published record count now (public)",
+    "window_seconds": "length of the current release window (public: the clock and released values)",
+    "noisy_records_last_release": "noisy record total of the last release (differentially private)",
+    "lag_bound_seconds": "the longest a record waits to be published (the model's max_lag)",
     "stream_ids_blocked": "1 if the stream's last id is far in the future (an XADD with an explicit huge id: "
     "every later push fails; see docs/security.md to repair)",
 }

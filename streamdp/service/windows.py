@@ -32,12 +32,15 @@ order and every due window is released, empty or not, so the number of releases
 is a function of the clock alone; with a cadence (:mod:`.schedule`, :mod:`streamdp.release.cadence`) each
 window's end is fixed by the releases before it, so the releases are a function of the clock and of
 released values, and a release whose total says it carries no record is left out of the published counts.
+A ``window`` model with a half-life publishes decayed counts of the released deltas (:mod:`.forgetting`), and
+every release appends its public line to the model's history (:mod:`.history`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import Callable
@@ -48,7 +51,7 @@ import redis
 
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
-from streamdp.release.cadence import Cadence, Schedule
+from streamdp.release.cadence import Cadence, Schedule, release_total
 from streamdp.release.continual import (
     ReleasePolicy,
     TreeState,
@@ -61,7 +64,9 @@ from streamdp.release.continual import (
 from streamdp.service.accumulator import ADD_FIELD, acc_counts, joined_cells
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
+from streamdp.service.forgetting import Decay, Decayed, release_records
 from streamdp.service.group import jlog
+from streamdp.service.history import append, entry
 from streamdp.service.keys import Keys, as_str
 from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
@@ -117,6 +122,8 @@ class WindowCloser:
         # window lengths from released values (streamdp.release.cadence); None: the clock's windows
         self.windows = WindowSchedule(r, keys, spec, policy, start, cadence)
         self.cadence = self.windows.cadence
+        # a half-life: the published counts decay over the released deltas (streamdp.service.forgetting)
+        self.decay = Decay(policy, spec) if policy.half_life is not None else None
 
     def now(self) -> float:
         """The schedule's clock: the host's wall clock (keep hosts on NTP). Only the schedule's
@@ -189,9 +196,19 @@ class WindowCloser:
         self.guard.check(version)
         self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         sched = self.windows.of(rel, sched_raw)
+
+        def entry_of(records: float | None, sd: float, published: int = version, merged: bool = False) -> dict:
+            return entry(w, published, merged, time.time(), sched.length, records, sd)  # (public values)
+
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw, sched)
-        if window and cached[0] == version:
+        base: Decayed | None = None  # (a decayed model's counts before this release, and after it)
+        decayed: Decayed | None = None
+        if window and self.decay is not None:  # the decayed counts' base, read with the version it belongs to
+            base = self.decay.base(self.r, self.keys.state, version, self.spec.shape)
+            if version and base is None:
+                return False  # released meanwhile (the caller seals and looks again)
+        elif window and cached[0] == version:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
             old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
@@ -203,6 +220,7 @@ class WindowCloser:
             del counts_b
         exact = acc_counts(acc_raw, self.spec.shape)
         del acc_raw
+        extra: dict[str, Any] = {}  # state fields the release writes besides the counts' (a decayed model's)
         if window:
             key = self.keys.window_delta(w)
 
@@ -223,15 +241,21 @@ class WindowCloser:
             # so their timing said which windows received records.
             delta, noise_keys = self._stored(key, draw), [key]
             del exact
+            records = release_records(delta, self.spec)  # (released values)
             new_sched = self.windows.next(sched, delta[self.spec.n_trees :, 0])
             if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
-                return self._left_out(w, version, sched, new_sched, noise_keys)
-            # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
-            # cache is dropped first, so a failed release reads the counts again.
-            self._last = None
-            old += delta
+                sd = math.sqrt(base.variance if base is not None else self._variance(sched.merged))
+                return self._left_out(w, version, sched, new_sched, noise_keys, entry_of(records, sd))
+            self._last, state_b = None, b""
+            if self.decay is not None:  # lam_t * C_(t-1) + D_t over the released deltas (post-processing)
+                decayed = self.decay.fold(base, delta, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+                new_counts, extra = self.decay.published(decayed, np.dtype(self.dtype)), Decay.fields(decayed)
+            else:
+                # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
+                # cache is dropped first, so a failed release reads the counts again.
+                old += delta
+                new_counts = old
             del delta
-            new_counts, state_b = old, b""
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
             if state.t != w - 1:
@@ -249,20 +273,24 @@ class WindowCloser:
             new_state = state.advance(exact, noisy)
             new_counts, state_b = new_state.published(self.dtype), new_state.to_bytes()
             new_sched = self.windows.next(sched, None)
+            records = None  # (a tree release's nodes span windows: no one window's count)
         # the published counts' noise variance: the merged windows' under `window`, the decomposition's under `tree`
         merged = new_sched.merged
-        variance = published_variance(
-            self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k)
-        )
+        variance = decayed.variance if decayed is not None else self._variance(merged)
         forest = self.spec.with_counts(new_counts, version=version + 1, n_releases=merged, noise_variance=variance)
         self.fault("close_before_commit")
-        ok = self._release(w, version, forest, state_b, noise_keys, variance, schedule=new_sched)
+        line = entry_of(records, math.sqrt(variance), version + 1, True)
+        ok = self._release(
+            w, version, forest, state_b, noise_keys, variance, schedule=new_sched, state_extra=extra, history=line
+        )
         self.fault("close_in_commit")
         if not ok:
             return False
         self.guard.record(version + 1)
         self._released = w
-        self._last = (version + 1, new_counts) if window else None
+        self._last = (version + 1, new_counts) if window and decayed is None else None
+        if self.decay is not None and decayed is not None:
+            self.decay.cached = decayed
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
         self.windows.released_as(sched, new_sched)
         return True
@@ -311,13 +339,17 @@ class WindowCloser:
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
         stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
         new_sched = self.windows.next(sched, stumps)
+        records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees) if len(stumps) else None
         if new_sched.merged == sched.merged:  # left out: the published release stays
-            return self._left_out(w, version, sched, new_sched, [key])
+            line = entry(
+                w, version, False, time.time(), sched.length, records, float(np.sqrt(np.max(old.noise_variance)))
+            )
+            return self._left_out(w, version, sched, new_sched, [key], line)
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
-        ok = self._release(
-            w, version, forest, b"", [key], float(np.max(forest.noise_variance)), grown=blob_b, schedule=new_sched
-        )
+        variance = float(np.max(forest.noise_variance))
+        line = entry(w, version + 1, True, time.time(), sched.length, records, math.sqrt(variance))
+        ok = self._release(w, version, forest, b"", [key], variance, grown=blob_b, schedule=new_sched, history=line)
         self.fault("close_in_commit")
         if not ok:
             return False
@@ -346,6 +378,8 @@ class WindowCloser:
         variance: float,
         grown: bytes | None = None,
         schedule: Schedule | None = None,
+        state_extra: dict[str, Any] | None = None,
+        history: dict[str, Any] | None = None,
     ) -> bool:
         """Step 3: publish window ``w``'s release in one MULTI/EXEC, on condition (WATCH of the state) that
         the state is still at ``version`` with ``w - 1`` released and ``w`` sealed; False otherwise.
@@ -385,6 +419,7 @@ class WindowCloser:
                     "releases": w,
                     "counts": COUNTS_IN_PUB_MODEL,
                     "blob": COUNTS_IN_PUB_MODEL,
+                    **(state_extra or {}),
                 }
                 if self.cadence is not None and schedule is not None:  # (public: released values)
                     state["schedule"] = pub["schedule"] = json.dumps(schedule.to_dict())
@@ -411,6 +446,8 @@ class WindowCloser:
                         p.delete(k)
                 p.hincrby(self.keys.stats, "windows_released", 1)
                 p.hset(self.keys.stats, "last_release_ms", now)
+                if history is not None:
+                    append(p, self.keys, history)
                 p.execute()
             except redis.WatchError:
                 return False
@@ -419,10 +456,16 @@ class WindowCloser:
         self.r.publish(self.keys.pub_events, nv)
         return True
 
-    def _left_out(self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str]) -> bool:
-        """Release window ``w`` without merging it (:func:`.schedule.release_left_out`)."""
+    def _variance(self, merged: int) -> float:
+        """The published counts' noise variance per cell after ``merged`` releases (not decayed; public)."""
+        return published_variance(self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+
+    def _left_out(
+        self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str], line: dict[str, Any]
+    ) -> bool:
+        """Release window ``w`` without merging it (:func:`.schedule.release_left_out`; ``line``: its history)."""
         self.fault("close_before_commit")
-        ok = release_left_out(self.r, self.keys, w, version, new, noise_keys, self.noise_ttl_s)
+        ok = release_left_out(self.r, self.keys, w, version, new, noise_keys, self.noise_ttl_s, line)
         self.fault("close_in_commit")
         if ok:
             self._released = w

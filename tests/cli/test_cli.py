@@ -243,3 +243,13 @@ def test_model_create_with_a_deeply_nested_schema_is_one_error_line(tmp_path, ca
     )
     err = capsys.readouterr().err
     assert code == 2 and "nested too deeply" in err and "Traceback" not in err and "RecursionError" not in err
+
+
+def test_evaluate_plot_draws_learning_curves(tmp_path, capsys):
+    """`streamdp evaluate --plot FILE`: the private forest's curves beside river's HoeffdingTree, as a PNG."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "curves" / "votes.png"
+    args = ["evaluate", "uci:congressional-voting", "--epsilons", "1", "--batch-sizes", "50", "--references", "ht"]
+    assert main([*args, "-q", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    assert f"plot: {out}" in capsys.readouterr().out

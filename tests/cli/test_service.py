@@ -236,3 +236,21 @@ def test_the_worker_command_starts_its_workers_without_loading_the_model(redis_u
     assert started == [unique_name]
     assert main(["--redis-url", redis_url, "worker", unique_name + "-none", "--processes", "2"]) != 0
     assert started == [unique_name] and "no model" in capsys.readouterr().err.lower()
+
+
+def test_cli_creates_a_decayed_model_with_the_fixed_cadence_and_shows_both(redis_url, unique_name, capsys):
+    u = ["--redis-url", redis_url]
+    create = ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "3", "--height", "3", "--epsilon", "1"]
+    assert main(u + create + ["--half-life", "4", "--half-life-unit", "records", "--cadence", "fixed"]) == 0
+    assert main(u + ["model", "show", unique_name]) == 0
+    out = capsys.readouterr().out
+    assert "window: every 1 s, counts decayed with a half-life of 4 records" in out
+    assert "cadence         fixed: a window every 1 s, every release merged" in out
+    assert "forgetting      half-life 4 records: noise sd per cell 0.0 now, never above" in out
+    for bad, says in [
+        (["--half-life", "4", "--release", "tree"], "half_life (CLI --half-life) decays the released deltas"),
+        (["--half-life-unit", "records"], "needs half_life (CLI --half-life)"),
+        (["--cadence", "fixed", "--max-lag", "30"], "cadence='fixed' releases a window every release_every"),
+    ]:
+        assert main(u + create[:2] + [unique_name + "x"] + create[3:] + bad) == 2
+        assert says in capsys.readouterr().err

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from streamdp.forest.draw import draw_forest
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Categorical, Numeric, Schema
 
@@ -37,18 +38,21 @@ def make_schema(spec) -> Schema:
     return Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": [0, 1]}})
 
 
-def reference_draw_tree(schema: Schema, height: int, rng: np.random.Generator):
-    """The former node-by-node drawer (BFS order; leaves point to themselves)."""
+def reference_draw_tree(schema: Schema, height: int, rng: np.random.Generator, room: int | None = None):
+    """The former node-by-node drawer (BFS order; leaves point to themselves); with ``room``, the budgeted
+    draw: a node picks among the attributes whose fan-out its room holds, each child gets ``room // fan-out``."""
     attrs = schema.attributes
     numeric = [j for j, a in enumerate(attrs) if isinstance(a, Numeric)]
     feature, threshold, child, leaf = [], [], [], []
     n_leaves = 0
     cats0 = tuple(j for j, a in enumerate(attrs) if isinstance(a, Categorical))
-    queue = deque([(0, cats0, {j: (attrs[j].min, attrs[j].max) for j in numeric})])
+    width = [a.arity if isinstance(a, Categorical) else 2 for a in attrs]
+    big = 2**62
+    queue = deque([(0, cats0, {j: (attrs[j].min, attrs[j].max) for j in numeric}, big if room is None else room)])
     while queue:
-        depth, cats, ranges = queue.popleft()
+        depth, cats, ranges, r = queue.popleft()
         idx = len(feature)
-        candidates = list(cats) + numeric
+        candidates = [j for j in list(cats) + numeric if width[j] <= r]
         if depth >= height or not candidates:
             feature.append(len(attrs))
             threshold.append(np.inf)
@@ -64,13 +68,13 @@ def reference_draw_tree(schema: Schema, height: int, rng: np.random.Generator):
         if isinstance(a, Categorical):
             threshold.append(np.inf)
             rest = tuple(c for c in cats if c != j)
-            queue.extend((depth + 1, rest, ranges) for _ in range(a.arity))
+            queue.extend((depth + 1, rest, ranges, r // a.arity) for _ in range(a.arity))
         else:
             lo, hi = ranges[j]
             t = float(rng.uniform(lo, hi))
             threshold.append(t)
-            queue.append((depth + 1, cats, {**ranges, j: (lo, t)}))
-            queue.append((depth + 1, cats, {**ranges, j: (t, hi)}))
+            queue.append((depth + 1, cats, {**ranges, j: (lo, t)}, r // 2))
+            queue.append((depth + 1, cats, {**ranges, j: (t, hi)}, r // 2))
     return feature, threshold, child, leaf
 
 
@@ -91,13 +95,16 @@ def summarize(schema: Schema, f, th, ch, lf):
     return nodes, int(sum(1 for x in lf if x >= 0))
 
 
-def samples(schema: Schema, height: int, seed: int):
+def samples(schema: Schema, height: int, seed: int, room: int | None = None):
     ref = [
-        summarize(schema, *reference_draw_tree(schema, height, rng))
+        summarize(schema, *reference_draw_tree(schema, height, rng, room))
         for rng in [np.random.default_rng(seed)]
         for _ in range(N)
     ]
-    fs = ForestStructure.draw(schema, N, height, seed=seed + 1)
+    drawn = draw_forest(schema, N, height, np.random.default_rng(seed + 1), 10**9, room=room)
+    assert not isinstance(drawn, int)
+    fs = ForestStructure(*drawn[:5], drawn[5])
+    fs.validate(schema)
     new = []
     for t in range(N):
         k = int(np.flatnonzero(fs.leaf[t] >= 0).max()) + 1
@@ -117,18 +124,24 @@ def chi2_same(a: list, b: list) -> float:
 
 
 SCHEMAS = {
-    "mixed": ([3, (0.0, 10.0), 2, (-5.0, 5.0)], 3),
-    "categorical, paths run out": ([2, 3, 2], 4),
-    "numeric reused": ([(0.0, 1.0), (10.0, 20.0)], 4),
+    "mixed": ([3, (0.0, 10.0), 2, (-5.0, 5.0)], 3, None),
+    "categorical, paths run out": ([2, 3, 2], 4, None),
+    "numeric reused": ([(0.0, 1.0), (10.0, 20.0)], 4, None),
+    "budgeted, mixed": ([3, (0.0, 10.0), 2, 7, (-5.0, 5.0)], 64, 40),
+    "budgeted, categorical": ([2, 3, 5, 2, 9], 64, 30),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(SCHEMAS))
 def test_same_distribution_as_node_by_node_reference(name):
-    spec, height = SCHEMAS[name]
+    spec, height, room = SCHEMAS[name]
     schema = make_schema(spec)
-    ref, new = samples(schema, height, seed=sum(map(ord, name)))
+    ref, new = samples(schema, height, seed=sum(map(ord, name)), room=room)
+    if room is not None:  # the budget holds in every tree, and the deepest paths are as deep in both
+        assert max(k for _, k in new) <= room
+        assert max(d for n, _ in ref for d, _, _ in n) == max(d for n, _ in new for d, _, _ in n)
+        height = 1 + max(d for n, _ in new for d, _, _ in n)
     tests: list[tuple[str, float]] = []
     tests.append(("root attribute", chi2_same([n[0][1] for n, _ in ref], [n[0][1] for n, _ in new])))
     tests.append(("leaf count", chi2_same([k for _, k in ref], [k for _, k in new])))

@@ -233,13 +233,31 @@ def test_the_default_height_never_asks_for_more_leaves_than_the_guard_allows():
 
     mushroom = load_schema("mushroom")
     f = PrivateForest.create(mushroom, n_trees=10, epsilon=1.0)
-    # the tallest drawn trees within the leaf budget (a random draw: 5 or a level lower; 6 fits the guard only)
-    assert 3 <= f.height <= 5 and f.structure.max_leaves <= leaf_budget(mushroom, 10)
-    assert ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080).height == 3  # the guard is the draw's
+    # each branch as deep as the leaf budget holds (the narrow attributes' branches deeper than the wide ones')
+    assert 5 <= f.height <= default_height(22) and f.structure.max_leaves <= leaf_budget(mushroom, 10)
+    small = ForestStructure.draw(mushroom, 10, max_cells=10 * 2 * 1080)  # the guard is the draw's budget too
+    assert small.max_leaves <= 1080 and small.height < f.height
     assert PrivateForest.create(load_schema("nursery"), n_trees=10).height == 4  # half, where it fits
     assert PrivateForest.create(load_schema("congressional-voting"), n_trees=10).height == 8
     with pytest.raises(TooLargeError):  # an explicit height is the user's: refused, not lowered
         ForestStructure.draw(mushroom, 10, height=11)
+
+
+def test_a_default_draw_spends_each_trees_budget_branch_by_branch():
+    """A numeric split halves a branch's budget, a categorical one divides it by its arity: no path's fan-outs
+    multiply past the budget, narrow branches go deep, and a branch stops only where no allowed attribute fits."""
+    schema = _schema_of(["num", 50, 7, "num", 2], 2)
+    budget = leaf_budget(schema, 10)
+    fs = ForestStructure.draw(schema, 10, seed=3)
+    width = [2 if isinstance(a, Numeric) else a.arity for a in schema.attributes]
+    depths = []
+    for t in range(10):
+        for _, path in walk(fs, schema, t):
+            fan = [width[int(fs.feature[t, node])] for node, _ in path]
+            assert math.prod(fan) <= budget
+            assert budget // math.prod(fan) < 2  # a leaf: not even a numeric split fits what is left
+            depths.append(len(path))
+    assert max(depths) == fs.height >= 13 and min(depths) < 9  # all-numeric paths: 2**14 <= budget < 2**15
 
 
 def _schema_of(kinds: list, n_classes: int) -> Schema:
@@ -276,8 +294,8 @@ def test_a_default_forest_stays_small_for_every_schema_up_to_100_attributes(kind
             # the blob of a fit that keeps every leaf (every cell nonzero): counts and structure within 10 MB
             f._counts[f.real_cells] = 1
             assert len(f.to_bytes()) <= 10_000_000, (kind, m, n_classes, s.height)
-            if kind == "numeric" and n_classes == 2:  # as tall as the budget allows: 2**13 <= 13,107 < 2**14
-                assert s.height == 13, (m, s.height)
+            if kind == "numeric" and n_classes == 2:  # as tall as the budget allows: 2**14 <= 23,831 < 2**15
+                assert s.height == 14, (m, s.height)
             elif kind != "numeric" and s.height < default_height(m):  # lowered: the next level is over the budget
                 assert max_possible_leaves(schema, s.height + 1) > leaf_budget(schema, 10)
 

@@ -152,6 +152,7 @@ FAST = {
     "diffp-id3": {"max_depth": 2},
     "diffp-c45": {"max_depth": 2},
     "hanisch-forest": {"n_trees": 2, "max_depth": 2},
+    "auto": {"candidates": [("dpea", {"max_depth": 2}), ("diffp-id3", {"max_depth": 2})]},  # (learners' blobs)
 }
 
 

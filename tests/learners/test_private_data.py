@@ -360,7 +360,14 @@ ALLOWED_IMPORTS = {
     "streamdp.estimation",  # post-processing of released noisy counts only (no rows, no epsilon)
 }
 # The private data layer itself (it holds the rows) and the data-free catalogue are not learners.
-LAYER = {"private_data.py", "private_budget.py", "private_bounds.py", "private_subtree.py", "catalogue.py"}
+LAYER = {
+    "private_data.py",
+    "private_budget.py",
+    "private_bounds.py",
+    "private_subtree.py",
+    "private_selection.py",
+    "catalogue.py",
+}
 # Names a learner may take from the layer-side subtree module: data-free helpers only.
 SUBTREE_OK = {"SubtreeSpace", "structure_leaves", "SENSITIVITY"}
 FORBIDDEN_ATTRS = {"encode", "encode_labels", "_columns"}

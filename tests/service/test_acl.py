@@ -181,6 +181,9 @@ def test_consumer_reads_published_models_and_subscribes(acl, model, votes):
     assert c.get(k.spec) is not None
     assert model in list_models(acl.url("consumer"))
     assert show_model(acl.url("consumer"), model)["version"] == 0
+    from streamdp.service.history import read_history
+
+    assert read_history(acl.url("consumer"), model) == []  # the public release history (LRANGE on pub:*)
     ps = c.pubsub()
     ps.subscribe(k.pub_events)
     with pytest.raises((redis.exceptions.NoPermissionError, redis.ResponseError)):
@@ -466,10 +469,8 @@ def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_n
         seed=1,
         release="window",
         release_every=10.0,
-    )
-    # the clock's windows, every release merged (a model without a cadence: tests/service/test_cadence.py has
-    # the variable ones, whose closes write the same keys)
-    acl.client("admin").hdel(Keys(unique_name).state, "cadence", "schedule")
+        cadence="fixed",  # the clock's windows, every release merged (tests/service/test_cadence.py: the variable
+    )  # ones, whose closes write the same keys)
     Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
     w = Worker(acl.url("worker"), unique_name, block_ms=50)
     assert w.step(block_ms=50) > 0  # added into window 1

@@ -451,11 +451,10 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         release=release,
         release_every=every,
         max_lag=8 * every if rate else None,
+        cadence=None if rate else "fixed",
     )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
-    if not rate:
-        r.hdel(keys.state, "cadence", "schedule")
     log_path = str(tmp_path / "kills.log")
     fleet = Fleet(redis_url, model, log_path, points=POINTS + CLOSE_POINTS)
     rng = np.random.default_rng()

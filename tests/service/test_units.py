@@ -44,12 +44,11 @@ def _model(r, k=2, epsilon=math.inf, key_file=None, **kw):
     kw.setdefault("n_trees", 3)
     kw.setdefault("height", 3)
     kw.setdefault("seed", 1)
+    # the clock's windows, every release merged: the tests tick the clock
     spec = create_model(
         r, "m", DS.schema, epsilon=epsilon, release="window", release_every=EVERY, privacy_id="user",
-        max_records_per_id=k, noise_key_file=key_file, **kw,
+        max_records_per_id=k, noise_key_file=key_file, cadence="fixed", **kw,
     )  # fmt: skip
-    # the clock's windows, every release merged (a model without a cadence): the tests tick the clock
-    r.hdel(Keys("m").state, "cadence", "schedule")
     return spec
 
 

@@ -38,9 +38,8 @@ def _releases(tmp_path, target: bool, n: int, unit: bool) -> np.ndarray:
     kw = dict(privacy_id="user", max_records_per_id=K) if unit else {}
     spec = create_model(
         r, "m", DS.schema, n_trees=1, height=1, epsilon=EPS, seed=5, release="window", release_every=EVERY,
-        noise_key_file=str(key), **kw,
+        noise_key_file=str(key), cadence="fixed", **kw,  # the clock's windows, every release merged
     )  # fmt: skip
-    r.hdel(Keys("m").state, "cadence", "schedule")  # the clock's windows, every release merged
     w = Worker(r, "m", block_ms=1, noise_key_file=str(key))
     crowd, person = Producer(r, "m"), Producer(r, "m")
     x = DS.X[:1]

@@ -54,11 +54,9 @@ def _model(r, name="m", release="window", epsilon=math.inf, **kw):
     kw.setdefault("height", 3)
     every = None if release == "batch" else EVERY
     kw.setdefault("seed", 1)
-    forest = create_model(r, name, DS.schema, epsilon=epsilon, release=release, release_every=every, **kw)
-    # the clock's windows, every release merged: a model without a cadence, as those created before it
-    # (tests/service/test_cadence.py tests the variable windows)
-    r.hdel(Keys(name).state, "cadence", "schedule")
-    return forest
+    # the clock's windows, every release merged (tests/service/test_cadence.py tests the variable windows)
+    kw.setdefault("cadence", None if release == "batch" else "fixed")
+    return create_model(r, name, DS.schema, epsilon=epsilon, release=release, release_every=every, **kw)
 
 
 def _worker(r, name="m", **kw):

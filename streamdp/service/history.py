@@ -1,0 +1,58 @@
+"""A windowed model's release history: one public line per released window, for ``streamdp model history``.
+
+The closer appends, in each release's own MULTI/EXEC (merged or left out), a JSON line to the capped list
+``sdp:{NAME}:pub:history`` (the last :data:`HISTORY_LEN` windows): the window, the version it published, whether
+it was merged, when, the window's length, the release's noisy record count and the published counts' noise sd
+per cell. Every field is public: the clock, the model's parameters and released values (no exact count, no
+arrival time of a record).
+
+>>> e = entry(3, 2, True, 1700000000.0, 0.5, 41.26, 12.0)
+>>> e == {"window": 3, "version": 2, "merged": True, "time": 1700000000.0, "length_s": 0.5,
+...       "noisy_records": 41.3, "cell_sd": 12.0}
+True
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from streamdp.service.connection import connect
+from streamdp.service.keys import Keys
+
+__all__ = ["HISTORY_LEN", "entry", "append", "read_history"]
+
+#: Windows the history keeps (the oldest fall off): a few hundred KiB per model at most.
+HISTORY_LEN = 4096
+
+
+def entry(
+    window: int,
+    version: int,
+    merged: bool,
+    time_s: float,
+    length_s: float,
+    noisy_records: float | None,
+    cell_sd: float,
+) -> dict[str, Any]:
+    """One history line (public values only; ``noisy_records`` None where a release has no record count)."""
+    return {
+        "window": int(window),
+        "version": int(version),
+        "merged": bool(merged),
+        "time": round(float(time_s), 3),
+        "length_s": round(float(length_s), 6),
+        "noisy_records": None if noisy_records is None else round(float(noisy_records), 1),
+        "cell_sd": round(float(cell_sd), 4),
+    }
+
+
+def append(p: Any, keys: Keys, line: dict[str, Any]) -> None:
+    """Queue the append of ``line`` on pipeline ``p`` (inside the release's MULTI), capped at :data:`HISTORY_LEN`."""
+    p.rpush(keys.pub_history, json.dumps(line))
+    p.ltrim(keys.pub_history, -HISTORY_LEN, -1)
+
+
+def read_history(r: Any, name: str) -> list[dict[str, Any]]:
+    """Model ``name``'s release history, oldest first (empty: nothing released yet, or a ``batch`` model)."""
+    return [json.loads(x) for x in connect(r).lrange(Keys(name).pub_history, 0, -1)]

@@ -95,25 +95,31 @@ class Marginals:
             cum.append(c)
         return cls(tuple(edges), tuple(cum))
 
+    def __post_init__(self) -> None:
+        # Every attribute's CDF on one axis, attribute k on [2k, 2k + 1] (its range scaled to [0, 1]) and its
+        # mass on [2k, 2k + 1] too: one np.interp evaluates (or inverts) the CDFs of any mix of attributes.
+        lo = np.array([e[0] for e in self.edges], dtype=np.float64)
+        width = np.array([e[-1] - e[0] for e in self.edges], dtype=np.float64)
+        axis = np.concatenate([(e - e[0]) / (e[-1] - e[0]) + 2 * k for k, e in enumerate(self.edges)])
+        mass = np.concatenate([c + 2 * k for k, c in enumerate(self.cum)])
+        object.__setattr__(self, "_flat", (lo, width, axis, mass))
+
     def cdf(self, q: np.ndarray, x: np.ndarray) -> np.ndarray:
         """Mass below ``x[i]`` of numeric attribute ``q[i]`` (its column among the numeric attributes)."""
-        out = np.empty(np.shape(x), dtype=np.float64)
-        for k in np.unique(q):
-            at = q == k
-            out[at] = np.interp(x[at], self.edges[k], self.cum[k])
-        return out
+        lo, width, axis, mass = self._flat  # type: ignore[attr-defined]
+        z = np.clip((np.asarray(x, dtype=np.float64) - lo[q]) / width[q], 0.0, 1.0) + 2 * q
+        return np.interp(z, axis, mass) - 2 * q
 
     def sample(self, q: np.ndarray, lo: np.ndarray, hi: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """A threshold of attribute ``q[i]`` in ``[lo[i], hi[i]]`` drawn from its density restricted to that
         range (uniform in the range where the density puts no mass there)."""
         u = rng.random(np.shape(q))
         a, b = self.cdf(q, lo), self.cdf(q, hi)
-        out = lo + u * (hi - lo)  # no mass in the range: uniform
-        massive = b - a > 1e-12
-        for k in np.unique(q[massive]):
-            at = massive & (q == k)
-            # the inverse of a piecewise-linear CDF; a flat stretch (an empty bin) is hit with probability 0
-            out[at] = np.interp(a[at] + u[at] * (b[at] - a[at]), self.cum[k], self.edges[k])
+        # the inverse of a piecewise-linear CDF; a flat stretch (an empty bin) is hit with probability 0
+        start, width, axis, mass = self._flat  # type: ignore[attr-defined]
+        z = np.interp(np.clip(a + u * (b - a), 0.0, 1.0) + 2 * q, mass, axis) - 2 * q
+        drawn = start[q] + z * width[q]
+        out = np.where(b - a > 1e-12, drawn, lo + u * (hi - lo))  # no mass in the range: uniform
         return np.clip(out, lo, hi)
 
 

@@ -33,5 +33,5 @@ MAX_PRIOR_TREES = 16
 PRUNE_PROBE = 0.1
 #: Share of a forest's epsilon its one-shot fit spends on noisy histograms of the numeric attributes, to draw
 #: thresholds where the records are (:mod:`streamdp.forest.marginals`), by default: for a schema with a numeric
-#: attribute that declares no quantiles; 0 otherwise (docs/decisions/016-numeric-thresholds.md).
+#: attribute that declares no quantiles; 0 otherwise (docs/decisions/017-numeric-thresholds.md).
 DEFAULT_THRESHOLD_SHARE = 0.2

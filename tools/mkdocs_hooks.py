@@ -6,7 +6,8 @@ things happen here, at build time, to keep one copy of every text:
 
 - ``PUBLISHED`` repository files outside ``docs/`` (the deploy guide, the benchmark results) are added to the
   site at their repository paths (README.md and benchmarks/README.md are included whole by the pages in ``INCLUDED``);
-- ``<!-- include: PATH[#section] -->`` in a page is replaced by that file, or by one section of it (the
+- ``<!-- include: PATH[#section] -->`` (optionally followed on its line by a ``[link](...)`` for readers of the raw
+  file) in a page is replaced by that file, or by one section of it (the
   heading whose anchor is ``section`` down to the next heading of the same or a higher level);
 - every relative link is resolved as a repository path and rewritten to the page that carries it on the site;
   a link to a repository file the site does not carry (source code) keeps its text and loses the link;
@@ -34,7 +35,8 @@ PUBLISHED = ["deploy/README.md", "benchmarks/results/*"]
 INCLUDED = {"README.md": "index.md", "benchmarks/README.md": "benchmarks.md"}
 
 _LINK = re.compile(r"(!?\[(?:[^\[\]]|\[[^\]]*\])*\])\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")
-_INCLUDE = re.compile(r"^<!-- include: (\S+?)(?:#(\S+))? -->$", re.M)
+# (an optional link after the marker is what a reader of the raw file sees instead: the site drops it)
+_INCLUDE = re.compile(r"^<!-- include: (\S+?)(?:#(\S+))? -->(?: \[[^\]\n]*\]\([^)\n]*\))?$", re.M)
 _HEADING = re.compile(r"^(#{1,6}) +(.+?) *#*$")
 _FENCE = re.compile(r"^ *(```|~~~)")
 

@@ -6,7 +6,7 @@ is compensated).
         streamdp/river/_kernel.c -o DIR/_kernel$(pythonX.Y -c "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))")
     cd DIR && pythonX.Y .../benchmarks/speed/kernel_cpython_versions.py .../streamdp/estimation/rule.py .../streamdp/estimation/one_record.py
 
-Reads shrink_one / path_proba_one / _path_proba_two and the constants from those files' source
+Reads posterior_one / path_proba_one and the constants from those files' source
 (no import: it needs numpy) and compares 20,000 random sums and 20,000 random chains (2, 3, 7, 10 classes).
 """
 
@@ -15,15 +15,15 @@ import math
 import random
 import sys
 
-ns = {"math": math, "SNR_MIN": 3.0, "PRIOR_WEIGHT": 8.0, "MIN_WEIGHT": 1.0}
+ns = {"math": math, "KAPPA": 8.0, "SHARE_SPREAD": 0.5}
 for node in [n for path in sys.argv[1:] for n in ast.parse(open(path).read()).body]:
     if (
         isinstance(node, ast.Assign)
         and isinstance(node.targets[0], ast.Name)
-        and node.targets[0].id in ("SNR_MIN", "PRIOR_WEIGHT", "MIN_WEIGHT")
+        and node.targets[0].id in ("KAPPA", "SHARE_SPREAD")
     ):
         exec(compile(ast.Module([node], []), "est", "exec"), ns)
-    if isinstance(node, ast.FunctionDef) and node.name in ("shrink_one", "path_proba_one", "_path_proba_two"):
+    if isinstance(node, ast.FunctionDef) and node.name in ("posterior_one", "path_proba_one"):
         exec(compile(ast.Module([node], []), "est", "exec"), ns)
 sys.path.insert(0, ".")
 import _kernel
@@ -37,7 +37,7 @@ for _ in range(20000):
     rng.shuffle(xs)
     bad += _kernel.py_sum(xs) != sum(xs)
 print(sys.version.split()[0], "sum mismatches:", bad, "of 20000")
-consts = (ns["SNR_MIN"], ns["PRIOR_WEIGHT"], ns["MIN_WEIGHT"])
+consts = (ns["KAPPA"], ns["SHARE_SPREAD"])
 bad = n = 0
 for C in (2, 3, 7, 10):
     for _ in range(5000):
@@ -48,6 +48,7 @@ for C in (2, 3, 7, 10):
             rows.append(rng.choice([0.0, -1.0, rng.uniform(0, 4) * scale**2]))
         w = [rng.random() for _ in range(C)]
         prior = [x / sum(w) for x in w]
-        bad += _kernel.chain(rows, prior, *consts) != ns["path_proba_one"](rows, prior)
+        root = (rng.choice([0.0, rng.uniform(0, 10) * scale]), rng.choice([0.0, rng.uniform(0, 40) * scale**2]))
+        bad += _kernel.chain(rows, prior, *root, *consts) != ns["path_proba_one"](rows, prior, *root)
         n += 1
 print(sys.version.split()[0], "chain mismatches:", bad, "of", n)

@@ -15,8 +15,8 @@ on a held-out fifth (a fresh shuffle per draw). Scenarios:
 * **fast**: the default clock (``--release-every`` 1 s, the default ``--max-lag``); the worker started, then
   the training records pushed in batches of 10,000 or of 10 as fast as the producer sends them.
 
-Each scenario runs on a model with the cadence (``rate``) and on the same model without it (``clock``: its state's
-cadence removed after ``model create``, as a model created before it: every window on the clock, every release
+Each scenario runs on a model with the cadence (``rate``) and on the same model without it (``clock``:
+``model create --cadence fixed``: every window on the clock, every release
 merged); beside them the pure core's one-shot fit of the same training records (``PrivateForest.fit``, the
 ceiling). Windows and merged releases are read from the model's public schedule.
 
@@ -67,13 +67,11 @@ def create(name: str, mode: str, every: float | None, max_lag: float | None) -> 
     args = ["model", "create", name, "--schema", str(SCHEMA), "--epsilon", "1"]
     if every is not None:
         args += ["--release-every", str(every)]
-    if max_lag is not None:
+    if mode == "clock":  # the clock's windows, every release merged
+        args += ["--cadence", "fixed"]
+    elif max_lag is not None:
         args += ["--max-lag", str(max_lag)]
     cli(*args)
-    if mode == "clock":  # a model without a cadence, as created before it
-        r = redis.Redis.from_url(URL)
-        r.hdel(Keys(name).state, "cadence", "schedule")
-        r.hdel(Keys(name).pub_model, "schedule")
 
 
 def start_worker(name: str, log_path: Path) -> subprocess.Popen:

@@ -3,7 +3,8 @@
 Post-processing only: the rule reads released counts and the noise variance, which is public (it follows
 from epsilon, the number of trees and the mechanism), so it spends no epsilon and changes no released number.
 
-- :mod:`~streamdp.estimation.rule`: the shrink rule and the noise variance of a released cell;
+- :mod:`~streamdp.estimation.rule`: the pooled vote's posterior step, the per-tree shrink rule and the noise
+  variance of a released cell;
 - :mod:`~streamdp.estimation.prior`: class priors from released numbers;
 - :mod:`~streamdp.estimation.nodes`: a released forest's node layout (:class:`ForestNodes`) and its vote;
 - :mod:`~streamdp.estimation.trees`: the rule on a learner's tree;
@@ -11,18 +12,21 @@ from epsilon, the number of trees and the mechanism), so it spends no epsilon an
 - :mod:`~streamdp.estimation.prior_phase`: the schedule of a river classifier's prior phase.
 """
 
-from streamdp.estimation.nodes import ForestNodes, forest_topology
-from streamdp.estimation.one_record import path_proba_one, shrink_one
+from streamdp.estimation.nodes import ForestNodes, forest_topology, tree_records
+from streamdp.estimation.one_record import path_proba_one, posterior_one
 from streamdp.estimation.prior import forest_prior, leaf_rule_proba, prior_from, release_prior
 from streamdp.estimation.prior_phase import prior_phase_first, prior_phase_size
 from streamdp.estimation.rule import (
     ESTIMATORS,
+    KAPPA,
     MIN_WEIGHT,
     PRIOR_WEIGHT,
+    SHARE_SPREAD,
     SNR_MIN,
     SNR_MIN_GROWN,
     cell_variance,
     node_distributions,
+    posterior_step,
     seq_sum,
     shrink,
 )
@@ -35,6 +39,11 @@ from streamdp.estimation.trees import (
 )
 
 __all__ = [
+    "KAPPA",
+    "SHARE_SPREAD",
+    "posterior_step",
+    "posterior_one",
+    "tree_records",
     "SNR_MIN",
     "SNR_MIN_GROWN",
     "PRIOR_WEIGHT",
@@ -57,6 +66,5 @@ __all__ = [
     "inverse_variance_mean",
     "reachable",
     "reachable_leaves",
-    "shrink_one",
     "path_proba_one",
 ]

@@ -12,9 +12,28 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamdp.estimation.prior import forest_prior
-from streamdp.estimation.rule import node_distributions, shrink
+from streamdp.estimation.rule import node_distributions, posterior_step
 
-__all__ = ["forest_topology", "ForestNodes"]
+__all__ = ["forest_topology", "tree_records", "ForestNodes"]
+
+
+def tree_records(totals: np.ndarray, var: np.ndarray) -> float:
+    """The records one tree counts, from every tree's noisy total and its noise variance: their inverse-variance
+    mean (a prior stump's total outweighs a tall tree's), the plain mean where a tree has no noise; at least 0.
+
+    >>> tree_records(np.array([100., 160.]), np.array([4., 400.]))  # the stump's 100 outweighs the noisy 160
+    100.59...
+    """
+    totals = np.asarray(totals, dtype=np.float64)
+    var = np.asarray(var, dtype=np.float64)
+    silent = (var <= 0) & (totals == 0)  # released nothing yet (a river classifier's prior phase): measures nothing
+    if silent.any() and not silent.all():
+        totals, var = totals[~silent], var[~silent]
+    if totals.size == 0:
+        return 0.0
+    if np.all(var > 0):
+        return max(0.0, float(np.average(totals, weights=1.0 / var)))
+    return max(0.0, float(totals[var <= 0].mean()))
 
 
 def forest_topology(feature: np.ndarray, child: np.ndarray, leaf: np.ndarray):
@@ -72,9 +91,11 @@ class ForestNodes:
     node's, the sum of its leaves'); ``var`` (n_nodes,): the public variance of
     each node's total, ``L(u) C cell_var``; ``parent``/``depth`` (n_nodes,);
     ``leaf_node`` (n_trees, max_leaves): flat node of each leaf number (-1 past
-    a tree's last leaf); ``prior`` (C,): the forest-wide prior (:func:`forest_prior`).
-    Only the random trees are nodes here: prior stumps (the last ``n_prior``
-    trees of the arrays) inform the prior alone.
+    a tree's last leaf); ``prior`` (C,): the forest-wide prior (:func:`forest_prior`);
+    ``records`` the pooled roots' records (the random trees' number times the records one tree counts,
+    :func:`tree_records`) and ``root_var`` the pooled roots' total variance: where the vote's chain
+    (:meth:`path_proba`) starts. Only the random trees are nodes here: prior stumps (the last ``n_prior``
+    trees of the arrays) inform the prior and the records alone.
     """
 
     y: np.ndarray
@@ -83,6 +104,8 @@ class ForestNodes:
     depth: np.ndarray
     leaf_node: np.ndarray
     prior: np.ndarray
+    records: float = 0.0
+    root_var: float = 0.0
 
     @classmethod
     def build(
@@ -114,19 +137,25 @@ class ForestNodes:
             layout if layout is not None else cls.layout(feature, child, leaf, n_prior)
         )
         T, L = g_leaf.shape
+        all_counts = counts
         counts = counts[:T, :L]
         has = g_leaf >= 0
         y = np.zeros((g_depth.size, counts.shape[2]))
         y[g_leaf[has]] = counts[has]
         y = _subtree_sums(y, g_parent, g_depth)
+        C = counts.shape[2]
         if node_var is not None:
             M = leaf.shape[1]
             last = np.max(np.where(leaf[:T] >= 0, np.arange(M)[None, :], -1), axis=1)
-            var = node_var[:T][np.arange(M)[None, :] <= last[:, None]] * counts.shape[2]
+            var = node_var[:T][np.arange(M)[None, :] <= last[:, None]] * C
+            root_var = node_var[:, 0] * C
         else:
-            per_tree = np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (counts.shape[0] + n_prior,))[:T]
-            var = n_below * counts.shape[2] * per_tree[g_tree]
-        return cls(y, var, g_parent, g_depth, g_leaf, prior)
+            per_tree = np.broadcast_to(np.asarray(cell_var, dtype=np.float64), (all_counts.shape[0],))
+            var = n_below * C * per_tree[:T][g_tree]
+            root_var = np.maximum(n_leaves, 1) * C * per_tree
+        records = tree_records(all_counts.sum(axis=(1, 2)), root_var)
+        roots = g_depth == 0
+        return cls(y, var, g_parent, g_depth, g_leaf, prior, T * records, float(var[roots].sum()))
 
     @classmethod
     def of_trees(
@@ -148,7 +177,7 @@ class ForestNodes:
         >>> nodes = ForestNodes.of_trees([(y, var)] * 2, [parent] * 2, [depth] * 2, [np.array([1, 2])] * 2,
         ...                              np.array([0.6, 0.4]))
         >>> nodes.path_proba(np.array([[1, 1], [2, 2]])).round(2).tolist()  # two trees' evidence pooled per depth
-        [[0.95, 0.05], [0.25, 0.75]]
+        [[0.86, 0.14], [0.34, 0.66]]
         """
         sizes = [len(d) for d in depths]
         offs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -156,6 +185,8 @@ class ForestNodes:
         for t, (off, lv) in enumerate(zip(offs, leaves)):
             leaf_node[t, lv] = off + lv
         parent = np.concatenate([np.where(p >= 0, p + off, -1) for p, off in zip(parents, offs)])
+        root_tot = np.array([float(y[0].sum()) for y, _ in released])
+        root_var = np.array([float(v[0]) for _, v in released])
         return cls(
             np.concatenate([y for y, _ in released]),
             np.concatenate([v for _, v in released]),
@@ -163,6 +194,8 @@ class ForestNodes:
             np.concatenate(depths),
             leaf_node,
             np.asarray(prior, dtype=np.float64),
+            len(sizes) * tree_records(root_tot, root_var),
+            float(root_var.sum()),
         )
 
     @staticmethod
@@ -256,19 +289,20 @@ class ForestNodes:
         return np.where(below, np.where(node >= 0, node, n)[:, None], path)
 
     def path_proba(self, leaves: np.ndarray) -> np.ndarray:
-        """The rule along each record's paths in all trees at once (the probability vote), ``(n, C)``.
+        """The posterior mean along each record's paths in all trees at once (the probability vote), ``(n, C)``.
 
         At depth ``d >= 1`` the record's nodes in the trees are pooled (their noises
-        are independent, so the pooled total's variance is the sum): the pooled
-        counts are shrunk toward the pooled estimate one level up; at the roots
-        it is the prior. A tree whose path ends above ``d`` (a pruned or grown tree's
-        shallower leaf) pools its leaf there: the most specific estimate it holds
+        are independent, so the pooled total's variance is the sum), and the pooled
+        counts update the pooled estimate one level up (:func:`~streamdp.estimation.rule.posterior_step`:
+        the records and the class shares); at the roots it is the prior and :attr:`records`. The pooled
+        node's uniform share of its parent's records is the ratio of their variances (each
+        node's variance counts the leaves below it). A tree whose path ends above ``d`` (a pruned or grown
+        tree's shallower leaf) pools its leaf there: the most specific estimate it holds
         (a root that is a leaf adds nothing: the prior stands for it). A pool no tree
         deepens (the same counts and variance as one level up) is not weighed twice,
         so a record's estimate does not depend on how deep unrelated branches go.
         Leaving shallower trees out would leave the deep levels of unbalanced trees to the
-        few trees that reach them. Noisy trees of one height (drawn, not pruned) are unchanged; with exact counts a depth
-        at which every tree's node holds all its parent's records is skipped too (nothing new). ``leaves`` (n, n_trees): leaf numbers from
+        few trees that reach them. ``leaves`` (n, n_trees): leaf numbers from
         :meth:`ForestStructure.apply` (the random trees' columns; stumps' dropped here).
         """
         leaves = leaves[:, : self.leaf_node.shape[0]]
@@ -290,6 +324,8 @@ class ForestNodes:
             y, var = yv[:, :C], yv[:, C]
             path = [np.where(self.depth[nd] >= 1, nd, len(var) - 1) for nd in path]
         p = np.broadcast_to(self.prior, (n, C))
+        m = np.full(n, self.records)
+        above = np.full(n, self.root_var)
         last = None
         for d in range(1, h + 1):  # depth 0: the roots take the prior (module docstring)
             nd = path[h - d]
@@ -299,8 +335,10 @@ class ForestNodes:
                 col = nd[:, t]
                 Y += y[col]
                 V += var[col]
-            q = shrink(Y, V, p)
+            share = np.where(above > 0, V / np.where(above > 0, above, 1.0), 0.0)
+            q, k = posterior_step(Y, V, p, m, share)
             if last is not None:  # the same counts and variance as one level up: not weighed twice
-                q = np.where(((Y == last[0]).all(axis=1) & (V == last[1]))[:, None], p, q)
-            p, last = q, (Y, V)
+                same = (Y == last[0]).all(axis=1) & (V == last[1])
+                q, k, V = np.where(same[:, None], p, q), np.where(same, m, k), np.where(same, above, V)
+            p, m, above, last = q, k, V, (Y, V)
         return np.array(p, dtype=np.float64) if h == 0 else p  # (stumps only: a writable array, not the broadcast)

@@ -1,11 +1,17 @@
-"""The shrink rule: class distributions of tree nodes from released noisy counts.
+"""Class distributions of tree nodes from released noisy counts: the pooled vote's posterior step and the shrink rule.
 
-Post-processing only: the rule reads released counts
+Post-processing only: both read released counts
 and the noise variance, which is public (it follows from epsilon, the number
-of trees and the mechanism), so it spends no epsilon and changes no released
+of trees and the mechanism), so they spend no epsilon and change no released
 number.
 
-The one rule (:func:`node_distributions`): walk from the root down. At node
+The probability vote (:func:`posterior_step`, chained along a record's pooled
+paths by :meth:`streamdp.estimation.ForestNodes.path_proba`): a posterior mean
+at every depth, with no gate, so every level moves the estimate by what its
+counts are worth (docs/decisions/016-estimation-posterior-mean.md).
+
+The shrink rule (:func:`node_distributions`: each tree alone, under the
+majority vote and for the learners' trees): walk from the root down. At node
 ``v`` with noisy class counts ``y(v, .)``, total ``t(v) = sum_c y(v, c)`` and
 ``sd(v) = sqrt(Var t(v))``, the node is *informative* when
 ``t(v) >= SNR_MIN * sd(v)``; then its distribution is the posterior mean under a
@@ -59,6 +65,9 @@ from operator import add
 import numpy as np
 
 __all__ = [
+    "KAPPA",
+    "SHARE_SPREAD",
+    "posterior_step",
     "SNR_MIN",
     "SNR_MIN_GROWN",
     "PRIOR_WEIGHT",
@@ -70,6 +79,11 @@ __all__ = [
     "shrink",
 ]
 
+#: The pooled vote's prior strength: a node's class shares are drawn around its parent's with the spread of a
+#: Dirichlet of ``KAPPA - 1`` pseudo-records (:func:`posterior_step`).
+KAPPA = 8.0
+#: The relative spread of a node's expected records around its uniform share of its parent's (:func:`posterior_step`).
+SHARE_SPREAD = 0.5
 #: A node is used when its total stands this many noise standard deviations above zero.
 SNR_MIN = 3.0
 #: The bar for a learner's data-grown tree (ID3/C4.5 family, DPEA): such a tree splits a node only
@@ -149,6 +163,60 @@ def shrink(y: np.ndarray, var_total: np.ndarray, parent_p: np.ndarray, snr_min: 
     s = _row_sums(q)[:, None]
     ok = (tot > 0) & (tot >= (SNR_MIN if snr_min is None else snr_min) * sd) & (s[:, 0] > 0)
     return np.where(ok[:, None], q / np.where(s > 0, s, 1.0), parent_p)
+
+
+def posterior_step(
+    y: np.ndarray, var_total: np.ndarray, parent_p: np.ndarray, parent_n: np.ndarray, share: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One depth of the pooled vote's posterior mean, row-wise: ``(p, n)``, the class shares and the records.
+
+    ``y`` (k, C) noisy class counts with total ``t`` and noise variance ``v`` (``var_total``, per cell
+    ``v / C``); ``parent_p`` (k, C) and ``parent_n`` (k,) the estimate one depth up; ``share`` (k,) the
+    node's uniform share of its parent's records (public: its share of the leaves below the parent).
+
+    * Records: the noisy total ``t`` (variance ``v``) and the parent's records times the share
+      ``m = parent_n share`` (variance ``(SHARE_SPREAD m)^2 + 1``), averaged by inverse variance. A
+      node whose total is swamped by noise keeps about ``m``: the noise in ``t`` does not pass for records.
+    * Shares: a Gaussian approximation of the posterior mean under a Dirichlet prior centred on
+      ``p = parent_p`` (``KAPPA - 1`` pseudo-records) with the noise of known variance: per class
+      ``p_c + w_c (y_c - t p_c) / max(|t|, n)``, ``w_c = n^2 / (n^2 + KAPPA n + KAPPA (v / C) / (p_c (1 - p_c)))``:
+      the sampling and the noise variance of the class share against its spread around the parent's. A rare
+      class (small ``p_c (1 - p_c)``) needs more evidence. Clipped at 0 and renormalised; no gate: every
+      node moves its estimate by what its counts are worth.
+
+    Post-processing of released counts and public variances. :func:`streamdp.estimation.one_record.posterior_one`
+    is the same step for one record, float for float.
+
+    >>> y = np.array([[60., 10.], [3., 4.]]); v = np.array([8., 2e4])
+    >>> p, n = posterior_step(y, v, np.array([[0.5, 0.5]] * 2), np.array([140., 140.]), np.array([0.5, 0.5]))
+    >>> p.round(2).tolist(), n.round(0).tolist()  # a clear node moves, a swamped one keeps its parent's
+    ([[0.81, 0.19], [0.5, 0.5]], [70.0, 66.0])
+    """
+    C = y.shape[1]
+    t = _row_sums(y)
+    v = np.where(var_total > 0, var_total, 0.0)
+    m = np.where(share > 0, parent_n * share, parent_n)
+    sm = SHARE_SPREAD * m
+    vm = sm * sm + 1.0
+    pos = v > 0
+    vs = np.where(pos, v, 1.0)
+    n = np.where(pos, (t / vs + m / vm) / (1.0 / vs + 1.0 / vm), t)
+    ok = n > 0
+    n = np.where(ok, n, 0.0)
+    at = np.where(t < 0, -t, t)
+    den = np.where(at > n, at, n)
+    nn = (n * n)[:, None]
+    kn = (KAPPA * n)[:, None]
+    s2 = (v / C)[:, None]
+    pq = parent_p * (1.0 - parent_p)
+    pq = np.where(pq > 1e-6, pq, 1e-6)
+    d = nn + kn + KAPPA * s2 / pq
+    w = nn / np.where(d > 0, d, 1.0)  # 0 only where n is 0 (no records: the parent's estimate below)
+    q = parent_p + w * (y - t[:, None] * parent_p) / np.where(ok, den, 1.0)[:, None]
+    q = np.where(q > 0, q, 0.0)
+    s = _row_sums(q)[:, None]
+    good = ok[:, None] & (s > 0)
+    return np.where(good, q / np.where(s > 0, s, 1.0), parent_p), n
 
 
 def _row_sums(a: np.ndarray) -> np.ndarray:

@@ -7,13 +7,12 @@
  *   proba(x)   ForestView.proba_list's fast path (streamdp/river/forest_view.py): encode, route the record
  *              through every random tree, sum the trees' rows column by column in tree order, left to
  *              right (streamdp.estimation.seq_sum: numpy's order; not Python 3.12's compensated sum()),
- *              then streamdp.estimation.path_proba_one's chain (two classes:
- *              _path_proba_two's unrolled steps; otherwise shrink_one depth by depth), or the leaf rule's
+ *              then streamdp.estimation.path_proba_one's chain (posterior_one depth by depth), or the leaf rule's
  *              normalised sums. None when the record is not for this path (an unknown value, a value type
  *              handled by Python only, no rows set): the caller then runs the Python path;
  *   chain(pooled, prior)  the chain alone (tests).
- * The estimation constants (SNR_MIN, PRIOR_WEIGHT, MIN_WEIGHT) are passed in by the caller from
- * streamdp.estimation; a change of the rule's form must be mirrored here (tests/test_river_kernel.py
+ * The estimation constants (KAPPA, SHARE_SPREAD) and the release's root numbers are passed in by the caller
+ * from streamdp.estimation; a change of the rule's form must be mirrored here (tests/test_river_kernel.py
  * compares the chain with the Python one on random inputs).
  * Build with -ffp-contract=off (setup.py): a fused multiply-add would change the last bits.
  * Memory safety (the arguments come from Python): every size product is overflow-checked before a buffer's
@@ -22,6 +21,8 @@
  * atomic (a failed one leaves a kernel whose methods raise). tests/river/test_kernel_safety.py; run under
  * AddressSanitizer with .ci/kernel_asan.py.
  */
+/* The estimate the chain mirrors (streamdp.river.kernel.CHAIN): a build of another leaves the Python path on. */
+#define KERNEL_CHAIN 2
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -52,7 +53,7 @@ typedef struct {
     double *yv;                         /* mode 3, per release: per node, its counts then its total's variance */
     Py_ssize_t n_yv;               /* prior: the release's prior (mode 2: its list(prior) when no total) */
     PyObject *prior_list;               /* mode 2 with no positive total: list(prior) */
-    double snr, pw, mw;
+    double r0, v0, kappa, spread;       /* the chain's: the roots' records and variance, KAPPA, SHARE_SPREAD */
     /* scratch */
     double *a, *pooled, *p, *q;
     Py_ssize_t *leaf;
@@ -101,40 +102,14 @@ py_sum(const double *x, Py_ssize_t n, Py_ssize_t stride)
     return f;
 }
 
-/* ---- streamdp.estimation.path_proba_one (p: in the prior, out the estimate; q: scratch of C) ---- */
+/* ---- streamdp.estimation.path_proba_one (p: in the prior, out the estimate; q: scratch of C): from the roots'
+ * records r0 and total variance v0, posterior_one depth by depth (the same operations in the same order) ---- */
 static void
-chain(const double *pooled, Py_ssize_t W, Py_ssize_t C, double snr, double pw, double mw, double *p, double *q)
+chain(const double *pooled, Py_ssize_t W, Py_ssize_t C, double r0, double v0, double kappa, double spread, double *p,
+      double *q)
 {
-    if (C == 2) {  /* _path_proba_two */
-        double p0 = p[0], p1 = p[1];
-        for (Py_ssize_t d = 0; d + 3 <= W; d += 3) {
-            double y0 = pooled[d], y1 = pooled[d + 1], v = pooled[d + 2];
-            if (d >= 3 && y0 == pooled[d - 3] && y1 == pooled[d - 2] && v == pooled[d - 1])
-                continue;  /* the same pool as one level up: nothing new to weigh */
-            double tot = y0 + y1;
-            if (!(v > 0))
-                v = 0.0;
-            if (!(tot > 0 && tot >= snr * sqrt(v)))
-                continue;
-            double a = pw * v / (tot > 1.0 ? tot : 1.0) + mw;
-            double den = tot + a;
-            double q0 = (y0 + a * p0) / den;
-            double q1 = (y1 + a * p1) / den;
-            if (q0 < 0 || q1 < 0) {
-                q0 = q0 > 0 ? q0 : 0.0;
-                q1 = q1 > 0 ? q1 : 0.0;
-            }
-            double s = q0 + q1;
-            if (s > 0) {
-                p0 = q0 / s;
-                p1 = q1 / s;
-            }
-        }
-        p[0] = p0;
-        p[1] = p1;
-        return;
-    }
-    for (Py_ssize_t d = 0; d < W; d += C + 1) {  /* shrink_one at each depth */
+    double m = r0, above = v0;
+    for (Py_ssize_t d = 0; d < W; d += C + 1) {
         const double *y = pooled + d;
         if (d + C >= W)
             break;  /* a short last slice: cannot happen with whole rows */
@@ -146,21 +121,30 @@ chain(const double *pooled, Py_ssize_t W, Py_ssize_t C, double snr, double pw, d
                 continue;
         }
         double var = y[C];
-        double tot = py_sum(y, C, 1);
+        double share = above > 0 ? var / above : 0.0;
+        above = var;
+        double t = py_sum(y, C, 1);
         double v = var > 0 ? var : 0.0;
-        if (!(tot > 0 && tot >= snr * sqrt(v)))
+        double mm = share > 0 ? m * share : m;
+        double sm = spread * mm;
+        double vm = sm * sm + 1.0;
+        double n = v > 0 ? (t / v + mm / vm) / (1.0 / v + 1.0 / vm) : t;
+        if (!(n > 0)) {
+            m = 0.0;
             continue;
-        double a = pw * v / (tot > 1.0 ? tot : 1.0) + mw;
-        double den = tot + a;
-        double mn = 0.0;
-        for (Py_ssize_t c = 0; c < C; c++) {
-            q[c] = (y[c] + a * p[c]) / den;
-            if (c == 0 || q[c] < mn)  /* min(): the first, replaced by a smaller item */
-                mn = q[c];
         }
-        if (C > 0 && mn < 0)
-            for (Py_ssize_t c = 0; c < C; c++)
-                q[c] = q[c] > 0 ? q[c] : 0.0;
+        m = n;
+        double at = t < 0 ? -t : t;
+        double den = at > n ? at : n;
+        double nn = n * n, kn = kappa * n, s2 = v / (double)C;
+        for (Py_ssize_t c = 0; c < C; c++) {
+            double pq = p[c] * (1.0 - p[c]);
+            if (!(pq > 1e-6))
+                pq = 1e-6;
+            double w = nn / (nn + kn + kappa * s2 / pq);
+            double x = p[c] + w * (y[c] - t * p[c]) / den;
+            q[c] = x > 0 ? x : 0.0;
+        }
         double s = py_sum(q, C, 1);
         if (s > 0)
             for (Py_ssize_t c = 0; c < C; c++)
@@ -532,15 +516,15 @@ bad:
     return NULL;
 }
 
-/* set_rows(mode, n_rows, W, rows float64[n_rows * W], prior float64[C], snr, pw, mw) */
+/* set_rows(mode, n_rows, W, rows float64[n_rows * W], prior float64[C], r0, v0, kappa, spread) */
 static PyObject *
 set_rows_impl(Kernel *k, PyObject *args)
 {
     int mode;
     Py_ssize_t n_rows, W;
     PyObject *orows, *oprior;
-    double snr, pw, mw;
-    if (!PyArg_ParseTuple(args, "innOOddd:set_rows", &mode, &n_rows, &W, &orows, &oprior, &snr, &pw, &mw))
+    double r0, v0, kappa, spread;
+    if (!PyArg_ParseTuple(args, "innOOdddd:set_rows", &mode, &n_rows, &W, &orows, &oprior, &r0, &v0, &kappa, &spread))
         return NULL;
     if (k->T < 1)
         return PyErr_Format(PyExc_ValueError, "set_rows before set_trees");
@@ -598,9 +582,10 @@ set_rows_impl(Kernel *k, PyObject *args)
     k->n_rows = n_rows;
     k->W = W;
     k->C = C;
-    k->snr = snr;
-    k->pw = pw;
-    k->mw = mw;
+    k->r0 = r0;
+    k->v0 = v0;
+    k->kappa = kappa;
+    k->spread = spread;
     k->mode = mode;
     Py_RETURN_NONE;
 }
@@ -645,15 +630,15 @@ set_paths_impl(Kernel *k, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* set_nodes(n_nodes, yv float64[n_nodes * (C + 1)], prior float64[C], snr, pw, mw): per node (ForestNodes'
+/* set_nodes(n_nodes, yv float64[n_nodes * (C + 1)], prior float64[C], r0, v0, kappa, spread): per node (ForestNodes'
  * numbering; the last row zeros), its counts then its total's variance, as ForestNodes.path_rows reads them. */
 static PyObject *
 set_nodes_impl(Kernel *k, PyObject *args)
 {
     Py_ssize_t n_yv;
     PyObject *oyv, *oprior;
-    double snr, pw, mw;
-    if (!PyArg_ParseTuple(args, "nOOddd:set_nodes", &n_yv, &oyv, &oprior, &snr, &pw, &mw))
+    double r0, v0, kappa, spread;
+    if (!PyArg_ParseTuple(args, "nOOdddd:set_nodes", &n_yv, &oyv, &oprior, &r0, &v0, &kappa, &spread))
         return NULL;
     if (k->paths == NULL || n_yv < 1)
         return PyErr_Format(PyExc_ValueError, "set_nodes: before set_paths, or no nodes");
@@ -698,9 +683,10 @@ set_nodes_impl(Kernel *k, PyObject *args)
     k->n_yv = n_yv;
     k->W = W;
     k->C = C;
-    k->snr = snr;
-    k->pw = pw;
-    k->mw = mw;
+    k->r0 = r0;
+    k->v0 = v0;
+    k->kappa = kappa;
+    k->spread = spread;
     k->mode = 3;
     Py_RETURN_NONE;
 }
@@ -836,7 +822,7 @@ compute(Kernel *k, PyObject *x, const double **out)
     }
     if (k->mode == 1 || k->mode == 3) {
         memcpy(k->p, k->prior, 8 * C);
-        chain(pooled, W, C, k->snr, k->pw, k->mw, k->p, k->q);
+        chain(pooled, W, C, k->r0, k->v0, k->kappa, k->spread, k->p, k->q);
         *out = k->p;
         return 0;
     }
@@ -945,13 +931,13 @@ read_floats(PyObject *seq, double **out, Py_ssize_t *n)
     return 0;
 }
 
-/* chain(pooled, prior, snr, pw, mw): path_proba_one of a pooled row (tests) */
+/* chain(pooled, prior, r0, v0, kappa, spread): path_proba_one of a pooled row (tests) */
 static PyObject *
 mod_chain(PyObject *self, PyObject *args)
 {
     PyObject *opooled, *oprior;
-    double snr, pw, mw;
-    if (!PyArg_ParseTuple(args, "OOddd:chain", &opooled, &oprior, &snr, &pw, &mw))
+    double r0, v0, kappa, spread;
+    if (!PyArg_ParseTuple(args, "OOdddd:chain", &opooled, &oprior, &r0, &v0, &kappa, &spread))
         return NULL;
     double *pooled, *p;
     Py_ssize_t W, C;
@@ -968,7 +954,7 @@ mod_chain(PyObject *self, PyObject *args)
     else if (C < 1 || W % (C + 1) != 0)
         PyErr_SetString(PyExc_ValueError, "chain: the row width does not fit the classes");
     else {
-        chain(pooled, W, C, snr, pw, mw, p, q);
+        chain(pooled, W, C, r0, v0, kappa, spread, p, q);
         out = floats(p, C);
     }
     PyMem_Free(pooled);
@@ -993,9 +979,9 @@ mod_py_sum(PyObject *self, PyObject *arg)
 static PyMethodDef Kernel_methods[] = {
     {"set_trees", (PyCFunction)Kernel_set_trees, METH_VARARGS, "set_trees(n, T, feat, thr, nxt, root, arity)"},
     {"set_rows", (PyCFunction)Kernel_set_rows, METH_VARARGS,
-     "set_rows(mode, n_rows, W, rows, prior, snr_min, prior_weight, min_weight)"},
+     "set_rows(mode, n_rows, W, rows, prior, r0, v0, kappa, spread)"},
     {"set_paths", (PyCFunction)Kernel_set_paths, METH_VARARGS, "set_paths(n_rows, H, paths)"},
-    {"set_nodes", (PyCFunction)Kernel_set_nodes, METH_VARARGS, "set_nodes(n_nodes, yv, prior, snr_min, prior_weight, min_weight)"},
+    {"set_nodes", (PyCFunction)Kernel_set_nodes, METH_VARARGS, "set_nodes(n_nodes, yv, prior, r0, v0, kappa, spread)"},
     {"clear_rows", (PyCFunction)Kernel_clear_rows, METH_NOARGS, "no rows: proba returns None"},
     {"encode", (PyCFunction)Kernel_encode, METH_O, "encode(x): RecordEncoder.encode_one's list"},
     {"proba", (PyCFunction)Kernel_proba, METH_O, "proba(x): class probabilities, or None (the Python path)"},
@@ -1018,7 +1004,7 @@ static PyTypeObject KernelType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"chain", mod_chain, METH_VARARGS, "chain(pooled, prior, snr_min, prior_weight, min_weight)"},
+    {"chain", mod_chain, METH_VARARGS, "chain(pooled, prior, r0, v0, kappa, spread)"},
     {"py_sum", mod_py_sum, METH_O, "py_sum(floats): estimation.seq_sum as mirrored by the kernel"},
     {NULL, NULL, 0, NULL},
 };
@@ -1038,6 +1024,10 @@ PyInit__kernel(void)
     Py_INCREF(&KernelType);
     if (PyModule_AddObject(mod, "Kernel", (PyObject *)&KernelType) < 0) {
         Py_DECREF(&KernelType);
+        Py_DECREF(mod);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(mod, "CHAIN", KERNEL_CHAIN) < 0) {  /* the estimate this build mirrors */
         Py_DECREF(mod);
         return NULL;
     }

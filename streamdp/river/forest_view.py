@@ -5,7 +5,7 @@ forest) and :class:`~streamdp.river.service.ServiceClassifier` (the forest the
 service published). Only released (noised) counts are read. The vote is
 :meth:`PrivateForest.proba_from_leaves`'s and the estimate
 :mod:`streamdp.estimation`'s; the one-record path computes the same numbers
-(its twins ``path_proba_one`` / ``shrink_one``) without numpy calls per record.
+(its twins ``path_proba_one`` / ``posterior_one``) without numpy calls per record.
 Below an unknown value a tree reaches several leaves: it contributes the mean
 of their rows.
 
@@ -17,7 +17,7 @@ encoded and routed by one function call. At each release the real leaves' rows
 the leaf paths themselves are computed once per structure) become Python lists;
 a record sums its trees' rows with ``map(seq_sum, zip(...))``, left to right in tree order,
 so the floats are those of the vectorised path's sums, and the noise-aware chain
-(:func:`~streamdp.estimation.path_proba_one`, unrolled for two classes) runs on
+(:func:`~streamdp.estimation.path_proba_one`) runs on
 the pooled numbers. No numpy call per record; the predictions equal
 :meth:`ForestNodes.path_proba`'s (tests/river/test_forest.py).
 
@@ -116,6 +116,7 @@ class ForestView:
         self._class_prior = f.__dict__.get("class_prior")
         prior = f.prior()
         T, L, C = f.n_trees, self._L, f.shape[2]
+        self._root: tuple[float, float] = (0.0, 0.0)  # the pooled roots' records and variance (the "path" mode's)
         # _rows: made from _rows_src on first use (_python_rows)
         self._rows: dict[int, list[float]] | None = None
         self._rows_src: tuple[np.ndarray, Callable[[], np.ndarray]] | None = None
@@ -129,6 +130,7 @@ class ForestView:
             self._rows_src = (real, lambda: table[real])
         else:
             self._mode, nodes = "path", f.estimation_nodes()
+            self._root = (nodes.records, nodes.root_var)
             real = self._real_leaves()
             node_flat = real // L * nodes.leaf_node.shape[1] + real % L  # the same leaves in the nodes' numbering
             width = (int(nodes.depth.max(initial=0)) + 1) * (C + 1)
@@ -191,7 +193,7 @@ class ForestView:
         each flat leaf's path nodes below the root (:meth:`ForestNodes.path_nodes`); per release, every node's counts
         and total variance (what :meth:`ForestNodes.path_rows` gathers). The leaf rule: the clipped counts."""
         k, T, L = self._k, self.forest.n_trees, self._L
-        snr, pw, mw = kernel_constants()
+        consts = (*self._root, *kernel_constants())
         prior = np.ascontiguousarray(prior, dtype=np.float64)
         H = 0 if self._mode != "path" or self._rows_src is None else self._paths.shape[1] - 1
         if self._rows_src is None or self._mode not in ("path", "sum") or (self._mode == "path" and H < 1):
@@ -206,14 +208,14 @@ class ForestView:
                 flat[real] = self._paths[:, 1:]
                 k.set_paths(T * L, H, flat)
                 self._kernel_paths_of = self._paths
-            k.set_nodes(n + 1, nodes.node_table(), prior, snr, pw, mw)
+            k.set_nodes(n + 1, nodes.node_table(), prior, *consts)
             return
         table = self._table
         ints = table.dtype.kind in "iu"
         if ints and float(np.abs(table).max(initial=0)) * table.shape[0] * table.shape[1] >= 2.0**53:
             k.clear_rows()  # sums not exact as doubles (never in practice): the Python path
             return
-        k.set_rows(2, T * L, table.shape[1], np.ascontiguousarray(table, dtype=np.float64), prior, snr, pw, mw)
+        k.set_rows(2, T * L, table.shape[1], np.ascontiguousarray(table, dtype=np.float64), prior, *consts)
 
     def _real_leaves(self) -> np.ndarray:
         """Flat numbers (``tree * max_leaves + leaf``) of the random trees' real leaves, in order."""
@@ -315,11 +317,11 @@ class ForestView:
     def _pooled_vote(self):
         """The probability vote of a record reaching one leaf per tree (flat numbers), in plain Python,
         as a function with this release's rows and prior bound (the river loop's hot path)."""
-        get, prior, finish = self._rows.__getitem__, self._prior, self._from_sums
+        get, prior, finish, root = self._rows.__getitem__, self._prior, self._from_sums, self._root
         if self._mode == "path":
             # The rows summed tree by tree in order: the floats of the vectorised path's sums.
             def vote(leaves: list) -> list[float]:
-                return path_proba_one(list(map(seq_sum, zip(*map(get, leaves)))), prior)
+                return path_proba_one(list(map(seq_sum, zip(*map(get, leaves)))), prior, *root)
         else:
 
             def vote(leaves: list) -> list[float]:
@@ -329,7 +331,7 @@ class ForestView:
 
     def _from_sums(self, s: list) -> list[float]:
         if self._mode == "path":
-            return path_proba_one(s, self._prior)
+            return path_proba_one(s, self._prior, *self._root)
         tot = seq_sum(s)
         return [v / tot for v in s] if tot > 0 else list(self._prior)
 

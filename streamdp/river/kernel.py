@@ -39,13 +39,17 @@ except ImportError:  # not built (no compiler at install time): the plain-Python
 
 __all__ = ["available", "new_kernel", "constants"]
 
+#: The estimate the kernel's chain must mirror (``KERNEL_CHAIN`` in ``_kernel.c``): a kernel built from other
+#: source (an install older than this code) is not used, and the plain-Python path runs.
+CHAIN = 2
 #: Integers up to this size are exact as doubles (the kernel compares numbers as doubles).
 _EXACT = 2**53
 
 
 def available() -> bool:
-    """True when the compiled kernel is built and not disabled (``STREAMDP_NO_KERNEL=1``)."""
-    return _kernel is not None and not os.environ.get("STREAMDP_NO_KERNEL")
+    """True when the compiled kernel is built from this source (:data:`CHAIN`) and not disabled
+    (``STREAMDP_NO_KERNEL=1``)."""
+    return _kernel is not None and getattr(_kernel, "CHAIN", 0) == CHAIN and not os.environ.get("STREAMDP_NO_KERNEL")
 
 
 def _exact_double(b: Any) -> bool:
@@ -67,6 +71,6 @@ def new_kernel(spec: list, fallback: Callable[[dict], list]):
     return _kernel.Kernel(list(spec), fallback, lookup_key(False), lookup_key(True))
 
 
-def constants() -> tuple[float, float, float]:
-    """:mod:`streamdp.estimation`'s ``SNR_MIN, PRIOR_WEIGHT, MIN_WEIGHT``, read now (the kernel's chain takes them)."""
-    return float(estimation.SNR_MIN), float(estimation.PRIOR_WEIGHT), float(estimation.MIN_WEIGHT)
+def constants() -> tuple[float, float]:
+    """:mod:`streamdp.estimation`'s ``KAPPA, SHARE_SPREAD``, read now (the kernel's chain takes them)."""
+    return float(estimation.KAPPA), float(estimation.SHARE_SPREAD)

@@ -399,6 +399,7 @@ class _TreeTables:
             tables = [table.tolist() for table in model.node_tables()]
         else:  # per tree, a leaf's row: its path's counts and variances from depth 1 (the roots take the prior)
             self.prior = nodes.prior.tolist()
+            self.root = (nodes.records, nodes.root_var)
             T, M = nodes.leaf_node.shape
             tree_of, leaf_of = np.nonzero(nodes.leaf_node >= 0)  # every tree's leaves, in one path_rows call
             rows = nodes.path_rows(tree_of * M + leaf_of)[:, C + 1 :].tolist()
@@ -442,7 +443,7 @@ class _TreeTables:
                     out[k] += d[k]
         if self.prior is not None:
             assert pooled is not None  # a fitted model has at least one tree
-            return path_proba_one(pooled, self.prior)
+            return path_proba_one(pooled, self.prior, *self.root)
         n = len(self.trees)
         return [v / n for v in out]
 

@@ -2,7 +2,8 @@
 
 The closer appends, in each release's own MULTI/EXEC (merged or left out), a JSON line to the capped list
 ``sdp:{NAME}:pub:history`` (the last :data:`HISTORY_LEN` windows): the window, the version it published, whether
-it was merged, when, the window's length, the release's noisy record count and the published counts' noise sd
+it was merged, the window's scheduled end (public: never the wall clock of the close, whose delay would tell how
+busy the window was), the window's length, the release's noisy record count and the published counts' noise sd
 per cell. Every field is public: the clock, the model's parameters and released values (no exact count, no
 arrival time of a record).
 

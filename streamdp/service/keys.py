@@ -81,6 +81,10 @@ class Keys:
     def delta(self, batch_id: str) -> str:
         return f"{self.prefix}:priv:delta{self._noise}:{batch_id}"
 
+    def claim(self, batch_id: str) -> str:
+        """A batch's claimed records under a privacy id (``release="batch"``, :mod:`.unit_claim`); workers only."""
+        return f"{self.prefix}:priv:claim:{batch_id}"
+
     def acc(self, window: int) -> str:
         """The SECRET exact accumulator of a window (hash: one field per add, :mod:`.windows`); workers only."""
         return f"{self.prefix}:priv:acc:{int(window)}"

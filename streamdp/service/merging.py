@@ -35,12 +35,19 @@ from streamdp.service.group import Entry, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
-from streamdp.service.units import Unit, choose, hash_ids
+from streamdp.service.unit_claim import Claims
+from streamdp.service.units import IdBound, Unit
 from streamdp.service.windows import joined_cells
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
 
 log = logging.getLogger("streamdp.worker")
+
+
+def _id_bound(unit: Unit, key: bytes | None) -> IdBound:
+    if not key:
+        raise ValueError("a model with a privacy id needs the id-hashing key (the master noise key)")
+    return IdBound(unit, key)
 
 
 class WorkerEntry(Entry):
@@ -171,10 +178,13 @@ class BatchMerge(_Merge):
         keep_versions: int,
         version_ttl_s: int = 0,
         delta_ttl_s: int = 0,
+        unit: Unit | None = None,
+        id_key: bytes | None = None,
         **common: Any,
     ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise, self.guard = noise, guard
+        self.claims = Claims(r, keys, _id_bound(unit, id_key)) if unit is not None else None
         self.keep_versions, self.version_ttl_s, self.delta_ttl_s = keep_versions, version_ttl_s, delta_ttl_s
         self._script = r.register_script(COMMIT_LUA)
         self._dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
@@ -186,8 +196,25 @@ class BatchMerge(_Merge):
         self._state_version = None
 
     def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
-        """Noise ``merge``'s batches (each once) and commit them, with ``ack_only``'s acks and dead letters."""
-        return self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+        """Noise ``merge``'s batches (each once) and commit them, with ``ack_only``'s acks and dead letters.
+
+        Under a privacy id each batch's kept records are claimed first (:mod:`.unit_claim`), then noised."""
+        if self.claims is None:
+            return self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+        for bid, e in list(merge.items()):
+            got = self.claims.claim(cast(codec.Batch, e.batch))
+            if got in ("replaced", "busy"):
+                return Outcome("replaced") if got == "replaced" else self._gave_up()
+            if isinstance(got, codec.Batch):
+                e.batch = got
+                continue
+            if got == "no-ids":
+                e.dead = (f"no privacy ids: this model's unit is a person ({self.claims.ids.unit.privacy_id!r})", b"")
+            ack_only.append(merge.pop(bid))  # (merged before: acknowledged, not merged again)
+        out = self.commit(merge, self.sum_deltas(merge, ack_only), ack_only)
+        if out.status == "ok":
+            self.claims.drop(list(merge))
+        return out
 
     def delta(self, batch: codec.Batch) -> np.ndarray:
         """The batch's noised delta: the stored one if any, else drawn now and stored with SET NX."""
@@ -349,14 +376,15 @@ class WindowAdd(_Merge):
     ):
         super().__init__(r, keys, spec, consumer, **common)
         self.noise = noise
-        if unit is not None and not id_key:
-            raise ValueError("a model with a privacy id needs the id-hashing key (the master noise key)")
-        self.unit, self.id_key = unit, id_key
+        self.unit = unit
+        self.ids = _id_bound(unit, id_key) if unit is not None else None
         self._script = r.register_script(WINDOW_ADD_LUA)
         self.open_window: int | None = None  # the window this worker believes open (the script corrects it)
 
     def reset(self) -> None:
         self.open_window = None
+        if self.ids is not None:
+            self.ids.forget()
 
     def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
         """Add ``merge``'s tallies into the open window, exactly once, with ``ack_only``'s acks and dead letters.
@@ -375,7 +403,7 @@ class WindowAdd(_Merge):
                     e.dead = (f"no privacy ids: this model's unit is a person ({self.unit.privacy_id!r})", b"")
                     ack_only.append(merge.pop(bid))
                 else:
-                    hashes[bid] = hash_ids(cast(bytes, self.id_key), batch.ids)
+                    hashes[bid] = cast(IdBound, self.ids).hashes(batch.ids)
                 continue
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
                 tallies[bid] = self._tally(batch.X, batch.y, bid, batch)
@@ -425,6 +453,8 @@ class WindowAdd(_Merge):
             status = as_str(res[0])
             if status == "ok":
                 self.open_window = int(res[1])
+                if self.ids is not None and m:
+                    self.ids.written()
                 return Outcome("ok", ids_all, merged=m > 0)
             if status == "replaced":
                 return Outcome("replaced")
@@ -432,7 +462,7 @@ class WindowAdd(_Merge):
             if status == "moved":
                 self.open_window = int(res[1])
             elif status == "ids-moved":  # another worker merged records of these ids meanwhile: choose again
-                pass
+                cast(IdBound, self.ids).moved(res)
             elif status == "rejected":
                 self._rejected(res, ids_all, m, merge, ack_only)
             else:
@@ -445,32 +475,14 @@ class WindowAdd(_Merge):
         return self.spec.sparse_tally_encoded(X, y, self.noise.rng("tally", bid, batch.X, batch.y))
 
     def _bound(self, m_entries: list[WorkerEntry], hashes: dict[str, list[bytes]], tallies: dict) -> tuple[list, int]:
-        """The records to merge under the unit (at most K per id over the stream, :mod:`.units`): reads the ids'
-        counts, keeps each batch's records that fit, tallies only those (into ``tallies``); returns the add
-        script's id arguments and the number of records kept."""
-        unit = cast(Unit, self.unit)
+        """The records to merge under the unit (at most K per id over the stream, :mod:`.units`): keeps each
+        batch's records that fit the ids' counts as this worker knows them (the add script checks them),
+        tallies only those (into ``tallies``); returns the add script's id arguments and the records kept."""
         batches = [cast(codec.Batch, e.batch) for e in m_entries]
-        every = [h for b in batches for h in hashes[b.batch_id]]
-        distinct = list(dict.fromkeys(every))
-        p = self.redis.pipeline(transaction=True)
-        p.hlen(self.keys.ids)
-        p.hmget(self.keys.ids, distinct) if distinct else p.echo("")
-        n_ids, stored = p.execute()
-        counts = {h: int(c) for h, c in zip(distinct, stored or []) if c is not None}
-        keep, changed, _ = choose(every, counts, int(n_ids), unit)
+        keep, args = cast(IdBound, self.ids).choose([h for b in batches for h in hashes[b.batch_id]])
         at = 0
         for b in batches:
             k = keep[at : at + len(b.y)]
             at += len(b.y)
             tallies[b.batch_id] = self._tally(b.X[k], b.y[k], b.batch_id, b)
-        new = sum(1 for h in changed if counts.get(h, 0) == 0)
-        old = ",".join(str(counts.get(h, 0)) for h in changed)
-        args: list[Any] = [
-            len(changed),
-            new,
-            unit.max_ids,
-            b"".join(changed),
-            old,
-            ",".join(map(str, changed.values())),
-        ]
         return args, int(keep.sum())

@@ -213,6 +213,8 @@ class Worker(GroupLoop):
                 keep_versions=self.keep_versions,
                 version_ttl_s=cfg.version_ttl_s,
                 delta_ttl_s=cfg.delta_ttl_s,
+                unit=unit,
+                id_key=id_key(master, model_id) if unit is not None and master else None,
                 **common,
             )
         else:

@@ -198,7 +198,7 @@ class WindowCloser:
         sched = self.windows.of(rel, sched_raw)
 
         def entry_of(records: float | None, sd: float, published: int = version, merged: bool = False) -> dict:
-            return entry(w, published, merged, time.time(), sched.length, records, sd)  # (public values)
+            return entry(w, published, merged, sched.end, sched.length, records, sd)  # (public values)
 
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw, sched)
@@ -342,13 +342,13 @@ class WindowCloser:
         records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees) if len(stumps) else None
         if new_sched.merged == sched.merged:  # left out: the published release stays
             line = entry(
-                w, version, False, time.time(), sched.length, records, float(np.sqrt(np.max(old.noise_variance)))
+                w, version, False, sched.end, sched.length, records, float(np.sqrt(np.max(old.noise_variance)))
             )
             return self._left_out(w, version, sched, new_sched, [key], line)
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
         variance = float(np.max(forest.noise_variance))
-        line = entry(w, version + 1, True, time.time(), sched.length, records, math.sqrt(variance))
+        line = entry(w, version + 1, True, sched.end, sched.length, records, math.sqrt(variance))
         ok = self._release(w, version, forest, b"", [key], variance, grown=blob_b, schedule=new_sched, history=line)
         self.fault("close_in_commit")
         if not ok:
@@ -396,7 +396,9 @@ class WindowCloser:
         ``grown`` (``release="grow"``): the stored release's blob. The structure changes with the releases,
         so ``pub:model`` holds the blob and no counts field (the
         consumers' counts-only fast path assumes one structure) and the retained version is the blob."""
-        nv, now = version + 1, int(time.time() * 1000)
+        # (the window's scheduled end, public, when there is one; the wall clock after a close would tell how long the
+        # close took, and so roughly how busy the window was)
+        nv, now = version + 1, int((history["time"] if history is not None else time.time()) * 1000)
         keep = self.keep_versions
         with self.r.pipeline(transaction=True) as p:
             try:

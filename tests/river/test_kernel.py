@@ -156,8 +156,8 @@ def test_kernel_encoder_returns_the_generated_encoders_objects():
 @needs_kernel
 @pytest.mark.parametrize("C", [2, 3, 7, 10])
 def test_kernel_chain_equals_path_proba_one(C):
-    """The C chain against streamdp.estimation.path_proba_one (two classes: the unrolled one) on random pooled
-    rows: noise-swamped, negative, tiny and large totals; the same floats."""
+    """The C chain against streamdp.estimation.path_proba_one on random pooled rows and root numbers:
+    noise-swamped, negative, tiny and large totals; the same floats."""
     rng = np.random.default_rng(C)
     consts = kernel.constants()
     for _ in range(3000):
@@ -169,7 +169,9 @@ def test_kernel_chain_equals_path_proba_one(C):
             v = float(rng.choice([0.0, -1.0, rng.uniform(0, 4) * scale**2]))
             rows += [*y, v]
         prior = rng.dirichlet(np.ones(C)).tolist()
-        assert kernel._kernel.chain(rows, prior, *consts) == estimation.path_proba_one(rows, prior)
+        r0 = float(rng.choice([0.0, rng.uniform(0, 10) * scale]))
+        v0 = float(rng.choice([0.0, rng.uniform(0, 40) * scale**2]))
+        assert kernel._kernel.chain(rows, prior, r0, v0, *consts) == estimation.path_proba_one(rows, prior, r0, v0)
 
 
 @needs_kernel
@@ -237,3 +239,12 @@ def test_a_bound_not_exact_as_a_double_keeps_the_python_path():
 def test_ci_builds_the_kernel():
     """CI installs with pip on a machine with a C compiler: the optional build must not have failed silently."""
     assert kernel._kernel is not None, "streamdp/river/_kernel.c was not built: see pip's build log (setup.py)"
+    assert kernel.available(), "the built kernel mirrors another estimate than streamdp.river.kernel.CHAIN"
+
+
+@needs_kernel
+def test_a_kernel_built_from_other_source_keeps_the_python_path(monkeypatch):
+    """A build whose chain mirrors another estimate (an install older than the code) is not used."""
+    monkeypatch.setattr(kernel, "CHAIN", kernel.CHAIN + 1)
+    assert not kernel.available()
+    assert kernel.new_kernel(list(RecordEncoder(rs.sea_schema())._spec), dict) is None

@@ -66,13 +66,13 @@ def _run(body: str) -> str:
 @pytest.mark.parametrize(
     "call",
     [
-        "one_leaf(k); k.set_rows(2, 2**62, 2, b'', np.array([.5, .5]), 1., 1., 1.); print(k.proba({}))",
-        "k.set_rows(2, 2**62, 2, b'', np.array([.5, .5]), 1., 1., 1.)",
+        "one_leaf(k); k.set_rows(2, 2**62, 2, b'', np.array([.5, .5]), 1., 1., 1., 1.); print(k.proba({}))",
+        "k.set_rows(2, 2**62, 2, b'', np.array([.5, .5]), 1., 1., 1., 1.)",
         "k.set_trees(2**62, 1, b'', b'', b'', np.zeros(1, np.int64), np.full(m, 2, np.int64))",
         "k.set_trees(1, 2**61, np.array([-1], np.int32), np.zeros(1), np.zeros(1, np.int64), b'', np.full(m, 2, np.int64))",
         "one_leaf(k); k.set_paths(2**61, 8, b'')",
-        "one_leaf(k); k.set_paths(1, 1, np.zeros(1, np.int64)); k.set_nodes(2**61, b'', np.array([.5, .5]), 1., 1., 1.)",
-        "one_leaf(k); k.set_paths(1, 1, np.zeros(1, np.int64)); k.set_nodes(1, b'', np.zeros(2**60 // 2**57), 1., 1., 1.)",
+        "one_leaf(k); k.set_paths(1, 1, np.zeros(1, np.int64)); k.set_nodes(2**61, b'', np.array([.5, .5]), 1., 1., 1., 1.)",
+        "one_leaf(k); k.set_paths(1, 1, np.zeros(1, np.int64)); k.set_nodes(1, b'', np.zeros(2**60 // 2**57), 1., 1., 1., 1.)",
     ],
     ids=["rows-then-proba", "rows", "trees", "roots", "paths", "nodes", "nodes-classes"],
 )
@@ -100,7 +100,7 @@ def test_a_call_back_into_the_kernel_raises(method, entry):
         f"""
         trees = (1, 1, np.array([-1], np.int32), np.zeros(1), np.zeros(1, np.int64), np.zeros(1, np.int64),
                  np.full(m, 2, np.int64))
-        rows = (2, 1, 2, np.array([1., 2.]), np.array([.5, .5]), 1., 1., 1.)
+        rows = (2, 1, 2, np.array([1., 2.]), np.array([.5, .5]), 1., 1., 1., 1.)
         k.set_trees(*trees); k.set_rows(*rows)
         name = enc._spec[0][0]
         class Key:
@@ -183,7 +183,7 @@ def test_the_module_functions_read_a_snapshot():
                 ys.clear()
                 return 1.0
         ys[0] = G()
-        print(len(_kernel.chain(ys, [0.5, 0.5], 1.0, 1.0, 1.0)))
+        print(len(_kernel.chain(ys, [0.5, 0.5], 1.0, 1.0, 1.0, 1.0)))
         """
     )
     assert out.split() == ["5.5", "2"]
@@ -242,7 +242,7 @@ def test_fuzz_the_setters_raise_or_route_inside_the_arrays(schema, data):
     enc, k = _kernel_of(schema)
     sizes, arrays = _int_arrays(8)
     prior = st.sampled_from([np.array([0.5, 0.5]), np.array([0.2, 0.3, 0.5]), b"", np.zeros(1)])
-    consts = kernel.constants()
+    consts = (100.0, 1000.0, *kernel.constants())
     for _ in range(data.draw(st.integers(1, 8))):
         op = data.draw(st.sampled_from(["trees", "rows", "paths", "nodes", "clear"]))
         try:

@@ -220,7 +220,8 @@ def test_pooled_hanisch_one_record_path_gives_the_pooled_rule_on_the_expected_co
     nodes, C = m.pooled_nodes(), s.n_classes
     M = nodes.leaf_node.shape[1]
     rows = sum(nodes.path_rows(t * M + tree.apply(X))[:, C + 1 :].mean(axis=0) for t, tree in enumerate(m.trees_))
-    assert got == pytest.approx(path_proba_one(rows.tolist(), nodes.prior.tolist()), abs=1e-9)
+    want = path_proba_one(rows.tolist(), nodes.prior.tolist(), nodes.records, nodes.root_var)
+    assert got == pytest.approx(want, abs=1e-9)
     assert abs(got[0] - got[1]) > 0.05 or max(got) > 0.5  # the model, not a uniform guess
 
 

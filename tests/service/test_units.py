@@ -228,8 +228,6 @@ def test_a_million_distinct_ids_in_one_batch_are_hashed_and_chosen():
 
 
 def test_the_unit_is_declared_and_checked_at_create(r, key_file):
-    with pytest.raises(ValueError, match="release='batch'"):
-        create_model(r, "b", DS.schema, release="batch", privacy_id="user", max_records_per_id=2)
     with pytest.raises(ValueError, match="k-anonymity"):
         create_model(r, "k", DS.schema, mechanism="kanon", k=5, beta=0.1, privacy_id="user", max_records_per_id=2)
     with pytest.raises(ValueError, match="schema attribute or the label"):
@@ -255,3 +253,47 @@ def test_a_stream_model_keeps_at_most_max_ids_persons(r, key_file):
     assert r.hlen(Keys("m").ids) == 3  # a, b, c; d and e came after the bound
     np.testing.assert_array_equal(_published(r, spec), _exact(spec, np.array([0, 1, 2, 3, 6])))
     assert show_model(r, "m")["unit"]["max_ids"] == 3
+
+
+def _choose_one_by_one(hashes, counts, n_ids, unit):
+    """The rule record by record, as the docstring states it (the reference for the vectorised choose)."""
+    now, ids_now, keep = {}, n_ids, []
+    for h in hashes:
+        c = now.get(h, counts.get(h, 0))
+        if h not in now and c == 0:
+            if ids_now >= unit.max_ids:
+                keep.append(False)
+                continue
+            ids_now += 1
+        keep.append(c < unit.max_records_per_id)
+        now[h] = c + 1 if keep[-1] else c
+    return keep, {h: c for h, c in now.items() if c != counts.get(h, 0)}, ids_now
+
+
+def test_the_vectorised_choice_is_the_rule_record_by_record():
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        pool = [bytes([i]) * 16 for i in range(int(rng.integers(1, 12)))]
+        hashes = [pool[int(i)] for i in rng.integers(0, len(pool), int(rng.integers(0, 40)))]
+        counts = {h: int(rng.integers(1, 5)) for h in pool if rng.random() < 0.4}
+        unit = Unit("user", int(rng.integers(1, 5)), max_ids=int(rng.integers(1, 15)))
+        n_ids = int(rng.integers(len(counts), len(counts) + 4))
+        keep, changed, n = choose(hashes, counts, n_ids, unit)
+        assert (keep.tolist(), changed, n) == _choose_one_by_one(hashes, counts, n_ids, unit)
+
+
+def test_a_stale_view_of_the_counts_is_corrected_by_the_add_script(r, key_file):
+    """A worker whose view of the counts is behind (another worker merged the same people since) gets the
+    current counts back from the script and chooses again: nobody passes K."""
+    _model(r, k=2, key_file=key_file)
+    a, b = _worker(r, key_file), _worker(r, key_file)
+    p = Producer(r, "m")
+    p.push(DS.X[:4], DS.y[:4], ids=["ann", "bob", "ann", "cy"], batch_id="one")
+    _add_all(a)  # a's view: ann 2, bob 1, cy 1
+    p.push(DS.X[4:8], DS.y[4:8], ids=["bob", "cy", "cy", "dan"], batch_id="two")
+    _add_all(b)  # b's view is empty: refused once with the counts, then keeps bob, one of cy's, dan
+    p.push(DS.X[8:12], DS.y[8:12], ids=["bob", "cy", "dan", "ann"], batch_id="three")
+    _add_all(a)  # a's view of bob and cy is behind: refused, then only dan's record kept
+    stored = {k: int(v) for k, v in r.hgetall(Keys("m").ids).items()}
+    assert sorted(stored.values()) == [2, 2, 2, 2]
+    assert int(r.hget(Keys("m").stats, "records_merged")) == 8

@@ -23,6 +23,8 @@ speed("speed.river_loop", pairs.river_loop_pair, {"n": 5_000, **FULL}, {"n": 500
 S = "benchmarks.speed."
 script("bench_dead_letters", S + "bench_dead_letters")
 script("hot_path", S + "hot_path")
+script("hot_path_h7", S + "hot_path", "--height", "7", what="the hot path on Adult's forest at height 7")
+script("idle_schedule", S + "idle_schedule", "--max-lag", "300", "1")
 script("model_footprint", S + "model_footprint")
 script("bench_cluster", S + "bench_cluster")
 script("bench_data_path", S + "bench_data_path")
@@ -52,11 +54,12 @@ script("drift_forgetting", T + "drift_forgetting")
 script("drift_forgetting_service", T + "drift_forgetting_service")
 script("estimation_posterior", T + "estimation_posterior")
 script("river_estimate_pair", T + "river_estimate_pair", "synth-linear,synth-blobs,uci-nursery")
+script("service_defaults", T + "service_defaults")
 script("stream_over_time", T + "stream_over_time")
 for _name in """accuracy_height accuracy_mushroom_deep accuracy_rdt agrawal_batch agrawal_noise_free continual_counting
 default_height dpea_bai dpea_inner_releases dpea_stopped_branches dpl_rf estimation_shallow_leaves
 estimation_variants fit_height_ceiling floor_draws fs_c45 fs_id3_hanisch grow_ceiling hanisch_pooled hanisch_prior
-kanon_batch late_worker learner_roots learner_selection n_trees numeric_thresholds nursery_ceiling_cv nursery_rule_explore prior_stumps prune_snr
+auto_numeric_candidates kanon_batch late_worker learner_roots learner_selection n_trees numeric_thresholds nursery_ceiling_cv nursery_rule_explore prior_stumps prune_snr
 report_accuracy river_ceiling river_eval river_floor river_grid river_grow river_service_eval river_variants
 river_window_floor stream_batch_size stream_batch_size_ceiling stream_floor_identifiable stream_height_ceiling
 stream_small window_catchup""".split():

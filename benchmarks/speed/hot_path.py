@@ -1,7 +1,7 @@
 """The worker's hot path at the defaults: routing and counting a batch on Adult's default forest, beside scikit-learn.
 
 Adult's default forest is what ``streamdp model create`` makes for Adult's schema: 10 random trees at
-the default height (7) and the prior stump (``PrivateForest.create(schema, n_trees=10)``). Per batch
+the default height (``--height`` another) and the prior stump (``PrivateForest.create(schema, n_trees=10)``). Per batch
 size (100, 1,000, 10,000, 100,000 records, drawn from Adult's encoded rows, a fresh batch every
 repetition, the same batches for both sides):
 
@@ -53,6 +53,12 @@ def timed(fn) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--height",
+        type=int,
+        default=None,
+        help="the forest's height (default: the schema's default); results as hot_path_h<H>",
+    )
     args = ap.parse_args()
     from sklearn.ensemble import RandomForestClassifier
 
@@ -62,7 +68,7 @@ def main() -> None:
     enc = schema.encode(ds.X, ds.y)
     X, y = enc.X, enc.y.astype(np.int64)
     t0 = time.perf_counter()
-    forest = PrivateForest.create(schema, n_trees=N_TREES, seed=1)
+    forest = PrivateForest.create(schema, n_trees=N_TREES, height=args.height, seed=1)
     draw_s = time.perf_counter() - t0
     fs = forest.structure
     t0 = time.perf_counter()
@@ -187,7 +193,7 @@ def main() -> None:
         f"Load: `{uptime_start}` -> `{uptime_end}`.",
         "",
     ]
-    write_results("hot_path", info, rows, lines)
+    write_results("hot_path" if args.height is None else f"hot_path_h{args.height}", info, rows, lines)
 
 
 if __name__ == "__main__":

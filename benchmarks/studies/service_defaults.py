@@ -8,10 +8,15 @@ Measured, in one run, on the local Redis:
   floor: reading the published counts' bytes (``HGET``);
 * end to end: ``--rows`` Adult rows (the dataset repeated) from ``streamdp push`` (the CLI, its default batch
   size) to a drained ``streamdp worker NAME --processes 2 --until-drained``, with the resident set of the
-  pool's parent and of each worker process (peak ``VmHWM`` and last ``VmRSS`` from /proc, sampled);
+  pool's parent and of each worker process (peak ``VmHWM`` and last ``VmRSS`` from /proc, sampled), and the time
+  at which every entry was merged and acked (the group polled every 5 ms): "drained" also waits for the window
+  holding the last records to be released on the model's public schedule;
 * the plain pipeline on the same rows: pandas reads the CSV and codes it, msgpack packs each 1,000-row batch,
   pipelined XADD; then 2 consumer processes (XREADGROUP, scikit-learn ``apply`` on a RandomForestClassifier of
-  10 trees of depth 7 fitted on Adult, ``np.bincount`` of the leaves, XACK) until the stream is drained;
+  10 trees as deep as the model's trees, fitted on Adult, ``np.bincount`` of the leaves, XACK) until the stream
+  is drained (their last read blocks 0.5 s); its "merged" time is when every entry was acked;
+* ``--e2e-repeats`` runs of each side, interleaved (a model created just before each service run), and their
+  medians;
 * an idle worker's window closes per minute against the model's 1 s schedule (``--idle-s`` seconds).
 
     python benchmarks/studies/service_defaults.py [--rows 300000] [--idle-s 30]
@@ -130,6 +135,35 @@ def key_memory(r: redis.Redis, keys: Keys) -> list[dict]:
     return out
 
 
+class AckWatch(threading.Thread):
+    """The time (``perf_counter``) at which group ``group`` of ``stream`` first held ``rows`` records' entries
+    delivered and acked: nothing pending, no lag, every entry read (polled every 5 ms until stopped)."""
+
+    def __init__(self, url: str, stream: str, group: str, entries: int):
+        super().__init__(daemon=True)
+        self.r, self.stream, self.group, self.entries = redis.Redis.from_url(url), stream, group, entries
+        self.stop_ev = threading.Event()
+        self.at: float | None = None
+
+    def run(self) -> None:
+        while not self.stop_ev.is_set() and self.at is None:
+            try:
+                g = next(
+                    (g for g in self.r.xinfo_groups(self.stream) if g["name"] in (self.group, self.group.encode())),
+                    None,
+                )
+            except redis.ResponseError:
+                g = None
+            if g is not None and int(g["pending"]) == 0 and int(g.get("entries-read") or 0) >= self.entries:
+                self.at = time.perf_counter()
+            self.stop_ev.wait(0.005)
+
+
+def times(push_s: float, merged_s: float, total_s: float) -> dict:
+    """One end-to-end run's times (seconds from the push's start)."""
+    return {"push_s": push_s, "merged_s": merged_s, "drain_s": total_s - push_s, "total_s": total_s}
+
+
 # -- the plain pipeline -------------------------------------------------------------------------
 def plain_codes(df: pd.DataFrame, label: str) -> tuple[np.ndarray, np.ndarray]:
     X = df.drop(columns=[label])
@@ -158,8 +192,8 @@ def plain_push(url: str, stream: str, csv: Path, label: str) -> None:
 def plain_consumer(url: str, stream: str, group: str, name: str, train: tuple, ready: object, go: object) -> None:
     from sklearn.ensemble import RandomForestClassifier
 
-    X, y = train
-    model = RandomForestClassifier(n_estimators=10, max_depth=7, random_state=0, n_jobs=1).fit(X, y)
+    X, y, depth = train  # the service model's height (its trees' depth below the stump)
+    model = RandomForestClassifier(n_estimators=10, max_depth=depth, random_state=0, n_jobs=1).fit(X, y)
     n_nodes = max(t.tree_.node_count for t in model.estimators_)
     counts = np.zeros(10 * n_nodes * 2, dtype=np.int64)
     offsets = (np.arange(10) * n_nodes)[None, :]
@@ -179,7 +213,7 @@ def plain_consumer(url: str, stream: str, group: str, name: str, train: tuple, r
             r.xack(stream, group, msg_id)
 
 
-def run_plain(url: str, csv: Path, label: str, train: tuple) -> dict:
+def run_plain(url: str, csv: Path, label: str, train: tuple, rows: int) -> dict:
     r = redis.Redis.from_url(url)
     stream, group = f"bench-plain-{uuid.uuid4().hex[:8]}", "g"
     ctx = mp.get_context("spawn")
@@ -195,6 +229,8 @@ def run_plain(url: str, csv: Path, label: str, train: tuple) -> dict:
             p.start()
         for e in ready:
             e.wait(120)
+        watch = AckWatch(url, stream, group, -(-rows // BATCH))
+        watch.start()
         t0 = time.perf_counter()
         plain_push(url, stream, csv, label)
         push_s = time.perf_counter() - t0
@@ -202,24 +238,37 @@ def run_plain(url: str, csv: Path, label: str, train: tuple) -> dict:
         for p in procs:
             p.join()
         total = time.perf_counter() - t0
+        watch.stop_ev.set()
+        watch.join()
         pending = r.xpending(stream, group)["pending"]
-        return {"push_s": push_s, "drain_s": total - push_s, "total_s": total, "pending_after": pending}
+        merged = (watch.at or time.perf_counter()) - t0
+        return {**times(push_s, merged, total), "pending_after": pending}
     finally:
         r.delete(stream)
 
 
 # -- the service -------------------------------------------------------------------------------
-def run_service(url: str, name: str, csv: Path, label: str) -> dict:
+def run_service(url: str, name: str, csv: Path, label: str, rows: int, checkout: Path = ROOT) -> dict:
+    """One end-to-end run of the service (its CLI run from ``checkout``) on model ``name``."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    watch = AckWatch(url, Keys(name).records, "workers", -(-rows // BATCH))
+    watch.start()
     t0 = time.perf_counter()
-    subprocess.run(cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=ENV)
+    subprocess.run(
+        cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=env, cwd=checkout
+    )
     push_s = time.perf_counter() - t0
-    w = subprocess.Popen(cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=ENV)
+    w = subprocess.Popen(
+        cli("worker", name, "--processes", "2", "--until-drained", "--redis-url", url), env=env, cwd=checkout
+    )
     sampler = RssSampler(w.pid)
     sampler.start()
     code = w.wait()
     total = time.perf_counter() - t0
     sampler.stop_ev.set()
     sampler.join()
+    watch.stop_ev.set()
+    watch.join()
     parent = w.pid
     procs = [
         {
@@ -230,7 +279,55 @@ def run_service(url: str, name: str, csv: Path, label: str) -> dict:
         }
         for p in sampler.peak
     ]
-    return {"push_s": push_s, "drain_s": total - push_s, "total_s": total, "exit": code, "processes": procs}
+    merged = (watch.at or time.perf_counter()) - t0
+    return {**times(push_s, merged, total), "exit": code, "processes": procs}
+
+
+def e2e_runs(
+    url: str,
+    csv: Path,
+    label: str,
+    train: tuple,
+    rows: int,
+    schema,
+    repeats: int,
+    max_lag: float | None,
+    before: Path | None = None,
+) -> dict:
+    """``repeats`` more end-to-end runs of each side, interleaved (the machine is shared), each service run on a
+    model created just before its push (as the first run's); with ``before`` (another checkout), ``repeats + 1``
+    runs of the service from that code too ("service_before")."""
+    r = connect(url)
+    runs: dict = {"service": [], "plain": [], **({"service_before": []} if before else {})}
+    for i in range(repeats + (1 if before else 0)):
+        sides = [("service", ROOT)] if i < repeats else []
+        if before:
+            sides.insert(i % 2, ("service_before", before))  # which code goes first alternates
+        for side, code in sides:
+            name = "svcdefaults" + uuid.uuid4().hex[:8]
+            try:
+                create_model(r, name, schema, max_lag=max_lag)
+                runs[side].append(run_service(url, name, csv, label, rows, code))
+            finally:
+                delete_model(r, name)
+                left = list(r.scan_iter(match=Keys(name).pattern, count=1000))
+                if left:
+                    r.delete(*left)
+        if i < repeats:
+            runs["plain"].append(run_plain(url, csv, label, train, rows))
+    return runs
+
+
+def e2e_medians(runs: dict) -> dict:
+    """Medians of each side's push, merged (every entry acked) and push-to-drained times, and their ratios to the
+    plain pipeline's (``before_*_x``: the service from the other checkout)."""
+    keys = ("push_s", "merged_s", "total_s")
+    med = {side: {k: statistics.median(x[k] for x in got) for k in keys} for side, got in runs.items()}
+    out = {**med, "runs": len(runs["service"])}
+    out.update({f"{k[:-2]}_x": med["service"][k] / med["plain"][k] for k in keys})
+    if "service_before" in med:
+        out.update({f"before_{k[:-2]}_x": med["service_before"][k] / med["plain"][k] for k in keys})
+    return out
 
 
 def idle_closes(url: str, name: str, seconds: float) -> dict:
@@ -271,6 +368,12 @@ def main() -> None:
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--max-lag", type=float, default=None, help="the models' max_lag (default: the default cadence; 1: 1 s windows)"
+    )
+    ap.add_argument("--before", type=Path, default=None, help="another checkout: its service measured alongside")
+    ap.add_argument("--out", default="service_defaults", help="results' file name (without suffix)")
+    ap.add_argument("--e2e-repeats", type=int, default=3, help="end-to-end runs of each side, interleaved")
     ap.add_argument("--idle-s", type=float, default=30.0)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
@@ -281,19 +384,20 @@ def main() -> None:
     ds = load("adult")
     label = ds.schema.label.name
     uptime_start = sh("uptime")
-    out: dict = {"rows": args.rows, "model": name}
+    out: dict = {"rows": args.rows, "model": name, "max_lag": args.max_lag, "before": str(args.before or "")}
     with tempfile.TemporaryDirectory() as tmp:
         csv = Path(tmp) / "adult.csv"
         df = adult_csv(args.rows, csv)
         del df
-        train = plain_codes(pd.read_csv(csv, nrows=len(ds.y)), label)
+        train: tuple = plain_codes(pd.read_csv(csv, nrows=len(ds.y)), label)
         try:
             t0 = time.perf_counter()
-            forest = create_model(r, name, ds.schema)
+            forest = create_model(r, name, ds.schema, max_lag=args.max_lag)
             out["create_s"] = time.perf_counter() - t0
             out["counts_mib"] = forest.counts.nbytes / MiB
             out["cells"] = int(np.prod(forest.shape))
             out["height"], out["trees"] = forest.height, forest.n_trees
+            train = (*train, forest.height)
             # the structure as a worker holds it (padded node arrays; a broadcast constant takes no memory)
             out["structure_mib"] = sum(a.nbytes for a in forest.structure.arrays().values() if 0 not in a.strides) / MiB
             mem = key_memory(r, keys)
@@ -301,7 +405,7 @@ def main() -> None:
             out["redis_after_create"]["x_counts"] = out["redis_after_create"]["total_mib"] / out["counts_mib"]
             del forest
             # right after create: workers started later first release every window due since (a catch-up)
-            out["service"] = run_service(url, name, csv, label)
+            out["service"] = run_service(url, name, csv, label, args.rows)
             cold, steady, floor = [], [], []
             for _ in range(args.repeats):
                 c = Consumer(url, name)
@@ -324,8 +428,14 @@ def main() -> None:
                 "cold_x_floor": statistics.median(cold) / fl,
                 "new_version_x_floor": statistics.median(steady) / fl,
             }
-            out["plain"] = run_plain(url, csv, label, train)
-            out["ratio"] = out["service"]["total_s"] / out["plain"]["total_s"]
+            out["plain"] = run_plain(url, csv, label, train, args.rows)
+            out["e2e_runs"] = e2e_runs(
+                url, csv, label, train, args.rows, ds.schema, args.e2e_repeats - 1, args.max_lag, args.before
+            )
+            out["e2e_runs"]["service"].insert(0, out["service"])
+            out["e2e_runs"]["plain"].insert(0, out["plain"])
+            out["e2e"] = e2e_medians(out["e2e_runs"])
+            out["ratio"] = out["e2e"]["total_x"]
             out["published_version_after"] = int(r.hget(keys.pub_model, "version"))
             if args.idle_s > 0:
                 out["idle"] = idle_closes(url, name, args.idle_s)
@@ -337,12 +447,12 @@ def main() -> None:
     out["uptime_start"], out["uptime_end"], out["machine"] = uptime_start, sh("uptime"), machine()
     print(json.dumps(out, indent=1))
     if not args.no_write:
-        (RESULTS / "service_defaults.json").write_text(json.dumps(out, indent=1) + "\n")
-        (RESULTS / "service_defaults.md").write_text(report(out))
+        (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1) + "\n")
+        (RESULTS / f"{args.out}.md").write_text(report(out))
 
 
 def report(o: dict) -> str:
-    s, p, f, m = o["service"], o["plain"], o["fetch"], o["redis_after_create"]
+    s, p, f, m, e = o["service"], o["plain"], o["fetch"], o["redis_after_create"], o["e2e"]
     workers = [x for x in s["processes"] if x["role"] == "worker"]
     parent = [x for x in s["processes"] if x["role"] == "pool parent"]
     lines = [
@@ -356,7 +466,25 @@ def report(o: dict) -> str:
         "|---|---|---|---|---|",
         f"| push s | {s['push_s']:.2f} | {p['push_s']:.2f} | {s['push_s'] / p['push_s']:.2f}x | |",
         f"| drain s (2 processes) | {s['drain_s']:.2f} | {p['drain_s']:.2f} | {s['drain_s'] / p['drain_s']:.2f}x | |",
-        f"| push to drained, s | {s['total_s']:.2f} | {p['total_s']:.2f} | **{o['ratio']:.2f}x** | <= 1.7x |",
+        f"| push to drained, s | {s['total_s']:.2f} | {p['total_s']:.2f} | {s['total_s'] / p['total_s']:.2f}x | <= 1.7x |",
+        f"| push to merged (every entry acked), s | {s['merged_s']:.2f} | {p['merged_s']:.2f} | "
+        f"{s['merged_s'] / p['merged_s']:.2f}x | |",
+        f"| **median of {e['runs']} interleaved runs**: push s | {e['service']['push_s']:.2f} | "
+        f"{e['plain']['push_s']:.2f} | {e['push_x']:.2f}x | |",
+        f"| median: push to merged, s | {e['service']['merged_s']:.2f} | {e['plain']['merged_s']:.2f} | "
+        f"**{e['merged_x']:.2f}x** | |",
+        f"| median: push to drained (published), s | {e['service']['total_s']:.2f} | {e['plain']['total_s']:.2f} | "
+        f"**{e['total_x']:.2f}x** | <= 1.7x |",
+        *(
+            [
+                f"| median, the code before (`{o['before']}`): push / merged / drained s | "
+                f"{e['service_before']['push_s']:.2f} / {e['service_before']['merged_s']:.2f} / "
+                f"{e['service_before']['total_s']:.2f} | | {e['before_push_x']:.2f}x / {e['before_merged_x']:.2f}x / "
+                f"{e['before_total_x']:.2f}x | |"
+            ]
+            if "service_before" in e
+            else []
+        ),
         f"| Redis after create, MiB | {m['total_mib']:.1f} | (counts {o['counts_mib']:.1f}) | "
         f"**{m['x_counts']:.2f}x** the counts | <= 3x |",
         f"| cold `Consumer().latest()` s (median) | {statistics.median(f['cold_s']):.2f} | "

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from streamdp.validation import MAX_BLOCK_MS, check_epsilon
 
 __all__ = [
+    "positive_seconds",
     "redis_url",
     "redact",
     "client",
@@ -113,6 +114,22 @@ def seconds_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not (math.isfinite(v) and v >= 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0")
+    return v
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type for a duration that must pass: a finite number of seconds above 0.
+
+    >>> positive_seconds("3600")
+    3600.0
+    >>> positive_seconds("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: '0' is not a finite number of seconds > 0
+    """
+    v = seconds_arg(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds > 0")
     return v
 
 

@@ -1,7 +1,9 @@
 """``streamdp demo``: the whole service on the bundled Congressional Voting data.
 
 Creates a model, starts worker processes, streams the training records in
-batches and prints a held-out accuracy per published version. Starts an
+batches and prints a held-out accuracy per published version. After each batch it waits until the workers
+have read it and released the window holding it (public values: the stream group's progress and the model's
+published window schedule); a short ``max_lag`` keeps those windows short. Starts an
 embedded Redis when none is reachable (stopped at the end); on an external
 Redis the model is deleted at the end unless ``--keep``.
 """
@@ -10,15 +12,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from streamdp.cli.common import MAX_PROCESSES, epsilon_arg, int_in, redact
 from streamdp.options import BUDGETS
 
-__all__ = ["add_parser", "demo"]
+__all__ = ["add_parser", "demo", "default_batch_size", "wait_published"]
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -34,7 +38,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default="disjoint",
         help="how epsilon is shared among the trees (default disjoint: each record feeds one tree)",
     )
-    de.add_argument("--batch-size", type=int_in(1, 300), default=30, help="records per batch (of the 300 streamed)")
+    de.add_argument(
+        "--batch-size",
+        type=int_in(1, 300),
+        default=None,
+        help="records per batch (of the 300 streamed; default: the fewest whose noisy total stands clear of the "
+        "release noise, so each batch is merged; a smaller batch may be left out and its records lost)",
+    )
     de.add_argument(
         "--processes", type=int_in(1, MAX_PROCESSES), default=None, help="worker processes (default: one per core)"
     )
@@ -72,25 +82,41 @@ def demo(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM cleans up like Ctrl-C
     try:
         forest = create_model(
-            url, name, ds.schema, n_trees=args.trees, height=args.height, epsilon=args.epsilon, budget=args.budget
+            url,
+            name,
+            ds.schema,
+            n_trees=args.trees,
+            height=args.height,
+            epsilon=args.epsilon,
+            budget=args.budget,
+            release_every=RELEASE_EVERY,
+            max_lag=MAX_LAG,
         )
         print(f"model {name}: {forest!r}")
+        batch = args.batch_size or default_batch_size(forest, len(train))
         pool = WorkerPool(name, args.processes, url, log_level=logging.WARNING, block_ms=200).start()
         majority = max(float(np.mean(ds.y[test] == c)) for c in ds.schema.label.values)
         print(
-            f"{pool.n} worker process(es); streaming {len(train)} records in batches of {args.batch_size}, "
+            f"{pool.n} worker process(es); streaming {len(train)} records in batches of {batch}, "
             f"testing on {len(test)} held-out records (predicting their majority class scores {majority:.3f}; "
             f"the first versions know only the first batches, whose majority may differ)"
         )
-        with Producer(url, name, batch_size=args.batch_size) as prod, Consumer(url, name) as cons:
+        with Producer(url, name, batch_size=batch) as prod, Consumer(url, name) as cons:
             version = cons.version()
-            for start in range(0, len(train), args.batch_size):
-                b = train[start : start + args.batch_size]
+            for start in range(0, len(train), batch):
+                b = train[start : start + batch]
                 prod.push(ds.X[b], ds.y[b])
-                f = cons.wait_newer(version, timeout=60)
-                if f is None:
-                    print("no new version within 60 s: are the workers running?", file=sys.stderr)
+                try:
+                    f = wait_published(cons, version, timeout=WAIT_S)
+                except TimeoutError as e:
+                    print(f"streamdp demo: {e}", file=sys.stderr)
                     return 1
+                if f is None:
+                    print(
+                        f"batch of {len(b)} left out: its window's noisy record total could not be told from an "
+                        "empty one's (its records are lost to the model; a larger --batch-size stands clear)"
+                    )
+                    continue
                 version = f.version
                 acc = float((f.predict(ds.X[test]) == ds.y[test]).mean())
                 print(
@@ -115,6 +141,76 @@ def demo(args: argparse.Namespace) -> int:
             emb.stop()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, old_term)
+
+
+#: The demo model's shortest and longest window (seconds): short, so each batch is published within seconds.
+RELEASE_EVERY, MAX_LAG = 0.25, 1.0
+#: How long the demo waits for the workers at each step (seconds).
+WAIT_S = 60.0
+#: A default batch stands this many noise sd above the threshold a release must clear to be merged.
+MARGIN_SD = 3.5
+
+
+def default_batch_size(forest: Any, n: int) -> int:
+    """The fewest records (a multiple of 5, at most ``n``) whose window's noisy record total stands
+    :data:`MARGIN_SD` sd above the cadence's merge threshold (``keep_z`` sd): from the model's public noise only.
+
+    >>> from streamdp import PrivateForest
+    >>> from streamdp.records.datasets import load
+    >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=5, height=3, budget="disjoint", seed=0)
+    >>> g = PrivateForest.create(load("congressional-voting").schema, n_trees=5, height=3, epsilon=0.01, seed=0)
+    >>> default_batch_size(f, 300), default_batch_size(g, 300)
+    (75, 300)
+    """
+    from streamdp.estimation import cell_variance
+    from streamdp.release.cadence import KEEP_Z, total_sd
+
+    v = cell_variance(forest.mechanism, forest.epsilon_per_tree, forest.k)
+    sd = total_sd(v, forest.schema.n_classes, max(forest.prior_trees, 1), forest.budget, forest.structure.n_trees)
+    return int(min(n, max(5, 5 * math.ceil((KEEP_Z + MARGIN_SD) * sd / 5))))
+
+
+def wait_published(cons: Any, version: int, timeout: float = WAIT_S, poll_s: float = 0.05) -> Any:
+    """Wait until every record pushed so far is read by a worker and the window holding it is released.
+
+    Returns the newer forest when that release was merged, None when the window was left out (its noisy
+    record total could not be told from an empty one's: :func:`streamdp.release.cadence.keeps`). Reads public
+    values only: the consumer group's progress (``XINFO GROUPS``) and the published schedule. A model without
+    a schedule (windows on the clock, every release merged) waits for a newer version. Raises
+    :class:`TimeoutError` naming the step that did not happen within ``timeout`` seconds.
+    """
+    import json
+
+    from streamdp.service.keys import GROUP, as_str
+
+    r, keys = cons.redis, cons.keys
+    deadline = time.monotonic() + timeout
+    while True:  # 1. every pushed record read and acknowledged (added to an open window)
+        group = next((g for g in r.xinfo_groups(keys.records) if as_str(g["name"]) == GROUP), None)
+        if group is not None and int(group["pending"]) == 0 and not int(group.get("lag") or 0):
+            break
+        if time.monotonic() > deadline:
+            workers = 0 if group is None else int(group["consumers"])
+            raise TimeoutError(
+                f"the workers did not read the pushed records within {timeout:g} s ({workers} worker(s) in the "
+                "model's group): are the workers running?"
+            )
+        time.sleep(poll_s)
+    read_at = time.time()
+    while True:  # 2. the window open when the last record was added is released
+        if cons.version() > version:
+            return cons.latest()
+        raw = r.hget(keys.pub_model, "schedule")
+        if raw is not None:
+            sched = json.loads(raw)
+            if sched["end"] - sched["length"] >= read_at:  # the open window began after the last record was added
+                return cons.latest() if cons.version() > version else None
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"the workers read every pushed record but released no window within {timeout:g} s"
+                + (f" (the open window ends at {sched['end']:.0f}, epoch seconds)" if raw is not None else "")
+            )
+        time.sleep(poll_s)
 
 
 def _raise_interrupt(*_: Any) -> None:

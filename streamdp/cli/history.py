@@ -1,8 +1,9 @@
 """``streamdp model history NAME [--last N] [--json] [--plot FILE]``: a windowed model's releases over time.
 
 Prints (or draws, with matplotlib: ``pip install 'streamdp[plot]'``) the public history the closer keeps
-(:mod:`streamdp.service.history`): per released window its noisy record count, whether it was merged, the
-published counts' noise sd per cell and the window's length. Public values only.
+(:mod:`streamdp.service.history`): per released window (numbered from 1, as in the worker's ``-v`` log lines)
+its noisy record count, whether it was merged, the noise sd the release drew per count, the published counts'
+noise sd per cell (every merged release's, accumulated) and the window's length. Public values only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,17 @@ from typing import Any
 
 from streamdp.cli.common import client
 
-__all__ = ["history", "plot_history"]
+__all__ = ["HELP", "history", "plot_history"]
+
+#: ``model history``'s help text (the columns, and why a noisy record count can be negative).
+HELP = (
+    "a windowed model's releases over time, one line per window, numbered from 1 as in the worker's -v log. "
+    "'noisy records': the window's record count with its noise added (differentially private); a window with few "
+    "or no records can show a negative total, which is noise, not an error. 'release sd/cell': the noise sd that "
+    "window's release drew on each count (release=window; '-' for grow and tree, which draw per node); 'published sd/cell': the noise sd on each count of the published model "
+    "after it (every merged release's noise, accumulated). A window left out (merged: no) could not be told from "
+    "an empty one by its noisy total, and changed nothing published."
+)
 
 
 def history(args: argparse.Namespace) -> int:
@@ -37,13 +48,16 @@ def history(args: argparse.Namespace) -> int:
         print(f"{args.name}: no release history ({why})")
         return 0
     shown = lines[-args.last :] if args.last else lines
-    print("window  version  merged  released (UTC)        window (s)  noisy records  noise sd per cell")
+    print(
+        "window  version  merged  released (UTC)        window (s)  noisy records  release sd/cell  published sd/cell"
+    )
     for e in shown:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["time"]))
         records = "-" if e["noisy_records"] is None else f"{e['noisy_records']:,.0f}"
+        own = "-" if e.get("release_sd") is None else f"{e['release_sd']:,.1f}"
         print(
             f"{e['window']:>6}  {e['version']:>7}  {'yes' if e['merged'] else 'no':>6}  {at}  "
-            f"{e['length_s']:>10g}  {records:>13}  {e['cell_sd']:>17,.1f}"
+            f"{e['length_s']:>10g}  {records:>13}  {own:>15}  {e['cell_sd']:>17,.1f}"
         )
     if len(shown) < len(lines):
         print(f"({len(lines) - len(shown)} earlier windows not shown: --last 0 shows all)")

@@ -141,10 +141,12 @@ def _line(st: dict) -> str:
     why = st.get("reason") or ""
     extra = f"  {why}" if why else ""
     result = f"result={st['result']}" if st["status"] not in ("failed", "refused") else "(no result)"
+    won = f" learner={st['learner']}" if st.get("learner") and st["learner"] != st["algorithm"] else ""
+    said = "".join(f"\n  warning: {w}" for w in st.get("warnings") or [])
     return (
         f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
-        f"eps={st['epsilon']:g} source={st['source']} {result} "
-        f"attempts={st['attempts']}/{st['max_attempts']}{extra}"
+        f"eps={st['epsilon']:g} source={st['source']} {result}{won} "
+        f"attempts={st['attempts']}/{st['max_attempts']}{extra}{said}"
     )
 
 
@@ -225,6 +227,7 @@ def status(args: argparse.Namespace) -> int:
         "privacy_id",
         "max_records_per_id",
         "result",
+        "learner",
         "attempts",
         "max_attempts",
         "worker",
@@ -236,6 +239,8 @@ def status(args: argparse.Namespace) -> int:
     for k in ("created", "started", "finished"):
         if st.get(k):
             print(f"{k:13s} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(st[k]))}")
+    for w in st.get("warnings") or []:
+        print(f"{'warning':13s} {w}")
     return 0
 
 
@@ -254,8 +259,14 @@ def result(args: argparse.Namespace) -> int:
     from streamdp.learners import load_model
     from streamdp.service.job_queue import JobQueue
 
-    data = JobQueue(client(args), args.queue).result_bytes(args.id)
+    q = JobQueue(client(args), args.queue)
+    data = q.result_bytes(args.id)
     model = load_model(data)
+    st = q.status(args.id)
+    if st.get("learner"):
+        print(f"learner: {st['learner']}" + (" (chosen privately by auto)" if st["algorithm"] == "auto" else ""))
+    for w in st.get("warnings") or []:
+        print(f"warning: {w}", file=sys.stderr)
     if args.output:
         with open(args.output, "wb") as fh:
             fh.write(data)

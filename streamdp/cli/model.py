@@ -17,7 +17,8 @@ import sys
 import time
 from typing import Any
 
-from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, redis_url
+from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, positive_seconds, redis_url
+from streamdp.cli.history import HELP as HISTORY_HELP
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
 __all__ = ["add_parser"]
@@ -62,6 +63,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     c.add_argument(
         "--seed", type=int_in(0, 2**63 - 1), default=None, help="structure seed (public; noise stays secure)"
+    )
+    c.add_argument(
+        "--retention-seconds",
+        type=positive_seconds,
+        default=None,
+        metavar="S",
+        help="keep the raw records at most S seconds for batch jobs (streamdp job submit ... --source NAME), as "
+        "`streamdp model retention NAME --seconds S` does; default: keep nothing once merged",
     )
     c.add_argument(
         "--release",
@@ -141,7 +150,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=show)
     h = msub.add_parser(
-        "history", help="a windowed model's releases over time: noisy records, noise sd per cell, window length"
+        "history",
+        help="a windowed model's releases over time: noisy records, noise sd per cell, window length",
+        description=HISTORY_HELP,
     )
     h.add_argument("name")
     h.add_argument("--last", type=int_in(0, 2**31), default=50, metavar="N", help="windows shown (0: all)")
@@ -158,7 +169,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     d.set_defaults(func=delete)
     rt = msub.add_parser("retention", help="how long / how many raw records a model keeps for jobs")
     rt.add_argument("name")
-    rt.add_argument("--seconds", type=float, default=None, help="keep records at most this old")
+    rt.add_argument("--seconds", type=positive_seconds, default=None, help="keep records at most this old")
     rt.add_argument(
         "--records", type=int_in(0, 2**62), default=None, help="keep at most this many newest stream entries"
     )
@@ -197,11 +208,19 @@ def create(args: argparse.Namespace) -> int:
         max_records_per_id=args.max_records_per_id,
         max_ids=args.max_ids,
     )
+    info = show_model(client(args), args.name)
+    delta = f", delta {forest.delta:.3g}" if forest.delta else ""
     print(
-        f"created model {args.name!r}: {forest!r}, {forest.structure.max_leaves} leaves per tree, "
-        f"{forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
+        f"created model {args.name!r}: {_n(forest.n_trees, 'tree')} + {_n(forest.prior_trees, 'prior stump')}, "
+        f"height {forest.height}, {forest.mechanism}, epsilon {epsilon_words(info)}{delta}; "
+        f"{forest.structure.max_leaves} leaves per tree, {forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
     )
-    print(f"unit of privacy: {_unit_line(show_model(client(args), args.name).get('unit'))}")
+    print(f"unit of privacy: {_unit_line(info.get('unit'))}")
+    if args.retention_seconds is not None:  # before any record can be pushed: a job reads them all
+        from streamdp.service.retention import set_retention
+
+        set_retention(client(args), args.name, seconds=args.retention_seconds)
+        print(f"keeps raw records at most {args.retention_seconds:g} s old for batch jobs")
     if not forest.private:
         print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0
@@ -217,7 +236,7 @@ def list_(args: argparse.Namespace) -> int:
     for name, s in models.items():
         print(
             f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
-            f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}"
+            f"epsilon={epsilon_words(s)} delta={s.get('delta', 0):.3g}"
         )
     for name, s in jobs.items():
         print(
@@ -256,7 +275,7 @@ def show(args: argparse.Namespace) -> int:
     print(
         f"model {info['name']}\n"
         f"  version         {info['version']}\n"
-        f"  epsilon, delta  {info['epsilon']}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
+        f"  epsilon, delta  {epsilon_words(info)}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
         f"  forest          {_n(info['n_trees'], 'tree')} + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
         f"{info['n_classes']} classes\n"
         f"  release         {policy}\n"
@@ -269,8 +288,9 @@ def show(args: argparse.Namespace) -> int:
     sd = info.get("class_total_sd")
     if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
         print(
-            f"  noise now       sd {sd:,.0f} on each class's record count: the model can tell its majority class "
-            f"once that class leads the next by well over {3 * math.sqrt(2) * sd:,.0f} records"
+            f"  noise now       sd {sd:,.0f} on the published estimate of each class's record count (the noise of "
+            f"every merged release, summed): the model can tell its majority class once that class leads the next "
+            f"by well over {3 * math.sqrt(2) * sd:,.0f} records"
         )
     return 0
 
@@ -298,7 +318,8 @@ def _cadence_lines(info: dict) -> list[str]:
         f"{sched['released']} released, "
         f"{sched['merged']} merged into the counts)",
         f"  per release     {per_release}; {sched['total']:,.0f} noisy records merged in all",
-        f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} per release (each merged release adds one draw)",
+        f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} added to each published count (cell) by each merged "
+        "release, one draw each",
         f"  lag bound       {cadence['max_lag']:g} s: a record is published at most that long after its push, "
         "while the workers keep up",
         *lines,
@@ -390,11 +411,11 @@ def retention(args: argparse.Namespace) -> int:
         records = None if args.clear else (args.records if args.records is not None else cur.records)
         ret = set_retention(r, args.name, seconds=seconds, records=records)
         if cur.keeps_nothing and not ret.keeps_nothing and show_model(r, args.name)["releases"]:
-            # (public: the release count) retention set after the merge would leave a job no record;
-            # refusing a job over an empty stream would tell whether any record is retained, so it runs
+            # (public: the release count) the records merged before were trimmed: jobs are refused until a
+            # new version is published (the versions and this setting are public; the records' number is not)
             print(
                 f"note: records merged before now were not kept; jobs over {args.name!r} read only what is "
-                "pushed from now on (a job over no record is still charged: it fits noise)",
+                "pushed from now on, and are refused until the model publishes a new version",
                 file=sys.stderr,
             )
     else:
@@ -418,6 +439,23 @@ def _n(k: int, noun: str) -> str:
     ('1 key', '3 keys')
     """
     return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
+def epsilon_words(info: dict) -> str:
+    """A model's epsilon as stated in its summary, with its unit: ``"1 per person (0.1 per record, K=10)"`` under a
+    privacy id (the ledger is charged per person, the noise drawn per record), else the number alone.
+
+    >>> epsilon_words({"epsilon": 1.0, "epsilon_per_record": 0.1, "unit": {"max_records_per_id": 10}})
+    '1 per person (0.1 per record, K=10)'
+    >>> epsilon_words({"epsilon": 0.5})
+    '0.5'
+    """
+    eps = info.get("epsilon")
+    unit = info.get("unit")
+    if not unit or eps is None:
+        return str(eps)
+    per_record = info.get("epsilon_per_record", float(eps) / unit["max_records_per_id"])
+    return f"{float(eps):g} per person ({float(per_record):g} per record, K={unit['max_records_per_id']})"
 
 
 def _unit_line(unit: dict | None) -> str:

@@ -25,7 +25,13 @@ from typing import Any
 
 from streamdp.cli.common import Progress, redis_url
 
-__all__ = ["add_parser", "push"]
+__all__ = ["add_parser", "push", "NO_WORKER"]
+
+#: The note after a push when no worker has joined the model's group (a worker just started may still be starting).
+NO_WORKER = (
+    "no worker has joined {0!r} yet: the records wait in the stream until one does (streamdp worker {0}; a worker "
+    "started moments ago joins once it has started)"
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -80,6 +86,8 @@ def push(args: argparse.Namespace) -> int:
         unit = load_unit(p.redis, args.name)  # (public: the registry summary, which the producer user reads)
         if unit is not None and args.no_header:
             raise ValueError(f"model {args.name!r} needs each record's {unit.privacy_id!r}: the file needs a header")
+        if not args.no_header:
+            _note_ignored(args.file, p.schema, label, None if unit is None else unit.privacy_id, args.name)
         chunks = read_csv_chunks(
             args.file,
             p.schema,
@@ -127,7 +135,8 @@ def push(args: argparse.Namespace) -> int:
         )
         return 2
     print(
-        f"pushed {sent:,} record{'s' * (sent != 1)} in {len(res)} batch{'es' * (len(res) != 1)} to {args.name!r}"
+        f"sent {sent:,} record{'s' * (sent != 1)} in {len(res)} batch{'es' * (len(res) != 1)} to {args.name!r}"
+        + ("" if args.no_dedup else " (a batch sent before is merged once: sending the same file again adds nothing)")
         + (
             f"; {bad} invalid record{'s go' if bad != 1 else ' goes'} to the dead-letter stream (first: "
             f"{res.first_invalid})"
@@ -136,11 +145,7 @@ def push(args: argparse.Namespace) -> int:
         )
     )
     if consumers == 0:  # (None: this user may not ask, the deploy producer's ACL: say nothing)
-        print(
-            f"streamdp: note: no worker is consuming {args.name!r}: records wait in the stream until a worker "
-            f"runs (streamdp worker {args.name})",
-            file=sys.stderr,
-        )
+        print(f"streamdp: note: {NO_WORKER.format(args.name)}", file=sys.stderr)
     if bad:  # a corrected copy of the whole file pushed again would count its valid records twice
         print(
             "streamdp: note: the valid records of those batches are merged; pushing a corrected copy of the "
@@ -149,3 +154,17 @@ def push(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _note_ignored(path: str, schema: Any, label: str | int | None, privacy_id: str | None, model: str) -> None:
+    """Say on stderr which of the file's columns the push ignores (neither an attribute, the label nor the model's
+    privacy id): a column meant as a person's id is ignored by a model created without ``--privacy-id``."""
+    from streamdp.records.sources import check_header
+
+    head, lab = check_header(path, schema, label, privacy_id=privacy_id)
+    used = {*schema.names, lab, privacy_id}
+    ignored = [c for c in head if c not in used and c and not c.startswith("Unnamed:")]
+    if ignored:
+        why = "" if privacy_id else f" (model {model!r} has no privacy id: its unit is a record, see --privacy-id)"
+        print(f"streamdp: note: {path}: column{'s' * (len(ignored) > 1)} {', '.join(map(repr, ignored))} "
+              f"not in the schema, ignored{why}", file=sys.stderr)  # fmt: skip

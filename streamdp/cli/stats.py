@@ -1,7 +1,8 @@
 """``streamdp stats [NAME]``: worker counters per model, as text or Prometheus exposition format.
 
 Only public or noisy figures by default; the exact record-dependent counts
-(records merged, dead letters, ...) only with ``--exact``, with a warning.
+(records merged, records dropped by a per-person model's K bound, dead letters, ...) only with ``--exact``,
+with a warning.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     st.add_argument(
         "--exact",
         action="store_true",
-        help="also show the EXACT record-dependent counts (records_merged, dead letters, ...): "
+        help="also show the EXACT record-dependent counts (records_merged, records_dropped_over_k: the records a "
+        "per-person model's K bound dropped, dead letters, ...): "
         "not differentially private, keep them out of shared metrics systems",
     )
     st.add_argument(

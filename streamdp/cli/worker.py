@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from typing import Any
 
 from streamdp.cli.common import MAX_BLOCK_MS, MAX_PROCESSES, client, int_in, redis_url
@@ -56,10 +57,16 @@ def worker(args: argparse.Namespace) -> int:
     returns the exit status."""
     from streamdp.service.pool import run_workers
     from streamdp.service.registry import require_model
-    from streamdp.service.stream_worker import WorkerConfig
+    from streamdp.service.rollback import WorkerRefused
+    from streamdp.service.stream_worker import WorkerConfig, preflight
 
     # a missing model or an unreachable server: one error line, no child started (the model is the workers' to load)
     require_model(client(args), args.name)
+    try:  # a missing or mismatched noise key: one error line here, not one per process
+        preflight(client(args), args.name)
+    except WorkerRefused as e:
+        print(f"streamdp: error: {e}", file=sys.stderr)
+        return 2
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     cfg = {

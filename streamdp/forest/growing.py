@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 import numpy as np
 
 from streamdp.forest import pruning
-from streamdp.forest.growth import aggregate, drawn_nodes, grown_release
+from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, held_leaves
 from streamdp.forest.marginals import Marginals
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.mechanisms import SecureRandom
@@ -144,10 +144,11 @@ class Growing:
         if not self.can_grow:
             raise ValueError("growing needs a prior stump and geometric or laplace noise (see grow)")
         arities, is_cat = self.schema.arities, self.schema.is_categorical
+        held = held_leaves(exact)  # (the same for every pruning tried)
         return self._released(
             *grown_release(
                 self,
-                lambda s: aggregate(exact, drawn, s, arities, is_cat),
+                lambda s: aggregate(exact, drawn, s, arities, is_cat, held),
                 exact[self.n_trees :, :1],
                 rng or self._rng,
                 probe=pruning.PRUNE_PROBE,
@@ -189,16 +190,10 @@ class Growing:
                 f"the grown forest was released with other settings (epsilon, mechanism, k, beta, "
                 f"budget, prior_trees, private): {theirs}, this forest {mine}"
             )
-        try:
-            ids = drawn_nodes(grown.structure, drawn, self.schema.arities, self.schema.is_categorical)
-            t, i = np.nonzero((grown.structure.leaf < 0) & (ids >= 0))
-            same = np.array_equal(grown.structure.feature[t, i], drawn.feature[t, ids[t, i]]) and np.array_equal(
-                grown.structure.threshold[t, i], drawn.threshold[t, ids[t, i]]
-            )
-        except IndexError:
-            same = False
-        if not same:
-            raise ValueError("the grown forest's trees are not cut from this forest's drawn trees")
+        cache = grown.structure._cache()  # a structure found cut from these drawn trees is not checked again
+        if cache.get("cut_from") is not drawn:
+            self._check_cut(grown.structure, drawn)
+            cache["cut_from"] = drawn
         out = type(self)(
             self.schema,
             grown.structure,
@@ -221,3 +216,16 @@ class Growing:
         out.node_variance = grown._node_variance
         out.drawn = drawn  # what it grows from (no drawn-sized array is made)
         return out
+
+    def _check_cut(self, structure: ForestStructure, drawn: ForestStructure) -> None:
+        """:class:`ValueError` unless ``structure``'s trees are a pruning of ``drawn`` (same splits where kept)."""
+        try:
+            ids = drawn_nodes(structure, drawn, self.schema.arities, self.schema.is_categorical)
+            t, i = np.nonzero((structure.leaf < 0) & (ids >= 0))
+            same = np.array_equal(structure.feature[t, i], drawn.feature[t, ids[t, i]]) and np.array_equal(
+                structure.threshold[t, i], drawn.threshold[t, ids[t, i]]
+            )
+        except IndexError:
+            same = False
+        if not same:
+            raise ValueError("the grown forest's trees are not cut from this forest's drawn trees")

@@ -88,7 +88,7 @@ class Growable(Protocol):
     def node_variance(self) -> np.ndarray: ...
 
 
-__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "grows_by_default"]
+__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "held_leaves", "grows_by_default"]
 
 
 def grows_by_default(schema) -> bool:
@@ -122,6 +122,28 @@ def drawn_nodes(
     >>> bool(np.array_equal(drawn_nodes(small, d, s.arities, s.is_categorical), old))
     True
     """
+    # kept on the pruned structure (read-only), for this drawn structure and schema: a grown model's every close
+    # maps the same published trees again
+    key = (
+        drawn,
+        drawn.feature,
+        drawn.child,
+        tuple(np.asarray(arities).tolist()),
+        tuple(np.asarray(is_categorical).tolist()),
+    )
+    cache = pruned._cache()
+    hit = cache.get("drawn_nodes")
+    if hit is not None and all(a is b for a, b in zip(hit[0][:3], key[:3])) and hit[0][3:] == key[3:]:
+        return hit[1]
+    out = _drawn_nodes(pruned, drawn, arities, is_categorical)
+    out.flags.writeable = False
+    cache["drawn_nodes"] = (key, out)
+    return out
+
+
+def _drawn_nodes(
+    pruned: ForestStructure, drawn: ForestStructure, arities: np.ndarray, is_categorical: np.ndarray
+) -> np.ndarray:
     m = len(arities)
     arity = np.append(np.asarray(arities, dtype=np.int64), 0)
     is_cat = np.append(np.asarray(is_categorical, dtype=bool), False)
@@ -311,11 +333,36 @@ def _anchors(
     return anchor, ratio
 
 
+def held_leaves(exact: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (tree, leaf) pairs of ``exact`` (``(n_trees, max_leaves, ...)`` counts) holding a nonzero count, in
+    row-major order (one linear pass over the counts: a reduction over the small class axis is many times slower).
+
+    >>> t, l = held_leaves(np.array([[[0, 0], [0, 3]], [[1, 2], [0, 0]]]))
+    >>> t.tolist(), l.tolist()
+    ([0, 1], [1, 0])
+    """
+    T, L = exact.shape[:2]
+    if T * L == 0 or not exact.any():  # (an empty window: a quick scan)
+        empty = np.zeros(0, dtype=np.intp)
+        return empty, empty
+    flat = np.flatnonzero(exact) // (exact.size // (T * L))  # the (tree, leaf) of each nonzero cell, ascending
+    flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+    return flat // L, flat % L
+
+
 def aggregate(
-    exact: np.ndarray, drawn: ForestStructure, grown: ForestStructure, arities: np.ndarray, is_categorical: np.ndarray
+    exact: np.ndarray,
+    drawn: ForestStructure,
+    grown: ForestStructure,
+    arities: np.ndarray,
+    is_categorical: np.ndarray,
+    held: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Counts on the drawn trees' leaves summed into the leaves of ``grown`` (a pruning of ``drawn``):
     each drawn leaf into the grown leaf at or above it, ``(n_trees, grown max_leaves, C)``.
+
+    ``held``: :func:`held_leaves` of ``exact``, where the caller aggregates the same counts into several
+    prunings (a scan of every count less per pruning).
 
     >>> from streamdp.records.datasets import load
     >>> s = load("congressional-voting").schema
@@ -336,7 +383,7 @@ def aggregate(
     order = np.argsort(flat)
     flat, leaf_num = flat[order], grown.leaf[t_g, n_g][order]
     out = np.zeros((grown.n_trees, grown.max_leaves) + exact.shape[2:], dtype=exact.dtype)
-    t_d, l_d = np.nonzero(exact.reshape(exact.shape[0], exact.shape[1], -1).any(axis=2))  # leaves holding counts
+    t_d, l_d = held_leaves(exact) if held is None else held  # leaves holding counts
     if t_d.size:
         n_d = _topology(drawn)[2][t_d, l_d]  # their nodes
         found = _first_above(drawn, t_d, n_d, flat, lambda t, n: t * M + n)

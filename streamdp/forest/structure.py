@@ -263,7 +263,12 @@ class ForestStructure:
         m = schema.n_attributes
         arity = np.append(schema.arities, 0).astype(np.int64)
         is_cat = np.append(schema.is_categorical, False)
-        feature, child, leaf = self.feature.ravel(), self.child.ravel().astype(np.int64), self.leaf.ravel()
+
+        # the node arrays read at flat node numbers, never flattened whole: a broadcast (all +inf) threshold or a
+        # narrow dtype would make each call copy every node
+        def at(a: np.ndarray, flat: np.ndarray) -> np.ndarray:
+            return a[flat // M, flat % M]
+
         base = np.arange(T, dtype=np.int64) * M
         nodes, share = base, np.ones(T)
         rate = np.broadcast_to(np.asarray(rate, dtype=np.float64), (T,)).copy()
@@ -273,13 +278,12 @@ class ForestStructure:
         col[num] = np.arange(num.size)
         lo = np.tile([schema.attributes[j].min for j in num], (T, 1)).astype(np.float64)
         hi = np.tile([schema.attributes[j].max for j in num], (T, 1)).astype(np.float64)
-        thr_all = self.threshold.ravel()
         density = marginals if marginals is not None else Marginals.declared(schema)
         kept, inner, depth = [], [], 0
         height = 0
         while nodes.size:
-            f = feature[nodes]
-            w = np.where(leaf[nodes] >= 0, 0, np.where(is_cat[f], arity[f], np.where(f < m, 2, 0)))
+            f = at(self.feature, nodes)
+            w = np.where(at(self.leaf, nodes) >= 0, 0, np.where(is_cat[f], arity[f], np.where(f < m, 2, 0)))
             grow, rate = split(nodes, share, rate)
             grow = np.asarray(grow, dtype=bool) & (w > 0)
             kept.append(nodes)
@@ -289,14 +293,18 @@ class ForestStructure:
             w = w[grow]
             parents = nodes[grow]
             step = ragged_arange(w) if w.size else np.zeros(0, dtype=np.int64)
-            nodes = np.repeat(child[parents] + (parents // M) * M, w) + step if w.size else parents
+            nodes = (
+                np.repeat(at(self.child, parents).astype(np.int64) + (parents // M) * M, w) + step
+                if w.size
+                else parents
+            )
             # a categorical child gets 1/arity of its parent; a numeric one its part of the parent's range
             frac = np.repeat(1.0 / np.maximum(w, 1), w)
             lo, hi = np.repeat(lo[grow], w, axis=0), np.repeat(hi[grow], w, axis=0)
             c = np.repeat(col[f[grow]], w)
             r = np.flatnonzero(c >= 0)
             if r.size:
-                t = np.repeat(thr_all[parents], w)[r]
+                t = np.repeat(at(self.threshold, parents), w)[r]
                 a, b = lo[r, c[r]], hi[r, c[r]]
                 t = np.clip(t, a, b)
                 left = np.where(b > a, (t - a) / np.where(b > a, b - a, 1.0), 0.5)
@@ -327,9 +335,9 @@ class ForestStructure:
         old_node = np.full((T, M2), -1, dtype=np.int64)
         old_node[tree, new_index] = old - tree * M
         t, i, o = tree[is_inner], new_index[is_inner], old[is_inner]
-        out_feature[t, i] = feature[o]
-        out_threshold[t, i] = self.threshold.ravel()[o]
-        out_child[t, i] = new_index[np.searchsorted(old, child[o] + t * M)]
+        out_feature[t, i] = at(self.feature, o)
+        out_threshold[t, i] = at(self.threshold, o)
+        out_child[t, i] = new_index[np.searchsorted(old, at(self.child, o).astype(np.int64) + t * M)]
         is_leaf = ~is_inner
         t_leaf = tree[is_leaf]
         out_leaf[t_leaf, new_index[is_leaf]] = np.arange(t_leaf.size) - np.searchsorted(t_leaf, np.arange(T))[t_leaf]

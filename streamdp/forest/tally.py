@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["tally", "sparse_tally"]
+__all__ = ["tally", "sparse_tally", "DENSE_CELLS_PER_PAIR"]
+
+#: :func:`sparse_tally` counts in a dense array (``np.bincount``, linear) instead of sorting the batch's cell
+#: numbers when the forest has at most this many cells per counted (record, tree) pair: there the sort's
+#: ``n log n`` costs more than zeroing and scanning the cells, and the dense array is no larger than this many
+#: int64 per pair (the batch's own size bounds it, never the model's alone).
+DENSE_CELLS_PER_PAIR = 6
 
 
 def tally(
@@ -42,16 +48,23 @@ def sparse_tally(
 
     A large forest's tally is mostly zeros (a batch of 1,000 records fills about 1,800 of Adult's
     2.26 M cells at height 6): allocating, zeroing and scanning the dense counts cost 9 of a
-    worker's 11 ms per such batch; sorting the batch's cell indices costs well under one.
+    worker's 11 ms per such batch; sorting the batch's cell indices costs well under one. A batch with about as
+    many (record, tree) pairs as the forest has cells (:data:`DENSE_CELLS_PER_PAIR`) is counted densely instead.
 
     >>> idx, c = sparse_tally(np.array([[0, 1], [0, 0]]), np.array([1, 0]), (2, 2, 2))
     >>> idx.tolist(), c.tolist()
     ([0, 1, 4, 7], [1, 1, 1, 1])
     """
     n_trees, max_leaves, n_classes = shape
+    cells = n_trees * max_leaves * n_classes
     # int32 cell numbers where they fit: sorting them (the cost of this function) takes half the time of int64
-    small = n_trees * max_leaves * n_classes <= np.iinfo(np.int32).max
-    idx, counts = np.unique(_flat_cells(leaves, y, shape, mask, np.int32 if small else np.int64), return_counts=True)
+    small = cells <= np.iinfo(np.int32).max
+    flat = _flat_cells(leaves, y, shape, mask, np.int32 if small else np.int64)
+    if cells <= DENSE_CELLS_PER_PAIR * flat.size:  # a batch about as large as the forest: count, do not sort
+        dense = np.bincount(flat, minlength=cells)
+        idx = np.flatnonzero(dense)
+        return idx, dense[idx].astype(np.int64, copy=False)
+    idx, counts = np.unique(flat, return_counts=True)
     return idx.astype(np.int64, copy=False), counts.astype(np.int64, copy=False)
 
 

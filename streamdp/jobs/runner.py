@@ -31,6 +31,7 @@ fit). The k-anonymity forest is ``(epsilon, delta)``-DP, which this does not mak
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -121,12 +122,16 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class JobResult:
-    """What a job publishes: the fitted model's blob, its format name, and the privacy it spent."""
+    """What a job publishes: the fitted model's blob, its format name, the privacy it spent, the learner that was
+    fitted (``auto``: the selection's winner, a released output) and the learners' warnings (public: they name
+    the schema's attributes and the parameters, never a record)."""
 
     blob: bytes
     format: str
     epsilon: float
     delta: float
+    learner: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 #: The smallest job epsilon: the learners split a job's epsilon over at most about 10**5 queries (trees x depth,
@@ -230,14 +235,17 @@ def run_job(
         kept = bound_contributions(loaded[2], k, rng)
         X, y = X[kept], y[kept]
     say("fitting", 0.4)
-    if a.is_forest:
-        est.fit_encoded(X, y)  # Private-RDT's one-shot fit, height a ceiling (pruned by the stumps' release)
-    else:
-        pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon, rng=rng, records_per_unit=k)
-        est.fit(pds)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if a.is_forest:
+            est.fit_encoded(X, y)  # Private-RDT's one-shot fit, height a ceiling (pruned by the stumps' release)
+        else:
+            pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon, rng=rng, records_per_unit=k)
+            est.fit(pds)
+    said = tuple(dict.fromkeys(str(w.message) for w in caught if type(w.message).__module__.startswith("streamdp")))
     say("serializing", 0.9)
     data = est.to_bytes()
-    return JobResult(data, blob.format_of(data), spec.epsilon, delta)
+    return JobResult(data, blob.format_of(data), spec.epsilon, delta, getattr(est, "learner_", a.name), said)
 
 
 def describe() -> list[dict]:

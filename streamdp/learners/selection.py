@@ -33,6 +33,8 @@ The winner's settings are released; its index depends on the data only through t
 
 from __future__ import annotations
 
+import json
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,17 +57,20 @@ DEFAULT_SELECTION_SHARE = 0.1
 
 
 def default_candidates(schema: Schema) -> list[CandidateSpec]:
-    """The default candidates for ``schema`` (public: the schema only): Private-RDT and, on a schema with a
-    categorical attribute, DPEA (which splits on those and ignores numeric ones). Few candidates, because
-    each one takes a share of the records (choice and evidence: docs/decisions/015-private-learner-selection.md).
+    """The default candidates for ``schema`` (public: the schema only): Private-RDT and, when categorical
+    attributes outnumber numeric ones, DPEA (which splits on the categorical ones and ignores the numeric).
+    Where most attributes are numeric DPEA sees little of the data, yet at a share's scale its near-majority
+    vote often looks as good as the forest and wins the selection; DiffPC4.5 is not offered either (it lost
+    to the forest alone as a second candidate). Few candidates, because each one takes a share of the records
+    (choice and evidence: docs/decisions/015-private-learner-selection.md).
 
     >>> from streamdp.records.datasets import load
     >>> [name for name, _ in default_candidates(load("congressional-voting").schema)]
     ['private-rdt', 'dpea']
     """
-    categorical = any(isinstance(a, Categorical) for a in schema.attributes)
+    categorical = sum(isinstance(a, Categorical) for a in schema.attributes)
     out: list[CandidateSpec] = [("private-rdt", {})]
-    return out + [("dpea", {})] if categorical else out
+    return out + [("dpea", {})] if 2 * categorical > len(schema.attributes) else out
 
 
 def check_candidates(candidates: Any, schema: Schema | None = None) -> list[CandidateSpec]:
@@ -149,11 +154,18 @@ def select_learner(
     h = 1.0 / (m + 1) if holdout_share is None else float(holdout_share)
     shares = pds.split([(1.0 - h) / m] * m + [h])
     seeds = [None if seed is None else seed + i for i in range(m)]
-    models = [fit_candidate(c, part, e_select, s) for c, part, s in zip(cands, shares, seeds)]
+    models, said = [], []
+    for c, part, s in zip(cands, shares, seeds):  # (a losing candidate's warnings are not the result's)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            models.append(fit_candidate(c, part, e_select, s))
+        said.append(caught)
     index = shares[-1].most_accurate([_predictor(mod) for mod in models], e_select)
     if selection_share < 1:  # (sequential composition: e_select + (epsilon - e_select) = epsilon)
         refit = fit_candidate(cands[index], pds, epsilon - e_select, seeds[index])
         return Selection(index, cands[index], refit, cands)
+    for w in said[index]:
+        warnings.warn(w.message, stacklevel=2)
     return Selection(index, cands[index], models[index], cands)
 
 
@@ -175,7 +187,9 @@ class AutoPrivateClassifier(PrivateLearner):
     (``[(algorithm, params), ...]`` from the catalogue; None: :func:`default_candidates`);
     ``selection_share`` (the part of epsilon spent on choosing; 1: no refit, the winner keeps its share's
     fit); ``seed`` (reproducible forest structures, public); ``holdout_share`` (the records that score the
-    candidates; None: as many as each candidate's). After ``fit``: ``winner_`` (the chosen ``(algorithm, params)``, released) and ``model_``.
+    candidates; None: as many as each candidate's). After ``fit``: ``winner_`` (the chosen ``(algorithm, params)``,
+    released), ``learner_`` (the same as text: ``"dpea"``, ``'private-rdt {"n_trees": 2}'``) and ``model_``;
+    the winner's warnings (:class:`~streamdp.learners.IgnoredAttributesWarning`, ...) are raised by ``fit``.
     ``to_bytes`` writes the winner's own blob (:func:`streamdp.learners.load_model` decodes it).
 
     Why: which learner wins depends on the data and the budget, and choosing on exact validation scores
@@ -210,13 +224,15 @@ class AutoPrivateClassifier(PrivateLearner):
         _check_shares(self.selection_share, self.holdout_share)
 
     def warn_ignored(self, stacklevel: int = 2) -> None:
-        """No warning: candidates that ignore numeric attributes are not offered on numeric schemas."""
+        """No warning of its own: the winner's fit warns (a losing candidate's warnings are dropped)."""
 
     def _fit(self, pds: PrivateDataset) -> None:
         sel = select_learner(
             pds, float(self.epsilon), self.candidates, self.selection_share, self.seed, self.holdout_share
         )
         self.winner_, self.model_, self.candidates_ = sel.winner, sel.model, sel.candidates
+        name, params = sel.winner
+        self.learner_ = name + (f" {json.dumps(params, sort_keys=True)}" if params else "")
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):

@@ -10,15 +10,61 @@ points), :mod:`.pool` (worker processes), :mod:`.job_queue` and
 :mod:`.stats`, :mod:`.embedded` (find or start a Redis).
 """
 
-from streamdp.service.connection import connect
-from streamdp.service.consumer import Consumer, VersionNotAvailable
-from streamdp.service.job_queue import JobQueue, fetch_model
-from streamdp.service.job_worker import JobWorker, run_job_worker
-from streamdp.service.keys import Keys
-from streamdp.service.pool import WorkerPool, run_workers
-from streamdp.service.producer import Producer
-from streamdp.service.registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model
-from streamdp.service.stream_worker import Worker, WorkerConfig
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported on first use (below)
+    from streamdp.service.connection import connect
+    from streamdp.service.consumer import Consumer, VersionNotAvailable
+    from streamdp.service.job_queue import JobQueue, fetch_model
+    from streamdp.service.job_worker import JobWorker, run_job_worker
+    from streamdp.service.keys import Keys
+    from streamdp.service.pool import WorkerPool, run_workers
+    from streamdp.service.producer import Producer
+    from streamdp.service.registry import (
+        ModelExists,
+        ModelNotFound,
+        create_model,
+        delete_model,
+        list_models,
+        show_model,
+    )
+    from streamdp.service.stream_worker import Worker, WorkerConfig
+
+#: Where each public name lives; imported on first use, so a worker process (which imports
+#: :mod:`.pool` or :mod:`.stream_worker`) does not load the job queue and its CSV reader (pandas).
+_WHERE = {
+    "connect": "connection",
+    "Consumer": "consumer",
+    "VersionNotAvailable": "consumer",
+    "JobQueue": "job_queue",
+    "fetch_model": "job_queue",
+    "JobWorker": "job_worker",
+    "run_job_worker": "job_worker",
+    "Keys": "keys",
+    "WorkerPool": "pool",
+    "run_workers": "pool",
+    "Producer": "producer",
+    "ModelExists": "registry",
+    "ModelNotFound": "registry",
+    "create_model": "registry",
+    "delete_model": "registry",
+    "list_models": "registry",
+    "show_model": "registry",
+    "Worker": "stream_worker",
+    "WorkerConfig": "stream_worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'streamdp.service' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"streamdp.service.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Producer",

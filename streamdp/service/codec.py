@@ -400,6 +400,9 @@ def _decode_codes(schema: Schema, doc: dict):
     if X.dtype.kind == "b" or y.dtype.kind not in "iu":
         raise EnvelopeError(f"bad dtypes X {X.dtype} / y {y.dtype}")
     Xf = X.astype(np.float64)
+    yl = y.astype(np.int64)
+    if _valid_clipped(schema, Xf, yl):  # the common case, in whole-array passes; the loop below names what is wrong
+        return Xf, yl, [], n, list(range(n))
     bad = np.zeros(n, dtype=bool)
     reasons: dict[int, str] = {}
     with np.errstate(invalid="ignore"):
@@ -415,7 +418,6 @@ def _decode_codes(schema: Schema, doc: dict):
             for i in np.flatnonzero(~ok & ~bad)[:10_000]:
                 reasons[int(i)] = what
             bad |= ~ok
-    yl = y.astype(np.int64)
     ybad = (yl < 0) | (yl >= schema.n_classes)
     for i in np.flatnonzero(ybad & ~bad)[:10_000]:
         reasons[int(i)] = f"label code outside 0..{schema.n_classes - 1}"
@@ -428,6 +430,30 @@ def _decode_codes(schema: Schema, doc: dict):
         else [(int(i), reasons.get(int(i), "invalid")) for i in np.flatnonzero(bad)]
     )
     return Xf[~bad], yl[~bad], dropped, n, np.flatnonzero(~bad).tolist()
+
+
+def _valid_clipped(schema: Schema, Xf: np.ndarray, yl: np.ndarray) -> bool:
+    """Whether every code of ``Xf`` is finite, every categorical one an integer in its range and every label in
+    range (:func:`_decode_codes`' checks in a few whole-array passes instead of a few per attribute); if so, the
+    numeric columns are clipped into their ranges in place, as the per-attribute loop clips them."""
+    if yl.size and (int(yl.min()) < 0 or int(yl.max()) >= schema.n_classes):
+        return False
+    if not Xf.size:
+        return True
+    lo, hi = Xf.min(axis=0), Xf.max(axis=0)  # NaN propagates into both
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+        return False
+    cat = schema.is_categorical
+    if cat.any():
+        if (lo[cat] < 0).any() or (hi[cat] >= schema.arities[cat]).any():
+            return False
+        codes = Xf[:, cat]
+        if not (codes == np.floor(codes)).all():
+            return False
+    for j, a in enumerate(schema.attributes):
+        if not isinstance(a, Categorical) and (lo[j] < a.min or hi[j] > a.max):
+            np.clip(Xf[:, j], a.min, a.max, out=Xf[:, j])
+    return True
 
 
 def _decode_records(schema: Schema, doc: dict):

@@ -152,7 +152,8 @@ WINDOW_ADD_LUA = (
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
 --       10 the entries' nonzero cells (windows.joined_cells, a cell may repeat: '' for none),
 --       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
---       then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts (.units)
+--       then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts,
+--       records dropped over K and over max_ids (.units)
 --       ('ids-moved' when a count changed since it was read: nothing written, the caller chooses again),
 --       last: the caller's model id ('replaced' if the state belongs to another model of the name)
 -- The tally is stored whole as field 'b:<first batch id>' of the accumulator: batch ids are merged at most
@@ -163,7 +164,7 @@ local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
-local io, ids_slot = base + 2 * m + a + 3 * d + 1, 7
+local io, ids_slot, stats_slot = base + 2 * m + a + 3 * d + 1, 7, 4
 """
     + _MODEL_LUA
     + _CHECK_LUA

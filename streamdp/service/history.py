@@ -3,13 +3,16 @@
 The closer appends, in each release's own MULTI/EXEC (merged or left out), a JSON line to the capped list
 ``sdp:{NAME}:pub:history`` (the last :data:`HISTORY_LEN` windows): the window, the version it published, whether
 it was merged, the window's scheduled end (public: never the wall clock of the close, whose delay would tell how
-busy the window was), the window's length, the release's noisy record count and the published counts' noise sd
-per cell. Every field is public: the clock, the model's parameters and released values (no exact count, no
-arrival time of a record).
+busy the window was), the window's length, the release's noisy record count, the published counts' noise sd per
+cell (``cell_sd``: every merged release's noise, accumulated) and the noise sd the release itself drew per count
+(``release_sd``; ``"window"`` only: ``"grow"`` and ``"tree"`` releases draw per node, each its own sd; absent in
+lines written before the field).
+Every field is public: the clock, the model's parameters and released values (no exact count, no arrival time of
+a record). Windows are numbered from 1 (the first window after ``model create``), as in the worker's log lines.
 
->>> e = entry(3, 2, True, 1700000000.0, 0.5, 41.26, 12.0)
+>>> e = entry(3, 2, True, 1700000000.0, 0.5, 41.26, 12.0, 4.0)
 >>> e == {"window": 3, "version": 2, "merged": True, "time": 1700000000.0, "length_s": 0.5,
-...       "noisy_records": 41.3, "cell_sd": 12.0}
+...       "noisy_records": 41.3, "cell_sd": 12.0, "release_sd": 4.0}
 True
 """
 
@@ -35,9 +38,10 @@ def entry(
     length_s: float,
     noisy_records: float | None,
     cell_sd: float,
+    release_sd: float | None = None,
 ) -> dict[str, Any]:
     """One history line (public values only; ``noisy_records`` None where a release has no record count)."""
-    return {
+    line = {
         "window": int(window),
         "version": int(version),
         "merged": bool(merged),
@@ -46,6 +50,9 @@ def entry(
         "noisy_records": None if noisy_records is None else round(float(noisy_records), 1),
         "cell_sd": round(float(cell_sd), 4),
     }
+    if release_sd is not None:
+        line["release_sd"] = round(float(release_sd), 4)
+    return line
 
 
 def append(p: Any, keys: Keys, line: dict[str, Any]) -> None:

@@ -139,13 +139,9 @@ class JobQueue:
                     "model's schema is used)"
                 )
             sch = load_spec(self.r, source).schema
-            if keeps_nothing(self.r, source):  # configuration, public: refused before any charge
-                raise JobError(
-                    f"model {source!r} keeps no merged records (no retention set), so a job over it "
-                    "would charge epsilon for the few records not merged yet; set `streamdp model "
-                    f"retention {source} --records N` (or --seconds S) before the data is pushed; "
-                    "nothing was charged"
-                )
+            why = retention_refusal(self.r, source)  # configuration and versions, public: before any charge
+            if why is not None:
+                raise JobError(why)
         else:
             if not dataset:
                 raise JobError("a dataset job needs a dataset (a CSV file path or a known dataset name)")
@@ -292,6 +288,7 @@ class JobQueue:
         d: dict[str, Any] = {as_str(k): as_str(v) for k, v in raw.items()}
         d.pop("schema", None)
         d["params"] = json.loads(d.get("params") or "{}")
+        d["warnings"] = json.loads(d.get("warnings") or "[]")  # (the learners' warnings, once done)
         for k in ("epsilon", "fraction", "created", "started", "finished"):
             if d.get(k):
                 d[k] = float(d[k])
@@ -376,13 +373,40 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
     raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
 
 
-def keeps_nothing(r: Any, name: str) -> bool:
-    """Whether model ``name`` is set to keep no merged record (False where this client may not read the setting:
-    the check only spares a submitter a job over nothing)."""
+def retention_refusal(r: Any, name: str) -> str | None:
+    """Why a job over model ``name``'s records would fit nothing but noise, from public values only; None if not.
+
+    * no retention set: merged records are trimmed, so a job reads at most the few not merged yet;
+    * the retention was set after the model had merged releases (``since_version`` > 0) and the published version
+      has not moved since: the records merged before were trimmed, and no release has been merged since.
+
+    Never from the records themselves (how many the stream holds is data): the setting, when it was set and the
+    published version are public. Where this client may not read the setting: None (the check only spares a
+    submitter a job over nothing; the job worker asks again before it charges).
+    """
     try:
-        return get_retention(r, name).keeps_nothing
+        ret = get_retention(r, name)
+        version = r.hget(Keys(name).pub_model, "version")
     except redis.exceptions.NoPermissionError:
-        return False
+        return None
+    if ret.keeps_nothing:
+        return (
+            f"model {name!r} keeps no merged records (no retention set), so a job over it would charge epsilon "
+            f"for the few records not merged yet; set `streamdp model retention {name} --seconds S` before the "
+            f"data is pushed (or create the model with --retention-seconds S); nothing was charged"
+        )
+    now = int(as_str(version)) if version is not None else 0
+    if ret.since_version and now <= ret.since_version:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ret.set_at or 0))
+        return (
+            f"model {name!r} started keeping records at version {ret.since_version} ({at}), after earlier releases "
+            "whose records were not kept, and has published no version since: a job over it would charge epsilon "
+            "to fit (almost) no record; push the data to learn from now (a job reads records pushed after the "
+            f"retention was set) and wait for a new version (streamdp model show {name}); next time set "
+            f"`streamdp model retention {name} --seconds S` (or model create --retention-seconds S) before "
+            "pushing; nothing was charged"
+        )
+    return None
 
 
 def _check_named_dataset(dataset: str, schema: Schema) -> None:

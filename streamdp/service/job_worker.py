@@ -54,7 +54,7 @@ from streamdp.records.schema import Schema
 from streamdp.service.connection import connect
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name
 from streamdp.service.job_data import dataset_loader, read_model_records
-from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, keeps_nothing, now_s
+from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s, retention_refusal
 from streamdp.service.keys import JOB_RESULTS, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
@@ -255,7 +255,8 @@ class JobWorker(GroupLoop):
         keys = Keys(result, job=True)
         if as_str(self.r.hget(keys.pub_model, "job") or b"") == job_id:
             # An earlier attempt published, then its worker died: the one release stands; do not fit again.
-            self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
+            entry = json.loads(self.r.hget(JOB_RESULTS, result) or b"{}")
+            self._done(job_id, entry.get("learner", ""), entry.get("warnings", []))
             return "done"
         pid = doc.get("privacy_id") or None  # (jobs queued before privacy ids: none)
         spec = JobSpec(
@@ -271,10 +272,9 @@ class JobWorker(GroupLoop):
             unit = load_unit(self.r, source)
             if unit is not None:  # the model's people: at most K records each in the job too
                 spec = dataclasses.replace(spec, privacy_id=unit.privacy_id, max_records_per_id=unit.max_records_per_id)
-            if keeps_nothing(self.r, source):  # (retention may be cleared since the submit)
-                raise JobError(
-                    f"model {source!r} keeps no merged records (its retention was cleared); nothing was charged"
-                )
+            why = retention_refusal(self.r, source)  # (the retention may have changed since the submit)
+            if why is not None:
+                raise JobError(why)
 
             def load() -> tuple:
                 return read_model_records(self.r, source, schema, ids=unit is not None)
@@ -294,8 +294,20 @@ class JobWorker(GroupLoop):
         outcome = self._publish(job_id, doc, out)
         if outcome == "taken":
             raise JobError(f"result name {result!r} is taken by another model; this job's model was not released")
-        self._set(job_id, status="done", progress="done", fraction=1, finished=now_s())
+        self._done(job_id, out.learner, out.warnings)
         return "done"
+
+    def _done(self, job_id: str, learner: str, said: Any) -> None:
+        """Mark the job done with the learner it fitted and the learners' warnings (both released with it)."""
+        self._set(
+            job_id,
+            status="done",
+            progress="done",
+            fraction=1,
+            finished=now_s(),
+            learner=learner,
+            warnings=json.dumps(list(said)),
+        )
 
     def _publish(self, job_id: str, doc: dict, out: Any) -> str:
         """Register ``result`` (kind job, in ``sdp:job-results``) and write its job ``pub:model`` once per job.
@@ -314,6 +326,8 @@ class JobWorker(GroupLoop):
             "delta": out.delta,
             "format": out.format,
             "params": json.loads(doc.get("params") or "{}"),
+            "learner": out.learner,
+            "warnings": list(out.warnings),
             "created": time.time(),
         }
         if not self.r.hsetnx(JOB_RESULTS, result, json.dumps(entry)):

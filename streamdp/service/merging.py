@@ -418,7 +418,7 @@ class WindowAdd(_Merge):
                 return Outcome("nothing")
             m_entries, ids_all, dead = attempt
             m = len(m_entries)
-            id_args: list[Any] = [0, 0, 0, b"", b"", b""]
+            id_args: list[Any] = [0, 0, 0, b"", b"", b"", 0, 0]
             n_kept = sum(len(e.batch.y) for e in m_entries)
             if self.unit is not None and m:
                 id_args, n_kept = self._bound(m_entries, hashes, tallies)

@@ -7,14 +7,15 @@ import multiprocessing as mp
 import multiprocessing.connection as mp_connection
 import os
 import signal
+import sys
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 
 from streamdp.service.group import jlog
-from streamdp.service.rollback import load_noise_key
+from streamdp.service.rollback import WorkerRefused, load_noise_key
 from streamdp.service.stream_worker import Worker, WorkerConfig, warn_unkeyed
 
 __all__ = ["WorkerPool", "run_workers"]
@@ -25,12 +26,29 @@ log = logging.getLogger("streamdp.worker")
 def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level: int) -> None:
     logging.basicConfig(level=log_level, format="%(message)s")
     parent = mp.parent_process()  # (its sentinel was made with this process: a pool gone since still shows)
-    worker = Worker(redis_url, model, warn_unkeyed=False, **kw)  # (the pool warned once for all its processes)
+    try:
+        worker = Worker(redis_url, model, warn_unkeyed=False, **kw)  # (the pool warned once for all its processes)
+    except (WorkerRefused, ValueError, OSError) as e:  # a configuration error: one line, no traceback
+        _refused(model, e)
     if parent is not None:
         threading.Thread(
             target=_stop_with_parent, args=(worker, parent), daemon=True, name="streamdp-parent-watch"
         ).start()
-    worker.run(until_drained=until_drained)
+    try:
+        worker.run(until_drained=until_drained)
+    except WorkerRefused as e:  # (a rollback seen, a key changed under it: the worker stops drawing)
+        _refused(model, e)
+
+
+#: A worker process's exit status when it refuses its configuration (:func:`_refused`).
+EXIT_REFUSED = 3
+
+
+def _refused(model: str, e: BaseException) -> NoReturn:
+    """Log why this worker process refuses to run (``worker.refused``: one line) and exit with
+    :data:`EXIT_REFUSED`."""
+    jlog(log, logging.ERROR, "worker.refused", model=model, error=type(e).__name__, reason=str(e))
+    sys.exit(EXIT_REFUSED)
 
 
 def _stop_with_parent(worker: Worker, parent: Any) -> None:
@@ -182,7 +200,9 @@ def run_workers(
     reported: set[int] = set()
     try:
         while pool.alive() and not stopping.is_set():
-            stopping.wait(0.2)  # signals interrupt this wait; process exits are checked each 0.2 s
+            # back as soon as a process exits (the pool ends with its last worker), else each 0.2 s: a signal's
+            # handler runs within that
+            mp_connection.wait([p.sentinel for p in pool.procs if p.is_alive()], timeout=0.2)
             if not stopping.is_set():  # (a SIGTERM or Ctrl-C reaches the workers too: their exits are no news)
                 reported |= pool.report_deaths(reported)
         if not stopping.is_set():  # the last ones, ended since the last check

@@ -47,7 +47,7 @@ from streamdp.service.model_store import (
     require_model,
 )
 from streamdp.service.published import published_fields, release_record
-from streamdp.service.rollback import key_fingerprint, load_noise_key
+from streamdp.service.rollback import MAKE_KEY, key_fingerprint, load_noise_key
 from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.service.units import unit_of
@@ -190,7 +190,8 @@ def create_model(
     (K) makes the unit of privacy a person: at most K records per person are merged over the whole stream, the
     forest's noise is drawn at ``epsilon / K`` per record and the ledger charged ``epsilon`` (per person);
     ``max_ids`` bounds the persons kept (:mod:`.units`: the proof sketch, what happens at the bound). Without it
-    the unit is a record. Refused with ``release="batch"`` and the k-anonymity mechanism.
+    the unit is a record. Refused with the k-anonymity mechanism, and without a noise key (ValueError, before
+    anything is charged: the workers hash the ids with a key derived from it).
 
     ``noise_key_file`` (default ``$STREAMDP_NOISE_KEY_FILE``): the workers' noise key; its fingerprint is stored
     (:func:`~streamdp.service.rollback.key_fingerprint`), and a worker with another key, or none, refuses to draw.
@@ -241,6 +242,12 @@ def create_model(
     unit = unit_of(privacy_id, max_records_per_id, max_ids, release, mechanism)
     if unit is not None and privacy_id in [*schema.names, schema.label.name]:
         raise ValueError(f"privacy_id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
+    if unit is not None and load_noise_key(noise_key_file) is None:  # before anything is charged or stored
+        raise ValueError(
+            f"privacy_id {privacy_id!r} needs the workers' noise key before the model is created (the workers hash "
+            f"each person's id with a key derived from it; nothing was charged): {MAKE_KEY}, then give every "
+            "worker host the same file"
+        )
     declared = epsilon
     epsilon = epsilon / (unit.max_records_per_id if unit else 1)  # the noise per record: epsilon per K records
     # the one rule for whether this model grows (the default needs its grown blob to fit too, below)

@@ -8,6 +8,11 @@ Policy, per model, in the hash ``sdp:{NAME}:priv:retention`` (fields ``seconds``
 * ``records=N``: keep at most the ``N`` newest records (stream entries);
 * both: both caps apply (the smaller window wins).
 
+When a model starts keeping records (from nothing) the hash also records ``since_version``, the model's
+published version then, and ``set_at`` (epoch seconds): public values, so a job can be refused before any
+charge when the records merged before were trimmed and no release has been merged since
+(:func:`streamdp.service.job_queue.retention_refusal`). Changing the caps keeps both.
+
 The stream worker's trim enforces it with ``XTRIM MINID`` where
 ``MINID = min(oldest pending id, max(time cutoff id, id of the N-th newest entry))``:
 an entry that is still pending (unacked) or not yet delivered is never dropped,
@@ -28,6 +33,7 @@ True
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +57,15 @@ class Retention:
 
     seconds: float | None = None
     records: int | None = None
+    since_version: int | None = None
+    set_at: float | None = None
 
     @property
     def keeps_nothing(self) -> bool:
         return self.seconds is None and self.records is None
 
     def to_dict(self) -> dict:
-        return {"seconds": self.seconds, "records": self.records}
+        return {"seconds": self.seconds, "records": self.records}  # (the caps; since_version/set_at: show)
 
 
 def retention_key(name: str) -> str:
@@ -77,30 +85,44 @@ def _check(seconds: float | None, records: int | None) -> None:
 
 
 def set_retention(r: Any, name: str, *, seconds: float | None = None, records: int | None = None) -> Retention:
-    """Set the policy of model ``name`` (both None: back to the default, keep nothing acked)."""
+    """Set the policy of model ``name`` (both None: back to the default, keep nothing acked). A model that kept
+    nothing before gets ``since_version`` (its published version now) and ``set_at``; one that kept records
+    keeps them."""
     _check(seconds, records)
     key = retention_key(name)
+    cur = get_retention(r, name)
+    since, at = cur.since_version, cur.set_at
+    if cur.keeps_nothing:
+        v = r.hget(Keys(name).pub_model, "version")
+        since, at = (int(as_str(v)) if v is not None else None), time.time()
     p = r.pipeline(transaction=True)
     p.delete(key)
-    mapping = {k: repr(v) for k, v in (("seconds", seconds), ("records", records)) if v is not None}
-    if mapping:
-        p.hset(key, mapping=mapping)
+    caps = {k: repr(v) for k, v in (("seconds", seconds), ("records", records)) if v is not None}
+    if caps:
+        marks = {k: repr(v) for k, v in (("since_version", since), ("set_at", at)) if v is not None}
+        p.hset(key, mapping={**caps, **marks})
     p.execute()
-    return Retention(None if seconds is None else float(seconds), records)
+    if not caps:
+        return Retention()
+    return Retention(None if seconds is None else float(seconds), records, since, at)
 
 
 def get_retention(r: Any, name: str) -> Retention:
     """The policy of model ``name`` (unreadable fields count as unset)."""
-    s, n = r.hmget(retention_key(name), "seconds", "records")
+    s, n, v, at = r.hmget(retention_key(name), "seconds", "records", "since_version", "set_at")
+    seconds, records = _parsed(s, float), _parsed(n, int)
+    seconds, records = (seconds if seconds and seconds > 0 else None), (records if records and records > 0 else None)
+    if seconds is None and records is None:
+        return Retention()
+    return Retention(seconds, records, _parsed(v, int), _parsed(at, float))
+
+
+def _parsed(raw: Any, kind: type) -> Any:
+    """``raw`` (bytes or str) as ``kind``, None when absent or unreadable."""
     try:
-        seconds = float(as_str(s)) if s is not None else None
+        return None if raw is None else kind(as_str(raw))
     except ValueError:
-        seconds = None
-    try:
-        records = int(as_str(n)) if n is not None else None
-    except ValueError:
-        records = None
-    return Retention(seconds if seconds and seconds > 0 else None, records if records and records > 0 else None)
+        return None
 
 
 def parse_id(i: str) -> tuple[int, int]:

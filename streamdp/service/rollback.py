@@ -57,6 +57,9 @@ __all__ = [
     "RollbackDetected",
     "GuardDamaged",
     "NoiseKeyMismatch",
+    "NoNoiseKey",
+    "WorkerRefused",
+    "MAKE_KEY",
     "load_noise_key",
     "key_fingerprint",
     "ENV_KEY",
@@ -66,6 +69,8 @@ __all__ = [
 
 ENV_KEY = "STREAMDP_NOISE_KEY_FILE"
 ENV_STATE = "STREAMDP_STATE_DIR"
+#: How to make a noise key and hand it to the commands (shown wherever one is missing).
+MAKE_KEY = f"head -c 32 /dev/urandom > noise.key && chmod 600 noise.key; export {ENV_KEY}=$PWD/noise.key"
 
 
 #: The fingerprint stored for a model created without a noise key.
@@ -75,7 +80,12 @@ _FINGERPRINT_LABEL = b"streamdp noise key fingerprint v1"
 log = logging.getLogger("streamdp.worker")
 
 
-class RollbackDetected(RuntimeError):
+class WorkerRefused(RuntimeError):
+    """A configuration a worker must not run with (a missing or mismatched noise key, a rolled-back model): a
+    worker process logs it as one line (``worker.refused``) and exits non-zero, never with a traceback."""
+
+
+class RollbackDetected(WorkerRefused):
     """The model's published version is older than one this host already published: Redis was rolled back."""
 
 
@@ -83,7 +93,12 @@ class GuardDamaged(RollbackDetected):
     """The rollback guard's file holds no version number: the guard cannot tell, so the worker refuses to publish."""
 
 
-class NoiseKeyMismatch(RuntimeError):
+class NoNoiseKey(WorkerRefused):
+    """A model whose unit is a person, and no noise key on this host: its workers hash the ids with a key derived
+    from the master noise key, so without one they cannot merge a record."""
+
+
+class NoiseKeyMismatch(WorkerRefused):
     """This host's noise key (or its lack of one) is not the one the model was created with: a release it drew
     would differ from the same release drawn on another host, so a rollback would publish it twice."""
 
@@ -160,24 +175,38 @@ class NoiseSource:
         """Raise :class:`NoiseKeyMismatch` (logged as ``worker.noise_key_mismatch``) unless ``stored``, the
         fingerprint the model was created with (its state's ``noise_key``), is this source's. A model created
         before the field existed holds none and is not checked."""
-        if not stored:
+        msg = self.mismatch(stored, model)
+        if msg is None:
             return
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+        jlog(
+            log,
+            logging.ERROR,
+            "worker.noise_key_mismatch",
+            model=model,
+            stored=stored[:16],
+            this_host=self.fingerprint[:16],
+        )
+        raise NoiseKeyMismatch(msg)
+
+    def mismatch(self, stored: bytes | str | None, model: str) -> str | None:
+        """What :meth:`check` would refuse, in words (None: this source's key is the model's), logging nothing."""
+        if not stored:
+            return None
         stored = stored.decode() if isinstance(stored, bytes) else stored
         mine = self.fingerprint
         if hmac.compare_digest(stored, mine):
-            return
+            return None
 
         def said(fp: str) -> str:
             return "no noise key" if fp == NO_KEY else f"the noise key with fingerprint {fp[:16]}"
 
-        msg = (
+        return (
             f"model {model!r} was created with {said(stored)}, this worker has {said(mine)} "
             f"(${ENV_KEY}): its noise would differ from the other hosts', and a release drawn again after a Redis "
             "rollback would be a second look at the same records; refusing to draw noise. Give every worker host "
             "the key file the model was created with (docs/security.md, 'Noise keys that differ between hosts')."
         )
-        jlog(log, logging.ERROR, "worker.noise_key_mismatch", model=model, stored=stored[:16], this_host=mine[:16])
-        raise NoiseKeyMismatch(msg)
 
     def rng(self, kind: str, release_id: str, *exact: bytes | np.ndarray) -> SecureRandom:
         """The generator of release ``kind``/``release_id`` over ``exact`` (its secret exact input)."""

@@ -79,7 +79,11 @@ class WindowSchedule:
         return sched.after(total, self.sd, self.cadence, self.policy.release_every)
 
     def released_as(self, sched: Schedule, new: Schedule) -> None:
-        """After a release: cache the new schedule and log a change of window length at INFO (public values)."""
+        """After a release: cache the new schedule and log a change of window length at INFO (public values).
+
+        The line names the window released (``window``: the number ``streamdp model history`` shows), its noisy
+        record count and whether it was merged, then the next window (``next_window``) and its new length
+        (``length_s``, was ``was_s``)."""
         self.cached = new
         if self.cadence is not None and new.length != sched.length:
             jlog(
@@ -87,11 +91,12 @@ class WindowSchedule:
                 logging.INFO,
                 "worker.cadence",
                 model=self.keys.name,
-                window=new.released + 1,
-                length_s=round(new.length, 6),
-                was_s=round(sched.length, 6),
+                window=new.released,
                 noisy_records=round(new.last or 0.0, 1),
                 merged=new.merged > sched.merged,
+                next_window=new.released + 1,
+                length_s=round(new.length, 6),
+                was_s=round(sched.length, 6),
             )
 
 

@@ -1,9 +1,10 @@
 """Worker counters of a model, from Redis, as a dict or Prometheus text.
 
 Counters (``priv:stats``, written atomically by the workers): entries_read,
-batches_merged, records_merged (exact: private, never published), commits,
-commit_retries, commit_rejections, dead_letters, acked_without_merge, poison,
-claimed, delta_reused, trimmed, lost_trimmed. Live gauges: pending, lag (entries
+batches_merged, records_merged (exact: private, never published),
+records_dropped_over_k and records_dropped_over_max_ids (exact: the records a per-person model's bound
+dropped, :mod:`.units`), commits, commit_retries, commit_rejections, dead_letters, acked_without_merge,
+poison, claimed, delta_reused, trimmed, lost_trimmed. Live gauges: pending, lag (entries
 not yet delivered), stream length, dead-letter length, consumers, published version,
 and ``estimated_records``: the noisy record count of the published counts
 (:meth:`PrivateForest.estimated_records`, post-processing of a private release).
@@ -40,6 +41,8 @@ COUNTERS = (
     "entries_read",
     "batches_merged",
     "records_merged",
+    "records_dropped_over_k",
+    "records_dropped_over_max_ids",
     "commits",
     "commit_retries",
     "commit_rejections",
@@ -52,7 +55,15 @@ COUNTERS = (
     "lost_trimmed",
 )
 # Exact figures that depend on individual records (how many, how many were bad): never exported by default.
-EXACT = ("records_merged", "dead_letters", "acked_without_merge", "poison", "dead_letter_length")
+EXACT = (
+    "records_merged",
+    "records_dropped_over_k",
+    "records_dropped_over_max_ids",
+    "dead_letters",
+    "acked_without_merge",
+    "poison",
+    "dead_letter_length",
+)
 # Figures that follow the producers' entries and batches: public where each batch is a release ("batch"), exact
 # under the window policies (a model with windowed = 1).
 BATCH_LEVEL = (
@@ -187,6 +198,10 @@ _HELP = {
     "again)",
     "batches_merged": "batches merged into the model",
     "records_merged": "valid records merged",
+    "records_dropped_over_k": "records dropped because their person already had K records merged (a model with a "
+    "privacy id; counted once per merged batch)",
+    "records_dropped_over_max_ids": "records dropped because their person was new and the model already kept "
+    "max_ids persons (a model with a privacy id)",
     "estimated_records": "noisy estimate of the records merged, from the published counts (differentially private)",
     "commits": "atomic commits (model versions published)",
     "commit_retries": "commits retried after a version conflict",

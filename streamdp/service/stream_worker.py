@@ -45,10 +45,18 @@ from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
 from streamdp.service.registry import load_cadence, load_policy, load_spec, load_unit
-from streamdp.service.rollback import ENV_KEY, ENV_STATE, NoiseSource, RollbackGuard, load_noise_key
+from streamdp.service.rollback import (
+    ENV_KEY,
+    ENV_STATE,
+    NoiseKeyMismatch,
+    NoiseSource,
+    NoNoiseKey,
+    RollbackGuard,
+    load_noise_key,
+)
 from streamdp.service.size_limits import grown_blob_bound
 from streamdp.service.trimming import StreamTrimmer
-from streamdp.service.units import id_key
+from streamdp.service.units import Unit, id_key
 from streamdp.service.windows import WindowCloser
 from streamdp.validation import MAX_BLOCK_MS, check_integer
 
@@ -113,6 +121,30 @@ def warn_unkeyed(model: str, **context: Any) -> None:
         **context,
         hint="set STREAMDP_NOISE_KEY_FILE: without it a Redis rollback re-noises releases (docs/service.md)",
     )
+
+
+def refuse_unkeyed(model: str, unit: Unit | None, master: bytes | None) -> None:
+    """Raise :class:`~streamdp.service.rollback.NoNoiseKey` when ``model`` protects persons (``unit``) and this
+    host has no noise key (``master``): its workers hash the ids with a key derived from it."""
+    if unit is not None and master is None:
+        raise NoNoiseKey(
+            f"model {model!r} protects persons (privacy id {unit.privacy_id!r}): its workers hash the ids with a key "
+            f"derived from the noise key the model was created with; give every worker that same file "
+            f"(export {ENV_KEY}=/path/to/noise.key; a new key would not match the model's)"
+        )
+
+
+def preflight(r: Any, model: str, noise_key_file: str | None = None) -> None:
+    """What every worker process of ``model`` would refuse at its start, checked once before any is started
+    (``streamdp worker`` prints one error line instead of one per process). Raises
+    :class:`~streamdp.service.rollback.WorkerRefused` (no key for a person unit, or another key than the model's),
+    ValueError or OSError (an unusable key file)."""
+    r = connect(r)
+    master = load_noise_key(noise_key_file)
+    refuse_unkeyed(model, load_unit(r, model), master)
+    msg = NoiseSource(master, "preflight", "blocks").mismatch(r.hget(Keys(model).state, "noise_key"), model)
+    if msg is not None:
+        raise NoiseKeyMismatch(msg)
 
 
 def _no_fault(point: str) -> None:
@@ -183,11 +215,7 @@ class Worker(GroupLoop):
         master = load_noise_key(cfg.noise_key_file)
         self.noise = NoiseSource(master, model_id, layout)
         unit = load_unit(self.redis, model)
-        if unit is not None and master is None:
-            raise RuntimeError(
-                f"model {model!r} protects persons (privacy id {unit.privacy_id!r}): its workers hash the ids with a "
-                f"key derived from the master noise key; set {ENV_KEY} (the same file on every worker)"
-            )
+        refuse_unkeyed(model, unit, master)
         self.noise.check(self.redis.hget(self.keys.state, "noise_key"), model)  # the key the model was created with
         self.guard = RollbackGuard(cfg.state_dir or os.environ.get(ENV_STATE) or None, model_id)
         self.guard.check(int(self.redis.hget(self.keys.state, "version") or 0))  # refuse a rolled-back model

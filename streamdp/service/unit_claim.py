@@ -4,7 +4,8 @@
 which of its records count must be fixed before the draw. A claim fixes it, exactly once per batch id: one
 atomic script (:data:`CLAIM_LUA`) checks that the batch was not merged before and not claimed before, checks
 that the ids' counts the worker chose from are current (:data:`.units.IDS_LUA`, as the window add does),
-writes the new counts and stores the batch's keep mask under ``priv:claim:<batch_id>``. A batch claimed before
+writes the new counts (and the records dropped, to the worker counters) and stores the batch's keep mask under
+``priv:claim:<batch_id>``. A batch claimed before
 (a redelivery, a worker killed after its claim) gets its stored mask back: the same records, so the same
 delta, and no count moves twice. The delta is then drawn over the kept records only.
 
@@ -41,18 +42,18 @@ CLAIM_TTL_S = 2 * PENDING_TTL_S
 
 CLAIM_LUA = (
     r"""
--- Claim a batch's kept records, once. KEYS: 1 state, 2 merged, 3 claim, 4 the ids' counts.
--- ARGV: 1 batch id, 2 keep mask (packed bits), 3 ttl_s, 4-9 the ids' arguments (.units.IDS_LUA), 10 model id.
+-- Claim a batch's kept records, once. KEYS: 1 state, 2 merged, 3 claim, 4 the ids' counts, 5 stats.
+-- ARGV: 1 batch id, 2 keep mask (packed bits), 3 ttl_s, 4-11 the ids' arguments (.units.IDS_LUA), 12 model id.
 -- Replies {'ok', mask}, {'claimed', stored mask}, {'merged', 0}, {'replaced', 0} or IDS_LUA's 'ids-moved'.
 local state_mid = redis.call('HGET', KEYS[1], 'model_id')
-if state_mid and state_mid ~= ARGV[10] then return {'replaced', 0} end
+if state_mid and state_mid ~= ARGV[12] then return {'replaced', 0} end
 if redis.call('ZSCORE', KEYS[2], ARGV[1]) then
   redis.call('DEL', KEYS[3])  -- (left by a worker that died after its commit)
   return {'merged', 0}
 end
 local had = redis.call('GET', KEYS[3])
 if had then return {'claimed', had} end
-local io, ids_slot = 4, 4
+local io, ids_slot, stats_slot = 4, 4, 5
 """
     + IDS_LUA
     + IDS_WRITE_LUA
@@ -77,7 +78,7 @@ class Claims:
         if batch.ids is None:
             return "no-ids"
         hashes = self.ids.hashes(batch.ids)
-        keys = [self.keys.state, self.keys.merged, self.keys.claim(batch.batch_id), self.keys.ids]
+        keys = [self.keys.state, self.keys.merged, self.keys.claim(batch.batch_id), self.keys.ids, self.keys.stats]
         for _ in range(self.max_retries + 1):
             keep, args = self.ids.choose(hashes)
             res = self._script(

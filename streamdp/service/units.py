@@ -9,7 +9,9 @@ its id's count is below ``K``: records beyond K are dropped before anything is t
 Ids are stored only as keyed hashes: the first 16 bytes of HMAC-SHA256 under a key derived from the workers'
 master noise key (``$STREAMDP_NOISE_KEY_FILE``, never in Redis) and the model's id; a worker without that key
 refuses a model with a privacy id. The raw id is never stored, logged or published. How many records were
-dropped is not recorded anywhere.
+dropped is counted, exactly, in the worker counters ``records_dropped_over_k`` (an id already at K) and
+``records_dropped_over_max_ids`` (a new id past ``max_ids``), written by the same script that writes the counts
+(so once per merged batch, whatever the retries): EXACT figures, shown only by ``streamdp stats --exact``.
 
 Exactly once. Under the release windows (``"window"``, ``"grow"``, ``"tree"``) the counts change only inside the
 add script that merges the records (:data:`streamdp.service.commit.WINDOW_ADD_LUA`), in the same atomic step as
@@ -169,6 +171,8 @@ class _Choice:
     seen: np.ndarray  # their counts chosen from
     now: np.ndarray  # their counts after
     new: int  # how many of them are new
+    over_k: int  # records dropped: their id was at K
+    over_ids: int  # records dropped: a new id past max_ids
 
 
 def choice(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit) -> _Choice:
@@ -188,10 +192,15 @@ def choice(hashes: list[bytes], counts: dict[bytes, int], n_ids: int, unit: Unit
     starts = np.searchsorted(inv[order], np.arange(len(distinct)))
     rank = np.empty(len(hashes), dtype=np.int64)
     rank[order] = np.arange(len(hashes)) - starts[inv[order]]
-    keep = admitted[inv] & (base[inv] + rank < unit.max_records_per_id)
+    in_ids = admitted[inv]
+    keep = in_ids & (base[inv] + rank < unit.max_records_per_id)
     added = np.bincount(inv[keep], minlength=len(distinct))
     moved = np.flatnonzero(added)
-    return _Choice(keep, [distinct[i] for i in moved], base[moved], (base + added)[moved], int(new[moved].sum()))
+    over_ids = len(hashes) - int(in_ids.sum())
+    over_k = len(hashes) - int(keep.sum()) - over_ids
+    return _Choice(
+        keep, [distinct[i] for i in moved], base[moved], (base + added)[moved], int(new[moved].sum()), over_k, over_ids
+    )
 
 
 class IdBound:
@@ -234,6 +243,8 @@ class IdBound:
             b"".join(c.moved),
             ",".join(map(str, c.seen.tolist())),
             ",".join(map(str, now)),
+            c.over_k,
+            c.over_ids,
         ]
         return c.keep, args
 
@@ -259,8 +270,9 @@ class IdBound:
 # Lua (spliced into the add script after its checks, before any write): the ids' counts the worker chose from
 # must be current and the new ids must fit the bound, then the new counts are written. Needs KEYS[ids_slot] (the
 # counts hash) and ARGV from position `io`: n (ids changed), how many of them are new, max_ids, the n 16-byte
-# hashes joined, their counts as the worker saw them and their new counts (decimal, comma-separated): six
-# arguments whatever n, so the client packs no argument per id. Otherwise it replies
+# hashes joined, their counts as the worker saw them and their new counts (decimal, comma-separated), then the
+# records the choice drops over K and over max_ids: eight arguments whatever n, so the client packs no argument
+# per id. The write (IDS_WRITE_LUA) also adds the drops to the worker counters, KEYS[stats_slot]. Otherwise it replies
 # {'ids-moved', ids kept, the n current counts}: the worker chooses again from them without another read. A
 # new id's count seen is 0, so two workers cannot both add it; the bound is checked against the ids kept at
 # write time. The counts are read with HMGET in chunks (Lua's stack bounds an unpack).
@@ -296,6 +308,10 @@ end
 """
 
 IDS_WRITE_LUA = r"""
+if tonumber(ARGV[io + 6]) > 0 then redis.call('HINCRBY', KEYS[stats_slot], 'records_dropped_over_k', ARGV[io + 6]) end
+if tonumber(ARGV[io + 7]) > 0 then
+  redis.call('HINCRBY', KEYS[stats_slot], 'records_dropped_over_max_ids', ARGV[io + 7])
+end
 local pairs_ = {}
 for i = 1, n_ids do
   pairs_[#pairs_ + 1] = id_hash[i]

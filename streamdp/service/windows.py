@@ -197,8 +197,10 @@ class WindowCloser:
         self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         sched = self.windows.of(rel, sched_raw)
 
+        own_sd = math.sqrt(self._release_variance()) if window else None  # (tree, grow: draws per node)
+
         def entry_of(records: float | None, sd: float, published: int = version, merged: bool = False) -> dict:
-            return entry(w, published, merged, sched.end, sched.length, records, sd)  # (public values)
+            return entry(w, published, merged, sched.end, sched.length, records, sd, own_sd)  # (public values)
 
         if self.policy.kind == "grow":
             return self._close_grown(w, version, acc_raw, sched)
@@ -460,7 +462,11 @@ class WindowCloser:
 
     def _variance(self, merged: int) -> float:
         """The published counts' noise variance per cell after ``merged`` releases (not decayed; public)."""
-        return published_variance(self.policy, merged, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
+        return published_variance(self.policy, merged, self._release_variance())
+
+    def _release_variance(self) -> float:
+        """The noise variance one release draws on each count (a window's delta, or a tree node; public)."""
+        return cell_variance(self.spec.mechanism, self.eps_node, self.spec.k)
 
     def _left_out(
         self, w: int, version: int, sched: Schedule, new: Schedule, noise_keys: list[str], line: dict[str, Any]

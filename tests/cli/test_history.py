@@ -44,7 +44,11 @@ def test_history_prints_plots_and_dumps_the_released_windows(redis_url, unique_n
     assert all(e["cell_sd"] > 0 for e in lines) and max(e["length_s"] for e in lines) > 10.0  # idle: longer
     assert main(u + ["model", "history", unique_name, "--last", "2"]) == 0
     out = capsys.readouterr().out
-    assert "noise sd per cell" in out and "(2 earlier windows not shown" in out
+    assert "release sd/cell  published sd/cell" in out and "(2 earlier windows not shown" in out
+    assert all(e["release_sd"] > 0 for e in lines)  # the release's own draw, beside the published counts' sd
+    with pytest.raises(SystemExit):
+        main(["model", "history", "-h"])
+    assert "negative total, which is noise" in capsys.readouterr().out
     pytest.importorskip("matplotlib")
     png = tmp_path / "h.png"
     assert main(u + ["model", "history", unique_name, "--plot", str(png)]) == 0

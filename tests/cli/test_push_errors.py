@@ -16,6 +16,7 @@ import redis as redis_py
 
 from streamdp import Schema
 from streamdp.cli import main
+from streamdp.cli.push import NO_WORKER
 from streamdp.records.datasets import load
 from streamdp.records.sources import SourceError
 from streamdp.service import Producer, create_model, delete_model
@@ -79,7 +80,7 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
     r = redis_py.Redis.from_url(redis_url, socket_timeout=30)
     assert r.xlen(Keys(name).records) == 8
     assert main(u + ["push", name, str(good), "--batch-size", "50", "-q"]) == 0  # the corrected file
-    assert "pushed 1,000 records in 20 batches" in capsys.readouterr().out
+    assert "sent 1,000 records in 20 batches" in capsys.readouterr().out
     assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
     stats = r.hgetall(Keys(name).stats)
     assert int(stats[b"records_merged"]) == 1000 and int(stats[b"batches_merged"]) == 20
@@ -186,9 +187,6 @@ def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name
         nodedup.push(recs, ["neg"] * 300)
 
 
-NO_WORKER = "records wait in the stream until a worker runs (streamdp worker {})"
-
-
 def test_cli_push_says_when_no_worker_consumes_the_model(redis_url, name, tmp_path, capsys):
     """Forgetting the worker gave no hint: push reported success and the records waited unseen. Without a worker
     in the model's group push says so (one line on stderr); with one running it says nothing."""
@@ -219,9 +217,9 @@ def test_cli_push_says_when_no_worker_consumes_the_model(redis_url, name, tmp_pa
     capsys.readouterr()
     assert main(u + ["push", name, str(path), "-q"]) == 0
     got = capsys.readouterr()
-    assert got.out.startswith("pushed 30 records")
+    assert got.out.startswith("sent 30 records")
     assert [line for line in got.err.splitlines() if "records wait" in line] == [
-        f"streamdp: note: no worker is consuming {name!r}: " + NO_WORKER.format(name)
+        "streamdp: note: " + NO_WORKER.format(name)
     ]
 
     w = Worker(redis_url, name, block_ms=50)
@@ -235,8 +233,32 @@ def test_cli_push_says_when_no_worker_consumes_the_model(redis_url, name, tmp_pa
             time.sleep(0.02)  # bounded wait on a condition
         assert main(u + ["push", name, str(path), "-q", "--source", "again"]) == 0
         got = capsys.readouterr()
-        assert got.out.startswith("pushed 30 records") and "records wait" not in got.err
+        assert got.out.startswith("sent 30 records") and "records wait" not in got.err
     finally:
         w.stop()
         t.join(30)
     assert not t.is_alive()
+
+
+def test_cli_push_names_the_columns_it_ignores_and_says_a_repeat_is_merged_once(redis_url, name, tmp_path, capsys):
+    """A column meant as a person's id, pushed to a model created without --privacy-id, was silently dropped."""
+    assert main(["--redis-url", redis_url, "model", "create", name, "--schema", SCHEMA, "--trees", "2",
+                 "--height", "2", "--epsilon", "1"]) == 0  # fmt: skip
+    path = tmp_path / "v.csv"
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["user", *DS.schema.names, "party", "note"])
+        w.writerows([[f"p{i}", *row, "x"] for i, row in enumerate(_votes_rows(10))])
+    capsys.readouterr()
+    assert main(["--redis-url", redis_url, "push", name, str(path), "-q"]) == 0
+    got = capsys.readouterr()
+    notes = [line for line in got.err.splitlines() if "ignored" in line]
+    assert notes == [
+        f"streamdp: note: {path}: columns 'user', 'note' not in the schema, ignored (model {name!r} has no "
+        "privacy id: its unit is a record, see --privacy-id)"
+    ]
+    assert got.out.startswith("sent 10 records in 1 batch") and "merged once" in got.out
+    _write(path, _votes_rows(10))  # the schema's columns alone: no note
+    assert main(["--redis-url", redis_url, "push", name, str(path), "-q", "--no-dedup"]) == 0
+    got = capsys.readouterr()
+    assert "ignored" not in got.err and "merged once" not in got.out

@@ -63,14 +63,14 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     _csv(data, DS.X[:200], DS.y[:200], bad={7})
     assert main(u + ["push", name, str(data), "--batch-size", "50"]) == 0
     out = capsys.readouterr()
-    assert "pushed 200 records in 4 batches" in out.out and "1 invalid" in out.out
+    assert "sent 200 records in 4 batches" in out.out and "1 invalid" in out.out
     assert "100.0%" in out.err  # progress
     assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
     assert main(u + ["model", "show", name]) == 0
     out = capsys.readouterr().out
     assert "releases        4" in out and "release         batch" in out and "version" in out
     sd = math.sqrt(4 * cell_variance("geometric", 2 / 5))  # 4 releases at epsilon 2 over 4 trees and a stump
-    assert f"noise now       sd {sd:,.0f} on each class's record count" in out
+    assert f"noise now       sd {sd:,.0f} on the published estimate of each class's record count" in out
     blob = tmp_path / "m.sdp"
     assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
     f = PrivateForest.from_bytes(blob.read_bytes())
@@ -102,26 +102,22 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_demo_runs_and_cleans_up(redis_url):
+    """The demo as a new user runs it: default arguments, a version per batch, its model deleted at the end."""
+    import redis as redis_py
+
+    from streamdp.service.keys import REGISTRY
+
     r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "streamdp.cli",
-            "--redis-url",
-            redis_url,
-            "demo",
-            "--processes",
-            "1",
-            "--batch-size",
-            "100",
-        ],
+        [sys.executable, "-m", "streamdp.cli", "--redis-url", redis_url, "demo"],
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=120,
     )
     assert r.returncode == 0, r.stderr
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
-    assert len(lines) >= 2 and "accuracy" in lines[-1]
+    assert len(lines) >= 3 and "accuracy" in lines[-1], r.stdout
+    name = r.stdout.split("model ", 1)[1].split(":", 1)[0]
+    assert name.startswith("demo-votes-") and not redis_py.Redis.from_url(redis_url).hexists(REGISTRY, name)
 
 
 def test_stream_worker_entry_point_help():
@@ -254,3 +250,23 @@ def test_cli_creates_a_decayed_model_with_the_fixed_cadence_and_shows_both(redis
     ]:
         assert main(u + create[:2] + [unique_name + "x"] + create[3:] + bad) == 2
         assert says in capsys.readouterr().err
+
+
+def test_cli_model_create_sets_the_retention_in_one_command(redis_url, unique_name, capsys):
+    """`model create --retention-seconds S` keeps the raw records for jobs from the first push on (as
+    `model retention NAME --seconds S` before any push does); a value that cannot work is refused before creating."""
+    from streamdp.service.connection import connect
+    from streamdp.service.retention import get_retention
+
+    u = ["--redis-url", redis_url]
+    create = u + ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "2", "--epsilon", "1"]
+    with pytest.raises(SystemExit):
+        main(create + ["--retention-seconds", "0"])
+    assert "seconds > 0" in capsys.readouterr().err
+    assert main(u + ["model", "show", unique_name]) == 2  # nothing created
+    capsys.readouterr()
+    assert main(create + ["--retention-seconds", "3600"]) == 0
+    assert "keeps raw records at most 3600 s old" in capsys.readouterr().out
+    ret = get_retention(connect(redis_url), unique_name)
+    assert (ret.seconds, ret.records, ret.since_version) == (3600.0, None, 0)
+    assert main(u + ["model", "delete", unique_name]) == 0

@@ -59,3 +59,32 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
     pub = counts_from_bytes(r.hget(Keys(name).pub_model, "counts"), spec)
     assert int(pub[0].sum()) == 30  # tree 0 counts each of the 10 persons' first 3 records, nothing more
     assert math.isinf(spec.epsilon) and np.all(pub >= 0)
+
+
+def test_a_person_model_states_its_epsilon_per_person_and_per_record_and_needs_a_key(
+    redis_url, unique_name, tmp_path, capsys, monkeypatch
+):
+    from streamdp.service.ledger_store import RedisLedger
+
+    u = ["--redis-url", redis_url]
+    args = ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "1",
+            "--release", "window", "--privacy-id", "user", "--max-records-per-id", "10"]  # fmt: skip
+    monkeypatch.delenv("STREAMDP_NOISE_KEY_FILE", raising=False)
+    try:
+        assert main(u + args) == 2  # refused before anything is charged, saying how to make a key
+        err = capsys.readouterr().err
+        assert "head -c 32 /dev/urandom > noise.key && chmod 600 noise.key" in err and "nothing was charged" in err
+        assert RedisLedger(connect(redis_url)).spent(unique_name)[0] == 0.0
+        key = tmp_path / "noise.key"
+        key.write_bytes(bytes(range(64)))
+        key.chmod(0o600)
+        monkeypatch.setenv("STREAMDP_NOISE_KEY_FILE", str(key))
+        assert main(u + args) == 0
+        said = "epsilon 1 per person (0.1 per record, K=10)"
+        assert said in capsys.readouterr().out
+        assert main(u + ["model", "list"]) == 0
+        assert f"epsilon={said[8:]}" in capsys.readouterr().out
+        assert main(u + ["model", "show", unique_name]) == 0
+        assert f"epsilon, delta  {said[8:]}, 0" in capsys.readouterr().out
+    finally:
+        main(u + ["model", "delete", unique_name])

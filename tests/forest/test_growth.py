@@ -225,3 +225,46 @@ def test_holding_refuses_a_forest_released_with_other_settings():
         other = _forest(ds.schema, n_trees=3, height=8, **{"epsilon": 1.0, "seed": 1, **kw})
         with pytest.raises(ValueError, match=match):
             spec.holding(other.grow(ds.X, ds.y))
+
+
+def test_aggregate_with_the_held_leaves_given_is_aggregate():
+    """The held leaves computed once and passed (as grow_exact does for every pruning) change nothing."""
+    from streamdp.forest.growth import aggregate, held_leaves
+    from streamdp.forest.structure import ForestStructure
+    from streamdp.records.datasets import load
+
+    s = load("congressional-voting").schema
+    d = ForestStructure.draw(s, n_trees=3, height=4, seed=1)
+    small, _ = d.pruned(s, lambda nodes, share, rate: (share > 0.1, rate))
+    exact = np.zeros((3, d.max_leaves, 2), dtype=np.int64)
+    rng = np.random.default_rng(2)
+    exact[rng.integers(0, 3, 40), rng.integers(0, d.max_leaves, 40), rng.integers(0, 2, 40)] += 1
+    got = aggregate(exact, d, small, s.arities, s.is_categorical, held_leaves(exact))
+    assert np.array_equal(got, aggregate(exact, d, small, s.arities, s.is_categorical))
+    assert int(got.sum()) == int(exact.sum())
+
+
+@pytest.mark.parametrize("classes", [1, 2, 5])
+def test_held_leaves_are_the_leaves_with_a_nonzero_count(classes):
+    from streamdp.forest.growth import held_leaves
+
+    rng = np.random.default_rng(classes)
+    for n in (0, 1, 30):
+        x = np.zeros((3, 11, classes), dtype=np.int64)
+        x[rng.integers(0, 3, n), rng.integers(0, 11, n), rng.integers(0, classes, n)] = rng.integers(1, 5, n)
+        want = np.nonzero(x.any(axis=2))
+        got = held_leaves(x)
+        assert got[0].tolist() == want[0].tolist() and got[1].tolist() == want[1].tolist()
+
+
+def test_drawn_nodes_are_kept_on_the_pruned_structure_for_its_drawn_one():
+    from streamdp.forest.structure import ForestStructure
+
+    s = load("congressional-voting").schema
+    d = ForestStructure.draw(s, n_trees=2, height=3, seed=0)
+    small, old = d.pruned(s, lambda nodes, share, rate: (share > 0.2, rate))
+    first = drawn_nodes(small, d, s.arities, s.is_categorical)
+    assert drawn_nodes(small, d, s.arities, s.is_categorical) is first and not first.flags.writeable
+    other = ForestStructure.draw(s, n_trees=2, height=3, seed=0)  # another drawn structure: mapped again
+    assert drawn_nodes(small, other, s.arities, s.is_categorical) is not first
+    assert np.array_equal(first, old)

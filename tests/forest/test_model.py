@@ -692,10 +692,15 @@ def test_river_sliding_window_keeps_the_variance_of_its_window():
     assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)
 
 
+@pytest.mark.parametrize("per_pair", [0, 10**9])  # every batch sorted / every batch counted densely
 @pytest.mark.parametrize("masked", [False, True])
-def test_sparse_tally_is_the_dense_tallys_nonzero_cells(masked):
-    """Same cells, same counts, ascending, as the dense tally's nonzero entries (random leaves, labels, masks)."""
+def test_sparse_tally_is_the_dense_tallys_nonzero_cells(masked, per_pair, monkeypatch):
+    """Same cells, same counts, ascending, as the dense tally's nonzero entries (random leaves, labels, masks),
+    whether the batch's cell numbers are sorted or counted densely."""
+    from streamdp.forest import tally as tally_module
     from streamdp.forest.tally import sparse_tally, tally
+
+    monkeypatch.setattr(tally_module, "DENSE_CELLS_PER_PAIR", per_pair)
 
     rng = np.random.default_rng(7)
     for _ in range(50):

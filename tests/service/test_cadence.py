@@ -19,6 +19,7 @@ from streamdp.cli.model import _cadence_lines  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 from streamdp.release.cadence import LAG_SHARE, Cadence, Schedule  # noqa: E402
+from streamdp.service.history import read_history  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
@@ -154,6 +155,10 @@ def test_the_worker_logs_cadence_changes_at_info(r, caplog):
     events = [json.loads(rec.getMessage()) for rec in caplog.records if "worker.cadence" in rec.getMessage()]
     assert [e["length_s"] for e in events][:2] == [4 * EVERY, 8 * EVERY]
     assert all(e["merged"] is False and e["noisy_records"] == 0 for e in events)
+    # one numbering: the window a line names is the history's window of the same noisy count, then the next one
+    history = {e["window"]: e for e in read_history(r, "m")}
+    assert all(history[e["window"]]["noisy_records"] == e["noisy_records"] for e in events)
+    assert all(e["next_window"] == e["window"] + 1 for e in events)
 
 
 def test_model_show_prints_the_window_the_records_per_release_the_noise_and_the_lag_bound(r):

@@ -150,3 +150,26 @@ def test_decode_boundary_turns_any_field_map_into_a_batch_or_a_dead_letter():
             assert e.dead is not None and e.dead[0].startswith("poison")
 
     check()
+
+
+def test_codes_decode_alike_with_and_without_a_bad_row():
+    """The all-valid whole-array path and the per-attribute loop (taken once a row is bad) decode the valid rows
+    alike, numeric values outside their range clipped in both."""
+    from streamdp.records.datasets import load
+
+    ds = load("adult")
+    schema = ds.schema
+    enc = schema.encode(ds.X[:200], ds.y[:200])
+    X = enc.X.astype(np.float64)
+    num = int(np.flatnonzero(~schema.is_categorical)[0])
+    X[3, num] = schema.attributes[num].max + 1e6  # clipped, not dropped
+    X[4, num] = schema.attributes[num].min - 1e6
+    y = enc.y.astype(np.int64)
+    good = codec.decode(schema, codec.encode_codes(schema, X, y, batch_id="g"))
+    cat = int(np.flatnonzero(schema.is_categorical)[0])
+    Xb = X.copy()
+    Xb[7, cat] = schema.arities[cat]  # out of range: this row is dropped
+    bad = codec.decode(schema, codec.encode_codes(schema, Xb, y, batch_id="b"))
+    assert not good.dropped and [r for r, _ in bad.dropped] == [7]
+    assert good.X[3, num] == schema.attributes[num].max and good.X[4, num] == schema.attributes[num].min
+    assert np.array_equal(np.delete(good.X, 7, axis=0), bad.X) and np.array_equal(np.delete(good.y, 7), bad.y)

@@ -247,6 +247,37 @@ def test_dataset_job_from_csv(r, queue, tmp_path, unique_name):
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
 
 
+def test_retention_set_after_the_records_were_merged_refuses_jobs_until_a_new_version(r, queue, unique_name):
+    """A trial's order: push, merge, then `model retention`, then a job: the job was done, charged, and fit no
+    record. The setting's version and the published version (public) refuse it before any charge, until a
+    release merged after the retention was set."""
+    from streamdp.service.producer import Producer
+    from streamdp.service.stream_worker import Worker
+
+    q, _ = queue
+    create_model(r, unique_name, VOTES.schema, n_trees=3, height=3, epsilon=1.0, ledger_budget=3.0, release="batch")
+    try:
+        with Producer(r, unique_name, batch_size=100) as p:
+            p.push(VOTES.X[:200], VOTES.y[:200])
+        Worker(r, unique_name, block_ms=20).run(until_drained=True, handle_signals=False)
+        set_retention(r, unique_name, seconds=3600)
+        set_retention(r, unique_name, seconds=7200)  # changing the caps keeps when records started being kept
+        jq = JobQueue(r, q)
+        refused = r"started keeping records at version [1-9]\d* .* no version since.* nothing was charged"
+        with pytest.raises(JobError, match=refused):
+            jq.submit("diffp-id3", unique_name, 0.5, {})
+        assert RedisLedger(r).spent(unique_name)[0] == 1.0  # the model's epsilon only
+        with Producer(r, unique_name, batch_size=100) as p:
+            p.push(VOTES.X[200:300], VOTES.y[200:300])
+        with pytest.raises(JobError, match=refused):  # not what the stream holds: what it published
+            jq.submit("diffp-id3", unique_name, 0.5, {})
+        Worker(r, unique_name, block_ms=20).run(until_drained=True, handle_signals=False)
+        assert jq.submit("diffp-id3", unique_name, 0.5, {})  # a version published since the retention: accepted
+    finally:
+        delete_model(r, unique_name)
+        r.delete(*ledger_keys(unique_name))
+
+
 def test_a_job_over_a_model_that_keeps_nothing_is_refused_before_any_charge(r, queue, unique_name):
     """A trial's finding: a job over a model with no retention set was charged and fit on no record."""
     q, _ = queue

@@ -15,6 +15,7 @@ from streamdp.service.codec import Batch  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model  # noqa: E402
+from streamdp.service.stats import collect  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 from tests.service.test_units import DS, _add_all, _exact, _first_k, _published  # noqa: E402
 
@@ -58,6 +59,8 @@ def test_batch_release_keeps_at_most_k_records_per_person_over_batches_and_redel
     counts = r.hgetall(Keys("m").ids)
     assert sorted(int(c) for c in counts.values()) == sorted(min(all_ids.count(u), 2) for u in set(all_ids))
     assert not r.keys("*claim*")  # dropped once merged
+    # the records past K, counted once per batch in its claim (the redelivered batches not again)
+    assert collect(r, "m")["records_dropped_over_k"] == len(all_ids) - len(_first_k(all_ids, 2))
 
 
 def test_a_worker_killed_after_its_claim_is_not_counted_twice(r, key_file):

@@ -3,7 +3,10 @@ once, ids stored only as keyed hashes, noise per person."""
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
 
 import numpy as np
 import pytest
@@ -17,10 +20,13 @@ from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.ledger_store import RedisLedger  # noqa: E402
 from streamdp.service.merging import WorkerEntry  # noqa: E402
+from streamdp.service.pool import EXIT_REFUSED, _child  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.published import counts_from_bytes  # noqa: E402
-from streamdp.service.registry import create_model, load_policy, show_model  # noqa: E402
-from streamdp.service.stream_worker import Worker  # noqa: E402
+from streamdp.service.registry import create_model, list_models, load_policy, show_model  # noqa: E402
+from streamdp.service.rollback import NoiseKeyMismatch, NoNoiseKey  # noqa: E402
+from streamdp.service.stats import collect, prometheus_text, public  # noqa: E402
+from streamdp.service.stream_worker import Worker, preflight  # noqa: E402
 from streamdp.service.units import Unit, choose, hash_ids, id_key  # noqa: E402
 
 DS = load("congressional-voting")
@@ -113,6 +119,12 @@ def test_contributions_beyond_k_never_reach_a_count_over_windows_and_retries(r, 
     counts = r.hgetall(Keys("m").ids)
     assert sorted(int(c) for c in counts.values()) == sorted(min(all_ids.count(u), 2) for u in set(all_ids))
     assert all(len(h) == 16 for h in counts)
+    stats = collect(r, "m")  # every record past K counted once, the re-pushed batches included
+    assert stats["records_dropped_over_k"] == len(all_ids) - len(kept)
+    assert stats["records_dropped_over_max_ids"] == 0
+    assert "records_dropped_over_k" not in public(stats)  # EXACT: never exported by default, never served
+    assert "records_dropped_over_k" not in prometheus_text({"m": stats})
+    assert "records_dropped_over_k" in prometheus_text({"m": stats}, exact=True)
     for key in r.keys("*"):  # no raw id anywhere in Redis but the records stream itself
         if key == Keys("m").records.encode():
             continue
@@ -168,6 +180,7 @@ def test_a_worker_killed_after_its_add_is_not_counted_twice(r, key_file):
     for _ in range(3):
         b.step()
     assert r.hgetall(Keys("m").ids) == before and {int(v) for v in before.values()} == {5}
+    assert collect(r, "m")["records_dropped_over_k"] == 20  # counted by the add that ran, not again
     b.closer.tick(_at(r, 1))
     np.testing.assert_array_equal(_published(r, spec), _exact(spec, _first_k(ids, 5)))
 
@@ -237,8 +250,28 @@ def test_the_unit_is_declared_and_checked_at_create(r, key_file):
     create_model(r, "plain", DS.schema, n_trees=2, height=2, epsilon=1.0)
     assert "unit" not in show_model(r, "plain")
     _model(r, key_file=key_file)
-    with pytest.raises(RuntimeError, match="STREAMDP_NOISE_KEY_FILE"):
+    with pytest.raises(NoNoiseKey, match="STREAMDP_NOISE_KEY_FILE"):
         Worker(r, "m", block_ms=1, noise_key_file=None)
+
+
+def test_a_person_model_is_refused_without_a_noise_key_before_anything_is_charged(r, key_file, monkeypatch):
+    monkeypatch.delenv("STREAMDP_NOISE_KEY_FILE", raising=False)
+    with pytest.raises(
+        ValueError, match=r"head -c 32 /dev/urandom > noise.key && chmod 600 noise.key; export STREAMDP_NOISE_KEY_FILE="
+    ):
+        _model(r, epsilon=1.0)
+    assert RedisLedger(r).spent("m")[0] == 0.0 and "m" not in list_models(r) and not r.keys("*")
+    _model(r, epsilon=1.0, key_file=key_file)  # the same name, once the key is there: charged once
+    assert RedisLedger(r).spent("m")[0] == 1.0
+    preflight(r, "m", key_file)  # what every worker process checks at start, checked once by `streamdp worker`
+    with pytest.raises(NoNoiseKey, match="export STREAMDP_NOISE_KEY_FILE"):
+        preflight(r, "m", None)
+    other = key_file + ".other"
+    with open(other, "wb") as fh:
+        fh.write(bytes(range(1, 65)))
+    os.chmod(other, 0o600)
+    with pytest.raises(NoiseKeyMismatch, match="refusing to draw noise"):
+        preflight(r, "m", other)
 
 
 def test_a_stream_model_keeps_at_most_max_ids_persons(r, key_file):
@@ -253,6 +286,8 @@ def test_a_stream_model_keeps_at_most_max_ids_persons(r, key_file):
     assert r.hlen(Keys("m").ids) == 3  # a, b, c; d and e came after the bound
     np.testing.assert_array_equal(_published(r, spec), _exact(spec, np.array([0, 1, 2, 3, 6])))
     assert show_model(r, "m")["unit"]["max_ids"] == 3
+    stats = collect(r, "m")
+    assert (stats["records_dropped_over_max_ids"], stats["records_dropped_over_k"]) == (3, 0)  # d, e, d
 
 
 def _choose_one_by_one(hashes, counts, n_ids, unit):
@@ -297,3 +332,14 @@ def test_a_stale_view_of_the_counts_is_corrected_by_the_add_script(r, key_file):
     stored = {k: int(v) for k, v in r.hgetall(Keys("m").ids).items()}
     assert sorted(stored.values()) == [2, 2, 2, 2]
     assert int(r.hget(Keys("m").stats, "records_merged")) == 8
+
+
+def test_a_worker_process_without_the_key_logs_one_line_and_exits_non_zero(r, key_file, caplog, monkeypatch):
+    monkeypatch.delenv("STREAMDP_NOISE_KEY_FILE", raising=False)
+    _model(r, key_file=key_file)
+    with caplog.at_level(logging.ERROR, logger="streamdp.worker"), pytest.raises(SystemExit) as e:
+        _child(r, "m", {"noise_key_file": None, "block_ms": 1}, True, logging.WARNING)  # a pool's process
+    assert e.value.code == EXIT_REFUSED
+    got = [json.loads(x.getMessage()) for x in caplog.records if "worker.refused" in x.getMessage()]
+    assert len(got) == 1 and got[0]["error"] == "NoNoiseKey" and "export STREAMDP_NOISE_KEY_FILE" in got[0]["reason"]
+    assert not any(x.exc_info for x in caplog.records)

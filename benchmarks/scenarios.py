@@ -59,7 +59,7 @@ script("stream_over_time", T + "stream_over_time")
 for _name in """accuracy_height accuracy_mushroom_deep accuracy_rdt agrawal_batch agrawal_noise_free continual_counting
 default_height dpea_bai dpea_inner_releases dpea_stopped_branches dpl_rf estimation_shallow_leaves
 estimation_variants fit_height_ceiling floor_draws fs_c45 fs_id3_hanisch grow_ceiling hanisch_pooled hanisch_prior
-auto_numeric_candidates kanon_batch late_worker learner_roots learner_selection n_trees nursery_ceiling_cv nursery_rule_explore prior_stumps prune_snr
+auto_numeric_candidates kanon_batch late_worker learner_roots learner_selection n_trees numeric_thresholds nursery_ceiling_cv nursery_rule_explore prior_stumps prune_snr
 report_accuracy river_ceiling river_eval river_floor river_grid river_grow river_service_eval river_variants
 river_window_floor stream_batch_size stream_batch_size_ceiling stream_floor_identifiable stream_height_ceiling
 stream_small window_catchup""".split():

@@ -16,6 +16,7 @@ import numpy as np
 
 from streamdp.forest import pruning
 from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, held_leaves
+from streamdp.forest.marginals import Marginals
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.records.schema import Schema
@@ -43,6 +44,9 @@ class Growing:
         _counts: np.ndarray
         _noise_variance: np.ndarray | None
         _node_variance: np.ndarray | None
+        threshold_share: float
+        threshold_spent: float
+        marginals: Marginals | None
 
         def __init__(self, schema: Schema, structure: ForestStructure, **kwargs: Any) -> None: ...
         @property
@@ -205,7 +209,10 @@ class Growing:
             private=self.private,
             prior_trees=self.prior_trees,
             noise_variance=grown._noise_variance,
+            threshold_share=self.threshold_share,
+            threshold_spent=grown.threshold_spent,
         )
+        out.marginals = self.marginals
         out.node_variance = grown._node_variance
         out.drawn = drawn  # what it grows from (no drawn-sized array is made)
         return out

@@ -60,6 +60,7 @@ import numpy as np
 from streamdp.estimation.nodes import forest_topology
 from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
+from streamdp.forest.marginals import Marginals
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
@@ -75,6 +76,7 @@ class Growable(Protocol):
     mechanism: str
     n_releases: int
     k: int | None
+    marginals: Marginals | None  # the densities the drawn thresholds follow (None: uniform or declared)
 
     @property
     def n_trees(self) -> int: ...
@@ -196,7 +198,7 @@ def grown_release(
     scale = _class_scale(drawn, schema)  # each drawn node's bar per unit (pruning.node_bars)
     if not started and probe > 0 and mech != "kanon":  # (k-anonymity: one release per tree)
         probe_bar = pruning.PRUNE_SNR * math.sqrt(cell_variance(mech, probe * eps))
-        shape, probe_drawn = drawn.pruned(schema, _rule(probe_bar * scale, None, T * M), n)
+        shape, probe_drawn = drawn.pruned(schema, _rule(probe_bar * scale, None, T * M), n, forest.marginals)
         if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
             # each probe leaf's total alone: one cell, C times less noise than a sum of C cells
             exact = tally(shape)[:T].sum(axis=2)
@@ -229,7 +231,7 @@ def grown_release(
         visited.append((nodes, share))
         return cut(nodes, share, rate)
 
-    structure, new_drawn = drawn.pruned(schema, split, n)
+    structure, new_drawn = drawn.pruned(schema, split, n, forest.marginals)
     counts = np.zeros((structure.n_trees, structure.max_leaves, C), dtype=old.dtype)
     n_below = leaves_below(structure)
     node_var = n_below * s2  # this release's noise on each node's total, per class

@@ -46,6 +46,13 @@ root is the sum of its ``L`` leaves (``L`` times the variance): estimation
 (:mod:`streamdp.estimation`) takes the forest-wide class prior mostly from
 the stumps; stumps take no part in the vote. ``n_trees`` always means the
 random trees; ``structure.n_trees`` counts the stumps too.
+
+Thresholds where the data is: with ``threshold_share`` ``s > 0`` the one-shot fit first spends
+``s * epsilon`` on a noisy histogram of each numeric attribute (:func:`streamdp.forest.marginals.noisy_marginals`)
+and draws every numeric threshold of the trees again from it (post-processing); the counts then share
+``(1 - s) * epsilon`` as above (:attr:`PrivateForest.threshold_spent`), so the forest is ``epsilon``-DP by
+sequential composition (later updates release their batches at the same ``(1 - s) * epsilon``). Streams never spend it: their trees are drawn before any record is seen
+(declare public ``quantiles`` in the schema instead, :class:`streamdp.records.schema.Numeric`).
 """
 
 from __future__ import annotations
@@ -59,16 +66,17 @@ import numpy as np
 from streamdp.forest import persistence
 from streamdp.forest.growing import Growing
 from streamdp.forest.growth import leaves_below
+from streamdp.forest.marginals import Marginals, noisy_marginals
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.voting import Voting
-from streamdp.options import BUDGETS, MAX_PRIOR_TREES, MECHANISMS, VOTES
+from streamdp.options import BUDGETS, DEFAULT_THRESHOLD_SHARE, MAX_PRIOR_TREES, MECHANISMS, VOTES
 from streamdp.privacy.mechanisms import SecureRandom, kanon_check, kanon_delta
-from streamdp.records.schema import Schema
-from streamdp.validation import check_choice, check_epsilon, check_integer
+from streamdp.records.schema import Numeric, Schema
+from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
 
-__all__ = ["PrivateForest", "MECHANISMS", "FORMAT", "FORMAT_VERSION"]
+__all__ = ["PrivateForest", "MECHANISMS", "FORMAT", "FORMAT_VERSION", "default_threshold_share"]
 
 
 class PrivateForest(BatchReleases, Growing, Voting):
@@ -95,8 +103,22 @@ class PrivateForest(BatchReleases, Growing, Voting):
         private: bool = True,
         prior_trees: int = 0,
         noise_variance: Any = None,
+        threshold_share: float = 0.0,
+        threshold_spent: float = 0.0,
     ):
         check_choice(mechanism, "mechanism", MECHANISMS)
+        share = Interval(float, 0, 1, closed="left").check(threshold_share, "threshold_share")
+        spent = Interval(float, 0, 1, closed="left").check(threshold_spent, "threshold_spent")
+        if (share or spent) and mechanism == "kanon":
+            raise ValueError("threshold_share applies to mechanism='geometric' or 'laplace', not 'kanon' (use 0)")
+        if share and not any(isinstance(a, Numeric) for a in schema.attributes):
+            raise ValueError(f"threshold_share={share:g} needs a numeric attribute; this schema has none (use 0)")
+        #: Share of epsilon the one-shot fit spends on the numeric attributes' noisy histograms.
+        self.threshold_share = share
+        #: Share of epsilon the current release spent on them (0 until a fit with a share; its counts get the rest).
+        self.threshold_spent = spent
+        #: The released densities the current trees' thresholds were drawn from (None: uniform or declared).
+        self.marginals: Marginals | None = None
         check_choice(vote, "vote", VOTES)
         check_choice(budget, "budget", BUDGETS)
         check_epsilon(epsilon, allow_inf=True)
@@ -167,6 +189,7 @@ class PrivateForest(BatchReleases, Growing, Voting):
         noise_seed: int | None = None,
         max_cells: int = DEFAULT_MAX_CELLS,
         prior_trees: int = 1,
+        threshold_share: float | None = None,
     ) -> PrivateForest:
         """Draw the random structure from ``schema`` and return an empty private forest.
 
@@ -174,9 +197,13 @@ class PrivateForest(BatchReleases, Growing, Voting):
         noise stays fresh and secure. ``noise_seed`` is for tests only and
         marks the forest as not private. ``prior_trees`` single-leaf trees
         are appended after the ``n_trees`` random ones (module docstring;
-        0 gives the forest without them).
+        0 gives the forest without them). ``threshold_share``: the share of ``epsilon`` :meth:`fit` spends
+        drawing numeric thresholds where the records are (module docstring); None:
+        :func:`default_threshold_share`.
         """
         check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)  # before drawing anything
+        if threshold_share is None:
+            threshold_share = default_threshold_share(schema, mechanism)
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
         return cls(
             schema,
@@ -189,6 +216,7 @@ class PrivateForest(BatchReleases, Growing, Voting):
             budget=budget,
             noise_seed=noise_seed,
             prior_trees=prior_trees,
+            threshold_share=threshold_share,
         )
 
     @staticmethod
@@ -233,7 +261,9 @@ class PrivateForest(BatchReleases, Growing, Voting):
 
     @property
     def epsilon_per_tree(self) -> float:
-        return self._epsilon / self.n_released_trees if self.budget == "split" else self._epsilon
+        """Each tree's epsilon for its counts: what the thresholds did not spend, shared by the budget."""
+        counts = self._epsilon * (1.0 - self.threshold_spent)
+        return counts / self.n_released_trees if self.budget == "split" else counts
 
     @property
     def record_share(self) -> float:
@@ -325,6 +355,10 @@ class PrivateForest(BatchReleases, Growing, Voting):
         if self.structure is not self.drawn:  # a refit starts from the drawn trees, not an earlier fit's pruning
             self.structure = self.drawn
             self.__dict__.pop("real_cells", None)
+        self.threshold_spent, self.marginals = 0.0, None
+        if self.threshold_share and not math.isinf(self.epsilon):
+            X, y = self._checked(X, y)
+            self._draw_thresholds(X, rng)
         if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
             X, y = self._checked(X, y)
             self.n_releases, self._counts = 0, np.zeros(self.shape, dtype=self._counts.dtype)
@@ -334,6 +368,13 @@ class PrivateForest(BatchReleases, Growing, Voting):
         self.version += 1
         self.n_releases = 1
         return self
+
+    def _draw_thresholds(self, X: np.ndarray, rng: SecureRandom) -> None:
+        """Spend ``threshold_share * epsilon`` on the numeric attributes' noisy histograms and draw the trees'
+        numeric thresholds again from them (the same trees: attributes, children and leaves are kept)."""
+        self.marginals = noisy_marginals(X, self.schema, self.threshold_share * self.epsilon, rng)
+        self.drawn = self.structure = self.drawn.with_thresholds(self.schema, self.marginals)
+        self.threshold_spent = self.threshold_share
 
     def update(self, X: Any, y: Any) -> PrivateForest:
         """Jagannathan's update: tally only the new records, noise that delta once, add it."""
@@ -402,7 +443,10 @@ class PrivateForest(BatchReleases, Growing, Voting):
             private=self.private,
             prior_trees=self.prior_trees,
             noise_variance=noise_variance,
+            threshold_share=self.threshold_share,
+            threshold_spent=self.threshold_spent,
         )
+        forest.marginals = self.marginals
         forest.node_variance = node_variance
         return forest
 
@@ -425,7 +469,21 @@ class PrivateForest(BatchReleases, Growing, Voting):
 
     def __repr__(self) -> str:
         d = f", delta={self.delta:.3g}" if self.delta else ""
+        d += f", threshold_share={self.threshold_share:g}" if self.threshold_share else ""
         return (
             f"PrivateForest(n_trees={self.n_trees}, prior_trees={self.prior_trees}, height={self.height}, epsilon={self.epsilon:g}{d}, "
             f"mechanism={self.mechanism!r}, version={self.version}, releases={self.n_releases})"
         )
+
+
+def default_threshold_share(schema: Schema, mechanism: str = "geometric") -> float:
+    """The share of epsilon a fit spends on thresholds by default: :data:`~streamdp.options.DEFAULT_THRESHOLD_SHARE`
+    for a schema with a numeric attribute that declares no quantiles (and noise other than k-anonymity), else 0.
+
+    >>> from streamdp.records.datasets import load
+    >>> default_threshold_share(load("congressional-voting").schema)  # all categorical
+    0.0
+    """
+    numeric = [a for a in schema.attributes if isinstance(a, Numeric)]
+    undeclared = any(a.quantiles is None for a in numeric)
+    return DEFAULT_THRESHOLD_SHARE if undeclared and mechanism != "kanon" else 0.0

@@ -49,7 +49,13 @@ def to_bytes(forest: Any) -> bytes:
                 "budget": forest.budget,
                 "prior_trees": forest.prior_trees,
             },
-            "privacy": {"epsilon": forest.epsilon, "delta": forest.delta, "private": forest.private},
+            "privacy": {
+                "epsilon": forest.epsilon,
+                "delta": forest.delta,
+                "private": forest.private,
+                "threshold_share": forest.threshold_share,
+                "threshold_spent": forest.threshold_spent,
+            },
             # an all-categorical forest's thresholds (all +inf) and a fresh model's counts: shape and value alone
             "structure": compact_structure(forest.structure, forest.schema),
             "counts": blob.pack_array(forest._counts, fill_ok=True),
@@ -203,6 +209,8 @@ def from_doc(cls: Callable[..., F], doc: dict) -> F:
             private=bool(blob.field(privacy, "private", bool, FORMAT)),
             prior_trees=prior_trees,
             noise_variance=doc.get("noise_variance"),  # absent or None: n_releases * cell_variance
+            threshold_share=privacy.get("threshold_share", 0.0),  # absent: a blob from before thresholds had a share
+            threshold_spent=privacy.get("threshold_spent", 0.0),
         )
         if doc.get("node_variance") is not None:  # trees grown release by release
             forest.node_variance = blob.unpack_array(doc["node_variance"], "node_variance", "<f8", ndim=2)

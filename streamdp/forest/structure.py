@@ -7,7 +7,8 @@ from a generator seeded with 128 bits from the OS CSPRNG (or an explicit
 * Categorical attribute: multiway split, one child per declared value; not
   reused below on that path.
 * Numeric attribute: binary split ``x > t`` with ``t`` uniform in the declared
-  range narrowed by the splits above; may be reused on a path.
+  range narrowed by the splits above (drawn from the density of the attribute's declared
+  ``quantiles`` where it declares them, :mod:`streamdp.forest.marginals`); may be reused on a path.
 * A path stops at depth ``height`` or when no attribute is left. Leaves are
   never pruned.
 
@@ -50,7 +51,9 @@ from streamdp.forest.heights import (
     leaf_budget,
 )
 from streamdp.forest.limits import DEFAULT_MAX_CELLS, MAX_HEIGHT, TooLargeError
+from streamdp.forest.marginals import Marginals
 from streamdp.forest.routing import ForestRouter
+from streamdp.forest.thresholds import redraw_thresholds
 from streamdp.records.schema import Schema
 from streamdp.validation import check_integer
 
@@ -166,7 +169,28 @@ class ForestStructure:
                 f"Lower the height ({height}) or the number of trees, or raise max_cells."
             )
         feature, threshold, child, leaf, n_leaves, height = drawn
+        declared = Marginals.declared(schema)
+        if declared is not None:  # public quantiles: thresholds from their density
+            threshold = redraw_thresholds(feature, child, leaf, schema, declared, rng)
         return cls(feature, threshold, child, leaf, n_leaves, int(height))
+
+    def with_thresholds(self, schema: Schema, marginals: Marginals, seed: int | None = None) -> ForestStructure:
+        """The same trees with every numeric threshold drawn again from ``marginals``
+        (:mod:`streamdp.forest.thresholds`); public when ``marginals`` are (post-processing).
+
+        >>> import numpy as np
+        >>> from streamdp.records.schema import Schema
+        >>> s = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 10}],
+        ...                       "label": {"name": "y", "values": [0, 1]}})
+        >>> fs = ForestStructure.draw(s, n_trees=3, height=2, seed=0)
+        >>> top = Marginals.from_weights(s, np.array([[0.0, 1.0]]))  # all the mass in [5, 10]
+        >>> t = fs.with_thresholds(s, top, seed=0).threshold
+        >>> bool(np.all(t[np.isfinite(t)] >= 5)), fs.with_thresholds(s, top).n_leaves.tolist() == fs.n_leaves.tolist()
+        (True, True)
+        """
+        rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
+        threshold = redraw_thresholds(self.feature, self.child, self.leaf, schema, marginals, rng)
+        return ForestStructure(self.feature, threshold, self.child, self.leaf, self.n_leaves, self.height)
 
     def with_stumps(self, k: int, n_attributes: int) -> ForestStructure:
         """This structure with ``k`` single-leaf trees ("prior stumps") appended after its trees.
@@ -203,6 +227,7 @@ class ForestStructure:
         schema: Schema,
         split: Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]],
         rate: float | np.ndarray = 1.0,
+        marginals: Marginals | None = None,
     ) -> tuple[ForestStructure, np.ndarray]:
         """This structure cut from the roots down by ``split``; only the nodes kept are ever visited.
 
@@ -211,7 +236,8 @@ class ForestStructure:
         records if every attribute were uniform (a categorical child gets
         ``1 / arity`` of its parent, a numeric one its part of the parent's
         range of the attribute: ``(t - lo) / (hi - lo)`` below a threshold ``t``, the declared
-        range narrowed by the splits above) and the ``rate``
+        range narrowed by the splits above; its part of the range's mass under ``marginals``, or the
+        schema's declared quantiles, where given) and the ``rate``
         their parent passed down (``rate`` at the roots: a number or one per
         tree), and returns whether each node keeps its split and the rate its
         children inherit. A node that does not keep its split (or is a leaf)
@@ -252,6 +278,7 @@ class ForestStructure:
         col[num] = np.arange(num.size)
         lo = np.tile([schema.attributes[j].min for j in num], (T, 1)).astype(np.float64)
         hi = np.tile([schema.attributes[j].max for j in num], (T, 1)).astype(np.float64)
+        density = marginals if marginals is not None else Marginals.declared(schema)
         kept, inner, depth = [], [], 0
         height = 0
         while nodes.size:
@@ -281,6 +308,9 @@ class ForestStructure:
                 a, b = lo[r, c[r]], hi[r, c[r]]
                 t = np.clip(t, a, b)
                 left = np.where(b > a, (t - a) / np.where(b > a, b - a, 1.0), 0.5)
+                if density is not None:  # the range's mass below t, where the range holds any
+                    fa, fb, ft = (density.cdf(c[r], v) for v in (a, b, t))
+                    left = np.where(fb - fa > 1e-12, (ft - fa) / np.where(fb - fa > 1e-12, fb - fa, 1.0), left)
                 right_side = step[r] == 1
                 frac[r] = np.where(right_side, 1.0 - left, left)
                 hi[r[~right_side], c[r[~right_side]]] = t[~right_side]

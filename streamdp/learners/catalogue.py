@@ -158,7 +158,7 @@ _N_BOUND = Param(
     "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
     "(None: the root's noisy count plus a margin)",
 )
-from streamdp.options import BUDGETS, MAX_PRIOR_TREES, SCORERS, VOTES  # noqa: E402
+from streamdp.options import BUDGETS, DEFAULT_THRESHOLD_SHARE, MAX_PRIOR_TREES, SCORERS, VOTES  # noqa: E402
 
 _TOP_UP = Param(
     "top_up",
@@ -206,7 +206,15 @@ def _forest_params(kanon: bool) -> tuple[Param, ...]:
         Param("budget", Options(BUDGETS), "split", "how epsilon is shared among trees"),
     )
     if not kanon:
-        return base
+        return base + (
+            Param(
+                "threshold_share",
+                AnyOf((Interval(float, 0, 1, closed="left"), Options((None,)))),
+                None,
+                "share of epsilon spent on noisy histograms to draw numeric thresholds where the records are "
+                f"(None: {DEFAULT_THRESHOLD_SHARE:g} with a numeric attribute that declares no quantiles, else 0)",
+            ),
+        )
     return base + (
         Param("k", Interval(int, 1, 10**9), None, "k-anonymity threshold"),
         Param("beta", Interval(float, 0, 1, closed="neither"), None, "sampling rate"),

@@ -55,13 +55,31 @@ class Categorical:
         return {"name": self.name, "type": "categorical", "values": list(self.values)}
 
 
+#: Most quantiles a numeric attribute may declare (a threshold draw reads them all).
+MAX_QUANTILES = 1024
+
+
 @dataclass(frozen=True)
 class Numeric:
-    """An attribute with a declared range ``[min, max]``; values outside are clamped."""
+    """An attribute with a declared range ``[min, max]``; values outside are clamped.
+
+    ``quantiles`` (optional, public): increasing cut points strictly inside the range that split the
+    attribute's values into equal shares (a published or guessed distribution, never one read from the
+    private records). Random trees draw their thresholds from the piecewise-uniform density they
+    define (equal mass between consecutive cut points) instead of uniformly over the range.
+
+    >>> Numeric("age", 0, 120, quantiles=[20, 35, 50]).quantiles
+    (20.0, 35.0, 50.0)
+    >>> Numeric("age", 0, 120, quantiles=[20, 130])
+    Traceback (most recent call last):
+    ...
+    streamdp.records.domains.SchemaError: attribute 'age': quantile 130 is not strictly inside the range [0, 120]
+    """
 
     name: str
     min: float
     max: float
+    quantiles: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for bound in ("min", "max"):
@@ -78,8 +96,31 @@ class Numeric:
                 "can hold (max - min overflows)"
             )
 
+        if self.quantiles is not None:
+            object.__setattr__(self, "quantiles", self._checked_quantiles(self.quantiles))
+
+    def _checked_quantiles(self, quantiles: Any) -> tuple[float, ...]:
+        where = f"attribute {self.name!r}"
+        if not isinstance(quantiles, (list, tuple)) or not 1 <= len(quantiles) <= MAX_QUANTILES:
+            raise SchemaError(f"{where}: 'quantiles' must be a list of 1 to {MAX_QUANTILES} numbers, got {quantiles!r}")
+        out: list[float] = []
+        for q in quantiles:
+            if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q):
+                raise SchemaError(f"{where}: quantile {q!r} must be a finite number")
+            if not self.min < q < self.max:
+                raise SchemaError(
+                    f"{where}: quantile {q!r} is not strictly inside the range [{self.min:g}, {self.max:g}]"
+                )
+            if out and not q > out[-1]:
+                raise SchemaError(f"{where}: quantiles must increase strictly ({out[-1]:g} then {q!r})")
+            out.append(float(q))
+        return tuple(out)
+
     def to_dict(self) -> dict:
-        return {"name": self.name, "type": "numeric", "min": self.min, "max": self.max}
+        d: dict = {"name": self.name, "type": "numeric", "min": self.min, "max": self.max}
+        if self.quantiles is not None:
+            d["quantiles"] = list(self.quantiles)
+        return d
 
 
 @dataclass(frozen=True)

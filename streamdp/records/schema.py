@@ -128,18 +128,23 @@ class Schema:
             kind = a.get("type")
             if kind == "categorical":
                 extra = set(a) - {"name", "type", "values"}
+                if "quantiles" in extra:
+                    raise SchemaError(
+                        f"attribute {a['name']!r}: 'quantiles' apply to numeric attributes only, not categorical"
+                    )
                 if extra or "values" not in a:
                     raise SchemaError(
                         f"attribute {a['name']!r}: categorical needs exactly 'values' (extra: {sorted(extra)})"
                     )
                 attrs.append(Categorical(a["name"], a["values"]))
             elif kind == "numeric":
-                extra = set(a) - {"name", "type", "min", "max"}
+                extra = set(a) - {"name", "type", "min", "max", "quantiles"}
                 if extra or "min" not in a or "max" not in a:
                     raise SchemaError(
-                        f"attribute {a['name']!r}: numeric needs exactly 'min' and 'max' (extra: {sorted(extra)})"
+                        f"attribute {a['name']!r}: numeric needs 'min' and 'max', and may declare 'quantiles' "
+                        f"(extra: {sorted(extra)})"
                     )
-                attrs.append(Numeric(a["name"], a["min"], a["max"]))
+                attrs.append(Numeric(a["name"], a["min"], a["max"], a.get("quantiles")))
             else:
                 raise SchemaError(f"attribute {a['name']!r}: type must be 'categorical' or 'numeric', got {kind!r}")
         lab = d["label"]

@@ -231,6 +231,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
                 vote=vote,
                 noise_seed=seed,
                 prior_trees=prior_trees,
+                threshold_share=0.0,  # drawn before any record: no share to spend (declared quantiles apply)
             )
         if grow and not self.forest.can_grow:
             raise ValueError(

@@ -293,6 +293,7 @@ def create_model(
             vote=vote,
             budget=budget,
             max_cells=min(DEFAULT_MAX_CELLS, cells),
+            threshold_share=0.0,  # a stream's trees are drawn before any record (declared quantiles apply)
         )
     except TooLargeError as e:
         if cells >= DEFAULT_MAX_CELLS:

@@ -143,13 +143,15 @@ def test_update_is_clone_tally_noise_once_add():
     X1, y1 = mixed_data(400, rng)
     X2, y2 = mixed_data(250, rng)
     X1b, y1b = mixed_data(100, rng)
-    f = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99).fit(X1, y1, prune=False)
+    f = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99, threshold_share=0).fit(
+        X1, y1, prune=False
+    )
     assert f.n_releases == 1 and f.version == 1
     f.update(X2, y2)
     assert f.n_releases == 2 and f.version == 2
 
     # same structure, same noise stream: fit-style release of D1 plus one noisy delta of D2
-    g = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99)
+    g = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99, threshold_share=0)
     d1 = g.noisy_delta(X1, y1)
     d2 = g.noisy_delta(X2, y2)
     assert np.array_equal(f.counts, d1 + d2)
@@ -166,7 +168,8 @@ def test_update_is_clone_tally_noise_once_add():
     assert np.array_equal(d2, exact_counts(f, X2, y2) + n2)
 
     # the noise does not depend on the data: another D1 changes the counts by exactly the tally difference
-    h = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99).fit(X1b, y1b, prune=False).update(X2, y2)
+    h = seeded(MIXED, n_trees=4, height=3, epsilon=1.0, seed=5, noise_seed=99, threshold_share=0)
+    h.fit(X1b, y1b, prune=False).update(X2, y2)
     assert np.array_equal(f.counts - h.counts, exact_counts(f, X1, y1) - exact_counts(f, X1b, y1b))
 
 
@@ -203,7 +206,8 @@ def test_noise_variance_grows_linearly_with_updates():
     rng = np.random.default_rng(4)
     var1, m41 = geo_moments(0.5)
     for U in (1, 3, 8):
-        f = PrivateForest.create(s, n_trees=7, height=9, epsilon=4.0, seed=1)  # 7 trees + 1 stump: eps_tree = 0.5
+        # 7 trees + 1 stump: eps_tree = 0.5 (no share spent on thresholds)
+        f = PrivateForest.create(s, n_trees=7, height=9, epsilon=4.0, seed=1, threshold_share=0)
         X_all, y_all = [], []
         for u in range(U):
             X = rng.uniform(-0.2, 1.2, size=(300, 2))
@@ -224,10 +228,10 @@ def test_noise_variance_grows_linearly_with_updates():
 def test_two_fits_without_seed_never_share_noise():
     rng = np.random.default_rng(5)
     X, y = mixed_data(300, rng)
-    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=7)
+    f = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=1.0, seed=7)
     c1 = f.fit(X, y).counts.copy()
     c2 = f.fit(X, y).counts.copy()
-    g = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=7)
+    g = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=1.0, seed=7)
     c3 = g.fit(X, y).counts.copy()
     real = real_mask(f)
     # eps_tree = 1/3: P(two draws agree on a cell) < 0.2; hundreds of cells
@@ -271,11 +275,13 @@ def test_blob_holds_nothing_the_noise_can_be_rebuilt_from():
     X, y = mixed_data(300, rng)
     # the drawn trees (prune=False): a pruned refit may cut the trees otherwise (its cuts read fresh noise), and
     # this test compares the noise cell by cell
-    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=8).fit(X, y, prune=False)
+    f = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=1.0, seed=8).fit(
+        X, y, prune=False
+    )
     doc = msgpack.unpackb(f.to_bytes(), raw=False)
     assert set(doc) == BLOB_KEYS
     assert set(doc["params"]) == {"n_trees", "height", "mechanism", "k", "beta", "vote", "budget", "prior_trees"}
-    assert set(doc["privacy"]) == {"epsilon", "delta", "private"}
+    assert set(doc["privacy"]) == {"epsilon", "delta", "private", "threshold_share", "threshold_spent"}
     assert set(doc["structure"]) == {"layout", "n_nodes", "feature", "threshold", "child", "leaf", "n_leaves"}
     # loading the blob and refitting the same data gives fresh noise
     g = PrivateForest.from_bytes(f.to_bytes())
@@ -309,8 +315,12 @@ def test_model_never_carries_an_exact_record_count(mechanism):
     X, y = mixed_data(n + 1, rng)
     kw = dict(k=3, beta=0.5) if mechanism == "kanon" else {}
     eps = 4.0 if mechanism == "kanon" else 1.0
-    fa = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw)
-    fb = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw)
+    fa = PrivateForest.create(
+        MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw
+    )
+    fb = PrivateForest.create(
+        MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=eps, mechanism=mechanism, seed=9, **kw
+    )
     # prune=False: a pruned structure depends on (noisy, private) releases and may differ between the two
     fa.fit(X[:n], y[:n], prune=False)
     fb.fit(X, y, prune=False)  # one more record
@@ -631,7 +641,7 @@ def test_noise_variance_adds_up_over_releases_and_travels_in_the_blob():
     """Estimation weighs counts by the noise they carry: r releases carry r times one release's variance."""
     rng = np.random.default_rng(9)
     X, y = mixed_data(200, rng)
-    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=1.0, seed=2)
+    f = PrivateForest.create(MIXED, threshold_share=0.0, n_trees=3, height=3, epsilon=1.0, seed=2)
     s2 = f.cell_variance
     f.fit(X, y, prune=False)
     assert np.allclose(f.noise_variance, s2)

@@ -89,8 +89,13 @@ def test_structure_does_not_depend_on_data():
     X1, y1 = random_records(schema, 500, rng)
     X2, y2 = random_records(schema, 50, rng)
     # prune=False: the drawn structure itself (pruning by a release is tested in test_forest_pruning.py)
-    f1 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X1, y1, prune=False)
-    f2 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42).fit(X2, y2, prune=False)
+    # threshold_share=0: thresholds from the declared ranges alone (a share draws them from a noisy release)
+    f1 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42, threshold_share=0).fit(
+        X1, y1, prune=False
+    )
+    f2 = PrivateForest.create(schema, n_trees=4, height=4, epsilon=1.0, seed=42, threshold_share=0).fit(
+        X2, y2, prune=False
+    )
     f2.update(X1, y1)
     ref = ForestStructure.draw(schema, 4, 4, seed=42).with_stumps(1, schema.n_attributes)
     for name, arr in ref.arrays().items():

@@ -250,3 +250,15 @@ def test_version_0_is_kept_as_the_shape_of_its_zero_counts_not_a_copy_of_the_spe
     assert got.version == 0 and got.shape == f.shape and not got.counts.any()
     np.testing.assert_array_equal(got.structure.child, f.structure.child)
     assert len(r.get(k.spec)) < f.counts.nbytes  # the structure without its padding
+
+
+def test_a_stream_model_draws_its_thresholds_from_declared_quantiles_and_spends_no_share(r):
+    from streamdp import Schema
+
+    attrs = [{"name": "x", "type": "numeric", "min": 0, "max": 100, "quantiles": [40, 41, 42, 43, 44]}]
+    schema = Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": [0, 1]}})
+    create_model(r, "q", schema, n_trees=40, height=1, epsilon=1.0, seed=2)
+    c = Consumer(r, "q").latest()
+    assert c.schema == schema and c.threshold_share == 0.0 and c.threshold_spent == 0.0
+    t = c.structure.threshold[:40, 0]
+    assert np.mean((t >= 40) & (t <= 44)) > 0.4  # 4/6 expected; uniform draws would put 4% there

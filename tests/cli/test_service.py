@@ -135,7 +135,12 @@ def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
     u = ["--redis-url", redis_url]
     name = unique_name
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        main(
+            u
+            + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"]
+            # short windows: each worker run below waits until the window holding its last records is released
+            + ["--release-every", "0.2", "--max-lag", "1"]
+        )
         == 0
     )
     data = tmp_path / "votes.csv"

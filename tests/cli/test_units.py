@@ -39,8 +39,10 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
     finally:
         main(u + ["model", "delete", plain])
     name = unique_name
+    # short windows: the worker run below waits until the window holding the last records is released
     args = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "inf",
-            "--release", "window", "--privacy-id", "user", "--max-records-per-id", "3"]  # fmt: skip
+            "--release", "window", "--privacy-id", "user", "--max-records-per-id", "3",
+            "--release-every", "0.2", "--max-lag", "1"]  # fmt: skip
     assert main(u + args) == 0
     assert "unit of privacy: a person (column 'user'): at most 3 records" in capsys.readouterr().out
     data = tmp_path / "people.csv"

@@ -144,7 +144,9 @@ def test_the_grown_structure_depends_on_the_released_numbers_alone(budget, monke
     assert 1 <= runs[0][0]["n_leaves"].max() < runs[0][-1]["n_leaves"].max()  # it did grow, from the roots
 
 
-@pytest.mark.slow
+# 8,000 releases, tens of seconds: run after the suite; that the decisions read only released numbers is checked
+# exactly in the default run (test_the_*_structure_depends_on_the_released_numbers_alone)
+@pytest.mark.long
 def test_empirical_epsilon_audit_of_a_grown_release():
     """The second window of a stream on neighbouring datasets of 11 and 12 records, after a first window
     already published (4 records; one fixed release, the same in both worlds: it is public by then): the

@@ -207,7 +207,9 @@ def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
     assert any((nodes >= 8 * f.drawn.feature.shape[1]).any() for nodes, _ in calls)  # the stumps' rows visited
 
 
-@pytest.mark.slow
+# 8,000 releases, tens of seconds: run after the suite; that the decisions read only released numbers is checked
+# exactly in the default run (test_the_*_structure_depends_on_the_released_numbers_alone)
+@pytest.mark.long
 def test_empirical_epsilon_audit_of_the_pruned_fit():
     """Neighbouring datasets (11 and 12 records): the pruning decision and the released counts together.
 

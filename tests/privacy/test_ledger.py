@@ -182,8 +182,9 @@ def _charger(url: str, source: str, n: int, epsilon: float, key: str, gate: str)
 
 
 def _race(url: str, source: str, procs: int, n: int, epsilon: float, key: str = "") -> list[int]:
-    """Start the processes (spawn), open the gate once all are ready, return their exit codes."""
-    ctx = multiprocessing.get_context("spawn")
+    """Start the processes (fork: everything is imported already, so they start in milliseconds), open the gate
+    once all are ready, return their exit codes."""
+    ctx = multiprocessing.get_context("fork")
     gate = f"sdp:{{{source}}}:test:gate"
     ps = [ctx.Process(target=_charger, args=(url, source, n, epsilon, key, gate)) for _ in range(procs)]
     for p in ps:

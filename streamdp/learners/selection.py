@@ -33,7 +33,6 @@ The winner's settings are released; its index depends on the data only through t
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -232,7 +231,7 @@ class AutoPrivateClassifier(PrivateLearner):
         )
         self.winner_, self.model_, self.candidates_ = sel.winner, sel.model, sel.candidates
         name, params = sel.winner
-        self.learner_ = name + (f" {json.dumps(params, sort_keys=True)}" if params else "")
+        self.learner_ = name + (" " + ", ".join(f"{k}={params[k]!r}" for k in sorted(params)) if params else "")
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):

@@ -53,7 +53,7 @@ def test_submit_auto_runs_charges_epsilon_once_and_publishes_the_winner(r):
 
     model = load_model(JobQueue(r, "q-auto").result_bytes(jid))
     assert type(model).__name__ in ("PrivateForest", "DiffPID3")
-    won = {"PrivateForest": 'private-rdt {"n_trees": 3}', "DiffPID3": 'diffp-id3 {"max_depth": 2}'}
+    won = {"PrivateForest": "private-rdt n_trees=3", "DiffPID3": "diffp-id3 max_depth=2"}
     assert st["learner"] == won[type(model).__name__] and st["warnings"] == []  # the winner is released
     rc, out = _cli("job", "status", jid, "--queue", "q-auto")
     assert f"learner       {st['learner']}" in out

@@ -15,8 +15,7 @@ Models, at their defaults, on the same splits (the datasets, loaders and splits 
   (``merge(noisy_delta_encoded)``: ``update`` before it grew cut trees);
 * ``update``: fit on the first tenth, then 9 ``update_encoded`` (a grown release on cut trees);
 * ``grow``: ``grow_encoded`` in 10 chunks;
-* ``river``: ``PrivateForestClassifier(schema, epsilon=e)``, ``learn_encoded`` then ``flush``; ``river sum``:
-  the same with its trees' releases summed plainly (``release_weights.WEIGHED = False``), not weighed by size;
+* ``river``: ``PrivateForestClassifier(schema, epsilon=e)``, ``learn_encoded`` then ``flush``;
   ``river grow``: the same with ``grow=True`` (numeric schemas do not grow by default);
 * ``majority``: the training folds' most frequent class (not private: the floor).
 
@@ -37,13 +36,14 @@ from pathlib import Path
 import numpy as np
 
 EPSILONS = (0.1, 0.5, 1.0, 2.0)
-MODELS = ("fit", "fit/sqrt10", "fit/sqrt3", "merge", "update", "grow", "river sum", "river", "river grow", "majority")
+MODELS = ("fit", "fit/sqrt10", "fit/sqrt3", "merge", "update", "grow", "river", "river grow", "majority")
+STREAMING = ("merge", "update", "grow", "river", "river grow")
 
 
 def scores(schema, X, y, train, test, eps: float) -> dict:
     """Test accuracy of every model of the module docstring on one split."""
     from streamdp import PrivateForest
-    from streamdp.river import PrivateForestClassifier, release_weights
+    from streamdp.river import PrivateForestClassifier
 
     Xtr, ytr, Xte, yte = X[train], y[train], X[test], y[test]
     chunks = np.array_split(np.arange(len(ytr)), 10)
@@ -67,8 +67,7 @@ def scores(schema, X, y, train, test, eps: float) -> dict:
     for c in chunks:
         f.grow_encoded(Xtr[c], ytr[c])
     out["grow"] = acc(f)
-    for name, kw in (("river sum", {}), ("river", {}), ("river grow", {"grow": True})):
-        release_weights.WEIGHED = name != "river sum"
+    for name, kw in (("river", {}), ("river grow", {"grow": True})):
         model = PrivateForestClassifier(schema, epsilon=eps, **kw)
         model.learn_encoded(Xtr, ytr)
         model.flush()

@@ -18,7 +18,6 @@ from streamdp.records.schema import Schema
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.river.prior_vote import PriorVote
-from streamdp.river.release_weights import SizeWeighted, weighed
 from streamdp.river.schemas import declared_schema
 from streamdp.validation import check_choice, check_integer, check_probability
 
@@ -67,11 +66,9 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         gets a model early (the sizes are public: a function of the release
         number). ``first_batch=batch_size`` gives fixed batches.
     batch_size
-        Records per release once the batches have grown. Each release adds fresh noise to every cell;
-        without a ``window`` the trees' releases are summed with weights proportional to their sizes
-        (:mod:`streamdp.river.release_weights`, post-processing), so ``r``
-        releases of sizes ``m_j`` carry ``(sum m_j)^2 / sum m_j^2 <= r`` releases' noise variance (``r`` for
-        equal batches): few large batches beat many small ones.
+        Records per release once the batches have grown. Each release adds fresh noise to every cell, so
+        the noise on a cell after ``r`` releases has standard deviation
+        ``sqrt(2 r) * (n_trees + prior_trees) / epsilon``: few large batches beat many small ones.
     mechanism
         ``"geometric"`` (default, exact integer noise) or ``"laplace"``.
     vote
@@ -253,7 +250,6 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         self._cap = self.current_batch_size
         self._deltas: collections.deque = collections.deque()  # the last `window` released deltas
         self._guard_log: collections.deque = collections.deque()  # released noisy advantages (the last `window`)
-        self._weights = SizeWeighted() if window is None else None  # the trees' releases weighed by size
         self._view = ForestView(self.forest, self.encoder)
 
     # -- river plumbing ---------------------------------------------------------
@@ -285,7 +281,6 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         self.__dict__.setdefault("_pend_y", [])
         self.__dict__.setdefault("guard", 0.0)  # pickled before the guard: none
         self.__dict__.setdefault("_guard_log", collections.deque())
-        self.__dict__.setdefault("_weights", None)  # pickled before size weights: the plain sum goes on
         self.__dict__.setdefault("grow", False)  # pickled before growing trees: its trees are the drawn ones
         if "prior_records" not in state:  # pickled before the prior phase: none, and window deltas without variances
             self.prior_records, self._n_prior_releases = 0, 0
@@ -428,7 +423,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
             self._guard_release(X, y)  # scored by the model before it learns the batch
             delta, cell_var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
             self._log_prior(delta[T:, 0, :], cell_var, size)
-            self._merge(*weighed(self.forest, self._weights, delta, cell_var, size))
+            self._merge(delta, cell_var)
         self._scrub(n)
 
     def _merge(self, delta: np.ndarray, var: Any) -> None:

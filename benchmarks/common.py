@@ -23,6 +23,31 @@ def folds(n: int, k: int, rng) -> list[np.ndarray]:
     return np.array_split(rng.permutation(n), k)
 
 
+def run_info(**extra) -> dict:
+    """What a study's results record about its run: machine, git commit, load at start, and ``extra``."""
+    return {"machine": machine(), "git": sh("git rev-parse --short HEAD"), "uptime_start": sh("uptime"), **extra}
+
+
+def cv_splits(n: int, repeats: int, k: int, rng):
+    """``(split number, train, test)`` of ``repeats`` x ``k``-fold CV over ``n`` records (test sorted)."""
+    for r in range(repeats):
+        perm = rng.permutation(n)
+        for i, test in enumerate(np.array_split(perm, k)):
+            yield r * k + i, np.setdiff1d(perm, test), np.sort(test)
+
+
+def study_header(title: str, script: str, info: dict) -> list[str]:
+    """The first lines of a study's markdown: title, command, commit, machine, load at start and end."""
+    return [
+        f"# {title}",
+        "",
+        f"`python benchmarks/studies/{script}`; git {info['git']}; {info['machine']['nproc']} x {info['machine']['cpu']}",
+        f"load at start: {info['uptime_start']}",
+        f"load at end: {info['uptime_end']}",
+        "",
+    ]
+
+
 def append_runtime(path: Path, rows: list[dict], info: dict, source: str) -> None:
     """Append fit runtimes (dicts with learner, dataset, rows, params, median_s) to the shared table."""
     if not path.exists():

@@ -56,6 +56,7 @@ script("estimation_posterior", T + "estimation_posterior")
 script("river_estimate_pair", T + "river_estimate_pair", "synth-linear,synth-blobs,uci-nursery")
 script("service_defaults", T + "service_defaults")
 script("stream_over_time", T + "stream_over_time")
+script("stream_paths_small", T + "stream_paths_small")
 for _name in """accuracy_height accuracy_mushroom_deep accuracy_rdt agrawal_batch agrawal_noise_free continual_counting
 default_height dpea_bai dpea_inner_releases dpea_stopped_branches dpl_rf estimation_shallow_leaves
 estimation_variants fit_height_ceiling floor_draws fs_c45 fs_id3_hanisch grow_ceiling hanisch_pooled hanisch_prior

@@ -32,7 +32,7 @@ per-tree epsilon, decisions read released numbers only
 (:meth:`PrivateForest.fit_encoded`). :meth:`PrivateForest.grow` continues it
 release by release (the trees deepen as the released counts allow, never past
 the drawn height: :mod:`streamdp.forest.growth`, the service's ``release="grow"``);
-``update`` keeps the structure it was given.
+``update`` of trees so cut is a grown release too, and adds to drawn trees as they are.
 
 Prior stumps: ``prior_trees`` single-leaf trees follow the ``n_trees`` random
 trees in the structure (:meth:`ForestStructure.with_stumps`). To every
@@ -337,7 +337,7 @@ class PrivateForest(BatchReleases, Growing, Voting):
         Pruning (``prune=True``, at least one prior stump, finite epsilon):
         :mod:`streamdp.forest.pruning` (the rule and its privacy),
         the first release of :func:`streamdp.forest.growth.grown_release` with a probe. The structure, its height and the counts' shape become
-        the pruned ones; :meth:`update` adds to them. A refit starts again from
+        the pruned ones; :meth:`update` grows them further. A refit starts again from
         the structure the forest was built with (a forest loaded from a blob:
         the structure the blob holds, so a pruned blob cannot grow back). A forest that holds a release
         already warns: fitting again releases its records again (``epsilon`` more, sequential composition),
@@ -377,8 +377,33 @@ class PrivateForest(BatchReleases, Growing, Voting):
         self.threshold_spent = self.threshold_share
 
     def update(self, X: Any, y: Any) -> PrivateForest:
-        """Jagannathan's update: tally only the new records, noise that delta once, add it."""
-        return self.merge(self.noisy_delta(X, y))
+        """Jagannathan's update: tally only the new records, noise that delta once, add it.
+
+        On trees cut from the drawn ones (a pruned :meth:`fit` or :meth:`grow`, while the forest
+        :attr:`can_grow`), the release is :meth:`grow`'s: the trees may deepen where the records
+        released so far stand clear of the noise, so a fit on the first records of a stream does not
+        keep trees sized for them. Why: a tree pruned for a few records, updated with many, stays
+        at the majority share; deepening as the released counts allow is what :meth:`grow` measures.
+        Privacy: a grown release costs what this update costs (:mod:`streamdp.forest.growth`: each
+        release noised once with the same budget, the cut a function of released numbers), so the model
+        stays ``epsilon``-DP over disjoint batches either way. A forest on its drawn trees (``prune=False``,
+        no stump, no noise, k-anonymity, or a pruned blob loaded without its drawn trees) adds to them.
+
+        >>> from streamdp.records.datasets import load
+        >>> ds = load("congressional-voting")
+        >>> f = PrivateForest.create(ds.schema, n_trees=5, height=8, epsilon=1.0, seed=1).fit(ds.X[:40], ds.y[:40])
+        >>> f.update(ds.X[40:], ds.y[40:]).n_releases
+        2
+        """
+        enc = self.schema.encode(X, y)
+        return self.update_encoded(enc.X, cast(np.ndarray, enc.y))
+
+    def update_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> PrivateForest:
+        """:meth:`update` for records already encoded by :meth:`Schema.encode` (``rng``: the release's noise
+        source, default the forest's own)."""
+        if self.structure is not self.drawn and self.can_grow:
+            return self.grow_encoded(X, y, rng)
+        return self.merge(self.noisy_delta_encoded(X, y, rng))
 
     def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> PrivateForest:
         """Add an already-noised delta (from :meth:`noisy_delta`, possibly on another worker).

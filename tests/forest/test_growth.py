@@ -103,7 +103,7 @@ def test_grown_forest_round_trips_and_merges():
     assert np.array_equal(g.node_variance, f.node_variance)
     assert np.array_equal(g.predict_proba(ds.X), f.predict_proba(ds.X))
     before = f.node_variance.copy()
-    f.update(ds.X[:50], ds.y[:50])  # an update on the grown trees: every node adds its leaves' noise
+    f.merge(f.noisy_delta(ds.X[:50], ds.y[:50]))  # a delta on the grown trees: every node adds its leaves' noise
     assert np.allclose(f.node_variance, before + leaves_below(f.structure) * f.cell_variance)
 
 

@@ -59,8 +59,29 @@ def test_a_pruned_forest_round_trips_and_updates():
     assert g.height == f.height and np.array_equal(g.counts, f.counts)
     assert np.array_equal(g.predict_proba(ds.X[300:]), f.predict_proba(ds.X[300:]))
     before = f.counts.sum()
-    f.update(ds.X[300:], ds.y[300:])  # Jagannathan's update adds to the pruned trees
-    assert f.n_releases == 2 and f.counts.shape == g.counts.shape and f.counts.sum() != before
+    f.update(ds.X[300:], ds.y[300:])  # on pruned trees: a grown release (the trees may deepen, never shrink)
+    assert f.n_releases == 2 and f.height >= g.height and f.counts.sum() != before
+    shape = g.counts.shape
+    g.update(ds.X[300:], ds.y[300:])  # loaded without its drawn trees: Jagannathan's update adds to them
+    assert g.n_releases == 2 and g.counts.shape == shape and g.structure is g.drawn
+
+
+def test_an_update_of_pruned_trees_is_a_grown_release():
+    """A fit on a stream's first records prunes for them; the update that follows deepens the trees as grow
+    does (the same noise draws: the same release), where the drawn trees' update adds to them as they are."""
+    ds = load("congressional-voting")
+    fits = [_forest(ds.schema, n_trees=4, height=8, epsilon=2.0, seed=5, noise_seed=7) for _ in range(2)]
+    for f in fits:
+        f.fit(ds.X[:40], ds.y[:40])
+    small = fits[0].height
+    fits[0].update(ds.X[40:], ds.y[40:])
+    fits[1].grow(ds.X[40:], ds.y[40:])
+    assert fits[0].height > small
+    assert np.array_equal(fits[0].counts, fits[1].counts)
+    assert np.array_equal(fits[0].structure.feature, fits[1].structure.feature)
+    tall = _forest(ds.schema, n_trees=4, height=8, epsilon=2.0, seed=5).fit(ds.X[:40], ds.y[:40], prune=False)
+    tall.update(ds.X[40:], ds.y[40:])
+    assert tall.structure is tall.drawn and tall.n_releases == 2
     # padding past a pruned tree's last leaf holds nothing (it is not drawn either)
     real = np.arange(f.structure.max_leaves)[None, :] < f.structure.n_leaves[:, None]
     assert not f.counts[~real].any()

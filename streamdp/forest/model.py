@@ -47,12 +47,9 @@ root is the sum of its ``L`` leaves (``L`` times the variance): estimation
 the stumps; stumps take no part in the vote. ``n_trees`` always means the
 random trees; ``structure.n_trees`` counts the stumps too.
 
-Thresholds where the data is: with ``threshold_share`` ``s > 0`` the one-shot fit first spends
-``s * epsilon`` on a noisy histogram of each numeric attribute (:func:`streamdp.forest.marginals.noisy_marginals`)
-and draws every numeric threshold of the trees again from it (post-processing); the counts then share
-``(1 - s) * epsilon`` as above (:attr:`PrivateForest.threshold_spent`), so the forest is ``epsilon``-DP by
-sequential composition (later updates release their batches at the same ``(1 - s) * epsilon``). Streams never spend it: their trees are drawn before any record is seen
-(declare public ``quantiles`` in the schema instead, :class:`streamdp.records.schema.Numeric`).
+Thresholds where the data is: with ``threshold_share`` ``s > 0`` the one-shot fit first spends ``s * epsilon``
+on noisy numeric histograms and redraws the thresholds from them; the privacy argument is in
+:mod:`streamdp.forest.thresholds`.
 """
 
 from __future__ import annotations
@@ -70,8 +67,9 @@ from streamdp.forest.marginals import Marginals, noisy_marginals
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
+from streamdp.forest.thresholds import default_threshold_share
 from streamdp.forest.voting import Voting
-from streamdp.options import BUDGETS, DEFAULT_THRESHOLD_SHARE, MAX_PRIOR_TREES, MECHANISMS, VOTES
+from streamdp.options import BUDGETS, MAX_PRIOR_TREES, MECHANISMS, VOTES
 from streamdp.privacy.mechanisms import SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
@@ -499,16 +497,3 @@ class PrivateForest(BatchReleases, Growing, Voting):
             f"PrivateForest(n_trees={self.n_trees}, prior_trees={self.prior_trees}, height={self.height}, epsilon={self.epsilon:g}{d}, "
             f"mechanism={self.mechanism!r}, version={self.version}, releases={self.n_releases})"
         )
-
-
-def default_threshold_share(schema: Schema, mechanism: str = "geometric") -> float:
-    """The share of epsilon a fit spends on thresholds by default: :data:`~streamdp.options.DEFAULT_THRESHOLD_SHARE`
-    for a schema with a numeric attribute that declares no quantiles (and noise other than k-anonymity), else 0.
-
-    >>> from streamdp.records.datasets import load
-    >>> default_threshold_share(load("congressional-voting").schema)  # all categorical
-    0.0
-    """
-    numeric = [a for a in schema.attributes if isinstance(a, Numeric)]
-    undeclared = any(a.quantiles is None for a in numeric)
-    return DEFAULT_THRESHOLD_SHARE if undeclared and mechanism != "kanon" else 0.0

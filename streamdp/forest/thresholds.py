@@ -7,6 +7,14 @@ a :class:`~streamdp.forest.marginals.Marginals` restricted to the node's range (
 narrowed by the splits above on the same attribute). Nothing here reads records: with public or
 released densities the result is public (post-processing).
 
+In a fit (:meth:`streamdp.forest.model.PrivateForest.fit_encoded`) with ``threshold_share`` ``s > 0`` the density
+is released first: ``s * epsilon`` on a noisy histogram of each numeric attribute
+(:func:`streamdp.forest.marginals.noisy_marginals`), the thresholds redrawn from it, then the counts at
+``(1 - s) * epsilon`` (:attr:`~streamdp.forest.model.PrivateForest.threshold_spent`): ``epsilon``-DP by sequential
+composition (later updates release their batches at the same ``(1 - s) * epsilon``). Streams never spend it: their
+trees are drawn before any record is seen (declare public ``quantiles`` in the schema instead,
+:class:`streamdp.records.schema.Numeric`).
+
 >>> import numpy as np
 >>> from streamdp.forest.marginals import Marginals
 >>> from streamdp.forest.structure import ForestStructure
@@ -26,9 +34,10 @@ import numpy as np
 
 from streamdp.forest.draw import ragged_arange
 from streamdp.forest.marginals import Marginals
+from streamdp.options import DEFAULT_THRESHOLD_SHARE
 from streamdp.records.schema import Numeric, Schema
 
-__all__ = ["redraw_thresholds"]
+__all__ = ["redraw_thresholds", "default_threshold_share"]
 
 
 def redraw_thresholds(
@@ -83,3 +92,16 @@ def redraw_thresholds(
         node = np.repeat(child[tree, node].astype(np.int64), w) + step
         tree = np.repeat(tree, w)
     return threshold
+
+
+def default_threshold_share(schema: Schema, mechanism: str = "geometric") -> float:
+    """The share of epsilon a fit spends on thresholds by default: :data:`~streamdp.options.DEFAULT_THRESHOLD_SHARE`
+    for a schema with a numeric attribute that declares no quantiles (and noise other than k-anonymity), else 0.
+
+    >>> from streamdp.records.datasets import load
+    >>> default_threshold_share(load("congressional-voting").schema)  # all categorical
+    0.0
+    """
+    numeric = [a for a in schema.attributes if isinstance(a, Numeric)]
+    undeclared = any(a.quantiles is None for a in numeric)
+    return DEFAULT_THRESHOLD_SHARE if undeclared and mechanism != "kanon" else 0.0

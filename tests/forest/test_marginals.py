@@ -14,6 +14,7 @@ from streamdp.forest.marginals import Marginals, noisy_histograms, noisy_margina
 from streamdp.forest.structure import ForestStructure
 from streamdp.jobs.runner import JobSpec, run_job
 from streamdp.learners import load_model
+from streamdp.options import DEFAULT_THRESHOLD_SHARE
 from streamdp.privacy.ledger import InMemoryLedger
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.records.domains import SchemaError
@@ -129,7 +130,7 @@ def test_a_job_charges_the_ledger_once_for_the_histograms_and_the_counts():
 
 
 def test_defaults_follow_the_schema():
-    assert PrivateForest.create(_schema(), n_trees=2, height=2).threshold_share == model_module.DEFAULT_THRESHOLD_SHARE
+    assert PrivateForest.create(_schema(), n_trees=2, height=2).threshold_share == DEFAULT_THRESHOLD_SHARE
     declared = _schema(d=1, quantiles=[10, 20])
     assert PrivateForest.create(declared, n_trees=2, height=2).threshold_share == 0.0
     votes = Schema.from_dict(

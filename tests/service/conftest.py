@@ -38,6 +38,15 @@ def r():
     yield client
 
 
+@pytest.fixture
+def key_file(tmp_path):
+    """A noise key file the workers accept (mode 600): models with a privacy id need one."""
+    f = tmp_path / "noise.key"
+    f.write_bytes(bytes(range(64)))
+    f.chmod(0o600)
+    return str(f)
+
+
 def _model(r, name="m", epsilon=1.0, **kw):
     kw.setdefault("release", "batch")  # these tests are about the per-batch commit; windows: test_windows.py
     return create_model(r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw)

@@ -20,19 +20,6 @@ from streamdp.service.stream_worker import Worker  # noqa: E402
 from tests.service.test_units import DS, _add_all, _exact, _first_k, _published  # noqa: E402
 
 
-@pytest.fixture
-def r():
-    return fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
-
-
-@pytest.fixture
-def key_file(tmp_path):
-    f = tmp_path / "noise.key"
-    f.write_bytes(bytes(range(64)))
-    f.chmod(0o600)
-    return str(f)
-
-
 def _model(r, k, key_file, epsilon=math.inf):
     return create_model(
         r, "m", DS.schema, n_trees=3, height=3, seed=1, epsilon=epsilon, release="batch", privacy_id="user",

@@ -33,19 +33,6 @@ DS = load("congressional-voting")
 EVERY = 10.0
 
 
-@pytest.fixture
-def r():
-    return fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
-
-
-@pytest.fixture
-def key_file(tmp_path):
-    f = tmp_path / "noise.key"
-    f.write_bytes(bytes(range(64)))
-    f.chmod(0o600)
-    return str(f)
-
-
 def _model(r, k=2, epsilon=math.inf, key_file=None, **kw):
     kw.setdefault("n_trees", 3)
     kw.setdefault("height", 3)

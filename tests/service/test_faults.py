@@ -51,7 +51,7 @@ import redis
 from streamdp.forest.model import PrivateForest
 from streamdp.records.datasets import load
 from streamdp.service.consumer import Consumer
-from streamdp.service.keys import GROUP, Keys
+from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model, load_spec
 
@@ -157,6 +157,42 @@ class Fleet:
             os.kill(p.pid, signal.SIGKILL)
             self.external_kills += 1
         _wait(lambda: not self.alive(), 10, "killed workers to exit")
+        self.reap()
+
+    def churn(self, p_kill: float) -> None:
+        """One step of the chaos phase: now and then a SIGKILL from outside; the dead restarted (half under their
+        old consumer name, whose pending entries they then own), the fleet kept at WORKERS processes."""
+        if self.rng.random() < 0.03:
+            self.kill_random()
+        for p in self.reap():
+            self.start(p_kill=p_kill, name=self.names[p.pid] if self.rng.random() < 0.5 else None)
+        while len(self.alive()) < WORKERS:
+            self.start(p_kill=p_kill)
+        time.sleep(0.01)  # bounded polling step of the supervisor loop
+
+    def finish_clean(self, r, keys: Keys, *, windows: bool = True) -> None:
+        """The clean phase: workers without faults drain the stream (and, with ``windows``, release the window
+        holding its last entries), then stop on SIGTERM once each has joined the group (one still starting when
+        the others had drained died of SIGTERM's default action in a CI run)."""
+        clean = [self.start(p_kill=0.0) for _ in range(WORKERS)]
+
+        def drained() -> bool:
+            g = r.xinfo_groups(keys.records)[0]
+            return g["pending"] == 0 and (g.get("lag") or 0) == 0
+
+        _wait(drained, 90, "clean workers to drain the stream")
+        if windows:
+            last = int(r.hget(keys.state, "open"))
+            _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
+        names = {self.names[p.pid] for p in clean}
+        _wait(
+            lambda: names <= {as_str(c["name"]) for c in r.xinfo_consumers(keys.records, GROUP)},
+            30,
+            "clean workers to join the group",
+        )
+        for p in clean:
+            os.kill(p.pid, signal.SIGTERM)
+        _wait(lambda: not any(p.is_alive() for p in clean), 30, "clean workers to stop")
         self.reap()
 
 
@@ -470,43 +506,9 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
                 g = r.xinfo_groups(keys.records)[0]
                 if (g.get("lag") or 0) + g["pending"] < 15 and len(batches) < 1000:
                     _push_round(prod, rng, 10, batches, 1)
-                if fleet.rng.random() < 0.03:
-                    fleet.kill_random()
-                for p in fleet.reap():
-                    same = fleet.names[p.pid] if fleet.rng.random() < 0.5 else None
-                    fleet.start(p_kill=0.04, name=same)
-                while len(fleet.alive()) < WORKERS:
-                    fleet.start(p_kill=0.04)
-                time.sleep(0.01)  # bounded polling step of the supervisor loop
+                fleet.churn(p_kill=0.04)
             fleet.kill_all()
-        # clean phase: workers without faults drain the stream and release the windows holding its entries
-        clean = [fleet.start(p_kill=0.0) for _ in range(WORKERS)]
-
-        def drained() -> bool:
-            g = r.xinfo_groups(keys.records)[0]
-            return g["pending"] == 0 and (g.get("lag") or 0) == 0
-
-        _wait(drained, 90, "clean workers to drain the stream")
-        last = int(r.hget(keys.state, "open"))
-        _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
-        # SIGTERM only once each clean worker reads the group (its run() installed the handler first): one still
-        # starting when the others had drained the stream died of SIGTERM's default action (-15) in a CI run
-        names = {fleet.names[p.pid] for p in clean}
-        _wait(
-            lambda: (
-                names
-                <= {
-                    c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
-                    for c in r.xinfo_consumers(keys.records, GROUP)
-                }
-            ),
-            30,
-            "clean workers to join the group",
-        )
-        for p in clean:
-            os.kill(p.pid, signal.SIGTERM)
-        _wait(lambda: not any(p.is_alive() for p in clean), 30, "clean workers to stop")
-        fleet.reap()
+        fleet.finish_clean(r, keys)
     finally:
         for p in fleet.alive():
             os.kill(p.pid, signal.SIGKILL)

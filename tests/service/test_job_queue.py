@@ -86,33 +86,22 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
         "\n".join([head, *(r.replace(",democrat", ",dem").replace(",republican", ",rep") for r in rows)]) + "\n"
     )
     RedisLedger(r).set_budget(unique_name, 1.0)
+
+    def submit_file(path) -> str:
+        args = ("private-rdt", unique_name, 0.5, {"n_trees": 2})
+        return JobQueue(r, q).submit(*args, source_kind="dataset", dataset=str(path), schema=str(sch))
+
     try:
         with pytest.raises(
             JobError,
             match=r"none of its 435 records is one of the schema's \(first: line 2: "
             r"label 'party' has a class not declared.*nothing was charged",
         ):
-            JobQueue(r, q).submit(
-                "private-rdt",
-                unique_name,
-                0.5,
-                {"n_trees": 2},
-                source_kind="dataset",
-                dataset=str(bad),
-                schema=str(sch),
-            )
+            submit_file(bad)
         head = tmp_path / "head.csv"
         head.write_text(data.read_text().splitlines()[0] + "\n")
         with pytest.raises(JobError, match=r"holds no record \(a header line alone\?\); nothing was charged"):
-            JobQueue(r, q).submit(
-                "private-rdt",
-                unique_name,
-                0.5,
-                {"n_trees": 2},
-                source_kind="dataset",
-                dataset=str(head),
-                schema=str(sch),
-            )
+            submit_file(head)
         assert RedisLedger(r).spent(unique_name) == (0.0, 0.0)
         lines = data.read_text().splitlines()
         stray = tmp_path / "stray.csv"  # its first record bad, the rest fine: the job reads the rest
@@ -124,26 +113,10 @@ def test_a_file_whose_first_record_is_not_the_schemas_is_refused_at_submit(r, qu
             match=r"1 of its 435 records are not the schema's and a job drops "
             r"them \(first: line 2: attribute",
         ):
-            JobQueue(r, q).submit(
-                "private-rdt",
-                unique_name,
-                0.5,
-                {"n_trees": 2},
-                source_kind="dataset",
-                dataset=str(stray),
-                schema=str(sch),
-            )
+            submit_file(stray)
         late = tmp_path / "late.csv"  # misspelt past the first 100 records: said, not silent
         late.write_text("\n".join([lines[0], *lines[1:200], *(x.replace(",y,", ",yes,") for x in lines[200:])]) + "\n")
         with pytest.warns(InvalidRecordsWarning, match=r"of its 435 records are not the schema's.*first: line 20[0-9]"):
-            JobQueue(r, q).submit(
-                "private-rdt",
-                unique_name,
-                0.5,
-                {"n_trees": 2},
-                source_kind="dataset",
-                dataset=str(late),
-                schema=str(sch),
-            )
+            submit_file(late)
     finally:
         r.delete(*ledger_keys(unique_name))

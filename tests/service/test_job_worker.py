@@ -441,26 +441,15 @@ def test_job_conflicts_are_refused_before_any_charge(r, queue, tmp_path, unique_
     RedisLedger(r).set_budget(unique_name, 5.0)
     name = f"res-{uuid.uuid4().hex[:8]}"
     try:
-        jq.submit(
-            "private-rdt",
-            unique_name,
-            0.5,
-            {"height": 2},
-            source_kind="dataset",
-            dataset="congressional-voting",
-            result_name=name,
-        )
+
+        def submit_named() -> str:
+            kw = dict(source_kind="dataset", dataset="congressional-voting", result_name=name)
+            return jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, **kw)
+
+        submit_named()
         n_docs = len(list(r.scan_iter(match="sdp:job:*", count=1000)))
         with pytest.raises(JobError, match=f"result name '{name}' is held by job"):
-            jq.submit(
-                "private-rdt",
-                unique_name,
-                0.5,
-                {"height": 2},
-                source_kind="dataset",
-                dataset="congressional-voting",
-                result_name=name,
-            )
+            submit_named()
         assert len(list(r.scan_iter(match="sdp:job:*", count=1000))) == n_docs  # the refused job left nothing
         # a name whose holder has ended is taken over once: two submitters who saw that holder cannot both take it
         holder = as_str(r.hget(job_queue.RESULT_NAMES, name))
@@ -469,20 +458,7 @@ def test_job_conflicts_are_refused_before_any_charge(r, queue, tmp_path, unique_
         assert take(keys=[job_queue.RESULT_NAMES], args=[name, holder, "a"]) == 1
         assert take(keys=[job_queue.RESULT_NAMES], args=[name, holder, "b"]) == 0
         r.hset(job_queue.RESULT_NAMES, name, holder)
-        assert (
-            jq.status(
-                jq.submit(
-                    "private-rdt",
-                    unique_name,
-                    0.5,
-                    {"height": 2},
-                    source_kind="dataset",
-                    dataset="congressional-voting",
-                    result_name=name,
-                )
-            )["result"]
-            == name
-        )
+        assert jq.status(submit_named())["result"] == name
         # a pinned bundled dataset: the worker finds other bytes under that name (a decoy) and refuses uncharged
         jid = jq.submit("private-rdt", unique_name, 0.5, {"height": 2}, source_kind="dataset", dataset="nursery")
         decoy = tmp_path / "shared" / "datasets"

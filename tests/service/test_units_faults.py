@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import redis
 
-from streamdp.service.keys import GROUP, Keys
+from streamdp.service.keys import Keys
 from streamdp.service.producer import Producer
 from streamdp.service.published import counts_from_bytes
 from streamdp.service.registry import create_model, load_spec
-from tests.service.test_faults import DS, POINTS, WORKERS, Fleet, _wait
+from tests.service.test_faults import DS, POINTS, WORKERS, Fleet
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -64,34 +64,9 @@ def test_sigkill_workers_never_count_a_person_twice(redis_url, unique_name, tmp_
                         per_person[u] = per_person.get(u, 0) + 1
                     old = str(rng.choice(list(batches)))  # a retried XADD of an earlier batch
                     prod.push(DS.X[batches[old][0]], DS.y[batches[old][0]], ids=batches[old][1], batch_id=old)
-                if fleet.rng.random() < 0.03:
-                    fleet.kill_random()
-                for p in fleet.reap():
-                    fleet.start(p_kill=0.05, name=fleet.names[p.pid] if fleet.rng.random() < 0.5 else None)
-                while len(fleet.alive()) < WORKERS:
-                    fleet.start(p_kill=0.05)
-                time.sleep(0.01)  # bounded polling step of the supervisor loop
+                fleet.churn(p_kill=0.05)
             fleet.kill_all()
-        clean = [fleet.start(p_kill=0.0) for _ in range(WORKERS)]
-
-        def drained() -> bool:
-            g = r.xinfo_groups(keys.records)[0]
-            return g["pending"] == 0 and (g.get("lag") or 0) == 0
-
-        _wait(drained, 90, "clean workers to drain the stream")
-        if release == "window":
-            last = int(r.hget(keys.state, "open"))
-            _wait(lambda: int(r.hget(keys.state, "releases") or 0) >= last, 30, "the last window's release")
-        names = {fleet.names[p.pid] for p in clean}
-        _wait(
-            lambda: names <= {c["name"].decode() for c in r.xinfo_consumers(keys.records, GROUP)},
-            30,
-            "clean workers to join the group",
-        )
-        for p in clean:
-            os.kill(p.pid, signal.SIGTERM)
-        _wait(lambda: not any(p.is_alive() for p in clean), 30, "clean workers to stop")
-        fleet.reap()
+        fleet.finish_clean(r, keys, windows=release == "window")
     finally:
         for p in fleet.alive():
             os.kill(p.pid, signal.SIGKILL)

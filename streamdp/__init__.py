@@ -5,13 +5,37 @@
 ['PrivateForest', 'Schema']
 """
 
-from streamdp.forest.model import PrivateForest
-from streamdp.forest.structure import ForestStructure, TooLargeError
-from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
-from streamdp.records.domains import SchemaError
-from streamdp.records.schema import Schema
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported on first use (below)
+    from streamdp.forest.model import PrivateForest
+    from streamdp.forest.structure import ForestStructure, TooLargeError
+    from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
+    from streamdp.records.domains import SchemaError
+    from streamdp.records.schema import Schema
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.producer import Producer
 
 __version__ = "0.1.0"
+
+#: Where each public name lives; imported on first use, so a command line tool (``streamdp push``, a worker)
+#: starts without loading the forest's learning code it does not run.
+_WHERE = {
+    "Schema": "streamdp.records.schema",
+    "SchemaError": "streamdp.records.domains",
+    "PrivateForest": "streamdp.forest.model",
+    "ForestStructure": "streamdp.forest.structure",
+    "TooLargeError": "streamdp.forest.structure",
+    "SecureRandom": "streamdp.privacy.mechanisms",
+    "NotPrivateWarning": "streamdp.privacy.mechanisms",
+    "kanon_delta": "streamdp.privacy.mechanisms",
+    "kanon_min_epsilon": "streamdp.privacy.mechanisms",
+    "Producer": "streamdp.service.producer",  # (the service parts pull in redis)
+    "Consumer": "streamdp.service.consumer",
+}
 
 __all__ = [
     "Schema",
@@ -26,10 +50,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    # The service parts pull in redis; import them only when asked for.
-    if name in ("Producer", "Consumer"):
-        from streamdp import service
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'streamdp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
 
-        return getattr(service, name)
-    raise AttributeError(f"module 'streamdp' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

@@ -69,6 +69,7 @@ __all__ = [
     "GROWTH",
     "POOL",
     "LAG_SHARE",
+    "GRACE",
     "Cadence",
     "Schedule",
     "keeps",
@@ -92,6 +93,10 @@ LAG_SHARE = 0.9
 #: A window may be at most ``2**STEP`` times the one before it (half the releases a ramp of doublings takes to
 #: reach ``max_lag``: each one less noise draw on every count).
 STEP = 2
+#: A service model's grace (:attr:`Cadence.grace`): its first windows stay ``release_every`` long until one is merged,
+#: so records pushed soon after ``model create`` are published within a window or two, where the idle ramp would
+#: hold them for a window four times longer (a few more releases of noise, left out).
+GRACE = 8
 
 
 @dataclass(frozen=True)
@@ -100,10 +105,14 @@ class Cadence:
 
     ``max_lag``: the longest window (seconds, at least the policy's ``release_every``); ``keep_z``: the
     merge rule's threshold in sd of a release's total; ``growth``: the records the next release should hold,
-    as a multiple of those merged so far.
+    as a multiple of those merged so far; ``grace``: how many first windows stay ``release_every`` long while
+    nothing is merged (0: the idle ramp starts at once; a service model gets :data:`GRACE`; one stored without
+    the field has none).
 
     >>> Cadence.from_dict(Cadence(5.12).to_dict())
-    Cadence(max_lag=5.12, keep_z=3.0, growth=2.0)
+    Cadence(max_lag=5.12, keep_z=3.0, growth=2.0, grace=0)
+    >>> Cadence.from_dict({"max_lag": 5.12, "keep_z": 3.0, "growth": 2.0}).grace
+    0
     >>> Cadence(0.0)
     Traceback (most recent call last):
     ...
@@ -113,6 +122,7 @@ class Cadence:
     max_lag: float = DEFAULT_MAX_LAG
     keep_z: float = KEEP_Z
     growth: float = GROWTH
+    grace: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -120,6 +130,7 @@ class Cadence:
         )
         object.__setattr__(self, "keep_z", Interval(float, 0, 100).check(self.keep_z, "keep_z"))
         object.__setattr__(self, "growth", Interval(float, 0, 100).check(self.growth, "growth"))
+        object.__setattr__(self, "grace", Interval(int, 0, 1000).check(self.grace, "grace"))
 
     def longest(self, release_every: float) -> float:
         """The longest window (seconds): :data:`LAG_SHARE` of ``max_lag`` (the rest is left for a worker to add a
@@ -139,9 +150,9 @@ class Cadence:
 
     @classmethod
     def from_dict(cls, d: Any) -> Cadence:
-        if not isinstance(d, dict) or set(d) != {"max_lag", "keep_z", "growth"}:
+        if not isinstance(d, dict) or not {"max_lag", "keep_z", "growth"} <= set(d) <= {*_FIELDS}:
             got = sorted(d) if isinstance(d, dict) else type(d).__name__
-            raise ValueError(f"a cadence is a map of max_lag, keep_z, growth; got {got}")
+            raise ValueError(f"a cadence is a map of max_lag, keep_z, growth and optionally grace; got {got}")
         return cls(**d)
 
     def __str__(self) -> str:
@@ -180,6 +191,9 @@ def total_sd(cell_var: float, n_classes: int, prior_trees: int, budget: str, n_r
     """
     sd = math.sqrt(cell_var * n_classes / prior_trees)
     return sd * n_rows if budget == "disjoint" else sd
+
+
+_FIELDS = ("max_lag", "keep_z", "growth", "grace")
 
 
 @dataclass(frozen=True)
@@ -221,6 +235,8 @@ class Schedule:
             kept = keeps(sum(pool), sd * math.sqrt(len(pool)), cadence.keep_z)
         merged, records = (self.merged + 1, self.total + total) if kept else (self.merged, self.total)
         top = min(self.level + STEP, cadence.levels(every))
+        if merged == 0 and self.released + 1 < cadence.grace:
+            top = 0  # (the released and merged counts are public: the grace is post-processing too)
         if not kept or total <= 0:
             level = top
         else:

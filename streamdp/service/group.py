@@ -194,8 +194,13 @@ class GroupLoop:
     log = logging.getLogger("streamdp.group")
     event_prefix = "worker"
 
+    #: Longest blocking read (ms) of a loop run ``until_drained``: it looks whether it is drained at least this often,
+    #: so the workers of a pool stop together once one of them releases the last window.
+    DRAIN_POLL_MS = 100
+
     def __init__(self) -> None:
         self._stop = threading.Event()
+        self.until_drained = False
 
     def stop(self, *_: Any) -> None:
         """Ask the loop to stop after the step in hand (the SIGTERM handler)."""
@@ -256,6 +261,7 @@ class GroupLoop:
             for s in self.stop_signals:
                 signal.signal(s, self.stop)
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        self.until_drained = until_drained
         self._on_start()
         n, backoff = 0, 0.0
         try:

@@ -21,7 +21,7 @@ import redis
 
 from streamdp.estimation import cell_variance
 from streamdp.forest.model import PrivateForest
-from streamdp.release.cadence import DEFAULT_MAX_LAG, Cadence, Schedule, release_total, total_sd
+from streamdp.release.cadence import DEFAULT_MAX_LAG, GRACE, Cadence, Schedule, release_total, total_sd
 from streamdp.release.continual import ReleasePolicy, window_end
 from streamdp.service.connection import connect
 from streamdp.service.group import jlog
@@ -179,7 +179,7 @@ def cadence_of(
                 "noise: window lengths follow the record count the stumps release"
             )
         return None
-    cadence = Cadence(max(DEFAULT_MAX_LAG, policy.release_every) if max_lag is None else max_lag)
+    cadence = Cadence(max(DEFAULT_MAX_LAG, policy.release_every) if max_lag is None else max_lag, grace=GRACE)
     if cadence.max_lag < policy.release_every:
         raise ValueError(
             f"max_lag (seconds) must be at least release_every ({policy.release_every:g}), got {max_lag!r}"

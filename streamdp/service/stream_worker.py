@@ -342,6 +342,8 @@ class Worker(GroupLoop):
             self.closer.tick(now)
             wait_ms = int(self.closer.seconds_to_next(now) * 1000) + 1
             block_ms = min(self.config.block_ms if block_ms is None else block_ms, wait_ms)
+        if self.until_drained:
+            block_ms = min(self.config.block_ms if block_ms is None else block_ms, self.DRAIN_POLL_MS)
         entries = self._entries(self.reader.read(self.config.batch_entries, block_ms))
         if not entries:
             if time.monotonic() - self._last_trim >= self.config.trim_idle_s:

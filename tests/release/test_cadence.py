@@ -39,6 +39,21 @@ def test_an_idle_model_releases_logarithmically_then_every_max_lag():
     assert hist[-1].merged == 0  # nothing but noise: nothing merged
 
 
+def test_a_grace_keeps_the_first_windows_short_until_one_is_merged():
+    c, every, sd = Cadence(max_lag=64.0 / LAG_SHARE, grace=4), 1.0, 10.0
+    s, lengths = Schedule.first(0.0, every), []
+    for _ in range(6):  # idle from creation: 4 windows of 1 s (the first included), then the ramp
+        s = s.after(0.0, sd, c, every)
+        lengths.append(s.length)
+    assert [1.0, *lengths] == [1.0, 1.0, 1.0, 1.0, 4.0, 16.0, 64.0]
+    s = Schedule.first(0.0, every).after(1_000.0, sd, c, every)  # records in the first window: merged, grace over
+    assert s.merged == 1
+    for _ in range(2):
+        s = s.after(0.0, sd, c, every)
+    assert s.length > every  # idle after a merge: the ramp at once, the grace is not spent again
+    assert Cadence(8.0).grace == 0 and cadence.GRACE > 1  # the library's rule has none; a service model's has
+
+
 def test_a_steady_stream_grows_its_releases_up_to_the_lag_bound():
     c, every, sd = Cadence(max_lag=5.12 / LAG_SHARE), 0.02, 35.0
     hist = run(500.0, 20.7, every, c, sd, np.random.default_rng(2))
@@ -78,7 +93,7 @@ def test_lengths_never_leave_the_grid_and_max_lag_needs_not_be_on_it():
 def test_the_schedule_is_a_function_of_released_values_only():
     """Two streams that differ in records but give the same released totals get the same schedule: the rule reads
     released totals (and the clock's start and the public cadence), nothing else."""
-    c, every, sd = Cadence(max_lag=8.0), 1.0, 5.0
+    c, every, sd = Cadence(max_lag=8.0, grace=2), 1.0, 5.0
     totals = [3.0, -2.0, 40.0, 100.0, 7.0, 0.0, 250.0]
     a = schedule_of(10.0, every, c, totals, sd)
     b = Schedule.first(10.0, every)

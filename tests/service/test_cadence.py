@@ -18,7 +18,7 @@ pytest.importorskip("lupa")
 from streamdp.cli.model import _cadence_lines  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
-from streamdp.release.cadence import LAG_SHARE, Cadence, Schedule  # noqa: E402
+from streamdp.release.cadence import GRACE, LAG_SHARE, Cadence, Schedule  # noqa: E402
 from streamdp.service.history import read_history  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
@@ -151,7 +151,7 @@ def test_the_worker_logs_cadence_changes_at_info(r, caplog):
     _model(r)
     w = _worker(r)
     with caplog.at_level(logging.INFO, logger="streamdp.worker"):
-        _run_to(w, r, "m", _sched(r).end + 5 * EVERY)
+        _run_to(w, r, "m", _sched(r).end + (GRACE + 5) * EVERY)  # the grace's windows, then the ramp
     events = [json.loads(rec.getMessage()) for rec in caplog.records if "worker.cadence" in rec.getMessage()]
     assert [e["length_s"] for e in events][:2] == [4 * EVERY, 8 * EVERY]
     assert all(e["merged"] is False and e["noisy_records"] == 0 for e in events)
@@ -172,7 +172,7 @@ def test_model_show_prints_the_window_the_records_per_release_the_noise_and_the_
     assert f"window now      {_sched(r).length:g} s" in text
     assert "noisy records in the last one" in text and f"{MAX_LAG:g} s" in text
     assert info["cell_sd"] == pytest.approx(math.sqrt(2 * math.exp(-0.25) / math.expm1(-0.25) ** 2))
-    assert info["cadence"] == Cadence(MAX_LAG).to_dict()
+    assert info["cadence"] == Cadence(MAX_LAG, grace=GRACE).to_dict()
 
 
 @pytest.mark.parametrize(

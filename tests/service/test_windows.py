@@ -143,6 +143,22 @@ def test_a_worker_run_until_drained_returns_with_the_records_published(r):
     assert int(_published(r, "rt", spec)[spec.n_trees :].sum()) == 40  # the stump's exact total: every record
 
 
+def test_a_worker_run_until_drained_looks_often_whether_it_is_drained(r):
+    """Of a pool's two workers, the one that did not release the last window blocked in its read until the
+    next window's end (a second at the defaults) before it saw the stream drained; run ``until_drained`` a
+    worker's reads block at most ``DRAIN_POLL_MS``."""
+    _model(r, release="window", epsilon=math.inf)
+    w = Worker(r, "m", block_ms=5000)
+    blocks: list[int] = []
+    read = w.reader.read
+    w.reader.read = lambda n, block: (blocks.append(block), read(n, 1))[1]  # type: ignore[method-assign]
+    w.until_drained = True
+    w.step()
+    w.until_drained = False
+    w.step()
+    assert blocks[0] <= Worker.DRAIN_POLL_MS < blocks[1]
+
+
 @pytest.mark.parametrize("release", ["batch", "window"])
 def test_a_worker_never_writes_into_a_model_re_created_under_its_name(r, release):
     """A worker of a deleted model (epsilon 500) kept running, read the re-created model's

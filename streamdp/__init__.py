@@ -16,8 +16,6 @@ if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported
     from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
     from streamdp.records.domains import SchemaError
     from streamdp.records.schema import Schema
-    from streamdp.service.consumer import Consumer
-    from streamdp.service.producer import Producer
 
 __version__ = "0.1.0"
 

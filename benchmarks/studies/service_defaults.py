@@ -15,6 +15,8 @@ Measured, in one run, on the local Redis:
   pipelined XADD; then 2 consumer processes (XREADGROUP, scikit-learn ``apply`` on a RandomForestClassifier of
   10 trees as deep as the model's trees, fitted on Adult, ``np.bincount`` of the leaves, XACK) until the stream
   is drained (their last read blocks 0.5 s); its "merged" time is when every entry was acked;
+* the service as it runs (``service_warm``): the same, with the worker pool started before the push, as the plain
+  pipeline's consumers are, timed to every entry merged and to every window holding them published;
 * ``--e2e-repeats`` runs of each side, interleaved (a model created just before each service run), and their
   medians;
 * an idle worker's window closes per minute against the model's 1 s schedule (``--idle-s`` seconds).
@@ -283,6 +285,55 @@ def run_service(url: str, name: str, csv: Path, label: str, rows: int, checkout:
     return {**times(push_s, merged, total), "exit": code, "processes": procs}
 
 
+def published_all(r: redis.Redis, keys: Keys, entries: int) -> bool:
+    """Whether model ``keys`` has every one of ``entries`` entries merged and acked and no window holding added
+    entries unreleased (the condition ``--until-drained`` exits on, read from outside)."""
+    try:
+        g = next(g for g in r.xinfo_groups(keys.records) if as_text(g["name"]) == "workers")
+    except (redis.ResponseError, StopIteration):
+        return False
+    if int(g["pending"]) or int(g.get("entries-read") or 0) < entries:
+        return False
+    open_, rel = (int(x or 0) for x in r.hmget(keys.state, "open", "releases"))
+    return not (open_ > rel and r.exists(*(keys.acc(w) for w in range(rel + 1, open_ + 1))))
+
+
+def as_text(x: bytes | str) -> str:
+    return x.decode() if isinstance(x, bytes) else x
+
+
+def run_service_warm(url: str, name: str, csv: Path, label: str, rows: int, checkout: Path = ROOT) -> dict:
+    """The service as it runs: a ``streamdp worker NAME --processes 2`` pool started (and joined) before the push,
+    as the plain pipeline's consumers are; merged (every entry acked) and published (every window holding
+    them released) timed from the push's start, the pool stopped after."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    r, keys, entries = connect(url), Keys(name), -(-rows // BATCH)
+    w = subprocess.Popen(cli("worker", name, "--processes", "2", "--redis-url", url), env=env, cwd=checkout)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # both processes have read (blocked) once: the pool has started
+            got = [c for g in r.xinfo_groups(keys.records) for c in r.xinfo_consumers(keys.records, g["name"])]
+            if len(got) >= 2:
+                break
+            time.sleep(0.05)
+        watch = AckWatch(url, keys.records, "workers", entries)
+        watch.start()
+        t0 = time.perf_counter()
+        subprocess.run(
+            cli("push", name, str(csv), "--label", label, "-q", "--redis-url", url), check=True, env=env, cwd=checkout
+        )
+        push_s = time.perf_counter() - t0
+        while not published_all(r, keys, entries) and time.perf_counter() - t0 < 600:
+            time.sleep(0.005)
+        total = time.perf_counter() - t0
+    finally:
+        w.terminate()
+        w.wait(60)
+    watch.stop_ev.set()
+    watch.join()
+    return times(push_s, (watch.at or time.perf_counter()) - t0, total)
+
+
 def e2e_runs(
     url: str,
     csv: Path,
@@ -300,14 +351,15 @@ def e2e_runs(
     r = connect(url)
     runs: dict = {"service": [], "plain": [], **({"service_before": []} if before else {})}
     for i in range(repeats + (1 if before else 0)):
-        sides = [("service", ROOT)] if i < repeats else []
+        sides = [("service", ROOT), ("service_warm", ROOT)] if i < repeats else []
         if before:
             sides.insert(i % 2, ("service_before", before))  # which code goes first alternates
         for side, code in sides:
             name = "svcdefaults" + uuid.uuid4().hex[:8]
             try:
                 create_model(r, name, schema, max_lag=max_lag)
-                runs[side].append(run_service(url, name, csv, label, rows, code))
+                run = run_service_warm if side == "service_warm" else run_service
+                runs.setdefault(side, []).append(run(url, name, csv, label, rows, code))
             finally:
                 delete_model(r, name)
                 left = list(r.scan_iter(match=Keys(name).pattern, count=1000))
@@ -325,6 +377,8 @@ def e2e_medians(runs: dict) -> dict:
     med = {side: {k: statistics.median(x[k] for x in got) for k in keys} for side, got in runs.items()}
     out = {**med, "runs": len(runs["service"])}
     out.update({f"{k[:-2]}_x": med["service"][k] / med["plain"][k] for k in keys})
+    if "service_warm" in med:
+        out.update({f"warm_{k[:-2]}_x": med["service_warm"][k] / med["plain"][k] for k in keys})
     if "service_before" in med:
         out.update({f"before_{k[:-2]}_x": med["service_before"][k] / med["plain"][k] for k in keys})
     return out
@@ -475,6 +529,16 @@ def report(o: dict) -> str:
         f"**{e['merged_x']:.2f}x** | |",
         f"| median: push to drained (published), s | {e['service']['total_s']:.2f} | {e['plain']['total_s']:.2f} | "
         f"**{e['total_x']:.2f}x** | <= 1.7x |",
+        *(
+            [
+                f"| median, the pool started before the push (as the plain consumers): push / merged / "
+                f"published s | {e['service_warm']['push_s']:.2f} / {e['service_warm']['merged_s']:.2f} / "
+                f"{e['service_warm']['total_s']:.2f} | | {e['warm_push_x']:.2f}x / **{e['warm_merged_x']:.2f}x** / "
+                f"**{e['warm_total_x']:.2f}x** | |"
+            ]
+            if "service_warm" in e
+            else []
+        ),
         *(
             [
                 f"| median, the code before (`{o['before']}`): push / merged / drained s | "

@@ -276,7 +276,8 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
 
     @property
     def noise_scale(self) -> float:
-        """Laplace scale b of the noise on every cell (``(n_trees + prior_trees)/epsilon`` with the split budget)."""
+        """Laplace scale b of the noise a release puts on every cell at :attr:`epsilon_per_tree` (the next release's:
+        ``(n_trees + prior_trees)/epsilon`` with the split budget; :attr:`noise_variance` holds what was released)."""
         return 0.0 if self.mechanism == "kanon" else 1.0 / self.epsilon_per_tree
 
     def _kanon_forest_delta(self) -> float:

@@ -31,7 +31,8 @@ MAX_PRIOR_TREES = 16
 #: Share of each tree's budget a grown release's first release spends probing where the records are (0: no
 #: probe); :mod:`streamdp.forest.pruning` explains the probe.
 PRUNE_PROBE = 0.1
-#: Share of a forest's epsilon its one-shot fit spends on noisy histograms of the numeric attributes, to draw
-#: thresholds where the records are (:mod:`streamdp.forest.marginals`), by default: for a schema with a numeric
-#: attribute that declares no quantiles; 0 otherwise (docs/decisions/017-numeric-thresholds.md).
+#: Share of a forest's epsilon its trees' first release (a one-shot fit, or a stream's first release:
+#: :mod:`streamdp.forest.first_release`) spends on noisy histograms of the numeric attributes, to draw thresholds
+#: where the records are (:mod:`streamdp.forest.marginals`), by default: for a schema with a numeric attribute that
+#: declares no quantiles; 0 otherwise (docs/decisions/017-numeric-thresholds.md, 021-stream-thresholds.md).
 DEFAULT_THRESHOLD_SHARE = 0.2

@@ -8,6 +8,7 @@ release so that a structure only ever changes here.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, cast
@@ -66,7 +67,10 @@ class Growing:
         @node_variance.setter
         def node_variance(self, value: Any) -> None: ...
         def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> Self: ...
-        def noisy_delta_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> np.ndarray: ...
+        def _fixed_release(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> Self: ...
+        def first_release(
+            self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None, due: bool | None = None
+        ) -> contextlib.AbstractContextManager[bool]: ...
         def _checked(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
         def sample_mask(self, n: int, rng: SecureRandom) -> np.ndarray | None: ...
         def tally_on(
@@ -114,7 +118,7 @@ class Growing:
         seen so far stand clear of the noise, never past the drawn height.
         Needs a prior stump and geometric or Laplace noise (else, k-anonymity or
         no noise included, it is :meth:`update`). A fresh
-        forest's first :meth:`grow` is a pruned :meth:`fit` (with its probe);
+        forest's first :meth:`grow` is a pruned :meth:`fit` (with its probe, and its thresholds with a share);
         a forest updated on its drawn trees keeps them.
         """
         enc = self.schema.encode(X, y)
@@ -123,9 +127,10 @@ class Growing:
     def grow_encoded(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom | None = None) -> Self:
         """:meth:`grow` for records already encoded by :meth:`Schema.encode`."""
         if not self.can_grow:
-            return self.merge(self.noisy_delta_encoded(X, y, rng))
+            return self._fixed_release(X, y, rng)
         X, y = self._checked(X, y)
-        return self._grown(X, y, rng or self._rng)
+        with self.first_release(X, y, rng):  # a fresh forest's first release: the thresholds too
+            return self._grown(X, y, rng or self._rng)
 
     def _grown(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom) -> Self:
         """One grown release of checked encoded records (with the probe a fresh forest spends)."""

@@ -47,9 +47,9 @@ root is the sum of its ``L`` leaves (``L`` times the variance): estimation
 the stumps; stumps take no part in the vote. ``n_trees`` always means the
 random trees; ``structure.n_trees`` counts the stumps too.
 
-Thresholds where the data is: with ``threshold_share`` ``s > 0`` the one-shot fit first spends ``s * epsilon``
-on noisy numeric histograms and redraws the thresholds from them; the privacy argument is in
-:mod:`streamdp.forest.thresholds`.
+Thresholds where the data is: with ``threshold_share`` ``s > 0`` the trees' first release (the one-shot fit,
+or a fresh forest's first update or grow) first spends ``s * epsilon`` on noisy numeric histograms and redraws
+the thresholds from them; later releases keep the whole epsilon (:mod:`streamdp.forest.first_release`).
 """
 
 from __future__ import annotations
@@ -61,9 +61,10 @@ from typing import Any, cast
 import numpy as np
 
 from streamdp.forest import persistence
+from streamdp.forest.first_release import FirstRelease
 from streamdp.forest.growing import Growing
 from streamdp.forest.growth import leaves_below
-from streamdp.forest.marginals import Marginals, noisy_marginals
+from streamdp.forest.marginals import Marginals
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
@@ -77,7 +78,7 @@ from streamdp.validation import Interval, check_choice, check_epsilon, check_int
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT", "FORMAT_VERSION", "default_threshold_share"]
 
 
-class PrivateForest(BatchReleases, Growing, Voting):
+class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
     """A fixed random forest whose released leaf counts are differentially private.
 
     Build one with :meth:`create`; see the module docstring for the guarantee.
@@ -111,9 +112,9 @@ class PrivateForest(BatchReleases, Growing, Voting):
             raise ValueError("threshold_share applies to mechanism='geometric' or 'laplace', not 'kanon' (use 0)")
         if share and not any(isinstance(a, Numeric) for a in schema.attributes):
             raise ValueError(f"threshold_share={share:g} needs a numeric attribute; this schema has none (use 0)")
-        #: Share of epsilon the one-shot fit spends on the numeric attributes' noisy histograms.
+        #: Share of epsilon the trees' first release spends on the numeric attributes' noisy histograms.
         self.threshold_share = share
-        #: Share of epsilon the current release spent on them (0 until a fit with a share; its counts get the rest).
+        #: Share the thresholds took of the first release's epsilon (0: none yet; later releases keep the whole).
         self.threshold_spent = spent
         #: The released densities the current trees' thresholds were drawn from (None: uniform or declared).
         self.marginals: Marginals | None = None
@@ -259,8 +260,9 @@ class PrivateForest(BatchReleases, Growing, Voting):
 
     @property
     def epsilon_per_tree(self) -> float:
-        """Each tree's epsilon for its counts: what the thresholds did not spend, shared by the budget."""
-        counts = self._epsilon * (1.0 - self.threshold_spent)
+        """Each tree's epsilon for the counts of a release, shared by the budget: the whole epsilon, but what the
+        thresholds leave during the first release that draws them (:mod:`streamdp.forest.first_release`)."""
+        counts = self._epsilon * self._counts_share
         return counts / self.n_released_trees if self.budget == "split" else counts
 
     @property
@@ -274,7 +276,8 @@ class PrivateForest(BatchReleases, Growing, Voting):
 
     @property
     def noise_scale(self) -> float:
-        """Laplace scale b of the noise on every cell (``(n_trees + prior_trees)/epsilon`` with the split budget)."""
+        """Laplace scale b of the noise a release puts on every cell at :attr:`epsilon_per_tree` (the next release's:
+        ``(n_trees + prior_trees)/epsilon`` with the split budget; :attr:`noise_variance` holds what was released)."""
         return 0.0 if self.mechanism == "kanon" else 1.0 / self.epsilon_per_tree
 
     def _kanon_forest_delta(self) -> float:
@@ -354,25 +357,17 @@ class PrivateForest(BatchReleases, Growing, Voting):
             self.structure = self.drawn
             self.__dict__.pop("real_cells", None)
         self.threshold_spent, self.marginals = 0.0, None
-        if self.threshold_share and not math.isinf(self.epsilon):
-            X, y = self._checked(X, y)
-            self._draw_thresholds(X, rng)
-        if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
-            X, y = self._checked(X, y)
-            self.n_releases, self._counts = 0, np.zeros(self.shape, dtype=self._counts.dtype)
-            return self._grown(X, y, rng)
-        self._counts = self._noise(self.tally_encoded(X, y, rng), rng)
-        self.noise_variance = self._node_variance = None
+        with self.first_release(X, y, rng, due=True) as first:  # a share: the thresholds from these records
+            if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
+                X, y = self._checked(X, y)
+                self.n_releases, self._counts = 0, np.zeros(self.shape, dtype=self._counts.dtype)
+                return self._grown(X, y, rng)
+            self._counts = self._noise(self.tally_encoded(X, y, rng), rng)
+            self._node_variance = None
+            self.noise_variance = self.cell_variance if first else None
         self.version += 1
         self.n_releases = 1
         return self
-
-    def _draw_thresholds(self, X: np.ndarray, rng: SecureRandom) -> None:
-        """Spend ``threshold_share * epsilon`` on the numeric attributes' noisy histograms and draw the trees'
-        numeric thresholds again from them (the same trees: attributes, children and leaves are kept)."""
-        self.marginals = noisy_marginals(X, self.schema, self.threshold_share * self.epsilon, rng)
-        self.drawn = self.structure = self.drawn.with_thresholds(self.schema, self.marginals)
-        self.threshold_spent = self.threshold_share
 
     def update(self, X: Any, y: Any) -> PrivateForest:
         """Jagannathan's update: tally only the new records, noise that delta once, add it.
@@ -401,7 +396,7 @@ class PrivateForest(BatchReleases, Growing, Voting):
         source, default the forest's own)."""
         if self.structure is not self.drawn and self.can_grow:
             return self.grow_encoded(X, y, rng)
-        return self.merge(self.noisy_delta_encoded(X, y, rng))
+        return self._fixed_release(X, y, rng)  # a fresh forest's first: the thresholds too (first_release)
 
     def merge(self, delta: np.ndarray, releases: int = 1, variance: Any = None) -> PrivateForest:
         """Add an already-noised delta (from :meth:`noisy_delta`, possibly on another worker).

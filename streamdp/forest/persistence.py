@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from streamdp import blob
+from streamdp.forest.first_release import released_variance
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Schema
 
@@ -208,7 +209,7 @@ def from_doc(cls: Callable[..., F], doc: dict) -> F:
             n_releases=n_releases,
             private=bool(blob.field(privacy, "private", bool, FORMAT)),
             prior_trees=prior_trees,
-            noise_variance=doc.get("noise_variance"),  # absent or None: n_releases * cell_variance
+            noise_variance=_noise_variance(doc, params, privacy, mechanism, structure.n_trees, n_releases),
             threshold_share=privacy.get("threshold_share", 0.0),  # absent: a blob from before thresholds had a share
             threshold_spent=privacy.get("threshold_spent", 0.0),
         )
@@ -219,3 +220,14 @@ def from_doc(cls: Callable[..., F], doc: dict) -> F:
     except (ValueError, TypeError, KeyError, AttributeError) as e:
         raise blob.BlobError(f"{FORMAT}: inconsistent blob ({e})") from None
     return forest
+
+
+def _noise_variance(doc: dict, params: dict, privacy: dict, mechanism: str, n_trees: int, n_releases: int) -> Any:
+    """The blob's noise variance; None (absent) is ``n_releases`` releases' at the forest's budget, but a blob
+    from before :mod:`streamdp.forest.first_release` whose fit spent a share stored none and released every
+    batch at what the share left: that variance, pinned."""
+    spent = privacy.get("threshold_spent", 0.0)
+    if doc.get("noise_variance") is not None or not spent or not isinstance(spent, (int, float)):
+        return doc.get("noise_variance")
+    eps, budget = blob.field(privacy, "epsilon", (int, float), FORMAT), blob.field(params, "budget", str, FORMAT)
+    return released_variance(mechanism, eps, spent, n_trees, budget, n_releases)

@@ -2,7 +2,9 @@
 
 The structure never depends on data: it is drawn before any record is seen,
 from a generator seeded with 128 bits from the OS CSPRNG (or an explicit
-``seed`` for reproducible tests). The seed is not kept.
+``seed`` for reproducible tests). The seed is not kept. (A forest's first release
+may redraw its numeric thresholds from released noisy histograms, post-processing:
+:mod:`streamdp.forest.first_release`.)
 
 * Categorical attribute: multiway split, one child per declared value; not
   reused below on that path.

@@ -11,9 +11,9 @@ In a fit (:meth:`streamdp.forest.model.PrivateForest.fit_encoded`) with ``thresh
 is released first: ``s * epsilon`` on a noisy histogram of each numeric attribute
 (:func:`streamdp.forest.marginals.noisy_marginals`), the thresholds redrawn from it, then the counts at
 ``(1 - s) * epsilon`` (:attr:`~streamdp.forest.model.PrivateForest.threshold_spent`): ``epsilon``-DP by sequential
-composition (later updates release their batches at the same ``(1 - s) * epsilon``). Streams never spend it: their
-trees are drawn before any record is seen (declare public ``quantiles`` in the schema instead,
-:class:`streamdp.records.schema.Numeric`).
+composition. In a stream the trees' first release spends it the same way and later releases keep the whole
+``epsilon`` (:mod:`streamdp.forest.first_release`: the proof sketch); the stream service's models, published before
+any record, do not (declare public ``quantiles`` in the schema instead, :class:`streamdp.records.schema.Numeric`).
 
 >>> import numpy as np
 >>> from streamdp.forest.marginals import Marginals
@@ -95,7 +95,7 @@ def redraw_thresholds(
 
 
 def default_threshold_share(schema: Schema, mechanism: str = "geometric") -> float:
-    """The share of epsilon a fit spends on thresholds by default: :data:`~streamdp.options.DEFAULT_THRESHOLD_SHARE`
+    """The share of epsilon a forest's first release spends on thresholds by default: :data:`~streamdp.options.DEFAULT_THRESHOLD_SHARE`
     for a schema with a numeric attribute that declares no quantiles (and noise other than k-anonymity), else 0.
 
     >>> from streamdp.records.datasets import load

@@ -10,6 +10,7 @@ import numpy as np
 import river.base  # absolute import: this package is streamdp.river, the library is river
 
 from streamdp.estimation.prior_phase import prior_phase_size
+from streamdp.forest.first_release import stream_share
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ceiling_height
@@ -147,6 +148,12 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         Privacy: each batch is one release, as without growing; a release
         may spend a share of its trees' budget on the probe (the first) and decide where to
         split from released numbers only (:mod:`streamdp.forest.growth`'s proof sketch).
+    threshold_share
+        Share of the trees' epsilon their first release (after the prior phase) spends on its records' noisy
+        numeric histograms, redrawing the numeric thresholds where those records are; the structure is fixed
+        after it and later releases keep the whole epsilon (:mod:`streamdp.forest.first_release`: the proof
+        sketch). ``None`` (default): the fit's default where the first release's scheduled records can fill the
+        histograms above their noise, else 0 (:func:`~streamdp.forest.first_release.stream_share`).
 
     Attributes
     ----------
@@ -181,6 +188,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         prior_records: int | None = None,
         guard: float = 0.0,
         grow: bool | None = None,
+        threshold_share: float | None = None,
     ):
         self.schema = schema
         self.n_trees = n_trees
@@ -198,6 +206,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         if isinstance(grow, np.bool_):
             grow = bool(grow)
         self.grow = grow
+        self.threshold_share = threshold_share
         if grow is not None and not isinstance(grow, bool):
             raise TypeError(f"grow must be True, False or None (by the schema), got {grow!r}")
         if grow and window is not None:
@@ -231,7 +240,9 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
                 vote=vote,
                 noise_seed=seed,
                 prior_trees=prior_trees,
-                threshold_share=0.0,  # drawn before any record: no share to spend (declared quantiles apply)
+                threshold_share=stream_share(
+                    self._schema, epsilon * (1.0 - guard), mechanism, threshold_share, min(first_batch, batch_size)
+                ),
             )
         if grow and not self.forest.can_grow:
             raise ValueError(
@@ -266,9 +277,6 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         # small batches so that the checks exercise several releases.
         yield {"schema": river_check_schema(), "n_trees": 5, "height": 4, "batch_size": 10}
 
-    def _unit_test_skips(self) -> set:
-        return set()
-
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         # Derived caches are rebuilt on load (keeps pickles small).
@@ -283,6 +291,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         self.__dict__.setdefault("guard", 0.0)  # pickled before the guard: none
         self.__dict__.setdefault("_guard_log", collections.deque())
         self.__dict__.setdefault("grow", False)  # pickled before growing trees: its trees are the drawn ones
+        self.__dict__.setdefault("threshold_share", 0.0)  # pickled before stream thresholds: its trees' were drawn
         if "prior_records" not in state:  # pickled before the prior phase: none, and window deltas without variances
             self.prior_records, self._n_prior_releases = 0, 0
             v = np.full(self.forest.n_released_trees, self.forest.cell_variance)
@@ -417,12 +426,15 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
             # One grown release (streamdp.forest.growth): the trees start from their roots at the first one (a pruned
             # fit with its probe) and deepen where the records stand clear of the noise.
             self._guard_release(X, y)  # scored by the model before it learns the batch
-            before = self.forest.counts[T:, 0, :].astype(np.float64) if self.forest.n_releases else 0.0
-            self.forest.grow_encoded(X, y)
-            self._log_prior(self.forest.counts[T:, 0, :] - before, float(self.forest.cell_variance), size)
+            f = self.forest
+            before = f.counts[T:, 0, :].astype(np.float64) if f.n_releases else 0.0
+            had = f.node_variance[T:, 0] if f.n_releases else 0.0
+            f.grow_encoded(X, y)  # (its first release spends the threshold share: its stumps' noise is that release's)
+            self._log_prior(f.counts[T:, 0, :] - before, float(np.mean(f.node_variance[T:, 0] - had)), size)
         else:
             self._guard_release(X, y)  # scored by the model before it learns the batch
-            delta, cell_var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
+            with self.forest.first_release(X, y, due=self.n_releases == self._n_prior_releases):  # the trees' first
+                delta, cell_var = self.forest.noisy_delta_encoded(X, y), self.forest.cell_variance
             self._log_prior(delta[T:, 0, :], cell_var, size)
             self._merge(delta, cell_var)
         self._scrub(n)

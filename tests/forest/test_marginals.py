@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from streamdp import NotPrivateWarning, PrivateForest, Schema
+from streamdp.estimation.rule import cell_variance
+from streamdp.forest import first_release as first_module
 from streamdp.forest import marginals as marginals_module
-from streamdp.forest import model as model_module
 from streamdp.forest.marginals import Marginals, noisy_histograms, noisy_marginals
 from streamdp.forest.structure import ForestStructure
 from streamdp.jobs.runner import JobSpec, run_job
@@ -94,21 +95,23 @@ def test_the_fit_spends_the_share_on_histograms_and_the_rest_on_counts(monkeypat
     s = _schema()
     X, y = _concentrated(500)
     spent = []
-    real = model_module.noisy_marginals
+    real = first_module.noisy_marginals
 
     def spy(X, schema, epsilon, rng, *a, **kw):
         spent.append(epsilon)
         return real(X, schema, epsilon, rng, *a, **kw)
 
-    monkeypatch.setattr(model_module, "noisy_marginals", spy)
+    monkeypatch.setattr(first_module, "noisy_marginals", spy)
     f = PrivateForest.create(s, n_trees=4, height=3, epsilon=2.0, threshold_share=0.25)
-    assert f.epsilon_per_tree == pytest.approx(2.0 / 5)  # nothing spent before the fit (streams never spend it)
+    assert f.epsilon_per_tree == pytest.approx(2.0 / 5)  # nothing spent before the fit
     f.fit(X, y)
     assert spent == [pytest.approx(0.5)]
-    assert f.epsilon_per_tree * f.n_released_trees + spent[0] == pytest.approx(f.epsilon)
-    assert f.noise_scale == pytest.approx(5 / 1.5)
+    # the counts got the rest (a stump's one cell shows it), and a later release gets the whole epsilon
+    assert f.noise_variance[-1] == pytest.approx(cell_variance("geometric", 1.5 / 5))
+    assert f.epsilon_per_tree * f.n_released_trees == pytest.approx(f.epsilon)
     g = PrivateForest.from_bytes(f.to_bytes())
     assert (g.threshold_share, g.threshold_spent, g.epsilon_per_tree) == (0.25, 0.25, f.epsilon_per_tree)
+    assert np.array_equal(g.noise_variance, f.noise_variance)
 
 
 def test_a_job_charges_the_ledger_once_for_the_histograms_and_the_counts():
@@ -126,7 +129,7 @@ def test_a_job_charges_the_ledger_once_for_the_histograms_and_the_counts():
     model = load_model(run_job(spec, s, loader, led, "src", "job-t").blob)
     assert read_after == [1.0] and led.spent("src") == (1.0, 0.0)  # the whole epsilon, charged before reading
     assert (model.threshold_share, model.threshold_spent) == (0.2, 0.2)
-    assert model.epsilon_per_tree == pytest.approx(0.8 / 4)
+    assert model.noise_variance[-1] == pytest.approx(cell_variance("geometric", 0.8 / 4))  # the counts: the rest
 
 
 def test_defaults_follow_the_schema():

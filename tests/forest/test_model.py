@@ -684,10 +684,9 @@ def test_river_sliding_window_keeps_the_variance_of_its_window():
         if i + 1 == 50:  # the phase's last 3 releases kept; the random trees have released nothing
             assert m.n_releases == 4
             assert np.allclose(m.forest.noise_variance, [0.0] * 10 + [3 * stump_phase])
-        if i + 1 == 100:  # two phase releases and one tree release
-            assert np.allclose(
-                m.forest.noise_variance, [m.forest.cell_variance] * 10 + [2 * stump_phase + m.forest.cell_variance]
-            )
+        if i + 1 == 100:  # two phase releases and one tree release (the first: what the threshold share left)
+            first = cell_variance("geometric", (1 - m.forest.threshold_share) / 11)
+            assert np.allclose(m.forest.noise_variance, [first] * 10 + [2 * stump_phase + first])
     assert m.n_releases == 11
     assert np.allclose(m.forest.noise_variance, 3 * m.forest.cell_variance)
 

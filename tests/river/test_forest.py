@@ -186,7 +186,8 @@ def test_window_keeps_only_the_last_releases():
     for s in range(0, 1000, 100):
         enc, _ = ref.encoder.encode_many([x for x, _ in data[s : s + 100]])
         ys = np.array([ref.encoder.encode_label(y) for _, y in data[s : s + 100]])
-        deltas.append(ref.forest.noisy_delta_encoded(enc, ys))
+        with ref.forest.first_release(enc, ys, due=s == 0):  # the first draws the thresholds (first_release)
+            deltas.append(ref.forest.noisy_delta_encoded(enc, ys))
     for x, y in data:
         w.learn_one(x, y)
     assert w.n_releases == 10 and w.forest.epsilon == 1.0

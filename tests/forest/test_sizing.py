@@ -107,10 +107,9 @@ def test_laplace_noise_sizes_too():
 
 def test_a_tiny_easy_dataset_at_epsilon_one_tenth_is_not_below_the_majority_share():
     """400 records, one binary attribute that gives the label but for 5% flips, classes 60/40, epsilon 0.1.
-    Each fit's accuracy is exact over the population (the two attribute values weighted). Measured mean
-    about 0.92 with the sized default (the ten-tree forest about 0.59, below the majority's 0.60);
-    Hoeffding over 100 independent fits: if the expected accuracy is at least 0.9, the mean falls below
-    0.6 with probability at most exp(-2 * 100 * 0.3**2) < 1e-7."""
+    Each fit's accuracy is exact over the population (the two attribute values weighted). Hoeffding over 100
+    independent fits: if the expected accuracy is at least 0.9, the mean falls below 0.6 with probability at
+    most exp(-2 * 100 * 0.3**2) < 1e-7 (the measured means: docs/decisions/019-low-epsilon-defaults.md)."""
     schema = Schema.from_dict(
         {
             "attributes": [{"name": "a", "type": "categorical", "values": [0, 1]}],

@@ -76,7 +76,7 @@ def sized_stumps(
     ``stump_exact``: the stumps' exact class counts ``(prior_trees, 1, C)``; ``epsilon``: the counts' budget
     (what the thresholds left), shared by ``n_trees + prior_trees`` trees under the split budget.
 
-    >>> rng = SecureRandom(0)
+    >>> rng = SecureRandom()
     >>> k, stumps, var = sized_stumps(np.array([[[200, 150]]]), 0.1, 10, 1, "geometric", rng)
     >>> k < 10, stumps.shape, var < cell_variance("geometric", 0.1 / 11)
     (True, (1, 1, 2), True)

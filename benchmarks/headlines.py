@@ -83,6 +83,11 @@ HEADLINES: list[Headline] = [
     Headline("Stream model left idle, Nursery, epsilon 1", "stream_over_time.json", _stream_idle),
     Headline("Slow stream, 10 records per window, lag bound 5.12 s", "stream_over_time.json", _stream_slow),
     Headline("Default forest on small data (9 datasets, eps 0.1-2)", "accuracy_small_data_5x10.json", _small_data),
+    Headline(
+        "Default forest on held-out data (Wine, Breast Cancer, Digits, UCI Car; eps 0.1-2)",
+        "accuracy_heldout.json",
+        _small_data,
+    ),
     Headline("Apply + tally on Adult's default forest vs sklearn `apply` + `bincount`", "hot_path.json", _hot_path),
     Headline("River loop (`progressive_val_score`)", "speed.river_loop.json", _speed_ratio),
     Headline("Service end to end, 300k Adult rows", "service_defaults.json", _service),

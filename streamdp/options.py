@@ -18,6 +18,7 @@ __all__ = [
     "MAX_PRIOR_TREES",
     "PRUNE_PROBE",
     "DEFAULT_THRESHOLD_SHARE",
+    "DEFAULT_N_TREES",
 ]
 
 MECHANISMS = ("geometric", "laplace", "kanon")
@@ -36,3 +37,6 @@ PRUNE_PROBE = 0.1
 #: where the records are (:mod:`streamdp.forest.marginals`), by default: for a schema with a numeric attribute that
 #: declares no quantiles; 0 otherwise (docs/decisions/017-numeric-thresholds.md, 021-stream-thresholds.md).
 DEFAULT_THRESHOLD_SHARE = 0.2
+#: Random trees a forest draws when no count is given; its one-shot fit keeps as many of them as the released
+#: signal carries (:mod:`streamdp.forest.sizing`, docs/decisions/019-low-epsilon-defaults.md).
+DEFAULT_N_TREES = 10

@@ -119,7 +119,7 @@ def _predict(forest, X: np.ndarray) -> np.ndarray:
     return forest.proba_from_leaves(leaves).argmax(axis=1)
 
 
-def streamdp_scores(schema, X, y, train, test, eps: float) -> dict:
+def streamdp_scores(schema, X, y, train, test, eps: float, fit_only: bool = False) -> dict:
     from streamdp import PrivateForest
     from streamdp.river import PrivateForestClassifier
 
@@ -129,6 +129,9 @@ def streamdp_scores(schema, X, y, train, test, eps: float) -> dict:
     t = time.perf_counter()
     f = PrivateForest.create(schema, epsilon=eps).fit_encoded(Xtr, ytr)
     out["fit"], times["fit"] = float((_predict(f, Xte) == yte).mean()), time.perf_counter() - t
+    out["majority"] = float((yte == np.bincount(ytr, minlength=schema.n_classes).argmax()).mean())
+    if fit_only:
+        return {"acc": out, "seconds": times}
     t = time.perf_counter()
     f = PrivateForest.create(schema, epsilon=eps).fit_encoded(Xtr[chunks[0]], ytr[chunks[0]])
     for c in chunks[1:]:
@@ -146,7 +149,6 @@ def streamdp_scores(schema, X, y, train, test, eps: float) -> dict:
     pred = model.predict_proba_encoded(Xte).argmax(axis=1)
     out["river"], times["river"] = float((pred == yte).mean()), time.perf_counter() - t
     out["river_one_class"] = float(len(np.unique(pred)) == 1 and np.bincount(ytr).argmax() != pred[0])
-    out["majority"] = float((yte == np.bincount(ytr, minlength=schema.n_classes).argmax()).mean())
     return {"acc": out, "seconds": times}
 
 
@@ -191,6 +193,7 @@ def main() -> None:
     ap.add_argument("--dpl-python", default="/tmp/dplvenv/bin/python")
     ap.add_argument("--stem", default="accuracy_small_data")
     ap.add_argument("--dpl-worker", nargs=2)
+    ap.add_argument("--fit-only", action="store_true", help="skip the streaming paths (update, grow, river)")
     args = ap.parse_args()
     if args.dpl_worker:
         return dpl_worker(*args.dpl_worker)
@@ -200,7 +203,7 @@ def main() -> None:
 
     warnings.simplefilter("ignore")  # the fits' notices (a forest holding a release, NotPrivate) are not results
     info = {"machine": machine(), "git": sh("git rev-parse --short HEAD"), "uptime_start": sh("uptime")}
-    info.update(repeats=args.repeats, folds=args.folds, epsilons=list(EPSILONS))
+    info.update(repeats=args.repeats, folds=args.folds, epsilons=list(EPSILONS), fit_only=args.fit_only)
     rows, dpl_jobs = [], []
     tmp = tempfile.mkdtemp()
     for name in args.datasets:
@@ -228,7 +231,7 @@ def main() -> None:
         t0 = time.time()
         for split, (train, test) in enumerate(splits):
             for eps in EPSILONS:
-                r = streamdp_scores(schema, X, y, train, test, eps)
+                r = streamdp_scores(schema, X, y, train, test, eps, args.fit_only)
                 rows.append({"dataset": name, "split": split, "epsilon": eps, **r})
         print(f"{name}: {len(y)} rows x {schema.n_attributes}, {time.time() - t0:.0f} s", flush=True)
         info.setdefault("data", {})[name] = {
@@ -250,7 +253,8 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
     lines = [
         "# Defaults on small data nobody tuned for",
         "",
-        f"`python benchmarks/studies/accuracy_small_data.py --repeats {info['repeats']} --folds {info['folds']}`; "
+        f"`python benchmarks/studies/accuracy_small_data.py --repeats {info['repeats']} --folds {info['folds']}"
+        f"{' --fit-only' if info.get('fit_only') else ''}`; "
         f"git {info['git']}; {info['machine']['nproc']} x {info['machine']['cpu']}",
         f"load at start: {info['uptime_start']}",
         f"load at end: {info['uptime_end']}",
@@ -273,7 +277,11 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
         ]
         for eps in EPSILONS:
             rs = [r for r in rows if r["dataset"] == name and r["epsilon"] == eps]
-            acc = {m: np.array([r["acc"][m] for r in rs]) for m in ("fit", "update", "grow", "river", "majority")}
+            acc = {
+                m: np.array([r["acc"][m] for r in rs])
+                for m in ("fit", "update", "grow", "river", "majority")
+                if all(m in r["acc"] for r in rs)
+            }
             d_acc = np.array([r["acc"] for r in dpl if r["dataset"] == name and r["epsilon"] == eps])
             if d_acc.size:
                 acc["dpl"] = d_acc
@@ -281,9 +289,12 @@ def report(info: dict, rows: list[dict], dpl: list[dict]) -> list[str]:
             def cell(m: str) -> str:
                 return f"{acc[m].mean():.3f} ({acc[m].min():.3f})" if m in acc else "-"
 
-            secs = "/".join(f"{np.mean([r['seconds'][m] for r in rs]):.2f}" for m in ("fit", "update", "grow", "river"))
+            secs = "/".join(
+                f"{np.mean([r['seconds'][m] for r in rs]):.2f}" if m in rs[0]["seconds"] else "-"
+                for m in ("fit", "update", "grow", "river")
+            )
             gap = f"{acc['fit'].mean() - acc['dpl'].mean():+.3f}" if "dpl" in acc else "-"
-            one = int(sum(r["acc"]["river_one_class"] for r in rs))
+            one = int(sum(r["acc"].get("river_one_class", 0) for r in rs))
             lines.append(
                 f"| {eps:g} | {' | '.join(cell(m) for m in ('fit', 'update', 'grow', 'river', 'dpl', 'majority'))} "
                 f"| {gap} | {one} | {secs} |"

@@ -18,6 +18,7 @@ import numpy as np
 from streamdp.forest import pruning
 from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, held_leaves
 from streamdp.forest.marginals import Marginals
+from streamdp.forest.sizing import sized_stumps
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.records.schema import Schema
@@ -76,6 +77,35 @@ class Growing:
         def tally_on(
             self, structure: ForestStructure, X: np.ndarray, y: np.ndarray, mask: np.ndarray | None
         ) -> np.ndarray: ...
+
+    #: Whether the one-shot fit keeps only as many of the drawn trees as the released signal carries
+    #: (:mod:`streamdp.forest.sizing`): set by :meth:`PrivateForest.create` for the default tree count.
+    trees_by_signal: bool = False
+
+    def _fresh(self) -> None:
+        """Before a fit: back to the trees the forest was built with (not an earlier fit's pruning or count)."""
+        self.drawn = self.__dict__.get("_all_drawn", self.drawn)
+        if self.structure is not self.drawn:
+            self.structure = self.drawn
+            self.__dict__.pop("real_cells", None)
+
+    def _sized(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom) -> Self:
+        """The one-shot fit's pruned release (checked encoded records), its tree count sized first where
+        :attr:`trees_by_signal` (:mod:`streamdp.forest.sizing`: the rule and its privacy)."""
+        self.n_releases = 0
+        if not (self.trees_by_signal and self.budget == "split" and self.mechanism != "kanon"):
+            self._counts = np.zeros(self.shape, dtype=self._counts.dtype)
+            return self._grown(X, y, rng)
+        T, P = self.n_trees, self.prior_trees
+        exact = np.stack([np.bincount(y, minlength=self.schema.n_classes)] * P)[:, None, :]
+        k, stumps, var = sized_stumps(exact, self.epsilon_per_tree * (T + P), T, P, self.mechanism, rng)
+        if k < T:
+            self.__dict__.setdefault("_all_drawn", self.drawn)
+            self.drawn = self.structure = self.drawn.rows(np.r_[0:k, T : T + P])
+            self.__dict__.pop("real_cells", None)
+        self._counts = np.zeros(self.shape, dtype=self._counts.dtype)
+        tally = self._tallies(X, y, rng)[0]
+        return self._released(*grown_release(self, tally, exact, rng, pruning.PRUNE_PROBE, (stumps, var)))
 
     @property
     def can_grow(self) -> bool:

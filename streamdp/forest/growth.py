@@ -170,6 +170,7 @@ def grown_release(
     stump_exact: np.ndarray,
     rng: SecureRandom,
     probe: float = 0.0,
+    released: tuple[np.ndarray, float] | None = None,
 ) -> tuple[ForestStructure, np.ndarray, np.ndarray]:
     """One release of a batch on trees grown as the module docstring says: the new structure, the published
     counts on it (old spread plus new) and each node's noise variance (:attr:`PrivateForest.node_variance`).
@@ -181,6 +182,8 @@ def grown_release(
     ``probe`` (the first release only: the one-shot fit, :mod:`streamdp.forest.pruning`): that share of each
     tree's budget first releases the leaf totals of the trees cut by uniform shares; where a total
     stands clear of its noise, the nodes below it expect that total (records concentrate on few values).
+    ``released``: the stumps' counts of this batch released already, with the noise variance of one cell
+    (:func:`streamdp.forest.sizing.sized_stumps`); None: released here with each tree's budget.
     """
     drawn, now = forest.drawn, forest.structure
     schema, T, mech = forest.schema, forest.n_trees, forest.mechanism
@@ -188,7 +191,10 @@ def grown_release(
     eps = forest.epsilon_per_tree
     started = forest.n_releases > 0
 
-    stumps = noisy_node(stump_exact, eps, mech, rng, None, forest.k)
+    if released is None:
+        stumps, stump_var = noisy_node(stump_exact, eps, mech, rng, None, forest.k), cell_variance(mech, eps, forest.k)
+    else:
+        stumps, stump_var = released
     old = forest.counts
     seen = float(old[T:, 0].sum(axis=1).mean()) if started else 0.0
     n = max(0.0, seen + float(stumps.sum(axis=(1, 2)).mean()))  # noisy records so far, per tree
@@ -235,7 +241,7 @@ def grown_release(
     counts = np.zeros((structure.n_trees, structure.max_leaves, C), dtype=old.dtype)
     n_below = leaves_below(structure)
     node_var = n_below * s2  # this release's noise on each node's total, per class
-    node_var[T:, 0] = cell_variance(mech, forest.epsilon_per_tree, forest.k)  # the stumps: one cell, no probe
+    node_var[T:, 0] = stump_var  # the stumps: one cell, no probe
     if prev is not None and old_var is not None:  # (both set once started)
         s_nodes = np.concatenate([v[0] for v in visited])
         order = np.argsort(s_nodes)

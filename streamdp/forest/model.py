@@ -70,7 +70,7 @@ from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.thresholds import default_threshold_share
 from streamdp.forest.voting import Voting
-from streamdp.options import BUDGETS, MAX_PRIOR_TREES, MECHANISMS, VOTES
+from streamdp.options import BUDGETS, DEFAULT_N_TREES, MAX_PRIOR_TREES, MECHANISMS, VOTES
 from streamdp.privacy.mechanisms import SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
@@ -175,7 +175,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
     def create(
         cls,
         schema: Schema,
-        n_trees: int = 10,
+        n_trees: int | None = None,
         height: int | None = None,
         epsilon: float = 1.0,
         mechanism: str = "geometric",
@@ -198,13 +198,15 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         are appended after the ``n_trees`` random ones (module docstring;
         0 gives the forest without them). ``threshold_share``: the share of ``epsilon`` :meth:`fit` spends
         drawing numeric thresholds where the records are (module docstring); None:
-        :func:`default_threshold_share`.
+        :func:`default_threshold_share`. ``n_trees`` None: :data:`DEFAULT_N_TREES` drawn, of which :meth:`fit`
+        keeps as many as the released signal carries (:mod:`streamdp.forest.sizing`).
         """
         check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)  # before drawing anything
         if threshold_share is None:
             threshold_share = default_threshold_share(schema, mechanism)
+        sized, n_trees = n_trees is None, DEFAULT_N_TREES if n_trees is None else n_trees
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
-        return cls(
+        forest = cls(
             schema,
             structure.with_stumps(prior_trees, schema.n_attributes),
             epsilon=epsilon,
@@ -217,6 +219,8 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
             prior_trees=prior_trees,
             threshold_share=threshold_share,
         )
+        forest.trees_by_signal = sized
+        return forest
 
     @staticmethod
     def _check_stumps(structure: ForestStructure, prior_trees: int, n_attributes: int) -> int:
@@ -353,15 +357,11 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
                 stacklevel=3,
             )
         rng = rng or self._rng
-        if self.structure is not self.drawn:  # a refit starts from the drawn trees, not an earlier fit's pruning
-            self.structure = self.drawn
-            self.__dict__.pop("real_cells", None)
+        self._fresh()  # a refit starts from the drawn trees, not an earlier fit's pruning or tree count
         self.threshold_spent, self.marginals = 0.0, None
         with self.first_release(X, y, rng, due=True) as first:  # a share: the thresholds from these records
             if prune and self.prior_trees and not math.isinf(self.epsilon):  # no noise: nothing to prune against
-                X, y = self._checked(X, y)
-                self.n_releases, self._counts = 0, np.zeros(self.shape, dtype=self._counts.dtype)
-                return self._grown(X, y, rng)
+                return self._sized(*self._checked(X, y), rng)
             self._counts = self._noise(self.tally_encoded(X, y, rng), rng)
             self._node_variance = None
             self.noise_variance = self.cell_variance if first else None

@@ -223,6 +223,20 @@ class ForestStructure:
             self.height,
         )
 
+    def rows(self, trees: np.ndarray) -> ForestStructure:
+        """These trees only, in this order (the same node arrays, padding and height).
+
+        >>> from streamdp.records.datasets import load
+        >>> s = load("congressional-voting").schema
+        >>> fs = ForestStructure.draw(s, n_trees=3, height=2, seed=0).with_stumps(1, s.n_attributes)
+        >>> fs.rows(np.array([0, 3])).n_leaves.tolist() == fs.n_leaves[[0, 3]].tolist()
+        True
+        """
+        t = np.asarray(trees, dtype=np.int64)
+        return ForestStructure(
+            self.feature[t], self.threshold[t], self.child[t], self.leaf[t], self.n_leaves[t], self.height
+        )
+
     # -- pruning ----------------------------------------------------------------
     def pruned(
         self,

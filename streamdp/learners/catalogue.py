@@ -197,7 +197,12 @@ def _depth(default: int, low: int = 0) -> Param:
 
 def _forest_params(kanon: bool) -> tuple[Param, ...]:
     base = (
-        Param("n_trees", Interval(int, 1, MAX_TREES), 10, "random trees"),
+        Param(
+            "n_trees",
+            AnyOf((Interval(int, 1, MAX_TREES), Options((None,)))),
+            None,
+            "random trees (None: 10 drawn, of which the fit keeps as many as the released signal carries)",
+        ),
         Param(
             "height", AnyOf((Interval(int, 1, 30), Options((None,)))), None, "levels per tree (None: from the schema)"
         ),

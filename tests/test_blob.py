@@ -15,6 +15,7 @@ import pytest
 from streamdp import PrivateForest, Schema
 from streamdp import blob as blobmod
 from streamdp.blob import BlobError, pack_array, unpack_array
+from streamdp.forest.persistence import FORMAT_VERSION, compact_structure
 
 SCHEMA = Schema.from_dict(
     {
@@ -111,7 +112,7 @@ def test_round_trip_infinite_epsilon():
 
 def test_blob_is_self_describing(good):
     d = doc_of(good)
-    assert d["format"] == "streamdp.forest" and d["format_version"] == 2
+    assert d["format"] == "streamdp.forest" and d["format_version"] == FORMAT_VERSION == 3
     assert d["counts"]["dtype"] == "<i8" and isinstance(d["counts"]["data"], bytes)
     assert d["schema"] == SCHEMA.to_dict()
 
@@ -160,7 +161,8 @@ def test_an_all_categorical_forests_thresholds_are_one_value_in_memory_and_in_it
     thr = f.structure.threshold
     assert thr.shape == f.structure.feature.shape and thr.strides == (0, 0) and np.all(np.isposinf(thr))
     doc = doc_of(f.to_bytes())
-    assert doc["structure"]["layout"] == "compact" and doc["structure"]["threshold"]["shape"] == [0]
+    assert doc["structure"]["layout"] == "bfs" and doc["structure"]["threshold"]["shape"] == [0]
+    assert PrivateForest.from_bytes(f.to_bytes()).structure.threshold.strides == (0, 0)
     fitted = f.fit(ds.X[:8000], ds.y[:8000])  # a pruned fit: a new structure, compacted again
     back = PrivateForest.from_bytes(fitted.to_bytes())
     np.testing.assert_array_equal(back.predict_proba(ds.X[8000:]), fitted.predict_proba(ds.X[8000:]))
@@ -207,12 +209,18 @@ def test_a_zeros_record_is_accepted_only_where_expected_and_of_the_expected_shap
     )
     with pytest.raises(BlobError, match="where \\[3, 2\\] was expected"):
         unpack_array(z, "counts", fill_shape=(3, 2))
-    doc = doc_of(PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1).to_bytes())
+    f = PrivateForest.create(SCHEMA, n_trees=40, height=7, epsilon=1.0, seed=1)
+    doc = doc_of(f.to_bytes())
+    compact = {**doc, "format_version": 2, "structure": compact_structure(f.structure, f.schema, bfs=False)}
     big = {"dtype": "<i4", "shape": [1 << 14, 1 << 14], "fill": 0}  # 1 GiB each if allocated
     with wall_clock.within(1.0, clock=time.process_time):
-        for name in ("feature", "threshold", "child", "leaf"):
-            with pytest.raises(BlobError):
-                PrivateForest.from_bytes(pack({**doc, "structure": {**doc["structure"], name: big}}))
+        for d, names in (
+            (compact, ("feature", "threshold", "child", "leaf")),
+            (doc, ("n_nodes", "feature", "threshold")),
+        ):
+            for name in names:
+                with pytest.raises(BlobError):
+                    PrivateForest.from_bytes(pack({**d, "structure": {**d["structure"], name: big}}))
         counts = doc["counts"]
         with pytest.raises(BlobError, match="was expected"):  # counts of another shape than the structure's
             PrivateForest.from_bytes(pack({**doc, "counts": {**counts, "shape": [1 << 10, 1 << 10, 2]}}))
@@ -607,8 +615,9 @@ def test_a_version_1_blob_still_loads_and_routes_the_same(good):
 
 
 def test_the_structure_travels_without_padding_in_narrow_dtypes():
-    """Format 2: each tree's nodes alone, integers in the narrowest dtype, thresholds at numeric splits only;
-    read back it is the same padded structure (every array equal), so it routes the same."""
+    """Format 3: each tree's nodes alone, what they test in the narrowest dtype (no first children or leaf
+    numbers: they follow from the breadth-first order), thresholds at numeric splits only; read back it is the
+    same padded structure (every array equal), so it routes the same."""
     from streamdp.records.datasets import load
 
     ds = load("adult")
@@ -616,7 +625,7 @@ def test_the_structure_travels_without_padding_in_narrow_dtypes():
     st = f.structure
     d = doc_of(f.to_bytes())
     s = d["structure"]
-    assert s["layout"] == "compact" and s["feature"]["dtype"] == "|i1"
+    assert s["layout"] == "bfs" and s["feature"]["dtype"] == "|i1" and "child" not in s and "leaf" not in s
     real = (st.leaf >= 0) | (st.feature != ds.schema.n_attributes)
     assert s["feature"]["shape"] == [int(real.sum())] < [st.feature.size]  # padding dropped
     assert s["threshold"]["shape"] == [int(np.isfinite(st.threshold).sum())]
@@ -663,8 +672,12 @@ def _compact_cases():
 
 @pytest.mark.parametrize("name,mutate", list(_compact_cases()), ids=[c[0] for c in _compact_cases()])
 def test_a_malformed_compact_structure_is_refused(name, mutate):
-    d = doc_of(forest(n_trees=3, height=4).to_bytes())
+    f = forest(n_trees=3, height=4)
+    d = doc_of(f.to_bytes())
+    d["structure"] = compact_structure(f.structure, f.schema, bfs=False)
+    d["format_version"] = 2
     assert d["structure"]["layout"] == "compact"
+    assert PrivateForest.from_bytes(pack(d)).structure.n_leaves.tolist() == f.structure.n_leaves.tolist()
     mutate(d)
     with pytest.raises(ValueError):
         PrivateForest.from_bytes(pack(d))
@@ -673,7 +686,7 @@ def test_a_malformed_compact_structure_is_refused(name, mutate):
 BLOBS = Path(__file__).parent / "data" / "blobs"
 
 
-@pytest.mark.parametrize("name", ["forest_format1", "forest_format2"])
+@pytest.mark.parametrize("name", ["forest_format1", "forest_format2", "forest_format3"])
 def test_stored_blobs_of_every_format_still_load_and_predict_as_when_written(name):
     """Blobs written by the code of each format (format 1 by the code before format 2) load, and the forest
     predicts and routes exactly as it did when it was written: a reader change that breaks them fails here."""

@@ -24,6 +24,12 @@ Measured, in one run, on the local Redis:
     python benchmarks/studies/service_defaults.py [--rows 300000] [--idle-s 30]
 
 Writes benchmarks/results/service_defaults.{md,json} with the machine's load. Every key it made is deleted.
+
+``--only fetch`` measures the create and fetch part alone (:mod:`service_fetch`, one process per model) on
+``--schema`` (``adult``, ``cat16``: 16 categorical attributes at height 10, or both), with ``--before``'s code
+alongside, the runs interleaved; it writes benchmarks/results/service_defaults_fetch.{md,json}.
+
+    python benchmarks/studies/service_defaults.py --only fetch --schema adult cat16 --before /path/to/main
 """
 
 from __future__ import annotations
@@ -430,7 +436,15 @@ def main() -> None:
     ap.add_argument("--e2e-repeats", type=int, default=3, help="end-to-end runs of each side, interleaved")
     ap.add_argument("--idle-s", type=float, default=30.0)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--only", choices=("all", "fetch"), default="all", help="fetch: the create and fetch part alone")
+    ap.add_argument("--schema", nargs="+", choices=("adult", "cat16"), default=["adult"], help="with --only fetch")
+    ap.add_argument("--fetch-runs", type=int, default=3, help="with --only fetch: processes per model and code")
     args = ap.parse_args()
+    if args.only == "fetch":
+        from service_fetch import fetch_only  # (this script's folder)
+
+        fetch_only(args, RESULTS)
+        return
     url = args.redis_url
     r = connect(url)
     name = "svcdefaults" + uuid.uuid4().hex[:8]

@@ -415,6 +415,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         if delta.dtype.kind == "f" and not np.all(np.isfinite(delta)):
             raise ValueError("delta contains NaN or infinite values")
         before = self.noise_variance  # read before n_releases moves (the default variance follows it)
+        self._counts = self._counts if self._counts.flags.writeable else self._counts.copy()  # (a fetch's view)
         self._counts += delta  # in place: no second counts-sized array (readers hold read-only views)
         self.version += 1
         self.n_releases += releases

@@ -7,7 +7,11 @@ Reading it refuses anything malformed with :class:`streamdp.blob.BlobError`.
 
 Format version 2 stores the structure compactly (:func:`compact_structure`): each tree's nodes without the
 padding to the largest tree, every integer array in the narrowest dtype that holds it exactly, and thresholds
-only where a node splits on a numeric attribute. Version 1 blobs (the padded arrays) are still read.
+only where a node splits on a numeric attribute. Version 3 adds the breadth-first layout
+(:mod:`streamdp.forest.layout`): where the nodes are in the canonical order every structure is built in, only
+what each node tests and the numeric split points are stored (first children and leaf numbers follow from
+them), and the reader checks the whole forest in a few array passes instead of a walk per tree. A structure
+in another order keeps the compact layout. Version 1 and 2 blobs are still read.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import numpy as np
 
 from streamdp import blob
 from streamdp.forest.first_release import released_variance
+from streamdp.forest.layout import bfs_fields
+from streamdp.forest.layout import structure_arrays as bfs_arrays
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Schema
 
@@ -27,8 +33,8 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "READ_VERSIONS", "loads", "to_bytes", "fr
 
 FORMAT = "streamdp.forest"
 #: The version written; :data:`READ_VERSIONS` are read.
-FORMAT_VERSION = 2
-READ_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READ_VERSIONS = (1, 2, 3)
 
 F = TypeVar("F")
 
@@ -74,7 +80,7 @@ def loads(data: Any) -> dict:
     return blob.loads(data, FORMAT, READ_VERSIONS)
 
 
-def compact_structure(structure: ForestStructure, schema: Schema) -> dict:
+def compact_structure(structure: ForestStructure, schema: Schema, bfs: bool = True) -> dict:
     """The blob fields of ``structure`` without its padding (format version 2).
 
     ``n_nodes``: each tree's nodes (a prefix of its row; the rest is padding: a leaf-less node testing the
@@ -82,8 +88,13 @@ def compact_structure(structure: ForestStructure, schema: Schema) -> dict:
     one tree after the other, each in the narrowest integer dtype that holds it exactly; ``threshold``: the
     split points of the inner nodes on numeric attributes, in the same order (every other node's is +inf);
     ``n_leaves``. A structure whose padding or thresholds are not of that form keeps its padded arrays
-    (``layout`` ``"padded"``, as version 1).
+    (``layout`` ``"padded"``, as version 1). A structure in the canonical breadth-first order gets the
+    ``"bfs"`` layout (format version 3, :func:`streamdp.forest.layout.bfs_fields`) instead, unless ``bfs`` is
+    False.
     """
+    fields = bfs_fields(structure, schema) if bfs else None
+    if fields is not None:
+        return fields
     m = schema.n_attributes
     feature, threshold, child, leaf = structure.feature, structure.threshold, structure.child, structure.leaf
     n_trees, width = feature.shape
@@ -175,10 +186,12 @@ def from_doc(cls: Callable[..., F], doc: dict) -> F:
         params = blob.field(doc, "params", dict, FORMAT)
         privacy = blob.field(doc, "privacy", dict, FORMAT)
         sdoc = blob.field(doc, "structure", dict, FORMAT)
-        # version 1: the padded arrays, with no layout field
-        arrays = _structure_arrays(sdoc if doc["format_version"] >= 2 else {**sdoc, "layout": "padded"}, schema)
         height = blob.field(params, "height", int, FORMAT)
-        structure = ForestStructure.from_arrays(arrays, height, schema)
+        if doc["format_version"] >= 3 and sdoc.get("layout") == "bfs":  # checked in full as it is rebuilt
+            structure = ForestStructure(**bfs_arrays(sdoc, schema, height), height=height)
+        else:  # version 1: the padded arrays, with no layout field
+            arrays = _structure_arrays(sdoc if doc["format_version"] >= 2 else {**sdoc, "layout": "padded"}, schema)
+            structure = ForestStructure.from_arrays(arrays, height, schema)
         prior_trees = blob.field(params, "prior_trees", int, FORMAT) if "prior_trees" in params else 0  # older blobs
         if prior_trees < 0 or blob.field(params, "n_trees", int, FORMAT) + prior_trees != structure.n_trees:
             raise blob.BlobError(f"{FORMAT}: n_trees + prior_trees does not match the structure")

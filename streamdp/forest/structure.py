@@ -96,7 +96,7 @@ class ForestStructure:
         # An all-categorical forest's thresholds are all +inf: one read-only broadcast value instead of 8 bytes
         # a node (40% of a height-10 structure), also in its blob (blob.pack_array fill_ok).
         thr = self.threshold
-        if thr.nbytes >= FILL_MIN_BYTES and 0 not in thr.strides and bool(np.isposinf(thr).all()):
+        if thr.nbytes >= FILL_MIN_BYTES and 0 not in thr.strides and float(thr.min()) == np.inf:  # (NaN: no)
             self.threshold = np.broadcast_to(np.float64(np.inf), thr.shape)
         # Frozen: routing caches derived arrays on the structure (keyed by these very arrays), so an
         # in-place edit would route with stale tables; build a new structure instead.

@@ -66,11 +66,21 @@ def connect(r: redis.Redis | RedisCluster | str | None = None, *, block_s: float
         from streamdp.service.embedded import DEFAULT_URL
 
         url, cluster = cluster_option(r or os.environ.get("REDIS_URL") or DEFAULT_URL)
-        kw = dict(socket_timeout=blocking_timeout(block_s), socket_connect_timeout=CONNECT_TIMEOUT)
+        kw: dict[str, Any] = dict(socket_timeout=blocking_timeout(block_s), socket_connect_timeout=CONNECT_TIMEOUT)
         if cluster if cluster is not None else is_cluster(url):
             return RedisCluster.from_url(url, **kw)
-        return redis.Redis.from_url(url, **kw)
+        return redis.Redis.from_url(url, **kw, **_driver())
     return for_blocking(r, block_s) if block_s > 0 else r
+
+
+def _driver() -> dict[str, Any]:
+    """The client's library name and version for ``CLIENT SETINFO``, given: left out, redis-py 8 reads them from
+    the installed package's metadata (a file parsed) for every client it makes, a new consumer's first call."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # an older redis-py: its own default
+        return {}
+    return {"driver_info": DriverInfo(lib_version=redis.__version__)}
 
 
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgpack
 import redis
 
 from streamdp.forest import persistence
@@ -100,8 +99,9 @@ class Consumer:
     def _load(self, data: bytes, version: int | None) -> PrivateForest:
         forest = self._load_fast(data)
         if forest is None:
-            forest = PrivateForest.from_bytes(data)  # full validation; raises ValueError on anything malformed
-            self._template = (forest, msgpack.unpackb(data, raw=False))
+            doc = persistence.loads(data)  # decoded once: the template keeps the document
+            forest = PrivateForest.from_doc(doc)  # full validation; raises ValueError on anything malformed
+            self._template = (forest, doc)
         if version is not None and forest.version != version:
             raise ValueError(f"published blob has version {forest.version}, the index says {version}")
         return forest

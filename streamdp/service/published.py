@@ -6,6 +6,10 @@ integer mechanisms, ``<f8`` for ``laplace``. Consumers that already hold a
 model's validated structure rebuild a forest from those bytes and the
 published ``version``/``releases`` (:meth:`PrivateForest.with_counts`).
 
+A new model's counts are all zero: ``model create`` stores them (in ``priv:state`` and ``pub:model``) as
+:data:`ZERO_COUNTS`, no bytes, which every reader takes for zeros of the forest's shape: no counts-sized
+array of zeros in either key.
+
 >>> import numpy as np
 >>> counts_dtype("geometric"), counts_dtype("laplace")
 ('<i8', '<f8')
@@ -24,6 +28,7 @@ from streamdp.forest.model import PrivateForest
 
 __all__ = [
     "KEEP_BYTES",
+    "ZERO_COUNTS",
     "versions_kept",
     "counts_dtype",
     "counts_to_bytes",
@@ -39,6 +44,9 @@ __all__ = [
     "forest_from_doc",
     "is_release_record",
 ]
+
+#: The stored counts of a forest whose counts are all zero (a new model's version 0): no bytes.
+ZERO_COUNTS = b""
 
 #: A retained version under the batch, window and tree policies (``pub:v:<N>``, N >= 1): the release's counts and
 #: numbers without the structure, which the model's spec carries.
@@ -89,11 +97,21 @@ def counts_view(counts: np.ndarray) -> memoryview:
     return memoryview(a.reshape(-1).view(np.uint8))
 
 
-def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = False) -> np.ndarray:
+def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = False, copy: bool = True) -> np.ndarray:
     """Stored bytes back to ``forest``'s counts (native byte order); :class:`ValueError` if they do not fit.
 
     ``finite``: also refuse NaN or infinite cells (counts from an untrusted reader's point of view).
+    ``copy=False``: a read-only view of ``data`` where its byte order is the machine's (no counts-sized copy;
+    :meth:`PrivateForest.merge` copies such counts before it adds to them).
+    :data:`ZERO_COUNTS` gives zeros of the forest's shape.
+
+    >>> from streamdp.records.datasets import load
+    >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+    >>> counts_from_bytes(ZERO_COUNTS, f).shape == f.shape, bool(counts_from_bytes(ZERO_COUNTS, f).any())
+    (True, False)
     """
+    if not len(data):
+        return np.zeros(forest.shape, np.dtype(counts_dtype(forest.mechanism)).newbyteorder("="))
     arr = _raw_counts(data, forest)
     if arr is None:
         need = np.dtype(counts_dtype(forest.mechanism)).itemsize * int(np.prod(forest.shape))
@@ -101,7 +119,7 @@ def counts_from_bytes(data: bytes, forest: PrivateForest, *, finite: bool = Fals
     dt = arr.dtype
     if finite and dt.kind == "f" and not np.all(np.isfinite(arr)):
         raise ValueError("stored counts contain NaN or infinite values")
-    return arr.astype(dt.newbyteorder("="))
+    return arr if not copy and dt.isnative else arr.astype(dt.newbyteorder("="))
 
 
 def _raw_counts(data: bytes, forest: PrivateForest) -> np.ndarray | None:
@@ -116,13 +134,14 @@ def forest_from_counts(
     spec: PrivateForest, data: bytes, version: Any, releases: Any, noise_variance: Any = None
 ) -> PrivateForest:
     """The forest of ``spec`` holding published counts bytes at ``version`` (validated; :class:`ValueError`).
+    Its counts view ``data`` (read-only; no copy on a little-endian machine).
 
     ``noise_variance``: the published ``noise_variance`` field (a number as bytes or str), when the release
     policy's variance is not ``releases`` times one release's (the binary tree mechanism).
     """
     variance = None if noise_variance is None else float(noise_variance)
     return spec.with_counts(
-        counts_from_bytes(data, spec, finite=True),
+        counts_from_bytes(data, spec, finite=True, copy=False),
         version=int(version),
         n_releases=int(releases),
         noise_variance=variance,
@@ -130,7 +149,12 @@ def forest_from_counts(
 
 
 def published_fields(
-    forest: PrivateForest, *, grown: bytes | None = None, noise_variance: float | None = None, view: bool = False
+    forest: PrivateForest,
+    *,
+    grown: bytes | None = None,
+    noise_variance: float | None = None,
+    view: bool = False,
+    zero: bool = False,
 ) -> dict[str, Any]:
     """The ``pub:model`` fields of a stream model's release: version, releases and counts bytes.
 
@@ -140,19 +164,23 @@ def published_fields(
     release's time; a ``grow`` release, whose structure changes, publishes its blob instead
     (``grown``: field ``blob``, no ``counts``), as batch jobs do. ``noise_variance``: a window release's
     (field ``noise_variance``); ``view``: the counts as a view of the forest's array, no copy
-    (:func:`counts_view`: send it right away). The batch commit script writes the same fields
+    (:func:`counts_view`: send it right away); ``zero``: the caller knows the counts are all zero (a new
+    model's), stored as :data:`ZERO_COUNTS`. The batch commit script writes the same fields
     (:data:`.commit.COMMIT_LUA`, the counts once for the state and ``pub:model``).
 
     >>> from streamdp.records.datasets import load
     >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
     >>> sorted(published_fields(f)), sorted(published_fields(f, grown=b"...", noise_variance=2.0))
     (['counts', 'releases', 'version'], ['blob', 'noise_variance', 'releases', 'version'])
+    >>> published_fields(f, zero=True)["counts"]
+    b''
     """
     fields: dict[str, Any] = {"version": forest.version, "releases": forest.n_releases}
     if grown is not None:
         fields["blob"] = grown
     else:
-        fields["counts"] = counts_view(forest.counts) if view else counts_to_bytes(forest.counts)
+        counts = forest.counts
+        fields["counts"] = ZERO_COUNTS if zero else counts_view(counts) if view else counts_to_bytes(counts)
     if noise_variance is not None:
         fields["noise_variance"] = repr(float(noise_variance))
     return fields

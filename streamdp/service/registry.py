@@ -308,7 +308,7 @@ def create_model(
     except ValueError as e:
         raise ValueError(f"epsilon={forest.epsilon:g} is too small for this model: {e}") from None
     cadence_rule = cadence_of(policy, forest, max_lag, cadence)
-    pub = published_fields(forest)
+    pub = published_fields(forest, zero=True)  # version 0's zero counts: no bytes (published.ZERO_COUNTS)
     if len(spec) > limit:  # the bound above should make this unreachable; a last check before anything is stored
         raise TooLargeError(f"{too_big}; its blob has {len(spec):,} bytes")
     if policy.kind == "grow" and grown_bytes > limit:

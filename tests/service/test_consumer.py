@@ -57,3 +57,36 @@ def test_consumer_notices_a_recreated_model(r):
     assert not np.array_equal(again.structure.feature, first.structure.feature) or not np.array_equal(
         again.structure.threshold, first.structure.threshold
     )
+
+
+def test_fetched_counts_view_the_published_bytes_and_a_merge_copies_them(r):
+    """A fetch copies no counts (a read-only view of the bytes read); merging into the fetched forest copies them
+    once and leaves the fetched bytes as they were."""
+    _model(r)
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))
+    c = Consumer(r, "m")
+    f = c.latest()
+    assert f.version == 1 and not f._counts.flags.writeable
+    before = f.counts.copy()
+    one = np.zeros(f.shape, f.counts.dtype)
+    one[0, 0, 0] = 1
+    f.merge(one)
+    assert f._counts.flags.writeable and f.counts[0, 0, 0] == before[0, 0, 0] + 1
+    c._cached = None  # (the counts are read again)
+    np.testing.assert_array_equal(c.latest().counts, before)
+
+
+def test_a_new_models_zero_counts_are_no_bytes_and_read_as_zeros(r):
+    from streamdp.service.stats import collect
+
+    _model(r)
+    k = Keys("m")
+    assert r.hget(k.pub_model, "counts") == b"" == r.hget(k.state, "counts")
+    f = Consumer(r, "m").latest()
+    assert f.version == 0 and f.counts.shape == f.shape and not f.counts.any()
+    assert collect(r, "m")["version"] == 0
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))  # the first merge starts from zeros
+    g = Consumer(r, "m").latest()
+    assert g.version == 1 and len(r.hget(k.pub_model, "counts")) == g.counts.nbytes

@@ -132,13 +132,139 @@ done:
     return result;
 }
 
+/* bfs_expand(feature, n_nodes, kids_of, numeric_of, thr, m, height, out_feature, out_child, out_leaf, out_threshold,
+ * n_leaves): streamdp.forest.layout.structure_arrays' checks and padded arrays in one pass per tree (the numpy
+ * loop is the fallback and the reference). feature: int32, the trees' nodes one tree after the other (each in
+ * 0..m, checked by the caller); n_nodes, n_leaves: int64 per tree; kids_of: int32 children per attribute
+ * (m + 1: the zero column's 0); numeric_of: uint8 per attribute; thr: float64 split points of the numeric inner
+ * nodes in order; out_*: int32 (float64 thresholds, or None: no numeric split) n_trees x width, C order.
+ * Raises ValueError naming what is wrong: a tree whose splits' children are not its other nodes, a split whose
+ * children come before it, a node deeper than `height`, thresholds that do not match the numeric splits.
+ */
+static PyObject *
+bfs_expand(PyObject *self, PyObject *args)
+{
+    PyObject *of, *on, *ok, *onum, *othr, *oof, *ooc, *ool, *oot, *onl;
+    long long m, height;
+    Py_buffer bf = {0}, bn = {0}, bk = {0}, bnum = {0}, bthr = {0}, bof = {0}, boc = {0}, bol = {0}, bot = {0},
+              bnl = {0};
+    PyObject *result = NULL;
+    const char *err = NULL;
+    long long bad_tree = -1;
+    if (!PyArg_ParseTuple(args, "OOOOOLLOOOOO", &of, &on, &ok, &onum, &othr, &m, &height, &oof, &ooc, &ool, &oot,
+                          &onl))
+        return NULL;
+    if (get(of, &bf, 0, 4, "feature") < 0 || get(on, &bn, 0, 8, "n_nodes") < 0 || get(ok, &bk, 0, 4, "kids_of") < 0
+        || get(onum, &bnum, 0, 1, "numeric_of") < 0 || get(othr, &bthr, 0, 8, "thr") < 0
+        || get(oof, &bof, 1, 4, "out_feature") < 0 || get(ooc, &boc, 1, 4, "out_child") < 0
+        || get(ool, &bol, 1, 4, "out_leaf") < 0 || get(onl, &bnl, 1, 8, "n_leaves") < 0)
+        goto done;
+    if (oot != Py_None && get(oot, &bot, 1, 8, "out_threshold") < 0)
+        goto done;
+    {
+        const int32_t *feat = (const int32_t *)bf.buf, *kids = (const int32_t *)bk.buf;
+        const int64_t *nn = (const int64_t *)bn.buf;
+        const uint8_t *num = (const uint8_t *)bnum.buf;
+        const double *thr = (const double *)bthr.buf;
+        int32_t *of32 = (int32_t *)bof.buf, *oc32 = (int32_t *)boc.buf, *ol32 = (int32_t *)bol.buf;
+        double *ot = bot.obj ? (double *)bot.buf : NULL;
+        int64_t *nl = (int64_t *)bnl.buf;
+        Py_ssize_t T = bn.len / 8, n_feat = bf.len / 4, n_thr = bthr.len / 8, n_attr = bk.len / 4;
+        Py_ssize_t width = T ? bof.len / 4 / T : 0;
+        Py_ssize_t start = 0, used = 0;
+        if (bnl.len / 8 != T || boc.len != bof.len || bol.len != bof.len || (ot && bot.len != 2 * bof.len)
+            || bnum.len != n_attr || m + 1 != n_attr) {
+            PyErr_SetString(PyExc_TypeError, "bfs_expand: arrays of mismatched sizes");
+            goto done;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t t = 0; t < T && !err; t++) {
+            int64_t n = nn[t];
+            if (n < 1 || n > width || start + n > n_feat) {
+                err = "n_nodes does not fit the arrays";
+                bad_tree = t;
+                break;
+            }
+            const int32_t *f = feat + start;
+            Py_ssize_t row = t * width;
+            int64_t ends = 0, leaves = 0, level_end = 1, depth = 0;
+            for (int64_t j = 0; j < n; j++) {
+                int32_t a = f[j];
+                if (a < 0 || a > m) { err = "a node tests an attribute outside the schema"; break; }
+                if (j == level_end) { /* the next level: it ends after the children of the nodes before it */
+                    depth++;
+                    level_end = ends + 1;
+                    if (depth > height) { err = "deeper than its height"; break; }
+                }
+                int64_t k = kids[a], first = ends + 1;
+                ends += k;
+                if (j < n - 1 && ends <= j) { err = "a split whose children come before it (not a tree)"; break; }
+                of32[row + j] = a;
+                if (k > 0) {
+                    oc32[row + j] = (int32_t)first;
+                    ol32[row + j] = -1;
+                } else {
+                    oc32[row + j] = (int32_t)j;
+                    ol32[row + j] = (int32_t)leaves++;
+                }
+                if (num[a]) {
+                    if (used >= n_thr) { err = "fewer thresholds than numeric splits"; break; }
+                    if (ot) ot[row + j] = thr[used];
+                    used++;
+                } else if (ot) {
+                    ot[row + j] = INFINITY;
+                }
+            }
+            if (!err && ends != n - 1)
+                err = "splits whose children are not the tree's other nodes";
+            if (err) { bad_tree = t; break; }
+            for (Py_ssize_t j = n; j < width; j++) {
+                of32[row + j] = (int32_t)m;
+                oc32[row + j] = (int32_t)j;
+                ol32[row + j] = -1;
+                if (ot) ot[row + j] = INFINITY;
+            }
+            nl[t] = leaves;
+            start += n;
+        }
+        if (!err && start != n_feat)
+            err = "nodes past the trees' n_nodes";
+        if (!err && used != n_thr)
+            err = "more thresholds than numeric splits";
+        Py_END_ALLOW_THREADS
+        if (err) {
+            if (bad_tree >= 0)
+                PyErr_Format(PyExc_ValueError, "tree %lld: %s", bad_tree, err);
+            else
+                PyErr_SetString(PyExc_ValueError, err);
+            goto done;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (bf.obj) PyBuffer_Release(&bf);
+    if (bn.obj) PyBuffer_Release(&bn);
+    if (bk.obj) PyBuffer_Release(&bk);
+    if (bnum.obj) PyBuffer_Release(&bnum);
+    if (bthr.obj) PyBuffer_Release(&bthr);
+    if (bof.obj) PyBuffer_Release(&bof);
+    if (boc.obj) PyBuffer_Release(&boc);
+    if (bol.obj) PyBuffer_Release(&bol);
+    if (bot.obj) PyBuffer_Release(&bot);
+    if (bnl.obj) PyBuffer_Release(&bnl);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"route", route, METH_VARARGS, "route(X, is_cat, packed, thresholds, leaves, out, n_trees, max_nodes, bits, height, block)"},
+    {"bfs_expand", bfs_expand, METH_VARARGS,
+     "bfs_expand(feature, n_nodes, kids_of, numeric_of, thr, m, height, out_feature, out_child, out_leaf, "
+     "out_threshold, n_leaves)"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_route", "ForestRouter's general router in C.", -1, methods, NULL, NULL, NULL, NULL,
+    PyModuleDef_HEAD_INIT, "_route", "ForestRouter's general router and the bfs structure layout's reader in C.", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

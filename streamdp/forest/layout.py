@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,11 @@ __all__ = ["bfs_fields", "structure_arrays", "node_children"]
 #: Node arrays larger than this (trees x widest tree x 8 bytes) are refused before anything is allocated.
 MAX_PADDED_BYTES = 1 << 30
 _FMT = "streamdp.forest"
+
+try:  # the optional compiled reader (setup.py, streamdp/forest/_route.c); numpy otherwise
+    _KERNEL: Any = getattr(importlib.import_module("streamdp.forest._route"), "bfs_expand", None)
+except ImportError:
+    _KERNEL = None
 
 
 def node_children(schema: Schema) -> np.ndarray:
@@ -143,6 +149,42 @@ def structure_arrays(sdoc: dict, schema: Schema, height: int) -> dict[str, np.nd
     thr = blob.unpack_array(sdoc.get("threshold"), "threshold", "<f8", ndim=1)
     if not np.all(np.isfinite(thr)):
         raise blob.BlobError(f"{_FMT}: a numeric split has no finite threshold")
+    kids_of = node_children(schema).astype(np.int32)
+    numeric_of = np.append(~np.asarray(schema.is_categorical, dtype=bool), False)  # (False at leaves)
+    shape = (n_trees, width)
+    if _KERNEL is not None:  # the same checks and arrays in one compiled pass per tree
+        out = {name: np.empty(shape, dtype=np.int32) for name in ("feature", "child", "leaf")}
+        out["threshold"] = np.empty(shape) if thr.size else np.broadcast_to(np.float64(np.inf), shape)
+        out["n_leaves"] = np.zeros(n_trees, dtype=np.int64)
+        try:
+            _KERNEL(
+                np.ascontiguousarray(feature, dtype=np.int32),
+                np.ascontiguousarray(n_nodes, dtype=np.int64),
+                kids_of,
+                numeric_of.astype(np.uint8),
+                np.ascontiguousarray(thr, dtype=np.float64),
+                m,
+                height,
+                out["feature"],
+                out["child"],
+                out["leaf"],
+                out["threshold"] if thr.size else None,
+                out["n_leaves"],
+            )
+        except ValueError as e:
+            raise blob.BlobError(f"{_FMT}: structure: {e}") from None
+        for name in ("feature", "child", "leaf", "threshold"):
+            out[name].flags.writeable = False
+        return out
+    return _expand(feature, n_nodes, thr, schema, height, width)
+
+
+def _expand(
+    feature: np.ndarray, n_nodes: np.ndarray, thr: np.ndarray, schema: Schema, height: int, width: int
+) -> dict[str, np.ndarray]:
+    """:func:`structure_arrays`' checks and arrays in numpy, one tree at a time (where the compiled kernel is not
+    built; the kernel's reference)."""
+    m, n_trees = schema.n_attributes, n_nodes.size
     kids_of = node_children(schema).astype(np.int32)
     wide = np.int32 if int(kids_of.max()) * width < 2**31 else np.int64  # (the sums cannot wrap around)
     numeric_of = np.append(~np.asarray(schema.is_categorical, dtype=bool), False)  # (False at leaves)

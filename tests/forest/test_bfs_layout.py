@@ -7,6 +7,7 @@ import pytest
 
 from streamdp import PrivateForest
 from streamdp.blob import BlobError, dumps, loads, pack_array, unpack_array
+from streamdp.forest import layout
 from streamdp.forest.layout import bfs_fields, node_children, structure_arrays
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import ForestStructure
@@ -21,6 +22,16 @@ SCHEMAS = {
 }
 
 
+@pytest.fixture(params=["kernel", "numpy"])
+def reader(request, monkeypatch):
+    """Each test that takes it runs with the compiled reader (where built) and with the numpy one."""
+    if request.param == "numpy":
+        monkeypatch.setattr(layout, "_KERNEL", None)
+    elif layout._KERNEL is None:
+        pytest.skip("the compiled reader is not built (streamdp/forest/_route.c)")
+    return request.param
+
+
 def doc_of(f: PrivateForest) -> dict:
     return loads(f.to_bytes(), FORMAT, FORMAT_VERSION)
 
@@ -31,7 +42,7 @@ def pack(d: dict) -> bytes:
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 @pytest.mark.parametrize("height", [1, 3, 6])
-def test_drawn_structures_round_trip_exactly_and_pass_the_full_check(name, height):
+def test_drawn_structures_round_trip_exactly_and_pass_the_full_check(name, height, reader):
     schema = SCHEMAS[name]
     for seed in range(3):
         fs = ForestStructure.draw(schema, n_trees=4, height=height, seed=seed)
@@ -52,7 +63,7 @@ def test_a_forest_in_the_bfs_layout_routes_and_predicts_as_before():
     np.testing.assert_array_equal(g.predict_proba(ds.X[4000:6000]), f.predict_proba(ds.X[4000:6000]))
 
 
-def test_grown_releases_keep_the_bfs_layout():
+def test_grown_releases_keep_the_bfs_layout(reader):
     binary = Schema([Categorical(f"a{i}", (0, 1)) for i in range(8)], Label("y", (0, 1)))
     g = PrivateForest.create(binary, n_trees=3, height=6, epsilon=1.0, seed=3)
     for i in range(7):
@@ -122,7 +133,7 @@ def _bfs_cases():
 
 
 @pytest.mark.parametrize("name,mutate", list(_bfs_cases()), ids=[c[0] for c in _bfs_cases()])
-def test_a_malformed_bfs_structure_is_refused(name, mutate):
+def test_a_malformed_bfs_structure_is_refused(name, mutate, reader):
     f = PrivateForest.create(SCHEMAS["adult"], n_trees=3, height=5, epsilon=1.0, seed=2, prior_trees=0)
     d = doc_of(f)
     assert d["structure"]["layout"] == "bfs"
@@ -131,17 +142,17 @@ def test_a_malformed_bfs_structure_is_refused(name, mutate):
         PrivateForest.from_bytes(pack(d))
 
 
-def test_a_split_whose_children_come_before_it_is_refused():
+def test_a_split_whose_children_come_before_it_is_refused(reader):
     """Two nodes and a split naming the root as its child: the children counts add up, the order does not."""
     schema = Schema([Categorical("a", (0,))], Label("y", (0, 1)))  # arity 1: one child
     fields = {"layout": "bfs", "n_nodes": pack_array(np.array([2])), "threshold": pack_array(np.zeros(0))}
-    with pytest.raises(BlobError, match="children come before it"):
+    with pytest.raises(BlobError, match="children come before it"):  # (both readers word it so)
         structure_arrays({**fields, "feature": pack_array(np.array([1, 0], dtype=np.int8))}, schema, 3)
     ok = structure_arrays({**fields, "feature": pack_array(np.array([0, 1], dtype=np.int8))}, schema, 3)
     assert ok["child"][0].tolist() == [1, 1] and ok["leaf"][0].tolist() == [-1, 0]
 
 
-def test_random_feature_edits_are_refused_or_give_a_valid_forest():
+def test_random_feature_edits_are_refused_or_give_a_valid_forest(reader):
     """Whatever the reader accepts passes the per-tree walk (ForestStructure.validate) too; it never raises
     anything but ValueError."""
     schema = SCHEMAS["adult"]
@@ -166,3 +177,37 @@ def test_random_feature_edits_are_refused_or_give_a_valid_forest():
         accepted += 1
         ForestStructure(**arrays, height=5).validate(schema)
     assert accepted >= 20
+
+
+def test_the_compiled_and_the_numpy_readers_agree_on_random_edits(monkeypatch):
+    """Where the kernel is built: for the same fields, both refuse or both give the same arrays."""
+    if layout._KERNEL is None:
+        pytest.skip("the compiled reader is not built (streamdp/forest/_route.c)")
+    kernel = layout._KERNEL
+    schema = SCHEMAS["adult"]
+    d = doc_of(PrivateForest.create(schema, n_trees=4, height=6, epsilon=1.0, seed=7))
+    feat = unpack_array(d["structure"]["feature"], "feature").astype(np.int64)
+    nn = unpack_array(d["structure"]["n_nodes"], "n_nodes").astype(np.int64)
+    thr = unpack_array(d["structure"]["threshold"], "threshold")
+    rng = np.random.default_rng(1)
+    for k in range(200):
+        a, n = feat.copy(), nn.copy()
+        for i in rng.integers(0, a.size, size=rng.integers(0, 3)):
+            a[i] = rng.integers(0, schema.n_attributes + 1)
+        if k % 5 == 0:
+            n[rng.integers(0, n.size)] += int(rng.integers(-2, 3))
+            a = np.resize(a, int(n.sum())) if n.min() > 0 else a
+        t = thr if k % 3 else np.resize(thr, thr.size + int(rng.integers(-1, 2)))
+        sdoc = {"layout": "bfs", "n_nodes": pack_array(n), "feature": pack_array(a), "threshold": pack_array(t)}
+        got, height = [], int(rng.integers(3, 8))
+        for impl in (kernel, None):
+            monkeypatch.setattr(layout, "_KERNEL", impl)
+            try:
+                got.append(structure_arrays(sdoc, schema, height))
+            except ValueError:
+                got.append(None)
+        if got[0] is None or got[1] is None:
+            assert got[0] is None and got[1] is None, k
+        else:
+            for key in got[1]:
+                np.testing.assert_array_equal(got[0][key], got[1][key])

@@ -75,7 +75,11 @@ def connect(r: redis.Redis | RedisCluster | str | None = None, *, block_s: float
 
 def _driver() -> dict[str, Any]:
     """The client's library name and version for ``CLIENT SETINFO``, given: left out, redis-py 8 reads them from
-    the installed package's metadata (a file parsed) for every client it makes, a new consumer's first call."""
+    the installed package's metadata (a file parsed) for every client it makes, a new consumer's first call.
+
+    >>> sorted(_driver()) in ([], ["driver_info"])
+    True
+    """
     try:
         from redis.driver_info import DriverInfo
     except ImportError:  # an older redis-py: its own default
@@ -124,7 +128,8 @@ def is_cluster(url: str) -> bool:
     cached (the caller's client reports the connection error).
     """
     if url not in _MODE:
-        probe = redis.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT)
+        kw = dict(socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=CONNECT_TIMEOUT)
+        probe = redis.Redis.from_url(url, **kw, **_driver())
         try:
             info = probe.execute_command("CLUSTER INFO")
             _MODE[url] = isinstance(info, dict) and "cluster_state" in info

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from streamdp.service.connection import SOCKET_TIMEOUT, blocking_timeout, connect, for_blocking
@@ -30,3 +31,15 @@ def test_a_short_timeout_client_is_replaced_for_a_long_block():
     longer = for_blocking(short, 60)
     assert longer is not short and _timeout(longer) > 60
     assert for_blocking(longer, 30) is longer  # already long enough: kept
+
+
+def test_a_client_from_a_url_does_not_parse_redis_pys_package_metadata(monkeypatch):
+    """redis-py 8 reads its version from the package's metadata for each client made without one (a file parsed:
+    a new consumer's first call paid for it); connect() gives it."""
+    import redis.utils
+
+    pytest.importorskip("redis.driver_info")
+    calls = []
+    monkeypatch.setattr(redis.utils, "get_lib_version", lambda: calls.append(1) or "0")
+    r = connect("redis://127.0.0.1:1/0")  # built, never connected
+    assert not calls and r.connection_pool.connection_kwargs["driver_info"].lib_version == redis.__version__

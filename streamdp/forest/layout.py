@@ -153,7 +153,7 @@ def structure_arrays(sdoc: dict, schema: Schema, height: int) -> dict[str, np.nd
     numeric_of = np.append(~np.asarray(schema.is_categorical, dtype=bool), False)  # (False at leaves)
     shape = (n_trees, width)
     if _KERNEL is not None:  # the same checks and arrays in one compiled pass per tree
-        out = {name: np.empty(shape, dtype=np.int32) for name in ("feature", "child", "leaf")}
+        out: dict[str, np.ndarray] = {name: np.empty(shape, dtype=np.int32) for name in ("feature", "child", "leaf")}
         out["threshold"] = np.empty(shape) if thr.size else np.broadcast_to(np.float64(np.inf), shape)
         out["n_leaves"] = np.zeros(n_trees, dtype=np.int64)
         try:
@@ -186,7 +186,7 @@ def _expand(
     built; the kernel's reference)."""
     m, n_trees = schema.n_attributes, n_nodes.size
     kids_of = node_children(schema).astype(np.int32)
-    wide = np.int32 if int(kids_of.max()) * width < 2**31 else np.int64  # (the sums cannot wrap around)
+    wide: type[np.signedinteger] = np.int32 if int(kids_of.max()) * width < 2**31 else np.int64  # (no wrap-around)
     numeric_of = np.append(~np.asarray(schema.is_categorical, dtype=bool), False)  # (False at leaves)
     any_numeric = bool(numeric_of.any())
     shape = (n_trees, width)
@@ -202,7 +202,7 @@ def _expand(
         f = feature[start : start + n]
         start += n
         k = kids_of[f]
-        ends = np.cumsum(k, dtype=wide)  # children of the nodes up to and including each
+        ends: np.ndarray = np.cumsum(k, dtype=wide)  # children of the nodes up to and including each
         if int(ends[-1]) != n - 1:
             raise blob.BlobError(f"{_FMT}: tree {t}'s splits have {int(ends[-1])} children, it has {n - 1} nodes")
         # each block after its node: while nodes remain, more have been named as children than were visited

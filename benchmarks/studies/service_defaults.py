@@ -273,6 +273,8 @@ def run_service(url: str, name: str, csv: Path, label: str, rows: int, checkout:
     sampler.start()
     code = w.wait()
     total = time.perf_counter() - t0
+    if code != 0:
+        raise RuntimeError(f"the worker pool of {name} exited with {code} (its log above says why)")
     sampler.stop_ev.set()
     sampler.join()
     watch.stop_ev.set()
@@ -340,13 +342,26 @@ def run_service_warm(url: str, name: str, csv: Path, label: str, rows: int, chec
     return times(push_s, (watch.at or time.perf_counter()) - t0, total)
 
 
+def create_with(checkout: Path, url: str, name: str, max_lag: float | None) -> None:
+    """``streamdp model create NAME`` at the defaults on Adult's schema, by the CLI of ``checkout``."""
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    schema = checkout / "streamdp" / "data" / "schemas" / "adult.json"
+    lag = ["--max-lag", str(max_lag)] if max_lag is not None else []
+    subprocess.run(
+        cli("model", "create", name, "--schema", str(schema), "--epsilon", "1", *lag, "--redis-url", url),
+        check=True,
+        env=env,
+        cwd=checkout,
+        stdout=subprocess.DEVNULL,
+    )
+
+
 def e2e_runs(
     url: str,
     csv: Path,
     label: str,
     train: tuple,
     rows: int,
-    schema,
     repeats: int,
     max_lag: float | None,
     before: Path | None = None,
@@ -363,7 +378,7 @@ def e2e_runs(
         for side, code in sides:
             name = "svcdefaults" + uuid.uuid4().hex[:8]
             try:
-                create_model(r, name, schema, max_lag=max_lag)
+                create_with(code, url, name, max_lag)  # (by the side's own code: a spec another version can read)
                 run = run_service_warm if side == "service_warm" else run_service
                 runs.setdefault(side, []).append(run(url, name, csv, label, rows, code))
             finally:
@@ -498,7 +513,7 @@ def main() -> None:
             }
             out["plain"] = run_plain(url, csv, label, train, args.rows)
             out["e2e_runs"] = e2e_runs(
-                url, csv, label, train, args.rows, ds.schema, args.e2e_repeats - 1, args.max_lag, args.before
+                url, csv, label, train, args.rows, args.e2e_repeats - 1, args.max_lag, args.before
             )
             out["e2e_runs"]["service"].insert(0, out["service"])
             out["e2e_runs"]["plain"].insert(0, out["plain"])

@@ -638,22 +638,28 @@ def test_the_structure_travels_without_padding_in_narrow_dtypes():
     np.testing.assert_array_equal(back.apply(ds.X[:500]), f.apply(ds.X[:500]))
 
 
+def setarr(name, fn):
+    """A blob-doc edit: the structure's array ``name`` replaced by ``fn`` of it."""
+
+    def f(d):
+        a = unpack_array(d["structure"][name], name).copy()
+        d["structure"][name] = pack_array(fn(a))
+
+    return f
+
+
+def poke(i, v):
+    """An array edit: element ``i`` set to ``v`` (integers widened first, so any value fits)."""
+
+    def fn(a):
+        a = a.astype(np.int64) if a.dtype.kind in "iu" else a
+        a[i] = v
+        return a
+
+    return fn
+
+
 def _compact_cases():
-    def setarr(name, fn):
-        def f(d):
-            a = unpack_array(d["structure"][name], name).copy()
-            d["structure"][name] = pack_array(fn(a))
-
-        return f
-
-    def poke(i, v):
-        def fn(a):
-            a = a.astype(np.int64) if a.dtype.kind in "iu" else a
-            a[i] = v
-            return a
-
-        return fn
-
     yield "n_nodes zero", setarr("n_nodes", poke(0, 0))
     yield "n_nodes more than the arrays", setarr("n_nodes", poke(0, 10**4))
     yield "n_nodes huge", setarr("n_nodes", lambda a: a.astype(np.int64) * 0 + 2**40)

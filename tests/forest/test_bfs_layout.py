@@ -13,6 +13,7 @@ from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.datasets import load, load_schema
 from streamdp.records.schema import Categorical, Label, Numeric, Schema
+from tests.test_blob import poke, setarr
 
 SCHEMAS = {
     "adult": load_schema("adult"),
@@ -90,21 +91,6 @@ def test_a_structure_out_of_the_canonical_order_keeps_the_compact_layout():
 
 
 def _bfs_cases():
-    def setarr(name, fn):
-        def f(d):
-            a = unpack_array(d["structure"][name], name).copy()
-            d["structure"][name] = pack_array(fn(a))
-
-        return f
-
-    def poke(i, v):
-        def fn(a):
-            a = a.astype(np.int64) if a.dtype.kind in "iu" else a
-            a[i] = v
-            return a
-
-        return fn
-
     def swap_first_leaf_and_inner(a):  # the same counts of nodes and children, a leaf before the root's children
         a = a.astype(np.int64)
         m = int(a.max())

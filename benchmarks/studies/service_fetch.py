@@ -43,8 +43,8 @@ import uuid  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import machine, sh  # noqa: E402
+from benchmarks.speed.idle_schedule import cat16  # noqa: E402
 from streamdp.records.datasets import load_schema  # noqa: E402
-from streamdp.records.schema import Schema  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
@@ -52,19 +52,6 @@ from streamdp.service.published import counts_to_bytes  # noqa: E402
 from streamdp.service.registry import create_model, delete_model  # noqa: E402
 
 MiB = 2**20
-
-
-def cat16() -> Schema:
-    """16 categorical attributes of 3, 4 or 5 values, two classes (benchmarks/speed/idle_schedule.py's)."""
-    arities = [3, 4, 5] * 5 + [3]
-    return Schema.from_dict(
-        {
-            "attributes": [
-                {"name": f"a{j}", "type": "categorical", "values": list(range(a))} for j, a in enumerate(arities)
-            ],
-            "label": {"name": "y", "values": [0, 1]},
-        }
-    )
 
 
 def measure(url: str, schema_name: str, height: int | None, repeats: int) -> dict:

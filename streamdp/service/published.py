@@ -140,6 +140,8 @@ def forest_from_counts(
     policy's variance is not ``releases`` times one release's (the binary tree mechanism).
     """
     variance = None if noise_variance is None else float(noise_variance)
+    if not len(data) and int(version) != 0:  # (only a new model's version 0 stores its zero counts as no bytes)
+        raise ValueError(f"published version {int(version)} has no counts: only version 0 may store none")
     return spec.with_counts(
         counts_from_bytes(data, spec, finite=True, copy=False),
         version=int(version),

@@ -90,3 +90,14 @@ def test_a_new_models_zero_counts_are_no_bytes_and_read_as_zeros(r):
     _drain(_worker(r, "m"))  # the first merge starts from zeros
     g = Consumer(r, "m").latest()
     assert g.version == 1 and len(r.hget(k.pub_model, "counts")) == g.counts.nbytes
+
+
+def test_only_version_0_may_publish_no_counts(r):
+    """A published version past 0 whose counts are empty (truncated, or written by something else) is refused, not
+    read as zeros."""
+    _model(r)
+    Producer(r, "m").push(DS.X[:50], DS.y[:50])
+    _drain(_worker(r, "m"))
+    r.hset(Keys("m").pub_model, "counts", b"")
+    with pytest.raises(ValueError, match="only version 0"):
+        Consumer(r, "m").latest()

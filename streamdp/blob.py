@@ -251,7 +251,10 @@ def loads(blob: Any, fmt: str, version: int | tuple[int, ...]) -> dict:
     the caller's to validate."""
     doc = _unpack(blob, fmt)
     if doc["format"] != fmt:
-        raise BlobError(f"not a {fmt} blob (format: {doc['format']!r})")
+        hint = ""
+        if doc["format"].startswith("streamdp.") and fmt.startswith("streamdp."):  # (another model: a job's result)
+            hint = ": streamdp.learners.load_model(blob) reads any streamdp model by its format"
+        raise BlobError(f"not a {fmt} blob (format: {doc['format']!r}){hint}")
     versions = version if isinstance(version, tuple) else (version,)
     fv = doc.get("format_version")
     if not isinstance(fv, int) or isinstance(fv, bool) or fv not in versions:

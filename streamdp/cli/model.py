@@ -1,4 +1,5 @@
-"""``streamdp model``: create, list, show, fetch or delete private models, and set what raw records they retain.
+"""``streamdp model``: create, list, show, get, delete private models, read their release history, and set what raw
+records they retain.
 
 streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
                       [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
@@ -26,7 +27,9 @@ __all__ = ["add_parser"]
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp model`` and its subcommands on an ``argparse`` subparsers object."""
-    m = subparsers.add_parser("model", help="create, list, show, fetch or delete private models")
+    m = subparsers.add_parser(
+        "model", help="create, list, show, get or delete private models; their history and retention"
+    )
     msub = m.add_subparsers(dest="model_command", required=True)
     c = msub.add_parser(
         "create",
@@ -320,8 +323,17 @@ def _cadence_lines(info: dict) -> list[str]:
         f"  per release     {per_release}; {sched['total']:,.0f} noisy records merged in all",
         f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} added to each published count (cell) by each merged "
         "release, one draw each",
-        f"  lag bound       {cadence['max_lag']:g} s: a record is published at most that long after its push, "
+        f"  lag bound       {cadence['max_lag']:g} s: a release comes at most that long after a record's push, "
         "while the workers keep up",
+        *(
+            [
+                f"  merge bar       a release is merged once its noisy record total stands above "
+                f"{info['merge_bar']:,.0f} (3 sd of its noise); a thinner one is left out until the last of them "
+                "add up"
+            ]
+            if "merge_bar" in info
+            else []
+        ),
         *lines,
     ]
 

@@ -31,6 +31,7 @@ from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
 from streamdp.records.schema import Schema
+from streamdp.release.cadence import Cadence, total_sd
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
@@ -427,6 +428,10 @@ def show_model(r: Any, name: str) -> dict:
         per_tree = eps / trees if info["budget"] == "split" else eps
         node = ReleasePolicy.from_dict(info["release"]).node_epsilon(per_tree)
         info["cell_sd"] = math.sqrt(cell_variance(info["mechanism"], node))  # one release's noise on a count
+        if sched is not None and info.get("cadence") and info.get("prior_trees", 0):  # the cadence's merge bar
+            cad, n_classes = Cadence.from_dict(info["cadence"]), info["n_classes"]
+            sd = total_sd(info["cell_sd"] ** 2, n_classes, info["prior_trees"], info["budget"], trees)
+            info["merge_bar"] = cad.keep_z * sd  # noisy records a release must stand above to be merged alone
     decayed = (info["release"] or {}).get("half_life") is not None
     if decayed:  # the published noise variance per cell (public), bounded by the half-life
         info["noise_variance"] = float(nv) if nv is not None and info["releases"] else 0.0

@@ -173,6 +173,8 @@ def test_model_show_prints_the_window_the_records_per_release_the_noise_and_the_
     assert "noisy records in the last one" in text and f"{MAX_LAG:g} s" in text
     assert info["cell_sd"] == pytest.approx(math.sqrt(2 * math.exp(-0.25) / math.expm1(-0.25) ** 2))
     assert info["cadence"] == Cadence(MAX_LAG, grace=GRACE).to_dict()
+    assert info["merge_bar"] == pytest.approx(3 * w.closer.windows.sd)  # the worker's own bar
+    assert f"stands above {info['merge_bar']:,.0f}" in text
 
 
 @pytest.mark.parametrize(

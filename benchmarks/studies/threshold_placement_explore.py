@@ -16,7 +16,7 @@ sets of ``accuracy_small_data.py``; 2 x 5-fold CV, the same splits for every var
 * ``s0``: no share (uniform thresholds); ``s4bB``: share 0.4 at ``B`` bins;
 * ``bBpP[fF]``: ``B`` bins, a prior of ``P`` noise scales (``p25`` = 0.25) and a floor of ``F`` (default 1).
 
-``b8p50`` is what issue 33 adopted (:data:`streamdp.forest.marginals.HISTOGRAM_BINS`, ``NOISE_PRIOR``); every
+``b8p50`` was the candidate (measured, not adopted: the log's conclusion); every
 variant here sets its bins, floor and prior itself, so ``b16`` stays the release before it.
 """
 

@@ -81,7 +81,7 @@ def stream_share(schema: Schema, epsilon: float, mechanism: str, share: float | 
     function of public parameters only (the schedule's size, not the records').
 
     >>> from streamdp.river.schemas import bananas_schema
-    >>> stream_share(bananas_schema(), 1.0, "geometric", None, 100), stream_share(bananas_schema(), 0.5, "geometric", None, 100)
+    >>> stream_share(bananas_schema(), 2.0, "geometric", None, 100), stream_share(bananas_schema(), 1.0, "geometric", None, 100)
     (0.2, 0.0)
     """
     if share is not None:

@@ -18,7 +18,7 @@ histograms together by ``d`` (``d`` numeric attributes). Every bin gets two-side
 ``epsilon / d``-DP and, by sequential composition over the ``d`` attributes, the release is
 ``epsilon``-DP. The densities are computed from the noisy counts alone (post-processing): bins at or
 below the noise scale ``d / epsilon`` are dropped, each other bin weighs its count above that floor, and
-every bin weighs half a noise scale more (a uniform prior that dominates where the noise does).
+every bin weighs one noise scale more (a uniform prior that dominates where the noise does).
 ``tests/forest/test_marginals.py`` audits the release empirically.
 
 >>> import numpy as np
@@ -44,12 +44,12 @@ from streamdp.validation import check_epsilon, check_integer
 __all__ = ["Marginals", "noisy_histograms", "noisy_marginals", "HISTOGRAM_BINS", "NOISE_FLOOR", "NOISE_PRIOR"]
 
 #: Equal-width bins of each numeric attribute's noisy histogram.
-HISTOGRAM_BINS = 8
+HISTOGRAM_BINS = 16
 #: A noisy bin weighs its count above this many noise scales (``d / epsilon``); below it, nothing.
 NOISE_FLOOR = 1.0
 #: Every bin weighs this many noise scales more: where the noise swamps the records the density stays
 #: close to uniform, not a few bins the noise happened to lift.
-NOISE_PRIOR = 0.5
+NOISE_PRIOR = 1.0
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def noisy_marginals(
     ...                       "label": {"name": "y", "values": [0, 1]}})
     >>> X = np.full((5000, 1), 5.0)  # every record in the first bin
     >>> m = noisy_marginals(X, s, 1.0, SecureRandom())
-    >>> bool(m.cdf(np.array([0]), np.array([100 / 8]))[0] > 0.9)
+    >>> bool(m.cdf(np.array([0]), np.array([100 / 16]))[0] > 0.9)
     True
     """
     noisy = noisy_histograms(X, schema, epsilon, rng, bins)

@@ -29,7 +29,7 @@ def _schema(d: int = 2) -> Schema:
 
 
 def _concentrated(n: int, d: int = 2, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Every attribute in [38, 43] of [0, 100] (the fourth of 8 bins, [37.5, 50])."""
+    """Every attribute in [38, 43] of [0, 100] (the seventh of 16 bins, [37.5, 43.75])."""
     rng = np.random.default_rng(seed)
     X = rng.uniform(38, 43, (n, d))
     return X, (X[:, 0] > 40.5).astype(np.int64)
@@ -40,10 +40,10 @@ def _numeric_thresholds(f: PrivateForest) -> np.ndarray:
 
 
 def _roots_in_the_bin(f: PrivateForest) -> float:
-    """Share of the random trees' roots split in [37.5, 50] (uniform: 1 in 8; deeper splits on the same
+    """Share of the random trees' roots split in [37.5, 43.75] (uniform: 1 in 16; deeper splits on the same
     attribute see a range the density puts no mass in, drawn uniformly)."""
     t = f.drawn.threshold[: f.n_trees, 0]
-    return float(np.mean((t >= 37.5) & (t <= 50)))
+    return float(np.mean((t >= 37.5) & (t <= 43.75)))
 
 
 class _Spend:
@@ -145,12 +145,12 @@ def test_a_stream_spends_the_default_share_where_its_first_release_can_fill_the_
     """By default the river classifier spends the share when its trees' first release, by the public schedule,
     holds enough records to lift a uniform histogram's bin to the noise scale (d / (s * eps)); never by the
     records themselves. An explicit share is spent as given."""
-    s = _schema(d=2)  # 100 records / 8 bins >= 2 / (0.2 * eps) from eps = 0.8
-    assert PrivateForestClassifier(s, epsilon=1.0).forest.threshold_share == DEFAULT_THRESHOLD_SHARE
-    assert PrivateForestClassifier(s, epsilon=0.5).forest.threshold_share == 0.0
-    assert PrivateForestClassifier(s, epsilon=0.5, first_batch=1000).forest.threshold_share == DEFAULT_THRESHOLD_SHARE
-    assert PrivateForestClassifier(s, epsilon=0.5, first_batch=1000, batch_size=100).forest.threshold_share == 0.0
-    assert PrivateForestClassifier(s, epsilon=1.0, guard=0.5).forest.threshold_share == 0.0  # the trees' epsilon
+    s = _schema(d=2)  # 100 records / 16 bins >= 2 / (0.2 * eps) from eps = 1.6
+    assert PrivateForestClassifier(s, epsilon=2.0).forest.threshold_share == DEFAULT_THRESHOLD_SHARE
+    assert PrivateForestClassifier(s, epsilon=1.0).forest.threshold_share == 0.0
+    assert PrivateForestClassifier(s, epsilon=1.0, first_batch=1000).forest.threshold_share == DEFAULT_THRESHOLD_SHARE
+    assert PrivateForestClassifier(s, epsilon=1.0, first_batch=1000, batch_size=100).forest.threshold_share == 0.0
+    assert PrivateForestClassifier(s, epsilon=2.0, guard=0.5).forest.threshold_share == 0.0  # the trees' epsilon
     assert PrivateForestClassifier(s, epsilon=0.1, threshold_share=0.3).forest.threshold_share == 0.3
     assert stream_share(_schema(d=20), 2.0, "geometric", None, 100) == 0.0
 
@@ -229,7 +229,7 @@ def test_empirical_audit_of_the_first_release():
         for _ in range(N):
             f = base.with_counts(np.zeros(base.shape, dtype=np.int64), version=0, n_releases=0)
             f.update_encoded(X, y, rng)
-            t, c = float(f.structure.threshold[0, 0]) <= 100 / 8, _cell(f, f.counts, 5.0) >= 1
+            t, c = float(f.structure.threshold[0, 0]) <= 100 / 16, _cell(f, f.counts, 5.0) >= 1
             low, cell, both = low + t, cell + c, both + (t and c)
         events.append([low, cell, both])
     lb = epsilon_lower_bound(events[0], events[1], N)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import csv
 import math
 import re
-import uuid
 from importlib import resources
 
 import pytest
@@ -19,7 +18,7 @@ from streamdp.cli import main
 from streamdp.cli.push import NO_WORKER
 from streamdp.records.datasets import load
 from streamdp.records.sources import SourceError
-from streamdp.service import Producer, create_model, delete_model
+from streamdp.service import Producer, create_model
 from streamdp.service.keys import Keys
 
 pytestmark = pytest.mark.redis
@@ -28,13 +27,9 @@ SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressio
 
 
 @pytest.fixture
-def name(redis_url):
-    n = f"pe-{uuid.uuid4().hex[:12]}"
-    yield n
-    try:
-        delete_model(redis_url, n)
-    except KeyError:
-        pass
+def name(redis_url, unique_name):
+    """The test's model name: its keys, the ledger included, go at teardown (``unique_name``)."""
+    return unique_name
 
 
 def _votes_rows(n):

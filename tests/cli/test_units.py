@@ -16,6 +16,7 @@ from streamdp.service.connection import connect
 from streamdp.service.keys import Keys
 from streamdp.service.published import counts_from_bytes
 from streamdp.service.registry import load_spec
+from tests.conftest import purge_name
 
 pytestmark = pytest.mark.redis
 DS = load("congressional-voting")
@@ -38,6 +39,7 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
         assert "unit of privacy: a record" in out
     finally:
         main(u + ["model", "delete", plain])
+        purge_name(connect(redis_url), plain)  # (the ledger a delete keeps)
     name = unique_name
     # short windows: the worker run below waits until the window holding the last records is released
     args = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "inf",

@@ -14,10 +14,14 @@ sets of ``accuracy_small_data.py``; 2 x 5-fold CV, the same splits for every var
   its parent from its (floored, prior-weighted) noisy count (post-processing);
 * ``kKbB``: histograms of ``K`` attributes drawn at random (public coins) at ``eps / K`` each, the rest uniform;
 * ``s0``: no share (uniform thresholds); ``s4bB``: share 0.4 at ``B`` bins;
-* ``bBpP[fF]``: ``B`` bins, a prior of ``P`` noise scales (``p25`` = 0.25) and a floor of ``F`` (default 1).
+* ``bBpP[fF]``: ``B`` bins, a prior of ``P`` noise scales (``p25`` = 0.25) and a floor of ``F`` (default 1);
+* ``gBzZ``: ``B`` bins, a prior of 0.5 noise scales for an attribute whose released total exceeds ``Z`` noise
+  standard deviations, else 1 (post-processing of the release); ``gm8zZ``: main's 16 bins, summed pairwise to
+  8 where the gate passes; ``g16zZ``: 16 bins.
 
-``b8p50`` was the candidate (measured, not adopted: the log's conclusion); every
-variant here sets its bins, floor and prior itself, so ``b16`` stays the release before it.
+``b8p50`` was a candidate (measured, not adopted: the log's conclusion); ``g8z2`` is the gated prior adopted
+(:func:`streamdp.forest.marginals.bin_priors`). Every variant here sets its bins, floor and prior itself, so
+``b16`` stays the release before issue 33.
 """
 
 from __future__ import annotations
@@ -104,7 +108,33 @@ def subset(k: int, bins: int):
     return release
 
 
+def gated(bins: int, p: float, z: float, merge: bool = False):
+    """Main's 16-bin release (``merge``) or a ``bins``-bin release; the prior ``p`` noise scales (and, with
+    ``merge``, the 16 bins summed pairwise to 8) only for an attribute whose released noisy total exceeds
+    ``z`` standard deviations of its noise (``sqrt(bins * 2) * scale``), else main's prior of 1 on the
+    release. The gate reads the released histogram only (post-processing)."""
+
+    def release(X, schema, eps, rng):
+        nb = 16 if merge else bins
+        noisy = mg.noisy_histograms(X, schema, eps, rng, nb).astype(np.float64)
+        scale = noisy.shape[0] / eps
+        ok = noisy.sum(axis=1) > z * np.sqrt(2.0 * nb) * scale
+        base = np.maximum(noisy - scale, 0.0) + scale
+        if merge:
+            m = noisy.reshape(noisy.shape[0], -1, 2).sum(axis=2)
+            weak = np.repeat(np.maximum(m - scale, 0.0) + p * scale, 2, axis=1) / 2
+        else:
+            weak = np.maximum(noisy - scale, 0.0) + p * scale
+        return mg.Marginals.from_weights(schema, np.where(ok[:, None], weak, base))
+
+    return release
+
+
 VARIANTS = {
+    "g8z2": gated(8, 0.5, 2.0),
+    "g8z4": gated(8, 0.5, 4.0),
+    "g16z3": gated(16, 0.5, 3.0),
+    "gm8z3": gated(8, 0.5, 3.0, merge=True),
     "b16": binned(16),
     "b8": binned(8),
     "b4": binned(4),

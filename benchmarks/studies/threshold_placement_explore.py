@@ -19,9 +19,8 @@ sets of ``accuracy_small_data.py``; 2 x 5-fold CV, the same splits for every var
   standard deviations, else 1 (post-processing of the release); ``gm8zZ``: main's 16 bins, summed pairwise to
   8 where the gate passes; ``g16zZ``: 16 bins.
 
-``b8p50`` was a candidate (measured, not adopted: the log's conclusion); ``g8z2`` is the gated prior adopted
-(:func:`streamdp.forest.marginals.bin_priors`). Every variant here sets its bins, floor and prior itself, so
-``b16`` stays the release before issue 33.
+``b8p50`` and the gated ``g8z2`` were candidates (measured, not adopted: the log's conclusions). Every
+variant here sets its bins, floor and prior itself, so ``b16`` stays main's release.
 """
 
 from __future__ import annotations

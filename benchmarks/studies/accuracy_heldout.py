@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from accuracy_small_data import EPSILONS, run_dpl  # noqa: E402
+from accuracy_small_data import EPSILONS, cv_splits, dpl_job, run_dpl  # noqa: E402
 
 CAR_VALUES = {
     "buying": ["vhigh", "high", "med", "low"],
@@ -139,25 +139,8 @@ def main() -> None:
     for name in names:
         rng = np.random.default_rng(sum(map(ord, name)))
         schema, X, y = load_encoded(name, args.car)
-        splits = []
-        for _ in range(args.repeats):
-            perm = rng.permutation(len(y))
-            for test in np.array_split(perm, args.folds):
-                splits.append((np.setdiff1d(perm, test), np.sort(test)))
-        cat = schema.is_categorical
-        lo = np.array([0.0 if c else a.min for a, c in zip(schema.attributes, cat)], dtype=float)
-        hi = np.array([max(a.arity - 1, 1) if c else a.max for a, c in zip(schema.attributes, cat)], dtype=float)
-        npz = str(Path(tmp, f"{name}.npz"))
-        np.savez(npz, X=X, y=y, lo=lo, hi=hi)
-        jobs.append(
-            {
-                "dataset": name,
-                "npz": npz,
-                "n_classes": schema.n_classes,
-                "train": [s[0].tolist() for s in splits],
-                "test": [s[1].tolist() for s in splits],
-            }
-        )
+        splits = cv_splits(len(y), args.repeats, args.folds, rng)
+        jobs.append(dpl_job(name, schema, X, y, splits, tmp))
         t0 = time.time()
         for split, (train, test) in enumerate(splits):
             for eps in EPSILONS:
@@ -166,9 +149,9 @@ def main() -> None:
         info.setdefault("data", {})[name] = {
             "rows": int(len(y)),
             "attributes": schema.n_attributes,
-            "numeric": int((~cat).sum()),
+            "numeric": int((~schema.is_categorical).sum()),
             "classes": schema.n_classes,
-            "declared": [[float(a), float(b)] for a, b in zip(lo, hi)],
+            "declared": [[float(a), float(b)] for a, b in zip(*(np.load(jobs[-1]["npz"])[k] for k in ("lo", "hi")))],
         }
     dpl = run_dpl(args.dpl_python, jobs) if Path(args.dpl_python).exists() else "no diffprivlib venv"
     if isinstance(dpl, str):

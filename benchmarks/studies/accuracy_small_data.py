@@ -174,6 +174,33 @@ def dpl_worker(jobs_path: str, out_path: str) -> None:
     json.dump(rows, open(out_path, "w"))
 
 
+def cv_splits(n: int, repeats: int, folds: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``repeats`` x ``folds``-fold (train, test) index pairs over ``n`` rows, the same for every model."""
+    splits = []
+    for _ in range(repeats):
+        perm = rng.permutation(n)
+        for test in np.array_split(perm, folds):
+            splits.append((np.setdiff1d(perm, test), np.sort(test)))
+    return splits
+
+
+def dpl_job(name: str, schema, X: np.ndarray, y: np.ndarray, splits: list, tmp: str) -> dict:
+    """diffprivlib's job for one dataset: its codes saved for the venv, the declared bounds (categorical codes:
+    0 to arity - 1) and the splits."""
+    cat = schema.is_categorical
+    lo = np.array([0.0 if c else a.min for a, c in zip(schema.attributes, cat)], dtype=float)
+    hi = np.array([max(a.arity - 1, 1) if c else a.max for a, c in zip(schema.attributes, cat)], dtype=float)
+    npz = str(Path(tmp, f"{name}.npz"))
+    np.savez(npz, X=X, y=y, lo=lo, hi=hi)
+    return {
+        "dataset": name,
+        "npz": npz,
+        "n_classes": schema.n_classes,
+        "train": [s[0].tolist() for s in splits],
+        "test": [s[1].tolist() for s in splits],
+    }
+
+
 def run_dpl(python: str, jobs: list[dict]) -> list[dict] | str:
     with tempfile.TemporaryDirectory() as tmp:
         jp, op = Path(tmp, "jobs.json"), Path(tmp, "out.json")
@@ -209,25 +236,8 @@ def main() -> None:
     for name in args.datasets:
         rng = np.random.default_rng(sum(map(ord, name)))  # a fixed seed per dataset
         schema, X, y = load_encoded(name, rng)
-        splits = []
-        for _ in range(args.repeats):
-            perm = rng.permutation(len(y))
-            for k, test in enumerate(np.array_split(perm, args.folds)):
-                splits.append((np.setdiff1d(perm, test), np.sort(test)))
-        cat = schema.is_categorical
-        lo = np.array([0.0 if c else a.min for a, c in zip(schema.attributes, cat)], dtype=float)
-        hi = np.array([max(a.arity - 1, 1) if c else a.max for a, c in zip(schema.attributes, cat)], dtype=float)
-        npz = str(Path(tmp, f"{name}.npz"))
-        np.savez(npz, X=X, y=y, lo=lo, hi=hi)
-        dpl_jobs.append(
-            {
-                "dataset": name,
-                "npz": npz,
-                "n_classes": schema.n_classes,
-                "train": [s[0].tolist() for s in splits],
-                "test": [s[1].tolist() for s in splits],
-            }
-        )
+        splits = cv_splits(len(y), args.repeats, args.folds, rng)
+        dpl_jobs.append(dpl_job(name, schema, X, y, splits, tmp))
         t0 = time.time()
         for split, (train, test) in enumerate(splits):
             for eps in EPSILONS:

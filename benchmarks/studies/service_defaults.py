@@ -61,7 +61,7 @@ from benchmarks.speed.idle_schedule import sample  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
-from streamdp.service.keys import Keys  # noqa: E402
+from streamdp.service.keys import Keys, as_str  # noqa: E402
 from streamdp.service.registry import create_model, delete_model, load_policy  # noqa: E402
 
 MiB = 2**20
@@ -299,17 +299,13 @@ def published_all(r: redis.Redis, keys: Keys, entries: int) -> bool:
     """Whether model ``keys`` has every one of ``entries`` entries merged and acked and no window holding added
     entries unreleased (the condition ``--until-drained`` exits on, read from outside)."""
     try:
-        g = next(g for g in r.xinfo_groups(keys.records) if as_text(g["name"]) == "workers")
+        g = next(g for g in r.xinfo_groups(keys.records) if as_str(g["name"]) == "workers")
     except (redis.ResponseError, StopIteration):
         return False
     if int(g["pending"]) or int(g.get("entries-read") or 0) < entries:
         return False
     open_, rel = (int(x or 0) for x in r.hmget(keys.state, "open", "releases"))
     return not (open_ > rel and r.exists(*(keys.acc(w) for w in range(rel + 1, open_ + 1))))
-
-
-def as_text(x: bytes | str) -> str:
-    return x.decode() if isinstance(x, bytes) else x
 
 
 def run_service_warm(url: str, name: str, csv: Path, label: str, rows: int, checkout: Path = ROOT) -> dict:

@@ -17,6 +17,7 @@ from streamdp.validation import check_integer
 
 __all__ = [
     "default_height",
+    "MIN_DEFAULT_HEIGHT",
     "fitting_height",
     "ceiling_height",
     "deepest_height",
@@ -27,6 +28,8 @@ __all__ = [
     "CEILING_MAX_LEAVES",
 ]
 
+#: The least default height of a categorical schema with that many attributes (:func:`default_height`).
+MIN_DEFAULT_HEIGHT = 3
 #: A default forest's random trees hold at most this many leaves together (each branch stops where its share is spent).
 DEFAULT_LEAF_BUDGET = 2**18
 #: ... and at most this many leaf cells (leaves x classes, one prior stump included): 4 MiB of int64 counts.
@@ -34,9 +37,18 @@ DEFAULT_CELL_BUDGET = 2**19
 
 
 def default_height(n_attributes: int) -> int:
-    """Fan et al.'s default: half the number of attributes, at least 1 (how deep a categorical schema's
-    default draw may go: the leaf budget may stop a branch earlier, :func:`leaf_budget`)."""
-    return max(1, n_attributes // 2)
+    """How deep a categorical schema's default draw may go (the leaf budget may stop a branch earlier,
+    :func:`leaf_budget`): Fan et al.'s half of the attributes, and at least :data:`MIN_DEFAULT_HEIGHT` (or
+    every attribute, where there are fewer).
+
+    Why the floor: half of 2 to 5 attributes is a stump or two levels, which cannot hold a concept of two
+    attributes, such as STAGGER's, even with exact counts; the fit prunes what the records do not fill
+    (docs/decisions/023-small-schema-height.md).
+
+    >>> [default_height(m) for m in (1, 2, 3, 5, 8, 17)]
+    [1, 2, 3, 3, 4, 8]
+    """
+    return max(min(n_attributes, MIN_DEFAULT_HEIGHT), n_attributes // 2)
 
 
 def leaf_budget(schema: Schema, n_trees: int) -> int:

@@ -219,7 +219,7 @@ def test_leaves_never_pruned_after_fitting_tiny_data():
 
 
 def test_default_height():
-    assert [default_height(m) for m in (1, 2, 3, 8, 17)] == [1, 1, 1, 4, 8]
+    assert [default_height(m) for m in (1, 2, 3, 4, 5, 6, 8, 17)] == [1, 2, 3, 3, 3, 3, 4, 8]
     schema = make_schema([2] * 7)
     assert ForestStructure.draw(schema, 2, seed=0).height == 3
     assert PrivateForest.create(schema, n_trees=2, seed=0).height == 3

@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="tree height (default: for grow, the river classifier's default, "
-        "streamdp.forest.structure.ceiling_height; else half the attributes lowered to the leaf budget; both lowered where the trees "
+        "streamdp.forest.structure.ceiling_height; else half the attributes (at least 3) lowered to the leaf budget; both lowered where the trees "
         "could exceed what the server accepts)",
     )
     c.add_argument("--epsilon", type=epsilon_arg, required=True)

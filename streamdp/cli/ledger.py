@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from streamdp.cli.common import client, finite_epsilon_arg
-from streamdp.privacy.ledger import left_of
 
 __all__ = ["add_parser", "ledger"]
 
@@ -97,6 +96,8 @@ def ledger(args: argparse.Namespace) -> int:
     budget = led.budget(name)
     if budget is None:
         raise ValueError(f"source {name!r} has no budget (streamdp ledger {name} --set-budget E)")
+    from streamdp.privacy.ledger import left_of
+
     spent = led.spent(name)
     spends = led.spends(name)
     if args.json:

@@ -161,6 +161,8 @@ class Worker(GroupLoop):
 
     log = log
     event_prefix = "worker"
+    #: Longest blocking read (ms) of a worker run ``until_drained`` while another worker closes a due window.
+    DRAIN_FOLLOW_MS = 10
 
     def __init__(
         self,
@@ -343,7 +345,11 @@ class Worker(GroupLoop):
             wait_ms = int(self.closer.seconds_to_next(now) * 1000) + 1
             block_ms = min(self.config.block_ms if block_ms is None else block_ms, wait_ms)
         if self.until_drained:
-            block_ms = min(self.config.block_ms if block_ms is None else block_ms, self.DRAIN_POLL_MS)
+            if self.drained():  # (another worker released the last window since: stop now, not after a read)
+                return 0
+            # another worker closing a window may be closing the last one: look again soon, to stop with it
+            poll = self.DRAIN_FOLLOW_MS if self.closer is not None and self.closer.closing_elsewhere else self.DRAIN_POLL_MS
+            block_ms = min(self.config.block_ms if block_ms is None else block_ms, poll)
         entries = self._entries(self.reader.read(self.config.batch_entries, block_ms))
         if not entries:
             if time.monotonic() - self._last_trim >= self.config.trim_idle_s:

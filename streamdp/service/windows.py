@@ -112,6 +112,8 @@ class WindowCloser:
         self._seal = r.register_script(SEAL_LUA)
         self._unlease = r.register_script(UNLEASE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
+        #: Whether this closer's last tick found a due window leased by another worker (being closed there).
+        self.closing_elsewhere = False
         self._last: tuple[int, np.ndarray] | None = None  # (version, counts) this closer published last
         # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
         # send it (tens of MB at height 6) only for all but one to lose the CAS. Correctness never depends on
@@ -145,6 +147,7 @@ class WindowCloser:
     def tick(self, now: float | None = None) -> int:
         """Seal and release every window due by ``now``; returns the number this worker released."""
         now = self.now() if now is None else now
+        self.closing_elsewhere = False
         if self.cadence is None:
             due = self.due(now)
             if due <= self._released:
@@ -164,6 +167,7 @@ class WindowCloser:
             self.fault("close_after_seal")
             lease = self.keys.closing(rel + 1)
             if not self.r.set(lease, self.token, nx=True, px=self.lease_ms):
+                self.closing_elsewhere = True
                 break  # another worker is closing it: a later tick resumes if that one died (the lease expires)
             try:
                 if self.close(rel + 1):

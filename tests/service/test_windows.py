@@ -152,11 +152,46 @@ def test_a_worker_run_until_drained_looks_often_whether_it_is_drained(r):
     blocks: list[int] = []
     read = w.reader.read
     w.reader.read = lambda n, block: (blocks.append(block), read(n, 1))[1]  # type: ignore[method-assign]
+    w.drained = lambda: False  # type: ignore[method-assign]  # (a window holding records, not released yet)
     w.until_drained = True
     w.step()
     w.until_drained = False
     w.step()
     assert blocks[0] <= Worker.DRAIN_POLL_MS < blocks[1]
+
+
+def test_a_drained_worker_stops_without_blocking_in_a_read(r):
+    """Run ``until_drained``, a worker that finds the stream drained (another worker released the last window)
+    returns from its step without reading: it stopped a read later, up to ``DRAIN_POLL_MS`` after the other."""
+    _model(r, release="window", epsilon=math.inf)
+    w = Worker(r, "m", block_ms=5000)
+    blocks: list[int] = []
+    w.reader.read = lambda n, block: (blocks.append(block), [])[1]  # type: ignore[method-assign]
+    w.until_drained = True
+    assert w.step() == 0 and blocks == []
+    w.until_drained = False
+    w.step()
+    assert len(blocks) == 1 and blocks[0] > Worker.DRAIN_POLL_MS  # not run until drained: it blocks in its read
+
+
+def test_a_worker_run_until_drained_follows_a_close_held_by_another_worker(r):
+    """A due window leased by another worker (closing it) may be the last: a worker run ``until_drained``
+    looks again within ``DRAIN_FOLLOW_MS``, not ``DRAIN_POLL_MS``, so it stops soon after that close."""
+    _model(r, release="window", epsilon=math.inf)
+    Producer(r, "m").push(DS.X[:40], DS.y[:40])
+    w = _worker(r)
+    _add_all(w)
+    r.set(Keys("m").closing(1), b"another worker", px=60_000)
+    w.closer.now = lambda: time.time() + 2 * EVERY  # type: ignore[method-assign]  # window 1 is due
+    blocks: list[int] = []
+    w.reader.read = lambda n, block: (blocks.append(block), [])[1]  # type: ignore[method-assign]
+    w.until_drained = True
+    w.config.block_ms = 5000
+    assert w.step() == 0 and w.closer.closing_elsewhere
+    assert blocks == [Worker.DRAIN_FOLLOW_MS] and Worker.DRAIN_FOLLOW_MS < Worker.DRAIN_POLL_MS
+    r.delete(Keys("m").closing(1))
+    w.step()  # the lease gone (that worker died): this one closes the window itself
+    assert not w.closer.closing_elsewhere and w.drained()
 
 
 @pytest.mark.parametrize("release", ["batch", "window"])

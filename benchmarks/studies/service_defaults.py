@@ -169,6 +169,15 @@ class AckWatch(threading.Thread):
             self.stop_ev.wait(0.005)
 
 
+def worker_code_mib() -> float:
+    """Peak RSS (MiB) of a process that imported the worker's code and holds no model: what a worker holds
+    before its model (the interpreter, numpy, redis-py, streamdp)."""
+    # (VmHWM: getrusage's ru_maxrss keeps the forking parent's peak across exec)
+    code = "import streamdp.service.stream_worker; print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])"
+    out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip()) / 1024
+
+
 def times(push_s: float, merged_s: float, total_s: float) -> dict:
     """One end-to-end run's times (seconds from the push's start)."""
     return {"push_s": push_s, "merged_s": merged_s, "drain_s": total_s - push_s, "total_s": total_s}
@@ -485,6 +494,7 @@ def main() -> None:
             out["structure_mib"] = sum(a.nbytes for a in forest.structure.arrays().values() if 0 not in a.strides) / MiB
             mem = key_memory(r, keys)
             out["redis_after_create"] = {"keys": mem, "total_mib": sum(k["bytes"] for k in mem) / MiB}
+            out["worker_code_mib"] = worker_code_mib()
             out["redis_after_create"]["x_counts"] = out["redis_after_create"]["total_mib"] / out["counts_mib"]
             del forest
             # right after create: workers started later first release every window due since (a catch-up)
@@ -585,12 +595,15 @@ def report(o: dict) -> str:
         f"| new version's fetch s (median) | {statistics.median(f['new_version_s']):.2f} | "
         f"(floor {statistics.median(f['floor_s']):.2f}) | **{f['new_version_x_floor']:.2f}x** the floor | <= 1.3x |",
     ]
+    budget = 2 * o["counts_mib"] + o["structure_mib"]
+    base = o.get("worker_code_mib")
     for w in workers:
+        above = "" if base is None else f"; {w['peak_mib'] - base:.0f} above its code's {base:.0f} = **{(w['peak_mib'] - base) / budget:.2f}x**"
         lines.append(
             f"| worker pid {w['pid']} peak RSS MiB | {w['peak_mib']:.0f} | | "
             f"{w['peak_mib'] / o['counts_mib']:.2f}x the counts; "
-            f"{w['peak_mib'] / (2 * o['counts_mib'] + o['structure_mib']):.2f}x (2 x counts + structure) | "
-            f"<= {2 * o['counts_mib'] + o['structure_mib']:.0f} (2 x counts + structure {o['structure_mib']:.0f}) |"
+            f"{w['peak_mib'] / budget:.2f}x (2 x counts + structure){above} | "
+            f"<= {budget:.0f} (2 x counts + structure {o['structure_mib']:.0f}) |"
         )
     for w in parent:
         lines.append(f"| pool parent peak RSS MiB | {w['peak_mib']:.0f} | | | holds no model |")

@@ -6,21 +6,24 @@ only read a model import the read side alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
-from streamdp.forest import persistence
-from streamdp.forest.model import PrivateForest
-from streamdp.release.continual import ReleasePolicy
 from streamdp.service.connection import connect
 from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys
 from streamdp.service.units import Unit
 
+if TYPE_CHECKING:  # (imported where used: a producer reads the registry's summary, not the forest's code)
+    from streamdp.forest.model import PrivateForest
+    from streamdp.release.continual import ReleasePolicy
+
 __all__ = [
     "ModelNotFound",
     "ModelExists",
+    "batch_id_salt",
     "load_spec",
     "require_model",
     "no_stream_model",
@@ -72,6 +75,9 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     Memory: the spec's bytes are dropped once decoded, before the forest is built; the structure
     views the decoded document (:meth:`PrivateForest.from_doc`): at most about twice the blob at once.
     """
+    from streamdp.forest import persistence
+    from streamdp.forest.model import PrivateForest
+
     r = connect(r)
     data = _read_spec(r, Keys(name).spec)
     if data is None:
@@ -79,6 +85,13 @@ def load_spec(r: Any, name: str) -> PrivateForest:
     doc = persistence.loads(data)
     del data
     return PrivateForest.from_doc(doc)
+
+
+def batch_id_salt(spec: bytes) -> bytes:
+    """The salt of a model's batch ids: keyed by its spec (the random structure, public), so an id alone
+    says nothing about the records. Stored in the registry summary at creation, so a producer codes
+    records from the summary alone, without reading the spec (its structure: gigabytes at height 10)."""
+    return hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
 
 
 def require_model(r: Any, name: str) -> None:
@@ -119,6 +132,8 @@ def load_policy(r: Any, name: str) -> tuple[ReleasePolicy, float]:
 
     A model created before release policies existed releases per batch.
     """
+    from streamdp.release.continual import ReleasePolicy
+
     r = connect(r)
     raw, start = r.hmget(Keys(name).state, "release", "release_start")
     if raw is None:

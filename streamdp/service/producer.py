@@ -48,13 +48,12 @@ import numpy as np
 import redis
 
 from streamdp import blob
-from streamdp.forest import persistence as forest
 from streamdp.records import frames, read_errors
 from streamdp.records.schema import Schema
 from streamdp.service import codec
 from streamdp.service.connection import connect
 from streamdp.service.keys import GROUP, REGISTRY, Keys
-from streamdp.service.registry import ModelNotFound, batch_id_salt, no_stream_model
+from streamdp.service.model_store import ModelNotFound, batch_id_salt, no_stream_model
 from streamdp.validation import check_choice
 
 __all__ = ["Producer", "PushResult", "producer_id_key", "ENV_PRODUCER_KEY"]
@@ -158,7 +157,9 @@ class Producer:
             spec = self.redis.get(self.keys.spec)
             if spec is None:
                 raise no_stream_model(self.redis, model)
-            self.schema = Schema.from_dict(blob.field(forest.loads(spec), "schema", dict))
+            from streamdp.forest import persistence
+
+            self.schema = Schema.from_dict(blob.field(persistence.loads(spec), "schema", dict))
             self._salt = batch_id_salt(spec)
         self.batch_size = batch_size
         self.on_invalid = on_invalid

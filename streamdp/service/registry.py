@@ -17,7 +17,6 @@ history, and the privacy loss they record is permanent.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import time
@@ -40,6 +39,7 @@ from streamdp.service.ledger_store import charge_model
 from streamdp.service.model_store import (
     ModelExists,
     ModelNotFound,
+    batch_id_salt,
     load_policy,
     load_spec,
     load_unit,
@@ -81,13 +81,6 @@ __all__ = [
 
 #: Summary fields for producers, not for display: the schema and the batch-id salt (:func:`batch_id_salt`).
 PRODUCER_FIELDS = ("schema", "batch_id_salt")
-
-
-def batch_id_salt(spec: bytes) -> bytes:
-    """The salt of a model's batch ids: keyed by its spec (the random structure, public), so an id alone
-    says nothing about the records. Stored in the registry summary at creation, so a producer codes
-    records from the summary alone, without reading the spec (its structure: gigabytes at height 10)."""
-    return hashlib.sha256(b"streamdp.batch-id/1\0" + spec).digest()
 
 
 def _summary(forest: PrivateForest, name: str, policy: ReleasePolicy, start: float, spec: bytes, cadence: Any) -> dict:

@@ -173,7 +173,9 @@ def worker_code_mib() -> float:
     """Peak RSS (MiB) of a process that imported the worker's code and holds no model: what a worker holds
     before its model (the interpreter, numpy, redis-py, streamdp)."""
     # (VmHWM: getrusage's ru_maxrss keeps the forking parent's peak across exec)
-    code = "import streamdp.service.stream_worker; print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])"
+    code = (
+        "import streamdp.service.stream_worker; print(open('/proc/self/status').read().split('VmHWM:')[1].split()[0])"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, check=True)
     return int(out.stdout.strip()) / 1024
 
@@ -598,7 +600,11 @@ def report(o: dict) -> str:
     budget = 2 * o["counts_mib"] + o["structure_mib"]
     base = o.get("worker_code_mib")
     for w in workers:
-        above = "" if base is None else f"; {w['peak_mib'] - base:.0f} above its code's {base:.0f} = **{(w['peak_mib'] - base) / budget:.2f}x**"
+        above = (
+            ""
+            if base is None
+            else f"; {w['peak_mib'] - base:.0f} above its code's {base:.0f} = **{(w['peak_mib'] - base) / budget:.2f}x**"
+        )
         lines.append(
             f"| worker pid {w['pid']} peak RSS MiB | {w['peak_mib']:.0f} | | "
             f"{w['peak_mib'] / o['counts_mib']:.2f}x the counts; "

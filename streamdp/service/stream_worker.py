@@ -348,7 +348,11 @@ class Worker(GroupLoop):
             if self.drained():  # (another worker released the last window since: stop now, not after a read)
                 return 0
             # another worker closing a window may be closing the last one: look again soon, to stop with it
-            poll = self.DRAIN_FOLLOW_MS if self.closer is not None and self.closer.closing_elsewhere else self.DRAIN_POLL_MS
+            poll = (
+                self.DRAIN_FOLLOW_MS
+                if self.closer is not None and self.closer.closing_elsewhere
+                else self.DRAIN_POLL_MS
+            )
             block_ms = min(self.config.block_ms if block_ms is None else block_ms, poll)
         entries = self._entries(self.reader.read(self.config.batch_entries, block_ms))
         if not entries:

@@ -1,39 +1,37 @@
 """Release windows in the service: seal, noise once, merge and publish on the public schedule.
 
 For ``release="window"``, ``"grow"`` and ``"tree"`` (:mod:`streamdp.release.continual`) workers add each
-entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one
-field per add: ``b:<first batch id>`` -> the add's nonzero cells, :func:`joined_cells`; worker-only) in the atomic add script (:data:`.commit.WINDOW_ADD_LUA`),
-which records the batch id and XACKs in the same step. The open window is the
-state field ``open``: a public rule (the first window not yet sealed), read inside
-the script, so an entry lands in exactly one window.
+entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one field per add:
+``b:<first batch id>`` -> the add's nonzero cells, :func:`joined_cells`; worker-only) in the atomic add
+script (:data:`.commit.WINDOW_ADD_LUA`), which records the batch id and XACKs in the same step. The open
+window is the state field ``open``: a public rule (the first window not yet sealed), read inside the
+script, so an entry lands in exactly one window.
 
 Closing window ``w`` is three idempotent steps any worker may run (no lock; a short lease
 ``priv:closing:<w>`` only keeps the other workers from duplicating a close, never decides anything):
 
 1. **seal** (:data:`.commit.SEAL_LUA`): once the clock passed ``w``'s end
-   (:func:`~streamdp.release.continual.windows_due`, ``release_every`` seconds from the
-   model's creation), ``open`` moves from ``w`` to ``w+1`` if nothing is sealed yet;
-   from then on adds go to ``w+1`` and ``priv:acc:<w>`` is frozen;
-2. **noise**: read the state, the frozen accumulator (and the tree state) in one
-   MULTI; draw the window's noisy delta (``window``) or each closing node's noisy
-   sum (``tree``), or the whole grown release (``grow``: structure and counts, as a model blob), and store
-   it with ``SET NX`` (``priv:wdelta:<w>``,
-   ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the
-   stored draw, so each release's noise is drawn once;
+   (:func:`~streamdp.release.continual.windows_due`, ``release_every`` seconds from the model's creation),
+   ``open`` moves from ``w`` to ``w+1`` if nothing is sealed yet; from then on adds go to ``w+1`` and
+   ``priv:acc:<w>`` is frozen;
+2. **noise**: read the state, the frozen accumulator (and the tree state) in one MULTI; draw the window's
+   noisy delta (``window``) or each closing node's noisy sum (``tree``), or the whole grown release
+   (``grow``: structure and counts, as a model blob), and store it with ``SET NX`` (``priv:wdelta:<w>``,
+   ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the stored draw, so each
+   release's noise is drawn once;
 3. **merge** (:meth:`WindowCloser._release`, one MULTI/EXEC under WATCH of the state): CAS on
-   ``releases == w-1``, ``open > w`` and the version;
-   write counts (``grow``: the grown blob; and the tree state), publish ``pub:model``/``pub:v:<N>``, delete the
-   accumulator, set a TTL on the stored noise, announce. Exactly one closer wins.
+   ``releases == w-1``, ``open > w`` and the version; write counts (``grow``: the grown blob; and the tree
+   state), publish ``pub:model``/``pub:v:<N>``, delete the accumulator, set a TTL on the stored noise,
+   announce. Exactly one closer wins.
 
-A closer killed after any step leaves state another worker's next tick resumes from:
-nothing sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice
-(step 2's SET NX), nothing merged twice (step 3's CAS). Windows are released in
-order and every due window is released, empty or not, so the number of releases
-is a function of the clock alone; with a cadence (:mod:`.schedule`, :mod:`streamdp.release.cadence`) each
-window's end is fixed by the releases before it, so the releases are a function of the clock and of
-released values, and a release whose total says it carries no record is left out of the published counts.
-A ``window`` model with a half-life publishes decayed counts of the released deltas (:mod:`.forgetting`), and
-every release appends its public line to the model's history (:mod:`.history`).
+A closer killed after any step leaves state another worker's next tick resumes from: nothing
+sealed-but-lost (adds after the seal go to ``w+1``), nothing noised twice (step 2's SET NX), nothing merged
+twice (step 3's CAS). Windows are released in order and every due window is released, empty or not, so the
+number of releases is a function of the clock alone; with a cadence (:mod:`.schedule`,
+:mod:`streamdp.release.cadence`) each window's end is fixed by the releases before it, so the releases are a
+function of the clock and of released values, and a release whose total says it carries no record is left
+out of the published counts. A ``window`` model with a half-life publishes decayed counts of the released
+deltas (:mod:`.forgetting`), and every release appends its public line to the model's history (:mod:`.history`).
 """
 
 from __future__ import annotations
@@ -109,11 +107,9 @@ class WindowCloser:
         self.dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
         self.eps_node = policy.node_epsilon(spec.epsilon_per_tree)
         self.real = spec.real_cells
-        self._seal = r.register_script(SEAL_LUA)
-        self._unlease = r.register_script(UNLEASE_LUA)
+        self._seal, self._unlease = r.register_script(SEAL_LUA), r.register_script(UNLEASE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
-        #: Whether this closer's last tick found a due window leased by another worker (being closed there).
-        self.closing_elsewhere = False
+        self.closing_elsewhere = False  # whether the last tick found a due window leased by another worker
         self._last: tuple[int, np.ndarray] | None = None  # (version, counts) this closer published last
         # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
         # send it (tens of MB at height 6) only for all but one to lose the CAS. Correctness never depends on

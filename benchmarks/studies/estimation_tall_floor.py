@@ -1,29 +1,36 @@
 """Does the pooled posterior chain hold the majority floor on tall unpruned forests? Candidate rules compared.
 
-A tall drawn forest (the service's stream models; ``PrivateForest.fit(..., prune=False)``) on little data has
-every pooled node below about one noise standard deviation from depth 3 or 4 on; with ``KAPPA`` the prior lets
+A tall drawn forest (the service's stream models on numeric schemas; ``PrivateForest.fit(..., prune=False)``) on
+little data has every pooled node within a few noise standard deviations of zero; with ``KAPPA`` the prior lets
 each of the h levels move the record's share by about ``sqrt(p (1 - p) / KAPPA)``, so noise-driven moves add up
 over the levels. The chain of :meth:`streamdp.estimation.ForestNodes.path_proba` is re-run here with other
-rules on the same released forests (each draw: one structure, one noise), so the rules are compared pairwise:
+rules on the same released forests (each draw: one structure, one noise), so the rules are compared pairwise
+(post-processing of one release; nothing here changes the package):
 
-* ``base``: the rule as it is (``KAPPA`` per depth);
+* ``base``: the rule as it is (``KAPPA`` at every depth; equal to ``predict``, checked);
 * ``kT``: the concentration times the random trees pooled (a pooled node averages T random cells: its
   share's spread around the parent's is about 1/T of one cell's); ``kTd``: times the trees whose node at that
   depth is a new one (a shallower leaf repeated below adds nothing new);
 * ``kh``: the concentration times the height (the h levels' prior spreads add up to one level's);
 * ``eb``: empirical Bayes per depth: the spread of the cells' true shares around the prior at each depth from
   the released counts (squared deviations minus their noise variance, the records per cell from the leaves
-  below), its increments the prior spread of each level (floored at 0);
-* ``gate2``/``gate3``: a soft gate, the evidence weight times ``n^2 / (n^2 + k^2 v)`` (the pooled records
-  ``n`` against ``k`` noise standard deviations of the pooled total);
-* ``kT+gate2``: both.
+  below), its increments the prior spread of each level (floored at 0); ``ebsC``: the same less ``C``
+  standard errors of the level's sum, and never weaker than ``KAPPA``;
+* ``gateK``: a soft gate, the evidence weight times ``n^2 / (n^2 + K^2 v)`` (the pooled records ``n``
+  against ``K`` noise standard deviations of the pooled total);
+* ``rhoX``: the noise variance in the weight times ``1 + X 2r / (1 - r)``, ``r = sqrt(share)``: a depth's
+  counts hold its child's noise (adjacent levels' shares correlate by about ``r``);
+* ``nested``/``nestedX``: the exact Gaussian posterior of the path's shares with the nested noise taken as it
+  is (the deepest pooled counts and each depth's pooled siblings are the independent numbers), a random-walk
+  prior of concentration ``KAPPA`` (``X KAPPA``), solved per record (:func:`chain_nested`).
 
-Cells: Agrawal functions 0..9 (river's generator; 3,000 training rows, 5,000 held out; draws 1 and 2 of the
+(a) Agrawal functions 0..9 (river's generator; 3,000 training rows, 5,000 held out; draws 1 and 2 of the
 generator's seed), epsilon 0.5/1/2, one release (``fit(prune=False)``) or four (a fit on a quarter then three
-``update``s), ``--draws`` forests per cell; plus a 30,000-row stream. The floor: majority share of the held-out
-rows minus 0.01.
+``update``s), ``--draws`` forests per cell; plus a 30,000-row stream (functions 0, 2, 4, 6, 8). The floor:
+majority share of the held-out rows minus 0.01. (b) ``--defaults R``: accuracy_small_data's datasets and
+splits (R x 5-fold), the default fit, update, grow and river classifier, each release read with every rule.
 
-    python benchmarks/studies/estimation_tall_floor.py --draws 5 --out benchmarks/results/estimation_tall_floor.md
+    python benchmarks/studies/estimation_tall_floor.py --draws 5 --defaults 2 --out results/estimation_tall_floor.md
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.estimation import rule as R  # noqa: E402
 
-VARIANTS = ("base", "kT", "kTd", "kh", "eb", "gate2", "gate3", "kT+gate2")
+VARIANTS = ("base", "kT", "kTd", "kh", "eb", "ebs1", "gate2", "gate3", "rho1", "nested", "nested3")
 
 
 def step(y, var_total, parent_p, parent_n, share, kappa, gate: float | None, corr: float = 0.0):
@@ -235,7 +242,10 @@ def chain_nested(nodes, leaves: np.ndarray, kappa_factor: float = 1.0) -> np.nda
         _, k = step(Y, V, p, m, share, R.KAPPA, None)
         sm = (Y == last[0]).all(axis=1) & (V == last[1]) if last is not None else np.zeros(n, bool)
         k = np.where(sm, m, k)
-        Ys.append(Y); Vs.append(V); Ns.append(k); same.append(sm)
+        Ys.append(Y)
+        Vs.append(V)
+        Ns.append(k)
+        same.append(sm)
         m, above, last = k, np.where(sm, above, V), (Y, V)
     if h == 0:
         return np.array(np.broadcast_to(nodes.prior, (n, C)))
@@ -306,7 +316,6 @@ def accuracies(f: PrivateForest, Xt, yt, variants) -> dict:
     enc = f.schema.encode(Xt, yt)
     leaves = f.apply(Xt)[:, : f.n_trees]
     nodes = f.estimation_nodes()
-    classes = np.asarray(f.schema.classes) if hasattr(f.schema, "classes") else None
     out = {}
     for v in variants:
         p = chain_nested(nodes, leaves, float(v[6:] or 1)) if v.startswith("nested") else chain(nodes, leaves, v)
@@ -315,38 +324,38 @@ def accuracies(f: PrivateForest, Xt, yt, variants) -> dict:
     return out
 
 
-KAPPAS = ("base", "kT", "kh")
 PAIRED = ("base", "kT", "kh")
 
 
-def kappa_of(nodes, mode: str) -> float:
-    """The chain's prior strength under ``mode`` for a forest of nodes."""
-    T, h = nodes.leaf_node.shape[0], int(nodes.depth.max(initial=0))
-    return R.KAPPA * {"base": 1, "kT": max(T, 1), "kh": max(h, 1)}[mode]
-
-
 def defaults_paired(repeats: int, folds: int, eps_list, datasets=None, variants=PAIRED) -> list[str]:
-    """(b) paired: accuracy_small_data's datasets and splits, the default fit / update / grow, each released
-    forest read with every prior strength of :data:`KAPPAS` (post-processing of one release)."""
+    """(b) paired: accuracy_small_data's datasets and splits, the default fit / update / grow / river, each released
+    forest read with every prior strength of ``variants`` (post-processing of one release)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from accuracy_small_data import DATASETS, cv_splits, load_encoded
 
     out = [
         "\n## The defaults, paired\n",
-        f"accuracy_small_data's datasets and splits ({repeats} x {folds}-fold), each released forest read with "
+        f"accuracy_small_data's datasets and splits ({repeats} x {folds}-fold), the default fit, update (a tenth then "
+        "9 updates), grow (10 chunks) and river classifier (`PrivateForestClassifier` at its defaults: drawn trees "
+        "on numeric schemas, never pruned), each released forest read with "
         "each prior strength (the same release: the differences are the rule's alone). Mean test accuracy; "
         "each rule minus `base` with the standard error of the paired difference over the splits.\n",
-        "| dataset | epsilon | path | " + " | ".join(variants) + " | " + " | ".join(f"{m} - base" for m in variants[1:]) + " |",
+        "| dataset | epsilon | path | "
+        + " | ".join(variants)
+        + " | "
+        + " | ".join(f"{m} - base" for m in variants[1:])
+        + " |",
         "|---" * (3 + 2 * len(variants) - 1) + "|",
     ]
-    KAPPAS = variants
-    diffs: dict = {(m, p): [] for m in KAPPAS[1:] for p in ("fit", "update", "grow")}
+    KAPPAS = variants  # noqa: N806
+    PATHS = ("fit", "update", "grow", "river")
+    diffs: dict = {(m, p): [] for m in KAPPAS[1:] for p in PATHS}
     for name in datasets or DATASETS:
         rng = np.random.default_rng(0)
         schema, X, y = load_encoded(name, rng)
         splits = cv_splits(len(y), repeats, folds, rng)
         for eps in eps_list:
-            acc = {(p, m): [] for p in ("fit", "update", "grow") for m in KAPPAS}
+            acc = {(p, m): [] for p in PATHS for m in KAPPAS}
             for tr, te in splits:
                 chunks = np.array_split(tr, 10)
                 forests = {"fit": PrivateForest.create(schema, epsilon=eps).fit_encoded(X[tr], y[tr])}
@@ -358,13 +367,29 @@ def defaults_paired(repeats: int, folds: int, eps_list, datasets=None, variants=
                 for c in chunks:
                     f.grow_encoded(X[c], y[c])
                 forests["grow"] = f
+                from streamdp.river import PrivateForestClassifier
+
+                model = PrivateForestClassifier(schema, epsilon=eps)
+                model.learn_encoded(X[tr], y[tr])
+                model.flush()
+                forests["river"] = model.forest if model.forest_votes else None
                 for p, f in forests.items():
+                    if f is None:  # the river classifier still in its prior phase: every rule votes the prior
+                        for m in KAPPAS:
+                            acc[(p, m)].append(
+                                float((model.predict_proba_encoded(X[te]).argmax(axis=1) == y[te]).mean())
+                            )
+                        continue
                     leaves = f.structure.apply(X[te], schema.is_categorical)[:, : f.n_trees]
                     nodes = f.estimation_nodes()
                     for m in KAPPAS:
-                        pr = chain_nested(nodes, leaves, float(m[6:] or 1)) if m.startswith("nested") else chain(nodes, leaves, m)
+                        pr = (
+                            chain_nested(nodes, leaves, float(m[6:] or 1))
+                            if m.startswith("nested")
+                            else chain(nodes, leaves, m)
+                        )
                         acc[(p, m)].append(float((pr.argmax(axis=1) == y[te]).mean()))
-            for p in ("fit", "update", "grow"):
+            for p in PATHS:
                 base = np.array(acc[(p, "base")])
                 cells = []
                 for m in KAPPAS[1:]:
@@ -375,10 +400,10 @@ def defaults_paired(repeats: int, folds: int, eps_list, datasets=None, variants=
                 out.append(f"| {name} | {eps:g} | {p} | {means} | " + " | ".join(cells) + " |")
                 print(out[-1], flush=True)
     out.append("\nMean paired difference over the dataset x epsilon cells:\n")
-    out.append("| rule | fit | update | grow |")
-    out.append("|---|---|---|---|")
+    out.append("| rule | fit | update | grow | river |")
+    out.append("|---|---|---|---|---|")
     for m in KAPPAS[1:]:
-        out.append(f"| {m} - base | " + " | ".join(f"{np.mean(diffs[(m, p)]):+.4f}" for p in ("fit", "update", "grow")) + " |")
+        out.append(f"| {m} - base | " + " | ".join(f"{np.mean(diffs[(m, p)]):+.4f}" for p in PATHS) + " |")
     return out
 
 
@@ -399,11 +424,14 @@ def main(argv=None) -> int:
     variants = args.variants.split(",")
     if args.defaults_only:
         t0 = time.time()
-        text = "\n".join(
-            [f"load at start: {subprocess.getoutput('uptime')}"]
-            + defaults_paired(args.defaults, 5, [float(e) for e in "0.1,0.5,1,2".split(",")], None, tuple(variants))
-            + [f"\n{time.time() - t0:.0f} s; load at end: {subprocess.getoutput('uptime')}"]
-        ) + "\n"
+        text = (
+            "\n".join(
+                [f"load at start: {subprocess.getoutput('uptime')}"]
+                + defaults_paired(args.defaults, 5, [float(e) for e in "0.1,0.5,1,2".split(",")], None, tuple(variants))
+                + [f"\n{time.time() - t0:.0f} s; load at end: {subprocess.getoutput('uptime')}"]
+            )
+            + "\n"
+        )
         if args.out:
             Path(args.out).write_text(text)
         print(text)
@@ -418,7 +446,8 @@ def main(argv=None) -> int:
     say("# The pooled chain on tall unpruned forests: candidate rules against the majority floor\n")
     say(
         f"`python benchmarks/studies/estimation_tall_floor.py --draws {args.draws} --functions {args.functions} "
-        f"--eps {args.eps} --releases {args.releases} --rows {args.rows} --big {args.big}`; git "
+        f"--eps {args.eps} --releases {args.releases} --rows {args.rows} --big {args.big} --variants {args.variants} "
+        f"--defaults {args.defaults}`; git "
         f"{subprocess.getoutput('git rev-parse --short HEAD')}\n"
     )
     say(f"load at start: {subprocess.getoutput('uptime')}\n")
@@ -466,19 +495,25 @@ def main(argv=None) -> int:
                     say(f"| {rows} | {fn} | {eps:g} | {rel} | {maj:.3f} | " + " | ".join(row) + " |")
                     print(lines[-1], flush=True)
     say("")
-    say(f"Summary over the {cells} cells of {args.rows} rows: mean of (mean accuracy - floor); cells whose mean is below the floor.\n")
+    say(
+        f"Summary over the {cells} cells of {args.rows} rows: mean of (mean accuracy - floor); cells whose mean is below the floor.\n"
+    )
     say("| rule | mean - floor | cells below |")
     say("|---|---|---|")
     for v in variants:
         say(f"| {v} | {np.mean(summary[v]):+.4f} | {below[v]} of {cells} |")
     if args.big:
-        say(f"\nThe {args.big}-row stream (functions 0, 2, 4, 6, 8): mean of (mean accuracy - floor) over its cells; the lowest cell.\n")
+        say(
+            f"\nThe {args.big}-row stream (functions 0, 2, 4, 6, 8): mean of (mean accuracy - floor) over its cells; the lowest cell.\n"
+        )
         say("| rule | mean - floor | lowest cell |")
         say("|---|---|---|")
         for v in variants:
             say(f"| {v} | {np.mean(big[v]):+.4f} | {np.min(big[v]):+.3f} |")
     if args.defaults:
-        lines.extend(defaults_paired(args.defaults, 5, [0.1, 0.5, 1.0, 2.0], None, tuple(v for v in variants if v != "eb")))
+        lines.extend(
+            defaults_paired(args.defaults, 5, [0.1, 0.5, 1.0, 2.0], None, tuple(v for v in variants if v != "eb"))
+        )
     say(f"\n{time.time() - t0:.0f} s; load at end: {subprocess.getoutput('uptime')}")
     text = "\n".join(lines) + "\n"
     if args.out:

@@ -10,12 +10,13 @@ rules on the same released forests (each draw: one structure, one noise), so the
 * ``base``: the rule as it is (``KAPPA`` at every depth; equal to ``predict``, checked);
 * ``kT``: the concentration times the random trees pooled (a pooled node averages T random cells: its
   share's spread around the parent's is about 1/T of one cell's); ``kTd``: times the trees whose node at that
-  depth is a new one (a shallower leaf repeated below adds nothing new);
+  depth is a new one (a shallower leaf repeated below adds nothing new); ``kTs``: times the square root of that;
 * ``kh``: the concentration times the height (the h levels' prior spreads add up to one level's);
 * ``eb``: empirical Bayes per depth: the spread of the cells' true shares around the prior at each depth from
   the released counts (squared deviations minus their noise variance, the records per cell from the leaves
   below), its increments the prior spread of each level (floored at 0); ``ebsC``: the same less ``C``
-  standard errors of the level's sum, and never weaker than ``KAPPA``;
+  standard errors of the level's sum, and never weaker than ``KAPPA``; ``ebpC``: the same on the pooled nodes
+  of points drawn uniformly over the schema's declared domains (:func:`public_points`);
 * ``gateK``: a soft gate, the evidence weight times ``n^2 / (n^2 + K^2 v)`` (the pooled records ``n``
   against ``K`` noise standard deviations of the pooled total);
 * ``rhoX``: the noise variance in the weight times ``1 + X 2r / (1 - r)``, ``r = sqrt(share)``: a depth's
@@ -154,7 +155,63 @@ def eb_kappa_shrunk(nodes, T: int, c: float) -> np.ndarray:
     return np.concatenate([[R.KAPPA], np.maximum(k, R.KAPPA)])
 
 
-def chain(nodes, leaves: np.ndarray, variant: str) -> np.ndarray:
+def public_points(schema, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` encoded records drawn uniformly over the schema's declared domains (public: no data read)."""
+    from streamdp.records.domains import Categorical
+
+    rng = np.random.default_rng(seed)
+    cols = []
+    for a in schema.attributes:
+        if isinstance(a, Categorical):
+            cols.append(rng.integers(0, a.arity, n).astype(np.float64))
+        else:
+            cols.append(rng.uniform(a.min, a.max, n))
+    return np.stack(cols, axis=1)
+
+
+def eb_pooled_kappa(nodes, leaves: np.ndarray, c: float) -> np.ndarray:
+    """Per depth (index d, 1..h): the pooled level's prior strength from the pooled nodes of ``leaves`` (public
+    points' leaves): the spread of the pooled true shares around the prior at each depth (squared deviations
+    minus their noise variance, less ``c`` standard errors, over the pooled expected records squared), kept
+    nondecreasing; its increments the levels' spreads; at least ``KAPPA``."""
+    leaves = leaves[:, : nodes.leaf_node.shape[0]]
+    n, T = leaves.shape
+    C = nodes.y.shape[1]
+    node = nodes.leaf_node[np.arange(T)[None, :], leaves]
+    h = int(nodes.depth.max(initial=0))
+    path = [node]
+    for d in range(h - 1, -1, -1):
+        up = path[-1]
+        path.append(np.where(nodes.depth[up] > d, nodes.parent[up], up))
+    yv = nodes.node_table()
+    y, var = yv[:, :C], yv[:, C]
+    dep = np.append(nodes.depth, -1)
+    path = [np.where(dep[nd] >= 1, nd, len(var) - 1) for nd in path]
+    prior = nodes.prior
+    pq = float((prior * (1 - prior)).sum())
+    S = np.zeros(h + 1)
+    for d in range(1, h + 1):
+        nd = path[h - d]
+        _, first = np.unique(nd, axis=0, return_index=True)  # each distinct pooled node once
+        nd = nd[first]
+        Y = y[nd].sum(axis=1)
+        V = var[nd].sum(axis=1)
+        t = Y.sum(axis=1)
+        m = nodes.records * V / nodes.root_var if nodes.root_var > 0 else t
+        z = Y - t[:, None] * prior[None, :]
+        s2 = V[:, None] * (1.0 / C - 2.0 * prior[None, :] / C + prior[None, :] ** 2)
+        e = (z * z - s2).sum(axis=1)
+        mu2 = np.maximum(z * z - s2, 0.0)
+        sd = np.sqrt(2 * s2 * s2 + 4 * mu2 * s2).sum(axis=1)
+        A = float(e.sum()) - c * float(np.sqrt((sd * sd).sum()))
+        B = float((m * m).sum())
+        S[d] = min(max(A / B if B > 0 else 0.0, S[d - 1]), pq)
+    tau = np.diff(S)
+    k = np.where(tau > 0, pq / np.maximum(tau, 1e-300), np.inf)
+    return np.concatenate([[R.KAPPA], np.minimum(np.maximum(k, R.KAPPA), 1e12)])
+
+
+def chain(nodes, leaves: np.ndarray, variant: str, points: np.ndarray | None = None) -> np.ndarray:
     """:meth:`ForestNodes.path_proba` with ``variant``'s rule."""
     leaves = leaves[:, : nodes.leaf_node.shape[0]]
     n, T = leaves.shape
@@ -170,7 +227,9 @@ def chain(nodes, leaves: np.ndarray, variant: str) -> np.ndarray:
     dep = np.append(nodes.depth, -1)
     path = [np.where(dep[nd] >= 1, nd, len(var) - 1) for nd in path]
     ebk = eb_kappa(nodes, T) if variant == "eb" else None
-    if variant.startswith("ebs"):
+    if variant.startswith("ebp"):  # ebpC: from the pooled nodes of public points (``points``: their leaves)
+        ebk = eb_pooled_kappa(nodes, points, float(variant[3:]))
+    elif variant.startswith("ebs"):
         ebk = np.minimum(eb_kappa_shrunk(nodes, T, float(variant[3:])), 1e12)
     gate = float(variant.split("gate")[1]) if "gate" in variant else None
     p = np.broadcast_to(nodes.prior, (n, C))
@@ -183,7 +242,9 @@ def chain(nodes, leaves: np.ndarray, variant: str) -> np.ndarray:
         for t in range(T):
             Y += y[nd[:, t]]
             V += var[nd[:, t]]
-        if variant.startswith("kTd"):
+        if variant.startswith("kTs"):  # the square root of kTd's factor
+            kappa = R.KAPPA * np.sqrt(np.maximum((dep[nd] == d).sum(axis=1), 1))
+        elif variant.startswith("kTd"):
             kappa = R.KAPPA * np.maximum((dep[nd] == d).sum(axis=1), 1)
         elif variant.startswith("kT"):
             kappa = R.KAPPA * T
@@ -193,7 +254,7 @@ def chain(nodes, leaves: np.ndarray, variant: str) -> np.ndarray:
             kappa = R.KAPPA * 2.0 ** ((d - 1) / float(variant[2:].split("+")[0]))
         elif variant == "kh":
             kappa = R.KAPPA * h
-        elif variant == "eb" or variant.startswith("ebs"):
+        elif variant == "eb" or variant.startswith("ebs") or variant.startswith("ebp"):
             kappa = ebk[d]
         else:
             kappa = R.KAPPA
@@ -316,9 +377,12 @@ def accuracies(f: PrivateForest, Xt, yt, variants) -> dict:
     enc = f.schema.encode(Xt, yt)
     leaves = f.apply(Xt)[:, : f.n_trees]
     nodes = f.estimation_nodes()
+    pts = None
+    if any(v.startswith("ebp") for v in variants):
+        pts = f.structure.apply(public_points(f.schema, 4000), f.schema.is_categorical)[:, : f.n_trees]
     out = {}
     for v in variants:
-        p = chain_nested(nodes, leaves, float(v[6:] or 1)) if v.startswith("nested") else chain(nodes, leaves, v)
+        p = chain_nested(nodes, leaves, float(v[6:] or 1)) if v.startswith("nested") else chain(nodes, leaves, v, pts)
         out[v] = float((p.argmax(axis=1) == enc.y).mean())
     out["_default"] = float((f.predict(Xt) == yt).mean())
     return out
@@ -382,11 +446,14 @@ def defaults_paired(repeats: int, folds: int, eps_list, datasets=None, variants=
                         continue
                     leaves = f.structure.apply(X[te], schema.is_categorical)[:, : f.n_trees]
                     nodes = f.estimation_nodes()
+                    pts = None
+                    if any(v.startswith("ebp") for v in KAPPAS):
+                        pts = f.structure.apply(public_points(schema, 4000), schema.is_categorical)[:, : f.n_trees]
                     for m in KAPPAS:
                         pr = (
                             chain_nested(nodes, leaves, float(m[6:] or 1))
                             if m.startswith("nested")
-                            else chain(nodes, leaves, m)
+                            else chain(nodes, leaves, m, pts)
                         )
                         acc[(p, m)].append(float((pr.argmax(axis=1) == y[te]).mean()))
             for p in PATHS:

@@ -78,6 +78,8 @@ class StreamTrimmer:
             self.forget_idle_consumers()
             return int(n)
         except redis.RedisError as err:
+            if isinstance(err, redis.ResponseError) and "no such key" in str(err):
+                return 0  # the stream is gone (the model deleted): nothing to trim, nothing failed
             jlog(log, logging.WARNING, "worker.trim_failed", model=self.model, error=str(err))
             return 0
 

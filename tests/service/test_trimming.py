@@ -47,6 +47,23 @@ def test_trim_drops_every_merged_entry_by_default_the_last_one_too(r):
     assert r.xlen(k.records) == 0
 
 
+def test_a_worker_of_a_deleted_model_trims_nothing_and_logs_no_failure(r, caplog):
+    """A worker stopping after its model was deleted trims at its stop: the stream is gone, which is no
+    failure (it logged ``worker.trim_failed``, 'no such key', as if Redis had refused)."""
+    import logging
+
+    from streamdp.service.registry import delete_model
+
+    _model(r)
+    Producer(r, "m", batch_size=10).push(DS.X[:30], DS.y[:30])
+    w = _worker(r, "m")
+    _drain(w)
+    delete_model(r, "m")
+    with caplog.at_level(logging.WARNING, logger="streamdp.worker"):
+        assert w.trim() == 0
+    assert not [x for x in caplog.records if "trim_failed" in x.getMessage()]
+
+
 def test_entries_with_ids_ahead_of_the_clock_do_not_outlive_a_time_retention(r):
     """A producer's XADD with an explicit id 23 h ahead kept its records a day past a 1 s
     retention (MINID trimming goes by id) and the stats alarm (a day ahead) stayed 0. Merged entries ahead of the

@@ -10,7 +10,8 @@ runs on, window end by window end, until the window holding the last records is 
 share.
 
 Policies: ``window`` (the default on these schemas), ``grow`` at its default ceiling
-(:func:`streamdp.forest.heights.ceiling_height`) and ``grow`` with an explicit taller ceiling (``--tall``, lowered where trees that tall cannot be drawn: the height is recorded).
+(:func:`streamdp.forest.heights.ceiling_height`) and ``grow`` with an explicit taller ceiling (``--tall``, lowered where trees that tall cannot be drawn: the height is recorded), and ``grow`` with the
+ceiling :func:`budget_height` (the tallest whose trees stay within the window draw's per-tree leaf budget).
 Costs: the bytes of ``pub:model``'s counts (``window``) or blob (``grow``) after each release, and the worker's
 time per window close (the closer's ticks that released a window, timed).
 
@@ -42,7 +43,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from streamdp.forest.heights import ceiling_height  # noqa: E402
+from streamdp.forest.heights import deepest_height, leaf_budget, max_possible_leaves  # noqa: E402
+from streamdp.forest.limits import MAX_HEIGHT  # noqa: E402
 from streamdp.forest.limits import TooLargeError  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 from streamdp.river.schemas import agrawal_schema, waveform_schema  # noqa: E402
@@ -162,8 +164,23 @@ def service_run(
         r.delete(*ledger_keys(name))
 
 
-def variants(tall: int) -> dict[str, tuple[str | None, int | None]]:
-    return {"window (default)": (None, None), "grow": ("grow", None), f"grow h{tall}": ("grow", tall)}
+def budget_height(schema: Schema) -> int:
+    """The tallest height whose widest tree stays within the per-tree leaf budget of the default (window) draw:
+    :func:`~streamdp.forest.heights.ceiling_height`'s rule without its caps of 2,048 leaves and height 8."""
+    h, top, most = 1, min(MAX_HEIGHT, deepest_height(schema)), leaf_budget(schema, N_TREES)
+    while h < top and max_possible_leaves(schema, h + 1) <= most:
+        h += 1
+    return h
+
+
+def variants(tall: int) -> dict[str, tuple[str | None, int | str | None]]:
+    """The compared policies: label -> (release, height); height ``"budget"`` is :func:`budget_height`."""
+    return {
+        "window (default)": (None, None),
+        "grow": ("grow", None),
+        f"grow h{tall}": ("grow", tall),
+        "grow budget": ("grow", "budget"),
+    }
 
 
 def done_keys() -> set[tuple]:
@@ -189,8 +206,8 @@ def run(args: argparse.Namespace) -> None:
                     maj = float(pd.Series(yt).value_counts(normalize=True).iloc[0])
                     for v in todo:
                         release, height = variants(args.tall)[v]
-                        if release == "grow" and height is not None and height <= ceiling_height(schema, N_TREES):
-                            continue
+                        if height == "budget":
+                            height = budget_height(schema)
                         t = time.time()
                         res = service_run(
                             schema, X, y, Xt, yt, release=release, height=height, epsilon=eps, seed=seed,
@@ -226,7 +243,8 @@ def report() -> str:
         "service in-process on the local Redis, one worker stepped on a fake clock, `release_every=1` s, the "
         f"default cadence, {N_TREES} trees; records arrive at a steady rate over the stated seconds (one push per "
         f"second); the published model tested on {HELDOUT:,} held-out rows. Mean held-out accuracy over the draws "
-        "(n = draws); `grow hN` is grow with the explicit ceiling N (`--tall`, lowered to the tallest that draws: "
+        "(n = draws); `grow budget` is grow with the ceiling at the window draw's per-tree leaf budget (Agrawal 7, "
+        "Waveform 13, Adult 3); `grow hN` is grow with the explicit ceiling N (`--tall`, lowered to the tallest that draws: "
         "the heights are in the cost table).\n",
         "| dataset | records | epsilon | s | majority | " + " | ".join(names) + " | draws |",
         "|---|---:|---:|---:|---:|" + "---:|" * len(names) + "---:|",
@@ -238,8 +256,34 @@ def report() -> str:
         draws = min(len(c[v]) for v in names if c.get(v))
         m = np.mean(maj[key]) if maj[key] else float("nan")
         lines.append(f"| {key[0]} | {key[1]:,} | {key[2]:g} | {key[3]} | {m:.3f} | {accs} | {draws} |")
+    lines += ["", "## Against window, paired by draw (same records and held-out rows)\n",
+              "Per variant over the cells of the table (30 s streams): the mean of the cells' mean differences "
+              "from `window`, the cells where it is ahead / behind by more than 0.01, and the same by stream "
+              "size.\n",
+              "| variant | cells | mean difference | ahead | behind | by size: mean difference (ahead / behind) |",
+              "|---|---:|---:|---:|---:|---|"]  # fmt: skip
+    paired: dict[str, dict[tuple, list]] = defaultdict(lambda: defaultdict(list))
+    base = {(d["dataset"], d["n"], d["epsilon"], d["seconds"], d["seed"]): d["accuracy"]
+            for d in rows if d["variant"] == "window (default)"}  # fmt: skip
+    for d in rows:
+        k = (d["dataset"], d["n"], d["epsilon"], d["seconds"], d["seed"])
+        if d["variant"] != "window (default)" and k in base and d["seconds"] == 30:
+            paired[d["variant"]][k[:4]].append(d["accuracy"] - base[k])
+    for v in names:
+        if v not in paired:
+            continue
+        diffs = {k: float(np.mean(x)) for k, x in paired[v].items()}
+        by = []
+        for n in sorted({k[1] for k in diffs}):
+            dn = [x for k, x in diffs.items() if k[1] == n]
+            by.append(f"{n:,}: {np.mean(dn):+.3f} ({sum(x > 0.01 for x in dn)} / {sum(x < -0.01 for x in dn)})")
+        vals = list(diffs.values())
+        lines.append(
+            f"| {v} | {len(vals)} | {np.mean(vals):+.3f} | {sum(x > 0.01 for x in vals)} | "
+            f"{sum(x < -0.01 for x in vals)} | {'; '.join(by)} |"
+        )
     lines += ["", "## Cost per release (means over the runs)\n",
-              "| dataset | records | epsilon | variant | published bytes per version (mean / last) | close ms (mean / max) | releases | height (drawn / published) |",
+              "| dataset | records | epsilon | variant | published bytes per version (mean / last) | close ms (mean / max) | releases | height (drawn / published structure) |",
               "|---|---:|---:|---|---:|---:|---:|---|"]  # fmt: skip
     cost: dict[tuple, list] = defaultdict(list)
     for d in rows:

@@ -225,6 +225,28 @@ def run(args: argparse.Namespace) -> None:
                         print(json.dumps(row), flush=True)
 
 
+READING = """## Reading
+
+No grow variant wins clearly on numeric and mixed schemas through the service, so the default stays `window`
+there. Grow at its default ceiling (Agrawal 4, Waveform 8, Adult 2) is ahead on 2,000-record streams (+0.049
+on average; `window`'s tall trees sit at the majority share on Agrawal) but levels off early (Agrawal
+0.62-0.65 from 2,000 to 50,000 records, Adult at the majority share) and is behind on 12 of 15 cells of
+50,000 records (-0.036). Taller ceilings help: at the window draw's per-tree leaf budget (`grow budget`:
+Agrawal 7, Waveform 13, Adult 3) grow is ahead on 2,000 and 10,000 records and level with `window` on
+Waveform from 10,000, but behind on Adult at 10,000-50,000 records (every epsilon >= 1; Adult's widest
+attributes keep its ceiling at 3) and on Agrawal at 50,000 records and epsilon 1-2 (function 2 at epsilon 2:
+0.669 against 0.740). An explicit ceiling of 12 (`grow h12`, epsilon 1 only, 3 draws) was never behind by more
+than 0.01 (ahead on 6 of 15 cells), but on Agrawal it draws trees of ~350,000 leaves (a 20 MB spec, closes
+of 0.1-0.3 s on average, up to 1.4 s), and Adult's trees cannot be drawn taller than 7. Which release is better
+depends on the stream's length, which the service does not know when it creates the model.
+
+Costs favour grow: its published blob is 10-300 times smaller than `window`'s counts per version (Adult,
+epsilon 1, 50,000 records: 57 KB against 3.2 MB at the default ceiling, 120 KB at the budget one) and its
+closes are no slower at the default and budget ceilings (Adult: 6 ms against 13 ms on average); explicit tall ceilings on mixed schemas (Adult at 7, Agrawal at 12) draw trees of hundreds of
+thousands of leaves, whose first closes take over a second.
+"""
+
+
 def report() -> str:
     rows = [json.loads(x) for x in OUT.read_text().splitlines() if x.strip()]
     cells: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
@@ -243,7 +265,7 @@ def report() -> str:
         "service in-process on the local Redis, one worker stepped on a fake clock, `release_every=1` s, the "
         f"default cadence, {N_TREES} trees; records arrive at a steady rate over the stated seconds (one push per "
         f"second); the published model tested on {HELDOUT:,} held-out rows. Mean held-out accuracy over the draws "
-        "(n = draws); `grow budget` is grow with the ceiling at the window draw's per-tree leaf budget (Agrawal 7, "
+        "(draws: per column, the first draws of each cell are shared by every column); `grow budget` is grow with the ceiling at the window draw's per-tree leaf budget (Agrawal 7, "
         "Waveform 13, Adult 3); `grow hN` is grow with the explicit ceiling N (`--tall`, lowered to the tallest that draws: "
         "the heights are in the cost table).\n",
         "| dataset | records | epsilon | s | majority | " + " | ".join(names) + " | draws |",
@@ -253,7 +275,7 @@ def report() -> str:
     for key in sorted(cells, key=lambda k: (order.get(k[0], 9), k[1], k[2], k[3])):
         c = cells[key]
         accs = " | ".join(f"{np.mean(c[v]):.3f}" if c.get(v) else "" for v in names)
-        draws = min(len(c[v]) for v in names if c.get(v))
+        draws = "/".join(str(len(c[v])) if c.get(v) else "-" for v in names)
         m = np.mean(maj[key]) if maj[key] else float("nan")
         lines.append(f"| {key[0]} | {key[1]:,} | {key[2]:g} | {key[3]} | {m:.3f} | {accs} | {draws} |")
     lines += ["", "## Against window, paired by draw (same records and held-out rows)\n",
@@ -282,12 +304,16 @@ def report() -> str:
             f"| {v} | {len(vals)} | {np.mean(vals):+.3f} | {sum(x > 0.01 for x in vals)} | "
             f"{sum(x < -0.01 for x in vals)} | {'; '.join(by)} |"
         )
-    lines += ["", "## Cost per release (means over the runs)\n",
+    lines += ["", "## Cost per release (epsilon 1, 30 s streams; means over the runs)\n",
+              "Published bytes: `pub:model`'s counts (`window`) or blob (`grow`) after each release. Close: the "
+              "closer's tick that released a window, timed in the worker's process (the shared Redis on the same "
+              "host). Releases: windows released per stream (the cadence merges the 1 s windows).\n",
               "| dataset | records | epsilon | variant | published bytes per version (mean / last) | close ms (mean / max) | releases | height (drawn / published structure) |",
               "|---|---:|---:|---|---:|---:|---:|---|"]  # fmt: skip
     cost: dict[tuple, list] = defaultdict(list)
     for d in rows:
-        cost[(d["dataset"], d["n"], d["epsilon"], d["variant"])].append(d)
+        if d["epsilon"] == 1.0 and d["seconds"] == 30:  # the default epsilon; the JSONL has the rest
+            cost[(d["dataset"], d["n"], d["epsilon"], d["variant"])].append(d)
     for key in sorted(cost, key=lambda k: (order.get(k[0], 9), k[1], k[2], names.index(k[3]))):
         ds = cost[key]
         lines.append(
@@ -296,6 +322,7 @@ def report() -> str:
             f"{np.max([d['close_ms_max'] for d in ds]):.1f} | {np.mean([d['closes'] for d in ds]):.1f} | "
             f"{sorted({d['height'] for d in ds})} / {sorted({d.get('grown_height', d['height']) for d in ds})} |"
         )
+    lines += ["", READING]
     loads = [d["load"] for d in rows]
     lines += ["", f"Load average (1/5/15 min) over the runs: first {loads[0]}, last {loads[-1]}, highest 1-min "
               f"{max(x[0] for x in loads)}.", ""]  # fmt: skip

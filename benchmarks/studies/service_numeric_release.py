@@ -44,11 +44,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from streamdp.forest.heights import deepest_height, leaf_budget, max_possible_leaves  # noqa: E402
-from streamdp.forest.limits import MAX_HEIGHT  # noqa: E402
-from streamdp.forest.limits import TooLargeError  # noqa: E402
+from streamdp.forest.limits import (
+    MAX_HEIGHT,  # noqa: E402
+    TooLargeError,  # noqa: E402
+)
 from streamdp.records.datasets import load  # noqa: E402
-from streamdp.river.schemas import agrawal_schema, waveform_schema  # noqa: E402
 from streamdp.records.schema import Schema  # noqa: E402
+from streamdp.river.schemas import agrawal_schema, waveform_schema  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.keys import Keys  # noqa: E402
@@ -89,7 +91,13 @@ def data(name: str, n: int, seed: int) -> tuple[Schema, pd.DataFrame, np.ndarray
         for a, cat in zip(ds.schema.names, ds.schema.is_categorical):
             if not cat:
                 X[a] = X[a].astype(float)
-        return ds.schema, X.iloc[train].reset_index(drop=True), ds.y[train], X.iloc[test].reset_index(drop=True), ds.y[test]
+        return (
+            ds.schema,
+            X.iloc[train].reset_index(drop=True),
+            ds.y[train],
+            X.iloc[test].reset_index(drop=True),
+            ds.y[test],
+        )
     schema, X, y = river_rows(name, n, seed)
     _, Xt, yt = river_rows(name, HELDOUT, 10_000 + seed)
     return schema, X, y, Xt, yt

@@ -86,70 +86,58 @@ def step(y, var_total, parent_p, parent_n, share, kappa, gate: float | None, cor
     return np.where(good, q / np.where(s > 0, s, 1.0), parent_p), n
 
 
-def eb_kappa(nodes, T: int) -> np.ndarray:
-    """Per depth (index d, 1..h): ``sum_c p_c (1 - p_c)`` over the level's prior spread, from released counts."""
-    y, v, depth, prior = nodes.y, nodes.var, nodes.depth, nodes.prior
-    C = y.shape[1]
-    h = int(depth.max(initial=0))
-    t = y.sum(axis=1)
-    # records per cell: the roots' records times the cell's share of its tree's leaves (v counts them)
-    root_var = np.zeros_like(v)
-    root = np.zeros(len(v), dtype=np.int64)
-    # each node's root: walk up
+def cell_records(nodes, T: int) -> np.ndarray:
+    """Records per cell (public): the roots' records times the cell's share of its tree's leaves (its variance
+    counts them)."""
+    v = nodes.var
     cur = np.arange(len(v))
-    while True:
-        up = nodes.parent[cur]
-        if np.all(up < 0):
-            break
-        cur = np.where(up >= 0, up, cur)
-    root = cur
-    root_var = v[root]
-    n_hat = (nodes.records / T) * np.where(root_var > 0, v / np.where(root_var > 0, root_var, 1.0), 0.0)
-    pq = float((prior * (1 - prior)).sum())
-    S = np.zeros(h + 1)
-    for d in range(1, h + 1):
-        u = depth == d
-        z = y[u] - t[u][:, None] * prior[None, :]
-        noise = v[u][:, None] * (1.0 / C - 2.0 * prior[None, :] / C + prior[None, :] ** 2)
-        A = float((z * z - noise).sum())
-        B = float((n_hat[u] ** 2).sum())
-        S[d] = min(max(A / B if B > 0 else 0.0, S[d - 1]), pq)  # running max: nested cells' spread only grows
-    tau = np.diff(S)
-    return np.concatenate([[R.KAPPA], np.where(tau > 0, pq / np.maximum(tau, 1e-12), 1e9)])
-
-
-def eb_kappa_shrunk(nodes, T: int, c: float) -> np.ndarray:
-    """Per depth (index d, 1..h): the level's prior strength ``sum_c p_c (1 - p_c) / tau2(d)``, at least ``KAPPA``.
-
-    ``S2(d)``: the spread of the depth-d cells' true shares around the prior, from the released counts (the
-    squared deviations minus their noise variance, less ``c`` standard errors of that sum, at least 0), over the
-    cells' squared records (the roots' records times their share of the leaves below: public); kept
-    nondecreasing with depth and below ``sum_c p_c (1 - p_c)``. ``tau2(d) = S2(d) - S2(d - 1)``: 0 (no move at
-    that depth) where the level's spread is not measurable above its noise.
-    """
-    y, v, depth, prior = nodes.y, nodes.var, nodes.depth, nodes.prior
-    C = y.shape[1]
-    h = int(depth.max(initial=0))
-    t = y.sum(axis=1)
-    cur = np.arange(len(v))
-    while True:
+    while True:  # each node's root: walk up
         up = nodes.parent[cur]
         if np.all(up < 0):
             break
         cur = np.where(up >= 0, up, cur)
     root_var = v[cur]
-    n_hat = (nodes.records / T) * np.where(root_var > 0, v / np.where(root_var > 0, root_var, 1.0), 0.0)
+    return (nodes.records / T) * np.where(root_var > 0, v / np.where(root_var > 0, root_var, 1.0), 0.0)
+
+
+def level_spread(nodes, T: int, c: float) -> tuple[np.ndarray, float]:
+    """``(S2, sum_c p_c (1 - p_c))``: ``S2(d)`` the spread of the depth-d cells' true shares around the prior,
+    from the released counts (the squared deviations minus their noise variance, less ``c`` standard errors of
+    that sum), over the cells' squared records (public, :func:`cell_records`); kept nondecreasing with depth
+    (nested cells' spread only grows) and below ``sum_c p_c (1 - p_c)``."""
+    y, v, depth, prior = nodes.y, nodes.var, nodes.depth, nodes.prior
+    C = y.shape[1]
+    h = int(depth.max(initial=0))
+    t = y.sum(axis=1)
+    n_hat = cell_records(nodes, T)
     pq = float((prior * (1 - prior)).sum())
     S = np.zeros(h + 1)
     for d in range(1, h + 1):
         u = depth == d
         z = y[u] - t[u][:, None] * prior[None, :]
         s2 = v[u][:, None] * (1.0 / C - 2.0 * prior[None, :] / C + prior[None, :] ** 2)
-        mu2 = np.maximum(z * z - s2, 0.0)
-        sd = np.sqrt(2 * s2 * s2 + 4 * mu2 * s2).sum(axis=1)  # classes taken as fully correlated (an upper bound)
-        A = float((z * z - s2).sum()) - c * float(np.sqrt((sd * sd).sum()))
+        A = float((z * z - s2).sum())
+        if c:
+            mu2 = np.maximum(z * z - s2, 0.0)
+            sd = np.sqrt(2 * s2 * s2 + 4 * mu2 * s2).sum(axis=1)  # classes taken as fully correlated (an upper bound)
+            A -= c * float(np.sqrt((sd * sd).sum()))
         B = float((n_hat[u] ** 2).sum())
         S[d] = min(max(A / B if B > 0 else 0.0, S[d - 1]), pq)
+    return S, pq
+
+
+def eb_kappa(nodes, T: int) -> np.ndarray:
+    """Per depth (index d, 1..h): ``sum_c p_c (1 - p_c)`` over the level's prior spread, from released counts."""
+    S, pq = level_spread(nodes, T, 0.0)
+    tau = np.diff(S)
+    return np.concatenate([[R.KAPPA], np.where(tau > 0, pq / np.maximum(tau, 1e-12), 1e9)])
+
+
+def eb_kappa_shrunk(nodes, T: int, c: float) -> np.ndarray:
+    """Per depth (index d, 1..h): the level's prior strength ``sum_c p_c (1 - p_c) / tau2(d)``, at least
+    ``KAPPA``, with ``tau2(d) = S2(d) - S2(d - 1)`` (:func:`level_spread`, less ``c`` standard errors): 0 (no
+    move at that depth) where the level's spread is not measurable above its noise."""
+    S, pq = level_spread(nodes, T, c)
     tau = np.diff(S)
     k = np.where(tau > 0, pq / np.maximum(tau, 1e-300), np.inf)
     return np.concatenate([[R.KAPPA], np.maximum(k, R.KAPPA)])
@@ -169,24 +157,45 @@ def public_points(schema, n: int, seed: int = 0) -> np.ndarray:
     return np.stack(cols, axis=1)
 
 
-def eb_pooled_kappa(nodes, leaves: np.ndarray, c: float) -> np.ndarray:
-    """Per depth (index d, 1..h): the pooled level's prior strength from the pooled nodes of ``leaves`` (public
-    points' leaves): the spread of the pooled true shares around the prior at each depth (squared deviations
-    minus their noise variance, less ``c`` standard errors, over the pooled expected records squared), kept
-    nondecreasing; its increments the levels' spreads; at least ``KAPPA``."""
+def walk_up(nodes, leaves: np.ndarray) -> tuple:
+    """``(n, T, C, h, path)``: each record's node at every depth in every tree (``path[h - d]`` at depth ``d``;
+    a shallower leaf stands for the depths below it), as ``ForestNodes.path_proba`` walks them."""
     leaves = leaves[:, : nodes.leaf_node.shape[0]]
     n, T = leaves.shape
-    C = nodes.y.shape[1]
     node = nodes.leaf_node[np.arange(T)[None, :], leaves]
     h = int(nodes.depth.max(initial=0))
     path = [node]
     for d in range(h - 1, -1, -1):
         up = path[-1]
         path.append(np.where(nodes.depth[up] > d, nodes.parent[up], up))
+    return n, T, nodes.y.shape[1], h, path
+
+
+def pooled(y: np.ndarray, var: np.ndarray, nd: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The records' pooled counts and variances of their nodes ``nd`` (n, T) in every tree."""
+    Y, V = np.zeros((nd.shape[0], y.shape[1])), np.zeros(nd.shape[0])
+    for t in range(nd.shape[1]):
+        Y += y[nd[:, t]]
+        V += var[nd[:, t]]
+    return Y, V
+
+
+def record_paths(nodes, leaves: np.ndarray) -> tuple:
+    """:func:`walk_up`'s paths with the node table's counts and variances, ``(n, T, C, h, path, y, var)``
+    (a root that is a leaf stands for no depth)."""
+    n, T, C, h, path = walk_up(nodes, leaves)
     yv = nodes.node_table()
     y, var = yv[:, :C], yv[:, C]
     dep = np.append(nodes.depth, -1)
-    path = [np.where(dep[nd] >= 1, nd, len(var) - 1) for nd in path]
+    return n, T, C, h, [np.where(dep[nd] >= 1, nd, len(var) - 1) for nd in path], y, var
+
+
+def eb_pooled_kappa(nodes, leaves: np.ndarray, c: float) -> np.ndarray:
+    """Per depth (index d, 1..h): the pooled level's prior strength from the pooled nodes of ``leaves`` (public
+    points' leaves): the spread of the pooled true shares around the prior at each depth (squared deviations
+    minus their noise variance, less ``c`` standard errors, over the pooled expected records squared), kept
+    nondecreasing; its increments the levels' spreads; at least ``KAPPA``."""
+    n, T, C, h, path, y, var = record_paths(nodes, leaves)
     prior = nodes.prior
     pq = float((prior * (1 - prior)).sum())
     S = np.zeros(h + 1)
@@ -213,19 +222,8 @@ def eb_pooled_kappa(nodes, leaves: np.ndarray, c: float) -> np.ndarray:
 
 def chain(nodes, leaves: np.ndarray, variant: str, points: np.ndarray | None = None) -> np.ndarray:
     """:meth:`ForestNodes.path_proba` with ``variant``'s rule."""
-    leaves = leaves[:, : nodes.leaf_node.shape[0]]
-    n, T = leaves.shape
-    C = nodes.y.shape[1]
-    node = nodes.leaf_node[np.arange(T)[None, :], leaves]
-    h = int(nodes.depth.max(initial=0))
-    path = [node]
-    for d in range(h - 1, -1, -1):
-        up = path[-1]
-        path.append(np.where(nodes.depth[up] > d, nodes.parent[up], up))
-    yv = nodes.node_table()
-    y, var = yv[:, :C], yv[:, C]
+    n, T, C, h, path, y, var = record_paths(nodes, leaves)
     dep = np.append(nodes.depth, -1)
-    path = [np.where(dep[nd] >= 1, nd, len(var) - 1) for nd in path]
     ebk = eb_kappa(nodes, T) if variant == "eb" else None
     if variant.startswith("ebp"):  # ebpC: from the pooled nodes of public points (``points``: their leaves)
         ebk = eb_pooled_kappa(nodes, points, float(variant[3:]))
@@ -238,10 +236,7 @@ def chain(nodes, leaves: np.ndarray, variant: str, points: np.ndarray | None = N
     last = None
     for d in range(1, h + 1):
         nd = path[h - d]
-        Y, V = np.zeros((n, C)), np.zeros(n)
-        for t in range(T):
-            Y += y[nd[:, t]]
-            V += var[nd[:, t]]
+        Y, V = pooled(y, var, nd)
         if variant.startswith("kTs"):  # the square root of kTd's factor
             kappa = R.KAPPA * np.sqrt(np.maximum((dep[nd] == d).sum(axis=1), 1))
         elif variant.startswith("kTd"):
@@ -275,19 +270,7 @@ def chain_nested(nodes, leaves: np.ndarray, kappa_factor: float = 1.0) -> np.nda
     Per class: a random walk prior ``theta_d - theta_(d-1) ~ N(0, p (1 - p) / kappa)`` from the prior ``p``,
     observations ``Y_h = n_h theta_h`` and ``Y_d - Y_(d+1) = n_d theta_d - n_(d+1) theta_(d+1)`` with their noise
     and sampling variances; the records ``n_d`` as the chain estimates them. Solved per record (h x h)."""
-    leaves = leaves[:, : nodes.leaf_node.shape[0]]
-    n, T = leaves.shape
-    C = nodes.y.shape[1]
-    node = nodes.leaf_node[np.arange(T)[None, :], leaves]
-    h = int(nodes.depth.max(initial=0))
-    path = [node]
-    for d in range(h - 1, -1, -1):
-        up = path[-1]
-        path.append(np.where(nodes.depth[up] > d, nodes.parent[up], up))
-    yv = nodes.node_table()
-    y, var = yv[:, :C], yv[:, C]
-    dep = np.append(nodes.depth, -1)
-    path = [np.where(dep[nd] >= 1, nd, len(var) - 1) for nd in path]
+    n, T, C, h, path, y, var = record_paths(nodes, leaves)
     Ys, Vs, Ns, same = [], [], [], []
     p = np.broadcast_to(nodes.prior, (n, C))
     m = np.full(n, nodes.records)
@@ -295,10 +278,7 @@ def chain_nested(nodes, leaves: np.ndarray, kappa_factor: float = 1.0) -> np.nda
     last = None
     for d in range(1, h + 1):
         nd = path[h - d]
-        Y, V = np.zeros((n, C)), np.zeros(n)
-        for t in range(T):
-            Y += y[nd[:, t]]
-            V += var[nd[:, t]]
+        Y, V = pooled(y, var, nd)
         share = np.where(above > 0, V / np.where(above > 0, above, 1.0), 0.0)
         _, k = step(Y, V, p, m, share, R.KAPPA, None)
         sm = (Y == last[0]).all(axis=1) & (V == last[1]) if last is not None else np.zeros(n, bool)

@@ -107,15 +107,9 @@ def slab_step(Y: np.ndarray, V: np.ndarray, p: np.ndarray, spread2: float = 0.06
 def proba(nodes: E.ForestNodes, leaves: np.ndarray, weight, step=None) -> np.ndarray:
     """ForestNodes.path_proba with the weight ``weight(depth)`` in place of PRIOR_WEIGHT at each depth (the rule
     before shallower leaves were pooled at deeper depths: the same on this script's drawn trees of one height)."""
-    leaves = leaves[:, : nodes.leaf_node.shape[0]]
-    n, T = leaves.shape
-    C = nodes.y.shape[1]
-    node = nodes.leaf_node[np.arange(T)[None, :], leaves]
-    h = int(nodes.depth.max(initial=0))
-    path = [node]
-    for d in range(h - 1, -1, -1):
-        up = path[-1]
-        path.append(np.where(nodes.depth[up] > d, nodes.parent[up], up))
+    from estimation_tall_floor import walk_up  # (this script's folder)
+
+    n, T, C, h, path = walk_up(nodes, leaves)
     p = np.broadcast_to(nodes.prior, (n, C))
     try:
         for d in range(1, h + 1):

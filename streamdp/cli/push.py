@@ -27,9 +27,10 @@ from streamdp.cli.common import Progress, redis_url
 
 __all__ = ["add_parser", "push", "NO_WORKER"]
 
-#: The note after a push when no worker has joined the model's group (a worker just started may still be starting).
+#: The note after a push when no worker is in the model's group: none ever joined, or those that ran left it
+#: (a worker run ``--until-drained`` leaves when it stops); a worker just started may still be starting.
 NO_WORKER = (
-    "no worker has joined {0!r} yet: the records wait in the stream until one does (streamdp worker {0}; a worker "
+    "no worker is running for {0!r}: the records wait in the stream until one runs (streamdp worker {0}; a worker "
     "started moments ago joins once it has started)"
 )
 
@@ -54,7 +55,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "once unless their --source differs (default: none, the content alone decides)",
     )
     pu.add_argument("--no-dedup", action="store_true", help="random batch ids: pushing the file again counts it again")
-    pu.add_argument("-q", "--quiet", action="store_true")
+    pu.add_argument("-q", "--quiet", action="store_true", help="no progress bar (the summary line stays)")
     pu.set_defaults(func=push)
     return pu
 

@@ -282,7 +282,7 @@ def show(args: argparse.Namespace) -> int:
         f"  forest          {_n(info['n_trees'], 'tree')} + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
         f"{info['n_classes']} classes\n"
         f"  release         {policy}\n"
-        f"  releases        {info['releases']}\n"
+        f"  merged          {_n(info['releases'], 'release')} in the published counts\n"
         f"  last update     {last}"
     )
     for line in _cadence_lines(info):

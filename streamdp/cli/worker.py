@@ -89,4 +89,23 @@ def worker(args: argparse.Namespace) -> int:
         **cfg,
     )
     bad = [c for c in codes if c not in (0, None, -15)]  # -15: stopped by SIGTERM
+    if args.until_drained and not bad:
+        _say_drained(args)
     return 1 if bad else 0
+
+
+def _say_drained(args: argparse.Namespace) -> None:
+    """One line after a pool run ``--until-drained`` stopped: the published version and its merged releases
+    (public; nothing if the model is gone meanwhile)."""
+    from streamdp.service.model_store import ModelNotFound
+    from streamdp.service.registry import show_model
+
+    try:
+        info = show_model(client(args), args.name)
+    except ModelNotFound:
+        return
+    n = info["releases"]
+    print(
+        f"drained {args.name!r}: version {info['version']} published, {n} release{'s' if n != 1 else ''} "
+        "merged in all (streamdp model show for more)"
+    )

@@ -66,6 +66,7 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert "sent 200 records in 4 batches" in out.out and "1 invalid" in out.out
     assert "100.0%" in out.err  # progress
     assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    assert f"drained {name!r}: version 1 published, 4 releases merged in all" in capsys.readouterr().out
     assert main(u + ["model", "show", name]) == 0
     out = capsys.readouterr().out
     assert "merged          4 releases in the published counts" in out and "release         batch" in out and "version" in out

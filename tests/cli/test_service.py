@@ -69,7 +69,11 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert f"drained {name!r}: version 1 published, 4 releases merged in all" in capsys.readouterr().out
     assert main(u + ["model", "show", name]) == 0
     out = capsys.readouterr().out
-    assert "merged          4 releases in the published counts" in out and "release         batch" in out and "version" in out
+    assert (
+        "merged          4 releases in the published counts" in out
+        and "release         batch" in out
+        and "version" in out
+    )
     sd = math.sqrt(4 * cell_variance("geometric", 2 / 5))  # 4 releases at epsilon 2 over 4 trees and a stump
     assert f"noise now       sd {sd:,.0f} on the published estimate of each class's record count" in out
     blob = tmp_path / "m.sdp"

@@ -7,8 +7,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from streamdp.lazy import lazy_names
 
 if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported on first use (below)
     from streamdp.forest.model import PrivateForest
@@ -48,12 +49,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'streamdp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_WHERE[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("streamdp", _WHERE, globals())
 
 
 def __dir__() -> list[str]:

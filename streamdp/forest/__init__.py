@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from streamdp.lazy import lazy_names
 
 if TYPE_CHECKING:  # at run time each name is imported on first use (below)
     from streamdp.forest.model import PrivateForest
@@ -15,9 +16,4 @@ _WHERE = {"PrivateForest": "model", "ForestStructure": "structure", "TooLargeErr
 __all__ = ["PrivateForest", "ForestStructure", "TooLargeError"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'streamdp.forest' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"streamdp.forest.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("streamdp.forest", _WHERE, globals(), prefix="streamdp.forest.")

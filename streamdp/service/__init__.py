@@ -12,8 +12,9 @@ points), :mod:`.pool` (worker processes), :mod:`.job_queue` and
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from streamdp.lazy import lazy_names
 
 if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported on first use (below)
     from streamdp.service.connection import connect
@@ -58,12 +59,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'streamdp.service' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"streamdp.service.{_WHERE[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names("streamdp.service", _WHERE, globals(), prefix="streamdp.service.")
 
 
 __all__ = [

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 warnings.simplefilter("ignore")
-from accuracy_small_data import DATASETS, load_encoded
+from accuracy_small_data import DATASETS, cv_splits, load_encoded
 
 import streamdp.estimation.nodes as nodes_mod
 import streamdp.estimation.rule as rule
@@ -143,11 +143,7 @@ def tuning(eps_list, datasets):
     for ds in datasets:
         rng = np.random.default_rng(sum(map(ord, ds)))
         schema, X, y = load_encoded(ds, rng)
-        splits = []
-        for _ in range(REP):
-            perm = rng.permutation(len(y))
-            for test in np.array_split(perm, 5):
-                splits.append((np.setdiff1d(perm, test), np.sort(test)))
+        splits = cv_splits(len(y), REP, 5, rng)
         for eps in eps_list:
             maj = np.mean([np.mean(y[te] == np.bincount(y[tr]).argmax()) for tr, te in splits])
             accs = {e: [] for e in ESTS}

@@ -88,10 +88,10 @@ def decayed_variance(factors: Iterable[float], variance: float) -> float:
 def released_records(delta: np.ndarray) -> float:
     """A release's noisy record count from its delta: each tree (axis 0) counts every record once, so the
     mean over trees of their totals, floored at 0 (post-processing of released values)."""
-    delta = np.asarray(delta, dtype=np.float64)
+    delta = np.asarray(delta)  # (summed as float64 where it lies: no float copy of a counts-sized delta)
     if delta.ndim == 0:
         return max(float(delta), 0.0)
-    return max(float(delta.reshape(delta.shape[0], -1).sum(axis=1).mean()), 0.0)
+    return max(float(delta.reshape(delta.shape[0], -1).sum(axis=1, dtype=np.float64).mean()), 0.0)
 
 
 class DecayedCounts:

@@ -150,7 +150,7 @@ WINDOW_ADD_LUA = (
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open),
 --       7 the privacy ids' counts (.units)
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
---       10 the entries' nonzero cells (windows.joined_cells, a cell may repeat: '' for none),
+--       10 the entries' nonzero cells (accumulator.joined_cells, a cell may repeat: '' for none),
 --       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
 --       then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts,
 --       records dropped over K and over max_ids (.units)

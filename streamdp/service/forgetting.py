@@ -65,10 +65,10 @@ def release_records(delta: np.ndarray, spec: PrivateForest) -> float:
     >>> release_records(delta, spec)   # the stump's, not the noisier tree's total
     8.0
     """
-    delta = np.asarray(delta, dtype=np.float64)
+    delta = np.asarray(delta)  # (only the stumps' cells are made float: no copy of a counts-sized delta)
     rows = spec.structure.n_trees
     if spec.prior_trees >= 1:
-        return max(release_total(delta[spec.n_trees :, 0], spec.budget, rows), 0.0)
+        return max(release_total(delta[spec.n_trees :, 0].astype(np.float64), spec.budget, rows), 0.0)
     n = released_records(delta)
     return n * rows if spec.budget == "disjoint" else n
 

@@ -29,6 +29,7 @@ import redis
 
 from streamdp.forest.model import PrivateForest
 from streamdp.service import codec
+from streamdp.service.accumulator import joined_cells
 from streamdp.service.commit import COMMIT_LUA, WINDOW_ADD_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once
 from streamdp.service.group import Entry, jlog
@@ -37,7 +38,6 @@ from streamdp.service.published import counts_from_bytes, counts_view, release_r
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 from streamdp.service.unit_claim import Claims
 from streamdp.service.units import IdBound, Unit
-from streamdp.service.windows import joined_cells
 
 __all__ = ["BatchMerge", "Outcome", "WindowAdd", "WorkerEntry"]
 

@@ -14,11 +14,11 @@ Closing window ``w`` is three idempotent steps any worker may run (no lock; a sh
    (:func:`~streamdp.release.continual.windows_due`, ``release_every`` seconds from the model's creation),
    ``open`` moves from ``w`` to ``w+1`` if nothing is sealed yet; from then on adds go to ``w+1`` and
    ``priv:acc:<w>`` is frozen;
-2. **noise**: read the state, the frozen accumulator (and the tree state) in one MULTI; draw the window's
-   noisy delta (``window``) or each closing node's noisy sum (``tree``), or the whole grown release
-   (``grow``: structure and counts, as a model blob), and store it with ``SET NX`` (``priv:wdelta:<w>``,
-   ``priv:node:<epoch:level:index>``) before use: a racing or later closer reads the stored draw, so each
-   release's noise is drawn once;
+2. **noise**: read the state, the frozen accumulator's fields (and the tree state) in one MULTI, then their
+   adds a group at a time (:func:`.accumulator.read_acc_counts`); draw the window's noisy delta (``window``)
+   or each closing node's noisy sum (``tree``), or the whole grown release (``grow``: structure and counts,
+   as a model blob), and store it with ``SET NX`` (``priv:wdelta:<w>``, ``priv:node:<epoch:level:index>``)
+   before use: a racing or later closer reads the stored draw, so each release's noise is drawn once;
 3. **merge** (:meth:`WindowCloser._release`, one MULTI/EXEC under WATCH of the state): CAS on
    ``releases == w-1``, ``open > w`` and the version; write counts (``grow``: the grown blob; and the tree
    state), publish ``pub:model``/``pub:v:<N>``, delete the accumulator, set a TTL on the stored noise,
@@ -59,7 +59,7 @@ from streamdp.release.continual import (
     window_end,
     windows_closed,
 )
-from streamdp.service.accumulator import ADD_FIELD, acc_counts, joined_cells
+from streamdp.service.accumulator import AccumulatorGone, read_acc_counts
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
 from streamdp.service.forgetting import Decay, Decayed, release_records
@@ -70,7 +70,7 @@ from streamdp.service.published import counts_from_bytes, published_fields, rele
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 from streamdp.service.schedule import WindowSchedule, release_left_out
 
-__all__ = ["WindowCloser", "joined_cells", "acc_counts", "ADD_FIELD"]
+__all__ = ["WindowCloser"]
 
 log = logging.getLogger("streamdp.worker")
 #: What a windowed model's state holds where it held a copy of the published counts (or grown blob): closers read
@@ -168,6 +168,8 @@ class WindowCloser:
             try:
                 if self.close(rel + 1):
                     n += 1
+            except AccumulatorGone:
+                pass  # released by another closer while this one read it: the next seal looks again
             finally:
                 self._unlease(keys=[lease], args=[self.token])  # only this closer's (a slow close's may have expired)
         return n
@@ -187,9 +189,9 @@ class WindowCloser:
         window = self.policy.kind == "window"
         cached = self._last if self._last is not None else (-1, None)
         p.hmget(self.keys.state, "version", "releases", "open", "schedule", "noise_key")
-        p.hgetall(self.keys.acc(w))
+        p.hkeys(self.keys.acc(w))  # (its fields: read in groups below, not whole)
         p.get(self.keys.tree)
-        (version, rel, open_, sched_raw, noise_key), acc_raw, tree_b = p.execute()
+        (version, rel, open_, sched_raw, noise_key), acc_fields, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if rel != w - 1 or open_ <= w:
             return False
@@ -203,7 +205,7 @@ class WindowCloser:
             return entry(w, published, merged, sched.end, sched.length, records, sd, own_sd)  # (public values)
 
         if self.policy.kind == "grow":
-            return self._close_grown(w, version, acc_raw, sched)
+            return self._close_grown(w, version, acc_fields, sched)
         base: Decayed | None = None  # (a decayed model's counts before this release, and after it)
         decayed: Decayed | None = None
         if window and self.decay is not None:  # the decayed counts' base, read with the version it belongs to
@@ -220,8 +222,7 @@ class WindowCloser:
                 return False  # released meanwhile (the caller seals and looks again)
             old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
             del counts_b
-        exact = acc_counts(acc_raw, self.spec.shape)
-        del acc_raw
+        exact = read_acc_counts(self.r, self.keys.acc(w), acc_fields, self.spec.shape)
         extra: dict[str, Any] = {}  # state fields the release writes besides the counts' (a decayed model's)
         if window:
             key = self.keys.window_delta(w)
@@ -238,9 +239,8 @@ class WindowCloser:
                     in_place=True,
                 )
 
-            # Stored for an empty window too, though its release is pure noise: skipping the write made empty
-            # windows' releases measurably earlier (a review: 69 against 85 ms, told apart 88% of the time),
-            # so their timing said which windows received records.
+            # Stored for an empty window too, though its release is pure noise: skipping the write would make
+            # empty windows' releases earlier, and their timing would say which windows received records.
             delta, noise_keys = self._stored(key, draw), [key]
             del exact
             records = release_records(delta, self.spec)  # (released values)
@@ -297,7 +297,7 @@ class WindowCloser:
         self.windows.released_as(sched, new_sched)
         return True
 
-    def _close_grown(self, w: int, version: int, acc_raw: dict, sched: Schedule) -> bool:
+    def _close_grown(self, w: int, version: int, acc_fields: list, sched: Schedule) -> bool:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
         (:meth:`PrivateForest.grow_exact`); the whole new release (structure, counts, node variances) is
         stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
@@ -309,7 +309,7 @@ class WindowCloser:
             if int(now_version or 0) != version:
                 return False  # released meanwhile (the caller seals and looks again)
             old = self.spec.holding(PrivateForest.from_bytes(blob_b)) if blob_b else self.spec.holding(self.spec)
-        exact = acc_counts(acc_raw, self.spec.shape)
+        exact = read_acc_counts(self.r, self.keys.acc(w), acc_fields, self.spec.shape)
         key = self.keys.window_delta(w)
 
         drawn: list[PrivateForest] = []

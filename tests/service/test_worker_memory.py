@@ -139,3 +139,40 @@ def test_a_large_spec_is_read_in_parts(monkeypatch, redis_url, unique_name):
         delete_model(r, unique_name)
         for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
             r.delete(k)
+
+
+def test_a_busy_windows_adds_are_read_a_group_at_a_time(redis_url, unique_name):
+    """A window whose adds hold three times the counts' bytes: the close reads them a group of at most
+    READ_BYTES at a time into the exact counts, so its peak is the counts twice (the first release's, made here,
+    and the noised tally) and one group as redis-py reads it (its buffer, the reply, the reply's slice), not the
+    adds beside them; the released counts hold every add."""
+    from streamdp.service.accumulator import READ_BYTES, joined_cells
+
+    r = redis.Redis.from_url(redis_url)
+    try:
+        spec = create_model(
+            redis_url, unique_name, _schema(), n_trees=4, height=8, epsilon=float("inf"), seed=3, release_every=3600.0
+        )
+        counts = spec.counts.nbytes
+        w = Worker(redis_url, unique_name, block_ms=1)
+        keys = Keys(unique_name)
+        rng = np.random.default_rng(1)
+        real = np.flatnonzero(spec.real_cells.reshape(-1))
+        want = np.zeros(spec.counts.size, np.int64)
+        pairs = READ_BYTES // 16 // 2  # two adds to a group
+        for i in range(3 * counts // (16 * pairs) + 1):
+            idx = rng.choice(real, size=pairs)
+            np.add.at(want, idx, 1)
+            r.hset(keys.acc(1), f"b:{i}", joined_cells([(idx, np.ones(pairs, np.int64))]))
+        assert r.memory_usage(keys.acc(1)) > 3 * counts
+        peak = _peak_above(lambda: w.closer.tick(load_policy(r, unique_name)[1] + 3600.0 + 0.001))
+        assert int(r.hget(keys.pub_model, "version")) == 1
+        from streamdp.service.consumer import Consumer
+
+        got = Consumer(redis_url, unique_name).latest().counts.reshape(-1)
+        assert np.array_equal(got, want)  # (epsilon inf: the released counts are the adds' sum)
+        assert peak < 2 * counts + 3 * READ_BYTES + (256 << 10), peak / counts
+    finally:
+        delete_model(r, unique_name)
+        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
+            r.delete(k)

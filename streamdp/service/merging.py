@@ -407,6 +407,9 @@ class WindowAdd(_Merge):
                 continue
             try:  # the mechanism's sampling (disjoint budget, k-anonymity) drawn per batch, keyed when possible
                 tallies[bid] = self._tally(batch.X, batch.y, bid, batch)
+                # tallied: its rows are not read again (a step holds tallies, not records; a new empty array, as a
+                # slice would keep the decoded rows alive)
+                batch.X = np.empty((0, batch.X.shape[1]), batch.X.dtype)
             except (ValueError, TypeError) as err:
                 e.dead = (f"batch not tallied: {err}"[:1000], b"")
                 ack_only.append(merge.pop(bid))

@@ -386,6 +386,7 @@ class Worker(GroupLoop):
         except Exception as err:  # never die on input
             e.batch, e.dead = None, (f"undecodable (internal {type(err).__name__})", b"")
             _jlog(logging.ERROR, "worker.decode_bug", model=self.model, entry=e.id, error=type(err).__name__)
+        e.fields = None  # decoded (or a dead letter with its detail): the payload is not read again
 
     def _dead_head(self) -> int:
         """Payload bytes a dead letter keeps: none where the model retains no raw records (its retention, as the

@@ -47,6 +47,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -62,6 +63,7 @@ from streamdp.records.datasets import load  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
 from streamdp.service.keys import Keys, as_str  # noqa: E402
+from streamdp.service.model_store import load_spec  # noqa: E402
 from streamdp.service.registry import create_model, delete_model, load_policy  # noqa: E402
 
 MiB = 2**20
@@ -351,13 +353,14 @@ def run_service_warm(url: str, name: str, csv: Path, label: str, rows: int, chec
     return times(push_s, (watch.at or time.perf_counter()) - t0, total)
 
 
-def create_with(checkout: Path, url: str, name: str, max_lag: float | None) -> None:
-    """``streamdp model create NAME`` at the defaults on Adult's schema, by the CLI of ``checkout``."""
+def create_with(checkout: Path, url: str, name: str, max_lag: float | None, *extra: str) -> None:
+    """``streamdp model create NAME`` at the defaults on Adult's schema (``extra``: other options), by the CLI of
+    ``checkout``."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     schema = checkout / "streamdp" / "data" / "schemas" / "adult.json"
     lag = ["--max-lag", str(max_lag)] if max_lag is not None else []
     subprocess.run(
-        cli("model", "create", name, "--schema", str(schema), "--epsilon", "1", *lag, "--redis-url", url),
+        cli("model", "create", name, "--schema", str(schema), "--epsilon", "1", *lag, *extra, "--redis-url", url),
         check=True,
         env=env,
         cwd=checkout,
@@ -398,6 +401,42 @@ def e2e_runs(
         if i < repeats:
             runs["plain"].append(run_plain(url, csv, label, train, rows))
     return runs
+
+
+#: The worker-memory runs beside the default model's: the smallest model (what a worker's process holds whatever
+#: its model: interpreter, buffers, a step's records in flight) and a large one (Adult at height 7).
+MEMORY_MODELS = {"floor (height 1)": ["--height", "1"], "height 7": ["--height", "7"]}
+
+
+def worker_memory(url: str, csv: Path, label: str, rows: int, max_lag: float | None) -> dict:
+    """The end-to-end run of each of :data:`MEMORY_MODELS` (a pool of 2 until drained), with its model's
+    counts, structure (padded node arrays) and routing tables (the router's packed words) in MiB."""
+    r = connect(url)
+    out = {}
+    for label_, extra in MEMORY_MODELS.items():
+        name = "svcmemory" + uuid.uuid4().hex[:8]
+        try:
+            create_with(ROOT, url, name, max_lag, *extra)
+            spec = load_spec(r, name)
+            sizes = model_mib(spec)
+            del spec
+            out[label_] = {**sizes, "run": run_service(url, name, csv, label, rows)}
+        finally:
+            delete_model(r, name)
+            left = list(r.scan_iter(match=Keys(name).pattern, count=1000))
+            if left:
+                r.delete(*left)
+    return out
+
+
+def model_mib(forest: Any) -> dict:
+    """A model's counts, structure as a worker holds it (padded node arrays; a broadcast constant takes no memory)
+    and routing tables (:attr:`.routing.ForestRouter.nbytes`), in MiB."""
+    return {
+        "counts_mib": forest.counts.nbytes / MiB,
+        "structure_mib": sum(a.nbytes for a in forest.structure.arrays().values() if 0 not in a.strides) / MiB,
+        "routing_mib": forest.structure.router().nbytes / MiB,
+    }
 
 
 def e2e_medians(runs: dict) -> dict:
@@ -492,8 +531,7 @@ def main() -> None:
             out["cells"] = int(np.prod(forest.shape))
             out["height"], out["trees"] = forest.height, forest.n_trees
             train = (*train, forest.height)
-            # the structure as a worker holds it (padded node arrays; a broadcast constant takes no memory)
-            out["structure_mib"] = sum(a.nbytes for a in forest.structure.arrays().values() if 0 not in a.strides) / MiB
+            out.update(model_mib(forest))
             mem = key_memory(r, keys)
             out["redis_after_create"] = {"keys": mem, "total_mib": sum(k["bytes"] for k in mem) / MiB}
             out["worker_code_mib"] = worker_code_mib()
@@ -534,6 +572,7 @@ def main() -> None:
             out["published_version_after"] = int(r.hget(keys.pub_model, "version"))
             if args.idle_s > 0:
                 out["idle"] = idle_closes(url, name, args.idle_s)
+            out["worker_memory"] = worker_memory(url, csv, label, args.rows, args.max_lag)
         finally:
             delete_model(r, name)
             left = list(r.scan_iter(match=keys.pattern, count=1000))  # the ledger stays after delete_model
@@ -544,6 +583,41 @@ def main() -> None:
     if not args.no_write:
         (RESULTS / f"{args.out}.json").write_text(json.dumps(out, indent=1) + "\n")
         (RESULTS / f"{args.out}.md").write_text(report(out))
+
+
+def memory_lines(o: dict) -> list[str]:
+    """The worker-memory table: each model's workers (a pool of 2, the same rows) above their code's baseline,
+    and above the floor model's workers (what a worker process holds whatever its model), against 2 x counts +
+    the structure (node arrays; and with the routing tables, the structure compiled for routing)."""
+    if "worker_memory" not in o or o.get("worker_code_mib") is None:
+        return []
+    base = o["worker_code_mib"]
+    models = {"default": {**{k: o[k] for k in ("counts_mib", "structure_mib", "routing_mib")}, "run": o["service"]}}
+    models.update(o["worker_memory"])
+    floor_run = next((m["run"] for k, m in models.items() if k.startswith("floor")), None)
+    floor = max((w["peak_mib"] - base for w in floor_run["processes"] if w["role"] == "worker"), default=0.0)
+    lines = [
+        "",
+        f"Worker memory: each worker's peak RSS above its code's baseline ({base:.0f} MiB: a process that imported "
+        f"the worker), then above the floor model's workers' ({floor:.1f} MiB: the interpreter's heap, buffers and "
+        "a step's records, whatever the model), against 2 x counts + the structure (its node arrays; then with its "
+        "routing tables). A pool of 2 workers, the same rows, run until drained.",
+        "",
+        "| model | counts MiB | structure MiB | routing MiB | worker peak above its code, MiB | above the floor | "
+        "/ (2 x counts + structure) | / (2 x counts + structure + routing) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, m in models.items():
+        peaks = [w["peak_mib"] - base for w in m["run"]["processes"] if w["role"] == "worker"]
+        c, st, rt = m["counts_mib"], m["structure_mib"], m["routing_mib"]
+        net = [p - floor for p in peaks]
+        lines.append(
+            f"| {label} | {c:.1f} | {st:.1f} | {rt:.1f} | {' / '.join(f'{p:.1f}' for p in peaks)} | "
+            f"{' / '.join(f'{p:.1f}' for p in net)} | "
+            f"{' / '.join(f'{p / (2 * c + st):.2f}x' for p in net) if c > 0.1 else ''} | "
+            f"{' / '.join(f'**{p / (2 * c + st + rt):.2f}x**' for p in net) if c > 0.1 else ''} |"
+        )
+    return lines
 
 
 def report(o: dict) -> str:
@@ -613,6 +687,7 @@ def report(o: dict) -> str:
         )
     for w in parent:
         lines.append(f"| pool parent peak RSS MiB | {w['peak_mib']:.0f} | | | holds no model |")
+    lines += memory_lines(o)
     if "idle" in o:
         i = o["idle"]
         lines.append(

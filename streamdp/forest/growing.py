@@ -84,12 +84,17 @@ class Growing:
     #: (:mod:`streamdp.forest.sizing`): set by :meth:`PrivateForest.create` for the default tree count.
     trees_by_signal: bool = False
 
+    def _forget_cells(self) -> None:
+        """The structure changed: its cached masks of real cells are dropped (recomputed when next read)."""
+        self.__dict__.pop("real_cells", None)
+        self.__dict__.pop("real_rows", None)
+
     def _fresh(self) -> None:
         """Before a fit: back to the trees the forest was built with (not an earlier fit's pruning or count)."""
         self.drawn = self.__dict__.get("_all_drawn", self.drawn)
         if self.structure is not self.drawn:
             self.structure = self.drawn
-            self.__dict__.pop("real_cells", None)
+            self._forget_cells()
 
     def _sized(self, X: np.ndarray, y: np.ndarray, rng: SecureRandom) -> Self:
         """The one-shot fit's pruned release (checked encoded records), its tree count sized first where
@@ -104,7 +109,7 @@ class Growing:
         if k < T:
             self.__dict__.setdefault("_all_drawn", self.drawn)
             self.drawn = self.structure = self.drawn.rows(np.r_[0:k, T : T + P])
-            self.__dict__.pop("real_cells", None)
+            self._forget_cells()
         self._counts = np.zeros(self.shape, dtype=self._counts.dtype)
         tally = self._tallies(X, y, rng)[0]
         return self._released(*grown_release(self, tally, exact, rng, pruning.PRUNE_PROBE, (stumps, var)))
@@ -133,7 +138,7 @@ class Growing:
         ):
             structure = old  # the same trees: keep the object, and what readers derived from it (routes, layouts)
         self.structure = structure
-        self.__dict__.pop("real_cells", None)
+        self._forget_cells()
         self._counts = counts
         self.node_variance = node_var
         # per tree, the noise of its noisiest leaf cell (what a reader without node variances assumes)

@@ -17,7 +17,7 @@ from streamdp.forest.structure import ForestStructure
 from streamdp.forest.tally import sparse_tally, tally
 from streamdp.privacy.mechanisms import SecureRandom, bernoulli_sample
 from streamdp.records.schema import Schema
-from streamdp.release.continual import noisy_node
+from streamdp.release.continual import RealRows, noisy_node
 from streamdp.validation import check_epsilon
 
 __all__ = ["BatchReleases"]
@@ -167,12 +167,19 @@ class BatchReleases:
         # One rule for every release (batch, window, tree node): continual.noisy_node, real cells only; the
         # callers pass a fresh tally, noised in place (one counts-sized array, not two).
         return noisy_node(
-            counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_cells, self.k, in_place=True
+            counts, self.epsilon_per_tree, self.mechanism, rng or self._rng, self.real_rows, self.k, in_place=True
         )
 
     def _padding_nonzero(self, a: np.ndarray) -> bool:
         """Whether ``a`` holds anything past a tree's last leaf (slices: no counts-sized temporaries)."""
         return any(a[t, n:].any() for t, n in enumerate(self.structure.n_leaves.tolist()))
+
+    @functools.cached_property
+    def real_rows(self) -> RealRows:
+        """:attr:`real_cells` as each tree's prefix of real cells (its leaves' classes): what a release noises,
+        without a counts-sized mask."""
+        C = self.schema.n_classes
+        return RealRows(self.structure.n_leaves.astype(np.int64) * C, self.structure.max_leaves * C, self.shape)
 
     @functools.cached_property
     def real_cells(self) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from streamdp.options import RELEASES
 from streamdp.release.counter import Counter
 from streamdp.release.decay import DecayedCounts, decay_factor, decayed_variance, released_records, variance_bound
-from streamdp.release.noisy import NOISE_BLOCK, STREAM_CHUNK, noisy_node, window_delta
+from streamdp.release.noisy import NOISE_BLOCK, STREAM_CHUNK, RealRows, noisy_node, window_delta
 from streamdp.release.policy import (
     DEFAULT_LEVELS,
     ESTIMATORS,
@@ -71,6 +71,7 @@ __all__ = [
     "NOISE_BLOCK",
     "STREAM_CHUNK",
     "noisy_node",
+    "RealRows",
     "window_delta",
     "TreeState",
     "DecayedCounts",

@@ -5,11 +5,13 @@ Every release policy noises through :func:`noisy_node`; :func:`window_delta` is 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from streamdp.privacy.mechanisms import SecureRandom, geometric_noise, laplace_noise
 
-__all__ = ["NOISE_BLOCK", "STREAM_CHUNK", "noisy_node", "window_delta"]
+__all__ = ["NOISE_BLOCK", "STREAM_CHUNK", "RealRows", "noisy_node", "window_delta"]
 
 
 #: The noise layout "blocks": cells (flat, C order) ``[b * NOISE_BLOCK, (b + 1) * NOISE_BLOCK)`` of a
@@ -21,20 +23,61 @@ NOISE_BLOCK = 1 << 16
 STREAM_CHUNK = 1 << 20
 
 
+@dataclass(frozen=True)
+class RealRows:
+    """Which cells exist, as a prefix of each row: of counts of ``shape`` seen as ``(shape[0], row_size)``,
+    row ``r``'s first ``lengths[r]`` cells exist and the rest is padding (a forest's counts: a tree's leaves
+    come first, each with all its classes). The mask it stands for is built a block at a time
+    (:meth:`mask`), so a release noises a model's cells without holding a counts-sized mask.
+
+    >>> rows = RealRows(np.array([4, 2]), 4, (2, 2, 2))
+    >>> rows.mask(0, 8).astype(int).tolist(), rows.mask(5, 7).astype(int).tolist()
+    ([1, 1, 1, 1, 1, 1, 0, 0], [1, 0])
+    """
+
+    lengths: np.ndarray
+    row_size: int
+    shape: tuple
+
+    def mask(self, start: int, stop: int) -> np.ndarray:
+        """The mask of flat cells ``[start, stop)`` (C order), from the rows' bounds (a block's bytes, no
+        per-cell index arithmetic)."""
+        rows = np.arange(start // self.row_size, -(-stop // self.row_size), dtype=np.int64)
+        lo = rows * self.row_size
+        hi = lo + np.asarray(self.lengths, dtype=np.int64)[rows]
+        lo, hi = np.clip(lo, start, stop) - start, np.clip(hi, start, stop) - start
+        if len(rows) <= 8:  # a few long rows (a forest's trees): their real runs set directly
+            out = np.zeros(stop - start, dtype=bool)
+            for a, b in zip(lo.tolist(), hi.tolist()):
+                out[a:b] = True
+            return out
+        steps = np.zeros(stop - start + 1, dtype=np.int8)  # +1 where a row's real cells begin, -1 where they end
+        np.add.at(steps, lo, 1)
+        np.add.at(steps, hi, -1)
+        return np.cumsum(steps[:-1], dtype=np.int8) > 0
+
+
+def _mask(real: np.ndarray | RealRows, start: int, stop: int) -> np.ndarray:
+    """Flat cells ``[start, stop)`` of ``real`` (a boolean array of the counts' shape, or :class:`RealRows`)."""
+    if isinstance(real, RealRows):
+        return real.mask(start, stop)
+    return np.asarray(real, dtype=bool).reshape(-1)[start:stop]
+
+
 def noisy_node(
     exact: np.ndarray,
     epsilon: float,
     mechanism: str,
     rng: SecureRandom,
-    real: np.ndarray | None = None,
+    real: np.ndarray | RealRows | None = None,
     k: int | None = None,
     in_place: bool = False,
 ) -> np.ndarray:
     """The one private release of a node's (or window's) exact integer counts.
 
     ``epsilon`` is ``policy.node_epsilon(epsilon_per_tree)``; geometric noise keeps
-    integers, Laplace gives floats; ``real`` (boolean, the counts' shape) marks the
-    cells that exist: the others stay exactly 0. ``mechanism="kanon"`` (``window`` and
+    integers, Laplace gives floats; ``real`` (boolean, the counts' shape, or the same
+    mask as :class:`RealRows`) marks the cells that exist: the others stay exactly 0. ``mechanism="kanon"`` (``window`` and
     ``batch`` only) zeroes cells below ``k`` of a beta-sampled tally instead. The
     caller must store the result (SET NX) before using it, and reuse the stored one
     on a retry: each node's noise is drawn once. ``in_place``: the noise is added into
@@ -60,8 +103,9 @@ def noisy_node(
     exact = np.asarray(exact)
     if exact.dtype.kind not in "iu":
         raise ValueError(f"exact counts must be integers, got dtype {exact.dtype}")
-    if real is not None and np.shape(real) != exact.shape:
-        raise ValueError(f"real mask of shape {np.shape(real)} does not match counts of shape {exact.shape}")
+    real_shape = None if real is None else tuple(real.shape) if isinstance(real, RealRows) else np.shape(real)
+    if real_shape is not None and real_shape != exact.shape:
+        raise ValueError(f"real mask of shape {real_shape} does not match counts of shape {exact.shape}")
     if mechanism == "kanon":
         if k is None:
             raise ValueError("mechanism='kanon' needs the threshold k")
@@ -79,19 +123,18 @@ def noisy_node(
         if real is None:
             out += draw(exact.shape, epsilon, rng)
         else:
-            whole = np.asarray(real, dtype=bool)
+            whole = _mask(real, 0, out.size).reshape(out.shape)
             out[whole] += draw(int(whole.sum()), epsilon, rng)
         return out
     flat = out.reshape(-1)
-    mask = None if real is None else np.asarray(real, dtype=bool).reshape(-1)
     step = STREAM_CHUNK if stream else NOISE_BLOCK
     for s in range(0, flat.size, step):
         seg = flat[s : s + step]
         src = rng if stream else rng.spawn()
-        if mask is None:
+        if real is None:
             seg += draw(seg.size, epsilon, src)
         else:
-            m = mask[s : s + step]
+            m = _mask(real, s, s + seg.size)
             seg[m] += draw(int(m.sum()), epsilon, src)
     return out
 
@@ -102,7 +145,7 @@ def window_delta(
     epsilon: float,
     mechanism: str,
     rng: SecureRandom,
-    real: np.ndarray | None = None,
+    real: np.ndarray | RealRows | None = None,
     k: int | None = None,
     in_place: bool = False,
 ) -> np.ndarray:

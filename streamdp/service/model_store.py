@@ -10,6 +10,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import redis
 
 from streamdp.service.connection import connect
@@ -25,6 +26,7 @@ __all__ = [
     "ModelExists",
     "batch_id_salt",
     "load_spec",
+    "read_published_counts",
     "require_model",
     "no_stream_model",
     "published_keys",
@@ -49,24 +51,75 @@ class ModelExists(ValueError):
 
 
 SPEC_READ_PART = 16 << 20
+#: Bytes per GETRANGE when a worker reads a retained version's counts (:func:`read_published_counts`).
+COUNTS_READ_PART = 4 << 20
+
+
+def _read_range(r: Any, key: str, start: int, out: memoryview, part: int) -> bool:
+    """Fill ``out`` with string ``key``'s bytes from ``start`` on, ``part`` bytes per GETRANGE; False when the
+    key ended early or changed length meanwhile (deleted, expired). One GET of a large value makes redis-py
+    hold its read buffer, the reply and the reply's slice at once (three times the value); parts hold three
+    parts."""
+    size = int(r.strlen(key))
+    if size < start + len(out):
+        return False
+    for off in range(0, len(out), part):
+        got = r.getrange(key, start + off, start + min(off + part, len(out)) - 1)
+        if len(got) != min(part, len(out) - off):
+            return False
+        out[off : off + len(got)] = got
+        del got
+    return int(r.strlen(key)) == size
 
 
 def _read_spec(r: Any, key: str) -> bytes | bytearray | None:
-    """The spec's bytes, or None. A large spec is read in parts into one preallocated buffer: one GET
-    made redis-py hold its read buffer and its copy of the whole value at once (twice the blob)."""
+    """The spec's bytes, or None. A large spec is read in parts into one preallocated buffer."""
     size = int(r.strlen(key))
     if size <= SPEC_READ_PART:
         return r.get(key)
     buf = bytearray(size)
-    for off in range(0, size, SPEC_READ_PART):
-        part = r.getrange(key, off, off + SPEC_READ_PART - 1)
-        if len(part) != min(SPEC_READ_PART, size - off):
-            raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
-        buf[off : off + len(part)] = part
-        del part
-    if int(r.strlen(key)) != size:
+    if not _read_range(r, key, 0, memoryview(buf), SPEC_READ_PART):
         raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
     return buf
+
+
+def read_published_counts(r: Any, keys: Keys, version: int, spec: PrivateForest) -> np.ndarray | None:
+    """Version ``version``'s published counts of a stream model as a new writable array (the counts' native
+    dtype); None when ``version`` is no longer the published one (another closer released meanwhile).
+
+    A retained version (``pub:v:<version>``, :func:`.published.release_record_parts`) ends with its counts'
+    bytes: they are read from there in parts of :data:`COUNTS_READ_PART` into the array, so a worker whose
+    cached counts are stale (another worker released) holds the counts and a part, not the counts three times
+    over as one HGET of ``pub:model``'s counts would. Where that version is not retained (or too small for a
+    32-bit length), ``pub:model``'s counts are read whole.
+
+    >>> import fakeredis
+    >>> from streamdp.records.datasets import load
+    >>> from streamdp.forest.model import PrivateForest
+    >>> from streamdp.service.published import release_record
+    >>> f = PrivateForest.create(load("adult").schema, n_trees=2, height=6, seed=1)
+    >>> f = f.with_counts(f.counts + 7 * f.real_cells, version=3, n_releases=3)
+    >>> r, keys = fakeredis.FakeRedis(), Keys("m")
+    >>> _ = r.set(keys.pub_version(3), release_record(f))
+    >>> got = read_published_counts(r, keys, 3, f)
+    >>> bool((got == f.counts).all()), got.flags.writeable, read_published_counts(r, keys, 4, f)
+    (True, True, None)
+    """
+    from streamdp.service.published import counts_dtype, counts_from_bytes  # (the forest's code: read side only)
+
+    dt = np.dtype(counts_dtype(spec.mechanism))
+    out = np.empty(spec.shape, dt)
+    n, key = out.nbytes, keys.pub_version(version)
+    head = int(r.strlen(key)) - n
+    marker = b"\xa4data\xc6" + n.to_bytes(4, "big") if n < 1 << 32 else b""  # (msgpack: "data", a bin32 of n bytes)
+    if marker and head >= len(marker) and bytes(r.getrange(key, head - len(marker), head - 1)) == marker:
+        if _read_range(r, key, head, memoryview(out.reshape(-1).view(np.uint8)), COUNTS_READ_PART):
+            return out.astype(dt.newbyteorder("="), copy=False)  # (no copy on a little-endian host)
+    del out
+    now_version, counts_b = r.hmget(keys.pub_model, "version", "counts")
+    if int(now_version or 0) != version:
+        return None
+    return counts_from_bytes(counts_b, spec)
 
 
 def load_spec(r: Any, name: str) -> PrivateForest:

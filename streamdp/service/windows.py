@@ -66,7 +66,8 @@ from streamdp.service.forgetting import Decay, Decayed, release_records
 from streamdp.service.group import jlog
 from streamdp.service.history import append, entry
 from streamdp.service.keys import Keys, as_str
-from streamdp.service.published import counts_from_bytes, published_fields, release_record_parts
+from streamdp.service.model_store import read_published_counts
+from streamdp.service.published import published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 from streamdp.service.schedule import WindowSchedule, release_left_out
 
@@ -106,7 +107,7 @@ class WindowCloser:
         self.version_ttl_s, self.keep_versions, self.noise_ttl_s = version_ttl_s, keep_versions, noise_ttl_s
         self.dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
         self.eps_node = policy.node_epsilon(spec.epsilon_per_tree)
-        self.real = spec.real_cells
+        self.real = spec.real_rows  # (the real cells block by block: no counts-sized mask held)
         self._seal, self._unlease = r.register_script(SEAL_LUA), r.register_script(UNLEASE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
         self.closing_elsewhere = False  # whether the last tick found a due window leased by another worker
@@ -216,12 +217,10 @@ class WindowCloser:
             old = cached[1]
         elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
             old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
-        elif window:  # the published counts (the state keeps no copy: a counts-sized write less per release)
-            now_version, counts_b = self.r.hmget(self.keys.pub_model, "version", "counts")
-            if int(now_version or 0) != version:
+        elif window:  # the published counts, read in parts (the state keeps no copy: a counts-sized write less)
+            old = read_published_counts(self.r, self.keys, version, self.spec)
+            if old is None:
                 return False  # released meanwhile (the caller seals and looks again)
-            old = counts_from_bytes(counts_b, self.spec) if counts_b else np.zeros(self.spec.shape, self.dtype)
-            del counts_b
         exact = read_acc_counts(self.r, self.keys.acc(w), acc_fields, self.spec.shape)
         extra: dict[str, Any] = {}  # state fields the release writes besides the counts' (a decayed model's)
         if window:

@@ -617,3 +617,42 @@ def test_the_tree_is_within_1_3x_of_the_window_sum_early_and_below_the_fixed_l20
         assert np.mean(new) <= np.mean(fixed) and max(new) <= max(fixed), k
     for t in list(range(400, 3000)) + [10**4, 10**5, 10**6, 10**7]:
         assert published_variance(tree, t, v_unit) < published_variance(window, t, v_window), t
+
+
+@pytest.mark.parametrize("layout", ["blocks", "stream"])
+@pytest.mark.parametrize("mechanism", ["geometric", "laplace"])
+def test_real_rows_noise_what_the_real_mask_noises(layout, mechanism):
+    """A release noised through the forest's real rows (no counts-sized mask) is the release the boolean mask
+    gives, value for value, under the same key: the layouts are unchanged, padding stays exactly 0."""
+    from streamdp.forest.model import PrivateForest
+    from streamdp.records.datasets import load
+    from streamdp.release.continual import RealRows
+
+    f = PrivateForest.create(load("adult").schema, n_trees=3, height=7, seed=2)
+    assert f.counts.size > 3 * continual.NOISE_BLOCK and not f.real_cells.all()  # several blocks, with padding
+    assert isinstance(f.real_rows, RealRows)
+    assert np.array_equal(f.real_rows.mask(0, f.counts.size).reshape(f.shape), f.real_cells)
+    exact = np.random.default_rng(0).integers(0, 5, f.shape) * f.real_cells  # (a tally: nothing in the padding)
+    draws = [
+        continual.noisy_node(exact, 1.0, mechanism, SecureRandom.from_key(b"k" * 32, b"rows", layout), real)
+        for real in (f.real_cells, f.real_rows)
+    ]
+    assert np.array_equal(draws[0], draws[1])
+    assert not draws[1][~f.real_cells].any() and (draws[1][f.real_cells] != exact[f.real_cells]).any()
+    with pytest.raises(ValueError, match="does not match"):
+        continual.noisy_node(exact[:1], 1.0, mechanism, SecureRandom(), f.real_rows)
+
+
+def test_real_rows_mask_any_block():
+    """:meth:`RealRows.mask` of any block is that block of the whole mask (rows empty, partial, full, and
+    blocks that start or end inside a row)."""
+    from streamdp.release.continual import RealRows
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        rows, size = int(rng.integers(1, 41)), int(rng.integers(1, 12))  # (a few rows or many in a block)
+        rr = RealRows(rng.integers(0, size + 1, rows), size, (rows, size))
+        whole = np.arange(size)[None, :] < rr.lengths[:, None]
+        s = int(rng.integers(0, rows * size))
+        e = int(rng.integers(s, rows * size + 1))
+        assert np.array_equal(rr.mask(s, e), whole.reshape(-1)[s:e])

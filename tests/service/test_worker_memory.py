@@ -176,3 +176,42 @@ def test_a_busy_windows_adds_are_read_a_group_at_a_time(redis_url, unique_name):
         delete_model(r, unique_name)
         for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
             r.delete(k)
+
+
+def test_a_closer_whose_counts_are_stale_reads_them_in_parts(monkeypatch, redis_url, unique_name):
+    """Worker B closes the window after worker A released the one before: B's cached counts are stale, so it
+    reads the published ones, a part at a time from the retained version into one array (not one HGET, which
+    made redis-py hold the value three times over), and releases on them."""
+    from streamdp.service import model_store
+
+    monkeypatch.setattr(model_store, "COUNTS_READ_PART", 256 << 10)
+    r = redis.Redis.from_url(redis_url)
+    try:
+        spec = create_model(
+            redis_url, unique_name, _schema(), n_trees=4, height=8, epsilon=float("inf"), seed=3, release_every=3600.0
+        )
+        counts = spec.counts.nbytes
+        a, b = (Worker(redis_url, unique_name, block_ms=1, batch_entries=4) for _ in range(2))
+        rng = np.random.default_rng(0)
+        p = Producer(redis_url, unique_name)
+        start = load_policy(r, unique_name)[1]
+        X = [np.column_stack([rng.integers(k, size=3000) for k in ARITIES]) for _ in range(2)]
+        y = [rng.integers(2, size=3000) for _ in range(2)]
+        p.push(X[0], y[0])
+        a.step(block_ms=1)
+        assert a.closer.tick(start + 3600.0 + 0.001) == 1  # A releases window 1 (B never saw version 1)
+        p.push(X[1], y[1])
+        b.step(block_ms=1)
+        peak = _peak_above(lambda: b.closer.tick(start + 7200.0 + 0.001))
+        assert int(r.hget(Keys(unique_name).pub_model, "version")) == 2
+        from streamdp.service.consumer import Consumer
+
+        got = Consumer(redis_url, unique_name).latest().counts
+        assert np.array_equal(got, spec.tally_encoded(np.vstack(X), np.concatenate(y)))  # (epsilon inf: exact)
+        # the counts read (one array) and the window's exact tally, then a noise block's temporaries (the read's
+        # three parts, as redis-py reads one, are gone by then)
+        assert peak < 2 * counts + 24 * continual.NOISE_BLOCK, peak / counts
+    finally:
+        delete_model(r, unique_name)
+        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
+            r.delete(k)

@@ -113,7 +113,7 @@ def read_published_counts(r: Any, keys: Keys, version: int, spec: PrivateForest)
     head = int(r.strlen(key)) - n
     marker = b"\xa4data\xc6" + n.to_bytes(4, "big") if n < 1 << 32 else b""  # (msgpack: "data", a bin32 of n bytes)
     if marker and head >= len(marker) and bytes(r.getrange(key, head - len(marker), head - 1)) == marker:
-        if _read_range(r, key, head, memoryview(out.reshape(-1).view(np.uint8)), COUNTS_READ_PART):
+        if _read_range(r, key, head, out.reshape(-1).view(np.uint8).data, COUNTS_READ_PART):
             return out.astype(dt.newbyteorder("="), copy=False)  # (no copy on a little-endian host)
     del out
     now_version, counts_b = r.hmget(keys.pub_model, "version", "counts")

@@ -186,14 +186,15 @@ class WindowCloser:
         """Noise and release sealed window ``w`` (False: another worker released it first)."""
         p = self.r.pipeline(transaction=True)
         # The counts only change with the version: those of the version this closer released last are not read again.
-        # (``tree`` publishes its state's estimate and needs no counts.)
-        window = self.policy.kind == "window"
-        cached = self._last if self._last is not None else (-1, None)
+        window = self.policy.kind == "window"  # (``tree`` publishes its state's estimate and needs no counts)
         p.hmget(self.keys.state, "version", "releases", "open", "schedule", "noise_key")
         p.hkeys(self.keys.acc(w))  # (its fields: read in groups below, not whole)
         p.get(self.keys.tree)
         (version, rel, open_, sched_raw, noise_key), acc_fields, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
+        if self._last is not None and self._last[0] != version:
+            self._last = None  # stale (another closer released since): not held beside the counts read below
+        cached = self._last or (-1, None)
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,19 +56,19 @@ SPEC_READ_PART = 16 << 20
 COUNTS_READ_PART = 4 << 20
 
 
-def _read_range(r: Any, key: str, start: int, out: memoryview, part: int) -> bool:
-    """Fill ``out`` with string ``key``'s bytes from ``start`` on, ``part`` bytes per GETRANGE; False when the
-    key ended early or changed length meanwhile (deleted, expired). One GET of a large value makes redis-py
-    hold its read buffer, the reply and the reply's slice at once (three times the value); parts hold three
-    parts."""
+def _read_range(r: Any, key: str, start: int, n: int, part: int, take: Callable[[int, bytes], None]) -> bool:
+    """Pass string ``key``'s ``n`` bytes from ``start`` on to ``take(offset, part)``, ``part`` bytes per
+    GETRANGE; False when the key ended early or changed length meanwhile (deleted, expired). One GET of a large
+    value makes redis-py hold its read buffer, the reply and the reply's slice at once (three times the value);
+    parts hold three parts."""
     size = int(r.strlen(key))
-    if size < start + len(out):
+    if size < start + n:
         return False
-    for off in range(0, len(out), part):
-        got = r.getrange(key, start + off, start + min(off + part, len(out)) - 1)
-        if len(got) != min(part, len(out) - off):
+    for off in range(0, n, part):
+        got = r.getrange(key, start + off, start + min(off + part, n) - 1)
+        if len(got) != min(part, n - off):
             return False
-        out[off : off + len(got)] = got
+        take(off, got)
         del got
     return int(r.strlen(key)) == size
 
@@ -78,20 +79,28 @@ def _read_spec(r: Any, key: str) -> bytes | bytearray | None:
     if size <= SPEC_READ_PART:
         return r.get(key)
     buf = bytearray(size)
-    if not _read_range(r, key, 0, memoryview(buf), SPEC_READ_PART):
+
+    def put(off: int, got: bytes) -> None:
+        buf[off : off + len(got)] = got
+
+    if not _read_range(r, key, 0, size, SPEC_READ_PART, put):
         raise ModelNotFound(f"the spec {key} changed while it was read (the model was deleted?)")
     return buf
 
 
-def read_published_counts(r: Any, keys: Keys, version: int, spec: PrivateForest) -> np.ndarray | None:
-    """Version ``version``'s published counts of a stream model as a new writable array (the counts' native
-    dtype); None when ``version`` is no longer the published one (another closer released meanwhile).
+def read_published_counts(
+    r: Any, keys: Keys, version: int, spec: PrivateForest, into: np.ndarray | None = None
+) -> np.ndarray | None:
+    """Version ``version``'s published counts of a stream model added into ``into`` (writable, of the counts'
+    shape and native dtype; default: a new zero array), which is returned; None when ``version`` is no longer
+    the published one (another closer released meanwhile) or its retained copy vanished while it was read:
+    ``into`` then holds part of them, to be dropped (the caller looks again).
 
     A retained version (``pub:v:<version>``, :func:`.published.release_record_parts`) ends with its counts'
-    bytes: they are read from there in parts of :data:`COUNTS_READ_PART` into the array, so a worker whose
-    cached counts are stale (another worker released) holds the counts and a part, not the counts three times
-    over as one HGET of ``pub:model``'s counts would. Where that version is not retained (or too small for a
-    32-bit length), ``pub:model``'s counts are read whole.
+    bytes: they are read from there in parts of :data:`COUNTS_READ_PART` and added as they come, so a closer
+    holds its release and a part, not the counts three times over as one HGET of ``pub:model``'s counts would.
+    Where that version is not retained (or too small for a 32-bit length), ``pub:model``'s counts are read
+    whole.
 
     >>> import fakeredis
     >>> from streamdp.records.datasets import load
@@ -102,24 +111,32 @@ def read_published_counts(r: Any, keys: Keys, version: int, spec: PrivateForest)
     >>> r, keys = fakeredis.FakeRedis(), Keys("m")
     >>> _ = r.set(keys.pub_version(3), release_record(f))
     >>> got = read_published_counts(r, keys, 3, f)
-    >>> bool((got == f.counts).all()), got.flags.writeable, read_published_counts(r, keys, 4, f)
-    (True, True, None)
+    >>> bool((got == f.counts).all()), read_published_counts(r, keys, 4, f)
+    (True, None)
+    >>> bool((read_published_counts(r, keys, 3, f, into=f.counts + 1) == 2 * f.counts + 1).all())
+    True
     """
     from streamdp.service.published import counts_dtype, counts_from_bytes  # (the forest's code: read side only)
 
-    dt = np.dtype(counts_dtype(spec.mechanism))
-    out = np.empty(spec.shape, dt)
-    n, key = out.nbytes, keys.pub_version(version)
+    dt = np.dtype(counts_dtype(spec.mechanism))  # (as stored: little-endian)
+    out = np.zeros(spec.shape, dt.newbyteorder("=")) if into is None else into
+    if out.shape != spec.shape or out.dtype != dt.newbyteorder("=") or not out.flags.c_contiguous:
+        raise ValueError(f"counts of shape {spec.shape} and dtype {dt} expected, got {out.shape} {out.dtype}")
+    flat, n, key = out.reshape(-1), out.nbytes, keys.pub_version(version)
     head = int(r.strlen(key)) - n
     marker = b"\xa4data\xc6" + n.to_bytes(4, "big") if n < 1 << 32 else b""  # (msgpack: "data", a bin32 of n bytes)
     if marker and head >= len(marker) and bytes(r.getrange(key, head - len(marker), head - 1)) == marker:
-        if _read_range(r, key, head, out.reshape(-1).view(np.uint8).data, COUNTS_READ_PART):
-            return out.astype(dt.newbyteorder("="), copy=False)  # (no copy on a little-endian host)
-    del out
+
+        def add(off: int, got: bytes) -> None:
+            flat[off // dt.itemsize : (off + len(got)) // dt.itemsize] += np.frombuffer(got, dt)
+
+        # (a retained version that vanished midway: dropped as newer ones were released, or expired; look again)
+        return out if _read_range(r, key, head, n, COUNTS_READ_PART - COUNTS_READ_PART % dt.itemsize, add) else None
     now_version, counts_b = r.hmget(keys.pub_model, "version", "counts")
     if int(now_version or 0) != version:
         return None
-    return counts_from_bytes(counts_b, spec)
+    out += counts_from_bytes(counts_b, spec, copy=False)
+    return out
 
 
 def load_spec(r: Any, name: str) -> PrivateForest:

@@ -111,7 +111,7 @@ class WindowCloser:
         self._seal, self._unlease = r.register_script(SEAL_LUA), r.register_script(UNLEASE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
         self.closing_elsewhere = False  # whether the last tick found a due window leased by another worker
-        self._last: tuple[int, np.ndarray] | None = None  # (version, counts) this closer published last
+        self._last: tuple[int, PrivateForest] | None = None  # (version, forest) this closer grew last (``grow``)
         # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
         # send it (tens of MB at height 6) only for all but one to lose the CAS. Correctness never depends on
         # it (SET NX noise, CAS close); it expires after about what a close of this size takes, so a closer
@@ -185,7 +185,6 @@ class WindowCloser:
     def close(self, w: int) -> bool:
         """Noise and release sealed window ``w`` (False: another worker released it first)."""
         p = self.r.pipeline(transaction=True)
-        # The counts only change with the version: those of the version this closer released last are not read again.
         window = self.policy.kind == "window"  # (``tree`` publishes its state's estimate and needs no counts)
         p.hmget(self.keys.state, "version", "releases", "open", "schedule", "noise_key")
         p.hkeys(self.keys.acc(w))  # (its fields: read in groups below, not whole)
@@ -193,8 +192,7 @@ class WindowCloser:
         (version, rel, open_, sched_raw, noise_key), acc_fields, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
         if self._last is not None and self._last[0] != version:
-            self._last = None  # stale (another closer released since): not held beside the counts read below
-        cached = self._last or (-1, None)
+            self._last = None  # (grow's cached forest) stale: another closer released since
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
@@ -213,14 +211,6 @@ class WindowCloser:
         if window and self.decay is not None:  # the decayed counts' base, read with the version it belongs to
             base = self.decay.base(self.r, self.keys.state, version, self.spec.shape)
             if version and base is None:
-                return False  # released meanwhile (the caller seals and looks again)
-        elif window and cached[0] == version:
-            old = cached[1]
-        elif window and version == 0:  # nothing released yet: the spec's zero counts (not read: a read of a
-            old = np.zeros(self.spec.shape, self.dtype)  # counts-sized value briefly costs redis-py 2x)
-        elif window:  # the published counts, read in parts (the state keeps no copy: a counts-sized write less)
-            old = read_published_counts(self.r, self.keys, version, self.spec)
-            if old is None:
                 return False  # released meanwhile (the caller seals and looks again)
         exact = read_acc_counts(self.r, self.keys.acc(w), acc_fields, self.spec.shape)
         extra: dict[str, Any] = {}  # state fields the release writes besides the counts' (a decayed model's)
@@ -248,15 +238,15 @@ class WindowCloser:
             if new_sched.merged == sched.merged:  # left out of the estimate (its released total says: noise)
                 sd = math.sqrt(base.variance if base is not None else self._variance(sched.merged))
                 return self._left_out(w, version, sched, new_sched, noise_keys, entry_of(records, sd))
-            self._last, state_b = None, b""
+            state_b = b""
             if self.decay is not None:  # lam_t * C_(t-1) + D_t over the released deltas (post-processing)
                 decayed = self.decay.fold(base, delta, cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
                 new_counts, extra = self.decay.published(decayed, np.dtype(self.dtype)), Decay.fields(decayed)
-            else:
-                # In place: ``old`` is this closer's own array (read above, or kept from its last release); the
-                # cache is dropped first, so a failed release reads the counts again.
-                old += delta
-                new_counts = old
+            else:  # the delta becomes the counts: the published ones (none before the first release) added in
+                # place, a part at a time as they are read, so a worker holds no counts between its closes
+                new_counts = delta if delta.flags.writeable else delta.copy()  # (a stored draw reused: read-only)
+                if version and read_published_counts(self.r, self.keys, version, self.spec, into=new_counts) is None:
+                    return False  # released meanwhile (the caller seals and looks again)
             del delta
         else:
             state = TreeState.from_bytes(tree_b) if tree_b else TreeState.empty(self.policy, self.spec.shape)
@@ -290,7 +280,7 @@ class WindowCloser:
             return False
         self.guard.record(version + 1)
         self._released = w
-        self._last = (version + 1, new_counts) if window and decayed is None else None
+        self._last = None  # (``grow`` caches its forest; ``window`` holds no counts between closes)
         if self.decay is not None and decayed is not None:
             self.decay.cached = decayed
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
@@ -303,7 +293,7 @@ class WindowCloser:
         stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
         old: PrivateForest
         if self._last is not None and self._last[0] == version:
-            old = self._last[1]  # type: ignore[assignment]  # (grow caches the forest, window its counts)
+            old = self._last[1]
         else:
             now_version, blob_b = self.r.hmget(self.keys.pub_model, "version", "blob")  # the published release
             if int(now_version or 0) != version:

@@ -1,4 +1,5 @@
-"""``streamdp stats [NAME]``: worker counters per model, as text or Prometheus exposition format.
+"""``streamdp stats [NAME]``: worker counters per model, as text or Prometheus exposition format; a model's
+last dead letters with ``--dead-letters``.
 
 Only public or noisy figures by default; the exact record-dependent counts
 (records merged, records dropped by a per-person model's K bound, dead letters, ...) only with ``--exact``,
@@ -11,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from streamdp.cli.common import client
+from streamdp.cli.common import client, int_in
 
 __all__ = ["add_parser", "stats", "serve"]
 
@@ -27,6 +28,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="also show the EXACT record-dependent counts (records_merged, records_dropped_over_k: the records a "
         "per-person model's K bound dropped, dead letters, ...): "
         "not differentially private, keep them out of shared metrics systems",
+    )
+    st.add_argument(
+        "--dead-letters",
+        type=int_in(1, 10_000),
+        nargs="?",
+        const=10,
+        default=None,
+        metavar="N",
+        help="list NAME's last N dead letters (default 10): when, the entry, why (the reason names what was "
+        "wrong, never a value); EXACT facts about individual records, for the model's operator",
     )
     st.add_argument(
         "--serve",
@@ -49,6 +60,8 @@ def stats(args: argparse.Namespace) -> int:
     models = list(list_models(r))
     if args.name and args.name not in models:  # (all-zero counters of a typo looked like an idle model)
         raise no_stream_model(r, args.name)
+    if args.dead_letters is not None:
+        return _dead_letters(r, args)
     names = [args.name] if args.name else models
     counters = {n: collect(r, n) for n in names}
     if args.exact:
@@ -63,6 +76,24 @@ def stats(args: argparse.Namespace) -> int:
             for k, v in s.items():
                 # (a noisy estimate to one decimal for people; times and Prometheus at full precision)
                 print(f"  {k:22s} {f'{float(v):.1f}' if k.startswith('estimated_') else metric_value(v)}")
+    return 0
+
+
+def _dead_letters(r: Any, args: argparse.Namespace) -> int:
+    """``streamdp stats NAME --dead-letters [N]``: the last N dead letters, newest first, one line each."""
+    import time
+
+    from streamdp.service.stats import EXACT_WARNING, dead_letters
+
+    if not args.name:
+        raise ValueError("--dead-letters lists one model's: give its NAME")
+    print(f"streamdp: warning: --dead-letters: {EXACT_WARNING}", file=sys.stderr)
+    letters = dead_letters(r, args.name, args.dead_letters)
+    if not letters:
+        print(f"no dead letters for '{args.name}'")
+    for d in letters:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["ms"] / 1000)) if d["ms"] else "-"
+        print(f"{when}  entry {d['entry']}  {d['reason']}")
     return 0
 
 

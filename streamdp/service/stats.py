@@ -35,7 +35,7 @@ import redis
 from streamdp.service.connection import connect
 from streamdp.service.keys import GROUP, Keys, as_str
 
-__all__ = ["collect", "prometheus_text", "public", "exact_names", "metric_value", "EXACT", "BATCH_LEVEL"]
+__all__ = ["collect", "dead_letters", "prometheus_text", "public", "exact_names", "metric_value", "EXACT", "BATCH_LEVEL"]
 
 COUNTERS = (
     "entries_read",
@@ -116,6 +116,33 @@ def collect(r: Any, model: str) -> dict[str, float]:
     est = _estimated_records(r, keys)
     if est is not None:
         out["estimated_records"] = est
+    return out
+
+
+def dead_letters(r: Any, model: str, last: int = 10) -> list[dict[str, Any]]:
+    """The ``last`` dead letters of ``model``, newest first: the stream entry each came from, why (a reason that
+    names what was wrong, never a value: :func:`.codec.value_free`), the consumer that wrote it and when
+    (``ms``). Their ``detail`` (a batch's refused rows, or the head of a raw payload where records are retained)
+    is not returned. EXACT and worker-only, as the stream they come from: for the model's operator.
+
+    >>> import fakeredis
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = r.xadd(Keys("m").dead, {"entry": "5-0", "reason": "undecodable", "detail": b"x", "consumer": "w", "ms": 7})
+    >>> [(d["entry"], d["reason"], d["ms"]) for d in dead_letters(r, "m")]
+    [('5-0', 'undecodable', 7)]
+    """
+    r = connect(r)
+    out = []
+    for _id, f in r.xrevrange(Keys(model).dead, count=last):
+        f = {as_str(k): v for k, v in f.items()}
+        out.append(
+            {
+                "entry": as_str(f.get("entry", b"")),
+                "reason": as_str(f.get("reason", b"")),
+                "consumer": as_str(f.get("consumer", b"")),
+                "ms": int(f.get("ms") or 0),
+            }
+        )
     return out
 
 

@@ -97,6 +97,14 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     assert f'streamdp_records_merged_total{{model="{name}"}} 199' in out
     assert "warning: --exact" in err and "not differentially private" in err
     assert "# HELP streamdp_records_merged_total valid records merged (EXACT" in out
+    # the dead letter itself: when, which entry, why (the attribute named, never the value), with the warning
+    assert main(u + ["stats", name, "--dead-letters"]) == 0
+    out, err = capsys.readouterr()
+    (line,) = out.splitlines()
+    assert "entry " in line and "1 invalid record(s) of 50; first: record 7 (0-based)" in line and "handicapped" in line
+    assert "perhaps" not in out and "warning: --dead-letters" in err and "not differentially private" in err
+    assert main(u + ["stats", "--dead-letters"]) == 2  # one model's: NAME is needed
+    assert "give its NAME" in capsys.readouterr().err
     assert main(u + ["model", "list"]) == 0 and name in capsys.readouterr().out
     assert main(u + ["model", "delete", name]) == 0
     assert main(u + ["model", "show", name]) == 2

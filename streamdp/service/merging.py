@@ -34,7 +34,8 @@ from streamdp.service.commit import COMMIT_LUA, WINDOW_ADD_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once
 from streamdp.service.group import Entry, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
-from streamdp.service.published import counts_from_bytes, counts_view, release_record, release_record_around_counts
+from streamdp.service.model_store import read_published_counts
+from streamdp.service.published import counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard
 from streamdp.service.unit_claim import Claims
 from streamdp.service.units import IdBound, Unit
@@ -188,12 +189,6 @@ class BatchMerge(_Merge):
         self.keep_versions, self.version_ttl_s, self.delta_ttl_s = keep_versions, version_ttl_s, delta_ttl_s
         self._script = r.register_script(COMMIT_LUA)
         self._dtype = spec.counts.dtype.type  # the forest owns its counts dtype (float for laplace)
-        self._state_version: int | None = None
-        self._counts: np.ndarray | None = None
-        self._releases = 0
-
-    def reset(self) -> None:
-        self._state_version = None
 
     def merge(self, merge: dict[str, WorkerEntry], ack_only: list[WorkerEntry]) -> Outcome:
         """Noise ``merge``'s batches (each once) and commit them, with ``ack_only``'s acks and dead letters.
@@ -257,9 +252,10 @@ class BatchMerge(_Merge):
     def commit(self, merge: dict[str, WorkerEntry], total: np.ndarray | None, ack_only: list[WorkerEntry]) -> Outcome:
         """Merge ``total`` (the sum of ``merge``'s noised deltas) in one atomic commit, retrying on conflicts.
 
-        Memory: the new counts are the cached counts with ``total`` added in place (the cache is dropped
-        meanwhile: a failed commit reads the counts again), sent as a view, once (the script writes the
-        retained release record around them); no model blob is built."""
+        Memory: ``total`` becomes the new counts, the published ones added into it a part at a time
+        (:func:`.model_store.read_published_counts`; a failed commit sums the stored deltas again), sent as a
+        view, once (the script writes the retained release record around them); no model blob is built, and
+        a worker holds no counts between its commits."""
         keys = self.keys
         retries = 0
         while True:
@@ -271,23 +267,18 @@ class BatchMerge(_Merge):
             new_version, counts_b, record, releases, n_records = 0, b"", (b"", b"", 0), 0, 0
             new_counts = None
             if m:
-                v = int(self.redis.hget(keys.state, "version") or 0)
-                if v != self._state_version or self._counts is None:
-                    self.guard.check(v)
-                    self._counts = None  # the old counts go before the new ones are read
-                    rel = self.redis.hget(keys.state, "releases")
-                    # version 0 holds the spec's zero counts: not read (a counts-sized read costs redis-py 2x briefly)
-                    c = self.redis.hget(keys.state, "counts") if v else None
-                    self._counts = counts_from_bytes(c, self.spec) if c else np.zeros(self.spec.shape, self._dtype)
-                    del c
-                    self._releases = int(rel or 0)
-                    self._state_version = v
-                if total is None:  # entries were rejected: the sum of those left, from their stored deltas
+                if total is None:  # entries rejected, or a commit lost: the sum of those left, from their stored deltas
                     total = self.sum_deltas(merge, ack_only)
                     continue
-                new_counts, self._counts, self._state_version = self._counts, None, None
-                new_counts += total
-                releases = self._releases + m
+                v, rel = (int(x or 0) for x in self.redis.hmget(keys.state, "version", "releases"))
+                self.guard.check(v)
+                new_counts, total = total, None  # the sum becomes the counts (version 0's are zero: not read)
+                if v and read_published_counts(self.redis, keys, v, self.spec, into=new_counts) is None:
+                    retries += 1  # committed meanwhile: summed again on the new version
+                    if retries > self.max_commit_retries:
+                        return self._gave_up()
+                    continue
+                releases = rel + m
                 new_version = v + 1
                 forest = self.spec.with_counts(new_counts, version=new_version, n_releases=releases)
                 around = release_record_around_counts(forest)  # the script writes head, counts, tail
@@ -332,9 +323,9 @@ class BatchMerge(_Merge):
             del args, counts_b, record
             self.fault("in_commit")
             status = as_str(res[0])
+            del new_counts
             if status == "ok":
                 if m:
-                    self._state_version, self._counts, self._releases = new_version, new_counts, releases
                     self.guard.record(new_version)
                     # (no figures of entries: how many were merged, acked or dead is exact, stats --exact)
                     jlog(log, logging.DEBUG, "worker.commit", model=keys.name, version=new_version, retries=retries)
@@ -343,11 +334,9 @@ class BatchMerge(_Merge):
                 return Outcome("replaced")
             retries += 1
             if status == "conflict":
-                self._state_version = None
                 self.redis.hincrby(keys.stats, "commit_retries", 1)
             elif status == "rejected":
                 self._rejected(res, ids_all, m, merge, ack_only)
-                total = None  # summed again over the entries left
             else:
                 raise RuntimeError(f"unexpected commit reply {res!r}")
             if retries > self.max_commit_retries:

@@ -52,7 +52,8 @@ class ModelExists(ValueError):
 
 
 SPEC_READ_PART = 16 << 20
-#: Bytes per GETRANGE when a worker reads a retained version's counts (:func:`read_published_counts`).
+#: Most bytes per GETRANGE when a worker reads a retained version's counts (:func:`read_published_counts`): a
+#: sixteenth of the counts where that is less (at least 64 KiB), so the parts in flight stay small beside them.
 COUNTS_READ_PART = 4 << 20
 
 
@@ -97,7 +98,7 @@ def read_published_counts(
     ``into`` then holds part of them, to be dropped (the caller looks again).
 
     A retained version (``pub:v:<version>``, :func:`.published.release_record_parts`) ends with its counts'
-    bytes: they are read from there in parts of :data:`COUNTS_READ_PART` and added as they come, so a closer
+    bytes: they are read from there in parts (:data:`COUNTS_READ_PART`) and added as they come, so a closer
     holds its release and a part, not the counts three times over as one HGET of ``pub:model``'s counts would.
     Where that version is not retained (or too small for a 32-bit length), ``pub:model``'s counts are read
     whole.
@@ -131,7 +132,8 @@ def read_published_counts(
             flat[off // dt.itemsize : (off + len(got)) // dt.itemsize] += np.frombuffer(got, dt)
 
         # (a retained version that vanished midway: dropped as newer ones were released, or expired; look again)
-        return out if _read_range(r, key, head, n, COUNTS_READ_PART - COUNTS_READ_PART % dt.itemsize, add) else None
+        part = max(64 << 10, min(COUNTS_READ_PART, n // 16))
+        return out if _read_range(r, key, head, n, part - part % dt.itemsize, add) else None
     now_version, counts_b = r.hmget(keys.pub_model, "version", "counts")
     if int(now_version or 0) != version:
         return None

@@ -35,7 +35,16 @@ import redis
 from streamdp.service.connection import connect
 from streamdp.service.keys import GROUP, Keys, as_str
 
-__all__ = ["collect", "dead_letters", "prometheus_text", "public", "exact_names", "metric_value", "EXACT", "BATCH_LEVEL"]
+__all__ = [
+    "collect",
+    "dead_letters",
+    "prometheus_text",
+    "public",
+    "exact_names",
+    "metric_value",
+    "EXACT",
+    "BATCH_LEVEL",
+]
 
 COUNTERS = (
     "entries_read",

@@ -203,47 +203,18 @@ def write(res: dict, batches: int) -> None:
 #: The explanation under the table (what a worker holds, and what a release adds); the numbers are the table's.
 READING = """\
 What a worker holds between releases (RSS at start, and "settled" after the releases): the
-interpreter and numpy (about 100 MiB), the model's structure (its node arrays, about 1.7x the
-counts at height 10, 16 bytes per node; kept as views of the decoded spec, not copied), the
-counts it publishes next (1x, from its first release on: "settled" is start plus about the
-counts), and routing tables only for forests whose tables fit in 64 MiB (a larger forest
-routes over its structure's own int32 arrays). Start is about 3.5x the counts, of which 1.7x is the
-structure that routing needs.
+interpreter and numpy, and the model's structure (its node arrays, kept as views of the decoded
+spec; and the routing tables, where they fit in 64 MiB). It holds no counts between releases.
 
-What a release adds on top, since an earlier version: no model blob (a stream model's
-`pub:model` holds its counts, the structure is published once as the model's spec), the noise
-added into the fresh tally it noises (one array, not two) and stored as that array's own bytes
-(no packed copy), the batches' first delta taken as their sum. So a release holds the counts it
-publishes and one noised tally (2x), plus chunked temporaries: the noise is drawn 2^20 cells at a
-time, the counts and the release record go to Redis as views of the array (the record as SET +
-APPEND of its pieces, the batch commit's script writes it around the counts it already has), a
-window's entries are tallied one at a time and kept as nonzero cells, the spec is read in 16 MiB
-parts and decoded without a second copy. A worker that did not make the last release reads the
-counts back (redis-py holds the reply and the array briefly: about 2x); version 0's zero counts
-are not read.
-
-In process, phase by phase (worker_memory_phases.py, tracemalloc, height 10, worker_memory_phases.log):
-adding an entry peaks at 1.02x the counts above what the worker held (its tally on the whole forest,
-then kept as nonzero cells), the first close at 2.19x (the counts it will publish and the window's
-exact tally noised in place, plus 0.19x of noise chunks and replies), a later close at 1.19x on top of
-the 1x of counts it keeps: about 2.2x above start is this design's floor (the published counts kept
-between releases, and the tally the noise is drawn into). The RSS figures above add what tracemalloc
-does not see (redis-py's buffers, allocator slack).
-
-The session before (`git show 7e0b09b:benchmarks/results/worker_memory_before_blobless.log`, same script, load 1.2-2.4): the model
-blob (structure and counts as one msgpack value, 2.7x the counts at height 10) was built and sent
-with every release: (peak - start) / counts 4.0 (batch) and 3.6 (window).
-
-Before these changes (the same script on this machine, height 10, 2-second windows,
-`git show 7e0b09b:benchmarks/results/worker_memory_before_mem14.log`, load about 1-2): batch start 1242 MiB, peak 2550 MiB,
-(peak - start) / counts 9.0; window start 1365 MiB, peak 5830 MiB, 28.1. The window figure came
-from back-to-back releases each holding the old and new counts, the exact counts, the noise and
-its sampler's temporaries, the stored noise's bytes, the blob and the record, plus every packed
-array kept alive until a garbage collection (a reference cycle in blob.packb); the 2-second
-windows also let a height-10 worker fall behind its schedule (a release takes a few seconds), so
-it released back to back while Redis kept each window's 150 MiB of stored noise for a week
-(while profiling that way, the shared Redis grew to 15 GB and was OOM-killed). Windows are 20 s
-now.
+What a release adds on top: a window close reads its window's adds a group of at most 1 MiB at a
+time into the exact tally (`accumulator.read_acc_counts`), noises that tally in place block by block
+over each tree's real cells (`RealRows`: no counts-sized mask), stores it as its own bytes, and adds
+the published counts into it a part at a time from the retained version (`model_store.read_published_counts`):
+one counts-sized array, which it then publishes as views. A batch commit sums its batches' noised
+deltas (the first delta is the sum, each next one drawn and added in turn: the sum and one delta),
+then adds the published counts into the sum the same way. So (peak - start) / counts is about 1 for
+a window model and about 2 for a batch model, plus what tracemalloc does not see (redis-py's buffers,
+allocator slack). Earlier designs and their figures are in this file's history (git log -p).
 """
 
 

@@ -687,7 +687,6 @@ def report(o: dict) -> str:
         )
     for w in parent:
         lines.append(f"| pool parent peak RSS MiB | {w['peak_mib']:.0f} | | | holds no model |")
-    lines += memory_lines(o)
     if "idle" in o:
         i = o["idle"]
         lines.append(
@@ -695,6 +694,7 @@ def report(o: dict) -> str:
             f"{i['per_minute']:.1f} | | windows behind {i['windows_behind_start']:.0f} -> "
             f"{i['windows_behind_end']:.0f} over {i['seconds']:.0f} s | every window due |"
         )
+    lines += memory_lines(o)
     lines += [
         "",
         "Fetch runs (s): cold "

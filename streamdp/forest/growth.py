@@ -61,7 +61,7 @@ from streamdp.estimation.nodes import forest_topology
 from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
 from streamdp.forest.marginals import Marginals
-from streamdp.forest.structure import ForestStructure
+from streamdp.forest.structure import ForestStructure, ceiling_height
 from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
 from streamdp.release.continual import noisy_node
@@ -88,25 +88,61 @@ class Growable(Protocol):
     def node_variance(self) -> np.ndarray: ...
 
 
-__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "held_leaves", "grows_by_default"]
+__all__ = [
+    "Growable",
+    "grown_release",
+    "drawn_nodes",
+    "leaves_below",
+    "aggregate",
+    "held_leaves",
+    "grows_by_default",
+    "service_grows_by_default",
+    "service_ceiling",
+]
 
 
 def grows_by_default(schema) -> bool:
-    """Whether a stream model over ``schema`` grows its trees by default (a public fact: the schema alone).
+    """Whether the river classifier over ``schema`` grows its trees by default (a public fact: the schema alone).
 
     Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
-    on short streams, keep the floor and match them on whole ones, and a grown release of a large
-    categorical forest publishes only the trees the data fill (once the data fill every level, up to the
-    drawn structure, its counts and a noise variance per node: the service's default is ``window`` where
-    that would not fit the server, :func:`streamdp.service.size_limits.grown_blob_bound`). With numeric
-    attributes the tall drawn trees do as well or better, since the expected
-    share below a random threshold is a guess.
+    on short streams, keep the floor and match them on whole ones. With numeric attributes the classifier
+    keeps its drawn trees. The stream service's rule is :func:`service_grows_by_default`.
 
     >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
     >>> grows_by_default(stagger_schema()), grows_by_default(agrawal_schema())
     (True, False)
     """
     return bool(np.all(schema.is_categorical))
+
+
+def service_grows_by_default(schema) -> bool:
+    """Whether a stream service model over ``schema`` grows its trees by default: every schema.
+
+    Where the forest can grow (a finite epsilon, geometric or Laplace noise) and its fully grown release
+    fits the server (:func:`streamdp.service.size_limits.grown_blob_bound`); the service's default is
+    ``window`` on the same drawn trees where it does not. The ceiling is :func:`service_ceiling`.
+
+    >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
+    >>> service_grows_by_default(stagger_schema()), service_grows_by_default(agrawal_schema())
+    (True, True)
+    """
+    return True
+
+
+def service_ceiling(schema, n_trees: int = 10) -> int | None:
+    """The default height of a growing stream service model (its ceiling), from the schema alone.
+
+    ``None`` where the schema has a numeric attribute: the budgeted draw
+    (:meth:`~streamdp.forest.structure.ForestStructure.draw` with ``height=None``), the trees ``window``
+    draws, each branch as deep as its tree's leaf budget holds. Where every attribute is categorical,
+    :func:`~streamdp.forest.structure.ceiling_height` (the river classifier's default). The service lowers
+    either to what it accepts (:func:`~streamdp.forest.structure.fitting_height`, ``max_cells``).
+
+    >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
+    >>> service_ceiling(stagger_schema()), service_ceiling(agrawal_schema())
+    (3, None)
+    """
+    return ceiling_height(schema, n_trees) if bool(np.all(schema.is_categorical)) else None
 
 
 def drawn_nodes(

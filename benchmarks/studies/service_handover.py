@@ -290,8 +290,8 @@ def run_stream(
 @contextlib.contextmanager
 def tall_growing_models():
     """``create_model`` with ``release="grow"`` and no height draws the budgeted tall trees (``window``'s default
-    draw) instead of the grow ceiling: its ``fitting_height(ceiling_height(...))`` answers None for this study's
-    process only (the service's code is unchanged)."""
+    draw) on numeric and mixed schemas; this keeps ``fitting_height`` answering None in this study's process, so
+    that all-categorical schemas would draw them too."""
     from streamdp.service import registry  # noqa: PLC0415
 
     old = registry.fitting_height

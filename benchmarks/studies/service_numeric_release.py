@@ -9,8 +9,8 @@ runs on, window end by window end, until the window holding the last records is 
 (:meth:`Consumer.latest`) is then tested on held-out rows (a pandas DataFrame) beside the held-out majority
 share.
 
-Policies: ``window`` (the default on these schemas), ``grow`` at its default ceiling
-(:func:`streamdp.forest.heights.ceiling_height`) and ``grow`` with an explicit taller ceiling (``--tall``, lowered where trees that tall cannot be drawn: the height is recorded), and ``grow`` with the
+Policies: ``window`` (on the drawn trees at their default, the budgeted draw), ``grow`` at the river
+classifier's ceiling (:func:`streamdp.forest.heights.ceiling_height`, given as an explicit height) and ``grow`` with an explicit taller ceiling (``--tall``, lowered where trees that tall cannot be drawn: the height is recorded), and ``grow`` with the
 ceiling :func:`budget_height` (the tallest whose trees stay within the window draw's per-tree leaf budget).
 Costs: the bytes of ``pub:model``'s counts (``window``) or blob (``grow``) after each release, and the worker's
 time per window close (the closer's ticks that released a window, timed).
@@ -43,7 +43,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from streamdp.forest.heights import deepest_height, leaf_budget, max_possible_leaves  # noqa: E402
+from streamdp.forest.heights import ceiling_height, deepest_height, leaf_budget, max_possible_leaves  # noqa: E402
 from streamdp.forest.limits import (
     MAX_HEIGHT,  # noqa: E402
     TooLargeError,  # noqa: E402
@@ -182,10 +182,11 @@ def budget_height(schema: Schema) -> int:
 
 
 def variants(tall: int) -> dict[str, tuple[str | None, int | str | None]]:
-    """The compared policies: label -> (release, height); height ``"budget"`` is :func:`budget_height`."""
+    """The compared policies: label -> (release, height); height ``"budget"`` is :func:`budget_height`,
+    ``"ceiling"`` :func:`~streamdp.forest.heights.ceiling_height` (the labels are the stored runs' keys)."""
     return {
-        "window (default)": (None, None),
-        "grow": ("grow", None),
+        "window (default)": ("window", None),
+        "grow": ("grow", "ceiling"),
         f"grow h{tall}": ("grow", tall),
         "grow budget": ("grow", "budget"),
     }
@@ -216,6 +217,8 @@ def run(args: argparse.Namespace) -> None:
                         release, height = variants(args.tall)[v]
                         if height == "budget":
                             height = budget_height(schema)
+                        elif height == "ceiling":
+                            height = ceiling_height(schema, N_TREES)
                         t = time.time()
                         res = service_run(
                             schema, X, y, Xt, yt, release=release, height=height, epsilon=eps, seed=seed,

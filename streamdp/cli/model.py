@@ -45,9 +45,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--height",
         type=int,
         default=None,
-        help="tree height (default: for grow, the river classifier's default, "
-        "streamdp.forest.structure.ceiling_height; else half the attributes (at least 3) lowered to the leaf budget; both lowered where the trees "
-        "could exceed what the server accepts)",
+        help="tree height (default: the budgeted draw, each branch as deep as its tree's leaf budget holds (at most "
+        "half the attributes, at least 3, where every attribute is categorical); for grow on a schema whose attributes "
+        "are all categorical (where grow is the default), the river classifier's default, "
+        "streamdp.forest.structure.ceiling_height; both lowered where the trees could exceed what the server accepts)",
     )
     c.add_argument("--epsilon", type=epsilon_arg, required=True)
     c.add_argument("--mechanism", choices=MECHANISMS, default="geometric")
@@ -82,8 +83,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="release policy: window (exact tallies of --release-every seconds noised once), "
         "grow (the same windows on trees that deepen as the released counts allow: --height is "
         "a ceiling), tree (the same windows through continual counting with no horizon: the plain sum while releases are few, polylog noise after) or batch (each "
-        "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is "
-        "categorical, else window",
+        "pushed batch noised once, Jagannathan et al.); default: grow when every attribute is categorical, else "
+        "window (grow is more accurate on short numeric streams, but its workers need more memory and its "
+        "consumers read each version whole: docs/decisions/025-service-handover.md)",
     )
     c.add_argument(
         "--release-every",

@@ -61,7 +61,7 @@ from streamdp.estimation.nodes import forest_topology
 from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
 from streamdp.forest.marginals import Marginals
-from streamdp.forest.structure import ForestStructure
+from streamdp.forest.structure import ForestStructure, ceiling_height
 from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
 from streamdp.release.continual import noisy_node
@@ -88,25 +88,53 @@ class Growable(Protocol):
     def node_variance(self) -> np.ndarray: ...
 
 
-__all__ = ["Growable", "grown_release", "drawn_nodes", "leaves_below", "aggregate", "held_leaves", "grows_by_default"]
+__all__ = [
+    "Growable",
+    "grown_release",
+    "drawn_nodes",
+    "leaves_below",
+    "aggregate",
+    "held_leaves",
+    "grows_by_default",
+    "service_ceiling",
+]
 
 
 def grows_by_default(schema) -> bool:
-    """Whether a stream model over ``schema`` grows its trees by default (a public fact: the schema alone).
+    """Whether a stream model (the service's, the river classifier's) over ``schema`` grows its trees by default
+    (a public fact: the schema alone).
 
     Yes when every attribute is categorical: there, trees grown release by release beat the drawn trees
     on short streams, keep the floor and match them on whole ones, and a grown release of a large
-    categorical forest publishes only the trees the data fill (once the data fill every level, up to the
-    drawn structure, its counts and a noise variance per node: the service's default is ``window`` where
-    that would not fit the server, :func:`streamdp.service.size_limits.grown_blob_bound`). With numeric
-    attributes the tall drawn trees do as well or better, since the expected
-    share below a random threshold is a guess.
+    categorical forest publishes only the trees the data fill (the service's default is ``window`` where the
+    fully grown release would not fit the server, :func:`streamdp.service.size_limits.grown_blob_bound`).
+    With a numeric attribute a service model grown on the budgeted draw (:func:`service_ceiling`) is more
+    accurate than ``window`` on short streams and level on long ones, but its worker holds the grown forest
+    several times over and a consumer reads each version whole: ``window`` stays the default there
+    (docs/decisions/025-service-handover.md).
 
     >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
     >>> grows_by_default(stagger_schema()), grows_by_default(agrawal_schema())
     (True, False)
     """
     return bool(np.all(schema.is_categorical))
+
+
+def service_ceiling(schema, n_trees: int = 10) -> int | None:
+    """The default height (ceiling) of a growing stream service model (``--release grow`` with no height, or
+    the default on an all-categorical schema), from the schema alone.
+
+    ``None`` where the schema has a numeric attribute: the budgeted draw
+    (:meth:`~streamdp.forest.structure.ForestStructure.draw` with ``height=None``), the trees ``window``
+    draws, each branch as deep as its tree's leaf budget holds. Where every attribute is categorical,
+    :func:`~streamdp.forest.structure.ceiling_height` (the river classifier's default). The service lowers
+    either to what it accepts (:func:`~streamdp.forest.structure.fitting_height`, ``max_cells``).
+
+    >>> from streamdp.river.schemas import agrawal_schema, stagger_schema
+    >>> service_ceiling(stagger_schema()), service_ceiling(agrawal_schema())
+    (3, None)
+    """
+    return ceiling_height(schema, n_trees) if bool(np.all(schema.is_categorical)) else None
 
 
 def drawn_nodes(

@@ -26,9 +26,9 @@ from typing import Any
 import redis
 
 from streamdp.estimation import cell_variance
-from streamdp.forest.growth import grows_by_default
+from streamdp.forest.growth import grows_by_default, service_ceiling
 from streamdp.forest.model import PrivateForest
-from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, ceiling_height, fitting_height
+from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, fitting_height
 from streamdp.records.schema import Schema
 from streamdp.release.cadence import Cadence, total_sd
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
@@ -157,11 +157,14 @@ def create_model(
     Jagannathan et al.; ``release_every`` is then refused: each batch is a release). ``None`` (default): ``"grow"`` where
     :func:`streamdp.forest.growth.grows_by_default` says so (every attribute categorical) and the forest
     :attr:`~streamdp.PrivateForest.can_grow`, else ``"window"``. The policy is public and fixed for the model's life.
-    ``height=None``: a model that may grow (``"grow"``, or the default on a schema that grows) gets
-    :func:`streamdp.forest.structure.ceiling_height` (the river classifier's default), any other model
-    :meth:`ForestStructure.draw`'s default (the budgeted draw: each tree within :func:`streamdp.forest.structure.leaf_budget`); both lowered by
-    :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts.
-    A default model whose grown blob would not fit is released by ``"window"`` and keeps that height.
+    ``height=None``: :meth:`ForestStructure.draw`'s default (the budgeted draw: each tree within
+    :func:`streamdp.forest.structure.leaf_budget` and the server's cells), except for a model that may grow
+    (``"grow"``, or the default) over a schema whose attributes are all categorical: it gets
+    :func:`streamdp.forest.structure.ceiling_height` (the river classifier's default), lowered by
+    :func:`streamdp.forest.structure.fitting_height` where the trees could exceed what the server accepts
+    (:func:`streamdp.forest.growth.service_ceiling`). A default model whose grown blob would not fit
+    (:func:`grown_blob_bound`) is released by ``"window"`` on the same drawn trees; an explicit ``"grow"`` draws
+    within the grown blob's bound.
 
     ``max_lag`` (seconds, ``"window"`` and ``"grow"``): the longest window. Window lengths follow the released
     record rate between ``release_every`` and ``max_lag`` (default :data:`~streamdp.release.cadence.DEFAULT_MAX_LAG`),
@@ -272,8 +275,9 @@ def create_model(
     )
     if cells < n_trees * schema.n_classes:
         raise TooLargeError(too_big + ". Lower the number of trees, or raise proto-max-bulk-len.")
-    if height is None and may_grow and valid_trees:  # a growing model's height is a ceiling (the river default's)
-        height = fitting_height(schema, ceiling_height(schema, n_trees), n_trees, min(DEFAULT_MAX_CELLS, cells))
+    ceiling = service_ceiling(schema, n_trees) if height is None and may_grow and valid_trees else None
+    if ceiling is not None:  # all categorical: the river default's ceiling; else the budgeted draw (height None)
+        height = fitting_height(schema, ceiling, n_trees, min(DEFAULT_MAX_CELLS, cells))
     try:
         forest = PrivateForest.create(
             schema,

@@ -10,7 +10,7 @@ One loop step:
 4. Batches merged before (a duplicate XADD, a redelivery after its commit) are only acked; the others
    reach the model exactly once by the model's release policy (:mod:`.merging`): under ``batch`` each
    batch's noised delta is drawn **once** (stored before the commit) and the sum committed by one atomic
-   script with the new counts; under ``window`` and ``tree`` (the default is window) the EXACT tallies
+   script with the new counts; under ``window``, ``grow`` and ``tree`` the EXACT tallies
    are added into the open window's worker-only accumulator, and each step first releases the windows
    due on the public schedule (:mod:`.windows`: seal, noise once, release; any worker, lock-free).
 5. Every ``trim_every`` merging commits, and every ``trim_idle_s`` while no entry arrives, the stream is

@@ -152,10 +152,11 @@ def test_a_grown_model_is_refused_or_not_grown_when_its_growth_would_not_fit(r, 
     assert load_policy(r, "d2")[0].kind == "grow"
 
 
-def test_a_growing_models_default_height_is_the_ceiling_rule(r):
-    """Release grow (or the default that grows): height None is structure.ceiling_height, the river classifier's
-    default (benchmarks/results/grow_ceiling.log: on long streams it beats half the attributes by 0.08-0.19);
-    the drawn-tree policies keep half the attributes."""
+def test_a_growing_models_default_height_is_the_ceiling_rule_on_categorical_schemas(r):
+    """Release grow (or the default that grows) on an all-categorical schema: height None is
+    structure.ceiling_height, the river classifier's default (benchmarks/results/grow_ceiling.log: on long
+    streams it beats half the attributes by 0.08-0.19); the drawn-tree policies keep half the attributes. With a
+    numeric attribute a growing model's height None is the budgeted draw, as window's (decisions/025)."""
     from streamdp.forest.structure import ceiling_height
     from streamdp.records.datasets import load_schema
 
@@ -164,7 +165,10 @@ def test_a_growing_models_default_height_is_the_ceiling_rule(r):
     assert create_model(r, "gd", votes, n_trees=2, epsilon=1.0).height == 6
     assert create_model(r, "wd", votes, n_trees=2, epsilon=1.0, release="window").height == 8
     assert create_model(r, "inf", votes, n_trees=2, epsilon=math.inf).height == 8  # cannot grow: window
-    assert create_model(r, "ga", load_schema("adult"), n_trees=2, epsilon=1.0, release="grow").height == 2
+    adult = load_schema("adult")
+    ga = create_model(r, "ga", adult, n_trees=2, epsilon=1.0, release="grow", seed=4)
+    assert ga.height == create_model(r, "wa", adult, n_trees=2, epsilon=1.0, release="window", seed=4).height
+    assert ga.height > ceiling_height(adult, 2) == 2
     assert create_model(r, "gh", votes, n_trees=2, epsilon=1.0, height=3).height == 3  # an explicit height stays
     assert show_model(r, "gd")["height"] == 6
 
@@ -210,14 +214,15 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
 
 def test_the_default_release_grows_on_categorical_schemas_only(r):
     """Release=None: grow where growing.grows_by_default says so (every attribute categorical) and growing is
-    possible (finite epsilon, geometric or Laplace noise), else window; the CLI's default is the same None."""
+    possible (finite epsilon, geometric or Laplace noise), else window (numeric and mixed schemas too:
+    decisions/025); the CLI's default is the same None."""
     from streamdp.cli import build_parser
     from streamdp.records.datasets import load_schema
     from streamdp.service.registry import load_policy
 
     votes = DS.schema  # congressional voting: 16 categorical attributes
     create_model(r, "g", votes, n_trees=2, height=3, epsilon=1.0, seed=1)
-    create_model(r, "w", load_schema("adult"), n_trees=2, height=3, epsilon=1.0, seed=1)  # numeric attributes
+    create_model(r, "w", load_schema("adult"), n_trees=2, height=3, epsilon=1.0, seed=1)  # numeric attributes too
     create_model(r, "inf", votes, n_trees=2, height=3, epsilon=math.inf, seed=1)
     create_model(r, "k", votes, n_trees=2, height=3, epsilon=1.0, mechanism="kanon", k=5, beta=0.1, seed=1)
     create_model(r, "b", votes, n_trees=2, height=3, epsilon=1.0, seed=1, release="batch")
@@ -226,6 +231,76 @@ def test_the_default_release_grows_on_categorical_schemas_only(r):
     assert show_model(r, "g")["release"]["kind"] == "grow"
     args = build_parser().parse_args(["model", "create", "m2", "--schema", "s.json", "--epsilon", "1"])
     assert args.release is None
+
+
+def test_grow_on_numeric_and_mixed_schemas_grows_on_the_trees_window_draws(r):
+    """Decisions/025: release="grow" with no height on a numeric (Agrawal) or mixed (Adult) schema grows on the
+    budgeted draw (height None), the very trees window draws (the default there), not up to ceiling_height (on
+    a server where the grown blob's cell bound does not lower the draw)."""
+    from streamdp.forest.growth import service_ceiling
+    from streamdp.forest.structure import ceiling_height
+    from streamdp.records.datasets import load_schema
+    from streamdp.river.schemas import agrawal_schema
+    from streamdp.service.registry import load_policy
+
+    for name, schema in [("agrawal", agrawal_schema()), ("adult", load_schema("adult"))]:
+        assert service_ceiling(schema) is None
+        d = create_model(r, name, schema, epsilon=1.0, seed=7)
+        w = create_model(r, f"{name}-w", schema, epsilon=1.0, seed=7, release="window")
+        g = create_model(r, f"{name}-g", schema, epsilon=1.0, seed=7, release="grow")
+        assert load_policy(r, name)[0].kind == "window" and load_policy(r, f"{name}-g")[0].kind == "grow"
+        assert show_model(r, f"{name}-g")["release"]["kind"] == "grow"
+        assert d.height == w.height == g.height > ceiling_height(schema)
+        for f in (d, g):
+            for a in ("feature", "threshold", "child", "leaf", "n_leaves"):
+                np.testing.assert_array_equal(getattr(f.structure, a), getattr(w.structure, a))
+        assert show_model(r, f"{name}-g")["height"] == w.height
+
+
+def test_a_fully_grown_budgeted_forest_stays_within_the_grown_blob_bound(r):
+    """A grow model on a numeric or mixed schema draws the budgeted trees (about 18,000 leaves a tree at height
+    14): once the data fill every level its release publishes the whole drawn structure, its counts and a noise
+    variance per node. That blob stays within registry.grown_blob_bound, which create_model checked against the
+    server's limit."""
+    from streamdp.records.datasets import load_schema
+    from streamdp.river.schemas import agrawal_schema
+    from streamdp.service.registry import grown_blob_bound, load_policy, server_value_limit
+
+    for name, schema in [("agrawal", agrawal_schema()), ("adult", load_schema("adult"))]:
+        drawn = create_model(r, name, schema, epsilon=1.0, seed=11, release="grow")
+        assert load_policy(r, name)[0].kind == "grow" and drawn.height >= 12
+        spec = len(r.get(Keys(name).spec))
+        grown = drawn
+        for _ in range(drawn.height + 1):  # exact tallies that pass every bar: every level grown
+            grown = grown.grow_exact(np.full(drawn.counts.shape, 10**6, np.int64))
+            if np.array_equal(grown.structure.n_leaves, drawn.structure.n_leaves):
+                break
+        assert grown.height == drawn.height
+        np.testing.assert_array_equal(grown.structure.n_leaves, drawn.structure.n_leaves)
+        assert spec < len(grown.to_bytes()) <= grown_blob_bound(drawn, spec) <= server_value_limit(r)
+
+
+def test_an_explicit_grow_draws_within_the_grown_blob_bound_on_a_small_server(r, monkeypatch):
+    """One numeric attribute, 100 classes, on a server whose value limit holds window's draw of 256 leaves a
+    tree (its count cells, 8 bytes each, fill the limit) but not that draw grown (the structure and a noise
+    variance per node on top): the default is window on those trees; an explicit grow draws within the grown
+    blob's cell bound instead (smaller trees) and fits."""
+    from streamdp.records.schema import Schema
+    from streamdp.service.registry import grown_blob_bound, load_policy
+
+    attrs = [{"name": "x", "type": "numeric", "min": 0, "max": 1}]
+    schema = Schema.from_dict({"attributes": attrs, "label": {"name": "y", "values": list(range(100))}})
+    limit = 256 * 11 * 8 * 100 + len(schema.to_json()) + (64 << 10)  # 256 leaves x 11 rows x 100 classes
+    monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(limit)})
+    d = create_model(r, "d", schema, n_trees=10, epsilon=1.0, seed=5)
+    w = create_model(r, "w", schema, n_trees=10, epsilon=1.0, seed=5, release="window")
+    assert load_policy(r, "d")[0].kind == "window" and d.structure.max_leaves == 256
+    assert grown_blob_bound(d, len(r.get(Keys("d").spec))) > limit
+    for a in ("feature", "threshold", "child", "n_leaves"):
+        np.testing.assert_array_equal(getattr(d.structure, a), getattr(w.structure, a))
+    g = create_model(r, "g", schema, n_trees=10, epsilon=1.0, seed=5, release="grow")
+    assert load_policy(r, "g")[0].kind == "grow" and g.structure.max_leaves < 256
+    assert grown_blob_bound(g, len(r.get(Keys("g").spec))) <= limit
 
 
 def test_recreating_a_deleted_models_name_says_the_ledger_was_spent_before(r):

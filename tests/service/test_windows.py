@@ -608,6 +608,45 @@ def test_a_grown_release_killed_at_any_point_is_taken_over_without_a_second_nois
     assert r.hget(k.state, "blob") == COUNTS_IN_PUB_MODEL  # closers read the published blob
 
 
+def test_an_adult_grow_model_grows_on_its_budgeted_draw_through_a_worker_restart(r):
+    """Decisions/025: a mixed-schema (Adult) grow model with no height grows on the budgeted draw (window's). A worker closes window 1, adds window 2's records and dies before closing it; a new worker loads the
+    published grown blob, releases window 2 from the stored accumulator and window 3 (a retried XADD among its
+    entries): every batch is counted once, the published trees only deepen within the drawn ones, and each
+    published blob is the release stored for its window."""
+    from streamdp.records.datasets import load
+    from streamdp.service.consumer import Consumer
+    from streamdp.service.stats import collect
+
+    adult = load("adult")
+    spec = create_model(r, "m", adult.schema, epsilon=1.0, release="grow", release_every=EVERY, cadence="fixed", seed=2)
+    assert load_policy(r, "m")[0].kind == "grow" and spec.height >= 12  # the budgeted draw, as window's
+    parts = np.array_split(np.arange(6000), 3)
+    p = Producer(r, "m", batch_size=2000)
+    w1 = _worker(r)
+    p.push(adult.X[parts[0]], adult.y[parts[0]], batch_id="p0")
+    _add_all(w1)
+    assert w1.closer.tick(_at(r, "m", 1)) == 1
+    p.push(adult.X[parts[1]], adult.y[parts[1]], batch_id="p1")
+    _add_all(w1)  # window 2's records are in its accumulator; the worker dies before the close
+    del w1
+    w2 = _worker(r)
+    assert w2.closer.tick(_at(r, "m", 2)) == 1
+    p.push(adult.X[parts[2]], adult.y[parts[2]], batch_id="p2")
+    p.push(adult.X[parts[2]], adult.y[parts[2]], batch_id="p2")  # a retried XADD: counted once
+    _add_all(w2)
+    assert w2.closer.tick(_at(r, "m", 3)) == 1
+    c = Consumer(r, "m")
+    leaves = [int(c.get(v).structure.n_leaves[: spec.n_trees].sum()) for v in (1, 2, 3)]
+    f = c.latest()
+    assert f.version == 3 and f.n_releases == 3 and leaves == sorted(leaves) and leaves[0] > spec.n_trees
+    assert f.height <= spec.height and (f.structure.n_leaves <= spec.structure.n_leaves).all()
+    assert r.hget(Keys("m").pub_model, "blob") == r.get(Keys.of(r, "m").window_delta(3))
+    assert r.zcard(Keys("m").merged) == 3
+    assert collect(r, "m")["estimated_records"] == pytest.approx(6000, abs=200)  # the stumps' noisy totals
+    majority = max(float(np.mean(adult.y[6000:8000] == v)) for v in adult.schema.label.values)  # 0.77
+    assert float(np.mean(f.predict(adult.X[6000:8000]) == adult.y[6000:8000])) > majority - 0.02  # (noisy)
+
+
 def test_a_grow_consumer_reads_the_published_blob_not_the_spec(r):
     """A grown release publishes its blob (its structure changed): a consumer needs nothing else, and must not
     download the drawn trees' spec for every version (44x the blob at height 8, measured by the review)."""

@@ -21,6 +21,10 @@ choice is ``tree_vote.py``'s.
   leaves' class shares around the prior by moments (less their noise), weighted by records (``eb_t``) or by
   reliability (``eb_r``), clipped to ``[1e-4, 0.25]``.
 * ``part5``: ``c`` of ``a = c v / t + 1`` at 1 / 2 / 4 and :func:`posterior_step`'s weight at ``KAPPA`` 1 / 2.
+* ``share``: the default fit (now voting with the tree mean) against ``threshold_share=0`` (``ts0``) and a share
+  by size (``rule``: 0.2 where the training records, spread over the 16 bins, fill a bin to the histograms'
+  noise scale ``d / (0.2 e)``, as :func:`streamdp.forest.first_release.stream_share` decides for streams; here
+  from the exact count, an upper bound on what a released one could do), each column its own fit.
 * ``weights REPEATS FOLDS OUT.json``: ``tree_vote.py``'s fit path and datasets, ``tree_mean`` at ``TREE_WEIGHT``
   1 / 2 / 4 / 8 (columns ``w1`` ...) beside the pooled vote on the same releases (the choice of the weight).
 
@@ -116,6 +120,26 @@ def part0(names, reps, out_path):
                     f.fit_encoded(X[tr], y[tr], prune=prune)
                     if not prune:
                         f.estimator = "leaf"
+                    L = f.structure.apply(X[te], s.is_categorical)
+                    row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
+                rows.append(row)
+    json.dump(rows, open(out_path, "w"))
+
+
+def share(names, reps, out_path):
+    from streamdp import PrivateForest
+
+    rows = []
+    for name in names:
+        s, X, y, srng = load(name)
+        d = int((~s.is_categorical).sum())
+        for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
+            mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
+            for e in EPS:
+                row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
+                by_size = 0.2 if len(tr) / 16 >= d / (0.2 * e) else 0.0
+                for col, ts in (("default", None), ("ts0", 0.0), ("rule", by_size)):
+                    f = PrivateForest.create(s, epsilon=e, threshold_share=ts).fit_encoded(X[tr], y[tr])
                     L = f.structure.apply(X[te], s.is_categorical)
                     row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
                 rows.append(row)
@@ -346,6 +370,8 @@ if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "summary":
         summary(*rest)
+    elif cmd == "share":
+        share(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "part0":
         part0(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "weights":

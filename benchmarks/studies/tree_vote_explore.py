@@ -25,6 +25,9 @@ choice is ``tree_vote.py``'s.
   by size (``rule``: 0.2 where the training records, spread over the 16 bins, fill a bin to the histograms'
   noise scale ``d / (0.2 e)``, as :func:`streamdp.forest.first_release.stream_share` decides for streams; here
   from the exact count, an upper bound on what a released one could do), each column its own fit.
+* ``layout``: the default fit against ``budget="disjoint"`` (10 trees, each on its share of the records with the
+  whole epsilon, pruned, the tree mean; ``disjoint``, and without the share ``disj_ts0``) and diffprivlib's
+  layout with noisy counts (``dpllike``, as in part 0), each column its own fit.
 * ``weights REPEATS FOLDS OUT.json``: ``tree_vote.py``'s fit path and datasets, ``tree_mean`` at ``TREE_WEIGHT``
   1 / 2 / 4 / 8 (columns ``w1`` ...) beside the pooled vote on the same releases (the choice of the weight).
 
@@ -140,6 +143,34 @@ def share(names, reps, out_path):
                 by_size = 0.2 if len(tr) / 16 >= d / (0.2 * e) else 0.0
                 for col, ts in (("default", None), ("ts0", 0.0), ("rule", by_size)):
                     f = PrivateForest.create(s, epsilon=e, threshold_share=ts).fit_encoded(X[tr], y[tr])
+                    L = f.structure.apply(X[te], s.is_categorical)
+                    row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
+                rows.append(row)
+    json.dump(rows, open(out_path, "w"))
+
+
+LAYOUTS = {
+    "default": ({}, True),
+    "disjoint": ({"budget": "disjoint", "vote": "trees"}, True),
+    "disj_ts0": ({"budget": "disjoint", "vote": "trees", "threshold_share": 0}, True),
+    "dpllike": (PART0["dpllike"][0], False),
+}
+
+
+def layout(names, reps, out_path):
+    from streamdp import PrivateForest
+
+    rows = []
+    for name in names:
+        s, X, y, srng = load(name)
+        for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
+            mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
+            for e in EPS:
+                row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
+                for col, (kw, prune) in LAYOUTS.items():
+                    f = PrivateForest.create(s, epsilon=e, **kw).fit_encoded(X[tr], y[tr], prune=prune)
+                    if not prune:
+                        f.estimator = "leaf"
                     L = f.structure.apply(X[te], s.is_categorical)
                     row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
                 rows.append(row)
@@ -370,6 +401,8 @@ if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "summary":
         summary(*rest)
+    elif cmd == "layout":
+        layout(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "share":
         share(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "part0":

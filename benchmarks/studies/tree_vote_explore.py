@@ -28,6 +28,8 @@ choice is ``tree_vote.py``'s.
 * ``layout``: the default fit against ``budget="disjoint"`` (10 trees, each on its share of the records with the
   whole epsilon, pruned, the tree mean; ``disjoint``, and without the share ``disj_ts0``) and diffprivlib's
   layout with noisy counts (``dpllike``, as in part 0), each column its own fit.
+* ``sizing``: decision 019's ``TREES_PER_SIGNAL`` at 3 (the default) / 2 / 1.5 / 1 under the tree mean (more
+  trees kept from the same released total; columns ``c3`` ..., kept trees ``k3`` ...), each column its own fit.
 * ``weights REPEATS FOLDS OUT.json``: ``tree_vote.py``'s fit path and datasets, ``tree_mean`` at ``TREE_WEIGHT``
   1 / 2 / 4 / 8 (columns ``w1`` ...) beside the pooled vote on the same releases (the choice of the weight).
 
@@ -174,6 +176,30 @@ def layout(names, reps, out_path):
                     L = f.structure.apply(X[te], s.is_categorical)
                     row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
                 rows.append(row)
+    json.dump(rows, open(out_path, "w"))
+
+
+def sizing(names, reps, out_path):
+    import streamdp.forest.sizing as sizing_module
+    from streamdp import PrivateForest
+
+    rows, kept = [], sizing_module.TREES_PER_SIGNAL
+    try:
+        for name in names:
+            s, X, y, srng = load(name)
+            for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
+                mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
+                for e in EPS:
+                    row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
+                    for c in (3.0, 2.0, 1.5, 1.0):
+                        sizing_module.TREES_PER_SIGNAL = c
+                        f = PrivateForest.create(s, epsilon=e).fit_encoded(X[tr], y[tr])
+                        L = f.structure.apply(X[te], s.is_categorical)
+                        row[f"c{c:g}"] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
+                        row[f"k{c:g}"] = f.n_trees
+                    rows.append(row)
+    finally:
+        sizing_module.TREES_PER_SIGNAL = kept
     json.dump(rows, open(out_path, "w"))
 
 
@@ -364,7 +390,7 @@ def dpl(names, reps, out_path):
 def summary(rows_paths, dpl_paths, base="pooled"):
     rows = [r for p in rows_paths.split(",") for r in json.load(open(p))]
     dpl = [r for p in dpl_paths.split(",") for r in json.load(open(p))] if dpl_paths else []
-    skip = {"dataset", "split", "eps", "majority", "trees", "height"}
+    skip = {"dataset", "split", "eps", "majority", "trees", "height", "k3", "k2", "k1.5", "k1"}
     cols = [k for k in rows[0] if k not in skip]
     print("%-26s %4s %6s %6s" % ("dataset", "eps", "maj", "dpl"), " ".join("%9s" % c[:9] for c in cols))
     cells = []
@@ -401,6 +427,8 @@ if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "summary":
         summary(*rest)
+    elif cmd == "sizing":
+        sizing(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "layout":
         layout(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "share":

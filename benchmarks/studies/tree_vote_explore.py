@@ -27,7 +27,8 @@ choice is ``tree_vote.py``'s.
   from the exact count, an upper bound on what a released one could do), each column its own fit.
 * ``layout``: the default fit against ``budget="disjoint"`` (10 trees, each on its share of the records with the
   whole epsilon, pruned, the tree mean; ``disjoint``, and without the share ``disj_ts0``) and diffprivlib's
-  layout with noisy counts (``dpllike``, as in part 0), each column its own fit.
+  layout with noisy counts (``dpllike``, as in part 0), each column its own fit. ``layout_trees``: ten disjoint
+  unpruned trees of height 5 or 3 (``dj_h5``, ``dj_h3``) voting with the tree mean, one stump, no share.
 * ``sizing``: decision 019's ``TREES_PER_SIGNAL`` at 3 (the default) / 2 / 1.5 / 1 under the tree mean (more
   trees kept from the same released total; columns ``c3`` ..., kept trees ``k3`` ...), each column its own fit.
 * ``weights REPEATS FOLDS OUT.json``: ``tree_vote.py``'s fit path and datasets, ``tree_mean`` at ``TREE_WEIGHT``
@@ -159,7 +160,19 @@ LAYOUTS = {
 }
 
 
-def layout(names, reps, out_path):
+LAYOUTS_TREES = {
+    "default": ({}, True),
+    **{
+        f"dj_h{h}": (
+            {"n_trees": 10, "height": h, "budget": "disjoint", "threshold_share": 0, "vote": "trees"},
+            False,
+        )
+        for h in (5, 3)
+    },
+}
+
+
+def layout(names, reps, out_path, layouts=LAYOUTS):
     from streamdp import PrivateForest
 
     rows = []
@@ -169,9 +182,9 @@ def layout(names, reps, out_path):
             mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
             for e in EPS:
                 row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
-                for col, (kw, prune) in LAYOUTS.items():
+                for col, (kw, prune) in layouts.items():
                     f = PrivateForest.create(s, epsilon=e, **kw).fit_encoded(X[tr], y[tr], prune=prune)
-                    if not prune:
+                    if not prune and kw.get("vote") == "majority":
                         f.estimator = "leaf"
                     L = f.structure.apply(X[te], s.is_categorical)
                     row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
@@ -431,6 +444,8 @@ if __name__ == "__main__":
         sizing(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "layout":
         layout(rest[0].split(","), int(rest[1]), rest[2])
+    elif cmd == "layout_trees":
+        layout(rest[0].split(","), int(rest[1]), rest[2], LAYOUTS_TREES)
     elif cmd == "share":
         share(rest[0].split(","), int(rest[1]), rest[2])
     elif cmd == "part0":

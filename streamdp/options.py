@@ -12,6 +12,7 @@ True
 __all__ = [
     "MECHANISMS",
     "VOTES",
+    "FOREST_VOTES",
     "BUDGETS",
     "RELEASES",
     "SCORERS",
@@ -23,6 +24,11 @@ __all__ = [
 
 MECHANISMS = ("geometric", "laplace", "kanon")
 VOTES = ("proba", "majority")
+#: A :class:`streamdp.PrivateForest`'s votes: ``VOTES`` and ``"trees"`` (each tree's leaf estimate, leaning on the pooled
+#: one by its noise, averaged over the trees: :meth:`streamdp.estimation.ForestNodes.tree_mean`), the default of a
+#: forest created without a tree count (docs/decisions/026-tree-mean-vote.md). The river paths and the service's
+#: models take ``VOTES`` only.
+FOREST_VOTES = (*VOTES, "trees")
 BUDGETS = ("split", "disjoint")
 RELEASES = ("batch", "window", "tree", "grow")
 SCORERS = ("infogain", "gini", "max", "gainratio")

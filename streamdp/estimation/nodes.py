@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamdp.estimation.prior import forest_prior
-from streamdp.estimation.rule import node_distributions, posterior_step
+from streamdp.estimation.rule import TREE_WEIGHT, node_distributions, posterior_step, shrink
 
 __all__ = ["forest_topology", "tree_records", "ForestNodes"]
 
@@ -228,6 +228,35 @@ class ForestNodes:
         table = np.tile(self.prior, self.leaf_node.shape + (1,))
         table[has] = p[self.leaf_node[has]]
         return table
+
+    def tree_mean(self, leaves: np.ndarray, pooled: np.ndarray | None = None) -> np.ndarray:
+        """The tree-mean vote, ``(n, C)``: each random tree's estimate at the record's leaf, averaged over the trees.
+
+        A tree's estimate is its leaf's noisy counts ``y`` (total ``t``, variance ``v`` of the total) shrunk toward
+        the record's pooled estimate ``p`` (:meth:`path_proba`, or ``pooled`` when the caller holds it):
+        ``(y + a p) / (t + a)`` with ``a = TREE_WEIGHT v / t + MIN_WEIGHT`` pseudo-records, clipped at 0 and
+        renormalised; ``p`` where ``t <= 0`` (:func:`~streamdp.estimation.rule.shrink` with no gate). Every tree has
+        one say, as in a random forest's vote, whatever its leaf's size: pooled counts let a tree's coarse leaf
+        outweigh another's small and specific one, and a leaf the noise swamps leans on the pooled estimate.
+        Post-processing of released counts and public variances. ``leaves`` as :meth:`path_proba`'s.
+
+        >>> parent, depth, var = np.array([-1, 0, 0]), np.array([0, 1, 1]), np.array([8., 4., 4.])
+        >>> coarse = np.array([[200., 140.], [190., 110.], [10., 30.]])  # the record's leaf: 300 records, mixed
+        >>> specific = np.array([[200., 140.], [198., 112.], [2., 28.]])  # the record's leaf: 30, nearly pure
+        >>> nodes = ForestNodes.of_trees([(coarse, var), (specific, var)], [parent] * 2, [depth] * 2,
+        ...                              [np.array([1, 2])] * 2, np.array([0.6, 0.4]))
+        >>> nodes.tree_mean(np.array([[1, 2]]), np.array([[0.5, 0.5]])).round(2).tolist()  # summed: [192, 138]
+        [[0.36, 0.64]]
+        """
+        T = self.leaf_node.shape[0]
+        leaves = leaves[:, :T]
+        if pooled is None:
+            pooled = self.path_proba(leaves)
+        out = np.zeros(pooled.shape)
+        for t in range(T):
+            node = self.leaf_node[t, leaves[:, t]]
+            out += shrink(self.y[node], self.var[node], pooled, 0.0, TREE_WEIGHT)
+        return out / max(T, 1) if T else np.array(pooled, dtype=np.float64)
 
     def path_rows(self, flat_leaves: np.ndarray | None = None, path: np.ndarray | None = None) -> np.ndarray:
         """Per leaf, its path's counts and total variance depth by depth, ``(k, (h + 1) * (C + 1))``.

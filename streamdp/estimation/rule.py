@@ -72,6 +72,7 @@ __all__ = [
     "SNR_MIN_GROWN",
     "PRIOR_WEIGHT",
     "MIN_WEIGHT",
+    "TREE_WEIGHT",
     "ESTIMATORS",
     "seq_sum",
     "cell_variance",
@@ -94,6 +95,9 @@ SNR_MIN_GROWN = 1.0
 PRIOR_WEIGHT = 8.0
 #: Weight toward the parent even without noise (a leaf of one record is not certain).
 MIN_WEIGHT = 1.0
+#: The tree-mean vote's weight toward the pooled estimate: TREE_WEIGHT * Var(total) / total + MIN_WEIGHT
+#: pseudo-records (:meth:`streamdp.estimation.ForestNodes.tree_mean`; docs/decisions/026-tree-mean-vote.md).
+TREE_WEIGHT = 2.0
 #: "shrink": this module's rule; "leaf": the leaf's clipped counts alone (the plain rule, kept for comparison).
 ESTIMATORS = ("shrink", "leaf")
 #: A float sum left to right (numpy's order for a few numbers and for the trees' rows added one by one), so the
@@ -154,11 +158,18 @@ def node_distributions(
     return p
 
 
-def shrink(y: np.ndarray, var_total: np.ndarray, parent_p: np.ndarray, snr_min: float | None = None) -> np.ndarray:
-    """One step of the rule, row-wise: ``(y + a p_parent) / (t + a)`` where ``t >= SNR_MIN sd``, else ``p_parent``."""
+def shrink(
+    y: np.ndarray,
+    var_total: np.ndarray,
+    parent_p: np.ndarray,
+    snr_min: float | None = None,
+    weight: float = PRIOR_WEIGHT,
+) -> np.ndarray:
+    """One step of the rule, row-wise: ``(y + a p_parent) / (t + a)`` where ``t >= SNR_MIN sd``, else ``p_parent``;
+    ``a = weight * Var(t) / t + MIN_WEIGHT``."""
     tot = _row_sums(y)
     sd = np.sqrt(np.maximum(var_total, 0.0))
-    a = (PRIOR_WEIGHT * np.maximum(var_total, 0.0) / np.maximum(tot, 1.0) + MIN_WEIGHT)[:, None]
+    a = (weight * np.maximum(var_total, 0.0) / np.maximum(tot, 1.0) + MIN_WEIGHT)[:, None]
     q = np.clip((y + a * parent_p) / (tot[:, None] + a), 0.0, None)
     s = _row_sums(q)[:, None]
     ok = (tot > 0) & (tot >= (SNR_MIN if snr_min is None else snr_min) * sd) & (s[:, 0] > 0)

@@ -70,7 +70,7 @@ from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.thresholds import default_threshold_share
 from streamdp.forest.voting import Voting
-from streamdp.options import BUDGETS, DEFAULT_N_TREES, MAX_PRIOR_TREES, MECHANISMS, VOTES
+from streamdp.options import BUDGETS, DEFAULT_N_TREES, FOREST_VOTES, MAX_PRIOR_TREES, MECHANISMS
 from streamdp.privacy.mechanisms import SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
@@ -118,7 +118,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         self.threshold_spent = spent
         #: The released densities the current trees' thresholds were drawn from (None: uniform or declared).
         self.marginals: Marginals | None = None
-        check_choice(vote, "vote", VOTES)
+        check_choice(vote, "vote", FOREST_VOTES)
         check_choice(budget, "budget", BUDGETS)
         check_epsilon(epsilon, allow_inf=True)
         self.schema = schema
@@ -183,7 +183,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         beta: float | None = None,
         seed: int | None = None,
         *,
-        vote: str = "proba",
+        vote: str | None = None,
         budget: str = "split",
         noise_seed: int | None = None,
         max_cells: int = DEFAULT_MAX_CELLS,
@@ -199,12 +199,16 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         0 gives the forest without them). ``threshold_share``: the share of ``epsilon`` :meth:`fit` spends
         drawing numeric thresholds where the records are (module docstring); None:
         :func:`default_threshold_share`. ``n_trees`` None: :data:`DEFAULT_N_TREES` drawn, of which :meth:`fit`
-        keeps as many as the released signal carries (:mod:`streamdp.forest.sizing`).
+        keeps as many as the released signal carries (:mod:`streamdp.forest.sizing`). ``vote`` None: ``"trees"``
+        (each tree's estimate averaged, :meth:`proba_from_leaves`) with ``n_trees`` None, else ``"proba"``
+        (docs/decisions/026-tree-mean-vote.md).
         """
         check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)  # before drawing anything
         if threshold_share is None:
             threshold_share = default_threshold_share(schema, mechanism)
         sized, n_trees = n_trees is None, DEFAULT_N_TREES if n_trees is None else n_trees
+        if vote is None:
+            vote = "trees" if sized else "proba"
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
         forest = cls(
             schema,

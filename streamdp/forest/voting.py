@@ -205,12 +205,19 @@ class Voting:
         ``vote="proba"``: the noise-aware rule pooled over the trees along the
         record's paths (:meth:`ForestNodes.path_proba`; under ``estimator="leaf"``,
         Fan et al.'s clipped leaf counts summed, the :meth:`prior` when all are 0);
-        ``"majority"``: each tree votes the argmax of its leaf's :meth:`leaf_proba`,
+        ``"trees"``: each tree's leaf estimate, leaning on that pooled estimate by its noise, averaged over the
+        trees (:meth:`ForestNodes.tree_mean`; under ``estimator="leaf"``, the mean of the trees' clipped leaf
+        distributions); ``"majority"``: each tree votes the argmax of its leaf's :meth:`leaf_proba`,
         ties to the class with the larger :meth:`prior`.
         """
         # Only the random trees vote (prior stumps inform the prior in estimation_nodes alone).
         T, L, C = self.n_trees, self.structure.max_leaves, self.schema.n_classes
         leaves = leaves[:, :T]
+        if self.vote == "trees":
+            if self.estimator == "shrink":
+                return self.estimation_nodes().tree_mean(leaves)
+            cells = leaf_rule_proba(self._counts[:T]).reshape(T * L, C)
+            return cells[leaves + np.arange(T, dtype=np.int64) * L].mean(axis=1)
         if self.vote == "proba":
             if self.estimator == "shrink":
                 return self.estimation_nodes().path_proba(leaves)

@@ -158,7 +158,14 @@ _N_BOUND = Param(
     "most records an InfoGain/GainRatio split score uses, enforced by the data layer "
     "(None: the root's noisy count plus a margin)",
 )
-from streamdp.options import BUDGETS, DEFAULT_THRESHOLD_SHARE, MAX_PRIOR_TREES, SCORERS, VOTES  # noqa: E402
+from streamdp.options import (  # noqa: E402
+    BUDGETS,
+    DEFAULT_THRESHOLD_SHARE,
+    FOREST_VOTES,
+    MAX_PRIOR_TREES,
+    SCORERS,
+    VOTES,
+)
 
 _TOP_UP = Param(
     "top_up",
@@ -207,7 +214,12 @@ def _forest_params(kanon: bool) -> tuple[Param, ...]:
             "height", AnyOf((Interval(int, 1, 30), Options((None,)))), None, "levels per tree (None: from the schema)"
         ),
         _SEED,
-        Param("vote", Options(VOTES), "proba", "how trees combine"),
+        Param(
+            "vote",
+            AnyOf((Options(FOREST_VOTES), Options((None,)))),
+            None,
+            "how trees combine (None: trees, each tree's estimate averaged, without n_trees; else proba)",
+        ),
         Param("budget", Options(BUDGETS), "split", "how epsilon is shared among trees"),
     )
     if not kanon:

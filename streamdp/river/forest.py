@@ -14,6 +14,7 @@ from streamdp.forest.first_release import stream_share
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ceiling_height
+from streamdp.options import VOTES
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.schema import Schema
 from streamdp.river.encoding import RecordEncoder, labels_of
@@ -221,6 +222,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         if prior_records is not None:
             check_integer(prior_records, "prior_records", low=0)
         check_choice(mechanism, "mechanism", ("geometric", "laplace"))
+        check_choice(vote, "vote", VOTES)  # (the one-record paths implement these: not the forest's "trees")
         self._schema = declared_schema(schema)
         if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
             warnings.warn(

@@ -41,6 +41,7 @@ import numpy as np
 from streamdp.estimation.one_record import path_proba_one
 from streamdp.estimation.rule import seq_sum
 from streamdp.forest.model import PrivateForest
+from streamdp.options import VOTES
 from streamdp.records.schema import Categorical
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.kernel import constants as kernel_constants
@@ -62,6 +63,8 @@ class ForestView:
     """
 
     def __init__(self, forest: PrivateForest, encoder: RecordEncoder | None = None):
+        if forest.vote not in VOTES:
+            raise ValueError(f"a river view reads the votes {VOTES}, not {forest.vote!r} (set the forest's vote first)")
         self.forest = forest
         self.encoder = RecordEncoder(forest.schema) if encoder is None else encoder
         self._structure = s = forest.structure  # the compiled routes follow it (a pruned refit replaces it)

@@ -29,6 +29,7 @@ from streamdp.estimation import cell_variance
 from streamdp.forest.growth import grows_by_default, service_ceiling
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, fitting_height
+from streamdp.options import VOTES
 from streamdp.records.schema import Schema
 from streamdp.release.cadence import Cadence, total_sd
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
@@ -52,7 +53,7 @@ from streamdp.service.rollback import MAKE_KEY, key_fingerprint, load_noise_key
 from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.service.units import unit_of
-from streamdp.validation import check_epsilon
+from streamdp.validation import check_choice, check_epsilon
 
 #: Counts-sized arrays a ``tree`` model's state holds: about ``2 * log2(T)`` after T windows (50 at 2**24).
 TREE_STATE_COPIES = 50
@@ -278,6 +279,7 @@ def create_model(
     ceiling = service_ceiling(schema, n_trees) if height is None and may_grow and valid_trees else None
     if ceiling is not None:  # all categorical: the river default's ceiling; else the budgeted draw (height None)
         height = fitting_height(schema, ceiling, n_trees, min(DEFAULT_MAX_CELLS, cells))
+    check_choice(vote, "vote", VOTES)  # (the service's readers implement these: not the forest's "trees")
     try:
         forest = PrivateForest.create(
             schema,

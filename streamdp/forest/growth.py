@@ -370,24 +370,29 @@ def _topology(s: ForestStructure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _up_links(s: ForestStructure) -> tuple[np.ndarray, np.ndarray]:
     """Each node's parent (-1 at the roots and padding) and each leaf number's node (-1 past a tree's last leaf)
-    of ``s``, as :func:`_topology`'s but in int32 and without the depths, once per structure (what
-    :func:`aggregate` walks up the drawn trees by: a grown model's closer holds them with its spec)."""
+    of ``s``, as :func:`_topology`'s but in int32 and without the depths, once per structure (a grown release's
+    trees: :func:`leaves_below`, :func:`_anchors`; the drawn trees' are made a tree at a time, :func:`aggregate`)."""
     cache = s._cache()
     if "up_links" not in cache:
         T, M = s.feature.shape
         parent = np.full((T, M), -1, dtype=np.int32)
         leaf_node = np.full((T, int((s.leaf >= 0).sum(axis=1).max(initial=0))), -1, dtype=np.int32)
         for t in range(T):  # (a tree at a time: no forest-sized int64 temporaries)
-            lf = np.flatnonzero(s.leaf[t] >= 0)
-            if not lf.size:
-                continue
-            real = int(lf.max()) + 1
-            inner = np.flatnonzero(s.leaf[t, :real] < 0)
-            arity = np.diff(np.append(s.child[t, inner].astype(np.int64), real))
-            parent[t, 1:real] = np.repeat(inner, arity)
-            leaf_node[t, s.leaf[t, lf]] = lf
+            _tree_links(s, t, parent[t], leaf_node[t])
         cache["up_links"] = (parent, leaf_node)
     return cache["up_links"]
+
+
+def _tree_links(s: ForestStructure, t: int, parent: np.ndarray, leaf_node: np.ndarray) -> None:
+    """Tree ``t``'s row of :func:`_up_links` into ``parent`` and ``leaf_node`` (filled with -1)."""
+    lf = np.flatnonzero(s.leaf[t] >= 0)
+    if not lf.size:
+        return
+    real = int(lf.max()) + 1
+    inner = np.flatnonzero(s.leaf[t, :real] < 0)
+    arity = np.diff(np.append(s.child[t, inner].astype(np.int64), real))
+    parent[1:real] = np.repeat(inner, arity)
+    leaf_node[s.leaf[t, lf]] = lf
 
 
 def _depths(s: ForestStructure) -> np.ndarray:
@@ -497,11 +502,22 @@ def aggregate(
     flat, leaf_num = flat[order], grown.leaf[t_g, n_g][order]
     out = np.zeros((grown.n_trees, grown.max_leaves) + exact.shape[2:], dtype=exact.dtype)
     t_d, l_d = held_leaves(exact) if held is None else held  # leaves holding counts
-    if t_d.size:
-        parent, leaf_node = _up_links(drawn)
-        n_d = leaf_node[t_d, l_d].astype(np.int64)  # their nodes
-        found = _first_above(drawn, t_d, n_d, flat, lambda t, n: t * M + n, parent)
-        np.add.at(out, (t_d, leaf_num[found]), exact[t_d, l_d])
+    # a tree at a time, walking up from its leaves holding counts by its links, made for the walk (a tree's:
+    # a closer holds nothing drawn-sized between closes)
+    bounds = np.searchsorted(t_d, np.arange(T + 1))  # (t_d ascending)
+    parent = np.empty((1, M), dtype=np.int32)
+    leaf_node = np.empty(drawn.max_leaves, dtype=np.int32)
+    for t in range(T):
+        a, b = int(bounds[t]), int(bounds[t + 1])
+        if a == b:
+            continue
+        parent.fill(-1)
+        leaf_node.fill(-1)
+        _tree_links(drawn, t, parent[0], leaf_node)
+        n_d = leaf_node[l_d[a:b]].astype(np.int64)  # their nodes
+        zero = np.zeros(b - a, dtype=np.int64)
+        found = _first_above(drawn, zero, n_d, flat, lambda _, n, t=t: t * M + n, parent)
+        np.add.at(out, (t_d[a:b], leaf_num[found]), exact[t, l_d[a:b]])
     return out
 
 

@@ -223,11 +223,10 @@ def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, redis_
 
 
 def test_a_grow_close_holds_the_tally_and_the_grown_release_and_nothing_between(redis_url, unique_name):
-    """``release="grow"`` on Adult at the budgeted draw (height None): past the first close (which keeps the drawn
-    trees' int32 parent and leaf-node links, public and fixed, with the spec), a close's peak above what the worker
-    held is the window's exact tally on the drawn trees (the counts' size, as a ``window`` close's) and a small
-    multiple of the grown release (the published one read back, the new one, their node arrays and the blob), and
-    the closer holds nothing of them afterwards."""
+    """``release="grow"`` on Adult at the budgeted draw (height None): past the first close (its imports and small
+    caches), a close's peak above what the worker held is the window's exact tally on the drawn trees (the counts'
+    size, as a ``window`` close's) and a small multiple of the grown release (the published one read back, the new
+    one, their node arrays and the blob), and the closer holds nothing of them afterwards."""
     from streamdp.forest.model import PrivateForest
     from streamdp.records.datasets import load
 

@@ -209,10 +209,13 @@ class Growing:
         )[:, None, :]
         return (lambda s: self.tally_on(s, X, y, mask)), stumps
 
-    def holding(self, grown: Self) -> Self:
+    def holding(self, grown: Self, *, copy: bool = True) -> Self:
         """This forest's drawn trees and settings holding ``grown``'s release (trees cut from them by
         :meth:`grow`, as a grown model's blob holds them), ready to grow on; :class:`ValueError` unless
         ``grown``'s trees are a pruning of this forest's.
+
+        ``copy=False``: the result holds ``grown``'s counts and node variances themselves, not copies (a grown
+        release replaces them, never writes into them: ``grown`` stays as it was when the result grows).
 
         >>> from streamdp import PrivateForest
         >>> from streamdp.records.datasets import load
@@ -233,7 +236,7 @@ class Growing:
                 f"budget, prior_trees, private): {theirs}, this forest {mine}"
             )
         cache = grown.structure._cache()  # a structure found cut from these drawn trees is not checked again
-        if cache.get("cut_from") is not drawn:
+        if grown.structure is not drawn and cache.get("cut_from") is not drawn:
             self._check_cut(grown.structure, drawn)
             cache["cut_from"] = drawn
         out = type(self)(
@@ -245,7 +248,7 @@ class Growing:
             beta=self.beta,
             vote=self.vote,
             budget=self.budget,
-            counts=grown.counts.copy(),
+            counts=grown.counts.copy() if copy else grown._counts,
             version=grown.version,
             n_releases=grown.n_releases,
             private=self.private,

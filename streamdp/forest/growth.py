@@ -57,7 +57,7 @@ from typing import Protocol
 
 import numpy as np
 
-from streamdp.estimation.nodes import forest_topology
+from streamdp.estimation.nodes import _levels, forest_topology
 from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
 from streamdp.forest.marginals import Marginals
@@ -229,10 +229,11 @@ def grown_release(
 
     prev = drawn_nodes(now, drawn, schema.arities, schema.is_categorical) if started else None
     keep, anchors = np.empty(0, dtype=np.int64), None
-    scale = _class_scale(drawn, schema)  # each drawn node's bar per unit (pruning.node_bars)
     if not started and probe > 0 and mech != "kanon":  # (k-anonymity: one release per tree)
         probe_bar = pruning.PRUNE_SNR * math.sqrt(cell_variance(mech, probe * eps))
-        shape, probe_drawn = drawn.pruned(schema, _rule(probe_bar * scale, None, T * M), n, forest.marginals)
+        shape, probe_drawn = drawn.pruned(
+            schema, _rule(_Bars(probe_bar, drawn, schema), None, T * M), n, forest.marginals
+        )
         if np.any(shape.n_leaves[:T] > 1):  # a probe that splits nothing would tell nothing
             # each probe leaf's total alone: one cell, C times less noise than a sum of C cells
             exact = tally(shape)[:T].sum(axis=2)
@@ -259,7 +260,7 @@ def grown_release(
         # a published leaf's total grown by as much as the noisy number of records
         anchors = _sorted(t[clear] * M + prev[t[clear], node[clear]], total[clear] * (n / seen if seen > 0 else 0.0))
     visited: list[tuple[np.ndarray, np.ndarray]] = []  # (flat drawn node, uniform share) of every node kept
-    cut = _rule(bar * scale, anchors, T * M, keep)
+    cut = _rule(_Bars(bar, drawn, schema), anchors, T * M, keep)
 
     def split(nodes: np.ndarray, share: np.ndarray, rate: np.ndarray):
         visited.append((nodes, share))
@@ -267,27 +268,50 @@ def grown_release(
 
     structure, new_drawn = drawn.pruned(schema, split, n, forest.marginals)
     counts = np.zeros((structure.n_trees, structure.max_leaves, C), dtype=old.dtype)
-    n_below = leaves_below(structure)
-    node_var = n_below * s2  # this release's noise on each node's total, per class
+    node_var = leaves_below(structure)
+    node_var *= s2  # this release's noise on each node's total, per class
     node_var[T:, 0] = stump_var  # the stumps: one cell, no probe
     if prev is not None and old_var is not None:  # (both set once started)
         s_nodes = np.concatenate([v[0] for v in visited])
         order = np.argsort(s_nodes)
         share_of = _lookup(s_nodes[order], np.concatenate([v[1] for v in visited])[order])
+        visited.clear()
+        del s_nodes, order
         anchor, ratio = _anchors(now, prev, structure, new_drawn, share_of, M)
-        has = anchor >= 0
-        t_all = np.broadcast_to(np.arange(structure.n_trees)[:, None], anchor.shape)
-        node_var[has] += old_var[t_all[has], anchor[has]] * ratio[has] ** 2
-        leaf = (structure.leaf >= 0) & has
-        leaf[T:] = False
-        spread = old[t_all[leaf], now.leaf[t_all[leaf], anchor[leaf]]] * ratio[leaf][:, None]
-        counts[t_all[leaf], structure.leaf[leaf]] = np.rint(spread) if old.dtype.kind in "iu" else spread
+        del share_of
+        for t in range(structure.n_trees):  # a tree at a time: the temporaries are one tree's nodes
+            _spread(t, t < T, anchor[t], ratio[t], old, old_var, now, structure, counts, node_var)
         counts[T:, :1] = old[T:, :1]
+        del anchor, ratio
+    del new_drawn
     exact = tally(structure)
     real = np.arange(structure.max_leaves)[None, :, None] < structure.n_leaves[:T, None, None]
     counts[:T] += noisy_node(exact[:T], eps, mech, rng, np.broadcast_to(real, exact[:T].shape), forest.k)
     counts[T:, :1] += stumps
     return structure, counts, node_var
+
+
+def _spread(
+    t: int,
+    random: bool,
+    anchor: np.ndarray,
+    ratio: np.ndarray,
+    old: np.ndarray,
+    old_var: np.ndarray,
+    now: ForestStructure,
+    structure: ForestStructure,
+    counts: np.ndarray,
+    node_var: np.ndarray,
+) -> None:
+    """Tree ``t`` of a grown release (:func:`grown_release`): each node's noise variance gets its old node's
+    (:func:`_anchors`) times its share squared, and (a random tree's) each new leaf its old leaf's published
+    counts times its share, rounded for integer counts."""
+    has = np.flatnonzero(anchor >= 0)
+    node_var[t, has] += old_var[t, anchor[has]] * ratio[has] ** 2
+    if random:  # (the stumps' counts are the caller's)
+        lf = has[structure.leaf[t, has] >= 0]
+        spread = old[t, now.leaf[t, anchor[lf]]] * ratio[lf][:, None]
+        counts[t, structure.leaf[t, lf]] = np.rint(spread) if old.dtype.kind in "iu" else spread
 
 
 def _rule(
@@ -319,14 +343,20 @@ def _lookup(keys: np.ndarray, values: np.ndarray):
     return lambda k: values[np.searchsorted(keys, k)]
 
 
-def _class_scale(drawn: ForestStructure, schema) -> np.ndarray:
-    """:func:`streamdp.forest.pruning.node_bars` at a bar of 1 for every drawn node (flat), once per drawn structure and rule
-    (a stream's releases cut the same drawn trees)."""
-    cache = drawn._cache()
-    key = ("class_scale", pruning.CLASS_SCALED, schema.n_classes)
-    if key not in cache:
-        cache[key] = pruning.node_bars(1.0, schema, drawn.feature.ravel())
-    return cache[key]
+#: Nodes walked up at a time by :func:`_first_above`.
+WALK_BLOCK = 1 << 15
+
+
+class _Bars:
+    """:func:`streamdp.forest.pruning.node_bars` at ``bar`` of the drawn nodes asked for (flat numbers), computed
+    for those nodes only: the pruning visits the kept nodes, never a value per drawn node."""
+
+    def __init__(self, bar: float, drawn: ForestStructure, schema) -> None:
+        self.bar, self.feature, self.schema = bar, drawn.feature, schema
+
+    def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
+        M = self.feature.shape[1]
+        return self.bar * pruning.node_bars(1.0, self.schema, self.feature[nodes // M, nodes % M])
 
 
 def _topology(s: ForestStructure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -338,9 +368,53 @@ def _topology(s: ForestStructure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cache["topology"]
 
 
+def _up_links(s: ForestStructure) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's parent (-1 at the roots and padding) and each leaf number's node (-1 past a tree's last leaf)
+    of ``s``, as :func:`_topology`'s but in int32 and without the depths, once per structure (a grown release's
+    trees: :func:`leaves_below`, :func:`_anchors`; the drawn trees' are made a tree at a time, :func:`aggregate`)."""
+    cache = s._cache()
+    if "up_links" not in cache:
+        T, M = s.feature.shape
+        parent = np.full((T, M), -1, dtype=np.int32)
+        leaf_node = np.full((T, int((s.leaf >= 0).sum(axis=1).max(initial=0))), -1, dtype=np.int32)
+        for t in range(T):  # (a tree at a time: no forest-sized int64 temporaries)
+            _tree_links(s, t, parent[t], leaf_node[t])
+        cache["up_links"] = (parent, leaf_node)
+    return cache["up_links"]
+
+
+def _tree_links(s: ForestStructure, t: int, parent: np.ndarray, leaf_node: np.ndarray) -> None:
+    """Tree ``t``'s row of :func:`_up_links` into ``parent`` and ``leaf_node`` (filled with -1)."""
+    lf = np.flatnonzero(s.leaf[t] >= 0)
+    if not lf.size:
+        return
+    real = int(lf.max()) + 1
+    inner = np.flatnonzero(s.leaf[t, :real] < 0)
+    arity = np.diff(np.append(s.child[t, inner].astype(np.int64), real))
+    parent[1:real] = np.repeat(inner, arity)
+    leaf_node[s.leaf[t, lf]] = lf
+
+
+def _depths(s: ForestStructure) -> np.ndarray:
+    """Each node's depth (-1 at padding) of ``s`` in int16, as :func:`_topology`'s, once per structure."""
+    cache = s._cache()
+    if "depths" not in cache:
+        parent = _up_links(s)[0]
+        depth = np.full(parent.shape, -1, dtype=np.int16)
+        for t in range(parent.shape[0]):
+            real = int(np.flatnonzero(s.leaf[t] >= 0).max(initial=-1)) + 1
+            if not real:
+                continue
+            depth[t, 0] = 0
+            for lo, hi in _levels(parent[t, :real]):
+                depth[t, lo:hi] = depth[t, parent[t, lo:hi]] + 1
+        cache["depths"] = depth
+    return cache["depths"]
+
+
 def leaves_below(s: ForestStructure) -> np.ndarray:
     """Leaves in the subtree of every node (0 for padding), ``(n_trees, max_nodes)``."""
-    parent, depth, _ = _topology(s)
+    parent, depth = _up_links(s)[0], _depths(s)
     out = (s.leaf >= 0).astype(np.float64)
     for d in range(int(depth.max(initial=0)), 0, -1):
         t, i = np.nonzero(depth == d)
@@ -355,15 +429,25 @@ def _anchors(
     -1 for padding) and the new node's uniform share of that old node's records."""
     anchor = np.full(new.feature.shape, -1, dtype=np.int64)
     ratio = np.zeros(new.feature.shape)
-    t_o, n_o = np.nonzero(prev >= 0)
-    old_flat = t_o * M + prev[t_o, n_o]
-    o = np.argsort(old_flat)
-    old_flat, old_node = old_flat[o], n_o[o]
-    t_n, n_n = np.nonzero(new_drawn >= 0)
-    found = _first_above(new, t_n, n_n, old_flat, lambda t, n: t * M + new_drawn[t, n])
-    ok = found >= 0  # every new node lies at or below an old node (old splits are kept)
-    anchor[t_n[ok], n_n[ok]] = old_node[found[ok]]
-    ratio[t_n[ok], n_n[ok]] = share_of(t_n[ok] * M + new_drawn[t_n[ok], n_n[ok]]) / share_of(old_flat[found[ok]])
+    # the old nodes by flat drawn number, sorted (a tree at a time: the trees' flat numbers do not overlap)
+    ends = np.cumsum((prev >= 0).sum(axis=1))
+    old_flat = np.empty(int(ends[-1]) if ends.size else 0, np.int64)
+    old_node = np.empty(old_flat.size, np.int64)
+    for t, end in enumerate(ends):
+        n_o = np.flatnonzero(prev[t] >= 0)
+        flat = t * M + prev[t, n_o]
+        o = np.argsort(flat)
+        old_flat[end - n_o.size : end], old_node[end - n_o.size : end] = flat[o], n_o[o]
+    links = _up_links(new)[0]
+    for t in range(new.n_trees):  # a tree at a time: the temporaries are one tree's nodes
+        n_n = np.flatnonzero(new_drawn[t] >= 0)
+        t_n = np.full(n_n.size, t, dtype=np.int64)
+        found = _first_above(new, t_n, n_n, old_flat, lambda t, n: t * M + new_drawn[t, n], links)
+        ok = found >= 0  # every new node lies at or below an old node (old splits are kept)
+        n_n, found = n_n[ok], found[ok]
+        del ok
+        anchor[t, n_n] = old_node[found]
+        ratio[t, n_n] = share_of(t * M + new_drawn[t, n_n]) / share_of(old_flat[found])
     return anchor, ratio
 
 
@@ -418,24 +502,40 @@ def aggregate(
     flat, leaf_num = flat[order], grown.leaf[t_g, n_g][order]
     out = np.zeros((grown.n_trees, grown.max_leaves) + exact.shape[2:], dtype=exact.dtype)
     t_d, l_d = held_leaves(exact) if held is None else held  # leaves holding counts
-    if t_d.size:
-        n_d = _topology(drawn)[2][t_d, l_d]  # their nodes
-        found = _first_above(drawn, t_d, n_d, flat, lambda t, n: t * M + n)
-        np.add.at(out, (t_d, leaf_num[found]), exact[t_d, l_d])
+    # a tree at a time, walking up from its leaves holding counts by its links, made for the walk (a tree's:
+    # a closer holds nothing drawn-sized between closes)
+    bounds = np.searchsorted(t_d, np.arange(T + 1))  # (t_d ascending)
+    parent = np.empty((1, M), dtype=np.int32)
+    leaf_node = np.empty(drawn.max_leaves, dtype=np.int32)
+    for t in range(T):
+        a, b = int(bounds[t]), int(bounds[t + 1])
+        if a == b:
+            continue
+        parent.fill(-1)
+        leaf_node.fill(-1)
+        _tree_links(drawn, t, parent[0], leaf_node)
+        n_d = leaf_node[l_d[a:b]].astype(np.int64)  # their nodes
+        zero = np.zeros(b - a, dtype=np.int64)
+        found = _first_above(drawn, zero, n_d, flat, lambda _, n, t=t: t * M + n, parent)
+        np.add.at(out, (t_d[a:b], leaf_num[found]), exact[t, l_d[a:b]])
     return out
 
 
-def _first_above(s: ForestStructure, t: np.ndarray, node: np.ndarray, keys: np.ndarray, key_of) -> np.ndarray:
+def _first_above(
+    s: ForestStructure, t: np.ndarray, node: np.ndarray, keys: np.ndarray, key_of, parent: np.ndarray | None = None
+) -> np.ndarray:
     """For each node ``(t, node)`` of ``s``: the index in the sorted ``keys`` of the first ``key_of(t, n)``
-    found walking from the node up to its root (-1 where none is)."""
-    parent = _topology(s)[0]
-    cur = node.copy()
-    found = np.full(cur.size, -1, dtype=np.int64)
-    for _ in range(s.height + 1):
-        key = key_of(t, cur)
-        at = np.minimum(np.searchsorted(keys, key), keys.size - 1)
-        hit = (found < 0) & (keys[at] == key)
-        found[hit] = at[hit]
-        up = parent[t, cur]
-        cur = np.where((found < 0) & (up >= 0), up, cur)
+    found walking from the node up to its root (-1 where none is); ``parent``: :func:`_up_links`'s (by default).
+    Walked :data:`WALK_BLOCK` nodes at a time (the walk's temporaries are a block's, not the nodes')."""
+    parent = _up_links(s)[0] if parent is None else parent
+    found = np.full(node.size, -1, dtype=np.int64)
+    for a in range(0, node.size, WALK_BLOCK):
+        tb, cur, fb = t[a : a + WALK_BLOCK], node[a : a + WALK_BLOCK].copy(), found[a : a + WALK_BLOCK]
+        for _ in range(s.height + 1):
+            key = key_of(tb, cur)
+            at = np.minimum(np.searchsorted(keys, key), keys.size - 1)
+            hit = (fb < 0) & (keys[at] == key)
+            fb[hit] = at[hit]
+            up = parent[tb, cur]
+            cur = np.where((fb < 0) & (up >= 0), up, cur)
     return found

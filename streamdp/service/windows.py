@@ -111,7 +111,6 @@ class WindowCloser:
         self._seal, self._unlease = r.register_script(SEAL_LUA), r.register_script(UNLEASE_LUA)
         self._released = -1  # last known releases (a cache: the scripts decide)
         self.closing_elsewhere = False  # whether the last tick found a due window leased by another worker
-        self._last: tuple[int, PrivateForest] | None = None  # (version, forest) this closer grew last (``grow``)
         # Every worker of a model ticks at the same window ends: without the lease each would draw the blob and
         # send it (tens of MB at height 6) only for all but one to lose the CAS. Correctness never depends on
         # it (SET NX noise, CAS close); it expires after about what a close of this size takes, so a closer
@@ -191,8 +190,6 @@ class WindowCloser:
         p.get(self.keys.tree)
         (version, rel, open_, sched_raw, noise_key), acc_fields, tree_b = p.execute()
         version, rel, open_ = int(version or 0), int(rel or 0), int(open_ or 1)
-        if self._last is not None and self._last[0] != version:
-            self._last = None  # (grow's cached forest) stale: another closer released since
         if rel != w - 1 or open_ <= w:
             return False
         self.guard.check(version)
@@ -280,7 +277,6 @@ class WindowCloser:
             return False
         self.guard.record(version + 1)
         self._released = w
-        self._last = None  # (``grow`` caches its forest; ``window`` holds no counts between closes)
         if self.decay is not None and decayed is not None:
             self.decay.cached = decayed
         jlog(log, logging.DEBUG, "worker.window_released", model=self.keys.name, window=w, version=version + 1)
@@ -291,24 +287,25 @@ class WindowCloser:
         """``grow``: window ``w``'s exact tally on the drawn trees grows the published forest by one release
         (:meth:`PrivateForest.grow_exact`); the whole new release (structure, counts, node variances) is
         stored SET NX before it is published, so a retry or a racing closer publishes the same one."""
-        old: PrivateForest
-        if self._last is not None and self._last[0] == version:
-            old = self._last[1]
-        else:
-            now_version, blob_b = self.r.hmget(self.keys.pub_model, "version", "blob")  # the published release
-            if int(now_version or 0) != version:
-                return False  # released meanwhile (the caller seals and looks again)
-            old = self.spec.holding(PrivateForest.from_bytes(blob_b)) if blob_b else self.spec.holding(self.spec)
+        # Memory: the published release is read (its blob's bytes dropped once decoded) and grown without a copy
+        # (a grown release replaces the arrays it grows from); the closer holds nothing between closes.
+        now_version, blob_b = self.r.hmget(self.keys.pub_model, "version", "blob")  # the published release
+        if int(now_version or 0) != version:
+            return False  # released meanwhile (the caller seals and looks again)
+        read = PrivateForest.from_bytes(blob_b) if blob_b else self.spec  # (none yet: the spec's zero counts)
+        del blob_b
+        old = self.spec.holding(read, copy=False)
+        del read
         exact = read_acc_counts(self.r, self.keys.acc(w), acc_fields, self.spec.shape)
         key = self.keys.window_delta(w)
 
         drawn: list[PrivateForest] = []
 
-        def draw() -> bytes:
+        def draw(exact: np.ndarray | None = exact, old: PrivateForest = old) -> bytes:  # (no closure: dropped below)
             tally = np.zeros(self.spec.shape, np.int64) if exact is None else exact
             # keyed over the base release too: a re-released (rolled back) base makes another release
             rng = self.noise.rng("window", str(w), self._exact_bytes(exact), np.ascontiguousarray(old.counts))
-            drawn.append(self.spec.holding(old).grow_exact(tally, rng))  # a copy: the cached base stays as it was
+            drawn.append(self.spec.holding(old, copy=False).grow_exact(tally, rng))  # (``old`` stays as it was)
             return drawn[0].to_bytes()
 
         blob_b, fresh = stored_once(
@@ -321,8 +318,9 @@ class WindowCloser:
             after_store=lambda: self.fault("close_after_store"),
             ttl_s=PENDING_TTL_S,
         )
+        del draw, exact  # (the window's tally: summed into the grown leaves)
         # this closer's draw as it is, or the one stored first (decoded and checked)
-        forest = drawn[0] if fresh else self.spec.holding(PrivateForest.from_bytes(blob_b))
+        forest = drawn.pop() if fresh else self.spec.holding(PrivateForest.from_bytes(blob_b), copy=False)
         if forest.version != version + 1 or forest.n_releases != old.n_releases + 1:
             raise RuntimeError(
                 f"stored release {key} is version {forest.version} of {forest.n_releases} releases, "
@@ -330,12 +328,12 @@ class WindowCloser:
             )
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
         stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
+        old_sd = float(np.sqrt(np.max(old.noise_variance)))
+        del old
         new_sched = self.windows.next(sched, stumps)
         records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees) if len(stumps) else None
         if new_sched.merged == sched.merged:  # left out: the published release stays
-            line = entry(
-                w, version, False, sched.end, sched.length, records, float(np.sqrt(np.max(old.noise_variance)))
-            )
+            line = entry(w, version, False, sched.end, sched.length, records, old_sd)
             return self._left_out(w, version, sched, new_sched, [key], line)
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
@@ -347,7 +345,6 @@ class WindowCloser:
             return False
         self.guard.record(version + 1)
         self._released = w
-        self._last = (version + 1, forest)
         jlog(
             log,
             logging.DEBUG,

@@ -647,6 +647,48 @@ def test_an_adult_grow_model_grows_on_its_budgeted_draw_through_a_worker_restart
     assert float(np.mean(f.predict(adult.X[6000:8000]) == adult.y[6000:8000])) > majority - 0.02  # (noisy)
 
 
+def _timeless(blob: bytes) -> bytes:
+    """A model blob's bytes with its creation time (its last field, a msgpack float64) zeroed."""
+    at = blob.rindex(b"\xa7created\xcb") + 9
+    return blob[:at] + bytes(8) + blob[at + 8 :]
+
+
+def test_a_keyed_grow_closer_releases_the_bytes_of_growing_a_copy_of_the_published_release(r, tmp_path):
+    """The closer grows the published release without copying it (``holding(copy=False)``) and holds nothing
+    between closes: each keyed release is byte for byte (but its creation time) the one drawn the plain way, on
+    a copy of the release before it with the same keyed generator, on an Adult model at the budgeted draw."""
+    from streamdp.forest.model import PrivateForest
+
+    adult = load("adult")
+    key = _key(tmp_path)
+    spec = create_model(
+        r,
+        "m",
+        adult.schema,
+        epsilon=1.0,
+        release="grow",
+        release_every=EVERY,
+        cadence="fixed",
+        seed=5,
+        noise_key_file=str(key),
+    )
+    w = _worker(r, noise_key_file=str(key))
+    p = Producer(r, "m", batch_size=2000)
+    for k, rows in enumerate(np.array_split(np.arange(4500), 3), start=1):
+        base_b = r.hget(Keys("m").pub_model, "blob")
+        p.push(adult.X[rows], adult.y[rows], batch_id=f"p{k}")
+        _add_all(w)
+        assert w.closer.tick(_at(r, "m", k)) == 1
+        enc = spec.schema.encode(adult.X[rows], adult.y[rows])
+        exact = spec.tally_encoded(enc.X, enc.y)
+        base = spec.holding(PrivateForest.from_bytes(base_b)) if base_b else spec.holding(spec)
+        rng = w.noise.rng("window", str(k), np.ascontiguousarray(exact, "<i8"), np.ascontiguousarray(base.counts))
+        want = spec.holding(base).grow_exact(exact, rng).to_bytes()
+        got = r.hget(Keys("m").pub_model, "blob")
+        assert _timeless(got) == _timeless(want)
+        assert PrivateForest.from_bytes(got).n_releases == k
+
+
 def test_a_grow_consumer_reads_the_published_blob_not_the_spec(r):
     """A grown release publishes its blob (its structure changed): a consumer needs nothing else, and must not
     download the drawn trees' spec for every version (44x the blob at height 8, measured by the review)."""

@@ -206,7 +206,6 @@ def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, redis_
                 p.push(X[i], y[i])
                 w.step(block_ms=1)
                 if i == 2:
-                    a.closer._last = None  # (A's counts are another process's in a real pool: not counted here)
                     tracemalloc.reset_peak()
                 assert w.closer.tick(start + 3600.0 * (i + 1) + 0.001) == 1
             peak = tracemalloc.get_traced_memory()[1] - base
@@ -217,6 +216,49 @@ def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, redis_
         assert np.array_equal(got, spec.tally_encoded(np.vstack(X), np.concatenate(y)))  # (epsilon inf: exact)
         # the tally (noised, then the counts), a noise block's temporaries or three parts as redis-py reads one
         assert peak < counts + 24 * continual.NOISE_BLOCK, peak / counts
+    finally:
+        delete_model(r, unique_name)
+        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
+            r.delete(k)
+
+
+def test_a_grow_close_holds_the_tally_and_the_grown_release_and_nothing_between(redis_url, unique_name):
+    """``release="grow"`` on Adult at the budgeted draw (height None): past the first close (its imports and small
+    caches), a close's peak above what the worker held is the window's exact tally on the drawn trees (the counts'
+    size, as a ``window`` close's) and a small multiple of the grown release (the published one read back, the new
+    one, their node arrays and the blob), and the closer holds nothing of them afterwards."""
+    from streamdp.forest.model import PrivateForest
+    from streamdp.records.datasets import load
+
+    adult = load("adult")
+    r = redis.Redis.from_url(redis_url)
+    try:
+        spec = create_model(redis_url, unique_name, adult.schema, seed=7, release="grow", release_every=3600.0)
+        drawn_counts = spec.counts.nbytes
+        del spec
+        w = Worker(redis_url, unique_name, block_ms=1, batch_entries=8)
+        p = Producer(redis_url, unique_name)
+        start = load_policy(r, unique_name)[1]
+        at = 0
+        for i, n in enumerate((2000, 10000, 10000), start=1):
+            p.push(adult.X[at : at + n], adult.y[at : at + n])
+            at += n
+            while w.step(block_ms=1):
+                pass
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+                assert w.closer.tick(start + 3600.0 * i + 0.001) == 1
+                held, peak = (x - base for x in tracemalloc.get_traced_memory())
+            finally:
+                tracemalloc.stop()
+            grown = PrivateForest.from_bytes(r.hget(Keys(unique_name).pub_model, "blob")).counts.nbytes
+            if i > 1:
+                # (was 12-15x the grown counts above the tally: the drawn trees' int64 topology and per-node bars,
+                # copies of the published release, the closer's cached forest)
+                assert peak < drawn_counts + 12 * grown + (1 << 20), ((peak - drawn_counts) / grown, grown)
+                assert held < grown // 4 + (64 << 10), held / grown  # (was 5x: the cached forest and its caches)
     finally:
         delete_model(r, unique_name)
         for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):

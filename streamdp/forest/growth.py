@@ -57,10 +57,10 @@ from typing import Protocol
 
 import numpy as np
 
-from streamdp.estimation.nodes import _levels, forest_topology
 from streamdp.estimation.rule import cell_variance
 from streamdp.forest import pruning
 from streamdp.forest.marginals import Marginals
+from streamdp.forest.node_links import first_above, leaves_below, tree_links, up_links
 from streamdp.forest.structure import ForestStructure, ceiling_height
 from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
@@ -92,7 +92,6 @@ __all__ = [
     "Growable",
     "grown_release",
     "drawn_nodes",
-    "leaves_below",
     "aggregate",
     "held_leaves",
     "grows_by_default",
@@ -279,8 +278,8 @@ def grown_release(
         del s_nodes, order
         anchor, ratio = _anchors(now, prev, structure, new_drawn, share_of, M)
         del share_of
-        for t in range(structure.n_trees):  # a tree at a time: the temporaries are one tree's nodes
-            _spread(t, t < T, anchor[t], ratio[t], old, old_var, now, structure, counts, node_var)
+        for row in range(structure.n_trees):  # a tree at a time: the temporaries are one tree's nodes
+            _spread(row, row < T, anchor[row], ratio[row], old, old_var, now, structure, counts, node_var)
         counts[T:, :1] = old[T:, :1]
         del anchor, ratio
     del new_drawn
@@ -315,7 +314,7 @@ def _spread(
 
 
 def _rule(
-    bars: np.ndarray, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int, keep: np.ndarray | None = None
+    bars: np.ndarray | _Bars, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int, keep: np.ndarray | None = None
 ):
     """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where the records it expects (``rate *
     share``; below an anchor, the anchor's total) reach its bar (``bars``, by flat drawn node:
@@ -343,10 +342,6 @@ def _lookup(keys: np.ndarray, values: np.ndarray):
     return lambda k: values[np.searchsorted(keys, k)]
 
 
-#: Nodes walked up at a time by :func:`_first_above`.
-WALK_BLOCK = 1 << 15
-
-
 class _Bars:
     """:func:`streamdp.forest.pruning.node_bars` at ``bar`` of the drawn nodes asked for (flat numbers), computed
     for those nodes only: the pruning visits the kept nodes, never a value per drawn node."""
@@ -357,69 +352,6 @@ class _Bars:
     def __getitem__(self, nodes: np.ndarray) -> np.ndarray:
         M = self.feature.shape[1]
         return self.bar * pruning.node_bars(1.0, self.schema, self.feature[nodes // M, nodes % M])
-
-
-def _topology(s: ForestStructure) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`~streamdp.estimation.forest_topology` of ``s``, once per structure (a stream's closer walks the
-    same drawn trees every window)."""
-    cache = s._cache()
-    if "topology" not in cache:
-        cache["topology"] = forest_topology(s.feature, s.child, s.leaf)
-    return cache["topology"]
-
-
-def _up_links(s: ForestStructure) -> tuple[np.ndarray, np.ndarray]:
-    """Each node's parent (-1 at the roots and padding) and each leaf number's node (-1 past a tree's last leaf)
-    of ``s``, as :func:`_topology`'s but in int32 and without the depths, once per structure (a grown release's
-    trees: :func:`leaves_below`, :func:`_anchors`; the drawn trees' are made a tree at a time, :func:`aggregate`)."""
-    cache = s._cache()
-    if "up_links" not in cache:
-        T, M = s.feature.shape
-        parent = np.full((T, M), -1, dtype=np.int32)
-        leaf_node = np.full((T, int((s.leaf >= 0).sum(axis=1).max(initial=0))), -1, dtype=np.int32)
-        for t in range(T):  # (a tree at a time: no forest-sized int64 temporaries)
-            _tree_links(s, t, parent[t], leaf_node[t])
-        cache["up_links"] = (parent, leaf_node)
-    return cache["up_links"]
-
-
-def _tree_links(s: ForestStructure, t: int, parent: np.ndarray, leaf_node: np.ndarray) -> None:
-    """Tree ``t``'s row of :func:`_up_links` into ``parent`` and ``leaf_node`` (filled with -1)."""
-    lf = np.flatnonzero(s.leaf[t] >= 0)
-    if not lf.size:
-        return
-    real = int(lf.max()) + 1
-    inner = np.flatnonzero(s.leaf[t, :real] < 0)
-    arity = np.diff(np.append(s.child[t, inner].astype(np.int64), real))
-    parent[1:real] = np.repeat(inner, arity)
-    leaf_node[s.leaf[t, lf]] = lf
-
-
-def _depths(s: ForestStructure) -> np.ndarray:
-    """Each node's depth (-1 at padding) of ``s`` in int16, as :func:`_topology`'s, once per structure."""
-    cache = s._cache()
-    if "depths" not in cache:
-        parent = _up_links(s)[0]
-        depth = np.full(parent.shape, -1, dtype=np.int16)
-        for t in range(parent.shape[0]):
-            real = int(np.flatnonzero(s.leaf[t] >= 0).max(initial=-1)) + 1
-            if not real:
-                continue
-            depth[t, 0] = 0
-            for lo, hi in _levels(parent[t, :real]):
-                depth[t, lo:hi] = depth[t, parent[t, lo:hi]] + 1
-        cache["depths"] = depth
-    return cache["depths"]
-
-
-def leaves_below(s: ForestStructure) -> np.ndarray:
-    """Leaves in the subtree of every node (0 for padding), ``(n_trees, max_nodes)``."""
-    parent, depth = _up_links(s)[0], _depths(s)
-    out = (s.leaf >= 0).astype(np.float64)
-    for d in range(int(depth.max(initial=0)), 0, -1):
-        t, i = np.nonzero(depth == d)
-        np.add.at(out, (t, parent[t, i]), out[t, i])
-    return out
 
 
 def _anchors(
@@ -438,11 +370,11 @@ def _anchors(
         flat = t * M + prev[t, n_o]
         o = np.argsort(flat)
         old_flat[end - n_o.size : end], old_node[end - n_o.size : end] = flat[o], n_o[o]
-    links = _up_links(new)[0]
+    links = up_links(new)[0]
     for t in range(new.n_trees):  # a tree at a time: the temporaries are one tree's nodes
         n_n = np.flatnonzero(new_drawn[t] >= 0)
         t_n = np.full(n_n.size, t, dtype=np.int64)
-        found = _first_above(new, t_n, n_n, old_flat, lambda t, n: t * M + new_drawn[t, n], links)
+        found = first_above(new, t_n, n_n, old_flat, lambda t, n: t * M + new_drawn[t, n], links)
         ok = found >= 0  # every new node lies at or below an old node (old splits are kept)
         n_n, found = n_n[ok], found[ok]
         del ok
@@ -513,29 +445,9 @@ def aggregate(
             continue
         parent.fill(-1)
         leaf_node.fill(-1)
-        _tree_links(drawn, t, parent[0], leaf_node)
+        tree_links(drawn, t, parent[0], leaf_node)
         n_d = leaf_node[l_d[a:b]].astype(np.int64)  # their nodes
         zero = np.zeros(b - a, dtype=np.int64)
-        found = _first_above(drawn, zero, n_d, flat, lambda _, n, t=t: t * M + n, parent)
+        found = first_above(drawn, zero, n_d, flat, lambda _, n, t=t: t * M + n, parent)
         np.add.at(out, (t_d[a:b], leaf_num[found]), exact[t, l_d[a:b]])
     return out
-
-
-def _first_above(
-    s: ForestStructure, t: np.ndarray, node: np.ndarray, keys: np.ndarray, key_of, parent: np.ndarray | None = None
-) -> np.ndarray:
-    """For each node ``(t, node)`` of ``s``: the index in the sorted ``keys`` of the first ``key_of(t, n)``
-    found walking from the node up to its root (-1 where none is); ``parent``: :func:`_up_links`'s (by default).
-    Walked :data:`WALK_BLOCK` nodes at a time (the walk's temporaries are a block's, not the nodes')."""
-    parent = _up_links(s)[0] if parent is None else parent
-    found = np.full(node.size, -1, dtype=np.int64)
-    for a in range(0, node.size, WALK_BLOCK):
-        tb, cur, fb = t[a : a + WALK_BLOCK], node[a : a + WALK_BLOCK].copy(), found[a : a + WALK_BLOCK]
-        for _ in range(s.height + 1):
-            key = key_of(tb, cur)
-            at = np.minimum(np.searchsorted(keys, key), keys.size - 1)
-            hit = (fb < 0) & (keys[at] == key)
-            fb[hit] = at[hit]
-            up = parent[tb, cur]
-            cur = np.where((fb < 0) & (up >= 0), up, cur)
-    return found

@@ -63,8 +63,8 @@ import numpy as np
 from streamdp.forest import persistence
 from streamdp.forest.first_release import FirstRelease
 from streamdp.forest.growing import Growing
-from streamdp.forest.growth import leaves_below
 from streamdp.forest.marginals import Marginals
+from streamdp.forest.node_links import leaves_below
 from streamdp.forest.persistence import FORMAT, FORMAT_VERSION
 from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure

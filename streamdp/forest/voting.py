@@ -16,7 +16,7 @@ import numpy as np
 from streamdp.estimation.nodes import ForestNodes
 from streamdp.estimation.prior import leaf_rule_proba, prior_from
 from streamdp.estimation.rule import ESTIMATORS, SNR_MIN, cell_variance
-from streamdp.forest.growth import leaves_below
+from streamdp.forest.node_links import leaves_below
 from streamdp.forest.structure import ForestStructure
 from streamdp.records.schema import Schema
 from streamdp.validation import NotFittedError, check_choice

@@ -194,7 +194,7 @@ def test_every_visited_node_gets_its_own_attributes_bar(monkeypatch):
     decided = []
 
     def spy(bars, *a, **kw):
-        rules.append(bars)
+        rules.append(bars[np.arange(feature.size)])  # every drawn node's bar (the rule reads the nodes it visits)
         inner = real(bars, *a, **kw)
         probe = len(rules) == 1  # (no anchors, nothing kept before: its decisions are the bar's alone)
 

@@ -314,7 +314,10 @@ def _spread(
 
 
 def _rule(
-    bars: np.ndarray | _Bars, anchors: tuple[np.ndarray, np.ndarray] | None, n_random: int, keep: np.ndarray | None = None
+    bars: np.ndarray | _Bars,
+    anchors: tuple[np.ndarray, np.ndarray] | None,
+    n_random: int,
+    keep: np.ndarray | None = None,
 ):
     """:meth:`ForestStructure.pruned`'s ``split``: a node keeps its split where the records it expects (``rate *
     share``; below an anchor, the anchor's total) reach its bar (``bars``, by flat drawn node:

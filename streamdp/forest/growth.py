@@ -108,8 +108,8 @@ def grows_by_default(schema) -> bool:
     categorical forest publishes only the trees the data fill (the service's default is ``window`` where the
     fully grown release would not fit the server, :func:`streamdp.service.size_limits.grown_blob_bound`).
     With a numeric attribute a service model grown on the budgeted draw (:func:`service_ceiling`) is more
-    accurate than ``window`` on short streams and level on long ones, but its worker holds the grown forest
-    several times over and a consumer reads each version whole: ``window`` stays the default there
+    accurate than ``window`` on short streams and level on long ones, but its worker needs more memory and a
+    consumer reads each version whole: ``window`` stays the default there
     (docs/decisions/025-service-handover.md).
 
     >>> from streamdp.river.schemas import agrawal_schema, stagger_schema

@@ -229,7 +229,7 @@ class ForestNodes:
         table[has] = p[self.leaf_node[has]]
         return table
 
-    def tree_mean(self, leaves: np.ndarray, pooled: np.ndarray | None = None) -> np.ndarray:
+    def tree_mean(self, leaves: np.ndarray, pooled: np.ndarray | None = None, snr_min: float = 0.0) -> np.ndarray:
         """The tree-mean vote, ``(n, C)``: each random tree's estimate at the record's leaf, averaged over the trees.
 
         A tree's estimate is its leaf's noisy counts ``y`` (total ``t``, variance ``v`` of the total) shrunk toward
@@ -238,7 +238,8 @@ class ForestNodes:
         renormalised; ``p`` where ``t <= 0`` (:func:`~streamdp.estimation.rule.shrink` with no gate). Every tree has
         one say, as in a random forest's vote, whatever its leaf's size: pooled counts let a tree's coarse leaf
         outweigh another's small and specific one, and a leaf the noise swamps leans on the pooled estimate.
-        Post-processing of released counts and public variances. ``leaves`` as :meth:`path_proba`'s.
+        Post-processing of released counts and public variances. ``leaves`` as :meth:`path_proba`'s; ``snr_min``
+        (a study's): a leaf whose total is below that many sd of its noise takes ``p`` whole.
 
         >>> parent, depth, var = np.array([-1, 0, 0]), np.array([0, 1, 1]), np.array([8., 4., 4.])
         >>> coarse = np.array([[200., 140.], [190., 110.], [10., 30.]])  # the record's leaf: 300 records, mixed
@@ -255,7 +256,7 @@ class ForestNodes:
         out = np.zeros(pooled.shape)
         for t in range(T):
             node = self.leaf_node[t, leaves[:, t]]
-            out += shrink(self.y[node], self.var[node], pooled, 0.0, TREE_WEIGHT)
+            out += shrink(self.y[node], self.var[node], pooled, snr_min, TREE_WEIGHT)
         return out / max(T, 1) if T else np.array(pooled, dtype=np.float64)
 
     def path_rows(self, flat_leaves: np.ndarray | None = None, path: np.ndarray | None = None) -> np.ndarray:

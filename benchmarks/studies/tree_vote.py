@@ -40,19 +40,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from accuracy_small_data import DATASETS as SMALL_DATASETS  # noqa: E402
+
 EPSILONS = (0.1, 0.5, 1.0, 2.0)
 HELDOUT = ("sk-breast-cancer", "sk-wine", "sk-digits", "uci-car")
-SMALL = (
-    "synth-linear",
-    "synth-blobs",
-    "synth-rules",
-    "river-phishing",
-    "river-bananas",
-    "river-imagesegments",
-    "uci-congressional-voting",
-    "uci-tic-tac-toe",
-    "uci-nursery",
-)
+SMALL = SMALL_DATASETS  # accuracy_small_data's
 CONC = ("conc-narrow-500-10-2-1", "conc-wide-1000-20-3-1", "conc-narrow-2000-30-2-2", "conc-wide-600-30-2-3")
 UNSEEN = ("conc-narrow-1000-20-3-2", "conc-wide-2000-30-2-1", "gen-car", "gen-cat")
 VOTE_OF = {"pooled": "proba", "trees": "trees"}

@@ -118,7 +118,6 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         self.threshold_spent = spent
         #: The released densities the current trees' thresholds were drawn from (None: uniform or declared).
         self.marginals: Marginals | None = None
-        check_choice(vote, "vote", FOREST_VOTES)
         check_choice(budget, "budget", BUDGETS)
         check_epsilon(epsilon, allow_inf=True)
         self.schema = schema
@@ -126,7 +125,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         self.drawn = structure  # what fit starts from (a fit may replace self.structure by a pruned one)
         self.prior_trees = self._check_stumps(structure, prior_trees, schema.n_attributes)
         self.mechanism = mechanism
-        self.vote = vote
+        self.vote = vote  # (checked: the property's setter)
         self.budget = budget
         self._epsilon = float(epsilon)
         self.k, self.beta = k, beta
@@ -170,6 +169,27 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         if "_drawn" in state:  # pickled before the attribute was public
             state["drawn"] = state.pop("_drawn")
         self.__dict__.update(state)
+
+    @property
+    def vote(self) -> str:
+        """How the trees combine (:data:`streamdp.options.FOREST_VOTES`). Setting it reads the same release
+        another way (post-processing); a value outside them raises ``ValueError``, so no blob is written that
+        would not load.
+
+        >>> from streamdp.records.datasets import load
+        >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+        >>> f.vote = "majority"
+        >>> f.vote = "bogus"
+        Traceback (most recent call last):
+        ...
+        ValueError: vote must be one of 'proba', 'majority', 'trees', got 'bogus'
+        """
+        return self._vote
+
+    @vote.setter
+    def vote(self, value: str) -> None:
+        check_choice(value, "vote", FOREST_VOTES)
+        self._vote = value
 
     @classmethod
     def create(

@@ -198,7 +198,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         self.batch_size = batch_size
         self.first_batch = first_batch
         self.mechanism = mechanism
-        self.vote = vote
+        self.vote = vote  # (checked: the property's setter)
         self.window = window
         self.seed = seed
         self.prior_trees = prior_trees
@@ -222,7 +222,6 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         if prior_records is not None:
             check_integer(prior_records, "prior_records", low=0)
         check_choice(mechanism, "mechanism", ("geometric", "laplace"))
-        check_choice(vote, "vote", VOTES)  # (the one-record paths implement these: not the forest's "trees")
         self._schema = declared_schema(schema)
         if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
             warnings.warn(
@@ -345,6 +344,22 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         return self._n_buf
 
     # -- learning -----------------------------------------------------------------
+    @property
+    def vote(self) -> str:
+        """How the trees combine: ``"proba"`` or ``"majority"`` (:data:`streamdp.options.VOTES`; the one-record
+        paths implement these, not the library forest's ``"trees"``); another value raises ``ValueError``."""
+        return self._vote
+
+    @vote.setter
+    def vote(self, value: str) -> None:
+        if value == "trees":
+            raise ValueError(
+                "vote='trees' is the library forest's (PrivateForest); the river classifier's one-record paths "
+                "take 'proba' or 'majority'"
+            )
+        check_choice(value, "vote", VOTES)
+        self._vote = value
+
     def learn_one(self, x: dict, y: Any) -> None:
         code = self.encoder.encode_label(y)
         row = self.encoder.encode_one(x)

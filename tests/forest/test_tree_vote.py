@@ -99,3 +99,28 @@ def test_the_river_paths_refuse_the_tree_mean_vote():
         PrivateForestClassifier(DS.schema, vote="trees")
     with pytest.raises(ValueError, match="vote"):
         ForestView(fitted())
+
+
+def test_a_vote_set_after_create_is_checked_so_no_blob_fails_to_load():
+    """The vote is read-and-set (post-processing), but only to a vote the forest and its blob know: an unknown
+    one raised only when the blob was read back, and the forest silently voted by majority meanwhile."""
+    f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+    for v in ("majority", "trees", "proba"):
+        f.vote = v
+        assert PrivateForest.from_bytes(f.to_bytes()).vote == v
+    with pytest.raises(ValueError, match="vote must be one of"):
+        f.vote = "bogus"
+    assert f.vote == "proba"
+
+
+def test_the_river_classifier_refuses_the_tree_mean_vote_when_set_too():
+    from streamdp.river import PrivateForestClassifier
+    from streamdp.river.schemas import agrawal_schema
+
+    m = PrivateForestClassifier(agrawal_schema(), epsilon=1.0)
+    with pytest.raises(ValueError, match="library forest's"):
+        m.vote = "trees"
+    with pytest.raises(ValueError, match="vote must be one of"):
+        m.vote = "bogus"
+    m.vote = "majority"
+    assert m.clone().vote == "majority"

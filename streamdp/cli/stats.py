@@ -83,17 +83,23 @@ def _dead_letters(r: Any, args: argparse.Namespace) -> int:
     """``streamdp stats NAME --dead-letters [N]``: the last N dead letters, newest first, one line each."""
     import time
 
-    from streamdp.service.stats import EXACT_WARNING, dead_letters
+    from streamdp.service.stats import dead_letters
 
     if not args.name:
         raise ValueError("--dead-letters lists one model's: give its NAME")
-    print(f"streamdp: warning: --dead-letters: {EXACT_WARNING}", file=sys.stderr)
+    print(
+        "streamdp: warning: --dead-letters: which records were refused, and why, are exact facts about individual "
+        "records, not differentially private: keep them to the model's operator",
+        file=sys.stderr,
+    )
     letters = dead_letters(r, args.name, args.dead_letters)
     if not letters:
         print(f"no dead letters for '{args.name}'")
     for d in letters:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d["ms"] / 1000)) if d["ms"] else "-"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(d["ms"] / 1000)) if d["ms"] else "-"
         print(f"{when}  entry {d['entry']}  {d['reason']}")
+        for row, why in d["rows"]:
+            print(f"    record {row} (0-based) of the entry's batch: {why}")
     return 0
 
 

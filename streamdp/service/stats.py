@@ -30,6 +30,7 @@ import json
 import time
 from typing import Any
 
+import msgpack
 import redis
 
 from streamdp.service.connection import connect
@@ -130,15 +131,18 @@ def collect(r: Any, model: str) -> dict[str, float]:
 
 def dead_letters(r: Any, model: str, last: int = 10) -> list[dict[str, Any]]:
     """The ``last`` dead letters of ``model``, newest first: the stream entry each came from, why (a reason that
-    names what was wrong, never a value: :func:`.codec.value_free`), the consumer that wrote it and when
-    (``ms``). Their ``detail`` (a batch's refused rows, or the head of a raw payload where records are retained)
-    is not returned. EXACT and worker-only, as the stream they come from: for the model's operator.
+    names what was wrong, never a value: :func:`.codec.value_free`), the consumer that wrote it, when (``ms``),
+    and for a batch with refused rows each row's number in its batch and reason (``rows``, value-free as well).
+    Any other ``detail`` (the head of a raw payload, where records are retained) is not returned. EXACT and
+    worker-only, as the stream they come from: for the model's operator.
 
-    >>> import fakeredis
+    >>> import fakeredis, msgpack
     >>> r = fakeredis.FakeRedis()
-    >>> _ = r.xadd(Keys("m").dead, {"entry": "5-0", "reason": "undecodable", "detail": b"x", "consumer": "w", "ms": 7})
-    >>> [(d["entry"], d["reason"], d["ms"]) for d in dead_letters(r, "m")]
-    [('5-0', 'undecodable', 7)]
+    >>> rows = msgpack.packb({"batch_id": "b", "rows": [[5, "attribute 'a' is missing"]]})
+    >>> _ = r.xadd(Keys("m").dead, {"entry": "5-0", "reason": "1 invalid record(s)", "detail": rows, "ms": 7})
+    >>> _ = r.xadd(Keys("m").dead, {"entry": "6-0", "reason": "undecodable", "detail": b"raw head", "ms": 8})
+    >>> [(d["entry"], d["reason"], d["ms"], d["rows"]) for d in dead_letters(r, "m")]
+    [('6-0', 'undecodable', 8, []), ('5-0', '1 invalid record(s)', 7, [(5, "attribute 'a' is missing")])]
     """
     r = connect(r)
     out = []
@@ -150,9 +154,26 @@ def dead_letters(r: Any, model: str, last: int = 10) -> list[dict[str, Any]]:
                 "reason": as_str(f.get("reason", b"")),
                 "consumer": as_str(f.get("consumer", b"")),
                 "ms": int(f.get("ms") or 0),
+                "rows": _refused_rows(f.get("detail", b"")),
             }
         )
     return out
+
+
+def _refused_rows(detail: bytes) -> list[tuple[int, str]]:
+    """A dead letter's refused rows (row in its batch, value-free reason) where its detail lists them
+    (:func:`.merging.dead_items`); [] for any other detail, which is never decoded further."""
+    try:
+        doc = msgpack.unpackb(detail, raw=False)
+    except Exception:  # (a raw payload's head, or anything else: not shown)
+        return []
+    if not isinstance(doc, dict) or set(doc) != {"batch_id", "rows"} or not isinstance(doc["rows"], list):
+        return []
+    return [
+        (int(r[0]), str(r[1]))
+        for r in doc["rows"]
+        if isinstance(r, list) and len(r) == 2 and isinstance(r[0], int) and isinstance(r[1], str)
+    ]
 
 
 def _stream_id(x: Any) -> tuple[int, int]:

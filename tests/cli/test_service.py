@@ -100,8 +100,9 @@ def test_cli_end_to_end(redis_url, unique_name, tmp_path, capsys):
     # the dead letter itself: when, which entry, why (the attribute named, never the value), with the warning
     assert main(u + ["stats", name, "--dead-letters"]) == 0
     out, err = capsys.readouterr()
-    (line,) = out.splitlines()
-    assert "entry " in line and "1 invalid record(s) of 50; first: record 7 (0-based)" in line and "handicapped" in line
+    line, row = out.splitlines()  # the dead letter, then each refused row of its batch
+    assert "entry " in line and "1 invalid record(s) of 50; first: record 7 (0-based)" in line and "UTC" in line
+    assert row.startswith("    record 7 (0-based) of the entry's batch: ") and "handicapped" in row
     assert "perhaps" not in out and "warning: --dead-letters" in err and "not differentially private" in err
     assert main(u + ["stats", "--dead-letters"]) == 2  # one model's: NAME is needed
     assert "give its NAME" in capsys.readouterr().err

@@ -95,8 +95,8 @@ def worker(args: argparse.Namespace) -> int:
 
 
 def _say_drained(args: argparse.Namespace) -> None:
-    """One line after a pool run ``--until-drained`` stopped: the published version and its merged releases
-    (public; nothing if the model is gone meanwhile)."""
+    """One line after a pool run ``--until-drained`` stopped: the published version, its merged releases and the
+    releases left out (public; nothing if the model is gone meanwhile)."""
     from streamdp.service.model_store import ModelNotFound
     from streamdp.service.registry import show_model
 
@@ -104,8 +104,14 @@ def _say_drained(args: argparse.Namespace) -> None:
         info = show_model(client(args), args.name)
     except ModelNotFound:
         return
-    n = info["releases"]
+    n, out = info["releases"], info.get("windows", info["releases"]) - info["releases"]
+    left = (
+        f"; {out} left out, their released totals too small to tell from an empty window (records in them are "
+        "not in the published model)"
+        if out > 0
+        else ""
+    )
     print(
         f"drained {args.name!r}: version {info['version']} published, {n} release{'s' if n != 1 else ''} "
-        "merged in all (streamdp model show for more)"
+        f"merged in all{left} (streamdp model show for more)"
     )

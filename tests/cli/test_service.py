@@ -288,3 +288,20 @@ def test_cli_model_create_sets_the_retention_in_one_command(redis_url, unique_na
     ret = get_retention(connect(redis_url), unique_name)
     assert (ret.seconds, ret.records, ret.since_version) == (3600.0, None, 0)
     assert main(u + ["model", "delete", unique_name]) == 0
+
+
+def test_the_drained_line_says_how_many_releases_were_left_out(monkeypatch, capsys):
+    """A windowed model's releases whose released totals could not be told from an empty window are left out of
+    the published counts: records in them are not in the model, and the drained line says so."""
+    import argparse
+
+    from streamdp.cli import worker as worker_cli
+    from streamdp.service import registry
+
+    args = argparse.Namespace(name="m", redis_url="redis://127.0.0.1:1/0")
+    for windows, said in ((5, "; 3 left out, their released totals too small"), (2, " (streamdp model show")):
+        info = {"version": 2, "releases": 2, "windows": windows}
+        monkeypatch.setattr(registry, "show_model", lambda r, name, info=info: info)
+        worker_cli._say_drained(args)
+        out = capsys.readouterr().out
+        assert out.startswith("drained 'm': version 2 published, 2 releases merged in all" + said), out

@@ -70,7 +70,7 @@ from streamdp.forest.releasing import BatchReleases
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.thresholds import default_threshold_share
 from streamdp.forest.voting import Voting
-from streamdp.options import BUDGETS, DEFAULT_N_TREES, FOREST_VOTES, MAX_PRIOR_TREES, MECHANISMS
+from streamdp.options import BUDGETS, DEFAULT_N_TREES, MAX_PRIOR_TREES, MECHANISMS
 from streamdp.privacy.mechanisms import SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
@@ -169,27 +169,6 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         if "_drawn" in state:  # pickled before the attribute was public
             state["drawn"] = state.pop("_drawn")
         self.__dict__.update(state)
-
-    @property
-    def vote(self) -> str:
-        """How the trees combine (:data:`streamdp.options.FOREST_VOTES`). Setting it reads the same release
-        another way (post-processing); a value outside them raises ``ValueError``, so no blob is written that
-        would not load.
-
-        >>> from streamdp.records.datasets import load
-        >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
-        >>> f.vote = "majority"
-        >>> f.vote = "bogus"
-        Traceback (most recent call last):
-        ...
-        ValueError: vote must be one of 'proba', 'majority', 'trees', got 'bogus'
-        """
-        return self._vote
-
-    @vote.setter
-    def vote(self, value: str) -> None:
-        check_choice(value, "vote", FOREST_VOTES)
-        self._vote = value
 
     @classmethod
     def create(

@@ -18,6 +18,7 @@ from streamdp.estimation.prior import leaf_rule_proba, prior_from
 from streamdp.estimation.rule import ESTIMATORS, SNR_MIN, cell_variance
 from streamdp.forest.node_links import leaves_below
 from streamdp.forest.structure import ForestStructure
+from streamdp.options import FOREST_VOTES
 from streamdp.records.schema import Schema
 from streamdp.validation import NotFittedError, check_choice
 
@@ -27,12 +28,34 @@ __all__ = ["Voting", "mean_accuracy"]
 class Voting:
     """Noise variances, estimation and the vote of a :class:`~streamdp.forest.model.PrivateForest` (a mixin)."""
 
+    @property
+    def vote(self) -> str:
+        """How the trees combine (:data:`streamdp.options.FOREST_VOTES`). Setting it reads the same release
+        another way (post-processing); a value outside them raises ``ValueError``, so no blob is written that
+        would not load.
+
+        >>> from streamdp import PrivateForest
+        >>> from streamdp.records.datasets import load
+        >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=2, height=2, seed=1)
+        >>> f.vote = "majority"
+        >>> f.vote = "bogus"
+        Traceback (most recent call last):
+        ...
+        ValueError: vote must be one of 'proba', 'majority', 'trees', got 'bogus'
+        """
+        return self._vote
+
+    @vote.setter
+    def vote(self, value: str) -> None:
+        check_choice(value, "vote", FOREST_VOTES)
+        self._vote = value
+
     if TYPE_CHECKING:  # what the forest provides
         schema: Schema
         structure: ForestStructure
         mechanism: str
         k: int | None
-        vote: str
+        _vote: str
         prior_trees: int
         version: int
         n_releases: int

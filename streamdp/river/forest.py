@@ -14,7 +14,6 @@ from streamdp.forest.first_release import stream_share
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ceiling_height
-from streamdp.options import VOTES
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.schema import Schema
 from streamdp.river.encoding import RecordEncoder, labels_of
@@ -344,22 +343,6 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         return self._n_buf
 
     # -- learning -----------------------------------------------------------------
-    @property
-    def vote(self) -> str:
-        """How the trees combine: ``"proba"`` or ``"majority"`` (:data:`streamdp.options.VOTES`; the one-record
-        paths implement these, not the library forest's ``"trees"``); another value raises ``ValueError``."""
-        return self._vote
-
-    @vote.setter
-    def vote(self, value: str) -> None:
-        if value == "trees":
-            raise ValueError(
-                "vote='trees' is the library forest's (PrivateForest); the river classifier's one-record paths "
-                "take 'proba' or 'majority'"
-            )
-        check_choice(value, "vote", VOTES)
-        self._vote = value
-
     def learn_one(self, x: dict, y: Any) -> None:
         code = self.encoder.encode_label(y)
         row = self.encoder.encode_one(x)

@@ -18,8 +18,10 @@ from streamdp.estimation.prior import release_prior
 from streamdp.estimation.prior_phase import prior_phase_first, prior_phase_size
 from streamdp.estimation.rule import cell_variance
 from streamdp.forest.model import PrivateForest
+from streamdp.options import VOTES
 from streamdp.river.encoding import RecordEncoder
 from streamdp.river.forest_view import ForestView
+from streamdp.validation import check_choice
 
 __all__ = ["PriorVote", "PRIOR_CLEAR", "PRIOR_LOSS"]
 
@@ -32,6 +34,22 @@ PRIOR_LOSS = 0.02
 class PriorVote:
     """The prior phase, the pooled class prior and the guard of :class:`~streamdp.river.PrivateForestClassifier`
     (a mixin)."""
+
+    @property
+    def vote(self) -> str:
+        """How the trees combine: ``"proba"`` or ``"majority"`` (:data:`streamdp.options.VOTES`; the one-record
+        paths implement these, not the library forest's ``"trees"``); another value raises ``ValueError``."""
+        return self._vote
+
+    @vote.setter
+    def vote(self, value: str) -> None:
+        if value == "trees":
+            raise ValueError(
+                "vote='trees' is the library forest's (PrivateForest); the river classifier's one-record paths "
+                "take 'proba' or 'majority'"
+            )
+        check_choice(value, "vote", VOTES)
+        self._vote = value
 
     if TYPE_CHECKING:  # what the classifier provides
         forest: PrivateForest

@@ -111,24 +111,34 @@ PART0 = {
 }
 
 
-def part0(names, reps, out_path):
-    from streamdp import PrivateForest
-
-    rows = []
+def cells(names, reps):
+    """``(schema, X, y, train, test, epsilon, row)`` for every dataset, split and epsilon; ``row`` holds the
+    cell's keys and the training folds' majority share (each part adds its columns)."""
     for name in names:
         s, X, y, srng = load(name)
         for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
             mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
             for e in EPS:
-                row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
-                for col, (kw, prune) in PART0.items():
-                    f = PrivateForest.create(s, epsilon=e, **{"vote": "proba", **kw})
-                    f.fit_encoded(X[tr], y[tr], prune=prune)
-                    if not prune:
-                        f.estimator = "leaf"
-                    L = f.structure.apply(X[te], s.is_categorical)
-                    row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
-                rows.append(row)
+                yield s, X, y, tr, te, e, {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
+
+
+def accuracy(f, X, y) -> float:
+    """Test accuracy of forest ``f`` on encoded records."""
+    return float((f.proba_from_leaves(f.structure.apply(X, f.schema.is_categorical)).argmax(1) == y).mean())
+
+
+def part0(names, reps, out_path):
+    from streamdp import PrivateForest
+
+    rows = []
+    for s, X, y, tr, te, e, row in cells(names, reps):
+        for col, (kw, prune) in PART0.items():
+            f = PrivateForest.create(s, epsilon=e, **{"vote": "proba", **kw})
+            f.fit_encoded(X[tr], y[tr], prune=prune)
+            if not prune:
+                f.estimator = "leaf"
+            row[col] = accuracy(f, X[te], y[te])
+        rows.append(row)
     json.dump(rows, open(out_path, "w"))
 
 
@@ -136,19 +146,13 @@ def share(names, reps, out_path):
     from streamdp import PrivateForest
 
     rows = []
-    for name in names:
-        s, X, y, srng = load(name)
-        d = int((~s.is_categorical).sum())
-        for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
-            mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
-            for e in EPS:
-                row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
-                by_size = 0.2 if len(tr) / 16 >= d / (0.2 * e) else 0.0
-                for col, ts in (("default", None), ("ts0", 0.0), ("rule", by_size)):
-                    f = PrivateForest.create(s, epsilon=e, threshold_share=ts).fit_encoded(X[tr], y[tr])
-                    L = f.structure.apply(X[te], s.is_categorical)
-                    row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
-                rows.append(row)
+    for s, X, y, tr, te, e, row in cells(names, reps):
+        by_size = 0.2 if len(tr) / 16 >= int((~s.is_categorical).sum()) / (0.2 * e) else 0.0
+        for col, ts in (("default", None), ("ts0", 0.0), ("rule", by_size)):
+            row[col] = accuracy(
+                PrivateForest.create(s, epsilon=e, threshold_share=ts).fit_encoded(X[tr], y[tr]), X[te], y[te]
+            )
+        rows.append(row)
     json.dump(rows, open(out_path, "w"))
 
 
@@ -176,19 +180,13 @@ def layout(names, reps, out_path, layouts=LAYOUTS):
     from streamdp import PrivateForest
 
     rows = []
-    for name in names:
-        s, X, y, srng = load(name)
-        for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
-            mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
-            for e in EPS:
-                row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
-                for col, (kw, prune) in layouts.items():
-                    f = PrivateForest.create(s, epsilon=e, **kw).fit_encoded(X[tr], y[tr], prune=prune)
-                    if not prune and kw.get("vote") == "majority":
-                        f.estimator = "leaf"
-                    L = f.structure.apply(X[te], s.is_categorical)
-                    row[col] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
-                rows.append(row)
+    for s, X, y, tr, te, e, row in cells(names, reps):
+        for col, (kw, prune) in layouts.items():
+            f = PrivateForest.create(s, epsilon=e, **kw).fit_encoded(X[tr], y[tr], prune=prune)
+            if not prune and kw.get("vote") == "majority":
+                f.estimator = "leaf"
+            row[col] = accuracy(f, X[te], y[te])
+        rows.append(row)
     json.dump(rows, open(out_path, "w"))
 
 
@@ -198,19 +196,12 @@ def sizing(names, reps, out_path):
 
     rows, kept = [], sizing_module.TREES_PER_SIGNAL
     try:
-        for name in names:
-            s, X, y, srng = load(name)
-            for i, (tr, te) in enumerate(splits(len(y), reps, srng)):
-                mj = float((y[te] == np.bincount(y[tr], minlength=s.n_classes).argmax()).mean())
-                for e in EPS:
-                    row = {"dataset": name, "split": i, "eps": e, "majority": mj, "trees": 0}
-                    for c in (3.0, 2.0, 1.5, 1.0):
-                        sizing_module.TREES_PER_SIGNAL = c
-                        f = PrivateForest.create(s, epsilon=e).fit_encoded(X[tr], y[tr])
-                        L = f.structure.apply(X[te], s.is_categorical)
-                        row[f"c{c:g}"] = float((f.proba_from_leaves(L).argmax(1) == y[te]).mean())
-                        row[f"k{c:g}"] = f.n_trees
-                    rows.append(row)
+        for s, X, y, tr, te, e, row in cells(names, reps):
+            for c in (3.0, 2.0, 1.5, 1.0):
+                sizing_module.TREES_PER_SIGNAL = c
+                f = PrivateForest.create(s, epsilon=e).fit_encoded(X[tr], y[tr])
+                row[f"c{c:g}"], row[f"k{c:g}"] = accuracy(f, X[te], y[te]), f.n_trees
+            rows.append(row)
     finally:
         sizing_module.TREES_PER_SIGNAL = kept
     json.dump(rows, open(out_path, "w"))

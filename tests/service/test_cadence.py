@@ -195,7 +195,7 @@ def test_model_show_states_the_noise_per_cell_the_grown_releases_draw(r):
         _add_all(w)
         _run_to(w, r, "m", _sched(r).end + 0.001)
         f = PrivateForest.from_bytes(r.hget(Keys("m").pub_model, "blob"))
-        assert f.n_releases == len(leaf_var) + 1 and np.all(f.structure.n_leaves[:T] > 1)  # grown: the probe ran
+        assert f.n_releases == len(leaf_var) + 1 and np.all(f.structure.n_leaves[:T] > 1)  # (grown from the roots)
         leaf_var.append(f.node_variance[:T][f.structure.leaf[:T] >= 0])
     assert leaf_var[0] == pytest.approx(info["first_cell_sd"] ** 2)  # every leaf of the first release
     # the second release kept the trees (height 3, grown whole by the first): each leaf added one draw

@@ -17,6 +17,13 @@ from streamdp.cli.common import client
 
 __all__ = ["HELP", "history", "plot_history"]
 
+#: What the table shows for a noisy record count the release floored at 0 (:func:`.service.history.at_floor`), and
+#: the legend printed under a table that shows one: a floored 0 is no exact count of none.
+AT_FLOOR = "<= 0"
+AT_FLOOR_LEGEND = (
+    "the window's noisy record total came out at or below 0 and was released as 0 (noise, not a count of none)"
+)
+
 #: ``model history``'s help text (the columns, and why a noisy record count can be negative).
 HELP = (
     "a windowed model's releases over time, one line per window, numbered from 1 as in the worker's -v log. "
@@ -24,20 +31,22 @@ HELP = (
     "or no records can show a negative total, which is noise, not an error. 'release sd/cell': the noise sd that "
     "window's release drew on each count (release=window; '-' for grow and tree, which draw per node); 'published sd/cell': the noise sd on each count of the published model "
     "after it (every merged release's noise, accumulated). A window left out (merged: no) could not be told from "
-    "an empty one by its noisy total, and changed nothing published."
+    "an empty one by its noisy total, and changed nothing published. "
+    f"'{AT_FLOOR}' (release=window): {AT_FLOOR_LEGEND}."
 )
 
 
 def history(args: argparse.Namespace) -> int:
     """``streamdp model history``: the table (last ``--last`` windows), ``--json`` or a ``--plot`` PNG."""
-    from streamdp.service.history import read_history
+    from streamdp.service.history import at_floor, read_history
     from streamdp.service.registry import show_model
 
     r = client(args)
     info = show_model(r, args.name)  # (ModelNotFound names a missing model)
     lines = read_history(r, args.name)
     if args.plot:
-        print(f"wrote {plot_history(lines, args.plot, args.name)} ({len(lines)} windows)")
+        kind = (info.get("release") or {}).get("kind", "batch")
+        print(f"wrote {plot_history(lines, args.plot, args.name, kind)} ({len(lines)} windows)")
         return 0
     if args.json:
         print(json.dumps(lines))
@@ -51,9 +60,12 @@ def history(args: argparse.Namespace) -> int:
     print(
         "window  version  merged  released (UTC)        window (s)  noisy records  release sd/cell  published sd/cell"
     )
+    kind = (info.get("release") or {}).get("kind", "batch")
+    floored = False
     for e in shown:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["time"]))
-        records = "-" if e["noisy_records"] is None else f"{e['noisy_records']:,.0f}"
+        records = _records(e["noisy_records"], at_floor(e, kind))
+        floored = floored or records == AT_FLOOR
         own = "-" if e.get("release_sd") is None else f"{e['release_sd']:,.1f}"
         print(
             f"{e['window']:>6}  {e['version']:>7}  {'yes' if e['merged'] else 'no':>6}  {at}  "
@@ -61,13 +73,33 @@ def history(args: argparse.Namespace) -> int:
         )
     if len(shown) < len(lines):
         print(f"({len(lines) - len(shown)} earlier windows not shown: --last 0 shows all)")
+    if floored:
+        print(f"{AT_FLOOR}: {AT_FLOOR_LEGEND}")
     return 0
 
 
-def plot_history(lines: list[dict[str, Any]], path: str, name: str) -> str:
-    """Draw the history into a PNG at ``path``: noisy records per release (merged filled, left out hollow), the
-    noise sd per cell and the window length, over time. Raises SystemExit naming the extra if matplotlib is absent.
+def _records(n: float | None, floored: bool) -> str:
+    """A history line's noisy record count as the table shows it: ``-`` where a release has none,
+    :data:`AT_FLOOR` where the release floored it at 0, to one decimal below 1 in size (so no noisy value
+    prints as a bare ``0``), else to the record.
+
+    >>> [_records(None, False), _records(0.0, True), _records(0.4, False), _records(-0.0, False), _records(1234.6, False)]
+    ['-', '<= 0', '0.4', '-0.0', '1,235']
     """
+    if n is None:
+        return "-"
+    if floored:
+        return AT_FLOOR
+    return f"{n:,.1f}" if abs(n) < 1 else f"{n:,.0f}"
+
+
+def plot_history(lines: list[dict[str, Any]], path: str, name: str, kind: str = "batch") -> str:
+    """Draw the history into a PNG at ``path``: noisy records per release (merged filled, left out hollow; a count
+    the release floored at 0 as a downward triangle, ``kind`` the release policy), the noise sd per cell and the
+    window length, over time. Raises SystemExit naming the extra if matplotlib is absent.
+    """
+    from streamdp.service.history import at_floor
+
     try:
         import matplotlib
 
@@ -80,16 +112,23 @@ def plot_history(lines: list[dict[str, Any]], path: str, name: str) -> str:
     t0 = lines[0]["time"] if lines else 0.0
     t = [e["time"] - t0 for e in lines]
     fig, axes = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    rec = [(x, e["noisy_records"], e["merged"]) for x, e in zip(t, lines) if e["noisy_records"] is not None]
+    rec = [
+        (x, e["noisy_records"], e["merged"])
+        for x, e in zip(t, lines)
+        if e["noisy_records"] is not None and not at_floor(e, kind)
+    ]
     kept = [(x, n) for x, n, m in rec if m]
     out = [(x, n) for x, n, m in rec if not m]
+    floor = [x for x, e in zip(t, lines) if at_floor(e, kind)]
     if kept:
         axes[0].plot(*zip(*kept), "o", ms=3, color="tab:blue", label="merged")
     if out:
         axes[0].plot(*zip(*out), "o", ms=3, mfc="none", color="tab:gray", label="left out (noise only)")
+    if floor:
+        axes[0].plot(floor, [0.0] * len(floor), "v", ms=4, mfc="none", color="tab:orange", label=AT_FLOOR)
     axes[0].axhline(0, color="black", lw=0.5)
     axes[0].set_ylabel("noisy records\nper release")
-    if rec:
+    if rec or floor:
         axes[0].legend(loc="upper right", fontsize=8)
     axes[1].plot(t, [e["cell_sd"] for e in lines], drawstyle="steps-post", color="tab:red")
     axes[1].set_ylabel("noise sd per cell\n(published counts)")

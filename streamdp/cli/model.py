@@ -323,8 +323,7 @@ def _cadence_lines(info: dict) -> list[str]:
         f"{sched['released']} released, "
         f"{sched['merged']} merged into the counts)",
         f"  per release     {per_release}; {sched['total']:,.0f} noisy records merged in all",
-        f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} added to each published count (cell) by each merged "
-        "release, one draw each",
+        _noise_per_cell(info),
         f"  lag bound       {cadence['max_lag']:g} s: a release comes at most that long after a record's push, "
         "while the workers keep up",
         *(
@@ -338,6 +337,21 @@ def _cadence_lines(info: dict) -> list[str]:
         ),
         *lines,
     ]
+
+
+def _noise_per_cell(info: dict) -> str:
+    """``model show``'s noise-per-cell line: one release's noise sd on each count, and the first release's where
+    its scale differs (``grow``: its probe spends part of the trees' budget; ``first_cell_sd``, public)."""
+    line = (
+        f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} added to each published count (cell) by each merged "
+        "release, one draw each"
+    )
+    if "first_cell_sd" in info:
+        line += (
+            f" (the first release: up to sd {info['first_cell_sd']:,.1f} on the random trees' counts, what their "
+            "budget leaves after the probe that shapes them)"
+        )
+    return line
 
 
 def _decay_lines(info: dict) -> list[str]:

@@ -47,7 +47,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "would not keep)",
     )
     w.add_argument("--until-drained", action="store_true", help="exit when the stream has nothing left")
-    w.add_argument("-v", "--verbose", action="store_true", help="JSON log lines on stderr")
+    w.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also the INFO log lines (windows released, entries claimed); warnings and errors are logged without "
+        "it. Every log line is one JSON object on stderr, for log collectors, and holds no record value",
+    )
     w.set_defaults(func=worker)
     return w
 

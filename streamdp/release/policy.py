@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from streamdp.forest.pruning import probed_epsilon
 from streamdp.options import PRUNE_PROBE, RELEASES
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.release.noisy import noisy_node
@@ -117,6 +118,18 @@ class ReleasePolicy:
         if self.kind != "tree":
             return float(epsilon_per_tree)
         return epsilon_per_tree / (self.levels if self.levels is not None else UNITS)
+
+    def first_node_epsilon(self, epsilon_per_tree: float) -> float:
+        """The epsilon of one noise draw on a random tree's count in the model's first release: under ``grow`` what
+        its probe leaves (:func:`streamdp.forest.pruning.probed_epsilon`: a fresh forest's first grown release
+        probes where the records are first, unless the probe would split nothing), else :meth:`node_epsilon`.
+        Why: ``model show`` states the noise the release draws, from the rule the release draws it by.
+
+        >>> round(ReleasePolicy("grow").first_node_epsilon(1.0), 12), ReleasePolicy("window").first_node_epsilon(1.0)
+        (0.9, 1.0)
+        """
+        node = self.node_epsilon(epsilon_per_tree)
+        return probed_epsilon(node) if self.kind == "grow" else node
 
     def check_drawable(self, epsilon_per_tree: float, mechanism: str) -> None:
         """Refuse a per-tree epsilon whose smallest release (a node; a grown release's probe, ``PRUNE_PROBE`` of it)

@@ -11,7 +11,39 @@ from streamdp.estimation import cell_variance
 from streamdp.release.octaves import UNITS, tree_variance_factor
 from streamdp.release.policy import ReleasePolicy
 
-__all__ = ["published_variance", "fixed_horizon_variance", "class_total_sd"]
+__all__ = ["published_variance", "fixed_horizon_variance", "class_total_sd", "release_cell_sd"]
+
+
+def _per_tree(epsilon: float, budget: str, n_trees: int, prior_trees: int) -> float:
+    """Each tree's epsilon, as the budget shares the model's (per record) ``epsilon`` over its trees and stumps."""
+    return epsilon / (n_trees + prior_trees) if budget == "split" else epsilon
+
+
+def release_cell_sd(
+    policy: ReleasePolicy,
+    epsilon: float,
+    mechanism: str,
+    budget: str,
+    n_trees: int,
+    prior_trees: int,
+    *,
+    first: bool = False,
+) -> float:
+    """Standard deviation of the noise one release draws on one random tree's count (a cell), from the model's
+    public parameters: ``epsilon`` per record (``epsilon / K`` with a privacy id), shared by the budget, at the
+    policy's epsilon of one draw (:meth:`~streamdp.release.policy.ReleasePolicy.node_epsilon`; ``first``: the
+    model's first release, :meth:`~streamdp.release.policy.ReleasePolicy.first_node_epsilon`, larger under
+    ``grow``, whose probe spends part of the trees' budget). Geometric or Laplace noise.
+    Why: ``model show`` reports the scale the releases draw at, by their rule, not a copy of it.
+
+    >>> round(release_cell_sd(ReleasePolicy("window"), 1.0, "laplace", "split", 3, 1), 3)  # sqrt(2) / 0.25
+    5.657
+    >>> round(release_cell_sd(ReleasePolicy("grow"), 1.0, "laplace", "split", 3, 1, first=True), 3)  # / 0.225
+    6.285
+    """
+    per_tree = _per_tree(epsilon, budget, n_trees, prior_trees)
+    node = policy.first_node_epsilon(per_tree) if first else policy.node_epsilon(per_tree)
+    return math.sqrt(cell_variance(mechanism, node))
 
 
 def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:
@@ -76,7 +108,7 @@ def class_total_sd(
     if math.isinf(epsilon) or releases < 1:
         return 0.0
     trees = n_trees + prior_trees
-    per_tree = epsilon / trees if budget == "split" else epsilon
+    per_tree = _per_tree(epsilon, budget, n_trees, prior_trees)
     if published is None:
         published = published_variance(policy, releases, cell_variance(mechanism, policy.node_epsilon(per_tree)))
     v = published / prior_trees

@@ -6,7 +6,8 @@ WATCH would not see XACK/XCLAIM), that no merging batch id was merged before
 (zset ``priv:merged``), and that the state version is the one the worker
 added its delta to (CAS). Only then does it write the new counts and version,
 publish them (``pub:model``; the retained ``pub:v:<N>`` is the release record), mark the batch ids
-merged, set a TTL on their stored deltas, append dead letters, bump the
+merged, set a TTL on their stored deltas, append dead letters (a batch's refused rows once per batch id:
+zset ``priv:dead_batches``, so a re-pushed batch, merged once, is refused once too), bump the
 counters, XACK the entries and announce the version on ``pub:events``.
 Any failed check writes nothing: ``rejected`` lists the entries (1-based,
 with a reason: ``not-pending``, ``not-owner``, ``dup-batch``), ``conflict``
@@ -72,15 +73,25 @@ if #rejected > 0 then
 end
 """
 
-# Shared tail: append the dead letters, count, XACK every entry. Needs ids, me, m, a, d, base, group, dead_key,
-# stats_key, dead_maxlen, now_ms.
+# Shared tail: append the dead letters, count, XACK every entry. A dead letter whose 4th field (its batch id) is
+# not '' is written only if no letter of that batch id was: the id goes into the dead_once zset, scored by the
+# millisecond of its letter's stream id (trimming.trim_dead drops the marks with the letters they stand for), so a
+# re-pushed batch is merged once (priv:merged) and refused once. Needs ids, me, m, a, d, base, group, dead_key,
+# dead_once_key, stats_key, dead_maxlen, now_ms.
 _DEAD_AND_ACK_LUA = r"""
 local off = base + 2 * m + a
+local written = 0
 for i = 1, d do
-  redis.call('XADD', dead_key, 'MAXLEN', '~', dead_maxlen, '*', 'entry', ARGV[off + 3 * i - 2],
-             'reason', ARGV[off + 3 * i - 1], 'detail', ARGV[off + 3 * i], 'consumer', me, 'ms', now_ms)
+  local once = ARGV[off + 4 * i]
+  if once == '' or not redis.call('ZSCORE', dead_once_key, once) then
+    local lid = redis.call('XADD', dead_key, 'MAXLEN', '~', dead_maxlen, '*', 'entry', ARGV[off + 4 * i - 3],
+                           'reason', ARGV[off + 4 * i - 2], 'detail', ARGV[off + 4 * i - 1], 'consumer', me,
+                           'ms', now_ms)
+    if once ~= '' then redis.call('ZADD', dead_once_key, string.match(lid, '^%d+'), once) end
+    written = written + 1
+  end
 end
-if d > 0 then redis.call('HINCRBY', stats_key, 'dead_letters', d) end
+if written > 0 then redis.call('HINCRBY', stats_key, 'dead_letters', written) end
 if a > 0 then redis.call('HINCRBY', stats_key, 'acked_without_merge', a) end
 if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
 """
@@ -88,11 +99,13 @@ if #ids > 0 then redis.call('XACK', KEYS[1], group, unpack(ids)) end
 COMMIT_LUA = (
     r"""
 -- Atomic exactly-once commit of k stream entries into a model (design B-k).
--- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9.. delta keys (m)
+-- KEYS: 1 records, 2 state, 3 pub_model, 4 merged, 5 stats, 6 dead, 7 pub_v_new, 8 pub_v_drop, 9 dead_batches,
+--       10.. delta keys (m)
 -- ARGV: 1 group, 2 consumer, 3 expected_version, 4 counts, 5 release record (or its head), 6 its tail,
 --       7 '1': the record is head .. counts .. tail ('0': ARGV[5] alone), 8 releases, 9 n_records, 10 now_ms,
 --       11 version_ttl_s (0 none), 12 drop_old (0/1), 13 delta_ttl_s, 14 channel, 15 dead_maxlen,
---       16 m, 17 a, 18 d, then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
+--       16 m, 17 a, 18 d, then m pairs (entry id, batch id), a entry ids (ack only),
+--       d quadruples (entry, reason, detail, batch id to write it once by or ''),
 --       last: the caller's model id ('replaced' if the state belongs to another model of the name)
 -- Writes nothing unless every entry is still pending and owned by ARGV[2], no merging batch id was
 -- merged before, and the state version equals ARGV[3].
@@ -123,14 +136,14 @@ if m > 0 then
   if ARGV[12] == '1' then redis.call('DEL', KEYS[8]) end
   for i = 1, m do
     redis.call('ZADD', KEYS[4], new_version, ARGV[base + 2 * i])
-    redis.call('EXPIRE', KEYS[8 + i], ARGV[13])
+    redis.call('EXPIRE', KEYS[9 + i], ARGV[13])
   end
   redis.call('HINCRBY', KEYS[5], 'batches_merged', m)
   redis.call('HINCRBY', KEYS[5], 'records_merged', ARGV[9])
   redis.call('HINCRBY', KEYS[5], 'commits', 1)
   redis.call('HSET', KEYS[5], 'last_commit_ms', ARGV[10])
 end
-local dead_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[5], ARGV[15], ARGV[10]
+local dead_key, dead_once_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[9], KEYS[5], ARGV[15], ARGV[10]
 """
     + _DEAD_AND_ACK_LUA
     + r"""
@@ -148,11 +161,11 @@ WINDOW_ADD_LUA = (
     r"""
 -- Exactly-once add of k entries' EXACT tallies into the open window's secret accumulator.
 -- KEYS: 1 records, 2 state, 3 merged, 4 stats, 5 dead, 6 acc (of the window the caller expects open),
---       7 the privacy ids' counts (.units)
+--       7 the privacy ids' counts (.units), 8 dead_batches
 -- ARGV: 1 group, 2 consumer, 3 expected open window, 4 n_records, 5 now_ms, 6 dead_maxlen, 7 m, 8 a, 9 d,
 --       10 the entries' nonzero cells (accumulator.joined_cells, a cell may repeat: '' for none),
---       then m pairs (entry id, batch id), a entry ids (ack only), d triples (entry, reason, detail),
---       then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts,
+--       then m pairs (entry id, batch id), a entry ids (ack only), d quadruples (entry, reason, detail, batch id
+--       to write it once by or ''), then the ids' counts: n, how many are new, max_ids, the n hashes joined, counts read, new counts,
 --       records dropped over K and over max_ids (.units)
 --       ('ids-moved' when a count changed since it was read: nothing written, the caller chooses again),
 --       last: the caller's model id ('replaced' if the state belongs to another model of the name)
@@ -164,7 +177,7 @@ local group, me = ARGV[1], ARGV[2]
 local m, a, d = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local base = 10
 local merged_key = KEYS[3]
-local io, ids_slot, stats_slot = base + 2 * m + a + 3 * d + 1, 7, 4
+local io, ids_slot, stats_slot = base + 2 * m + a + 4 * d + 1, 7, 4
 """
     + _MODEL_LUA
     + _CHECK_LUA
@@ -183,7 +196,7 @@ if m > 0 then
   redis.call('HINCRBY', KEYS[4], 'commits', 1)
   redis.call('HSET', KEYS[4], 'last_commit_ms', ARGV[5])
 end
-local dead_key, stats_key, dead_maxlen, now_ms = KEYS[5], KEYS[4], ARGV[6], ARGV[5]
+local dead_key, dead_once_key, stats_key, dead_maxlen, now_ms = KEYS[5], KEYS[8], KEYS[4], ARGV[6], ARGV[5]
 """
     + _DEAD_AND_ACK_LUA
     + r"""

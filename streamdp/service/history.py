@@ -24,7 +24,7 @@ from typing import Any
 from streamdp.service.connection import connect
 from streamdp.service.keys import Keys
 
-__all__ = ["HISTORY_LEN", "entry", "append", "read_history"]
+__all__ = ["HISTORY_LEN", "FLOORED", "entry", "append", "read_history", "at_floor"]
 
 #: Windows the history keeps (the oldest fall off): a few hundred KiB per model at most.
 HISTORY_LEN = 4096
@@ -53,6 +53,25 @@ def entry(
     if release_sd is not None:
         line["release_sd"] = round(float(release_sd), 4)
     return line
+
+
+#: The release policies whose noisy record count a window's release floors at 0 (``window``:
+#: :func:`.forgetting.release_records`; ``grow``'s is the stumps' total as released, negative at times; ``tree``
+#: has none).
+FLOORED = ("window",)
+
+
+def at_floor(line: dict[str, Any], kind: str) -> bool:
+    """Whether history ``line`` of a model of release policy ``kind`` holds a noisy record count the release
+    floored at 0: the window's noisy total came out at or below 0 (stored as 0 all the same). Why: a reader must
+    not take that 0 for an exact count of none. Reads the stored line only: nothing released or stored changes.
+
+    >>> at_floor({"noisy_records": 0.0}, "window"), at_floor({"noisy_records": 0.0}, "grow")
+    (True, False)
+    >>> at_floor({"noisy_records": 3.5}, "window"), at_floor({"noisy_records": None}, "tree")
+    (False, False)
+    """
+    return kind in FLOORED and line.get("noisy_records") == 0
 
 
 def append(p: Any, keys: Keys, line: dict[str, Any]) -> None:

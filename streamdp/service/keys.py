@@ -64,6 +64,8 @@ class Keys:
         self.state = f"{self.prefix}:priv:state"
         self.merged = f"{self.prefix}:priv:merged"
         self.dead = f"{self.prefix}:priv:dead"
+        # batch ids whose refused rows were dead-lettered (zset, score: ms): a re-push is refused once (.commit)
+        self.dead_batches = f"{self.prefix}:priv:dead_batches"
         self.stats = f"{self.prefix}:priv:stats"
         self.tree = f"{self.prefix}:priv:tree"  # release="tree": TreeState bytes (holds SECRET exact node sums)
         self.ids = f"{self.prefix}:priv:ids"  # privacy ids' keyed hashes -> records merged (.units)

@@ -71,8 +71,10 @@ class Outcome:
     merged: bool = False
 
 
-def entry_args(merging: list[WorkerEntry], ack_only: list[WorkerEntry], dead: list[tuple[str, str, bytes]]) -> list:
-    """The commit scripts' entry arguments: (entry id, batch id) pairs, ack-only ids, dead-letter triples."""
+def entry_args(
+    merging: list[WorkerEntry], ack_only: list[WorkerEntry], dead: list[tuple[str, str, bytes, str]]
+) -> list:
+    """The commit scripts' entry arguments: (entry id, batch id) pairs, ack-only ids, dead-letter quadruples."""
     args: list[Any] = []
     for e in merging:
         args += [e.id, e.batch.batch_id]
@@ -86,13 +88,23 @@ def entry_args(merging: list[WorkerEntry], ack_only: list[WorkerEntry], dead: li
 DEAD_ROWS = 10
 
 
-def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes]]:
-    """The dead letters of ``es``: (entry id, reason, detail) for undecodable entries and batches with invalid rows,
-    each within the dead-letter bounds (:func:`.codec.dead_letter`)."""
+def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes, str]]:
+    """The dead letters of ``es``: (entry id, reason, detail, once) for undecodable entries and batches with
+    invalid rows, each within the dead-letter bounds (:func:`.codec.dead_letter`).
+
+    ``once`` is the batch id for a batch's refused rows (the commit scripts write that letter once per batch id,
+    :data:`.commit.COMMIT_LUA`: a re-pushed batch is merged once, and refused once), else ``""`` (always written:
+    an undecodable entry has no batch id to know it by). Why: a re-push of a file must not repeat its refusals.
+
+    >>> e = WorkerEntry("1-0", None)
+    >>> e.dead = ("undecodable", b"")
+    >>> dead_items([e])
+    [('1-0', 'undecodable', b'', '')]
+    """
     out = []
     for e in es:
         if e.dead is not None:
-            out.append((e.id, *codec.dead_letter(*e.dead)))
+            out.append((e.id, *codec.dead_letter(*e.dead), ""))
         elif e.batch is not None and e.batch.dropped:
             rows = e.batch.dropped
             detail = msgpack.packb(
@@ -103,7 +115,7 @@ def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes]]:
                 f"{len(rows)} invalid record(s) of {e.batch.n_in}; first: record {rows[0][0]} "
                 f"(0-based) of the batch: {rows[0][1]}"
             )
-            out.append((e.id, *codec.dead_letter(reason, detail)))
+            out.append((e.id, *codec.dead_letter(reason, detail), e.batch.batch_id))
     return out
 
 
@@ -297,6 +309,7 @@ class BatchMerge(_Merge):
                 keys.dead,
                 keys.pub_version(new_version),
                 keys.pub_version(new_version - keep if drop else new_version),
+                keys.dead_batches,
             ]
             script_keys += [keys.delta(e.batch.batch_id) for e in m_entries]
             args: list[Any] = [
@@ -438,6 +451,7 @@ class WindowAdd(_Merge):
                 keys.dead,
                 keys.acc(self.open_window),
                 keys.ids,
+                keys.dead_batches,
             ]
             self.fault("before_commit")
             res = self._script(keys=script_keys, args=args)

@@ -25,7 +25,6 @@ from typing import Any
 
 import redis
 
-from streamdp.estimation import cell_variance
 from streamdp.forest.growth import grows_by_default, service_ceiling
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, fitting_height
@@ -33,6 +32,7 @@ from streamdp.options import VOTES
 from streamdp.records.schema import Schema
 from streamdp.release.cadence import Cadence, total_sd
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
+from streamdp.release.variance import release_cell_sd
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
@@ -423,10 +423,21 @@ def show_model(r: Any, name: str) -> dict:
     info["last_update"] = int(updated) / 1000 if updated else None
     info.setdefault("release", ReleasePolicy("batch").to_dict())
     if info.get("kind") != "job" and info["mechanism"] in ("geometric", "laplace"):
-        eps, trees = float(info["epsilon"]), info["n_trees"] + info.get("prior_trees", 0)
-        per_tree = eps / trees if info["budget"] == "split" else eps
-        node = ReleasePolicy.from_dict(info["release"]).node_epsilon(per_tree)
-        info["cell_sd"] = math.sqrt(cell_variance(info["mechanism"], node))  # one release's noise on a count
+        # one release's noise on a random tree's count, as the releases draw it (the noise's epsilon: epsilon / K
+        # with a privacy id); the first release's where it differs (grow: its probe spends part of the budget)
+        trees = info["n_trees"] + info.get("prior_trees", 0)
+        sd_args = (
+            ReleasePolicy.from_dict(info["release"]),
+            float(info.get("epsilon_per_record", info["epsilon"])),
+            info["mechanism"],
+            info["budget"],
+            info["n_trees"],
+            info.get("prior_trees", 0),
+        )
+        info["cell_sd"] = release_cell_sd(*sd_args)
+        first_sd = release_cell_sd(*sd_args, first=True)
+        if first_sd != info["cell_sd"]:
+            info["first_cell_sd"] = first_sd
         if sched is not None and info.get("cadence") and info.get("prior_trees", 0):  # the cadence's merge bar
             cad, n_classes = Cadence.from_dict(info["cadence"]), info["n_classes"]
             sd = total_sd(info["cell_sd"] ** 2, n_classes, info["prior_trees"], info["budget"], trees)

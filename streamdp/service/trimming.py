@@ -85,10 +85,12 @@ class StreamTrimmer:
 
     def trim_dead(self, ret: Retention) -> int:
         """Trim the dead-letter stream to the retention window ``ret`` (nothing when it retains no records: then
-        dead letters keep no payload bytes and ``dead_maxlen`` caps them). Returns how many went."""
+        dead letters keep no payload bytes and ``dead_maxlen`` caps them). The batch ids written once
+        (``priv:dead_batches``, :mod:`.commit`) older than the floor go with them. Returns how many letters went."""
         floor = policy_minid(self.redis, self.model, self.keys.dead, ret)
         if floor is None or floor == "0-0":
             return 0
+        self.redis.zremrangebyscore(self.keys.dead_batches, "-inf", f"({floor.partition('-')[0]}")
         n = int(self.redis.xtrim(self.keys.dead, minid=floor, approximate=False))
         if n:
             self.redis.hincrby(self.keys.stats, "dead_trimmed", n)

@@ -62,3 +62,41 @@ def test_history_plot_without_matplotlib_says_which_extra_to_install(redis_url, 
     with pytest.raises(SystemExit, match=r"needs matplotlib: pip install 'streamdp\[plot\]'"):
         main(["--redis-url", redis_url, "model", "history", unique_name, "--plot", str(tmp_path / "h.png")])
     assert not (tmp_path / "h.png").exists()
+
+
+def test_history_marks_a_noisy_count_the_release_floored_at_zero(redis_url, unique_name, capsys):
+    """A trial's finding: a window whose noisy total came out below 0 is released as 0, and the table printed
+    "0", which reads as an exact count of none. Such a count now prints as "<= 0" with a legend under the table;
+    the stored history stays as it was. A grown model's counts are not floored: its 0.0 is no floor."""
+    import redis as redis_py
+
+    from streamdp.service.history import append, entry
+    from streamdp.service.keys import Keys
+    from tests.conftest import purge_name
+
+    u = ["--redis-url", redis_url]
+    r = redis_py.Redis.from_url(redis_url)
+    for name, release in ((unique_name, "window"), (f"{unique_name}g", "grow")):
+        create = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "1"]
+        assert main(u + create + ["--release", release, "--release-every", "10"]) == 0
+        p = r.pipeline()
+        for w, n in enumerate((250.0, 0.0, 0.4), start=1):  # (as a closer writes them: released values)
+            append(p, Keys(name), entry(w, w, n > 1, 1.7e9 + 10 * w, 10.0, n, 2.0, 1.0))
+        p.execute()
+    try:
+        stored = r.lrange(Keys(unique_name).pub_history, 0, -1)
+        capsys.readouterr()
+        assert main(u + ["model", "history", unique_name]) == 0
+        table = capsys.readouterr().out.splitlines()
+        counts = [ln.split()[6] for ln in table[1:4]]  # (the columns after the date and time)
+        assert counts == ["250", "<=", "0.4"] and " <= 0 " in table[2]
+        assert table[-1].startswith("<= 0: the window's noisy record total came out at or below 0")
+        assert table[-1].endswith("(noise, not a count of none)")
+        assert r.lrange(Keys(unique_name).pub_history, 0, -1) == stored  # nothing stored changed
+        assert main(u + ["model", "history", unique_name, "--json"]) == 0
+        assert [e["noisy_records"] for e in json.loads(capsys.readouterr().out)] == [250.0, 0.0, 0.4]
+        assert main(u + ["model", "history", f"{unique_name}g"]) == 0  # grow: released unfloored
+        out = capsys.readouterr().out
+        assert "<= 0" not in out and [ln.split()[6] for ln in out.splitlines()[1:4]] == ["250", "0.0", "0.4"]
+    finally:
+        purge_name(r, f"{unique_name}g")  # (its ledger too)

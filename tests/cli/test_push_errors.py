@@ -101,6 +101,64 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
     assert "pushing a corrected copy of the whole file would count them again" in got.err
 
 
+def test_cli_repush_of_a_file_with_a_bad_line_lists_its_dead_letter_once(redis_url, name, tmp_path, capsys):
+    """A trial's finding: every re-push of a file with a bad line added one more dead letter (its good records
+    merged once), so ``stats --dead-letters`` listed the same refused row once per push."""
+    u = ["--redis-url", redis_url]
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
+    rows = _votes_rows(30)
+    rows[2][0] = "perhaps"  # the third record: line 4
+    path = tmp_path / "v.csv"
+    _write(path, rows)
+    worker = u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]
+    for _ in range(3):
+        assert main(u + ["push", name, str(path), "--batch-size", "10", "-q"]) == 0
+        assert main(worker) == 0
+    capsys.readouterr()
+    assert main(u + ["stats", name, "--dead-letters"]) == 0
+    out = capsys.readouterr().out
+    assert [ln for ln in out.splitlines() if ln.startswith("    record ")] == [
+        "    record 2 (0-based) of the entry's batch: producer: attribute 'handicapped-infants' has a value not declared in "
+        "the schema"
+    ] and "perhaps" not in out
+    assert main(u + ["push", name, str(path), "--batch-size", "10", "-q", "--source", "tuesday"]) == 0
+    assert main(worker) == 0
+    capsys.readouterr()
+    assert main(u + ["stats", name, "--dead-letters"]) == 0  # new records (another source): refused again
+    assert sum(ln.startswith("    record 2 ") for ln in capsys.readouterr().out.splitlines()) == 2
+
+
+def test_cli_worker_logs_json_lines_at_its_default_verbosity_as_documented(redis_url, name, tmp_path, capfd):
+    """A trial asked whether the worker's JSON lines at its default verbosity contradict the docs: they do not
+    (every log line is JSON, warnings always, INFO with -v: docs/service.md, ``worker -h``), and no line holds
+    a record value."""
+    import json
+
+    u = ["--redis-url", redis_url]
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
+        == 0
+    )
+    rows = _votes_rows(30)
+    rows[2][0] = "perhaps"
+    path = tmp_path / "v.csv"
+    _write(path, rows)
+    assert main(u + ["push", name, str(path), "-q"]) == 0
+    capfd.readouterr()
+    assert main(u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]) == 0
+    err = capfd.readouterr().err
+    events = [json.loads(ln)["event"] for ln in err.splitlines() if ln.strip()]  # (every line is JSON)
+    assert "worker.dead_letter" in events and "worker.claimed" not in events  # warnings, no INFO line
+    assert "perhaps" not in err
+    with pytest.raises(SystemExit):
+        main(["worker", "-h"])
+    out = " ".join(capfd.readouterr().out.split())
+    assert "warnings and errors are logged without it" in out and "Every log line is one JSON object" in out
+
+
 def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name, tmp_path, capsys):
     """A user pushed a file whose label is last without --label -1: every record dead-lettered, exit 0."""
     u = ["--redis-url", redis_url]

@@ -177,6 +177,43 @@ def test_model_show_prints_the_window_the_records_per_release_the_noise_and_the_
     assert f"stands above {info['merge_bar']:,.0f}" in text
 
 
+def test_model_show_states_the_noise_per_cell_the_grown_releases_draw(r):
+    """A trial's finding: under ``grow`` the first release noises the random trees' counts with what the probe
+    leaves of their budget (0.9 of it), while ``model show`` gave the later releases' sd alone. Read against
+    the published release: a leaf's noise variance is the first release's, and grows by one release's."""
+    _model(r, epsilon=4.0, release="grow")
+    w = _worker(r)
+    info = show_model(r, "m")
+    assert info["first_cell_sd"] > info["cell_sd"] > 0
+    assert "added to each published count (cell) by each merged release, one draw each (the first release: up to " in (
+        "\n".join(_cadence_lines({**info, "schedule": {"length": EVERY, "released": 0, "merged": 0, "total": 0}}))
+    )
+    T = info["n_trees"]
+    leaf_var = []
+    for lo, hi in ((0, 300), (300, len(DS.y))):
+        Producer(r, "m").push(DS.X[lo:hi], DS.y[lo:hi])
+        _add_all(w)
+        _run_to(w, r, "m", _sched(r).end + 0.001)
+        f = PrivateForest.from_bytes(r.hget(Keys("m").pub_model, "blob"))
+        assert f.n_releases == len(leaf_var) + 1 and np.all(f.structure.n_leaves[:T] > 1)  # (grown from the roots)
+        leaf_var.append(f.node_variance[:T][f.structure.leaf[:T] >= 0])
+    assert leaf_var[0] == pytest.approx(info["first_cell_sd"] ** 2)  # every leaf of the first release
+    # the second release kept the trees (height 3, grown whole by the first): each leaf added one draw
+    assert leaf_var[1] - leaf_var[0] == pytest.approx(info["cell_sd"] ** 2)
+
+
+def test_model_show_states_the_noise_per_cell_a_window_release_draws(r):
+    _model(r, epsilon=1.0)
+    w = _worker(r)
+    info = show_model(r, "m")
+    assert info["cell_sd"] ** 2 == pytest.approx(w.closer._release_variance()) and "first_cell_sd" not in info
+    assert (
+        "one draw each\n"
+        in "\n".join(_cadence_lines({**info, "schedule": {"length": EVERY, "released": 0, "merged": 0, "total": 0}}))
+        + "\n"
+    )
+
+
 @pytest.mark.parametrize(
     "kw,word",
     [

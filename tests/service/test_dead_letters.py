@@ -18,7 +18,7 @@ from streamdp.records.datasets import load
 from streamdp.service import Keys, Worker, create_model
 from streamdp.service.codec import DEAD_DETAIL_MAX, DEAD_HEAD, DEAD_REASON_MAX
 from streamdp.service.embedded import EmbeddedRedis
-from streamdp.service.retention import set_retention
+from streamdp.service.retention import get_retention, set_retention
 from tests.service.deploy_server import DEPLOY, acl_tool
 
 pytestmark = [
@@ -107,6 +107,50 @@ def test_dead_letters_follow_the_record_retention(server, unique_name):
         w.trim()
         assert admin.xlen(k.dead) == 5
         assert admin.hget(k.stats, "dead_trimmed") == str(N_BAD - 5).encode()
+    finally:
+        admin.delete(*admin.keys(f"sdp:{{{name}}}:*"))
+        admin.hdel("sdp:registry", name)
+
+
+def test_refused_batches_are_marked_once_and_the_marks_follow_the_dead_letters(server, unique_name):
+    """The deploy users: the ``producer`` pushes a batch with a refused row twice and another batch, the ``worker``
+    writes one dead letter per batch id; trimming the dead letters to the newest one drops the older batch's mark
+    (its re-push is refused again, once) and keeps the newer's (its re-push adds nothing)."""
+    import redis
+
+    from streamdp.service import Producer
+
+    admin = redis.Redis.from_url(server("admin"))
+    name = unique_name
+    ds = load("congressional-voting")
+    create_model(server("admin"), name, ds.schema, n_trees=2, height=3, release="batch")
+    k = Keys(name)
+    recs = [dict(zip(ds.schema.names, row), party=lab) for row, lab in zip(ds.X[:10], ds.y[:10])]
+    recs[2]["crime"] = SECRET.decode()
+    w = Worker(server("worker"), name, block_ms=50, trim_every=10**6)
+
+    def push(source):
+        with Producer(server("producer"), name, on_invalid="dead-letter") as p:
+            p.push_records(recs, source=source)
+        w.run(until_drained=True, max_seconds=60, handle_signals=False)
+
+    try:
+        set_retention(admin, name, seconds=3600)
+        push("a")
+        push("a")
+        first_ms = int(admin.xrange(k.dead)[0][0].split(b"-")[0])
+        while int(admin.time()[0]) * 1000 + int(admin.time()[1]) // 1000 <= first_ms:  # (the next ms, polled)
+            pass
+        push("b")
+        assert admin.xlen(k.dead) == 2 and admin.zcard(k.dead_batches) == 2
+        set_retention(admin, name, records=1)
+        assert w.trimmer.trim_dead(get_retention(admin, name)) == 1
+        assert admin.xlen(k.dead) == 1 and admin.zcard(k.dead_batches) == 1
+        push("b")  # (each run trims to the newest letter when it stops: the counter says what was written)
+        assert admin.hget(k.stats, "dead_letters") == b"2"
+        push("a")
+        assert admin.hget(k.stats, "dead_letters") == b"3" and admin.zcard(k.dead_batches) == 1
+        assert not any(SECRET in v for _, f in admin.xrange(k.dead) for v in f.values())
     finally:
         admin.delete(*admin.keys(f"sdp:{{{name}}}:*"))
         admin.hdel("sdp:registry", name)

@@ -184,6 +184,43 @@ def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
     assert collect(r, "m")["pending"] == 0
 
 
+@pytest.mark.parametrize("release", ["batch", "window"])
+def test_a_repushed_batch_is_refused_once_and_another_batch_with_the_same_row_again(r, release):
+    """A trial's finding: each re-push of a file with a bad row added one more dead letter, although its good
+    records merged once. A batch id (content, position, source) is refused once, as it is merged once; the same
+    bad row in another batch (another --source) is refused again. Both commit scripts (batch, window add)."""
+    kw = {"release_every": 3600} if release == "window" else {}
+    _model(r, epsilon=math.inf, release=release, **kw)
+    k = Keys("m")
+    recs = [dict(zip(DS.schema.names, row), party=lab) for row, lab in zip(DS.X[:20], DS.y[:20])]
+    recs[3]["crime"] = "perhaps"
+    every_bad = [dict(recs[0], crime="perhaps")]
+    w = _worker(r, "m", batch_entries=1)
+
+    def read_all():  # (the hour's window stays open: every entry read and added, none released)
+        for _ in range(100):
+            if w.step(block_ms=1) == 0 and w.reader.drained():
+                return
+        raise AssertionError("stream not read")
+
+    for _ in range(3):  # the same pushes three times: the batch ids repeat
+        p = Producer(r, "m", on_invalid="dead-letter", batch_size=10)
+        p.push_records(recs)
+        p.push_records(every_bad, source="all-bad")  # a batch of refused rows alone: nothing merges
+        read_all()
+    letters = [f for _, f in r.xrange(k.dead)]
+    assert len(letters) == 2 and collect(r, "m")["dead_letters"] == 2
+    assert sorted(f[b"reason"].decode().split(";")[0] for f in letters) == [
+        "1 invalid record(s) of 1",
+        "1 invalid record(s) of 10",
+    ]
+    assert collect(r, "m")["records_merged"] == 19 and collect(r, "m")["pending"] == 0
+    Producer(r, "m", on_invalid="dead-letter", batch_size=10).push_records(recs, source="tuesday")  # new batches
+    read_all()
+    assert r.xlen(k.dead) == 3 and collect(r, "m")["records_merged"] == 38
+    assert all(b"perhaps" not in v for f in (f for _, f in r.xrange(k.dead)) for v in f.values())
+
+
 def test_poison_entry_is_dead_lettered_after_max_deliveries(r):
     _model(r)
     k = Keys("m")

@@ -196,6 +196,15 @@ def test_the_noise_is_per_person_and_the_ledger_charged_per_person(r, key_file):
     assert 0.75 < d.var() / expected < 1.25, (d.var(), expected)
 
 
+def test_model_show_states_the_noise_per_cell_at_the_per_record_epsilon(r, key_file):
+    """``model show``'s noise per cell (and the merge bar built on it) was computed at the per-person epsilon,
+    K times the one the releases draw at: read against the worker's own scale."""
+    _model(r, k=4, epsilon=2.0, key_file=key_file)
+    w = _worker(r, key_file)
+    info = show_model(r, "m")
+    assert info["cell_sd"] ** 2 == pytest.approx(w.closer._release_variance())
+
+
 def test_hostile_ids_and_batches_without_ids(r, key_file):
     spec = _model(r, k=1, key_file=key_file)
     w = _worker(r, key_file)

@@ -65,6 +65,7 @@ from streamdp.forest.structure import ForestStructure, ceiling_height
 from streamdp.privacy.secure_random import SecureRandom
 from streamdp.records.schema import Schema
 from streamdp.release.continual import noisy_node
+from streamdp.release.policy import probed_epsilon
 
 
 class Growable(Protocol):
@@ -242,7 +243,7 @@ def grown_release(
             total = total[t, shape.leaf[t, node]].astype(np.float64)
             clear = total >= probe_bar
             anchors = _sorted(t[clear] * M + probe_drawn[t[clear], node[clear]], total[clear])
-            eps = pruning.probed_epsilon(eps, probe)
+            eps = probed_epsilon(eps, probe)
     s2 = cell_variance(mech, eps, forest.k)
     old_var = forest.node_variance if started else None
     # the noise a new leaf's cell carries after this release, at most

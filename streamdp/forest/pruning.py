@@ -46,7 +46,7 @@ import numpy as np
 
 from streamdp.options import PRUNE_PROBE
 
-__all__ = ["PRUNE_SNR", "PRUNE_PROBE", "CLASS_SCALED", "node_bars", "probed_epsilon"]
+__all__ = ["PRUNE_SNR", "PRUNE_PROBE", "CLASS_SCALED", "node_bars"]
 
 #: A node keeps its split when it expects this many noise standard deviations of one cell of records.
 PRUNE_SNR = 4.0
@@ -54,18 +54,6 @@ PRUNE_SNR = 4.0
 #: (``"categorical"``, the rule), at every node (``"all"``) or nowhere (``"none"``): the two others are kept
 #: so the rule can be compared with them.
 CLASS_SCALED = "categorical"
-
-
-def probed_epsilon(epsilon: float, probe: float = PRUNE_PROBE) -> float:
-    """The epsilon a tree's leaves are noised at in a release that probes first: what the probe (``probe`` of the
-    tree's ``epsilon``) leaves. The one rule: :func:`~streamdp.forest.growth.grown_release` noises by it and
-    :meth:`~streamdp.release.policy.ReleasePolicy.first_node_epsilon` reports it (``model show``), so the noise
-    a user is told is the noise drawn.
-
-    >>> round(probed_epsilon(1.0), 12)
-    0.9
-    """
-    return epsilon - probe * epsilon
 
 
 def node_bars(bar: float, schema, feature: np.ndarray) -> np.ndarray:

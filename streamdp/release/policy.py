@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.forest.pruning import probed_epsilon
 from streamdp.options import PRUNE_PROBE, RELEASES
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.release.noisy import noisy_node
@@ -30,6 +29,7 @@ from streamdp.validation import Interval, check_epsilon, check_integer
 __all__ = [
     "RELEASES",
     "ReleasePolicy",
+    "probed_epsilon",
     "ESTIMATORS",
     "HALF_LIFE_UNITS",
     "MIN_RELEASE_EVERY",
@@ -47,6 +47,18 @@ DEFAULT_LEVELS = 20
 MAX_LEVELS = 48
 _KEYS = {"kind", "release_every", "levels", "estimator"}
 _DECAY_KEYS = {"half_life", "half_life_unit"}
+
+
+def probed_epsilon(epsilon: float, probe: float = PRUNE_PROBE) -> float:
+    """The epsilon a tree's leaves are noised at in a release that probes first: what the probe (``probe`` of the
+    tree's ``epsilon``) leaves. The one rule: :func:`~streamdp.forest.growth.grown_release` noises by it and
+    :meth:`~streamdp.release.policy.ReleasePolicy.first_node_epsilon` reports it (``model show``), so the noise
+    a user is told is the noise drawn.
+
+    >>> round(probed_epsilon(1.0), 12)
+    0.9
+    """
+    return epsilon - probe * epsilon
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ class ReleasePolicy:
 
     def first_node_epsilon(self, epsilon_per_tree: float) -> float:
         """The epsilon of one noise draw on a random tree's count in the model's first release: under ``grow`` what
-        its probe leaves (:func:`streamdp.forest.pruning.probed_epsilon`: a fresh forest's first grown release
+        its probe leaves (:func:`probed_epsilon`: a fresh forest's first grown release
         probes where the records are first, unless the probe would split nothing), else :meth:`node_epsilon`.
         Why: ``model show`` states the noise the release draws, from the rule the release draws it by.
 

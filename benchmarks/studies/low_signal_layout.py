@@ -8,7 +8,9 @@ Every cell (dataset, CV split, epsilon) fits each column on the same training fo
 * the candidates, each its own fit of 10 random trees at ``10 e / 11``, unpruned, no threshold share, no stump,
   leaf estimator (clipped counts): a layout switched to after the default's first stump release, which cost
   ``e / 11``, so the budget adds up to ``e``. A stump released here at ``e / 11`` (geometric) stands in for that
-  release: it breaks ties, in a tree's leaf and in the vote (``_tie``), or counts as two more votes (``_vote``: a margin of two or less goes to the stump).
+  release: it breaks ties, in a tree's leaf and in the vote (``_tie``), or counts as two more votes (``_vote``: a
+  margin of two or less goes to the stump); ``_unb``: a leaf's ties broken at random, not toward the prior's
+  class (:func:`unpruned_votes`).
   ``dj5`` is diffprivlib's layout (disjoint budget, height 5), ``dj4`` / ``dj3`` the same at height 4 / 3,
   ``sp5`` / ``sp4`` / ``sp3`` the split budget.
 * ``hard``: the default's release, each kept tree voting the argmax of its tree-mean estimate (candidate 3).
@@ -19,6 +21,7 @@ A rule ``col@K`` reads ``col`` where ``k <= K`` and ``default`` elsewhere (``num
 
     python benchmarks/studies/low_signal_layout.py run NAMES REPEATS EPS OUT.json
     python benchmarks/studies/low_signal_layout.py summary ROWS.json[,..] [DPL.json[,..]]
+    python benchmarks/studies/low_signal_layout.py why NAMES REPEATS EPS   # diffprivlib's labels on dpllike's trees
 """
 
 from __future__ import annotations
@@ -34,11 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tree_vote_explore as tve  # noqa: E402
 
 LAYOUTS = {f"{b}{h}": (budget, h) for b, budget in (("dj", "disjoint"), ("sp", "split")) for h in (5, 4, 3)}
-RULES = [f"{c}_{v}" for c in LAYOUTS for v in ("tie", "vote")] + ["hard", "dpllike"]
+VOTES = ("tie", "vote", "unb")
+RULES = [f"{c}_{v}" for c in LAYOUTS for v in VOTES] + ["hard", "dpllike"]
 
 
 def unpruned_votes(s, e, X, y, Xte, budget, height, stump):
-    """``(tie, vote)`` class scores of a 10-tree unpruned hard-vote forest at ``10 e / 11``."""
+    """``(tie, vote, unb)`` class scores of a 10-tree unpruned hard-vote forest at ``10 e / 11``. ``unb``: a leaf's
+    label is its clipped noisy counts' argmax with ties (all classes, where every count is clipped to 0) broken
+    uniformly at random, as diffprivlib labels an empty leaf, not toward the prior's class; ties in the vote to
+    the stump."""
     from streamdp import PrivateForest
     from streamdp.estimation.prior import leaf_rule_proba
 
@@ -51,7 +58,9 @@ def unpruned_votes(s, e, X, y, Xte, budget, height, stump):
     lab = (cells[leaves + np.arange(T) * Lm] + 1e-9 * stump).argmax(2)
     votes = tve._hard(lab, C, 0 * stump)
     top = (stump == stump.max()).astype(float)
-    return votes + 1e-3 * stump, votes + 2 * top + 1e-3 * stump
+    pos = np.clip(np.asarray(f.counts[:T], dtype=float), 0, None).reshape(T * Lm, C)
+    unb = (pos + 1e-3 * np.random.default_rng().random(pos.shape)).argmax(1)[leaves + np.arange(T) * Lm]
+    return votes + 1e-3 * stump, votes + 2 * top + 1e-3 * stump, tve._hard(unb, C, 0 * stump) + 1e-3 * stump
 
 
 def hard_of(f, Xte):
@@ -79,7 +88,7 @@ def run(names, reps, eps, out_path):
             stump = np.clip(noisy_node(exact, e / 11, "geometric", rng)[0, 0].astype(float), 0, None)
             stump = stump / stump.sum() if stump.sum() > 0 else np.full(s.n_classes, 1.0 / s.n_classes)
             for col, (budget, h) in LAYOUTS.items():
-                for v, p in zip(("tie", "vote"), unpruned_votes(s, e, X[tr], y[tr], X[te], budget, h, stump)):
+                for v, p in zip(VOTES, unpruned_votes(s, e, X[tr], y[tr], X[te], budget, h, stump)):
                     row[f"{col}_{v}"] = float((p.argmax(1) == y[te]).mean())
             kw = tve.PART0["dpllike"][0]
             g = PrivateForest.create(s, epsilon=e, **kw).fit_encoded(X[tr], y[tr], prune=False)
@@ -88,6 +97,41 @@ def run(names, reps, eps, out_path):
             rows.append(row)
         print(name, f"{time.time() - t0:.0f}s", flush=True)
     json.dump(rows, open(out_path, "w"))
+
+
+def why(names, reps, eps):
+    """diffprivlib's forest against ``dpllike`` on the same drawn trees: each tree's leaves labelled as diffprivlib
+    does (permute-and-flip on the exact counts at ``e``, a uniform random label in an empty leaf), on a random
+    tenth of the records (``pf_random``) or on a contiguous tenth in the file's order (``pf_blocks``: diffprivlib's
+    ``shuffle=False`` default, with the training indices sorted as ``cv_splits`` gives them). Prints the paired
+    differences to ``dpllike`` (mean, se)."""
+    from streamdp import PrivateForest
+
+    tve.EPS, rng, out = eps, np.random.default_rng(3), {}
+    for s, X, y, tr, te, e, row in tve.cells(names, reps):
+        f = PrivateForest.create(s, epsilon=e, **tve.PART0["dpllike"][0]).fit_encoded(X[tr], y[tr], prune=False)
+        f.estimator = "leaf"
+        T, C, st = 10, s.n_classes, f.structure
+        Ltr, Lte = (st.apply(X[i], s.is_categorical)[:, :T] for i in (tr, te))
+        blocks = (np.arange(len(tr)) // (len(tr) / T)).astype(int)
+        acc = [tve.accuracy(f, X[te], y[te])]
+        for part in (rng.permutation(blocks), blocks):
+            lab = np.zeros((T, st.max_leaves), int)
+            for i in range(T):
+                cnt = np.zeros((st.max_leaves, C))
+                np.add.at(cnt, (Ltr[part == i, i], y[tr][part == i]), 1)
+                lab[i] = np.where(cnt.sum(1) > 0, tve.pf_labels(cnt, e, rng), rng.integers(0, C, st.max_leaves))
+            votes = tve._hard(lab[np.arange(T)[None, :], Lte], C, rng.random(C))
+            acc.append(float((votes.argmax(1) == y[te]).mean()))
+        out.setdefault((row["dataset"], e), []).append(acc)
+    for (n, e), a in out.items():
+        a = np.array(a)
+        d = a[:, 1:] - a[:, :1]
+        se = d.std(0, ddof=1) / np.sqrt(len(d))
+        print(
+            "%-18s %5g dpllike %.3f  pf_random %+.3f (%.3f)  pf_blocks %+.3f (%.3f)"
+            % (n[:18], e, a[:, 0].mean(), d[:, 0].mean(), se[0], d[:, 1].mean(), se[1])
+        )
 
 
 def _cells(rows, col, K, numeric_only):
@@ -164,5 +208,7 @@ if __name__ == "__main__":
     cmd, *rest = sys.argv[1:]
     if cmd == "summary":
         summary(*rest)
+    elif cmd == "why":
+        why(rest[0].split(","), int(rest[1]), tuple(float(x) for x in rest[2].split(",")))
     else:
         run(rest[0].split(","), int(rest[1]), tuple(float(x) for x in rest[2].split(",")), rest[3])

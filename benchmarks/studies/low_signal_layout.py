@@ -13,7 +13,7 @@ Every cell (dataset, CV split, epsilon) fits each column on the same training fo
   class (:func:`unpruned_votes`).
   ``dj5`` is diffprivlib's layout (disjoint budget, height 5), ``dj4`` / ``dj3`` the same at height 4 / 3,
   ``sp5`` / ``sp4`` / ``sp3`` the split budget.
-* ``hard``: the default's release, each kept tree voting the argmax of its tree-mean estimate (candidate 3).
+* ``hard``: the default's release, each kept tree voting the argmax of its tree-mean estimate (hard labels at small k).
 * ``dpllike``: ``tree_vote_explore.py``'s column of that name (the whole ``e`` on the 10 disjoint trees, the
   library's majority vote, no stump): the layout as its log measured it, not paying for a trigger.
 

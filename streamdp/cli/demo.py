@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from streamdp.cli.common import MAX_PROCESSES, epsilon_arg, int_in, redact
+from streamdp.cli.common import MAX_PROCESSES, finite_epsilon_arg, int_in, redact
 from streamdp.options import BUDGETS
 
 __all__ = ["add_parser", "demo", "default_batch_size", "wait_published"]
@@ -28,7 +28,9 @@ __all__ = ["add_parser", "demo", "default_batch_size", "wait_published"]
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``streamdp demo`` on an ``argparse`` subparsers object."""
     de = subparsers.add_parser("demo", help="run the service end to end on a bundled dataset")
-    de.add_argument("--epsilon", type=epsilon_arg, default=1.0, help="the model's privacy budget (default 1)")
+    de.add_argument(
+        "--epsilon", type=finite_epsilon_arg, default=1.0, help="the model's privacy budget (finite; default 1)"
+    )
     # checked as they are parsed: nothing is created or started for a value that cannot work
     de.add_argument("--trees", type=int_in(1, 1000), default=5, help="random trees (default 5)")
     de.add_argument("--height", type=int_in(1, 16), default=3, help="levels per tree (default 3)")

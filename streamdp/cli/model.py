@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, positive_seconds, redis_url
+from streamdp.cli.common import client, finite_epsilon_arg, int_in, positive_seconds, redis_url
 from streamdp.cli.history import HELP as HISTORY_HELP
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
@@ -50,7 +50,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "are all categorical (where grow is the default), the river classifier's default, "
         "streamdp.forest.structure.ceiling_height; both lowered where the trees could exceed what the server accepts)",
     )
-    c.add_argument("--epsilon", type=epsilon_arg, required=True)
+    c.add_argument(
+        "--epsilon",
+        type=finite_epsilon_arg,
+        required=True,
+        help="the model's privacy budget: a finite number > 0 (the service publishes only private models)",
+    )
     c.add_argument("--mechanism", choices=MECHANISMS, default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
@@ -226,8 +231,6 @@ def create(args: argparse.Namespace) -> int:
 
         set_retention(client(args), args.name, seconds=args.retention_seconds)
         print(f"keeps raw records at most {args.retention_seconds:g} s old for batch jobs")
-    if not forest.private:
-        print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0
 
 

@@ -42,6 +42,13 @@ from streamdp.records.coding import (
     value_code,
 )
 from streamdp.records.domains import Attribute, Categorical, Label, Numeric, SchemaError
+from streamdp.records.read_errors import (
+    MISSING_WORDS,
+    NAN_WORDS,
+    NOT_NUMBER_WORDS,
+    UNDECLARED_CLASS_WORDS,
+    UNDECLARED_WORDS,
+)
 
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
 
@@ -395,7 +402,7 @@ class Schema:
     ) -> np.ndarray:
         """One attribute's codes; its bad rows' reasons into ``bad`` (``first``: its first bad row only, as the
         error names the least over the columns: formatting every bad cell's reason is costly on a file of
-        wrong columns)."""
+        wrong columns; it then adds the declaration). Never the value: :mod:`.read_errors`' words."""
         n = len(col)
         if isinstance(attr, Numeric):
             vals = to_float(col)
@@ -404,11 +411,12 @@ class Schema:
                 for i, v in enumerate(col):
                     if v is MISSING or v is None:
                         if not fill_missing:
-                            self._bad(bad, i, f"attribute {attr.name!r} is missing")
+                            self._bad(bad, i, f"attribute {attr.name!r} {MISSING_WORDS}")
                             if first:
                                 break
                     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-                        self._bad(bad, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
+                        why = f" (declared: a number in [{attr.min:g}, {attr.max:g}])" if first else ""
+                        self._bad(bad, i, f"attribute {attr.name!r} {NOT_NUMBER_WORDS}{why}")
                         if first:
                             break
                     else:
@@ -421,7 +429,7 @@ class Schema:
             nan = np.flatnonzero(np.isnan(vals))
             for r in nan:
                 if int(r) not in bad:
-                    self._bad(bad, int(r), f"attribute {attr.name!r} is NaN or missing")
+                    self._bad(bad, int(r), f"attribute {attr.name!r} {NAN_WORDS}")
                     if first:
                         break
             with np.errstate(invalid="ignore"):
@@ -430,10 +438,10 @@ class Schema:
         codes = lookup_codes(cast(dict, self._lookup[j]), col)
         for r in np.flatnonzero(codes < 0):
             v = plain(col[r])
-            what = (
-                "is missing"
+            what = (  # never the value: reasons reach logs and dead letters (the declared values are public)
+                MISSING_WORDS
                 if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v))
-                else (f"unknown value {v!r} (declared: {list(attr.values)})")
+                else UNDECLARED_WORDS + (f" (declared: {list(attr.values)})" if first else "")
             )
             self._bad(bad, int(r), f"attribute {attr.name!r} {what}")
             if first:
@@ -454,7 +462,8 @@ class Schema:
             self._bad(
                 bad,
                 int(i),
-                f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})",
+                f"label {self.label.name!r} {UNDECLARED_CLASS_WORDS}"
+                + (f" (declared: {list(self.label.values)})" if first else ""),
             )
             if first:
                 break

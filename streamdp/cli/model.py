@@ -1,7 +1,7 @@
 """``streamdp model``: create, list, show, get, delete private models, read their release history, and set what raw
 records they retain.
 
-streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
+streamdp model create NAME --schema FILE|NAME --epsilon E [--trees T] [--height H] ...
                       [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
                       [--cadence {adaptive,fixed}] [--half-life H [--half-life-unit {releases,records}]]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from streamdp.cli.common import client, finite_epsilon_arg, int_in, positive_seconds, redis_url
+from streamdp.cli.common import client, finite_epsilon_arg, int_in, positive_seconds, read_schema, redis_url
 from streamdp.cli.history import HELP as HISTORY_HELP
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
@@ -39,7 +39,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "label, are charged to separate ledgers; keep one source per population.",
     )
     c.add_argument("name")
-    c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
+    c.add_argument(
+        "--schema",
+        required=True,
+        help="schema JSON file (declared domains), or a bundled schema's name: "
+        "adult, congressional-voting, mushroom, nursery, tic-tac-toe",
+    )
     c.add_argument("--trees", type=int, default=10)
     c.add_argument(
         "--height",
@@ -190,10 +195,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def create(args: argparse.Namespace) -> int:
-    from streamdp.records.schema import Schema
     from streamdp.service.registry import create_model, show_model
 
-    schema = Schema.from_json(args.schema)
+    schema = read_schema(args.schema)
     forest = create_model(
         client(args),
         args.name,

@@ -307,3 +307,25 @@ def test_the_drained_line_says_how_many_releases_were_left_out(monkeypatch, caps
         worker_cli._say_drained(args)
         out = capsys.readouterr().out
         assert out.startswith("drained 'm': version 2 published, 2 releases merged in all" + said), out
+
+
+def test_model_create_takes_a_bundled_schema_by_name_from_any_directory(redis_url, unique_name, tmp_path, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    """The documented `--schema streamdp/data/schemas/congressional-voting.json` worked from the repo's root
+    only (and not for an installed package): `--schema` also takes a bundled schema's name."""
+    from streamdp.service.registry import load_spec
+
+    monkeypatch.chdir(tmp_path)  # (no streamdp/ here)
+    u = ["--redis-url", redis_url]
+    args = ["model", "create", unique_name, "--schema", "congressional-voting", "--trees", "2", "--epsilon", "1"]
+    assert main(u + args) == 0
+    assert load_spec(redis_url, unique_name).schema == DS.schema
+    assert main(u + ["model", "create", unique_name + "x", "--schema", "votes", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--schema 'votes': no such file, nor a bundled schema (adult, congressional-voting, " in err
+    with pytest.raises(SystemExit):
+        main(["model", "create", "-h"])
+    from streamdp.records.datasets import DATASETS
+
+    assert ", ".join(sorted(DATASETS)) in " ".join(capsys.readouterr().out.split())  # the help names them all
+    assert main(u + ["model", "delete", unique_name]) == 0

@@ -53,6 +53,16 @@ from streamdp.records.read_errors import (
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
 
 
+def _listed(**named: Any) -> str:
+    """The non-empty lists among ``named`` for an error, e.g. ``" (missing: ['max'])"``; ``""`` when all are empty.
+
+    >>> _listed(missing=["max"], extra=set()), _listed(missing=[], extra=[])
+    (" (missing: ['max'])", '')
+    """
+    parts = [f"{k}: {sorted(v)}" for k, v in named.items() if v]
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
 def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
     """Under ``on_invalid="raise"``, a :class:`ValueError` naming the first bad record (by row) and its reason."""
     if bad and on_invalid == "raise":
@@ -140,16 +150,16 @@ class Schema:
                         f"attribute {a['name']!r}: 'quantiles' apply to numeric attributes only, not categorical"
                     )
                 if extra or "values" not in a:
-                    raise SchemaError(
-                        f"attribute {a['name']!r}: categorical needs exactly 'values' (extra: {sorted(extra)})"
-                    )
+                    why = _listed(missing=[] if "values" in a else ["values"], extra=extra)
+                    raise SchemaError(f"attribute {a['name']!r}: categorical needs exactly 'values'{why}")
                 attrs.append(Categorical(a["name"], a["values"]))
             elif kind == "numeric":
                 extra = set(a) - {"name", "type", "min", "max", "quantiles"}
-                if extra or "min" not in a or "max" not in a:
+                missing = [k for k in ("min", "max") if k not in a]
+                if extra or missing:
+                    why = _listed(missing=missing, extra=extra)
                     raise SchemaError(
-                        f"attribute {a['name']!r}: numeric needs 'min' and 'max', and may declare 'quantiles' "
-                        f"(extra: {sorted(extra)})"
+                        f"attribute {a['name']!r}: numeric needs 'min' and 'max', and may declare 'quantiles'{why}"
                     )
                 attrs.append(Numeric(a["name"], a["min"], a["max"], a.get("quantiles")))
             else:

@@ -72,7 +72,12 @@ def test_from_json_bad_file(tmp_path):
         (lambda d: d["attributes"][1].update(min=5, max=5), "below max"),
         (lambda d: d["attributes"][1].update(max=float("nan")), "finite"),
         (lambda d: d["attributes"][1].update(min=True), "finite number"),
-        (lambda d: d["attributes"][1].pop("max"), "'min' and 'max'"),
+        (
+            lambda d: d["attributes"][1].pop("max"),
+            r"'min' and 'max', and may declare 'quantiles' \(missing: \['max'\]\)$",
+        ),
+        (lambda d: d["attributes"][1].update(mean=3), r"may declare 'quantiles' \(extra: \['mean'\]\)$"),
+        (lambda d: d["attributes"][0].pop("values"), r"categorical needs exactly 'values' \(missing: \['values'\]\)$"),
         (lambda d: d["label"].update(values=["only"]), "two classes"),
         (lambda d: d["label"].update(name="size"), "also listed"),
         (lambda d: d.update(attributes=[]), "at least one attribute"),

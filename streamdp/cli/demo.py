@@ -45,8 +45,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int_in(1, 300),
         default=None,
         help="records per batch (of the 300 streamed; default: equal batches, each large enough that its noisy "
-        "total stands 3.5 sd clear of the merge bar, the sd counting the release noise and the disjoint budget's "
-        "random routing, so each batch is merged but for a chance of about 1 in 4,000 per batch; a smaller batch may be left "
+        "total stands 2.5 sd clear of the merge bar, the sd counting the release noise and the disjoint budget's "
+        "random routing, so each batch is merged but for a chance below 1 in 200; a smaller batch may be left "
         "out of the published counts until the left-out releases add up)",
     )
     de.add_argument(
@@ -153,7 +153,7 @@ RELEASE_EVERY, MAX_LAG = 0.25, 1.0
 #: How long the demo waits for the workers at each step (seconds).
 WAIT_S = 60.0
 #: A default batch stands this many noise sd above the threshold a release must clear to be merged.
-MARGIN_SD = 3.5
+MARGIN_SD = 2.5
 
 
 def default_batch_size(forest: Any, n: int) -> int:
@@ -170,7 +170,7 @@ def default_batch_size(forest: Any, n: int) -> int:
     >>> f = PrivateForest.create(load("congressional-voting").schema, n_trees=5, height=3, budget="disjoint", seed=0)
     >>> g = PrivateForest.create(load("congressional-voting").schema, n_trees=5, height=3, epsilon=0.01, seed=0)
     >>> default_batch_size(f, 300), default_batch_size(g, 300)
-    (150, 300)
+    (100, 300)
     """
     from streamdp.estimation import cell_variance
     from streamdp.release.cadence import KEEP_Z, total_sd

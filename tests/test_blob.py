@@ -103,6 +103,9 @@ def test_round_trip(mechanism, vote, budget):
     assert g.n_releases == f.n_releases + 1
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_round_trip_infinite_epsilon():
     f = forest(epsilon=math.inf)
     g = PrivateForest.from_bytes(f.to_bytes())

@@ -49,7 +49,7 @@ def test_python_examples_run_as_written(index, tmp_path):
 @pytest.mark.redis
 def test_service_sequence_runs_as_written_and_publishes_within_the_lag_bound(tmp_path):
     """The six commands on a Redis of their own (the model is named as in the README), the worker left running
-    in the background as written; the pushed records are published within the lag bound the sequence sets."""
+    in the background as written, from an empty directory; the pushed records are published within the lag bound the sequence sets."""
     from streamdp.records.datasets import load
     from streamdp.service.consumer import Consumer
     from streamdp.service.embedded import EmbeddedRedis
@@ -60,7 +60,8 @@ def test_service_sequence_runs_as_written_and_publishes_within_the_lag_bound(tmp
         server = EmbeddedRedis.start()
     except (RuntimeError, OSError) as e:
         pytest.skip(f"cannot start a Redis of the test's own: {e}")
-    (tmp_path / "streamdp").symlink_to(ROOT / "streamdp")  # a clone's root: the paths the README names
+    # run from a directory of its own, no clone around it: the commands name bundled files by name, as an
+    # installed package has them (the package is imported from PYTHONPATH)
     env = {**os.environ, "REDIS_URL": server.url, "PYTHONPATH": str(ROOT)}
     env.pop("STREAMDP_NOISE_KEY_FILE", None)
     log = tmp_path / "out.log"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -114,7 +115,7 @@ def service_run(
         try:
             drawn = create_model(
                 r, name, schema, n_trees=N_TREES, height=h, epsilon=epsilon, release=release, release_every=EVERY,
-                seed=seed,
+                seed=seed, not_private=math.isinf(epsilon),
             )  # fmt: skip
             break
         except TooLargeError:

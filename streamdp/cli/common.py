@@ -29,6 +29,7 @@ __all__ = [
     "epsilon_arg",
     "finite_epsilon_arg",
     "int_in",
+    "read_schema",
     "seconds_arg",
     "MAX_PROCESSES",
     "MAX_BLOCK_MS",
@@ -84,6 +85,29 @@ def _checked_epsilon(text: str, v: float, *, allow_inf: bool) -> float:
         return check_epsilon(v, allow_inf=allow_inf)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
+
+
+def read_schema(text: str) -> Any:
+    """``--schema``: a schema JSON file, or the name of a schema bundled with the package (the files of
+    ``streamdp/data/schemas``: ``congressional-voting``, ``adult``, ...); an existing file of that path wins.
+    Why: the documented commands then work from any directory, for an installed package too.
+
+    >>> read_schema("congressional-voting").label.name
+    'party'
+    >>> read_schema("no-such-schema")
+    Traceback (most recent call last):
+    ...
+    ValueError: --schema 'no-such-schema': no such file, nor a bundled schema (adult, congressional-voting, ...)
+    """
+    from streamdp.records.datasets import DATASETS, load_schema
+    from streamdp.records.schema import Schema
+
+    if os.path.exists(text) or text not in DATASETS:
+        if not os.path.exists(text) and not text.lstrip().startswith("{"):
+            known = ", ".join(sorted(DATASETS))
+            raise ValueError(f"--schema {text!r}: no such file, nor a bundled schema ({known})")
+        return Schema.from_json(text)
+    return load_schema(text)
 
 
 def int_in(low: int, high: int):

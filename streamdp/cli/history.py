@@ -1,8 +1,8 @@
 """``streamdp model history NAME [--last N] [--json] [--plot FILE]``: a windowed model's releases over time.
 
 Prints (or draws, with matplotlib: ``pip install 'streamdp[plot]'``) the public history the closer keeps
-(:mod:`streamdp.service.history`): per released window (numbered from 1, as in the worker's ``-v`` log lines)
-its noisy record count, whether it was merged, the noise sd the release drew per count, the published counts'
+(:mod:`streamdp.service.history`): per released window (numbered from 1, as in the worker's ``-v`` log lines;
+the last ``--last`` of them in every form) its scheduled end (no release time is stored), its noisy record count, whether it was merged, the noise sd the release drew per count, the published counts'
 noise sd per cell (every merged release's, accumulated) and the window's length. Public values only.
 """
 
@@ -29,9 +29,12 @@ HELP = (
     "a windowed model's releases over time, one line per window, numbered from 1 as in the worker's -v log. "
     "'noisy records': the window's record count with its noise added (differentially private); a window with few "
     "or no records can show a negative total, which is noise, not an error. 'release sd/cell': the noise sd that "
-    "window's release drew on each count (release=window; '-' for grow and tree, which draw per node); 'published sd/cell': the noise sd on each count of the published model "
+    "window's release drew on each count (release=window; grow: on each node it released; '-' for tree, whose "
+    "nodes each draw their own); 'published sd/cell': the noise sd on each count of the published model "
     "after it (every merged release's noise, accumulated). A window left out (merged: no) could not be told from "
-    "an empty one by its noisy total, and changed nothing published. "
+    "an empty one by its noisy total, and changed nothing published. 'window end (UTC)': the window's scheduled end "
+    "(public; the time of the release itself is not stored, and can be later). --last applies to --json and --plot "
+    "too. "
     f"'{AT_FLOOR}' (release=window): {AT_FLOOR_LEGEND}."
 )
 
@@ -44,6 +47,8 @@ def history(args: argparse.Namespace) -> int:
     r = client(args)
     info = show_model(r, args.name)  # (ModelNotFound names a missing model)
     lines = read_history(r, args.name)
+    every = len(lines)
+    lines = lines[-args.last :] if args.last else lines  # (the table, --json and --plot alike)
     if args.plot:
         kind = (info.get("release") or {}).get("kind", "batch")
         print(f"wrote {plot_history(lines, args.plot, args.name, kind)} ({len(lines)} windows)")
@@ -56,13 +61,12 @@ def history(args: argparse.Namespace) -> int:
         why = "release='batch' has no windows" if kind == "batch" else "no window released yet"
         print(f"{args.name}: no release history ({why})")
         return 0
-    shown = lines[-args.last :] if args.last else lines
     print(
-        "window  version  merged  released (UTC)        window (s)  noisy records  release sd/cell  published sd/cell"
+        "window  version  merged  window end (UTC)      window (s)  noisy records  release sd/cell  published sd/cell"
     )
     kind = (info.get("release") or {}).get("kind", "batch")
     floored = False
-    for e in shown:
+    for e in lines:
         at = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e["time"]))
         records = _records(e["noisy_records"], at_floor(e, kind))
         floored = floored or records == AT_FLOOR
@@ -71,8 +75,8 @@ def history(args: argparse.Namespace) -> int:
             f"{e['window']:>6}  {e['version']:>7}  {'yes' if e['merged'] else 'no':>6}  {at}  "
             f"{e['length_s']:>10g}  {records:>13}  {own:>15}  {e['cell_sd']:>17,.1f}"
         )
-    if len(shown) < len(lines):
-        print(f"({len(lines) - len(shown)} earlier windows not shown: --last 0 shows all)")
+    if len(lines) < every:
+        print(f"({every - len(lines)} earlier windows not shown: --last 0 shows all)")
     if floored:
         print(f"{AT_FLOOR}: {AT_FLOOR_LEGEND}")
     return 0

@@ -1,7 +1,7 @@
 """``streamdp model``: create, list, show, get, delete private models, read their release history, and set what raw
 records they retain.
 
-streamdp model create NAME --schema FILE --epsilon E [--trees T] [--height H] ...
+streamdp model create NAME --schema FILE|NAME --epsilon E [--trees T] [--height H] ...
                       [--release {batch,window,grow,tree}] [--release-every SECONDS] [--max-lag SECONDS]
                       [--cadence {adaptive,fixed}] [--half-life H [--half-life-unit {releases,records}]]
 streamdp model list | show NAME [--json] | get NAME [--version V] -o FILE | delete NAME
@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any
 
-from streamdp.cli.common import client, epsilon_arg, finite_epsilon_arg, int_in, positive_seconds, redis_url
+from streamdp.cli.common import client, finite_epsilon_arg, int_in, positive_seconds, read_schema, redis_url
 from streamdp.cli.history import HELP as HISTORY_HELP
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
@@ -39,7 +39,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "label, are charged to separate ledgers; keep one source per population.",
     )
     c.add_argument("name")
-    c.add_argument("--schema", required=True, help="schema JSON file (declared domains)")
+    c.add_argument(
+        "--schema",
+        required=True,
+        help="schema JSON file (declared domains), or a bundled schema's name: "
+        "adult, congressional-voting, mushroom, nursery, tic-tac-toe",
+    )
     c.add_argument("--trees", type=int, default=10)
     c.add_argument(
         "--height",
@@ -50,7 +55,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "are all categorical (where grow is the default), the river classifier's default, "
         "streamdp.forest.structure.ceiling_height; both lowered where the trees could exceed what the server accepts)",
     )
-    c.add_argument("--epsilon", type=epsilon_arg, required=True)
+    c.add_argument(
+        "--epsilon",
+        type=finite_epsilon_arg,
+        required=True,
+        help="the model's privacy budget: a finite number > 0 (the service publishes only private models)",
+    )
     c.add_argument("--mechanism", choices=MECHANISMS, default="geometric")
     c.add_argument("--k", type=int, default=None, help="k-anonymity threshold (kanon)")
     c.add_argument("--beta", type=float, default=None, help="sampling rate (kanon)")
@@ -185,10 +195,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def create(args: argparse.Namespace) -> int:
-    from streamdp.records.schema import Schema
     from streamdp.service.registry import create_model, show_model
 
-    schema = Schema.from_json(args.schema)
+    schema = read_schema(args.schema)
     forest = create_model(
         client(args),
         args.name,
@@ -226,8 +235,6 @@ def create(args: argparse.Namespace) -> int:
 
         set_retention(client(args), args.name, seconds=args.retention_seconds)
         print(f"keeps raw records at most {args.retention_seconds:g} s old for batch jobs")
-    if not forest.private:
-        print("warning: this model is NOT private (infinite epsilon)", file=sys.stderr)
     return 0
 
 

@@ -71,7 +71,7 @@ from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.thresholds import default_threshold_share
 from streamdp.forest.voting import Voting
 from streamdp.options import BUDGETS, DEFAULT_N_TREES, MAX_PRIOR_TREES, MECHANISMS
-from streamdp.privacy.mechanisms import SecureRandom, kanon_check, kanon_delta
+from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
 from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
 
@@ -191,18 +191,20 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
     ) -> PrivateForest:
         """Draw the random structure from ``schema`` and return an empty private forest.
 
-        ``seed`` makes the structure reproducible (it is public anyway); the
-        noise stays fresh and secure. ``noise_seed`` is for tests only and
-        marks the forest as not private. ``prior_trees`` single-leaf trees
-        are appended after the ``n_trees`` random ones (module docstring;
-        0 gives the forest without them). ``threshold_share``: the share of ``epsilon`` :meth:`fit` spends
-        drawing numeric thresholds where the records are (module docstring); None:
-        :func:`default_threshold_share`. ``n_trees`` None: :data:`DEFAULT_N_TREES` drawn, of which :meth:`fit`
-        keeps as many as the released signal carries (:mod:`streamdp.forest.sizing`). ``vote`` None: ``"trees"``
-        (each tree's estimate averaged, :meth:`proba_from_leaves`) with ``n_trees`` None, else ``"proba"``
-        (docs/decisions/026-tree-mean-vote.md).
+        ``seed`` makes the structure reproducible (it is public anyway); the noise stays fresh and secure.
+        ``noise_seed`` is for tests only and marks the forest as not private, as ``epsilon=inf`` (exact counts)
+        does, which warns once, here (:class:`~streamdp.privacy.NotPrivateWarning`, a ``UserWarning``).
+        ``prior_trees`` single-leaf trees are appended after the ``n_trees`` random ones (module docstring; 0 gives
+        the forest without them). ``threshold_share``: the share of ``epsilon`` :meth:`fit` spends drawing numeric
+        thresholds where the records are (module docstring); None: :func:`default_threshold_share`. ``n_trees``
+        None: :data:`DEFAULT_N_TREES` drawn, of which :meth:`fit` keeps as many as the released signal carries
+        (:mod:`streamdp.forest.sizing`). ``vote`` None: ``"trees"`` (each tree's estimate averaged,
+        :meth:`proba_from_leaves`) with ``n_trees`` None, else ``"proba"`` (docs/decisions/026-tree-mean-vote.md).
         """
         check_integer(prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)  # before drawing anything
+        if math.isinf(check_epsilon(epsilon, allow_inf=True)):  # said where it is made, as river says its seed
+            msg = "PrivateForest.create(epsilon=inf) adds no noise: for tests only, the model is NOT private"
+            warnings.warn(msg, NotPrivateWarning, stacklevel=2)
         if threshold_share is None:
             threshold_share = default_threshold_share(schema, mechanism)
         sized, n_trees = n_trees is None, DEFAULT_N_TREES if n_trees is None else n_trees

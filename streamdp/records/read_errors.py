@@ -16,6 +16,7 @@ import re
 import tarfile
 import zipfile
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -27,16 +28,49 @@ __all__ = [
     "UNREADABLE",
     "MISSING_WORDS",
     "UNDECLARED_WORDS",
+    "NAN_WORDS",
+    "NOT_NUMBER_WORDS",
+    "UNDECLARED_CLASS_WORDS",
+    "BAD_VALUE_WORDS",
+    "value_free",
     "row_words",
     "bad_line",
     "cannot_read",
     "unreadable",
 ]
 
-# Reasons name the attribute (or label) and what is wrong in fixed words, never the value
-# (the wording of streamdp.service.codec's value-free reasons).
+# Reasons name the attribute (or label) and what is wrong in fixed words, never the value: after its owner
+# ("attribute 'NAME'" or "label 'NAME'") a reason about a bad value says one of these, then at most the
+# schema's own declaration in parentheses. value_free keeps any reason to them.
 MISSING_WORDS = "is missing"
+NAN_WORDS = "is NaN or missing"
+NOT_NUMBER_WORDS = "is not a number"
 UNDECLARED_WORDS = "has a value not declared in the schema"
+UNDECLARED_CLASS_WORDS = "has a class not declared in the schema"
+BAD_VALUE_WORDS = (MISSING_WORDS, NAN_WORDS, NOT_NUMBER_WORDS, UNDECLARED_WORDS, UNDECLARED_CLASS_WORDS)
+
+
+def value_free(owners: Iterable[str], reason: str) -> str:
+    """A reason about a bad record kept to its owner (one of ``owners``: the schema's ``attribute 'NAME'`` and
+    ``label 'NAME'``) and one of :data:`BAD_VALUE_WORDS`; any other text after an owner becomes ``is invalid``,
+    a reason naming no owner ``invalid record``. The declaration in parentheses is dropped (short dead letters).
+
+    The one rule for reasons that leave the process (dead letters, worker logs, a producer's own reasons): only
+    fixed words and the schema's names pass, whatever the text given.
+
+    >>> value_free(["attribute 'crime'"], "attribute 'crime' has a value not declared in the schema (declared: ['n'])")
+    "attribute 'crime' has a value not declared in the schema"
+    >>> value_free(["attribute 'crime'"], "attribute 'crime' unknown value 'alice-ssn-123'")
+    "attribute 'crime' is invalid"
+    >>> value_free(["attribute 'crime'"], "whatever 'alice-ssn-123'")
+    'invalid record'
+    """
+    owner = next((o for o in owners if reason.startswith(o)), None)  # (a name is quoted: no prefix of another)
+    if owner is None:
+        return "invalid record"
+    rest = reason[len(owner) :]
+    what = next((w for w in BAD_VALUE_WORDS if rest == f" {w}" or rest.startswith(f" {w} (declared: ")), "is invalid")
+    return f"{owner} {what}"
 
 
 class SourceError(ValueError):

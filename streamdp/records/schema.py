@@ -42,8 +42,25 @@ from streamdp.records.coding import (
     value_code,
 )
 from streamdp.records.domains import Attribute, Categorical, Label, Numeric, SchemaError
+from streamdp.records.read_errors import (
+    MISSING_WORDS,
+    NAN_WORDS,
+    NOT_NUMBER_WORDS,
+    UNDECLARED_CLASS_WORDS,
+    UNDECLARED_WORDS,
+)
 
 __all__ = ["Categorical", "Numeric", "Label", "Schema", "Encoded", "SchemaError", "value_code"]
+
+
+def _listed(**named: Any) -> str:
+    """The non-empty lists among ``named`` for an error, e.g. ``" (missing: ['max'])"``; ``""`` when all are empty.
+
+    >>> _listed(missing=["max"], extra=set()), _listed(missing=[], extra=[])
+    (" (missing: ['max'])", '')
+    """
+    parts = [f"{k}: {sorted(v)}" for k, v in named.items() if v]
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
@@ -133,16 +150,16 @@ class Schema:
                         f"attribute {a['name']!r}: 'quantiles' apply to numeric attributes only, not categorical"
                     )
                 if extra or "values" not in a:
-                    raise SchemaError(
-                        f"attribute {a['name']!r}: categorical needs exactly 'values' (extra: {sorted(extra)})"
-                    )
+                    why = _listed(missing=[] if "values" in a else ["values"], extra=extra)
+                    raise SchemaError(f"attribute {a['name']!r}: categorical needs exactly 'values'{why}")
                 attrs.append(Categorical(a["name"], a["values"]))
             elif kind == "numeric":
                 extra = set(a) - {"name", "type", "min", "max", "quantiles"}
-                if extra or "min" not in a or "max" not in a:
+                missing = [k for k in ("min", "max") if k not in a]
+                if extra or missing:
+                    why = _listed(missing=missing, extra=extra)
                     raise SchemaError(
-                        f"attribute {a['name']!r}: numeric needs 'min' and 'max', and may declare 'quantiles' "
-                        f"(extra: {sorted(extra)})"
+                        f"attribute {a['name']!r}: numeric needs 'min' and 'max', and may declare 'quantiles'{why}"
                     )
                 attrs.append(Numeric(a["name"], a["min"], a["max"], a.get("quantiles")))
             else:
@@ -395,7 +412,7 @@ class Schema:
     ) -> np.ndarray:
         """One attribute's codes; its bad rows' reasons into ``bad`` (``first``: its first bad row only, as the
         error names the least over the columns: formatting every bad cell's reason is costly on a file of
-        wrong columns)."""
+        wrong columns; it then adds the declaration). Never the value: :mod:`.read_errors`' words."""
         n = len(col)
         if isinstance(attr, Numeric):
             vals = to_float(col)
@@ -404,11 +421,12 @@ class Schema:
                 for i, v in enumerate(col):
                     if v is MISSING or v is None:
                         if not fill_missing:
-                            self._bad(bad, i, f"attribute {attr.name!r} is missing")
+                            self._bad(bad, i, f"attribute {attr.name!r} {MISSING_WORDS}")
                             if first:
                                 break
                     elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-                        self._bad(bad, i, f"attribute {attr.name!r}: expected a number, got {v!r}")
+                        why = f" (declared: a number in [{attr.min:g}, {attr.max:g}])" if first else ""
+                        self._bad(bad, i, f"attribute {attr.name!r} {NOT_NUMBER_WORDS}{why}")
                         if first:
                             break
                     else:
@@ -421,7 +439,7 @@ class Schema:
             nan = np.flatnonzero(np.isnan(vals))
             for r in nan:
                 if int(r) not in bad:
-                    self._bad(bad, int(r), f"attribute {attr.name!r} is NaN or missing")
+                    self._bad(bad, int(r), f"attribute {attr.name!r} {NAN_WORDS}")
                     if first:
                         break
             with np.errstate(invalid="ignore"):
@@ -430,10 +448,10 @@ class Schema:
         codes = lookup_codes(cast(dict, self._lookup[j]), col)
         for r in np.flatnonzero(codes < 0):
             v = plain(col[r])
-            what = (
-                "is missing"
+            what = (  # never the value: reasons reach logs and dead letters (the declared values are public)
+                MISSING_WORDS
                 if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v))
-                else (f"unknown value {v!r} (declared: {list(attr.values)})")
+                else UNDECLARED_WORDS + (f" (declared: {list(attr.values)})" if first else "")
             )
             self._bad(bad, int(r), f"attribute {attr.name!r} {what}")
             if first:
@@ -454,7 +472,8 @@ class Schema:
             self._bad(
                 bad,
                 int(i),
-                f"label {self.label.name!r}: unknown class {plain(ys[i])!r} (declared: {list(self.label.values)})",
+                f"label {self.label.name!r} {UNDECLARED_CLASS_WORDS}"
+                + (f" (declared: {list(self.label.values)})" if first else ""),
             )
             if first:
                 break

@@ -23,6 +23,7 @@ import numpy as np
 
 from streamdp.records.coding import value_code
 from streamdp.records.domains import Categorical, Numeric
+from streamdp.records.read_errors import UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
 from streamdp.river.kernel import new_kernel
 
@@ -184,7 +185,9 @@ class RecordEncoder:
         t = type(y)
         code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
         if code < 0:
-            raise ValueError(f"unknown class {y!r}: the schema declares {self.label_values}")
+            raise ValueError(  # never the class given: applications log errors (the declared classes are public)
+                f"label {self.schema.label.name!r} {UNDECLARED_CLASS_WORDS} (declared: {self.label_values})"
+            )
         return code
 
     def encode_labels(self, y: Any) -> np.ndarray:

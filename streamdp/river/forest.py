@@ -222,11 +222,11 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
             check_integer(prior_records, "prior_records", low=0)
         check_choice(mechanism, "mechanism", ("geometric", "laplace"))
         self._schema = declared_schema(schema)
-        if seed is not None:  # said once, here, in our words (SecureRandom's own warning is silenced below)
+        why = [f"seed={seed}) draws reproducible noise"] if seed is not None else []
+        why += ["epsilon=inf) adds no noise"] if epsilon == float("inf") else []
+        for w in why:  # said once, here, in our words (SecureRandom's and PrivateForest.create's are silenced below)
             warnings.warn(
-                f"PrivateForestClassifier(seed={seed}) draws reproducible noise: for tests only, the model is NOT private",
-                NotPrivateWarning,
-                stacklevel=2,
+                f"PrivateForestClassifier({w}: for tests only, the model is NOT private", NotPrivateWarning, 2
             )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)

@@ -45,6 +45,7 @@ import msgpack
 import numpy as np
 
 from streamdp import blob
+from streamdp.records import read_errors
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
 from streamdp.service.units import MAX_ID_BYTES
@@ -353,35 +354,24 @@ def decode_entry(
         return None, (f"undecodable (internal {type(err).__name__})", entry_detail(fields, head=head))
 
 
-# What a reason may say after "attribute 'NAME'" / "label 'NAME'": the schema's wording -> the value-free one.
-_WHAT = (
-    (" is missing", "is missing"),
-    (" is NaN or missing", "is NaN or missing"),
-    (": expected a number", "is not a number"),
-    (" unknown value", "has a value not declared in the schema"),
-    (": unknown class", "has a class not declared in the schema"),
-)
-
-
 def value_free(schema: Schema, reason: str) -> str:
-    """A reason about a bad record reduced to the attribute (or label) and what is wrong, never the value.
+    """A reason about a bad record reduced to the attribute (or label) and what is wrong, never the value:
+    :func:`streamdp.records.read_errors.value_free` over this schema's names (the one rule; the schema's own
+    reasons already follow it, a producer's are untrusted text).
 
     Reasons reach dead letters and worker logs: only fixed wording and the schema's own names pass.
 
     >>> from streamdp.records.datasets import load
     >>> s = load("congressional-voting").schema
-    >>> value_free(s, "attribute 'crime' unknown value 'alice-ssn-123' (declared: ['n', 'y', '?'])")
+    >>> value_free(s, "attribute 'crime' has a value not declared in the schema (declared: ['n', 'y', '?'])")
     "attribute 'crime' has a value not declared in the schema"
+    >>> value_free(s, "attribute 'crime' unknown value 'alice-ssn-123'")
+    "attribute 'crime' is invalid"
     >>> value_free(s, "whatever 'alice-ssn-123'")
     'invalid record'
     """
     owners = [f"attribute {a.name!r}" for a in schema.attributes] + [f"label {schema.label.name!r}"]
-    owner = next((o for o in owners if reason.startswith(o)), None)
-    if owner is None:
-        return "invalid record"
-    rest = reason[len(owner) :]
-    what = next((w for prefix, w in _WHAT if rest.startswith(prefix) or rest == " " + w), "is invalid")
-    return f"{owner} {what}"
+    return read_errors.value_free(owners, reason)
 
 
 def _decode_codes(schema: Schema, doc: dict):

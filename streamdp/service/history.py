@@ -5,8 +5,10 @@ The closer appends, in each release's own MULTI/EXEC (merged or left out), a JSO
 it was merged, the window's scheduled end (public: never the wall clock of the close, whose delay would tell how
 busy the window was), the window's length, the release's noisy record count, the published counts' noise sd per
 cell (``cell_sd``: every merged release's noise, accumulated) and the noise sd the release itself drew per count
-(``release_sd``; ``"window"`` only: ``"grow"`` and ``"tree"`` releases draw per node, each its own sd; absent in
-lines written before the field).
+(``release_sd``: ``"window"``'s on each count, ``"grow"``'s on each node it releases, by
+:meth:`~streamdp.release.policy.ReleasePolicy.first_node_epsilon`'s rule on a fresh forest's first release;
+absent for ``"tree"``, whose nodes each draw their own, and in lines written before the field).
+The time (``time``) is the window's scheduled end, not when the release was made: no release time is stored.
 Every field is public: the clock, the model's parameters and released values (no exact count, no arrival time of
 a record). Windows are numbered from 1 (the first window after ``model create``), as in the worker's log lines.
 

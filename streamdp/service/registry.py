@@ -21,6 +21,7 @@ import json
 import math
 import time
 import uuid
+import warnings
 from typing import Any
 
 import redis
@@ -29,6 +30,7 @@ from streamdp.forest.growth import grows_by_default, service_ceiling
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, fitting_height
 from streamdp.options import VOTES
+from streamdp.privacy.secure_random import NotPrivateWarning
 from streamdp.records.schema import Schema
 from streamdp.release.cadence import Cadence, total_sd
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
@@ -53,7 +55,7 @@ from streamdp.service.rollback import MAKE_KEY, key_fingerprint, load_noise_key
 from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
 from streamdp.service.size_limits import DEFAULT_BULK_LIMIT, blob_max_cells, grown_blob_bound, server_value_limit
 from streamdp.service.units import unit_of
-from streamdp.validation import check_choice, check_epsilon
+from streamdp.validation import check_choice, check_epsilon, check_flag
 
 #: Counts-sized arrays a ``tree`` model's state holds: about ``2 * log2(T)`` after T windows (50 at 2**24).
 TREE_STATE_COPIES = 50
@@ -137,6 +139,7 @@ def create_model(
     cadence: str | None = None,
     half_life: float | None = None,
     half_life_unit: str = "releases",
+    not_private: bool = False,
 ) -> PrivateForest:
     """Create model ``name``: draw its structure, charge the ledger, store the spec, publish the empty version 0.
 
@@ -145,8 +148,13 @@ def create_model(
     source has no budget yet (default: the model's epsilon), raised when it
     is larger than the current one (never lowered here). A budget too small
     for the model raises :class:`~streamdp.privacy.ledger.BudgetExceeded` and leaves
-    no model behind. A non-private model (``epsilon=inf``) is not charged,
-    but it is refused over a source that has a budget.
+    no model behind.
+
+    ``epsilon`` must be finite: the service publishes only private models (its stats and exports call the
+    released counts differentially private), so ``epsilon=inf`` raises ValueError before anything is stored or
+    charged, by :func:`~streamdp.validation.check_epsilon`'s rule, the one batch jobs are refused by
+    (``jobs.runner.check_params``). ``not_private=True`` is for tests only: it admits ``epsilon=inf`` (exact
+    counts, stored ``"private": false``, never charged, refused over a source that has a budget).
 
     ``release`` is the release policy (:class:`~streamdp.release.continual.ReleasePolicy`):
     ``"window"`` (the exact tallies of ``release_every`` seconds are noised
@@ -236,7 +244,7 @@ def create_model(
         return pol
 
     policy = None if release is None else policy_of(release)  # an explicit one is checked before anything is drawn
-    epsilon = check_epsilon(epsilon, "epsilon", allow_inf=True)
+    epsilon = check_epsilon(epsilon, "epsilon", allow_inf=check_flag(not_private, "not_private"))
     unit = unit_of(privacy_id, max_records_per_id, max_ids, release, mechanism)
     if unit is not None and privacy_id in [*schema.names, schema.label.name]:
         raise ValueError(f"privacy_id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
@@ -280,25 +288,27 @@ def create_model(
     if ceiling is not None:  # all categorical: the river default's ceiling; else the budgeted draw (height None)
         height = fitting_height(schema, ceiling, n_trees, min(DEFAULT_MAX_CELLS, cells))
     check_choice(vote, "vote", VOTES)  # (the service's readers implement these: not the forest's "trees")
-    try:
-        forest = PrivateForest.create(
-            schema,
-            n_trees=n_trees,
-            height=height,
-            epsilon=epsilon,
-            mechanism=mechanism,
-            k=k,
-            beta=beta,
-            seed=seed,
-            vote=vote,
-            budget=budget,
-            max_cells=min(DEFAULT_MAX_CELLS, cells),
-            threshold_share=0.0,  # a stream's trees are drawn before any record (declared quantiles apply)
-        )
-    except TooLargeError as e:
-        if cells >= DEFAULT_MAX_CELLS:
-            raise
-        raise TooLargeError(f"{too_big}; {e}") from None
+    with warnings.catch_warnings():  # not_private=True is the caller's word: no second warning from PrivateForest
+        warnings.simplefilter("ignore" if not_private else "default", NotPrivateWarning)
+        try:
+            forest = PrivateForest.create(
+                schema,
+                n_trees=n_trees,
+                height=height,
+                epsilon=epsilon,
+                mechanism=mechanism,
+                k=k,
+                beta=beta,
+                seed=seed,
+                vote=vote,
+                budget=budget,
+                max_cells=min(DEFAULT_MAX_CELLS, cells),
+                threshold_share=0.0,  # a stream's trees are drawn before any record (declared quantiles apply)
+            )
+        except TooLargeError as e:
+            if cells >= DEFAULT_MAX_CELLS:
+                raise
+            raise TooLargeError(f"{too_big}; {e}") from None
     spec = forest.to_bytes()  # version 0: the structure every release's counts belong to
     grown_bytes = grown_blob_bound(forest, len(spec))
     if policy is None:  # the default: grow where the rule above says so and the grown blob fits the server

@@ -196,7 +196,7 @@ class WindowCloser:
         self.noise.check(noise_key, self.keys.name)  # before any draw: the key the model was created with
         sched = self.windows.of(rel, sched_raw)
 
-        own_sd = math.sqrt(self._release_variance()) if window else None  # (tree, grow: draws per node)
+        own_sd = math.sqrt(self._release_variance()) if window else None  # (tree: per node; grow: _close_grown)
 
         def entry_of(records: float | None, sd: float, published: int = version, merged: bool = False) -> dict:
             return entry(w, published, merged, sched.end, sched.length, records, sd, own_sd)  # (public values)
@@ -329,16 +329,19 @@ class WindowCloser:
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
         stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
         old_sd = float(np.sqrt(np.max(old.noise_variance)))
+        # the sd this release drew per node, by the rule it draws by (a fresh forest's first release probes first)
+        eps = self.policy.first_node_epsilon(self.spec.epsilon_per_tree) if old.n_releases == 0 else self.eps_node
+        own_sd = math.sqrt(cell_variance(self.spec.mechanism, eps, self.spec.k))
         del old
         new_sched = self.windows.next(sched, stumps)
         records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees) if len(stumps) else None
         if new_sched.merged == sched.merged:  # left out: the published release stays
-            line = entry(w, version, False, sched.end, sched.length, records, old_sd)
+            line = entry(w, version, False, sched.end, sched.length, records, old_sd, own_sd)
             return self._left_out(w, version, sched, new_sched, [key], line)
         self.fault("close_before_commit")
         # a grown release changes the structure: its state, pub:model and retained version are whole blobs
         variance = float(np.max(forest.noise_variance))
-        line = entry(w, version + 1, True, sched.end, sched.length, records, math.sqrt(variance))
+        line = entry(w, version + 1, True, sched.end, sched.length, records, math.sqrt(variance), own_sd)
         ok = self._release(w, version, forest, b"", [key], variance, grown=blob_b, schedule=new_sched, history=line)
         self.fault("close_in_commit")
         if not ok:

@@ -45,6 +45,10 @@ def test_history_prints_plots_and_dumps_the_released_windows(redis_url, unique_n
     assert main(u + ["model", "history", unique_name, "--last", "2"]) == 0
     out = capsys.readouterr().out
     assert "release sd/cell  published sd/cell" in out and "(2 earlier windows not shown" in out
+    # the time shown is the window's scheduled end, labelled so (it read "released", before any release)
+    assert "window end (UTC)" in out and "released (UTC)" not in out
+    assert main(u + ["model", "history", unique_name, "--json", "--last", "3"]) == 0  # (it gave every window)
+    assert json.loads(capsys.readouterr().out) == lines[-3:]
     assert all(e["release_sd"] > 0 for e in lines)  # the release's own draw, beside the published counts' sd
     with pytest.raises(SystemExit):
         main(["model", "history", "-h"])
@@ -53,6 +57,33 @@ def test_history_prints_plots_and_dumps_the_released_windows(redis_url, unique_n
     png = tmp_path / "h.png"
     assert main(u + ["model", "history", unique_name, "--plot", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_a_grown_models_history_shows_the_sd_its_releases_drew(redis_url, unique_name, capsys):
+    """release sd/cell printed "-" on every row of a grow model: it shows the sd each grown release drew per node,
+    by the rule model show states (the first release's probe leaves the trees less of the budget)."""
+    from streamdp.service.registry import show_model
+
+    u = ["--redis-url", redis_url]
+    create = ["model", "create", unique_name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
+    assert main(u + create + ["--release", "grow", "--release-every", "10", "--cadence", "fixed"]) == 0
+    w = Worker(redis_url, unique_name, block_ms=1)
+    with Producer(redis_url, unique_name) as p:
+        p.push(DS.X[:300], DS.y[:300])
+    while w.step(block_ms=1) or not w.reader.drained():
+        pass
+    for _ in range(2):  # the first release (300 records), then an idle one
+        assert w.closer.tick(w.closer.windows.read().end + 0.001) == 1
+    info = show_model(redis_url, unique_name)
+    capsys.readouterr()
+    assert main(u + ["model", "history", unique_name, "--json"]) == 0
+    lines = json.loads(capsys.readouterr().out)
+    assert [e["merged"] for e in lines] == [True, True]
+    assert info["first_cell_sd"] > info["cell_sd"] > 0
+    assert [e["release_sd"] for e in lines] == pytest.approx([info["first_cell_sd"], info["cell_sd"]], abs=1e-4)
+    assert main(u + ["model", "history", unique_name]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:3]
+    assert [r.split()[-2] for r in rows] == [f"{e['release_sd']:,.1f}" for e in lines]
 
 
 def test_history_plot_without_matplotlib_says_which_extra_to_install(redis_url, unique_name, tmp_path, monkeypatch):

@@ -54,8 +54,7 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
     monkeypatch.setattr(streamdp.records.frames, "CHUNK_ROWS", 200)  # push's chunks: 200 records, 4 batches
     u = ["--redis-url", redis_url]
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
-        == 0
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
     )
     rows = _votes_rows(1000)
     good = tmp_path / "votes.csv"
@@ -85,8 +84,7 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
 def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path, capsys):
     u = ["--redis-url", redis_url]
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
-        == 0
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
     )
     rows = _votes_rows(30)
     rows[2][0] = "perhaps"  # the third record: line 4
@@ -106,8 +104,7 @@ def test_cli_repush_of_a_file_with_a_bad_line_lists_its_dead_letter_once(redis_u
     merged once), so ``stats --dead-letters`` listed the same refused row once per push."""
     u = ["--redis-url", redis_url]
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
-        == 0
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
     )
     rows = _votes_rows(30)
     rows[2][0] = "perhaps"  # the third record: line 4
@@ -139,8 +136,7 @@ def test_cli_worker_logs_json_lines_at_its_default_verbosity_as_documented(redis
 
     u = ["--redis-url", redis_url]
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
-        == 0
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
     )
     rows = _votes_rows(30)
     rows[2][0] = "perhaps"
@@ -163,8 +159,7 @@ def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name,
     """A user pushed a file whose label is last without --label -1: every record dead-lettered, exit 0."""
     u = ["--redis-url", redis_url]
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
-        == 0
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
     )
     path = tmp_path / "v.csv"
     _write(path, _votes_rows(20))
@@ -181,8 +176,7 @@ def test_cli_push_of_a_header_alone_fails_and_sends_nothing(redis_url, name, tmp
     """A trial's finding: a file of a header line alone pushed an empty batch and exited 0."""
     u = ["--redis-url", redis_url]
     assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"])
-        == 0
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
     )
     path = tmp_path / "v.csv"
     _write(path, [])
@@ -215,7 +209,7 @@ def test_producer_push_names_records_0_based_and_what_was_pushed(redis_url, name
             "label": {"name": "y", "values": ["neg", "pos"]},
         }
     )
-    create_model(redis_url, name, s, n_trees=2, height=2, epsilon=math.inf)
+    create_model(redis_url, name, s, n_trees=2, height=2, epsilon=math.inf, not_private=True)
     p = Producer(redis_url, name, batch_size=50)
     with pytest.raises(SourceError) as e:
         p.push([{"x0": "a"}], ["neg"])

@@ -151,7 +151,7 @@ def test_cli_push_twice_merges_once(redis_url, unique_name, tmp_path, capsys):
     assert (
         main(
             u
-            + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "inf"]
+            + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
             # short windows: each worker run below waits until the window holding its last records is released
             + ["--release-every", "0.2", "--max-lag", "1"]
         )
@@ -199,11 +199,13 @@ def test_cli_creates_a_grown_model_and_shows_its_policy(redis_url, unique_name, 
     )
     assert main(u + ["model", "show", unique_name]) == 0
     assert "grow: every 5 s, trees deepened as the released counts allow" in capsys.readouterr().out
-    assert (
+    with pytest.raises(SystemExit) as e:
         main(u + ["model", "create", unique_name + "x", "--schema", SCHEMA, "--epsilon", "inf", "--release", "grow"])
-        == 2
-    )
-    assert "needs a finite epsilon" in capsys.readouterr().err
+    assert e.value.code == 2
+    # the service publishes only private models: inf is refused as a job's is, before anything is stored
+    assert "'inf': epsilon must be a finite number > 0, got inf" in capsys.readouterr().err
+    assert main(u + ["model", "show", unique_name + "x"]) != 0
+    capsys.readouterr()
     assert main(u + ["model", "delete", unique_name]) == 0
     assert f"see `streamdp ledger {unique_name}`" in capsys.readouterr().out  # (the name, not a placeholder)
 
@@ -305,3 +307,25 @@ def test_the_drained_line_says_how_many_releases_were_left_out(monkeypatch, caps
         worker_cli._say_drained(args)
         out = capsys.readouterr().out
         assert out.startswith("drained 'm': version 2 published, 2 releases merged in all" + said), out
+
+
+def test_model_create_takes_a_bundled_schema_by_name_from_any_directory(redis_url, unique_name, tmp_path, capsys,
+                                                                       monkeypatch):  # fmt: skip
+    """The documented `--schema streamdp/data/schemas/congressional-voting.json` worked from the repo's root
+    only (and not for an installed package): `--schema` also takes a bundled schema's name."""
+    from streamdp.service.registry import load_spec
+
+    monkeypatch.chdir(tmp_path)  # (no streamdp/ here)
+    u = ["--redis-url", redis_url]
+    args = ["model", "create", unique_name, "--schema", "congressional-voting", "--trees", "2", "--epsilon", "1"]
+    assert main(u + args) == 0
+    assert load_spec(redis_url, unique_name).schema == DS.schema
+    assert main(u + ["model", "create", unique_name + "x", "--schema", "votes", "--epsilon", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--schema 'votes': no such file, nor a bundled schema (adult, congressional-voting, " in err
+    with pytest.raises(SystemExit):
+        main(["model", "create", "-h"])
+    from streamdp.records.datasets import DATASETS
+
+    assert ", ".join(sorted(DATASETS)) in " ".join(capsys.readouterr().out.split())  # the help names them all
+    assert main(u + ["model", "delete", unique_name]) == 0

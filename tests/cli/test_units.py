@@ -15,7 +15,7 @@ from streamdp.records.datasets import load
 from streamdp.service.connection import connect
 from streamdp.service.keys import Keys
 from streamdp.service.published import counts_from_bytes
-from streamdp.service.registry import load_spec
+from streamdp.service.registry import create_model, load_spec
 from tests.conftest import purge_name
 
 pytestmark = pytest.mark.redis
@@ -42,11 +42,16 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
         purge_name(connect(redis_url), plain)  # (the ledger a delete keeps)
     name = unique_name
     # short windows: the worker run below waits until the window holding the last records is released
-    args = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "inf",
+    args = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "2", "--epsilon", "1",
             "--release", "window", "--privacy-id", "user", "--max-records-per-id", "3",
             "--release-every", "0.2", "--max-lag", "1"]  # fmt: skip
     assert main(u + args) == 0
     assert "unit of privacy: a person (column 'user'): at most 3 records" in capsys.readouterr().out
+    assert main(u + ["model", "delete", name]) == 0
+    purge_name(connect(redis_url), name)
+    # the same model with exact counts, to check the bound (tests only: the service refuses epsilon=inf)
+    create_model(redis_url, name, DS.schema, n_trees=2, height=2, epsilon=math.inf, not_private=True,
+                 release="window", privacy_id="user", max_records_per_id=3, release_every=0.2, max_lag=1.0)  # fmt: skip
     data = tmp_path / "people.csv"
     with open(data, "w", newline="") as fh:
         w = csv.writer(fh)

@@ -121,9 +121,17 @@ def test_laplace_mechanism_scale():
 
 
 def test_no_noise_with_infinite_epsilon_and_exact_tally():
+    """epsilon=inf: exact counts, and a warning at creation (only ``.private`` said so), once: not again when the
+    forest is loaded or fitted."""
     rng = np.random.default_rng(1)
     X, y = mixed_data(300, rng)
-    f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=math.inf, seed=1).fit(X, y)
+    with pytest.warns(NotPrivateWarning, match=r"epsilon=inf\) adds no noise: .* the model is NOT private") as w:
+        f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=math.inf, seed=1)
+    assert len(w) == 1 and issubclass(w[0].category, UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        f.fit(X, y)
+        assert not PrivateForest.from_bytes(f.to_bytes()).private
     assert not f.private
     leaves = f.apply(X)
     yc = MIXED.encode_labels(y)
@@ -240,6 +248,9 @@ def test_two_fits_without_seed_never_share_noise():
     assert f.private and g.private
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_noise_seed_is_test_only_and_marks_not_private():
     with pytest.warns(NotPrivateWarning):
         f = PrivateForest.create(MIXED, n_trees=2, height=2, epsilon=1.0, noise_seed=1)
@@ -402,6 +413,9 @@ def test_predict_empty_batch(hand_forest):
 # -- budgets ----------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_disjoint_budget_routes_every_record_to_exactly_one_tree():
     rng = np.random.default_rng(8)
     X, y = mixed_data(6000, rng)
@@ -419,6 +433,9 @@ def test_disjoint_budget_routes_every_record_to_exactly_one_tree():
     assert g.counts.sum(axis=(1, 2)).tolist() == [6000] * 6
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_bad_options_refused():
     for kw in (
         dict(mechanism="gauss"),
@@ -532,6 +549,9 @@ def test_kanon_update_thresholds_each_batch_on_its_own():
     assert np.all((delta == 0) | (delta >= 10)) and delta.any()
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_merge_adds_in_place_and_packing_does_not_copy_the_counts():
     """A worker's merge allocates no second counts array; the blob's counts record views them."""
     import tracemalloc
@@ -626,6 +646,9 @@ def test_prior_stump_is_one_more_tree_to_every_mechanism():
     assert np.all((c[T] == 0) | (c[T] >= k)) and np.all(c[T] <= np.bincount(MIXED.encode_labels(y), minlength=3))
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_prior_stumps_do_not_vote():
     X, y = mixed_data(2000, np.random.default_rng(3))
     f = PrivateForest.create(MIXED, n_trees=3, height=3, epsilon=math.inf, seed=1, vote="majority").fit(X, y)

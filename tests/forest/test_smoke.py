@@ -1,7 +1,12 @@
+import pytest
+
 from streamdp import PrivateForest
 from streamdp.records.datasets import load
 
 
+@pytest.mark.filterwarnings(
+    "ignore:PrivateForest.create\\(epsilon=inf\\):streamdp.privacy.NotPrivateWarning"
+)  # (exact counts on purpose)
 def test_votes_forest_learns_something():
     ds = load("congressional-voting")
     f = PrivateForest.create(ds.schema, n_trees=5, epsilon=float("inf"), seed=0)

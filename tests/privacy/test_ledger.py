@@ -267,11 +267,11 @@ def test_create_model_with_too_small_a_budget_leaves_nothing(redis_url, source):
 def test_non_private_model_is_not_charged_but_refused_over_a_budget(redis_url, source, unique_name):
     other = unique_name + "-b"
     try:
-        create_model(redis_url, other, VOTES.schema, n_trees=2, height=2, epsilon=math.inf)
+        create_model(redis_url, other, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, not_private=True)
         assert RedisLedger(redis_url).budget(other) is None
         RedisLedger(redis_url).set_budget(source, 5.0)
         with pytest.raises(BudgetExceeded, match="non-private model"):
-            create_model(redis_url, source, VOTES.schema, n_trees=2, height=2, epsilon=math.inf)
+            create_model(redis_url, source, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, not_private=True)
         assert connect(redis_url).hget(REGISTRY, source) is None
     finally:
         _forget(redis_url, other)

@@ -72,7 +72,12 @@ def test_from_json_bad_file(tmp_path):
         (lambda d: d["attributes"][1].update(min=5, max=5), "below max"),
         (lambda d: d["attributes"][1].update(max=float("nan")), "finite"),
         (lambda d: d["attributes"][1].update(min=True), "finite number"),
-        (lambda d: d["attributes"][1].pop("max"), "'min' and 'max'"),
+        (
+            lambda d: d["attributes"][1].pop("max"),
+            r"'min' and 'max', and may declare 'quantiles' \(missing: \['max'\]\)$",
+        ),
+        (lambda d: d["attributes"][1].update(mean=3), r"may declare 'quantiles' \(extra: \['mean'\]\)$"),
+        (lambda d: d["attributes"][0].pop("values"), r"categorical needs exactly 'values' \(missing: \['values'\]\)$"),
         (lambda d: d["label"].update(values=["only"]), "two classes"),
         (lambda d: d["label"].update(name="size"), "also listed"),
         (lambda d: d.update(attributes=[]), "at least one attribute"),
@@ -140,7 +145,9 @@ def test_bool_and_int_values_not_confused(schema):
     )
     assert e.X[:, 2].tolist() == [0, 3, 1, 2, 0, 3, 3]
     # a bool is not a number for a numeric attribute
-    with pytest.raises(ValueError, match=r"record 1 \(0-based\): attribute 'size': expected a number, got True"):
+    with pytest.raises(
+        ValueError, match=r"record 1 \(0-based\): attribute 'size' is not a number \(declared: a number in \[0, 10\]\)$"
+    ):
         schema.encode([rec(), rec(size=True)])
     s = Schema.from_dict(
         {
@@ -148,9 +155,15 @@ def test_bool_and_int_values_not_confused(schema):
             "label": {"name": "y", "values": [0, 1]},
         }
     )
-    with pytest.raises(ValueError, match=r"record 1 \(0-based\): attribute 'a' unknown value True"):
+    with pytest.raises(
+        ValueError,
+        match=r"record 1 \(0-based\): attribute 'a' has a value not declared in the schema \(declared: \[0, 1\]\)$",
+    ):
         s.encode([[1], [True]])
-    with pytest.raises(ValueError, match=r"record 0 \(0-based\): label 'y': unknown class False"):
+    with pytest.raises(
+        ValueError,
+        match=r"record 0 \(0-based\): label 'y' has a class not declared in the schema \(declared: \[0, 1\]\)$",
+    ):
         s.encode([[1], [0]], [False, 0])
     s2 = Schema.from_dict(
         {
@@ -164,26 +177,35 @@ def test_bool_and_int_values_not_confused(schema):
 @pytest.mark.parametrize(
     "row,match",
     [
-        (rec(colour="purple"), r"record 2 \(0-based\): attribute 'colour' unknown value 'purple'"),
+        (
+            rec(colour="purple"),
+            r"record 2 \(0-based\): attribute 'colour' has a value not declared in the schema \(declared: \['red'",
+        ),
         ({"size": 1.0, "flag": "x"}, r"record 2 \(0-based\): attribute 'colour' is missing"),
         (rec(colour=None), r"record 2 \(0-based\): attribute 'colour' is missing"),
         (rec(size=None), r"record 2 \(0-based\): attribute 'size' is missing"),
         ({"colour": "red", "flag": "x"}, r"record 2 \(0-based\): attribute 'size' is missing"),
-        (rec(size="3"), r"record 2 \(0-based\): attribute 'size': expected a number, got '3'"),
+        (rec(size="3"), r"record 2 \(0-based\): attribute 'size' is not a number \(declared: a number in \["),
         (rec(size=float("nan")), r"record 2 \(0-based\): attribute 'size' is NaN"),
         (rec(colour=float("nan")), r"record 2 \(0-based\): attribute 'colour' is missing"),
-        (rec(flag=[1]), r"record 2 \(0-based\): attribute 'flag' unknown value \[1\]"),
-        (rec(flag=2), r"record 2 \(0-based\): attribute 'flag' unknown value 2"),
+        (rec(flag=[1]), r"record 2 \(0-based\): attribute 'flag' has a value not declared in the schema"),
+        (rec(flag=2), r"record 2 \(0-based\): attribute 'flag' has a value not declared in the schema"),
     ],
 )
 def test_bad_values_name_attribute_and_row(schema, row, match):
+    """The attribute, the row and what is wrong (with the schema's declaration), never the value: applications log
+    these errors."""
     rows = [rec(), rec(), row, rec()]
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as e:
         schema.encode(rows, ["no"] * 4)
+    assert "purple" not in str(e.value) and "'3'" not in str(e.value)
 
 
 def test_unknown_label_names_label_and_row(schema):
-    with pytest.raises(ValueError, match=r"record 1 \(0-based\): label 'ok': unknown class 'perhaps'"):
+    with pytest.raises(
+        ValueError,
+        match=r"record 1 \(0-based\): label 'ok' has a class not declared in the schema \(declared: \['no', 'yes', 'maybe'\]\)$",
+    ):
         schema.encode([rec(), rec()], ["no", "perhaps"])
     with pytest.raises(ValueError, match="y has 1 labels but X has 2 records"):
         schema.encode([rec(), rec()], ["no"])
@@ -225,8 +247,9 @@ def test_encode_labels_and_decode(schema):
     codes = schema.encode_labels(["maybe", "no"])
     assert codes.tolist() == [2, 0]
     assert list(schema.decode_labels(codes)) == ["maybe", "no"]
-    with pytest.raises(ValueError, match="unknown class"):
+    with pytest.raises(ValueError, match="has a class not declared in the schema") as e:
         schema.encode_labels(["nope"])
+    assert "nope" not in str(e.value)
 
 
 def test_data_frames_are_read_by_column_name(schema):
@@ -310,7 +333,7 @@ def test_typed_columns_code_like_object_columns():
     X[:, 1] = "x"
     y = rng.choice(["no", "yes"], 50)
     assert s.encode(X, y).y.tolist() == s.encode(X, list(y)).y.tolist()
-    with pytest.raises(ValueError, match="unknown class 'maybe'"):
+    with pytest.raises(ValueError, match="label 'y' has a class not declared in the schema"):
         s.encode(X[:1], np.array(["maybe"]))
 
 
@@ -368,7 +391,9 @@ def test_float_and_bool_declared_values_encode_exactly(container):
         pd = pytest.importorskip("pandas")
         X = pd.DataFrame(rows, columns=s.names)
     if container == "float array":  # a float column cannot hold booleans: 1.0 is not True
-        with pytest.raises(ValueError, match=r"record 0 \(0-based\): attribute 'b' unknown value 1.0"):
+        with pytest.raises(
+            ValueError, match=r"record 0 \(0-based\): attribute 'b' has a value not declared in the schema"
+        ):
             s.encode(X, y)
         return
     e = s.encode(X, y)
@@ -380,10 +405,10 @@ def test_float_and_bool_declared_values_encode_exactly(container):
 @pytest.mark.parametrize(
     "bad,why",
     [
-        (0.25, "unknown value 0.25"),
-        ("0.5", "unknown value '0.5'"),
-        (True, "unknown value True"),
-        (0.5000001, "unknown value 0.5000001"),
+        (0.25, "has a value not declared in the schema"),
+        ("0.5", "has a value not declared in the schema"),
+        (True, "has a value not declared in the schema"),
+        (0.5000001, "has a value not declared in the schema"),
     ],
 )
 def test_float_declared_values_never_coerce_unknown_values(bad, why):
@@ -398,9 +423,9 @@ def test_float_declared_values_never_coerce_unknown_values(bad, why):
 
 def test_bool_declared_values_refuse_integers_and_labels_stay_exact():
     s = _num_schema()
-    with pytest.raises(ValueError, match=r"record 0 \(0-based\): attribute 'b' unknown value 1"):
+    with pytest.raises(ValueError, match=r"record 0 \(0-based\): attribute 'b' has a value not declared in the schema"):
         s.encode([{"f": 0, "b": 1, "n": 1.0}])
-    with pytest.raises(ValueError, match=r"label 'y': unknown class 1"):
+    with pytest.raises(ValueError, match=r"label 'y' has a class not declared in the schema"):
         s.encode([{"f": 0, "b": True, "n": 1.0}], [1])
     assert Schema.from_dict(s.to_dict()) == s  # JSON-able: 0.5 and booleans survive the round trip
     assert Schema.from_dict(json.loads(s.to_json())) == s
@@ -541,7 +566,9 @@ def test_raise_names_the_first_bad_record_not_the_first_bad_column():
     rows[0][s.names[3]] = "maybe"  # record 0: an undeclared value in the fourth attribute
     rows[0][s.names[5]] = "perhaps"  # ... and another after it
     del rows[1][s.names[0]]  # record 1: the first attribute missing
-    with pytest.raises(ValueError, match=rf"record 0 \(0-based\): attribute '{s.names[3]}' unknown value 'maybe'"):
+    with pytest.raises(
+        ValueError, match=rf"record 0 \(0-based\): attribute '{s.names[3]}' has a value not declared in the schema"
+    ):
         s.encode(rows)
     with pytest.raises(ValueError, match=r"record 1 \(0-based\): label"):
         s.encode(ds.X[:3], ["democrat", "nobody", "x"])

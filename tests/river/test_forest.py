@@ -359,8 +359,13 @@ def test_compiled_encoder_equals_the_attribute_loop():
 
 def test_invalid_inputs():
     m = PrivateForestClassifier(rs.agrawal_schema(), batch_size=10)
-    with pytest.raises(ValueError, match="unknown class"):
+    with pytest.raises(
+        ValueError, match=r"^label 'class' has a class not declared in the schema \(declared: \[0, 1\]\)$"
+    ):  # (never the class)
         m.learn_one(_agrawal(1)[0][0], 7)
+    with pytest.raises(ValueError, match="has a class not declared in the schema") as e:
+        m.learn_one(_agrawal(1)[0][0], "maybe")
+    assert "maybe" not in str(e.value)
     x = dict(_agrawal(1)[0][0], car=99)  # undeclared categorical value: dropped, and said
     with pytest.warns(UserWarning, match="attribute 'car': a value of type int is not among its declared values"):
         m.learn_one(x, 0)

@@ -15,6 +15,7 @@ pd = pytest.importorskip("pandas")
 from river import datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.forest.model import PrivateForest  # noqa: E402
+from streamdp.privacy import NotPrivateWarning  # noqa: E402
 from streamdp.river import PrivateForestClassifier  # noqa: E402
 from streamdp.river import schemas as rs  # noqa: E402
 
@@ -36,7 +37,9 @@ def test_the_default_grows_on_categorical_schemas_only():
     assert not PrivateForestClassifier(rs.stagger_schema(), grow=False).grows
     assert not PrivateForestClassifier(rs.stagger_schema(), window=5).grows  # a window cannot slide grown trees
     assert not PrivateForestClassifier(rs.stagger_schema(), mechanism="laplace", prior_trees=0).grows  # no stump
-    assert not PrivateForestClassifier(rs.stagger_schema(), epsilon=float("inf")).grows  # nothing to grow against
+    with pytest.warns(NotPrivateWarning, match=r"PrivateForestClassifier\(epsilon=inf\) adds no noise") as w:
+        assert not PrivateForestClassifier(rs.stagger_schema(), epsilon=float("inf")).grows  # nothing to grow against
+    assert len(w) == 1  # (river's own words; PrivateForest.create's are not repeated)
     assert PrivateForestClassifier(rs.stagger_schema(), grow=np.bool_(True)).grows
     with pytest.raises(ValueError, match="window"):
         PrivateForestClassifier(rs.stagger_schema(), grow=True, window=5)

@@ -70,7 +70,9 @@ def test_service_classifier_reads_integer_keys_as_digit_names(r):
     from streamdp.river import ServiceClassifier
     from streamdp.river.schemas import sea_schema
 
-    create_model(r, "sea", sea_schema(), n_trees=3, height=3, epsilon=math.inf, seed=1, release="batch")
+    create_model(
+        r, "sea", sea_schema(), n_trees=3, height=3, epsilon=math.inf, seed=1, release="batch", not_private=True
+    )
     clf = ServiceClassifier(r, "sea", batch_size=100, sync_timeout=0)
     for x, y in synth.SEA(seed=1).take(300):
         clf.learn_one(x, y)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import uuid
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -49,7 +50,9 @@ def key_file(tmp_path):
 
 def _model(r, name="m", epsilon=1.0, **kw):
     kw.setdefault("release", "batch")  # these tests are about the per-batch commit; windows: test_windows.py
-    return create_model(r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw)
+    return create_model(
+        r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw, not_private=math.isinf(epsilon)
+    )
 
 
 def _worker(r, name, **kw):

@@ -74,7 +74,15 @@ def model(acl, votes, unique_name):
     from streamdp.service.registry import create_model
 
     create_model(
-        acl.url("admin"), unique_name, votes.schema, n_trees=3, height=4, epsilon=math.inf, seed=1, release="batch"
+        acl.url("admin"),
+        unique_name,
+        votes.schema,
+        n_trees=3,
+        height=4,
+        epsilon=math.inf,
+        seed=1,
+        release="batch",
+        not_private=True,
     )
     return unique_name
 
@@ -470,7 +478,8 @@ def test_a_worker_catches_up_due_windows_under_its_acl_user(acl, votes, unique_n
         release="window",
         release_every=10.0,
         cadence="fixed",  # the clock's windows, every release merged (tests/service/test_cadence.py: the variable
-    )  # ones, whose closes write the same keys)
+        not_private=True,  # ones, whose closes write the same keys)
+    )
     Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
     w = Worker(acl.url("worker"), unique_name, block_ms=50)
     assert w.step(block_ms=50) > 0  # added into window 1
@@ -500,7 +509,7 @@ def test_windows_from_the_released_rate_under_the_acl_users(acl, votes, unique_n
 
     create_model(
         acl.url("admin"), unique_name, votes.schema, n_trees=3, height=3, epsilon=math.inf, seed=1,
-        release="window", release_every=10.0, max_lag=40.0 / 0.9,
+        release="window", release_every=10.0, max_lag=40.0 / 0.9, not_private=True,
     )  # fmt: skip
     Producer(acl.url("producer"), unique_name).push(votes.X[:60], votes.y[:60])
     w = Worker(acl.url("worker"), unique_name, block_ms=50)
@@ -667,7 +676,15 @@ def test_tls_urls_with_credentials(tmp_path, votes, unique_name):
                     raise
                 time.sleep(0.02)
         create_model(
-            url("admin"), unique_name, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch"
+            url("admin"),
+            unique_name,
+            votes.schema,
+            n_trees=2,
+            height=3,
+            epsilon=math.inf,
+            seed=1,
+            release="batch",
+            not_private=True,
         )
         with Producer(url("producer"), unique_name) as p:
             p.push(votes.X[:10], votes.y[:10])
@@ -696,7 +713,15 @@ def test_per_model_worker_user_from_the_shipped_line(acl, model, votes, unique_n
     try:
         other = unique_name + "-other"
         create_model(
-            acl.url("admin"), other, votes.schema, n_trees=2, height=3, epsilon=math.inf, seed=1, release="batch"
+            acl.url("admin"),
+            other,
+            votes.schema,
+            n_trees=2,
+            height=3,
+            epsilon=math.inf,
+            seed=1,
+            release="batch",
+            not_private=True,
         )
         hp = acl.hostport
         url = f"redis://worker-one:one-model-pw@{hp}/0"

@@ -39,7 +39,17 @@ def r():
 def _model(r, name="m", epsilon=math.inf, release="window", **kw):
     kw.setdefault("max_lag", MAX_LAG)
     return create_model(
-        r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, release=release, release_every=EVERY, **kw
+        r,
+        name,
+        DS.schema,
+        n_trees=3,
+        height=3,
+        epsilon=epsilon,
+        seed=1,
+        release=release,
+        release_every=EVERY,
+        **kw,
+        not_private=math.isinf(epsilon),
     )
 
 

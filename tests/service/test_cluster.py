@@ -80,7 +80,17 @@ def test_models_on_three_masters_at_once_with_consumers(redis_url):
     assert len({r.keyslot(Keys(n).records) for n in names}) == 3
     try:
         for i, name in enumerate(names):
-            create_model(redis_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=i, release="batch")
+            create_model(
+                redis_url,
+                name,
+                DS.schema,
+                n_trees=3,
+                height=3,
+                epsilon=math.inf,
+                seed=i,
+                release="batch",
+                not_private=True,
+            )
         for name in names:
             with Producer(redis_url, name, batch_size=50) as p:
                 p.push(DS.X, DS.y)  # 9 batches each
@@ -121,7 +131,17 @@ def test_sigkill_a_worker_mid_stream_on_the_cluster_exactly_once(redis_url):
     procs = []
     try:
         for name in names:
-            create_model(redis_url, name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=3, release="batch")
+            create_model(
+                redis_url,
+                name,
+                DS.schema,
+                n_trees=3,
+                height=4,
+                epsilon=math.inf,
+                seed=3,
+                release="batch",
+                not_private=True,
+            )
         pushed = {}
         for name in names:
             with Producer(redis_url, name, batch_size=5) as p:
@@ -190,7 +210,17 @@ def test_deploy_acl_users_work_on_every_node_of_the_cluster(redis_url, cluster_u
     name = _names_on_different_nodes(admin, 1)[0]
     try:
         assert isinstance(connect(url["worker"]), RedisCluster)  # CLUSTER INFO allowed: detected
-        create_model(url["admin"], name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=5, release="batch")
+        create_model(
+            url["admin"],
+            name,
+            DS.schema,
+            n_trees=3,
+            height=3,
+            epsilon=math.inf,
+            seed=5,
+            release="batch",
+            not_private=True,
+        )
         with Producer(url["producer"], name, batch_size=100) as p:
             p.push(DS.X, DS.y)
         Worker(url["worker"], name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)
@@ -213,7 +243,16 @@ def test_window_release_on_the_cluster_counts_every_record_once(cluster_url):
     is counted once (epsilon=inf: the published counts equal the exact tally)."""
     name = _names_on_different_nodes(connect(cluster_url), 1)[0]
     create_model(
-        cluster_url, name, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=7, release="window", release_every=0.1
+        cluster_url,
+        name,
+        DS.schema,
+        n_trees=3,
+        height=3,
+        epsilon=math.inf,
+        seed=7,
+        release="window",
+        release_every=0.1,
+        not_private=True,
     )
     try:
         with Producer(cluster_url, name, batch_size=50) as p:

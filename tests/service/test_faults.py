@@ -210,7 +210,17 @@ def _push_round(prod: Producer, rng: np.random.Generator, n_batches: int, batche
 @pytest.mark.parametrize("epsilon", [math.inf, 1.0], ids=["eps_inf", "eps_1"])
 def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon):
     model = unique_name
-    create_model(redis_url, model, DS.schema, n_trees=3, height=4, epsilon=epsilon, seed=7, release="batch")
+    create_model(
+        redis_url,
+        model,
+        DS.schema,
+        n_trees=3,
+        height=4,
+        epsilon=epsilon,
+        seed=7,
+        release="batch",
+        not_private=math.isinf(epsilon),
+    )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
     log_path = str(tmp_path / "kills.log")
@@ -399,7 +409,17 @@ def test_redis_sigkill_and_aof_restart_keeps_exactly_once(tmp_path, unique_name)
     server = start_server()
     fleet = Fleet(url, unique_name, str(tmp_path / "kills.log"))
     try:
-        create_model(url, unique_name, DS.schema, n_trees=3, height=4, epsilon=math.inf, seed=7, release="batch")
+        create_model(
+            url,
+            unique_name,
+            DS.schema,
+            n_trees=3,
+            height=4,
+            epsilon=math.inf,
+            seed=7,
+            release="batch",
+            not_private=True,
+        )
         keys = Keys(unique_name)
         r = redis.Redis.from_url(url)
         rng = np.random.default_rng()
@@ -488,6 +508,7 @@ def test_sigkill_workers_while_windows_close(redis_url, unique_name, tmp_path, r
         release_every=every,
         max_lag=8 * every if rate else None,
         cadence=None if rate else "fixed",
+        not_private=math.isinf(epsilon),
     )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)

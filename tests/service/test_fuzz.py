@@ -248,6 +248,7 @@ def test_fuzz_dead_letters_and_exact_good_batches(redis_url, unique_name, releas
         # windows of 0.2 to 1.6 s from the released rate: with the default longest window (minutes) the last
         # window, and the workers run until it is released, would outlast the test
         max_lag=None if release == "batch" else 1.6,
+        not_private=True,
     )
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)

@@ -154,7 +154,7 @@ def test_the_pinned_copy_reads_what_the_submit_check_read(tmp_path, monkeypatch)
 def test_a_retried_batch_is_read_once_by_jobs_as_the_stream_merges_it_once(r, unique_name):
     """A retried push (same batch id) gave a job 600 records for 300 people."""
     name = unique_name
-    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, release="batch")
+    create_model(r, name, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, release="batch", not_private=True)
     try:
         with Producer(r, name) as p:
             p.push(VOTES.X[:300], VOTES.y[:300], batch_id="retried-1")

@@ -37,7 +37,9 @@ def _wait(cond, timeout=30.0, what="condition"):
 
 
 def test_two_worker_processes_merge_every_batch_exactly_once(redis_url, model):
-    create_model(redis_url, model, DS.schema, n_trees=4, height=3, epsilon=math.inf, seed=2, release="batch")
+    create_model(
+        redis_url, model, DS.schema, n_trees=4, height=3, epsilon=math.inf, seed=2, release="batch", not_private=True
+    )
     p = Producer(redis_url, model, batch_size=7)
     p.push(DS.X, DS.y)  # 63 batches
     p.push(DS.X[:7], DS.y[:7], batch_id=p.last_batch_ids[0])  # a retried XADD of batch 0
@@ -232,7 +234,9 @@ def test_model_keys_share_one_cluster_slot(redis_url, model):
 def test_entry_with_a_non_utf8_field_name_is_dead_lettered_and_the_worker_goes_on(redis_url, model):
     """``XADD stream * "\\xff" x`` (no ``d`` field, a field name that is not UTF-8) used to
     raise UnicodeDecodeError in the worker's decode step and kill every worker that read it."""
-    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4, release="batch")
+    create_model(
+        redis_url, model, DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=4, release="batch", not_private=True
+    )
     keys = Keys(model)
     r = connect(redis_url)
     p = Producer(redis_url, model)

@@ -40,6 +40,22 @@ def test_registry_create_list_show_delete(r):
         show_model(r, "a")
 
 
+def test_create_refuses_an_infinite_epsilon_as_a_job_does(r):
+    """epsilon=inf was created (uncharged) and its exact counts published as differentially private; the service
+    refuses it by the batch jobs' rule, before anything is stored or charged. ``not_private`` (tests) admits it."""
+    from streamdp.jobs.runner import JobError, JobSpec, check_params
+
+    with pytest.raises(JobError) as job:
+        check_params(JobSpec("sulq-id3", math.inf, {}))
+    for eps in (math.inf, float("nan")):
+        with pytest.raises(ValueError, match="epsilon must be a finite number > 0") as e:
+            create_model(r, "exact", DS.schema, n_trees=2, height=3, epsilon=eps)
+        assert eps != math.inf or str(e.value) == str(job.value)
+    assert not r.keys("*exact*") and list_models(r) == {}
+    f = create_model(r, "exact", DS.schema, n_trees=2, height=3, epsilon=math.inf, not_private=True)
+    assert not f.private and show_model(r, "exact")["private"] is False
+
+
 def test_create_refuses_what_no_release_could_draw_or_read(r):
     """An epsilon whose noise the samplers cannot draw, and a height no reader accepts, were
     created and charged, then every release (or read) failed."""
@@ -51,7 +67,16 @@ def test_create_refuses_what_no_release_could_draw_or_read(r):
         ("grow", 1e-14, "geometric"),
     ]:
         with pytest.raises(ValueError, match="too small for this model"):
-            create_model(r, "tiny", DS.schema, n_trees=10, height=3, epsilon=eps, mechanism=mech, release=release)
+            create_model(
+                r,
+                "tiny",
+                DS.schema,
+                n_trees=10,
+                height=3,
+                epsilon=eps,
+                mechanism=mech,
+                release=release,
+            )
     with pytest.raises(ValueError, match="height must be an integer in \\[1, 64\\]"):
         create_model(r, "tall", DS.schema, n_trees=2, height=100, epsilon=1.0)
     assert not r.keys("sdp:{tiny}:*") and not r.keys("sdp:{tall}:*")  # nothing stored, nothing charged
@@ -164,7 +189,9 @@ def test_a_growing_models_default_height_is_the_ceiling_rule_on_categorical_sche
     assert (ceiling_height(votes), votes.n_attributes // 2) == (6, 8)
     assert create_model(r, "gd", votes, n_trees=2, epsilon=1.0).height == 6
     assert create_model(r, "wd", votes, n_trees=2, epsilon=1.0, release="window").height == 8
-    assert create_model(r, "inf", votes, n_trees=2, epsilon=math.inf).height == 8  # cannot grow: window
+    assert (
+        create_model(r, "inf", votes, n_trees=2, epsilon=math.inf, not_private=True).height == 8
+    )  # cannot grow: window
     adult = load_schema("adult")
     ga = create_model(r, "ga", adult, n_trees=2, epsilon=1.0, release="grow", seed=4)
     assert ga.height == create_model(r, "wa", adult, n_trees=2, epsilon=1.0, release="window", seed=4).height
@@ -223,7 +250,7 @@ def test_the_default_release_grows_on_categorical_schemas_only(r):
     votes = DS.schema  # congressional voting: 16 categorical attributes
     create_model(r, "g", votes, n_trees=2, height=3, epsilon=1.0, seed=1)
     create_model(r, "w", load_schema("adult"), n_trees=2, height=3, epsilon=1.0, seed=1)  # numeric attributes too
-    create_model(r, "inf", votes, n_trees=2, height=3, epsilon=math.inf, seed=1)
+    create_model(r, "inf", votes, n_trees=2, height=3, epsilon=math.inf, seed=1, not_private=True)
     create_model(r, "k", votes, n_trees=2, height=3, epsilon=1.0, mechanism="kanon", k=5, beta=0.1, seed=1)
     create_model(r, "b", votes, n_trees=2, height=3, epsilon=1.0, seed=1, release="batch")
     got = {n: load_policy(r, n)[0].kind for n in ("g", "w", "inf", "k", "b")}

@@ -63,6 +63,7 @@ def _before_restart(server: DeployRedis) -> tuple[dict, list[str]]:
             seed=3,
             release=release,
             release_every=every,
+            not_private=math.isinf(eps),
         )
         with Producer(server.url("producer"), name, batch_size=BATCH) as p:
             p.push(DS.X[:HALF], DS.y[:HALF])

@@ -23,7 +23,7 @@ from tests.service.test_units import DS, _add_all, _exact, _first_k, _published 
 def _model(r, k, key_file, epsilon=math.inf):
     return create_model(
         r, "m", DS.schema, n_trees=3, height=3, seed=1, epsilon=epsilon, release="batch", privacy_id="user",
-        max_records_per_id=k, noise_key_file=key_file,
+        max_records_per_id=k, noise_key_file=key_file, not_private=math.isinf(epsilon),
     )  # fmt: skip
 
 

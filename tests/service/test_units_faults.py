@@ -34,7 +34,7 @@ def test_sigkill_workers_never_count_a_person_twice(redis_url, unique_name, tmp_
     model = unique_name
     create_model(
         redis_url, model, DS.schema, n_trees=2, height=3, epsilon=math.inf, seed=3, release=release,
-        release_every=0.1 if release == "window" else None, privacy_id="user", max_records_per_id=K,
+        release_every=0.1 if release == "window" else None, privacy_id="user", max_records_per_id=K, not_private=True,
     )  # fmt: skip
     keys = Keys(model)
     r = redis.Redis.from_url(redis_url)
@@ -94,7 +94,7 @@ def test_a_million_distinct_ids_in_one_batch_are_each_counted_once(redis_url, un
     model = unique_name
     create_model(
         redis_url, model, DS.schema, n_trees=2, height=2, epsilon=math.inf, release="window", release_every=1.0,
-        privacy_id="user", max_records_per_id=1, noise_key_file=str(key),
+        privacy_id="user", max_records_per_id=1, noise_key_file=str(key), not_private=True,
     )  # fmt: skip
     n = 1_000_000
     idx = np.arange(n) % len(DS.y)

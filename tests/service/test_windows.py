@@ -56,7 +56,9 @@ def _model(r, name="m", release="window", epsilon=math.inf, **kw):
     kw.setdefault("seed", 1)
     # the clock's windows, every release merged (tests/service/test_cadence.py tests the variable windows)
     kw.setdefault("cadence", None if release == "batch" else "fixed")
-    return create_model(r, name, DS.schema, epsilon=epsilon, release=release, release_every=every, **kw)
+    return create_model(
+        r, name, DS.schema, epsilon=epsilon, release=release, release_every=every, **kw, not_private=math.isinf(epsilon)
+    )
 
 
 def _worker(r, name="m", **kw):
@@ -134,12 +136,23 @@ def test_until_drained_waits_for_the_window_holding_the_last_entries(r, release)
 
 def test_a_worker_run_until_drained_returns_with_the_records_published(r):
     """The real clock: a 0.3 s window, the loop exits only once that window is released (deadline 30 s)."""
-    create_model(r, "rt", DS.schema, n_trees=3, height=3, epsilon=math.inf, seed=1, release="window", release_every=0.3)
+    create_model(
+        r,
+        "rt",
+        DS.schema,
+        n_trees=3,
+        height=3,
+        epsilon=math.inf,
+        seed=1,
+        release="window",
+        release_every=0.3,
+        not_private=True,
+    )
     Producer(r, "rt").push(DS.X[:40], DS.y[:40])
     t0 = time.monotonic()
     Worker(r, "rt", block_ms=50).run(until_drained=True, max_seconds=30, handle_signals=False)
     assert time.monotonic() - t0 < 30
-    spec = create_model(r, "rt", DS.schema, exist_ok=True, epsilon=math.inf)
+    spec = create_model(r, "rt", DS.schema, exist_ok=True, epsilon=math.inf, not_private=True)
     assert int(_published(r, "rt", spec)[spec.n_trees :].sum()) == 40  # the stump's exact total: every record
 
 

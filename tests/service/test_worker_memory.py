@@ -149,7 +149,15 @@ def test_a_busy_windows_adds_are_read_a_group_at_a_time(redis_url, unique_name):
     r = redis.Redis.from_url(redis_url)
     try:
         spec = create_model(
-            redis_url, unique_name, _schema(), n_trees=4, height=8, epsilon=float("inf"), seed=3, release_every=3600.0
+            redis_url,
+            unique_name,
+            _schema(),
+            n_trees=4,
+            height=8,
+            epsilon=float("inf"),
+            seed=3,
+            release_every=3600.0,
+            not_private=True,
         )
         counts = spec.counts.nbytes
         w = Worker(redis_url, unique_name, block_ms=1)
@@ -188,7 +196,15 @@ def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, redis_
     r = redis.Redis.from_url(redis_url)
     try:
         spec = create_model(
-            redis_url, unique_name, _schema(), n_trees=4, height=8, epsilon=float("inf"), seed=3, release_every=3600.0
+            redis_url,
+            unique_name,
+            _schema(),
+            n_trees=4,
+            height=8,
+            epsilon=float("inf"),
+            seed=3,
+            release_every=3600.0,
+            not_private=True,
         )
         counts = spec.counts.nbytes
         a, b = (Worker(redis_url, unique_name, block_ms=1, batch_entries=4) for _ in range(2))

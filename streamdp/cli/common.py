@@ -26,7 +26,6 @@ __all__ = [
     "client",
     "Progress",
     "run",
-    "epsilon_arg",
     "finite_epsilon_arg",
     "int_in",
     "read_schema",
@@ -39,29 +38,6 @@ __all__ = [
 MAX_PROCESSES = 256
 
 
-def epsilon_arg(text: str) -> float:
-    """An argparse type for an epsilon: a number > 0, or ``inf`` typed as such (no noise); :func:`check_epsilon`'s
-    rule, refused where it is typed.
-
-    A number too large for a float (``1e400``) is refused: it would become inf, a non-private model, silently.
-
-    >>> epsilon_arg("0.5"), epsilon_arg("inf")
-    (0.5, inf)
-    >>> epsilon_arg("1e400")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: '1e400' is not a finite number (type inf for no noise)
-    >>> epsilon_arg("-1")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: '-1': epsilon must be a number > 0 (inf for no noise), got -1.0
-    """
-    v = _number(text)
-    if math.isinf(v) and text.strip().lower().lstrip("+") not in ("inf", "infinity"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number (type inf for no noise)")
-    return _checked_epsilon(text, v, allow_inf=True)
-
-
 def finite_epsilon_arg(text: str) -> float:
     """An argparse type for an epsilon that must be finite (a batch job's, a ledger's budget).
 
@@ -70,7 +46,10 @@ def finite_epsilon_arg(text: str) -> float:
     ...
     argparse.ArgumentTypeError: '1e400': epsilon must be a finite number > 0, got inf
     """
-    return _checked_epsilon(text, _number(text), allow_inf=False)
+    try:
+        return check_epsilon(_number(text), allow_inf=False)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def _number(text: str) -> float:
@@ -78,13 +57,6 @@ def _number(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-
-
-def _checked_epsilon(text: str, v: float, *, allow_inf: bool) -> float:
-    try:
-        return check_epsilon(v, allow_inf=allow_inf)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def read_schema(text: str) -> Any:

@@ -230,6 +230,11 @@ def create(args: argparse.Namespace) -> int:
         f"{forest.structure.max_leaves} leaves per tree, {forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
     )
     print(f"unit of privacy: {_unit_line(info.get('unit'))}")
+    if "merge_bar" in info:  # public: what a window must hold before its release is merged alone
+        print(
+            f"a release is merged once its noisy record total stands above {info['merge_bar']:,.0f} "
+            "(3 sd of its noise); thinner windows wait until their releases add up"
+        )
     if args.retention_seconds is not None:  # before any record can be pushed: a job reads them all
         from streamdp.service.retention import set_retention
 

@@ -15,7 +15,7 @@ from streamdp.records.datasets import load
 from streamdp.service.connection import connect
 from streamdp.service.keys import Keys
 from streamdp.service.published import counts_from_bytes
-from streamdp.service.registry import create_model, load_spec
+from streamdp.service.registry import create_model, load_spec, show_model
 from tests.conftest import purge_name
 
 pytestmark = pytest.mark.redis
@@ -46,7 +46,11 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
             "--release", "window", "--privacy-id", "user", "--max-records-per-id", "3",
             "--release-every", "0.2", "--max-lag", "1"]  # fmt: skip
     assert main(u + args) == 0
-    assert "unit of privacy: a person (column 'user'): at most 3 records" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "unit of privacy: a person (column 'user'): at most 3 records" in out
+    # the merge bar, said at creation (a person model's is K times a record model's): the show's own figure
+    bar = show_model(connect(redis_url), name)["merge_bar"]
+    assert f"a release is merged once its noisy record total stands above {bar:,.0f} (3 sd" in out
     assert main(u + ["model", "delete", name]) == 0
     purge_name(connect(redis_url), name)
     # the same model with exact counts, to check the bound (tests only: the service refuses epsilon=inf)

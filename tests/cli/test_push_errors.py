@@ -9,6 +9,7 @@ import csv
 import math
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 import redis as redis_py
@@ -81,7 +82,8 @@ def test_cli_push_of_a_file_malformed_mid_way_names_the_line_and_what_was_pushed
     assert int(stats[b"acked_without_merge"]) == 8
 
 
-def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path, capsys):
+def _model_and_a_file_with_a_bad_line(redis_url, name, tmp_path) -> tuple[list[str], Path]:
+    """A fresh model and a 30-record file whose third record (line 4) has an undeclared value."""
     u = ["--redis-url", redis_url]
     assert (
         main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
@@ -90,6 +92,11 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
     rows[2][0] = "perhaps"  # the third record: line 4
     path = tmp_path / "v.csv"
     _write(path, rows)
+    return u, path
+
+
+def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path, capsys):
+    u, path = _model_and_a_file_with_a_bad_line(redis_url, name, tmp_path)
     capsys.readouterr()
     assert main(u + ["push", name, str(path), "--batch-size", "10", "-q"]) == 0
     got = capsys.readouterr()
@@ -102,14 +109,7 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
 def test_cli_repush_of_a_file_with_a_bad_line_lists_its_dead_letter_once(redis_url, name, tmp_path, capsys):
     """A trial's finding: every re-push of a file with a bad line added one more dead letter (its good records
     merged once), so ``stats --dead-letters`` listed the same refused row once per push."""
-    u = ["--redis-url", redis_url]
-    assert (
-        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
-    )
-    rows = _votes_rows(30)
-    rows[2][0] = "perhaps"  # the third record: line 4
-    path = tmp_path / "v.csv"
-    _write(path, rows)
+    u, path = _model_and_a_file_with_a_bad_line(redis_url, name, tmp_path)
     worker = u + ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "100"]
     for _ in range(3):
         assert main(u + ["push", name, str(path), "--batch-size", "10", "-q"]) == 0

@@ -437,7 +437,13 @@ class Worker(GroupLoop):
             if e.dead is not None or (e.batch is not None and e.batch.dropped)
         }
         if reasons:
-            _jlog(logging.WARNING, "worker.dead_letter", model=self.model, reasons=sorted(r[:200] for r in reasons)[:5])
+            _jlog(
+                logging.WARNING,
+                "worker.dead_letter",
+                model=self.model,
+                reasons=sorted(r[:200] for r in reasons)[:5],
+                note="logged at each delivery: a re-pushed batch logs again, its dead letter is written once",
+            )
         self._commits_since_trim += 1  # every commit: acked entries (merged, duplicate or dead) wait for a trim
         if self._commits_since_trim >= self.config.trim_every:
             self._commits_since_trim = 0

@@ -218,6 +218,23 @@ def test_hostile_ids_and_batches_without_ids(r, key_file):
     assert r.xlen(Keys("m").dead) == 2
 
 
+def test_a_batch_without_ids_pushed_again_is_dead_lettered_once(r, key_file, caplog):
+    """A batch refused whole (no privacy ids) was dead-lettered at every re-push: its batch id is known, so its
+    letter is written once, as a batch's refused rows are; the worker's log line says it repeats per delivery."""
+    _model(r, k=1, key_file=key_file)
+    w = _worker(r, key_file)
+    p = Producer(r, "m", on_invalid="dead-letter")
+    with caplog.at_level(logging.WARNING, logger="streamdp"):
+        for _ in range(3):  # the same file pushed three times
+            p.push(DS.X[6:9], DS.y[6:9], batch_id="none")
+            while w.step(block_ms=1):
+                pass
+    assert r.xlen(Keys("m").dead) == 1
+    assert r.zcard(Keys("m").dead_batches) == 1
+    lines = [json.loads(m.getMessage()) for m in caplog.records if "worker.dead_letter" in m.getMessage()]
+    assert len(lines) == 3 and all("logs again" in ln["note"] for ln in lines)
+
+
 def test_new_ids_past_the_bound_are_refused():
     unit = Unit("user", 2, max_ids=3)
     h = [bytes([i]) * 16 for i in range(5)]

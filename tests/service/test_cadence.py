@@ -15,7 +15,7 @@ import pytest
 fakeredis = pytest.importorskip("fakeredis")
 pytest.importorskip("lupa")
 
-from streamdp.cli.model import _cadence_lines  # noqa: E402
+from streamdp.cli.model_show import cadence_lines as _cadence_lines  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 from streamdp.release.cadence import GRACE, LAG_SHARE, Cadence, Schedule  # noqa: E402

@@ -18,7 +18,7 @@ from typing import Any
 
 from streamdp.cli.common import client, finite_epsilon_arg, int_in, positive_seconds, read_schema, redis_url
 from streamdp.cli.history import HELP as HISTORY_HELP
-from streamdp.cli.model_show import count_words, epsilon_words, list_, show, unit_line
+from streamdp.cli.model_show import count_words, epsilon_words, list_, privacy_warnings, show, unit_line
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
 __all__ = ["add_parser"]
@@ -229,6 +229,8 @@ def create(args: argparse.Namespace) -> int:
         f"{forest.structure.max_leaves} leaves per tree, {forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
     )
     print(f"unit of privacy: {unit_line(info.get('unit'))}")
+    for line in privacy_warnings(info):  # (loud: a budget this large releases nearly exact counts)
+        print(f"streamdp: {line}", file=sys.stderr)
     if "merge_bar" in info:  # public: what a window must hold before its release is merged alone
         print(
             f"a release is merged once its noisy record total stands above {info['merge_bar']:,.0f} "

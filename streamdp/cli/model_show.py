@@ -13,7 +13,16 @@ import time
 
 from streamdp.cli.common import client
 
-__all__ = ["list_", "show", "cadence_lines", "count_words", "epsilon_words", "unit_line"]
+__all__ = [
+    "list_",
+    "show",
+    "cadence_lines",
+    "count_words",
+    "epsilon_words",
+    "unit_line",
+    "not_private",
+    "privacy_warnings",
+]
 
 
 def list_(args: argparse.Namespace) -> int:
@@ -26,7 +35,7 @@ def list_(args: argparse.Namespace) -> int:
     for name, s in models.items():
         print(
             f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
-            f"epsilon={epsilon_words(s)} delta={s.get('delta', 0):.3g}"
+            f"epsilon={epsilon_words(s)} delta={s.get('delta', 0):.3g}" + ("\tNOT private" if not_private(s) else "")
         )
     for name, s in jobs.items():
         print(
@@ -75,6 +84,8 @@ def show(args: argparse.Namespace) -> int:
     for line in cadence_lines(info):
         print(line)
     print(f"  unit            {unit_line(info.get('unit'))}")
+    for line in privacy_warnings(info):
+        print(f"  {line}")
     sd = info.get("class_total_sd")
     if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
         print(
@@ -184,3 +195,38 @@ def unit_line(unit: dict | None) -> str:
     from streamdp.service.units import RECORD_UNIT, Unit
 
     return RECORD_UNIT if not unit else Unit(**unit).describe()
+
+
+def not_private(info: dict) -> bool:
+    """Whether a model's summary says its counts are released without noise: ``"private": false`` or an infinite
+    epsilon (a model created so before the service refused it is still served).
+
+    >>> not_private({"private": False}), not_private({"epsilon": "inf"}), not_private({"epsilon": 1.0})
+    (True, True, False)
+    """
+    eps = info.get("epsilon")
+    return info.get("private") is False or (eps is not None and math.isinf(float(eps)))
+
+
+def privacy_warnings(info: dict) -> list[str]:
+    """The warnings ``model create`` (on stderr) and ``model show`` print about a model's privacy, from its public
+    summary (:func:`~streamdp.service.registry.show_model`): NOT private (exact counts), or a finite epsilon so
+    large that one release's noise on a count is below half a record (``nearly_exact_above``, public parameters
+    only). Why: a declared budget is the owner's choice, but nearly exact counts must not pass unnoticed.
+
+    >>> print(*privacy_warnings({"epsilon": 50.0, "cell_sd": 0.0003, "nearly_exact_above": 6.87}))
+    ... # doctest: +ELLIPSIS
+    WARNING: epsilon 50.0 releases nearly exact counts: ... sd 0.0003, ... an epsilon of 6.87 or less ...
+    """
+    if not_private(info):
+        return [
+            "WARNING: NOT private: this model's counts are released exact, without noise (epsilon inf); delete it "
+            "and create it with a finite epsilon"
+        ]
+    if "nearly_exact_above" not in info:
+        return []
+    return [
+        f"WARNING: epsilon {epsilon_words(info)} releases nearly exact counts: each release's noise on a count has "
+        f"sd {info['cell_sd']:.2g}, below half a record; an epsilon of {info['nearly_exact_above']:g} or less "
+        "would add at least that much"
+    ]

@@ -22,7 +22,11 @@ from streamdp.records.sources import SourceError
 from streamdp.service import Producer, create_model
 from streamdp.service.keys import Keys
 
-pytestmark = pytest.mark.redis
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+]
 DS = load("congressional-voting")
 SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
 

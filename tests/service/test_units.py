@@ -29,6 +29,9 @@ from streamdp.service.stats import collect, prometheus_text, public  # noqa: E40
 from streamdp.service.stream_worker import Worker, preflight  # noqa: E402
 from streamdp.service.units import Unit, choose, hash_ids, id_key  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 DS = load("congressional-voting")
 EVERY = 10.0
 

@@ -46,7 +46,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=None,
         help="records per batch (of the 300 streamed; default: equal batches, each large enough that its noisy "
         "total stands 2.5 sd clear of the merge bar, the sd counting the release noise and the disjoint budget's "
-        "random routing, so each batch is merged but for a chance below 1 in 200; a smaller batch may be left "
+        "random routing, so each batch is merged but for a chance of about 1 in 160 at most; a smaller batch may be left "
         "out of the published counts until the left-out releases add up)",
     )
     de.add_argument(

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-import time
 from typing import Any
 
 from streamdp.cli.common import client, finite_epsilon_arg, int_in, positive_seconds, read_schema, redis_url
 from streamdp.cli.history import HELP as HISTORY_HELP
+from streamdp.cli.model_show import count_words, epsilon_words, list_, privacy_warnings, show, unit_line
 from streamdp.options import BUDGETS, MECHANISMS, RELEASES, VOTES
 
 __all__ = ["add_parser"]
@@ -225,11 +224,13 @@ def create(args: argparse.Namespace) -> int:
     info = show_model(client(args), args.name)
     delta = f", delta {forest.delta:.3g}" if forest.delta else ""
     print(
-        f"created model {args.name!r}: {_n(forest.n_trees, 'tree')} + {_n(forest.prior_trees, 'prior stump')}, "
+        f"created model {args.name!r}: {count_words(forest.n_trees, 'tree')} + {count_words(forest.prior_trees, 'prior stump')}, "
         f"height {forest.height}, {forest.mechanism}, epsilon {epsilon_words(info)}{delta}; "
         f"{forest.structure.max_leaves} leaves per tree, {forest.counts.nbytes / 2**20:.1f} MiB of counts per release"
     )
-    print(f"unit of privacy: {_unit_line(info.get('unit'))}")
+    print(f"unit of privacy: {unit_line(info.get('unit'))}")
+    for line in privacy_warnings(info):  # (loud: a budget this large releases nearly exact counts)
+        print(f"streamdp: {line}", file=sys.stderr)
     if "merge_bar" in info:  # public: what a window must hold before its release is merged alone
         print(
             f"a release is merged once its noisy record total stands above {info['merge_bar']:,.0f} "
@@ -241,143 +242,6 @@ def create(args: argparse.Namespace) -> int:
         set_retention(client(args), args.name, seconds=args.retention_seconds)
         print(f"keeps raw records at most {args.retention_seconds:g} s old for batch jobs")
     return 0
-
-
-def list_(args: argparse.Namespace) -> int:
-    from streamdp.service.registry import list_job_results, list_models
-
-    r = client(args)
-    models, jobs = list_models(r), list_job_results(r)
-    if not models and not jobs:
-        print("no models")
-    for name, s in models.items():
-        print(
-            f"{name}\ttrees={s.get('n_trees')} height={s.get('height')} mechanism={s.get('mechanism')} "
-            f"epsilon={epsilon_words(s)} delta={s.get('delta', 0):.3g}"
-        )
-    for name, s in jobs.items():
-        print(
-            f"{name}\tjob={s.get('job')} algorithm={s.get('algorithm')} source={s.get('source')} "
-            f"epsilon={s.get('epsilon')} delta={s.get('delta', 0):.3g}"
-        )
-    return 0
-
-
-def show(args: argparse.Namespace) -> int:
-    from streamdp.service.registry import show_model
-
-    info = show_model(client(args), args.name)
-    if args.json:
-        print(json.dumps(info, indent=1))
-        return 0
-    from streamdp.release.continual import ReleasePolicy
-
-    policy = ReleasePolicy.from_dict(info["release"])
-    last = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(info["last_update"])) if info["last_update"] else "-"
-    if not info["releases"] and info.get("kind") != "job":  # version 0 is published at creation: no release yet
-        last = f"none yet (created {last})"
-    if info.get("kind") == "job":
-        print(
-            f"batch job model {info['name']}\n"
-            f"  job             {info.get('job')} ({info.get('algorithm')}, format {info.get('format')})\n"
-            f"  source          {info.get('source')} ({info.get('source_kind')})\n"
-            f"  epsilon, delta  {info.get('epsilon')}, {info.get('delta', 0):.3g}\n"
-            f"  published       {last}"
-        )
-        return 0
-    # a growing model's drawn height is its ceiling: its published trees (model get) are as deep as the data allow
-    height = f"height {info['height']}" + (
-        " (a ceiling: the published trees grow toward it)" if (info.get("release") or {}).get("kind") == "grow" else ""
-    )
-    print(
-        f"model {info['name']}\n"
-        f"  version         {info['version']}\n"
-        f"  epsilon, delta  {epsilon_words(info)}, {info['delta']:.3g} ({info['mechanism']}, budget {info['budget']})\n"
-        f"  forest          {_n(info['n_trees'], 'tree')} + {_n(info.get('prior_trees', 0), 'prior stump')}, {height}, {info['max_leaves']} leaves max, "
-        f"{info['n_classes']} classes\n"
-        f"  release         {policy}\n"
-        f"  merged          {_n(info['releases'], 'release')} in the published counts\n"
-        f"  last update     {last}"
-    )
-    for line in _cadence_lines(info):
-        print(line)
-    print(f"  unit            {_unit_line(info.get('unit'))}")
-    sd = info.get("class_total_sd")
-    if sd:  # the prior's noise: what a user reads when a model scores the majority share or below
-        print(
-            f"  noise now       sd {sd:,.0f} on the published estimate of each class's record count (the noise of "
-            f"every merged release, summed): the model can tell its majority class once that class leads the next "
-            f"by well over {3 * math.sqrt(2) * sd:,.0f} records"
-        )
-    return 0
-
-
-def _cadence_lines(info: dict) -> list[str]:
-    """``model show``'s lines on the window cadence (public: the clock, the model's parameters, released values)."""
-    from streamdp.release.cadence import Cadence
-
-    sched, cadence = info.get("schedule"), info.get("cadence")
-    every = info["release"].get("release_every", 0)
-    lines = _decay_lines(info)
-    if (not sched or not cadence) and info["release"].get("kind") in ("window", "grow", "tree"):
-        return [
-            f"  cadence         fixed: a window every {every:g} s, every release merged (each idle window adds a "
-            "noise draw to every count)",
-            *lines,
-        ]
-    if not sched or not cadence:
-        return lines
-    longest = Cadence.from_dict(cadence).longest(every)
-    last = sched.get("last")
-    per_release = f"{last:,.0f} noisy records in the last one" if last is not None else "none released yet"
-    return [
-        f"  window now      {sched['length']:g} s (from {every:g} s to {longest:g} s by the released record rate; "
-        f"{sched['released']} released, "
-        f"{sched['merged']} merged into the counts)",
-        f"  per release     {per_release}; {sched['total']:,.0f} noisy records merged in all",
-        _noise_per_cell(info),
-        f"  lag bound       {cadence['max_lag']:g} s: a release comes at most that long after a record's push, "
-        "while the workers keep up",
-        *(
-            [
-                f"  merge bar       a release is merged once its noisy record total stands above "
-                f"{info['merge_bar']:,.0f} (3 sd of its noise); a thinner one is left out until the last of them "
-                "add up"
-            ]
-            if "merge_bar" in info
-            else []
-        ),
-        *lines,
-    ]
-
-
-def _noise_per_cell(info: dict) -> str:
-    """``model show``'s noise-per-cell line: one release's noise sd on each count, and the first release's where
-    its scale differs (``grow``: its probe spends part of the trees' budget; ``first_cell_sd``, public)."""
-    line = (
-        f"  noise per cell  sd {info.get('cell_sd', 0):,.1f} added to each published count (cell) by each merged "
-        "release, one draw each"
-    )
-    if "first_cell_sd" in info:
-        line += (
-            f" (the first release: up to sd {info['first_cell_sd']:,.1f} on the random trees' counts, what their "
-            "budget leaves after the probe that shapes them)"
-        )
-    return line
-
-
-def _decay_lines(info: dict) -> list[str]:
-    """``model show``'s line on forgetting (a half-life): the published noise now and its bound (public)."""
-    from streamdp.release.continual import ReleasePolicy, variance_bound
-
-    policy = ReleasePolicy.from_dict(info["release"])
-    if policy.half_life is None or "cell_sd" not in info:
-        return []
-    bound = math.sqrt(variance_bound(policy, info["cell_sd"] ** 2))
-    return [
-        f"  forgetting      half-life {policy.half_life:g} {policy.half_life_unit}: noise sd per cell "
-        f"{math.sqrt(info.get('noise_variance', 0.0)):,.1f} now, never above {bound:,.1f}"
-    ]
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -426,12 +290,12 @@ def delete(args: argparse.Namespace) -> int:
     if info.get("kind") == "job":  # a batch job's model: its spend is on its source's ledger
         source = info.get("source")
         print(
-            f"deleted job result {args.name!r} ({_n(n, 'key')}; the job's spend stays on the ledger of source "
+            f"deleted job result {args.name!r} ({count_words(n, 'key')}; the job's spend stays on the ledger of source "
             f"{source!r}: spends are history, see `streamdp ledger {source}`)"
         )
         return 0
     print(
-        f"deleted model {args.name!r} ({_n(n, 'key')}; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
+        f"deleted model {args.name!r} ({count_words(n, 'key')}; its privacy ledger sdp:{{{args.name}}}:ledger* is kept: "
         f"spends are history, see `streamdp ledger {args.name}`)"
     )
     return 0
@@ -470,36 +334,3 @@ def retention(args: argparse.Namespace) -> int:
         )
         print(f"{args.name}: keeps raw records " + " and ".join(parts) + " (plus any unacked)")
     return 0
-
-
-def _n(k: int, noun: str) -> str:
-    """``k noun`` in the singular or plural ("1 prior stump", "2 prior stumps").
-
-    >>> _n(1, "key"), _n(3, "key")
-    ('1 key', '3 keys')
-    """
-    return f"{k} {noun}" + ("" if k == 1 else "s")
-
-
-def epsilon_words(info: dict) -> str:
-    """A model's epsilon as stated in its summary, with its unit: ``"1 per person (0.1 per record, K=10)"`` under a
-    privacy id (the ledger is charged per person, the noise drawn per record), else the number alone.
-
-    >>> epsilon_words({"epsilon": 1.0, "epsilon_per_record": 0.1, "unit": {"max_records_per_id": 10}})
-    '1 per person (0.1 per record, K=10)'
-    >>> epsilon_words({"epsilon": 0.5})
-    '0.5'
-    """
-    eps = info.get("epsilon")
-    unit = info.get("unit")
-    if not unit or eps is None:
-        return str(eps)
-    per_record = info.get("epsilon_per_record", float(eps) / unit["max_records_per_id"])
-    return f"{float(eps):g} per person ({float(per_record):g} per record, K={unit['max_records_per_id']})"
-
-
-def _unit_line(unit: dict | None) -> str:
-    """The unit of privacy in one line (a record, or a person with its bound)."""
-    from streamdp.service.units import RECORD_UNIT, Unit
-
-    return RECORD_UNIT if not unit else Unit(**unit).describe()

@@ -11,7 +11,17 @@ from streamdp.estimation import cell_variance
 from streamdp.release.octaves import UNITS, tree_variance_factor
 from streamdp.release.policy import ReleasePolicy
 
-__all__ = ["published_variance", "fixed_horizon_variance", "class_total_sd", "release_cell_sd"]
+__all__ = [
+    "published_variance",
+    "fixed_horizon_variance",
+    "class_total_sd",
+    "release_cell_sd",
+    "NEARLY_EXACT_SD",
+    "nearly_exact_epsilon",
+]
+
+#: One release's noise sd on a count below which the released counts are nearly exact: half a record.
+NEARLY_EXACT_SD = 0.5
 
 
 def _per_tree(epsilon: float, budget: str, n_trees: int, prior_trees: int) -> float:
@@ -44,6 +54,27 @@ def release_cell_sd(
     per_tree = _per_tree(epsilon, budget, n_trees, prior_trees)
     node = policy.first_node_epsilon(per_tree) if first else policy.node_epsilon(per_tree)
     return math.sqrt(cell_variance(mechanism, node))
+
+
+def nearly_exact_epsilon(policy: ReleasePolicy, mechanism: str, budget: str, n_trees: int, prior_trees: int) -> float:
+    """The largest epsilon (per record, as :func:`release_cell_sd` takes it; 3 significant digits, rounded down)
+    whose releases still draw noise of sd at least :data:`NEARLY_EXACT_SD` on a random tree's count: a model with
+    a larger epsilon releases nearly exact counts. Public parameters only; geometric or Laplace noise.
+    Why: a declared budget is its owner's choice, but ``model create`` and ``model show`` say when it is this large.
+
+    >>> nearly_exact_epsilon(ReleasePolicy("window"), "laplace", "split", 1, 1)  # 2 trees x 2 sqrt(2)
+    5.65
+    """
+
+    def noisy(eps: float) -> bool:
+        return release_cell_sd(policy, eps, mechanism, budget, n_trees, prior_trees) >= NEARLY_EXACT_SD
+
+    lo, hi = 1e-12, 1e12  # noisy(lo), not noisy(hi): the sd falls as epsilon grows
+    for _ in range(200):  # bisection on a log scale
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if noisy(mid) else (lo, mid)
+    step = 10.0 ** (math.floor(math.log10(lo)) - 2)
+    return round(math.floor(lo / step) * step, 12)
 
 
 def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:

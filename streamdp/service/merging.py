@@ -92,7 +92,8 @@ def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes, str]]:
     """The dead letters of ``es``: (entry id, reason, detail, once) for undecodable entries and batches with
     invalid rows, each within the dead-letter bounds (:func:`.codec.dead_letter`).
 
-    ``once`` is the batch id for a batch's refused rows (the commit scripts write that letter once per batch id,
+    ``once`` is the batch id of every letter whose entry decoded to a batch (its refused rows, or the whole batch
+    refused: no privacy ids, not tallied; the commit scripts write a letter once per batch id,
     :data:`.commit.COMMIT_LUA`: a re-pushed batch is merged once, and refused once), else ``""`` (always written:
     an undecodable entry has no batch id to know it by). Why: a re-push of a file must not repeat its refusals.
 
@@ -104,7 +105,7 @@ def dead_items(es: list[WorkerEntry]) -> list[tuple[str, str, bytes, str]]:
     out = []
     for e in es:
         if e.dead is not None:
-            out.append((e.id, *codec.dead_letter(*e.dead), ""))
+            out.append((e.id, *codec.dead_letter(*e.dead), e.batch.batch_id if e.batch is not None else ""))
         elif e.batch is not None and e.batch.dropped:
             rows = e.batch.dropped
             detail = msgpack.packb(

@@ -49,6 +49,7 @@ import redis
 
 from streamdp import blob
 from streamdp.records import frames, read_errors
+from streamdp.records.declarations import with_declaration
 from streamdp.records.schema import Schema
 from streamdp.service import codec
 from streamdp.service.connection import connect
@@ -64,7 +65,7 @@ _IN_FLIGHT = 2
 
 class PushResult(list):
     """The stream entry ids of one push (a list), with ``n_records``, ``n_invalid``, ``first_invalid`` (the
-    first bad row's reason: attribute and row, never the value) and ``batch_ids``."""
+    first bad row's reason: attribute and row with the schema's declaration, never the value) and ``batch_ids``."""
 
     n_records: int = 0
     n_invalid: int = 0
@@ -281,7 +282,8 @@ class Producer:
                     res.n_invalid += len(chunk.dropped)
                     if chunk.dropped and not res.first_invalid:
                         row, why = chunk.dropped[0]
-                        res.first_invalid = f"{chunk.where(row)}: {why}"
+                        # the user's text names the schema's declaration (public); the dead letters store `why` alone
+                        res.first_invalid = f"{chunk.where(row)}: {with_declaration(self.schema, why)}"
                     pending.append((pool.submit(self._send, envs), chunk.n_in))
                     while len(pending) > _IN_FLIGHT:
                         fut, n = pending.pop(0)

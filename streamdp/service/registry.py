@@ -32,9 +32,7 @@ from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, fitting_
 from streamdp.options import VOTES
 from streamdp.privacy.secure_random import NotPrivateWarning
 from streamdp.records.schema import Schema
-from streamdp.release.cadence import Cadence, total_sd
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
-from streamdp.release.variance import release_cell_sd
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.keys import GROUP, JOB_RESULTS, REGISTRY, Keys
@@ -50,6 +48,7 @@ from streamdp.service.model_store import (
     published_keys,
     require_model,
 )
+from streamdp.service.noise_facts import release_noise
 from streamdp.service.published import published_fields, release_record
 from streamdp.service.rollback import MAKE_KEY, key_fingerprint, load_noise_key
 from streamdp.service.schedule import cadence_fields, cadence_of, load_cadence
@@ -154,7 +153,8 @@ def create_model(
     released counts differentially private), so ``epsilon=inf`` raises ValueError before anything is stored or
     charged, by :func:`~streamdp.validation.check_epsilon`'s rule, the one batch jobs are refused by
     (``jobs.runner.check_params``). ``not_private=True`` is for tests only: it admits ``epsilon=inf`` (exact
-    counts, stored ``"private": false``, never charged, refused over a source that has a budget).
+    counts, stored ``"private": false``, never charged, refused over a source that has a budget) with one
+    :class:`~streamdp.privacy.secure_random.NotPrivateWarning`.
 
     ``release`` is the release policy (:class:`~streamdp.release.continual.ReleasePolicy`):
     ``"window"`` (the exact tallies of ``release_every`` seconds are noised
@@ -288,7 +288,11 @@ def create_model(
     if ceiling is not None:  # all categorical: the river default's ceiling; else the budgeted draw (height None)
         height = fitting_height(schema, ceiling, n_trees, min(DEFAULT_MAX_CELLS, cells))
     check_choice(vote, "vote", VOTES)  # (the service's readers implement these: not the forest's "trees")
-    with warnings.catch_warnings():  # not_private=True is the caller's word: no second warning from PrivateForest
+    if math.isinf(epsilon):  # (not_private=True, tests only) said once, here, not by PrivateForest too
+        warnings.warn(
+            f"model {name!r}: epsilon=inf releases exact counts, NOT private", NotPrivateWarning, stacklevel=2
+        )
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore" if not_private else "default", NotPrivateWarning)
         try:
             forest = PrivateForest.create(
@@ -387,7 +391,6 @@ def create_model(
     return forest
 
 
-#: A spec larger than this is read in parts of this size (GETRANGE) into one buffer.
 def list_models(r: Any) -> dict[str, dict]:
     """The stream models' public summaries (``sdp:registry``)."""
     return _read_registry(connect(r), REGISTRY)
@@ -433,25 +436,7 @@ def show_model(r: Any, name: str) -> dict:
     info["last_update"] = int(updated) / 1000 if updated else None
     info.setdefault("release", ReleasePolicy("batch").to_dict())
     if info.get("kind") != "job" and info["mechanism"] in ("geometric", "laplace"):
-        # one release's noise on a random tree's count, as the releases draw it (the noise's epsilon: epsilon / K
-        # with a privacy id); the first release's where it differs (grow: its probe spends part of the budget)
-        trees = info["n_trees"] + info.get("prior_trees", 0)
-        sd_args = (
-            ReleasePolicy.from_dict(info["release"]),
-            float(info.get("epsilon_per_record", info["epsilon"])),
-            info["mechanism"],
-            info["budget"],
-            info["n_trees"],
-            info.get("prior_trees", 0),
-        )
-        info["cell_sd"] = release_cell_sd(*sd_args)
-        first_sd = release_cell_sd(*sd_args, first=True)
-        if first_sd != info["cell_sd"]:
-            info["first_cell_sd"] = first_sd
-        if sched is not None and info.get("cadence") and info.get("prior_trees", 0):  # the cadence's merge bar
-            cad, n_classes = Cadence.from_dict(info["cadence"]), info["n_classes"]
-            sd = total_sd(info["cell_sd"] ** 2, n_classes, info["prior_trees"], info["budget"], trees)
-            info["merge_bar"] = cad.keep_z * sd  # noisy records a release must stand above to be merged alone
+        info.update(release_noise(info, scheduled=sched is not None))
     decayed = (info["release"] or {}).get("half_life") is not None
     if decayed:  # the published noise variance per cell (public), bounded by the half-life
         info["noise_variance"] = float(nv) if nv is not None and info["releases"] else 0.0

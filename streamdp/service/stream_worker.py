@@ -28,6 +28,7 @@ JSON lines on the ``streamdp.worker`` logger. Test-only fault points:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -189,6 +190,9 @@ class Worker(GroupLoop):
         self.keys = Keys(model)
         self.model = model
         self.spec = load_spec(self.redis, model)
+        if not self.spec.private or math.isinf(self.spec.epsilon):  # (one made before epsilon=inf was refused)
+            hint = "this model releases exact counts (epsilon inf): NOT private; delete it and create it again"
+            _jlog(logging.WARNING, "worker.not_private", model=model, hint=hint)
         self.schema = self.spec.schema
         self.name = consumer or consumer_name()
         self.reader = GroupReader(
@@ -437,7 +441,13 @@ class Worker(GroupLoop):
             if e.dead is not None or (e.batch is not None and e.batch.dropped)
         }
         if reasons:
-            _jlog(logging.WARNING, "worker.dead_letter", model=self.model, reasons=sorted(r[:200] for r in reasons)[:5])
+            _jlog(
+                logging.WARNING,
+                "worker.dead_letter",
+                model=self.model,
+                reasons=sorted(r[:200] for r in reasons)[:5],
+                note="logged at each delivery: a re-pushed batch logs again, its dead letter is written once",
+            )
         self._commits_since_trim += 1  # every commit: acked entries (merged, duplicate or dead) wait for a trim
         if self._commits_since_trim >= self.config.trim_every:
             self._commits_since_trim = 0

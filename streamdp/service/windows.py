@@ -329,9 +329,12 @@ class WindowCloser:
         T = self.spec.n_trees  # the stumps' release: what the grown release added to them (public)
         stumps = forest.counts[T:, 0].astype(np.float64) - old.counts[T:, 0].astype(np.float64)
         old_sd = float(np.sqrt(np.max(old.noise_variance)))
-        # the sd this release drew per node, by the rule it draws by (a fresh forest's first release probes first)
-        eps = self.policy.first_node_epsilon(self.spec.epsilon_per_tree) if old.n_releases == 0 else self.eps_node
-        own_sd = math.sqrt(cell_variance(self.spec.mechanism, eps, self.spec.k))
+        # the sd this release drew per node: a fresh forest's first release from what it drew (its published leaves'
+        # variance: the probe's share is spent only where the probe splits something), later ones by the rule
+        if old.n_releases == 0:
+            own_sd = float(np.sqrt(np.max(forest.noise_variance[: self.spec.n_trees])))
+        else:
+            own_sd = math.sqrt(cell_variance(self.spec.mechanism, self.eps_node, self.spec.k))
         del old
         new_sched = self.windows.next(sched, stumps)
         records = release_total(stumps, self.spec.budget, self.spec.structure.n_trees) if len(stumps) else None

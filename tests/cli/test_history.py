@@ -59,9 +59,14 @@ def test_history_prints_plots_and_dumps_the_released_windows(redis_url, unique_n
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
-def test_a_grown_models_history_shows_the_sd_its_releases_drew(redis_url, unique_name, capsys):
-    """release sd/cell printed "-" on every row of a grow model: it shows the sd each grown release drew per node,
-    by the rule model show states (the first release's probe leaves the trees less of the budget)."""
+@pytest.mark.parametrize("n", [300, 5])
+def test_a_grown_models_history_shows_the_sd_its_releases_drew(redis_url, unique_name, capsys, n):
+    """release sd/cell printed "-" on every row of a grow model: it shows the sd each grown release drew per node.
+    The first release's is what it drew, read from the published version's leaves: its probe leaves the trees
+    less of the budget, but a probe that splits nothing (5 records) is not spent, and the history said it was."""
+    import numpy as np
+
+    from streamdp.service.consumer import Consumer
     from streamdp.service.registry import show_model
 
     u = ["--redis-url", redis_url]
@@ -69,18 +74,24 @@ def test_a_grown_models_history_shows_the_sd_its_releases_drew(redis_url, unique
     assert main(u + create + ["--release", "grow", "--release-every", "10", "--cadence", "fixed"]) == 0
     w = Worker(redis_url, unique_name, block_ms=1)
     with Producer(redis_url, unique_name) as p:
-        p.push(DS.X[:300], DS.y[:300])
+        p.push(DS.X[:n], DS.y[:n])
     while w.step(block_ms=1) or not w.reader.drained():
         pass
-    for _ in range(2):  # the first release (300 records), then an idle one
+    for _ in range(2):  # the first release (n records), then an idle one
         assert w.closer.tick(w.closer.windows.read().end + 0.001) == 1
     info = show_model(redis_url, unique_name)
+    with Consumer(redis_url, unique_name) as c:
+        v1 = c.get(1)  # the published first release: its leaves' noise variance is this release's draw alone
+    first = float(np.sqrt(np.max(v1.noise_variance[: v1.n_trees])))
+    probed = bool(np.any(v1.structure.n_leaves[: v1.n_trees] > 1))  # (5 records: the probe splits nothing)
+    assert probed == (n == 300)
     capsys.readouterr()
     assert main(u + ["model", "history", unique_name, "--json"]) == 0
     lines = json.loads(capsys.readouterr().out)
     assert [e["merged"] for e in lines] == [True, True]
     assert info["first_cell_sd"] > info["cell_sd"] > 0
-    assert [e["release_sd"] for e in lines] == pytest.approx([info["first_cell_sd"], info["cell_sd"]], abs=1e-4)
+    assert first == pytest.approx(info["first_cell_sd"] if probed else info["cell_sd"], abs=1e-4)
+    assert [e["release_sd"] for e in lines] == pytest.approx([first, info["cell_sd"]], abs=1e-4)
     assert main(u + ["model", "history", unique_name]) == 0
     rows = capsys.readouterr().out.splitlines()[1:3]
     assert [r.split()[-2] for r in rows] == [f"{e['release_sd']:,.1f}" for e in lines]

@@ -22,7 +22,11 @@ from streamdp.records.sources import SourceError
 from streamdp.service import Producer, create_model
 from streamdp.service.keys import Keys
 
-pytestmark = pytest.mark.redis
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+]
 DS = load("congressional-voting")
 SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
 
@@ -102,6 +106,9 @@ def test_cli_push_summary_names_the_first_invalid_line(redis_url, name, tmp_path
     got = capsys.readouterr()
     assert "1 invalid record goes to the dead-letter stream (first: line 4: attribute 'handicapped-infants'" in got.out
     assert "perhaps" not in got.out + got.err
+    # the schema's declaration (public) is named, as on_invalid="raise" names it; the dead letter stores none
+    declared = list(Schema.from_json(SCHEMA).attributes[0].values)
+    assert f"has a value not declared in the schema (declared: {declared}))" in got.out
     # a user fixed the line and pushed the whole file again: that batch's 9 valid records counted twice
     assert "pushing a corrected copy of the whole file would count them again" in got.err
 
@@ -169,7 +176,10 @@ def test_cli_push_of_a_file_whose_every_record_is_invalid_fails(redis_url, name,
     bad = tmp_path / "b.csv"  # every label undeclared: every record dead-lettered
     _write(bad, [[*row[:-1], "independent"] for row in _votes_rows(20)])
     assert main(u + ["push", name, str(bad), "-q"]) == 2
-    assert "every record of" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "every record of" in err and "independent" not in err
+    labels = list(Schema.from_json(SCHEMA).label.values)  # what to check the spelling against: the declaration
+    assert f"has a class not declared in the schema (declared: {labels})): check the values' spelling" in err
 
 
 def test_cli_push_of_a_header_alone_fails_and_sends_nothing(redis_url, name, tmp_path, capsys):

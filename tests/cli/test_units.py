@@ -18,7 +18,11 @@ from streamdp.service.published import counts_from_bytes
 from streamdp.service.registry import create_model, load_spec, show_model
 from tests.conftest import purge_name
 
-pytestmark = pytest.mark.redis
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+]
 DS = load("congressional-voting")
 SCHEMA = str(resources.files("streamdp").joinpath("data", "schemas", "congressional-voting.json"))
 

@@ -23,7 +23,11 @@ from streamdp.service.keys import REGISTRY, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.registry import create_model, delete_model
 
-pytestmark = pytest.mark.redis
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+]
 
 
 def _forget(url: str, name: str) -> None:

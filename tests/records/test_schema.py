@@ -199,6 +199,11 @@ def test_bad_values_name_attribute_and_row(schema, row, match):
     with pytest.raises(ValueError, match=match) as e:
         schema.encode(rows, ["no"] * 4)
     assert "purple" not in str(e.value) and "'3'" not in str(e.value)
+    rest = str(e.value).removeprefix("record 2 (0-based): ")  # (the row's number is named, not a value)
+    if row["flag"] == [1]:
+        assert "[1]" not in rest
+    if row["flag"] == 2:
+        assert "2" not in rest
 
 
 def test_unknown_label_names_label_and_row(schema):

@@ -13,6 +13,9 @@ from streamdp.service.registry import create_model  # noqa: E402
 from streamdp.service.stats import collect  # noqa: E402
 from tests.service.conftest import DS, _drain, _model, _worker  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 
 @pytest.fixture
 def r():

@@ -12,11 +12,13 @@ import io
 import json
 import math
 import uuid
+import warnings
 from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 
+from streamdp.privacy import NotPrivateWarning
 from streamdp.records.datasets import load
 from streamdp.service import job_queue
 from streamdp.service.keys import JOB_RESULTS, Keys
@@ -50,9 +52,11 @@ def key_file(tmp_path):
 
 def _model(r, name="m", epsilon=1.0, **kw):
     kw.setdefault("release", "batch")  # these tests are about the per-batch commit; windows: test_windows.py
-    return create_model(
-        r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw, not_private=math.isinf(epsilon)
-    )
+    with warnings.catch_warnings():  # (epsilon=inf: create_model's NotPrivateWarning, expected here)
+        warnings.simplefilter("ignore", NotPrivateWarning)
+        return create_model(
+            r, name, DS.schema, n_trees=3, height=3, epsilon=epsilon, seed=1, **kw, not_private=math.isinf(epsilon)
+        )
 
 
 def _worker(r, name, **kw):

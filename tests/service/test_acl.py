@@ -23,7 +23,9 @@ from streamdp.records.datasets import load
 from streamdp.service.connection import connect
 from streamdp.service.embedded import EmbeddedRedis
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
 pytestmark = [
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
     pytest.mark.redis,
     pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs the redis-server binary"),
 ]

@@ -15,7 +15,7 @@ import pytest
 fakeredis = pytest.importorskip("fakeredis")
 pytest.importorskip("lupa")
 
-from streamdp.cli.model import _cadence_lines  # noqa: E402
+from streamdp.cli.model_show import cadence_lines as _cadence_lines  # noqa: E402
 from streamdp.forest.model import PrivateForest  # noqa: E402
 from streamdp.records.datasets import load  # noqa: E402
 from streamdp.release.cadence import GRACE, LAG_SHARE, Cadence, Schedule  # noqa: E402
@@ -26,6 +26,8 @@ from streamdp.service.published import counts_from_bytes  # noqa: E402
 from streamdp.service.registry import create_model, load_policy, load_spec, show_model  # noqa: E402
 from tests.service.test_windows import _add_all, _worker  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
 DS = load("congressional-voting")
 EVERY = 10.0  # seconds; ticks pass explicit times
 MAX_LAG = 8 * EVERY / LAG_SHARE  # windows of at most 8 * EVERY

@@ -45,7 +45,12 @@ from tests.privacy.test_ledger import (  # noqa: F401
 from tests.service.test_redis import *  # noqa: F401,F403
 from tests.service.test_redis import DS, _wait  # noqa: F811
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 
 @pytest.fixture(scope="module")

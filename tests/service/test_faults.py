@@ -55,7 +55,12 @@ from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.producer import Producer
 from streamdp.service.registry import create_model, delete_model, load_spec
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 POINTS = ("after_read", "after_draw", "after_store", "before_commit", "in_commit")
 CLOSE_POINTS = ("close_after_seal", "close_after_draw", "close_after_store", "close_before_commit", "close_in_commit")

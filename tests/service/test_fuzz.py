@@ -34,7 +34,12 @@ from streamdp.service.consumer import Consumer
 from streamdp.service.keys import GROUP, Keys
 from streamdp.service.registry import create_model, delete_model, load_spec
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 DS = load("congressional-voting")
 SCHEMA = DS.schema

@@ -22,6 +22,9 @@ from streamdp.service.retention import set_retention
 from streamdp.service.stream_worker import Worker
 from tests.service.conftest import VOTES  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 
 @pytest.fixture
 def r(redis_url):

@@ -15,7 +15,11 @@ from streamdp.service import Consumer, Keys, Producer, Worker, WorkerPool, creat
 from streamdp.service.connection import connect
 from streamdp.service.stats import collect
 
-pytestmark = pytest.mark.redis
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+]
 DS = load("congressional-voting")
 
 

@@ -18,6 +18,9 @@ from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import ModelExists, ModelNotFound, create_model, delete_model, list_models, show_model  # noqa: E402
 from tests.service.conftest import DS, _model  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 
 # -- registry ---------------------------------------------------------------------------
 def test_registry_create_list_show_delete(r):

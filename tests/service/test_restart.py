@@ -22,7 +22,9 @@ from streamdp.service.durability import replay_risks
 from streamdp.service.stats import collect
 from tests.service.deploy_server import DeployRedis, snapshot
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
 pytestmark = [
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
     pytest.mark.redis,
     pytest.mark.slow,
     pytest.mark.skipif(

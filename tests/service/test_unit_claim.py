@@ -19,6 +19,9 @@ from streamdp.service.stats import collect  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 from tests.service.test_units import DS, _add_all, _exact, _first_k, _published  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 
 def _model(r, k, key_file, epsilon=math.inf):
     return create_model(

@@ -29,6 +29,9 @@ from streamdp.service.stats import collect, prometheus_text, public  # noqa: E40
 from streamdp.service.stream_worker import Worker, preflight  # noqa: E402
 from streamdp.service.units import Unit, choose, hash_ids, id_key  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 DS = load("congressional-voting")
 EVERY = 10.0
 
@@ -216,6 +219,23 @@ def test_hostile_ids_and_batches_without_ids(r, key_file):
     w.closer.tick(_at(r, 1))
     np.testing.assert_array_equal(_published(r, spec), _exact(spec, np.array([0, 3, 5])))
     assert r.xlen(Keys("m").dead) == 2
+
+
+def test_a_batch_without_ids_pushed_again_is_dead_lettered_once(r, key_file, caplog):
+    """A batch refused whole (no privacy ids) was dead-lettered at every re-push: its batch id is known, so its
+    letter is written once, as a batch's refused rows are; the worker's log line says it repeats per delivery."""
+    _model(r, k=1, key_file=key_file)
+    w = _worker(r, key_file)
+    p = Producer(r, "m", on_invalid="dead-letter")
+    with caplog.at_level(logging.WARNING, logger="streamdp"):
+        for _ in range(3):  # the same file pushed three times
+            p.push(DS.X[6:9], DS.y[6:9], batch_id="none")
+            while w.step(block_ms=1):
+                pass
+    assert r.xlen(Keys("m").dead) == 1
+    assert r.zcard(Keys("m").dead_batches) == 1
+    lines = [json.loads(m.getMessage()) for m in caplog.records if "worker.dead_letter" in m.getMessage()]
+    assert len(lines) == 3 and all("logs again" in ln["note"] for ln in lines)
 
 
 def test_new_ids_past_the_bound_are_refused():

@@ -19,7 +19,12 @@ from streamdp.service.published import counts_from_bytes
 from streamdp.service.registry import create_model, load_spec
 from tests.service.test_faults import DS, POINTS, WORKERS, Fleet
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
+    pytest.mark.redis,
+    pytest.mark.slow,
+]
 
 KILLS = 40
 K = 3

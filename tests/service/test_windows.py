@@ -28,6 +28,8 @@ from streamdp.service.rollback import NoiseKeyMismatch, RollbackDetected, key_fi
 from streamdp.service.stream_worker import Worker  # noqa: E402
 from streamdp.service.windows import COUNTS_IN_PUB_MODEL  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
 DS = load("congressional-voting")
 EVERY = 10.0  # seconds; ticks pass explicit times, nothing waits for it
 

@@ -17,6 +17,9 @@ from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model, delete_model, load_policy  # noqa: E402
 from streamdp.service.stream_worker import Worker  # noqa: E402
 
+# create_model(not_private=True)'s own NotPrivateWarning, expected here
+pytestmark = pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning")
+
 ARITIES = [3, 4, 5] * 3
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from streamdp.forest import pruning
 from streamdp.forest.growth import aggregate, drawn_nodes, grown_release, held_leaves
 from streamdp.forest.marginals import Marginals
-from streamdp.forest.sizing import sized_stumps
+from streamdp.forest.sizing import kept_tree_epsilon, sized_stumps
 from streamdp.forest.structure import ForestStructure
 from streamdp.privacy.mechanisms import SecureRandom
 from streamdp.records.schema import Schema
@@ -105,14 +105,16 @@ class Growing:
             return self._grown(X, y, rng)
         T, P = self.n_trees, self.prior_trees
         exact = np.stack([np.bincount(y, minlength=self.schema.n_classes)] * P)[:, None, :]
-        k, stumps, var = sized_stumps(exact, self.epsilon_per_tree * (T + P), T, P, self.mechanism, rng)
+        e = self.epsilon_per_tree * (T + P)  # the counts' budget
+        k, stumps, var = sized_stumps(exact, e, T, P, self.mechanism, rng)
         if k < T:
             self.__dict__.setdefault("_all_drawn", self.drawn)
             self.drawn = self.structure = self.drawn.rows(np.r_[0:k, T : T + P])
             self._forget_cells()
         self._counts = np.zeros(self.shape, dtype=self._counts.dtype)
         tally = self._tallies(X, y, rng)[0]
-        return self._released(*grown_release(self, tally, exact, rng, pruning.PRUNE_PROBE, (stumps, var)))
+        kept = kept_tree_epsilon(e, T, P, k)
+        return self._released(*grown_release(self, tally, exact, rng, pruning.PRUNE_PROBE, (stumps, var), kept))
 
     @property
     def can_grow(self) -> bool:

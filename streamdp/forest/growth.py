@@ -199,6 +199,7 @@ def grown_release(
     rng: SecureRandom,
     probe: float = 0.0,
     released: tuple[np.ndarray, float] | None = None,
+    epsilon: float | None = None,
 ) -> tuple[ForestStructure, np.ndarray, np.ndarray]:
     """One release of a batch on trees grown as the module docstring says: the new structure, the published
     counts on it (old spread plus new) and each node's noise variance (:attr:`PrivateForest.node_variance`).
@@ -211,12 +212,14 @@ def grown_release(
     tree's budget first releases the leaf totals of the trees cut by uniform shares; where a total
     stands clear of its noise, the nodes below it expect that total (records concentrate on few values).
     ``released``: the stumps' counts of this batch released already, with the noise variance of one cell
-    (:func:`streamdp.forest.sizing.sized_stumps`); None: released here with each tree's budget.
+    (:func:`streamdp.forest.sizing.sized_stumps`); None: released here with each tree's budget. ``epsilon``: each
+    random tree's budget in this release (a sized fit's kept trees, :func:`streamdp.forest.sizing.kept_tree_epsilon`);
+    None: the forest's :attr:`~PrivateForest.epsilon_per_tree`.
     """
     drawn, now = forest.drawn, forest.structure
     schema, T, mech = forest.schema, forest.n_trees, forest.mechanism
     C, M = schema.n_classes, drawn.feature.shape[1]
-    eps = forest.epsilon_per_tree
+    eps = forest.epsilon_per_tree if epsilon is None else epsilon
     started = forest.n_releases > 0
 
     if released is None:

@@ -14,21 +14,20 @@ budget, geometric or Laplace noise, a prior stump) does, in :func:`sized_stumps`
 1. release the prior stumps' class counts with ``e / (T + P)`` each (what every tree gets when all
    ``T`` drawn trees are kept); ``n`` is their noisy total (the mean over the stumps);
 2. keep the first ``k = trees_for_signal(n, e, T)`` random trees (and the stumps);
-3. where ``k < T`` release the stumps' counts again with the rest of a tree's new share,
-   ``e / (k + P) - e / (T + P)``, and publish the inverse-variance weighted mean of the two releases
-   (rounded for geometric noise): a stump's counts then carry the noise of one release at
-   ``e / (k + P)``, as every kept tree's do.
+3. give each kept tree what the stumps left, ``(e - P e / (T + P)) / k`` (:func:`kept_tree_epsilon`; ``e / (T +
+   P)`` when every tree is kept, more where fewer are). The stumps are not released again: the class prior
+   the estimate leans on pools every tree's root with them (:func:`streamdp.estimation.forest_prior`), and a
+   kept tree's root carries more budget than a second stump release would.
 
-Privacy (proof sketch). One record changes each stump's count of its class by 1 in each of the two
-stump releases (two-sided geometric or Laplace noise at the stated budgets): a stump costs
-``e / (T + P) + (e / (k + P) - e / (T + P)) = e / (k + P)``. The kept trees are then released as in
-:mod:`streamdp.forest.pruning` with ``e / (k + P)`` each. ``k`` is a function of ``n`` (a released value),
-``e``, ``T`` and ``P`` (public) only, and the structure kept is a function of ``k`` and of the public
-drawn structure, so by adaptive sequential composition the fit costs ``(k + P) e / (k + P) = e``, as
-with every tree kept. The mean of the two releases is post-processing. The first release is
-spent on the decision and on the published mean, never published alone.
+Privacy (proof sketch). One record changes each stump's count of its class by 1 in its one release
+(two-sided geometric or Laplace noise at ``e / (T + P)``), and each kept tree's counts as
+:mod:`streamdp.forest.pruning` releases them (probe and leaves) with ``(e - P e / (T + P)) / k``. ``k`` is a
+function of ``n`` (a released value), ``e``, ``T`` and ``P`` (public) only, and the structure kept is a
+function of ``k`` and of the public drawn structure, so by adaptive sequential composition the fit costs
+``P e / (T + P) + k (e - P e / (T + P)) / k = e``, as with every tree kept.
 ``tests/forest/test_sizing.py``: the kept count is the same for any data giving the same release, and
-the budget adds up.
+the budget adds up. Why no second stump release (decision 019 made one, decision 027 took it out): it spent
+the kept trees' budget on a prior their roots give too.
 
 >>> trees_for_signal(348 * 1.0, 0.1, 10), trees_for_signal(1600.0, 1.0, 10), trees_for_signal(-50.0, 0.1, 10)
 (2, 10, 1)
@@ -44,7 +43,7 @@ from streamdp.estimation.rule import cell_variance
 from streamdp.privacy.secure_random import SecureRandom
 from streamdp.release.noisy import noisy_node
 
-__all__ = ["TREES_PER_SIGNAL", "trees_for_signal", "sized_stumps"]
+__all__ = ["TREES_PER_SIGNAL", "trees_for_signal", "kept_tree_epsilon", "sized_stumps"]
 
 #: ``sqrt(n e)`` per tree kept (:func:`trees_for_signal`).
 TREES_PER_SIGNAL = 3.0
@@ -67,10 +66,20 @@ def trees_for_signal(n: float, epsilon: float, most: int) -> int:
     return int(min(most, max(1, round(math.sqrt(signal) / TREES_PER_SIGNAL))))
 
 
+def kept_tree_epsilon(epsilon: float, n_trees: int, prior_trees: int, k: int) -> float:
+    """Each of the ``k`` kept trees' budget in a sized fit: what the stumps' release at ``epsilon / (n_trees +
+    prior_trees)`` each left of the counts' budget ``epsilon``, shared by the kept trees.
+
+    >>> kept_tree_epsilon(1.0, 10, 1, 10) == 1.0 / 11, round(kept_tree_epsilon(1.0, 10, 1, 1), 4)
+    (True, 0.9091)
+    """
+    return (epsilon - prior_trees * epsilon / (n_trees + prior_trees)) / k
+
+
 def sized_stumps(
     stump_exact: np.ndarray, epsilon: float, n_trees: int, prior_trees: int, mechanism: str, rng: SecureRandom
 ) -> tuple[int, np.ndarray, float]:
-    """Steps 1-3 of the module docstring: ``(k, stumps, variance)``, the random trees to keep, the stumps'
+    """Steps 1-2 of the module docstring: ``(k, stumps, variance)``, the random trees to keep, the stumps'
     released counts ``(prior_trees, 1, C)`` and the noise variance of one of their cells.
 
     ``stump_exact``: the stumps' exact class counts ``(prior_trees, 1, C)``; ``epsilon``: the counts' budget
@@ -78,21 +87,10 @@ def sized_stumps(
 
     >>> rng = SecureRandom()
     >>> k, stumps, var = sized_stumps(np.array([[[200, 150]]]), 0.1, 10, 1, "geometric", rng)
-    >>> k < 10, stumps.shape, var < cell_variance("geometric", 0.1 / 11)
+    >>> k < 10, stumps.shape, var == cell_variance("geometric", 0.1 / 11)
     (True, (1, 1, 2), True)
     """
     first_eps = epsilon / (n_trees + prior_trees)
     first = noisy_node(stump_exact, first_eps, mechanism, rng)
-    v1 = cell_variance(mechanism, first_eps)
     n = float(first.sum(axis=(1, 2)).mean())
-    k = trees_for_signal(n, epsilon, n_trees)
-    if k == n_trees:
-        return k, first, v1
-    rest = epsilon / (k + prior_trees) - first_eps
-    second = noisy_node(stump_exact, rest, mechanism, rng)
-    v2 = cell_variance(mechanism, rest)
-    w = v2 / (v1 + v2)  # the first release's weight, inverse variance
-    mean = w * first + (1.0 - w) * second
-    if first.dtype.kind in "iu":
-        return k, np.rint(mean).astype(first.dtype), v1 * v2 / (v1 + v2) + 1.0 / 12.0
-    return k, mean, v1 * v2 / (v1 + v2)
+    return trees_for_signal(n, epsilon, n_trees), first, cell_variance(mechanism, first_eps)

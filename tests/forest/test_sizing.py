@@ -33,8 +33,8 @@ def test_the_tree_count_rule_is_bounded_and_grows_with_the_signal():
 
 def test_the_kept_trees_depend_on_the_released_numbers_alone_and_the_budget_adds_up(monkeypatch):
     """Every release replaced by numbers that ignore the data: two unrelated datasets get the same tree
-    count and structure. The stumps' two releases add up to the budget of one kept tree, and the kept
-    trees spend ``epsilon / (k + P)`` each (probe and leaves)."""
+    count and structure. The stumps are released once at ``epsilon / (T + P)``, the kept trees spend what they
+    left, ``(epsilon - P epsilon / (T + P)) / k`` each (probe and leaves), and the whole fit ``epsilon``."""
     import streamdp.forest.growth as growth_module
 
     calls: list[tuple[str, float]] = []
@@ -61,16 +61,14 @@ def test_the_kept_trees_depend_on_the_released_numbers_alone_and_the_budget_adds
         ks.append(f.n_trees)
         # the fake stumps say 2 x 30 = 60 records: round(sqrt(60 * 0.5) / 3) = 2 trees
         assert f.n_trees == trees_for_signal(60, eps, 10) == 2 and f.structure.n_trees == 3
-        e = eps / (f.n_trees + f.prior_trees)
-        assert math.isclose(f.epsilon_per_tree, e)
+        assert math.isclose(f.epsilon_per_tree, eps / (f.n_trees + f.prior_trees))  # a later release's share
         stumps = [x for w, x in calls if w == "sizing"]
-        assert len(stumps) == 2 and math.isclose(sum(stumps), e) and math.isclose(stumps[0], eps / 11)
+        assert stumps == [eps / 11]  # one release, what every tree would get with all ten kept
         trees = [x for w, x in calls if w == "growth"]  # (the probe, if it split anything, then the leaves)
-        assert math.isclose(sum(trees), e)
-        assert np.isclose(
-            f.node_variance[-1, 0],
-            1 / (1 / cell_variance("geometric", stumps[0]) + 1 / cell_variance("geometric", stumps[1])) + 1 / 12,
-        )
+        kept = (eps - eps / 11) / f.n_trees
+        assert math.isclose(sum(trees), kept)
+        assert math.isclose(f.prior_trees * stumps[0] + f.n_trees * kept, eps)  # the fit costs epsilon
+        assert np.isclose(f.node_variance[-1, 0], cell_variance("geometric", stumps[0]))
     assert ks[0] == ks[1]
     for name, a in shapes[0].items():
         assert np.array_equal(a, shapes[1][name]), name

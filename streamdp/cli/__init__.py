@@ -7,6 +7,7 @@ module         commands
                bar, errors to exit codes
 ``model``      ``model create | list | show | history | get | delete |
                retention``
+``model_show`` what ``model list`` and ``model show`` print
 ``push``       ``push NAME FILE`` (CSV to a model's stream)
 ``worker``     ``worker NAME`` (stream worker processes)
 ``stats``      ``stats [NAME]`` (counters, Prometheus text)
@@ -21,7 +22,7 @@ Each module has ``add_parser(subparsers)`` and its handlers; the handlers
 import what they need when they run, so ``streamdp --help`` loads neither
 Redis nor river.
 
->>> build_parser().parse_args(["model", "show", "votes"]).func.__module__
+>>> build_parser().parse_args(["model", "delete", "votes"]).func.__module__
 'streamdp.cli.model'
 """
 

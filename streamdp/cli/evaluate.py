@@ -48,7 +48,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "datasets",
         nargs="*",
         default=["uci:nursery"],
-        help="agrawal:F, drift, stagger:F, led, uci:NAME (default uci:nursery: 12,960 records, about 15 s)",
+        help="agrawal:F, drift, stagger:F, led, uci:NAME (default uci:nursery, the whole UCI file)",
     )
     p.add_argument(
         "--n", type=int_in(1, 10**9), default=None, help="samples per synthetic stream (default 50,000; UCI: all)"

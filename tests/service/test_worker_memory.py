@@ -34,6 +34,31 @@ def _schema() -> Schema:
     )
 
 
+@pytest.fixture
+def r(redis_url, unique_name):
+    """A client of the test's Redis; the model ``unique_name`` and its ledger are deleted afterwards."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    delete_model(client, unique_name)
+    for k in client.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
+        client.delete(k)
+
+
+def _exact_model(redis_url: str, name: str):
+    """An exact (epsilon inf, tests only) model of :func:`_schema`, 4 trees of height 8, hourly windows."""
+    return create_model(
+        redis_url,
+        name,
+        _schema(),
+        n_trees=4,
+        height=8,
+        epsilon=float("inf"),
+        seed=3,
+        release_every=3600.0,
+        not_private=True,
+    )
+
+
 def _peak_above(fn) -> int:
     """Bytes allocated at the peak of ``fn()`` above what was allocated before it."""
     tracemalloc.start()
@@ -47,14 +72,8 @@ def _peak_above(fn) -> int:
 
 
 @pytest.mark.parametrize("release", ["window", "batch"])
-def test_a_release_holds_the_counts_and_one_noised_tally(release, redis_url, unique_name):
-    r = redis.Redis.from_url(redis_url)
-    try:
-        _release(r, redis_url, unique_name, release)
-    finally:
-        delete_model(r, unique_name)
-        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
-            r.delete(k)
+def test_a_release_holds_the_counts_and_one_noised_tally(release, r, redis_url, unique_name):
+    _release(r, redis_url, unique_name, release)
 
 
 def _release(r: redis.Redis, url: str, name: str, release: str) -> None:
@@ -122,72 +141,48 @@ def test_packb_keeps_no_reference_to_what_it_packed():
     assert len(data) > a.nbytes
 
 
-def test_a_large_spec_is_read_in_parts(monkeypatch, redis_url, unique_name):
+def test_a_large_spec_is_read_in_parts(monkeypatch, r, redis_url, unique_name):
     from streamdp.service import model_store as registry
 
-    r = redis.Redis.from_url(redis_url)
-    try:
-        spec = create_model(redis_url, unique_name, _schema(), n_trees=2, height=5, seed=4)
-        size = r.strlen(Keys(unique_name).spec)
-        monkeypatch.setattr(registry, "SPEC_READ_PART", size // 7 + 1)  # 7 parts, the last one short
-        got = registry.load_spec(redis_url, unique_name)
-        assert got.structure.n_leaves.tolist() == spec.structure.n_leaves.tolist()
-        assert all(
-            np.array_equal(a, b) for a, b in zip(got.structure.arrays().values(), spec.structure.arrays().values())
-        )
-        assert got.counts.shape == spec.counts.shape and not got.counts.any()
-    finally:
-        delete_model(r, unique_name)
-        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
-            r.delete(k)
+    spec = create_model(redis_url, unique_name, _schema(), n_trees=2, height=5, seed=4)
+    size = r.strlen(Keys(unique_name).spec)
+    monkeypatch.setattr(registry, "SPEC_READ_PART", size // 7 + 1)  # 7 parts, the last one short
+    got = registry.load_spec(redis_url, unique_name)
+    assert got.structure.n_leaves.tolist() == spec.structure.n_leaves.tolist()
+    assert all(np.array_equal(a, b) for a, b in zip(got.structure.arrays().values(), spec.structure.arrays().values()))
+    assert got.counts.shape == spec.counts.shape and not got.counts.any()
 
 
-def test_a_busy_windows_adds_are_read_a_group_at_a_time(redis_url, unique_name):
+def test_a_busy_windows_adds_are_read_a_group_at_a_time(r, redis_url, unique_name):
     """A window whose adds hold three times the counts' bytes: the close reads them a group of at most
     READ_BYTES at a time into the exact counts, so its peak is the counts once (the tally, noised in place into
     the release) and one group as redis-py reads it (its buffer, the reply, the reply's slice), not the adds
     beside them; the released counts hold every add."""
     from streamdp.service.accumulator import READ_BYTES, joined_cells
 
-    r = redis.Redis.from_url(redis_url)
-    try:
-        spec = create_model(
-            redis_url,
-            unique_name,
-            _schema(),
-            n_trees=4,
-            height=8,
-            epsilon=float("inf"),
-            seed=3,
-            release_every=3600.0,
-            not_private=True,
-        )
-        counts = spec.counts.nbytes
-        w = Worker(redis_url, unique_name, block_ms=1)
-        keys = Keys(unique_name)
-        rng = np.random.default_rng(1)
-        real = np.flatnonzero(spec.real_cells.reshape(-1))
-        want = np.zeros(spec.counts.size, np.int64)
-        pairs = READ_BYTES // 16 // 2  # two adds to a group
-        for i in range(3 * counts // (16 * pairs) + 1):
-            idx = rng.choice(real, size=pairs)
-            np.add.at(want, idx, 1)
-            r.hset(keys.acc(1), f"b:{i}", joined_cells([(idx, np.ones(pairs, np.int64))]))
-        assert r.memory_usage(keys.acc(1)) > 3 * counts
-        peak = _peak_above(lambda: w.closer.tick(load_policy(r, unique_name)[1] + 3600.0 + 0.001))
-        assert int(r.hget(keys.pub_model, "version")) == 1
-        from streamdp.service.consumer import Consumer
+    spec = _exact_model(redis_url, unique_name)
+    counts = spec.counts.nbytes
+    w = Worker(redis_url, unique_name, block_ms=1)
+    keys = Keys(unique_name)
+    rng = np.random.default_rng(1)
+    real = np.flatnonzero(spec.real_cells.reshape(-1))
+    want = np.zeros(spec.counts.size, np.int64)
+    pairs = READ_BYTES // 16 // 2  # two adds to a group
+    for i in range(3 * counts // (16 * pairs) + 1):
+        idx = rng.choice(real, size=pairs)
+        np.add.at(want, idx, 1)
+        r.hset(keys.acc(1), f"b:{i}", joined_cells([(idx, np.ones(pairs, np.int64))]))
+    assert r.memory_usage(keys.acc(1)) > 3 * counts
+    peak = _peak_above(lambda: w.closer.tick(load_policy(r, unique_name)[1] + 3600.0 + 0.001))
+    assert int(r.hget(keys.pub_model, "version")) == 1
+    from streamdp.service.consumer import Consumer
 
-        got = Consumer(redis_url, unique_name).latest().counts.reshape(-1)
-        assert np.array_equal(got, want)  # (epsilon inf: the released counts are the adds' sum)
-        assert peak < counts + 3 * READ_BYTES + (512 << 10), peak / counts
-    finally:
-        delete_model(r, unique_name)
-        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
-            r.delete(k)
+    got = Consumer(redis_url, unique_name).latest().counts.reshape(-1)
+    assert np.array_equal(got, want)  # (epsilon inf: the released counts are the adds' sum)
+    assert peak < counts + 3 * READ_BYTES + (512 << 10), peak / counts
 
 
-def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, redis_url, unique_name):
+def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, r, redis_url, unique_name):
     """Worker B released window 1, then worker A window 2, then B closes window 3: it holds no counts from its
     own release, and adds the published ones into its noised tally a part at a time from the retained version
     (not one HGET, which made redis-py hold the value three times over): at its peak it holds that one
@@ -196,52 +191,36 @@ def test_a_closer_adds_the_published_counts_a_part_at_a_time(monkeypatch, redis_
     from streamdp.service.consumer import Consumer
 
     monkeypatch.setattr(model_store, "COUNTS_READ_PART", 256 << 10)
-    r = redis.Redis.from_url(redis_url)
+    spec = _exact_model(redis_url, unique_name)
+    counts = spec.counts.nbytes
+    a, b = (Worker(redis_url, unique_name, block_ms=1, batch_entries=4) for _ in range(2))
+    rng = np.random.default_rng(0)
+    p = Producer(redis_url, unique_name)
+    start = load_policy(r, unique_name)[1]
+    X = [np.column_stack([rng.integers(k, size=3000) for k in ARITIES]) for _ in range(3)]
+    y = [rng.integers(2, size=3000) for _ in range(3)]
+    for w in (a, b):
+        w.spec.structure.router()  # (built at a worker's first step: held whatever the closes do)
+    tracemalloc.start()
     try:
-        spec = create_model(
-            redis_url,
-            unique_name,
-            _schema(),
-            n_trees=4,
-            height=8,
-            epsilon=float("inf"),
-            seed=3,
-            release_every=3600.0,
-            not_private=True,
-        )
-        counts = spec.counts.nbytes
-        a, b = (Worker(redis_url, unique_name, block_ms=1, batch_entries=4) for _ in range(2))
-        rng = np.random.default_rng(0)
-        p = Producer(redis_url, unique_name)
-        start = load_policy(r, unique_name)[1]
-        X = [np.column_stack([rng.integers(k, size=3000) for k in ARITIES]) for _ in range(3)]
-        y = [rng.integers(2, size=3000) for _ in range(3)]
-        for w in (a, b):
-            w.spec.structure.router()  # (built at a worker's first step: held whatever the closes do)
-        tracemalloc.start()
-        try:
-            base = tracemalloc.get_traced_memory()[0]
-            for i, w in enumerate((b, a, b)):  # window i + 1 released by B, A, then B again
-                p.push(X[i], y[i])
-                w.step(block_ms=1)
-                if i == 2:
-                    tracemalloc.reset_peak()
-                assert w.closer.tick(start + 3600.0 * (i + 1) + 0.001) == 1
-            peak = tracemalloc.get_traced_memory()[1] - base
-        finally:
-            tracemalloc.stop()
-        assert int(r.hget(Keys(unique_name).pub_model, "version")) == 3
-        got = Consumer(redis_url, unique_name).latest().counts
-        assert np.array_equal(got, spec.tally_encoded(np.vstack(X), np.concatenate(y)))  # (epsilon inf: exact)
-        # the tally (noised, then the counts), a noise block's temporaries or three parts as redis-py reads one
-        assert peak < counts + 24 * continual.NOISE_BLOCK, peak / counts
+        base = tracemalloc.get_traced_memory()[0]
+        for i, w in enumerate((b, a, b)):  # window i + 1 released by B, A, then B again
+            p.push(X[i], y[i])
+            w.step(block_ms=1)
+            if i == 2:
+                tracemalloc.reset_peak()
+            assert w.closer.tick(start + 3600.0 * (i + 1) + 0.001) == 1
+        peak = tracemalloc.get_traced_memory()[1] - base
     finally:
-        delete_model(r, unique_name)
-        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
-            r.delete(k)
+        tracemalloc.stop()
+    assert int(r.hget(Keys(unique_name).pub_model, "version")) == 3
+    got = Consumer(redis_url, unique_name).latest().counts
+    assert np.array_equal(got, spec.tally_encoded(np.vstack(X), np.concatenate(y)))  # (epsilon inf: exact)
+    # the tally (noised, then the counts), a noise block's temporaries or three parts as redis-py reads one
+    assert peak < counts + 24 * continual.NOISE_BLOCK, peak / counts
 
 
-def test_a_grow_close_holds_the_tally_and_the_grown_release_and_nothing_between(redis_url, unique_name):
+def test_a_grow_close_holds_the_tally_and_the_grown_release_and_nothing_between(r, redis_url, unique_name):
     """``release="grow"`` on Adult at the budgeted draw (height None): past the first close (its imports and small
     caches), a close's peak above what the worker held is the window's exact tally on the drawn trees (the counts'
     size, as a ``window`` close's) and a small multiple of the grown release (the published one read back, the new
@@ -250,35 +229,27 @@ def test_a_grow_close_holds_the_tally_and_the_grown_release_and_nothing_between(
     from streamdp.records.datasets import load
 
     adult = load("adult")
-    r = redis.Redis.from_url(redis_url)
-    try:
-        spec = create_model(redis_url, unique_name, adult.schema, seed=7, release="grow", release_every=3600.0)
-        drawn_counts = spec.counts.nbytes
-        del spec
-        w = Worker(redis_url, unique_name, block_ms=1, batch_entries=8)
-        p = Producer(redis_url, unique_name)
-        start = load_policy(r, unique_name)[1]
-        at = 0
-        for i, n in enumerate((2000, 10000, 10000), start=1):
-            p.push(adult.X[at : at + n], adult.y[at : at + n])
-            at += n
-            while w.step(block_ms=1):
-                pass
-            tracemalloc.start()
-            try:
-                base = tracemalloc.get_traced_memory()[0]
-                tracemalloc.reset_peak()
-                assert w.closer.tick(start + 3600.0 * i + 0.001) == 1
-                held, peak = (x - base for x in tracemalloc.get_traced_memory())
-            finally:
-                tracemalloc.stop()
-            grown = PrivateForest.from_bytes(r.hget(Keys(unique_name).pub_model, "blob")).counts.nbytes
-            if i > 1:
-                # (was 12-15x the grown counts above the tally: the drawn trees' int64 topology and per-node bars,
-                # copies of the published release, the closer's cached forest)
-                assert peak < drawn_counts + 12 * grown + (1 << 20), ((peak - drawn_counts) / grown, grown)
-                assert held < grown // 4 + (64 << 10), held / grown  # (was 5x: the cached forest and its caches)
-    finally:
-        delete_model(r, unique_name)
-        for k in r.scan_iter(match=f"{Keys(unique_name).prefix}:ledger*"):
-            r.delete(k)
+    spec = create_model(redis_url, unique_name, adult.schema, seed=7, release="grow", release_every=3600.0)
+    drawn_counts = spec.counts.nbytes
+    del spec
+    w = Worker(redis_url, unique_name, block_ms=1, batch_entries=8)
+    p = Producer(redis_url, unique_name)
+    start = load_policy(r, unique_name)[1]
+    at = 0
+    for i, n in enumerate((2000, 10000, 10000), start=1):
+        p.push(adult.X[at : at + n], adult.y[at : at + n])
+        at += n
+        while w.step(block_ms=1):
+            pass
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            assert w.closer.tick(start + 3600.0 * i + 0.001) == 1
+            held, peak = (x - base for x in tracemalloc.get_traced_memory())
+        finally:
+            tracemalloc.stop()
+        grown = PrivateForest.from_bytes(r.hget(Keys(unique_name).pub_model, "blob")).counts.nbytes
+        if i > 1:
+            assert peak < drawn_counts + 12 * grown + (1 << 20), ((peak - drawn_counts) / grown, grown)
+            assert held < grown // 4 + (64 << 10), held / grown

@@ -35,6 +35,7 @@ import msgpack
 import redis
 
 from streamdp.service.connection import connect
+from streamdp.service.group import gone
 from streamdp.service.keys import GROUP, Keys, as_str
 
 __all__ = [
@@ -49,9 +50,10 @@ __all__ = [
     "LIVE_IDLE_S",
 ]
 
-#: A consumer that read or claimed within this many seconds counts as a live worker (``consumers_live``); one silent
-#: longer (``consumers_silent``) is a worker that died (SIGKILL, out of memory) and is not forgotten yet, or one
-#: blocked in a longer read (``--block-ms`` above it). Why: the group keeps a dead worker's consumer for an hour.
+#: A consumer that read or claimed within this many seconds counts as a live worker (``consumers_live``) unless its
+#: process is provably gone (:func:`.group.gone`); one silent longer (``consumers_silent``) is a worker that died
+#: (SIGKILL, out of memory) and is not forgotten yet, or one blocked in a longer read (``--block-ms`` above it).
+#: Why: the group keeps a dead worker's consumer for an hour.
 LIVE_IDLE_S = 30
 
 COUNTERS = (
@@ -124,9 +126,9 @@ def collect(r: Any, model: str) -> dict[str, float]:
             out.update(_stream_tampering(r, keys, g))
             pending, consumers = float(g["pending"]), float(g["consumers"])
             if consumers:
-                idle = [int(c["idle"]) for c in r.xinfo_consumers(keys.records, GROUP)]
-                live = float(sum(i < LIVE_IDLE_S * 1000 for i in idle))
-                silent = len(idle) - live
+                cs = r.xinfo_consumers(keys.records, GROUP)  # (one of this host whose process is gone: not live)
+                live = float(sum(int(c["idle"]) < LIVE_IDLE_S * 1000 and not gone(as_str(c["name"])) for c in cs))
+                silent = len(cs) - live
             if g.get("lag") is not None:
                 lag = float(g["lag"])
             else:  # Redis < 7: entries after the last delivered id
@@ -285,8 +287,8 @@ _HELP = {
     "trim by a producer: a trust boundary, see docs/security.md)",
     "consumers": "worker processes in the model's consumer group (live and silent)",
     "consumers_live": f"consumers that read or claimed in the last {LIVE_IDLE_S} s (live workers)",
-    "consumers_silent": f"consumers silent for {LIVE_IDLE_S} s or more: workers that died (SIGKILL, out of memory), "
-    "kept until forgotten (an hour by default), or blocked in a read longer than that",
+    "consumers_silent": f"consumers silent for {LIVE_IDLE_S} s or more, or of this host with their process gone: "
+    "workers that died (SIGKILL, out of memory), kept until forgotten (an hour by default), or blocked in a longer read",
     "version": "published model version",
     "windowed": "1 when the model releases by windows (its policy is public), 0 per batch",
     "releases_merged": "releases merged into the published counts (public)",

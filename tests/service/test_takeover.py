@@ -75,6 +75,8 @@ def test_a_restarted_worker_takes_a_killed_workers_entries_at_once(redis_url, mo
     p.send_signal(signal.SIGKILL)
     p.wait()
     assert gone(dead) and r.xpending(Keys(name).records, GROUP)["pending"] == 1
+    st = collect(r, name)  # stats see it at once as not live (its process is gone), not after 30 s of silence
+    assert (st["consumers"], st["consumers_live"], st["consumers_silent"]) == (1, 0, 1)
     w = Worker(redis_url, name, block_ms=10)  # claim_idle_ms at its default, 30 s
     assert w.config.claim_idle_ms == 30_000
     with caplog.at_level(logging.INFO, logger="streamdp.worker"):
@@ -91,7 +93,7 @@ def test_a_live_workers_entries_are_not_taken_early_and_the_wait_is_said(redis_u
     r, name = model
     p, live = _holder(redis_url, name)
     try:
-        assert not gone(live)
+        assert not gone(live) and collect(r, name)["consumers_live"] == 1
         w = Worker(redis_url, name, block_ms=10)
         with caplog.at_level(logging.INFO, logger="streamdp.worker"):
             assert [w.step() for _ in range(3)] == [0, 0, 0]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from typing import Any
 
@@ -27,7 +28,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         type=int,
         default=30_000,
         help="take over entries another worker has held this long without committing (a crashed "
-        "worker's; default 30,000)",
+        "worker's; default 30,000); a worker of this host whose process is gone: at once",
     )
     w.add_argument("--max-deliveries", type=int, default=5)
     w.add_argument("--block-ms", type=int_in(1, MAX_BLOCK_MS), default=1000)
@@ -86,6 +87,7 @@ def worker(args: argparse.Namespace) -> int:
     if args.keep_mib is not None:
         cfg["keep_bytes"] = args.keep_mib << 20
     WorkerConfig(**cfg).check()  # a bad setting: one error line here, not a traceback in every child
+    _say_start(args)
     codes = run_workers(
         args.name,
         args.processes,
@@ -98,6 +100,38 @@ def worker(args: argparse.Namespace) -> int:
     if args.until_drained and not bad:
         _say_drained(args)
     return 1 if bad else 0
+
+
+def _say_start(args: argparse.Namespace) -> None:
+    """One JSON line on stderr as the pool starts (``worker.pool_start``, also without ``-v``; every log line is
+    JSON): what it consumes, how it stops and, when other consumers hold pending entries (a restart after a SIGKILL
+    elsewhere), when those are taken over were their workers dead: no silent wait. Names and settings only."""
+    import json
+    import os
+    import time
+
+    from streamdp.service.group import holders
+    from streamdp.service.keys import GROUP, Keys
+
+    stream = Keys(args.name).records
+    line: dict[str, Any] = {
+        "ts": round(time.time(), 3),
+        "event": "worker.pool_start",
+        "model": args.name,
+        "processes": args.processes or os.cpu_count() or 1,  # (the pool's default: one per core)
+        "stream": stream,
+        "group": GROUP,
+        "stop": ("when the stream is drained, or " if args.until_drained else "")
+        + "at Ctrl-C or SIGTERM (each process finishes its step)",
+    }
+    held = [h for h in holders(client(args), stream, GROUP) if h.pending and not h.gone]
+    if held:
+        line["consumers_holding_entries"] = len(held)
+        line["taken_over_within_s"] = math.ceil(max(h.wait_ms(args.claim_idle_ms) for h in held) / 1000)
+        line["note"] = (
+            "a live worker commits the entries it holds; a dead one's are taken over once idle --claim-idle-ms"
+        )
+    print(json.dumps(line), file=sys.stderr, flush=True)
 
 
 def _say_drained(args: argparse.Namespace) -> None:

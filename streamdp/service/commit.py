@@ -73,14 +73,15 @@ if #rejected > 0 then
 end
 """
 
-# Shared tail: append the dead letters, count, XACK every entry. A dead letter whose 4th field (its batch id) is
+# Shared tail: append the dead letters, count, XACK every entry; ``wrote`` lists the (1-based) dead letters written,
+# which both scripts return after their 'ok' and its value. A dead letter whose 4th field (its batch id) is
 # not '' is written only if no letter of that batch id was: the id goes into the dead_once zset, scored by the
 # millisecond of its letter's stream id (trimming.trim_dead drops the marks with the letters they stand for), so a
 # re-pushed batch is merged once (priv:merged) and refused once. Needs ids, me, m, a, d, base, group, dead_key,
 # dead_once_key, stats_key, dead_maxlen, now_ms.
 _DEAD_AND_ACK_LUA = r"""
 local off = base + 2 * m + a
-local written = 0
+local written, wrote = 0, {}
 for i = 1, d do
   local once = ARGV[off + 4 * i]
   if once == '' or not redis.call('ZSCORE', dead_once_key, once) then
@@ -89,6 +90,7 @@ for i = 1, d do
                            'ms', now_ms)
     if once ~= '' then redis.call('ZADD', dead_once_key, string.match(lid, '^%d+'), once) end
     written = written + 1
+    wrote[written] = i
   end
 end
 if written > 0 then redis.call('HINCRBY', stats_key, 'dead_letters', written) end
@@ -147,11 +149,10 @@ local dead_key, dead_once_key, stats_key, dead_maxlen, now_ms = KEYS[6], KEYS[9]
 """
     + _DEAD_AND_ACK_LUA
     + r"""
-if new_version then
-  redis.call('PUBLISH', ARGV[14], new_version)
-  return {'ok', new_version}
-end
-return {'ok', -1}
+local reply = {'ok', new_version or -1}
+for _, i in ipairs(wrote) do reply[#reply + 1] = i end
+if new_version then redis.call('PUBLISH', ARGV[14], new_version) end
+return reply
 """
 )
 
@@ -200,7 +201,9 @@ local dead_key, dead_once_key, stats_key, dead_maxlen, now_ms = KEYS[5], KEYS[8]
 """
     + _DEAD_AND_ACK_LUA
     + r"""
-return {'ok', open}
+local reply = {'ok', open}
+for _, i in ipairs(wrote) do reply[#reply + 1] = i end
+return reply
 """
 )
 

@@ -3,7 +3,9 @@
 :class:`GroupReader` reads a stream in a consumer group, in this order:
 
 1. once after a (re)start, the consumer's own pending entries (a restarted
-   worker with a fixed name re-reads what it held when it died);
+   worker with a fixed name re-reads what it held when it died), then the
+   entries of consumers whose process is provably gone (:func:`gone`: a
+   worker of this host killed with SIGKILL; no wait for ``claim_idle_ms``);
 2. every ``claim_every_s``, ``XAUTOCLAIM`` of entries idle for
    ``claim_idle_ms`` (held by dead workers), with their delivery counts, so
    the caller can dead-letter poison entries (:meth:`Entry.poison`);
@@ -21,6 +23,7 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -37,7 +40,7 @@ import redis
 from streamdp.service.connection import connect
 from streamdp.service.keys import as_str
 
-__all__ = ["Entry", "GroupReader", "GroupLoop", "jlog", "consumer_name"]
+__all__ = ["Entry", "GroupReader", "GroupLoop", "Holder", "jlog", "consumer_name", "gone", "holders"]
 
 
 def jlog(logger: logging.Logger, level: int, event: str, **kv: Any) -> None:
@@ -46,9 +49,103 @@ def jlog(logger: logging.Logger, level: int, event: str, **kv: Any) -> None:
         logger.log(level, json.dumps({"ts": round(time.time(), 3), "event": event, **kv}, default=str))
 
 
+def _pid_space() -> str:
+    """A tag of this boot and pid namespace (8 hex digits; "" where unknown, e.g. without ``/proc``): two processes
+    with the same tag see the same pids, so one can tell whether the other's pid is still running."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha256(f"{boot}/{ns}".encode()).hexdigest()[:8]
+
+
+PID_SPACE = _pid_space()
+
+
 def consumer_name() -> str:
-    """A unique consumer name: host, pid and a random suffix."""
-    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    """A unique consumer name: host, pid, a random suffix and, where known, the pid space's tag (:func:`gone`)."""
+    name = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+    return f"{name}-{PID_SPACE}" if PID_SPACE else name
+
+
+def gone(consumer: str) -> bool:
+    """Whether ``consumer`` is the name of a process that provably no longer runs: one named by
+    :func:`consumer_name` in this boot and pid namespace whose pid is not running. False when unsure (another host
+    or container, a name given by hand, a pid reused since: its entries wait ``claim_idle_ms``). Why: a worker
+    restarted after a SIGKILL takes over its predecessor's entries at once, and never a live worker's.
+
+    >>> gone(consumer_name()), gone("worker-1"), gone(f"h-{2**22 + 1}-abcdef-ffffffff")
+    (False, False, False)
+    """
+    parts = consumer.rsplit("-", 3)
+    if not PID_SPACE or len(parts) != 4 or parts[3] != PID_SPACE or not parts[1].isdigit():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # (another user's process: it runs)
+        return False
+    return False
+
+
+@dataclass
+class Holder:
+    """A consumer of a group: its name, ms since it last read or claimed (``idle_ms``), whether its process is
+    provably gone (:func:`gone`) and whether it holds pending entries."""
+
+    name: str
+    idle_ms: int
+    gone: bool
+    pending: bool = True
+
+    def wait_ms(self, claim_idle_ms: int) -> int:
+        """The longest its entries can still wait to be claimed, were it dead: each entry was delivered to it no later
+        than its last read, so it has been idle at least ``idle_ms`` (0 when gone: taken over at once).
+
+        >>> Holder("w", 5_000, gone=False).wait_ms(30_000), Holder("w", 5_000, gone=True).wait_ms(30_000)
+        (25000, 0)
+        """
+        return 0 if self.gone else max(0, claim_idle_ms - self.idle_ms)
+
+
+def holders(r: Any, stream: str, group: str, exclude: str = "") -> list[Holder]:
+    """The consumers of ``group`` on ``stream`` (``exclude`` aside; none when the stream or group is missing).
+
+    >>> import fakeredis
+    >>> r = fakeredis.FakeRedis()
+    >>> _ = r.xadd("s", {"d": b"x"}); _ = r.xgroup_create("s", "g", id="0")
+    >>> _ = r.xreadgroup("g", "w-1", {"s": ">"}, count=1)
+    >>> [(h.name, h.gone, h.pending) for h in holders(r, "s", "g")], holders(r, "nothing", "g")
+    ([('w-1', False, True)], [])
+    """
+    try:
+        infos = r.xinfo_consumers(stream, group)
+    except redis.ResponseError:
+        return []
+    return [
+        Holder(as_str(c["name"]), int(c.get("idle", 0)), gone(as_str(c["name"])), bool(int(c.get("pending", 0))))
+        for c in infos
+        if as_str(c["name"]) != exclude
+    ]
+
+
+# Move the pending entries of consumer ARGV[3] (up to ARGV[4]) to ARGV[2], atomically: only entries it still holds
+# (never one another reader took meanwhile); the consumer is removed once it holds nothing (its process is gone).
+# Returns {ids, delivery counts before, entries claimed}. KEYS: 1 stream. ARGV: 1 group, 2 me, 3 the gone
+# consumer, 4 count.
+_TAKEOVER_LUA = r"""
+local p = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', tonumber(ARGV[4]), ARGV[3])
+local ids, times, claimed = {}, {}, {}
+for i, e in ipairs(p) do ids[i] = e[1]; times[i] = e[4] end
+if #ids > 0 then claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, unpack(ids)) end
+if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[3]) == 0 then
+  redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[3])
+end
+return {ids, times, claimed}
+"""
 
 
 @dataclass
@@ -90,6 +187,8 @@ class GroupReader:
         self._claim_cursor = "0-0"
         self._last_claim = 0.0
         self._own_pel_read = False
+        self._takeover = self.r.register_script(_TAKEOVER_LUA)
+        self._gone_due = True  # look for gone consumers' entries (at the start, after a lost connection)
 
     def create(self) -> None:
         """Create the group (and the stream) if missing."""
@@ -102,13 +201,17 @@ class GroupReader:
     def reset(self) -> None:
         """After a lost connection: re-read the own pending entries first."""
         self._own_pel_read = False
+        self._gone_due = True
 
     def read(self, count: int, block_ms: int | None = None) -> list[Entry]:
-        """Up to ``count`` entries: own pending ones (once), claimed idle ones (when due), then new ones."""
+        """Up to ``count`` entries: own pending ones (once), those of gone consumers (:meth:`take_over`), claimed idle
+        ones (when due), then new ones."""
         entries: list[Entry] = []
         if not self._own_pel_read:
             self._own_pel_read = True
             entries += self.parse(self.r.xreadgroup(self.group, self.consumer, {self.stream: "0"}, count=count))
+        if self._gone_due and len(entries) < count:
+            entries += self.take_over(count - len(entries))
         now = time.monotonic()
         if len(entries) < count and now - self._last_claim >= self.claim_every_s:
             self._last_claim = now
@@ -137,9 +240,7 @@ class GroupReader:
         deleted = res[2] if len(res) > 2 else []
         self._claim_cursor = as_str(cursor)
         if deleted:
-            if self.stats:
-                self.r.hincrby(self.stats, "lost_trimmed", len(deleted))
-            jlog(self.log, logging.ERROR, "worker.lost_trimmed", **self.context, ids=[as_str(d) for d in deleted])
+            self._lost([as_str(d) for d in deleted])
         entries = [Entry(as_str(eid), fields) for eid, fields in items]
         if not entries:
             return []
@@ -153,6 +254,51 @@ class GroupReader:
         # (not how many: under a window policy the entries claimed are an exact figure, stats.BATCH_LEVEL)
         jlog(self.log, logging.INFO, "worker.claimed", **self.context, consumer=self.consumer)
         return entries
+
+    def take_over(self, count: int) -> list[Entry]:
+        """Up to ``count`` pending entries of consumers whose process is gone (:func:`gone`), with their delivery
+        counts, at once; once none is left, says ``worker.pending_elsewhere`` (INFO) when other consumers hold
+        entries, and when they are claimed were they dead. Exactly once holds as for ``XAUTOCLAIM``: the move is
+        atomic and takes only what the gone consumer still holds."""
+        out: list[Entry] = []
+        others = holders(self.r, self.stream, self.group, exclude=self.consumer)
+        for h in others:
+            if not h.gone or len(out) >= count:
+                continue  # (a gone consumer holding nothing is removed as well: a worker of it is not counted live)
+            ids, times, claimed = self._takeover(
+                keys=[self.stream], args=[self.group, self.consumer, h.name, count - len(out)]
+            )
+            fields = {as_str(eid): f for eid, f in (_pairs(e) for e in claimed or [] if e)}
+            # (an id the stream no longer holds was dropped from the group by XCLAIM: counted as lost_trimmed)
+            lost = [as_str(i) for i in ids if as_str(i) not in fields]
+            if lost:
+                self._lost(lost)
+            out += [Entry(as_str(i), fields[as_str(i)], int(t) + 1) for i, t in zip(ids, times) if as_str(i) in fields]
+        if len(out) < count:  # every gone consumer's entries taken: not looked for again until a reset
+            self._gone_due = False
+            waiting = [h for h in others if h.pending and not h.gone]
+            if waiting:
+                jlog(
+                    self.log,
+                    logging.INFO,
+                    "worker.pending_elsewhere",
+                    **self.context,
+                    consumers=len(waiting),
+                    claimed_within_s=round(max(h.wait_ms(self.claim_idle_ms) for h in waiting) / 1000, 1),
+                    note="entries held by other consumers: a live worker commits them; a dead one's are claimed "
+                    "once idle claim_idle_ms",
+                )
+        if out:
+            if self.stats:
+                self.r.hincrby(self.stats, "claimed", len(out))
+            jlog(self.log, logging.INFO, "worker.claimed", **self.context, consumer=self.consumer, holder="gone")
+        return out
+
+    def _lost(self, ids: list[str]) -> None:
+        """Pending entries found deleted from the stream: counted and logged (``worker.lost_trimmed``)."""
+        if self.stats:
+            self.r.hincrby(self.stats, "lost_trimmed", len(ids))
+        jlog(self.log, logging.ERROR, "worker.lost_trimmed", **self.context, ids=ids)
 
     def ack(self, ids: list[str], *, delete: bool = False) -> None:
         """XACK ``ids`` (and XDEL them if ``delete``), atomically."""
@@ -296,6 +442,14 @@ class GroupLoop:
         finally:
             self._on_stop()
         return n
+
+
+def _pairs(e: Any) -> tuple[Any, Any]:
+    """An entry of a script's ``XCLAIM`` reply as (id, field map): Lua hands the fields over as a flat list."""
+    eid, flat = e[0], e[1]
+    if isinstance(flat, dict):
+        return eid, flat
+    return eid, dict(zip(flat[::2], flat[1::2]))
 
 
 def _refused(err: redis.ResponseError) -> bool:

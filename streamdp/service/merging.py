@@ -62,13 +62,15 @@ class WorkerEntry(Entry):
 
 @dataclass
 class Outcome:
-    """What a merge did: ``"ok"`` (``entries`` committed, ``merged`` if any added to the model), ``"replaced"``
-    (the model was re-created under its name: nothing written), ``"gave_up"`` (retries exhausted: the entries
-    stay pending and are reclaimed) or ``"nothing"``."""
+    """What a merge did: ``"ok"`` (``entries`` committed, ``merged`` if any added to the model; ``dead_written``: the
+    ids of those whose dead letter the script wrote now (its reply numbers them after 'ok' and a value), not at an
+    earlier delivery of their batch), ``"replaced"`` (the model re-created under its name: nothing written),
+    ``"gave_up"`` (retries exhausted: the entries stay pending and are reclaimed) or ``"nothing"``."""
 
     status: str
     entries: list[WorkerEntry] = field(default_factory=list)
     merged: bool = False
+    dead_written: set[str] = field(default_factory=set)
 
 
 def entry_args(
@@ -343,7 +345,7 @@ class BatchMerge(_Merge):
                     self.guard.record(new_version)
                     # (no figures of entries: how many were merged, acked or dead is exact, stats --exact)
                     jlog(log, logging.DEBUG, "worker.commit", model=keys.name, version=new_version, retries=retries)
-                return Outcome("ok", ids_all, merged=m > 0)
+                return Outcome("ok", ids_all, m > 0, {dead[int(i) - 1][0] for i in res[2:]})
             if status == "replaced":
                 return Outcome("replaced")
             retries += 1
@@ -462,7 +464,7 @@ class WindowAdd(_Merge):
                 self.open_window = int(res[1])
                 if self.ids is not None and m:
                     self.ids.written()
-                return Outcome("ok", ids_all, merged=m > 0)
+                return Outcome("ok", ids_all, m > 0, {dead[int(i) - 1][0] for i in res[2:]})
             if status == "replaced":
                 return Outcome("replaced")
             retries += 1

@@ -5,7 +5,8 @@ batches_merged, records_merged (exact: private, never published),
 records_dropped_over_k and records_dropped_over_max_ids (exact: the records a per-person model's bound
 dropped, :mod:`.units`), commits, commit_retries, commit_rejections, dead_letters, acked_without_merge,
 poison, claimed, delta_reused, trimmed, lost_trimmed. Live gauges: pending, lag (entries
-not yet delivered), stream length, dead-letter length, consumers, published version,
+not yet delivered), stream length, dead-letter length, consumers (those live, and those silent for
+:data:`LIVE_IDLE_S` or more: workers killed, until they are forgotten), published version,
 and ``estimated_records``: the noisy record count of the published counts
 (:meth:`PrivateForest.estimated_records`, post-processing of a private release).
 
@@ -34,6 +35,7 @@ import msgpack
 import redis
 
 from streamdp.service.connection import connect
+from streamdp.service.group import gone
 from streamdp.service.keys import GROUP, Keys, as_str
 
 __all__ = [
@@ -45,7 +47,14 @@ __all__ = [
     "metric_value",
     "EXACT",
     "BATCH_LEVEL",
+    "LIVE_IDLE_S",
 ]
+
+#: A consumer that read or claimed within this many seconds counts as a live worker (``consumers_live``) unless its
+#: process is provably gone (:func:`.group.gone`); one silent longer (``consumers_silent``) is a worker that died
+#: (SIGKILL, out of memory) and is not forgotten yet, or one blocked in a longer read (``--block-ms`` above it).
+#: Why: the group keeps a dead worker's consumer for an hour.
+LIVE_IDLE_S = 30
 
 COUNTERS = (
     "entries_read",
@@ -110,19 +119,23 @@ def collect(r: Any, model: str) -> dict[str, float]:
     out["version"] = float(r.hget(keys.pub_model, "version") or 0)
     out["stream_length"] = float(r.xlen(keys.records))
     out["dead_letter_length"] = float(r.xlen(keys.dead))
-    pending = lag = consumers = 0.0
+    pending = lag = consumers = live = silent = 0.0
     try:
         g = next((g for g in r.xinfo_groups(keys.records) if as_str(g["name"]) == GROUP), None)
         if g is not None:
             out.update(_stream_tampering(r, keys, g))
             pending, consumers = float(g["pending"]), float(g["consumers"])
+            if consumers:
+                cs = r.xinfo_consumers(keys.records, GROUP)  # (one of this host whose process is gone: not live)
+                live = float(sum(int(c["idle"]) < LIVE_IDLE_S * 1000 and not gone(as_str(c["name"])) for c in cs))
+                silent = len(cs) - live
             if g.get("lag") is not None:
                 lag = float(g["lag"])
             else:  # Redis < 7: entries after the last delivered id
                 lag = float(len(r.xrange(keys.records, min=f"({as_str(g['last-delivered-id'])}", count=100_000)))
     except redis.ResponseError:
         pass
-    out.update(pending=pending, lag=lag, consumers=consumers)
+    out.update(pending=pending, lag=lag, consumers=consumers, consumers_live=live, consumers_silent=silent)
     est = _estimated_records(r, keys)
     if est is not None:
         out["estimated_records"] = est
@@ -272,7 +285,10 @@ _HELP = {
     "lost_trimmed": "pending entries found deleted from the stream",
     "deleted_undelivered": "1 if stream entries were deleted before any worker read them (an XADD MAXLEN/MINID "
     "trim by a producer: a trust boundary, see docs/security.md)",
-    "consumers": "worker processes in the model's consumer group",
+    "consumers": "worker processes in the model's consumer group (live and silent)",
+    "consumers_live": f"consumers that read or claimed in the last {LIVE_IDLE_S} s (live workers)",
+    "consumers_silent": f"consumers silent for {LIVE_IDLE_S} s or more, or of this host with their process gone: "
+    "workers that died (SIGKILL, out of memory), kept until forgotten (an hour by default), or blocked in a longer read",
     "version": "published model version",
     "windowed": "1 when the model releases by windows (its policy is public), 0 per batch",
     "releases_merged": "releases merged into the published counts (public)",

@@ -2,7 +2,8 @@
 
 One loop step:
 
-1. ``XAUTOCLAIM`` entries of dead workers idle for ``claim_idle_ms``; entries
+1. ``XAUTOCLAIM`` entries of dead workers idle for ``claim_idle_ms`` (at the start, at once those of a worker
+   whose process is provably gone: :func:`.group.gone`); entries
    delivered more than ``max_deliveries`` times are dead-lettered (poison).
 2. ``XREADGROUP`` up to ``batch_entries`` new entries (blocking ``block_ms``).
 3. Decode and validate each entry (:mod:`.codec`); undecodable entries and bad
@@ -418,7 +419,7 @@ class Worker(GroupLoop):
         if out.status == "replaced":
             self._replaced()
         elif out.status == "ok":
-            self._after_commit(out.entries)
+            self._after_commit(out.entries, out.dead_written)
 
     def _replaced(self) -> None:
         """The model was deleted and re-created under this name since this worker loaded it: write nothing and
@@ -431,22 +432,26 @@ class Worker(GroupLoop):
         )
         self.stop()
 
-    def _after_commit(self, entries: list[WorkerEntry]) -> None:
-        """After a successful commit or add: log the dead letters, trim every ``trim_every`` commits (dead-letter-only ones too)."""
+    def _after_commit(self, entries: list[WorkerEntry], written: set[str]) -> None:
+        """After a successful commit or add: log the dead letters ``written`` (entry ids; ``worker.dead_letter``, once
+        per batch id as they are written; a re-pushed batch's, recorded before, only at INFO), trim every
+        ``trim_every`` commits (dead-letter-only ones too)."""
         # the distinct reasons only (how many entries or records were bad is exact: stats --exact; the counts
         # and rows stay in the worker-only dead-letter stream)
+        bad = [e for e in entries if e.dead is not None or (e.batch is not None and e.batch.dropped)]
         reasons = {
             e.dead[0] if e.dead is not None else f"invalid records: {e.batch.dropped[0][1]}"
-            for e in entries
-            if e.dead is not None or (e.batch is not None and e.batch.dropped)
+            for e in bad
+            if e.id in written
         }
         if reasons:
+            _jlog(logging.WARNING, "worker.dead_letter", model=self.model, reasons=sorted(r[:200] for r in reasons)[:5])
+        if any(e.id not in written for e in bad):
             _jlog(
-                logging.WARNING,
-                "worker.dead_letter",
+                logging.INFO,
+                "worker.dead_letter_recorded_before",
                 model=self.model,
-                reasons=sorted(r[:200] for r in reasons)[:5],
-                note="logged at each delivery: a re-pushed batch logs again, its dead letter is written once",
+                note="a re-pushed batch with refused records: its dead letter was written at its first delivery",
             )
         self._commits_since_trim += 1  # every commit: acked entries (merged, duplicate or dead) wait for a trim
         if self._commits_since_trim >= self.config.trim_every:

@@ -329,3 +329,38 @@ def test_model_create_takes_a_bundled_schema_by_name_from_any_directory(redis_ur
 
     assert ", ".join(sorted(DATASETS)) in " ".join(capsys.readouterr().out.split())  # the help names them all
     assert main(u + ["model", "delete", unique_name]) == 0
+
+
+def test_cli_worker_says_what_it_consumes_at_start_and_when_held_entries_are_taken_over(
+    redis_url, unique_name, tmp_path, capfd
+):
+    """A trial's findings: ``streamdp worker`` without -v printed nothing at its start, and a worker started
+    while another consumer held entries (its predecessor killed on another host) waited ``--claim-idle-ms`` in
+    silence. Its first line (JSON, as every log line; also without -v) names the model, stream and group, how it
+    stops, and when the held entries are taken over; no record value."""
+    import json
+
+    import redis
+
+    from streamdp.service.keys import GROUP, Keys
+
+    u, name = ["--redis-url", redis_url], unique_name
+    create = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
+    assert main(u + create + ["--release", "batch"]) == 0
+    data = tmp_path / "votes.csv"
+    _csv(data, DS.X[:40], DS.y[:40], bad={3})
+    assert main(u + ["push", name, str(data), "--batch-size", "20", "-q"]) == 0
+    # a worker on another host took a batch and died (its name says nothing this host could check)
+    r = redis.Redis.from_url(redis_url)
+    assert r.xreadgroup(GROUP, "otherhost-1-abcdef", {Keys(name).records: ">"}, count=1)
+    capfd.readouterr()
+    worker = ["worker", name, "--processes", "1", "--until-drained", "--block-ms", "50", "--claim-idle-ms", "500"]
+    assert main(u + worker) == 0
+    err = capfd.readouterr().err
+    first = json.loads(err.splitlines()[0])
+    assert first["event"] == "worker.pool_start" and first["model"] == name and first["processes"] == 1
+    assert first["stream"] == Keys(name).records and first["group"] == GROUP and "SIGTERM" in first["stop"]
+    assert first["consumers_holding_entries"] == 1 and 0 <= first["taken_over_within_s"] <= 1
+    assert "perhaps" not in err
+    assert r.xpending(Keys(name).records, GROUP)["pending"] == 0  # taken over and merged
+    r.close()

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 fakeredis = pytest.importorskip("fakeredis")
 pytest.importorskip("lupa")
 
+from streamdp.service import stats  # noqa: E402
 from streamdp.service.consumer import Consumer  # noqa: E402
+from streamdp.service.keys import GROUP, Keys  # noqa: E402
 from streamdp.service.producer import Producer  # noqa: E402
 from streamdp.service.registry import create_model  # noqa: E402
-from streamdp.service.stats import collect, prometheus_text  # noqa: E402
+from streamdp.service.stats import collect, prometheus_text, public  # noqa: E402
 from tests.service.conftest import DS, _drain, _model, _worker  # noqa: E402
 
 
@@ -70,3 +74,23 @@ def test_metrics_keep_full_precision():
     from streamdp.service.stats import metric_value
 
     assert metric_value(1795450011.123) == "1795450011.123" and metric_value(12.0) == "12"
+
+
+def test_stats_tell_live_consumers_from_silent_ones(r, monkeypatch):
+    """A trial's finding: after a kill -9 the dead worker still counted in ``consumers`` until forgotten (an hour),
+    so stats looked as if a worker ran. ``consumers`` stays the group's total; ``consumers_live`` counts those that
+    read or claimed within :data:`LIVE_IDLE_S`, ``consumers_silent`` the others (public, as ``consumers``)."""
+    monkeypatch.setattr(stats, "LIVE_IDLE_S", 0.2)  # (30 s in service: a test does not wait that long)
+    _model(r)
+    Producer(r, "m").push(DS.X[:10], DS.y[:10])
+    records = Keys("m").records
+    r.xreadgroup(GROUP, "killed", {records: ">"}, count=1)  # took the entry, then was killed
+    deadline = time.monotonic() + 30
+    while collect(r, "m")["consumers_silent"] < 1:
+        r.xreadgroup(GROUP, "live", {records: ">"}, count=1, block=20)  # a live worker keeps reading
+        assert time.monotonic() < deadline, "the killed consumer never turned silent"
+    r.xreadgroup(GROUP, "live", {records: ">"}, count=1)
+    st = public(collect(r, "m"))
+    assert (st["consumers"], st["consumers_live"], st["consumers_silent"]) == (2, 1, 1)
+    text = prometheus_text({"m": st})
+    assert 'streamdp_consumers_silent{model="m"} 1' in text and "workers that died" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 
@@ -185,10 +186,12 @@ def test_bad_input_is_dead_lettered_and_good_batches_merge(r):
 
 
 @pytest.mark.parametrize("release", ["batch", "window"])
-def test_a_repushed_batch_is_refused_once_and_another_batch_with_the_same_row_again(r, release):
+def test_a_repushed_batch_is_refused_once_and_another_batch_with_the_same_row_again(r, release, caplog):
     """A trial's finding: each re-push of a file with a bad row added one more dead letter, although its good
     records merged once. A batch id (content, position, source) is refused once, as it is merged once; the same
-    bad row in another batch (another --source) is refused again. Both commit scripts (batch, window add)."""
+    bad row in another batch (another --source) is refused again. Both commit scripts (batch, window add).
+    The ``worker.dead_letter`` warning follows the letters: once per batch id, not at each re-push (a later
+    trial's finding); a re-push says at INFO that its letter was recorded before."""
     kw = {"release_every": 3600} if release == "window" else {}
     _model(r, epsilon=math.inf, release=release, **kw)
     k = Keys("m")
@@ -203,11 +206,16 @@ def test_a_repushed_batch_is_refused_once_and_another_batch_with_the_same_row_ag
                 return
         raise AssertionError("stream not read")
 
-    for _ in range(3):  # the same pushes three times: the batch ids repeat
-        p = Producer(r, "m", on_invalid="dead-letter", batch_size=10)
-        p.push_records(recs)
-        p.push_records(every_bad, source="all-bad")  # a batch of refused rows alone: nothing merges
-        read_all()
+    def said(event):
+        return sum(json.loads(m)["event"] == event for m in caplog.messages if m.startswith("{"))
+
+    with caplog.at_level(logging.INFO, logger="streamdp.worker"):
+        for _ in range(3):  # the same pushes three times: the batch ids repeat
+            p = Producer(r, "m", on_invalid="dead-letter", batch_size=10)
+            p.push_records(recs)
+            p.push_records(every_bad, source="all-bad")  # a batch of refused rows alone: nothing merges
+            read_all()
+    assert said("worker.dead_letter") == 2 and said("worker.dead_letter_recorded_before") == 4
     letters = [f for _, f in r.xrange(k.dead)]
     assert len(letters) == 2 and collect(r, "m")["dead_letters"] == 2
     assert sorted(f[b"reason"].decode().split(";")[0] for f in letters) == [
@@ -216,7 +224,9 @@ def test_a_repushed_batch_is_refused_once_and_another_batch_with_the_same_row_ag
     ]
     assert collect(r, "m")["records_merged"] == 19 and collect(r, "m")["pending"] == 0
     Producer(r, "m", on_invalid="dead-letter", batch_size=10).push_records(recs, source="tuesday")  # new batches
-    read_all()
+    with caplog.at_level(logging.INFO, logger="streamdp.worker"):
+        read_all()
+    assert said("worker.dead_letter") == 3
     assert r.xlen(k.dead) == 3 and collect(r, "m")["records_merged"] == 38
     assert all(b"perhaps" not in v for f in (f for _, f in r.xrange(k.dead)) for v in f.values())
 

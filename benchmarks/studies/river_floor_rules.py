@@ -13,6 +13,10 @@ are paired on one model (``river_heldout.py --variants``, ``stream_paths_small.p
 * ``tieD``: the prior's class where the forest's class leads it by at most ``D`` in probability.
 * ``postK``: the prior's class unless the forest's class leads it by more than ``K`` sds of a difference of two
   shares among the chain's own records (the pooled chain's final ``n``: ``sqrt((p_c + p_m) / (n + 1))``).
+* ``sigK``: a global gate: the forest votes only where its released nodes show a class signal, the largest over
+  depths ``d >= 1`` of ``(S_d - k_d) / sqrt(2 k_d)`` above ``K``; ``S_d`` sums over the depth's nodes and classes
+  ``(y_c - t pi_c)^2`` over its variance when the class does not depend on the node (the cell noise's, and
+  ``t pi_c (1 - pi_c)`` from sampling; ``pi`` the released prior, ``t`` the node's noisy total), ``k_d`` its terms.
 * ``prior``: the released prior's class alone (what the forest adds, by difference).
 * ``blendA``: the probabilities shrunk to the prior, ``(r p + A prior) / (r + A)`` with ``r`` the tree releases.
 """
@@ -23,7 +27,7 @@ import numpy as np
 
 VARIANTS = (
     "base", "prior", "tie0.01", "tie0.02", "tie0.05", "post0.25", "post0.5", "post1",
-    "leaf0.5", "leaf1", "any1", "root1", "blend1",
+    "leaf0.5", "leaf1", "any1", "root1", "blend1", "sig2", "sig3",
 )  # fmt: skip
 
 
@@ -62,6 +66,25 @@ def chain_records(nodes, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def signal_z(model) -> float:
+    """``sigK``'s statistic: the largest over depths of the released nodes' class-signal z (module docstring)."""
+    nodes = model.forest.estimation_nodes()
+    prior = model.forest.prior()
+    C = prior.size
+    best = -np.inf
+    for d in range(1, int(nodes.depth.max(initial=0)) + 1):
+        at = nodes.depth == d
+        if not at.any():
+            continue
+        y, cell = nodes.y[at], nodes.var[at] / C
+        t = np.maximum(y.sum(axis=1, keepdims=True), 0.0)
+        noise = cell[:, None] * (1.0 - 2.0 * prior + C * prior**2)[None, :]
+        stat = float(((y - t * prior) ** 2 / (noise + t * prior * (1.0 - prior) + 1e-12)).sum())
+        k = y.size
+        best = max(best, (stat - k) / np.sqrt(2.0 * k))
+    return best
+
+
 def predictions(model, X: np.ndarray, variants=VARIANTS) -> dict[str, np.ndarray]:
     """Each variant's predicted classes for the encoded records ``X`` on the model's current release."""
     p = model.predict_proba_encoded(X)
@@ -94,6 +117,9 @@ def predictions(model, X: np.ndarray, variants=VARIANTS) -> dict[str, np.ndarray
                 n_chain = chain_records(model.forest.estimation_nodes(), rows)
             sd_p = np.sqrt((p[idx, base] + p[:, m]) / (n_chain + 1.0))
             out[v] = np.where((base == m) | (pm > float(v[4:]) * sd_p), base, m)
+            continue
+        if v.startswith("sig"):
+            out[v] = base if signal_z(model) > float(v[3:]) else np.full(len(X), m)
             continue
         if v == "prior":
             out[v] = np.full(len(X), m)

@@ -160,16 +160,30 @@ def report(info: dict, rows: list[dict], models: tuple = MODELS) -> list[str]:
 
     n = info["repeats"] * info["folds"]
     cmd = f"stream_paths_small.py --repeats {info['repeats']} --folds {info['folds']}"
-    lines = [
-        *study_header(
-            "The streaming paths on small data, beside the fit at the noise of their release count", cmd, info
-        ),
+    title, text = (
+        "The streaming paths on small data, beside the fit at the noise of their release count",
         f"Mean test accuracy over {n} splits (the same for every model). `fit/sqrtR`: the one-shot fit at "
         "epsilon / sqrt(R), the noise of R full-budget releases in one. `merge`: fit on a tenth plus 9 deltas "
         "merged into its pruned trees; `update`: the same with `update` (a grown release on cut trees).",
+    )
+    extra = ()
+    if ref == "base":
+        cmd += f" --variants {' '.join(info['variants'])}"
+        title = "The river classifier's floor: post-processing rules on the same releases"
+        text = (
+            f"Mean test accuracy over {n} splits of the river column (`PrivateForestClassifier(schema, epsilon=e)`, "
+            "`learn_encoded` then `flush`), one release per split read by every rule of "
+            "`benchmarks/studies/river_floor_rules.py`. `names`: the share of splits whose released prior names the "
+            "training set's majority class; `z`: the median separation of the top two classes by the released "
+            "prior's noise (exact shares over the noise sd: the analysis reads them, the model never does)."
+        )
+        extra = ("names", "z")
+    lines = [
+        *study_header(title, cmd, info),
+        text,
         "",
-        f"| dataset | epsilon | {' | '.join(MODELS)} |",
-        "|---|---|" + "---|" * len(MODELS),
+        f"| dataset | epsilon | {' | '.join((*MODELS, *extra))} |",
+        "|---|---|" + "---|" * (len(MODELS) + len(extra)),
     ]
     cells = []
     for name in info["data"]:
@@ -177,7 +191,15 @@ def report(info: dict, rows: list[dict], models: tuple = MODELS) -> list[str]:
             rs = [r["acc"] for r in rows if r["dataset"] == name and r["epsilon"] == eps]
             mean = {m: float(np.mean([r[m] for r in rs])) for m in MODELS}
             cells.append(mean)
-            lines.append(f"| {name} | {eps:g} | {' | '.join(f'{mean[m]:.3f}' for m in MODELS)} |")
+            more = (
+                [
+                    f"{np.mean([r['prior_names_majority'] for r in rs]):.2f}",
+                    f"{np.median([r['prior_z'] for r in rs]):.1f}",
+                ]
+                if extra
+                else []
+            )
+            lines.append(f"| {name} | {eps:g} | {' | '.join([*(f'{mean[m]:.3f}' for m in MODELS), *more])} |")
     lines += [
         "",
         "## Over every dataset and epsilon",

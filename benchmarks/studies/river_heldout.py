@@ -8,9 +8,11 @@ documentation, and UCI Car when a copy is given), each streamed in ``--orders`` 
 hold) and the share of the most frequent class over the whole stream (in hindsight; not private). Nothing was tuned on these
 sets.
 
-    python benchmarks/studies/river_heldout.py [--orders 30] [--car car.data]
+    python benchmarks/studies/river_heldout.py [--orders 30] [--car car.data] [--variants [RULE ...]]
 
-Writes ``results/river_heldout.{md,json}`` with the machine's load.
+Writes ``results/river_heldout.{md,json}`` with the machine's load; with ``--variants`` (the rules of
+``river_floor_rules.py``, all when none is named), ``results/river_heldout_rules.{md,json}``: every rule on the
+same releases of the same orders (decision 029).
 """
 
 from __future__ import annotations

@@ -19,9 +19,11 @@ Models, at their defaults, on the same splits (the datasets, loaders and splits 
   ``river grow``: the same with ``grow=True`` (numeric schemas do not grow by default);
 * ``majority``: the training folds' most frequent class (not private: the floor).
 
-    python benchmarks/studies/stream_paths_small.py [--repeats 2 --folds 5]
+    python benchmarks/studies/stream_paths_small.py [--repeats 2 --folds 5] [--variants [RULE ...]]
 
-Writes ``results/stream_paths_small.{json,md}``.
+Writes ``results/stream_paths_small.{json,md}``; with ``--variants``, the river column alone under the rules of
+``river_floor_rules.py`` (all when none is named), one release read by every rule, in
+``results/stream_paths_small_rules.{json,md}`` (decision 029).
 """
 
 from __future__ import annotations

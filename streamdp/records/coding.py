@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,9 @@ __all__ = [
     "MISSING",
     "is_frame",
     "to_float",
+    "NUMBER_TEXT",
+    "text_number",
+    "number_cells",
     "plain",
     "lookup_key",
     "lookup_codes",
@@ -70,6 +74,64 @@ def to_float(col: np.ndarray) -> np.ndarray | None:
 def _is_number_type(t: type) -> bool:
     """``t`` is an int or float type (Python or numpy) but not a boolean."""
     return issubclass(t, (int, float, np.integer, np.floating)) and not issubclass(t, (bool, np.bool_))
+
+
+#: A number as CSV writers spell one (ASCII digits, a sign, a point, an exponent): not ``1_0``, not other digits.
+NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def text_number(text: str) -> float | None:
+    """The finite number a text spells (:data:`NUMBER_TEXT`, surrounding spaces ignored), else None.
+
+    Why: ``csv.DictReader`` and ``read_csv(dtype=str)`` give numbers as text; ``"nan"``, ``"inf"`` or
+    ``"1e999"`` name no value in a declared range, so they are refused rather than clamped.
+
+    >>> text_number(" 5.1 "), text_number("-2e3"), text_number("1_0"), text_number("inf"), text_number("1e999")
+    (5.1, -2000.0, None, None, None)
+    """
+    text = text.strip()
+    if not NUMBER_TEXT.fullmatch(text):
+        return None
+    v = float(text)
+    return v if math.isfinite(v) else None
+
+
+def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The one rule for a numeric attribute's cells: ``(values, missing, not_number)`` of a column.
+
+    A number (int or float, Python or numpy, not a boolean) is its value (an int beyond a float's range:
+    an infinity, clamped by the caller; NaN stays NaN for the caller to name); a text spelling a finite
+    number (:func:`text_number`) is that number; :data:`MISSING`, None, pandas' NA and a blank text are
+    missing; anything else (booleans, other text, other objects) is not a number. ``values`` is NaN where
+    a cell is missing or not a number. Used by :meth:`Schema.encode` and the frame coder alike.
+
+    >>> v, miss, bad = number_cells(np.array([1, " 2.5", "", None, True, "x", float("nan")], dtype=object))
+    >>> v.tolist()[:2], miss.tolist(), bad.tolist()
+    ([1.0, 2.5], [False, False, True, True, False, False, False], [False, False, False, False, True, True, False])
+    """
+    n = len(col)
+    vals = np.full(n, np.nan)
+    missing = np.zeros(n, dtype=bool)
+    not_number = np.zeros(n, dtype=bool)
+    for i, v in enumerate(col):
+        if isinstance(v, str):
+            x = text_number(v)
+            if x is not None:
+                vals[i] = x
+            elif v.strip():
+                not_number[i] = True
+            else:
+                missing[i] = True
+        elif v is MISSING or v is None or type(v).__name__ == "NAType":  # (pandas' NA, without importing pandas)
+            missing[i] = True
+        elif _is_number_type(type(v)):
+            try:
+                vals[i] = float(v)
+            except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
+                vals[i] = math.inf if v > 0 else -math.inf
+        else:
+            not_number[i] = True
+    return vals, missing, not_number
 
 
 def plain(v: Any) -> Any:

@@ -37,6 +37,7 @@ from streamdp.records.coding import (
     is_frame,
     lookup_codes,
     lookup_key,
+    number_cells,
     plain,
     to_float,
     value_code,
@@ -413,27 +414,20 @@ class Schema:
         """One attribute's codes; its bad rows' reasons into ``bad`` (``first``: its first bad row only, as the
         error names the least over the columns: formatting every bad cell's reason is costly on a file of
         wrong columns; it then adds the declaration). Never the value: :mod:`.read_errors`' words."""
-        n = len(col)
         if isinstance(attr, Numeric):
             vals = to_float(col)
-            if vals is None:  # slow path: find the offending rows
-                vals = np.full(n, np.nan)
-                for i, v in enumerate(col):
-                    if v is MISSING or v is None:
-                        if not fill_missing:
-                            self._bad(bad, i, f"attribute {attr.name!r} {MISSING_WORDS}")
-                            if first:
-                                break
-                    elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            if vals is None:  # slow path: text and other objects, by the one rule of number_cells
+                vals, missing, not_number = number_cells(col)
+                if fill_missing:
+                    missing[:] = False
+                for i in np.flatnonzero(missing | not_number).tolist():
+                    if missing[i]:
+                        self._bad(bad, i, f"attribute {attr.name!r} {MISSING_WORDS}")
+                    else:
                         why = f" (declared: a number in [{attr.min:g}, {attr.max:g}])" if first else ""
                         self._bad(bad, i, f"attribute {attr.name!r} {NOT_NUMBER_WORDS}{why}")
-                        if first:
-                            break
-                    else:
-                        try:
-                            vals[i] = float(v)
-                        except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
-                            vals[i] = math.inf if v > 0 else -math.inf
+                    if first:
+                        break
             if fill_missing:
                 return np.where(np.isnan(vals), (attr.min + attr.max) / 2.0, np.clip(vals, attr.min, attr.max))
             nan = np.flatnonzero(np.isnan(vals))

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.records.coding import value_code
+from streamdp.records.coding import text_number, value_code
 from streamdp.records.domains import Categorical, Numeric
 from streamdp.records.read_errors import UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
@@ -169,7 +169,10 @@ class RecordEncoder:
         if isinstance(v, (np.integer, np.floating)) and not isinstance(v, np.bool_):
             f = float(v)
             return mid if math.isnan(f) else lo if f < lo else hi if f > hi else f
-        return None  # a string, a boolean or anything else in a numeric attribute
+        if isinstance(v, str):  # Schema.encode's rule (number_cells): a finite number's text, or blank: missing
+            f = text_number(v)
+            return (mid if not v.strip() else None) if f is None else lo if f < lo else hi if f > hi else f
+        return None  # a boolean, other text or anything else in a numeric attribute
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode_one` for a list of dicts: ``(X float64, unknown)``, rows with an unknown value hold zeros."""

@@ -124,7 +124,7 @@ def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 missing[i] = True
         elif v is MISSING or v is None or type(v).__name__ == "NAType":  # (pandas' NA, without importing pandas)
             missing[i] = True
-        elif _is_number_type(type(v)):
+        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
             try:
                 vals[i] = float(v)
             except OverflowError:  # an int beyond a float's range: outside the declared one, clamped

@@ -170,8 +170,8 @@ class RecordEncoder:
             f = float(v)
             return mid if math.isnan(f) else lo if f < lo else hi if f > hi else f
         if isinstance(v, str):  # Schema.encode's rule (number_cells): a finite number's text, or blank: missing
-            f = text_number(v)
-            return (mid if not v.strip() else None) if f is None else lo if f < lo else hi if f > hi else f
+            n = text_number(v)
+            return (mid if not v.strip() else None) if n is None else lo if n < lo else hi if n > hi else n
         return None  # a boolean, other text or anything else in a numeric attribute
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:

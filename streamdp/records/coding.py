@@ -30,6 +30,8 @@ __all__ = [
     "NUMBER_TEXT",
     "text_number",
     "number_cells",
+    "is_absent",
+    "is_missing_value",
     "plain",
     "lookup_key",
     "lookup_codes",
@@ -122,7 +124,7 @@ def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 not_number[i] = True
             else:
                 missing[i] = True
-        elif v is MISSING or v is None or type(v).__name__ == "NAType":  # (pandas' NA, without importing pandas)
+        elif is_absent(v):
             missing[i] = True
         elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
             try:
@@ -132,6 +134,20 @@ def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         else:
             not_number[i] = True
     return vals, missing, not_number
+
+
+def is_absent(v: Any) -> bool:
+    """A cell with no value: :data:`MISSING`, None or pandas' NA (NaN is a float: its callers name it).
+
+    >>> is_absent(None), is_absent(MISSING), is_absent(float("nan")), is_absent("")
+    (True, True, False, False)
+    """
+    return v is MISSING or v is None or type(v).__name__ == "NAType"  # (pandas' NA, without importing pandas)
+
+
+def is_missing_value(v: Any) -> bool:
+    """:func:`is_absent`, or NaN: what a categorical attribute or a label calls missing rather than undeclared."""
+    return is_absent(v) or (isinstance(v, (float, np.floating)) and math.isnan(v))
 
 
 def plain(v: Any) -> Any:

@@ -89,6 +89,10 @@ def encode_frame(
     missing = [n for n in schema.names if n not in frame.columns]
     if missing:
         raise SourceError(f"the data lacks the attribute columns {missing}")
+    if not frame.columns.is_unique:
+        twice = [n for n in schema.names if int((frame.columns == n).sum()) > 1]
+        if twice:
+            raise SourceError(f"the data has the attribute columns {twice} more than once")
     n = len(frame)
     out = np.empty((n, schema.n_attributes), dtype=np.float64)
     bad = np.zeros(n, dtype=bool)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import functools
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
@@ -35,10 +34,10 @@ from streamdp.records.coding import (
     MISSING,
     declared_table,
     is_frame,
+    is_missing_value,
     lookup_codes,
     lookup_key,
     number_cells,
-    plain,
     to_float,
     value_code,
 )
@@ -370,6 +369,9 @@ class Schema:
             raise ValueError("X must be a list of records (dicts) or a 2-D array, not a single dict")
         if is_frame(X):
             cols = list(X.columns)
+            twice = [name for name in self.names if cols.count(name) > 1]
+            if twice:
+                raise ValueError(f"X has the attribute columns {twice} more than once")
             if all(name in cols for name in self.names):
                 X = X[self.names]  # by name: a frame's column order need not be the schema's
             elif any(isinstance(c, str) for c in cols):
@@ -441,10 +443,9 @@ class Schema:
             return np.where(np.isnan(vals), attr.min, vals)
         codes = lookup_codes(cast(dict, self._lookup[j]), col)
         for r in np.flatnonzero(codes < 0):
-            v = plain(col[r])
             what = (  # never the value: reasons reach logs and dead letters (the declared values are public)
                 MISSING_WORDS
-                if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v))
+                if is_missing_value(col[r])
                 else UNDECLARED_WORDS + (f" (declared: {list(attr.values)})" if first else "")
             )
             self._bad(bad, int(r), f"attribute {attr.name!r} {what}")
@@ -463,12 +464,12 @@ class Schema:
             ys[:] = list(ylist)
         codes = lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
-            self._bad(
-                bad,
-                int(i),
-                f"label {self.label.name!r} {UNDECLARED_CLASS_WORDS}"
-                + (f" (declared: {list(self.label.values)})" if first else ""),
+            what = (
+                MISSING_WORDS
+                if is_missing_value(ys[i])
+                else UNDECLARED_CLASS_WORDS + (f" (declared: {list(self.label.values)})" if first else "")
             )
+            self._bad(bad, int(i), f"label {self.label.name!r} {what}")
             if first:
                 break
         return np.maximum(codes, 0)

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.records.coding import text_number, value_code
+from streamdp.records.coding import is_missing_value, text_number, value_code
 from streamdp.records.domains import Categorical, Numeric
-from streamdp.records.read_errors import UNDECLARED_CLASS_WORDS
+from streamdp.records.read_errors import MISSING_WORDS, UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
 from streamdp.river.kernel import new_kernel
 
@@ -188,6 +188,10 @@ class RecordEncoder:
         t = type(y)
         code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
         if code < 0:
+            if is_missing_value(y):
+                raise ValueError(
+                    f"label {self.schema.label.name!r} {MISSING_WORDS}: every record learned needs its class"
+                )
             raise ValueError(  # never the class given: applications log errors (the declared classes are public)
                 f"label {self.schema.label.name!r} {UNDECLARED_CLASS_WORDS} (declared: {self.label_values})"
             )

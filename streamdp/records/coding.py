@@ -15,9 +15,11 @@ column's range for integer-valued arrays and through dict probes otherwise. Used
 
 from __future__ import annotations
 
+import decimal
 import functools
 import itertools
 import math
+import numbers
 import re
 from typing import Any
 
@@ -29,6 +31,7 @@ __all__ = [
     "to_float",
     "NUMBER_TEXT",
     "text_number",
+    "cell_number",
     "number_cells",
     "is_absent",
     "is_missing_value",
@@ -98,14 +101,37 @@ def text_number(text: str) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The one rule for a numeric attribute's cells: ``(values, missing, not_number)`` of a column.
+def cell_number(v: Any) -> Any:
+    """The one rule for a numeric attribute's cell: its number as a float, :data:`MISSING`, or None (not a number).
 
-    A number (int or float, Python or numpy, not a boolean) is its value (an int beyond a float's range:
-    an infinity, clamped by the caller; NaN stays NaN for the caller to name); a text spelling a finite
-    number (:func:`text_number`) is that number; :data:`MISSING`, None, pandas' NA and a blank text are
-    missing; anything else (booleans, other text, other objects) is not a number. ``values`` is NaN where
-    a cell is missing or not a number. Used by :meth:`Schema.encode` and the frame coder alike.
+    A number (int, float, ``Decimal``, ``Fraction``; Python or numpy; not a boolean) is its value (NaN stays
+    NaN for the caller to name; an int beyond a float's range is an infinity, clamped by the caller); a text
+    spelling a finite number (:func:`text_number`) is that number; :data:`MISSING`, None, pandas' NA and a
+    blank text are missing; anything else (booleans, other text, other objects) is not a number. Why numbers
+    of every kind: a database driver gives ``Decimal`` for SQL ``NUMERIC``, ``csv.DictReader`` gives text.
+
+    >>> from decimal import Decimal
+    >>> [cell_number(v) for v in (3, " 2.5", Decimal("1.5"), True, "x")], cell_number("") is MISSING
+    ([3.0, 2.5, 1.5, None, None], True)
+    """
+    if isinstance(v, str):
+        x = text_number(v)
+        return x if x is not None else None if v.strip() else MISSING
+    if is_absent(v):
+        return MISSING
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, decimal.Decimal)):
+        return None
+    if isinstance(v, decimal.Decimal) and v.is_nan():  # (float() refuses a signalling NaN)
+        return math.nan
+    try:
+        return float(v)
+    except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
+        return math.inf if v > 0 else -math.inf  # type: ignore[operator]
+
+
+def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`cell_number` over a column: ``(values, missing, not_number)``, ``values`` NaN where a cell is
+    missing or not a number. Used by :meth:`Schema.encode` and the frame coder alike.
 
     >>> v, miss, bad = number_cells(np.array([1, " 2.5", "", None, True, "x", float("nan")], dtype=object))
     >>> v.tolist()[:2], miss.tolist(), bad.tolist()
@@ -116,23 +142,13 @@ def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     missing = np.zeros(n, dtype=bool)
     not_number = np.zeros(n, dtype=bool)
     for i, v in enumerate(col):
-        if isinstance(v, str):
-            x = text_number(v)
-            if x is not None:
-                vals[i] = x
-            elif v.strip():
-                not_number[i] = True
-            else:
-                missing[i] = True
-        elif is_absent(v):
-            missing[i] = True
-        elif isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_)):
-            try:
-                vals[i] = float(v)
-            except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
-                vals[i] = math.inf if v > 0 else -math.inf
-        else:
+        x = cell_number(v)
+        if x is None:
             not_number[i] = True
+        elif x is MISSING:
+            missing[i] = True
+        else:
+            vals[i] = x
     return vals, missing, not_number
 
 

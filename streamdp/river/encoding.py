@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.records.coding import is_missing_value, text_number, value_code
+from streamdp.records.coding import MISSING, cell_number, is_missing_value, value_code
 from streamdp.records.domains import Categorical, Numeric
 from streamdp.records.read_errors import MISSING_WORDS, UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
@@ -164,15 +164,12 @@ class RecordEncoder:
             return None if c < 0 else c
         if t is float or t is int:
             return mid if v != v else lo if v < lo else hi if v > hi else v
-        if v is _MISSING or v is None:
+        if v is _MISSING:
             return mid
-        if isinstance(v, (np.integer, np.floating)) and not isinstance(v, np.bool_):
-            f = float(v)
-            return mid if math.isnan(f) else lo if f < lo else hi if f > hi else f
-        if isinstance(v, str):  # Schema.encode's rule (number_cells): a finite number's text, or blank: missing
-            n = text_number(v)
-            return (mid if not v.strip() else None) if n is None else lo if n < lo else hi if n > hi else n
-        return None  # a boolean, other text or anything else in a numeric attribute
+        f = cell_number(v)  # Schema.encode's rule (numpy numbers, Decimal, a number's text, ...)
+        if f is None:  # not a number: unknown
+            return None
+        return mid if f is MISSING or f != f else lo if f < lo else hi if f > hi else f
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode_one` for a list of dicts: ``(X float64, unknown)``, rows with an unknown value hold zeros."""

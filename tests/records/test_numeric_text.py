@@ -125,3 +125,26 @@ def test_the_river_encoder_follows_the_same_rule_one_record_or_a_frame():
     assert one[:4] == CODES and one[4] == [5.0, 0] and one[5][0] is None and one[6][0] is None
     X, unknown = enc.encode_frame(pd.DataFrame(rows, dtype=str))
     assert X[:5].tolist() == [*CODES, [5.0, 0.0]] and unknown.tolist() == [False] * 5 + [True] * 2
+
+
+@pytest.mark.parametrize("coder", sorted(_coders()))
+def test_decimal_and_fraction_numbers_are_numbers(coder):
+    """A database driver gives ``Decimal`` for SQL NUMERIC: it was "not a number"."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    rows = [{"a": Decimal("5.1"), "c": "x"}, {"a": Decimal("12"), "c": "y"}, {"a": Fraction(-1), "c": "x"}]
+    assert _coders()[coder](rows, LABELS[:3]).tolist() == CODES[:3]
+    with pytest.raises(ValueError, match=r"^record 0 \(0-based\): attribute 'a' is (NaN or )?missing"):
+        _coders()[coder]([{"a": Decimal("NaN"), "c": "x"}], LABELS[:1])
+
+
+def test_the_river_encoder_takes_decimals_too():
+    from decimal import Decimal
+
+    from streamdp.river.encoding import RecordEncoder
+
+    enc = RecordEncoder(SCHEMA)
+    assert enc.encode_one({"a": Decimal("5.1"), "c": "x"}) == CODES[0]
+    assert enc.encode_one({"a": Decimal("NaN"), "c": "x"}) == [5.0, 0]  # river: NaN is a missing number
+    assert enc.encode_one({"a": True, "c": "x"})[0] is None

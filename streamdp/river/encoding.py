@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.records.coding import MISSING, cell_number, is_missing_value, value_code
+from streamdp.records.coding import MISSING, cell_number, is_frame, is_missing_value, value_code
 from streamdp.records.domains import Categorical, Numeric
 from streamdp.records.read_errors import MISSING_WORDS, UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
@@ -203,8 +203,14 @@ class RecordEncoder:
 
         Returns ``(X, unknown)``: the float64 codes in schema order (rows with an
         unknown value hold zeros) and the mask of those rows. Absent columns are
-        missing values; integer column names stand for digit attribute names.
+        missing values; integer column names stand for digit attribute names. :class:`TypeError` for
+        anything but a DataFrame (river's ``learn_many`` and ``predict_many`` take one).
         """
+        if not is_frame(X):
+            raise TypeError(
+                f"X must be a pandas DataFrame (river's mini-batch methods take one), got {type(X).__name__}; "
+                "for records one at a time use learn_one / predict_one, or pd.DataFrame(records)"
+            )
         n = len(X)
         cols = list(X.columns)
         have = set(cols)

@@ -100,3 +100,14 @@ def test_the_river_classifier_says_a_missing_label_is_missing():
         m.learn_one({"age": 3, "plan": "free"}, None)
     with pytest.raises(ValueError, match=r"^label 'churned' has a class not declared"):
         m.learn_one({"age": 3, "plan": "free"}, "Yes")
+
+
+@pytest.mark.parametrize("cls", ["PrivateForestClassifier", "PrivateWindowClassifier"])
+def test_river_mini_batches_of_dicts_say_a_dataframe_is_needed(cls):
+    """river's learn_many takes a DataFrame: a list of dicts raised "'list' object has no attribute 'columns'"."""
+    import streamdp.river
+
+    m = getattr(streamdp.river, cls)(SCHEMA)
+    for call in (lambda: m.learn_many(DF.to_dict("records"), pd.Series(Y)), lambda: m.predict_many(DF.to_numpy())):
+        with pytest.raises(TypeError, match=r"^X must be a pandas DataFrame .* got (list|ndarray)"):
+            call()

@@ -63,6 +63,18 @@ def _listed(**named: Any) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _text_hint(v: Any, declared: tuple) -> str:
+    """``"; it is text ..."`` when a text value meets declared values none of which is text (numbers read from
+    a CSV as text: ``csv.DictReader``), else ``""``. The value's type only, never the value.
+
+    >>> _text_hint("2", (1, 2)), _text_hint("b", ("a",)), _text_hint(2.5, (1, 2))
+    ('; it is text, the declared values are not: convert the column', '', '')
+    """
+    if isinstance(v, str) and not any(isinstance(d, str) for d in declared):
+        return "; it is text, the declared values are not: convert the column"
+    return ""
+
+
 def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
     """Under ``on_invalid="raise"``, a :class:`ValueError` naming the first bad record (by row) and its reason."""
     if bad and on_invalid == "raise":
@@ -446,7 +458,8 @@ class Schema:
             what = (  # never the value: reasons reach logs and dead letters (the declared values are public)
                 MISSING_WORDS
                 if is_missing_value(col[r])
-                else UNDECLARED_WORDS + (f" (declared: {list(attr.values)})" if first else "")
+                else UNDECLARED_WORDS
+                + (f" (declared: {list(attr.values)}{_text_hint(col[r], attr.values)})" if first else "")
             )
             self._bad(bad, int(r), f"attribute {attr.name!r} {what}")
             if first:
@@ -467,7 +480,8 @@ class Schema:
             what = (
                 MISSING_WORDS
                 if is_missing_value(ys[i])
-                else UNDECLARED_CLASS_WORDS + (f" (declared: {list(self.label.values)})" if first else "")
+                else UNDECLARED_CLASS_WORDS
+                + (f" (declared: {list(self.label.values)}{_text_hint(ys[i], self.label.values)})" if first else "")
             )
             self._bad(bad, int(i), f"label {self.label.name!r} {what}")
             if first:

@@ -5,6 +5,8 @@ Found by following the README on data the project does not ship (scikit-learn's 
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -111,3 +113,21 @@ def test_river_mini_batches_of_dicts_say_a_dataframe_is_needed(cls):
     for call in (lambda: m.learn_many(DF.to_dict("records"), pd.Series(Y)), lambda: m.predict_many(DF.to_numpy())):
         with pytest.raises(TypeError, match=r"^X must be a pandas DataFrame .* got (list|ndarray)"):
             call()
+
+
+def test_text_meeting_declared_numbers_is_named_as_text():
+    """csv.DictReader gives "2" for a category declared as 2 (and "1" for a class 1): the error said only
+    "(declared: [1, 2, 3])", beside a file that plainly holds 2. Its type is named, never the value."""
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "rooms", "type": "categorical", "values": [1, 2, 3]}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
+    hint = "; it is text, the declared values are not: convert the column)"
+    with pytest.raises(ValueError, match=r"attribute 'rooms' has a value not declared .*\[1, 2, 3\]" + re.escape(hint)):
+        s.encode([{"rooms": "2"}], [0])
+    with pytest.raises(ValueError, match=r"label 'y' has a class not declared .*\[0, 1\]" + re.escape(hint)):
+        s.encode([{"rooms": 2}], ["1"])
+    with pytest.raises(ValueError, match=r"declared: \['free', 'pro'\]\)$"):  # text among text: no hint
+        SCHEMA.encode([{"age": 3, "plan": "Free"}], ["no"])

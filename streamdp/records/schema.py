@@ -68,10 +68,10 @@ def _text_hint(v: Any, declared: tuple) -> str:
     a CSV as text: ``csv.DictReader``), else ``""``. The value's type only, never the value.
 
     >>> _text_hint("2", (1, 2)), _text_hint("b", ("a",)), _text_hint(2.5, (1, 2))
-    ('; it is text, the declared values are not: convert the column', '', '')
+    ('; it is text, none of the declared values is', '', '')
     """
     if isinstance(v, str) and not any(isinstance(d, str) for d in declared):
-        return "; it is text, the declared values are not: convert the column"
+        return "; it is text, none of the declared values is"
     return ""
 
 

@@ -124,7 +124,7 @@ def test_text_meeting_declared_numbers_is_named_as_text():
             "label": {"name": "y", "values": [0, 1]},
         }
     )
-    hint = "; it is text, the declared values are not: convert the column)"
+    hint = "; it is text, none of the declared values is)"
     with pytest.raises(ValueError, match=r"attribute 'rooms' has a value not declared .*\[1, 2, 3\]" + re.escape(hint)):
         s.encode([{"rooms": "2"}], [0])
     with pytest.raises(ValueError, match=r"label 'y' has a class not declared .*\[0, 1\]" + re.escape(hint)):

@@ -14,7 +14,13 @@ from streamdp.lazy import lazy_names
 if TYPE_CHECKING:  # the names' types for checkers; at run time each is imported on first use (below)
     from streamdp.forest.model import PrivateForest
     from streamdp.forest.structure import ForestStructure, TooLargeError
-    from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_delta, kanon_min_epsilon
+    from streamdp.privacy.mechanisms import (
+        NearlyExactWarning,
+        NotPrivateWarning,
+        SecureRandom,
+        kanon_delta,
+        kanon_min_epsilon,
+    )
     from streamdp.records.domains import SchemaError
     from streamdp.records.schema import Schema
 
@@ -30,6 +36,7 @@ _WHERE = {
     "TooLargeError": "streamdp.forest.structure",
     "SecureRandom": "streamdp.privacy.mechanisms",
     "NotPrivateWarning": "streamdp.privacy.mechanisms",
+    "NearlyExactWarning": "streamdp.privacy.mechanisms",
     "kanon_delta": "streamdp.privacy.mechanisms",
     "kanon_min_epsilon": "streamdp.privacy.mechanisms",
     "Producer": "streamdp.service.producer",  # (the service parts pull in redis)
@@ -44,6 +51,7 @@ __all__ = [
     "TooLargeError",
     "SecureRandom",
     "NotPrivateWarning",
+    "NearlyExactWarning",
     "kanon_delta",
     "kanon_min_epsilon",
 ]

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from streamdp.cli.common import MAX_PROCESSES, finite_epsilon_arg, int_in, redact
+from streamdp.cli.model_show import privacy_warnings
 from streamdp.options import BUDGETS
 
 __all__ = ["add_parser", "demo", "default_batch_size", "wait_published"]
@@ -71,7 +72,7 @@ def demo(args: argparse.Namespace) -> int:
     from streamdp.service.ledger_store import ledger_keys
     from streamdp.service.pool import WorkerPool
     from streamdp.service.producer import Producer
-    from streamdp.service.registry import create_model, delete_model
+    from streamdp.service.registry import create_model, delete_model, show_model
 
     ds = load("congressional-voting")
     rng = np.random.default_rng(args.shuffle_seed)
@@ -97,6 +98,8 @@ def demo(args: argparse.Namespace) -> int:
             max_lag=MAX_LAG,
         )
         print(f"model {name}: {forest!r}")
+        for line in privacy_warnings(show_model(url, name)):  # as model create says it: nearly exact counts
+            print(f"streamdp: {line}", file=sys.stderr)
         batch = args.batch_size or default_batch_size(forest, len(train))
         pool = WorkerPool(name, args.processes, url, log_level=logging.WARNING, block_ms=200).start()
         majority = max(float(np.mean(ds.y[test] == c)) for c in ds.schema.label.values)

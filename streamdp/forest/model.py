@@ -8,21 +8,16 @@
 >>> bool(acc > 0.75)
 True
 
-Privacy in one paragraph: the structure is drawn from the schema alone. One
-record lands in exactly one cell of each tree's leaf vector, so one tree's
-vector has L1 sensitivity 1. ``budget="split"`` lets every tree see every
-record and gives each tree ``epsilon / n_trees`` (sequential composition);
-``budget="disjoint"`` routes each record to one tree chosen at random and
-gives each tree the full ``epsilon`` (parallel composition). ``update`` is
-Jagannathan's procedure: the new batch alone is tallied into an empty clone,
-noised once with the same scale, and added; batches are disjoint, so the
-model stays ``epsilon``-DP however many batches it absorbs (parallel
-composition). With ``mechanism="kanon"`` each (record, tree) pair is kept with
-probability ``beta`` and cells below ``k`` are zeroed (Li–Qardaji–Su): the
-forest is ``(epsilon, delta)``-DP with ``delta`` from :func:`kanon_delta`.
-``mechanism="laplace"`` adds Laplace noise on a power-of-two grid
-(:func:`streamdp.privacy.noise.laplace_noise`, closed to Mironov's floating-point attack);
-``"geometric"`` (the default) adds integer noise.
+Privacy in one paragraph: the structure is drawn from the schema alone. One record lands in exactly one cell of
+each tree's leaf vector, so one tree's vector has L1 sensitivity 1. ``budget="split"`` lets every tree see every
+record and gives each tree ``epsilon / n_trees`` (sequential composition); ``budget="disjoint"`` routes each record
+to one tree chosen at random and gives each tree the full ``epsilon`` (parallel composition). ``update`` is
+Jagannathan's procedure: the new batch alone is tallied into an empty clone, noised once with the same scale, and
+added; batches are disjoint, so the model stays ``epsilon``-DP however many batches it absorbs (parallel
+composition). With ``mechanism="kanon"`` each (record, tree) pair is kept with probability ``beta`` and cells below
+``k`` are zeroed (Li–Qardaji–Su): the forest is ``(epsilon, delta)``-DP with ``delta`` from :func:`kanon_delta`.
+``mechanism="laplace"`` adds Laplace noise on a power-of-two grid (:func:`streamdp.privacy.noise.laplace_noise`,
+closed to Mironov's floating-point attack); ``"geometric"`` (the default) adds integer noise.
 
 Height as a ceiling: :meth:`PrivateForest.fit` releases the prior stumps first
 and prunes each random tree where its nodes cannot expect enough records to
@@ -73,6 +68,7 @@ from streamdp.forest.voting import Voting
 from streamdp.options import BUDGETS, DEFAULT_N_TREES, MAX_PRIOR_TREES, MECHANISMS
 from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
+from streamdp.release.variance import warn_nearly_exact
 from streamdp.validation import Interval, check_choice, check_epsilon, check_integer
 
 __all__ = ["PrivateForest", "MECHANISMS", "FORMAT", "FORMAT_VERSION", "default_threshold_share"]
@@ -193,7 +189,8 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
 
         ``seed`` makes the structure reproducible (it is public anyway); the noise stays fresh and secure.
         ``noise_seed`` is for tests only and marks the forest as not private, as ``epsilon=inf`` (exact counts)
-        does, which warns once, here (:class:`~streamdp.privacy.NotPrivateWarning`, a ``UserWarning``).
+        does, which warns once, here (:class:`~streamdp.privacy.NotPrivateWarning`, a ``UserWarning``); a finite
+        epsilon so large that a release's counts are nearly exact warns here too (:class:`~streamdp.privacy.NearlyExactWarning`).
         ``prior_trees`` single-leaf trees are appended after the ``n_trees`` random ones (module docstring; 0 gives
         the forest without them). ``threshold_share``: the share of ``epsilon`` :meth:`fit` spends drawing numeric
         thresholds where the records are (module docstring); None: :func:`default_threshold_share`. ``n_trees``
@@ -208,8 +205,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         if threshold_share is None:
             threshold_share = default_threshold_share(schema, mechanism)
         sized, n_trees = n_trees is None, DEFAULT_N_TREES if n_trees is None else n_trees
-        if vote is None:
-            vote = "trees" if sized else "proba"
+        vote = ("trees" if sized else "proba") if vote is None else vote
         structure = ForestStructure.draw(schema, n_trees, height, seed=seed, max_cells=max_cells)
         forest = cls(
             schema,
@@ -225,6 +221,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
             threshold_share=threshold_share,
         )
         forest.trees_by_signal = sized
+        warn_nearly_exact("PrivateForest.create", forest.epsilon, mechanism, budget, n_trees, prior_trees)
         return forest
 
     @staticmethod

@@ -123,6 +123,8 @@ class BatchReleases:
         y = np.asarray(y)
         if X.dtype.kind not in "iuf":
             raise ValueError(f"an encoded batch holds numbers, got dtype {X.dtype}")
+        if y.ndim == 0:  # fit(X, None): Schema.encode codes no labels
+            raise ValueError("y (the labels) is required: one class per record")
         if X.ndim != 2 or X.shape[1] != self.schema.n_attributes or y.shape != (X.shape[0],):
             raise ValueError(
                 f"encoded batch must be X of shape (n, {self.schema.n_attributes}) and y of shape (n,), "

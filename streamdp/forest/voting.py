@@ -99,10 +99,13 @@ class Voting:
         """Mean accuracy of :meth:`predict` on ``(X, y)`` (scikit-learn's ``ClassifierMixin.score``).
 
         Exact, not private: score on public or held-out data only. Raises :class:`ValueError` when the
-        lengths differ (:func:`mean_accuracy`), :class:`~streamdp.validation.NotFittedError` before the
-        first release.
+        lengths differ (:func:`mean_accuracy`) or a label is not a declared class (a misspelt class would
+        count as a miss), :class:`~streamdp.validation.NotFittedError` before the first release.
         """
-        return mean_accuracy(self.predict(X), y, sample_weight)
+        predicted = self.predict(X)
+        labels = y.tolist() if hasattr(y, "tolist") else list(y)
+        self.schema.encode_labels(labels)  # raises naming the first undeclared one
+        return mean_accuracy(predicted, labels, sample_weight)
 
     @property
     def cell_variance(self) -> float:

@@ -5,6 +5,7 @@ noise and charges its budget through this package.
 """
 
 from streamdp.privacy.mechanisms import (
+    NearlyExactWarning,
     NotPrivateWarning,
     SecureRandom,
     bernoulli_sample,
@@ -21,6 +22,7 @@ from streamdp.privacy.mechanisms import (
 __all__ = [
     "SecureRandom",
     "NotPrivateWarning",
+    "NearlyExactWarning",
     "geometric_noise",
     "geometric_pmf",
     "laplace_noise",

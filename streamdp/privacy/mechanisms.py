@@ -34,12 +34,13 @@ import math
 import numpy as np
 
 from streamdp.privacy.noise import geometric_noise, geometric_pmf, laplace_granularity, laplace_noise
-from streamdp.privacy.secure_random import NotPrivateWarning, SecureRandom
+from streamdp.privacy.secure_random import NearlyExactWarning, NotPrivateWarning, SecureRandom
 from streamdp.validation import check_epsilon, check_integer, check_probability
 
 __all__ = [
     "SecureRandom",
     "NotPrivateWarning",
+    "NearlyExactWarning",
     "geometric_noise",
     "geometric_pmf",
     "laplace_noise",

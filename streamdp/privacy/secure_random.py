@@ -43,7 +43,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["SecureRandom", "NotPrivateWarning", "LAYOUTS"]
+__all__ = ["SecureRandom", "NotPrivateWarning", "NearlyExactWarning", "LAYOUTS"]
 
 _TWO_POW_64 = float(2**64)
 _KDF_INFO = b"streamdp noise stream v1\x00"
@@ -57,6 +57,12 @@ LAYOUTS = ("blocks", "stream")
 
 class NotPrivateWarning(UserWarning):
     """Noise was drawn from a seeded (reproducible) generator: the output is not private."""
+
+
+class NearlyExactWarning(UserWarning):
+    """An epsilon so large that one release's noise on a count is below half a record: the released counts are
+    nearly exact. The guarantee holds, at a budget that promises almost nothing; a budget is its owner's choice,
+    said once where the model is made (:func:`streamdp.release.variance.warn_nearly_exact`)."""
 
 
 def _aes_ctr(key: bytes) -> CipherContext:

@@ -15,9 +15,12 @@ column's range for integer-valued arrays and through dict probes otherwise. Used
 
 from __future__ import annotations
 
+import decimal
 import functools
 import itertools
 import math
+import numbers
+import re
 from typing import Any
 
 import numpy as np
@@ -26,6 +29,12 @@ __all__ = [
     "MISSING",
     "is_frame",
     "to_float",
+    "NUMBER_TEXT",
+    "text_number",
+    "cell_number",
+    "number_cells",
+    "is_absent",
+    "is_missing_value",
     "plain",
     "lookup_key",
     "lookup_codes",
@@ -70,6 +79,91 @@ def to_float(col: np.ndarray) -> np.ndarray | None:
 def _is_number_type(t: type) -> bool:
     """``t`` is an int or float type (Python or numpy) but not a boolean."""
     return issubclass(t, (int, float, np.integer, np.floating)) and not issubclass(t, (bool, np.bool_))
+
+
+#: A number as CSV writers spell one (ASCII digits, a sign, a point, an exponent): not ``1_0``, not other digits.
+NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def text_number(text: str) -> float | None:
+    """The finite number a text spells (:data:`NUMBER_TEXT`, surrounding spaces ignored), else None.
+
+    Why: ``csv.DictReader`` and ``read_csv(dtype=str)`` give numbers as text; ``"nan"``, ``"inf"`` or
+    ``"1e999"`` name no value in a declared range, so they are refused rather than clamped.
+
+    >>> text_number(" 5.1 "), text_number("-2e3"), text_number("1_0"), text_number("inf"), text_number("1e999")
+    (5.1, -2000.0, None, None, None)
+    """
+    text = text.strip()
+    if not NUMBER_TEXT.fullmatch(text):
+        return None
+    v = float(text)
+    return v if math.isfinite(v) else None
+
+
+def cell_number(v: Any) -> Any:
+    """The one rule for a numeric attribute's cell: its number as a float, :data:`MISSING`, or None (not a number).
+
+    A number (int, float, ``Decimal``, ``Fraction``; Python or numpy; not a boolean) is its value (NaN stays
+    NaN for the caller to name; an int beyond a float's range is an infinity, clamped by the caller); a text
+    spelling a finite number (:func:`text_number`) is that number; :data:`MISSING`, None, pandas' NA and a
+    blank text are missing; anything else (booleans, other text, other objects) is not a number. Why numbers
+    of every kind: a database driver gives ``Decimal`` for SQL ``NUMERIC``, ``csv.DictReader`` gives text.
+
+    >>> from decimal import Decimal
+    >>> [cell_number(v) for v in (3, " 2.5", Decimal("1.5"), True, "x")], cell_number("") is MISSING
+    ([3.0, 2.5, 1.5, None, None], True)
+    """
+    if isinstance(v, str):
+        x = text_number(v)
+        return x if x is not None else None if v.strip() else MISSING
+    if is_absent(v):
+        return MISSING
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (numbers.Real, decimal.Decimal)):
+        return None
+    if isinstance(v, decimal.Decimal) and v.is_nan():  # (float() refuses a signalling NaN)
+        return math.nan
+    try:
+        return float(v)
+    except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
+        return math.inf if v > 0 else -math.inf  # type: ignore[operator]
+
+
+def number_cells(col: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`cell_number` over a column: ``(values, missing, not_number)``, ``values`` NaN where a cell is
+    missing or not a number. Used by :meth:`Schema.encode` and the frame coder alike.
+
+    >>> v, miss, bad = number_cells(np.array([1, " 2.5", "", None, True, "x", float("nan")], dtype=object))
+    >>> v.tolist()[:2], miss.tolist(), bad.tolist()
+    ([1.0, 2.5], [False, False, True, True, False, False, False], [False, False, False, False, True, True, False])
+    """
+    n = len(col)
+    vals = np.full(n, np.nan)
+    missing = np.zeros(n, dtype=bool)
+    not_number = np.zeros(n, dtype=bool)
+    for i, v in enumerate(col):
+        x = cell_number(v)
+        if x is None:
+            not_number[i] = True
+        elif x is MISSING:
+            missing[i] = True
+        else:
+            vals[i] = x
+    return vals, missing, not_number
+
+
+def is_absent(v: Any) -> bool:
+    """A cell with no value: :data:`MISSING`, None or pandas' NA (NaN is a float: its callers name it).
+
+    >>> is_absent(None), is_absent(MISSING), is_absent(float("nan")), is_absent("")
+    (True, True, False, False)
+    """
+    return v is MISSING or v is None or type(v).__name__ == "NAType"  # (pandas' NA, without importing pandas)
+
+
+def is_missing_value(v: Any) -> bool:
+    """:func:`is_absent`, or NaN: what a categorical attribute or a label calls missing rather than undeclared."""
+    return is_absent(v) or (isinstance(v, (float, np.floating)) and math.isnan(v))
 
 
 def plain(v: Any) -> Any:

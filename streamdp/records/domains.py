@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from streamdp.records.coding import lookup_key
+from streamdp.records.coding import lookup_key, plain
 
 __all__ = ["SchemaError", "Categorical", "Numeric", "Label", "Attribute"]
 
@@ -23,6 +23,7 @@ class SchemaError(ValueError):
 def _check_values(owner: str, values: Any) -> tuple:
     if not isinstance(values, (list, tuple)) or len(values) == 0:
         raise SchemaError(f"{owner}: 'values' must be a non-empty list, got {values!r}")
+    values = [plain(v) for v in values]  # numpy scalars (list(np.array(...))) as the Python values they hold
     for v in values:
         if not isinstance(v, (str, int, bool, float)) or (isinstance(v, float) and not math.isfinite(v)):
             raise SchemaError(f"{owner}: value {v!r} must be a string, integer, finite number or boolean")
@@ -83,7 +84,7 @@ class Numeric:
 
     def __post_init__(self) -> None:
         for bound in ("min", "max"):
-            v = getattr(self, bound)
+            v = plain(getattr(self, bound))  # (a numpy scalar as its Python value)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise SchemaError(f"attribute {self.name!r}: '{bound}' must be a finite number, got {v!r}")
         if not self.min < self.max:
@@ -104,7 +105,7 @@ class Numeric:
         if not isinstance(quantiles, (list, tuple)) or not 1 <= len(quantiles) <= MAX_QUANTILES:
             raise SchemaError(f"{where}: 'quantiles' must be a list of 1 to {MAX_QUANTILES} numbers, got {quantiles!r}")
         out: list[float] = []
-        for q in quantiles:
+        for q in map(plain, quantiles):
             if isinstance(q, bool) or not isinstance(q, (int, float)) or not math.isfinite(q):
                 raise SchemaError(f"{where}: quantile {q!r} must be a finite number")
             if not self.min < q < self.max:

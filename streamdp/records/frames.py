@@ -10,7 +10,6 @@ drop the row and list it) in the words of :mod:`streamdp.records.read_errors`.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -19,9 +18,9 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
-from streamdp.records.coding import lookup_codes
+from streamdp.records.coding import NUMBER_TEXT, lookup_codes, number_cells
 from streamdp.records.domains import Categorical
-from streamdp.records.read_errors import MISSING_WORDS, UNDECLARED_WORDS, SourceError, row_words
+from streamdp.records.read_errors import MISSING_WORDS, NOT_NUMBER_WORDS, UNDECLARED_WORDS, SourceError, row_words
 from streamdp.records.schema import Encoded, Schema
 
 __all__ = ["CHUNK_ROWS", "Chunk", "encode_frame", "frame_chunks", "as_frame"]
@@ -90,6 +89,10 @@ def encode_frame(
     missing = [n for n in schema.names if n not in frame.columns]
     if missing:
         raise SourceError(f"the data lacks the attribute columns {missing}")
+    if not frame.columns.is_unique:
+        twice = [n for n in schema.names if int((frame.columns == n).sum()) > 1]
+        if twice:
+            raise SourceError(f"the data has the attribute columns {twice} more than once")
     n = len(frame)
     out = np.empty((n, schema.n_attributes), dtype=np.float64)
     bad = np.zeros(n, dtype=bool)
@@ -119,10 +122,10 @@ def encode_frame(
             flag(codes >= 0, f"{what} {UNDECLARED_WORDS}")
             out[:, j] = np.maximum(codes, 0)
         else:
-            vals = _numbers(col, text)
+            vals, miss = _numbers(col, text)
             ok = ~np.isnan(vals)
-            flag(ok | ~col.isna().to_numpy(), f"{what} {MISSING_WORDS}")
-            flag(ok, f"{what} is not a number")
+            flag(ok | ~miss, f"{what} {MISSING_WORDS}")
+            flag(ok, f"{what} {NOT_NUMBER_WORDS}")
             vals = np.where(ok, vals, a.min)
             np.minimum(np.maximum(vals, a.min, out=vals), a.max, out=vals)
             out[:, j] = vals
@@ -200,17 +203,13 @@ def _number_text(values: tuple) -> dict:
     }
 
 
-#: A number as CSV writers spell one (ASCII digits, a sign, a point, an exponent): not ``1_0``, not other digits.
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
 def _as_number(text: str) -> Decimal | None:
     """The exact value of a plain number's text, else None.
 
     >>> _as_number("1.0") == 1, _as_number("1_0"), _as_number("nan")
     (True, None, None)
     """
-    return Decimal(text) if _NUMBER.fullmatch(text) else None
+    return Decimal(text) if NUMBER_TEXT.fullmatch(text) else None
 
 
 def _codes_of_text(values: tuple, lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -281,23 +280,24 @@ def _codes_of_values(lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarr
     return lookup_codes(lookup, decl)[codes], codes < 0
 
 
-def _numbers(col: pd.Series, text: bool) -> np.ndarray:
-    """A numeric column as float64, NaN where a cell is missing or not a number (booleans and strings are not)."""
+def _numbers(col: pd.Series, text: bool) -> tuple[np.ndarray, np.ndarray]:
+    """A numeric column as float64, NaN where a cell is missing or not a number, and its missing cells.
+
+    CSV text (``text``) is parsed by pandas, to the rule of :func:`~streamdp.records.coding.text_number`
+    (a finite number: ``inf`` or ``1e999`` is none); other object columns follow :func:`number_cells`, the
+    rule :meth:`Schema.encode` applies (numbers, and text spelling a finite number; not booleans).
+    """
     if col.dtype.kind in "iuf":
-        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+        vals = col.to_numpy(dtype=np.float64, na_value=np.nan)
+        miss = np.isnan(vals)
+        return (np.where(np.isinf(vals), np.nan, vals) if text else vals), miss
     if text:
-        return pd.to_numeric(col.astype("string").str.strip(), errors="coerce").to_numpy(
+        vals = pd.to_numeric(col.astype("string").str.strip(), errors="coerce").to_numpy(
             dtype=np.float64, na_value=np.nan
         )
-    vals = col.to_numpy(dtype=object)
-    ok = np.fromiter(
-        (type(v) not in (bool, np.bool_) and isinstance(v, (int, float, np.integer, np.floating)) for v in vals),
-        dtype=bool,
-        count=len(vals),
-    )
-    out = np.full(len(vals), np.nan)
-    out[ok] = vals[ok].astype(np.float64)
-    return out
+        return np.where(np.isinf(vals), np.nan, vals), col.isna().to_numpy()
+    vals, miss, _ = number_cells(col.to_numpy(dtype=object))
+    return vals, miss | col.isna().to_numpy()
 
 
 def _series(y: Any) -> pd.Series:

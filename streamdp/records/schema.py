@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import functools
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from os import PathLike
@@ -35,9 +34,10 @@ from streamdp.records.coding import (
     MISSING,
     declared_table,
     is_frame,
+    is_missing_value,
     lookup_codes,
     lookup_key,
-    plain,
+    number_cells,
     to_float,
     value_code,
 )
@@ -61,6 +61,18 @@ def _listed(**named: Any) -> str:
     """
     parts = [f"{k}: {sorted(v)}" for k, v in named.items() if v]
     return f" ({'; '.join(parts)})" if parts else ""
+
+
+def _text_hint(v: Any, declared: tuple) -> str:
+    """``"; it is text ..."`` when a text value meets declared values none of which is text (numbers read from
+    a CSV as text: ``csv.DictReader``), else ``""``. The value's type only, never the value.
+
+    >>> _text_hint("2", (1, 2)), _text_hint("b", ("a",)), _text_hint(2.5, (1, 2))
+    ('; it is text, none of the declared values is', '', '')
+    """
+    if isinstance(v, str) and not any(isinstance(d, str) for d in declared):
+        return "; it is text, none of the declared values is"
+    return ""
 
 
 def _raise_first(bad: dict[int, str], on_invalid: str) -> None:
@@ -369,6 +381,9 @@ class Schema:
             raise ValueError("X must be a list of records (dicts) or a 2-D array, not a single dict")
         if is_frame(X):
             cols = list(X.columns)
+            twice = [name for name in self.names if cols.count(name) > 1]
+            if twice:
+                raise ValueError(f"X has the attribute columns {twice} more than once")
             if all(name in cols for name in self.names):
                 X = X[self.names]  # by name: a frame's column order need not be the schema's
             elif any(isinstance(c, str) for c in cols):
@@ -413,27 +428,20 @@ class Schema:
         """One attribute's codes; its bad rows' reasons into ``bad`` (``first``: its first bad row only, as the
         error names the least over the columns: formatting every bad cell's reason is costly on a file of
         wrong columns; it then adds the declaration). Never the value: :mod:`.read_errors`' words."""
-        n = len(col)
         if isinstance(attr, Numeric):
             vals = to_float(col)
-            if vals is None:  # slow path: find the offending rows
-                vals = np.full(n, np.nan)
-                for i, v in enumerate(col):
-                    if v is MISSING or v is None:
-                        if not fill_missing:
-                            self._bad(bad, i, f"attribute {attr.name!r} {MISSING_WORDS}")
-                            if first:
-                                break
-                    elif isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            if vals is None:  # slow path: text and other objects, by the one rule of number_cells
+                vals, missing, not_number = number_cells(col)
+                if fill_missing:
+                    missing[:] = False
+                for i in np.flatnonzero(missing | not_number).tolist():
+                    if missing[i]:
+                        self._bad(bad, i, f"attribute {attr.name!r} {MISSING_WORDS}")
+                    else:
                         why = f" (declared: a number in [{attr.min:g}, {attr.max:g}])" if first else ""
                         self._bad(bad, i, f"attribute {attr.name!r} {NOT_NUMBER_WORDS}{why}")
-                        if first:
-                            break
-                    else:
-                        try:
-                            vals[i] = float(v)
-                        except OverflowError:  # an int beyond a float's range: outside the declared one, clamped
-                            vals[i] = math.inf if v > 0 else -math.inf
+                    if first:
+                        break
             if fill_missing:
                 return np.where(np.isnan(vals), (attr.min + attr.max) / 2.0, np.clip(vals, attr.min, attr.max))
             nan = np.flatnonzero(np.isnan(vals))
@@ -447,11 +455,11 @@ class Schema:
             return np.where(np.isnan(vals), attr.min, vals)
         codes = lookup_codes(cast(dict, self._lookup[j]), col)
         for r in np.flatnonzero(codes < 0):
-            v = plain(col[r])
             what = (  # never the value: reasons reach logs and dead letters (the declared values are public)
                 MISSING_WORDS
-                if v is MISSING or v is None or (isinstance(v, float) and math.isnan(v))
-                else UNDECLARED_WORDS + (f" (declared: {list(attr.values)})" if first else "")
+                if is_missing_value(col[r])
+                else UNDECLARED_WORDS
+                + (f" (declared: {list(attr.values)}{_text_hint(col[r], attr.values)})" if first else "")
             )
             self._bad(bad, int(r), f"attribute {attr.name!r} {what}")
             if first:
@@ -469,12 +477,13 @@ class Schema:
             ys[:] = list(ylist)
         codes = lookup_codes(self._label_lookup, ys)
         for i in np.flatnonzero(codes < 0):
-            self._bad(
-                bad,
-                int(i),
-                f"label {self.label.name!r} {UNDECLARED_CLASS_WORDS}"
-                + (f" (declared: {list(self.label.values)})" if first else ""),
+            what = (
+                MISSING_WORDS
+                if is_missing_value(ys[i])
+                else UNDECLARED_CLASS_WORDS
+                + (f" (declared: {list(self.label.values)}{_text_hint(ys[i], self.label.values)})" if first else "")
             )
+            self._bad(bad, int(i), f"label {self.label.name!r} {what}")
             if first:
                 break
         return np.maximum(codes, 0)

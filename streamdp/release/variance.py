@@ -6,8 +6,10 @@ What the estimators (:mod:`streamdp.estimation`) and ``model show`` read; no dat
 from __future__ import annotations
 
 import math
+import warnings
 
 from streamdp.estimation import cell_variance
+from streamdp.privacy.secure_random import NearlyExactWarning
 from streamdp.release.octaves import UNITS, tree_variance_factor
 from streamdp.release.policy import ReleasePolicy
 
@@ -18,6 +20,7 @@ __all__ = [
     "release_cell_sd",
     "NEARLY_EXACT_SD",
     "nearly_exact_epsilon",
+    "warn_nearly_exact",
 ]
 
 #: One release's noise sd on a count below which the released counts are nearly exact: half a record.
@@ -75,6 +78,52 @@ def nearly_exact_epsilon(policy: ReleasePolicy, mechanism: str, budget: str, n_t
         lo, hi = (mid, hi) if noisy(mid) else (lo, mid)
     step = 10.0 ** (math.floor(math.log10(lo)) - 2)
     return round(math.floor(lo / step) * step, 12)
+
+
+def warn_nearly_exact(
+    who: str,
+    epsilon: float,
+    mechanism: str,
+    budget: str,
+    n_trees: int,
+    prior_trees: int,
+    *,
+    policy: ReleasePolicy | None = None,
+    stacklevel: int = 2,
+) -> bool:
+    """Warn (:class:`~streamdp.privacy.NearlyExactWarning`) when a model of these public parameters releases
+    nearly exact counts: one release's noise sd on a random tree's count (:func:`release_cell_sd`, ``policy``
+    default ``batch``: one draw per release at the per-tree epsilon) below :data:`NEARLY_EXACT_SD`. The message
+    names ``who`` (what the user made), the sd and :func:`nearly_exact_epsilon`. Returns whether it warned.
+    A finite epsilon with geometric or Laplace noise only: ``inf`` is :class:`~streamdp.privacy.NotPrivateWarning`'s,
+    k-anonymity draws no such noise. ``stacklevel`` as for :func:`warnings.warn`, counted from the caller.
+    Why: a declared budget is the owner's choice, but nearly exact counts must not pass unnoticed; the library
+    says so where ``model create`` does (:func:`streamdp.service.noise_facts.release_noise`, the same rule).
+
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as got:
+    ...     warnings.simplefilter("always")
+    ...     warn_nearly_exact("PrivateForest.create", 50.0, "laplace", "split", 1, 1), warn_nearly_exact("f", 1.0, "laplace", "split", 1, 1)
+    (True, False)
+    >>> print(got[0].message)  # doctest: +ELLIPSIS
+    PrivateForest.create: epsilon=50 releases nearly exact counts: ... sd 0.057, ...; an epsilon of 5.65 or less ...
+    """
+    if mechanism not in ("geometric", "laplace") or math.isinf(epsilon):
+        return False
+    if _per_tree(epsilon, budget, n_trees, prior_trees) < 1.0:  # sd above one record (and tiny epsilons' overflow)
+        return False
+    policy = policy or ReleasePolicy("batch")
+    sd = release_cell_sd(policy, epsilon, mechanism, budget, n_trees, prior_trees)
+    if sd >= NEARLY_EXACT_SD:
+        return False
+    above = nearly_exact_epsilon(policy, mechanism, budget, n_trees, prior_trees)
+    warnings.warn(
+        f"{who}: epsilon={epsilon:g} releases nearly exact counts: each release's noise on a count has sd {sd:.2g}, "
+        f"below half a record; an epsilon of {above:g} or less would add at least that much",
+        NearlyExactWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True
 
 
 def published_variance(policy: ReleasePolicy, t: int, variance: float) -> float:

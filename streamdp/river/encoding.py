@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from streamdp.records.coding import value_code
+from streamdp.records.coding import MISSING, cell_number, is_frame, is_missing_value, value_code
 from streamdp.records.domains import Categorical, Numeric
-from streamdp.records.read_errors import UNDECLARED_CLASS_WORDS
+from streamdp.records.read_errors import MISSING_WORDS, UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
 from streamdp.river.kernel import new_kernel
 
@@ -164,12 +164,12 @@ class RecordEncoder:
             return None if c < 0 else c
         if t is float or t is int:
             return mid if v != v else lo if v < lo else hi if v > hi else v
-        if v is _MISSING or v is None:
+        if v is _MISSING:
             return mid
-        if isinstance(v, (np.integer, np.floating)) and not isinstance(v, np.bool_):
-            f = float(v)
-            return mid if math.isnan(f) else lo if f < lo else hi if f > hi else f
-        return None  # a string, a boolean or anything else in a numeric attribute
+        f = cell_number(v)  # Schema.encode's rule (numpy numbers, Decimal, a number's text, ...)
+        if f is None:  # not a number: unknown
+            return None
+        return mid if f is MISSING or f != f else lo if f < lo else hi if f > hi else f
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode_one` for a list of dicts: ``(X float64, unknown)``, rows with an unknown value hold zeros."""
@@ -185,6 +185,10 @@ class RecordEncoder:
         t = type(y)
         code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
         if code < 0:
+            if is_missing_value(y):
+                raise ValueError(
+                    f"label {self.schema.label.name!r} {MISSING_WORDS}: every record learned needs its class"
+                )
             raise ValueError(  # never the class given: applications log errors (the declared classes are public)
                 f"label {self.schema.label.name!r} {UNDECLARED_CLASS_WORDS} (declared: {self.label_values})"
             )
@@ -199,8 +203,14 @@ class RecordEncoder:
 
         Returns ``(X, unknown)``: the float64 codes in schema order (rows with an
         unknown value hold zeros) and the mask of those rows. Absent columns are
-        missing values; integer column names stand for digit attribute names.
+        missing values; integer column names stand for digit attribute names. :class:`TypeError` for
+        anything but a DataFrame (river's ``learn_many`` and ``predict_many`` take one).
         """
+        if not is_frame(X):
+            raise TypeError(
+                f"X must be a pandas DataFrame (river's mini-batch methods take one), got {type(X).__name__}; "
+                "for records one at a time use learn_one / predict_one, or pd.DataFrame(records)"
+            )
         n = len(X)
         cols = list(X.columns)
         have = set(cols)

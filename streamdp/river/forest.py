@@ -14,8 +14,9 @@ from streamdp.forest.first_release import stream_share
 from streamdp.forest.growth import grows_by_default
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import ceiling_height
-from streamdp.privacy.mechanisms import NotPrivateWarning
+from streamdp.privacy.mechanisms import NearlyExactWarning, NotPrivateWarning
 from streamdp.records.schema import Schema
+from streamdp.release.variance import warn_nearly_exact
 from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.river.prior_vote import PriorVote
@@ -203,8 +204,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         self.prior_trees = prior_trees
         self.prior_records = prior_records
         self.guard = check_probability(guard, "guard (a share of epsilon)", closed="left")
-        if isinstance(grow, np.bool_):
-            grow = bool(grow)
+        grow = bool(grow) if isinstance(grow, np.bool_) else grow
         self.grow = grow
         self.threshold_share = threshold_share
         if grow is not None and not isinstance(grow, bool):
@@ -230,6 +230,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
             )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", NotPrivateWarning)
+            warnings.simplefilter("ignore", NearlyExactWarning)  # said below, naming this class
             self.forest = PrivateForest.create(
                 self._schema,
                 n_trees=n_trees,
@@ -249,6 +250,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
                 "grow=True needs a prior stump (prior_trees >= 1) to count the records and a finite "
                 "epsilon to weigh them against; use grow=False (or None: by the schema)"
             )
+        warn_nearly_exact("PrivateForestClassifier", self.forest.epsilon, mechanism, "split", n_trees, prior_trees)
         self.encoder = RecordEncoder(self._schema)
         self._n_prior_releases = 0  # releases of the prior phase (stumps only); public, like every batch size
         m = self._schema.n_attributes

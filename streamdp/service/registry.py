@@ -30,7 +30,7 @@ from streamdp.forest.growth import grows_by_default, service_ceiling
 from streamdp.forest.model import PrivateForest
 from streamdp.forest.structure import DEFAULT_MAX_CELLS, TooLargeError, fitting_height
 from streamdp.options import VOTES
-from streamdp.privacy.secure_random import NotPrivateWarning
+from streamdp.privacy.secure_random import NearlyExactWarning, NotPrivateWarning
 from streamdp.records.schema import Schema
 from streamdp.release.continual import MIN_RELEASE_EVERY, ReleasePolicy, class_total_sd
 from streamdp.service.connection import connect
@@ -294,7 +294,8 @@ def create_model(
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore" if not_private else "default", NotPrivateWarning)
-        try:
+        warnings.simplefilter("ignore", NearlyExactWarning)  # the library's rule for one batch: show_model states the
+        try:  # model's, for its release policy (noise_facts), and model create prints it
             forest = PrivateForest.create(
                 schema,
                 n_trees=n_trees,

@@ -127,6 +127,7 @@ def test_cli_demo_runs_and_cleans_up(redis_url):
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
+    assert "nearly exact" not in r.stderr  # (epsilon 1: the warning of test_nearly_exact_warning.py is not said)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
     assert len(lines) >= 3 and "accuracy" in lines[-1], r.stdout
     name = r.stdout.split("model ", 1)[1].split(":", 1)[0]

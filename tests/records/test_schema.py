@@ -185,7 +185,7 @@ def test_bool_and_int_values_not_confused(schema):
         (rec(colour=None), r"record 2 \(0-based\): attribute 'colour' is missing"),
         (rec(size=None), r"record 2 \(0-based\): attribute 'size' is missing"),
         ({"colour": "red", "flag": "x"}, r"record 2 \(0-based\): attribute 'size' is missing"),
-        (rec(size="3"), r"record 2 \(0-based\): attribute 'size' is not a number \(declared: a number in \["),
+        (rec(size="three"), r"record 2 \(0-based\): attribute 'size' is not a number \(declared: a number in \["),
         (rec(size=float("nan")), r"record 2 \(0-based\): attribute 'size' is NaN"),
         (rec(colour=float("nan")), r"record 2 \(0-based\): attribute 'colour' is missing"),
         (rec(flag=[1]), r"record 2 \(0-based\): attribute 'flag' has a value not declared in the schema"),

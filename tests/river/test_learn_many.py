@@ -113,7 +113,7 @@ def test_unknown_labels_in_a_mini_batch_are_named():
     X = pd.DataFrame([x for x, _ in datasets.synth.STAGGER(seed=1).take(3)])
     with pytest.raises(
         ValueError,
-        match=r"record 1 \(0-based\): label 'class' has a class not declared in the schema \(declared: \[0, 1\]\)$",
+        match=r"record 1 \(0-based\): label 'class' has a class not declared in the schema \(declared: \[0, 1\]; it is text, none of the declared values is\)$",
     ):
         m.learn_many(X, pd.Series([0, "cat", 1]))
     with pytest.raises(ValueError, match="y has 2 labels but X has 3 records"):

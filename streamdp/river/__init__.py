@@ -37,7 +37,9 @@ Privacy notes
   from ``learn_one``/``learn_many``, naming the attribute and the value's type, never
   the value; prediction treats it as unknown, without a warning); the warning
   comes from raw data and is outside the privacy guarantee (keep it out of
-  anything released).
+  anything released). A first record (or frame) whose keys name none of the
+  schema's attributes is warned about once (:class:`UnknownAttributesWarning`,
+  naming the keys), since its numbers would all be range midpoints.
 * Growing trees: on a schema whose attributes are all categorical the forest's
   trees start from their roots and deepen release by release
   (``PrivateForestClassifier(grow=None)``).
@@ -90,7 +92,7 @@ True
 
 from __future__ import annotations
 
-from streamdp.river.encoding import UndeclaredValueWarning
+from streamdp.river.encoding import UndeclaredValueWarning, UnknownAttributesWarning
 from streamdp.river.forest import PrivateForestClassifier
 from streamdp.river.inference import PrivacyLeakWarning
 from streamdp.river.service import ServiceClassifier
@@ -102,4 +104,5 @@ __all__ = [
     "ServiceClassifier",
     "PrivacyLeakWarning",
     "UndeclaredValueWarning",
+    "UnknownAttributesWarning",
 ]

@@ -27,7 +27,7 @@ from streamdp.records.read_errors import MISSING_WORDS, UNDECLARED_CLASS_WORDS
 from streamdp.records.schema import Schema
 from streamdp.river.kernel import new_kernel
 
-__all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning"]
+__all__ = ["RecordEncoder", "labels_of", "UndeclaredValueWarning", "UnknownAttributesWarning"]
 
 
 class UndeclaredValueWarning(UserWarning):
@@ -40,6 +40,12 @@ class UndeclaredValueWarning(UserWarning):
     default filter once per attribute, type and call site; under "always" once per dropped record).
     Keep it out of anything released, or silence it with ``warnings.filterwarnings``.
     """
+
+
+class UnknownAttributesWarning(UserWarning):
+    """The first record (or frame) a river classifier saw holds none of its schema's attribute names: its numbers
+    would all be range midpoints. Names the keys only (feature names, never values). Why: a misspelt feature
+    name is otherwise learned from silently, as river's missing features are."""
 
 
 _MISSING = object()
@@ -75,6 +81,7 @@ class RecordEncoder:
         self.label_values = list(schema.label.values)
         self._spec = list(zip(self.names, alt, schema.value_codes, lo, hi, mid))
         self._fast = self._compile()
+        self.encode_one = self._check_first  # type: ignore[method-assign]  # (the first record: undone by it)
 
     def _compile(self):
         """``self._fast``: the compiled kernel's encoder (:mod:`streamdp.river.kernel`) when built, which hands
@@ -86,6 +93,7 @@ class RecordEncoder:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_fast", None)  # generated code: rebuilt on load
+        state.pop("encode_one", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -101,6 +109,41 @@ class RecordEncoder:
         predict-then-learn encodes a record twice.
         """
         return self._fast(x)
+
+    def _check_first(self, x: Any) -> list:
+        """The first record's :meth:`encode_one`, after :meth:`check_keys`; later records skip the check."""
+        self._first_seen(x.keys() if isinstance(x, dict) else ())
+        return self._fast(x)
+
+    def _first_seen(self, keys: Any) -> None:
+        """:meth:`check_keys` on the first record or frame this encoder sees (not again after that)."""
+        if self.__dict__.pop("encode_one", None) is not None:
+            self.check_keys(keys)
+
+    def check_keys(self, keys: Any) -> None:
+        """Warn (:class:`UnknownAttributesWarning`) when ``keys`` (a record's or a frame's) name none of the
+        schema's attributes.
+
+        >>> import warnings
+        >>> from streamdp.river.schemas import stagger_schema
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     RecordEncoder(stagger_schema()).check_keys(["Size", "colour"])
+        >>> print(w[0].message)  # doctest: +ELLIPSIS
+        the record's keys ('Size', 'colour') name none of the schema's attributes ('size', 'color', 'shape')...
+        """
+        keys = list(keys)
+        known = {k for name, alt, *_ in self._spec for k in (name, alt) if k is not None}
+        if any(k in known for k in keys):
+            return
+        shown = ", ".join(repr(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "")
+        warnings.warn(
+            f"the record's keys ({shown}) name none of the schema's attributes "
+            f"({', '.join(repr(n) for n in self.names[:8])}{', ...' if len(self.names) > 8 else ''}): its numbers "
+            "become range midpoints and its categories unknown; rename the features to the schema's names",
+            UnknownAttributesWarning,
+            stacklevel=4,
+        )
 
     def source(self, ns: dict) -> list[str]:
         """Python statements (one-space indent) setting ``a0``, ``a1``, ... to :meth:`encode_one`'s values
@@ -173,6 +216,8 @@ class RecordEncoder:
 
     def encode_many(self, xs: list) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`encode_one` for a list of dicts: ``(X float64, unknown)``, rows with an unknown value hold zeros."""
+        if xs:
+            self._first_seen(xs[0].keys() if isinstance(xs[0], dict) else ())
         rows = [self._fast(x) for x in xs]
         unknown = np.array([None in r for r in rows], dtype=bool)
         for i in np.flatnonzero(unknown):
@@ -213,6 +258,7 @@ class RecordEncoder:
             )
         n = len(X)
         cols = list(X.columns)
+        self._first_seen(cols)
         have = set(cols)
         data = {}
         for name, alt, *_ in self._spec:

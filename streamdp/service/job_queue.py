@@ -32,7 +32,7 @@ from typing import Any
 import redis
 
 from streamdp.jobs.runner import JobError, JobSpec, check_params
-from streamdp.privacy.ledger import file_sha256, refusal
+from streamdp.privacy.ledger import file_sha256, refusal, unit_of_charge, unit_refusal
 from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.records.read_errors import SourceError
 from streamdp.records.schema import Schema
@@ -158,9 +158,14 @@ class JobQueue:
             )
         if privacy_id is not None and (privacy_id in sch.names or privacy_id == sch.label.name):
             raise JobError(f"privacy id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
-        if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
+        ledger = RedisLedger(self.r)
+        if ledger.budget(source) is None:  # (whether the budget suffices is the charge's to say)
             # (refused here, not accepted and then refused by the worker)
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
+        pid, k = (privacy_id, max_records_per_id) if unit is None else (unit.privacy_id, unit.max_records_per_id)
+        fixed, mine = ledger.unit(source), unit_of_charge(pid)  # (the worker's charge checks it again, atomically)
+        if fixed not in (None, mine):
+            raise JobError(f"{unit_refusal(source, fixed, mine, k)}; nothing was charged")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
         bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS

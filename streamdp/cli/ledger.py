@@ -3,6 +3,7 @@
     streamdp ledger NAME                       budget, spent, remaining and the spends
     streamdp ledger NAME --json
     streamdp ledger NAME --set-budget E [--delta D]
+    streamdp ledger NAME --unit person --privacy-id COLUMN   fix the unit before the first spend
     streamdp ledger --source-file FILE [...]   the ledger bound to a file's content
     streamdp ledger --list                     sources that have a ledger
 
@@ -62,6 +63,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="D",
         help="total delta with --set-budget (default: keep the current one, else 0)",
     )
+    p.add_argument(
+        "--unit",
+        choices=("record", "person"),
+        default=None,
+        help="fix the ledger's unit of privacy before its first spend (person: with --privacy-id); "
+        "jobs in another unit are then refused at submit",
+    )
+    p.add_argument("--privacy-id", default=None, metavar="COLUMN", help="with --unit person: the id column")
+    p.add_argument(
+        "--earlier-spends-per-person",
+        action="store_true",
+        help="with --unit person on a ledger charged before units were recorded (it counts per record): state "
+        "that every earlier spend was per person by that column (a model created with that privacy id, its jobs)",
+    )
     p.set_defaults(func=ledger)
     return p
 
@@ -97,10 +112,14 @@ def ledger(args: argparse.Namespace) -> int:
             print("\n".join(sources) if sources else "no ledgers")
         return 0
     name = args.name
+    if (args.unit == "person") != (args.privacy_id is not None) or (args.earlier_spends_per_person and not args.unit):
+        raise ValueError("--unit person goes with --privacy-id COLUMN; --earlier-spends-per-person with --unit person")
     if args.set_budget is not None:
         current = led.budget(name)
         delta = args.delta if args.delta is not None else (current[1] if current else 0.0)
         led.set_budget(name, args.set_budget, delta)
+    if args.unit is not None:
+        led.declare_unit(name, args.privacy_id, earlier_spends_per_person=args.earlier_spends_per_person)
     budget = led.budget(name)
     if budget is None:
         raise ValueError(f"source {name!r} has no budget (streamdp ledger {name} --set-budget E)")

@@ -39,8 +39,10 @@ from streamdp.privacy.ledger import (
     Spend,
     UnitMismatch,
     check_charge,
+    describe_unit,
     exceeds,
     refusal,
+    unit_of_charge,
     unit_refusal,
 )
 from streamdp.service.connection import connect
@@ -70,6 +72,19 @@ local n = redis.call('RPUSH', KEYS[2], ARGV[4])
 if ARGV[3] ~= '' then redis.call('HSET', KEYS[3], ARGV[3], n - 1) end
 redis.call('HSET', KEYS[1], 'spent_epsilon', string.format('%.17g', ne), 'spent_delta', string.format('%.17g', nd),
            'unit', ARGV[6])
+return {'ok'}
+"""
+
+# KEYS: ledger hash, spends list. ARGV: unit, '1' when the caller states that spends before units were in it.
+_DECLARE_UNIT = """
+if redis.call('HEXISTS', KEYS[1], 'budget_epsilon') == 0 then return {'nobudget'} end
+local u = redis.call('HGET', KEYS[1], 'unit')
+if u then
+  if u == ARGV[1] then return {'ok'} end
+  return {'unit', u}
+end
+if redis.call('LLEN', KEYS[2]) > 0 and ARGV[1] ~= 'record' and ARGV[2] ~= '1' then return {'legacy'} end
+redis.call('HSET', KEYS[1], 'unit', ARGV[1])
 return {'ok'}
 """
 
@@ -121,6 +136,7 @@ class RedisLedger(Ledger):
         self.r = connect(r)
         self._charge = self.r.register_script(_CHARGE)
         self._set_budget = self.r.register_script(_SET_BUDGET)
+        self._declare_unit = self.r.register_script(_DECLARE_UNIT)
 
     def set_budget(self, source: str, epsilon: float, delta: float = 0.0) -> None:
         check_charge(source, epsilon, delta)
@@ -186,6 +202,33 @@ class RedisLedger(Ledger):
         if u is not None:
             return u.decode() if isinstance(u, bytes) else str(u)
         return RECORD if n else None
+
+    def declare_unit(self, source: str, privacy_id: str | None, *, earlier_spends_per_person: bool = False) -> str:
+        """Fix the unit of ``source``'s ledger before its next spend (``privacy_id`` None: per record); returns it.
+
+        For a data owner who knows the unit ahead (a job in another unit is then refused at submit), and for a
+        ledger charged before units were recorded (it counts as per record): declaring it per person then needs
+        ``earlier_spends_per_person=True``, the owner's statement that every earlier spend was per person by that
+        column (a person model's creation and its jobs); a wrong statement undercounts what a person lost.
+        Raises :class:`~streamdp.privacy.ledger.UnitMismatch` when the ledger's unit is fixed to another,
+        :class:`ValueError` without a budget or, for a ledger charged before units, without that statement."""
+        h, sp, _ = ledger_keys(source)
+        unit = unit_of_charge(privacy_id)
+        res = self._declare_unit(keys=[h, sp], args=[unit, "1" if earlier_spends_per_person else "0"])
+        status = res[0]
+        if status == b"nobudget":
+            raise ValueError(
+                f"source {source!r} has no budget; set one first (streamdp ledger {source} --set-budget E)"
+            )
+        if status == b"unit":
+            raise unit_refusal(source, res[1].decode(), unit)
+        if status == b"legacy":
+            raise ValueError(
+                f"source {source!r} was charged before ledgers recorded their unit, so its spends count per record; "
+                f"declaring it {describe_unit(unit)} states that every earlier spend was per person by that column "
+                "(a model created with that privacy id, and its jobs): confirm with --earlier-spends-per-person"
+            )
+        return unit
 
     def spends(self, source: str) -> list[Spend]:
         _, sp, _ = ledger_keys(source)

@@ -216,3 +216,35 @@ def test_the_private_data_layer_charges_in_its_unit():
         PrivateDataset.from_records(VOTES.schema, VOTES.X[:3], VOTES.y[:3], epsilon=0.5, ledger=led, source="people",
                                     privacy_id=["a", "a", "b"], max_records_per_id=2)  # fmt: skip
     assert led.spent("people") == (1.5, 0.0)
+
+
+def test_a_unit_declared_ahead_and_a_legacy_ledger_declared_per_person(redis_url, source, capsys):
+    u = ["--redis-url", redis_url]
+    led = RedisLedger(redis_url)
+    assert main(u + ["ledger", source, "--unit", "person", "--privacy-id", "user"]) == 2
+    assert "has no budget" in capsys.readouterr().err
+    assert main(u + ["ledger", source, "--set-budget", "2", "--unit", "person", "--privacy-id", "user"]) == 0
+    assert "unit       per person (column 'user')" in capsys.readouterr().out
+    assert led.unit(source) == "person:user" and led.spends(source) == []
+    with pytest.raises(UnitMismatch, match="this charge is per record"):
+        led.charge(source, 0.5, who="a", what="x")
+    assert main(u + ["ledger", source, "--unit", "record"]) == 2  # fixed: never changed
+    assert "accounted per person (column 'user')" in capsys.readouterr().err
+    assert main(u + ["ledger", source, "--unit", "person"]) == 2
+    assert "--unit person goes with --privacy-id" in capsys.readouterr().err
+    # a ledger charged before units (a person model of an older version): per record until its owner says
+    legacy = source + "-old"
+    try:
+        led.set_budget(legacy, 2.0)
+        h, sp, _ = ledger_keys(legacy)
+        old = {"source": legacy, "epsilon": 0.5, "delta": 0.0, "who": "stream", "what": "PrivateForest", "when": 1.0}
+        connect(redis_url).rpush(sp, msgpack.packb(old, use_bin_type=True))
+        assert main(u + ["ledger", legacy, "--unit", "person", "--privacy-id", "user"]) == 2
+        assert "confirm with --earlier-spends-per-person" in capsys.readouterr().err
+        assert led.unit(legacy) == "record"
+        args = ["ledger", legacy, "--unit", "person", "--privacy-id", "user", "--earlier-spends-per-person"]
+        assert main(u + args) == 0
+        assert led.unit(legacy) == "person:user"
+        led.charge(legacy, 0.5, who="job:j", what="x", privacy_id="user", max_records_per_id=2)
+    finally:
+        _forget(redis_url, legacy)

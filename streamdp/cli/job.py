@@ -143,8 +143,9 @@ def _line(st: dict) -> str:
     result = f"result={st['result']}" if st["status"] not in ("failed", "refused") else "(no result)"
     won = f" learner={st['learner']}" if st.get("learner") and st["learner"] != st["algorithm"] else ""
     said = "".join(f"\n  warning: {w}" for w in st.get("warnings") or [])
-    if st.get("worker_may_be_lost"):
-        extra += f"  worker may be lost (last heartbeat {st['heartbeat_age_s']:.0f} s ago: streamdp job status ID)"
+    if st.get("worker_may_be_lost") or st.get("worker_gone"):
+        lost = "gone" if st.get("worker_gone") else "may be lost"
+        extra += f"  worker {lost} (last heartbeat {st['heartbeat_age_s']:.0f} s ago: streamdp job status ID)"
     return (
         f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
         f"eps={st['epsilon']:g} source={st['source']} {result}{won} "

@@ -143,6 +143,9 @@ def _line(st: dict) -> str:
     result = f"result={st['result']}" if st["status"] not in ("failed", "refused") else "(no result)"
     won = f" learner={st['learner']}" if st.get("learner") and st["learner"] != st["algorithm"] else ""
     said = "".join(f"\n  warning: {w}" for w in st.get("warnings") or [])
+    if st.get("worker_may_be_lost") or st.get("worker_gone"):
+        lost = "gone" if st.get("worker_gone") else "may be lost"
+        extra += f"  worker {lost} (last heartbeat {st['heartbeat_age_s']:.0f} s ago: streamdp job status ID)"
     return (
         f"{st['id']}  {st['status']:8s} {st.get('progress', ''):11s} {st['algorithm']:14s} "
         f"eps={st['epsilon']:g} source={st['source']} {result}{won} "
@@ -236,12 +239,41 @@ def status(args: argparse.Namespace) -> int:
     ):
         if st.get(k) not in (None, ""):
             print(f"{k:13s} {st[k]}")
+    if st.get("heartbeat_age_s") is not None:
+        print(f"{'heartbeat':13s} {_heartbeat_words(st)}")
     for k in ("created", "started", "finished"):
         if st.get(k):
             print(f"{k:13s} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(st[k]))}")
     for w in st.get("warnings") or []:
         print(f"{'warning':13s} {w}")
     return 0
+
+
+def _heartbeat_words(st: dict) -> str:
+    """A running job's last heartbeat, and whether its worker may be lost (:meth:`JobQueue.status`'s fields).
+
+    >>> st = {"heartbeat_age_s": 45.0, "heartbeat_every_s": 20.0, "claim_idle_s": 60.0,
+    ...       "worker_may_be_lost": True, "worker_gone": False}
+    >>> _heartbeat_words(st)  # doctest: +NORMALIZE_WHITESPACE
+    'last 45.0 s ago (its worker beats every 20 s): older than two heartbeats, so its worker may have stopped
+    (killed, or cut off from Redis); another job worker retries the job once it has been silent 60 s (in about
+    15 s), charging nothing more'
+    """
+    age, every, claim = st["heartbeat_age_s"], st["heartbeat_every_s"], st["claim_idle_s"]
+    words = f"last {age:.1f} s ago (its worker beats every {every:g} s)"
+    retry = "another job worker retries the job"
+    if st.get("worker_gone"):
+        return (
+            f"{words}: its worker's process no longer runs (killed?); {retry} (a job worker started on this host "
+            f"takes it over at once, another once it has been silent {claim:g} s), charging nothing more"
+        )
+    if st.get("worker_may_be_lost"):
+        return (
+            f"{words}: older than two heartbeats, so its worker may have stopped (killed, or cut off from Redis); "
+            f"{retry} once it has been silent {claim:g} s (in about {max(0.0, claim - age):.0f} s), charging "
+            "nothing more"
+        )
+    return words
 
 
 def list_(args: argparse.Namespace) -> int:

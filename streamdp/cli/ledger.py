@@ -3,8 +3,12 @@
     streamdp ledger NAME                       budget, spent, remaining and the spends
     streamdp ledger NAME --json
     streamdp ledger NAME --set-budget E [--delta D]
+    streamdp ledger NAME --unit person --privacy-id COLUMN   fix the unit before the first spend
     streamdp ledger --source-file FILE [...]   the ledger bound to a file's content
     streamdp ledger --list                     sources that have a ledger
+
+A ledger has one unit of privacy, fixed by its first spend: a record, or a person (an id column;
+each spend shows its K). Its epsilon figures are per that unit; a spend in another unit is refused.
 
 A source is a label (a model's name, or the --source of a dataset job): the
 same records under two labels are charged to two ledgers, and nothing here can
@@ -59,12 +63,31 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         metavar="D",
         help="total delta with --set-budget (default: keep the current one, else 0)",
     )
+    p.add_argument(
+        "--unit",
+        choices=("record", "person"),
+        default=None,
+        help="fix the ledger's unit of privacy before its first spend (person: with --privacy-id); "
+        "jobs in another unit are then refused at submit",
+    )
+    p.add_argument("--privacy-id", default=None, metavar="COLUMN", help="with --unit person: the id column")
+    p.add_argument(
+        "--earlier-spends-per-person",
+        action="store_true",
+        help="with --unit person on a ledger charged before units were recorded (it counts per record): state "
+        "that every earlier spend was per person by that column (a model created with that privacy id, its jobs)",
+    )
     p.set_defaults(func=ledger)
     return p
 
 
 def _when(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _unit_cell(s: Any) -> str:
+    """``record`` or ``person:COLUMN K=3`` (a spend's unit, for the table)."""
+    return s.unit if s.privacy_id is None else f"{s.unit} K={s.max_records_per_id}"
 
 
 def ledger(args: argparse.Namespace) -> int:
@@ -89,22 +112,30 @@ def ledger(args: argparse.Namespace) -> int:
             print("\n".join(sources) if sources else "no ledgers")
         return 0
     name = args.name
+    if (args.unit == "person") != (args.privacy_id is not None) or (args.earlier_spends_per_person and not args.unit):
+        raise ValueError("--unit person goes with --privacy-id COLUMN; --earlier-spends-per-person with --unit person")
     if args.set_budget is not None:
         current = led.budget(name)
         delta = args.delta if args.delta is not None else (current[1] if current else 0.0)
         led.set_budget(name, args.set_budget, delta)
+    if args.unit is not None:
+        led.declare_unit(name, args.privacy_id, earlier_spends_per_person=args.earlier_spends_per_person)
     budget = led.budget(name)
     if budget is None:
         raise ValueError(f"source {name!r} has no budget (streamdp ledger {name} --set-budget E)")
-    from streamdp.privacy.ledger import left_of
+    from streamdp.privacy.ledger import RECORD, describe_unit, left_of
 
     spent = led.spent(name)
     spends = led.spends(name)
+    unit = led.unit(name)
+    kind, _, column = (unit or "").partition(":")
     if args.json:
         print(
             json.dumps(
                 {
                     "source": name,
+                    "unit": kind or None,  # record, person, or null before the first spend
+                    "privacy_id": column or None,
                     "budget_epsilon": budget[0],
                     "budget_delta": budget[1],
                     "spent_epsilon": spent[0],
@@ -116,16 +147,27 @@ def ledger(args: argparse.Namespace) -> int:
             )
         )
         return 0
+    if unit is None:
+        words, per = "not fixed yet (the first spend fixes it: per record, or per person with a privacy id)", ""
+    elif unit == RECORD:
+        words = "per record (epsilon is what one record loses; a person with several records loses more)"
+        per = " per record"
+    else:
+        words = f"{describe_unit(unit)}: epsilon is what one person loses, whatever the K of each spend"
+        per = " per person"
     print(
         f"source {name}\n"
+        f"  unit       {words}\n"
         f"  budget     epsilon {budget[0]:g}, delta {budget[1]:.3g}\n"
         f"  spent      epsilon {spent[0]:g}, delta {spent[1]:.3g}\n"
-        f"  remaining  epsilon {left_of(budget[0], spent[0]):g}\n"
+        f"  remaining  epsilon {left_of(budget[0], spent[0]):g}{per}\n"
         f"  spends     {len(spends)}"
     )
     if spends:
-        rows = [(_when(s.when), s.who, s.what, f"{s.epsilon:g}", f"{s.delta:.3g}", s.key) for s in spends]
-        head = ("when", "who", "what", "epsilon", "delta", "key")
+        rows = [
+            (_when(s.when), s.who, s.what, f"{s.epsilon:g}", f"{s.delta:.3g}", _unit_cell(s), s.key) for s in spends
+        ]
+        head = ("when", "who", "what", "epsilon", "delta", "unit", "key")
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
         for r in (head, *rows):
             print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

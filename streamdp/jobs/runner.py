@@ -222,10 +222,19 @@ def run_job(
     delta = float(est.delta) if a.is_forest else 0.0
     say("charging", 0.0)
     what = f"{a.name} {json.dumps(spec.params, sort_keys=True)}"
-    ledger.charge(source, spec.epsilon, delta=delta, who=f"job:{job_id}", what=what, key=job_id)
+    k = spec.records_per_unit
+    ledger.charge(
+        source,
+        spec.epsilon,
+        delta=delta,
+        who=f"job:{job_id}",
+        what=what,
+        key=job_id,
+        privacy_id=spec.privacy_id,
+        max_records_per_id=k if spec.privacy_id is not None else None,
+    )
     say("reading", 0.1)
     loaded = load()
-    k = spec.records_per_unit
     if (len(loaded) == 3) != (spec.privacy_id is not None):
         raise JobError("the job's data and its privacy id disagree (ids expected exactly when the spec names one)")
     X = np.asarray(loaded[0], dtype=np.float64).reshape(-1, schema.n_attributes)

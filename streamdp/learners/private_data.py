@@ -34,20 +34,17 @@ the mechanism is ``epsilon``-DP for each draw of priorities, hence for their
 mixture. Only the scores use the subset: counts and partitions use every
 record, so a record still affects one branch (parallel composition holds).
 
-The unit of privacy. With a privacy id, :meth:`PrivateDataset.from_records` keeps
-at most ``K = max_records_per_id`` records per id (a uniform sample) before any
-query, and every operation charges ``epsilon`` but draws its noise at ``epsilon / K``
-(sensitivity ``K``): the allotment is spent per person (proof sketch in
-:mod:`streamdp.privacy.contribution`). Without one, the unit is a record.
+The unit of privacy. With a privacy id, :meth:`PrivateDataset.from_records` keeps at most ``K = max_records_per_id``
+records per id (a uniform sample) before any query, and every operation charges ``epsilon`` but draws its noise at
+``epsilon / K``: the allotment is spent per person (:mod:`streamdp.privacy.contribution`); a ledger's spend records
+the id column (``"(given ids)"`` for an array of ids) and K. Without one, the unit is a record.
 
-Budget. The dataset's ``epsilon`` is its allotment. With a ledger,
-:meth:`PrivateDataset.from_records` charges the whole allotment to the
-ledger (one atomic spend, idempotent under a key) before it even encodes the
-records; inside, every operation is charged to the allotment, and an
-operation that would exceed it raises :class:`~streamdp.privacy.ledger.BudgetExceeded`
-before reading anything. Accounting is PINQ's: a dataset's spend is its own
-charges plus, for each partition made of it, the maximum spend among the
-parts; the root's spend is what the records lost.
+Budget. The dataset's ``epsilon`` is its allotment. With a ledger, :meth:`PrivateDataset.from_records` charges the
+whole allotment to the ledger (one atomic spend, idempotent under a key) before it even encodes the records; inside,
+every operation is charged to the allotment, and an operation that would exceed it raises
+:class:`~streamdp.privacy.ledger.BudgetExceeded` before reading anything. Accounting is PINQ's: a dataset's spend is
+its own charges plus, for each partition made of it, the maximum spend among the parts; the root's spend is what the
+records lost.
 
 Learners (``streamdp.learners``) receive a ``PrivateDataset`` and never the
 records: the raw arrays are name-mangled attributes, and a test fails if a
@@ -180,7 +177,10 @@ class PrivateDataset(SelectionOps, Allotment):
         if ledger is not None:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
-            ledger.charge(source, epsilon, who=who, what=what, key=key)
+            p = privacy_id if isinstance(privacy_id, str) or privacy_id is None else "(given ids)"  # (no column)
+            ledger.charge(
+                source, epsilon, who=who, what=what, key=key, privacy_id=p, max_records_per_id=k if p else None
+            )
         elif source is not None:  # (else source= alone fits with no charge and no word)
             raise ValueError(
                 f"source={source!r} names a ledger's source, but no ledger= was given: nothing would be "

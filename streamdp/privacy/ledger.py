@@ -25,6 +25,18 @@ its content (the SHA-256 of its bytes), whatever its path or label; it
 cannot see that two *different* files share people (a reordered or extended
 copy is another file), so labels of overlapping data remain the data
 owner's responsibility.
+
+A ledger has one **unit of privacy**, fixed by its first spend: a record, or a person named by an id column
+(each spend records its own K, the records per person it bounded to). Every spend's epsilon is then the same
+figure (per record, or per person), so the sum is what a record, or a person, has lost; a charge in another
+unit is refused (:class:`UnitMismatch`) before anything is charged or read. Spends of different K compose per
+person (each is epsilon-DP per person), so K is not part of the unit. A ledger whose spends predate units
+counts as per record.
+
+>>> led.charge("adult", 0.25, who="carol", what="DPEA", privacy_id="user", max_records_per_id=3)
+Traceback (most recent call last):
+...
+streamdp.privacy.ledger.UnitMismatch: source 'adult' is accounted per record: its spends are epsilon per record, and this charge is per person (column 'user', K=3) (a ledger sums one unit's epsilon). Charge it per record (no privacy id), or account per person from the start on a source of its own (a new ledger, for people no spend on 'adult' covered); refused before reading any data
 """
 
 from __future__ import annotations
@@ -37,6 +49,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import IO
 
+from streamdp.privacy.contribution import check_unit
 from streamdp.validation import check_delta, check_epsilon
 
 __all__ = [
@@ -44,6 +57,11 @@ __all__ = [
     "Ledger",
     "InMemoryLedger",
     "BudgetExceeded",
+    "UnitMismatch",
+    "RECORD",
+    "unit_of_charge",
+    "describe_unit",
+    "unit_refusal",
     "TOLERANCE",
     "file_sha256",
     "stream_sha256",
@@ -108,6 +126,73 @@ class BudgetExceeded(ValueError):
     """A charge would exceed the source's total budget; nothing was charged or read."""
 
 
+class UnitMismatch(BudgetExceeded):
+    """A charge in another unit of privacy than its ledger's (per record against per person, or another id
+    column); nothing was charged or read. A :class:`BudgetExceeded`: a job refused for either ends ``refused``."""
+
+
+#: The unit of a ledger whose spends are epsilon per record (and of a ledger charged before units were recorded).
+RECORD = "record"
+
+
+def unit_of_charge(privacy_id: str | None, max_records_per_id: int | None = None) -> str:
+    """The ledger unit a charge is made in: :data:`RECORD`, or ``person:COLUMN`` (K is the spend's, not the unit's).
+
+    Raises :class:`ValueError` for a privacy id that is not a non-empty string, or a K without a privacy id.
+
+    >>> unit_of_charge(None), unit_of_charge("user", 3)
+    ('record', 'person:user')
+    """
+    if privacy_id is None:
+        if max_records_per_id is not None:
+            raise ValueError("max_records_per_id goes with privacy_id (the column naming each record's person)")
+        return RECORD
+    if not isinstance(privacy_id, str) or not privacy_id:
+        raise ValueError(f"privacy_id must name a column, got {privacy_id!r}")
+    return f"person:{privacy_id}"
+
+
+def describe_unit(unit: str, k: int | None = None) -> str:
+    """A ledger unit in words (with a spend's K when given).
+
+    >>> describe_unit("record"), describe_unit("person:user", 3)
+    ('per record', "per person (column 'user', K=3)")
+    """
+    if unit == RECORD:
+        return "per record"
+    column = unit.partition(":")[2]
+    return f"per person (column {column!r}" + (f", K={k})" if k is not None else ")")
+
+
+def unit_refusal(source: str, ledger_unit: str, unit: str, k: int | None = None) -> UnitMismatch:
+    """The refusal of a charge in ``unit`` (K ``k``) on a ledger accounted in ``ledger_unit``: both units and what to
+    do (the words every store and the job submit use)."""
+    theirs = "epsilon per record" if ledger_unit == RECORD else "epsilon per person"
+    head = (
+        f"source {source!r} is accounted {describe_unit(ledger_unit)}: its spends are {theirs}, and this charge is "
+        f"{describe_unit(unit, k)} (a ledger sums one unit's epsilon). "
+    )
+    if ledger_unit == RECORD:
+        todo = (
+            f"Charge it per record (no privacy id), or account per person from the start on a source of its own "
+            f"(a new ledger, for people no spend on {source!r} covered)"
+        )
+    elif unit == RECORD:
+        column = ledger_unit.partition(":")[2]
+        todo = (
+            f"A per-record spend costs a person with up to K records K times its epsilon, and nothing bounds K "
+            f"without the ids: give it the privacy id {column!r} and K (--privacy-id {column} "
+            "--max-records-per-id K; its epsilon is then per person, noise drawn at epsilon / K)"
+        )
+    else:
+        column = ledger_unit.partition(":")[2]
+        todo = (
+            f"The ledger cannot tell whether two id columns name the same people: if they do, name the column "
+            f"{column!r} (rename it in the file); if not, use a source of their own"
+        )
+    return UnitMismatch(f"{head}{todo}; refused before reading any data")
+
+
 @dataclass(frozen=True)
 class Spend:
     """One release charged to a source."""
@@ -119,6 +204,17 @@ class Spend:
     what: str
     when: float  # unix time
     key: str = ""  # idempotency key (e.g. a job id): charging the same key twice charges once
+    privacy_id: str | None = None  # the id column of a per-person spend (None: per record)
+    max_records_per_id: int | None = None  # K of a per-person spend: the records per person it bounded to
+
+    @property
+    def unit(self) -> str:
+        """The ledger unit of this spend (:func:`unit_of_charge`)."""
+        return unit_of_charge(self.privacy_id)
+
+    def describe_unit(self) -> str:
+        """``per record`` or ``per person (column 'user', K=3)``."""
+        return describe_unit(self.unit, self.max_records_per_id)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -133,15 +229,23 @@ class Spend:
             str(d["what"]),
             float(d["when"]),
             str(d.get("key", "")),
+            None if d.get("privacy_id") is None else str(d["privacy_id"]),  # (spends before units: per record)
+            None if d.get("max_records_per_id") is None else int(d["max_records_per_id"]),
         )
 
 
-def check_charge(source: str, epsilon: float, delta: float) -> None:
-    """Validate a charge's arguments (shared by every store)."""
+def check_charge(
+    source: str, epsilon: float, delta: float, privacy_id: str | None = None, max_records_per_id: int | None = None
+) -> str:
+    """Validate a charge's arguments (shared by every store); returns its unit (:func:`unit_of_charge`)."""
     if not isinstance(source, str) or not source:
         raise ValueError(f"source must be a non-empty string, got {source!r}")
     check_epsilon(epsilon, allow_zero=True)
     check_delta(delta)
+    unit = unit_of_charge(privacy_id, max_records_per_id)
+    if privacy_id is not None:
+        check_unit(privacy_id, max_records_per_id)
+    return unit
 
 
 def exceeds(spent: tuple[float, float], charge: tuple[float, float], budget: tuple[float, float] | None) -> bool:
@@ -191,12 +295,30 @@ class Ledger(ABC):
         """``(epsilon, delta)`` total, or None when no budget was set."""
 
     @abstractmethod
-    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0, key: str = "") -> Spend:
+    def charge(
+        self,
+        source: str,
+        epsilon: float,
+        *,
+        who: str,
+        what: str,
+        delta: float = 0.0,
+        key: str = "",
+        privacy_id: str | None = None,
+        max_records_per_id: int | None = None,
+    ) -> Spend:
         """Record a spend, or raise :class:`BudgetExceeded` without recording anything.
 
         With a non-empty ``key``, a second charge with the same key returns the
-        first spend and charges nothing (a retried job is charged once).
+        first spend and charges nothing (a retried job is charged once). ``privacy_id`` and
+        ``max_records_per_id`` (K) make the spend per person; the ledger's first spend fixes its unit, and a
+        charge in another unit raises :class:`UnitMismatch` (checked in the same atomic step as the budget).
         """
+
+    @abstractmethod
+    def unit(self, source: str) -> str | None:
+        """The ledger's unit (:data:`RECORD` or ``person:COLUMN``), or None before its first spend (a ledger
+        whose spends predate units: :data:`RECORD`)."""
 
     @abstractmethod
     def spends(self, source: str) -> list[Spend]:
@@ -239,8 +361,19 @@ class InMemoryLedger(Ledger):
         s = self._spends.get(source, [])
         return (math.fsum(x.epsilon for x in s), math.fsum(x.delta for x in s))
 
-    def charge(self, source: str, epsilon: float, *, who: str, what: str, delta: float = 0.0, key: str = "") -> Spend:
-        check_charge(source, epsilon, delta)
+    def charge(
+        self,
+        source: str,
+        epsilon: float,
+        *,
+        who: str,
+        what: str,
+        delta: float = 0.0,
+        key: str = "",
+        privacy_id: str | None = None,
+        max_records_per_id: int | None = None,
+    ) -> Spend:
+        unit = check_charge(source, epsilon, delta, privacy_id, max_records_per_id)
         with self._lock:
             if key:
                 for s in self._spends.get(source, []):
@@ -248,13 +381,33 @@ class InMemoryLedger(Ledger):
                         return s
             b = self._budgets.get(source)
             eps_spent, d_spent = self._spent_unlocked(source)
+            if b is not None and (fixed := self._unit_unlocked(source)) not in (None, unit):
+                raise unit_refusal(source, fixed, unit, max_records_per_id)
             if exceeds((eps_spent, d_spent), (epsilon, delta), b):
                 raise refusal(
                     source, epsilon, eps_spent, None if b is None else b[0], delta, d_spent, 0.0 if b is None else b[1]
                 )
-            spend = Spend(source, float(epsilon), float(delta), str(who), str(what), time.time(), str(key))
+            spend = Spend(
+                source,
+                float(epsilon),
+                float(delta),
+                str(who),
+                str(what),
+                time.time(),
+                str(key),
+                privacy_id,
+                None if privacy_id is None else int(max_records_per_id),  # type: ignore[arg-type]
+            )
             self._spends.setdefault(source, []).append(spend)
             return spend
+
+    def _unit_unlocked(self, source: str) -> str | None:
+        s = self._spends.get(source)
+        return s[0].unit if s else None
+
+    def unit(self, source: str) -> str | None:
+        with self._lock:
+            return self._unit_unlocked(source)
 
     def spends(self, source: str) -> list[Spend]:
         with self._lock:

@@ -32,12 +32,13 @@ from typing import Any
 import redis
 
 from streamdp.jobs.runner import JobError, JobSpec, check_params
-from streamdp.privacy.ledger import file_sha256, refusal
+from streamdp.privacy.ledger import file_sha256, refusal, unit_of_charge, unit_refusal
 from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.records.read_errors import SourceError
 from streamdp.records.schema import Schema
 from streamdp.records.sources import check_columns, check_records
 from streamdp.service.connection import connect
+from streamdp.service.group import gone
 from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys, as_str, check_name
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.registry import load_spec, load_unit, published_keys
@@ -158,9 +159,14 @@ class JobQueue:
             )
         if privacy_id is not None and (privacy_id in sch.names or privacy_id == sch.label.name):
             raise JobError(f"privacy id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
-        if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
+        ledger = RedisLedger(self.r)
+        if ledger.budget(source) is None:  # (whether the budget suffices is the charge's to say)
             # (refused here, not accepted and then refused by the worker)
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
+        pid, k = (privacy_id, max_records_per_id) if unit is None else (unit.privacy_id, unit.max_records_per_id)
+        fixed, mine = ledger.unit(source), unit_of_charge(pid)  # (the worker's charge checks it again, atomically)
+        if fixed not in (None, mine):
+            raise JobError(f"{unit_refusal(source, fixed, mine, k)}; nothing was charged")
         if source_kind == "dataset" and os.path.isfile(dataset):
             dataset = os.path.abspath(dataset)
         bundled = source_kind == "dataset" and not os.path.isfile(dataset) and dataset in DATASETS
@@ -296,7 +302,32 @@ class JobQueue:
             d[k] = int(d.get(k) or 0)
         d["max_records_per_id"] = int(d["max_records_per_id"]) if d.get("max_records_per_id") else None
         d["privacy_id"] = d.get("privacy_id") or None
+        if d["status"] == "running":
+            d.update(self._heartbeat(d))
         return d
+
+    def _heartbeat(self, d: dict) -> dict:
+        """A running job's heartbeat: ``heartbeat_age_s``, the idle time of its queue entry, which its worker resets
+        every third of its ``claim_idle_ms`` (``heartbeat_every_s``) while it lives, and which another worker
+        claims at ``claim_idle_s``; ``worker_may_be_lost`` once the age passes two heartbeats (one missed: the age
+        of a live worker's heartbeat stays below one, plus a round trip); ``worker_gone`` when the worker is
+        provably not running (a process of this host that no longer exists). None for a job started by a worker
+        of a version that did not record its entry."""
+        out: dict[str, Any] = {"heartbeat_age_s": None, "worker_may_be_lost": False, "worker_gone": False}
+        entry, claim_ms = d.get("entry"), int(d.get("claim_idle_ms") or 0)
+        if not entry or claim_ms <= 0:
+            return out
+        try:
+            pending = self.r.xpending_range(self.stream, JOB_GROUP, min=entry, max=entry, count=1)
+        except redis.ResponseError:  # (no group yet)
+            pending = []
+        out.update(heartbeat_every_s=claim_ms / 3000, claim_idle_s=claim_ms / 1000)
+        if not pending:  # (acked meanwhile: the job is ending)
+            return out
+        age = int(pending[0]["time_since_delivered"]) / 1000
+        holder = as_str(pending[0]["consumer"])
+        out.update(heartbeat_age_s=age, worker_may_be_lost=age > 2 * claim_ms / 3000, worker_gone=gone(holder))
+        return out
 
     def list(self, limit: int = 100) -> list[dict]:
         """The newest ``limit`` jobs, newest first."""

@@ -65,7 +65,7 @@ __all__ = ["JobWorker", "run_job_worker", "read_model_records"]
 log = logging.getLogger("streamdp.jobs")
 
 
-# KEYS: job hash. ARGV: worker, now. Starts an attempt, or says why not.
+# KEYS: job hash. ARGV: worker, now, the entry, the worker's claim_idle_ms. Starts an attempt, or says why not.
 _START = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing', ''} end
@@ -84,7 +84,7 @@ if a >= m then
   return {'failed', reason}
 end
 redis.call('HSET', KEYS[1], 'status', 'running', 'attempts', a + 1, 'worker', ARGV[1], 'started', ARGV[2],
-           'progress', 'starting', 'fraction', '0')
+           'progress', 'starting', 'fraction', '0', 'entry', ARGV[3], 'claim_idle_ms', ARGV[4])
 return {'run', tostring(a + 1)}
 """
 
@@ -173,7 +173,7 @@ class JobWorker(GroupLoop):
             self._ack(eid)
             return "missing"
         key = job_key(job_id)
-        res = self._start(keys=[key], args=[self.name, now_s()])
+        res = self._start(keys=[key], args=[self.name, now_s(), eid, self.claim_idle_ms])
         what = as_str(res[0])
         if what != "run":
             self._ack(eid)
@@ -238,7 +238,8 @@ class JobWorker(GroupLoop):
         self._heartbeat()
 
     def _heartbeat(self) -> None:
-        """Reset the entry's idle time while this worker still owns it (so it is not reclaimed while alive)."""
+        """Reset the entry's idle time while this worker still owns it (so it is not reclaimed while alive); the
+        entry's idle time is the job's heartbeat age that ``job status`` shows (:meth:`.JobQueue.status`)."""
         entry = self._entry
         if entry is None:
             return

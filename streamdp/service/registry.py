@@ -347,7 +347,16 @@ def create_model(
     # exists, so charging first never under-charges; a crash after the charge only over-charges (safe).
     # A refused charge releases the name claim, so nothing is left behind.
     try:
-        charge_model(r, name, declared if unit else forest.epsilon, forest.delta, ledger_budget, model_id)
+        charge_model(
+            r,
+            name,
+            declared if unit else forest.epsilon,
+            forest.delta,
+            ledger_budget,
+            model_id,
+            unit.privacy_id if unit else None,
+            unit.max_records_per_id if unit else None,
+        )
     except BaseException:
         r.hdel(REGISTRY, name)
         raise

@@ -73,8 +73,9 @@ def test_a_job_with_a_privacy_id_keeps_at_most_k_records_per_person(monkeypatch)
     n_people = -(-len(enc.y) // 5)
     assert seen == [(2 * (n_people - 1) + min(2, len(enc.y) - 5 * (n_people - 1)), 2)]
     assert led.spent("src")[0] == 1.0  # the epsilon, per person: charged once as declared
-    # without an id: every record, the unit a record
-    run_job(JobSpec("sulq-id3", 1.0, {"max_depth": 2}), VOTES.schema, lambda: (enc.X, enc.y), led, "src", "j2")
+    # without an id: every record, the unit a record (on a ledger of its own: "src" is accounted per person)
+    led.set_budget("src2", 10.0)
+    run_job(JobSpec("sulq-id3", 1.0, {"max_depth": 2}), VOTES.schema, lambda: (enc.X, enc.y), led, "src2", "j2")
     assert seen[-1] == (len(enc.y), 1)
 
 

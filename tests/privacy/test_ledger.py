@@ -160,6 +160,7 @@ def test_redis_layout_and_names(redis_url, source):
         b"budget_delta": b"0.0",
         b"spent_epsilon": b"0.25",
         b"spent_delta": b"0",
+        b"unit": b"record",  # (fixed by the first spend)
     }
     assert r.llen(sp) == 1 and r.hget(ks, "k") == b"0"
     assert source in led.sources() and all(isinstance(s, str) for s in led.sources())

@@ -80,11 +80,16 @@ def test_privacy_id_mistakes_are_refused_before_any_charge(r, model, queue, tmp_
     q, _ = queue
     jq = JobQueue(r, q)
     data, sch = _people_csv(tmp_path)
-    before = RedisLedger(r).spent(model)
+    before, own = RedisLedger(r).spent(model), model
+    people = f"{model}-people"  # (a ledger of no unit yet: the model's own is per record)
+    RedisLedger(r).set_budget(people, 5.0)
     try:
         with pytest.raises(JobError, match="model's own unit of privacy"):
             jq.submit("private-rdt", model, 1.0, {}, privacy_id="user", max_records_per_id=2)
         kw = dict(source_kind="dataset", dataset=str(data), schema=str(sch))
+        with pytest.raises(JobError, match="accounted per record"):  # the model's ledger is per record
+            jq.submit("private-rdt", model, 1.0, {}, privacy_id="user", max_records_per_id=2, **kw)
+        model = people
         with pytest.raises(JobError, match=r"lacks the columns \['who'\]"):
             jq.submit("private-rdt", model, 1.0, {}, privacy_id="who", max_records_per_id=2, **kw)
         attr = VOTES.schema.names[0]
@@ -102,9 +107,10 @@ def test_privacy_id_mistakes_are_refused_before_any_charge(r, model, queue, tmp_
                 "private-rdt", model, 1.0, {}, privacy_id="user", max_records_per_id=2,
                 source_kind="dataset", dataset="congressional-voting",
             )  # fmt: skip
-        assert jq.list() == [] and RedisLedger(r).spent(model) == before
+        assert jq.list() == [] and RedisLedger(r).spent(own) == before and RedisLedger(r).spent(people) == (0.0, 0.0)
     finally:
         r.hdel(job_queue.FILE_SOURCES, file_sha256(str(data)))
+        r.delete(*ledger_keys(people))
 
 
 def test_a_job_over_a_person_models_records_keeps_its_k_per_person(r, queue, unique_name, tmp_path, monkeypatch):

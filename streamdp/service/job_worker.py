@@ -73,7 +73,7 @@ if st == 'done' or st == 'failed' or st == 'refused' then return {'final', st} e
 local a = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
 local m = tonumber(redis.call('HGET', KEYS[1], 'max_attempts') or '3')
 if a >= m then
-  local reason = 'gave up after ' .. a .. ' attempts'
+  local reason = 'gave up after ' .. a .. (a == 1 and ' attempt' or ' attempts')
   if st == 'running' then
     reason = reason .. '; job worker ' .. (redis.call('HGET', KEYS[1], 'worker') or '?') ..
              ' stopped during the last attempt (killed?)'
@@ -202,7 +202,7 @@ class JobWorker(GroupLoop):
                     error=err,
                     progress="failed",
                     finished=now_s(),
-                    reason=f"gave up after {attempt} attempts; last error: {err}",
+                    reason=f"gave up after {attempt} attempt{'s' if attempt != 1 else ''}; last error: {err}",
                 )
                 status = "failed"
             else:

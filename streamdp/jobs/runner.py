@@ -193,13 +193,18 @@ def job_warnings(spec: JobSpec, schema: Schema) -> list[str]:
     'epsilon 1e+300 releases nearly exact counts: e'
     """
     a = check_params(spec, schema)
+    return _public_warnings(a, _build(a, spec, schema), spec, schema)
+
+
+def _public_warnings(a: Algorithm, est: Any, spec: JobSpec, schema: Schema) -> list[str]:
+    """:func:`job_warnings` of the job's unfitted estimator ``est``."""
     said = []
     if a.name == "auto":
         from streamdp.learners.selection import check_candidates, default_candidates, usable_candidates
 
         cands = spec.params.get("candidates")
         said += usable_candidates(check_candidates(cands) if cands else default_candidates(schema), schema)[1]
-    share = _cell_epsilon_share(a, _build(a, spec, schema), spec)
+    share = _cell_epsilon_share(a, est, spec)
     if share is not None:
         sd = math.sqrt(cell_variance("geometric", spec.epsilon * share))
         if sd < NEARLY_EXACT_SD:
@@ -283,6 +288,7 @@ def run_job(
     a = check_params(spec, schema)
     est = _build(a, spec, schema)
     delta = float(est.delta) if a.is_forest else 0.0
+    before = _public_warnings(a, est, spec, schema)  # (unfitted: the budget split as declared)
     say("charging", 0.0)
     what = f"{a.name} {json.dumps(spec.params, sort_keys=True)}"
     ledger.charge(source, spec.epsilon, delta=delta, who=f"job:{job_id}", what=what, key=job_id)
@@ -307,7 +313,7 @@ def run_job(
             est.fit(pds)
     fitted = [str(w.message) for w in caught if type(w.message).__module__.startswith("streamdp")]
     empty = empty_release_warning(a, est, spec)
-    said = tuple(dict.fromkeys([*job_warnings(spec, schema), *fitted, *([empty] if empty else [])]))
+    said = tuple(dict.fromkeys([*before, *fitted, *([empty] if empty else [])]))
     say("serializing", 0.9)
     data = est.to_bytes()
     return JobResult(data, blob.format_of(data), spec.epsilon, delta, getattr(est, "learner_", a.name), said)

@@ -4,6 +4,8 @@ One entry per algorithm; the job layer (:mod:`streamdp.jobs`), the CLI's
 ``streamdp job algorithms``, :func:`streamdp.learners.load_model` and the
 river window classifier all read it. Classes are imported only when asked
 for (:meth:`Algorithm.cls`), so reading the catalogue costs no learner import.
+What an algorithm needs of a schema is stated here too (:meth:`Algorithm.schema_refusal`),
+read by a job's submit and worker, by the learners' ``fit`` and by ``auto``.
 
 =================  ==================================================================
 ``dpea``           :class:`streamdp.learners.DPEA` (Bai et al.)

@@ -419,7 +419,8 @@ def _no_result(job_id: str, st: dict) -> str:
         step = f" ({step})" if step and step != status else ""
         return f"job {job_id} is {status}{step}: no result yet (streamdp job status {job_id})"
     why = st.get("reason") or st.get("error") or ""
-    return f"job {job_id} {status}" + (f" ({why})" if why else "") + ": no result"
+    said = "failed" if status == "failed" else f"is {status}"
+    return f"job {job_id} {said}" + (f" ({why})" if why else "") + ": no result"
 
 
 def retention_refusal(r: Any, name: str) -> str | None:

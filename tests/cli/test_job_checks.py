@@ -113,7 +113,7 @@ def test_auto_leaves_out_the_candidates_that_cannot_use_the_schema(r, iris, caps
     _run(r, "q")
     st = _status(out.strip(), "q")
     assert st["status"] == "done" and st["learner"] == "private-rdt n_trees=2", st  # the one left: no selection
-    assert [w for w in st["warnings"] if w.startswith("auto leaves out candidate sulq-id3")], st["warnings"]
+    assert len([w for w in st["warnings"] if w.startswith("auto leaves out candidate sulq-id3")]) == 1, st["warnings"]
     # none left: refused at submit
     rc, _ = _cli(
         "job", "submit", "auto", "--source-file", data, "--schema", schema, "--epsilon", "1",

@@ -173,7 +173,10 @@ class JobQueue:
         if privacy_id is not None and (privacy_id in sch.names or privacy_id == sch.label.name):
             raise JobError(f"privacy id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
         if result_name is not None:  # ("" is no name: refused, not replaced by the default)
-            check_name(result_name)
+            try:
+                check_name(result_name)
+            except ValueError as e:
+                raise JobError(f"result name: {e}; leave it out for the default, ALGORITHM-ID8") from None
         if RedisLedger(self.r).budget(source) is None:  # (whether the budget suffices is the charge's to say)
             # (refused here, not accepted and then refused by the worker)
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")

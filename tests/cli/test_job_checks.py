@@ -195,7 +195,7 @@ def test_an_empty_name_is_refused_and_a_waiting_job_has_no_result_yet(r, capsys)
     argv = ("job", "submit", "private-rdt", "--source", "votes", "--dataset", "congressional-voting", "--epsilon",
             "0.5", "--queue", "q")  # fmt: skip
     rc, _ = _cli(*argv, "--name", "")
-    assert rc == 2 and "invalid model name ''" in capsys.readouterr().err and not r.exists("q")
+    assert rc == 2 and "result name: invalid model name ''" in capsys.readouterr().err and not r.exists("q")
     rc, out = _cli(*argv)
     assert rc == 0
     capsys.readouterr()

@@ -45,7 +45,7 @@ from streamdp.learners.catalogue import ALGORITHMS, Algorithm, AlgorithmError, A
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.privacy.contribution import bound_contributions, check_unit
 from streamdp.privacy.ledger import Ledger
-from streamdp.privacy.secure_random import SecureRandom
+from streamdp.privacy.secure_random import NearlyExactWarning, SecureRandom
 from streamdp.records.schema import Schema
 from streamdp.release.variance import NEARLY_EXACT_SD, largest_noisy_epsilon
 from streamdp.validation import check_epsilon
@@ -190,7 +190,7 @@ def job_warnings(spec: JobSpec, schema: Schema) -> list[str]:
 
     >>> from streamdp.records.datasets import load
     >>> job_warnings(JobSpec("private-rdt", 1e300), load("congressional-voting").schema)[0][:46]
-    'epsilon 1e+300 releases nearly exact counts: e'
+    'epsilon=1e+300 releases nearly exact counts: e'
     """
     a = check_params(spec, schema)
     return _public_warnings(a, _build(a, spec, schema), spec, schema)
@@ -210,7 +210,7 @@ def _public_warnings(a: Algorithm, est: Any, spec: JobSpec, schema: Schema) -> l
         if sd < NEARLY_EXACT_SD:
             above = largest_noisy_epsilon(lambda eps: math.sqrt(cell_variance("geometric", eps * share)))
             said.append(
-                f"epsilon {spec.epsilon:g} releases nearly exact counts: each released count's noise has sd "
+                f"epsilon={spec.epsilon:g} releases nearly exact counts: each release's noise on a count has sd "
                 f"{sd:.2g}, below half a record; an epsilon of {above:g} or less would add at least that much"
             )
     return said
@@ -247,15 +247,17 @@ def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
     try:
         if a.is_forest:
             p = {**a.defaults(), **spec.params}
-            return a.cls().create(
-                schema,
-                n_trees=p.pop("n_trees"),
-                height=p.pop("height"),
-                epsilon=spec.epsilon / spec.records_per_unit,  # (noise per record: epsilon per person of K records)
-                mechanism=a.mechanism,
-                seed=p.pop("seed"),
-                **p,
-            )
+            with warnings.catch_warnings():  # (a nearly exact epsilon: job_warnings says it, for every algorithm)
+                warnings.simplefilter("ignore", NearlyExactWarning)
+                return a.cls().create(
+                    schema,
+                    n_trees=p.pop("n_trees"),
+                    height=p.pop("height"),
+                    epsilon=spec.epsilon / spec.records_per_unit,  # (noise per record: epsilon per person of K records)
+                    mechanism=a.mechanism,
+                    seed=p.pop("seed"),
+                    **p,
+                )
         m = a.cls()(schema=schema, epsilon=spec.epsilon, **spec.params)
         m._check_params()
         return m

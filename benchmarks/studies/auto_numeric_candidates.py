@@ -61,7 +61,11 @@ def scores(schema, X, y, train, test, eps: float) -> dict:
 
     out: dict = {"majority": float((y[test] == np.bincount(y[train], minlength=schema.n_classes).argmax()).mean())}
     for name in FIXED:
-        model = fit_candidate((name, {}), PrivateDataset(schema, X[train], y[train], epsilon=eps), eps)
+        try:
+            model = fit_candidate((name, {}), PrivateDataset(schema, X[train], y[train], epsilon=eps), eps)
+        except ValueError:  # (a categorical-only learner refuses a schema without categorical attributes)
+            out[name], out[f"{name}:refused"] = out["majority"], True
+            continue
         out[name] = float((proba_encoded(model, X[test]).argmax(axis=1) == y[test]).mean())
     for label, names in LISTS.items():
         cands = [(n, {}) for n in names]

@@ -168,6 +168,8 @@ def submit(args: argparse.Namespace) -> int:
     if args.source_file:
         if args.dataset:
             raise ValueError("--source-file is the dataset: give no --dataset")
+        if not os.path.isfile(args.source_file):
+            raise ValueError(_not_a_file(args.source_file))
         args.dataset, args.source = args.source_file, file_source(args.source_file)
     kind = "dataset" if args.dataset else "model"
     if args.schema and not args.dataset:
@@ -207,6 +209,20 @@ def submit(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0 if st["status"] == "done" else 1
+
+
+def _not_a_file(path: str) -> str:
+    """Why ``--source-file PATH`` is refused when no file is there (a bundled dataset is named with --dataset).
+
+    >>> _not_a_file("congressional-voting")  # doctest: +ELLIPSIS
+    "--source-file 'congressional-voting': no such file (--source-file takes a CSV file's path); ... --dataset ..."
+    """
+    from streamdp.records.datasets import DATASETS
+
+    said = f"--source-file {path!r}: no such file (--source-file takes a CSV file's path)"
+    if path in DATASETS:
+        return f"{said}; {path!r} is a bundled dataset: name it with --dataset {path} --source LABEL"
+    return f"{said}; bundled datasets are named with --dataset ({', '.join(sorted(DATASETS))}) and --source LABEL"
 
 
 def status(args: argparse.Namespace) -> int:

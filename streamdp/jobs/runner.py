@@ -31,6 +31,7 @@ fit). The k-anonymity forest is ``(epsilon, delta)``-DP, which this does not mak
 from __future__ import annotations
 
 import json
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,12 +40,14 @@ from typing import Any
 import numpy as np
 
 from streamdp import blob
+from streamdp.estimation import cell_variance
 from streamdp.learners.catalogue import ALGORITHMS, Algorithm, AlgorithmError, AlgorithmNotAvailable, algorithm
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.privacy.contribution import bound_contributions, check_unit
 from streamdp.privacy.ledger import Ledger
-from streamdp.privacy.secure_random import SecureRandom
+from streamdp.privacy.secure_random import NearlyExactWarning, SecureRandom
 from streamdp.records.schema import Schema
+from streamdp.release.variance import NEARLY_EXACT_SD, largest_noisy_epsilon
 from streamdp.validation import check_epsilon
 
 __all__ = [
@@ -57,6 +60,8 @@ __all__ = [
     "algorithm",
     "check_params",
     "describe",
+    "empty_release_warning",
+    "job_warnings",
     "parse_param",
     "run_job",
 ]
@@ -170,8 +175,71 @@ def check_params(spec: JobSpec, schema: Schema | None = None) -> Algorithm:
             "record could not be drawn; refused before anything is charged"
         )
     if schema is not None:
+        why = a.schema_refusal(schema)  # (the catalogue's rule: what each algorithm needs of a schema)
+        if why is not None:
+            raise JobError(f"{why}; nothing was charged")
         _build(a, spec, schema)
     return a
+
+
+def job_warnings(spec: JobSpec, schema: Schema) -> list[str]:
+    """What a job's public parameters already say about its result, before anything is charged (``job submit``
+    warns them, the job's status lists them): a nearly exact epsilon (the noise on a released count below half
+    a record, :func:`streamdp.release.variance.largest_noisy_epsilon`, ``model create``'s rule), and ``auto``'s
+    candidates left out for the schema. From the spec and the schema alone, never the data.
+
+    >>> from streamdp.records.datasets import load
+    >>> job_warnings(JobSpec("private-rdt", 1e300), load("congressional-voting").schema)[0][:46]
+    'epsilon=1e+300 releases nearly exact counts: e'
+    """
+    a = check_params(spec, schema)
+    return _public_warnings(a, _build(a, spec, schema), spec, schema)
+
+
+def _public_warnings(a: Algorithm, est: Any, spec: JobSpec, schema: Schema) -> list[str]:
+    """:func:`job_warnings` of the job's unfitted estimator ``est``."""
+    said = []
+    if a.name == "auto":
+        from streamdp.learners.selection import check_candidates, default_candidates, usable_candidates
+
+        cands = spec.params.get("candidates")
+        said += usable_candidates(check_candidates(cands) if cands else default_candidates(schema), schema)[1]
+    share = _cell_epsilon_share(a, est, spec)
+    if share is not None:
+        sd = math.sqrt(cell_variance("geometric", spec.epsilon * share))
+        if sd < NEARLY_EXACT_SD:
+            above = largest_noisy_epsilon(lambda eps: math.sqrt(cell_variance("geometric", eps * share)))
+            said.append(
+                f"epsilon={spec.epsilon:g} releases nearly exact counts: each release's noise on a count has sd "
+                f"{sd:.2g}, below half a record; an epsilon of {above:g} or less would add at least that much"
+            )
+    return said
+
+
+def _cell_epsilon_share(a: Algorithm, est: Any, spec: JobSpec) -> float | None:
+    """The share of the job's epsilon that the noise on one released count of its model gets (public: the
+    budget split, per record), or None where no count is noised (k-anonymity) or the learner is not known
+    before the fit (``auto``)."""
+    if a.mechanism == "kanon" or a.name == "auto":
+        return None
+    if a.is_forest:  # (built at epsilon / K: the noise per record)
+        return float(est.epsilon_per_tree) / spec.epsilon
+    return float(est.epsilon_leaf_counts()) / spec.records_per_unit / spec.epsilon
+
+
+def empty_release_warning(a: Algorithm, est: Any, spec: JobSpec) -> str | None:
+    """A warning when a fitted k-anonymity forest released no count at all (every cell below ``k`` after
+    sampling at ``beta``): it then predicts the first label. A function of the released counts only
+    (post-processing); no count is named."""
+    if a.mechanism != "kanon" or np.any(est.counts):
+        return None
+    k, beta = spec.params["k"], spec.params["beta"]
+    need = k / float(est.record_share)  # (beta, or beta / trees with the disjoint budget: public)
+    return (
+        f"{a.name} released no records: every count was below k={k} after sampling at beta={beta:g}, so the "
+        f"model predicts the first label; a count is kept only where about {need:,.0f} records of a class "
+        "reach a leaf (lower k, raise beta, or use private-rdt)"
+    )
 
 
 def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
@@ -179,15 +247,17 @@ def _build(a: Algorithm, spec: JobSpec, schema: Schema) -> Any:
     try:
         if a.is_forest:
             p = {**a.defaults(), **spec.params}
-            return a.cls().create(
-                schema,
-                n_trees=p.pop("n_trees"),
-                height=p.pop("height"),
-                epsilon=spec.epsilon / spec.records_per_unit,  # (noise per record: epsilon per person of K records)
-                mechanism=a.mechanism,
-                seed=p.pop("seed"),
-                **p,
-            )
+            with warnings.catch_warnings():  # (a nearly exact epsilon: job_warnings says it, for every algorithm)
+                warnings.simplefilter("ignore", NearlyExactWarning)
+                return a.cls().create(
+                    schema,
+                    n_trees=p.pop("n_trees"),
+                    height=p.pop("height"),
+                    epsilon=spec.epsilon / spec.records_per_unit,  # (noise per record: epsilon per person of K records)
+                    mechanism=a.mechanism,
+                    seed=p.pop("seed"),
+                    **p,
+                )
         m = a.cls()(schema=schema, epsilon=spec.epsilon, **spec.params)
         m._check_params()
         return m
@@ -220,6 +290,7 @@ def run_job(
     a = check_params(spec, schema)
     est = _build(a, spec, schema)
     delta = float(est.delta) if a.is_forest else 0.0
+    before = _public_warnings(a, est, spec, schema)  # (unfitted: the budget split as declared)
     say("charging", 0.0)
     what = f"{a.name} {json.dumps(spec.params, sort_keys=True)}"
     k = spec.records_per_unit
@@ -251,7 +322,9 @@ def run_job(
         else:
             pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon, rng=rng, records_per_unit=k)
             est.fit(pds)
-    said = tuple(dict.fromkeys(str(w.message) for w in caught if type(w.message).__module__.startswith("streamdp")))
+    fitted = [str(w.message) for w in caught if type(w.message).__module__.startswith("streamdp")]
+    empty = empty_release_warning(a, est, spec)
+    said = tuple(dict.fromkeys([*before, *fitted, *([empty] if empty else [])]))
     say("serializing", 0.9)
     data = est.to_bytes()
     return JobResult(data, blob.format_of(data), spec.epsilon, delta, getattr(est, "learner_", a.name), said)

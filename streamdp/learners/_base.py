@@ -23,6 +23,7 @@ from streamdp.estimation.prior import prior_from
 from streamdp.estimation.rule import SNR_MIN_GROWN, cell_variance, node_distributions
 from streamdp.estimation.trees import inverse_variance_mean
 from streamdp.forest.voting import mean_accuracy
+from streamdp.learners.catalogue import FORMATS, Algorithm
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.tree import Tree
 from streamdp.options import MAX_PRIOR_TREES, VOTES
@@ -59,8 +60,6 @@ class PrivateLearner:
     vote = (
         "proba"  # how trees combine: "proba" (pooled where the learner has several trees: pooled_nodes) or "majority"
     )
-    #: Whether the learner splits on numeric attributes (else they are ignored, with a warning at fit).
-    SPLITS_NUMBERS = True
     #: Whether an infinite epsilon (no noise, not private) is a setting of the learner.
     ALLOWS_INF = True
     #: The least ``max_depth``.
@@ -179,7 +178,8 @@ class PrivateLearner:
         """:class:`IgnoredAttributesWarning` when the schema has numeric attributes this learner does not split on:
         without it a learner given only numeric attributes fits one leaf with no word of why."""
         numeric = [a.name for a in self.schema.attributes if not isinstance(a, Categorical)]
-        if numeric and not self.SPLITS_NUMBERS:
+        entry = self.catalogue_entry()
+        if numeric and entry is not None and entry.categorical_only:
             warnings.warn(
                 f"{type(self).__name__} splits on categorical attributes only: the numeric {numeric} are "
                 "not used (bin them into categories, or use diffp-c45 or private-rdt)",
@@ -187,9 +187,18 @@ class PrivateLearner:
                 stacklevel=stacklevel + 1,
             )
 
+    @classmethod
+    def catalogue_entry(cls) -> Algorithm | None:
+        """This learner's entry in :mod:`streamdp.learners.catalogue` (by its blob format; None for a class of
+        another format): what it needs of a schema is stated there, once."""
+        return FORMATS.get(cls.FORMAT)
+
     def _check_params(self) -> None:
         if not isinstance(self.schema, Schema):
             raise TypeError(f"schema must be a streamdp.Schema, got {type(self.schema).__name__}")
+        entry = self.catalogue_entry()
+        if entry is not None:  # (before fit reads or charges anything: the schema alone decides)
+            entry.check_schema(self.schema)
         check_epsilon(self.epsilon, allow_inf=self.ALLOWS_INF)
         check_integer(getattr(self, "max_depth", 1), "max_depth", low=self.MIN_DEPTH)
         if "top_up" in self._param_names():  # (the learners that stop branches early: DPEA, the ID3 family, C4.5)

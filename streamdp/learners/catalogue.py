@@ -4,6 +4,8 @@ One entry per algorithm; the job layer (:mod:`streamdp.jobs`), the CLI's
 ``streamdp job algorithms``, :func:`streamdp.learners.load_model` and the
 river window classifier all read it. Classes are imported only when asked
 for (:meth:`Algorithm.cls`), so reading the catalogue costs no learner import.
+What an algorithm needs of a schema is stated here too (:meth:`Algorithm.schema_refusal`),
+read by a job's submit and worker, by the learners' ``fit`` and by ``auto``.
 
 =================  ==================================================================
 ``dpea``           :class:`streamdp.learners.DPEA` (Bai et al.)
@@ -81,6 +83,7 @@ class Algorithm:
     mechanism: str | None = None  # PrivateForest algorithms: the forest's noise mechanism
     required: tuple[str, ...] = ()  # parameters without a usable default
     window: bool = True  # a batch learner the river window classifier may retrain
+    categorical_only: bool = False  # splits on categorical attributes only (numeric ones are not used)
 
     @property
     def is_forest(self) -> bool:
@@ -100,6 +103,36 @@ class Algorithm:
         """Parameters a user may set (schema and epsilon come from elsewhere; test-only noise seeds are excluded)."""
         self.cls()  # an algorithm missing from the build has no parameters to offer
         return [p.name for p in self.params]
+
+    def schema_refusal(self, schema: Any) -> str | None:
+        """Why this algorithm cannot learn from ``schema`` (a :class:`~streamdp.records.schema.Schema`), or None.
+
+        The one rule of what each algorithm needs of a schema, read before anything is charged by a job's
+        submit and worker, by the learners' ``fit`` and by ``auto`` (which drops such candidates). From the
+        schema alone (public). Why: a learner that splits on categorical attributes only, given none, would
+        charge its epsilon to fit the class counts alone.
+
+        >>> from streamdp.records.schema import Schema
+        >>> numeric = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}],
+        ...                             "label": {"name": "y", "values": [0, 1]}})
+        >>> print(algorithm("sulq-id3").schema_refusal(numeric))  # doctest: +ELLIPSIS
+        sulq-id3 (SuLQID3) splits on categorical attributes only and this schema has none ...
+        >>> algorithm("diffp-c45").schema_refusal(numeric) is None
+        True
+        """
+        if self.categorical_only and not any(bool(c) for c in schema.is_categorical):
+            return (
+                f"{self.name} ({self.learner}) splits on categorical attributes only and this schema has none "
+                f"(its attributes {list(schema.names)} are numeric): it would spend its epsilon on the class "
+                "counts alone; bin them into categories, or use diffp-c45 or private-rdt"
+            )
+        return None
+
+    def check_schema(self, schema: Any) -> None:
+        """:class:`AlgorithmError` with :meth:`schema_refusal`'s reason, if any."""
+        why = self.schema_refusal(schema)
+        if why is not None:
+            raise AlgorithmError(why)
 
     def defaults(self) -> dict:
         return {p.name: p.default for p in self.params}
@@ -262,6 +295,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                 Param("exact_max_levels", Interval(int, 1, 3), 2, "steps this shallow are sampled exactly"),
                 _TOP_UP,
             ),
+            categorical_only=True,
         ),
         Algorithm(
             "sulq-id3",
@@ -270,6 +304,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "streamdp.learners.id3",
             "streamdp.sulq_id3",
             (_depth(5), _TOP_UP),
+            categorical_only=True,
         ),
         Algorithm(
             "diffp-id3",
@@ -278,6 +313,7 @@ ALGORITHMS: dict[str, Algorithm] = {
             "streamdp.learners.id3",
             "streamdp.diffp_id3",
             (_depth(5), Param("scorer", Options(SCORERS), "infogain", "split quality"), _N_BOUND, _TOP_UP),
+            categorical_only=True,
         ),
         Algorithm(
             "diffp-c45",
@@ -325,6 +361,7 @@ ALGORITHMS: dict[str, Algorithm] = {
                     "proba: the trees' evidence pooled depth by depth (our addition); majority: Hanisch's vote",
                 ),
             ),
+            categorical_only=True,
         ),
         Algorithm(
             "private-rdt",

@@ -108,7 +108,6 @@ class DPEA(PrivateLearner):
         score, readable from ``traces_``, tells neighbouring datasets apart.
     """
 
-    SPLITS_NUMBERS = False  # (numeric attributes are ignored: Bai et al. select among categorical subtrees)
     ALLOWS_INF = False  # the MCMC stopping rule and the budget split need a finite epsilon
     MIN_DEPTH = 1
 

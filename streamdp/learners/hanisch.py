@@ -71,7 +71,6 @@ class HanischForest(PrivateLearner):
     ``vote``: ``"proba"`` (the trees' evidence pooled, the default) or ``"majority"`` (Hanisch's vote).
     """
 
-    SPLITS_NUMBERS = False  # (random trees over the categorical attributes)
     prior_trees = 0  # (a model pickled before prior stumps existed has none: __init__ sets the parameter)
 
     FORMAT = "streamdp.hanisch_forest"
@@ -104,9 +103,8 @@ class HanischForest(PrivateLearner):
         check_integer(self.n_trees, "n_trees")
         check_integer(self.prior_trees, "prior_trees", low=0, high=MAX_PRIOR_TREES)
         check_integer(self.max_leaves, "max_leaves")
+        # (a schema without categorical attributes: refused by the catalogue's rule, super()._check_params)
         cats = sorted((a.arity for a in self.schema.attributes if isinstance(a, Categorical)), reverse=True)
-        if not cats:
-            raise ValueError("HanischForest needs categorical attributes (bin numeric ones first)")
         worst = int(np.prod(cats[: int(self.max_depth)], dtype=np.float64))
         if worst > self.max_leaves:
             raise ValueError(

@@ -66,7 +66,6 @@ __all__ = ["SuLQID3", "DiffPID3"]
 class _ID3(PrivateLearner):
     """Growth shared by both learners; subclasses choose the split attribute."""
 
-    SPLITS_NUMBERS = False  # (Friedman & Schuster's ID3: categorical attributes; DiffPC45 splits numbers)
     max_depth: int
 
     def epsilon_per_query(self) -> float:

@@ -46,7 +46,14 @@ from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
 from streamdp.validation import check_epsilon
 
-__all__ = ["AutoPrivateClassifier", "Selection", "default_candidates", "select_learner"]
+__all__ = [
+    "AutoPrivateClassifier",
+    "DroppedCandidateWarning",
+    "Selection",
+    "default_candidates",
+    "select_learner",
+    "usable_candidates",
+]
 
 #: A candidate: a catalogue algorithm's name and its parameters.
 CandidateSpec = tuple[str, dict]
@@ -72,9 +79,14 @@ def default_candidates(schema: Schema) -> list[CandidateSpec]:
     return out + [("dpea", {})] if 2 * categorical > len(schema.attributes) else out
 
 
+class DroppedCandidateWarning(UserWarning):
+    """A candidate that cannot learn from the schema (the catalogue's rule) was left out of the selection."""
+
+
 def check_candidates(candidates: Any, schema: Schema | None = None) -> list[CandidateSpec]:
     """``candidates`` as ``[(name, params), ...]`` with every name in the catalogue (a batch learner or the
-    geometric forest) and every parameter within its rule; :class:`AlgorithmError` otherwise."""
+    geometric forest) and every parameter within its rule; :class:`AlgorithmError` otherwise. With ``schema``,
+    only the candidates that can learn from it (:func:`usable_candidates`; :class:`AlgorithmError` if none)."""
     if not isinstance(candidates, (list, tuple)) or not candidates:
         raise AlgorithmError(f"candidates must be a non-empty list of [algorithm, params], got {candidates!r}")
     out = []
@@ -85,7 +97,32 @@ def check_candidates(candidates: Any, schema: Schema | None = None) -> list[Cand
         if name == "auto" or (isinstance(name, str) and algorithm(name).mechanism == "kanon"):
             raise AlgorithmError(f"candidate {name!r} cannot be selected: use private-rdt or a batch learner")
         out.append((name, algorithm(name).check_params(params)))
-    return out
+    return out if schema is None else usable_candidates(out, schema)[0]
+
+
+def usable_candidates(candidates: list[CandidateSpec], schema: Schema) -> tuple[list[CandidateSpec], list[str]]:
+    """The candidates that can learn from ``schema`` by the catalogue's rule
+    (:meth:`~streamdp.learners.catalogue.Algorithm.schema_refusal`), and a message for each one left out;
+    :class:`AlgorithmError` if none is left. The schema alone decides (public), before anything is charged: a
+    candidate left out takes no share of the records nor of the budget.
+
+    >>> from streamdp.records.schema import Schema
+    >>> numeric = Schema.from_dict({"attributes": [{"name": "x", "type": "numeric", "min": 0, "max": 1}],
+    ...                             "label": {"name": "y", "values": [0, 1]}})
+    >>> kept, said = usable_candidates([("sulq-id3", {}), ("private-rdt", {})], numeric)
+    >>> kept, said[0].startswith("auto leaves out candidate sulq-id3: sulq-id3 (SuLQID3) splits")
+    ([('private-rdt', {})], True)
+    """
+    kept, said = [], []
+    for name, params in candidates:
+        why = algorithm(name).schema_refusal(schema)
+        if why is None:
+            kept.append((name, params))
+        else:
+            said.append(f"auto leaves out candidate {name}: {why}")
+    if not kept:
+        raise AlgorithmError("auto has no candidate that can learn from this schema: " + "; ".join(said))
+    return kept, said
 
 
 @dataclass
@@ -142,6 +179,9 @@ def select_learner(
     check_epsilon(epsilon)
     _check_shares(selection_share, holdout_share)
     cands = check_candidates(candidates if candidates is not None else default_candidates(pds.schema))
+    cands, left_out = usable_candidates(cands, pds.schema)  # (before any charge: the schema alone decides)
+    for message in left_out:
+        warnings.warn(message, DroppedCandidateWarning, stacklevel=2)
     if not pds.can_charge(epsilon):
         from streamdp.privacy.ledger import BudgetExceeded
 
@@ -219,7 +259,7 @@ class AutoPrivateClassifier(PrivateLearner):
     def _check_params(self) -> None:
         super()._check_params()
         if self.candidates is not None:
-            check_candidates(self.candidates)
+            check_candidates(self.candidates, self.schema)  # (none that can learn from the schema: refused)
         _check_shares(self.selection_share, self.holdout_share)
 
     def warn_ignored(self, stacklevel: int = 2) -> None:

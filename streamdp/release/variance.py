@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 
 from streamdp.estimation import cell_variance
 from streamdp.privacy.secure_random import NearlyExactWarning
@@ -20,6 +21,7 @@ __all__ = [
     "release_cell_sd",
     "NEARLY_EXACT_SD",
     "nearly_exact_epsilon",
+    "largest_noisy_epsilon",
     "warn_nearly_exact",
 ]
 
@@ -69,8 +71,21 @@ def nearly_exact_epsilon(policy: ReleasePolicy, mechanism: str, budget: str, n_t
     5.65
     """
 
+    return largest_noisy_epsilon(lambda eps: release_cell_sd(policy, eps, mechanism, budget, n_trees, prior_trees))
+
+
+def largest_noisy_epsilon(sd_at: Callable[[float], float]) -> float:
+    """The largest epsilon (3 significant digits, rounded down) at which ``sd_at(epsilon)``, the noise sd on one
+    released count (falling as epsilon grows), is still at least :data:`NEARLY_EXACT_SD`: the rule of
+    :func:`nearly_exact_epsilon`, for any release whose count noise is a public function of its epsilon (a batch
+    job's learner too). Why: one rule for "nearly exact" wherever a budget is declared.
+
+    >>> largest_noisy_epsilon(lambda eps: 1.0 / eps)  # sd 1/eps >= 0.5 up to eps 2
+    2.0
+    """
+
     def noisy(eps: float) -> bool:
-        return release_cell_sd(policy, eps, mechanism, budget, n_trees, prior_trees) >= NEARLY_EXACT_SD
+        return sd_at(eps) >= NEARLY_EXACT_SD
 
     lo, hi = 1e-12, 1e12  # noisy(lo), not noisy(hi): the sd falls as epsilon grows
     for _ in range(200):  # bisection on a log scale

@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from streamdp.jobs.runner import JobError, JobSpec, check_params
+from streamdp.jobs.runner import JobError, JobSpec, check_params, job_warnings
 from streamdp.privacy.ledger import file_sha256, refusal, unit_of_charge, unit_refusal
 from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.records.read_errors import SourceError
@@ -42,13 +42,15 @@ from streamdp.service.group import gone
 from streamdp.service.keys import JOB_RESULTS, REGISTRY, Keys, as_str, check_name
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.registry import load_spec, load_unit, published_keys
-from streamdp.service.retention import get_retention
+from streamdp.service.retention import retention_refusal
 from streamdp.validation import check_integer
 
 __all__ = [
     "JobQueue",
     "fetch_model",
     "SourceLabelWarning",
+    "ModelSourceWarning",
+    "JobWarning",
     "FILE_SOURCES",
     "JOBS_STREAM",
     "JOBS_INDEX",
@@ -80,6 +82,16 @@ return 1
 
 class SourceLabelWarning(UserWarning):
     """The same dataset file was submitted under another ledger source than before."""
+
+
+class ModelSourceWarning(SourceLabelWarning):
+    """A dataset job's ledger source is a model's name: the file is charged to that model's ledger, though it is
+    not the model's records."""
+
+
+class JobWarning(UserWarning):
+    """What a job's public parameters say about its result before it runs (:func:`streamdp.jobs.runner.job_warnings`:
+    a nearly exact epsilon, ``auto``'s candidates left out)."""
 
 
 def job_key(job_id: str) -> str:
@@ -150,8 +162,10 @@ class JobQueue:
         spec = JobSpec(algorithm, epsilon, dict(params or {}), privacy_id, max_records_per_id)
         unit = load_unit(self.r, source) if source_kind == "model" and privacy_id is None else None
         # (a model whose unit is a person: the job bounds by its ids and K, checked here as the worker will run it)
-        check_params(spec if unit is None else JobSpec(algorithm, epsilon, spec.params, unit.privacy_id,
-                                                       unit.max_records_per_id), sch)  # fmt: skip
+        runs = (
+            spec if unit is None else JobSpec(algorithm, epsilon, spec.params, unit.privacy_id, unit.max_records_per_id)
+        )
+        check_params(runs, sch)
         if privacy_id is not None and source_kind == "model":
             raise JobError(
                 "a job over a model's records uses the model's own unit of privacy; --privacy-id goes with a "
@@ -159,6 +173,11 @@ class JobQueue:
             )
         if privacy_id is not None and (privacy_id in sch.names or privacy_id == sch.label.name):
             raise JobError(f"privacy id {privacy_id!r} is a schema attribute or the label: it must not be learned from")
+        if result_name is not None:  # ("" is no name: refused, not replaced by the default)
+            try:
+                check_name(result_name)
+            except ValueError as e:
+                raise JobError(f"result name: {e}; leave it out for the default, ALGORITHM-ID8") from None
         ledger = RedisLedger(self.r)
         if ledger.budget(source) is None:  # (whether the budget suffices is the charge's to say)
             # (refused here, not accepted and then refused by the worker)
@@ -183,8 +202,18 @@ class JobQueue:
                 raise JobError(f"{e}; nothing was charged") from None
         elif source_kind == "dataset":
             digest = self._bind_file(source, dataset, sch, header, label, privacy_id)
+        if source_kind == "dataset" and self.r.hexists(REGISTRY, source):
+            warnings.warn(
+                f"source {source!r} is a model: this job over {dataset!r} is charged to that model's ledger, "
+                "though the file is not the model's records (give no --dataset to learn from the model's "
+                "records; --source-file binds a file to a ledger of its own)",
+                ModelSourceWarning,
+                stacklevel=2,
+            )
+        for said in job_warnings(runs, sch):  # (public parameters only; the job's status lists them too)
+            warnings.warn(said, JobWarning, stacklevel=2)
         job_id = uuid.uuid4().hex
-        result = check_name(result_name or f"{algorithm}-{job_id[:8]}")
+        result = check_name(result_name if result_name is not None else f"{algorithm}-{job_id[:8]}")
         if self.r.hexists(REGISTRY, result) or self.r.hexists(JOB_RESULTS, result):
             raise JobError(f"result name {result!r} is taken (a model or job result of that name exists)")
         now = now_s()
@@ -345,8 +374,7 @@ class JobQueue:
         job_id = self._job_of(job_id)
         st = self.status(job_id)
         if st["status"] != "done":
-            why = st.get("reason") or st.get("error") or st.get("progress")
-            raise LookupError(f"job {job_id} is {st['status']}" + (f" ({why})" if why else "") + "; no result")
+            raise LookupError(_no_result(job_id, st))
         blob_, owner = self.r.hmget(Keys(st["result"], job=True).pub_model, "blob", "job")
         if blob_ is None or as_str(owner or b"") != job_id:
             raise LookupError(f"job {job_id}'s result {st['result']!r} is no longer published")
@@ -398,46 +426,35 @@ def _schema_of(schema: Schema | str | dict | None, dataset: str) -> Schema:
     if isinstance(schema, dict):
         return Schema.from_dict(schema)
     if isinstance(schema, str):
-        return Schema.from_json(schema)
+        if os.path.isfile(schema) or schema.lstrip().startswith("{"):
+            return Schema.from_json(schema)
+        if schema in DATASETS:  # (a bundled dataset's schema by its name, as `streamdp push --schema` takes it)
+            return load_schema(schema)
+        raise JobError(
+            f"schema {schema!r}: no such file, nor a bundled schema ({', '.join(sorted(DATASETS))}); "
+            "nothing was charged"
+        )
     if dataset in DATASETS:
         return load_schema(dataset)
     raise JobError(f"dataset {dataset!r} needs a schema JSON file (--schema)")
 
 
-def retention_refusal(r: Any, name: str) -> str | None:
-    """Why a job over model ``name``'s records would fit nothing but noise, from public values only; None if not.
+def _no_result(job_id: str, st: dict) -> str:
+    """Why a job that is not done has no result, in words (its progress only where it says more than its status).
 
-    * no retention set: merged records are trimmed, so a job reads at most the few not merged yet;
-    * the retention was set after the model had merged releases (``since_version`` > 0) and the published version
-      has not moved since: the records merged before were trimmed, and no release has been merged since.
-
-    Never from the records themselves (how many the stream holds is data): the setting, when it was set and the
-    published version are public. Where this client may not read the setting: None (the check only spares a
-    submitter a job over nothing; the job worker asks again before it charges).
+    >>> _no_result("j1", {"status": "queued", "progress": "queued", "reason": "", "error": ""})
+    'job j1 is queued: no result yet (streamdp job status j1)'
+    >>> _no_result("j1", {"status": "failed", "progress": "failed", "reason": "gave up after 1 attempt", "error": ""})
+    'job j1 failed (gave up after 1 attempt): no result'
     """
-    try:
-        ret = get_retention(r, name)
-        version = r.hget(Keys(name).pub_model, "version")
-    except redis.exceptions.NoPermissionError:
-        return None
-    if ret.keeps_nothing:
-        return (
-            f"model {name!r} keeps no merged records (no retention set), so a job over it would charge epsilon "
-            f"for the few records not merged yet; set `streamdp model retention {name} --seconds S` before the "
-            f"data is pushed (or create the model with --retention-seconds S); nothing was charged"
-        )
-    now = int(as_str(version)) if version is not None else 0
-    if ret.since_version and now <= ret.since_version:
-        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ret.set_at or 0))
-        return (
-            f"model {name!r} started keeping records at version {ret.since_version} ({at}), after earlier releases "
-            "whose records were not kept, and has published no version since: a job over it would charge epsilon "
-            "to fit (almost) no record; push the data to learn from now (a job reads records pushed after the "
-            f"retention was set) and wait for a new version (streamdp model show {name}); next time set "
-            f"`streamdp model retention {name} --seconds S` (or model create --retention-seconds S) before "
-            "pushing; nothing was charged"
-        )
-    return None
+    status = st["status"]
+    if status in ("queued", "running"):
+        step = st.get("progress") or ""
+        step = f" ({step})" if step and step != status else ""
+        return f"job {job_id} is {status}{step}: no result yet (streamdp job status {job_id})"
+    why = st.get("reason") or st.get("error") or ""
+    said = "failed" if status == "failed" else f"is {status}"
+    return f"job {job_id} {said}" + (f" ({why})" if why else "") + ": no result"
 
 
 def _check_named_dataset(dataset: str, schema: Schema) -> None:

@@ -54,11 +54,12 @@ from streamdp.records.schema import Schema
 from streamdp.service.connection import connect
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name
 from streamdp.service.job_data import dataset_loader, read_model_records
-from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s, retention_refusal
+from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
 from streamdp.service.keys import JOB_RESULTS, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger
 from streamdp.service.published import published_fields
 from streamdp.service.registry import ModelNotFound, load_spec, load_unit
+from streamdp.service.retention import retention_refusal
 
 __all__ = ["JobWorker", "run_job_worker", "read_model_records"]
 
@@ -73,7 +74,7 @@ if st == 'done' or st == 'failed' or st == 'refused' then return {'final', st} e
 local a = tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')
 local m = tonumber(redis.call('HGET', KEYS[1], 'max_attempts') or '3')
 if a >= m then
-  local reason = 'gave up after ' .. a .. ' attempts'
+  local reason = 'gave up after ' .. a .. (a == 1 and ' attempt' or ' attempts')
   if st == 'running' then
     reason = reason .. '; job worker ' .. (redis.call('HGET', KEYS[1], 'worker') or '?') ..
              ' stopped during the last attempt (killed?)'
@@ -202,7 +203,7 @@ class JobWorker(GroupLoop):
                     error=err,
                     progress="failed",
                     finished=now_s(),
-                    reason=f"gave up after {attempt} attempts; last error: {err}",
+                    reason=f"gave up after {attempt} attempt{'s' if attempt != 1 else ''}; last error: {err}",
                 )
                 status = "failed"
             else:

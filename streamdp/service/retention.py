@@ -11,7 +11,7 @@ Policy, per model, in the hash ``sdp:{NAME}:priv:retention`` (fields ``seconds``
 When a model starts keeping records (from nothing) the hash also records ``since_version``, the model's
 published version then, and ``set_at`` (epoch seconds): public values, so a job can be refused before any
 charge when the records merged before were trimmed and no release has been merged since
-(:func:`streamdp.service.job_queue.retention_refusal`). Changing the caps keeps both.
+(:func:`retention_refusal`). Changing the caps keeps both.
 
 The stream worker's trim enforces it with ``XTRIM MINID`` where
 ``MINID = min(oldest pending id, max(time cutoff id, id of the N-th newest entry))``:
@@ -37,11 +37,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import redis
+
 from streamdp.service.keys import Keys, as_str
 from streamdp.validation import Interval, check_integer
 
 __all__ = [
     "Retention",
+    "retention_refusal",
     "retention_key",
     "get_retention",
     "set_retention",
@@ -171,3 +174,39 @@ def policy_minid(r: Any, name: str, stream: str, ret: Retention | None = None) -
             else:
                 nth = as_str(r.xrevrange(stream, "+", "-", count=n)[-1][0])
     return retention_floor(ret, now_ms=int(sec) * 1000 + int(usec) // 1000, nth_newest=nth)
+
+
+def retention_refusal(r: Any, name: str) -> str | None:
+    """Why a job over model ``name``'s records would fit nothing but noise, from public values only; None if not.
+
+    * no retention set: merged records are trimmed, so a job reads at most the few not merged yet;
+    * the retention was set after the model had merged releases (``since_version`` > 0) and the published version
+      has not moved since: the records merged before were trimmed, and no release has been merged since.
+
+    Never from the records themselves (how many the stream holds is data): the setting, when it was set and the
+    published version are public. Where this client may not read the setting: None (the check only spares a
+    submitter a job over nothing; the job worker asks again before it charges).
+    """
+    try:
+        ret = get_retention(r, name)
+        version = r.hget(Keys(name).pub_model, "version")
+    except redis.exceptions.NoPermissionError:
+        return None
+    if ret.keeps_nothing:
+        return (
+            f"model {name!r} keeps no merged records (no retention set), so a job over it would charge epsilon "
+            f"for the few records not merged yet; set `streamdp model retention {name} --seconds S` before the "
+            f"data is pushed (or create the model with --retention-seconds S); nothing was charged"
+        )
+    now = int(as_str(version)) if version is not None else 0
+    if ret.since_version and now <= ret.since_version:
+        at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ret.set_at or 0))
+        return (
+            f"model {name!r} started keeping records at version {ret.since_version} ({at}), after earlier releases "
+            "whose records were not kept, and has published no version since: a job over it would charge epsilon "
+            "to fit (almost) no record; push the data to learn from now (a job reads records pushed after the "
+            f"retention was set) and wait for a new version (streamdp model show {name}); next time set "
+            f"`streamdp model retention {name} --seconds S` (or model create --retention-seconds S) before "
+            "pushing; nothing was charged"
+        )
+    return None

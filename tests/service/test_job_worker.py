@@ -205,7 +205,7 @@ def test_max_attempts_ends_failed_with_reason(r, redis_url, model, queue):
     while jq.status(killed)["status"] == "running" and time.monotonic() < deadline:
         w.step()
     st = jq.status(killed)
-    assert st["status"] == "failed" and "gave up after 1 attempts" in st["reason"], st
+    assert st["status"] == "failed" and "gave up after 1 attempt;" in st["reason"], st
     assert "job worker doomed stopped during the last attempt" in st["reason"]
     assert len(_spends(r, model, killed)) == 1  # charged once (privacy loss is permanent), never released
     assert not r.exists(Keys(st["result"], job=True).pub_model)

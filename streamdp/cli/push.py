@@ -27,11 +27,12 @@ from streamdp.cli.common import Progress, redis_url
 
 __all__ = ["add_parser", "push", "NO_WORKER"]
 
-#: The note after a push when no worker is in the model's group: none ever joined, or those that ran left it
-#: (a worker run ``--until-drained`` leaves when it stops); a worker just started may still be starting.
+#: The note after a push when no worker of the model's group is live: none ever joined, those that ran left it
+#: (a worker run ``--until-drained`` leaves when it stops) or were killed; a worker just started may still be
+#: starting.
 NO_WORKER = (
     "no worker is running for {0!r}: the records wait in the stream until one runs (streamdp worker {0}; a worker "
-    "started moments ago joins once it has started)"
+    "started moments ago joins once it has started; streamdp stats {0} counts the live ones)"
 )
 
 
@@ -117,7 +118,7 @@ def push(args: argparse.Namespace) -> int:
         if bar:
             bar.update_fraction(1.0, res.n_records)
             bar.close()
-        consumers = p.consumers() if res.n_records else None
+        consumers = p.live_consumers() if res.n_records else None
     sent, bad = res.n_records, res.n_invalid
     if not sent:
         print(

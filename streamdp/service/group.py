@@ -40,7 +40,7 @@ import redis
 from streamdp.service.connection import connect
 from streamdp.service.keys import as_str
 
-__all__ = ["Entry", "GroupReader", "GroupLoop", "Holder", "jlog", "consumer_name", "gone", "holders"]
+__all__ = ["Entry", "GroupReader", "GroupLoop", "Holder", "LIVE_IDLE_S", "jlog", "consumer_name", "gone", "holders"]
 
 
 def jlog(logger: logging.Logger, level: int, event: str, **kv: Any) -> None:
@@ -91,6 +91,13 @@ def gone(consumer: str) -> bool:
     return False
 
 
+#: A consumer that read or claimed within this many seconds counts as a live worker (:attr:`Holder.live`) unless its
+#: process is provably gone (:func:`gone`); one silent longer is a worker that died (SIGKILL, out of memory) and is
+#: not forgotten yet, or one blocked in a longer read (``--block-ms`` above it). Why: the group keeps a dead
+#: worker's consumer for an hour.
+LIVE_IDLE_S = 30
+
+
 @dataclass
 class Holder:
     """A consumer of a group: its name, ms since it last read or claimed (``idle_ms``), whether its process is
@@ -100,6 +107,15 @@ class Holder:
     idle_ms: int
     gone: bool
     pending: bool = True
+
+    @property
+    def live(self) -> bool:
+        """Read or claimed within :data:`LIVE_IDLE_S` and not provably gone.
+
+        >>> Holder("w", 1_000, gone=False).live, Holder("w", 1_000, gone=True).live, Holder("w", 60_000, False).live
+        (True, False, False)
+        """
+        return self.idle_ms < LIVE_IDLE_S * 1000 and not self.gone
 
     def wait_ms(self, claim_idle_ms: int) -> int:
         """The longest its entries can still wait to be claimed, were it dead: each entry was delivered to it no later

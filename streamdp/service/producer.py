@@ -53,6 +53,7 @@ from streamdp.records.declarations import with_declaration
 from streamdp.records.schema import Schema
 from streamdp.service import codec
 from streamdp.service.connection import connect
+from streamdp.service.group import holders
 from streamdp.service.keys import GROUP, REGISTRY, Keys
 from streamdp.service.model_store import ModelNotFound, batch_id_salt, no_stream_model
 from streamdp.validation import check_choice
@@ -407,6 +408,15 @@ class Producer:
             if g.get("name") in (GROUP, GROUP.encode()):
                 return int(g.get("consumers", 0))
         return 0
+
+    def live_consumers(self) -> int | None:
+        """How many workers of the model's consumer group are live (:attr:`.group.Holder.live`: read within
+        :data:`.group.LIVE_IDLE_S` and not provably gone, so a worker killed moments ago is not counted); None as
+        :meth:`consumers`."""
+        n = self.consumers()
+        if not n:
+            return n
+        return sum(h.live for h in holders(self.redis, self.keys.records, GROUP))
 
     def close(self) -> None:
         """Close the Redis client if this producer made it (not one passed in)."""

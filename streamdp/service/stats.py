@@ -35,7 +35,7 @@ import msgpack
 import redis
 
 from streamdp.service.connection import connect
-from streamdp.service.group import gone
+from streamdp.service.group import LIVE_IDLE_S, holders
 from streamdp.service.keys import GROUP, Keys, as_str
 
 __all__ = [
@@ -49,12 +49,6 @@ __all__ = [
     "BATCH_LEVEL",
     "LIVE_IDLE_S",
 ]
-
-#: A consumer that read or claimed within this many seconds counts as a live worker (``consumers_live``) unless its
-#: process is provably gone (:func:`.group.gone`); one silent longer (``consumers_silent``) is a worker that died
-#: (SIGKILL, out of memory) and is not forgotten yet, or one blocked in a longer read (``--block-ms`` above it).
-#: Why: the group keeps a dead worker's consumer for an hour.
-LIVE_IDLE_S = 30
 
 COUNTERS = (
     "entries_read",
@@ -126,8 +120,8 @@ def collect(r: Any, model: str) -> dict[str, float]:
             out.update(_stream_tampering(r, keys, g))
             pending, consumers = float(g["pending"]), float(g["consumers"])
             if consumers:
-                cs = r.xinfo_consumers(keys.records, GROUP)  # (one of this host whose process is gone: not live)
-                live = float(sum(int(c["idle"]) < LIVE_IDLE_S * 1000 and not gone(as_str(c["name"])) for c in cs))
+                cs = holders(r, keys.records, GROUP)  # (one of this host whose process is gone: not live)
+                live = float(sum(h.live for h in cs))
                 silent = len(cs) - live
             if g.get("lag") is not None:
                 lag = float(g["lag"])

@@ -319,3 +319,29 @@ def test_cli_push_names_the_columns_it_ignores_and_says_a_repeat_is_merged_once(
     assert main(["--redis-url", redis_url, "push", name, str(path), "-q", "--no-dedup"]) == 0
     got = capsys.readouterr()
     assert "ignored" not in got.err and "merged once" not in got.out
+
+
+def test_cli_push_says_no_worker_runs_when_the_group_holds_only_a_killed_one(redis_url, name, tmp_path, capsys):
+    """A worker killed with SIGKILL stays in the group for an hour: the note counts live workers, not the group."""
+    import subprocess
+    import sys
+
+    from streamdp.service.group import PID_SPACE
+    from streamdp.service.keys import GROUP
+
+    if not PID_SPACE:
+        pytest.skip("no /proc: a gone process cannot be told")
+    u = ["--redis-url", redis_url]
+    assert (
+        main(u + ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]) == 0
+    )
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    r = redis_py.Redis.from_url(redis_url, socket_timeout=5)
+    stream = Keys(name).records
+    assert GROUP in [g["name"].decode() for g in r.xinfo_groups(stream)]  # (model create makes the group)
+    assert r.xgroup_createconsumer(stream, GROUP, f"host-{int(dead.stdout)}-abcdef-{PID_SPACE}") == 1
+    path = tmp_path / "v.csv"
+    _write(path, _votes_rows(30))
+    capsys.readouterr()
+    assert main(u + ["push", name, str(path), "-q"]) == 0
+    assert "streamdp: note: " + NO_WORKER.format(name) in capsys.readouterr().err.splitlines()

@@ -1,7 +1,8 @@
 """Coding declared values: lookup tables from a declared value to its code, vectorised over columns.
 
 One rule (:func:`value_code`): a value's code is its index among the attribute's declared
-values, matched exactly (``True`` is not ``1``, ``0.5`` is not ``"0.5"``); anything else is -1
+values, matched exactly (``True`` is not ``1``), or a declared number's or boolean's text
+(:func:`lookup_table`: ``"0.5"`` is ``0.5`` unless ``"0.5"`` is declared); anything else is -1
 (not declared). :func:`lookup_codes` applies it to a whole column, through one table over the
 column's range for integer-valued arrays and through dict probes otherwise. Used by
 :class:`streamdp.records.schema.Schema`, :mod:`streamdp.records.sources` and the river encoder.
@@ -27,6 +28,9 @@ import numpy as np
 
 __all__ = [
     "MISSING",
+    "lookup_table",
+    "text_code",
+    "text_spellings",
     "is_frame",
     "to_float",
     "NUMBER_TEXT",
@@ -176,6 +180,42 @@ def lookup_key(v: Any) -> Any:
     return ("bool", v) if isinstance(v, bool) else v
 
 
+def text_spellings(v: Any) -> tuple[str, ...]:
+    """The texts that spell a declared value that is not text, as a CSV writer or ``csv.DictReader`` gives it:
+    ``str(v)``, a boolean's lower case too, a whole number's float spelling too (``"1.0"``: pandas' whole
+    floats); none for a declared text.
+
+    >>> text_spellings(2), text_spellings(True), text_spellings(0.5), text_spellings("a")
+    (('2', '2.0'), ('True', 'true'), ('0.5',), ())
+    """
+    if isinstance(v, str):
+        return ()
+    if isinstance(v, bool):
+        return (str(v), str(v).lower())
+    if isinstance(v, int):
+        return (str(v), repr(float(v)))
+    if isinstance(v, float) and v.is_integer():
+        return (repr(v), str(int(v)))
+    return (str(v),)
+
+
+def lookup_table(values: Any) -> dict:
+    """The lookup table of :func:`value_code` for declared ``values``: each value's :func:`lookup_key`, and each
+    :func:`text_spellings` of a value that is not text, unless a declared text (or an earlier value) has it.
+    Why: records read as text (``csv.DictReader``) spell declared numbers and booleans as the CSV reader
+    takes them; a declared text always means itself.
+
+    >>> t = lookup_table((1, True, "2", 2))
+    >>> [value_code(t, v) for v in (1, "1", "1.0", True, "true", "2", 2, "2.0", "x")]
+    [0, 0, 0, 1, 1, 2, 3, 3, -1]
+    """
+    table = {lookup_key(v): i for i, v in enumerate(values)}
+    for i, v in enumerate(values):
+        for text in text_spellings(v):
+            table.setdefault(text, i)
+    return table
+
+
 #: Integer-valued columns whose values span fewer than this many integers are coded by one table lookup.
 TABLE_SPAN = 4096
 #: Rows coded at a time by the whole-matrix path.
@@ -261,16 +301,17 @@ def has_fractions(lookup: dict) -> bool:
 def value_code(lookup: dict, v: Any) -> int:
     """Code of value ``v`` in a lookup table of :attr:`Schema.value_codes` (-1 when it is not declared).
 
-    Exact matching, no coercion: ``1.0`` is the declared ``1`` (equal numbers),
-    ``0.5`` matches only a declared ``0.5``; a string never matches a number
-    (``"1"`` is not ``1``), a boolean never matches ``0``/``1`` and a number
+    Exact matching, no other coercion: ``1.0`` is the declared ``1`` (equal numbers),
+    ``0.5`` matches only a declared ``0.5``; a text matches a declared text, else
+    the declared number or boolean it spells (:func:`lookup_table`: ``"1"`` is ``1``
+    unless ``"1"`` is declared), a boolean never matches ``0``/``1`` and a number
     never matches ``True``/``False``; NaN and None match nothing. Numpy scalars
     count as the Python values they hold.
 
     >>> from streamdp.records.schema import Categorical, Label, Schema
     >>> s = Schema([Categorical("a", (0, 0.5, 1)), Categorical("b", (False, True))], Label("y", ("n", "p")))
-    >>> [value_code(s.value_codes[0], v) for v in (0.5, 1.0, True, "1", 0.25)]
-    [1, 2, -1, -1, -1]
+    >>> [value_code(s.value_codes[0], v) for v in (0.5, 1.0, True, "1", 0.25, "one")]
+    [1, 2, -1, 2, -1, -1]
     >>> [value_code(s.value_codes[1], v) for v in (True, 1, np.bool_(False))]
     [1, -1, 0]
     """
@@ -281,6 +322,25 @@ def value_code(lookup: dict, v: Any) -> int:
     if isinstance(v, float) and math.isnan(v):
         return -1
     try:
-        return lookup.get(lookup_key(v), -1)
+        code = lookup.get(lookup_key(v), -1)
     except TypeError:  # unhashable
         return -1
+    return text_code(lookup, v) if code < 0 and isinstance(v, str) else code
+
+
+def text_code(lookup: dict, text: str) -> int:
+    """The code of a declared value a text spells that is not itself declared (-1 if none): a declared text with
+    spaces around it, a boolean in any case (``"TRUE"``), a number by value (``"02"``, ``"2e0"``; :func:`text_number`).
+    Why: CSV cells and ``csv.DictReader`` give every value as text.
+
+    >>> t = lookup_table(("a", True, 2))
+    >>> [text_code(t, v) for v in (" a ", "TRUE", "02", "2e0", "b", "1")]
+    [0, 1, 2, 2, -1, -1]
+    """
+    t = text.strip()
+    if t != text and t in lookup:
+        return lookup[t]
+    if t.lower() in ("true", "false"):
+        return lookup.get(lookup_key(t.lower() == "true"), -1)
+    x = text_number(t)
+    return -1 if x is None else lookup.get(x, -1)

@@ -9,16 +9,14 @@ drop the row and list it) in the words of :mod:`streamdp.records.read_errors`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
-from streamdp.records.coding import NUMBER_TEXT, lookup_codes, number_cells
+from streamdp.records.coding import lookup_codes, number_cells, value_code
 from streamdp.records.domains import Categorical
 from streamdp.records.read_errors import MISSING_WORDS, NOT_NUMBER_WORDS, UNDECLARED_WORDS, SourceError, row_words
 from streamdp.records.schema import Encoded, Schema
@@ -182,51 +180,12 @@ def as_frame(X: Any, schema: Schema) -> pd.DataFrame:
     return pd.DataFrame(dict(zip(schema.names, cols)), columns=schema.names)
 
 
-def _text_values(values: tuple) -> dict:
-    out: dict = {}
-    for v in values:
-        out.setdefault(str(v), v)
-    return out
-
-
-def _bool_text(values: tuple) -> dict:
-    return {str(v).lower(): v for v in values if isinstance(v, bool)}
-
-
-def _number_text(values: tuple) -> dict:
-    """Declared numbers by exact value, for text spelling them otherwise (``1.0`` for a declared ``1``, as
-    pandas writes a column of whole floats and as the river encoder takes them)."""
-    return {
-        Decimal(repr(v) if isinstance(v, float) else v): v
-        for v in values
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    }
-
-
-def _as_number(text: str) -> Decimal | None:
-    """The exact value of a plain number's text, else None.
-
-    >>> _as_number("1.0") == 1, _as_number("1_0"), _as_number("nan")
-    (True, None, None)
-    """
-    return Decimal(text) if NUMBER_TEXT.fullmatch(text) else None
-
-
-def _codes_of_text(values: tuple, lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Codes of a column of CSV text (-1: not declared) and its missing cells; distinct values looked up once."""
+def _codes_of_text(lookup: dict, col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of a column of text (-1: not declared; :func:`value_code`'s rule, a cell's surrounding spaces
+    ignored) and its missing cells; distinct values looked up once."""
     codes, uniq = _factorize(col)
-    text, btext, ntext = _text_values(values), _bool_text(values), _number_text(values)
-    decl = np.empty(len(uniq) + 1, dtype=object)
-    for i, u in enumerate(uniq):
-        u = str(u).strip()
-        decl[i] = text.get(u, btext.get(u.lower(), _UNDECLARED))
-        if decl[i] is _UNDECLARED and ntext:
-            decl[i] = ntext.get(_as_number(u), _UNDECLARED)
-    decl[-1] = None  # NaN cells: factorize's -1 indexes the last slot
-    return lookup_codes(lookup, decl)[codes], codes < 0
-
-
-_UNDECLARED = object()
+    codes_u = np.array([value_code(lookup, str(u).strip()) for u in uniq] + [-1], dtype=np.int64)
+    return codes_u[codes], codes < 0
 
 
 def _factorize(col: pd.Series) -> tuple[np.ndarray, Any]:
@@ -244,9 +203,11 @@ def _factorizable(col: pd.Series) -> bool:
 
 def _column_codes(values: tuple, lookup: dict, col: pd.Series, text: bool) -> tuple[np.ndarray, np.ndarray]:
     if text:
-        return _codes_of_text(values, lookup, col)
+        return _codes_of_text(lookup, col)
     if isinstance(col.dtype, pd.CategoricalDtype):
         return _codes_of_values(lookup, col)
+    if _factorizable(col) and not all(isinstance(v, str) for v in values):  # text for numbers or booleans
+        return _codes_of_text(lookup, col)
     if _factorizable(col):  # strings: only the declared strings can match, found by one index lookup per cell
         strs = [(i, v) for i, v in enumerate(values) if isinstance(v, str)]
         pos = pd.Index([v for _, v in strs], dtype=object).get_indexer(col)

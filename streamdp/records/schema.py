@@ -36,7 +36,7 @@ from streamdp.records.coding import (
     is_frame,
     is_missing_value,
     lookup_codes,
-    lookup_key,
+    lookup_table,
     number_cells,
     to_float,
     value_code,
@@ -122,11 +122,8 @@ class Schema:
             raise SchemaError(f"the label {label.name!r} is also listed as an attribute")
         self.attributes: tuple[Attribute, ...] = tuple(attributes)
         self.label = label
-        self._lookup = [
-            {lookup_key(v): i for i, v in enumerate(a.values)} if isinstance(a, Categorical) else None
-            for a in self.attributes
-        ]
-        self._label_lookup = {lookup_key(v): i for i, v in enumerate(label.values)}
+        self._lookup = [lookup_table(a.values) if isinstance(a, Categorical) else None for a in self.attributes]
+        self._label_lookup = lookup_table(label.values)
 
     @property
     def value_codes(self) -> list[dict | None]:

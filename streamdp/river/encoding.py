@@ -166,6 +166,7 @@ class RecordEncoder:
             lines.append(" t = type(v)")
             if lookup is not None:
                 lines.append(f" a{j} = T{j}.get(v) if t is int or t is str else slow({j}, v)")
+                lines.append(f" if a{j} is None and t is str: a{j} = slow({j}, v)")  # (text spelling a number)
             else:
                 lo, hi, mid = (_literal(ns, f"{k}{j}", b) for k, b in (("LO", lo), ("HI", hi), ("MID", mid)))
                 lines.append(
@@ -201,7 +202,7 @@ class RecordEncoder:
         name, alt, lookup, lo, hi, mid = self._spec[j]
         t = type(v)
         if lookup is not None:
-            if t is int or t is str:  # value_code's answer for these types, without the call
+            if t is int:  # value_code's answer for an int, without the call
                 return lookup.get(v)
             c = value_code(lookup, v)
             return None if c < 0 else c
@@ -228,7 +229,7 @@ class RecordEncoder:
     def encode_label(self, y: Any) -> int:
         """Code of a label; :class:`ValueError` for a class the schema does not declare."""
         t = type(y)
-        code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
+        code = self.schema.label_codes.get(y, -1) if t is int else value_code(self.schema.label_codes, y)
         if code < 0:
             if is_missing_value(y):
                 raise ValueError(

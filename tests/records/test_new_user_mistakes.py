@@ -116,18 +116,19 @@ def test_river_mini_batches_of_dicts_say_a_dataframe_is_needed(cls):
 
 
 def test_text_meeting_declared_numbers_is_named_as_text():
-    """csv.DictReader gives "2" for a category declared as 2 (and "1" for a class 1): the error said only
-    "(declared: [1, 2, 3])", beside a file that plainly holds 2. Its type is named, never the value."""
+    """csv.DictReader gives "2" for a category declared as 2 (and "1" for a class 1): such text is the declared
+    value it spells, as in a CSV file; text that spells none is named as text (its type, never the value)."""
     s = Schema.from_dict(
         {
             "attributes": [{"name": "rooms", "type": "categorical", "values": [1, 2, 3]}],
             "label": {"name": "y", "values": [0, 1]},
         }
     )
+    assert s.encode([{"rooms": "2"}, {"rooms": "3.0"}], ["1", "0"]).X.tolist() == [[1.0], [2.0]]
     hint = "; it is text, none of the declared values is)"
     with pytest.raises(ValueError, match=r"attribute 'rooms' has a value not declared .*\[1, 2, 3\]" + re.escape(hint)):
-        s.encode([{"rooms": "2"}], [0])
+        s.encode([{"rooms": "two"}], [0])
     with pytest.raises(ValueError, match=r"label 'y' has a class not declared .*\[0, 1\]" + re.escape(hint)):
-        s.encode([{"rooms": 2}], ["1"])
+        s.encode([{"rooms": 2}], ["yes"])
     with pytest.raises(ValueError, match=r"declared: \['free', 'pro'\]\)$"):  # text among text: no hint
         SCHEMA.encode([{"age": 3, "plan": "Free"}], ["no"])

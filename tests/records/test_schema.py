@@ -411,7 +411,8 @@ def test_float_and_bool_declared_values_encode_exactly(container):
     "bad,why",
     [
         (0.25, "has a value not declared in the schema"),
-        ("0.5", "has a value not declared in the schema"),
+        ("0.5x", "has a value not declared in the schema"),
+        ("0.25", "has a value not declared in the schema"),
         (True, "has a value not declared in the schema"),
         (0.5000001, "has a value not declared in the schema"),
     ],

@@ -3,8 +3,9 @@
 Decision 019 tuned ``TREES_PER_SIGNAL`` (``k = round(sqrt(n e) / c)`` trees kept, :mod:`streamdp.forest.sizing`)
 while the stumps were released twice; decision 027 gives each kept tree ``(e - P e / (T + P)) / k`` instead.
 Columns (each its own default fit on the same training folds, :func:`tree_vote_explore.cells`): ``c2`` ``c2.5``
-``c3`` (the default) ``c3.5`` ``c4`` ``c5``: the constant ``c``; ``f2``: ``c`` 3 with at least 2 trees (a different cap
-at low signal). ``k...``: the trees each kept. Results: ``results/sizing_retune.md``.
+``c3`` (the default) ``c3.5`` ``c4`` ``c5``: the constant ``c``; ``f2``: ``c`` 3 with at least 2 trees; ``l4``:
+``c`` 4 where ``c`` 3 keeps 3 trees or fewer (two other rules at low signal). ``k...``: the trees each kept.
+Results: ``results/sizing_retune.md`` and ``.log``.
 
     cd benchmarks/studies
     python sizing_retune.py run SETS REPEATS EPSILONS OUT.json [VARIANTS]   # comma lists
@@ -25,12 +26,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import tree_vote_explore as tve  # noqa: E402
 
 BASE = "c3"
-VARIANTS = ("c2", "c2.5", "c3", "c4", "c5", "f2")
+VARIANTS = ("c2", "c2.5", "c3", "c4", "c5", "f2", "l4")
 
 
-def _rule(variant: str):
-    """``(constant, floor)`` of a variant."""
-    return (3.0, 2) if variant == "f2" else (float(variant[1:]), 1)
+def _rule(variant: str, original):
+    """The tree count rule of a variant, over the library's ``original`` (which reads ``TREES_PER_SIGNAL``)."""
+    import streamdp.forest.sizing as sizing
+
+    def rule(n: float, epsilon: float, most: int) -> int:
+        if variant == "f2":
+            sizing.TREES_PER_SIGNAL = 3.0
+            return max(min(2, most), original(n, epsilon, most))
+        if variant == "l4":
+            sizing.TREES_PER_SIGNAL = 3.0
+            k = original(n, epsilon, most)
+            sizing.TREES_PER_SIGNAL = 4.0
+            return k if k > 3 else original(n, epsilon, most)
+        sizing.TREES_PER_SIGNAL = float(variant[1:])
+        return original(n, epsilon, most)
+
+    return rule
 
 
 def run(names: list[str], reps: int, epsilons: tuple[float, ...], out: str, variants=VARIANTS) -> None:
@@ -38,20 +53,12 @@ def run(names: list[str], reps: int, epsilons: tuple[float, ...], out: str, vari
     from streamdp import PrivateForest
 
     kept_c, kept_rule = sizing.TREES_PER_SIGNAL, sizing.trees_for_signal
-
-    def floored(floor):
-        def rule(n: float, epsilon: float, most: int) -> int:
-            return max(min(floor, most), kept_rule(n, epsilon, most))
-
-        return rule
-
     tve.EPS = epsilons
     rows = []
     try:
         for s, X, y, tr, te, e, row in tve.cells(names, reps):
             for v in variants:
-                c, floor = _rule(v)
-                sizing.TREES_PER_SIGNAL, sizing.trees_for_signal = c, floored(floor)
+                sizing.trees_for_signal = _rule(v, kept_rule)
                 f = PrivateForest.create(s, epsilon=e).fit_encoded(X[tr], y[tr])
                 row[v], row[f"k{v}"] = tve.accuracy(f, X[te], y[te]), f.n_trees
             rows.append(dict(row))
@@ -66,7 +73,7 @@ def summary(paths: str, dpl_paths: str = "") -> None:
     below the majority share - 0.01."""
     rows = [r for p in paths.split(",") for r in json.load(open(p))]
     dpl = [r for p in dpl_paths.split(",") if p for r in json.load(open(p))]
-    variants = [v for v in rows[0] if v[0] in "cf" and v[1:2].isdigit()]
+    variants = [v for v in rows[0] if v[0] in "cfl" and v[1:2].isdigit()]
     others = [v for v in variants if v != BASE]
     cells = collections.defaultdict(list)
     for r in rows:

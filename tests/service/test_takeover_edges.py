@@ -37,3 +37,25 @@ def test_a_gone_consumer_with_a_lost_entry_is_taken_over_whole(redis_url, unique
     assert sorted(got) == sorted(i.decode() for i in ids[1:])
     assert dead not in {h.name for h in holders(r, stream, group)}
     r.close()
+
+
+def test_takeover_and_ledger_unit_scripts_run_on_a_cluster(cluster_url, unique_name):
+    """The takeover script and the ledger's unit script touch only keys passed in KEYS, of one slot."""
+    from streamdp.privacy.ledger import UnitMismatch
+    from streamdp.service.ledger_store import RedisLedger
+
+    r = connect(cluster_url)
+    stream, group = Keys(unique_name).records, "g"
+    r.xgroup_create(stream, group, id="0", mkstream=True)
+    ids = [r.xadd(stream, {"d": str(i)}) for i in range(2)]
+    dead = f"h-{NO_PID}-abcdef-{PID_SPACE}"
+    r.xreadgroup(group, dead, {stream: ">"}, count=2)
+    reader = GroupReader(r, stream, group, "me", block_ms=10, claim_idle_ms=60_000, claim_every_s=3600)
+    assert sorted(e.id for e in reader.read(5)) == sorted(i.decode() for i in ids)
+    led = RedisLedger(r)
+    led.set_budget(unique_name, 1.0)
+    assert led.declare_unit(unique_name, "user") == "person:user"
+    with pytest.raises(UnitMismatch):
+        led.charge(unique_name, 0.1, who="t", what="t")
+    led.charge(unique_name, 0.1, who="t", what="t", privacy_id="user", max_records_per_id=2)
+    assert led.unit(unique_name) == "person:user"

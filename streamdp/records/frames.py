@@ -253,10 +253,10 @@ def _numbers(col: pd.Series, text: bool) -> tuple[np.ndarray, np.ndarray]:
         miss = np.isnan(vals)
         return (np.where(np.isinf(vals), np.nan, vals) if text else vals), miss
     if text:
-        vals = pd.to_numeric(col.astype("string").str.strip(), errors="coerce").to_numpy(
-            dtype=np.float64, na_value=np.nan
-        )
-        return np.where(np.isinf(vals), np.nan, vals), col.isna().to_numpy()
+        stripped = col.astype("string").str.strip()
+        vals = pd.to_numeric(stripped, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        blank = (stripped.isna() | (stripped == "")).to_numpy(dtype=bool, na_value=True)  # (a tab or no-break space
+        return np.where(np.isinf(vals), np.nan, vals), blank  # alone is blank text, missing: text_number's rule)
     vals, miss, _ = number_cells(col.to_numpy(dtype=object))
     return vals, miss | col.isna().to_numpy()
 

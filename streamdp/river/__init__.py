@@ -39,7 +39,7 @@ Privacy notes
   comes from raw data and is outside the privacy guarantee (keep it out of
   anything released). A first record (or frame) whose keys name none of the
   schema's attributes is warned about once (:class:`UnknownAttributesWarning`,
-  naming the keys), since its numbers would all be range midpoints.
+  naming the schema's attributes, never other keys: they can be data), since its numbers would all be range midpoints.
 * Growing trees: on a schema whose attributes are all categorical the forest's
   trees start from their roots and deepen release by release
   (``PrivateForestClassifier(grow=None)``).

@@ -51,6 +51,11 @@ class UnknownAttributesWarning(UserWarning):
 _MISSING = object()
 
 
+def _fold(name: Any) -> str:
+    """A feature name as compared for a hint: case, ``-``, ``_`` and spaces aside."""
+    return "".join(c for c in str(name).casefold() if c not in "-_ ")
+
+
 class RecordEncoder:
     """Encodes river records (dicts, or a DataFrame) against a schema, in schema order.
 
@@ -122,7 +127,8 @@ class RecordEncoder:
 
     def check_keys(self, keys: Any) -> None:
         """Warn (:class:`UnknownAttributesWarning`) when ``keys`` (a record's or a frame's) name none of the
-        schema's attributes.
+        schema's attributes. The warning names schema attributes only (and a key that is one of them but for case,
+        ``-``/``_`` or spaces): river's keys can be data themselves (a bag of words' tokens), so none other is shown.
 
         >>> import warnings
         >>> from streamdp.river.schemas import stagger_schema
@@ -130,17 +136,19 @@ class RecordEncoder:
         ...     warnings.simplefilter("always")
         ...     RecordEncoder(stagger_schema()).check_keys(["Size", "colour"])
         >>> print(w[0].message)  # doctest: +ELLIPSIS
-        the record's keys ('Size', 'colour') name none of the schema's attributes ('size', 'color', 'shape')...
+        the record's keys name none of the schema's attributes ('size', 'color', 'shape'); 'Size' is 'size' but for case...
         """
         keys = list(keys)
         known = {k for name, alt, *_ in self._spec for k in (name, alt) if k is not None}
         if any(k in known for k in keys):
             return
-        shown = ", ".join(repr(k) for k in keys[:8]) + (", ..." if len(keys) > 8 else "")
+        folded = {_fold(n): n for n in self.names}
+        cased = [f"{k!r} is {folded[_fold(k)]!r}" for k in keys if isinstance(k, str) and _fold(k) in folded][:8]
+        hint = f"; {', '.join(cased)} but for case or separators" if cased else ""
         warnings.warn(
-            f"the record's keys ({shown}) name none of the schema's attributes "
-            f"({', '.join(repr(n) for n in self.names[:8])}{', ...' if len(self.names) > 8 else ''}): its numbers "
-            "become range midpoints and its categories unknown; rename the features to the schema's names",
+            "the record's keys name none of the schema's attributes "
+            f"({', '.join(repr(n) for n in self.names[:8])}{', ...' if len(self.names) > 8 else ''}){hint}: its "
+            "numbers become range midpoints and its categories unknown; rename the features to the schema's names",
             UnknownAttributesWarning,
             stacklevel=4,
         )

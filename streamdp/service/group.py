@@ -80,7 +80,8 @@ def gone(consumer: str) -> bool:
     (False, False, False)
     """
     parts = consumer.rsplit("-", 3)
-    if not PID_SPACE or len(parts) != 4 or parts[3] != PID_SPACE or not parts[1].isdigit():
+    pid = parts[1] if len(parts) == 4 else ""
+    if not PID_SPACE or parts[-1] != PID_SPACE or not (pid.isascii() and pid.isdigit()):  # (not '²', not '١٢')
         return False
     try:
         os.kill(int(parts[1]), 0)
@@ -277,20 +278,24 @@ class GroupReader:
         entries, and when they are claimed were they dead. Exactly once holds as for ``XAUTOCLAIM``: the move is
         atomic and takes only what the gone consumer still holds."""
         out: list[Entry] = []
+        more = False  # whether a gone consumer may still hold entries (asked for as many as it gave)
         others = holders(self.r, self.stream, self.group, exclude=self.consumer)
         for h in others:
-            if not h.gone or len(out) >= count:
+            if not h.gone:
                 continue  # (a gone consumer holding nothing is removed as well: a worker of it is not counted live)
-            ids, times, claimed = self._takeover(
-                keys=[self.stream], args=[self.group, self.consumer, h.name, count - len(out)]
-            )
+            asked = count - len(out)
+            if asked <= 0:
+                more = True
+                continue
+            ids, times, claimed = self._takeover(keys=[self.stream], args=[self.group, self.consumer, h.name, asked])
+            more = more or len(ids) >= asked  # (ids the stream lost shorten ``out``, not what it held)
             fields = {as_str(eid): f for eid, f in (_pairs(e) for e in claimed or [] if e)}
             # (an id the stream no longer holds was dropped from the group by XCLAIM: counted as lost_trimmed)
             lost = [as_str(i) for i in ids if as_str(i) not in fields]
             if lost:
                 self._lost(lost)
             out += [Entry(as_str(i), fields[as_str(i)], int(t) + 1) for i, t in zip(ids, times) if as_str(i) in fields]
-        if len(out) < count:  # every gone consumer's entries taken: not looked for again until a reset
+        if not more:  # every gone consumer's entries taken: not looked for again until a reset
             self._gone_due = False
             waiting = [h for h in others if h.pending and not h.gone]
             if waiting:

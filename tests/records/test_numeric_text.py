@@ -148,3 +148,14 @@ def test_the_river_encoder_takes_decimals_too():
     assert enc.encode_one({"a": Decimal("5.1"), "c": "x"}) == CODES[0]
     assert enc.encode_one({"a": Decimal("NaN"), "c": "x"}) == [5.0, 0]  # river: NaN is a missing number
     assert enc.encode_one({"a": True, "c": "x"})[0] is None
+
+
+@pytest.mark.parametrize("blank", ["\t", "\u00a0", " \t "])
+def test_a_csv_cell_of_whitespace_alone_is_missing_as_in_memory(blank):
+    """A cell of whitespace only (a tab, a no-break space) is blank text: missing in Schema.encode and river, so
+    in the CSV reader too (it said 'not a number'; pandas' skipinitialspace strips spaces only)."""
+    body = f"a,c,y\n1,x,n\n{blank},x,p\n"
+    with pytest.raises(ValueError, match=r"line 3: attribute 'a' is missing"):
+        list(read_csv_chunks(io.StringIO(body), SCHEMA))
+    with pytest.raises(ValueError, match=r"^record 1 \(0-based\): attribute 'a' is missing"):
+        SCHEMA.encode([{"a": "1", "c": "x"}, {"a": blank, "c": "x"}], ["n", "p"])

@@ -39,3 +39,15 @@ def test_frames_and_lists_are_checked_too():
     assert len(_caught(lambda: enc.encode_many([{"a": 1}]))) == 1
     enc = RecordEncoder(stagger_schema())
     assert _caught(lambda: enc.encode_many([{"color": 1}])) == []
+
+
+def test_keys_that_are_data_are_not_shown():
+    """River's keys can be data (a bag of words' tokens from a person's text): the warning shows schema names,
+    and a key only where it is one of them but for case or separators."""
+    enc = RecordEncoder(stagger_schema())
+    w = _caught(lambda: enc.encode_one({"alice@example.com": 1, "hiv": 1, "Shape": 2}))
+    text = str(w[0].message)
+    assert "alice" not in text and "hiv" not in text and "'Shape' is 'shape'" in text
+    enc = RecordEncoder(stagger_schema())
+    text = str(_caught(lambda: enc.encode_frame(pd.DataFrame({"bob-smith": [1]})))[0].message)
+    assert "bob" not in text and "'size'" in text

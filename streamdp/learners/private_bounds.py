@@ -9,7 +9,7 @@ exponential mechanism uses under a record bound (``max_records``; the proof in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -18,11 +18,32 @@ from streamdp.records.coding import is_frame
 from streamdp.records.schema import Schema
 from streamdp.validation import check_integer
 
-__all__ = ["enforced_sensitivity", "ids_of"]
+__all__ = ["enforced_sensitivity", "ids_of", "unit_name"]
+
+
+def unit_name(privacy_id: Any) -> str | None:
+    """The name a ledger records as the unit of ``privacy_id``: a column's name, or ``NAME`` of ``{NAME: ids}``;
+    None without one. :class:`ValueError` for bare ids: the ledger must tell spends over one kind of id (people)
+    from another (devices), which it adds up only within one name.
+
+    >>> unit_name("user"), unit_name({"device": [1, 2]}), unit_name(None)
+    ('user', 'device', None)
+    """
+    if privacy_id is None or isinstance(privacy_id, str):
+        return privacy_id
+    if isinstance(privacy_id, Mapping) and len(privacy_id) == 1 and isinstance(name := next(iter(privacy_id)), str):
+        return name
+    raise ValueError(
+        "privacy ids given as values need a name for the ledger's unit: privacy_id={NAME: ids}, NAME the kind of "
+        "id they are (e.g. 'person', 'device'), as a column's name would be; spends are added up per name"
+    )
 
 
 def ids_of(schema: Schema, X: Any, privacy_id: Any) -> np.ndarray:
-    """One privacy id per record: ``privacy_id`` itself, or the column of ``X`` it names (never an attribute)."""
+    """One privacy id per record: ``privacy_id`` itself (or the ids of ``{NAME: ids}``), or the column of ``X`` it
+    names (never an attribute)."""
+    if isinstance(privacy_id, Mapping) and len(privacy_id) == 1:
+        privacy_id = next(iter(privacy_id.values()))
     if not isinstance(privacy_id, str):
         ids = np.empty(len(privacy_id), dtype=object)
         ids[:] = list(privacy_id)

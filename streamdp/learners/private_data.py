@@ -37,7 +37,7 @@ record, so a record still affects one branch (parallel composition holds).
 The unit of privacy. With a privacy id, :meth:`PrivateDataset.from_records` keeps at most ``K = max_records_per_id``
 records per id (a uniform sample) before any query, and every operation charges ``epsilon`` but draws its noise at
 ``epsilon / K``: the allotment is spent per person (:mod:`streamdp.privacy.contribution`); a ledger's spend records
-the id column (``"(given ids)"`` for an array of ids) and K. Without one, the unit is a record.
+the id column (``NAME`` of ``privacy_id={NAME: ids}``, ids given as values) and K. Without one: per record.
 
 Budget. The dataset's ``epsilon`` is its allotment. With a ledger, :meth:`PrivateDataset.from_records` charges the
 whole allotment to the ledger (one atomic spend, idempotent under a key) before it even encodes the records; inside,
@@ -75,7 +75,7 @@ from typing import Any, cast
 import numpy as np
 
 from streamdp.forest.routing import route, routing_error
-from streamdp.learners.private_bounds import enforced_sensitivity, ids_of
+from streamdp.learners.private_bounds import enforced_sensitivity, ids_of, unit_name
 from streamdp.learners.private_budget import Allotment
 from streamdp.learners.private_selection import SelectionOps
 from streamdp.privacy.contribution import bound_contributions, check_unit, per_record_epsilon
@@ -158,7 +158,7 @@ class PrivateDataset(SelectionOps, Allotment):
         (tests only; a :class:`~streamdp.privacy.NotPrivateWarning` is raised).
 
         ``privacy_id`` (with ``max_records_per_id``, ``K``): whose record each record is, as one id per record
-        (an array or list) or the name of a column of ``X`` (records as dicts, or a data frame) that is not a
+        (an array or list; ``{NAME: ids}`` with a ledger) or the name of a column of ``X`` (records as dicts, or a data frame) that is not a
         schema attribute. At most ``K`` records per id are kept (a uniform sample), and the epsilon is then
         per person (module docstring). A record without an id raises :class:`ValueError`.
 
@@ -177,7 +177,7 @@ class PrivateDataset(SelectionOps, Allotment):
         if ledger is not None:
             if not source:
                 raise ValueError("a ledger needs the name of the data source (source=...)")
-            p = privacy_id if isinstance(privacy_id, str) or privacy_id is None else "(given ids)"  # (no column)
+            p = unit_name(privacy_id)
             ledger.charge(
                 source, epsilon, who=who, what=what, key=key, privacy_id=p, max_records_per_id=k if p else None
             )

@@ -212,10 +212,15 @@ def test_the_private_data_layer_charges_in_its_unit():
     assert [(s.privacy_id, s.max_records_per_id) for s in led.spends("people")] == [("user", 2), ("user", 1)]
     with pytest.raises(UnitMismatch, match="this charge is per record"):
         PrivateDataset.from_records(VOTES.schema, VOTES.X[:3], VOTES.y[:3], epsilon=0.5, ledger=led, source="people")
-    with pytest.raises(UnitMismatch, match=r"column '\(given ids\)', K=2"):  # ids as an array name no column
+    with pytest.raises(ValueError, match=r"privacy_id=\{NAME: ids\}"):  # bare ids name no unit: refused, uncharged
         PrivateDataset.from_records(VOTES.schema, VOTES.X[:3], VOTES.y[:3], epsilon=0.5, ledger=led, source="people",
                                     privacy_id=["a", "a", "b"], max_records_per_id=2)  # fmt: skip
-    assert led.spent("people") == (1.5, 0.0)
+    with pytest.raises(UnitMismatch, match=r"column 'device', K=2"):  # another kind of id: another unit
+        PrivateDataset.from_records(VOTES.schema, VOTES.X[:3], VOTES.y[:3], epsilon=0.5, ledger=led, source="people",
+                                    privacy_id={"device": ["a", "a", "b"]}, max_records_per_id=2)  # fmt: skip
+    PrivateDataset.from_records(VOTES.schema, VOTES.X[:3], VOTES.y[:3], epsilon=0.5, ledger=led, source="people",
+                                privacy_id={"user": ["a", "a", "b"]}, max_records_per_id=2)  # fmt: skip
+    assert led.spent("people") == (2.0, 0.0)
 
 
 def test_a_unit_declared_ahead_and_a_legacy_ledger_declared_per_person(redis_url, source, capsys):

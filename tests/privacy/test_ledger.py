@@ -16,38 +16,19 @@ import pytest
 import redis
 
 from streamdp.cli import main
-from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, InMemoryLedger, refusal
+from streamdp.privacy.ledger import TOLERANCE, BudgetExceeded, refusal
 from streamdp.records.datasets import load
 from streamdp.service.connection import connect
 from streamdp.service.keys import REGISTRY, Keys
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.registry import create_model, delete_model
+from tests.privacy.conftest import forget
 
 # create_model(not_private=True)'s own NotPrivateWarning, expected here
 pytestmark = [
     pytest.mark.redis,
     pytest.mark.filterwarnings("ignore:model .*NOT private:streamdp.privacy.secure_random.NotPrivateWarning"),
 ]
-
-
-def _forget(url: str, name: str) -> None:
-    """Remove every key of ``name`` (a test's own unique name; never FLUSH)."""
-    r = connect(url)
-    ks = list(r.scan_iter(match=f"sdp:{{{name}}}:*", count=1000))
-    if ks:
-        r.delete(*ks)
-    r.hdel(REGISTRY, name)
-
-
-@pytest.fixture
-def source(redis_url, unique_name):
-    yield unique_name
-    _forget(redis_url, unique_name)
-
-
-@pytest.fixture(params=["memory", "redis"])
-def led(request, redis_url):
-    return InMemoryLedger() if request.param == "memory" else RedisLedger(redis_url)
 
 
 # -- both stores -------------------------------------------------------------------------
@@ -279,7 +260,7 @@ def test_non_private_model_is_not_charged_but_refused_over_a_budget(redis_url, s
             create_model(redis_url, source, VOTES.schema, n_trees=2, height=2, epsilon=math.inf, not_private=True)
         assert connect(redis_url).hget(REGISTRY, source) is None
     finally:
-        _forget(redis_url, other)
+        forget(redis_url, other)
 
 
 # -- CLI ---------------------------------------------------------------------------------------

@@ -18,28 +18,10 @@ from streamdp.service.connection import connect
 from streamdp.service.keys import REGISTRY
 from streamdp.service.ledger_store import RedisLedger, ledger_keys
 from streamdp.service.registry import create_model
+from tests.privacy.conftest import forget
 
 pytestmark = pytest.mark.redis
 VOTES = load("congressional-voting")
-
-
-def _forget(url: str, name: str) -> None:
-    r = connect(url)
-    ks = list(r.scan_iter(match=f"sdp:{{{name}}}:*", count=1000))
-    if ks:
-        r.delete(*ks)
-    r.hdel(REGISTRY, name)
-
-
-@pytest.fixture
-def source(redis_url, unique_name):
-    yield unique_name
-    _forget(redis_url, unique_name)
-
-
-@pytest.fixture(params=["memory", "redis"])
-def led(request, redis_url):
-    return InMemoryLedger() if request.param == "memory" else RedisLedger(redis_url)
 
 
 def test_each_spend_records_its_unit_and_the_first_fixes_the_ledgers(led, source):
@@ -175,7 +157,7 @@ def test_a_person_models_ledger_is_per_person_and_a_record_ledger_refuses_it(red
         assert r.hget(REGISTRY, other) is None and led.budget(other) == (1.0, 0.0)  # the budget was not raised
         assert led.spent(other) == (0.25, 0.0)
     finally:
-        _forget(redis_url, other)
+        forget(redis_url, other)
 
 
 def test_cli_ledger_shows_the_unit(redis_url, source, capsys):
@@ -252,4 +234,4 @@ def test_a_unit_declared_ahead_and_a_legacy_ledger_declared_per_person(redis_url
         assert led.unit(legacy) == "person:user"
         led.charge(legacy, 0.5, who="job:j", what="x", privacy_id="user", max_records_per_id=2)
     finally:
-        _forget(redis_url, legacy)
+        forget(redis_url, legacy)

@@ -3,45 +3,25 @@ the public parameters say is warned, and the messages name what is wrong."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
-from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from streamdp.cli import job as job_cli
 from streamdp.privacy.ledger import file_source
 from streamdp.records.datasets import load
 from streamdp.service.ledger_store import RedisLedger
-
-fakeredis = pytest.importorskip("fakeredis")
+from tests.cli.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMERIC = {
     "attributes": [{"name": n, "type": "numeric", "min": 0, "max": 8} for n in ("sl", "sw", "pl", "pw")],
     "label": {"name": "species", "values": ["setosa", "versicolor", "virginica"]},
 }
-
-
-@pytest.fixture
-def r(monkeypatch):
-    client = fakeredis.FakeRedis(server=fakeredis.FakeServer(), version=(7, 0))
-    monkeypatch.setattr(job_cli, "client", lambda args: client)
-    return client
-
-
-def _cli(*argv: str) -> tuple[int, str]:
-    from streamdp.cli import main
-
-    out = io.StringIO()
-    with redirect_stdout(out):
-        rc = main(["--redis-url", "redis://unused:1", *argv])
-    return rc, out.getvalue()
 
 
 @pytest.fixture
@@ -66,14 +46,14 @@ def _run(r, queue: str) -> None:
 
 
 def _status(jid: str, queue: str) -> dict:
-    return json.loads(_cli("job", "status", jid, "--queue", queue, "--json")[1])
+    return json.loads(run_cli("job", "status", jid, "--queue", queue, "--json")[1])
 
 
 @pytest.mark.parametrize("learner", ["sulq-id3", "diffp-id3", "dpea", "hanisch-forest"])
 def test_a_categorical_only_learner_on_a_numeric_schema_is_refused_at_submit(r, iris, learner, capsys):
     """The trial's finding: charged, run, then a warning that nothing was used (the model: class counts alone)."""
     data, schema = iris
-    rc, _ = _cli(
+    rc, _ = run_cli(
         "job", "submit", learner, "--source-file", data, "--schema", schema, "--epsilon", "0.5", "--queue", "q",
     )  # fmt: skip
     err = capsys.readouterr().err
@@ -104,7 +84,7 @@ def test_the_library_refuses_the_same_before_any_charge():
 def test_auto_leaves_out_the_candidates_that_cannot_use_the_schema(r, iris, capsys):
     data, schema = iris
     cands = '[["sulq-id3", {}], ["private-rdt", {"n_trees": 2}]]'
-    rc, out = _cli(
+    rc, out = run_cli(
         "job", "submit", "auto", "--source-file", data, "--schema", schema, "--epsilon", "1",
         "--param", f"candidates={cands}", "--queue", "q",
     )  # fmt: skip
@@ -115,7 +95,7 @@ def test_auto_leaves_out_the_candidates_that_cannot_use_the_schema(r, iris, caps
     assert st["status"] == "done" and st["learner"] == "private-rdt n_trees=2", st  # the one left: no selection
     assert len([w for w in st["warnings"] if w.startswith("auto leaves out candidate sulq-id3")]) == 1, st["warnings"]
     # none left: refused at submit
-    rc, _ = _cli(
+    rc, _ = run_cli(
         "job", "submit", "auto", "--source-file", data, "--schema", schema, "--epsilon", "1",
         "--param", 'candidates=[["dpea", {}]]', "--queue", "q2",
     )  # fmt: skip
@@ -126,7 +106,7 @@ def test_auto_leaves_out_the_candidates_that_cannot_use_the_schema(r, iris, caps
 def test_a_kanon_forest_that_released_nothing_says_so(r, capsys):
     """k=30 at beta=0.01 over the 435 votes: every released count is 0 (a cell needs about 3,000 records)."""
     RedisLedger(r).set_budget("votes-k", 5.0, delta=0.5)
-    rc, out = _cli(
+    rc, out = run_cli(
         "job", "submit", "kanon-forest", "--source", "votes-k", "--dataset", "congressional-voting",
         "--epsilon", "0.3", "--param", "k=30", "--param", "beta=0.01", "--queue", "q",
     )  # fmt: skip
@@ -136,19 +116,19 @@ def test_a_kanon_forest_that_released_nothing_says_so(r, capsys):
     assert st["status"] == "done"
     said = [w for w in st["warnings"] if "released no records" in w]
     assert len(said) == 1 and "3,000 records of a class" in said[0], st["warnings"]
-    assert "warning       kanon-forest released no records" in _cli("job", "status", st["id"], "--queue", "q")[1]
+    assert "warning       kanon-forest released no records" in run_cli("job", "status", st["id"], "--queue", "q")[1]
 
 
 def test_missing_files_are_named_clearly(r, tmp_path, capsys):
     RedisLedger(r).set_budget("votes", 1.0)
     missing = str(tmp_path / "nosuch.json")
-    rc, _ = _cli(
+    rc, _ = run_cli(
         "job", "submit", "private-rdt", "--source", "votes", "--dataset", "congressional-voting",
         "--schema", missing, "--epsilon", "0.5", "--queue", "q",
     )  # fmt: skip
     err = capsys.readouterr().err
     assert rc == 2 and f"schema {missing!r}: no such file, nor a bundled schema" in err and "Errno" not in err, err
-    rc, _ = _cli(
+    rc, _ = run_cli(
         "job", "submit", "private-rdt", "--source-file", "congressional-voting", "--epsilon", "0.5", "--queue", "q",
     )  # fmt: skip
     err = capsys.readouterr().err
@@ -162,7 +142,7 @@ def test_a_dataset_charged_to_a_models_ledger_is_warned(r, capsys):
 
     votes = load("congressional-voting")
     create_model(r, "votes-model", votes.schema, n_trees=2, height=2, epsilon=1.0, ledger_budget=5.0)
-    rc, _ = _cli(
+    rc, _ = run_cli(
         "job", "submit", "private-rdt", "--source", "votes-model", "--dataset", "congressional-voting",
         "--epsilon", "0.5", "--queue", "q",
     )  # fmt: skip
@@ -175,7 +155,7 @@ def test_a_dataset_charged_to_a_models_ledger_is_warned(r, capsys):
 @pytest.mark.parametrize("learner", ["diffp-id3", "private-rdt"])
 def test_a_nearly_exact_epsilon_is_warned_at_submit_and_in_the_status(r, capsys, learner):
     RedisLedger(r).set_budget("votes", 1e301)
-    rc, out = _cli(
+    rc, out = run_cli(
         "job", "submit", learner, "--source", "votes", "--dataset", "congressional-voting",
         "--epsilon", "1e300", "--queue", "q",
     )  # fmt: skip
@@ -185,7 +165,7 @@ def test_a_nearly_exact_epsilon_is_warned_at_submit_and_in_the_status(r, capsys,
     _run(r, "q")
     st = _status(out.strip(), "q")
     assert st["status"] == "done" and sum("releases nearly exact counts" in w for w in st["warnings"]) == 1, st
-    rc, out = _cli(
+    rc, out = run_cli(
         "job", "submit", learner, "--source", "votes", "--dataset", "congressional-voting",
         "--epsilon", "1", "--queue", "q",
     )  # fmt: skip
@@ -196,17 +176,17 @@ def test_an_empty_name_is_refused_and_a_waiting_job_has_no_result_yet(r, capsys)
     RedisLedger(r).set_budget("votes", 1.0)
     argv = ("job", "submit", "private-rdt", "--source", "votes", "--dataset", "congressional-voting", "--epsilon",
             "0.5", "--queue", "q")  # fmt: skip
-    rc, _ = _cli(*argv, "--name", "")
+    rc, _ = run_cli(*argv, "--name", "")
     assert rc == 2 and "result name: invalid model name ''" in capsys.readouterr().err and not r.exists("q")
-    rc, out = _cli(*argv)
+    rc, out = run_cli(*argv)
     assert rc == 0
     capsys.readouterr()
-    rc, _ = _cli("job", "result", out.strip(), "--queue", "q")
+    rc, _ = run_cli("job", "result", out.strip(), "--queue", "q")
     err = capsys.readouterr().err
     assert rc == 2 and f"job {out.strip()} is queued: no result yet" in err and "(queued)" not in err, err
 
 
-def test_python_dash_m_streamdp_is_the_cli():
+def test_python_dash_m_streamdp_is_therun_cli():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(
         [sys.executable, "-m", "streamdp", "job", "--help"], env=env, capture_output=True, text=True, timeout=60

@@ -154,6 +154,26 @@ def tempered(bins: int, r: float, lam: float | None):
     return release
 
 
+def support(bins: int, r: float, z: float = 1.0):
+    """``r`` of the share on the pooled histogram read only as a support: a bin whose noisy pooled count is at or
+    below ``z`` of its noise scales holds (up to the noise) no value of any attribute, the pooled count being a
+    sum of every attribute's count. Each attribute's prior is main's (one noise scale per bin) on the other bins
+    and nothing on those (all bins if none passes); its own counts above the floor as main's. Post-processing."""
+
+    def release(X, schema, eps, rng):
+        d = int((~schema.is_categorical).sum())
+        pe = r * eps
+        pooled = pooled_counts(X, schema, bins) + mg.geometric_noise((bins,), pe / d, rng)
+        on = pooled > z * d / pe
+        on = on if on.any() else np.ones(bins, dtype=bool)
+        ea = (1 - r) * eps
+        noisy = mg.noisy_histograms(X, schema, ea, rng, bins)
+        scale = noisy.shape[0] / ea
+        return mg.Marginals.from_weights(schema, np.maximum(noisy - scale, 0.0) + scale * on[None, :])
+
+    return release
+
+
 def oracle_schema(schema: Schema, Xtr: np.ndarray) -> Schema:
     """The training deciles declared as quantiles (not private: the diagnosis's oracle)."""
     attrs = []
@@ -184,6 +204,9 @@ VARIANTS = {
     **{f"mix{b}r75": (mixed(b, 0.75), 0.2, False) for b in (8, 16)},
     **{f"mix{b}r25": (mixed(b, 0.25), 0.2, False) for b in (8, 16)},
     "tmp16": (tempered(16, 0.25, 0.5), 0.2, False),
+    "supp16": (support(16, 0.25), 0.2, False),
+    "supp16r5": (support(16, 0.5), 0.2, False),
+    "supp16r5z2": (support(16, 0.5, 2.0), 0.2, False),
     "post16": (tempered(16, 0.25, None), 0.2, False),
     "post16r5": (tempered(16, 0.5, None), 0.2, False),
 }

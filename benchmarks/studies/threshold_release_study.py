@@ -25,7 +25,8 @@ histograms (sequential composition), the pooled shape as the prior of each attri
 ``B * scale`` noise scales of prior mass spread by the pooled density instead of uniformly); ``mixBr25`` /
 ``mixBr75``: a quarter / three quarters of the share on the pooled histogram; ``tmp16``: ``mix16r25`` with a
 prior half pooled shape, half uniform; ``post16`` / ``post16r5``: the pooled share a quarter / half, each
-attribute's prior weighing the pooled shape against uniform by the likelihood of its own noisy counts.
+attribute's prior weighing the pooled shape against uniform by the likelihood of its own noisy counts;
+``mix16x``: a share of 0.25, 0.05 of epsilon on the pooled histogram and main's 0.2 on the per-attribute ones.
 
 Results and their reading: ``benchmarks/results/threshold_release_study.log``.
 """
@@ -205,6 +206,7 @@ VARIANTS = {
     **{f"mix{b}r25": (mixed(b, 0.25), 0.2, False) for b in (8, 16)},
     "tmp16": (tempered(16, 0.25, 0.5), 0.2, False),
     "supp16": (support(16, 0.25), 0.2, False),
+    "mix16x": (mixed(16, 0.2), 0.25, False),
     "supp16r5": (support(16, 0.5), 0.2, False),
     "supp16r5z2": (support(16, 0.5, 2.0), 0.2, False),
     "post16": (tempered(16, 0.25, None), 0.2, False),

@@ -67,8 +67,11 @@ def hooks() -> None:
     from streamdp.forest.structure import ForestStructure
 
     _wrap(ForestStructure, "pruned", "pruned")
-    for f in ("_topology", "leaves_below", "_anchors", "aggregate", "noisy_node", "held_leaves"):
+    for f in ("leaves_below", "_anchors", "aggregate", "noisy_node", "held_leaves"):
         _wrap(growth, f, f)
+    from streamdp.forest import node_links
+
+    _wrap(node_links, "up_links", "up_links")  # (a node's parent and a leaf's node: once per structure)
     _wrap(growing, "grown_release", "grown_release")
     _wrap(growing, "held_leaves", "held_leaves")
 

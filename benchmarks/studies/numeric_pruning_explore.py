@@ -33,7 +33,8 @@ warnings.simplefilter("ignore")
 
 from streamdp import PrivateForest  # noqa: E402
 from streamdp.forest import pruning  # noqa: E402
-from streamdp.forest.growth import _topology, aggregate  # noqa: E402
+from streamdp.forest.growth import aggregate  # noqa: E402
+from streamdp.forest.node_links import depths, up_links  # noqa: E402
 from streamdp.records.schema import Schema  # noqa: E402
 
 EPSILONS = (0.1, 0.5, 1.0, 2.0)
@@ -123,7 +124,7 @@ def diag(schema, X, y, eps: float, seeds=range(5)) -> np.ndarray:
 
 def _totals(f):
     s, counts = f.structure, f._counts.astype(np.float64)
-    parent, depth, leaf_node = _topology(s)
+    (parent, leaf_node), depth = up_links(s), depths(s)
     t, lf = np.nonzero(np.arange(s.max_leaves)[None, :] < s.n_leaves[:, None])
     tot = np.zeros(s.feature.shape)
     tot[t, leaf_node[t, lf]] = counts[t, lf].sum(axis=1)

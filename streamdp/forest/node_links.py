@@ -21,7 +21,7 @@ WALK_BLOCK = 1 << 15
 
 def up_links(s: ForestStructure) -> tuple[np.ndarray, np.ndarray]:
     """Each node's parent (-1 at the roots and padding) and each leaf number's node (-1 past a tree's last leaf)
-    of ``s``, as :func:`_topology`'s but in int32 and without the depths, once per structure (a grown release's
+    of ``s`` in int32, once per structure (a grown release's
     trees: :func:`leaves_below`, :func:`_anchors`; the drawn trees' are made a tree at a time, :func:`aggregate`)."""
     cache = s._cache()
     if "up_links" not in cache:
@@ -47,7 +47,7 @@ def tree_links(s: ForestStructure, t: int, parent: np.ndarray, leaf_node: np.nda
 
 
 def depths(s: ForestStructure) -> np.ndarray:
-    """Each node's depth (-1 at padding) of ``s`` in int16, as :func:`_topology`'s, once per structure."""
+    """Each node's depth (-1 at padding) of ``s`` in int16, once per structure."""
     cache = s._cache()
     if "depths" not in cache:
         parent = up_links(s)[0]

@@ -111,8 +111,15 @@ class WorkerPool:
             unkeyed = False  # a bad key file: each process refuses to start, naming what is wrong
         if unkeyed:
             warn_unkeyed(self.model, processes=self.n)
-        for p in self.procs:
-            p.start()
+        # Spawned with Ctrl-C blocked (the mask is inherited through exec): a terminal's Ctrl-C reaches every
+        # process, and one still importing printed its traceback. The pool's own Ctrl-C, held meanwhile, arrives
+        # once they are started; it stops them with SIGTERM (:meth:`stop`), each after its step.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for p in self.procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         return self
 
     def alive(self) -> bool:

@@ -1,13 +1,10 @@
 """The CLI's job fixtures: the service's (a model with its records in its stream, a job queue of its own), and a
 fakeredis server behind ``streamdp job`` with :func:`run_cli` to call the command line and read what it printed."""
 
-import io
-from contextlib import redirect_stdout
-
 import pytest
 
 from streamdp.cli import job as job_cli
-from tests.service.conftest import model, queue  # noqa: F401
+from tests.service.conftest import _cli, model, queue  # noqa: F401
 
 
 @pytest.fixture
@@ -21,9 +18,4 @@ def r(monkeypatch):
 
 def run_cli(*argv: str) -> tuple[int, str]:
     """``streamdp ARGV`` (its Redis is :func:`r`'s): the exit code and what it printed on stdout."""
-    from streamdp.cli import main
-
-    out = io.StringIO()
-    with redirect_stdout(out):
-        rc = main(["--redis-url", "redis://unused:1", *argv])
-    return rc, out.getvalue()
+    return _cli("redis://unused:1", *argv)

@@ -28,9 +28,8 @@ from streamdp.service.stream_worker import Worker
 from tests.cli.test_service import test_cli_demo_runs_and_cleans_up, test_cli_end_to_end  # noqa: F401
 
 # (the ledger's 8-process races are left out: the same single-key script, 25 s each on this machine)
+from tests.privacy.conftest import led, source  # noqa: F401
 from tests.privacy.test_ledger import (  # noqa: F401
-    led,
-    source,
     test_cli_ledger,
     test_create_model_charges_its_epsilon,
     test_create_model_with_too_small_a_budget_leaves_nothing,

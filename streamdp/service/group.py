@@ -99,6 +99,13 @@ def gone(consumer: str) -> bool:
 LIVE_IDLE_S = 30
 
 
+#: A history read from here returns none of the consumer's pending entries (ids are below it; the maximum itself
+#: means ``>``) yet refreshes its ``idle`` in ``XINFO CONSUMERS``, which Redis before 7.2 leaves untouched by a read
+#: that delivers nothing: a worker waiting on an idle stream would look silent (:attr:`Holder.live`), and its
+#: pending entries' delivery counts stay as they are.
+_NOTHING_PENDING = "18446744073709551615-18446744073709551614"
+
+
 @dataclass
 class Holder:
     """A consumer of a group: its name, ms since it last read or claimed (``idle_ms``), whether its process is
@@ -239,6 +246,8 @@ class GroupReader:
                 self.group, self.consumer, {self.stream: ">"}, count=count - len(entries), block=block
             )
             entries += self.parse(resp)
+        if not entries:  # an idle stream: say this consumer is still here (Redis < 7.2: empty reads leave its idle)
+            self.r.xreadgroup(self.group, self.consumer, {self.stream: _NOTHING_PENDING}, count=1)
         return entries
 
     def parse(self, resp: Any) -> list[Entry]:

@@ -83,8 +83,9 @@ def test_a_grown_models_history_shows_the_sd_its_releases_drew(redis_url, unique
     with Consumer(redis_url, unique_name) as c:
         v1 = c.get(1)  # the published first release: its leaves' noise variance is this release's draw alone
     first = float(np.sqrt(np.max(v1.noise_variance[: v1.n_trees])))
-    probed = bool(np.any(v1.structure.n_leaves[: v1.n_trees] > 1))  # (5 records: the probe splits nothing)
-    assert probed == (n == 300)
+    # (300 records: the probe splits; 5 records: almost always nothing, but its noise may split a tree)
+    probed = bool(np.any(v1.structure.n_leaves[: v1.n_trees] > 1))
+    assert probed or n == 5
     capsys.readouterr()
     assert main(u + ["model", "history", unique_name, "--json"]) == 0
     lines = json.loads(capsys.readouterr().out)

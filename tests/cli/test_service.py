@@ -129,7 +129,10 @@ def test_cli_demo_runs_and_cleans_up(redis_url):
     assert r.returncode == 0, r.stderr
     assert "nearly exact" not in r.stderr  # (epsilon 1: the warning of test_nearly_exact_warning.py is not said)
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith("version")]
-    assert len(lines) >= 3 and "accuracy" in lines[-1], r.stdout
+    # a line per batch: a version, or a batch left out (a window that closed with too few of its records, as
+    # happens on a loaded machine, is left out until later releases add up)
+    per_batch = lines + [ln for ln in r.stdout.splitlines() if ln.startswith("batch of")]
+    assert len(per_batch) >= 3 and lines and "accuracy" in lines[-1], r.stdout
     name = r.stdout.split("model ", 1)[1].split(":", 1)[0]
     assert name.startswith("demo-votes-") and not connect(redis_url).hexists(REGISTRY, name)
 

@@ -6,7 +6,8 @@
    worker with a fixed name re-reads what it held when it died), then the
    entries of consumers whose process is provably gone (:func:`gone`: a
    worker of this host killed with SIGKILL; no wait for ``claim_idle_ms``);
-2. every ``claim_every_s``, ``XAUTOCLAIM`` of entries idle for
+2. every ``claim_every_s``, the entries of consumers gone since (a sibling
+   process of a pool that died), then ``XAUTOCLAIM`` of entries idle for
    ``claim_idle_ms`` (held by dead workers), with their delivery counts, so
    the caller can dead-letter poison entries (:meth:`Entry.poison`);
 3. new entries with ``XREADGROUP ... BLOCK block_ms`` (no block while
@@ -239,7 +240,9 @@ class GroupReader:
         now = time.monotonic()
         if len(entries) < count and now - self._last_claim >= self.claim_every_s:
             self._last_claim = now
-            entries += self.claim(count - len(entries))
+            entries += self.take_over(count - len(entries), quiet=True)  # (a sibling process died since)
+            if len(entries) < count:
+                entries += self.claim(count - len(entries))
         if len(entries) < count:
             block = None if entries else (self.block_ms if block_ms is None else block_ms)
             resp = self.r.xreadgroup(
@@ -281,12 +284,15 @@ class GroupReader:
         jlog(self.log, logging.INFO, "worker.claimed", **self.context, consumer=self.consumer)
         return entries
 
-    def take_over(self, count: int) -> list[Entry]:
+    def take_over(self, count: int, quiet: bool = False) -> list[Entry]:
         """Up to ``count`` pending entries of consumers whose process is gone (:func:`gone`), with their delivery
-        counts, at once; once none is left, says ``worker.pending_elsewhere`` (INFO) when other consumers hold
-        entries, and when they are claimed were they dead. Exactly once holds as for ``XAUTOCLAIM``: the move is
+        counts, at once; once none is left, says ``worker.pending_elsewhere`` (INFO; not when ``quiet``: the look
+        each claim interval, for a sibling process that died since) when other consumers hold entries, and when
+        they are claimed were they dead. Exactly once holds as for ``XAUTOCLAIM``: the move is
         atomic and takes only what the gone consumer still holds."""
         out: list[Entry] = []
+        if count <= 0:
+            return out
         more = False  # whether a gone consumer may still hold entries (asked for as many as it gave)
         others = holders(self.r, self.stream, self.group, exclude=self.consumer)
         for h in others:
@@ -307,7 +313,7 @@ class GroupReader:
         if not more:  # every gone consumer's entries taken: not looked for again until a reset
             self._gone_due = False
             waiting = [h for h in others if h.pending and not h.gone]
-            if waiting:
+            if waiting and not quiet:
                 jlog(
                     self.log,
                     logging.INFO,

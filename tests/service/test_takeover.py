@@ -106,6 +106,25 @@ def test_a_live_workers_entries_are_not_taken_early_and_the_wait_is_said(redis_u
         p.wait()
 
 
+def test_a_running_worker_takes_a_sibling_that_died_since_within_a_claim_interval(redis_url, model):
+    """A pool's process killed while its siblings run: they took its entries after claim_idle_ms (30 s), as a
+    restarted worker did before; now at their next claim interval."""
+    import time
+
+    r, name = model
+    p, dead = _holder(redis_url, name)  # a live sibling holding the batch
+    w = Worker(redis_url, name, block_ms=10)
+    assert w.step() == 0  # running, its start-up look for gone consumers done: the live sibling's batch stays
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 10  # the claim interval is 1 s: well within 10 s, far below 30 s
+    while w.step() == 0:
+        assert time.monotonic() < deadline, "the dead sibling's batch was not taken over"
+    st = collect(r, name)
+    assert st["batches_merged"] == 1 and st["pending"] == 0
+    assert dead not in {h.name for h in holders(r, Keys(name).records, GROUP)}
+
+
 def test_a_name_of_another_host_or_given_by_hand_is_never_gone():
     me = os.getpid()
     assert not gone(f"otherhost-{me + 10**6}-abcdef-00000000")  # (another boot or pid namespace)

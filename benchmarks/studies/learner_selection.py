@@ -35,7 +35,13 @@ from accuracy_small_data import DATASETS, EPSILONS, load_encoded  # noqa: E402
 
 ALL_DATASETS = (*DATASETS, "uci-mushroom", "uci-adult")
 FIXED = ("private-rdt", "dpea", "hanisch-forest", "diffp-c45", "diffp-id3", "sulq-id3")
-CATEGORICAL_ONLY = {"dpea", "hanisch-forest", "diffp-id3", "sulq-id3"}  # (never auto candidates on numeric data)
+
+
+def _categorical_only() -> set[str]:
+    """The catalogue's learners that split on categorical attributes only (never candidates on numeric data)."""
+    from streamdp.learners.catalogue import algorithm
+
+    return {a for a in FIXED if algorithm(a).categorical_only}
 
 
 def _variant(name: str, schema) -> dict:
@@ -50,7 +56,7 @@ def _variant(name: str, schema) -> dict:
         params["holdout_share"] = float(m.group(3))
     numeric = not bool(schema.is_categorical.all())
     if m.group(2) == "-all":
-        params["candidates"] = [(a, {}) for a in FIXED if not (numeric and a in CATEGORICAL_ONLY)]
+        params["candidates"] = [(a, {}) for a in FIXED if not (numeric and a in _categorical_only())]
     elif m.group(2) == "-dr":  # DPEA and the forest (the forest alone on numeric schemas)
         params["candidates"] = [("private-rdt", {})] + ([] if numeric else [("dpea", {})])
     return params

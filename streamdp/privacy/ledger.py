@@ -342,6 +342,7 @@ class InMemoryLedger(Ledger):
     def __init__(self) -> None:
         self._budgets: dict[str, tuple[float, float]] = {}
         self._spends: dict[str, list[Spend]] = {}
+        self._units: dict[str, str] = {}  # (declared ahead of a first spend: declare_unit)
         self._lock = threading.Lock()
 
     def set_budget(self, source: str, epsilon: float, delta: float = 0.0) -> None:
@@ -403,7 +404,25 @@ class InMemoryLedger(Ledger):
 
     def _unit_unlocked(self, source: str) -> str | None:
         s = self._spends.get(source)
-        return s[0].unit if s else None
+        return s[0].unit if s else self._units.get(source)
+
+    def declare_unit(self, source: str, privacy_id: str | None) -> str:
+        """Fix the unit of ``source``'s ledger before its first spend (``privacy_id`` None: per record), as
+        :meth:`RedisLedger.declare_unit <streamdp.service.ledger_store.RedisLedger.declare_unit>` does; returns it.
+        Raises :class:`UnitMismatch` when the unit is fixed to another, :class:`ValueError` without a budget.
+
+        >>> led = InMemoryLedger(); led.set_budget("s", 1.0)
+        >>> led.declare_unit("s", "user"), led.unit("s")
+        ('person:user', 'person:user')
+        """
+        unit = unit_of_charge(privacy_id)
+        with self._lock:
+            if source not in self._budgets:
+                raise ValueError(f"source {source!r} has no budget; set one first")
+            if (fixed := self._unit_unlocked(source)) not in (None, unit):
+                raise unit_refusal(source, fixed, unit)
+            self._units[source] = unit
+        return unit
 
     def unit(self, source: str) -> str | None:
         with self._lock:

@@ -235,3 +235,18 @@ def test_a_unit_declared_ahead_and_a_legacy_ledger_declared_per_person(redis_url
         led.charge(legacy, 0.5, who="job:j", what="x", privacy_id="user", max_records_per_id=2)
     finally:
         forget(redis_url, legacy)
+
+
+def test_the_in_memory_ledger_takes_a_unit_declared_ahead():
+    """The library's ledger had no declaration ahead (the service's has `streamdp ledger --unit`)."""
+    led = InMemoryLedger()
+    with pytest.raises(ValueError, match="has no budget"):
+        led.declare_unit("s", "user")
+    led.set_budget("s", 2.0)
+    assert led.declare_unit("s", "user") == "person:user" == led.unit("s")
+    with pytest.raises(UnitMismatch, match="this charge is per record"):
+        led.charge("s", 0.5, who="w", what="x")  # a per-record spend on a ledger declared per person
+    with pytest.raises(UnitMismatch):
+        led.declare_unit("s", None)
+    led.charge("s", 0.5, who="w", what="x", privacy_id="user", max_records_per_id=2)
+    assert led.spent("s") == (0.5, 0.0)

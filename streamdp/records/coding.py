@@ -166,7 +166,14 @@ def is_absent(v: Any) -> bool:
 
 
 def is_missing_value(v: Any) -> bool:
-    """:func:`is_absent`, or NaN: what a categorical attribute or a label calls missing rather than undeclared."""
+    """:func:`is_absent`, NaN, or a blank text (a CSV's empty cell): what a categorical attribute or a label calls
+    missing rather than undeclared.
+
+    >>> is_missing_value(float("nan")), is_missing_value(" "), is_missing_value("a"), is_missing_value(0)
+    (True, True, False, False)
+    """
+    if isinstance(v, str):
+        return not v.strip()
     return is_absent(v) or (isinstance(v, (float, np.floating)) and math.isnan(v))
 
 

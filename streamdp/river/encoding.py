@@ -344,7 +344,7 @@ def _literal(ns: dict, key: str, b: Any) -> str:
 
 
 def _absent(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
+    return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
 def labels_of(proba: Any, labels: list):

@@ -40,3 +40,17 @@ def test_the_library_the_frame_coder_and_river_agree():
         warnings.simplefilter("error")  # learned from, not dropped as undeclared
         model.learn_one(TEXT[0], "1")
     assert model.n_buffered == 1
+
+
+def test_a_blank_text_is_missing_as_a_csv_cell_is():
+    """A blank cell of a CSV is a missing value; the same blank text in memory was "not declared"."""
+    from streamdp.records.read_errors import MISSING_WORDS
+
+    with pytest.raises(ValueError, match=f"attribute 'rooms' {MISSING_WORDS}"):
+        SCHEMA.encode([{"rooms": " ", "owner": True, "zone": "1"}], [0])
+    with pytest.raises(ValueError, match=f"label 'y' {MISSING_WORDS}"):
+        SCHEMA.encode([{"rooms": 2, "owner": True, "zone": "1"}], [""])
+    enc = PrivateForestClassifier(SCHEMA, epsilon=1.0, seed=0).encoder
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # missing, not undeclared: dropped without a warning, as river's missing values
+        assert enc.warn_unlearned({"rooms": "", "owner": True, "zone": "1"}, [None, 1, 0]) is False

@@ -293,11 +293,9 @@ def test_sigkill_workers_exactly_once(redis_url, unique_name, tmp_path, epsilon)
     assert all(counts_by_point[pt] > 0 for pt in POINTS), counts_by_point
     # the recovery paths were exercised: reclaimed entries, reused stored deltas, rejected stale commits
     assert stats.get("claimed", 0) > 0 and stats.get("delta_reused", 0) > 0, stats
-    # a stale commit was refused (an entry reclaimed during a stall: not-owner) or retried (version CAS). Which
-    # of the two a run hits is timing; the refusal itself is checked deterministically in
-    # test_stream_worker.py::test_redelivered_batch_reuses_its_stored_delta
-    # (one CI run of this test saw 0 refusals and 5 retries).
-    assert stats.get("commit_rejections", 0) + stats.get("commit_retries", 0) > 0, stats
+    # (a stale commit refused, not-owner, or retried, version CAS, is timing here: most runs see several, one CI
+    # run saw none of either; both are checked deterministically in test_stream_worker.py,
+    # test_redelivered_batch_reuses_its_stored_delta and test_a_commit_that_lost_the_version_race_is_retried_...)
     assert stats.get("lost_trimmed", 0) == 0 and stats.get("poison", 0) == 0, stats  # MINID trims kept unacked entries
 
     # nothing pending, nothing undelivered, nothing dead-lettered

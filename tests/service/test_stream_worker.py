@@ -412,3 +412,26 @@ def test_a_duplicate_batch_whose_twin_merged_first_leaves_no_stored_delta_foreve
     key = Keys.of(r, "m").delta("twin")
     assert Consumer(r, "m").latest().n_releases == 1
     assert not r.exists(key) or 0 < r.ttl(key) <= PENDING_TTL_S
+
+
+def test_a_commit_that_lost_the_version_race_is_retried_on_the_new_version(r):
+    """Two workers commit at once: the one whose version moved under it retries on the new one (commit_retries),
+    so both batches are merged once. The fault-injection run only sees this path when its timing falls so."""
+    _model(r, epsilon=math.inf)
+    p = Producer(r, "m")
+    p.push(DS.X[:30], DS.y[:30], batch_id="first")
+    p.push(DS.X[30:60], DS.y[30:60], batch_id="second")
+    b = _worker(r, "m", consumer="B", batch_entries=1)
+    raced = []
+
+    def race(point: str) -> None:  # B commits the other batch between A's read of the version and A's commit
+        if point == "before_commit" and not raced:
+            raced.append(1)
+            assert b.step(block_ms=10) == 1
+
+    a = _worker(r, "m", consumer="A", batch_entries=1, faults=race)
+    assert a.step(block_ms=10) == 1
+    st = collect(r, "m")
+    assert raced and st["commit_retries"] >= 1 and st["batches_merged"] == 2 and st["version"] == 2
+    f = Consumer(r, "m").latest()
+    assert f.counts.sum() == 60 * (f.n_trees + f.prior_trees)  # each record once in each tree and stump

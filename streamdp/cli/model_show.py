@@ -12,6 +12,7 @@ import math
 import time
 
 from streamdp.cli.common import client
+from streamdp.release.variance import nearly_exact_words
 
 __all__ = [
     "list_",
@@ -225,8 +226,5 @@ def privacy_warnings(info: dict) -> list[str]:
         ]
     if "nearly_exact_above" not in info:
         return []
-    return [
-        f"WARNING: epsilon {epsilon_words(info)} releases nearly exact counts: each release's noise on a count has "
-        f"sd {info['cell_sd']:.2g}, below half a record; an epsilon of {info['nearly_exact_above']:g} or less "
-        "would add at least that much"
-    ]
+    words = nearly_exact_words(f"epsilon {epsilon_words(info)}", info["cell_sd"], info["nearly_exact_above"])
+    return [f"WARNING: {words}"]

@@ -47,7 +47,7 @@ from streamdp.privacy.contribution import bound_contributions, check_unit
 from streamdp.privacy.ledger import Ledger
 from streamdp.privacy.secure_random import NearlyExactWarning, SecureRandom
 from streamdp.records.schema import Schema
-from streamdp.release.variance import NEARLY_EXACT_SD, largest_noisy_epsilon
+from streamdp.release.variance import NEARLY_EXACT_SD, largest_noisy_epsilon, nearly_exact_words
 from streamdp.validation import check_epsilon
 
 __all__ = [
@@ -209,10 +209,7 @@ def _public_warnings(a: Algorithm, est: Any, spec: JobSpec, schema: Schema) -> l
         sd = math.sqrt(cell_variance("geometric", spec.epsilon * share))
         if sd < NEARLY_EXACT_SD:
             above = largest_noisy_epsilon(lambda eps: math.sqrt(cell_variance("geometric", eps * share)))
-            said.append(
-                f"epsilon={spec.epsilon:g} releases nearly exact counts: each release's noise on a count has sd "
-                f"{sd:.2g}, below half a record; an epsilon of {above:g} or less would add at least that much"
-            )
+            said.append(nearly_exact_words(f"epsilon={spec.epsilon:g}", sd, above))
     return said
 
 

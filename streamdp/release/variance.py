@@ -22,6 +22,7 @@ __all__ = [
     "NEARLY_EXACT_SD",
     "nearly_exact_epsilon",
     "largest_noisy_epsilon",
+    "nearly_exact_words",
     "warn_nearly_exact",
 ]
 
@@ -95,6 +96,19 @@ def largest_noisy_epsilon(sd_at: Callable[[float], float]) -> float:
     return round(math.floor(lo / step) * step, 12)
 
 
+def nearly_exact_words(epsilon: str, sd: float, above: float) -> str:
+    """The one wording of a nearly exact release (``model create``/``show``, the library, batch jobs): ``epsilon``
+    as the caller names it, one release's noise ``sd`` on a count, and :func:`largest_noisy_epsilon`'s ``above``.
+
+    >>> print(nearly_exact_words("epsilon=50", 0.057, 5.65))  # doctest: +ELLIPSIS
+    epsilon=50 releases nearly exact counts: ... sd 0.057, below half a record; an epsilon of 5.65 or less ...
+    """
+    return (
+        f"{epsilon} releases nearly exact counts: each release's noise on a count has sd {sd:.2g}, below half a "
+        f"record; an epsilon of {above:g} or less would add at least that much"
+    )
+
+
 def warn_nearly_exact(
     who: str,
     epsilon: float,
@@ -133,8 +147,7 @@ def warn_nearly_exact(
         return False
     above = nearly_exact_epsilon(policy, mechanism, budget, n_trees, prior_trees)
     warnings.warn(
-        f"{who}: epsilon={epsilon:g} releases nearly exact counts: each release's noise on a count has sd {sd:.2g}, "
-        f"below half a record; an epsilon of {above:g} or less would add at least that much",
+        f"{who}: {nearly_exact_words(f'epsilon={epsilon:g}', sd, above)}",
         NearlyExactWarning,
         stacklevel=stacklevel + 1,
     )

@@ -237,7 +237,9 @@ class RecordEncoder:
     def encode_label(self, y: Any) -> int:
         """Code of a label; :class:`ValueError` for a class the schema does not declare."""
         t = type(y)
-        code = self.schema.label_codes.get(y, -1) if t is int else value_code(self.schema.label_codes, y)
+        code = self.schema.label_codes.get(y, -1) if t is int or t is str else value_code(self.schema.label_codes, y)
+        if code < 0 and t is str:  # (a text spelling a declared number or boolean: value_code's rule)
+            code = value_code(self.schema.label_codes, y)
         if code < 0:
             if is_missing_value(y):
                 raise ValueError(

@@ -2,8 +2,8 @@
 
 One loop step:
 
-1. ``XAUTOCLAIM`` entries of dead workers idle for ``claim_idle_ms`` (at the start, at once those of a worker
-   whose process is provably gone: :func:`.group.gone`); entries
+1. ``XAUTOCLAIM`` entries of dead workers idle for ``claim_idle_ms`` (sooner, at the start and at each claim
+   interval, those of a worker whose process is provably gone: :func:`.group.gone`); entries
    delivered more than ``max_deliveries`` times are dead-lettered (poison).
 2. ``XREADGROUP`` up to ``batch_entries`` new entries (blocking ``block_ms``).
 3. Decode and validate each entry (:mod:`.codec`); undecodable entries and bad

@@ -33,8 +33,10 @@ are dropped and listed in :attr:`Batch.dropped`.
 
 from __future__ import annotations
 
+import decimal
 import hashlib
 import math
+import numbers
 import re
 import time
 import uuid
@@ -108,8 +110,23 @@ def _label_dtype(schema: Schema) -> str:
     return "|u1" if schema.n_classes <= 0xFF else "<u2" if schema.n_classes <= 0xFFFF else "<i4"
 
 
+def _plain(v: Any) -> Any:
+    """A value msgpack has no type for as a plain one: numpy scalars, ``Decimal`` and ``Fraction`` as numbers
+    (a NaN of any kind, the signalling one too, as a float NaN); anything else raises ``TypeError`` naming
+    its type, never its value (a record's value is not for messages)."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, decimal.Decimal):
+        return math.nan if v.is_nan() else int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    raise TypeError(f"a value of type {type(v).__name__} cannot be sent: numbers, text, bytes, None, lists and maps only")
+
+
 def _pack(doc: dict) -> bytes:
-    return msgpack.packb({"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, use_bin_type=True)
+    return msgpack.packb({"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, use_bin_type=True, default=_plain)
 
 
 def encode_batch(
@@ -167,7 +184,19 @@ def _ids_list(ids: Any, n: int) -> list:
 
 
 def encode_records(records: list, labels: list, *, batch_id: str | None = None, ids: Any = None) -> bytes:
-    """A ``records`` envelope: raw values, validated and encoded by the worker (``ids``: one privacy id each)."""
+    """A ``records`` envelope: raw values, validated and encoded by the worker (``ids``: one privacy id each).
+
+    numpy scalars, ``Decimal`` and ``Fraction`` go as plain numbers; a value of another type raises
+    ``TypeError`` naming its type.
+
+    >>> from decimal import Decimal
+    >>> len(encode_records([[Decimal("0.5"), Decimal("sNaN")]], [Decimal("1")], batch_id="b")) > 0
+    True
+    >>> encode_records([[object()]], [0], batch_id="b")
+    Traceback (most recent call last):
+    ...
+    TypeError: a value of type object cannot be sent: numbers, text, bytes, None, lists and maps only
+    """
     recs = list(records)
     doc: dict[str, Any] = {
         "batch_id": batch_id or new_batch_id(),

@@ -173,3 +173,27 @@ def test_codes_decode_alike_with_and_without_a_bad_row():
     assert not good.dropped and [r for r, _ in bad.dropped] == [7]
     assert good.X[3, num] == schema.attributes[num].max and good.X[4, num] == schema.attributes[num].min
     assert np.array_equal(np.delete(good.X, 7, axis=0), bad.X) and np.array_equal(np.delete(good.y, 7), bad.y)
+
+
+def test_records_envelope_sends_decimal_fraction_and_numpy_numbers_as_plain_ones():
+    """A database driver's ``Decimal`` (a signalling NaN too) is sent, and a NaN is then a missing value the
+    worker drops by row; a type msgpack cannot carry is refused naming the type, not the value."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    from streamdp.records.schema import Schema
+
+    s = Schema.from_dict(
+        {
+            "attributes": [{"name": "a", "type": "numeric", "min": 0, "max": 1}],
+            "label": {"name": "y", "values": [0, 1]},
+        }
+    )
+    recs = [[Decimal("0.25")], [Decimal("sNaN")], [Fraction(1, 2)], [np.float32(0.75)]]
+    b = codec.decode(s, codec.encode_records(recs, [Decimal("1"), np.int64(0), 1, 0]))
+    assert b.X[:, 0].tolist() == [0.25, 0.5, 0.75]
+    assert b.y.tolist() == [1, 1, 0]
+    assert [r for r, _ in b.dropped] == [1]
+    with pytest.raises(TypeError, match="type secret_type cannot be sent") as e:
+        codec.encode_records([[type("secret_type", (), {})()]], [0])
+    assert "0x" not in str(e.value)

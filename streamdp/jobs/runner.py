@@ -203,8 +203,11 @@ def _public_warnings(a: Algorithm, est: Any, spec: JobSpec, schema: Schema) -> l
         from streamdp.learners.selection import check_candidates, default_candidates, usable_candidates
 
         cands = spec.params.get("candidates")
-        said += usable_candidates(check_candidates(cands) if cands else default_candidates(schema), schema)[1]
-    share = _cell_epsilon_share(a, est, spec)
+        usable, dropped = usable_candidates(check_candidates(cands) if cands else default_candidates(schema), schema)
+        said += dropped
+        share = _auto_cell_epsilon_share(usable, spec, schema)
+    else:
+        share = _cell_epsilon_share(a, est, spec)
     if share is not None:
         sd = math.sqrt(cell_variance("geometric", spec.epsilon * share))
         if sd < NEARLY_EXACT_SD:
@@ -216,12 +219,31 @@ def _public_warnings(a: Algorithm, est: Any, spec: JobSpec, schema: Schema) -> l
 def _cell_epsilon_share(a: Algorithm, est: Any, spec: JobSpec) -> float | None:
     """The share of the job's epsilon that the noise on one released count of its model gets (public: the
     budget split, per record), or None where no count is noised (k-anonymity) or the learner is not known
-    before the fit (``auto``)."""
+    before the fit (``auto``: :func:`_auto_cell_epsilon_share`)."""
     if a.mechanism == "kanon" or a.name == "auto":
         return None
     if a.is_forest:  # (built at epsilon / K: the noise per record)
         return float(est.epsilon_per_tree) / spec.epsilon
     return float(est.epsilon_leaf_counts()) / spec.records_per_unit / spec.epsilon
+
+
+def _auto_cell_epsilon_share(usable: list, spec: JobSpec, schema: Schema) -> float | None:
+    """The largest noise any of ``auto``'s usable candidates would put on one count of the model it returns, as
+    :func:`_cell_epsilon_share` gives it (the smallest share: "nearly exact" is said only when every choice
+    would be); None where none noises a count. The winner is refit at ``(1 - s) epsilon`` (with ``s``, the
+    selection share, below 1), else kept at ``epsilon`` on its share of the records: public either way."""
+    from streamdp.learners.selection import DEFAULT_SELECTION_SHARE
+
+    s = spec.params.get("selection_share", DEFAULT_SELECTION_SHARE)
+    final = spec.epsilon * (1 - s) if s < 1 else spec.epsilon
+    shares = []
+    for name, params in usable:
+        sub = JobSpec(name, final, dict(params), spec.privacy_id, spec.max_records_per_id)
+        c = algorithm(name)
+        share = _cell_epsilon_share(c, _build(c, sub, schema), sub)
+        if share is not None:
+            shares.append(share * final / spec.epsilon)
+    return min(shares) if shares else None
 
 
 def empty_release_warning(a: Algorithm, est: Any, spec: JobSpec) -> str | None:

@@ -152,7 +152,7 @@ def test_a_dataset_charged_to_a_models_ledger_is_warned(r, capsys):
     )
 
 
-@pytest.mark.parametrize("learner", ["diffp-id3", "private-rdt"])
+@pytest.mark.parametrize("learner", ["diffp-id3", "private-rdt", "auto"])
 def test_a_nearly_exact_epsilon_is_warned_at_submit_and_in_the_status(r, capsys, learner):
     RedisLedger(r).set_budget("votes", 1e301)
     rc, out = run_cli(

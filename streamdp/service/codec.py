@@ -122,7 +122,9 @@ def _plain(v: Any) -> Any:
         return int(v)
     if isinstance(v, numbers.Real):
         return float(v)
-    raise TypeError(f"a value of type {type(v).__name__} cannot be sent: numbers, text, bytes, None, lists and maps only")
+    raise TypeError(
+        f"a value of type {type(v).__name__} cannot be sent: numbers, text, bytes, None, lists and maps only"
+    )
 
 
 def _pack(doc: dict) -> bytes:

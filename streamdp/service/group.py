@@ -101,9 +101,7 @@ LIVE_IDLE_S = 30
 
 
 #: A history read from here returns none of the consumer's pending entries (ids are below it; the maximum itself
-#: means ``>``) yet refreshes its ``idle`` in ``XINFO CONSUMERS``, which Redis before 7.2 leaves untouched by a read
-#: that delivers nothing: a worker waiting on an idle stream would look silent (:attr:`Holder.live`), and its
-#: pending entries' delivery counts stay as they are.
+#: means ``>``) yet refreshes its ``idle``: :meth:`GroupLoop.still_here`.
 _NOTHING_PENDING = "18446744073709551615-18446744073709551614"
 
 
@@ -250,8 +248,13 @@ class GroupReader:
             )
             entries += self.parse(resp)
         if not entries:  # an idle stream: say this consumer is still here (Redis < 7.2: empty reads leave its idle)
-            self.r.xreadgroup(self.group, self.consumer, {self.stream: _NOTHING_PENDING}, count=1)
+            self.still_here()
         return entries
+
+    def still_here(self) -> None:
+        """Refresh this consumer's ``idle`` (:attr:`Holder.live`), reading no entry and leaving delivery counts as they
+        are: Redis < 7.2 leaves it on a read that delivers nothing, and a long step reads nothing."""
+        self.r.xreadgroup(self.group, self.consumer, {self.stream: _NOTHING_PENDING}, count=1)
 
     def parse(self, resp: Any) -> list[Entry]:
         """An XREADGROUP reply as entries (counted in ``entries_read``)."""

@@ -39,7 +39,6 @@ import json
 import logging
 import os
 import signal
-import threading
 import time
 import traceback
 from typing import Any
@@ -51,6 +50,7 @@ from streamdp.forest.persistence import FORMAT as FOREST_FORMAT
 from streamdp.jobs.runner import JobError, JobSpec, run_job
 from streamdp.privacy.ledger import BudgetExceeded
 from streamdp.records.schema import Schema
+from streamdp.service.beat import beating
 from streamdp.service.connection import connect
 from streamdp.service.group import GroupLoop, GroupReader, consumer_name
 from streamdp.service.job_data import dataset_loader, read_model_records
@@ -182,42 +182,38 @@ class JobWorker(GroupLoop):
         attempt = int(as_str(res[1]))
         self._entry = eid
         doc = {as_str(k): as_str(v) for k, v in self.r.hgetall(key).items()}
-        beating = threading.Event()
-        beat = threading.Thread(target=self._beat_loop, args=(beating,), daemon=True)
-        beat.start()
-        try:
-            status = self._run(job_id, doc)
-        except BudgetExceeded as e:
-            self._set(job_id, status="refused", reason=str(e), progress="refused", finished=now_s())
-            status = "refused"
-        except (JobError, ModelNotFound) as e:
-            self._set(job_id, status="failed", reason=str(e), progress="failed", finished=now_s())
-            status = "failed"
-        except Exception as e:  # a transient failure: retry while attempts last
-            err = _error_text(e)
-            log.warning(json.dumps({"event": "job.error", "job": job_id, "attempt": attempt, "error": err}))
-            if attempt >= int(doc.get("max_attempts") or DEFAULT_MAX_ATTEMPTS):
-                self._set(
-                    job_id,
-                    status="failed",
-                    error=err,
-                    progress="failed",
-                    finished=now_s(),
-                    reason=f"gave up after {attempt} attempt{'s' if attempt != 1 else ''}; last error: {err}",
-                )
+        # (heartbeat every third of claim_idle_ms while the job runs: a long fit is not taken for dead)
+        with beating(self._heartbeat, max(self.claim_idle_ms / 3000, 0.01)):
+            try:
+                status = self._run(job_id, doc)
+            except BudgetExceeded as e:
+                self._set(job_id, status="refused", reason=str(e), progress="refused", finished=now_s())
+                status = "refused"
+            except (JobError, ModelNotFound) as e:
+                self._set(job_id, status="failed", reason=str(e), progress="failed", finished=now_s())
                 status = "failed"
-            else:
-                self._set(job_id, status="queued", error=err, progress="retrying")
-                p = self.r.pipeline(transaction=True)
-                p.xack(self.stream, JOB_GROUP, eid)
-                p.xdel(self.stream, eid)
-                p.xadd(self.stream, {"job": job_id})
-                p.execute()
-                self._entry = None
-                return "queued"
-        finally:
-            beating.set()
-            beat.join()
+            except Exception as e:  # a transient failure: retry while attempts last
+                err = _error_text(e)
+                log.warning(json.dumps({"event": "job.error", "job": job_id, "attempt": attempt, "error": err}))
+                if attempt >= int(doc.get("max_attempts") or DEFAULT_MAX_ATTEMPTS):
+                    self._set(
+                        job_id,
+                        status="failed",
+                        error=err,
+                        progress="failed",
+                        finished=now_s(),
+                        reason=f"gave up after {attempt} attempt{'s' if attempt != 1 else ''}; last error: {err}",
+                    )
+                    status = "failed"
+                else:
+                    self._set(job_id, status="queued", error=err, progress="retrying")
+                    p = self.r.pipeline(transaction=True)
+                    p.xack(self.stream, JOB_GROUP, eid)
+                    p.xdel(self.stream, eid)
+                    p.xadd(self.stream, {"job": job_id})
+                    p.execute()
+                    self._entry = None
+                    return "queued"
         self._ack(eid)
         self._entry = None
         # every ended job, not only errors; its status and attempt, no figure of the data
@@ -225,14 +221,6 @@ class JobWorker(GroupLoop):
             json.dumps({"event": f"job.{status}", "job": job_id, "algorithm": doc.get("algorithm"), "attempt": attempt})
         )
         return status
-
-    def _beat_loop(self, stop: threading.Event) -> None:
-        """Heartbeat every third of ``claim_idle_ms`` while a job runs (a long fit is not taken for dead)."""
-        while not stop.wait(max(self.claim_idle_ms / 3000, 0.01)):
-            try:
-                self._heartbeat()
-            except redis.RedisError:
-                pass
 
     def _progress(self, job_id: str, stage: str, fraction: float) -> None:
         self._set(job_id, progress=stage, fraction=round(float(fraction), 3))

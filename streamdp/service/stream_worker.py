@@ -39,10 +39,11 @@ from typing import Any
 import redis
 
 from streamdp.service import codec
+from streamdp.service.beat import beating
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.faults import FaultPoints
-from streamdp.service.group import GroupLoop, GroupReader, consumer_name, jlog
+from streamdp.service.group import LIVE_IDLE_S, GroupLoop, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
@@ -343,7 +344,11 @@ class Worker(GroupLoop):
     # -- one step ------------------------------------------------------------
     def step(self, block_ms: int | None = None) -> int:
         """Release due windows, then read, process and commit up to ``batch_entries`` entries; returns how many
-        entries were handled."""
+        entries were handled. The consumer stays live (:attr:`.group.Holder.live`) however long the step takes."""
+        with beating(self.reader.still_here, LIVE_IDLE_S / 3):
+            return self._step(block_ms)
+
+    def _step(self, block_ms: int | None) -> int:
         if self.closer is not None:
             now = self.closer.now()
             self.closer.tick(now)

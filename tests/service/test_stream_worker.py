@@ -435,3 +435,34 @@ def test_a_commit_that_lost_the_version_race_is_retried_on_the_new_version(r):
     assert raced and st["commit_retries"] >= 1 and st["batches_merged"] == 2 and st["version"] == 2
     f = Consumer(r, "m").latest()
     assert f.counts.sum() == 60 * (f.n_trees + f.prior_trees)  # each record once in each tree and stump
+
+
+def test_a_worker_busy_in_a_long_step_stays_live(r, monkeypatch):
+    """A step longer than the live window (a large release or merge) does not show the worker as silent: its
+    consumer's idle is refreshed while the step runs (``stats``' consumers_live, ``push``'s no-worker note)."""
+    import time
+
+    from streamdp.service import stream_worker
+    from streamdp.service.group import holders
+
+    _model(r)
+    with Producer(r, "m", batch_size=100) as p:
+        p.push(DS.X[:100], DS.y[:100])
+    w = _worker(r, "m")
+    monkeypatch.setattr(stream_worker, "LIVE_IDLE_S", 0.3)  # a beat every 0.1 s
+    idle_at_end = []
+    handle = w._handle
+
+    def slow(entries):
+        time.sleep(0.8)  # the step outlasts the live window of 0.3 s
+        idle_at_end.append(max(h.idle_ms for h in holders(r, Keys("m").records, GROUP)))
+        handle(entries)
+
+    monkeypatch.setattr(w, "_handle", slow)
+    assert w.step() == 1
+    assert idle_at_end[0] < 300, idle_at_end  # without the beat: >= 800 (the last read was before the sleep)
+    monkeypatch.setattr(stream_worker, "LIVE_IDLE_S", 1e6)  # no beat within the step: the test can fail
+    idle_at_end.clear()
+    with Producer(r, "m", batch_size=100) as p:
+        p.push(DS.X[100:200], DS.y[100:200])
+    assert w.step() == 1 and idle_at_end[0] >= 800, idle_at_end

@@ -313,8 +313,12 @@ class RecordEncoder:
                 types = ", ".join(sorted({type(d).__name__ for d in attr.values}))
                 why = (
                     f"is not among its declared values (of type {types}); records with it are not learned from "
-                    "(declare the value in the schema, or map it to a declared one before learning)"
+                    "(declare the value in the schema, or map it to a declared one before learning"
                 )
+                if isinstance(v, (float, np.floating)):  # (river's StandardScaler before it turns codes into floats)
+                    why += "; a numeric preprocessing step before the classifier, such as StandardScaler, must leave "
+                    why += "categorical attributes out: compose.Select or compose.Discard"
+                why += ")"
             else:
                 why = "is not a number; records with it are not learned from (map it to a number before learning)"
             warnings.warn(

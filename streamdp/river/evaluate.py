@@ -24,7 +24,7 @@ Datasets: ``agrawal:F`` (classification function F, ``--n`` samples, seed 42),
 at ``n/2`` over ``n/20`` records), ``stagger:F``, ``led``, ``uci:NAME``
 (the whole UCI file, shuffled with ``--shuffle-seed``).
 
->>> from streamdp.evaluate import evaluate
+>>> from streamdp.river.evaluate import evaluate
 >>> res = evaluate("stagger:0", n=2000, epsilons=(1.0,), batch_sizes=(500,), references=(), verbose=False)
 >>> [r.model for r in res.rows]
 ['PrivateForest eps=1 bs=500 grown']

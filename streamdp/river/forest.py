@@ -21,7 +21,7 @@ from streamdp.river.encoding import RecordEncoder, labels_of
 from streamdp.river.forest_view import ForestView
 from streamdp.river.prior_vote import PriorVote
 from streamdp.river.schemas import declared_schema
-from streamdp.validation import check_choice, check_integer, check_probability
+from streamdp.validation import check_choice, check_epsilon, check_integer, check_probability
 
 __all__ = ["PrivateForestClassifier", "default_height"]
 
@@ -194,7 +194,7 @@ class PrivateForestClassifier(PriorVote, river.base.MiniBatchClassifier):
         self.schema = schema
         self.n_trees = n_trees
         self.height = height
-        self.epsilon = epsilon
+        self.epsilon = check_epsilon(epsilon, allow_inf=True)
         self.batch_size = batch_size
         self.first_batch = first_batch
         self.mechanism = mechanism

@@ -324,7 +324,16 @@ def declared_schema(schema: Any) -> Schema:
         )
     if type(schema).__name__ in RIVER_SCHEMAS:
         return schema_for(schema)
+    if isinstance(schema, type):
+        why = f"the class {schema.__name__}: pass an instance, e.g. {schema.__name__}()"
+    elif hasattr(schema, "__next__"):
+        why = (
+            f"an iterator ({type(schema).__name__}): records declare no domains, pass the dataset itself "
+            "(e.g. datasets.Phishing(), not datasets.Phishing().take(10)) or a Schema"
+        )
+    else:
+        why = type(schema).__name__
     raise TypeError(
         f"schema must be a streamdp Schema, its dict form or a river dataset with a declared schema "
-        f"({sorted(RIVER_SCHEMAS)}), got {type(schema).__name__}"
+        f"({sorted(RIVER_SCHEMAS)}), got {why}"
     )

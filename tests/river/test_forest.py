@@ -19,7 +19,14 @@ pytest.importorskip("sklearn")
 from river import checks, datasets, evaluate, metrics  # noqa: E402
 
 from streamdp.privacy.mechanisms import NotPrivateWarning  # noqa: E402
-from streamdp.river import PrivacyLeakWarning, PrivateForestClassifier, ServiceClassifier, inference, uci  # noqa: E402  # noqa: E402
+from streamdp.river import (  # noqa: E402
+    PrivacyLeakWarning,
+    PrivateForestClassifier,
+    ServiceClassifier,
+    UndeclaredValueWarning,
+    inference,
+    uci,
+)
 from streamdp.river import schemas as rs  # noqa: E402
 from streamdp.river.evaluate import run_private, run_river  # noqa: E402
 from streamdp.service.connection import connect  # noqa: E402
@@ -665,6 +672,36 @@ def test_no_schema_is_refused_with_what_to_pass():
         PrivateForestClassifier()
     with pytest.raises(TypeError, match="river dataset with a declared schema"):
         PrivateForestClassifier(schema=[1, 2])
+    from river import datasets
+
+    with pytest.raises(TypeError, match=r"got the class SEA: pass an instance, e\.g\. SEA\(\)"):
+        PrivateForestClassifier(datasets.synth.SEA)
+    with pytest.raises(TypeError, match=r"got an iterator \(islice\): records declare no domains"):
+        PrivateForestClassifier(datasets.Phishing().take(10))
+
+
+@pytest.mark.parametrize("epsilon", [0, -1, "1", float("nan")])
+def test_a_bad_epsilon_is_refused_by_name(epsilon):
+    """epsilon=0 raised ZeroDivisionError and "1" a TypeError from deep inside the draw."""
+    from river import datasets
+
+    with pytest.raises(ValueError, match=r"epsilon must be a number > 0 \(inf for no noise\), got"):
+        PrivateForestClassifier(datasets.synth.SEA(), epsilon=epsilon)
+
+
+def test_a_scaled_categorical_attribute_is_warned_about_with_the_fix():
+    """river's StandardScaler before the classifier turns categorical codes into floats: every record was dropped
+    with a warning that did not say why; it now names the preprocessing and what to do, never the value."""
+    from river import datasets
+
+    model = PrivateForestClassifier(datasets.Phishing(), n_trees=2)
+    x, y = next(iter(datasets.Phishing().take(1)))
+    scaled = {k: -0.5371 if k == "age_of_domain" else v for k, v in x.items()}
+    with pytest.warns(
+        UndeclaredValueWarning, match="such as StandardScaler, must leave categorical attributes out"
+    ) as w:
+        model.learn_one(scaled, y)
+    assert "0.5371" not in str(w[0].message)
 
 
 def test_a_river_dataset_declares_its_schema():

@@ -52,7 +52,7 @@ from streamdp.forest.heights import (
     fitting_height,
     leaf_budget,
 )
-from streamdp.forest.limits import DEFAULT_MAX_CELLS, MAX_HEIGHT, TooLargeError
+from streamdp.forest.limits import DEFAULT_MAX_CELLS, MAX_HEIGHT, MAX_TREES, TooLargeError
 from streamdp.forest.marginals import Marginals
 from streamdp.forest.routing import ForestRouter
 from streamdp.forest.thresholds import redraw_thresholds
@@ -149,7 +149,7 @@ class ForestStructure:
         early, where one height for every tree was set by its widest trees. :meth:`streamdp.PrivateForest.fit`
         prunes the draw to what the records support. A default never fails, and is small for every schema.
         """
-        check_integer(n_trees, "n_trees")
+        check_integer(n_trees, "n_trees", high=MAX_TREES)
         max_leaves_allowed = max_cells // (schema.n_classes * n_trees)
         defaulted = height is None
         if defaulted:  # a numeric attribute may split again below itself: there the budget alone decides

@@ -37,6 +37,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
+from streamdp.forest.limits import MAX_TREES
 from streamdp.validation import AnyOf, Flag, Interval, Options
 
 __all__ = [
@@ -180,7 +181,6 @@ class Algorithm:
 # Bounds: what the papers use, with room, and what fits in memory and time on a small machine. A job is
 # checked against them before its ledger is charged (a job that cannot finish must not spend budget).
 MAX_DEPTH = 20  # every learner splits its budget over the levels: past ~10 each query gets almost nothing
-MAX_TREES = 1000  # Hanisch and Jagannathan et al. use tens of trees; the budget is split among them
 _SEED = Param(
     "seed", AnyOf((Interval(int, 0, 2**128, closed="left"), Options((None,)))), None, "reproducible structure (public)"
 )

@@ -169,3 +169,19 @@ def test_a_different_distribution_is_detected():
     ref, new = samples(schema, 2, seed=5)
     skewed = [j if j in (0, 2) or k % 4 else 0 for k, j in enumerate(n[0][1] for n, _ in new)]
     assert chi2_same([n[0][1] for n, _ in ref], skewed) < ALPHA / 10
+
+
+def test_more_trees_than_max_trees_are_refused_before_drawing():
+    """n_trees=10**7 was accepted and took 46 s to draw (the fit never ended): refused at once, naming the bound
+    (the batch jobs' own, one constant)."""
+    import time
+
+    from streamdp import PrivateForest
+    from streamdp.forest.limits import MAX_TREES
+
+    s = Schema([Categorical("a", [0, 1])], Categorical("y", [0, 1]))
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match=rf"n_trees must be an integer in \[1, {MAX_TREES}\], got 10000000"):
+        PrivateForest.create(s, n_trees=10**7)
+    assert time.perf_counter() - t < 1.0
+    assert PrivateForest.create(s, n_trees=MAX_TREES, height=2).n_trees == MAX_TREES

@@ -87,3 +87,12 @@ def test_docstring_markup_becomes_markdown():
         'See <autoref identifier="m.C.fit" optional><code>fit</code></autoref> and '
         '<autoref identifier="streamdp.a.b" optional><code>b</code></autoref>.'
     )
+
+
+def test_learners_per_person_example_runs():
+    """The library's per-person path is where the README points (a new user looked for it on PrivateForest)."""
+    (block,) = [b for b in python_blocks(ROOT / "docs/learners.md") if "privacy_id" in b]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "learners.md", "exec"), {})
+    assert out.getvalue().count("'yes'") + out.getvalue().count("'no'") == 2

@@ -105,7 +105,6 @@ return 'ok'
 class JobWorker(GroupLoop):
     """One job worker (consumer of group ``jobworkers`` on ``sdp:jobs``); one job per step."""
 
-    stop_signals = (signal.SIGTERM,)
     log = log
     event_prefix = "job"
 
@@ -143,6 +142,20 @@ class JobWorker(GroupLoop):
     def _on_disconnect(self) -> None:
         self.reader.reset()
         self._entry = None
+
+    def stop(self, signum: Any = None, *_: Any) -> None:
+        """Stop after the job in hand (SIGTERM, a first Ctrl-C); a second Ctrl-C aborts that job, which another
+        job worker then retries (its entry stays pending)."""
+        if signum == signal.SIGINT and self.stopping:
+            raise KeyboardInterrupt
+        if signum == signal.SIGINT and self._entry is not None:
+            log.warning(
+                json.dumps({"event": "job.stopping", "note": "stops after the job in hand; Ctrl-C again aborts it"})
+            )
+        super().stop()
+
+    def _on_stop(self) -> None:
+        self.reader.leave()  # nothing in hand: leave the group (a worker holding an entry stays, to be taken over)
 
     def drained(self) -> bool:
         """No undelivered entry and none pending (for any worker)."""

@@ -85,11 +85,16 @@ def check_header(
     A file object is read from where it stands and rewound; ``compression`` as pandas' (by a path's suffix).
     """
     name = getattr(source, "name", source)
-    head = _read_head(source, name, "header", nrows=0, compression=compression).columns
+    first = _read_head(
+        source, name, "header", header=None, nrows=1, dtype=str, keep_default_na=False, compression=compression
+    )
     if hasattr(source, "seek"):
         source.seek(0)
-    head = [str(h).strip() for h in head]
+    head = [str(h).strip() for h in (first.iloc[0] if len(first) else [])]
     _refuse_binary(name, head)
+    twice = sorted({h for h in head if h and head.count(h) > 1})
+    if twice:  # (a reader would take one of them, or rename the other 'age.1', without a word)
+        raise SourceError(f"{name}: the header names the columns {twice} more than once")
     lab_name = label if isinstance(label, str) else schema.label.name
     if lab_name in schema.names:  # (else every row is dropped, after a job's charge)
         raise SourceError(f"{name}: the label column {lab_name!r} is an attribute of the schema")
@@ -105,7 +110,8 @@ def check_header(
             if len(missing) == len(schema.names) + 1
             else ""
         )
-        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns){hint}")
+        has = f"{head[:20]}{' ...' if len(head) > 20 else ''}"
+        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {has}){hint}")
     return head, lab_name
 
 

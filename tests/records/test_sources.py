@@ -400,3 +400,13 @@ def test_a_frame_error_names_the_first_bad_record_not_the_first_bad_column():
         encode_frame(s, frame)
     enc = encode_frame(s, frame, on_invalid="drop")
     assert [r for r, _ in enc.dropped] == [0, 1] and len(enc.X) == 1
+
+
+def test_a_column_named_twice_is_refused_and_a_missing_one_lists_the_header():
+    """pandas renamed a second 'n' to 'n.1' and read the first without a word (push said "column 'n.1' not in
+    the schema, ignored")."""
+    names = [*MIXED.names, MIXED.label.name]
+    with pytest.raises(SourceError, match=r"the header names the columns \['n'\] more than once"):
+        list(read_csv_chunks(io.StringIO(",".join(["n", *names]) + "\n1,1,true,red,2,no\n"), MIXED))
+    with pytest.raises(SourceError, match=r"lacks the columns \['n'\] \(it has \['m', "):
+        list(read_csv_chunks(io.StringIO(",".join(["m", *names[1:]]) + "\n1,true,red,2,no\n"), MIXED))

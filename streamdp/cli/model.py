@@ -274,8 +274,9 @@ def get(args: argparse.Namespace) -> int:
     print(f"wrote {f!r} to {args.output} ({len(data):,} bytes)")
     if args.version is None and getattr(f, "n_releases", 1) == 0:  # written all the same: a valid, empty model
         print(
-            f"streamdp: note: {args.name!r} is empty (version 0, nothing released yet): the file cannot predict "
-            f"until a worker merges pushed records (streamdp worker {args.name})",
+            f"streamdp: note: {args.name!r} is empty (version 0, nothing merged yet): the file cannot predict until "
+            f"a worker (streamdp worker {args.name}) merges a release, once its noisy record total clears the merge "
+            f"bar (streamdp model show {args.name}: releases made and merged)",
             file=sys.stderr,
         )
     return 0

@@ -168,7 +168,7 @@ class ForestStructure:
                 f"leaves (a tree of this height over this schema may have up to "
                 f"{max_possible_leaves(schema, int(height)):,}); {n_trees} trees x {max_leaves_allowed:,} leaves x "
                 f"{schema.n_classes} classes is the limit of max_cells={max_cells:,}. "
-                f"Lower the height ({height}) or the number of trees, or raise max_cells."
+                f"Lower the height ({height}) or the number of trees (or, in the library, raise max_cells)."
             )
         feature, threshold, child, leaf, n_leaves, height = drawn
         declared = Marginals.declared(schema)

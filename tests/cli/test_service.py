@@ -228,7 +228,7 @@ def test_cli_model_get_of_an_empty_model_says_so(redis_url, unique_name, tmp_pat
     assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("wrote ") and PrivateForest.from_bytes(blob.read_bytes()).version == 0
-    assert f"streamdp: note: {name!r} is empty (version 0, nothing released yet)" in err
+    assert f"streamdp: note: {name!r} is empty (version 0, nothing merged yet)" in err and "clears the merge bar" in err
     assert f"(streamdp worker {name})" in err
     Producer(redis_url, name).push(DS.X[:50], DS.y[:50])
     Worker(redis_url, name, block_ms=50).run(until_drained=True, max_seconds=60, handle_signals=False)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from streamdp.records.coding import MISSING, cell_number
 from streamdp.records.domains import Categorical, Label, Numeric
 from streamdp.records.schema import Schema
 
@@ -93,7 +94,14 @@ def infer_schema(
             attrs.append(Numeric(name, a, b if b > a else a + 1.0))
         else:
             if len(vals) > max_categories:
-                raise ValueError(f"attribute {k!r} has more than {max_categories} categories")
+                texts = [v for v in vals if isinstance(v, str)]
+                hint = (
+                    "its values are text spelling numbers (as csv.DictReader gives them): convert them to numbers "
+                    "first to infer a numeric range"
+                    if texts and all(cell_number(v) is not None and cell_number(v) is not MISSING for v in texts)
+                    else "declare its domain in a schema, or raise max_categories"
+                )
+                raise ValueError(f"attribute {k!r} has more than {max_categories} categories: {hint}")
             vs = sorted({int(v) if isinstance(v, float) else v for v in vals}, key=lambda v: (type(v).__name__, v))
             attrs.append(Categorical(name, tuple(vs)))
     try:

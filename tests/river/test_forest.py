@@ -451,6 +451,15 @@ def test_infer_schema_warns_loudly():
     assert s.label.values == (0, 1)
 
 
+def test_infer_schema_says_when_text_spells_numbers():
+    """csv.DictReader rows hold text: an age column read as more than 32 categories said nothing of why."""
+    rows = [({"age": str(20 + i)}, i % 2) for i in range(100)]
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="text spelling numbers.*convert them"):
+        inference.infer_schema(rows)
+    with pytest.warns(PrivacyLeakWarning), pytest.raises(ValueError, match="declare its domain in a schema"):
+        inference.infer_schema([({"w": f"w{i}"}, 0) for i in range(100)])
+
+
 # -- the live service --------------------------------------------------------------
 @pytest.mark.slow
 def test_service_classifier_end_to_end(redis_url, unique_name):

@@ -45,6 +45,7 @@ from streamdp.records.read_errors import (
     SourceError,
     bad_line,
     cannot_read,
+    row_words,
     unreadable,
 )
 from streamdp.records.schema import Schema
@@ -349,20 +350,22 @@ def read_csv_chunks(
                     raise SourceError(f"line {at}: a field past the last column (a row wider than the header)")
                 pids = None if privacy_id is None else df[privacy_id].to_numpy(dtype=object)
                 df = df[wanted]
+                # (with privacy ids, rows are dropped first: a missing id may come before the first bad value)
+                mode = "drop" if pids is not None else on_invalid
                 enc = encode_frame(
-                    schema, df, df[lab_name], text=True, on_invalid=on_invalid, row0=offset, line0=line0 + offset
+                    schema, df, df[lab_name], text=True, on_invalid=mode, row0=offset, line0=line0 + offset
                 )
-                ids = None if pids is None else pids[enc.kept]
-                yield Chunk(
-                    offset,
-                    enc.X,
-                    cast(np.ndarray, enc.y),
-                    len(df),
-                    enc.kept,
-                    enc.dropped,
-                    line0=line0 + offset,
-                    ids=ids,
-                )
+                X, y, kept, dropped = enc.X, cast(np.ndarray, enc.y), enc.kept, enc.dropped
+                ids = None
+                if pids is not None:  # a record without its person cannot be bounded: invalid, as the worker says
+                    ids = pids[kept]
+                    has = np.array([isinstance(v, str) and v != "" for v in ids], dtype=bool)
+                    why = f"privacy id {privacy_id!r} missing"
+                    dropped = sorted([*dropped, *((int(r), why) for r in kept[~has])])
+                    X, y, kept, ids = X[has], y[has], kept[has], ids[has]
+                    if dropped and on_invalid == "raise":
+                        raise SourceError(f"{row_words(dropped[0][0], offset, line0 + offset)}: {dropped[0][1]}")
+                yield Chunk(offset, X, y, len(df), kept, dropped, line0=line0 + offset, ids=ids)
                 offset += len(df)
                 if progress is not None and size and fh is not None and hasattr(fh, "tell"):
                     progress(min(1.0, fh.tell() / size))

@@ -67,7 +67,10 @@ def test_model_create_says_the_unit_and_a_person_model_counts_k_per_person(
         for i in range(100):
             w.writerow([f"p{i % 10}", *DS.X[i], DS.y[i]])
         w.writerow(["", *DS.X[100], DS.y[100]])  # no id: dropped
-    assert main(u + ["push", name, str(data), "-q"]) == 0
+    capsys.readouterr()
+    assert main(u + ["push", name, str(data)]) == 0  # the record without its person is said at push, not only later
+    out = capsys.readouterr().out
+    assert "1 invalid record goes to the dead-letter stream (first: line 102: privacy id 'user' missing)" in out, out
     assert main(u + ["worker", name, "--until-drained"]) == 0
     assert main(u + ["model", "show", name]) == 0
     assert "unit            a person (column 'user'): at most 3 records per person" in capsys.readouterr().out

@@ -98,12 +98,16 @@ class Interval:
     def __str__(self) -> str:
         what = "an integer" if self.kind is int else "a number"
         lo_in, hi_in = self.closed in ("both", "left"), self.closed in ("both", "right")
+
+        def n(v: float) -> str:  # (an integer bound in digits, 1000000 not 1e+06; a huge one as 3.4e+38)
+            return f"{int(v)}" if self.kind is int and abs(v) < 1e9 else f"{v:g}"
+
         if self.low is not None and self.high is not None:
-            return f"{what} in {'[' if lo_in else '('}{self.low:g}, {self.high:g}{']' if hi_in else ')'}"
+            return f"{what} in {'[' if lo_in else '('}{n(self.low)}, {n(self.high)}{']' if hi_in else ')'}"
         if self.low is not None:
-            return f"{what} {'>=' if lo_in else '>'} {self.low:g}"
+            return f"{what} {'>=' if lo_in else '>'} {n(self.low)}"
         if self.high is not None:
-            return f"{what} {'<=' if hi_in else '<'} {self.high:g}"
+            return f"{what} {'<=' if hi_in else '<'} {n(self.high)}"
         return what
 
     def accepts(self, value: Any) -> bool:

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The parser of every ``streamdp`` command (each subcommand sets ``func``, its handler)."""
     p = argparse.ArgumentParser(
         prog="streamdp",
-        description=f"The ``streamdp`` command line.\n\n{DESCRIPTION}",
+        description="The streamdp command line.\n\n" + DESCRIPTION.replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     url_help = "Redis URL (default: $REDIS_URL or redis://localhost:6379/0)"

@@ -246,6 +246,8 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     except (KeyError, ValueError, LookupError, OSError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        if isinstance(e, OSError) and e.filename is not None and e.strerror:  # (not "[Errno 2] ...")
+            msg = f"{e.filename}: {e.strerror}"
         print(f"streamdp: error: {msg}", file=sys.stderr)
         return 2
     except Exception as e:

@@ -93,7 +93,7 @@ class WorkerConfig:
         >>> WorkerConfig(block_ms=0).check()
         Traceback (most recent call last):
         ...
-        ValueError: block_ms must be an integer in [1, 3.6e+06], got 0
+        ValueError: block_ms must be an integer in [1, 3600000], got 0
         """
         check_integer(self.batch_entries, "batch_entries", low=1, high=1000)  # entries per atomic commit
         check_integer(self.block_ms, "block_ms", low=1, high=MAX_BLOCK_MS)  # 0 is BLOCK forever in Redis

@@ -236,6 +236,9 @@ def test_cli_model_get_of_an_empty_model_says_so(redis_url, unique_name, tmp_pat
         assert main(u + ["model", "get", name, *version, "-o", str(blob)]) == 0
         assert capsys.readouterr().err == ""
     assert PrivateForest.from_bytes(blob.read_bytes()).version == 0
+    nowhere = tmp_path / "no" / "such" / "dir" / "m.sdp"
+    assert main(u + ["model", "get", name, "-o", str(nowhere)]) == 2
+    assert capsys.readouterr().err == f"streamdp: error: {nowhere}: No such file or directory\n"  # not "[Errno 2]"
 
 
 def test_the_worker_command_starts_its_workers_without_loading_the_model(redis_url, unique_name, monkeypatch, capsys):

@@ -150,9 +150,9 @@ def push(args: argparse.Namespace) -> int:
         print(f"streamdp: note: {NO_WORKER.format(args.name)}", file=sys.stderr)
     if bad:  # a corrected copy of the whole file pushed again would count its valid records twice
         print(
-            "streamdp: note: the valid records of those batches are merged (once a worker reads them); pushing a corrected copy of the "
-            "whole file would count them again (a batch's id follows its content): push only the corrected "
-            "records, as a file of their own",
+            "streamdp: note: the valid records of those batches are merged (once a worker reads them); pushing a "
+            "corrected copy of the whole file would count them again (a batch's id follows its content): push only "
+            "the corrected records, as a file of their own",
             file=sys.stderr,
         )
     return 0

@@ -1,4 +1,4 @@
-"""The consumer-group loop shared by the stream worker and the job worker.
+"""Reading a stream in a consumer group, shared by the stream worker and the job worker.
 
 :class:`GroupReader` reads a stream in a consumer group, in this order:
 
@@ -15,8 +15,7 @@
 
 Entries are acked by the caller (the stream worker acks inside its atomic
 commit script, the job worker with :meth:`GroupReader.ack`).
-:class:`GroupLoop` is the run loop around a ``step()``: signals, back-off
-while Redis is away, ``until_drained``, ``max_seconds``.
+The run loop around a worker's ``step()`` is :class:`streamdp.service.loop.GroupLoop`.
 
 >>> Entry("1-0", {b"d": b"x"}, deliveries=6).poison(5)
 True
@@ -29,9 +28,7 @@ import json
 import logging
 import os
 import secrets
-import signal
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +38,7 @@ import redis
 from streamdp.service.connection import connect
 from streamdp.service.keys import as_str
 
-__all__ = ["Entry", "GroupReader", "GroupLoop", "Holder", "LIVE_IDLE_S", "jlog", "consumer_name", "gone", "holders"]
+__all__ = ["Entry", "GroupReader", "Holder", "LIVE_IDLE_S", "jlog", "consumer_name", "gone", "holders"]
 
 
 def jlog(logger: logging.Logger, level: int, event: str, **kv: Any) -> None:
@@ -372,129 +369,9 @@ class GroupReader:
         return tuple(int(x) for x in as_str(newest[0][0]).split("-")) <= last
 
 
-class GroupLoop:
-    """The run loop of a group consumer; subclasses define :meth:`step` (entries handled) and :meth:`drained`."""
-
-    stop_signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)
-    log = logging.getLogger("streamdp.group")
-    event_prefix = "worker"
-
-    #: Longest blocking read (ms) of a loop run ``until_drained``: it looks whether it is drained at least this often,
-    #: so the workers of a pool stop together once one of them releases the last window.
-    DRAIN_POLL_MS = 100
-
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self.until_drained = False
-
-    def stop(self, *_: Any) -> None:
-        """Ask the loop to stop after the step in hand (the SIGTERM handler)."""
-        self._stop.set()
-
-    @property
-    def stopping(self) -> bool:
-        """Whether :meth:`stop` was called."""
-        return self._stop.is_set()
-
-    def step(self) -> int:
-        """One read-process-acknowledge step; returns the number of entries handled."""
-        raise NotImplementedError
-
-    def drained(self) -> bool:
-        """Whether nothing is left to do (the ``--until-drained`` exit condition)."""
-        raise NotImplementedError
-
-    def _log_context(self) -> dict:
-        return {}
-
-    def _on_start(self) -> None:
-        pass
-
-    def _on_disconnect(self) -> None:
-        pass
-
-    def _on_stop(self) -> None:
-        pass
-
-    def _wait_out(self, err: Exception, event: str, level: int, backoff: float, low: float, high: float) -> float:
-        """Log ``event``, wait the doubled ``backoff`` (within ``[low, high]`` seconds) and forget the connection's
-        state; returns the new backoff."""
-        backoff = min(high, max(low, backoff * 2))
-        jlog(
-            self.log,
-            level,
-            f"{self.event_prefix}.{event}",
-            **self._log_context(),
-            error=str(err)[:200],
-            retry_s=backoff,
-        )
-        self._stop.wait(backoff)
-        self._on_disconnect()
-        return backoff
-
-    def run(
-        self,
-        *,
-        once: bool = False,
-        until_drained: bool = False,
-        max_seconds: float | None = None,
-        handle_signals: bool = True,
-    ) -> int:
-        """Loop until :meth:`stop` (or a signal), ``max_seconds``, the stream drained (``until_drained``),
-        or one entry handled (``once``). Returns the number of entries handled."""
-        if handle_signals and threading.current_thread() is threading.main_thread():
-            for s in self.stop_signals:
-                signal.signal(s, self.stop)
-        deadline = None if max_seconds is None else time.monotonic() + max_seconds
-        self.until_drained = until_drained
-        self._on_start()
-        n, backoff = 0, 0.0
-        try:
-            while not self._stop.is_set():
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                try:
-                    did = self.step()
-                    backoff = 0.0
-                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as err:
-                    # Redis restarting / failing over: entries in hand stay pending (re-read or reclaimed later).
-                    backoff = self._wait_out(err, "disconnected", logging.WARNING, backoff, 0.1, 5.0)
-                    continue
-                except redis.ResponseError as err:
-                    if _refused(err):
-                        # Redis refuses writes (maxmemory reached, a replica after failover): nothing was written
-                        # (each step's writes are one atomic script or MULTI/EXEC), entries in hand stay pending;
-                        # wait for an operator or the failover rather than die.
-                        backoff = self._wait_out(err, "redis_refused", logging.ERROR, backoff, 1.0, 30.0)
-                        continue
-                    # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)
-                    if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
-                        raise
-                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
-                    self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
-                    break
-                n += did
-                if once and n:
-                    break
-                if until_drained and not did and self.drained():
-                    break
-        finally:
-            self._on_stop()
-        return n
-
-
 def _pairs(e: Any) -> tuple[Any, Any]:
     """An entry of a script's ``XCLAIM`` reply as (id, field map): Lua hands the fields over as a flat list."""
     eid, flat = e[0], e[1]
     if isinstance(flat, dict):
         return eid, flat
     return eid, dict(zip(flat[::2], flat[1::2]))
-
-
-def _refused(err: redis.ResponseError) -> bool:
-    """Whether Redis refused a write it may accept later: out of memory, or a read-only replica (redis-py's
-    OutOfMemoryError / ReadOnlyError, or, from a script on Redis 6.2, an error whose text carries -OOM/-READONLY)."""
-    if isinstance(err, (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError)):
-        return True
-    text = str(err)
-    return "OOM command not allowed" in text or "READONLY You can't write" in text

@@ -52,11 +52,12 @@ from streamdp.privacy.ledger import BudgetExceeded
 from streamdp.records.schema import Schema
 from streamdp.service.beat import beating
 from streamdp.service.connection import connect
-from streamdp.service.group import GroupLoop, GroupReader, consumer_name
+from streamdp.service.group import GroupReader, consumer_name
 from streamdp.service.job_data import dataset_loader, read_model_records
 from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
 from streamdp.service.keys import JOB_RESULTS, Keys, as_str
 from streamdp.service.ledger_store import RedisLedger
+from streamdp.service.loop import GroupLoop
 from streamdp.service.published import published_fields
 from streamdp.service.registry import ModelNotFound, load_spec, load_unit
 from streamdp.service.retention import retention_refusal

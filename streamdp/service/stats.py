@@ -100,6 +100,11 @@ EXACT_WARNING = (
 )
 
 
+def _id(entry_id: str) -> tuple[int, ...]:
+    """A stream entry id as a comparable pair (``"1-2"`` -> ``(1, 2)``)."""
+    return tuple(int(x) for x in entry_id.split("-"))
+
+
 def collect(r: Any, model: str) -> dict[str, float]:
     """Every counter and gauge of ``model`` by name, exact ones included (:func:`exact_names` says which:
     callers that publish them must hide those without ``--exact``). ``r``: a Redis client or URL."""
@@ -123,10 +128,14 @@ def collect(r: Any, model: str) -> dict[str, float]:
                 cs = holders(r, keys.records, GROUP)  # (one of this host whose process is gone: not live)
                 live = float(sum(h.live for h in cs))
                 silent = len(cs) - live
-            if g.get("lag") is not None:
+            delivered = as_str(g["last-delivered-id"])
+            top = r.xrevrange(keys.records, count=1)
+            if not top or _id(as_str(top[0][0])) <= _id(delivered):
+                lag = 0.0  # (every entry delivered: Redis's own lag stays wrong after a crash's AOF replay)
+            elif g.get("lag") is not None:
                 lag = float(g["lag"])
             else:  # Redis < 7: entries after the last delivered id
-                lag = float(len(r.xrange(keys.records, min=f"({as_str(g['last-delivered-id'])}", count=100_000)))
+                lag = float(len(r.xrange(keys.records, min=f"({delivered}", count=100_000)))
     except redis.ResponseError:
         pass
     out.update(pending=pending, lag=lag, consumers=consumers, consumers_live=live, consumers_silent=silent)

@@ -43,8 +43,9 @@ from streamdp.service.beat import beating
 from streamdp.service.connection import connect
 from streamdp.service.durability import check_replay
 from streamdp.service.faults import FaultPoints
-from streamdp.service.group import LIVE_IDLE_S, GroupLoop, GroupReader, consumer_name, jlog
+from streamdp.service.group import LIVE_IDLE_S, GroupReader, consumer_name, jlog
 from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.loop import GroupLoop
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept
 from streamdp.service.registry import load_cadence, load_policy, load_spec, load_unit
@@ -293,7 +294,7 @@ class Worker(GroupLoop):
             n, dropped = n - 1, dropped + 1
         return dropped
 
-    # -- control (the run loop is :class:`.group.GroupLoop`'s) ----------------------
+    # -- control (the run loop is :class:`.loop.GroupLoop`'s) ----------------------
     def _log_context(self) -> dict:
         return {"model": self.model}
 
@@ -303,7 +304,11 @@ class Worker(GroupLoop):
             "worker.start",
             model=self.model,
             consumer=self.name,
-            config=asdict(self.config),
+            config={  # the paths in use, also where the environment names them (a path, never a key)
+                **asdict(self.config),
+                "noise_key_file": self.config.noise_key_file or os.environ.get(ENV_KEY) or None,
+                "state_dir": self.config.state_dir or os.environ.get(ENV_STATE) or None,
+            },
             release=self.policy.to_dict(),
             keyed_noise=self.noise.keyed,
             rollback_guard=self.guard.path is not None,

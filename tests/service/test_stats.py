@@ -95,3 +95,21 @@ def test_stats_tell_live_consumers_from_silent_ones(r, monkeypatch):
     assert (st["consumers"], st["consumers_live"], st["consumers_silent"]) == (2, 1, 1)
     text = prometheus_text({"m": st})
     assert 'streamdp_consumers_silent{model="m"} 1' in text and "workers that died" in text
+
+
+def test_lag_is_zero_once_every_entry_is_delivered_whatever_redis_counts(r):
+    """After Redis was killed and replayed its AOF, XINFO GROUPS kept a lag of 407 with every entry delivered and
+    none pending (its entries-read counter fell behind): a lag alert fired and never cleared. The same wrong
+    counter, set directly, reads as no lag; entries not yet delivered still count."""
+    _model(r)
+    with Producer(r, "m", batch_size=5) as p:
+        p.push(DS.X[:20], DS.y[:20])
+    assert collect(r, "m")["lag"] == 4  # nothing delivered yet
+    _drain(_worker(r, "m"))
+    stream = Keys("m").records
+    top = r.xrevrange(stream, count=1)[0][0]
+    r.execute_command("XGROUP", "SETID", stream, GROUP, top, "ENTRIESREAD", 0)  # Redis's counter, as after the replay
+    assert r.xinfo_groups(stream)[0]["lag"] == 4  # what Redis says
+    assert collect(r, "m")["lag"] == 0
+    Producer(r, "m", batch_size=5).push(DS.X[20:30], DS.y[20:30])
+    assert collect(r, "m")["lag"] > 0  # undelivered entries are lag again

@@ -316,12 +316,17 @@ def _worker_failing_once(r, error: Exception):
     return w, calls
 
 
-def test_worker_survives_a_lost_connection(r):
+def test_worker_survives_a_lost_connection(r, caplog):
+    """...and says when it is back (an operator saw worker.disconnected, then nothing)."""
     import redis as _redis
 
     w, calls = _worker_failing_once(r, _redis.ConnectionError("Redis went away"))
-    w.run(until_drained=True, handle_signals=False, max_seconds=30)
+    with caplog.at_level(logging.WARNING, logger="streamdp.worker"):
+        w.run(until_drained=True, handle_signals=False, max_seconds=30)
     assert ("waited", 0.1) in calls and Consumer(r, "m").version() == 1
+    events = [json.loads(m)["event"] for m in caplog.messages]
+    assert events.count("worker.disconnected") == 1 and events.count("worker.reconnected") == 1, events
+    assert events.index("worker.reconnected") > events.index("worker.disconnected")
 
 
 @pytest.mark.parametrize("refusal", ["OutOfMemoryError", "ReadOnlyError", "ResponseError"])

@@ -341,7 +341,11 @@ def run_job(
         else:
             pds = PrivateDataset(schema, X, y, epsilon=spec.epsilon, rng=rng, records_per_unit=k)
             est.fit(pds)
-    fitted = [str(w.message) for w in caught if type(w.message).__module__.startswith("streamdp")]
+    fitted = [  # (a nearly exact release is said once, by job_warnings from public parameters, not by each fit)
+        str(w.message)
+        for w in caught
+        if type(w.message).__module__.startswith("streamdp") and not isinstance(w.message, NearlyExactWarning)
+    ]
     empty = empty_release_warning(a, est, spec)
     said = tuple(dict.fromkeys([*before, *fitted, *([empty] if empty else [])]))
     say("serializing", 0.9)

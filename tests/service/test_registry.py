@@ -216,12 +216,14 @@ def test_size_bounds_hold_at_their_edges(r, monkeypatch):
     f = create_model(r, "many", votes, n_trees=100, epsilon=1.0)  # the default grows: its ceiling is lowered
     assert f.height < ceiling_height(votes) and load_policy(r, "many")[0].kind == "grow"
     assert create_model(r, "many-g", votes, n_trees=100, epsilon=1.0, release="grow").height == f.height
-    # (2) thousands of trees of one binary split, every level grown
+    # (2) the most trees of one binary split, every level grown
+    from streamdp.forest.limits import MAX_TREES
+
     one = Schema([Categorical("a", (0, 1))], Label("y", (0, 1)))
-    drawn = PrivateForest.create(one, n_trees=5000, height=1, epsilon=1.0)
+    drawn = PrivateForest.create(one, n_trees=MAX_TREES, height=1, epsilon=1.0)
     grown = drawn
     for _ in range(2):
-        grown = grown.grow_exact(np.full((5001, 2, 2), 10**6, np.int64))
+        grown = grown.grow_exact(np.full((MAX_TREES + 1, 2, 2), 10**6, np.int64))
     assert grown.height == 1 and len(grown.to_bytes()) <= grown_blob_bound(drawn, len(drawn.to_bytes()))
     # (4) release='tree' keeps 2 * levels counts-sized arrays in one value (its state): bounded by that, not the counts
     monkeypatch.setattr(r, "config_get", lambda *a: {"proto-max-bulk-len": str(8 << 20)})

@@ -42,6 +42,10 @@ def _child(redis_url: Any, model: str, kw: dict, until_drained: bool, log_level:
 
 #: A worker process's exit status when it refuses its configuration (:func:`_refused`).
 EXIT_REFUSED = 3
+#: A pool restarts at most this many killed processes (:meth:`WorkerPool.restart_killed`) ...
+MAX_RESTARTS = 5
+#: ... within this many seconds.
+RESTART_WINDOW_S = 60.0
 
 
 def _refused(model: str, e: BaseException) -> NoReturn:
@@ -91,16 +95,44 @@ class WorkerPool:
         self.model = model
         self.noise_key_file = config.get("noise_key_file")
         self.n = processes or os.cpu_count() or 1
-        ctx = mp.get_context("spawn")
-        self.procs = [
-            ctx.Process(
-                target=_child,
-                args=(redis_url, model, config, until_drained, log_level),
-                daemon=True,
-                name=f"streamdp-worker-{i}",
-            )
-            for i in range(self.n)
-        ]
+        self._args = (redis_url, model, config, until_drained, log_level)
+        self.procs = [self._process(i) for i in range(self.n)]
+        self._restarts: list[float] = []  # (when processes were restarted: at most MAX_RESTARTS a RESTART_WINDOW_S)
+
+    def _process(self, i: int) -> Any:
+        return mp.get_context("spawn").Process(target=_child, args=self._args, daemon=True, name=f"streamdp-worker-{i}")
+
+    @staticmethod
+    def _start(procs: list) -> None:
+        # Spawned with Ctrl-C blocked (the mask is inherited through exec): a terminal's Ctrl-C reaches every
+        # process, and one still importing printed its traceback. The pool's own Ctrl-C, held meanwhile, arrives
+        # once they are started; it stops them with SIGTERM (:meth:`stop`), each after its step.
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+    def restart_killed(self, dead: set[int]) -> list[int]:
+        """Start a new process in the place of each of ``dead`` (indices) that a signal other than SIGTERM ended
+        (``kill -9``, out of memory: a supervisor sees the pool alive and would not restart it), at most
+        :data:`MAX_RESTARTS` in :data:`RESTART_WINDOW_S` (a process that keeps dying is not restarted for ever);
+        one that exited by itself (a refused configuration) is not. Returns the indices restarted; logs
+        ``worker.process_restarted`` for each. The new process takes over the dead one's entries at once."""
+        now = time.monotonic()
+        self._restarts = [t for t in self._restarts if now - t < RESTART_WINDOW_S]
+        out = []
+        for i in sorted(dead):
+            code = self.procs[i].exitcode
+            if code is None or code >= 0 or code == -signal.SIGTERM or len(self._restarts) >= MAX_RESTARTS:
+                continue
+            self.procs[i] = self._process(i)
+            self._start([self.procs[i]])
+            self._restarts.append(now)
+            out.append(i)
+            jlog(log, logging.WARNING, "worker.process_restarted", process=self.procs[i].name, pid=self.procs[i].pid)
+        return out
 
     def start(self) -> WorkerPool:
         """Start every worker process; returns the pool. Logs ``worker.unkeyed_noise`` here, once for the
@@ -111,15 +143,7 @@ class WorkerPool:
             unkeyed = False  # a bad key file: each process refuses to start, naming what is wrong
         if unkeyed:
             warn_unkeyed(self.model, processes=self.n)
-        # Spawned with Ctrl-C blocked (the mask is inherited through exec): a terminal's Ctrl-C reaches every
-        # process, and one still importing printed its traceback. The pool's own Ctrl-C, held meanwhile, arrives
-        # once they are started; it stops them with SIGTERM (:meth:`stop`), each after its step.
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            for p in self.procs:
-                p.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        self._start(self.procs)
         return self
 
     def alive(self) -> bool:
@@ -195,7 +219,8 @@ def run_workers(
     """Run ``processes`` worker processes (default: one per core) until they stop; returns exit codes.
 
     SIGTERM/SIGINT to this process stop the workers gracefully (each finishes
-    its step); a worker that does not stop within 10 s is killed.
+    its step); a worker that does not stop within 10 s is killed. A worker process killed by another signal
+    (``kill -9``, out of memory) is restarted (:meth:`WorkerPool.restart_killed`), except ``until_drained``.
     """
     pool = WorkerPool(model, processes, redis_url, until_drained=until_drained, log_level=log_level, **config)
     stopping = threading.Event()
@@ -211,7 +236,8 @@ def run_workers(
             # handler runs within that
             mp_connection.wait([p.sentinel for p in pool.procs if p.is_alive()], timeout=0.2)
             if not stopping.is_set():  # (a SIGTERM or Ctrl-C reaches the workers too: their exits are no news)
-                reported |= pool.report_deaths(reported)
+                dead = pool.report_deaths(reported)
+                reported |= dead - set(pool.restart_killed(dead) if not until_drained else ())
         if not stopping.is_set():  # the last ones, ended since the last check
             pool.report_deaths(reported)
     finally:

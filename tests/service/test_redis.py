@@ -201,6 +201,35 @@ def test_a_killed_worker_process_is_logged_by_its_pool(redis_url, model, caplog)
         pool.stop()
 
 
+def test_a_pool_restarts_a_killed_process_a_bounded_number_of_times(redis_url, model, monkeypatch):
+    """An operator's pool of 2 carried on with 1 process for good after a kill -9 (the pool alive, so no supervisor
+    restarted it). A process killed by a signal is restarted, up to MAX_RESTARTS in the window; one stopped with
+    SIGTERM or exiting by itself is not."""
+    import os
+    import signal
+
+    from streamdp.service import pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "MAX_RESTARTS", 1)
+    create_model(redis_url, model, DS.schema, n_trees=3, height=3, epsilon=1.0, release="batch")
+    pool = WorkerPool(model, 2, redis_url, block_ms=100, log_level=40).start()
+    try:
+        first = pool.procs[0].pid
+        os.kill(first, signal.SIGKILL)
+        pool.procs[0].join(20)
+        assert pool.restart_killed(pool.report_deaths(set())) == [0]
+        assert pool.procs[0].pid != first and pool.procs[0].is_alive()
+        os.kill(pool.procs[0].pid, signal.SIGKILL)  # a second kill within the window: over the bound
+        pool.procs[0].join(20)
+        assert pool.restart_killed({0}) == [] and not pool.procs[0].is_alive()
+        monkeypatch.setattr(pool_mod, "MAX_RESTARTS", 5)
+        pool.procs[1].terminate()  # SIGTERM: stopped, not restarted
+        pool.procs[1].join(20)
+        assert pool.restart_killed({1}) == []
+    finally:
+        pool.stop()
+
+
 def test_deleting_a_model_stops_its_blocked_worker_cleanly(redis_url, model):
     """A worker blocked in XREADGROUP when its stream is deleted gets UNBLOCKED (Redis 7) or NOGROUP: it stops, it
     does not die with a traceback."""

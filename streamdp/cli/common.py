@@ -254,6 +254,12 @@ def _run(args: argparse.Namespace) -> int:
         import redis
 
         if isinstance(e, redis.RedisError):
-            print(f"streamdp: redis error: {e} (REDIS_URL={redact(redis_url(args))})", file=sys.stderr)
+            hint = (
+                "; this Redis user may not run it: each command runs as the user its role has in deploy/users.acl "
+                "(stats and worker: the worker user; model create, delete and ledger: the admin user)"
+                if isinstance(e, redis.exceptions.NoPermissionError)
+                else ""
+            )
+            print(f"streamdp: redis error: {e} (REDIS_URL={redact(redis_url(args))}){hint}", file=sys.stderr)
             return 2
         raise

@@ -231,6 +231,13 @@ def create(args: argparse.Namespace) -> int:
     print(f"unit of privacy: {unit_line(info.get('unit'))}")
     for line in privacy_warnings(info):  # (loud: a budget this large releases nearly exact counts)
         print(f"streamdp: {line}", file=sys.stderr)
+    if (info.get("release") or {}).get("kind") == "batch":
+        print(
+            "streamdp: note: release batch publishes one release per pushed batch: how many batches and when are "
+            "public (a batch of one record shows when that record came); window releases (the default) follow "
+            "the clock only",
+            file=sys.stderr,
+        )
     if "merge_bar" in info:  # public: what a window must hold before its release is merged alone
         print(
             f"a release is merged once its noisy record total stands above {info['merge_bar']:,.0f} "

@@ -224,7 +224,9 @@ def test_cli_model_get_of_an_empty_model_says_so(redis_url, unique_name, tmp_pat
     create = ["model", "create", name, "--schema", SCHEMA, "--trees", "2", "--height", "3", "--epsilon", "1"]
     assert main(u + create + ["--release", "batch"]) == 0
     blob = tmp_path / "m.sdp"
-    capsys.readouterr()
+    assert "release batch publishes one release per pushed batch: how many batches and when are public" in (
+        capsys.readouterr().err
+    )
     assert main(u + ["model", "get", name, "-o", str(blob)]) == 0
     out, err = capsys.readouterr()
     assert out.startswith("wrote ") and PrivateForest.from_bytes(blob.read_bytes()).version == 0

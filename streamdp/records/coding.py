@@ -28,6 +28,7 @@ import numpy as np
 
 __all__ = [
     "MISSING",
+    "plain_value",
     "lookup_table",
     "text_code",
     "text_spellings",
@@ -351,3 +352,26 @@ def text_code(lookup: dict, text: str) -> int:
         return lookup.get(lookup_key(t.lower() == "true"), -1)
     x = text_number(t)
     return -1 if x is None else lookup.get(x, -1)
+
+
+def plain_value(v: Any) -> Any:
+    """A value msgpack has no type for as a plain one: numpy scalars, ``Decimal`` and ``Fraction`` as numbers
+    (a NaN of any kind, the signalling one too, as a float NaN); anything else raises ``TypeError`` naming
+    its type, never its value (a record's value is not for messages). Why: msgpack frames (``codec``) carry
+    what a database driver or numpy gives.
+
+    >>> from decimal import Decimal
+    >>> [plain_value(v) for v in (np.int64(2), Decimal("1.5"), Decimal("2"))], math.isnan(plain_value(Decimal("sNaN")))
+    ([2, 1.5, 2], True)
+    """
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, decimal.Decimal):
+        return math.nan if v.is_nan() else int(v) if v == v.to_integral_value() else float(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    raise TypeError(
+        f"a value of type {type(v).__name__} cannot be sent: numbers, text, bytes, None, lists and maps only"
+    )

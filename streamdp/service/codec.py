@@ -33,10 +33,8 @@ are dropped and listed in :attr:`Batch.dropped`.
 
 from __future__ import annotations
 
-import decimal
 import hashlib
 import math
-import numbers
 import re
 import time
 import uuid
@@ -48,6 +46,7 @@ import numpy as np
 
 from streamdp import blob
 from streamdp.records import read_errors
+from streamdp.records.coding import plain_value
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
 from streamdp.service.units import MAX_ID_BYTES
@@ -110,25 +109,10 @@ def _label_dtype(schema: Schema) -> str:
     return "|u1" if schema.n_classes <= 0xFF else "<u2" if schema.n_classes <= 0xFFFF else "<i4"
 
 
-def _plain(v: Any) -> Any:
-    """A value msgpack has no type for as a plain one: numpy scalars, ``Decimal`` and ``Fraction`` as numbers
-    (a NaN of any kind, the signalling one too, as a float NaN); anything else raises ``TypeError`` naming
-    its type, never its value (a record's value is not for messages)."""
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, decimal.Decimal):
-        return math.nan if v.is_nan() else int(v) if v == v.to_integral_value() else float(v)
-    if isinstance(v, numbers.Integral):
-        return int(v)
-    if isinstance(v, numbers.Real):
-        return float(v)
-    raise TypeError(
-        f"a value of type {type(v).__name__} cannot be sent: numbers, text, bytes, None, lists and maps only"
-    )
-
-
 def _pack(doc: dict) -> bytes:
-    return msgpack.packb({"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, use_bin_type=True, default=_plain)
+    return msgpack.packb(
+        {"format": FORMAT, "format_version": FORMAT_VERSION, **doc}, use_bin_type=True, default=plain_value
+    )
 
 
 def encode_batch(

@@ -172,8 +172,8 @@ def test_a_different_distribution_is_detected():
 
 
 def test_more_trees_than_max_trees_are_refused_before_drawing():
-    """n_trees=10**7 was accepted and took 46 s to draw (the fit never ended): refused at once, naming the bound
-    (the batch jobs' own, one constant)."""
+    """More than MAX_TREES random trees (the batch jobs' bound, one constant) are refused at once, naming the bound,
+    before anything is drawn: ten million were drawn for most of a minute."""
     import time
 
     from streamdp import PrivateForest

@@ -361,16 +361,21 @@ def plain_value(v: Any) -> Any:
     what a database driver or numpy gives.
 
     >>> from decimal import Decimal
-    >>> [plain_value(v) for v in (np.int64(2), Decimal("1.5"), Decimal("2"))], math.isnan(plain_value(Decimal("sNaN")))
-    ([2, 1.5, 2], True)
+    >>> [plain_value(v) for v in (np.int64(2), Decimal("1.5"), Decimal("2"), Decimal("-Infinity"), Decimal("1e400"))]
+    [2, 1.5, 2, -inf, inf]
+    >>> math.isnan(plain_value(Decimal("sNaN"))), plain_value(np.longdouble(0.5)), plain_value(np.bool_(True))
+    (True, 0.5, True)
     """
-    if isinstance(v, np.generic):
-        return v.item()
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
     if isinstance(v, decimal.Decimal):
-        return math.nan if v.is_nan() else int(v) if v == v.to_integral_value() else float(v)
-    if isinstance(v, numbers.Integral):
+        if v.is_nan():
+            return math.nan
+        small = v.is_finite() and v == v.to_integral_value() and abs(v) < 2**63  # (msgpack's integer range)
+        return int(v) if small else float(v)
+    if isinstance(v, (numbers.Integral, np.integer)):
         return int(v)
-    if isinstance(v, numbers.Real):
+    if isinstance(v, (numbers.Real, np.floating)):
         return float(v)
     raise TypeError(
         f"a value of type {type(v).__name__} cannot be sent: numbers, text, bytes, None, lists and maps only"

@@ -93,9 +93,10 @@ def check_header(
         source.seek(0)
     head = [str(h).strip() for h in (first.iloc[0] if len(first) else [])]
     _refuse_binary(name, head)
-    twice = sorted({h for h in head if h and head.count(h) > 1})
+    twice = [i + 1 for i, h in enumerate(head) if h and head.index(h) < i]
     if twice:  # (a reader would take one of them, or rename the other 'age.1', without a word)
-        raise SourceError(f"{name}: the header names the columns {twice} more than once")
+        # by position, not name: in a file without a header the first line is a record
+        raise SourceError(f"{name}: the header names a column twice (again at column {twice[0]})")
     lab_name = label if isinstance(label, str) else schema.label.name
     if lab_name in schema.names:  # (else every row is dropped, after a job's charge)
         raise SourceError(f"{name}: the label column {lab_name!r} is an attribute of the schema")
@@ -111,8 +112,8 @@ def check_header(
             if len(missing) == len(schema.names) + 1
             else ""
         )
-        has = f"{head[:20]}{' ...' if len(head) > 20 else ''}"
-        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {has}){hint}")
+        # (its own names are not shown: in a file without a header the first line is a record)
+        raise SourceError(f"{name}: the header lacks the columns {missing} (it has {len(head)} columns){hint}")
     return head, lab_name
 
 

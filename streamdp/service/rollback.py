@@ -112,13 +112,19 @@ def load_noise_key(path: str | os.PathLike | None = None) -> bytes | None:
     or one whose bytes are all the same (all zeros: a file truncated or made by mistake), or a file that
     other users can read or write (group or world permission bits: whoever reads the key can strip the noise).
     """
-    if path is None and ENV_KEY in os.environ:
+    from_env = path is None and ENV_KEY in os.environ
+    if from_env:
         path = os.environ[ENV_KEY]
         if not path.strip():
             raise ValueError(f"${ENV_KEY} is set but empty: unset it to run without a noise key, or name the key file")
     if path is None or path == "":
         return None
-    st = os.stat(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if from_env:  # (not echoed: a key pasted into the variable by mistake would reach the terminal and logs)
+            raise ValueError(f"${ENV_KEY} names no file: it holds the key file's path, not the key") from None
+        raise
     if stat.S_IMODE(st.st_mode) & 0o077:
         raise ValueError(
             f"noise key file {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users could read the key, which "

@@ -197,3 +197,7 @@ def test_records_envelope_sends_decimal_fraction_and_numpy_numbers_as_plain_ones
     with pytest.raises(TypeError, match="type secret_type cannot be sent") as e:
         codec.encode_records([[type("secret_type", (), {})()]], [0])
     assert "0x" not in str(e.value)
+    with pytest.raises(TypeError, match="^a value of type datetime64 cannot be sent"):  # not msgpack's own words
+        codec.encode_records([[np.datetime64("2020-01-01")]], [0])
+    b = codec.decode(s, codec.encode_records([[Decimal("Infinity")], [np.longdouble(0.5)]], [0, 1]))
+    assert b.X[:, 0].tolist() == [1.0, 0.5]  # an infinity is a number, clamped to the range, as everywhere

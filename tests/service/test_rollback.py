@@ -71,3 +71,11 @@ def test_the_guard_records_and_refuses_below_the_highest_version(tmp_path):
     guard.check(4)
     with pytest.raises(RollbackDetected, match="rolled back"):
         guard.check(3)
+
+
+def test_a_key_variable_naming_no_file_is_refused_without_echoing_it(monkeypatch):
+    """The variable holds a path; a key pasted into it by mistake must not be printed back."""
+    monkeypatch.setenv(ENV_KEY, "deadbeefcafe0123456789")
+    with pytest.raises(ValueError, match=r"names no file: it holds the key file's path, not the key") as e:
+        load_noise_key()
+    assert "deadbeef" not in str(e.value)

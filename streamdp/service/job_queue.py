@@ -32,7 +32,7 @@ from typing import Any
 import redis
 
 from streamdp.jobs.runner import JobError, JobSpec, check_params, job_warnings
-from streamdp.privacy.ledger import file_sha256, refusal, unit_of_charge, unit_refusal
+from streamdp.privacy.ledger import TOLERANCE, file_sha256, refusal, unit_of_charge, unit_refusal
 from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.records.read_errors import SourceError
 from streamdp.records.schema import Schema
@@ -179,8 +179,8 @@ class JobQueue:
             except ValueError as e:
                 raise JobError(f"result name: {e}; leave it out for the default, ALGORITHM-ID8") from None
         ledger = RedisLedger(self.r)
-        if ledger.budget(source) is None:  # (whether the budget suffices is the charge's to say)
-            # (refused here, not accepted and then refused by the worker)
+        budget = ledger.budget(source)  # (refused here, not accepted and then refused by the worker)
+        if budget is None:
             raise JobError(f"{refusal(source, float(epsilon), 0.0, None)}; nothing was charged")
         pid, k = (privacy_id, max_records_per_id) if unit is None else (unit.privacy_id, unit.max_records_per_id)
         fixed, mine = ledger.unit(source), unit_of_charge(pid)  # (the worker's charge checks it again, atomically)
@@ -202,6 +202,9 @@ class JobQueue:
                 raise JobError(f"{e}; nothing was charged") from None
         elif source_kind == "dataset":
             digest = self._bind_file(source, dataset, sch, header, label, privacy_id)
+        spent = ledger.spent(source)[0]  # (the worker's charge checks it again, atomically, with jobs queued since)
+        if spent + float(epsilon) > budget[0] + TOLERANCE:
+            raise JobError(f"{refusal(source, float(epsilon), spent, budget[0])}; nothing was queued")
         if source_kind == "dataset" and self.r.hexists(REGISTRY, source):
             warnings.warn(
                 f"source {source!r} is a model: this job over {dataset!r} is charged to that model's ledger, "

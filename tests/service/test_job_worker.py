@@ -103,14 +103,18 @@ def test_over_budget_job_is_refused_charges_nothing_reads_nothing(r, model, queu
     )
     before = RedisLedger(r).spent(model)
     jq = JobQueue(r, q)
-    jid = jq.submit("private-rdt", model, 9.5, {"n_trees": 2})  # 1 of 10 is spent by the stream model
+    with pytest.raises(JobError, match="would spend 10.5 of a budget of 10 .*; nothing was queued"):  # at submit
+        jq.submit("private-rdt", model, 9.5, {"n_trees": 2})  # 1 of 10 is spent by the stream model
+    assert r.xlen(q) == 0
+    jid = jq.submit("private-rdt", model, 8.5, {"n_trees": 2})  # it fits when queued ...
+    RedisLedger(r).set_budget(model, 9.0)  # ... and not when the worker charges it (the ledger changed since)
     with caplog.at_level(logging.INFO, logger="streamdp.jobs"):
         JobWorker(r, queue=q, block_ms=50).run(until_drained=True, handle_signals=False)
     # every ended job is logged with -v (only errors were: a user's finding)
     assert any(f'"event": "job.refused", "job": "{jid}"' in rec.getMessage() for rec in caplog.records)
     st = jq.status(jid)
     assert st["status"] == "refused" and "refused before reading any data" in st["reason"], st
-    assert "would spend 10.5 of a budget of 10" in st["reason"]
+    assert "would spend 9.5 of a budget of 9" in st["reason"]
     assert reads == [] and RedisLedger(r).spent(model) == before and _spends(r, model, jid) == []
     assert not r.exists(Keys(st["result"], job=True).pub_model) and not r.hexists(JOB_RESULTS, st["result"])
     with pytest.raises(LookupError, match="is refused"):

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from streamdp.learners._base import PrivateLearner
-from streamdp.learners.catalogue import AlgorithmError, algorithm
+from streamdp.learners.catalogue import ALGORITHMS, AlgorithmError, algorithm
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
@@ -94,8 +94,10 @@ def check_candidates(candidates: Any, schema: Schema | None = None) -> list[Cand
         if not isinstance(c, (list, tuple)) or len(c) != 2:
             raise AlgorithmError(f"a candidate is [algorithm, params], got {c!r}")
         name, params = c
-        if name == "auto" or (isinstance(name, str) and algorithm(name).mechanism == "kanon"):
-            raise AlgorithmError(f"candidate {name!r} cannot be selected: use private-rdt or a batch learner")
+        selectable = [n for n, a in ALGORITHMS.items() if n != "auto" and a.mechanism != "kanon"]
+        if name not in selectable:
+            known = "" if name in ALGORITHMS else "unknown algorithm; "
+            raise AlgorithmError(f"candidate {name!r}: {known}a candidate is one of {', '.join(selectable)}")
         out.append((name, algorithm(name).check_params(params)))
     return out if schema is None else usable_candidates(out, schema)[0]
 

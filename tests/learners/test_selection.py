@@ -66,9 +66,9 @@ def test_selection_is_refused_before_reading_when_the_budget_is_short():
     "candidates, match",
     [
         ([], "non-empty list"),
-        ([("nope", {})], "unknown algorithm"),
-        ([("auto", {})], "cannot be selected"),
-        ([("kanon-forest", {"k": 5, "beta": 0.1})], "cannot be selected"),
+        ([("nope", {})], "unknown algorithm; a candidate is one of dpea, "),
+        ([("auto", {})], "'auto': a candidate is one of .*private-rdt$"),
+        ([("kanon-forest", {"k": 5, "beta": 0.1})], "'kanon-forest': a candidate is one of"),
         ([("dpea", {"max_depth": 99})], "max_depth must be"),
         (["dpea"], "is \\[algorithm, params\\]"),
     ],

@@ -81,7 +81,7 @@ def test_submit_auto_with_a_bad_candidate_is_refused_at_submit_before_any_charge
         "--param", 'candidates=[["nope", {}]]', "--queue", "q-auto",
     )  # fmt: skip
     assert rc != 0 and out == ""
-    assert "unknown algorithm 'nope'" in capsys.readouterr().err
+    assert "candidate 'nope': unknown algorithm" in capsys.readouterr().err
     assert RedisLedger(r).spent("votes-auto") == (0.0, 0.0)
     assert r.xlen("q-auto") == 0  # nothing queued
 

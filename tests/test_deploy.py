@@ -174,3 +174,22 @@ def test_compose_files_are_valid_yaml_with_the_monitoring_profile():
         assert "worker" in services and "profiles" not in services["worker"]
     env = (ROOT / "deploy" / "env.example").read_text()
     assert re.search(r"^GRAFANA_ADMIN_PASSWORD=\S", env, re.M)
+
+
+def test_every_streamdp_service_in_compose_names_its_redis_by_the_variable_the_cli_reads():
+    """The exporter's variable was spelt `redis_URL` (`redis-1_URL` in the cluster file): it fell back to
+    localhost inside its container and never reached Redis as the worker user."""
+    yaml = pytest.importorskip("yaml")
+    for name in ("compose.yaml", "compose.cluster.yaml"):
+        services = yaml.safe_load((ROOT / "deploy" / name).read_text())["services"]
+        for svc, spec in services.items():
+            command = spec.get("command") or spec.get("entrypoint") or []
+            if "streamdp" not in " ".join(map(str, command)) and not svc.startswith("worker"):
+                continue
+            env = spec.get("environment") or {}
+            keys = set(env) if isinstance(env, dict) else {e.split("=", 1)[0] for e in env}
+            assert "REDIS_URL" in keys and not {k for k in keys if k.lower().endswith("_url") and k != "REDIS_URL"}, (
+                name,
+                svc,
+                keys,
+            )

@@ -119,6 +119,9 @@ def purge_name(r, name: str) -> int:
         fields = [f for f in r.hkeys(registry) if f.decode(errors="replace").startswith(name)]
         if fields:
             r.hdel(registry, *fields)
+    files = [f for f, src in r.hgetall("sdp:ledger:files").items() if src.decode(errors="replace") == name]
+    if files:  # (the dataset files first submitted under this source)
+        r.hdel("sdp:ledger:files", *files)
     return gone
 
 

@@ -96,6 +96,8 @@ def queue(r):
         res = r.hget(job_queue.job_key(i), "result")
         if res:
             r.hdel(JOB_RESULTS, res.decode())
+            if r.hget(job_queue.RESULT_NAMES, res.decode()) == i.encode():  # (the name's hold, the job's own only)
+                r.hdel(job_queue.RESULT_NAMES, res.decode())
             r.delete(Keys(res.decode(), job=True).pub_model)
         r.delete(job_queue.job_key(i))
     r.delete(q, f"{q}:index")

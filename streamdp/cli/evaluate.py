@@ -42,7 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "evaluate",
         help="progressive validation of the private forest beside river's HoeffdingTree and ARF",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     p.add_argument(
         "datasets",

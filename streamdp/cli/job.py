@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "job",
         help="on-demand batch learners: submit, status, list, result, worker",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     sub = p.add_subparsers(dest="job_command", required=True)
     common = argparse.ArgumentParser(add_help=False)

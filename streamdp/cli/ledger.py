@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "ledger",
         help="privacy budget of a source: budget, spent, remaining, spends",
-        description=__doc__.split("\n\n")[0],
+        description=__doc__.split("\n\n")[0].replace("``", ""),
     )
     p.add_argument(
         "name",

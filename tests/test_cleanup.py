@@ -28,7 +28,7 @@ from streamdp.service.retention import set_retention
 
 def test_fails_after_writing(redis_url, unique_name, job_queue):
     ds = load("congressional-voting")
-    create_model(redis_url, unique_name, ds.schema, n_trees=2, height=3, epsilon=1.0, release="batch")
+    create_model(redis_url, unique_name, ds.schema, n_trees=2, height=3, epsilon=1.0, release="batch", ledger_budget=2.0)
     set_retention(connect(redis_url), unique_name, records=1000)
     with Producer(redis_url, unique_name, batch_size=100) as p:
         p.push(ds.X, ds.y)

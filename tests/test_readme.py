@@ -80,13 +80,17 @@ def test_service_sequence_runs_as_written_and_publishes_within_the_lag_bound(tmp
         assert shell.returncode == 0, out
         pushed = time.monotonic()
         assert (tmp_path / "votes.sdp").is_file(), out
+        ds = load("congressional-voting")
+
+        def holds_the_push(f) -> bool:  # (a merged release of empty windows, noise alone, can come first)
+            return f.n_releases >= 1 and f.estimated_records() >= len(ds.y) / 2
+
         with Consumer(server.url, "votes") as c:
             forest = c.latest()
-            while forest.n_releases == 0 and time.monotonic() - pushed < lag + 10:
+            while not holds_the_push(forest) and time.monotonic() - pushed < lag + 10:
                 c.wait_newer(forest.version, timeout=2.0)
                 forest = c.latest()
-        assert forest.n_releases >= 1, f"nothing published {lag + 10:g} s after the push\n{out}"
-        ds = load("congressional-voting")
+        assert holds_the_push(forest), f"the push not published {lag + 10:g} s after it\n{out}"
         majority = max((ds.y == v).mean() for v in set(ds.y))
         assert forest.score(ds.X, ds.y) > majority
     finally:

@@ -44,6 +44,7 @@ __all__ = [
     "bananas_schema",
     "image_segments_schema",
     "shuttle_schema",
+    "elec2_schema",
     "sea_schema",
     "hyperplane_schema",
     "sine_schema",
@@ -238,6 +239,19 @@ def shuttle_schema() -> Schema:
     return Schema([Numeric(f"f{i}", -32768, 32767) for i in range(1, 10)], Label("anomaly", (0, 1)))
 
 
+def elec2_schema() -> Schema:
+    """``river.datasets.Elec2`` (Harries' NSW electricity data, OpenML "electricity"): labels False/True (the price
+    went up).
+
+    From its documentation: every attribute is normalised to [0, 1] (the date, the half-hour period, the NSW
+    and Victoria prices and demands, the transfer), but the day of the week, 1..7 (declared numeric [1, 7]: a
+    split on it is an ordinal cut, as river's trees make it).
+    """
+    unit = ("date", "period", "nswprice", "nswdemand", "vicprice", "vicdemand", "transfer")
+    attrs = [Numeric(n, 0.0, 1.0) for n in unit[:1]] + [Numeric("day", 1.0, 7.0)]
+    return Schema(attrs + [Numeric(n, 0.0, 1.0) for n in unit[1:]], Label("class", (False, True)))
+
+
 def river_check_schema() -> Schema:
     """One schema covering river's check datasets (``Phishing`` and ``ImageSegments``), for ``check_estimator``.
 
@@ -254,6 +268,7 @@ RIVER_SCHEMAS = {
     "Bananas": lambda d: bananas_schema(),
     "ImageSegments": lambda d: image_segments_schema(),
     "Shuttle": lambda d: shuttle_schema(),
+    "Elec2": lambda d: elec2_schema(),
     "Agrawal": lambda d: agrawal_schema(),
     "STAGGER": lambda d: stagger_schema(),
     "LED": lambda d: led_schema(d.irrelevant_features),

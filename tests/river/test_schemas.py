@@ -58,7 +58,7 @@ def test_every_record_and_label_is_declared(dataset):
 
 def test_every_classification_dataset_of_river_is_covered():
     names = {type(d).__name__ for d in DATASETS}
-    assert names == set(RIVER_SCHEMAS)
+    assert names | {"Elec2"} == set(RIVER_SCHEMAS)  # (Elec2 is downloaded: checked against its reader below)
     with pytest.raises(ValueError, match="no declared schema for river dataset 'Friedman'"):
         schema_for(synth.Friedman(seed=1))
 
@@ -128,3 +128,25 @@ def test_names_moved_out_of_the_module_are_found_with_a_warning_naming_their_mod
     assert PrivacyLeakWarning is inference.PrivacyLeakWarning
     with pytest.raises(ImportError):
         from streamdp.river.schemas import no_such_name  # noqa: F401
+
+
+def test_elec2_is_declared_with_the_keys_river_yields(monkeypatch):
+    """Elec2 had no declared schema (river users had to write one): the schema's attributes are the keys river's
+    reader converts, its label the reader's boolean class; read from the reader's own converters, no download."""
+    from river.datasets import elec2
+
+    seen = {}
+
+    def iter_csv(path, target, converters):
+        seen.update(target=target, converters=converters)
+        return iter(())
+
+    monkeypatch.setattr(elec2.stream, "iter_csv", iter_csv)
+    monkeypatch.setattr(datasets.Elec2, "path", property(lambda self: "elec2.csv"))
+    list(datasets.Elec2()._iter())
+    s = schema_for(datasets.Elec2())
+    assert set(s.names) == set(seen["converters"]) - {seen["target"]} and s.label.name == seen["target"]
+    assert seen["converters"]["class"]("UP") is True and s.label.values == (False, True)
+    assert s.attributes[s.index("day")].min == 1.0 and all(
+        (a.min, a.max) == (0.0, 1.0) for a in s.attributes if a.name != "day"
+    )

@@ -136,7 +136,9 @@ def plot_history(lines: list[dict[str, Any]], path: str, name: str, kind: str = 
         axes[0].legend(loc="upper right", fontsize=8)
     axes[1].plot(t, [e["cell_sd"] for e in lines], drawstyle="steps-post", color="tab:red")
     axes[1].set_ylabel("noise sd per cell\n(published counts)")
-    axes[2].plot(t, [e["length_s"] for e in lines], drawstyle="steps-post", color="tab:green")
+    # each window over its own span, from its start (end - length) to its end
+    lengths = [e["length_s"] for e in lines]
+    axes[2].plot([t[0] - lengths[0], *t], [lengths[0], *lengths], drawstyle="steps-pre", color="tab:green")
     axes[2].set_ylabel("window length (s)")
     axes[2].set_xlabel("seconds since the first window in the history")
     fig.suptitle(f"model {name}: releases over time ({len(lines)} windows)")

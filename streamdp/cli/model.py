@@ -234,8 +234,8 @@ def create(args: argparse.Namespace) -> int:
     if (info.get("release") or {}).get("kind") == "batch":
         print(
             "streamdp: note: release batch publishes one release per pushed batch: how many batches and when are "
-            "public (a batch of one record shows when that record came); window releases (the default) follow "
-            "the clock only",
+            "public (a batch of one record shows when that record came); the other policies (window, grow, tree) "
+            "release on a schedule of the clock and released values only",
             file=sys.stderr,
         )
     if "merge_bar" in info:  # public: what a window must hold before its release is merged alone

@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from streamdp.validation import check_epsilon, check_integer
+
 __all__ = ["evaluate", "EvalResult", "Row", "load_stream", "check_dataset", "plot", "REFERENCES"]
 
 #: The non-private reference models (river's): HoeffdingTree, and an adaptive random forest of 10 trees.
@@ -98,6 +100,8 @@ class EvalResult:
             rel = "" if r.releases is None else str(r.releases)
             sd = "" if r.accuracy_sd is None else f"{r.accuracy_sd:.4f}"
             lines.append(f"{r.model:<{w}} {r.accuracy:8.4f} {sd:>7} {r.samples_per_s:11,.0f} {r.seconds:8.2f} {rel:>8}")
+        if any(r.releases is not None and r.accuracy_sd is None for r in self.rows):
+            lines.append("(one run a private row, its noise and trees drawn once: --repeats N gives the mean and sd)")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -287,6 +291,14 @@ def evaluate(
     for name in window_learners:
         if name not in WINDOW_LEARNERS:
             raise ValueError(f"unknown window learner {name!r} ({', '.join(sorted(WINDOW_LEARNERS))})")
+    for e in epsilons:  # (finite: an evaluation of private models; inf is the library's test setting)
+        check_epsilon(e)
+    for b in batch_sizes:
+        check_integer(b, "batch size")
+    check_integer(n_trees, "n_trees")
+    if height is not None:
+        check_integer(height, "height")
+    check_integer(repeats, "repeats")
 
     schema, data, nominal_names = load_stream(dataset, n, shuffle_seed)
     n = len(data)

@@ -57,8 +57,8 @@ class ServiceClassifier(river.base.Classifier):
 
     Notes
     -----
-    Before the service has published anything ``predict_proba_one`` returns
-    ``{}`` (river then skips the metric update). Call :meth:`flush` at the end
+    Before the service has published a release (the model's empty version 0
+    included) ``predict_proba_one`` returns ``{}`` (river then skips the metric update). Call :meth:`flush` at the end
     of a stream to push the last partial batch.
     """
 
@@ -160,9 +160,10 @@ class ServiceClassifier(river.base.Classifier):
 
     def predict_proba_one(self, x: dict, **kwargs) -> dict:
         """Class probabilities of ``x`` from the latest published model (refreshed first); ``{}`` while the
-        service has published none."""
+        service has published none, or only the empty version 0 that ``model create`` publishes (its uniform
+        guesses would be scored)."""
         self.refresh()
-        if self._forest is None:
+        if self._forest is None or self._forest.n_releases == 0:
             return {}
         return self._proba.predict_proba_one(x)
 

@@ -130,7 +130,13 @@ class GroupLoop:
                     # NOGROUP: the group or stream is gone; UNBLOCKED: deleted while this worker blocked on it (7.0)
                     if "NOGROUP" not in str(err) and "UNBLOCKED" not in str(err):
                         raise
-                    jlog(self.log, logging.WARNING, f"{self.event_prefix}.nogroup", **self._log_context())
+                    jlog(
+                        self.log,
+                        logging.WARNING,
+                        f"{self.event_prefix}.nogroup",
+                        **self._log_context(),
+                        note="its stream or consumer group is gone (the model or queue deleted): stopping",
+                    )
                     self._stop.set()  # the group (or stream) was deleted: the model or queue is gone
                     break
                 n += did

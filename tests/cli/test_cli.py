@@ -155,6 +155,10 @@ def test_evaluate_checks_every_dataset_before_running_any(bad, why, capsys, monk
     [
         ("--references=ht,xyz", "unknown reference model 'xyz'"),
         ("--window-learners=foo", "unknown window learner 'foo'"),
+        ("--epsilons=1,2,-1", "epsilon must be a finite number > 0, got -1.0"),  # (ran 1 and 2, then lost them)
+        ("--epsilons=inf", "epsilon must be a finite number > 0, got inf"),
+        ("--batch-sizes=100,0", "batch size must be an integer >= 1, got 0"),
+        ("--height=0", "height must be an integer >= 1, got 0"),
     ],
 )
 def test_evaluate_checks_every_model_name_before_running_any(opt, why, capsys, monkeypatch):

@@ -143,3 +143,34 @@ def test_history_marks_a_noisy_count_the_release_floored_at_zero(redis_url, uniq
         assert "<= 0" not in out and [ln.split()[6] for ln in out.splitlines()[1:4]] == ["250", "0.0", "0.4"]
     finally:
         purge_name(r, f"{unique_name}g")  # (its ledger too)
+
+
+def test_history_plot_draws_each_window_length_over_its_own_span(tmp_path, monkeypatch):
+    """The window-length panel drew each window's length from its end onward, over the next window: a 16 s window
+    showed as the next window's 1 s spike. Each length now covers its window, from end - length to end."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
+
+    from streamdp.cli.history import plot_history
+
+    lines = [
+        {"window": w, "version": 1, "merged": True, "time": end, "length_s": length, "noisy_records": 5.0,
+         "cell_sd": 1.0}
+        for w, (end, length) in enumerate([(104.0, 4.0), (120.0, 16.0), (121.0, 1.0)], start=1)
+    ]  # fmt: skip
+    drawn = []
+    plot = Axes.plot
+
+    def spy(self, *args, **kwargs):
+        out = plot(self, *args, **kwargs)
+        if self.get_ylabel() == "" and kwargs.get("color") == "tab:green":
+            drawn.extend(out)
+        return out
+
+    monkeypatch.setattr(Axes, "plot", spy)
+    plot_history(lines, str(tmp_path / "h.png"), "m", kind="window")
+    (line,) = [x for x in drawn if isinstance(x, Line2D)]
+    xs, ys = line.get_drawstyle(), list(zip(line.get_xdata(), line.get_ydata()))
+    assert xs == "steps-pre" and ys == [(-4.0, 4.0), (0.0, 4.0), (16.0, 16.0), (17.0, 1.0)]
+    # steps-pre: the value at x holds over (previous x, x]: the 16 s window over (0, 16], the last 1 s over (16, 17]

@@ -47,6 +47,7 @@ def test_service_classifier_works_once_its_model_exists(r):
     assert clf.predict_proba_one(x) == {}
     _model(r, name="late", epsilon=math.inf)
     clf.refresh(force=True)
+    assert clf.version == 0 and clf.predict_proba_one(x) == {}  # (the empty version 0 guesses: not scored)
     for i in range(4):
         clf.learn_one(x, DS.y[i])
     _drain(_worker(r, "late"))

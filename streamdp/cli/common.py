@@ -254,12 +254,17 @@ def _run(args: argparse.Namespace) -> int:
         import redis
 
         if isinstance(e, redis.RedisError):
-            hint = (
-                "; this Redis user may not run it: each command runs as the user its role has in deploy/users.acl "
-                "(stats and worker: the worker user; model create, delete and ledger: the admin user)"
-                if isinstance(e, redis.exceptions.NoPermissionError)
-                else ""
-            )
+            hint = ""
+            if isinstance(e, redis.exceptions.NoPermissionError):
+                hint = (
+                    "; this Redis user may not run it: each command runs as the user its role has in deploy/users.acl "
+                    "(stats and worker: the worker user; model create, delete and ledger: the admin user)"
+                )
+            elif isinstance(e, redis.ConnectionError):
+                hint = (
+                    "; no answer from that server (on a Redis Cluster, a node may be failing over: run the command "
+                    "again in a few seconds; a push sent again merges its batches once)"
+                )
             print(f"streamdp: redis error: {e} (REDIS_URL={redact(redis_url(args))}){hint}", file=sys.stderr)
             return 2
         raise

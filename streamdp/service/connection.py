@@ -36,6 +36,7 @@ from redis.cluster import ClusterNode, RedisCluster
 
 __all__ = [
     "connect",
+    "heal",
     "for_blocking",
     "blocking_timeout",
     "is_cluster",
@@ -178,3 +179,24 @@ _CLUSTER_OWNED = (
     "himport_registry",
     "maint_notifications_pool_handler",
 )
+
+
+def heal(r: Any) -> None:
+    """After a lost connection, make a Redis Cluster client look for the cluster again: its slot map and default
+    node read anew from any node that answers (the failed one last), else another primary as its default node; a
+    no-op for a plain client, and errors are left to the next command.
+
+    Why: redis-py asks its default node for the keys of a command whose keys move (``XREADGROUP``) before it
+    chooses a node; with that node killed it never looked elsewhere, and a worker retried it until the node
+    came back, though its replica had taken over.
+    """
+    if not isinstance(r, RedisCluster):
+        return
+    failed = r.get_default_node()
+    try:
+        r.nodes_manager.initialize(last_failed_node_name=failed.name if failed is not None else None)
+    except (redis.RedisError, redis.exceptions.RedisClusterException):
+        try:
+            r.replace_default_node()
+        except (redis.RedisError, redis.exceptions.RedisClusterException):
+            pass

@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from streamdp.service.connection import connect
+from streamdp.service.connection import connect, heal
 from streamdp.service.keys import as_str
 
 __all__ = ["Entry", "GroupReader", "Holder", "LIVE_IDLE_S", "jlog", "consumer_name", "gone", "holders"]
@@ -219,7 +219,9 @@ class GroupReader:
                 raise
 
     def reset(self) -> None:
-        """After a lost connection: re-read the own pending entries first."""
+        """After a lost connection: re-read the own pending entries first (and a cluster client looks for the
+        cluster again, :func:`.connection.heal`)."""
+        heal(self.r)
         self._own_pel_read = False
         self._gone_due = True
 

@@ -51,7 +51,7 @@ from streamdp.jobs.runner import JobError, JobSpec, run_job
 from streamdp.privacy.ledger import BudgetExceeded
 from streamdp.records.schema import Schema
 from streamdp.service.beat import beating
-from streamdp.service.connection import connect
+from streamdp.service.connection import connect, heal
 from streamdp.service.group import GroupReader, consumer_name
 from streamdp.service.job_data import dataset_loader, read_model_records
 from streamdp.service.job_queue import DEFAULT_MAX_ATTEMPTS, JOB_GROUP, JOBS_STREAM, job_key, now_s
@@ -141,6 +141,7 @@ class JobWorker(GroupLoop):
         self.reader.create()
 
     def _on_disconnect(self) -> None:
+        heal(self.r)
         self.reader.reset()
         self._entry = None
 

@@ -40,7 +40,7 @@ import redis
 
 from streamdp.service import codec
 from streamdp.service.beat import beating
-from streamdp.service.connection import connect
+from streamdp.service.connection import connect, heal
 from streamdp.service.durability import check_replay
 from streamdp.service.faults import FaultPoints
 from streamdp.service.group import LIVE_IDLE_S, GroupReader, consumer_name, jlog
@@ -333,6 +333,7 @@ class Worker(GroupLoop):
                 )
 
     def _on_disconnect(self) -> None:
+        heal(self.redis)
         self.reader.reset()
         self.merger.reset()
 

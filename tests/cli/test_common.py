@@ -26,3 +26,19 @@ def test_a_command_this_redis_user_may_not_run_says_which_user_runs_it(capsys):
     assert _run(args) == 2
     err = capsys.readouterr().err
     assert "this Redis user may not run it" in err and "deploy/users.acl" in err and "pw@" not in err, err
+
+
+def test_a_lost_connection_says_to_run_the_command_again(capsys):
+    """During a cluster failover a command failed naming a node the user never gave, and nothing more."""
+    import argparse
+
+    import redis
+
+    from streamdp.cli.common import _run
+
+    def push(args):
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:7101. Connection refused.")
+
+    assert _run(argparse.Namespace(func=push, redis_url="redis://127.0.0.1:7102/0")) == 2
+    err = capsys.readouterr().err
+    assert "run the command again in a few seconds; a push sent again merges its batches once" in err, err

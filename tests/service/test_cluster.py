@@ -272,3 +272,28 @@ def test_window_release_on_the_cluster_counts_every_record_once(cluster_url):
         assert np.array_equal(f.counts, exact) and f.n_releases >= 1
     finally:
         delete_model(cluster_url, name)
+
+
+def test_a_worker_whose_default_node_died_finds_the_cluster_again(redis_url, unique_name):
+    """An operator's worker, its model on another master, retried XREADGROUP against a killed master until it came
+    back, though its replica had taken over: redis-py asks its default node for a movable-keys command's keys.
+    The same state, made by pointing the default node at a dead address: the worker's step fails, its reconnect
+    heals the client (`connection.heal`), and the next step reads."""
+    import socket
+
+    import redis
+    from redis.cluster import ClusterNode
+
+    create_model(redis_url, unique_name, DS.schema, n_trees=2, height=2, epsilon=1.0, release="batch")
+    Producer(redis_url, unique_name).push(DS.X[:20], DS.y[:20])
+    w = Worker(redis_url, unique_name, block_ms=50)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        dead = ClusterNode("127.0.0.1", s.getsockname()[1])
+    dead.redis_connection = redis.Redis(dead.host, dead.port, socket_connect_timeout=1)
+    for client in {id(w.redis): w.redis, id(w.reader.r): w.reader.r}.values():
+        client.nodes_manager.default_node = dead
+    with pytest.raises(redis.ConnectionError):
+        w.step()
+    w._on_disconnect()
+    assert w.step() == 1 and collect(redis_url, unique_name)["batches_merged"] == 1

@@ -28,6 +28,7 @@ JSON lines on the ``streamdp.worker`` logger. Test-only fault points:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -210,6 +211,7 @@ class Worker(GroupLoop):
             logger=log,
             context={"model": model},
         )
+        self._beat = contextlib.ExitStack()  # (the run's heartbeat: _on_start, _on_stop)
         self._fault: Callable[[str], None] = faults or FaultPoints.from_env() or _no_fault
         self._commits_since_trim = 0
         self._last_trim = time.monotonic()
@@ -331,6 +333,8 @@ class Worker(GroupLoop):
                     hint="every window due is released, empty or not, each adding a noise draw to every count: "
                     "start workers with the model (README, the late worker)",
                 )
+        # one heartbeat for the run: the consumer stays live however long a step takes (closed in _on_stop)
+        self._beat.enter_context(beating(self.reader.still_here, LIVE_IDLE_S / 3))
 
     def _on_disconnect(self) -> None:
         heal(self.redis)
@@ -338,6 +342,7 @@ class Worker(GroupLoop):
         self.merger.reset()
 
     def _on_stop(self) -> None:
+        self._beat.close()
         self.trim()  # what this worker merged is not kept past the retention window, also when it stops
         self.reader.leave()  # nothing in hand: leave the group cleanly
         _jlog(logging.INFO, "worker.stop", model=self.model, consumer=self.name)
@@ -350,11 +355,8 @@ class Worker(GroupLoop):
     # -- one step ------------------------------------------------------------
     def step(self, block_ms: int | None = None) -> int:
         """Release due windows, then read, process and commit up to ``batch_entries`` entries; returns how many
-        entries were handled. The consumer stays live (:attr:`.group.Holder.live`) however long the step takes."""
-        with beating(self.reader.still_here, LIVE_IDLE_S / 3):
-            return self._step(block_ms)
-
-    def _step(self, block_ms: int | None) -> int:
+        entries were handled. Under :meth:`run` the consumer stays live (:attr:`.group.Holder.live`) however long
+        a step takes (one heartbeat thread for the run, not one a step)."""
         if self.closer is not None:
             now = self.closer.now()
             self.closer.tick(now)

@@ -446,6 +446,7 @@ def test_a_worker_busy_in_a_long_step_stays_live(r, monkeypatch):
     """A step longer than the live window (a large release or merge) does not show the worker as silent: under
     run, one heartbeat thread refreshes its consumer's idle while a step runs (``stats``' consumers_live,
     ``push``'s no-worker note); a step run by hand, outside run, has none (the test can fail)."""
+    import threading
     import time
 
     from streamdp.service import stream_worker
@@ -465,10 +466,15 @@ def test_a_worker_busy_in_a_long_step_stays_live(r, monkeypatch):
     monkeypatch.setattr(w, "_handle", slow)
     with Producer(r, "m", batch_size=100) as p:
         p.push(DS.X[:100], DS.y[:100])
+
+    def beats() -> int:  # (another test's worker in this process may still run its own)
+        return sum(t.name == "streamdp-beat" for t in threading.enumerate())
+
+    before = beats()
     assert w.run(once=True, handle_signals=False) == 1
     assert idle_at_end[0] < 300, idle_at_end  # without the beat: >= 800 (the last read was before the sleep)
     idle_at_end.clear()
     with Producer(r, "m", batch_size=100) as p:
         p.push(DS.X[100:200], DS.y[100:200])
     assert w.step() == 1 and idle_at_end[0] >= 800, idle_at_end  # (by hand: no run, no beat)
-    assert not [t for t in __import__("threading").enumerate() if t.name == "streamdp-beat"]  # the run's stopped
+    assert beats() == before  # the run's own heartbeat stopped with it

@@ -66,6 +66,7 @@ from streamdp.forest.structure import DEFAULT_MAX_CELLS, ForestStructure
 from streamdp.forest.thresholds import default_threshold_share
 from streamdp.forest.voting import Voting
 from streamdp.options import BUDGETS, DEFAULT_N_TREES, MAX_PRIOR_TREES, MECHANISMS
+from streamdp.privacy.ledger import refit_words
 from streamdp.privacy.mechanisms import NotPrivateWarning, SecureRandom, kanon_check, kanon_delta
 from streamdp.records.schema import Numeric, Schema
 from streamdp.release.variance import warn_nearly_exact
@@ -351,13 +352,7 @@ class PrivateForest(BatchReleases, FirstRelease, Growing, Voting):
         which :attr:`epsilon` does not count.
         """
         if self.n_releases and not math.isinf(self.epsilon):
-            warnings.warn(
-                f"this forest holds a release already: fitting again spends epsilon={self.epsilon:g} more on "
-                "any records it was fitted on before (sequential composition), which its epsilon does not "
-                "count; create a new forest per fit, or charge each fit to a ledger (streamdp.privacy.ledger)",
-                UserWarning,
-                stacklevel=3,
-            )
+            warnings.warn(refit_words("forest", self.epsilon), UserWarning, stacklevel=3)
         rng = rng or self._rng
         self._fresh()  # a refit starts from the drawn trees, not an earlier fit's pruning or tree count
         self.threshold_spent, self.marginals = 0.0, None

@@ -27,7 +27,7 @@ from streamdp.learners.catalogue import FORMATS, Algorithm
 from streamdp.learners.private_data import PrivateDataset
 from streamdp.learners.tree import Tree
 from streamdp.options import MAX_PRIOR_TREES, VOTES
-from streamdp.privacy.ledger import BudgetExceeded
+from streamdp.privacy.ledger import BudgetExceeded, refit_words
 from streamdp.privacy.mechanisms import NotPrivateWarning
 from streamdp.records.domains import Categorical
 from streamdp.records.schema import Schema
@@ -152,6 +152,8 @@ class PrivateLearner:
         else:
             if y is None:
                 raise ValueError(f"{type(self).__name__}.fit needs (X, y) or a PrivateDataset")
+            if hasattr(self, "trees_") and not math.isinf(float(self.epsilon)) and ledger is None:
+                warnings.warn(refit_words("learner", float(self.epsilon)), UserWarning, stacklevel=2)
             pds = PrivateDataset.from_records(
                 self.schema,
                 X,

@@ -69,10 +69,25 @@ __all__ = [
     "left_of",
     "exceeds",
     "refusal",
+    "refit_words",
 ]
 
 # Floating sums of budget shares (eps/3 + eps/3 + eps/3) may exceed eps by rounding.
 TOLERANCE = 1e-9
+
+
+def refit_words(kind: str, epsilon: float) -> str:
+    """The one wording of the warning a second fit gives (a forest, a batch learner): its records are released
+    again. Why: without a ledger nothing else counts the second spend.
+
+    >>> refit_words("forest", 1.0)[:62]
+    'this forest holds a release already: fitting again spends epsi'
+    """
+    return (
+        f"this {kind} holds a release already: fitting again spends epsilon={epsilon:g} more on any records it was "
+        f"fitted on before (sequential composition), which its epsilon does not count; create a new {kind} per "
+        "fit, or charge each fit to a ledger (streamdp.privacy.ledger)"
+    )
 
 
 def left_of(budget: float, spent: float) -> float:

@@ -98,3 +98,22 @@ def test_the_same_seed_gives_the_same_model(name):
             fits.append(m.predict_proba(DS.X))
     np.testing.assert_array_equal(fits[0], fits[1])
     assert not np.array_equal(fits[0], fits[2])
+
+
+@pytest.mark.parametrize("name", ["sulq-id3", "diffp-id3", "diffp-c45", "hanisch-forest", "dpea"])
+def test_a_second_fit_warns_that_it_spends_epsilon_again_as_the_forest_does(name):
+    """A batch learner fitted twice on records spent 2 epsilon with no word (the forest warned); with a ledger the
+    second spend is charged, so no warning; a fit on a PrivateDataset is charged to it."""
+    ds = DS
+    m = ALGORITHMS[name].cls()(ds.schema, epsilon=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        m.fit(ds.X, ds.y)  # the first fit: no warning
+    with pytest.warns(UserWarning, match="this learner holds a release already: fitting again spends epsilon=1 more"):
+        m.fit(ds.X, ds.y)
+    ledger = InMemoryLedger()
+    ledger.set_budget("votes", 5.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        m.fit(ds.X, ds.y, ledger=ledger, source="votes")
+    assert ledger.spent("votes")[0] == pytest.approx(1.0)

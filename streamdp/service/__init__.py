@@ -1,13 +1,8 @@
 """Redis service parts: they move bytes and call the pure core.
 
-Modules: :mod:`.connection` (clients and timeouts), :mod:`.keys` (key layout),
-:mod:`.registry` (create/list/show/delete models), :mod:`.published` (the
-published counts format), :mod:`.codec` (batch envelope), :mod:`.producer`,
-:mod:`.consumer`, :mod:`.group` (the consumer-group loop), :mod:`.stream_worker`
-(+ :mod:`.commit`, the atomic Lua merge; :mod:`.faults`, test-only fault
-points), :mod:`.pool` (worker processes), :mod:`.job_queue` and
-:mod:`.job_worker` (batch jobs), :mod:`.ledger_store`, :mod:`.retention`,
-:mod:`.stats`, :mod:`.embedded` (find or start a Redis).
+One concept per module; the table of ``docs/service.md`` (the streaming service) names each, and a test keeps
+it complete. The entry points: :class:`Producer`, :class:`Consumer`, :class:`Worker` and :class:`WorkerPool`,
+:func:`create_model` and the registry's functions, the job queue and job worker.
 """
 
 from __future__ import annotations

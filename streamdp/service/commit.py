@@ -1,4 +1,4 @@
-"""The atomic exactly-once commit: one Lua script (design B-k of notes/redis-streams.md).
+"""The atomic exactly-once commit: one Lua script (the design is in docs/service.md, "Exactly once").
 
 In one atomic step the script checks that every entry is still pending in
 the group **and owned by the calling worker** (``XPENDING`` inside Lua: a

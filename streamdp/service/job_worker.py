@@ -1,7 +1,7 @@
 """Job workers: run the batch jobs queued by :class:`~.job_queue.JobQueue` and publish their models.
 
-A job worker (a consumer of group ``jobworkers`` on ``sdp:jobs``, on the
-consumer-group loop of :mod:`.group`):
+A job worker (a consumer of group ``jobworkers`` on ``sdp:jobs``, reading it with :mod:`.group` in the run
+loop of :mod:`.loop`):
 
 1. claims entries of dead job workers idle longer than ``claim_idle_ms``
    (``XAUTOCLAIM``), otherwise reads a new one (``XREADGROUP``);

@@ -2,7 +2,7 @@
 
 For ``release="window"``, ``"grow"`` and ``"tree"`` (:mod:`streamdp.release.continual`) workers add each
 entry's EXACT tally into the open window's accumulator ``priv:acc:<w>`` (a hash with one field per add:
-``b:<first batch id>`` -> the add's nonzero cells, :func:`joined_cells`; worker-only) in the atomic add
+``b:<first batch id>`` -> the add's nonzero cells, :func:`.accumulator.joined_cells`; worker-only) in the atomic add
 script (:data:`.commit.WINDOW_ADD_LUA`), which records the batch id and XACKs in the same step. The open
 window is the state field ``open``: a public rule (the first window not yet sealed), read inside the
 script, so an entry lands in exactly one window.

@@ -24,7 +24,6 @@ True
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import secrets
@@ -37,14 +36,9 @@ import redis
 
 from streamdp.service.connection import connect, heal
 from streamdp.service.keys import as_str
+from streamdp.service.log import jlog
 
-__all__ = ["Entry", "GroupReader", "Holder", "LIVE_IDLE_S", "jlog", "consumer_name", "gone", "holders"]
-
-
-def jlog(logger: logging.Logger, level: int, event: str, **kv: Any) -> None:
-    """One JSON log line ``{"ts", "event", **kv}``."""
-    if logger.isEnabledFor(level):
-        logger.log(level, json.dumps({"ts": round(time.time(), 3), "event": event, **kv}, default=str))
+__all__ = ["Entry", "GroupReader", "Holder", "LIVE_IDLE_S", "consumer_name", "gone", "holders"]
 
 
 def _pid_space() -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from streamdp.service.group import jlog
+from streamdp.service.log import jlog
 
 __all__ = ["GroupLoop"]
 

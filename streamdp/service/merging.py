@@ -32,8 +32,9 @@ from streamdp.service import codec
 from streamdp.service.accumulator import joined_cells
 from streamdp.service.commit import COMMIT_LUA, WINDOW_ADD_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once
-from streamdp.service.group import Entry, jlog
+from streamdp.service.group import Entry
 from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.log import jlog
 from streamdp.service.model_store import read_published_counts
 from streamdp.service.published import counts_view, release_record, release_record_around_counts
 from streamdp.service.rollback import NoiseSource, RollbackGuard

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import redis
 
-from streamdp.service.group import jlog
+from streamdp.service.log import jlog
 from streamdp.service.rollback import WorkerRefused, load_noise_key
 from streamdp.service.stream_worker import Worker, WorkerConfig, warn_unkeyed
 

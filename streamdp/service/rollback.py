@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from streamdp.privacy.secure_random import LAYOUTS, SecureRandom
-from streamdp.service.group import jlog
+from streamdp.service.log import jlog
 
 __all__ = [
     "NoiseSource",

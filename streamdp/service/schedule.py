@@ -24,9 +24,9 @@ from streamdp.forest.model import PrivateForest
 from streamdp.release.cadence import DEFAULT_MAX_LAG, GRACE, Cadence, Schedule, release_total, total_sd
 from streamdp.release.continual import ReleasePolicy, window_end
 from streamdp.service.connection import connect
-from streamdp.service.group import jlog
 from streamdp.service.history import append
 from streamdp.service.keys import Keys, as_str
+from streamdp.service.log import jlog
 
 __all__ = ["WindowSchedule", "release_left_out", "CADENCES", "cadence_of", "cadence_fields", "load_cadence"]
 

@@ -44,8 +44,9 @@ from streamdp.service.beat import beating
 from streamdp.service.connection import connect, heal
 from streamdp.service.durability import check_replay
 from streamdp.service.faults import FaultPoints
-from streamdp.service.group import LIVE_IDLE_S, GroupReader, consumer_name, jlog
+from streamdp.service.group import LIVE_IDLE_S, GroupReader, consumer_name
 from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.log import jlog
 from streamdp.service.loop import GroupLoop
 from streamdp.service.merging import BatchMerge, WindowAdd, WorkerEntry
 from streamdp.service.published import KEEP_BYTES, versions_kept

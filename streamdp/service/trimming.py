@@ -15,8 +15,8 @@ import logging
 
 import redis
 
-from streamdp.service.group import jlog
 from streamdp.service.keys import GROUP, Keys, as_str
+from streamdp.service.log import jlog
 from streamdp.service.retention import Retention, get_retention, parse_id, policy_minid, trim_minid
 
 __all__ = ["StreamTrimmer"]

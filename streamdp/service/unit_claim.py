@@ -28,8 +28,8 @@ import redis
 
 from streamdp.service import codec
 from streamdp.service.draw_once import PENDING_TTL_S
-from streamdp.service.group import jlog
 from streamdp.service.keys import Keys, as_str
+from streamdp.service.log import jlog
 from streamdp.service.units import IDS_LUA, IDS_WRITE_LUA, IdBound
 
 __all__ = ["CLAIM_LUA", "CLAIM_TTL_S", "Claims"]

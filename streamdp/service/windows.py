@@ -63,9 +63,9 @@ from streamdp.service.accumulator import AccumulatorGone, read_acc_counts
 from streamdp.service.commit import SEAL_LUA, UNLEASE_LUA
 from streamdp.service.draw_once import PENDING_TTL_S, drawn_once, stored_once
 from streamdp.service.forgetting import Decay, Decayed, release_records
-from streamdp.service.group import jlog
 from streamdp.service.history import append, entry
 from streamdp.service.keys import Keys, as_str
+from streamdp.service.log import jlog
 from streamdp.service.model_store import read_published_counts
 from streamdp.service.published import published_fields, release_record_parts
 from streamdp.service.rollback import NoiseSource, RollbackGuard

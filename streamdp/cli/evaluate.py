@@ -131,7 +131,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from streamdp.river.evaluate import check_dataset, plot
     from streamdp.river.evaluate import evaluate as run_evaluation
 
-    for ds in args.datasets:  # every name before the first run (a trial waited 8 s to learn of a typo)
+    for ds in args.datasets:  # every name before the first run: a typo is refused at once
         check_dataset(ds)
     results = []
     refs = tuple(r for r in args.references.split(",") if r.strip())

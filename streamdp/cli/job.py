@@ -153,7 +153,7 @@ def _line(st: dict) -> str:
     )
 
 
-#: A dataset file above this many bytes: submit says it is reading it (a 2 GB file takes tens of seconds).
+#: A dataset file above this many bytes: submit says it is reading it (a large file takes a while).
 LARGE_FILE = 64 << 20
 
 
@@ -176,7 +176,7 @@ def submit(args: argparse.Namespace) -> int:
         raise ValueError("--schema goes with --dataset")
     # (--no-header or --label without a dataset: JobQueue.submit refuses them for a model's records)
     if args.dataset and os.path.isfile(args.dataset) and os.path.getsize(args.dataset) > LARGE_FILE:
-        # submit reads the whole file as the job will (sources.check_records): about 13 ms a MB
+        # submit reads the whole file as the job will (sources.check_records)
         print(
             f"streamdp: reading {args.dataset} ({os.path.getsize(args.dataset) >> 20:,} MiB) as the job "
             "will, before anything is queued or charged ...",

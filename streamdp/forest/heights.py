@@ -97,8 +97,7 @@ def ceiling_height(schema: Schema, n_trees: int = 10) -> int:
     The tallest height, up to ``CEILING_MAX_HEIGHT``, at which a tree over ``schema`` has at most
     ``CEILING_MAX_LEAVES`` leaves (and within :func:`leaf_budget` of ``n_trees`` trees); from the schema alone (public). Numeric attributes may split again
     below themselves, so numeric schemas get 8 (256 leaves); categorical attributes of many values
-    stop earlier, and never past the depth their paths can reach (each categorical attribute once: a new
-    user's 6-attribute model showed height 8). Used by the river classifier and by the service's growing
+    stop earlier, and never past the depth their paths can reach (each categorical attribute once). Used by the river classifier and by the service's growing
     models (``benchmarks/results/grow_ceiling.log``).
 
     >>> from streamdp.records.datasets import load_schema

@@ -94,7 +94,7 @@ class ForestStructure:
 
     def __post_init__(self) -> None:
         # An all-categorical forest's thresholds are all +inf: one read-only broadcast value instead of 8 bytes
-        # a node (40% of a height-10 structure), also in its blob (blob.pack_array fill_ok).
+        # a node, also in its blob (blob.pack_array fill_ok).
         thr = self.threshold
         if thr.nbytes >= FILL_MIN_BYTES and 0 not in thr.strides and float(thr.min()) == np.inf:  # (NaN: no)
             self.threshold = np.broadcast_to(np.float64(np.inf), thr.shape)
@@ -145,8 +145,7 @@ class ForestStructure:
         its share of that budget allows, never past :func:`default_height` where every attribute is
         categorical (Fan et al.'s half) nor past the deepest a tree can be (:func:`deepest_height`). A
         numeric split halves a branch's budget and a categorical one divides it by its arity, so binary
-        branches go deep (10 trees, two classes: 14 levels on a numeric schema) and wide fan-outs stop
-        early, where one height for every tree was set by its widest trees. :meth:`streamdp.PrivateForest.fit`
+        branches go deep and wide fan-outs stop early, each tree by its own budget. :meth:`streamdp.PrivateForest.fit`
         prunes the draw to what the records support. A default never fails, and is small for every schema.
         """
         check_integer(n_trees, "n_trees", high=MAX_TREES)
@@ -155,7 +154,7 @@ class ForestStructure:
         if defaulted:  # a numeric attribute may split again below itself: there the budget alone decides
             height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
-        height = min(int(height), deepest_height(schema))  # (no deeper tree exists: a 6-attribute model showed 8)
+        height = min(int(height), deepest_height(schema))  # (no deeper tree exists)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         if defaulted:  # each branch as deep as its tree's leaf budget holds: never over the budget or the guard
             room = min(max_leaves_allowed, leaf_budget(schema, n_trees))
@@ -443,7 +442,7 @@ class ForestStructure:
             raise ValueError("structure: a leaf must point to itself")
         for t in range(shape[0]):
             # Largest branch each node can take: arity-1 (categorical), 1 (numeric), 0 (leaf); one tree at a
-            # time (for the whole forest these int64 temporaries were several times a large forest's counts).
+            # time (for the whole forest these int64 temporaries would be several times its counts).
             f_t = self.feature[t]
             width_t = np.where(is_cat[f_t], arity[f_t] - 1, np.where(f_t < m, 1, 0))
             lf = self.leaf[t][is_leaf[t]]

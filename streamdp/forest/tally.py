@@ -46,9 +46,9 @@ def sparse_tally(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`tally`'s nonzero cells, flat indices ascending and their counts, without the dense array.
 
-    A large forest's tally is mostly zeros (a batch of 1,000 records fills about 1,800 of Adult's
-    2.26 M cells at height 6): allocating, zeroing and scanning the dense counts cost 9 of a
-    worker's 11 ms per such batch; sorting the batch's cell indices costs well under one. A batch with about as
+    A large forest's tally is mostly zeros (a batch fills few of the forest's cells): allocating,
+    zeroing and scanning dense counts would cost most of a worker's time per batch, where sorting the
+    batch's cell indices costs little (``benchmarks/results/tally.md``). A batch with about as
     many (record, tree) pairs as the forest has cells (:data:`DENSE_CELLS_PER_PAIR`) is counted densely instead.
 
     >>> idx, c = sparse_tally(np.array([[0, 1], [0, 0]]), np.array([1, 0]), (2, 2, 2))

@@ -1,8 +1,8 @@
 """The cryptographically secure source of every random bit that protects privacy.
 
 :class:`SecureRandom` reads an AES-256-CTR keystream (the ``cryptography``
-package, OpenSSL underneath, hardware AES where the CPU has it): about 1-4
-GB/s of random bytes where ``os.urandom`` gives about 0.25 GB/s. Three modes:
+package, OpenSSL underneath, hardware AES where the CPU has it): many times
+the rate of ``os.urandom`` (``benchmarks/results/speed.noise.md``). Three modes:
 
 * ``SecureRandom()`` (private, the default): a fresh 256-bit key from
   ``os.urandom`` for each generator, re-keyed from ``os.urandom`` in a forked

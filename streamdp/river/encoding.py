@@ -109,7 +109,7 @@ class RecordEncoder:
         """Encoded values in schema order; ``None`` for an unknown value (see the module docstring).
 
         Runs the compiled kernel (:mod:`streamdp.river.kernel`) or else the generated
-        copy of :meth:`_encode` (about 1 us on Agrawal): cheaper
+        copy of :meth:`_encode`: cheaper
         than checking that a remembered record is unchanged, so river's
         predict-then-learn encodes a record twice.
         """

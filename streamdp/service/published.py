@@ -162,8 +162,8 @@ def published_fields(
 
     No model blob: a stream model's structure is its spec's (``spec`` key, written once at creation),
     so a consumer rebuilds the forest from the spec and these counts (:func:`forest_from_counts`).
-    Re-sending the structure with every release cost a worker 1.7x the counts in memory and the
-    release's time; a ``grow`` release, whose structure changes, publishes its blob instead
+    Why: re-sending the structure with every release would cost memory and time on every release
+    (``benchmarks/results/worker_memory.md``); a ``grow`` release, whose structure changes, publishes its blob instead
     (``grown``: field ``blob``, no ``counts``), as batch jobs do. ``noise_variance``: a window release's
     (field ``noise_variance``); ``view``: the counts as a view of the forest's array, no copy
     (:func:`counts_view`: send it right away); ``zero``: the caller knows the counts are all zero (a new

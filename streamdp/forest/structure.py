@@ -155,6 +155,8 @@ class ForestStructure:
             height = default_height(schema.n_attributes) if bool(np.all(schema.is_categorical)) else MAX_HEIGHT
         check_integer(height, "height", low=1, high=MAX_HEIGHT)  # what a stored structure may have (validate)
         height = min(int(height), deepest_height(schema))  # (no deeper tree exists)
+        if seed is not None:  # (numpy's own error named no parameter)
+            check_integer(seed, "seed", low=0)
         rng = np.random.default_rng(secrets.randbits(128) if seed is None else seed)
         if defaulted:  # each branch as deep as its tree's leaf budget holds: never over the budget or the guard
             room = min(max_leaves_allowed, leaf_budget(schema, n_trees))

@@ -408,8 +408,9 @@ class Schema:
             return [np.empty(0, dtype=object) for _ in self.attributes], 0
         for i, r in enumerate(rows):
             if isinstance(r, Mapping) or isinstance(r, (str, bytes)) or not hasattr(r, "__len__"):
+                one = "" if isinstance(r, Mapping) else "; one record? pass [record] or df.iloc[[i]]"
                 raise ValueError(
-                    f"record {i} (0-based): expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}"
+                    f"record {i} (0-based): expected a record dict or a sequence of {self.n_attributes} values, got {type(r).__name__}{one}"
                 )
             if len(r) != self.n_attributes:
                 raise ValueError(
@@ -464,6 +465,10 @@ class Schema:
         return np.maximum(codes, 0).astype(np.float64)
 
     def _encode_labels(self, y: Iterable, n: int, bad: dict, first: bool = False) -> np.ndarray:
+        if getattr(y, "ndim", 1) != 1:  # (a frame iterates its column names)
+            raise ValueError(
+                f"y must hold one label per record (1-D), got {getattr(y, 'ndim')}-D: pass its label column"
+            )
         ylist = list(y) if not isinstance(y, np.ndarray) else y
         if len(ylist) != n:
             raise ValueError(f"y has {len(ylist)} labels but X has {n} records")

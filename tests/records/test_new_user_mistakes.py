@@ -132,3 +132,18 @@ def test_text_meeting_declared_numbers_is_named_as_text():
         s.encode([{"rooms": 2}], ["yes"])
     with pytest.raises(ValueError, match=r"declared: \['free', 'pro'\]\)$"):  # text among text: no hint
         SCHEMA.encode([{"age": 3, "plan": "Free"}], ["no"])
+
+
+def test_a_label_frame_one_record_and_a_float_seed_are_refused_by_name():
+    """A one-column frame as y was read as its column names ("y has 1 labels but X has 600 records"); one record
+    (a frame's row, a flat list) was refused with no word of what to pass; seed=3.0 failed inside numpy."""
+    forest = PrivateForest.create(SCHEMA, n_trees=3, height=2, seed=1)
+    with pytest.raises(ValueError, match=r"^y must hold one label per record \(1-D\), got 2-D: pass its label column"):
+        forest.fit(DF, pd.DataFrame({"churned": Y}))
+    forest.fit(DF, Y)
+    for one in (DF.iloc[0], list(DF.iloc[0])):
+        with pytest.raises(ValueError, match=r"one record\? pass \[record\] or df\.iloc\[\[i\]\]"):
+            forest.predict(one)
+    assert len(forest.predict(DF.iloc[[0]])) == 1
+    with pytest.raises(ValueError, match=r"^seed must be an integer >= 0, got 3\.0"):
+        PrivateForest.create(SCHEMA, n_trees=3, height=2, seed=3.0)

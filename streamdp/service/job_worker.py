@@ -141,7 +141,8 @@ class JobWorker(GroupLoop):
         self.reader.create()
 
     def _on_disconnect(self) -> None:
-        heal(self.r)
+        if self.r is not self.reader.r:  # (the reader heals its own client: often this one)
+            heal(self.r)
         self.reader.reset()
         self._entry = None
 

@@ -338,7 +338,8 @@ class Worker(GroupLoop):
         self._beat.enter_context(beating(self.reader.still_here, LIVE_IDLE_S / 3))
 
     def _on_disconnect(self) -> None:
-        heal(self.redis)
+        if self.redis is not self.reader.r:  # (the reader heals its own client: often this one)
+            heal(self.redis)
         self.reader.reset()
         self.merger.reset()
 

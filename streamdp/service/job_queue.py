@@ -32,7 +32,7 @@ from typing import Any
 import redis
 
 from streamdp.jobs.runner import JobError, JobSpec, check_params, job_warnings
-from streamdp.privacy.ledger import TOLERANCE, file_sha256, refusal, unit_of_charge, unit_refusal
+from streamdp.privacy.ledger import exceeds, file_sha256, refusal, unit_of_charge, unit_refusal
 from streamdp.records.datasets import DATASETS, dataset_digest, load_schema
 from streamdp.records.read_errors import SourceError
 from streamdp.records.schema import Schema
@@ -202,9 +202,9 @@ class JobQueue:
                 raise JobError(f"{e}; nothing was charged") from None
         elif source_kind == "dataset":
             digest = self._bind_file(source, dataset, sch, header, label, privacy_id)
-        spent = ledger.spent(source)[0]  # (the worker's charge checks it again, atomically, with jobs queued since)
-        if spent + float(epsilon) > budget[0] + TOLERANCE:
-            raise JobError(f"{refusal(source, float(epsilon), spent, budget[0])}; nothing was queued")
+        spent = ledger.spent(source)  # (the worker's charge checks it again, atomically, with jobs queued since)
+        if exceeds(spent, (float(epsilon), 0.0), budget):  # (the ledgers' one rule; the job's delta is the worker's)
+            raise JobError(f"{refusal(source, float(epsilon), spent[0], budget[0])}; nothing was queued")
         if source_kind == "dataset" and self.r.hexists(REGISTRY, source):
             warnings.warn(
                 f"source {source!r} is a model: this job over {dataset!r} is charged to that model's ledger, "
